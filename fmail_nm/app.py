@@ -1,0 +1,24 @@
+"""Load everything a command needs: fmail.toml, notmuch's resolved settings, the accounts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .config import Config, ConfigError, load_settings, resolve
+from .nm import notmuch_settings
+
+
+def notmuch_addresses(nm: dict[str, str]) -> tuple[str, ...]:
+    primary = nm.get("user.primary_email", "")
+    others = [a for a in nm.get("user.other_email", "").split(";") if a]
+    return tuple(a for a in [primary, *others] if a)
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """fmail.toml (or defaults) resolved against the notmuch setup libnotmuch would use."""
+    settings = load_settings(path)
+    nm = notmuch_settings(settings.notmuch_config)
+    mail_root = nm.get("database.mail_root") or nm.get("database.path")
+    if not mail_root:
+        raise ConfigError("notmuch has no database.path; run `fmail-nm init --mail-root DIR`")
+    return resolve(settings, Path(mail_root), notmuch_addresses(nm))

@@ -1,0 +1,125 @@
+"""The ``fmail-nm`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from . import __version__
+from .config import ConfigError, load_settings
+
+log = logging.getLogger("fmail_nm")
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from .app import load_config
+    from .indexing import run_index
+    from .initialize import prepare
+
+    settings = load_settings(args.config)
+    report = prepare(
+        settings,
+        notmuch_config=args.notmuch_config or settings.notmuch_config,
+        mail_root=Path(args.mail_root).expanduser() if args.mail_root else None,
+        name=args.name,
+        addresses=list(args.address or settings.addresses),
+    )
+    if report.wrote_config:
+        print(f"wrote notmuch config: {report.notmuch_config}")
+    else:
+        print(f"using your notmuch config (left unchanged): {report.notmuch_config}")
+    for line in report.advice:
+        print(f"  note: {line}")
+    for folder in report.repaired_folders:
+        print(f"created missing cur/new/tmp in {folder}")
+    for action in report.hooks:
+        print(f"hook {action.describe()}")
+    if args.no_index:
+        return 0
+    print_index_summary(run_index(load_config(args.config)))
+    return 0
+
+
+def print_index_summary(summary) -> None:  # type: ignore[no-untyped-def]
+    counts = ", ".join(f"{tag} {n}" for tag, n in summary.counts.items())
+    print(f"indexed: {summary.added} new, {summary.total} messages in all ({counts})")
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from .app import load_config
+    from .indexing import run_index
+
+    print_index_summary(run_index(load_config(args.config), show_progress=None if not args.quiet else False))
+    return 0
+
+
+def cmd_hook(args: argparse.Namespace) -> int:
+    from .app import load_config
+    from .nm import Reader, Writer
+    from .tagging import run_tagging
+
+    config = load_config(args.config)
+    with Reader(config.settings.notmuch_config) as reader, Writer(config.settings.notmuch_config) as writer:
+        report = run_tagging(config, reader, writer)
+    log.info("tagged %d new messages in %d batches", report.messages, report.batches)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(Path(args.dir), serve=not args.no_serve, port=args.port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fmail-nm", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"fmail-nm {__version__}")
+    parser.add_argument("--config", help="fmail.toml to use (default: $FMAIL_CONFIG, else "
+                        "$XDG_CONFIG_HOME/fmail-nm/fmail.toml)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("init", help="adopt a mail root or an existing notmuch setup, install hooks, index")
+    p.add_argument("--mail-root", help="the Maildir root, when there is no notmuch config yet")
+    p.add_argument("--notmuch-config", help="notmuch config to use or create")
+    p.add_argument("--name", default="", help="your name, for a new notmuch config")
+    p.add_argument("--address", action="append", help="one of your addresses (repeatable)")
+    p.add_argument("--no-index", action="store_true", help="set up only; do not run notmuch new")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("index", help="run notmuch new (with hooks) and the tagging pass")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("hook", help="entry points for the notmuch hooks")
+    p.add_argument("name", choices=["post-new"])
+    p.set_defaults(func=cmd_hook)
+
+    p = sub.add_parser("demo", help="index a copy of the bundled sample mail and serve it")
+    p.add_argument("--dir", default=".demo", help="where the copy and its config live")
+    p.add_argument("--no-serve", action="store_true", help="index and print a summary only")
+    p.add_argument("--port", type=int, default=8765)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="fmail-nm: %(levelname)s: %(message)s", stream=sys.stderr)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except (ConfigError, FileNotFoundError, FileExistsError) as exc:
+        print(f"fmail-nm: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a clear one-line error; --verbose shows the traceback
+        from .nm import NotmuchAccessError
+        if isinstance(exc, NotmuchAccessError):
+            log.debug("details", exc_info=True)
+            print(f"fmail-nm: {exc}", file=sys.stderr)
+            return 1
+        raise

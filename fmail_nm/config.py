@@ -1,0 +1,375 @@
+"""fmail-nm's own configuration (``fmail.toml``) and the accounts it describes.
+
+Where the file is silent the setup is discovered, not assumed: the mail root comes from notmuch,
+accounts and their folders from the mbsync configuration or, failing that, from the folders on
+disk, and the user's addresses from notmuch's ``user.*`` settings.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import mbsyncrc
+
+ROLES = ("inbox", "sent", "drafts", "trash", "junk", "archive")
+
+# Folder names mail servers and clients use for each role, compared case-insensitively against
+# a folder's last path component.
+_ROLE_NAMES: dict[str, tuple[str, ...]] = {
+    "inbox": ("inbox",),
+    "sent": ("sent", "sent mail", "sent items", "sent messages", "gesendet"),
+    "drafts": ("drafts", "draft", "entwürfe"),
+    "trash": ("trash", "deleted", "deleted items", "deleted messages", "bin", "papierkorb"),
+    "junk": ("junk", "spam", "junk e-mail", "junk email", "bulk mail"),
+    "archive": ("archive", "archives", "archiv"),
+}
+
+
+class ConfigError(ValueError):
+    """fmail.toml or the mail setup it points at is not usable; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class SendMethod:
+    """How an account sends: a sendmail-compatible command (msmtp) or an SMTP server."""
+
+    command: tuple[str, ...] = ()
+    smtp_host: str | None = None
+    smtp_port: int = 587
+    smtp_user: str | None = None
+    smtp_starttls: bool = True
+
+
+@dataclass(frozen=True)
+class Account:
+    name: str
+    addresses: tuple[str, ...]
+    maildir: str  # the account's folder, relative to the mail root ("." for the root itself)
+    folders: dict[str, str] = field(default_factory=dict)  # role -> folder relative to mail root
+    mbsync_channel: str | None = None
+    send: SendMethod | None = None
+
+    def folder(self, role: str) -> str:
+        """The folder for a role, or a ConfigError naming the account and role."""
+        try:
+            return self.folders[role]
+        except KeyError:
+            raise ConfigError(
+                f"account {self.name!r} has no {role} folder; set [accounts.folders] {role} = "
+                f'"<folder>" in fmail.toml'
+            ) from None
+
+
+@dataclass(frozen=True)
+class TagRule:
+    """Tags to add and remove on new messages matching a notmuch query.
+
+    ``{me}`` in the query stands for "from one of the user's addresses".
+    """
+
+    query: str
+    add: tuple[str, ...] = ()
+    remove: tuple[str, ...] = ()
+
+
+DEFAULT_RULES: tuple[TagRule, ...] = (
+    TagRule(query="{me}", add=("sent",), remove=("inbox",)),
+    TagRule(query="NOT tag:sent AND NOT tag:list", add=("inbox",)),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The contents of fmail.toml, before anything is discovered."""
+
+    path: Path | None = None
+    notmuch_config: str | None = None
+    mbsync_config: str | None = None
+    data_dir: Path | None = None
+    addresses: tuple[str, ...] = ()
+    accounts: tuple[dict[str, Any], ...] = ()
+    rules: tuple[TagRule, ...] = DEFAULT_RULES
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    value = os.environ.get(var)
+    return Path(value) if value else Path.home() / fallback
+
+
+def default_config_path() -> Path:
+    """``$FMAIL_CONFIG``, else ``$XDG_CONFIG_HOME/fmail-nm/fmail.toml``."""
+    explicit = os.environ.get("FMAIL_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser()
+    return _xdg("XDG_CONFIG_HOME", ".config") / "fmail-nm" / "fmail.toml"
+
+
+def default_data_dir() -> Path:
+    return _xdg("XDG_DATA_HOME", ".local/share") / "fmail-nm"
+
+
+def _str_tuple(value: Any, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ConfigError(f"{what} must be a string or a list of strings")
+
+
+def _parse_rules(raw: Any) -> tuple[TagRule, ...]:
+    if raw is None:
+        return DEFAULT_RULES
+    if not isinstance(raw, list):
+        raise ConfigError("[[tagging.rules]] must be a list of tables")
+    rules = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or not isinstance(item.get("query"), str):
+            raise ConfigError(f"tagging rule #{i + 1} needs a query string")
+        rules.append(
+            TagRule(
+                query=item["query"],
+                add=_str_tuple(item.get("add"), f"tagging rule #{i + 1} add"),
+                remove=_str_tuple(item.get("remove"), f"tagging rule #{i + 1} remove"),
+            )
+        )
+    return tuple(rules)
+
+
+def load_settings(path: Path | str | None = None) -> Settings:
+    """Read fmail.toml. A missing file at the default place means defaults; a missing file that
+    was asked for by name (``--config`` or ``$FMAIL_CONFIG``) is an error."""
+    explicit = path is not None or bool(os.environ.get("FMAIL_CONFIG"))
+    config_path = Path(path).expanduser() if path is not None else default_config_path()
+    if not config_path.is_file():
+        if explicit:
+            raise ConfigError(f"config file not found: {config_path}")
+        return Settings()
+    try:
+        data = tomllib.loads(config_path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{config_path}: {exc}") from None
+    notmuch = data.get("notmuch", {})
+    mbsync = data.get("mbsync", {})
+    accounts = data.get("accounts", [])
+    if not isinstance(accounts, list) or not all(isinstance(a, dict) for a in accounts):
+        raise ConfigError(f"{config_path}: [[accounts]] must be a list of tables")
+    data_dir = data.get("data_dir")
+    return Settings(
+        path=config_path,
+        notmuch_config=notmuch.get("config"),
+        mbsync_config=mbsync.get("config"),
+        data_dir=Path(data_dir).expanduser() if data_dir else None,
+        addresses=_str_tuple(data.get("addresses"), "addresses"),
+        accounts=tuple(accounts),
+        rules=_parse_rules(data.get("tagging", {}).get("rules")),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Folders on disk
+
+
+def maildir_folders(mail_root: Path) -> list[str]:
+    """Every Maildir folder under the mail root, relative to it, sorted ("." for the root)."""
+    found: list[str] = []
+    for dirpath, dirnames, _ in os.walk(mail_root):
+        # .notmuch holds the database; tmp/new/cur are the Maildir's own, never folders.
+        dirnames[:] = sorted(d for d in dirnames if d not in (".notmuch", "tmp", "new", "cur"))
+        here = Path(dirpath)
+        if (here / "cur").is_dir() or (here / "new").is_dir():
+            found.append(here.relative_to(mail_root).as_posix())
+    return sorted(found)
+
+
+def _leaf_name(folder: str, flatten: str | None) -> str:
+    leaf = folder.rsplit("/", 1)[-1]
+    if flatten:
+        leaf = leaf.rsplit(flatten, 1)[-1]
+    return leaf.lstrip(".").lower()
+
+
+def detect_roles(folders: list[str], account_dir: str, flatten: str | None = None) -> dict[str, str]:
+    """Guess folder roles from the usual names, among the folders directly in an account."""
+    roles: dict[str, str] = {}
+    prefix = "" if account_dir == "." else account_dir + "/"
+    for folder in folders:
+        if prefix and not folder.startswith(prefix):
+            continue
+        rest = folder[len(prefix):]
+        if "/" in rest.strip("/") and not rest.lower().startswith("[gmail]/"):
+            continue  # only top-level folders of the account (and Gmail's [Gmail]/ ones)
+        leaf = _leaf_name(folder, flatten)
+        for role, names in _ROLE_NAMES.items():
+            if leaf in names and role not in roles:
+                roles[role] = folder
+    return roles
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolved configuration
+
+
+@dataclass(frozen=True)
+class Config:
+    settings: Settings
+    mail_root: Path
+    accounts: tuple[Account, ...]
+    folders: tuple[str, ...]
+
+    @property
+    def rules(self) -> tuple[TagRule, ...]:
+        return self.settings.rules
+
+    @property
+    def data_dir(self) -> Path:
+        return self.settings.data_dir or default_data_dir()
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """All of the user's addresses, lower-cased, each once, in configuration order."""
+        seen: dict[str, None] = {}
+        for address in self.settings.addresses:
+            seen.setdefault(address.lower(), None)
+        for account in self.accounts:
+            for address in account.addresses:
+                seen.setdefault(address.lower(), None)
+        return tuple(seen)
+
+    def account(self, name: str) -> Account:
+        for account in self.accounts:
+            if account.name == name:
+                return account
+        known = ", ".join(a.name for a in self.accounts) or "none"
+        raise ConfigError(f"unknown account {name!r} (known: {known})")
+
+    def account_for_path(self, relative_folder: str) -> Account | None:
+        """The account whose folder holds a folder (relative to the mail root), longest first."""
+        best: Account | None = None
+        for account in self.accounts:
+            prefix = account.maildir
+            if prefix == "." or relative_folder == prefix or relative_folder.startswith(prefix + "/"):
+                if best is None or len(prefix) > len(best.maildir) or best.maildir == ".":
+                    best = account
+        return best
+
+    def roles(self) -> dict[str, list[str]]:
+        """Role -> folders of that role across all accounts."""
+        out: dict[str, list[str]] = {role: [] for role in ROLES}
+        for account in self.accounts:
+            for role, folder in account.folders.items():
+                out.setdefault(role, []).append(folder)
+        return out
+
+
+def _relative(path: Path, mail_root: Path) -> str | None:
+    try:
+        rel = path.resolve().relative_to(mail_root.resolve()).as_posix()
+    except ValueError:
+        return None
+    return rel or "."
+
+
+def _send_method(raw: Any, name: str) -> SendMethod | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"account {name!r}: send must be a table")
+    return SendMethod(
+        command=_str_tuple(raw.get("command"), f"account {name!r} send.command"),
+        smtp_host=raw.get("smtp_host"),
+        smtp_port=int(raw.get("smtp_port", 587)),
+        smtp_user=raw.get("smtp_user"),
+        smtp_starttls=bool(raw.get("smtp_starttls", True)),
+    )
+
+
+def _configured_accounts(settings: Settings, mail_root: Path, folders: list[str],
+                         default_addresses: tuple[str, ...]) -> list[Account]:
+    accounts = []
+    for raw in settings.accounts:
+        name = raw.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError("every [[accounts]] entry needs a name")
+        maildir = str(raw.get("maildir", name)).strip("/") or "."
+        if not (mail_root / maildir).is_dir():
+            raise ConfigError(f"account {name!r}: folder {maildir!r} not found under {mail_root}")
+        roles = detect_roles(folders, maildir)
+        explicit = raw.get("folders", {})
+        if not isinstance(explicit, dict):
+            raise ConfigError(f"account {name!r}: folders must be a table of role = folder")
+        for role, folder in explicit.items():
+            if role not in ROLES:
+                raise ConfigError(f"account {name!r}: unknown folder role {role!r} (roles: {', '.join(ROLES)})")
+            roles[role] = folder if maildir == "." else f"{maildir}/{folder}"
+        accounts.append(Account(
+            name=name,
+            addresses=_str_tuple(raw.get("addresses"), f"account {name!r} addresses") or default_addresses,
+            maildir=maildir,
+            folders=roles,
+            mbsync_channel=raw.get("mbsync_channel"),
+            send=_send_method(raw.get("send"), name),
+        ))
+    return accounts
+
+
+def _mbsync_accounts(rc: mbsyncrc.MbsyncConfig, mail_root: Path, folders: list[str],
+                     addresses: tuple[str, ...]) -> list[Account]:
+    accounts = []
+    for channel in rc.channels.values():
+        store = rc.channel_store(channel)
+        if store is None or store.path is None:
+            continue
+        maildir = _relative(store.path, mail_root)
+        if maildir is None:
+            continue
+        roles = detect_roles(folders, maildir, store.flatten)
+        if store.inbox is not None:
+            inbox = _relative(store.inbox, mail_root)
+            if inbox is not None:
+                roles["inbox"] = inbox
+        accounts.append(Account(name=channel.name, addresses=addresses, maildir=maildir,
+                                folders=roles, mbsync_channel=channel.name))
+    return accounts
+
+
+def _disk_accounts(mail_root: Path, folders: list[str], addresses: tuple[str, ...]) -> list[Account]:
+    """One account per top-level directory holding Maildir folders; the root itself if it is one."""
+    tops = sorted({f.split("/", 1)[0] for f in folders if f != "."})
+    if "." in folders or not tops:
+        return [Account(name="mail", addresses=addresses, maildir=".",
+                        folders=detect_roles(folders, "."))]
+    accounts = []
+    for top in tops:
+        if (mail_root / top / "cur").is_dir() and top.lower() not in ("inbox",):
+            # A top-level folder that is itself a Maildir (e.g. "Sent") means a single account.
+            return [Account(name="mail", addresses=addresses, maildir=".",
+                            folders=detect_roles(folders, "."))]
+        accounts.append(Account(name=top, addresses=addresses, maildir=top,
+                                folders=detect_roles(folders, top)))
+    return accounts
+
+
+def resolve(settings: Settings, mail_root: Path, notmuch_addresses: tuple[str, ...] = ()) -> Config:
+    """Combine fmail.toml with what is discovered: explicit accounts win, then mbsync's, then disk."""
+    mail_root = Path(mail_root)
+    if not mail_root.is_dir():
+        raise ConfigError(f"mail root {mail_root} does not exist")
+    folders = maildir_folders(mail_root)
+    addresses = settings.addresses or notmuch_addresses
+    if settings.accounts:
+        accounts = _configured_accounts(settings, mail_root, folders, addresses)
+    else:
+        rc_path = Path(settings.mbsync_config).expanduser() if settings.mbsync_config else mbsyncrc.default_path()
+        accounts = []
+        if rc_path is not None and rc_path.is_file():
+            accounts = _mbsync_accounts(mbsyncrc.parse(rc_path), mail_root, folders, addresses)
+        if not accounts:
+            accounts = _disk_accounts(mail_root, folders, addresses)
+    return Config(settings=settings, mail_root=mail_root, accounts=tuple(accounts),
+                  folders=tuple(folders))

@@ -1,0 +1,72 @@
+"""``fmail-nm index``: ``notmuch new`` (hooks included), then a tagging pass for anything the hook
+did not reach (e.g. when the hook is not installed), then a summary."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .config import Config
+from .nm import NotmuchAccessError, Reader, Writer, run_notmuch_new
+from .tagging import TaggingReport, run_tagging
+
+_PROGRESS = re.compile(r"Processed (\d+)(?: of (\d+))? files?")
+_ADDED = re.compile(r"Added (\d+) new messages?")
+
+
+@dataclass(frozen=True)
+class IndexSummary:
+    added: int
+    total: int
+    counts: dict[str, int]
+    tagging: TaggingReport
+    notmuch_output: str
+
+
+class IndexingFailed(NotmuchAccessError):
+    """notmuch new failed; the message carries its output."""
+
+
+def progress_bar(line: str, width: int = 30) -> str | None:
+    """Render notmuch's progress line as a bar, or None if the line is not progress."""
+    match = _PROGRESS.search(line)
+    if not match:
+        return None
+    done = int(match.group(1))
+    total = int(match.group(2)) if match.group(2) else 0
+    if not total:
+        return f"indexing: {done} files"
+    filled = min(width, width * done // total)
+    return f"indexing [{'#' * filled}{'.' * (width - filled)}] {done}/{total} files"
+
+
+def _terminal_progress(line: str) -> None:
+    bar = progress_bar(line)
+    if bar is not None:
+        sys.stderr.write("\r" + bar)
+        sys.stderr.flush()
+
+
+def summary_counts(reader: Reader) -> dict[str, int]:
+    return {tag: reader.count(f"tag:{tag}", exclude_tags=())
+            for tag in ("inbox", "unread", "sent", "list", "flagged", "attachment")}
+
+
+def run_index(config: Config, *, show_progress: bool | None = None,
+              on_line: Callable[[str], None] | None = None) -> IndexSummary:
+    notmuch_config = config.settings.notmuch_config
+    interactive = sys.stderr.isatty() if show_progress is None else show_progress
+    handler = on_line or (_terminal_progress if interactive else None)
+    result = run_notmuch_new(notmuch_config, as_tty=interactive, on_line=handler)
+    if interactive:
+        sys.stderr.write("\n")
+    if result.returncode != 0:
+        raise IndexingFailed(f"notmuch new failed (exit {result.returncode}):\n{result.output.strip()}")
+    added = int(m.group(1)) if (m := _ADDED.search(result.output)) else 0
+    with Reader(notmuch_config) as reader, Writer(notmuch_config) as writer:
+        tagging = run_tagging(config, reader, writer)
+        return IndexSummary(added=added, total=reader.count("*", exclude_tags=()),
+                            counts=summary_counts(reader), tagging=tagging,
+                            notmuch_output=result.output)

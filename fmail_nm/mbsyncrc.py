@@ -1,0 +1,127 @@
+"""Read the parts of an mbsync (isync) configuration that say where mail lives on disk.
+
+Only the local side matters to us: each ``MaildirStore`` gives a ``Path``, an ``Inbox`` and the
+way sub-folders are named on disk (``SubFolders``, ``Flatten``); each ``Channel`` names the
+store it syncs into, which is how an account is tied to the channel that pushes its changes.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class MaildirStore:
+    name: str
+    path: Path | None
+    inbox: Path | None
+    subfolders: str | None  # Verbatim, Maildir++ or Legacy; None means mbsync's default
+    flatten: str | None
+
+
+@dataclass(frozen=True)
+class Channel:
+    name: str
+    near_store: str | None
+    far_store: str | None
+    patterns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MbsyncConfig:
+    path: Path
+    stores: dict[str, MaildirStore] = field(default_factory=dict)
+    channels: dict[str, Channel] = field(default_factory=dict)
+
+    def channel_store(self, channel: Channel) -> MaildirStore | None:
+        """The local Maildir store a channel syncs into, whichever side it is on."""
+        for side in (channel.near_store, channel.far_store):
+            if side and side in self.stores:
+                return self.stores[side]
+        return None
+
+
+def default_path() -> Path | None:
+    """The file mbsync itself would read: ``~/.mbsyncrc``, else ``$XDG_CONFIG_HOME/isyncrc``."""
+    home_rc = Path.home() / ".mbsyncrc"
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "isyncrc"
+    for candidate in (home_rc, xdg):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _expand(value: str, base: Path) -> Path:
+    # mbsync expands a leading "~" and resolves relative paths against the config's directory.
+    p = Path(os.path.expanduser(value))
+    return p if p.is_absolute() else base / p
+
+
+def _store_ref(value: str) -> str:
+    # "Far :store-name:optional/box" -> "store-name"
+    parts = value.split(":")
+    return parts[1] if len(parts) >= 3 else value
+
+
+def _sections(text: str) -> list[list[tuple[str, str]]]:
+    """Blank-line separated sections of ``Key value`` lines, comments dropped."""
+    sections: list[list[tuple[str, str]]] = []
+    current: list[tuple[str, str]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            if current:
+                sections.append(current)
+                current = []
+            continue
+        if line.startswith("#"):
+            continue
+        key, _, value = line.partition(" ")
+        current.append((key.lower(), value.strip()))
+    if current:
+        sections.append(current)
+    return sections
+
+
+def _unquote(value: str) -> str:
+    try:
+        parts = shlex.split(value)
+    except ValueError:
+        return value
+    return " ".join(parts) if parts else ""
+
+
+def parse(path: Path) -> MbsyncConfig:
+    """Parse an mbsync configuration file; unknown keys and store types are ignored."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    base = path.parent
+    config = MbsyncConfig(path=path)
+    for section in _sections(text):
+        kind, name = section[0]
+        values = {key: value for key, value in section[1:]}
+        if kind == "maildirstore":
+            config.stores[name] = MaildirStore(
+                name=name,
+                path=_expand(_unquote(values["path"]), base) if "path" in values else None,
+                inbox=_expand(_unquote(values["inbox"]), base) if "inbox" in values else None,
+                subfolders=values.get("subfolders"),
+                flatten=_unquote(values["flatten"]) if "flatten" in values else None,
+            )
+        elif kind == "channel":
+            near = values.get("near") or values.get("slave")
+            far = values.get("far") or values.get("master")
+            patterns = tuple(
+                shlex.split(values.get("patterns", ""))
+                if "patterns" in values
+                else ()
+            )
+            config.channels[name] = Channel(
+                name=name,
+                near_store=_store_ref(near) if near else None,
+                far_store=_store_ref(far) if far else None,
+                patterns=patterns,
+            )
+    return config

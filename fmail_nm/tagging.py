@@ -1,0 +1,96 @@
+"""The tagging pass run by the ``post-new`` hook on messages tagged ``new``.
+
+Order of work, per batch of new messages:
+1. mailing-list mail (a List-Id header) gets ``list`` and ``list/<list-id>``, so the list stays
+   queryable (``tag:list/rust-users.lists.example.org``) without re-reading files later;
+2. the rules from fmail.toml, in order (defaults: mail from the user gets ``sent`` and leaves
+   the inbox; everything that is neither sent nor list mail gets ``inbox``);
+3. ``new`` is removed.
+
+Each batch is one short write session, so a mail client or ``notmuch tag`` never waits long.
+Running the pass again finds no ``new`` messages and changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .config import Config, TagRule
+from .nm import Reader, WriteTxn, Writer, id_query, quote
+
+BATCH_SIZE = 200
+NEW_TAG = "new"
+_LIST_ID = re.compile(r"<([^<>\s]+)>")
+
+
+@dataclass
+class TaggingReport:
+    messages: int = 0
+    batches: int = 0
+    tagged: dict[str, int] = field(default_factory=dict)
+
+    def count(self, tags: Sequence[str], n: int = 1) -> None:
+        for tag in tags:
+            self.tagged[tag] = self.tagged.get(tag, 0) + n
+
+
+def list_id(header_value: str) -> str | None:
+    """The bare id of a List-Id header: ``Rust Users <rust-users.example.org>`` -> the part in <>.
+    Lower-cased, since list ids compare case-insensitively."""
+    match = _LIST_ID.search(header_value)
+    if match:
+        return match.group(1).lower()
+    bare = header_value.strip().strip("<>").strip()
+    return bare.lower() if bare and " " not in bare else None
+
+
+def me_query(addresses: Sequence[str]) -> str:
+    """A notmuch query for "from one of the user's addresses"; matches nothing without any."""
+    if not addresses:
+        return "NOT *"
+    return "(" + " OR ".join(f"from:{quote(a)}" for a in addresses) + ")"
+
+
+def rule_query(rule: TagRule, addresses: Sequence[str]) -> str:
+    return rule.query.replace("{me}", me_query(addresses))
+
+
+def _tag_lists(txn: WriteTxn, ids: Sequence[str], report: TaggingReport) -> None:
+    for mid in ids:
+        lid = list_id(txn.header(mid, "List-Id"))
+        if lid:
+            tags = ("list", f"list/{lid}")
+            txn.change_tags([mid], add=tags)
+            report.count(["list"])
+
+
+def _apply_rules(txn: WriteTxn, ids: Sequence[str], rules: Sequence[TagRule],
+                 addresses: Sequence[str], report: TaggingReport) -> None:
+    batch = id_query(ids)
+    for rule in rules:
+        query = f"tag:{NEW_TAG} AND ({rule_query(rule, addresses)}) AND ({batch})"
+        matched = txn.message_ids(query)
+        if matched:
+            txn.change_tags(matched, add=rule.add, remove=rule.remove)
+            report.count(rule.add, len(matched))
+
+
+def _tag_batch(txn: WriteTxn, ids: Sequence[str], config: Config, report: TaggingReport) -> None:
+    _tag_lists(txn, ids, report)
+    _apply_rules(txn, ids, config.rules, config.addresses, report)
+    txn.change_tags(ids, remove=[NEW_TAG])
+
+
+def run_tagging(config: Config, reader: Reader, writer: Writer, *,
+                batch_size: int = BATCH_SIZE) -> TaggingReport:
+    """Tag every message tagged ``new``, in batches; returns what was done."""
+    report = TaggingReport()
+    pending = reader.message_ids(f"tag:{NEW_TAG}")
+    for start in range(0, len(pending), batch_size):
+        ids = pending[start:start + batch_size]
+        writer.run(lambda txn, ids=ids: _tag_batch(txn, ids, config, report))
+        report.messages += len(ids)
+        report.batches += 1
+    return report

@@ -1,0 +1,103 @@
+"""Shared test set-up: a private copy of the fixture mail, indexed by real notmuch.
+
+Every test runs with HOME and the XDG directories pointing into its own temp dir, so neither
+the machine's nor the developer's own mail setup is ever read or changed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE_MAILDIR = REPO / "fixtures" / "maildir"
+FIXTURE_FMAIL_TOML = REPO / "fixtures" / "fmail.toml"
+USER_ADDRESSES = ["alex@example.org", "alex.morgan@example.org", "amorgan@acme.test"]
+
+
+@dataclass
+class MailEnv:
+    """An isolated mail setup: fixture copy, notmuch config, fmail.toml, XDG dirs."""
+
+    base: Path
+    mail_root: Path
+    notmuch_config: Path
+    fmail_config: Path
+    env: dict[str, str]
+
+    def notmuch(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["notmuch", *args], env={**os.environ, **self.env}, text=True,
+                              capture_output=True, timeout=120, check=check)
+
+    def fmail(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        import sys
+        return subprocess.run([sys.executable, "-m", "fmail_nm", *args],
+                              env={**os.environ, **self.env}, text=True, capture_output=True,
+                              timeout=300, check=check)
+
+    def config(self):  # type: ignore[no-untyped-def]
+        from fmail_nm.app import load_config
+        return load_config()
+
+
+def isolated_env(base: Path) -> dict[str, str]:
+    home = base / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    return {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        "NOTMUCH_CONFIG": str(base / "notmuch-config"),
+        "FMAIL_CONFIG": str(base / "fmail.toml"),
+    }
+
+
+def make_mail_env(base: Path, *, init: bool = True) -> MailEnv:
+    mail_root = base / "mail"
+    shutil.copytree(FIXTURE_MAILDIR, mail_root, symlinks=True)
+    shutil.copyfile(FIXTURE_FMAIL_TOML, base / "fmail.toml")
+    env = isolated_env(base)
+    mail_env = MailEnv(base=base, mail_root=mail_root, notmuch_config=base / "notmuch-config",
+                       fmail_config=base / "fmail.toml", env=env)
+    return mail_env
+
+
+def run_init(mail_env: MailEnv) -> subprocess.CompletedProcess[str]:
+    args = ["init", "--mail-root", str(mail_env.mail_root), "--name", "Alex Morgan"]
+    for address in USER_ADDRESSES:
+        args += ["--address", address]
+    return mail_env.fmail(*args)
+
+
+@pytest.fixture
+def mail_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MailEnv:
+    """A fresh, not yet initialised copy of the fixture mail (function scope: tests may write)."""
+    env = make_mail_env(tmp_path)
+    for key, value in env.env.items():
+        monkeypatch.setenv(key, value)
+    return env
+
+
+@pytest.fixture
+def indexed(mail_env: MailEnv) -> MailEnv:
+    """The fixture mail after ``fmail-nm init``: config written, hooks installed, indexed."""
+    run_init(mail_env)
+    return mail_env
+
+
+@pytest.fixture(scope="session")
+def shared_indexed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MailEnv]:
+    """One indexed copy for read-only tests. Do not write to it."""
+    env = make_mail_env(tmp_path_factory.mktemp("shared"))
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.env.items():
+            mp.setenv(key, value)
+        run_init(env)
+        yield env

@@ -1,0 +1,190 @@
+"""fmail.toml, mbsync config and notmuch config discovery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fmail_nm import mbsyncrc
+from fmail_nm.config import ConfigError, detect_roles, load_settings, maildir_folders, resolve
+from fmail_nm.initialize import advice_for_existing, find_notmuch_config, new_config_path
+
+
+def make_maildir(root: Path, *folders: str) -> None:
+    for folder in folders:
+        for sub in ("cur", "new", "tmp"):
+            (root / folder / sub).mkdir(parents=True, exist_ok=True)
+
+
+MBSYNCRC = """\
+# two accounts
+IMAPAccount personal
+Host imap.example.org
+User alex
+
+IMAPStore personal-remote
+Account personal
+
+MaildirStore personal-local
+Path {root}/personal/
+Inbox {root}/personal/INBOX
+SubFolders Verbatim
+
+Channel personal
+Far :personal-remote:
+Near :personal-local:
+Patterns * !Spam
+Create Both
+
+MaildirStore work-local
+Path {root}/work/
+Inbox {root}/work/INBOX
+SubFolders Maildir++
+
+Channel work
+Master :work-remote:
+Slave :work-local:
+"""
+
+
+def test_mbsyncrc_parse_reads_stores_and_channels(tmp_path: Path) -> None:
+    rc = tmp_path / "mbsyncrc"
+    rc.write_text(MBSYNCRC.format(root=tmp_path / "mail"))
+    parsed = mbsyncrc.parse(rc)
+    assert set(parsed.stores) == {"personal-local", "work-local"}
+    assert parsed.stores["personal-local"].inbox == tmp_path / "mail" / "personal" / "INBOX"
+    assert parsed.stores["work-local"].subfolders == "Maildir++"
+    assert parsed.channels["personal"].patterns == ("*", "!Spam")
+    # Old-style Master/Slave names the same sides as Far/Near.
+    work = parsed.channels["work"]
+    assert parsed.channel_store(work).name == "work-local"  # type: ignore[union-attr]
+
+
+def test_accounts_come_from_mbsyncrc_when_fmail_toml_has_none(tmp_path: Path) -> None:
+    root = tmp_path / "mail"
+    make_maildir(root, "personal/INBOX", "personal/Sent", "personal/Trash", "personal/Spam",
+                 "work/INBOX", "work/.Sent Items", "work/.Deleted Items")
+    rc = tmp_path / "mbsyncrc"
+    rc.write_text(MBSYNCRC.format(root=root))
+    settings = load_settings(_toml(tmp_path, f'[mbsync]\nconfig = "{rc}"\n'))
+    config = resolve(settings, root, ("alex@example.org",))
+    personal = config.account("personal")
+    assert personal.mbsync_channel == "personal"
+    assert personal.folders == {"inbox": "personal/INBOX", "sent": "personal/Sent",
+                                "trash": "personal/Trash", "junk": "personal/Spam"}
+    work = config.account("work")
+    assert work.folders["sent"] == "work/.Sent Items"
+    assert work.folders["trash"] == "work/.Deleted Items"
+    assert config.addresses == ("alex@example.org",)
+
+
+def _toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "fmail.toml"
+    path.write_text(text)
+    return path
+
+
+def test_explicit_accounts_override_detected_roles(tmp_path: Path) -> None:
+    root = tmp_path / "mail"
+    make_maildir(root, "a/INBOX", "a/Sent", "a/Old Stuff")
+    settings = load_settings(_toml(tmp_path, """
+[[accounts]]
+name = "a"
+addresses = ["Me@Example.org"]
+[accounts.folders]
+archive = "Old Stuff"
+"""))
+    config = resolve(settings, root)
+    account = config.account("a")
+    assert account.folders == {"inbox": "a/INBOX", "sent": "a/Sent", "archive": "a/Old Stuff"}
+    assert config.addresses == ("me@example.org",)
+    with pytest.raises(ConfigError, match="no trash folder"):
+        account.folder("trash")
+    with pytest.raises(ConfigError, match="unknown account 'b'"):
+        config.account("b")
+
+
+def test_disk_discovery_without_any_config(tmp_path: Path) -> None:
+    root = tmp_path / "mail"
+    make_maildir(root, "one/INBOX", "one/Junk", "two/INBOX", "two/Archive")
+    config = resolve(load_settings(_toml(tmp_path, "")), root)
+    assert [a.name for a in config.accounts] == ["one", "two"]
+    assert config.account("two").folders == {"inbox": "two/INBOX", "archive": "two/Archive"}
+    assert config.roles()["inbox"] == ["one/INBOX", "two/INBOX"]
+    assert config.account_for_path("two/Archive").name == "two"  # type: ignore[union-attr]
+
+
+def test_maildir_folders_skips_database_and_maildir_internals(tmp_path: Path) -> None:
+    root = tmp_path / "mail"
+    make_maildir(root, "x/INBOX", "x/INBOX/Sub")
+    (root / ".notmuch" / "xapian").mkdir(parents=True)
+    assert maildir_folders(root) == ["x/INBOX", "x/INBOX/Sub"]
+
+
+def test_role_detection_handles_gmail_and_flatten() -> None:
+    folders = ["g/[Gmail]/Sent Mail", "g/[Gmail]/Trash", "g/INBOX", "f/Lists.Sent", "f/INBOX"]
+    assert detect_roles(folders, "g") == {"sent": "g/[Gmail]/Sent Mail", "trash": "g/[Gmail]/Trash",
+                                          "inbox": "g/INBOX"}
+    assert detect_roles(folders, "f", flatten=".")["sent"] == "f/Lists.Sent"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("accounts = 3", "must be a list of tables"),
+    ("[[tagging.rules]]\nadd = ['x']", "needs a query string"),
+    ("addresses = [1]", "must be a string or a list of strings"),
+    ("= broken", "fmail.toml"),
+])
+def test_bad_fmail_toml_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(_toml(tmp_path, text))
+
+
+def test_missing_named_config_is_an_error_but_missing_default_is_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FMAIL_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert load_settings().path is None
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "nope.toml")
+    monkeypatch.setenv("FMAIL_CONFIG", str(tmp_path / "nope.toml"))
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings()
+
+
+def test_notmuch_config_discovery_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.delenv("NOTMUCH_CONFIG", raising=False)
+    monkeypatch.delenv("NOTMUCH_PROFILE", raising=False)
+    assert find_notmuch_config() is None
+    assert new_config_path() == home / ".notmuch-config"
+    (home / ".notmuch-config").write_text("")
+    assert find_notmuch_config() == home / ".notmuch-config"
+    xdg = home / ".config" / "notmuch" / "default" / "config"
+    xdg.parent.mkdir(parents=True)
+    xdg.write_text("")
+    assert find_notmuch_config() == xdg  # the XDG profile comes before ~/.notmuch-config
+    monkeypatch.setenv("NOTMUCH_PROFILE", "work")
+    assert find_notmuch_config() is None
+    monkeypatch.setenv("NOTMUCH_CONFIG", str(tmp_path / "explicit"))
+    assert new_config_path() == tmp_path / "explicit"
+    assert find_notmuch_config("/elsewhere/cfg") is None
+
+
+def test_advice_for_an_existing_config_names_the_fix() -> None:
+    advice = advice_for_existing({"new.tags": "unread;inbox", "new.ignore": "",
+                                  "maildir.synchronize_flags": "false",
+                                  "search.exclude_tags": "deleted"})
+    joined = "\n".join(advice)
+    assert "notmuch config set new.tags new;unread;inbox" in joined
+    assert ".uidvalidity" in joined
+    assert "synchronize_flags is off" in joined
+    assert "deleted;spam" in joined
+    good = advice_for_existing({"new.tags": "new", "maildir.synchronize_flags": "true",
+                                "search.exclude_tags": "deleted;spam",
+                                "new.ignore": ".mbsyncstate;.mbsyncstate.journal;.mbsyncstate.new;"
+                                              ".mbsyncstate.lock;.uidvalidity"})
+    assert good == []

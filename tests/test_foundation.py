@@ -1,0 +1,260 @@
+"""init, index, the post-new tagging pass and the notmuch access layer, on real notmuch with a
+temp copy of the fixture mail."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from fmail_nm.nm import DatabaseBusy, Reader, Writer
+
+from .conftest import MailEnv, run_init
+
+
+def maildir_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.parent.name in ("cur", "new")
+                  and ".notmuch" not in p.parts)
+
+
+def message_id_of(path: Path) -> str | None:
+    with path.open("rb") as fh:
+        msg = email.message_from_binary_file(fh, policy=email.policy.compat32)
+    value = msg.get("Message-ID")
+    return str(value).strip().strip("<>") if value else None
+
+
+def tags_of(env: MailEnv, message_id: str) -> set[str]:
+    out = env.notmuch("search", "--output=tags", "--exclude=false", f"id:{message_id}").stdout
+    return set(out.split())
+
+
+def dump_tags(env: MailEnv) -> str:
+    return env.notmuch("dump").stdout
+
+
+def test_init_indexes_every_fixture_message(indexed: MailEnv) -> None:
+    files = maildir_files(indexed.mail_root)
+    ids = [message_id_of(p) for p in files]
+    without_id = sum(1 for i in ids if i is None)
+    unique = len({i for i in ids if i is not None}) + without_id
+    assert len(files) >= 150
+    assert int(indexed.notmuch("count", "--output=files", "--exclude=false", "*").stdout) == len(files)
+    # Duplicates (one Message-ID in several files) are one message.
+    assert int(indexed.notmuch("count", "--exclude=false", "*").stdout) == unique
+    assert unique < len(files)
+    assert indexed.notmuch("count", "tag:new").stdout.strip() == "0"
+
+
+def test_init_writes_the_notmuch_config_we_need(indexed: MailEnv) -> None:
+    def get(key: str) -> str:
+        return indexed.notmuch("config", "get", key).stdout.strip()
+    assert get("new.tags") == "new"
+    assert ".mbsyncstate" in get("new.ignore").split("\n")
+    assert ".uidvalidity" in get("new.ignore").split("\n")
+    assert get("search.exclude_tags").split("\n") == ["deleted", "spam"]
+    assert get("maildir.synchronize_flags") == "true"
+    assert get("user.primary_email") == "alex@example.org"
+
+
+def test_second_init_changes_nothing(indexed: MailEnv) -> None:
+    config_before = indexed.notmuch_config.read_bytes()
+    tags_before = dump_tags(indexed)
+    hook = indexed.mail_root / ".notmuch" / "hooks" / "post-new"
+    hook_before = hook.read_bytes()
+    out = run_init(indexed).stdout
+    assert "left unchanged" in out
+    assert "post-new: unchanged" in out
+    assert "indexed: 0 new" in out
+    assert indexed.notmuch_config.read_bytes() == config_before
+    assert hook.read_bytes() == hook_before
+    assert dump_tags(indexed) == tags_before
+
+
+def test_init_keeps_an_existing_notmuch_config_and_chains_its_hook(mail_env: MailEnv) -> None:
+    # A user who already runs notmuch with their own post-new hook (afew, say).
+    mail_env.notmuch_config.write_text(textwrap.dedent(f"""\
+        [database]
+        path={mail_env.mail_root}
+        [user]
+        primary_email=alex@example.org
+        other_email=alex.morgan@example.org;amorgan@acme.test
+        [new]
+        tags=new
+        ignore=.mbsyncstate;.mbsyncstate.journal;.mbsyncstate.new;.mbsyncstate.lock;.uidvalidity
+        [search]
+        exclude_tags=deleted;spam
+        """))
+    config_before = mail_env.notmuch_config.read_bytes()
+    mail_env.notmuch("new", "--no-hooks")
+    hooks = mail_env.mail_root / ".notmuch" / "hooks"
+    hooks.mkdir(parents=True)
+    marker = mail_env.base / "user-hook-ran"
+    user_hook = hooks / "post-new"
+    user_hook.write_text(f"#!/bin/sh\necho ran >> '{marker}'\n")
+    user_hook.chmod(0o755)
+
+    out = mail_env.fmail("init").stdout
+    assert "left unchanged" in out
+    assert "previous hook now runs first" in out
+    assert mail_env.notmuch_config.read_bytes() == config_before
+    assert (hooks / "post-new.before-fmail-nm").read_text().startswith("#!/bin/sh\necho ran")
+    runs_after_init = marker.read_text().count("ran")
+    assert runs_after_init == 1  # init's notmuch new ran both hooks
+
+    # New mail later: `notmuch new` run by the user runs their hook and our tagging pass.
+    new_mail = mail_env.mail_root / "personal" / "INBOX" / "new" / "1800000000.1_1.test,U=9999"
+    new_mail.write_bytes(b"From: Nia <nia@example.com>\nTo: alex@example.org\n"
+                         b"Subject: later\nMessage-ID: <later-1@example.com>\n"
+                         b"Date: Tue, 01 Dec 2026 10:00:00 +0000\n\nhello\n")
+    mail_env.notmuch("new")
+    assert marker.read_text().count("ran") == 2
+    assert tags_of(mail_env, "later-1@example.com") == {"inbox", "unread"}
+
+
+def test_tagging_pass_gives_the_expected_tags(shared_indexed: MailEnv) -> None:
+    env = shared_indexed
+    # Mail from the user: sent, never inbox.
+    sent_total = int(env.notmuch("count", "--exclude=false",
+                                 "from:alex@example.org OR from:alex.morgan@example.org "
+                                 "OR from:amorgan@acme.test").stdout)
+    assert sent_total > 0
+    assert int(env.notmuch("count", "--exclude=false", "tag:sent").stdout) == sent_total
+    assert env.notmuch("count", "--exclude=false", "tag:sent AND tag:inbox").stdout.strip() == "0"
+    # List mail: tagged list and list/<id>, not inbox.
+    list_ids = env.notmuch("search", "--output=tags", "--exclude=false", "tag:list").stdout.split()
+    assert any(t.startswith("list/") for t in list_ids)
+    assert env.notmuch("count", "--exclude=false", "tag:list AND tag:inbox").stdout.strip() == "0"
+    # Everything else is in the inbox; nothing keeps "new".
+    rest = int(env.notmuch("count", "--exclude=false", "NOT tag:sent AND NOT tag:list").stdout)
+    assert int(env.notmuch("count", "--exclude=false", "tag:inbox").stdout) == rest
+    assert env.notmuch("count", "--exclude=false", "tag:new").stdout.strip() == "0"
+
+
+def test_writer_tag_change_renames_maildir_flags(indexed: MailEnv) -> None:
+    with Reader() as reader:
+        unread = reader.messages("tag:unread AND folder:personal/INBOX", exclude_tags=(), limit=1)[0]
+    path = Path(unread.filenames[0])
+    assert path.parent.name == "new" or ":2," not in path.name or "S" not in path.name.split(":2,")[1]
+    with Writer() as writer:
+        result = writer.run(lambda txn: txn.change_tags([unread.message_id], remove=["unread"]))
+    assert result.applied == [unread.message_id]
+    with Reader() as reader:
+        after = reader.find(unread.message_id)
+    assert after is not None and "unread" not in after.tags
+    new_path = Path(after.filenames[0])
+    assert new_path.exists() and not path.exists()
+    assert new_path.parent.name == "cur"
+    assert "S" in new_path.name.rsplit(":2,", 1)[1]
+    assert ",U=" in new_path.name  # a flag change keeps mbsync's UID
+
+
+def test_writer_reports_unknown_ids(indexed: MailEnv) -> None:
+    with Writer() as writer:
+        result = writer.run(lambda txn: txn.change_tags(["no-such-id@example.com"], add=["x"]))
+    assert result.applied == [] and result.not_found == ["no-such-id@example.com"]
+
+
+LOCK_HOLDER = """
+import sys, notmuch2
+db = notmuch2.Database(mode=notmuch2.Database.MODE.READ_WRITE)
+print("locked", flush=True)
+sys.stdin.read()
+db.close()
+"""
+
+
+def test_write_while_another_process_holds_the_lock(indexed: MailEnv) -> None:
+    with Reader() as reader:
+        target = reader.messages("tag:inbox", limit=1)[0]
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with Writer(lock_timeout=1.0) as writer:
+            with pytest.raises(DatabaseBusy, match="database busy.*retry") as err:
+                writer.run(lambda txn: txn.change_tags([target.message_id], add=["busy-test"]))
+            assert err.value.waited == 1.0
+            holder.stdin.close()  # type: ignore[union-attr]
+            holder.wait(timeout=30)
+            # The abandoned batch never ran, later: nothing was lost, nothing half-applied.
+            with Reader() as reader:
+                assert "busy-test" not in reader.find(target.message_id).tags  # type: ignore[union-attr]
+            # Once the lock is free the same write succeeds.
+            writer.run(lambda txn: txn.change_tags([target.message_id], add=["busy-test"]))
+        with Reader() as reader:
+            assert "busy-test" in reader.find(target.message_id).tags  # type: ignore[union-attr]
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+
+
+def test_reader_sees_a_write_made_after_it_opened(indexed: MailEnv) -> None:
+    with Reader() as reader, Writer() as writer:
+        target = reader.messages("tag:inbox", limit=1)[0]
+        before = reader.revision()
+        assert reader.count("tag:fresh-tag") == 0
+        # Written by another process, as a mail client would.
+        indexed.notmuch("tag", "+fresh-tag", "--", f"id:{target.message_id}")
+        assert reader.count("tag:fresh-tag") == 1
+        assert reader.revision().number > before.number
+        # And by our own writer.
+        writer.run(lambda txn: txn.change_tags([target.message_id], remove=["fresh-tag"]))
+        assert reader.count("tag:fresh-tag") == 0
+
+
+def test_reader_applies_exclude_tags_from_the_config(indexed: MailEnv) -> None:
+    with Reader() as reader, Writer() as writer:
+        target = reader.messages("tag:inbox", limit=1)[0]
+        total = reader.count("*")
+        writer.run(lambda txn: txn.change_tags([target.message_id], add=["spam"]))
+        assert reader.exclude_tags() == ("deleted", "spam")
+        assert reader.count("*") == total - 1
+        assert reader.count("*", exclude_tags=()) >= total
+
+
+def test_reader_is_confined_to_its_thread(indexed: MailEnv) -> None:
+    errors: list[BaseException] = []
+    with Reader() as reader:
+        reader.count("*")
+
+        def other() -> None:
+            try:
+                reader.count("*")
+            except BaseException as exc:  # noqa: BLE001 - collected for the assert
+                errors.append(exc)
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    assert errors and "thread" in str(errors[0])
+
+
+def test_missing_headers_do_not_break_listing(shared_indexed: MailEnv) -> None:
+    with Reader() as reader:
+        everything = reader.messages("*", exclude_tags=())
+    assert len(everything) == int(shared_indexed.notmuch("count", "--exclude=false", "*").stdout)
+    assert any(m.subject == "" for m in everything)  # the fixture has a message with no Subject
+
+
+def test_index_command_picks_up_new_mail_and_reports_counts(indexed: MailEnv) -> None:
+    new_mail = indexed.mail_root / "work" / "INBOX" / "new" / "1800000001.1_1.test,U=9998"
+    new_mail.write_bytes(b"From: Ola <ola@example.net>\nTo: amorgan@acme.test\nSubject: ping\n"
+                         b"Message-ID: <ping-1@example.net>\nDate: Tue, 01 Dec 2026 10:00:00 +0000"
+                         b"\n\nping\n")
+    out = indexed.fmail("index", "--quiet").stdout
+    assert "indexed: 1 new" in out
+    assert tags_of(indexed, "ping-1@example.net") == {"inbox", "unread"}
+
+
+def test_init_without_config_or_mail_root_is_a_clear_error(mail_env: MailEnv) -> None:
+    done = mail_env.fmail("init", check=False)
+    assert done.returncode == 2
+    assert "no notmuch config found" in done.stderr
+    assert not mail_env.notmuch_config.exists()
