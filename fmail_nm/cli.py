@@ -68,6 +68,37 @@ def cmd_hook(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .app import load_config
+
+    config = load_config(args.config)
+    if args.transport == "stdio":
+        import anyio
+
+        from .server import serve_stdio
+        anyio.run(serve_stdio, config)
+        return 0
+    from .server import serve_http_forever
+    return serve_http_forever(config, host=args.host, port=args.port, allow_remote=args.allow_remote)
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from .app import load_config
+    from .token import load_or_create_token
+
+    print(load_or_create_token(load_config(args.config).data_dir))
+    return 0
+
+
+def cmd_client_config(args: argparse.Namespace) -> int:
+    from .app import load_config
+    from .server import connection_help
+
+    print(connection_help(load_config(args.config), host=args.host, port=args.port,
+                          show_token=args.show_token))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -97,6 +128,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("hook", help="entry points for the notmuch hooks")
     p.add_argument("name", choices=["post-new"])
     p.set_defaults(func=cmd_hook)
+
+    p = sub.add_parser("serve", help="serve the mail over MCP (stdio or Streamable HTTP)")
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow binding a non-loopback address (mail then leaves this machine, "
+                        "protected only by the token)")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("token", help="print the HTTP bearer token (created on first use)")
+    p.set_defaults(func=cmd_token)
+
+    p = sub.add_parser("client-config", help="print MCP client configuration to paste")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--show-token", action="store_true", help="include the token itself")
+    p.set_defaults(func=cmd_client_config)
 
     p = sub.add_parser("demo", help="index a copy of the bundled sample mail and serve it")
     p.add_argument("--dir", default=".demo", help="where the copy and its config live")

@@ -68,7 +68,8 @@ class Account:
 class TagRule:
     """Tags to add and remove on new messages matching a notmuch query.
 
-    ``{me}`` in the query stands for "from one of the user's addresses".
+    ``{me}`` in the query stands for "from one of the user's addresses", and ``{folder:ROLE}``
+    (ROLE one of inbox, sent, drafts, trash, junk, archive) for "in any account's ROLE folder".
     """
 
     query: str
@@ -77,8 +78,16 @@ class TagRule:
 
 
 DEFAULT_RULES: tuple[TagRule, ...] = (
-    TagRule(query="{me}", add=("sent",), remove=("inbox",)),
-    TagRule(query="NOT tag:sent AND NOT tag:list", add=("inbox",)),
+    # A draft is from the user too, but it was never sent.
+    TagRule(query="{me} AND NOT tag:draft", add=("sent",), remove=("inbox",)),
+    # Mail that arrives already in Trash, Junk or Archive (moved there on another device) carries
+    # the standard tag for that place and stays out of the inbox.
+    TagRule(query="{folder:trash}", add=("deleted",), remove=("inbox",)),
+    TagRule(query="{folder:junk}", add=("spam",), remove=("inbox",)),
+    TagRule(query="{folder:archive}", add=("archived",), remove=("inbox",)),
+    TagRule(query="NOT (tag:sent OR tag:draft OR tag:list OR tag:deleted OR tag:spam "
+                  "OR tag:archived)",
+            add=("inbox",)),
 )
 
 

@@ -3,8 +3,9 @@
 Order of work, per batch of new messages:
 1. mailing-list mail (a List-Id header) gets ``list`` and ``list/<list-id>``, so the list stays
    queryable (``tag:list/rust-users.lists.example.org``) without re-reading files later;
-2. the rules from fmail.toml, in order (defaults: mail from the user gets ``sent`` and leaves
-   the inbox; everything that is neither sent nor list mail gets ``inbox``);
+2. the rules from fmail.toml, in order (defaults: mail from the user gets ``sent``; mail in a
+   Trash, Junk or Archive folder gets ``deleted``, ``spam`` or ``archived``; all of those leave
+   the inbox, and everything else that is not list mail gets ``inbox``);
 3. ``new`` is removed.
 
 Each batch is one short write session, so a mail client or ``notmuch tag`` never waits long.
@@ -53,8 +54,21 @@ def me_query(addresses: Sequence[str]) -> str:
     return "(" + " OR ".join(f"from:{quote(a)}" for a in addresses) + ")"
 
 
-def rule_query(rule: TagRule, addresses: Sequence[str]) -> str:
-    return rule.query.replace("{me}", me_query(addresses))
+def folders_query(folders: Sequence[str]) -> str:
+    """A notmuch query for "in one of these folders"; matches nothing without any."""
+    if not folders:
+        return "NOT *"
+    return "(" + " OR ".join(f"folder:{quote(f)}" for f in folders) + ")"
+
+
+_FOLDER_PLACEHOLDER = re.compile(r"\{folder:([a-z]+)\}")
+
+
+def rule_query(rule: TagRule, config: Config) -> str:
+    """A rule's query with ``{me}`` and ``{folder:ROLE}`` expanded for this setup."""
+    roles = config.roles()
+    query = rule.query.replace("{me}", me_query(config.addresses))
+    return _FOLDER_PLACEHOLDER.sub(lambda m: folders_query(roles.get(m.group(1), [])), query)
 
 
 def _tag_lists(txn: WriteTxn, ids: Sequence[str], report: TaggingReport) -> None:
@@ -66,11 +80,10 @@ def _tag_lists(txn: WriteTxn, ids: Sequence[str], report: TaggingReport) -> None
             report.count(["list"])
 
 
-def _apply_rules(txn: WriteTxn, ids: Sequence[str], rules: Sequence[TagRule],
-                 addresses: Sequence[str], report: TaggingReport) -> None:
+def _apply_rules(txn: WriteTxn, ids: Sequence[str], config: Config, report: TaggingReport) -> None:
     batch = id_query(ids)
-    for rule in rules:
-        query = f"tag:{NEW_TAG} AND ({rule_query(rule, addresses)}) AND ({batch})"
+    for rule in config.rules:
+        query = f"tag:{NEW_TAG} AND ({rule_query(rule, config)}) AND ({batch})"
         matched = txn.message_ids(query)
         if matched:
             txn.change_tags(matched, add=rule.add, remove=rule.remove)
@@ -79,7 +92,7 @@ def _apply_rules(txn: WriteTxn, ids: Sequence[str], rules: Sequence[TagRule],
 
 def _tag_batch(txn: WriteTxn, ids: Sequence[str], config: Config, report: TaggingReport) -> None:
     _tag_lists(txn, ids, report)
-    _apply_rules(txn, ids, config.rules, config.addresses, report)
+    _apply_rules(txn, ids, config, report)
     txn.change_tags(ids, remove=[NEW_TAG])
 
 

@@ -188,3 +188,16 @@ def test_advice_for_an_existing_config_names_the_fix() -> None:
                                 "new.ignore": ".mbsyncstate;.mbsyncstate.journal;.mbsyncstate.new;"
                                               ".mbsyncstate.lock;.uidvalidity"})
     assert good == []
+
+
+def test_shipped_examples_parse(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parent.parent
+    settings = load_settings(repo / "config" / "fmail.toml")
+    assert [a["name"] for a in settings.accounts] == ["personal", "work"]
+    rc = mbsyncrc.parse(repo / "config" / "mbsyncrc")
+    assert set(rc.channels) == {"personal", "work"}
+    assert rc.channel_store(rc.channels["work"]).subfolders == "Verbatim"  # type: ignore[union-attr]
+    root = tmp_path / "Mail"
+    make_maildir(root, "personal/INBOX", "personal/Sent", "work/INBOX", "work/Sent", "work/Trash")
+    config = resolve(settings, root)
+    assert config.account("work").folders["trash"] == "work/Trash"

@@ -1,0 +1,749 @@
+"""Gmail-shaped search DSL compiled to a notmuch infix query.
+
+Pure module: no I/O and no notmuch import, so every rule is testable in isolation.
+
+Safety model (verified against notmuch 0.37, see tests/test_dsl_notmuch.py):
+- Phrase fields (from:, subject:, ...) are NOT made safe by doubling quotes: notmuch's field
+  processor for from:/subject: unquotes the value and re-parses it wrapped in new quotes, so
+  `from:"x"" OR tag:secret OR ""y"` really ORs in tag:secret.  A leading `/` means regex, a
+  trailing `*` skips the re-quoting (`from:"path:**"` matches every message), and `..` is
+  read as a range.  None of these is ever part of a Xapian word, so we replace them with
+  spaces: the phrase matches exactly the same words and cannot escape.
+- Term fields (tag:, folder:, path:, id:, thread:) match exact strings, so their values are
+  kept verbatim: quoted infix when plain, else `sexp:"(tag ""...."")"`, whose strings are
+  always literal (no regex, wildcard or `thread:{...}` subquery).
+- `*` must stand alone in notmuch (`(*)` matches nothing, `x AND *` is a syntax error), and
+  juxtaposed terms with the same boolean prefix are ORed, so we never emit `*` inside an
+  expression and always join with an explicit AND.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+
+__all__ = ["DSL_HELP", "CompiledQuery", "DslContext", "DslError", "compile_query"]
+
+DSL_HELP = """\
+Search syntax (Gmail-style). Empty query = all mail.
+Text: word  "exact phrase"  (whole words, case-insensitive, no wildcards)
+Fields: from:alice  to:bob@x.org  subject:"q3 report"  body:invoice
+  cc: and bcc: are the same as to: (it covers To, Cc and Bcc)
+  filename:pdf (attachment file names)
+  field:(a OR b) applies the field to each word in the group
+Status: is:unread is:read is:flagged (=is:starred) is:replied is:forwarded
+  is:sent is:draft is:inbox is:archived is:list is:blocked is:spam is:deleted
+  has:attachment
+Tags: tag:work or label:work (exact tag name)
+Folders: in:inbox in:sent in:drafts in:archive in:trash in:spam (=in:junk)
+  in:anywhere, or in:<folder> by full path or last part (in:Receipts,
+  in:work/Receipts)
+Account: account:work
+Mailing list: list:rust-users or list:rust-users@lists.example.org
+  (matches the List-Id)
+Dates: YYYY-MM-DD, YYYY/MM/DD, YYYY-MM, YYYY or unix seconds; days start at
+  midnight in the server's time zone
+  after:2026-03-01 = on or after; before:2026-04 = strictly before;
+  on:2026-03-15 = that day (or month, or year)
+  newer_than:3d older_than:1y, units h d w m(=months) y
+Ids: id:<message-id> thread:<thread-id>
+Logic: a b = a AND b; a OR b (or a | b); -a or NOT a; ( ) to group.
+  Precedence NOT > AND > OR: a b OR c = (a AND b) OR c.
+  OR, AND, NOT are uppercase; lowercase or/and/not are words.
+Hidden unless asked for: spam and deleted mail. is:spam, is:deleted,
+  tag:spam, in:spam, in:trash show them; in:anywhere shows everything.
+Quote values with spaces or symbols: from:"Ann Lee"; write \\" for a quote.
+raw:"<notmuch query>" passes a notmuch query through (expert use).
+Examples:
+  from:alice is:unread newer_than:7d
+  subject:(invoice OR receipt) has:attachment after:2026-01-01
+  in:inbox -is:list -from:noreply
+  (from:bob OR to:bob) before:2026/03/01
+  account:work in:sent older_than:2m"""
+
+
+@dataclass(frozen=True)
+class DslContext:
+    """Everything the compiler needs to know about the mailbox; no I/O behind it."""
+
+    now: datetime
+    accounts: Mapping[str, str]
+    folder_roles: Mapping[str, Sequence[str]]
+    folders: Sequence[str] = ()
+    excluded_tags: Sequence[str] = ("deleted", "spam")
+
+    def __post_init__(self) -> None:
+        # Day boundaries and relative periods are computed in now's zone: a naive clock
+        # would silently use the host's zone and shift every date by hours.
+        if self.now.tzinfo is None or self.now.utcoffset() is None:
+            raise ValueError("DslContext.now must be timezone-aware")
+
+
+class DslError(ValueError):
+    """A search the user (or LLM) can fix: says where, what was expected, what was found."""
+
+    def __init__(self, position: int, expected: str, got: str) -> None:
+        self.position = position
+        self.expected = expected
+        self.got = got
+        super().__init__(f"bad search at position {position}: expected {expected} (got {got})")
+
+
+@dataclass(frozen=True)
+class CompiledQuery:
+    query: str
+    exclude_tags: tuple[str, ...]
+
+
+# --------------------------------------------------------------------------- tokens
+
+_WORD, _PHRASE, _LPAREN, _RPAREN = "word", "phrase", "(", ")"
+_OR, _AND, _NOT, _MINUS, _EOF = "OR", "AND", "NOT", "-", "end"
+_KEYWORDS = {"OR": _OR, "AND": _AND, "NOT": _NOT}
+_DELIMS = '()"|'
+
+
+@dataclass(frozen=True)
+class _Tok:
+    kind: str
+    text: str
+    pos: int
+
+
+def _shown(value: str) -> str:
+    # Error messages go back to an LLM: keep them short whatever the input.
+    return repr(value if len(value) <= 40 else value[:40] + "…")
+
+
+def _describe(tok: _Tok) -> str:
+    if tok.kind == _EOF:
+        return "end of query"
+    return _shown('"' + tok.text + '"' if tok.kind == _PHRASE else tok.text)
+
+
+def _lex(text: str) -> list[_Tok]:
+    toks: list[_Tok] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch.isspace():
+            i += 1
+        elif ch in "()":
+            toks.append(_Tok(ch, ch, i))
+            i += 1
+        elif ch == "|":
+            toks.append(_Tok(_OR, "|", i))
+            i += 1
+        elif ch == '"':
+            i = _lex_phrase(text, i, toks)
+        elif ch == "-" and _minus_is_not(text, i):
+            toks.append(_Tok(_MINUS, "-", i))
+            i += 1
+        else:
+            i = _lex_word(text, i, toks)
+    toks.append(_Tok(_EOF, "", len(text)))
+    return toks
+
+
+def _minus_is_not(text: str, i: int) -> bool:
+    # `-` negates only when it starts a term; a lone `-` and `e-mail` are text.
+    nxt = text[i + 1] if i + 1 < len(text) else " "
+    return not nxt.isspace() and nxt not in ")|"
+
+
+def _lex_word(text: str, i: int, toks: list[_Tok]) -> int:
+    start = i
+    while i < len(text) and not text[i].isspace() and text[i] not in _DELIMS:
+        i += 1
+    word = text[start:i]
+    toks.append(_Tok(_KEYWORDS.get(word, _WORD), word, start))
+    return i
+
+
+def _lex_phrase(text: str, start: int, toks: list[_Tok]) -> int:
+    # Only \" and \\ are escapes, so Windows paths and regexes keep their backslashes.
+    out: list[str] = []
+    i = start + 1
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text) and text[i + 1] in '"\\':
+            out.append(text[i + 1])
+            i += 2
+        elif ch == '"':
+            toks.append(_Tok(_PHRASE, "".join(out), start))
+            return i + 1
+        else:
+            out.append(ch)
+            i += 1
+    raise DslError(
+        start, f"a closing '\"' for the quote opened at position {start}", "end of query"
+    )
+
+
+# --------------------------------------------------------------------------- query tree
+
+
+@dataclass(frozen=True)
+class _Atom:
+    text: str
+
+
+@dataclass(frozen=True)
+class _And:
+    kids: tuple[_Node, ...]
+
+
+@dataclass(frozen=True)
+class _Or:
+    kids: tuple[_Node, ...]
+
+
+@dataclass(frozen=True)
+class _Not:
+    kid: _Node
+
+
+@dataclass(frozen=True)
+class _Const:
+    name: str
+
+
+_Node = _Atom | _And | _Or | _Not | _Const
+# ALL: no restriction (in:anywhere).  EMPTY: a term with no words, which Xapian drops from
+# its parent, so we do the same.  NOTHING: matches no message (e.g. before:1960).
+_ALL, _EMPTY, _NOTHING = _Const("all"), _Const("empty"), _Const("nothing")
+_NOTHING_QUERY = 'sexp:"(not ())"'
+
+
+def _mk_and(nodes: Sequence[_Node]) -> _Node:
+    if _NOTHING in nodes:
+        return _NOTHING
+    kids: list[_Node] = []
+    for n in nodes:
+        kids.extend(
+            n.kids if isinstance(n, _And) else [n] if isinstance(n, _Atom | _Or | _Not) else []
+        )
+    if not kids:
+        return _ALL if _ALL in nodes else _EMPTY
+    return kids[0] if len(kids) == 1 else _And(tuple(kids))
+
+
+def _mk_or(nodes: Sequence[_Node]) -> _Node:
+    if _ALL in nodes:
+        return _ALL
+    kids: list[_Node] = []
+    for n in nodes:
+        kids.extend(
+            n.kids if isinstance(n, _Or) else [n] if isinstance(n, _Atom | _And | _Not) else []
+        )
+    if not kids:
+        return _NOTHING if _NOTHING in nodes else _EMPTY
+    return kids[0] if len(kids) == 1 else _Or(tuple(kids))
+
+
+def _mk_not(node: _Node) -> _Node:
+    flips: dict[_Node, _Node] = {_ALL: _NOTHING, _NOTHING: _ALL, _EMPTY: _EMPTY}
+    if isinstance(node, _Const):
+        return flips[node]
+    return node.kid if isinstance(node, _Not) else _Not(node)
+
+
+def _render(node: _Node) -> str:
+    if isinstance(node, _Atom):
+        return node.text
+    if isinstance(node, _Not):
+        inner = _render(node.kid)
+        return "NOT " + (f"({inner})" if isinstance(node.kid, _And | _Or) else inner)
+    if isinstance(node, _And):
+        return _render_and(node)
+    if isinstance(node, _Or):
+        return " OR ".join(
+            f"({_render(k)})" if isinstance(k, _And | _Not) else _render(k) for k in node.kids
+        )
+    return _NOTHING_QUERY if node is _NOTHING else "*"
+
+
+def _render_and(node: _And) -> str:
+    # Positive terms first reads naturally (`a AND NOT b`); a leading NOT gets parentheses
+    # so it can never be read as negating the whole conjunction.
+    kids = sorted(node.kids, key=lambda k: isinstance(k, _Not))
+    parts = [f"({_render(k)})" if isinstance(k, _Or) else _render(k) for k in kids]
+    if isinstance(kids[0], _Not):
+        parts[0] = f"({parts[0]})"
+    return " AND ".join(parts)
+
+
+# --------------------------------------------------------------------------- value helpers
+
+# `..` anywhere in a quoted phrase makes Xapian try a range ("Unknown range operation").
+_PHRASE_UNSAFE = re.compile(r'["*/\x00-\x1f\x7f]|\.{2,}')
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Plain values go out as readable `prefix:"value"`; anything notmuch's term processors would
+# reinterpret (leading / = regex, leading { = thread subquery, * = wildcard) goes out as sexp.
+_INFIX_SAFE = re.compile(r'(?![/{])[^"*\x00-\x1f\x7f]+')
+
+
+def _has_word(value: str) -> bool:
+    return any(c.isalnum() or c == "_" for c in value)
+
+
+def _clean_phrase(value: str) -> str:
+    # These characters are never part of a Xapian word, so blanking them keeps the phrase's
+    # meaning while removing every way out of the quotes (see module docstring).
+    return " ".join(_PHRASE_UNSAFE.sub(" ", value).split())
+
+
+def _phrase_atom(prefix: str, value: str) -> _Atom:
+    return _Atom(f'{prefix}:"{value}"' if prefix else f'"{value}"')
+
+
+def _term_atom(prefix: str, value: str, suffix: str = "") -> _Atom:
+    if _INFIX_SAFE.fullmatch(value):
+        return _Atom(f'{prefix}:"{value}{suffix}"')
+    sexp_string = (value + suffix).replace("\\", "\\\\").replace('"', '\\"')
+    sexp = f'({prefix} "{sexp_string}")'
+    return _Atom('sexp:"' + sexp.replace('"', '""') + '"')
+
+
+def _bounded_list(names: Sequence[str], limit: int = 30) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", … ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+# --------------------------------------------------------------------------- dates
+
+_DATE_RE = re.compile(r"(\d{4})(?:([-/])(\d{1,2})(?:\2(\d{1,2}))?)?")
+_EPOCH_RE = re.compile(r"\d{5,12}")
+_PERIOD_RE = re.compile(r"(\d{1,6})([hdwmy])", re.IGNORECASE)
+_MAX_EPOCH = 253402300800  # 10000-01-01T00:00:00Z, beyond anything notmuch stores
+_SECONDS = {"h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _local_epoch(tz: tzinfo | None, year: int, month: int, day: int) -> int:
+    if year > 9999:
+        return _MAX_EPOCH
+    return int(datetime(year, month, day, tzinfo=tz).timestamp())
+
+
+def _parse_date(value: str, pos: int, tz: tzinfo | None) -> tuple[int, int]:
+    """Return [start, end) epochs of the day, month or year (or second) named by value."""
+    if _EPOCH_RE.fullmatch(value):
+        return int(value), int(value) + 1
+    m = _DATE_RE.fullmatch(value)
+    expected = "a date like 2026-03-01, 2026/03/01, 2026-03, 2026 or unix seconds"
+    if not m:
+        raise DslError(pos, expected, _shown(value))
+    year, month, day = int(m[1]), int(m[3] or 0), int(m[4] or 0)
+    if not _valid_date(year, month, day, has_month=m[3] is not None, has_day=m[4] is not None):
+        raise DslError(pos, "a real calendar date", _shown(value))
+    if m[4]:
+        return _local_epoch(tz, year, month, day), _next_day(tz, year, month, day)
+    if m[3]:
+        ny, nm = (year + 1, 1) if month == 12 else (year, month + 1)
+        return _local_epoch(tz, year, month, 1), _local_epoch(tz, ny, nm, 1)
+    return _local_epoch(tz, year, 1, 1), _local_epoch(tz, year + 1, 1, 1)
+
+
+def _next_day(tz: tzinfo | None, year: int, month: int, day: int) -> int:
+    # Computed from the calendar, not +86400, so DST days (23 h / 25 h) end at midnight.
+    last = calendar.monthrange(year, month)[1]
+    if day < last:
+        return _local_epoch(tz, year, month, day + 1)
+    ny, nm = (year + 1, 1) if month == 12 else (year, month + 1)
+    return _local_epoch(tz, ny, nm, 1)
+
+
+def _valid_date(year: int, month: int, day: int, has_month: bool, has_day: bool) -> bool:
+    if year < 1 or (has_month and not 1 <= month <= 12):
+        return False
+    return not has_day or 1 <= day <= calendar.monthrange(year, month)[1]
+
+
+def _months_ago(now: datetime, months: int) -> int:
+    total = now.year * 12 + now.month - 1 - months
+    year, month0 = divmod(total, 12)
+    if year < 1970:
+        return -1  # clamped by the range helpers: nothing is stored before the epoch
+    day = min(now.day, calendar.monthrange(year, month0 + 1)[1])
+    return int(now.replace(year=year, month=month0 + 1, day=day).timestamp())
+
+
+def _period_cutoff(value: str, pos: int, name: str, now: datetime) -> int:
+    m = _PERIOD_RE.fullmatch(value)
+    if not m:
+        raise DslError(
+            pos, f"a period after '{name}:' like 12h, 3d, 2w, 6m (months) or 1y", _shown(value)
+        )
+    count, unit = int(m[1]), m[2].lower()
+    if unit in _SECONDS:
+        return int(now.timestamp()) - count * _SECONDS[unit]
+    return _months_ago(now, count * (12 if unit == "y" else 1))
+
+
+def _since(epoch: int) -> _Node:
+    # notmuch rejects negative @epochs; nothing is dated before 1970 anyway.
+    return _Atom(f"date:@{max(epoch, 0)}..")
+
+
+def _before(epoch: int) -> _Node:
+    # @a..@b is inclusive at both ends with whole seconds, so "< epoch" is "..@epoch-1".
+    # (A date like date:..2026-03-01 would be rounded up to the end of that day.)
+    return _NOTHING if epoch <= 0 else _Atom(f"date:..@{min(epoch, _MAX_EPOCH) - 1}")
+
+
+def _between(start: int, end: int) -> _Node:
+    if end <= 0:
+        return _NOTHING
+    return _Atom(f"date:@{max(start, 0)}..@{min(end, _MAX_EPOCH) - 1}")
+
+
+# --------------------------------------------------------------------------- vocabulary
+
+_PHRASE_FIELDS = {
+    "from": "from",
+    "to": "to",
+    # notmuch indexes To, Cc and Bcc together under to:, it has no cc:/bcc: prefixes.
+    "cc": "to",
+    "bcc": "to",
+    "subject": "subject",
+    "body": "body",
+    "filename": "attachment",
+}
+_IS_TAGS = {
+    "unread": "unread",
+    "flagged": "flagged",
+    "starred": "flagged",
+    "replied": "replied",
+    "forwarded": "passed",
+    "passed": "passed",
+    "sent": "sent",
+    "outgoing": "sent",
+    "draft": "draft",
+    "inbox": "inbox",
+    "archived": "archived",
+    "list": "list",
+    "blocked": "blocked",
+    "spam": "spam",
+    "deleted": "deleted",
+}
+_IS_VALUES = sorted([*_IS_TAGS, "read"])
+# Folder roles: DSL name -> (role key(s) in DslContext.folder_roles, the tag with that meaning).
+_ROLES: dict[str, tuple[tuple[str, ...], str]] = {
+    "sent": (("sent",), "sent"),
+    "drafts": (("drafts", "draft"), "draft"),
+    "draft": (("drafts", "draft"), "draft"),
+    "trash": (("trash",), "deleted"),
+    "spam": (("junk", "spam"), "spam"),
+    "junk": (("junk", "spam"), "spam"),
+    "archive": (("archive",), "archived"),
+}
+_IN_KEYWORDS = ["inbox", "sent", "drafts", "trash", "spam", "junk", "archive", "anywhere"]
+_DATE_OPS = {"after", "before", "on", "newer", "older"}
+_OPERATORS = sorted(
+    [*_PHRASE_FIELDS, "is", "has", "in", "tag", "label", "list", "account", *_DATE_OPS]
+    + ["newer_than", "older_than", "id", "rfc822msgid", "thread", "raw"]
+)
+_OP_RE = re.compile(r"([A-Za-z][A-Za-z0-9_]*):(.*)", re.DOTALL)
+_LIST_RE = re.compile(r"[a-z0-9][a-z0-9._+=-]*")
+_THREAD_RE = re.compile(r"[0-9A-Za-z]{1,64}")
+
+
+# --------------------------------------------------------------------------- parser
+
+
+class _Parser:
+    """Recursive descent, Gmail precedence NOT > AND > OR:
+    or := and (OR and)*;  and := unary (AND? unary)*;  unary := (NOT | -)* primary."""
+
+    def __init__(self, text: str, ctx: DslContext) -> None:
+        self.toks = _lex(text)
+        self.i = 0
+        self.ctx = ctx
+        self.lifted: set[str] = set()
+        self.lift_all = False
+        self.handlers: dict[str, Callable[[str, str, int], _Node]] = self._handlers()
+
+    def _handlers(self) -> dict[str, Callable[[str, str, int], _Node]]:
+        table: dict[str, Callable[[str, str, int], _Node]] = dict.fromkeys(
+            _PHRASE_FIELDS, self._phrase_field
+        )
+        table.update(dict.fromkeys(["tag", "label"], self._tag))
+        table.update(dict.fromkeys(_DATE_OPS, self._date))
+        table.update(dict.fromkeys(["newer_than", "older_than"], self._relative))
+        table.update(dict.fromkeys(["id", "rfc822msgid"], self._msgid))
+        simple = {"is": self._is, "has": self._has, "in": self._in, "list": self._list}
+        return table | simple | {"account": self._account, "thread": self._thread, "raw": self._raw}
+
+    # -- token plumbing
+
+    @property
+    def tok(self) -> _Tok:
+        return self.toks[self.i]
+
+    def _advance(self) -> _Tok:
+        tok = self.toks[self.i]
+        self.i += 1
+        return tok
+
+    def _starts_term(self) -> bool:
+        return self.tok.kind in (_WORD, _PHRASE, _LPAREN, _NOT, _MINUS)
+
+    def _need_term(self, after: str) -> None:
+        if not self._starts_term():
+            raise DslError(self.tok.pos, f"a search term after '{after}'", _describe(self.tok))
+
+    # -- grammar
+
+    def parse(self) -> _Node:
+        if self.tok.kind == _EOF:
+            return _EMPTY  # empty query: all mail
+        node = self._or_expr(None)
+        if self.tok.kind == _RPAREN:
+            raise DslError(
+                self.tok.pos, "a search term or the end of the query", "a ')' with no matching '('"
+            )
+        return node
+
+    def _or_expr(self, default: str | None) -> _Node:
+        items = [self._and_expr(default)]
+        while self.tok.kind == _OR:
+            self._need_term(self._advance().text)
+            items.append(self._and_expr(default))
+        return _mk_or(items)
+
+    def _and_expr(self, default: str | None) -> _Node:
+        items = [self._unary(default)]
+        while self.tok.kind not in (_EOF, _RPAREN, _OR):
+            if self.tok.kind == _AND:
+                self._need_term(self._advance().text)
+            items.append(self._unary(default))
+        return _mk_and(items)
+
+    def _unary(self, default: str | None) -> _Node:
+        if self.tok.kind in (_NOT, _MINUS):
+            self._need_term(self._advance().text)
+            return _mk_not(self._unary(default))
+        return self._primary(default)
+
+    def _primary(self, default: str | None) -> _Node:
+        tok = self.tok
+        if tok.kind == _LPAREN:
+            return self._group(default)
+        if tok.kind == _PHRASE:
+            self._advance()
+            return self._term(default, tok.text, tok.pos)
+        if tok.kind == _WORD:
+            self._advance()
+            return self._word(default, tok)
+        raise DslError(tok.pos, "a search term", _describe(tok))
+
+    def _group(self, default: str | None) -> _Node:
+        open_tok = self._advance()
+        if self.tok.kind == _RPAREN:
+            raise DslError(self.tok.pos, "a search term inside '( )'", "')'")
+        node = self._or_expr(default)
+        if self.tok.kind != _RPAREN:
+            raise DslError(
+                self.tok.pos,
+                f"')' to close the '(' at position {open_tok.pos}",
+                _describe(self.tok),
+            )
+        self._advance()
+        return node
+
+    def _word(self, default: str | None, tok: _Tok) -> _Node:
+        m = _OP_RE.fullmatch(tok.text)
+        name = m[1].lower() if m else ""
+        # Unknown `word:` is an error (it is almost always a mistyped operator), except URLs
+        # (https://…) and things like times or ids whose "name" has digits (10:30, T10:30).
+        if not m or m[2].startswith("//") or (name not in self.handlers and not m[1].isalpha()):
+            return self._term(default, tok.text, tok.pos)
+        if name not in self.handlers:
+            known = ", ".join(f"{op}:" for op in _OPERATORS)
+            raise DslError(
+                tok.pos, f"a known operator ({known}) or quotes around text", _shown(m[1] + ":")
+            )
+        if m[2]:
+            return self._term(name, m[2], tok.pos + len(name) + 1)
+        return self._detached_value(name)
+
+    def _detached_value(self, name: str) -> _Node:
+        # `from:"a b"`, `from: bob` and `from:(a OR b)` all give from: its value.
+        tok = self.tok
+        if tok.kind == _LPAREN:
+            return self._group(name)
+        is_op = (
+            tok.kind == _WORD
+            and (m := _OP_RE.fullmatch(tok.text)) is not None
+            and m[1].lower() in self.handlers
+        )
+        if tok.kind not in (_WORD, _PHRASE) or is_op:
+            raise DslError(tok.pos, f"a value after '{name}:'", _describe(tok))
+        self._advance()
+        return self._term(name, tok.text, tok.pos)
+
+    # -- terms
+
+    def _term(self, name: str | None, value: str, pos: int) -> _Node:
+        if name is None:
+            text = _clean_phrase(value)
+            return _phrase_atom("", text) if _has_word(text) else _EMPTY
+        if not value:
+            raise DslError(pos, f"a value after '{name}:'", "an empty value")
+        return self.handlers[name](name, value, pos)
+
+    def _phrase_field(self, name: str, value: str, pos: int) -> _Node:
+        text = _clean_phrase(value)
+        if not _has_word(text):
+            raise DslError(pos, f"a value with letters or digits after '{name}:'", _shown(value))
+        return _phrase_atom(_PHRASE_FIELDS[name], text)
+
+    def _exact_value(self, name: str, value: str, pos: int) -> str:
+        if _CONTROL.search(value):
+            raise DslError(
+                pos, f"a value after '{name}:' without control characters", _shown(value)
+            )
+        return value
+
+    def _tag_atom(self, tag: str) -> _Node:
+        # Naming an excluded tag means the user wants to see it (notmuch does the same).
+        self.lifted.add(tag)
+        return _term_atom("tag", tag)
+
+    def _tag(self, name: str, value: str, pos: int) -> _Node:
+        return self._tag_atom(self._exact_value(name, value, pos))
+
+    def _is(self, name: str, value: str, pos: int) -> _Node:
+        key = value.lower()
+        if key == "read":
+            return _mk_not(self._tag_atom("unread"))
+        if key not in _IS_TAGS:
+            raise DslError(pos, f"one of is:{', is:'.join(_IS_VALUES)}", _shown(value))
+        return self._tag_atom(_IS_TAGS[key])
+
+    def _has(self, name: str, value: str, pos: int) -> _Node:
+        if value.lower() not in ("attachment", "attachments"):
+            raise DslError(pos, "has:attachment", _shown(value))
+        return self._tag_atom("attachment")
+
+    def _in(self, name: str, value: str, pos: int) -> _Node:
+        key = value.lower()
+        if key == "anywhere":
+            self.lift_all = True
+            return _ALL
+        if key == "inbox":
+            return self._tag_atom("inbox")
+        if key in _ROLES:
+            return self._role(*_ROLES[key])
+        return self._folders(value, pos)
+
+    def _role_folders(self, keys: Sequence[str]) -> list[str]:
+        return [f for k in keys for f in self.ctx.folder_roles.get(k, ())]
+
+    def _role(self, keys: Sequence[str], tag: str) -> _Node:
+        folders = [_term_atom("folder", f) for f in self._role_folders(keys)]
+        return _mk_or([*folders, self._tag_atom(tag)])
+
+    def _folders(self, value: str, pos: int) -> _Node:
+        key = value.lower().strip("/")
+        hits = [f for f in self.ctx.folders if key in (f.lower(), f.lower().rsplit("/", 1)[-1])]
+        if not hits:
+            names = _bounded_list([f"in:{k}" for k in _IN_KEYWORDS] + list(self.ctx.folders))
+            raise DslError(pos, f"a known folder: {names}", _shown(value))
+        for tag, keys in (("deleted", ("trash",)), ("spam", ("junk", "spam"))):
+            if set(hits) & set(self._role_folders(keys)):
+                self.lifted.add(tag)  # in:personal/Trash must show the deleted mail in it
+        return _mk_or([_term_atom("folder", f) for f in hits])
+
+    def _list(self, name: str, value: str, pos: int) -> _Node:
+        # The tagging pass tags list mail `list/<list-id>` (lowercased, from List-Id's <…>).
+        # notmuch has no wildcard for tags but does take a POSIX regex as tag:"/…/"; the
+        # value must match whole dot-separated labels, so list:rust-users finds
+        # list/rust-users.lists.example.org but list:rust does not.
+        list_id = value.strip("<>").lower().replace("@", ".")
+        if not _LIST_RE.fullmatch(list_id):
+            raise DslError(
+                pos, "a list name like rust-users or rust-users@lists.example.org", _shown(value)
+            )
+        pattern = re.sub(r"([.+])", r"\\\1", list_id)
+        return _Atom(f'tag:"/^list/(.*\\.)?{pattern}(\\..*)?$/"')
+
+    def _account(self, name: str, value: str, pos: int) -> _Node:
+        by_name = {k.lower(): v for k, v in self.ctx.accounts.items()}
+        if value.lower() not in by_name:
+            raise DslError(
+                pos, f"a known account: {_bounded_list(sorted(self.ctx.accounts))}", _shown(value)
+            )
+        prefix = by_name[value.lower()].strip("/")
+        return _term_atom("path", prefix, "/**") if prefix else _ALL
+
+    def _date(self, name: str, value: str, pos: int) -> _Node:
+        start, end = _parse_date(value, pos, self.ctx.now.tzinfo)
+        if name in ("after", "newer"):
+            return _since(start)
+        if name in ("before", "older"):
+            return _before(start)
+        return _between(start, end)
+
+    def _relative(self, name: str, value: str, pos: int) -> _Node:
+        cutoff = _period_cutoff(value, pos, name, self.ctx.now)
+        return _since(cutoff) if name == "newer_than" else _before(cutoff)
+
+    def _msgid(self, name: str, value: str, pos: int) -> _Node:
+        msgid = value[1:-1] if value.startswith("<") and value.endswith(">") else value
+        if not msgid:
+            raise DslError(pos, f"a message id after '{name}:'", _shown(value))
+        return _term_atom("id", self._exact_value(name, msgid, pos))
+
+    def _thread(self, name: str, value: str, pos: int) -> _Node:
+        tid = value.removeprefix("thread:")
+        if not _THREAD_RE.fullmatch(tid):
+            raise DslError(
+                pos, "a notmuch thread id (letters and digits) after 'thread:'", _shown(value)
+            )
+        return _Atom(f'thread:"{tid}"')
+
+    def _raw(self, name: str, value: str, pos: int) -> _Node:
+        if "\x00" in value:
+            raise DslError(pos, "a raw: query without NUL characters", _shown(value))
+        if not value.strip():
+            raise DslError(pos, "a notmuch query after 'raw:'", "an empty value")
+        if value.strip() == "*":
+            return _ALL  # `*` only works alone in notmuch; as a term it is "no restriction"
+        _check_raw_parens(value, pos)
+        self._lift_from_raw(value)
+        return _Atom(f"({value.strip()})")
+
+    def _lift_from_raw(self, raw: str) -> None:
+        for tag in self.ctx.excluded_tags:
+            if re.search(r'\b(?:tag|is)(?::|\s+)"*' + re.escape(tag) + r"(?![\w/.-])", raw):
+                self.lifted.add(tag)
+
+
+def _check_raw_parens(raw: str, pos: int) -> None:
+    # The raw query is wrapped in ( ); an unbalanced one would change how the rest of the
+    # user's query groups.  Quoted parts are skipped, as notmuch skips them.
+    depth, quoted = 0, False
+    for ch in raw:
+        quoted = not quoted if ch == '"' else quoted
+        if quoted:
+            continue
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            break
+    if depth != 0 or quoted:
+        raise DslError(pos, "a raw: query with balanced parentheses and quotes", _shown(raw))
+
+
+def compile_query(text: str, ctx: DslContext) -> CompiledQuery:
+    """Compile a Gmail-shaped search into a notmuch query plus the tags to exclude."""
+    parser = _Parser(text, ctx)
+    query = _render(parser.parse())
+    if parser.lift_all:
+        excluded: tuple[str, ...] = ()
+    else:
+        excluded = tuple(t for t in ctx.excluded_tags if t not in parser.lifted)
+    return CompiledQuery(query=query, exclude_tags=excluded)

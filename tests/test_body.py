@@ -1,0 +1,925 @@
+"""Tests for fmail_nm.body: raw RFC 822 bytes -> what an LLM should read.
+
+Every message is built here, byte by byte, so each test shows exactly what it feeds in.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fmail_nm.body import (
+    Address,
+    AttachmentInfo,
+    attachment_text,
+    clean_text,
+    parse_message,
+    preview,
+    slice_text,
+)
+
+# ------------------------------------------------------------------------------------------
+# Builders
+
+
+def message(*headers: str, body: bytes | str = b"Hello.\n") -> bytes:
+    """A message from header lines and a body (str bodies are UTF-8)."""
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    return "".join(h + "\n" for h in headers).encode("utf-8") + b"\n" + body
+
+
+def part(*headers: str, body: bytes | str) -> bytes:
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    return "".join(h + "\n" for h in headers).encode("utf-8") + b"\n" + body
+
+
+def multipart(boundary: str, *parts: bytes, close: bool = True) -> bytes:
+    b = boundary.encode()
+    out = b"This is a multi-part message in MIME format.\n"
+    for p in parts:
+        out += b"--" + b + b"\n" + p + b"\n"
+    if close:
+        out += b"--" + b + b"--\n"
+    return out
+
+
+def b64(data: bytes) -> bytes:
+    return base64.encodebytes(data)
+
+
+def tiny_pdf(*lines: str) -> bytes:
+    """A minimal valid one-page PDF showing ``lines`` in Helvetica, with a correct xref."""
+    ops = ["BT /F1 12 Tf 72 720 Td"]
+    for i, line in enumerate(lines):
+        ops.append(("" if i == 0 else "0 -16 Td ") + f"({line}) Tj")
+    ops.append("ET")
+    stream = "\n".join(ops).encode("latin-1")
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
+    ]
+    out = b"%PDF-1.4\n"
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref_at = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % off for off in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref_at)
+    return out
+
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+# ------------------------------------------------------------------------------------------
+# Headers and plain bodies
+
+
+def test_plain_message_headers_and_body() -> None:
+    raw = message(
+        "From: Alice Example <alice@example.com>",
+        "To: Bob <bob@example.org>, carol@example.net",
+        'Cc: "Dave, the Boss" <dave@example.org>',
+        "Reply-To: list@example.org",
+        "Subject: Lunch on Friday?",
+        "Date: Mon, 01 Jun 2026 10:00:00 +0200",
+        "Message-ID: <abc.123@example.com>",
+        "In-Reply-To: <prev@example.org> (Bob's message of today)",
+        "References: <root@example.org>\n <prev@example.org>",
+        "List-Id: Rust users <rust-users.lists.example.org>",
+        "Content-Type: text/plain; charset=utf-8",
+        body="Shall we meet at noon?\n",
+    )
+    m = parse_message(raw)
+    assert m.subject == "Lunch on Friday?"
+    assert m.from_ == [Address("Alice Example", "alice@example.com")]
+    assert m.to == [Address("Bob", "bob@example.org"), Address("", "carol@example.net")]
+    assert m.cc == [Address("Dave, the Boss", "dave@example.org")]
+    assert m.reply_to == [Address("", "list@example.org")]
+    assert m.date == datetime(2026, 6, 1, 8, 0, tzinfo=UTC)
+    assert m.message_id == "abc.123@example.com"
+    assert m.in_reply_to == "prev@example.org"
+    assert m.references == ["root@example.org", "prev@example.org"]
+    assert m.list_id == "rust-users.lists.example.org"
+    assert m.text == "Shall we meet at noon?"
+    assert not m.html_present
+    assert m.attachments == []
+    assert m.defects == []
+
+
+def test_crlf_line_endings_are_normalised() -> None:
+    raw = message("Subject: x", "Content-Type: text/plain", body=b"one\ntwo\n").replace(b"\n", b"\r\n")
+    m = parse_message(raw)
+    assert m.subject == "x"
+    assert m.text == "one\ntwo"
+
+
+def test_missing_headers_give_empty_values() -> None:
+    m = parse_message(b"\njust a body, no headers at all\n")
+    assert (m.subject, m.from_, m.to, m.date, m.message_id, m.list_id) == ("", [], [], None, None, None)
+    assert m.references == [] and m.in_reply_to is None
+    assert m.text == "just a body, no headers at all"
+
+
+def test_headerless_text_becomes_body() -> None:
+    m = parse_message(b"no header line here\nsecond line\n")
+    assert "no header line here" in m.text
+
+
+def test_unparseable_date_is_none_and_naive_date_is_utc() -> None:
+    assert parse_message(message("Date: not a date")).date is None
+    assert parse_message(message("Date: Mon, 32 Jun 2026 10:00:00 +0000")).date is None
+    naive = parse_message(message("Date: Mon, 01 Jun 2026 10:00:00 -0000")).date
+    assert naive == datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
+
+
+def test_list_id_without_angle_brackets() -> None:
+    assert parse_message(message("List-Id: dev.lists.example.org")).list_id == "dev.lists.example.org"
+    assert parse_message(message("List-Id: just words here")).list_id is None
+
+
+# ------------------------------------------------------------------------------------------
+# RFC 2047 and 8-bit headers
+
+
+def test_rfc2047_b_and_q_words() -> None:
+    raw = message(
+        "Subject: =?UTF-8?B?w4lsw6lwaGFudCDwn5CY?=",
+        "From: =?iso-8859-1?Q?Andr=E9_M=FCller?= <andre@example.de>",
+        "To: =?utf-8?q?Doe=2C_John?= <john@example.com>",
+    )
+    m = parse_message(raw)
+    assert m.subject == "Éléphant 🐘"
+    assert m.from_ == [Address("André Müller", "andre@example.de")]
+    assert m.to == [Address("Doe, John", "john@example.com")]  # comma hidden inside the word
+
+
+def test_rfc2047_adjacent_words_join_and_split_multibyte_characters() -> None:
+    # "Grüße" split in the middle of the two-byte "ü" across two B words.
+    raw_bytes = "Grüße".encode()
+    first, second = base64.b64encode(raw_bytes[:3]).decode(), base64.b64encode(raw_bytes[3:]).decode()
+    m = parse_message(message(f"Subject: =?utf-8?b?{first}?=\n =?utf-8?b?{second}?= and more"))
+    assert m.subject == "Grüße and more"
+
+
+def test_rfc2047_japanese_iso_2022_jp_subject() -> None:
+    word = base64.b64encode("会議の件".encode("iso2022_jp")).decode()
+    assert parse_message(message(f"Subject: =?ISO-2022-JP?B?{word}?=")).subject == "会議の件"
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        "=?utf-8?B?!!!?=",  # nothing decodable
+        "=?utf-8?B?w4lsw6lwaGFud?=",  # bad length
+        "=?x-no-such-charset?Q?caf=E9?=",  # unknown charset
+        "=?utf-8?Q?unterminated",  # never closed
+        "=?utf-8?X?wrong-encoding?=",  # not B or Q
+        "=??B??=",  # empty everything
+    ],
+)
+def test_broken_encoded_words_never_raise(subject: str) -> None:
+    m = parse_message(message(f"Subject: {subject}"))
+    assert isinstance(m.subject, str) and m.subject
+
+
+def test_unknown_charset_in_encoded_word_falls_back() -> None:
+    m = parse_message(message("Subject: =?x-no-such-charset?Q?caf=C3=A9?="))
+    assert m.subject == "café"
+    assert any("unknown charset" in d for d in m.defects)
+
+
+def test_raw_8bit_headers_utf8_and_windows_1252() -> None:
+    utf8 = b"Subject: Gr\xc3\xbc\xc3\x9fe\nFrom: J\xc3\xb6rg <j@example.de>\n\nx\n"
+    assert parse_message(utf8).subject == "Grüße"
+    assert parse_message(utf8).from_ == [Address("Jörg", "j@example.de")]
+    cp1252 = b"Subject: \x93quoted\x94 caf\xe9\n\nx\n"
+    assert parse_message(cp1252).subject == "“quoted” café"
+
+
+# ------------------------------------------------------------------------------------------
+# Charsets in bodies
+
+
+def test_windows_1252_curly_quotes_and_euro() -> None:
+    raw = message("Content-Type: text/plain; charset=windows-1252", body=b"\x93Hi\x94 \x96 it costs \x8030\n")
+    assert parse_message(raw).text == "“Hi” – it costs €30"
+
+
+def test_iso_8859_1() -> None:
+    raw = message("Content-Type: text/plain; charset=ISO-8859-1", body=b"Caf\xe9 cr\xe8me, \xa3 5\n")
+    assert parse_message(raw).text == "Café crème, £ 5"
+
+
+def test_latin1_label_with_c1_bytes_is_windows_1252() -> None:
+    raw = message('Content-Type: text/plain; charset="iso-8859-1"', body=b"it\x92s \x80 5\n")
+    assert parse_message(raw).text == "it’s € 5"
+
+
+def test_iso_2022_jp_body() -> None:
+    text = "こんにちは、世界。会議は明日です。"
+    raw = message(
+        "Content-Type: text/plain; charset=ISO-2022-JP",
+        "Content-Transfer-Encoding: 7bit",
+        body=text.encode("iso2022_jp") + b"\n",
+    )
+    m = parse_message(raw)
+    assert m.text == text
+    assert m.defects == []
+
+
+@pytest.mark.parametrize(
+    ("label", "codec", "text"),
+    [
+        ("shift_jis", "shift_jis", "日本語のテキスト"),
+        ("gb2312", "gb2312", "你好，世界"),
+        ("gbk", "gbk", "中文邮件测试"),
+        ("big5", "big5", "繁體中文測試"),
+        ("euc-kr", "euc_kr", "안녕하세요 세계"),
+        ("koi8-r", "koi8_r", "Привет, мир"),
+    ],
+)
+def test_cjk_and_other_charsets(label: str, codec: str, text: str) -> None:
+    raw = message(
+        f"Content-Type: text/plain; charset={label}",
+        "Content-Transfer-Encoding: base64",
+        body=b64(text.encode(codec)),
+    )
+    assert parse_message(raw).text == text
+
+
+def test_unknown_charset_decodes_and_records_defect() -> None:
+    raw = message("Content-Type: text/plain; charset=x-klingon-7", body="naïve café\n")
+    m = parse_message(raw)
+    assert m.text == "naïve café"
+    assert any("unknown charset" in d and "x-klingon-7" in d for d in m.defects)
+
+
+def test_non_charset_codec_labels_are_refused() -> None:
+    # "unicode_escape" is a Python text codec but must not be selectable by a sender.
+    raw = message("Content-Type: text/plain; charset=unicode_escape", body=b"a\\x41b\n")
+    m = parse_message(raw)
+    assert m.text == "a\\x41b"
+    assert any("unknown charset" in d for d in m.defects)
+
+
+def test_undeclared_8bit_body_is_utf8_or_windows_1252() -> None:
+    assert parse_message(message(body="déjà vu\n")).text == "déjà vu"
+    assert (
+        parse_message(message("Content-Type: text/plain; charset=us-ascii", body=b"d\xe9j\xe0\n")).text
+        == "déjà"
+    )
+
+
+def test_declared_utf8_that_is_not_falls_back_with_defect() -> None:
+    raw = message("Content-Type: text/plain; charset=utf-8", body=b"caf\xe9 \x93ok\x94\n")
+    m = parse_message(raw)
+    assert m.text == "café “ok”"
+    assert m.defects
+
+
+def test_quoted_printable_body() -> None:
+    raw = message(
+        "Content-Type: text/plain; charset=utf-8",
+        "Content-Transfer-Encoding: quoted-printable",
+        body=b"Caf=C3=A9 au lait, a long line that is soft=\n-wrapped here.\n",
+    )
+    assert parse_message(raw).text == "Café au lait, a long line that is soft-wrapped here."
+
+
+# ------------------------------------------------------------------------------------------
+# Structure: alternative, HTML, mixed
+
+
+HTML = """<html><head><title>Page title</title>
+<style>p { color: red } .secret-css-rule {}</style>
+<script>var secretScript = "<p>evil</p>";</script></head>
+<body><p>Hello <b>Alice</b>, see <a href="https://example.com/report?id=7&amp;x=1">the report</a>.</p>
+<img src="https://tracker.example/p.gif" width="1" height="1">
+<img src="cid:logo" alt="ACME logo">
+<table><tr><th>Item</th><th>Qty</th></tr><tr><td>Apples</td><td>3</td></tr></table>
+<p>&nbsp;&zwnj;&nbsp;&zwnj;</p></body></html>"""
+
+
+def test_alternative_prefers_plain() -> None:
+    body = multipart(
+        "ALT",
+        part("Content-Type: text/plain; charset=utf-8", body="Plain version.\n"),
+        part("Content-Type: text/html; charset=utf-8", body="<p>HTML version.</p>\n"),
+    )
+    m = parse_message(message("Content-Type: multipart/alternative; boundary=ALT", body=body))
+    assert m.text == "Plain version."
+    assert m.html_present
+    assert m.attachments == []
+
+
+def test_alternative_with_empty_plain_uses_html() -> None:
+    body = multipart(
+        "ALT",
+        part("Content-Type: text/plain; charset=utf-8", body=" \n\n"),
+        part("Content-Type: text/html; charset=utf-8", body="<p>Only the <i>HTML</i> says it.</p>\n"),
+    )
+    m = parse_message(message("Content-Type: multipart/alternative; boundary=ALT", body=body))
+    assert m.text == "Only the _HTML_ says it."
+
+
+def test_html_only_keeps_links_drops_script_and_style() -> None:
+    m = parse_message(message("Content-Type: text/html; charset=utf-8", body=HTML))
+    assert m.html_present
+    assert "[the report](https://example.com/report?id=7&x=1)" in m.text
+    assert "Hello **Alice**" in m.text
+    for hidden in ("secretScript", "evil", "secret-css-rule", "color: red", "tracker.example", "Page title"):
+        assert hidden not in m.text
+    assert "ACME logo" in m.text  # alt text survives, the image does not
+    lines = m.text.splitlines()
+    assert any("Apples" in line and "3" in line for line in lines)  # table rows stay rows
+    assert "\u200c" not in m.text and "\xa0" not in m.text
+    assert all(line == line.rstrip() for line in lines)
+
+
+def test_html_charset_from_meta_tag() -> None:
+    html = b'<html><head><meta charset="windows-1252"></head><body>\x93caf\xe9\x94</body></html>'
+    assert parse_message(message("Content-Type: text/html", body=html)).text == "“café”"
+
+
+def test_nested_structure_text_and_attachment_order() -> None:
+    related = multipart(
+        "REL",
+        part("Content-Type: text/html; charset=utf-8", body="<p>rich</p>"),
+        part(
+            "Content-Type: image/png",
+            "Content-ID: <logo>",
+            "Content-Transfer-Encoding: base64",
+            body=b64(PNG),
+        ),
+    )
+    alternative = multipart(
+        "ALT",
+        part("Content-Type: text/plain; charset=utf-8", body="plain body"),
+        part("Content-Type: multipart/related; boundary=REL", body=related),
+    )
+    mixed = multipart(
+        "MIX",
+        part("Content-Type: multipart/alternative; boundary=ALT", body=alternative),
+        part(
+            "Content-Type: application/pdf",
+            'Content-Disposition: attachment; filename="r.pdf"',
+            "Content-Transfer-Encoding: base64",
+            body=b64(tiny_pdf("x")),
+        ),
+    )
+    m = parse_message(message("Content-Type: multipart/mixed; boundary=MIX", body=mixed))
+    assert m.text == "plain body"
+    assert m.html_present
+    assert [(a.index, a.content_type, a.filename) for a in m.attachments] == [
+        (0, "image/png", None),
+        (1, "application/pdf", "r.pdf"),
+    ]
+    assert m.defects == []
+
+
+def test_mixed_concatenates_inline_text_parts() -> None:
+    body = multipart(
+        "MIX",
+        part("Content-Type: text/plain; charset=utf-8", body="First part."),
+        part(
+            "Content-Type: text/plain; charset=iso-8859-1",
+            "Content-Disposition: inline",
+            body=b"Second \xe9.",
+        ),
+        part("Content-Type: text/html", body="<p>Third, in <b>HTML</b>.</p>"),
+    )
+    m = parse_message(message("Content-Type: multipart/mixed; boundary=MIX", body=body))
+    assert m.text == "First part.\n\nSecond é.\n\nThird, in **HTML**."
+
+
+def test_digest_children_default_to_message_rfc822() -> None:
+    inner = part("From: x@example.com", "Subject: digest item", body="item body")
+    body = multipart("DIG", inner, inner)
+    m = parse_message(message("Content-Type: multipart/digest; boundary=DIG", body=body))
+    assert [a.content_type for a in m.attachments] == ["message/rfc822", "message/rfc822"]
+
+
+# ------------------------------------------------------------------------------------------
+# Malformed structure
+
+
+def test_wrong_boundary_is_recovered_from_the_body() -> None:
+    body = multipart(
+        "REAL",
+        part("Content-Type: text/plain", body="recovered text"),
+        part(
+            "Content-Type: application/zip", 'Content-Disposition: attachment; filename="a.zip"', body="zip"
+        ),
+    )
+    m = parse_message(message('Content-Type: multipart/mixed; boundary="WRONG"', body=body))
+    assert m.text == "recovered text"
+    assert [a.filename for a in m.attachments] == ["a.zip"]
+    assert any("boundary" in d for d in m.defects)
+
+
+def test_unrecoverable_boundary_treats_body_as_text() -> None:
+    m = parse_message(message('Content-Type: multipart/mixed; boundary="NOPE"', body="Just some words.\n"))
+    assert m.text == "Just some words."
+    assert any("boundary" in d and "treated as text" in d for d in m.defects)
+
+
+def test_missing_boundary_parameter() -> None:
+    m = parse_message(message("Content-Type: multipart/mixed", body="words only\n"))
+    assert m.text == "words only"
+    assert any("without a boundary" in d for d in m.defects)
+
+
+def test_missing_close_delimiter_keeps_parts() -> None:
+    body = multipart("B", part("Content-Type: text/plain", body="still here"), close=False)
+    m = parse_message(message("Content-Type: multipart/mixed; boundary=B", body=body))
+    assert m.text == "still here"
+    assert any("closing boundary missing" in d for d in m.defects)
+
+
+def test_boundary_prefix_of_longer_boundary_is_not_a_delimiter() -> None:
+    inner = multipart("AB", part("Content-Type: text/plain", body="inner text"))
+    body = multipart("A", part("Content-Type: multipart/mixed; boundary=AB", body=inner))
+    m = parse_message(message("Content-Type: multipart/mixed; boundary=A", body=body))
+    assert m.text == "inner text"
+    assert m.defects == []
+
+
+def test_bad_base64_body_decodes_what_it_can() -> None:
+    good = base64.b64encode(b"Hello there, this is fine.").decode()
+    broken = good[:8] + "!!*" + good[8:].rstrip("=") + "A"  # junk chars, stray char, no padding
+    raw = message("Content-Type: text/plain", "Content-Transfer-Encoding: base64", body=broken + "\n")
+    m = parse_message(raw)
+    assert m.text.startswith("Hello there, this is fine.")
+    assert any("bad base64" in d for d in m.defects)
+
+
+def test_base64_blobs_padded_per_line_decode_fully() -> None:
+    lines = b"".join(base64.b64encode(chunk) + b"\n" for chunk in (b"ab", b"cde", b"f"))
+    raw = message("Content-Type: text/plain", "Content-Transfer-Encoding: base64", body=lines)
+    assert parse_message(raw).text == "abcdef"
+
+
+def test_deep_nesting_is_bounded() -> None:
+    body = part("Content-Type: text/plain", body="bottom")
+    for level in range(300):
+        body = part(f"Content-Type: multipart/mixed; boundary=L{level}", body=multipart(f"L{level}", body))
+    m = parse_message(message(body=b"").rstrip(b"\n") + body)
+    assert any("nesting" in d for d in m.defects)
+
+
+# ------------------------------------------------------------------------------------------
+# Attachments
+
+
+def _attachment_message() -> tuple[bytes, dict[str, bytes]]:
+    pdf = tiny_pdf("Quarterly report 2026", "Revenue grew by 12 percent")
+    txt = "Notes: café, naïve\nline two\n".encode("iso-8859-1")
+    forwarded = message(
+        "From: Carol <carol@example.org>",
+        "To: Dave <dave@example.org>",
+        "Subject: The original",
+        "Date: Tue, 02 Jun 2026 09:30:00 +0000",
+        body="Forwarded body text.\n",
+    )
+    body = multipart(
+        "MIX",
+        part("Content-Type: text/plain; charset=utf-8", body="See attached."),
+        part(
+            'Content-Type: application/pdf; name="report.pdf"',
+            'Content-Disposition: attachment; filename="report.pdf"',
+            "Content-Transfer-Encoding: base64",
+            body=b64(pdf),
+        ),
+        part(
+            "Content-Type: image/png",
+            "Content-Disposition: inline; filename*=UTF-8''%E2%98%85photo.png",
+            "Content-Transfer-Encoding: base64",
+            body=b64(PNG),
+        ),
+        part(
+            "Content-Type: text/plain; charset=iso-8859-1",
+            'Content-Disposition: attachment; filename="=?utf-8?q?notes_=C3=A9t=C3=A9.txt?="',
+            "Content-Transfer-Encoding: quoted-printable",
+            body=b"Notes: caf=E9, na=EFve\nline two\n",
+        ),
+        part("Content-Type: message/rfc822", "Content-Disposition: attachment", body=forwarded),
+    )
+    raw = message("From: a@example.com", "Content-Type: multipart/mixed; boundary=MIX", body=body)
+    return raw, {"pdf": pdf, "png": PNG, "txt": txt, "eml": forwarded}
+
+
+def test_attachments_are_listed_with_indices_types_and_sizes() -> None:
+    raw, blobs = _attachment_message()
+    m = parse_message(raw)
+    assert m.text == "See attached."
+    assert m.attachments == [
+        AttachmentInfo(0, "report.pdf", "application/pdf", len(blobs["pdf"])),
+        AttachmentInfo(1, "★photo.png", "image/png", len(blobs["png"])),
+        AttachmentInfo(2, "notes été.txt", "text/plain", len(blobs["txt"])),
+        AttachmentInfo(3, None, "message/rfc822", len(blobs["eml"])),
+    ]
+    assert m.defects == []
+
+
+def test_attachment_text_pdf() -> None:
+    raw, _ = _attachment_message()
+    content = attachment_text(raw, 0, 10_000)
+    assert content.info.filename == "report.pdf"
+    assert content.text is not None
+    assert "Quarterly report 2026" in content.text
+    assert "Revenue grew by 12 percent" in content.text
+    assert not content.truncated and content.note is None
+
+
+def test_attachment_text_binary_has_note_only() -> None:
+    raw, _ = _attachment_message()
+    content = attachment_text(raw, 1, 10_000)
+    assert content.text is None and not content.truncated
+    assert content.note and "image/png" in content.note
+
+
+def test_attachment_text_text_file() -> None:
+    raw, _ = _attachment_message()
+    content = attachment_text(raw, 2, 10_000)
+    assert content.text == "Notes: café, naïve\nline two"
+    assert content.note is None
+
+
+def test_attachment_text_reports_decoding_problems_in_note() -> None:
+    body = multipart(
+        "M",
+        part(
+            "Content-Type: text/plain; charset=x-martian",
+            'Content-Disposition: attachment; filename="m.txt"',
+            body="hello",
+        ),
+    )
+    content = attachment_text(message("Content-Type: multipart/mixed; boundary=M", body=body), 0, 100)
+    assert content.text == "hello"
+    assert content.note and "x-martian" in content.note
+
+
+def test_attachment_text_forwarded_message() -> None:
+    raw, _ = _attachment_message()
+    content = attachment_text(raw, 3, 10_000)
+    assert content.text is not None
+    assert content.text.splitlines()[:4] == [
+        "From: Carol <carol@example.org>",
+        "To: Dave <dave@example.org>",
+        "Date: 2026-06-02T09:30:00+00:00",
+        "Subject: The original",
+    ]
+    assert content.text.endswith("Forwarded body text.")
+
+
+def test_attachment_text_truncates() -> None:
+    raw, _ = _attachment_message()
+    content = attachment_text(raw, 3, 20)
+    assert content.truncated and content.text is not None and len(content.text) <= 20
+
+
+@pytest.mark.parametrize("index", [4, -1, 99])
+def test_attachment_text_bad_index(index: int) -> None:
+    raw, _ = _attachment_message()
+    with pytest.raises(LookupError, match=r"valid indexes are 0\.\.3"):
+        attachment_text(raw, index, 100)
+
+
+def test_attachment_text_no_attachments() -> None:
+    with pytest.raises(LookupError, match="no attachments"):
+        attachment_text(message("Subject: x"), 0, 100)
+
+
+def test_attachment_text_broken_pdf_gives_note() -> None:
+    body = multipart(
+        "M",
+        part("Content-Type: application/pdf", 'Content-Disposition: attachment; filename="x.pdf"',
+             body=b"%PDF-1.4\nthis is not really a pdf\n"),
+        part("Content-Type: application/pdf", 'Content-Disposition: attachment; filename="y.pdf"',
+             body=b"GIF89a not a pdf at all"),
+    )  # fmt: skip
+    raw = message("Content-Type: multipart/mixed; boundary=M", body=body)
+    for index in (0, 1):
+        content = attachment_text(raw, index, 100)
+        assert content.text is None and content.note
+
+
+def test_attachment_text_octet_stream_named_txt_is_text() -> None:
+    body = multipart(
+        "M",
+        part("Content-Type: application/octet-stream", 'Content-Disposition: attachment; filename="log.txt"',
+             body=b"plain log line\n"),
+    )  # fmt: skip
+    content = attachment_text(message("Content-Type: multipart/mixed; boundary=M", body=body), 0, 100)
+    assert content.text == "plain log line"
+
+
+def test_large_attachment_is_listed_with_exact_size() -> None:
+    blob = bytes(range(256)) * 4096 + b"tail"  # 1 MiB + 4
+    body = multipart(
+        "M",
+        part("Content-Type: text/plain", body="big one"),
+        part("Content-Type: application/octet-stream", "Content-Transfer-Encoding: base64", body=b64(blob)),
+    )
+    m = parse_message(message("Content-Type: multipart/mixed; boundary=M", body=body))
+    assert m.attachments == [AttachmentInfo(0, None, "application/octet-stream", len(blob))]
+    assert attachment_text(
+        message("Content-Type: multipart/mixed; boundary=M", body=body), 0, 10
+    ).info.size == len(blob)
+
+
+# ------------------------------------------------------------------------------------------
+# Untrusted content hygiene
+
+
+def test_control_and_bidi_characters_are_stripped() -> None:
+    body = "red \x1b[31malert\x1b[0m bell\x07 \u202egnp.exe\u202c null\x00 \x9b2J tab\tok\n"
+    raw = message("Subject: evil\x1b]0;title\x07 \u2066x\u2069", body=body)
+    m = parse_message(raw)
+    for ch in ("\x1b", "\x07", "\x00", "\u202e", "\u202c", "\u2066", "\u2069", "\x9b"):
+        assert ch not in m.text and ch not in m.subject
+    assert "tab\tok" in m.text
+    assert m.text.startswith("red [31malert")
+
+
+def test_control_characters_in_html_and_filenames_are_stripped() -> None:
+    body = multipart(
+        "M",
+        part("Content-Type: text/html", body="<p>a\x1b[2Jb</p>"),
+        part("Content-Type: application/zip", 'Content-Disposition: attachment; filename="a\u202egpj.zip"',
+             body=b"x"),
+    )  # fmt: skip
+    m = parse_message(message("Content-Type: multipart/mixed; boundary=M", body=body))
+    assert "\x1b" not in m.text
+    assert m.attachments[0].filename == "agpj.zip"
+
+
+# ------------------------------------------------------------------------------------------
+# clean_text
+
+
+GMAIL = """Sounds good, see you then.
+
+On Mon, 1 Jun 2026 at 10:00, Bob <b@x> wrote:
+> Lunch at noon?
+>
+> Bob
+"""
+
+GMAIL_WRAPPED = """Yes, Thursday works.
+
+On Mon, Jun 1, 2026 at 10:00 AM Bob Example <bob.example@example.com>
+wrote:
+
+> Does Thursday work?
+"""
+
+OUTLOOK = """Please find the numbers below.
+
+Regards,
+Carol
+
+-----Original Message-----
+From: Dave <dave@example.org>
+Sent: Monday, June 1, 2026 10:00 AM
+To: Carol <carol@example.org>
+Subject: numbers
+
+Can you send the numbers?
+"""
+
+OUTLOOK_HEADER_BLOCK = """Approved.
+
+________________________________
+From: Dave <dave@example.org>
+Sent: Monday, June 1, 2026 10:00 AM
+To: Carol
+Subject: request
+
+Please approve.
+"""
+
+OUTLOOK_HTML_CONVERTED = """Done, thanks.
+
+**From:** Dave <dave@example.org>
+**Sent:** Monday, June 1, 2026 10:00
+**To:** Carol
+**Subject:** task
+
+Please do the task.
+"""
+
+APPLE = """Great, thanks!
+
+Sent from my iPhone
+
+> On 1 Jun 2026, at 10:00, Bob <b@x> wrote:
+>
+> Here is the file.
+"""
+
+SIGNATURE = "The deploy is done.\n\n-- \nAlice Example\nACME Corp | +1 555 0100\n"
+
+INTERLEAVED = """Bob Example wrote:
+> Can you come on Tuesday?
+Yes, in the afternoon.
+> And bring the documents?
+I will.
+"""
+
+FORWARD = """FYI, see below.
+
+---------- Forwarded message ---------
+From: Dave <dave@example.org>
+Date: Mon, 1 Jun 2026 at 10:00
+Subject: Outage
+To: ops@example.org
+
+The database is down.
+"""
+
+GERMAN = """Passt.
+
+Am 01.06.2026 um 10:00 schrieb Bob <b@x>:
+> Morgen?
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (GMAIL, "Sounds good, see you then."),
+        (GMAIL_WRAPPED, "Yes, Thursday works."),
+        (OUTLOOK, "Please find the numbers below.\n\nRegards,\nCarol"),
+        (OUTLOOK_HEADER_BLOCK, "Approved."),
+        (OUTLOOK_HTML_CONVERTED, "Done, thanks."),
+        (APPLE, "Great, thanks!"),
+        (SIGNATURE, "The deploy is done."),
+        (INTERLEAVED, "Yes, in the afternoon.\nI will."),
+        (GERMAN, "Passt."),
+        ("No quotes at all.\n\nJust text.", "No quotes at all.\n\nJust text."),
+    ],
+)
+def test_clean_text_quoting_styles(text: str, expected: str) -> None:
+    assert clean_text(text) == expected
+
+
+def test_clean_text_keeps_forwarded_content() -> None:
+    cleaned = clean_text(FORWARD)
+    assert "FYI, see below." in cleaned and "The database is down." in cleaned
+
+
+def test_clean_text_all_quoted_returns_original() -> None:
+    text = "> only\n> quoted\n"
+    assert clean_text(text) == text
+
+
+def test_clean_text_never_empties_unquoted_content() -> None:
+    assert clean_text("-- \nAlice Example\n") == "-- \nAlice Example"
+    assert clean_text("On Mon, Bob wrote:\n> x\n") == "On Mon, Bob wrote:"
+
+
+def test_clean_text_html_signature_delimiter() -> None:
+    assert clean_text("Thanks\n\n\\--\nBob\nACME") == "Thanks"
+
+
+def test_clean_text_double_dash_in_prose_is_not_a_signature() -> None:
+    text = "Options:\n--\n" + "\n".join(f"line {i}" for i in range(20))
+    assert clean_text(text) == text
+
+
+def test_preview_collapses_whitespace_and_skips_quotes() -> None:
+    assert preview(GMAIL) == "Sounds good, see you then."
+    long = "word " * 100
+    assert preview(long, 20) == ("word " * 4).strip()[:20]
+    assert len(preview(long, 20)) <= 20
+    assert preview("") == ""
+
+
+# ------------------------------------------------------------------------------------------
+# slice_text
+
+
+def test_slice_text_fits() -> None:
+    s = slice_text("short text", 100)
+    assert (s.text, s.offset, s.total_chars, s.truncated, s.next_offset) == ("short text", 0, 10, False, None)
+
+
+def test_slice_text_cuts_at_whitespace() -> None:
+    text = "alpha beta gamma delta epsilon"
+    s = slice_text(text, 14)
+    assert s.text == "alpha beta "
+    assert s.truncated and s.next_offset == len("alpha beta ")
+    rest = slice_text(text, 100, s.next_offset)
+    assert rest.text == "gamma delta epsilon" and not rest.truncated and rest.next_offset is None
+
+
+def test_slice_text_prefers_line_breaks_and_hard_cuts_without_whitespace() -> None:
+    assert slice_text("line one\nline two words", 19).text == "line one\n"
+    assert slice_text("x" * 50, 10).text == "x" * 10
+
+
+def test_slice_text_offset_past_end_and_bad_arguments() -> None:
+    s = slice_text("abc", 5, offset=10)
+    assert s.text == "" and not s.truncated and s.next_offset is None and s.total_chars == 3
+    with pytest.raises(ValueError):
+        slice_text("abc", 0)
+    with pytest.raises(ValueError):
+        slice_text("abc", 5, offset=-1)
+
+
+def _read_all(text: str, max_chars: int) -> str:
+    pieces, offset = [], 0
+    while True:
+        s = slice_text(text, max_chars, offset)
+        assert len(s.text) <= max_chars and s.offset == offset and s.total_chars == len(text)
+        pieces.append(s.text)
+        if s.next_offset is None:
+            assert not s.truncated
+            return "".join(pieces)
+        assert s.truncated and s.next_offset > offset
+        offset = s.next_offset
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=400) | st.text(alphabet="ab \n", max_size=400),
+       st.integers(min_value=1, max_value=60))  # fmt: skip
+def test_slice_text_reconstructs_exactly(text: str, max_chars: int) -> None:
+    assert _read_all(text, max_chars) == text
+
+
+# ------------------------------------------------------------------------------------------
+# Robustness: arbitrary and mangled input never raises
+
+
+def _assert_well_formed(m: object) -> None:
+    from fmail_nm.body import ParsedMessage
+
+    assert isinstance(m, ParsedMessage)
+    assert not any(d.startswith("internal error") for d in m.defects), m.defects
+    for text in (m.text, m.subject, *(a.name for a in m.from_)):
+        assert "\x1b" not in text and "\x00" not in text
+        text.encode("utf-8")  # no lone surrogates
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=2000))
+def test_parse_message_never_raises_on_arbitrary_bytes(raw: bytes) -> None:
+    _assert_well_formed(parse_message(raw))
+
+
+_SEED = _attachment_message()[0] + message(
+    "Subject: =?utf-8?B?w4lsw6lwaGFudA==?=", "Content-Type: text/html; charset=gb2312", body=HTML
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(st.integers(0, len(_SEED)), st.integers(0, 40), st.binary(max_size=20)), max_size=8)
+)
+def test_parse_message_never_raises_on_mangled_mail(edits: list[tuple[int, int, bytes]]) -> None:
+    raw = bytearray(_SEED)
+    for at, delete, insert in edits:
+        raw[at : at + delete] = insert
+    m = parse_message(bytes(raw))
+    _assert_well_formed(m)
+    for index in range(len(m.attachments)):
+        attachment_text(bytes(raw), index, 200)
+
+
+def test_clean_text_prose_mentioning_wrote_is_kept() -> None:
+    text = "On Monday I wrote the report, and here is the summary:\nAll good."
+    assert clean_text(text) == text
+
+
+def test_calendar_and_html_attachments() -> None:
+    body = multipart(
+        "M",
+        part("Content-Type: text/plain", body="Invite attached."),
+        part("Content-Type: text/calendar; method=REQUEST", body="BEGIN:VCALENDAR\nEND:VCALENDAR"),
+        part(
+            "Content-Type: text/html",
+            'Content-Disposition: attachment; filename="page.html"',
+            body='<p>See <a href="https://example.org/">site</a></p><script>x()</script>',
+        ),
+    )
+    raw = message("Content-Type: multipart/mixed; boundary=M", body=body)
+    m = parse_message(raw)
+    assert m.text == "Invite attached."
+    assert not m.html_present  # the only HTML is an attachment
+    assert [a.content_type for a in m.attachments] == ["text/calendar", "text/html"]
+    assert attachment_text(raw, 0, 100).text == "BEGIN:VCALENDAR\nEND:VCALENDAR"
+    assert attachment_text(raw, 1, 100).text == "See [site](https://example.org/)"

@@ -1,0 +1,804 @@
+"""Pure tests of the search DSL compiler (no notmuch needed; see test_dsl_notmuch.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fmail_nm.dsl import DSL_HELP, CompiledQuery, DslContext, DslError, compile_query
+
+NOW = datetime(2026, 3, 15, 12, 0, 0, tzinfo=UTC)
+FOLDERS = [
+    "personal/INBOX",
+    "personal/Archive",
+    "personal/Trash",
+    "personal/Receipts",
+    "work/INBOX",
+    "work/Sent",
+    "work/Junk",
+    "work/Archive",
+    "work/Drafts",
+]
+CTX = DslContext(
+    now=NOW,
+    accounts={"personal": "personal", "work": "work/"},
+    folder_roles={
+        "inbox": ["personal/INBOX", "work/INBOX"],
+        "sent": ["work/Sent"],
+        "drafts": ["work/Drafts"],
+        "trash": ["personal/Trash"],
+        "junk": ["work/Junk"],
+        "archive": ["personal/Archive", "work/Archive"],
+    },
+    folders=FOLDERS,
+)
+BARE_CTX = DslContext(now=NOW, accounts={"solo": ""}, folder_roles={})
+DEFAULT_EXCLUDED = ("deleted", "spam")
+
+
+def q(text: str, ctx: DslContext = CTX) -> str:
+    return compile_query(text, ctx).query
+
+
+def excluded(text: str, ctx: DslContext = CTX) -> tuple[str, ...]:
+    return compile_query(text, ctx).exclude_tags
+
+
+def err(text: str, ctx: DslContext = CTX) -> DslError:
+    with pytest.raises(DslError) as info:
+        compile_query(text, ctx)
+    return info.value
+
+
+def epoch(*args: int, tz: timezone | ZoneInfo = UTC) -> int:
+    return int(datetime(*args, tzinfo=tz).timestamp())
+
+
+# --------------------------------------------------------------------------- text and fields
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", "*"),
+        ("   \t\n", "*"),
+        ("*", "*"),
+        ("hello", '"hello"'),
+        ('"hello world"', '"hello world"'),
+        ("e-mail", '"e-mail"'),
+        ("hello world", '"hello" AND "world"'),
+        ('"say \\"hi\\""', '"say hi"'),
+        ("café 中文", '"café" AND "中文"'),
+        ("https://example.org/a", '"https: example.org a"'),
+        ("10:30", '"10:30"'),
+        ("T10:30", '"T10:30"'),
+        ("foo - bar", '"foo" AND "bar"'),
+        ("-", "*"),
+        ("!!! foo", '"foo"'),
+        ("a&b", '"a&b"'),
+    ],
+)
+def test_full_text(text: str, expected: str) -> None:
+    assert q(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("from:alice", 'from:"alice"'),
+        ("from:alice@example.org", 'from:"alice@example.org"'),
+        ('from:"Alice Liddell"', 'from:"Alice Liddell"'),
+        ("From:alice", 'from:"alice"'),
+        ("to:bob", 'to:"bob"'),
+        ("cc:carol", 'to:"carol"'),
+        ("bcc:dave", 'to:"dave"'),
+        ("subject:invoice", 'subject:"invoice"'),
+        ('subject:"Q3 report"', 'subject:"Q3 report"'),
+        ("body:lunch", 'body:"lunch"'),
+        ("filename:pdf", 'attachment:"pdf"'),
+        ("filename:plan.pdf", 'attachment:"plan.pdf"'),
+        ("from: alice", 'from:"alice"'),
+        ('from: "Alice L"', 'from:"Alice L"'),
+    ],
+)
+def test_phrase_fields(text: str, expected: str) -> None:
+    assert q(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        # Characters that notmuch's from:/subject: processor would reinterpret are blanked:
+        # none of them is ever part of a word, so the phrase matches the same words.
+        ('x\\" OR tag:secret OR \\"y', 'from:"x OR tag:secret OR y"'),
+        ("bob) OR (tag:x", 'from:"bob) OR (tag:x"'),
+        ("/a.*b/", 'from:"a. b"'),
+        ("/abc", 'from:"abc"'),
+        ("tag:secret*", 'from:"tag:secret"'),
+        ("a\x00b\nc\td", 'from:"a b c d"'),
+        ("back\\\\slash", 'from:"back\\slash"'),
+    ],
+)
+def test_phrase_values_cannot_escape(value: str, expected: str) -> None:
+    assert q(f'from:"{value}"') == expected
+
+
+def test_phrase_value_without_words_is_an_error() -> None:
+    e = err('subject:"!!!"')
+    assert e.position == 8
+    assert "letters or digits" in e.expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("from:(alice OR bob)", 'from:"alice" OR from:"bob"'),
+        ("subject:(dinner movie)", 'subject:"dinner" AND subject:"movie"'),
+        ('subject:("q3 report" -draft)', 'subject:"q3 report" AND NOT subject:"draft"'),
+        ("from:(alice to:bob)", 'from:"alice" AND to:"bob"'),
+        ("is:(unread OR flagged)", 'tag:"unread" OR tag:"flagged"'),
+        ("from: (a OR b) c", '(from:"a" OR from:"b") AND "c"'),
+    ],
+)
+def test_field_groups(text: str, expected: str) -> None:
+    assert q(text) == expected
+
+
+# --------------------------------------------------------------------------- is:, has:, tags
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("unread", 'tag:"unread"'),
+        ("read", 'NOT tag:"unread"'),
+        ("flagged", 'tag:"flagged"'),
+        ("starred", 'tag:"flagged"'),
+        ("sent", 'tag:"sent"'),
+        ("outgoing", 'tag:"sent"'),
+        ("replied", 'tag:"replied"'),
+        ("forwarded", 'tag:"passed"'),
+        ("passed", 'tag:"passed"'),
+        ("draft", 'tag:"draft"'),
+        ("blocked", 'tag:"blocked"'),
+        ("spam", 'tag:"spam"'),
+        ("deleted", 'tag:"deleted"'),
+        ("inbox", 'tag:"inbox"'),
+        ("archived", 'tag:"archived"'),
+        ("list", 'tag:"list"'),
+        ("UNREAD", 'tag:"unread"'),
+    ],
+)
+def test_is(value: str, expected: str) -> None:
+    assert q(f"is:{value}") == expected
+
+
+def test_is_unknown_lists_values() -> None:
+    e = err("is:important")
+    assert e.position == 3
+    assert "is:unread" in e.expected and "is:starred" in e.expected
+    assert e.got == "'important'"
+
+
+def test_has() -> None:
+    assert q("has:attachment") == 'tag:"attachment"'
+    assert q("has:attachments") == 'tag:"attachment"'
+    e = err("has:drive")
+    assert (e.position, e.expected) == (4, "has:attachment")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("tag:work", 'tag:"work"'),
+        ("label:work", 'tag:"work"'),
+        ("tag:Work", 'tag:"Work"'),
+        ('tag:"we ird"', 'tag:"we ird"'),
+        ("tag:list/rust-users.example.org", 'tag:"list/rust-users.example.org"'),
+        ('tag:"x)OR(y"', 'tag:"x)OR(y"'),
+        # Values that notmuch's tag processor would read as regex or wildcard go out as sexp,
+        # whose quoted strings are always literal.
+        ('tag:"sec\\"ret"', 'sexp:"(tag ""sec\\""ret"")"'),
+        ("tag:/x/", 'sexp:"(tag ""/x/"")"'),
+        ("tag:star*", 'sexp:"(tag ""star*"")"'),
+        ("tag:{y}", 'sexp:"(tag ""{y}"")"'),
+        ('tag:"a\\\\b"', 'tag:"a\\b"'),
+        ('tag:"a\\\\b\\""', 'sexp:"(tag ""a\\\\b\\"""")"'),
+    ],
+)
+def test_tags(text: str, expected: str) -> None:
+    assert q(text) == expected
+
+
+def test_tag_with_control_character_is_an_error() -> None:
+    e = err('tag:"a\nb"')
+    assert e.position == 4
+    assert "control characters" in e.expected
+
+
+# --------------------------------------------------------------------------- in:, account:, list:
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("in:inbox", 'tag:"inbox"'),
+        ("in:INBOX", 'tag:"inbox"'),
+        ("in:sent", 'folder:"work/Sent" OR tag:"sent"'),
+        ("in:drafts", 'folder:"work/Drafts" OR tag:"draft"'),
+        ("in:draft", 'folder:"work/Drafts" OR tag:"draft"'),
+        ("in:trash", 'folder:"personal/Trash" OR tag:"deleted"'),
+        ("in:spam", 'folder:"work/Junk" OR tag:"spam"'),
+        ("in:junk", 'folder:"work/Junk" OR tag:"spam"'),
+        ("in:archive", 'folder:"personal/Archive" OR folder:"work/Archive" OR tag:"archived"'),
+        ("in:anywhere", "*"),
+        ("in:anywhere from:bob", 'from:"bob"'),
+        ("in:Receipts", 'folder:"personal/Receipts"'),
+        ("in:receipts", 'folder:"personal/Receipts"'),
+        ("in:personal/receipts", 'folder:"personal/Receipts"'),
+        ("in:work/archive", 'folder:"work/Archive"'),
+        ("in:work/Junk", 'folder:"work/Junk"'),
+    ],
+)
+def test_in(text: str, expected: str) -> None:
+    assert q(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("in:sent", 'tag:"sent"'),
+        ("in:trash", 'tag:"deleted"'),
+        ("in:spam", 'tag:"spam"'),
+        ("in:drafts", 'tag:"draft"'),
+        ("in:archive", 'tag:"archived"'),
+    ],
+)
+def test_in_role_without_folders_is_the_tag(text: str, expected: str) -> None:
+    assert q(text, BARE_CTX) == expected
+
+
+def test_in_role_accepts_spam_key_for_junk() -> None:
+    ctx = DslContext(now=NOW, accounts={}, folder_roles={"spam": ["x/Spam"]}, folders=["x/Spam"])
+    assert q("in:junk", ctx) == 'folder:"x/Spam" OR tag:"spam"'
+
+
+def test_in_folder_with_odd_name() -> None:
+    ctx = DslContext(now=NOW, accounts={}, folder_roles={}, folders=['a/Say "hi"', "a/Sent Items"])
+    assert q('in:"say \\"hi\\""', ctx) == 'sexp:"(folder ""a/Say \\""hi\\"""")"'
+    assert q('in:"sent items"', ctx) == 'folder:"a/Sent Items"'
+
+
+def test_in_unknown_folder_lists_known_ones() -> None:
+    e = err("from:x in:Nowhere")
+    assert e.position == 10
+    assert "in:inbox" in e.expected and "personal/Receipts" in e.expected
+    assert e.got == "'Nowhere'"
+
+
+def test_in_unknown_folder_list_is_bounded() -> None:
+    many = [f"acct/F{i:03}" for i in range(200)]
+    ctx = DslContext(now=NOW, accounts={}, folder_roles={}, folders=many)
+    e = err("in:nope", ctx)
+    assert "more)" in e.expected and len(e.expected) < 1000
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("account:work", 'path:"work/**"'),
+        ("account:Personal", 'path:"personal/**"'),
+        ("account:work is:unread", 'path:"work/**" AND tag:"unread"'),
+    ],
+)
+def test_account(text: str, expected: str) -> None:
+    assert q(text) == expected
+
+
+def test_account_at_mail_root_is_no_restriction() -> None:
+    assert q("account:solo", BARE_CTX) == "*"
+
+
+def test_account_with_odd_prefix_uses_sexp() -> None:
+    ctx = DslContext(now=NOW, accounts={"odd": "we*ird"}, folder_roles={})
+    assert q("account:odd", ctx) == 'sexp:"(path ""we*ird/**"")"'
+
+
+def test_account_unknown() -> None:
+    e = err("account:gmail")
+    assert e.position == 8
+    assert "personal, work" in e.expected
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("list:rust-users", "rust-users"),
+        ("list:Rust-Users", "rust-users"),
+        ("list:rust-users@lists.example.org", "rust-users\\.lists\\.example\\.org"),
+        ("list:<rust-users.lists.example.org>", "rust-users\\.lists\\.example\\.org"),
+        ("list:a+b", "a\\+b"),
+    ],
+)
+def test_list(text: str, pattern: str) -> None:
+    assert q(text) == f'tag:"/^list/(.*\\.)?{pattern}(\\..*)?$/"'
+
+
+@pytest.mark.parametrize("value", ['"a b"', "a*", "a/b", '"x/"', "(", ".x"])
+def test_list_rejects_non_list_ids(value: str) -> None:
+    with pytest.raises(DslError):
+        compile_query(f"list:{value}", CTX)
+
+
+# --------------------------------------------------------------------------- ids and raw
+
+
+def test_ids() -> None:
+    assert q("id:abc@example.org") == 'id:"abc@example.org"'
+    assert q("id:<abc@example.org>") == 'id:"abc@example.org"'
+    assert q("rfc822msgid:abc@x") == 'id:"abc@x"'
+    assert q('id:"/weird{id}@x"') == 'sexp:"(id ""/weird{id}@x"")"'
+    assert q("thread:0000000000000a1f") == 'thread:"0000000000000a1f"'
+    assert q("thread:thread:00ab") == 'thread:"00ab"'
+    assert err("id:<>").position == 3
+    e = err('thread:"{tag:secret}"')
+    assert e.position == 7 and "thread id" in e.expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('raw:"tag:foo and not tag:bar"', "(tag:foo and not tag:bar)"),
+        ("raw:tag:foo", "(tag:foo)"),
+        ('raw:"*"', "*"),
+        ('from:bob raw:"date:2w.."', 'from:"bob" AND (date:2w..)'),
+        ('raw:"subject:\\"(a\\""', '(subject:"(a")'),
+    ],
+)
+def test_raw(text: str, expected: str) -> None:
+    assert q(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ['raw:"a) OR (b"', 'raw:"(a"', 'raw:"a)"', 'raw:"\\"a"', 'raw:"  "', 'raw:"a\x00"']
+)
+def test_raw_errors(text: str) -> None:
+    assert err(text).position == 4
+
+
+# --------------------------------------------------------------------------- dates
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("after:2026-03-01", f"date:@{epoch(2026, 3, 1)}.."),
+        ("after:2026/03/01", f"date:@{epoch(2026, 3, 1)}.."),
+        ("after:2026/3/1", f"date:@{epoch(2026, 3, 1)}.."),
+        ("newer:2026-03-01", f"date:@{epoch(2026, 3, 1)}.."),
+        ("after:2026-03", f"date:@{epoch(2026, 3, 1)}.."),
+        ("after:2026", f"date:@{epoch(2026, 1, 1)}.."),
+        ("before:2026-03-01", f"date:..@{epoch(2026, 3, 1) - 1}"),
+        ("older:2026-03-01", f"date:..@{epoch(2026, 3, 1) - 1}"),
+        ("before:2026/04", f"date:..@{epoch(2026, 4, 1) - 1}"),
+        ("before:2026", f"date:..@{epoch(2026, 1, 1) - 1}"),
+        ("on:2026-03-15", f"date:@{epoch(2026, 3, 15)}..@{epoch(2026, 3, 16) - 1}"),
+        ("on:2026-02-28", f"date:@{epoch(2026, 2, 28)}..@{epoch(2026, 3, 1) - 1}"),
+        ("on:2026-12-31", f"date:@{epoch(2026, 12, 31)}..@{epoch(2027, 1, 1) - 1}"),
+        ("on:2026-12", f"date:@{epoch(2026, 12, 1)}..@{epoch(2027, 1, 1) - 1}"),
+        ("on:2024", f"date:@{epoch(2024, 1, 1)}..@{epoch(2025, 1, 1) - 1}"),
+        ("after:1772323200", "date:@1772323200.."),
+        ("before:1772323200", "date:..@1772323199"),
+        ("after:1960", "date:@0.."),
+        ("after:0001-01-01", "date:@0.."),
+        ("before:1970-01-01", 'sexp:"(not ())"'),
+        ("before:1970-01-01 OR tag:x", 'tag:"x"'),
+        ("after:9999-12-31", f"date:@{epoch(9999, 12, 31)}.."),
+        ("before:9999", f"date:..@{epoch(9999, 1, 1) - 1}"),
+        ("on:9999", f"date:@{epoch(9999, 1, 1)}..@253402300799"),
+        ("on:2024-02-29", f"date:@{epoch(2024, 2, 29)}..@{epoch(2024, 3, 1) - 1}"),
+        (
+            "after:2026-01-01 before:2026-02-01",
+            f"date:@{epoch(2026, 1, 1)}.. AND date:..@{epoch(2026, 2, 1) - 1}",
+        ),
+    ],
+)
+def test_absolute_dates(text: str, expected: str) -> None:
+    assert q(text) == expected
+
+
+def test_after_and_before_partition_time() -> None:
+    after = q("after:2026-03-01").removeprefix("date:@").removesuffix("..")
+    before = q("before:2026-03-01").removeprefix("date:..@")
+    assert int(after) == int(before) + 1
+
+
+def test_dates_use_the_clock_time_zone() -> None:
+    berlin = ZoneInfo("Europe/Berlin")
+    ctx = DslContext(now=datetime(2026, 3, 15, tzinfo=berlin), accounts={}, folder_roles={})
+    assert q("after:2026-03-01", ctx) == f"date:@{epoch(2026, 3, 1, tz=berlin)}.."
+    assert epoch(2026, 3, 1, tz=berlin) == epoch(2026, 2, 28, 23)
+    # 2026-03-29 is the day Berlin switches to summer time: it lasts 23 hours.
+    start, end = epoch(2026, 3, 29, tz=berlin), epoch(2026, 3, 30, tz=berlin)
+    assert end - start == 23 * 3600
+    assert q("on:2026-03-29", ctx) == f"date:@{start}..@{end - 1}"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2026-02-30", "a real calendar date"),
+        ("2026-13", "a real calendar date"),
+        ("2026-00-10", "a real calendar date"),
+        ("0000", "a real calendar date"),
+        ("2025-02-29", "a real calendar date"),
+        ("yesterday", "a date like"),
+        ("2026-03/01", "a date like"),
+        ("26-03-01", "a date like"),
+        ("2026-3-1x", "a date like"),
+        ("3d", "a date like"),
+    ],
+)
+def test_bad_dates(value: str, expected: str) -> None:
+    e = err(f"after:{value}")
+    assert e.position == 6
+    assert e.expected.startswith(expected)
+
+
+@pytest.mark.parametrize(
+    ("text", "cutoff"),
+    [
+        ("newer_than:1h", epoch(2026, 3, 15, 11)),
+        ("newer_than:36h", epoch(2026, 3, 14, 0)),
+        ("newer_than:3d", epoch(2026, 3, 12, 12)),
+        ("newer_than:3D", epoch(2026, 3, 12, 12)),
+        ("newer_than:2w", epoch(2026, 3, 1, 12)),
+        ("newer_than:1m", epoch(2026, 2, 15, 12)),
+        ("newer_than:1M", epoch(2026, 2, 15, 12)),
+        ("newer_than:3m", epoch(2025, 12, 15, 12)),
+        ("newer_than:15m", epoch(2024, 12, 15, 12)),
+        ("newer_than:1y", epoch(2025, 3, 15, 12)),
+        ("newer_than:0d", epoch(2026, 3, 15, 12)),
+    ],
+)
+def test_newer_than(text: str, cutoff: int) -> None:
+    assert q(text) == f"date:@{cutoff}.."
+    # older_than is the exact complement: strictly before the same cutoff.
+    assert q(text.replace("newer", "older")) == f"date:..@{cutoff - 1}"
+
+
+def test_relative_months_clamp_to_month_end() -> None:
+    ctx = DslContext(now=datetime(2026, 3, 31, 8, 30, tzinfo=UTC), accounts={}, folder_roles={})
+    assert q("newer_than:1m", ctx) == f"date:@{epoch(2026, 2, 28, 8, 30)}.."
+    leap = DslContext(now=datetime(2028, 2, 29, tzinfo=UTC), accounts={}, folder_roles={})
+    assert q("older_than:1y", leap) == f"date:..@{epoch(2027, 2, 28) - 1}"
+
+
+def test_relative_ignores_sub_second_clock() -> None:
+    ctx = DslContext(
+        now=datetime(2026, 3, 15, 12, 0, 0, 999999, tzinfo=UTC), accounts={}, folder_roles={}
+    )
+    assert q("newer_than:1h", ctx) == f"date:@{epoch(2026, 3, 15, 11)}.."
+
+
+def test_relative_in_other_zone_keeps_wall_clock_for_months() -> None:
+    berlin = ZoneInfo("Europe/Berlin")
+    ctx = DslContext(now=datetime(2026, 4, 15, 12, tzinfo=berlin), accounts={}, folder_roles={})
+    assert q("newer_than:1m", ctx) == f"date:@{epoch(2026, 3, 15, 12, tz=berlin)}.."
+
+
+@pytest.mark.parametrize("text", ["newer_than:999999y", "newer_than:60y", "newer_than:999999d"])
+def test_huge_periods_clamp_to_the_epoch(text: str) -> None:
+    assert q(text) == "date:@0.."
+    assert q(text.replace("newer", "older")) == 'sexp:"(not ())"'
+
+
+@pytest.mark.parametrize("value", ["3", "d", "3x", "3min", "-3d", "1.5d", "1234567d", "3 d"])
+def test_bad_periods(value: str) -> None:
+    e = err(f'newer_than:"{value}"')
+    assert e.position == 11
+    assert "period" in e.expected
+
+
+# --------------------------------------------------------------------------- logic
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a b", '"a" AND "b"'),
+        ("a AND b", '"a" AND "b"'),
+        ("a OR b", '"a" OR "b"'),
+        ("a | b", '"a" OR "b"'),
+        ("a|b", '"a" OR "b"'),
+        ("a or b", '"a" AND "or" AND "b"'),
+        ("-a", 'NOT "a"'),
+        ("NOT a", 'NOT "a"'),
+        ("--a", '"a"'),
+        ("NOT -a", '"a"'),
+        ("a -b", '"a" AND NOT "b"'),
+        ("-a b", '"b" AND NOT "a"'),
+        ("-a -b", '(NOT "a") AND NOT "b"'),
+        ("a b OR c", '("a" AND "b") OR "c"'),
+        ("a OR b c", '"a" OR ("b" AND "c")'),
+        ("a OR b AND c OR d", '"a" OR ("b" AND "c") OR "d"'),
+        ("NOT a b", '"b" AND NOT "a"'),
+        ("NOT a OR b", '(NOT "a") OR "b"'),
+        ("-(a OR b) c", '"c" AND NOT ("a" OR "b")'),
+        ("(a OR b) (c OR d)", '("a" OR "b") AND ("c" OR "d")'),
+        ("((a))", '"a"'),
+        ("(a (b (c OR d)))", '"a" AND "b" AND ("c" OR "d")'),
+        ('-"a b"', 'NOT "a b"'),
+        ("-from:x", 'NOT from:"x"'),
+        ("x -in:trash", '"x" AND NOT (folder:"personal/Trash" OR tag:"deleted")'),
+        ("a OR in:anywhere", "*"),
+        ("a in:anywhere", '"a"'),
+        ("-in:anywhere", 'sexp:"(not ())"'),
+        ("a OR -in:anywhere", '"a"'),
+        ("!!! OR a", '"a"'),
+        ("-!!!", "*"),
+        ("from:a OR from:b", 'from:"a" OR from:"b"'),
+        ("is:read is:flagged", 'tag:"flagged" AND NOT tag:"unread"'),
+    ],
+)
+def test_logic_and_precedence(text: str, expected: str) -> None:
+    assert q(text) == expected
+
+
+def test_combination() -> None:
+    got = q("from:alice (subject:invoice OR has:attachment) -is:list after:2026-01-01 account:work")
+    assert got == (
+        'from:"alice" AND (subject:"invoice" OR tag:"attachment") AND '
+        f'date:@{epoch(2026, 1, 1)}.. AND path:"work/**" AND NOT tag:"list"'
+    )
+
+
+# --------------------------------------------------------------------------- exclusions
+
+
+@pytest.mark.parametrize(
+    ("text", "exclude"),
+    [
+        ("", DEFAULT_EXCLUDED),
+        ("from:spam", DEFAULT_EXCLUDED),
+        ("spam", DEFAULT_EXCLUDED),
+        ("tag:spam", ("deleted",)),
+        ("label:deleted", ("spam",)),
+        ("is:spam", ("deleted",)),
+        ("is:deleted", ("spam",)),
+        ("-is:spam", ("deleted",)),
+        ("in:trash", ("spam",)),
+        ("in:spam", ("deleted",)),
+        ("in:junk", ("deleted",)),
+        ("in:personal/Trash", ("spam",)),
+        ("in:Junk", ("deleted",)),
+        ("in:Archive", DEFAULT_EXCLUDED),
+        ("in:anywhere", ()),
+        ("in:trash in:spam", ()),
+        ('raw:"tag:spam"', ("deleted",)),
+        ('raw:"is:deleted or tag:spam"', ()),
+        ('raw:"tag:\\"spam\\""', ("deleted",)),
+        ('raw:"sexp:\\"(tag spam)\\""', ("deleted",)),
+        ('raw:"tag:spammy"', DEFAULT_EXCLUDED),
+        ('raw:"subject:spam"', DEFAULT_EXCLUDED),
+    ],
+)
+def test_exclusion_lifting(text: str, exclude: tuple[str, ...]) -> None:
+    assert excluded(text) == exclude
+
+
+def test_custom_excluded_tags_keep_their_order() -> None:
+    ctx = DslContext(
+        now=NOW, accounts={}, folder_roles={}, excluded_tags=("muted", "spam", "deleted")
+    )
+    assert excluded("", ctx) == ("muted", "spam", "deleted")
+    assert excluded("tag:muted", ctx) == ("spam", "deleted")
+    assert excluded("in:anywhere", ctx) == ()
+
+
+def test_in_trash_without_trash_folders_lifts_deleted() -> None:
+    assert excluded("in:trash", BARE_CTX) == ("spam",)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    ("text", "position", "expected", "got"),
+    [
+        ("from:", 5, "a value after 'from:'", "end of query"),
+        ("from: OR x", 6, "a value after 'from:'", "'OR'"),
+        ("from: to:bob", 6, "a value after 'from:'", "'to:bob'"),
+        ("from:)", 5, "a value after 'from:'", "')'"),
+        ('from:""', 5, "a value after 'from:'", "an empty value"),
+        ("raw:", 4, "a value after 'raw:'", "end of query"),
+        ("(a", 2, "')' to close the '(' at position 0", "end of query"),
+        ("a (b (c) d", 10, "')' to close the '(' at position 2", "end of query"),
+        ("a)", 1, "a search term or the end of the query", "a ')' with no matching '('"),
+        ("()", 1, "a search term inside '( )'", "')'"),
+        ('x "abc', 2, "a closing '\"' for the quote opened at position 2", "end of query"),
+        ('"abc\\"', 0, "a closing '\"' for the quote opened at position 0", "end of query"),
+        ("a OR", 4, "a search term after 'OR'", "end of query"),
+        ("a |", 3, "a search term after '|'", "end of query"),
+        ("a OR OR b", 5, "a search term after 'OR'", "'OR'"),
+        ("OR a", 0, "a search term", "'OR'"),
+        ("a AND", 5, "a search term after 'AND'", "end of query"),
+        ("a AND ) b", 6, "a search term after 'AND'", "')'"),
+        ("AND a", 0, "a search term", "'AND'"),
+        ("NOT", 3, "a search term after 'NOT'", "end of query"),
+        ("a NOT OR b", 6, "a search term after 'NOT'", "'OR'"),
+        ("(a OR)", 5, "a search term after 'OR'", "')'"),
+        ("newer_than:3x", 11, "a period after 'newer_than:'", "'3x'"),
+        ("after:2026-02-30", 6, "a real calendar date", "'2026-02-30'"),
+        ("is:nope", 3, "one of is:", "'nope'"),
+        ("in:nowhere", 3, "a known folder:", "'nowhere'"),
+        ("x size:10M", 2, "a known operator (", "'size:'"),
+        ("Re: lunch", 0, "a known operator (", "'Re:'"),
+        ("tag:x)OR(y", 5, "a search term or the end of the query", "a ')' with no matching '('"),
+    ],
+)
+def test_errors(text: str, position: int, expected: str, got: str) -> None:
+    e = err(text)
+    assert e.position == position
+    assert e.expected.startswith(expected)
+    assert e.got == got
+    assert str(e) == f"bad search at position {position}: expected {e.expected} (got {got})"
+
+
+def test_error_message_format() -> None:
+    e = err("from:")
+    assert str(e) == "bad search at position 5: expected a value after 'from:' (got end of query)"
+    assert isinstance(e, ValueError)
+
+
+def test_unknown_operator_lists_known_ones() -> None:
+    e = err("foo:bar")
+    for op in ("from:", "subject:", "is:", "in:", "newer_than:", "raw:", "list:", "account:"):
+        assert op in e.expected
+
+
+def test_long_token_is_shortened_in_errors() -> None:
+    e = err("in:" + "x" * 500)
+    assert len(e.got) < 50
+
+
+def test_naive_clock_is_rejected() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        DslContext(now=datetime(2026, 1, 1), accounts={}, folder_roles={})
+
+
+# --------------------------------------------------------------------------- help text
+
+
+def test_help_is_compact_and_complete() -> None:
+    assert len(DSL_HELP) < 2500
+    ops = ["from:", "to:", "cc:", "bcc:", "subject:", "body:", "filename:", "is:unread", "is:read"]
+    ops += [
+        "has:attachment",
+        "in:anywhere",
+        "tag:",
+        "label:",
+        "list:",
+        "account:",
+        "after:",
+        "before:",
+    ]
+    ops += ["on:", "newer_than:", "older_than:", "id:", "thread:", "raw:", "OR", "NOT", " | "]
+    for op in ops:
+        assert op in DSL_HELP, op
+
+
+def test_help_examples_compile() -> None:
+    examples = DSL_HELP.split("Examples:\n", 1)[1].splitlines()
+    assert len(examples) >= 4
+    for line in examples:
+        assert isinstance(compile_query(line.strip(), CTX), CompiledQuery)
+
+
+# --------------------------------------------------------------------------- properties
+
+_PIECES = st.sampled_from(
+    [
+        "from:",
+        "to:",
+        "subject:",
+        "is:",
+        "in:",
+        "tag:",
+        "list:",
+        "after:",
+        "before:",
+        "on:",
+        "newer_than:",
+        "older_than:",
+        "raw:",
+        "id:",
+        "thread:",
+        "account:",
+        "has:",
+        "filename:",
+        "OR",
+        "AND",
+        "NOT",
+        "-",
+        "|",
+        "(",
+        ")",
+        '"',
+        "\\",
+        " ",
+        "  ",
+        "*",
+        ":",
+        "/",
+        "{",
+        "}",
+        "unread",
+        "read",
+        "inbox",
+        "trash",
+        "anywhere",
+        "Archive",
+        "work",
+        "2026-03-01",
+        "2026",
+        "3d",
+        "1m",
+        "x",
+        "e-mail",
+        "tag:spam",
+        "\x00",
+        "\n",
+        "ü",
+        "中",
+        "@",
+        ".",
+        "bob@ex.org",
+    ]
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(_PIECES, max_size=12).map("".join))
+def test_any_token_soup_compiles_or_raises_dsl_error(text: str) -> None:
+    try:
+        result = compile_query(text, CTX)
+    except DslError as e:
+        assert 0 <= e.position <= len(text)
+        return
+    assert isinstance(result, CompiledQuery)
+    assert result.query
+    assert set(result.exclude_tags) <= set(DEFAULT_EXCLUDED)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.text(max_size=60))
+def test_any_text_compiles_or_raises_dsl_error(text: str) -> None:
+    try:
+        compile_query(text, CTX)
+    except DslError as e:
+        assert 0 <= e.position <= len(text)
+
+
+def dsl_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(max_size=40))
+def test_quoted_phrase_values_never_carry_quotes_or_controls(value: str) -> None:
+    for op in ("from", "to", "cc", "bcc", "subject", "body", "filename"):
+        try:
+            query = q(f"{op}:{dsl_quote(value)}")
+        except DslError:
+            continue
+        field = "to" if op in ("cc", "bcc") else "attachment" if op == "filename" else op
+        assert query.startswith(f'{field}:"') and query.endswith('"')
+        inner = query[len(field) + 2 : -1]
+        assert '"' not in inner and "*" not in inner and "/" not in inner
+        assert not any(ord(c) < 32 or ord(c) == 127 for c in inner)
+        assert inner == inner.strip()

@@ -1,0 +1,208 @@
+"""The read tools as plain functions, on the indexed fixture mail (named messages, exact values)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timezone
+
+import pytest
+
+from fmail_nm import reads
+from fmail_nm.nm import Reader
+
+from .conftest import MailEnv
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def mb(shared_indexed: MailEnv) -> Iterator[reads.Mailbox]:
+    with Reader() as reader:
+        yield reads.Mailbox(shared_indexed.config(), reader, clock=lambda: NOW)
+
+
+def ids(result: reads.dto.SearchResult) -> list[str]:
+    return [r.id for r in result.results]
+
+
+def test_search_finds_named_messages_with_index_fields(mb: reads.Mailbox) -> None:
+    result = reads.search_emails(mb, 'from:anna subject:"school trip"')
+    assert set(ids(result)) >= {"school-trip-1@example.com", "school-trip-3@example.com"}
+    first = next(r for r in result.results if r.id == "school-trip-1@example.com")
+    assert first.from_.address == "anna.schmidt@example.com"
+    assert first.from_.name == "Anna Schmidt"
+    assert first.account == "personal"
+    assert first.folders == ["personal/INBOX"]
+    assert first.date == "2026-03-09T06:55:00Z"
+    assert "inbox" in first.tags
+
+
+def test_search_pages_with_total_and_cursor(mb: reads.Mailbox) -> None:
+    everything = reads.search_emails(mb, "", limit=500)
+    assert everything.total == len(everything.results)
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = reads.search_emails(mb, "", limit=40, cursor=cursor)
+        assert page.total == everything.total
+        seen += ids(page)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == ids(everything)  # newest first, no gaps, no repeats
+
+
+def test_cursor_of_another_search_is_refused(mb: reads.Mailbox) -> None:
+    page = reads.search_emails(mb, "is:read", limit=5)
+    assert page.next_cursor
+    with pytest.raises(reads.ToolError, match="different search"):
+        reads.search_emails(mb, "is:unread", limit=5, cursor=page.next_cursor)
+    with pytest.raises(reads.ToolError, match="bad cursor"):
+        reads.search_emails(mb, "", cursor="%%%not-a-cursor")
+
+
+def test_bad_dsl_is_a_tool_error_with_position(mb: reads.Mailbox) -> None:
+    with pytest.raises(reads.ToolError, match="position"):
+        reads.search_emails(mb, "from:(alice")
+
+
+def test_spam_and_trash_hidden_unless_asked(mb: reads.Mailbox) -> None:
+    default = reads.search_emails(mb, "", limit=500)
+    anywhere = reads.search_emails(mb, "in:anywhere", limit=500)
+    assert default.total < anywhere.total
+    assert not any({"spam", "deleted"} & set(r.tags) for r in default.results)
+
+
+def test_since_until_and_account_scope(mb: reads.Mailbox) -> None:
+    march = reads.search_emails(mb, "", since="2026-03-09", until="2026-03-10", limit=500)
+    assert "school-trip-1@example.com" in ids(march)
+    assert all(r.date and "2026-03-09" <= r.date[:10] <= "2026-03-10" for r in march.results)
+    work = reads.search_emails(mb, "", account="work", limit=500)
+    assert work.total > 0
+    assert all(any(f.startswith("work/") for f in r.folders) for r in work.results)
+    with pytest.raises(reads.ToolError, match="ISO 8601"):
+        reads.search_emails(mb, "", since="last tuesday")
+
+
+def test_duplicate_message_id_lists_both_folders(mb: reads.Mailbox) -> None:
+    result = reads.search_emails(mb, "id:both-accounts-1@example.com", limit=5)
+    assert result.total == 1
+    assert result.results[0].folders == ["personal/INBOX", "work/INBOX"]
+
+
+def test_list_threads_counts(mb: reads.Mailbox) -> None:
+    threads = reads.list_threads(mb, "thread-deep OR subject:pizza", limit=500)
+    deep = reads.list_threads(mb, "id:thread-deep-1@example.net", limit=5)
+    assert deep.total == 1
+    t = deep.threads[0]
+    assert t.message_count == 8
+    assert t.matched_count == 1
+    assert "Ben Carter" in t.authors[0] or any("Ben" in a for a in t.authors)
+    assert threads.total >= 0
+
+
+def test_get_thread_in_reply_order_with_depth(mb: reads.Mailbox) -> None:
+    tid = reads.search_emails(mb, "id:thread-deep-1@example.net").results[0].thread_id
+    thread = reads.get_thread(mb, tid, include_bodies=True, max_body_chars=500)
+    order = [m.id for m in thread.messages]
+    assert order == [f"thread-deep-{i}@example.{'org' if i in (2, 5, 7) else 'net'}"
+                     for i in range(1, 9)]
+    assert [m.depth for m in thread.messages] == list(range(8))
+    assert thread.messages[1].in_reply_to == "thread-deep-1@example.net"
+    assert all(m.body is not None and m.body.text for m in thread.messages)
+    small = reads.get_thread(mb, tid, include_bodies=True, max_total_chars=200)
+    assert small.truncated and any(m.body is None for m in small.messages)
+    with pytest.raises(reads.ToolError, match="no thread"):
+        reads.get_thread(mb, "ffffffffffffffff")
+
+
+def test_unanswered_thread_found_and_answered_not(mb: reads.Mailbox) -> None:
+    found = reads.find_unanswered_threads(mb, limit=500)
+    last_ids = {t.last_outgoing.id for t in found.threads}
+    assert "unanswered-2@example.org" in last_ids
+    assert "answered-1@example.org" not in last_ids
+    assert not any(t.last_outgoing.id.startswith("draft-") for t in found.threads)
+    row = next(t for t in found.threads if t.last_outgoing.id == "unanswered-2@example.org")
+    assert row.days_silent == 11  # 2026-11-20 09:30 +0100 -> 2026-12-01 12:00 UTC
+    assert [p.address for p in row.recipients][0] == "oliver.brandt@example.com"
+    quiet = reads.find_unanswered_threads(mb, min_days_silent=12, limit=500)
+    assert "unanswered-2@example.org" not in {t.last_outgoing.id for t in quiet.threads}
+
+
+def test_get_email_decodes_windows_1252(mb: reads.Mailbox) -> None:
+    mail = reads.get_email(mb, "charset-cp1252@example.net", body_format="full")
+    assert "\u201cPremium Oak\u201d" in mail.body.text
+    assert "1.250 \u20ac including fitting\u2026" in mail.body.text
+    assert mail.from_[0].address == "quotes@brightkitchens.example.net"
+
+
+def test_html_only_mail_is_readable_text_with_links(mb: reads.Mailbox) -> None:
+    mail = reads.get_email(mb, "<html-only-1@coop.example.com>", body_format="full")
+    assert mail.body.html_present
+    assert "https://coop.example.com/blog/winter-vegetables" in mail.body.text
+    assert "Pumpkin soup box" in mail.body.text
+    assert "css-marker-must-not-appear" not in mail.body.text
+    assert "js-marker-must-not-appear" not in mail.body.text
+    assert "<table" not in mail.body.text
+
+
+def test_big_attachment_is_listed_and_truncated(mb: reads.Mailbox) -> None:
+    mail = reads.get_email(mb, "big-attachment-1@acme.test")
+    big = next(a for a in mail.attachments if a.filename == "dataset.csv")
+    assert big.size >= 5 * 1024 * 1024
+    content = reads.get_attachment(mb, "big-attachment-1@acme.test", big.index, max_chars=1000)
+    assert content.truncated
+    assert content.text is not None and len(content.text) <= 1000
+
+
+def test_body_truncation_and_offset(mb: reads.Mailbox) -> None:
+    whole = reads.get_email(mb, "thread-deep-1@example.net", body_format="full").body
+    first = reads.get_email(mb, "thread-deep-1@example.net", max_body_chars=40, body_format="full").body
+    assert first.truncated and first.next_offset is not None
+    rest = reads.get_email(mb, "thread-deep-1@example.net", max_body_chars=100000,
+                           body_offset=first.next_offset, body_format="full").body
+    assert first.text + rest.text == whole.text
+    assert not rest.truncated and rest.next_offset is None
+
+
+def test_every_fixture_message_comes_back_from_get_email(mb: reads.Mailbox) -> None:
+    everything = reads.search_emails(mb, "in:anywhere", limit=500)
+    assert everything.total == len(everything.results)
+    for ref in everything.results:
+        mail = reads.get_email(mb, ref.id, max_body_chars=2000)
+        assert mail.id == ref.id
+
+
+def test_unknown_id_is_a_clear_error(mb: reads.Mailbox) -> None:
+    with pytest.raises(reads.ToolError, match="no message with id"):
+        reads.get_email(mb, "nope@example.com")
+    batch = reads.get_emails_content(mb, ["nope@example.com", "school-trip-1@example.com"])
+    assert batch.not_found == ["nope@example.com"]
+    assert [e.id for e in batch.emails] == ["school-trip-1@example.com"]
+
+
+def test_attachments_pdf_and_forwarded_message(mb: reads.Mailbox) -> None:
+    pdf_mail = reads.get_email(mb, "attach-pdf-1@brightline.example.com")
+    pdf = next(a for a in pdf_mail.attachments if a.content_type == "application/pdf")
+    text = reads.get_attachment(mb, pdf_mail.id, pdf.index).text or ""
+    assert "Invoice 2026-0042" in text
+    fwd = reads.get_email(mb, "fwd-1@example.org")
+    rfc822 = next(a for a in fwd.attachments if a.content_type == "message/rfc822")
+    assert reads.get_attachment(mb, fwd.id, rfc822.index).text
+    with pytest.raises(reads.ToolError):
+        reads.get_attachment(mb, fwd.id, 99)
+
+
+def test_tags_folders_accounts(mb: reads.Mailbox) -> None:
+    tags = {t.tag: t.count for t in reads.list_tags(mb).tags}
+    assert tags["inbox"] > 0 and tags["sent"] > 0 and tags["list"] > 0
+    assert "list/rust-users.lists.example.org" in tags
+    folders = {f.folder: f for f in reads.list_folders(mb).folders}
+    assert folders["personal/INBOX"].role == "inbox"
+    assert folders["work/Sent"].role == "sent" and folders["work/Sent"].account == "work"
+    assert folders["personal/INBOX"].unread <= folders["personal/INBOX"].total
+    only_work = reads.list_folders(mb, "work").folders
+    assert {f.account for f in only_work} == {"work"}
+    accounts = reads.list_available_accounts(mb).accounts
+    assert [a.name for a in accounts] == ["personal", "work"]
+    assert accounts[1].addresses == ["amorgan@acme.test"]

@@ -1,0 +1,159 @@
+"""The MCP server end to end: `fmail-nm serve` started as a real process, driven by the `mcp`
+SDK's own client over stdio and over Streamable HTTP, on the indexed fixture mail."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+from mcp.client.client import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from .conftest import MailEnv
+
+READ_TOOLS = {"search_emails", "list_threads", "get_thread", "get_email", "get_emails_content",
+              "find_unanswered_threads", "get_attachment", "list_tags", "list_folders",
+              "list_available_accounts"}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def structured(client: Client, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+    result = await client.call_tool(tool, args or {})
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def exercise_every_read_tool(client: Client) -> None:
+    tools = (await client.list_tools()).tools
+    assert {t.name for t in tools} == READ_TOOLS
+    for tool in tools:
+        assert tool.annotations is not None and tool.annotations.read_only_hint is True
+        assert tool.annotations.destructive_hint is False
+        assert tool.annotations.open_world_hint is False
+        assert tool.output_schema is not None and tool.description
+    listing = sum(len(t.model_dump_json(exclude_none=True)) for t in tools)
+    assert listing < 20_000, f"tool list is {listing} bytes"
+
+    found = await structured(client, "search_emails", {"query": 'from:anna "school trip"', "limit": 10})
+    assert "school-trip-1@example.com" in {r["id"] for r in found["results"]}
+    row = next(r for r in found["results"] if r["id"] == "school-trip-1@example.com")
+    assert row["from"] == {"name": "Anna Schmidt", "address": "anna.schmidt@example.com"}
+
+    bad = await client.call_tool("search_emails", {"query": "subject:(unclosed"})
+    assert bad.is_error and "position" in bad.content[0].text  # type: ignore[union-attr]
+
+    threads = await structured(client, "list_threads", {"query": "id:thread-deep-1@example.net"})
+    assert threads["threads"][0]["message_count"] == 8
+    thread = await structured(client, "get_thread", {"thread_id": threads["threads"][0]["thread_id"],
+                                                      "max_body_chars": 300})
+    assert [m["depth"] for m in thread["messages"]] == list(range(8))
+
+    mail = await structured(client, "get_email", {"id": "charset-cp1252@example.net",
+                                                  "body_format": "full"})
+    assert "\u201cPremium Oak\u201d" in mail["body"]["text"]
+    html = await structured(client, "get_email", {"id": "html-only-1@coop.example.com"})
+    assert "https://coop.example.com/blog/winter-vegetables" in html["body"]["text"]
+    assert "js-marker-must-not-appear" not in html["body"]["text"]
+
+    batch = await structured(client, "get_emails_content", {"ids": ["answered-2@example.com", "x@y"]})
+    assert batch["not_found"] == ["x@y"] and batch["emails"][0]["id"] == "answered-2@example.com"
+
+    unanswered = await structured(client, "find_unanswered_threads", {"limit": 100})
+    last = {t["last_outgoing"]["id"] for t in unanswered["threads"]}
+    assert "unanswered-2@example.org" in last and "answered-1@example.org" not in last
+
+    big = await structured(client, "get_email", {"id": "big-attachment-1@acme.test"})
+    csv = next(a for a in big["attachments"] if a["filename"] == "dataset.csv")
+    part = await structured(client, "get_attachment", {"id": "big-attachment-1@acme.test",
+                                                       "index": csv["index"], "max_chars": 500})
+    assert part["truncated"] and len(part["text"]) <= 500
+
+    tags = await structured(client, "list_tags")
+    assert {"inbox", "sent", "list"} <= {t["tag"] for t in tags["tags"]}
+    folders = await structured(client, "list_folders", {"account": "work"})
+    assert {f["folder"] for f in folders["folders"]} == {"work/INBOX", "work/Sent", "work/Trash"}
+    accounts = await structured(client, "list_available_accounts")
+    assert [a["name"] for a in accounts["accounts"]] == ["personal", "work"]
+
+    unknown = await client.call_tool("get_email", {"id": "nope@example.com"})
+    assert unknown.is_error and "no message with id" in unknown.content[0].text  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
+async def test_every_read_tool_over_stdio(shared_indexed: MailEnv) -> None:
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "fmail_nm", "serve", "--transport", "stdio"],
+                                   env={**os.environ, **shared_indexed.env})
+    async with Client(params) as client:
+        assert "UNTRUSTED DATA" in (client.instructions or "")
+        await exercise_every_read_tool(client)
+
+
+@pytest.fixture
+def http_server(shared_indexed: MailEnv) -> Iterator[tuple[str, str]]:
+    port = free_port()
+    env = {**os.environ, **shared_indexed.env, "FMAIL_TOKEN": "test-token-123"}
+    proc = subprocess.Popen([sys.executable, "-m", "fmail_nm", "serve", "--transport", "http",
+                             "--port", str(port)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None:
+                    raise AssertionError(f"server exited: {proc.stdout.read()}")  # type: ignore[union-attr]
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp", "test-token-123"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.mark.anyio
+async def test_every_read_tool_over_http(http_server: tuple[str, str]) -> None:
+    url, token = http_server
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
+                                  timeout=httpx2.Timeout(30.0)) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            await exercise_every_read_tool(client)
+
+
+@pytest.mark.anyio
+async def test_http_refuses_missing_or_wrong_token_and_foreign_origin(
+        http_server: tuple[str, str]) -> None:
+    url, token = http_server
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0)) as http:
+        missing = await http.post(url, json=body, headers=headers)
+        assert missing.status_code == 401
+        wrong = await http.post(url, json=body, headers={**headers, "Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        foreign = await http.post(url, json=body, headers={
+            **headers, "Authorization": f"Bearer {token}", "Origin": "http://evil.example.com"})
+        assert foreign.status_code in (403, 421)
