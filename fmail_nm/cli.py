@@ -111,9 +111,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="fmail.toml to use (default: $FMAIL_CONFIG, else "
                         "$XDG_CONFIG_HOME/fmail-nm/fmail.toml)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more")
+    # The same options after the command name too (`fmail-nm init --config X`); SUPPRESS keeps
+    # a value given before the command from being reset by the subcommand's default.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("init", help="adopt a mail root or an existing notmuch setup, install hooks, index")
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, parents=[common])
+
+    p = command("init", help="adopt a mail root or an existing notmuch setup, install hooks, index")
     p.add_argument("--mail-root", help="the Maildir root, when there is no notmuch config yet")
     p.add_argument("--notmuch-config", help="notmuch config to use or create")
     p.add_argument("--name", default="", help="your name, for a new notmuch config")
@@ -121,15 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-index", action="store_true", help="set up only; do not run notmuch new")
     p.set_defaults(func=cmd_init)
 
-    p = sub.add_parser("index", help="run notmuch new (with hooks) and the tagging pass")
+    p = command("index", help="run notmuch new (with hooks) and the tagging pass")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_index)
 
-    p = sub.add_parser("hook", help="entry points for the notmuch hooks")
+    p = command("hook", help="entry points for the notmuch hooks")
     p.add_argument("name", choices=["post-new"])
     p.set_defaults(func=cmd_hook)
 
-    p = sub.add_parser("serve", help="serve the mail over MCP (stdio or Streamable HTTP)")
+    p = command("serve", help="serve the mail over MCP (stdio or Streamable HTTP)")
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
@@ -138,16 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "protected only by the token)")
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("token", help="print the HTTP bearer token (created on first use)")
+    p = command("token", help="print the HTTP bearer token (created on first use)")
     p.set_defaults(func=cmd_token)
 
-    p = sub.add_parser("client-config", help="print MCP client configuration to paste")
+    p = command("client-config", help="print MCP client configuration to paste")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--show-token", action="store_true", help="include the token itself")
     p.set_defaults(func=cmd_client_config)
 
-    p = sub.add_parser("demo", help="index a copy of the bundled sample mail and serve it")
+    p = command("demo", help="index a copy of the bundled sample mail and serve it")
     p.add_argument("--dir", default=".demo", help="where the copy and its config live")
     p.add_argument("--no-serve", action="store_true", help="index and print a summary only")
     p.add_argument("--port", type=int, default=8765)
@@ -162,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except (ConfigError, FileNotFoundError, FileExistsError) as exc:
+    except (ConfigError, FileNotFoundError, FileExistsError, ValueError, OSError) as exc:
         print(f"fmail-nm: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # a clear one-line error; --verbose shows the traceback

@@ -56,6 +56,7 @@ Logic: a b = a AND b; a OR b (or a | b); -a or NOT a; ( ) to group.
 Hidden unless asked for: spam and deleted mail. is:spam, is:deleted,
   tag:spam, in:spam, in:trash show them; in:anywhere shows everything.
 Quote values with spaces or symbols: from:"Ann Lee"; write \\" for a quote.
+  Quote text with a colon ("Re: lunch"): an unknown word: is an error.
 raw:"<notmuch query>" passes a notmuch query through (expert use).
 Examples:
   from:alice is:unread newer_than:7d

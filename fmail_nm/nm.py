@@ -179,13 +179,17 @@ def _sort(order: str) -> notmuch2.Database.SORT:
     }[order]
 
 
+# notmuch 0.37 rejects "NOT *" as a whole query; this sexp is its spelling of "no message".
+MATCH_NOTHING = 'sexp:"(not ())"'
+
+
 def quote(value: str) -> str:
     """A notmuch query term value in double quotes; embedded quotes are doubled."""
     return '"' + value.replace('"', '""') + '"'
 
 
 def id_query(message_ids: Iterable[str]) -> str:
-    return " OR ".join(f"id:{quote(mid)}" for mid in message_ids) or "NOT *"
+    return " OR ".join(f"id:{quote(mid)}" for mid in message_ids) or MATCH_NOTHING
 
 
 def _check_thread(owner: int) -> None:

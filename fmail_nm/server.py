@@ -238,7 +238,8 @@ def connection_help(config: Config, *, host: str, port: int, show_token: bool) -
     return text
 
 
-def serve_http_forever(config: Config, *, host: str, port: int, allow_remote: bool) -> int:
+def serve_http_forever(config: Config, *, host: str, port: int, allow_remote: bool,
+                       show_token: bool = False) -> int:
     import anyio
 
     from .http import serve_http
@@ -252,7 +253,8 @@ def serve_http_forever(config: Config, *, host: str, port: int, allow_remote: bo
               flush=True)
         print(f"fmail-nm: MCP endpoint http://{host}:{port}/mcp (Streamable HTTP, bearer token)",
               flush=True)
-        print(connection_help(config, host=host, port=port, show_token=True), flush=True)
+        # The token is printed only where asked (the demo): a service's stdout ends up in logs.
+        print(connection_help(config, host=host, port=port, show_token=show_token), flush=True)
 
     try:
         anyio.run(lambda: serve_http(server, host=host, port=port, token=token,
@@ -265,4 +267,5 @@ def serve_http_forever(config: Config, *, host: str, port: int, allow_remote: bo
 def serve_demo(port: int) -> int:
     from .app import load_config
 
-    return serve_http_forever(load_config(), host="127.0.0.1", port=port, allow_remote=False)
+    return serve_http_forever(load_config(), host="127.0.0.1", port=port, allow_remote=False,
+                              show_token=True)

@@ -19,11 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .config import Config, TagRule
-from .nm import Reader, WriteTxn, Writer, id_query, quote
+from .nm import MATCH_NOTHING, Reader, WriteTxn, Writer, id_query, quote
 
 BATCH_SIZE = 200
 NEW_TAG = "new"
 _LIST_ID = re.compile(r"<([^<>\s]+)>")
+# from: values are re-parsed by notmuch, so only plain addresses go into a query: no quotes,
+# wildcards or regex slashes that could change its meaning.
+_PLAIN_ADDRESS = re.compile(r"^[^\s\"*/()\\]+@[^\s\"*/()\\]+$")
 
 
 @dataclass
@@ -49,15 +52,16 @@ def list_id(header_value: str) -> str | None:
 
 def me_query(addresses: Sequence[str]) -> str:
     """A notmuch query for "from one of the user's addresses"; matches nothing without any."""
-    if not addresses:
-        return "NOT *"
-    return "(" + " OR ".join(f"from:{quote(a)}" for a in addresses) + ")"
+    plain = [a for a in addresses if _PLAIN_ADDRESS.match(a)]
+    if not plain:
+        return MATCH_NOTHING
+    return "(" + " OR ".join(f"from:{quote(a)}" for a in plain) + ")"
 
 
 def folders_query(folders: Sequence[str]) -> str:
     """A notmuch query for "in one of these folders"; matches nothing without any."""
     if not folders:
-        return "NOT *"
+        return MATCH_NOTHING
     return "(" + " OR ".join(f"folder:{quote(f)}" for f in folders) + ")"
 
 

@@ -282,3 +282,34 @@ def test_init_without_config_or_mail_root_is_a_clear_error(mail_env: MailEnv) ->
     assert done.returncode == 2
     assert "no notmuch config found" in done.stderr
     assert not mail_env.notmuch_config.exists()
+
+
+def test_progress_bar_renders_notmuch_progress_lines() -> None:
+    from fmail_nm.indexing import progress_bar
+    assert progress_bar("Processed 50 of 200 files (1s remaining)      \r") == (
+        "indexing [#######.......................] 50/200 files")
+    assert progress_bar("Processed 7 files") == "indexing: 7 files"
+    assert progress_bar("Added 3 new messages to the database.") is None
+
+
+def test_demo_indexes_its_own_copy_of_the_sample_mail(mail_env: MailEnv) -> None:
+    demo_dir = mail_env.base / "demo"
+    out = mail_env.fmail("demo", "--dir", str(demo_dir), "--no-serve").stdout
+    assert "indexed: 169 new, 169 messages in all" in out
+    assert (demo_dir / "notmuch-config").is_file()
+    # The demo never touches the caller's own setup.
+    assert not mail_env.notmuch_config.exists()
+    again = mail_env.fmail("demo", "--dir", str(demo_dir), "--no-serve").stdout
+    assert "indexed: 0 new, 169 messages in all" in again
+
+
+def test_rule_placeholders_expand_to_queries_notmuch_accepts(shared_indexed: MailEnv) -> None:
+    from fmail_nm.tagging import folders_query, me_query
+    with Reader() as reader:
+        # No addresses / no folders: a query that matches nothing, not a syntax error.
+        assert reader.count(me_query([]), exclude_tags=()) == 0
+        assert reader.count(folders_query([]), exclude_tags=()) == 0
+        # Addresses that could change a query's meaning are left out.
+        assert me_query(['x" OR tag:inbox OR "y@z', "*@example.org"]) == me_query([])
+        assert reader.count(me_query(["alex@example.org"]), exclude_tags=()) > 0
+        assert reader.count(folders_query(["personal/Trash", "work/Trash"]), exclude_tags=()) == 4  # fixtures: 2 + 2
