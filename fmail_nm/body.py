@@ -794,6 +794,27 @@ def _date(value: str | None) -> datetime | None:
 # parse_message
 
 
+@dataclass(frozen=True)
+class HeaderInfo:
+    """The headers the indexer keeps beside notmuch (which stores only From/Subject/Id)."""
+
+    to: list[Address]
+    cc: list[Address]
+    list_id: str | None
+
+
+def parse_headers(head: bytes) -> HeaderInfo:
+    """Recipients and List-Id from a message's header block (the start of the file is
+    enough); never raises."""
+    defects: list[str] = []
+    try:
+        headers, _ = _split_head(bytes(head))
+        return HeaderInfo(to=_addresses(headers, "to", defects), cc=_addresses(headers, "cc", defects),
+                          list_id=_list_id(_header(headers, "list-id")))
+    except Exception:  # untrusted input: a header we cannot read is a header we do not have
+        return HeaderInfo(to=[], cc=[], list_id=None)
+
+
 def parse_message(raw: bytes) -> ParsedMessage:
     """Parse one untrusted message. Never raises; problems are reported in ``defects``."""
     raw = bytes(raw)

@@ -39,7 +39,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"hook {action.describe()}")
     if args.no_index:
         return 0
-    print_index_summary(run_index(load_config(args.config)))
+    print_index_summary(run_index(load_config(args.config), backfill=True))
     return 0
 
 

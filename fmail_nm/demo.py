@@ -50,7 +50,7 @@ def run_demo(base: Path, *, serve: bool, port: int) -> int:
                      addresses=["alex@example.org", "alex.morgan@example.org", "amorgan@acme.test"])
     for action in report.hooks:
         print(f"hook {action.describe()}")
-    print_index_summary(run_index(load_config()))
+    print_index_summary(run_index(load_config(), backfill=True))
     if not serve:
         return 0
     from .server import serve_demo  # the MCP server

@@ -31,6 +31,7 @@ class EmailRef(Dto):
     thread_id: str
     subject: str
     from_: Person = Field(alias="from", serialization_alias="from")
+    to: list[Person] = Field(description="first To/Cc recipients")
     date: str | None = Field(description="ISO 8601 UTC")
     account: str | None
     folders: list[str]

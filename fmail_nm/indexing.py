@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .config import Config
 from .nm import NotmuchAccessError, Reader, Writer, run_notmuch_new
-from .tagging import TaggingReport, run_tagging
+from .tagging import TaggingReport, backfill_recipients, run_tagging
 
 _PROGRESS = re.compile(r"Processed (\d+)(?: of (\d+))? files?")
 _ADDED = re.compile(r"Added (\d+) new messages?")
@@ -54,8 +54,10 @@ def summary_counts(reader: Reader) -> dict[str, int]:
             for tag in ("inbox", "unread", "sent", "list", "flagged", "attachment")}
 
 
-def run_index(config: Config, *, show_progress: bool | None = None,
+def run_index(config: Config, *, show_progress: bool | None = None, backfill: bool = False,
               on_line: Callable[[str], None] | None = None) -> IndexSummary:
+    """``backfill`` (init does it) also stores recipients for messages indexed before our hook
+    existed; it walks the whole index, so the regular index run leaves it out."""
     notmuch_config = config.settings.notmuch_config
     interactive = sys.stderr.isatty() if show_progress is None else show_progress
     handler = on_line or (_terminal_progress if interactive else None)
@@ -67,6 +69,8 @@ def run_index(config: Config, *, show_progress: bool | None = None,
     added = int(m.group(1)) if (m := _ADDED.search(result.output)) else 0
     with Reader(notmuch_config) as reader, Writer(notmuch_config) as writer:
         tagging = run_tagging(config, reader, writer)
+        if backfill:
+            backfill_recipients(reader, writer)
         return IndexSummary(added=added, total=reader.count("*", exclude_tags=()),
                             counts=summary_counts(reader), tagging=tagging,
                             notmuch_output=result.output)

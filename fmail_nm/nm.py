@@ -33,6 +33,10 @@ T = TypeVar("T")
 # Maildir flag letters notmuch maps to tags (notmuch's maildir.synchronize_flags).
 FLAG_TAGS = frozenset({"draft", "flagged", "passed", "replied", "unread"})
 WRITE_LOCK_TIMEOUT = 10.0
+# Message property holding the first few To/Cc recipients, written once at index time so that
+# listings can show them without opening message files (notmuch keeps only From/Subject/
+# Message-ID as values).
+RECIPIENTS_PROPERTY = "fmail.recipients"
 CLI_TIMEOUT = 30.0
 
 
@@ -76,6 +80,7 @@ class IndexedMessage:
     date: int  # seconds since the epoch, from the Date header as notmuch parsed it
     tags: frozenset[str]
     filenames: tuple[str, ...]
+    recipients: str | None = None  # RECIPIENTS_PROPERTY (JSON [[name, address], ...]); None if unset
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,15 @@ def _indexed(msg: notmuch2.Message) -> IndexedMessage:
         date=msg.date,
         tags=frozenset(str(t) for t in msg.tags),
         filenames=tuple(os.fsdecode(p) for p in msg.filenamesb()),
+        recipients=_property(msg, RECIPIENTS_PROPERTY),
     )
+
+
+def _property(msg: notmuch2.Message, key: str) -> str | None:
+    try:
+        return str(msg.properties[key])
+    except KeyError:
+        return None
 
 
 def _sort(order: str) -> notmuch2.Database.SORT:
@@ -394,13 +407,6 @@ class WriteTxn:
         except notmuch2.NotmuchError as exc:
             raise QueryError(f"notmuch rejected the query: {exc}") from None
 
-    def header(self, message_id: str, name: str) -> str:
-        """A header of one message; "" when the header or the message is missing."""
-        try:
-            return _header(self._db.find(message_id), name)
-        except LookupError:
-            return ""
-
     def get(self, message_id: str) -> IndexedMessage | None:
         try:
             return _indexed(self._db.find(message_id))
@@ -436,6 +442,17 @@ class WriteTxn:
             self._apply(msg, add, remove)
             result.applied.append(mid)
         return result
+
+    def set_property(self, message_id: str, key: str, value: str) -> bool:
+        """Replace a message property; False if the message is gone."""
+        try:
+            msg = self._db.find(message_id)
+        except LookupError:
+            return False
+        with msg.frozen():
+            del msg.properties[key]
+            msg.properties[key] = value
+        return True
 
     def add_file(self, path: str | os.PathLike[str], *, sync_flags: bool = True) -> IndexedMessage:
         added = self._db.add(path, sync_flags=sync_flags and self.sync_flags)

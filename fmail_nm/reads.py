@@ -100,10 +100,20 @@ def people(addresses: Sequence[bodymod.Address]) -> list[dto.Person]:
     return [dto.Person(name=a.name, address=a.address.lower()) for a in addresses]
 
 
+def stored_recipients(m: IndexedMessage) -> list[dto.Person]:
+    """Recipients saved in the index at tagging time (no file is opened)."""
+    try:
+        pairs = json.loads(m.recipients or "[]")
+    except ValueError:
+        return []
+    return [dto.Person(name=str(name), address=str(addr).lower()) for name, addr in pairs]
+
+
 def email_ref(mb: Mailbox, m: IndexedMessage) -> dto.EmailRef:
     folders = mb.folders_of(m)
     return dto.EmailRef(
         id=m.message_id, thread_id=m.thread_id, subject=m.subject, from_=person(m.from_header),
+        to=stored_recipients(m),
         date=iso(m.date), account=mb.account_of(folders), folders=folders, tags=sorted(m.tags),
         is_read="unread" not in m.tags, is_flagged="flagged" in m.tags,
         has_attachment="attachment" in m.tags,
@@ -372,7 +382,9 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
 
 
 def _recipients(mb: Mailbox, m: IndexedMessage) -> list[dto.Person]:
-    # To/Cc are not in the index: read them for the page's rows only.
+    if m.recipients is not None:
+        return stored_recipients(m)
+    # Indexed before the tagging pass stored recipients: read the page's rows only.
     pairs = email.utils.getaddresses([mb.reader.header(m.message_id, "To"),
                                       mb.reader.header(m.message_id, "Cc")])
     return [dto.Person(name=n, address=a.lower()) for n, a in pairs if a]

@@ -14,16 +14,17 @@ Running the pass again finds no ``new`` messages and changes nothing.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .body import HeaderInfo, parse_headers
 from .config import Config, TagRule
-from .nm import MATCH_NOTHING, Reader, WriteTxn, Writer, id_query, quote
+from .nm import MATCH_NOTHING, RECIPIENTS_PROPERTY, Reader, WriteTxn, Writer, id_query, quote
 
 BATCH_SIZE = 200
 NEW_TAG = "new"
-_LIST_ID = re.compile(r"<([^<>\s]+)>")
 # from: values are re-parsed by notmuch, so only plain addresses go into a query: no quotes,
 # wildcards or regex slashes that could change its meaning.
 _PLAIN_ADDRESS = re.compile(r"^[^\s\"*/()\\]+@[^\s\"*/()\\]+$")
@@ -38,16 +39,6 @@ class TaggingReport:
     def count(self, tags: Sequence[str], n: int = 1) -> None:
         for tag in tags:
             self.tagged[tag] = self.tagged.get(tag, 0) + n
-
-
-def list_id(header_value: str) -> str | None:
-    """The bare id of a List-Id header: ``Rust Users <rust-users.example.org>`` -> the part in <>.
-    Lower-cased, since list ids compare case-insensitively."""
-    match = _LIST_ID.search(header_value)
-    if match:
-        return match.group(1).lower()
-    bare = header_value.strip().strip("<>").strip()
-    return bare.lower() if bare and " " not in bare else None
 
 
 def me_query(addresses: Sequence[str]) -> str:
@@ -75,12 +66,42 @@ def rule_query(rule: TagRule, config: Config) -> str:
     return _FOLDER_PLACEHOLDER.sub(lambda m: folders_query(roles.get(m.group(1), [])), query)
 
 
-def _tag_lists(txn: WriteTxn, ids: Sequence[str], report: TaggingReport) -> None:
+MAX_RECIPIENTS = 5
+HEAD_BYTES = 256 * 1024  # enough for any sane header block; the body is never read
+
+
+def read_head(txn: WriteTxn, message_id: str) -> HeaderInfo:
+    """Parse the header block of the message's first readable file."""
+    message = txn.get(message_id)
+    for name in message.filenames if message else ():
+        try:
+            with open(name, "rb") as fh:
+                return parse_headers(fh.read(HEAD_BYTES))
+        except OSError:
+            continue
+    return HeaderInfo(to=[], cc=[], list_id=None)
+
+
+def recipients_value(head: HeaderInfo) -> str:
+    """The first few To/Cc recipients as a JSON list of [name, address], for
+    RECIPIENTS_PROPERTY (JSON, because names hold commas, quotes and non-ASCII text)."""
+    pairs = [[a.name, a.address] for a in [*head.to, *head.cc] if a.address]
+    return json.dumps(pairs[:MAX_RECIPIENTS], ensure_ascii=False)
+
+
+def store_recipients(txn: WriteTxn, message_id: str, head: HeaderInfo | None = None) -> None:
+    txn.set_property(message_id, RECIPIENTS_PROPERTY,
+                     recipients_value(head or read_head(txn, message_id)))
+
+
+def _read_headers(txn: WriteTxn, ids: Sequence[str], report: TaggingReport) -> None:
+    """The one pass over new messages that reads headers notmuch does not keep as values."""
     for mid in ids:
-        lid = list_id(txn.header(mid, "List-Id"))
+        head = read_head(txn, mid)
+        store_recipients(txn, mid, head)
+        lid = head.list_id.lower() if head.list_id else None
         if lid:
-            tags = ("list", f"list/{lid}")
-            txn.change_tags([mid], add=tags)
+            txn.change_tags([mid], add=("list", f"list/{lid}"))
             report.count(["list"])
 
 
@@ -95,9 +116,20 @@ def _apply_rules(txn: WriteTxn, ids: Sequence[str], config: Config, report: Tagg
 
 
 def _tag_batch(txn: WriteTxn, ids: Sequence[str], config: Config, report: TaggingReport) -> None:
-    _tag_lists(txn, ids, report)
+    _read_headers(txn, ids, report)
     _apply_rules(txn, ids, config, report)
     txn.change_tags(ids, remove=[NEW_TAG])
+
+
+def backfill_recipients(reader: Reader, writer: Writer, *, batch_size: int = BATCH_SIZE) -> int:
+    """Store recipients for messages indexed before our hook was installed (an adopted setup).
+    Reads each such file once; later runs find nothing to do."""
+    missing = [m.message_id for m in reader.messages("*", exclude_tags=(), sort="none")
+               if m.recipients is None]
+    for start in range(0, len(missing), batch_size):
+        ids = missing[start:start + batch_size]
+        writer.run(lambda txn, ids=ids: [store_recipients(txn, mid) for mid in ids])
+    return len(missing)
 
 
 def run_tagging(config: Config, reader: Reader, writer: Writer, *,

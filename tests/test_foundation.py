@@ -108,6 +108,11 @@ def test_init_keeps_an_existing_notmuch_config_and_chains_its_hook(mail_env: Mai
     assert (hooks / "post-new.before-fmail-nm").read_text().startswith("#!/bin/sh\necho ran")
     runs_after_init = marker.read_text().count("ran")
     assert runs_after_init == 1  # init's notmuch new ran both hooks
+    # Mail indexed before fmail-nm arrived gets its recipients stored by init (backfill).
+    with Reader() as reader:
+        before = reader.find("school-trip-1@example.com")
+    assert before is not None and before.recipients is not None
+    assert "alex@example.org" in before.recipients
 
     # New mail later: `notmuch new` run by the user runs their hook and our tagging pass.
     new_mail = mail_env.mail_root / "personal" / "INBOX" / "new" / "1800000000.1_1.test,U=9999"

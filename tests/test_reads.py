@@ -34,6 +34,7 @@ def test_search_finds_named_messages_with_index_fields(mb: reads.Mailbox) -> Non
     assert first.account == "personal"
     assert first.folders == ["personal/INBOX"]
     assert first.date == "2026-03-09T06:55:00Z"
+    assert [p.address for p in first.to] == ["alex@example.org"]
     assert "inbox" in first.tags
 
 
@@ -82,6 +83,18 @@ def test_since_until_and_account_scope(mb: reads.Mailbox) -> None:
     assert all(any(f.startswith("work/") for f in r.folders) for r in work.results)
     with pytest.raises(reads.ToolError, match="ISO 8601"):
         reads.search_emails(mb, "", since="last tuesday")
+
+
+def test_recipients_come_from_the_index(mb: reads.Mailbox) -> None:
+    row = reads.search_emails(mb, "id:multi-rcpt-1@example.com").results[0]
+    # To then Cc, decoded, capped at five (the sixth, Sam Okafor, is left out).
+    assert [(p.name, p.address) for p in row.to] == [
+        ("Morgan, Alex", "alex@example.org"),
+        ('Dr. "Bob" O\'Neil', "bob.oneil@example.net"),
+        ("Chloe Dubois", "chloe.dubois@example.net"),
+        ("Müller, Jürgen", "juergen.mueller@example.com"),
+        ("", "ben.carter@example.net"),
+    ]
 
 
 def test_duplicate_message_id_lists_both_folders(mb: reads.Mailbox) -> None:
