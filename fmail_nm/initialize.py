@@ -128,8 +128,8 @@ def repair_maildirs(mail_root: Path, folders: list[str]) -> list[str]:
 
 
 def fmail_command(settings: Settings) -> list[str]:
-    """The argv our hooks use to call back into fmail-nm: this very interpreter, so the hook
-    works whether or not the virtualenv is on the PATH of whoever runs notmuch new."""
+    """The argv that runs fmail-nm from outside (our hooks, MCP client configs): this very
+    interpreter, so it works whether or not the virtualenv is on the caller's PATH."""
     argv = [sys.executable, "-m", "fmail_nm"]
     if settings.path is not None:
         argv += ["--config", str(settings.path.resolve())]

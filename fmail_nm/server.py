@@ -216,11 +216,8 @@ async def serve_stdio(config: Config) -> None:
 
 
 def _stdio_command(config: Config) -> list[str]:
-    import sys
-    argv = [sys.executable, "-m", "fmail_nm"]
-    if config.settings.path is not None:
-        argv += ["--config", str(config.settings.path.resolve())]
-    return argv + ["serve", "--transport", "stdio"]
+    from .initialize import fmail_command
+    return fmail_command(config.settings) + ["serve", "--transport", "stdio"]
 
 
 def connection_help(config: Config, *, host: str, port: int, show_token: bool) -> str:
