@@ -7,9 +7,13 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .config import ConfigError, load_settings
+
+if TYPE_CHECKING:
+    from .indexing import IndexSummary
 
 log = logging.getLogger("fmail_nm")
 
@@ -43,7 +47,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_index_summary(summary) -> None:  # type: ignore[no-untyped-def]
+def print_index_summary(summary: IndexSummary) -> None:
     counts = ", ".join(f"{tag} {n}" for tag, n in summary.counts.items())
     print(f"indexed: {summary.added} new, {summary.total} messages in all ({counts})")
 

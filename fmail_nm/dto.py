@@ -5,20 +5,12 @@ They double as the MCP tools' output schemas, so a field added here is a contrac
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field
 
 
-def _strip_titles(schema: dict[str, Any]) -> None:
-    # Titles repeat the field names: dropping them keeps the whole tool list small.
-    schema.pop("title", None)
-    for prop in schema.get("properties", {}).values():
-        prop.pop("title", None)
-
-
 class Dto(BaseModel):
-    model_config = ConfigDict(json_schema_extra=_strip_titles, populate_by_name=True)
+    # "from" is a keyword: fields are built as from_ and serialised under their alias.
+    model_config = ConfigDict(populate_by_name=True)
 
 
 class Person(Dto):
@@ -109,7 +101,6 @@ class ThreadMessage(Dto):
     id: str
     depth: int
     in_reply_to: str | None
-    matched: bool
     subject: str
     from_: Person = Field(alias="from", serialization_alias="from")
     date: str | None

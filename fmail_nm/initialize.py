@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import Settings
+from .config import Settings, maildir_folders
 from .hooks_install import HookAction, install_hooks
 from .nm import ensure_database, notmuch_settings
 
@@ -157,8 +157,6 @@ def ensure_notmuch_config(explicit: str | None, mail_root: Path | None, name: st
 def prepare(settings: Settings, *, notmuch_config: str | None, mail_root: Path | None,
             name: str, addresses: list[str]) -> InitReport:
     """Everything init does before indexing: config, maildir repair and hooks."""
-    from .config import maildir_folders
-
     config_path, wrote = ensure_notmuch_config(notmuch_config, mail_root, name, addresses)
     # The hook directory is only resolved once a database exists.
     ensure_database(config_path)

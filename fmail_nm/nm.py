@@ -102,7 +102,6 @@ class ThreadNode:
     message: IndexedMessage
     depth: int
     parent_id: str | None
-    matched: bool
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,10 +355,9 @@ class Reader:
             ]
         return self._query(page)
 
-    def thread(self, thread_id: str, match_query: str | None = None) -> list[ThreadNode]:
+    def thread(self, thread_id: str) -> list[ThreadNode]:
         """A whole thread in reply order (depth-first), excluded messages included."""
         def walk(db: notmuch2.Database) -> list[ThreadNode]:
-            matched = set(_ids(db, f"thread:{quote(thread_id)} AND ({match_query})")) if match_query else None
             threads = list(db.threads(f"thread:{quote(thread_id)}", exclude_tags=()))
             if not threads:
                 return []
@@ -367,8 +365,7 @@ class Reader:
 
             def visit(msg: notmuch2.Message, depth: int, parent: str | None) -> None:
                 mid = str(msg.messageid)
-                nodes.append(ThreadNode(_indexed(msg), depth, parent,
-                                        matched is None or mid in matched))
+                nodes.append(ThreadNode(_indexed(msg), depth, parent))
                 for reply in msg.replies():
                     visit(reply, depth + 1, mid)
             for top in threads[0].toplevel():

@@ -338,7 +338,7 @@ def get_thread(mb: Mailbox, thread_id: str, include_bodies: bool = True,
 def _thread_message(node: ThreadNode, body: dto.Body | None) -> dto.ThreadMessage:
     m = node.message
     return dto.ThreadMessage(id=m.message_id, depth=node.depth, in_reply_to=node.parent_id,
-                             matched=node.matched, subject=m.subject, from_=person(m.from_header),
+                             subject=m.subject, from_=person(m.from_header),
                              date=iso(m.date), tags=sorted(m.tags), body=body)
 
 

@@ -104,14 +104,13 @@ def test_duplicate_message_id_lists_both_folders(mb: reads.Mailbox) -> None:
 
 
 def test_list_threads_counts(mb: reads.Mailbox) -> None:
-    threads = reads.list_threads(mb, "thread-deep OR subject:pizza", limit=500)
     deep = reads.list_threads(mb, "id:thread-deep-1@example.net", limit=5)
     assert deep.total == 1
     t = deep.threads[0]
     assert t.message_count == 8
     assert t.matched_count == 1
-    assert "Ben Carter" in t.authors[0] or any("Ben" in a for a in t.authors)
-    assert threads.total >= 0
+    assert "Ben Carter" in t.authors
+    assert t.unread_count == 0
 
 
 def test_get_thread_in_reply_order_with_depth(mb: reads.Mailbox) -> None:
