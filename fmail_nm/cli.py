@@ -62,13 +62,83 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def cmd_hook(args: argparse.Namespace) -> int:
     from .app import load_config
+    from .indexing import post_new
     from .nm import Reader, Writer
-    from .tagging import run_tagging
 
     config = load_config(args.config)
     with Reader(config.settings.notmuch_config) as reader, Writer(config.settings.notmuch_config) as writer:
-        report = run_tagging(config, reader, writer)
-    log.info("tagged %d new messages in %d batches", report.messages, report.batches)
+        report = post_new(config, reader, writer)
+    log.info("tagged %d new messages in %d batches; blocklist: +%d -%d; sidecar: %d updated, "
+             "%d removed", report.tagging.messages, report.tagging.batches,
+             report.blocklist.tagged, report.blocklist.untagged, report.mirror.upserted,
+             report.mirror.removed)
+    return 0
+
+
+def cmd_sidecar(args: argparse.Namespace) -> int:
+    from .app import load_config
+    from .mirror import check, sync_sidecar
+    from .nm import Reader
+    from .sidecar import opened, sidecar_path
+
+    config = load_config(args.config)
+    with Reader(config.settings.notmuch_config) as reader:
+        if args.action in ("sync", "rebuild"):
+            report = sync_sidecar(config, reader, full=args.action == "rebuild")
+            print(f"sidecar {'rebuilt' if report.full else 'synced'}: {report.upserted} updated, "
+                  f"{report.parsed} parsed, {report.removed} removed (notmuch revision "
+                  f"{report.revision})")
+            return 0
+        with opened(sidecar_path(config.data_dir)) as conn:
+            problems = check(config, reader, conn, parse_files=args.files)
+    for line in problems[:200]:
+        print(line)
+    if len(problems) > 200:
+        print(f"... and {len(problems) - 200} more")
+    print("sidecar matches notmuch" if not problems else f"{len(problems)} difference(s) found; "
+          "`fmail-nm sidecar sync` fixes them (or `rebuild`)")
+    return 0 if not problems else 1
+
+
+def cmd_contacts(args: argparse.Namespace) -> int:
+    from . import contacts
+    from .app import load_config
+    from .mirror import sync_sidecar
+    from .nm import Reader, Writer
+    from .sidecar import blocked_addresses, opened
+
+    config = load_config(args.config)
+    with opened(contacts.sidecar_file(config)) as conn:
+        if args.action == "search":
+            rows = contacts.search(conn, " ".join(args.args), blocked_only=args.blocked,
+                                   limit=args.limit)
+            print(contacts.format_rows(rows), end="")
+            return 0
+        if args.action == "export":
+            if args.args:
+                with open(args.args[0], "w", newline="", encoding="utf-8") as out:
+                    n = contacts.export_csv(conn, out)
+                print(f"exported {n} contacts to {args.args[0]}", file=sys.stderr)
+            else:
+                contacts.export_csv(conn, sys.stdout)
+            return 0
+        if args.action == "import":
+            if len(args.args) != 1:
+                raise ValueError("usage: fmail-nm contacts import FILE.csv")
+            with open(args.args[0], newline="", encoding="utf-8") as source:
+                n = contacts.import_csv(conn, source)
+            print(f"imported {n} contacts")
+        else:
+            if not args.args:
+                raise ValueError(f"usage: fmail-nm contacts {args.action} ADDRESS...")
+            done = contacts.set_blocked(conn, args.args, args.action == "block")
+            print(f"{args.action}ed: {', '.join(done)}")
+        blocked = blocked_addresses(conn)
+    notmuch_config = config.settings.notmuch_config
+    with Reader(notmuch_config) as reader, Writer(notmuch_config) as writer:
+        report = contacts.apply_blocklist(config, reader, writer, blocked)
+        sync_sidecar(config, reader)
+    print(f"mail tagged blocked: {report.tagged}, released: {report.untagged}")
     return 0
 
 
@@ -142,6 +212,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", choices=["post-new"])
     p.set_defaults(func=cmd_hook)
 
+    p = command("sidecar", help="the sidecar SQLite (mirror, contacts): sync, rebuild or check it")
+    p.add_argument("action", choices=["sync", "rebuild", "check"])
+    p.add_argument("--files", action="store_true",
+                   help="check: also re-parse every message file (slower)")
+    p.set_defaults(func=cmd_sidecar)
+
+    p = command("contacts", help="search contacts, block/unblock senders, export/import CSV")
+    p.add_argument("action", choices=["search", "block", "unblock", "export", "import"])
+    p.add_argument("args", nargs="*", help="search text, addresses, or a CSV file")
+    p.add_argument("--blocked", action="store_true", help="search: blocked contacts only")
+    p.add_argument("--limit", type=int, default=50)
+    p.set_defaults(func=cmd_contacts)
+
     p = command("serve", help="serve the mail over MCP (stdio or Streamable HTTP)")
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
@@ -179,8 +262,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fmail-nm: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # a clear one-line error; --verbose shows the traceback
+        import sqlite3
+
+        from .mirror import SyncInProgress
         from .nm import NotmuchAccessError
-        if isinstance(exc, NotmuchAccessError):
+        from .sidecar import SidecarError
+        if isinstance(exc, (NotmuchAccessError, SidecarError, SyncInProgress, sqlite3.Error)):
             log.debug("details", exc_info=True)
             print(f"fmail-nm: {exc}", file=sys.stderr)
             return 1

@@ -430,6 +430,10 @@ _IS_TAGS = {
     "spam": "spam",
     "deleted": "deleted",
 }
+
+# Tags that always come with another one, so asking for the first must lift the second's
+# exclusion too.
+_IMPLIED_TAGS = {"blocked": ("spam",)}
 _IS_VALUES = sorted([*_IS_TAGS, "read"])
 # Folder roles: DSL name -> (role key(s) in DslContext.folder_roles, the tag with that meaning).
 _ROLES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -612,6 +616,8 @@ class _Parser:
     def _tag_atom(self, tag: str) -> _Node:
         # Naming an excluded tag means the user wants to see it (notmuch does the same).
         self.lifted.add(tag)
+        # Blocked mail is also tagged spam (see contacts.py): asking for it must show it.
+        self.lifted.update(_IMPLIED_TAGS.get(tag, ()))
         return _term_atom("tag", tag)
 
     def _tag(self, name: str, value: str, pos: int) -> _Node:

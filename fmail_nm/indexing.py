@@ -9,11 +9,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .config import Config
+from .contacts import BlockReport, apply_blocklist, read_blocklist
+from .mirror import MirrorReport, sync_sidecar
 from .nm import NotmuchAccessError, Reader, Writer, run_notmuch_new
 from .tagging import TaggingReport, backfill_recipients, run_tagging
 
 _PROGRESS = re.compile(r"Processed (\d+)(?: of (\d+))? files?")
 _ADDED = re.compile(r"Added (\d+) new messages?")
+
+
+@dataclass(frozen=True)
+class PostNewReport:
+    tagging: TaggingReport
+    blocklist: BlockReport
+    mirror: MirrorReport
+
+
+def post_new(config: Config, reader: Reader, writer: Writer) -> PostNewReport:
+    """What follows every ``notmuch new``: tag new mail, apply the blocklist, sync the sidecar
+    (in that order: the sidecar mirrors the final tags)."""
+    tagging = run_tagging(config, reader, writer)
+    blocklist = apply_blocklist(config, reader, writer, read_blocklist(config))
+    return PostNewReport(tagging, blocklist, sync_sidecar(config, reader))
 
 
 @dataclass(frozen=True)
@@ -68,9 +85,9 @@ def run_index(config: Config, *, show_progress: bool | None = None, backfill: bo
         raise IndexingFailed(f"notmuch new failed (exit {result.returncode}):\n{result.output.strip()}")
     added = int(m.group(1)) if (m := _ADDED.search(result.output)) else 0
     with Reader(notmuch_config) as reader, Writer(notmuch_config) as writer:
-        tagging = run_tagging(config, reader, writer)
         if backfill:
             backfill_recipients(reader, writer)
+        report = post_new(config, reader, writer)
         return IndexSummary(added=added, total=reader.count("*", exclude_tags=()),
-                            counts=summary_counts(reader), tagging=tagging,
+                            counts=summary_counts(reader), tagging=report.tagging,
                             notmuch_output=result.output)

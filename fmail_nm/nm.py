@@ -324,6 +324,18 @@ class Reader:
                 return None
         return self._retrying(get)
 
+    def find_many(self, message_ids: Sequence[str]) -> list[IndexedMessage | None]:
+        """Several messages by Message-ID in one snapshot; None for those not in the index."""
+        def get(db: notmuch2.Database) -> list[IndexedMessage | None]:
+            found: list[IndexedMessage | None] = []
+            for mid in message_ids:
+                try:
+                    found.append(_indexed(db.find(mid)))
+                except LookupError:
+                    found.append(None)
+            return found
+        return self._retrying(get)
+
     def header(self, message_id: str, name: str) -> str:
         """A header of one message ("" when missing); headers beyond From/Subject/Message-ID
         parse the file, so keep this off listing paths."""
@@ -450,6 +462,13 @@ class WriteTxn:
             del msg.properties[key]
             msg.properties[key] = value
         return True
+
+    def get_property(self, message_id: str, key: str) -> str | None:
+        """A message property (the first value if several); None if unset or the message is gone."""
+        try:
+            return _property(self._db.find(message_id), key)
+        except LookupError:
+            return None
 
     def add_file(self, path: str | os.PathLike[str], *, sync_flags: bool = True) -> IndexedMessage:
         added = self._db.add(path, sync_flags=sync_flags and self.sync_flags)

@@ -570,6 +570,8 @@ def test_combination() -> None:
         ("label:deleted", ("spam",)),
         ("is:spam", ("deleted",)),
         ("is:deleted", ("spam",)),
+        ("is:blocked", ("deleted",)),  # blocked mail is tagged spam too
+        ("tag:blocked", ("deleted",)),
         ("-is:spam", ("deleted",)),
         ("in:trash", ("spam",)),
         ("in:spam", ("deleted",)),

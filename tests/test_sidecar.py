@@ -1,0 +1,351 @@
+"""The sidecar mirror against real notmuch on the fixture mail: complete, exact, incremental,
+crash-safe; and the blocklist acting on mail."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fmail_nm import body as bodymod
+from fmail_nm import mirror, reads, sidecar
+from fmail_nm.nm import Reader
+
+from .conftest import MailEnv
+
+DUMP_QUERIES = {
+    "messages": "SELECT * FROM messages ORDER BY message_id",
+    "message_tags": "SELECT * FROM message_tags ORDER BY message_id, tag",
+    "message_folders": "SELECT * FROM message_folders ORDER BY message_id, folder",
+    "message_addresses": "SELECT * FROM message_addresses ORDER BY message_id, role, email",
+    "contact_stats": "SELECT * FROM contact_stats ORDER BY email_address",
+}
+
+
+def sidecar_file(env: MailEnv) -> Path:
+    return sidecar.sidecar_path(env.config().data_dir)
+
+
+def dump(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    with sidecar.opened(path) as conn:
+        return {name: conn.execute(sql).fetchall() for name, sql in DUMP_QUERIES.items()}
+
+
+def sync(env: MailEnv, *, full: bool = False) -> mirror.MirrorReport:
+    with Reader() as reader:
+        return mirror.sync_sidecar(env.config(), reader, full=full)
+
+
+def problems(env: MailEnv, *, parse_files: bool = True) -> list[str]:
+    with Reader() as reader, sidecar.opened(sidecar_file(env)) as conn:
+        return mirror.check(env.config(), reader, conn, parse_files=parse_files)
+
+
+def rebuilt_copy(env: MailEnv, tmp_path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """What a full rebuild from scratch produces, in a separate sidecar file."""
+    other = tmp_path / "fresh.sqlite3"
+    with Reader() as reader, sidecar.opened(other) as conn:
+        mirror.Mirror(env.config(), reader, conn).sync(full=True)
+    return dump(other)
+
+
+def notmuch_show_all(env: MailEnv) -> list[dict[str, Any]]:
+    """Every message as the notmuch CLI shows it (an independent view of the index)."""
+    out = env.notmuch("show", "--format=json", "--body=false", "--entire-thread=false",
+                      "--exclude=false", "*").stdout
+    messages: list[dict[str, Any]] = []
+
+    def walk(node: Any, thread: int) -> None:
+        if isinstance(node, dict):
+            messages.append({**node, "_thread": thread})
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, thread)
+    for number, thread in enumerate(json.loads(out)):
+        walk(thread, number)
+    return messages
+
+
+# ---------------------------------------------------------------------------------------------
+# Completeness and exactness
+
+
+def test_every_message_is_mirrored_with_the_fields_notmuch_and_the_file_give(indexed: MailEnv) -> None:
+    shown = notmuch_show_all(indexed)
+    assert len(shown) == 169
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        conn.row_factory = sqlite3.Row
+        rows = {r["message_id"]: r for r in conn.execute("SELECT * FROM emails")}
+    assert set(rows) == {m["id"] for m in shown}
+    threads: dict[int, set[str]] = {}
+    for m in shown:
+        row, headers = rows[m["id"]], m["headers"]
+        name, address = email.utils.parseaddr(headers.get("From", ""))
+        assert (row["sender_email"], row["sender_name"]) == (address.lower(), name), m["id"]
+        assert row["subject"] == headers.get("Subject", ""), m["id"]
+        assert json.loads(row["tags"]) == sorted(m["tags"]), m["id"]
+        assert row["is_read"] == int("unread" not in m["tags"])
+        assert row["is_flagged"] == int("flagged" in m["tags"])
+        assert row["has_attachment"] == int("attachment" in m["tags"])
+        expected_date = reads.iso(m["timestamp"]) if m["timestamp"] else None
+        assert row["date"] == expected_date, m["id"]
+        files = m["filename"] if isinstance(m["filename"], list) else [m["filename"]]
+        folders = sorted({mirror.notmuch_folder(f, indexed.mail_root) for f in files})
+        assert json.loads(row["folders"]) == folders, m["id"]
+        recipients = {a.lower() for _, a in email.utils.getaddresses(
+            [headers.get("To", ""), headers.get("Cc", "")]) if a}
+        assert {r["email"] for r in json.loads(row["recipients"])} == recipients, m["id"]
+        with open(files[0], "rb") as fh:
+            raw = fh.read()
+        assert row["body_preview"] == bodymod.preview(bodymod.parse_message(raw).text, 200)
+        assert row["uid"] == sidecar.uid_for(m["id"])
+        threads.setdefault(m["_thread"], set()).add(row["thread_id"])
+    assert all(len(ids) == 1 for ids in threads.values())  # one thread id per notmuch thread
+    assert len({next(iter(ids)) for ids in threads.values()}) == len(threads)
+
+
+def test_check_reports_nothing_after_index_and_finds_a_tampered_row(indexed: MailEnv) -> None:
+    assert problems(indexed) == []
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        conn.execute("UPDATE messages SET subject = 'tampered' "
+                     "WHERE message_id = 'school-trip-1@example.com'")
+    found = problems(indexed)
+    assert len(found) == 1 and "school-trip-1@example.com: subject" in found[0]
+    cli = indexed.fmail("sidecar", "check", check=False)
+    assert cli.returncode == 1 and "1 difference" in cli.stdout
+    indexed.fmail("sidecar", "rebuild")
+    assert indexed.fmail("sidecar", "check").stdout.strip().endswith("sidecar matches notmuch")
+
+
+def test_primary_folder_and_account_follow_the_v2_columns(indexed: MailEnv) -> None:
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        rows = dict(conn.execute(
+            "SELECT message_id, account_name || ':' || folder FROM emails WHERE message_id IN "
+            "('school-trip-1@example.com', 'self-cc-1@example.org', 'both-accounts-1@example.com', "
+            "'work-trash-1@acme.test')").fetchall())
+    assert rows == {
+        "school-trip-1@example.com": "personal:INBOX",
+        "self-cc-1@example.org": "personal:INBOX",  # Sent + INBOX: the inbox copy is primary
+        "both-accounts-1@example.com": "personal:INBOX",
+        "work-trash-1@acme.test": "work:Trash",
+    }
+
+
+def test_the_v2_example_query_works_verbatim(indexed: MailEnv) -> None:
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        rows = conn.execute("SELECT * FROM emails WHERE folder='INBOX' AND is_read=0 "
+                            "ORDER BY date DESC LIMIT 10").fetchall()
+    expected = indexed.notmuch("search", "--output=messages", "--sort=newest-first",
+                               "--exclude=false", "tag:unread AND (folder:personal/INBOX OR "
+                               "folder:work/INBOX)").stdout.split()
+    assert [r[10] for r in rows] == [e.removeprefix("id:") for e in expected][:10]
+
+
+def test_contact_figures_are_harvested_from_headers(indexed: MailEnv) -> None:
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        conn.row_factory = sqlite3.Row
+        anna = conn.execute("SELECT * FROM contacts WHERE email_address = "
+                            "'anna.schmidt@example.com'").fetchone()
+        me = conn.execute("SELECT is_me FROM contacts WHERE email_address = 'amorgan@acme.test'").fetchone()
+    shown = notmuch_show_all(indexed)
+    from_anna = [m for m in shown
+                 if email.utils.parseaddr(m["headers"]["From"])[1].lower() == "anna.schmidt@example.com"]
+    mine = {"alex@example.org", "alex.morgan@example.org", "amorgan@acme.test"}
+    to_anna = [m for m in shown
+               if email.utils.parseaddr(m["headers"]["From"])[1].lower() in mine
+               and "anna.schmidt@example.com" in {a.lower() for _, a in email.utils.getaddresses(
+                   [m["headers"].get("To", ""), m["headers"].get("Cc", "")])}]
+    assert anna["messages_from"] == len(from_anna) > 0
+    assert anna["messages_to"] == len(to_anna) > 0
+    assert anna["name"] == "Anna Schmidt" and anna["is_me"] == 0 and anna["is_blocked"] == 0
+    assert me["is_me"] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Incremental sync
+
+
+def _file_of(env: MailEnv, message_id: str) -> Path:
+    return Path(env.notmuch("search", "--output=files", "--exclude=false",
+                            f"id:{message_id}").stdout.split()[0])
+
+
+def test_incremental_sync_after_tags_moves_and_removals_equals_a_rebuild(
+        indexed: MailEnv, tmp_path: Path) -> None:
+    path = sidecar_file(indexed)
+    indexed.notmuch("tag", "+important", "-inbox", "--", "id:school-trip-1@example.com")
+    moved = _file_of(indexed, "lunch-1@acme.test")
+    shutil.move(moved, indexed.mail_root / "work" / "Trash" / "cur" / moved.name.split(",U=")[0])
+    os.unlink(_file_of(indexed, "water-1@example.com"))
+    indexed.notmuch("new")  # runs our post-new hook, which syncs the sidecar
+    with sidecar.opened(path) as conn:
+        assert conn.execute("SELECT count(*) FROM messages WHERE message_id = 'water-1@example.com'").fetchone()[0] == 0
+        assert conn.execute("SELECT folder FROM messages WHERE message_id = 'lunch-1@acme.test'").fetchone()[0] == "Trash"
+        assert "important" in json.loads(conn.execute(
+            "SELECT tags FROM messages WHERE message_id = 'school-trip-1@example.com'").fetchone()[0])
+    assert problems(indexed) == []
+    assert dump(path) == rebuilt_copy(indexed, tmp_path)
+
+
+def test_sync_without_changes_parses_nothing(indexed: MailEnv) -> None:
+    report = sync(indexed)
+    assert (report.full, report.upserted, report.parsed, report.removed) == (False, 0, 0, 0)
+    indexed.notmuch("tag", "+x", "--", "id:school-trip-1@example.com")
+    report = sync(indexed)
+    assert (report.upserted, report.parsed) == (1, 0)  # a tag change re-reads no file
+
+
+def test_a_removed_message_is_dropped_even_though_the_revision_does_not_move(indexed: MailEnv) -> None:
+    before = indexed.notmuch("count", "--lastmod", "*").stdout.split()[2]
+    os.unlink(_file_of(indexed, "water-1@example.com"))
+    indexed.notmuch("new", "--no-hooks")
+    assert indexed.notmuch("count", "--lastmod", "*").stdout.split()[2] == before
+    report = sync(indexed)
+    assert report.removed == 1
+    assert problems(indexed, parse_files=False) == []
+
+
+def test_a_new_notmuch_database_means_a_full_rebuild(indexed: MailEnv, tmp_path: Path) -> None:
+    shutil.rmtree(indexed.mail_root / ".notmuch")
+    indexed.notmuch("new", "--no-hooks")
+    report = sync(indexed)
+    assert report.full and report.upserted == 169
+    assert problems(indexed) == []
+
+
+CRASHING_SYNC = textwrap.dedent("""
+    import os, signal, sys
+    from fmail_nm import mirror, sidecar
+    from fmail_nm.app import load_config
+    from fmail_nm.nm import Reader
+
+    batches = 0
+    def crash(n):
+        global batches
+        batches += 1
+        if batches == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+    config = load_config()
+    with Reader() as reader, sidecar.opened(sidecar.sidecar_path(config.data_dir)) as conn:
+        mirror.Mirror(config, reader, conn, batch_size=20, on_batch=crash).sync(full=True)
+    print("not killed")
+""")
+
+
+def test_a_sync_killed_midway_is_completed_by_the_next_run(indexed: MailEnv, tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", CRASHING_SYNC], env={**os.environ, **indexed.env},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        partial = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+        window = json.loads(sidecar.get_state(conn, "window") or "{}")
+    assert partial == 60 and window["after"]  # three committed batches, position saved
+    report = sync(indexed)
+    assert not report.full and report.upserted == 169 - 60
+    assert problems(indexed) == []
+    assert dump(sidecar_file(indexed)) == rebuilt_copy(indexed, tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocklist
+
+
+NEW_FROM_BANK = b"""From: Northwind Bank <no-reply@northwind-bank.example.com>
+To: Alex Morgan <alex@example.org>
+Subject: Your December statement
+Date: Tue, 01 Dec 2026 06:15:00 +0000
+Message-ID: <statement-2026-12@northwind-bank.example.com>
+
+Your statement is ready.
+"""
+
+
+@pytest.fixture
+def mailbox(indexed: MailEnv) -> Iterator[reads.Mailbox]:
+    with Reader() as reader:
+        yield reads.Mailbox(indexed.config(), reader)
+
+
+def _search_ids(mb: reads.Mailbox, query: str) -> set[str]:
+    return {r.id for r in reads.search_emails(mb, query, limit=500).results}
+
+
+def test_blocking_hides_a_sender_now_and_later_and_unblocking_restores(
+        indexed: MailEnv, mailbox: reads.Mailbox) -> None:
+    bank = "no-reply@northwind-bank.example.com"
+    before_inbox = _search_ids(mailbox, "in:inbox")
+    from_bank = _search_ids(mailbox, f"from:{bank}")
+    assert len(from_bank) == 23 and from_bank & before_inbox
+
+    out = indexed.fmail("contacts", "block", bank).stdout
+    assert "mail tagged blocked: 23" in out
+    assert _search_ids(mailbox, f"from:{bank}") == set()
+    assert _search_ids(mailbox, "in:inbox") == before_inbox - from_bank
+    assert _search_ids(mailbox, "is:blocked") == from_bank
+
+    (indexed.mail_root / "personal" / "INBOX" / "new" / "1796200000.1_1.host").write_bytes(NEW_FROM_BANK)
+    indexed.fmail("index", "--quiet")
+    new_tags = indexed.notmuch("search", "--output=tags", "--exclude=false",
+                               "id:statement-2026-12@northwind-bank.example.com").stdout.split()
+    assert {"blocked", "spam"} <= set(new_tags)
+    assert "statement-2026-12@northwind-bank.example.com" in _search_ids(mailbox, "is:blocked")
+
+    indexed.fmail("contacts", "unblock", bank)
+    assert _search_ids(mailbox, f"from:{bank}") == from_bank | {"statement-2026-12@northwind-bank.example.com"}
+    assert _search_ids(mailbox, "is:blocked") == set()
+    assert problems(indexed, parse_files=False) == []
+
+
+def test_unblocking_keeps_spam_on_mail_in_a_junk_folder(indexed: MailEnv, mailbox: reads.Mailbox) -> None:
+    junk_sender = indexed.notmuch("address", "--output=sender", "--exclude=false",
+                                  "folder:personal/Junk").stdout.split("\n")[0]
+    address = email.utils.parseaddr(junk_sender)[1]
+    assert address
+    indexed.fmail("contacts", "block", address)
+    indexed.fmail("contacts", "unblock", address)
+    tags = indexed.notmuch("search", "--output=tags", "--exclude=false",
+                           f"from:{address} AND folder:personal/Junk").stdout.split()
+    assert "spam" in tags and "blocked" not in tags
+
+
+def test_contacts_export_and_import_survive_a_rebuild(indexed: MailEnv, tmp_path: Path) -> None:
+    path = sidecar_file(indexed)
+    indexed.fmail("contacts", "block", "junk@prizes.example.net")
+    with sidecar.opened(path) as conn:
+        conn.execute("UPDATE contacts SET notes = 'class rep, prefers phone' "
+                     "WHERE email_address = 'anna.schmidt@example.com'")
+    exported = tmp_path / "contacts.csv"
+    indexed.fmail("contacts", "export", str(exported))
+    path.unlink()
+    indexed.fmail("sidecar", "rebuild")
+    with sidecar.opened(path) as conn:
+        assert conn.execute("SELECT count(*) FROM contact_info").fetchone()[0] == 0
+    assert "imported 2 contacts" in indexed.fmail("contacts", "import", str(exported)).stdout
+    with sidecar.opened(path) as conn:
+        rows = dict(conn.execute("SELECT email_address, coalesce(notes, is_blocked) FROM contacts "
+                                 "WHERE email_address IN ('anna.schmidt@example.com', "
+                                 "'junk@prizes.example.net')").fetchall())
+    assert rows == {"anna.schmidt@example.com": "class rep, prefers phone",
+                    "junk@prizes.example.net": 1}
+
+
+def test_contacts_cli_rejects_bad_input_without_changing_anything(indexed: MailEnv, tmp_path: Path) -> None:
+    bad = indexed.fmail("contacts", "block", "not-an-address", check=False)
+    assert bad.returncode == 2 and "not an email address" in bad.stderr
+    csv_file = tmp_path / "bad.csv"
+    csv_file.write_text("email_address,is_blocked\nok@example.com,1\nbroken,1\n")
+    bad = indexed.fmail("contacts", "import", str(csv_file), check=False)
+    assert bad.returncode == 2 and "line 3" in bad.stderr
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        assert conn.execute("SELECT count(*) FROM contact_info").fetchone()[0] == 0
