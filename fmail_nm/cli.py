@@ -75,6 +75,21 @@ def cmd_hook(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sync(args: argparse.Namespace) -> int:
+    from .app import load_config
+    from .syncer import sync
+
+    direction = "pull" if args.pull else "push" if args.push else "both"
+    report = sync(load_config(args.config), args.account, direction)
+    for run in report.runs:
+        print(run.describe())
+    if report.index is not None:
+        print_index_summary(report.index)
+    for line in report.errors():
+        print(f"fmail-nm: {line}", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
 def cmd_sidecar(args: argparse.Namespace) -> int:
     from .app import load_config
     from .mirror import check, sync_sidecar
@@ -150,10 +165,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import anyio
 
         from .server import serve_stdio
-        anyio.run(serve_stdio, config)
+        anyio.run(lambda: serve_stdio(config, read_only=args.read_only, push=not args.no_push))
         return 0
     from .server import serve_http_forever
-    return serve_http_forever(config, host=args.host, port=args.port, allow_remote=args.allow_remote)
+    return serve_http_forever(config, host=args.host, port=args.port, allow_remote=args.allow_remote,
+                              read_only=args.read_only, push=not args.no_push)
 
 
 def cmd_token(args: argparse.Namespace) -> int:
@@ -212,6 +228,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", choices=["post-new"])
     p.set_defaults(func=cmd_hook)
 
+    p = command("sync", help="run mbsync for your accounts, then index (hooks, sidecar)")
+    way = p.add_mutually_exclusive_group()
+    way.add_argument("--pull", action="store_true", help="only fetch changes from the servers")
+    way.add_argument("--push", action="store_true", help="only send local changes to the servers")
+    way.add_argument("--both", action="store_true", help="both ways (the default)")
+    p.add_argument("account", nargs="?", help="one account (default: all)")
+    p.set_defaults(func=cmd_sync)
+
     p = command("sidecar", help="the sidecar SQLite (mirror, contacts): sync, rebuild or check it")
     p.add_argument("action", choices=["sync", "rebuild", "check"])
     p.add_argument("--files", action="store_true",
@@ -232,6 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-remote", action="store_true",
                    help="allow binding a non-loopback address (mail then leaves this machine, "
                         "protected only by the token)")
+    p.add_argument("--read-only", action="store_true",
+                   help="offer no tool that changes mail or contacts")
+    p.add_argument("--no-push", action="store_true",
+                   help="do not run mbsync after writes (you push yourself)")
     p.set_defaults(func=cmd_serve)
 
     p = command("token", help="print the HTTP bearer token (created on first use)")

@@ -217,8 +217,8 @@ async def serve_http(server: MCPServer, *, host: str, port: int, token: str,
                 "--allow-remote (allow_remote=True) if you really mean it.")
         logger.warning(
             "!!! fmail-nm is listening on %s:%d, beyond this machine: anyone who can reach this port "
-            "and has the bearer token can use every tool the server offers on your mail. The "
-            "connection is plain HTTP — the token and the mail travel unencrypted; put it behind "
+            "and has the bearer token can use every tool the server offers on your mail (serve "
+            "with --read-only to offer no write tools). The connection is plain HTTP — the token and the mail travel unencrypted; put it behind "
             "TLS or an SSH tunnel. !!!", host, port)
 
     class _Server(uvicorn.Server):

@@ -40,6 +40,10 @@ log = logging.getLogger(__name__)
 BATCH_SIZE = 500
 HEAD_BYTES = 256 * 1024  # enough for headers and the start of the text; big attachments are not read
 PREVIEW_CHARS = 200
+# Hostile mail can carry megabyte subjects or thousands of recipients; the SQL tools refuse
+# values over 250 KB, so the mirror keeps every value well below that.
+MAX_SUBJECT_CHARS = 2000  # also for sender names
+MAX_RECIPIENTS = 500
 
 # The order in which a message's folders are chosen as its primary one.
 _ROLE_RANK = {"inbox": 0, "archive": 2, "sent": 3, "drafts": 4, "junk": 5, "trash": 6}
@@ -138,7 +142,7 @@ def parse_file(filenames: Sequence[str]) -> Parsed:
         parsed = bodymod.parse_message(head)
         recipients = [{"name": a.name, "email": a.address.lower(), "kind": kind}
                       for kind, people in (("to", parsed.to), ("cc", parsed.cc))
-                      for a in people if a.address]
+                      for a in people if a.address][:MAX_RECIPIENTS]
         return Parsed(recipients=recipients, list_id=parsed.list_id.lower() if parsed.list_id else None,
                       body_preview=bodymod.preview(parsed.text, PREVIEW_CHARS), size=size)
     return Parsed(recipients=[], list_id=None, body_preview="", size=None)
@@ -164,9 +168,9 @@ def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[s
         "account_name": account,
         "folder": folder,
         "folders": json.dumps(folders, ensure_ascii=False),
-        "subject": m.subject,
+        "subject": m.subject[:MAX_SUBJECT_CHARS],
         "sender_email": sender_email,
-        "sender_name": sender_name,
+        "sender_name": sender_name[:MAX_SUBJECT_CHARS],
         "recipients": json.dumps(parsed.recipients, ensure_ascii=False),
         "date": iso_utc(m.date),
         "date_epoch": m.date or None,

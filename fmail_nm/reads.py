@@ -16,7 +16,7 @@ from datetime import date, datetime, time, timezone
 from pathlib import Path
 
 from . import body as bodymod
-from . import dto
+from . import dto, sidecar
 from .config import Config
 from .dsl import CompiledQuery, DslContext, DslError, compile_query
 from .nm import IndexedMessage, Reader, ThreadNode, quote
@@ -29,6 +29,14 @@ SORTS = ("newest", "oldest")
 
 class ToolError(ValueError):
     """A request the caller can fix (unknown id, bad cursor, bad search); the text says how."""
+
+
+def clean_id(ref: str) -> str:
+    """A Message-ID as notmuch stores it, from what a caller may pass: ``<id>``, ``id:id``."""
+    mid = ref.strip()
+    if mid.startswith("<") and mid.endswith(">"):
+        mid = mid[1:-1]
+    return mid[3:] if mid.startswith("id:") else mid
 
 
 def utc_now() -> datetime:
@@ -57,6 +65,15 @@ class Mailbox:
             return compile_query(text or "", self.dsl_context())
         except DslError as exc:
             raise ToolError(str(exc)) from None
+
+    def find(self, ref: str) -> IndexedMessage | None:
+        """A message by Message-ID (with or without <> or id:) or by its sidecar ``uid``."""
+        mid = clean_id(ref)
+        found = self.reader.find(mid)
+        if found is None and sidecar.looks_like_uid(mid):
+            resolved = sidecar.lookup_uids(self.config.data_dir, [mid]).get(mid)
+            found = self.reader.find(resolved) if resolved else None
+        return found
 
     def folder_of(self, filename: str) -> str | None:
         """The Maildir folder (relative to the mail root) a file is in."""
@@ -248,14 +265,10 @@ def _read_file(m: IndexedMessage) -> bytes:
 
 
 def _find(mb: Mailbox, message_id: str) -> IndexedMessage:
-    mid = message_id.strip()
-    if mid.startswith("<") and mid.endswith(">"):
-        mid = mid[1:-1]
-    if mid.startswith("id:"):
-        mid = mid[3:]
-    found = mb.reader.find(mid)
+    found = mb.find(message_id)
     if found is None:
-        raise ToolError(f"no message with id {message_id!r}; use an id from search_emails")
+        raise ToolError(f"no message with id {message_id!r}; use an id from search_emails "
+                        "or a uid from query_emails")
     return found
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -249,6 +250,10 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
 
 
 def migrate(conn: sqlite3.Connection, path: Path) -> None:
+    # Look before taking the write lock: opening must not wait for a busy writer when there
+    # is nothing to migrate.
+    if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+        return
     with transaction(conn):
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
@@ -318,6 +323,22 @@ def set_state(conn: sqlite3.Connection, key: str, value: str | None) -> None:
 def blocked_addresses(conn: sqlite3.Connection) -> set[str]:
     return {row[0] for row in conn.execute(
         "SELECT email_address FROM contact_info WHERE is_blocked = 1")}
+
+
+_UID = re.compile(r"^[0-9a-f]{16}$")
+
+
+def looks_like_uid(text: str) -> bool:
+    return bool(_UID.match(text))
+
+
+def lookup_uids(data_dir: Path, uids: Sequence[str]) -> dict[str, str]:
+    """uid -> Message-ID from the sidecar in ``data_dir`` (empty when there is none yet)."""
+    path = sidecar_path(data_dir)
+    if not path.exists():
+        return {}
+    with opened(path, readonly=True) as conn:
+        return resolve_uids(conn, uids)
 
 
 def resolve_uids(conn: sqlite3.Connection, uids: Sequence[str]) -> dict[str, str]:

@@ -3,6 +3,7 @@ SDK's own client over stdio and over Streamable HTTP, on the indexed fixture mai
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -21,7 +22,11 @@ from .conftest import MailEnv
 
 READ_TOOLS = {"search_emails", "list_threads", "get_thread", "get_email", "get_emails_content",
               "find_unanswered_threads", "get_attachment", "list_tags", "list_folders",
-              "list_available_accounts"}
+              "list_available_accounts", "query_emails"}
+WRITE_TOOLS = {"update_email_status", "mark_read", "set_flagged", "tag_emails", "archive",
+               "delete_messages", "move_to_junk", "move_to_folder", "restore", "undo_last_write",
+               "manage_contacts_sql"}
+DESTRUCTIVE_TOOLS = {"delete_messages", "move_to_junk", "manage_contacts_sql"}
 
 
 @pytest.fixture
@@ -42,16 +47,37 @@ async def structured(client: Client, tool: str, args: dict[str, Any] | None = No
     return result.structured_content
 
 
-async def exercise_every_read_tool(client: Client) -> None:
-    tools = (await client.list_tools()).tools
-    assert {t.name for t in tools} == READ_TOOLS
+def check_tool_list(tools: list[Any], *, read_only: bool) -> None:
+    assert {t.name for t in tools} == READ_TOOLS | (set() if read_only else WRITE_TOOLS)
     for tool in tools:
-        assert tool.annotations is not None and tool.annotations.read_only_hint is True
-        assert tool.annotations.destructive_hint is False
-        assert tool.annotations.open_world_hint is False
+        annotations = tool.annotations
+        assert annotations is not None and annotations.open_world_hint is False
         assert tool.output_schema is not None and tool.description
-    listing = sum(len(t.model_dump_json(exclude_none=True)) for t in tools)
-    assert listing < 20_000, f"tool list is {listing} bytes"
+        if tool.name in READ_TOOLS:
+            assert annotations.read_only_hint is True and annotations.destructive_hint is False
+        else:
+            assert annotations.read_only_hint is False
+            assert annotations.destructive_hint is (tool.name in DESTRUCTIVE_TOOLS), tool.name
+    # What a client puts in the model's context: names, descriptions, input schemas.
+    model_facing = sum(len(json.dumps([t.name, t.description, t.input_schema])) for t in tools)
+    assert model_facing < 20_000, f"tool list is {model_facing} bytes"
+    whole = sum(len(t.model_dump_json(exclude_none=True)) for t in tools)
+    assert whole < 45_000, f"tool list with output schemas is {whole} bytes"
+
+
+async def exercise_every_read_tool(client: Client, *, read_only: bool) -> None:
+    check_tool_list((await client.list_tools()).tools, read_only=read_only)
+
+    sql = await structured(client, "query_emails", {
+        "sql_query": "SELECT * FROM emails WHERE folder='INBOX' AND is_read=0 ORDER BY date DESC LIMIT 10"})
+    assert sql["row_count"] == 10 and sql["columns"][:3] == ["uid", "subject", "sender_email"]
+    by_column = [dict(zip(sql["columns"], row)) for row in sql["rows"]]
+    assert all(r["is_read"] == 0 and r["folder"] == "INBOX" for r in by_column)
+    assert [r["date"] for r in by_column] == sorted((r["date"] for r in by_column), reverse=True)
+    hostile = await client.call_tool("query_emails", {"sql_query": "DELETE FROM emails"})
+    assert hostile.is_error and "refused" in hostile.content[0].text  # type: ignore[union-attr]
+    via_uid = await structured(client, "get_email", {"id": by_column[0]["uid"], "max_body_chars": 100})
+    assert via_uid["id"] == by_column[0]["message_id"]
 
     found = await structured(client, "search_emails", {"query": 'from:anna "school trip"', "limit": 10})
     assert "school-trip-1@example.com" in {r["id"] for r in found["results"]}
@@ -101,11 +127,12 @@ async def exercise_every_read_tool(client: Client) -> None:
 @pytest.mark.anyio
 async def test_every_read_tool_over_stdio(shared_indexed: MailEnv) -> None:
     params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "fmail_nm", "serve", "--transport", "stdio"],
+                                   args=["-m", "fmail_nm", "serve", "--transport", "stdio",
+                                         "--read-only"],
                                    env={**os.environ, **shared_indexed.env})
     async with Client(params) as client:
         assert "UNTRUSTED DATA" in (client.instructions or "")
-        await exercise_every_read_tool(client)
+        await exercise_every_read_tool(client, read_only=True)
 
 
 @pytest.fixture
@@ -140,7 +167,7 @@ async def test_every_read_tool_over_http(http_server: tuple[str, str]) -> None:
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
                                   timeout=httpx2.Timeout(30.0)) as http:
         async with Client(streamable_http_client(url, http_client=http)) as client:
-            await exercise_every_read_tool(client)
+            await exercise_every_read_tool(client, read_only=False)
 
 
 @pytest.mark.anyio

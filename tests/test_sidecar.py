@@ -349,3 +349,12 @@ def test_contacts_cli_rejects_bad_input_without_changing_anything(indexed: MailE
     assert bad.returncode == 2 and "line 3" in bad.stderr
     with sidecar.opened(sidecar_file(indexed)) as conn:
         assert conn.execute("SELECT count(*) FROM contact_info").fetchone()[0] == 0
+
+
+def test_read_tools_accept_the_uid_from_the_sidecar(indexed: MailEnv, mailbox: reads.Mailbox) -> None:
+    uid = sidecar.uid_for("school-trip-1@example.com")
+    email_full = reads.get_email(mailbox, uid)
+    assert email_full.id == "school-trip-1@example.com"
+    content = reads.get_emails_content(mailbox, [uid, "0123456789abcdef"])
+    assert [e.id for e in content.emails] == ["school-trip-1@example.com"]
+    assert content.not_found == ["0123456789abcdef"]

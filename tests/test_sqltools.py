@@ -1,0 +1,558 @@
+"""query_emails and manage_contacts_sql: results, account scope, and refusals of hostile SQL.
+
+The mirror tables are filled with plain SQL here (the mirror module is not needed), so each
+test knows exactly which rows exist.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fmail_nm import sidecar, sqltools
+from fmail_nm.sqltools import SqlError, manage_contacts_sql, query_emails
+
+ACCOUNTS = ("personal", "work")
+ME = "me@example.org"
+
+
+def add_email(conn: sqlite3.Connection, mid: str, *, account: str, folder: str, subject: str,
+              sender: str, date: str | None, is_read: bool, tags: list[str], thread: str,
+              to: str = ME, is_sent: bool = False, list_id: str | None = None) -> str:
+    uid = sidecar.uid_for(mid)
+    recipients = [{"name": "", "email": to, "kind": "to"}]
+    conn.execute(
+        "INSERT INTO messages (message_id, uid, thread_id, account_name, folder, folders, "
+        "subject, sender_email, sender_name, recipients, date, date_epoch, body_preview, "
+        "is_read, is_flagged, is_replied, is_draft, is_sent, has_attachment, tags, list_id, "
+        "size, filenames) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, 0, 0, 0, ?, 0, "
+        "?, ?, 100, ?)",
+        (mid, uid, thread, account, folder, json.dumps([f"{account}/{folder}"]), subject,
+         sender, sender.split("@")[0].title(), json.dumps(recipients), date,
+         f"preview of {subject}", int(is_read), int(is_sent), json.dumps(sorted(tags)),
+         list_id, json.dumps([f"/mail/{account}/{folder}/cur/{mid}"])))
+    conn.executemany("INSERT INTO message_tags (message_id, tag) VALUES (?, ?)",
+                     [(mid, tag) for tag in tags])
+    return uid
+
+
+# The unread INBOX mail across both accounts, newest first.
+UNREAD_INBOX = ["w1@x", "p1@x", "p3@x", "w2@x"]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "data" / sidecar.SIDECAR_NAME
+    with sidecar.opened(path) as conn, sidecar.transaction(conn):
+        add_email(conn, "p1@x", account="personal", folder="INBOX", subject="Dinner?",
+                  sender="alice@example.com", date="2026-11-30T10:00:00Z", is_read=False,
+                  tags=["inbox", "unread"], thread="t1")
+        add_email(conn, "p2@x", account="personal", folder="INBOX", subject="Photos",
+                  sender="bob@example.com", date="2026-11-29T09:00:00Z", is_read=True,
+                  tags=["inbox"], thread="t2")
+        add_email(conn, "p3@x", account="personal", folder="INBOX", subject="Tickets",
+                  sender="alice@example.com", date="2026-11-28T08:00:00Z", is_read=False,
+                  tags=["inbox", "unread", "important"], thread="t3")
+        add_email(conn, "p4@x", account="personal", folder="Sent", subject="Re: Photos",
+                  sender=ME, to="bob@example.com", date="2026-11-29T10:00:00Z", is_read=True,
+                  tags=["sent"], thread="t2", is_sent=True)
+        add_email(conn, "w1@x", account="work", folder="INBOX", subject="Budget",
+                  sender="boss@acme.test", date="2026-11-30T11:00:00Z", is_read=False,
+                  tags=["inbox", "unread"], thread="t4")
+        add_email(conn, "w2@x", account="work", folder="INBOX", subject="Offsite",
+                  sender="carol@acme.test", date="2026-11-27T12:00:00Z", is_read=False,
+                  tags=["inbox", "unread"], thread="t5")
+        add_email(conn, "w3@x", account="work", folder="Archive", subject="Old report",
+                  sender="carol@acme.test", date="2026-10-01T12:00:00Z", is_read=True,
+                  tags=["archived"], thread="t6")
+        # A mailing-list thread of 11 messages without a word from me.
+        for n in range(11):
+            add_email(conn, f"l{n}@x", account="work", folder="Lists", subject="Big debate",
+                      sender=f"member{n}@lists.test", date=f"2026-11-{n + 1:02d}T07:00:00Z",
+                      is_read=True, tags=["list"], thread="big", list_id="debate.lists.test")
+        # Dated now so "unread per sender this month" always finds it.
+        add_email(conn, "n1@x", account="work", folder="Lists", subject="News",
+                  sender="news@lists.test", date=sidecar.utc_stamp(), is_read=False,
+                  tags=["list", "unread"], thread="news")
+        conn.execute("INSERT INTO me (email) VALUES (?)", (ME,))
+        conn.executemany(
+            "INSERT INTO contact_stats (email_address, name, first_seen, last_seen, "
+            "messages_from, messages_to) VALUES (?, ?, ?, ?, ?, ?)",
+            [("alice@example.com", "Alice", "2026-11-28T08:00:00Z", "2026-11-30T10:00:00Z", 2, 0),
+             ("bob@example.com", "Bob Stone", "2026-11-29T09:00:00Z", "2026-11-29T09:00:00Z", 1, 1),
+             ("ghost@example.net", "Ghost", None, None, 0, 3),
+             ("boss@acme.test", "Boss", "2026-11-30T11:00:00Z", "2026-11-30T11:00:00Z", 1, 0),
+             ("carol@acme.test", "Carol", "2026-10-01T12:00:00Z", "2026-11-27T12:00:00Z", 2, 0),
+             (ME, "Me", "2026-11-29T10:00:00Z", "2026-11-29T10:00:00Z", 1, 0)])
+        conn.execute("INSERT INTO contact_info (email_address, name, is_blocked, notes, "
+                     "updated_at) VALUES ('bob@example.com', NULL, 0, 'old friend', "
+                     "'2026-01-01T00:00:00Z')")
+        conn.execute("INSERT INTO contact_info (email_address, name, is_blocked, notes, "
+                     "updated_at) VALUES ('spam@x.com', NULL, 0, NULL, '2026-01-01T00:00:00Z')")
+        conn.execute("INSERT INTO sync_state (key, value) VALUES ('last_sync', 'x')")
+    return path
+
+
+def dump(path: Path) -> list[str]:
+    """Everything in the sidecar, to compare before and after a refused statement."""
+    with sidecar.opened(path, readonly=True) as conn:
+        return list(conn.iterdump())
+
+
+def q(path: Path, sql: str, **kwargs: object) -> sqltools.SqlResult:
+    return query_emails(path, sql, known_accounts=ACCOUNTS, **kwargs)  # type: ignore[arg-type]
+
+
+def m(path: Path, sql: str, **kwargs: object) -> sqltools.ContactsResult:
+    return manage_contacts_sql(path, sql, known_accounts=ACCOUNTS,  # type: ignore[arg-type]
+                               **kwargs)
+
+
+def uids(*mids: str) -> list[str]:
+    return [sidecar.uid_for(mid) for mid in mids]
+
+
+def column(result: sqltools.SqlResult, name: str) -> list[object]:
+    i = result.columns.index(name)
+    return [row[i] for row in result.rows]
+
+
+def help_examples(text: str) -> list[str]:
+    return text.split("Examples:\n", 1)[1].splitlines()
+
+
+# ---------------------------------------------------------------------------------------------
+# query_emails: results
+
+
+def test_the_verbatim_example_returns_unread_inbox_newest_first(db: Path) -> None:
+    result = q(db, "SELECT * FROM emails WHERE folder='INBOX' AND is_read=0 "
+                   "ORDER BY date DESC LIMIT 10")
+    assert column(result, "uid") == uids(*UNREAD_INBOX)
+    assert column(result, "subject") == ["Budget", "Dinner?", "Tickets", "Offsite"]
+    assert result.columns[:3] == ["uid", "subject", "sender_email"]
+    assert result.row_count == 4 and not result.truncated and result.truncated_cells == 0
+
+
+def test_account_scope_limits_emails_threads_tags(db: Path) -> None:
+    inbox = "SELECT uid FROM emails WHERE folder='INBOX' AND is_read=0 ORDER BY date DESC"
+    assert column(q(db, inbox, account_name="personal"), "uid") == uids("p1@x", "p3@x")
+    assert column(q(db, inbox, account_name="work"), "uid") == uids("w1@x", "w2@x")
+
+    threads = "SELECT thread_id FROM threads ORDER BY thread_id"
+    assert column(q(db, threads, account_name="personal"), "thread_id") == ["t1", "t2", "t3"]
+    tags = "SELECT tag, message_count, unread_count FROM tags ORDER BY tag"
+    assert q(db, tags, account_name="personal").rows == [
+        ["important", 1, 1], ["inbox", 3, 2], ["sent", 1, 0], ["unread", 2, 2]]
+    email_tags = "SELECT DISTINCT tag FROM email_tags ORDER BY tag"
+    assert column(q(db, email_tags, account_name="work"), "tag") == [
+        "archived", "inbox", "list", "unread"]
+    # Without a scope every account is there; main.emails bypasses the scope (a filter only).
+    assert q(db, "SELECT count(*) FROM emails").rows == [[19]]
+    assert q(db, "SELECT count(*) FROM main.emails", account_name="personal").rows == [[19]]
+
+
+def test_unknown_account_is_refused(db: Path) -> None:
+    with pytest.raises(SqlError, match="unknown account 'nope'; known accounts: personal, work"):
+        q(db, "SELECT 1", account_name="nope")
+    # Without a list from the caller, the accounts in the mirror are the known ones.
+    with pytest.raises(SqlError, match="known accounts: personal, work"):
+        query_emails(db, "SELECT 1", account_name="nope")
+    assert query_emails(db, "SELECT count(*) FROM emails", account_name="work").rows == [[15]]
+
+
+def test_every_documented_example_runs(db: Path) -> None:
+    examples = help_examples(sqltools.SCHEMA_HELP)
+    assert examples[0] == ("SELECT * FROM emails WHERE folder='INBOX' AND is_read=0 "
+                           "ORDER BY date DESC LIMIT 10")
+    results = [q(db, sql) for sql in examples]
+    assert column(results[0], "uid") == uids(*UNREAD_INBOX)
+    assert ["news@lists.test", 1] in results[1].rows
+    assert results[2].rows == [["ghost@example.net", 3]]
+    assert results[3].rows == [["big", "Big debate", 11]]
+    assert results[4].rows == [["Re: Photos", "2026-11-29T10:00:00Z"]]
+
+
+def test_help_texts_stay_compact() -> None:
+    assert len(sqltools.SCHEMA_HELP.encode()) <= 1800
+    assert len(sqltools.CONTACTS_HELP.encode()) <= 1800
+
+
+def test_comments_and_one_trailing_semicolon_are_fine(db: Path) -> None:
+    sql = "-- newest first\nSELECT subject FROM emails /* ; */ ORDER BY date DESC LIMIT 1; -- done"
+    assert q(db, sql).rows == [["News"]]
+    assert q(db, "SELECT ';' AS semi;").rows == [[";"]]
+
+
+def test_json_each_and_schema_functions_work(db: Path) -> None:
+    result = q(db, "SELECT DISTINCT t.value FROM emails, json_each(emails.tags) t "
+                   "WHERE emails.account_name='personal' ORDER BY 1")
+    assert column(result, "value") == ["important", "inbox", "sent", "unread"]
+    # Reading schema information is harmless: pragma_table_info is allowed.
+    info = q(db, "SELECT name FROM pragma_table_info('threads')")
+    assert column(info, "name")[:3] == ["thread_id", "subject", "message_count"]
+
+
+def test_row_cap_marks_truncated(db: Path) -> None:
+    result = q(db, "SELECT * FROM emails a, emails b, emails c, emails d", limit=10)
+    assert result.row_count == 10 and len(result.rows) == 10 and result.truncated
+    assert len(result.columns) == 4 * 21
+    exact = q(db, "SELECT uid FROM emails", limit=19)
+    assert exact.row_count == 19 and not exact.truncated
+
+
+def test_long_cells_are_cut(db: Path) -> None:
+    result = q(db, "SELECT printf('%.*c', 5000, 'x') AS long, 'short' AS short, zeroblob(3) AS b")
+    long, short, blob = result.rows[0]
+    assert long == "x" * sqltools.MAX_CELL_CHARS + "…"
+    assert short == "short" and blob == "x'000000'"
+    assert result.truncated_cells == 1
+
+
+def test_errors_name_the_problem(db: Path) -> None:
+    with pytest.raises(SqlError, match="no such table: mails; query_emails only reads"):
+        q(db, "SELECT * FROM mails")
+    with pytest.raises(SqlError, match="no such column: sender"):
+        q(db, "SELECT sender FROM emails")
+    with pytest.raises(SqlError, match="SQL syntax error: .*syntax error"):
+        q(db, "SELECT * FRM emails")
+    with pytest.raises(SqlError, match="SQL syntax error: incomplete input"):
+        q(db, "SELECT * FROM emails WHERE")
+    with pytest.raises(SqlError, match="parameters"):
+        q(db, "SELECT * FROM emails WHERE uid = ?")
+    with pytest.raises(SqlError, match="empty SQL"):
+        q(db, "  -- nothing\n")
+
+
+def test_missing_sidecar_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(SqlError, match="no sidecar database"):
+        q(tmp_path / "none.sqlite3", "SELECT 1")
+    with pytest.raises(SqlError, match="no sidecar database"):
+        m(tmp_path / "none.sqlite3", "SELECT 1")
+    assert not (tmp_path / "none.sqlite3").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# query_emails: hostile SQL. Each is refused with a clear reason and changes nothing.
+
+HOSTILE_READS = [
+    ("INSERT INTO emails (uid) VALUES ('x')", "INSERT statements are not allowed"),
+    ("UPDATE emails SET is_read = 1", "UPDATE statements are not allowed"),
+    ("DELETE FROM emails", "DELETE statements are not allowed"),
+    ("INSERT INTO messages (message_id) VALUES ('x')", "INSERT statements are not allowed"),
+    ("UPDATE messages SET is_read = 1", "UPDATE statements are not allowed"),
+    ("DELETE FROM contact_info", "DELETE statements are not allowed"),
+    ("UPDATE contacts SET is_blocked = 1", "UPDATE statements are not allowed"),
+    # Behind a WITH, the keyword check lets them through: the authorizer refuses.
+    ("WITH x AS (SELECT 1) DELETE FROM messages", "DELETE on messages is not allowed"),
+    ("WITH x AS (SELECT 1) UPDATE contact_info SET notes = 'x'",
+     "UPDATE on contact_info is not allowed"),
+    ("WITH x AS (SELECT 1) INSERT INTO emails (uid) VALUES ('x')", "INSERT on emails"),
+    ("DROP VIEW emails", "DROP statements are not allowed"),
+    ("EXPLAIN DROP VIEW emails", "changing the schema"),
+    ("PRAGMA writable_schema = 1", "PRAGMA statements are not allowed"),
+    ("PRAGMA journal_mode", "PRAGMA statements are not allowed"),
+    ("PRAGMA journal_mode = DELETE", "PRAGMA statements are not allowed"),
+    ("EXPLAIN PRAGMA writable_schema = 1", "PRAGMA writable_schema is not allowed"),
+    ("SELECT * FROM pragma_journal_mode", "pragma function pragma_journal_mode"),
+    ("SELECT * FROM pragma_writable_schema", "pragma function pragma_writable_schema"),
+    ("SELECT load_extension('x')", r"function load_extension\(\) is not allowed"),
+    ("SELECT fts3_tokenizer('simple')", r"function fts3_tokenizer\(\) is not allowed"),
+    ("SELECT 1; DROP VIEW emails", "only one statement per call"),
+    ("SELECT 1; SELECT 2", "only one statement per call"),
+    ("CREATE TEMP TABLE t (x)", "CREATE statements are not allowed"),
+    ("CREATE TEMP VIEW v AS SELECT 1", "CREATE statements are not allowed"),
+    ("CREATE TEMP TRIGGER tr AFTER INSERT ON contact_info BEGIN SELECT 1; END",
+     "CREATE statements are not allowed"),
+    ("EXPLAIN CREATE TEMP TABLE t (x)", "changing the schema"),
+    ("EXPLAIN CREATE TEMP VIEW v AS SELECT 1", "changing the schema"),
+    ("SELECT zeroblob(2000000000)", "length limit"),
+    ("SELECT length(randomblob(2000000000))", "length limit"),
+    ("SELECT replace(hex(zeroblob(100000)), '0', 'xx')", "length limit"),
+    ("SELECT printf('%.*c', 2000000000, 'x')", "printf/format widths and precisions above"),
+    ("SELECT format('%2000000000c', 'x')", "printf/format widths"),
+    ("SELECT printf('%s %.*c', 'a', '2e9', 'x')", "printf/format widths"),
+    ("SELECT * FROM messages", "reading the internal table messages is not allowed; "
+                               "query_emails only reads the published views emails"),
+    ("SELECT count(*) FROM contact_info", "reading the internal table contact_info"),
+    ("SELECT * FROM audit_log", "reading the internal table audit_log"),
+    ("SELECT * FROM emails WHERE uid IN (SELECT value FROM sync_state)",
+     "reading the internal table sync_state"),
+    # A CTE or alias named like a view must not reach what the views do not show.
+    ("WITH emails AS (SELECT filenames FROM messages) SELECT * FROM emails",
+     "reading messages.filenames is not allowed"),
+    ("WITH threads AS (SELECT * FROM audit_log) SELECT * FROM threads",
+     "reading audit_log"),
+    ("SELECT * FROM (SELECT * FROM sync_state) AS emails", "internal table sync_state"),
+    ("VACUUM INTO '/tmp/fmail-sqltools-vacuum.db'", "VACUUM statements are not allowed"),
+    ("BEGIN", "BEGIN statements are not allowed"),
+    ("BEGIN IMMEDIATE", "BEGIN statements are not allowed"),
+    ("COMMIT", "COMMIT statements are not allowed"),
+    ("SAVEPOINT s", "SAVEPOINT statements are not allowed"),
+    ("ROLLBACK", "ROLLBACK statements are not allowed"),
+    ("ANALYZE", "ANALYZE statements are not allowed"),
+    ("REINDEX", "REINDEX statements are not allowed"),
+    ("ALTER TABLE messages ADD COLUMN x", "ALTER statements are not allowed"),
+    ("DETACH DATABASE temp", "DETACH statements are not allowed"),
+]
+
+
+@pytest.mark.parametrize(("sql", "phrase"), HOSTILE_READS)
+def test_query_emails_refuses(db: Path, sql: str, phrase: str) -> None:
+    before = dump(db)
+    with pytest.raises(SqlError, match=phrase):
+        q(db, sql)
+    assert dump(db) == before
+
+
+def test_attach_refused_and_no_file_created(db: Path, tmp_path: Path) -> None:
+    target = tmp_path / "new.db"
+    before = dump(db)
+    for sql, phrase in [(f"ATTACH DATABASE '{target}' AS x", "ATTACH statements"),
+                        (f"EXPLAIN ATTACH DATABASE '{target}' AS x", "ATTACH is not allowed")]:
+        with pytest.raises(SqlError, match=phrase):
+            q(db, sql)
+    assert not target.exists()
+    assert dump(db) == before
+
+
+def test_vacuum_into_creates_no_file(db: Path, tmp_path: Path) -> None:
+    target = tmp_path / "copy.db"
+    with pytest.raises(SqlError, match="VACUUM statements are not allowed"):
+        q(db, f"VACUUM INTO '{target}'")
+    # EXPLAIN compiles VACUUM without running it; still nothing may appear.
+    q(db, f"EXPLAIN VACUUM INTO '{target}'")
+    assert not target.exists()
+
+
+def test_recursive_query_stops_at_the_time_limit(db: Path) -> None:
+    sql = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c"
+    with pytest.raises(SqlError, match=r"query stopped after 0\.5 s \(time limit\)"):
+        q(db, sql, time_limit=0.5)
+
+
+def test_bounded_recursion_is_allowed(db: Path) -> None:
+    sql = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 5) " \
+          "SELECT sum(x) FROM c"
+    assert q(db, sql).rows == [[15]]
+
+
+def test_printf_and_format_still_work(db: Path) -> None:
+    result = q(db, "SELECT printf('%5.1f|%-3d|%s|%.*c', 3.14159, 7, NULL, 3, 'z'), "
+                   "format('%d%%', 42), printf('%q', 'it''s'), printf()")
+    assert result.rows == [["  3.1|7  ||zzz", "42%", "it''s", None]]
+
+
+def test_result_size_is_capped(db: Path) -> None:
+    # 1000 rows of 2000-char cells would be megabytes; the total budget stops it early.
+    sql = "SELECT printf('%.*c', 1999, 'x') AS a, printf('%.*c', 1999, 'y') AS b " \
+          "FROM emails a, emails b, emails c"
+    result = q(db, sql, limit=1000)
+    assert result.truncated
+    assert 0 < result.row_count < 1000
+    assert result.row_count * 2 * 1999 <= sqltools.MAX_RESULT_CHARS
+
+
+# ---------------------------------------------------------------------------------------------
+# manage_contacts_sql
+
+
+def contact(db: Path, address: str) -> dict[str, object] | None:
+    result = q(db, f"SELECT * FROM contacts WHERE email_address = '{address}'")
+    return dict(zip(result.columns, result.rows[0])) if result.rows else None
+
+
+def test_block_and_unblock_report_addresses(db: Path) -> None:
+    result = m(db, "UPDATE contacts SET is_blocked=1 WHERE email_address='alice@example.com'")
+    assert (result.changed, result.blocked, result.unblocked) == (1, ["alice@example.com"], [])
+    assert contact(db, "alice@example.com")["is_blocked"] == 1  # type: ignore[index]
+    # The harvested name stays when only the block changes.
+    assert contact(db, "alice@example.com")["name"] == "Alice"  # type: ignore[index]
+    again = m(db, "UPDATE contacts SET is_blocked=1 WHERE email_address='alice@example.com'")
+    assert again.blocked == [] and again.unblocked == []
+    result = m(db, "UPDATE contacts SET is_blocked=0 WHERE email_address='alice@example.com'")
+    assert (result.blocked, result.unblocked) == ([], ["alice@example.com"])
+
+
+def test_update_name_and_notes_survive(db: Path) -> None:
+    m(db, "UPDATE contacts SET name='Robert Stone', notes='met at PyCon' "
+          "WHERE email_address='bob@example.com'")
+    bob = contact(db, "bob@example.com")
+    assert bob is not None
+    assert (bob["name"], bob["notes"], bob["messages_from"]) == ("Robert Stone", "met at PyCon", 1)
+
+
+def test_harvested_figures_and_address_are_read_only(db: Path) -> None:
+    before = dump(db)
+    for sql in ["UPDATE contacts SET messages_from = 99",
+                "UPDATE contacts SET notes = 'x', last_seen = '2030-01-01T00:00:00Z'",
+                "UPDATE contacts SET is_me = 1 WHERE email_address='bob@example.com'"]:
+        with pytest.raises(SqlError, match="harvested figures .* come from the mail"):
+            m(db, sql)
+    with pytest.raises(SqlError, match="email_address identifies the contact"):
+        m(db, "UPDATE contacts SET email_address='new@example.com' "
+              "WHERE email_address='bob@example.com'")
+    assert dump(db) == before
+
+
+def test_insert_then_update(db: Path) -> None:
+    result = m(db, "INSERT INTO contacts (email_address, name, notes) "
+                   "VALUES (' Dave@Example.com ', 'Dave', 'new client')")
+    assert result.changed == 1 and result.blocked == []
+    dave = contact(db, "dave@example.com")
+    assert dave is not None and (dave["name"], dave["notes"]) == ("Dave", "new client")
+    result = m(db, "UPDATE contacts SET notes='signed' WHERE email_address='dave@example.com'")
+    assert result.changed == 1
+    assert contact(db, "dave@example.com")["notes"] == "signed"  # type: ignore[index]
+    with pytest.raises(SqlError, match="already has notes or a block entry; use UPDATE"):
+        m(db, "INSERT INTO contacts (email_address, name) VALUES ('dave@example.com', 'D')")
+
+
+def test_insert_blocked_contact_reports_it(db: Path) -> None:
+    result = m(db, "INSERT INTO contacts (email_address, is_blocked) VALUES ('x@spam.test', 1)")
+    assert result.blocked == ["x@spam.test"]
+
+
+def test_delete_removes_notes_but_not_the_harvested_contact(db: Path) -> None:
+    m(db, "UPDATE contacts SET is_blocked=1 WHERE email_address='bob@example.com'")
+    result = m(db, "DELETE FROM contacts WHERE email_address='bob@example.com'")
+    assert result.changed == 1 and result.unblocked == ["bob@example.com"]
+    bob = contact(db, "bob@example.com")
+    assert bob is not None
+    assert (bob["notes"], bob["is_blocked"], bob["name"]) == (None, 0, "Bob Stone")
+
+
+def test_select_returns_rows(db: Path) -> None:
+    result = m(db, "SELECT email_address, notes FROM contacts WHERE name LIKE '%Bob%'")
+    assert result.rows == [["bob@example.com", "old friend"]]
+    assert result.changed == 0 and result.columns == ["email_address", "notes"]
+
+
+def test_every_contacts_example_runs(db: Path) -> None:
+    for sql in help_examples(sqltools.CONTACTS_HELP):
+        m(db, sql)
+    assert contact(db, "spam@x.com")["is_blocked"] == 1  # type: ignore[index]
+    assert contact(db, "carol@example.com")["notes"] == "new client"  # type: ignore[index]
+    assert contact(db, "bob@example.com")["notes"] == \
+        "met at PyCon, wants the report"  # type: ignore[index]
+
+
+def test_account_scope_applies_to_subqueries(db: Path) -> None:
+    result = m(db, "UPDATE contacts SET is_blocked=1 WHERE email_address IN "
+                   "(SELECT sender_email FROM emails WHERE folder='INBOX')",
+               account_name="work")
+    assert result.blocked == ["boss@acme.test", "carol@acme.test"]
+    with pytest.raises(SqlError, match="unknown account"):
+        m(db, "SELECT 1", account_name="home")
+
+
+WRITES_ELSEWHERE = [
+    ("UPDATE emails SET is_read = 1", "refused: cannot modify emails because it is a view; "
+                                      "manage_contacts_sql"),
+    ("DELETE FROM emails", "cannot modify emails"),
+    ("INSERT INTO threads (thread_id) VALUES ('x')", "INSERT on threads is not allowed"),
+    ("DELETE FROM messages", "DELETE on messages"),
+    ("UPDATE messages SET subject = 'x'", "UPDATE on messages"),
+    ("INSERT INTO contact_info (email_address, updated_at) VALUES ('a@b.c', 'x')",
+     "INSERT on contact_info"),
+    ("UPDATE contact_info SET notes = 'x'", "UPDATE on contact_info"),
+    ("UPDATE contact_stats SET messages_from = 0", "UPDATE on contact_stats"),
+    ("DELETE FROM me", "DELETE on me"),
+    ("DELETE FROM audit_log", "DELETE on audit_log"),
+    ("INSERT INTO sync_state (key, value) VALUES ('a', 'b')", "INSERT on sync_state"),
+    ("UPDATE sqlite_master SET sql = ''", "may not be modified"),
+    ("DROP TRIGGER contacts_update", "DROP statements are not allowed"),
+    ("EXPLAIN DROP TRIGGER contacts_update", "DROP TRIGGER is not allowed"),
+    ("PRAGMA writable_schema = 1", "PRAGMA statements are not allowed"),
+    ("ATTACH DATABASE ':memory:' AS x", "ATTACH statements are not allowed"),
+    ("CREATE TEMP TRIGGER tr INSTEAD OF UPDATE ON contacts BEGIN SELECT 1; END",
+     "CREATE statements are not allowed"),
+    ("SAVEPOINT s", "SAVEPOINT statements are not allowed"),
+    ("COMMIT", "COMMIT statements are not allowed"),
+    ("UPDATE contacts SET notes = 'x'; DELETE FROM contacts", "only one statement"),
+    ("UPDATE contacts SET notes = (SELECT group_concat(filenames) FROM messages)",
+     "reading the internal table messages"),
+    ("WITH contacts_update AS (SELECT * FROM audit_log) SELECT * FROM contacts_update",
+     "reading audit_log"),
+    ("SELECT * FROM contact_info", "reading the internal table contact_info"),
+]
+
+
+@pytest.mark.parametrize(("sql", "phrase"), WRITES_ELSEWHERE)
+def test_manage_contacts_refuses(db: Path, sql: str, phrase: str) -> None:
+    before = dump(db)
+    with pytest.raises(SqlError, match=phrase):
+        m(db, sql)
+    assert dump(db) == before
+
+
+def test_failing_statement_rolls_back_and_releases_the_lock(db: Path) -> None:
+    before = dump(db)
+    # alice is updated before the CHECK on bob's row fails: nothing may remain of either.
+    with pytest.raises(SqlError, match="CHECK constraint failed"):
+        m(db, "UPDATE contacts SET notes='x', is_blocked = CASE WHEN email_address = "
+              "'bob@example.com' THEN 2 ELSE 1 END")
+    assert dump(db) == before
+    with pytest.raises(SqlError, match=r"query stopped after 0\.3 s"):
+        m(db, "UPDATE contacts SET notes = (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL "
+              "SELECT x+1 FROM c) SELECT count(*) FROM c)", time_limit=0.3)
+    assert dump(db) == before
+    # No transaction was left open: another writer gets the lock at once.
+    with sidecar.opened(db) as other:
+        other.execute("PRAGMA busy_timeout = 0")
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("ROLLBACK")
+
+
+def test_second_writer_gives_a_busy_error(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sidecar, "BUSY_TIMEOUT_MS", 100)
+    with sidecar.opened(db) as other:
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(SqlError, match="sidecar busy.*retry"):
+                m(db, "UPDATE contacts SET notes='x' WHERE email_address='bob@example.com'")
+            # Readers are not blocked by the writer (WAL).
+            assert q(db, "SELECT notes FROM contacts WHERE email_address='bob@example.com'"
+                     ).rows == [["old friend"]]
+        finally:
+            other.execute("ROLLBACK")
+    assert contact(db, "bob@example.com")["notes"] == "old friend"  # type: ignore[index]
+
+
+def test_no_traceback_leaks(db: Path) -> None:
+    attempts: list[Callable[[], object]] = [
+        lambda: q(db, "SELECT * FROM emails WHERE"),
+        lambda: q(db, "SELECT json_extract('{', '$')"),
+        lambda: m(db, "INSERT INTO contacts (email_address) VALUES ('not-an-address')"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(SqlError) as info:
+            attempt()
+        assert "Traceback" not in str(info.value)
+        assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_counting_through_views_but_not_internal_tables(db: Path) -> None:
+    assert q(db, "SELECT count(*) FROM emails").rows == [[19]]
+    assert q(db, "SELECT 1 FROM emails LIMIT 1").rows == [[1]]
+    assert q(db, "SELECT count(*) FROM contacts").rows == [[7]]
+    for sql in ["SELECT count(*) FROM messages", "SELECT 1 FROM audit_log",
+                "SELECT count(*) FROM emails, sync_state"]:
+        with pytest.raises(SqlError, match="reading the internal table"):
+            q(db, sql)
+
+
+@pytest.mark.parametrize(("tool", "sql"), [("query", sql) for sql, _ in HOSTILE_READS]
+                         + [("manage", sql) for sql, _ in WRITES_ELSEWHERE])
+def test_the_authorizer_alone_refuses(db: Path, tool: str, sql: str,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The keyword check is the first fence only: without it everything is still refused."""
+    monkeypatch.setattr(sqltools, "STATEMENT_KEYWORDS", frozenset())
+    before = dump(db)
+    with pytest.raises(SqlError, match="refused|may not be modified"):
+        (q if tool == "query" else m)(db, sql)
+    assert dump(db) == before

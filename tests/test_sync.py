@@ -1,0 +1,355 @@
+"""Sync end to end: a real Dovecot, a real mbsync, real notmuch, fmail-nm's syncer in between.
+
+What is shown here (and relied on by the write tools):
+
+* a pull brings every message in, with ``unread``/``flagged`` matching ``\\Seen``/``\\Flagged``;
+* server-side flag changes become tag changes (mbsync renames, ``notmuch new`` with
+  ``maildir.synchronize_flags`` turns the rename into tags);
+* local changes -- a mail client's rename, or a tag change through :class:`fmail_nm.nm.Writer`
+  -- are pushed as IMAP flags;
+* the conflict rule: mbsync merges per flag against its sync state, so a local change and a
+  different server change to the same message both survive;
+* a server outage is a reported failure, never lost local state; the next sync recovers;
+* mbsync never runs twice at once on one channel, across threads and processes.
+
+These tests fail -- never skip -- when Dovecot or mbsync is missing: CI installs both.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import sys
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from fmail_nm import syncer
+from fmail_nm.config import ConfigError
+
+from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
+    ACCOUNT,
+    ADDRESS,
+    FLAGGED,
+    SEEN,
+    SyncBed,
+    message,
+    seed_standard,
+    sync_bed,
+    synced_bed,
+)
+
+pytestmark = pytest.mark.imap
+
+
+def assert_synced(report: syncer.SyncReport) -> None:
+    assert report.ok, report.errors()
+    (run,) = report.runs
+    assert (run.account, run.channel, run.returncode) == (ACCOUNT, ACCOUNT, 0)
+
+
+def test_initial_pull_indexes_everything_with_flags_as_tags(sync_bed: SyncBed) -> None:
+    seed_standard(sync_bed)
+    init = sync_bed.init()
+    assert "indexed: 0 new" in init.stdout, init.stdout
+
+    report = sync_bed.sync()
+
+    assert_synced(report)
+    assert report.runs[0].direction == "both" and not report.runs[0].error
+    assert report.index is not None and report.index.added == 5
+    assert sync_bed.search("*") == sorted(sync_bed.mid(n) for n in range(1, 6))
+    assert sync_bed.search("subject:sync AND body:message") == sync_bed.search("*")
+    expected = {
+        1: {"unread", "inbox"},
+        2: {"inbox"},
+        3: {"unread", "flagged", "inbox"},
+        4: {"flagged", "inbox"},
+        5: {"archived"},  # the post-new rules: mail already in Archive stays out of the inbox
+    }
+    for n, tags in expected.items():
+        assert sync_bed.tags(sync_bed.mid(n)) == frozenset(tags), n  # "new" is gone: the hook ran
+    assert sync_bed.search("folder:acct/Archive") == [sync_bed.mid(5)]
+    assert sync_bed.find(sync_bed.mid(1)).filenames[0].endswith(":2,")  # type: ignore[union-attr]
+
+
+def test_mail_appended_on_the_server_arrives_with_the_next_sync(synced_bed: SyncBed) -> None:
+    synced_bed.seed(6, flags=[FLAGGED])
+    assert synced_bed.find(synced_bed.mid(6)) is None
+
+    report = synced_bed.sync()
+
+    assert_synced(report)
+    assert report.index is not None and report.index.added == 1
+    assert synced_bed.tags(synced_bed.mid(6)) == {"unread", "flagged", "inbox"}
+
+
+def test_server_flag_changes_become_tag_changes(synced_bed: SyncBed) -> None:
+    synced_bed.store(synced_bed.mid(1), "+FLAGS", [FLAGGED])  # flag an unread message
+    synced_bed.store(synced_bed.mid(2), "-FLAGS", [SEEN])     # mark a read message unread
+    synced_bed.store(synced_bed.mid(4), "-FLAGS", [FLAGGED])  # unflag
+
+    assert_synced(synced_bed.sync())
+
+    # mbsync renamed the files; notmuch new (synchronize_flags) turned that into tags.
+    assert synced_bed.maildir_flags(synced_bed.mid(1)) == "F"
+    assert synced_bed.tags(synced_bed.mid(1)) == {"unread", "flagged", "inbox"}
+    assert synced_bed.tags(synced_bed.mid(2)) == {"unread", "inbox"}
+    assert synced_bed.tags(synced_bed.mid(4)) == {"inbox"}
+    assert synced_bed.tags(synced_bed.mid(3)) == {"unread", "flagged", "inbox"}  # untouched
+
+
+def test_mail_client_rename_is_indexed_and_pushed(synced_bed: SyncBed) -> None:
+    mid = synced_bed.mid(1)
+    (before,) = synced_bed.files(mid)
+    assert before.parent.name == "new" and before.name.endswith(":2,")
+
+    # What neomutt does when a message is read: new/…:2, -> cur/…:2,S
+    synced_bed.rename_flags(mid, "S")
+    synced_bed.index()
+    assert synced_bed.tags(mid) == {"inbox"}
+    assert synced_bed.server_flags(mid) == frozenset()
+
+    (run,) = synced_bed.mbsync("push")
+
+    assert run.ok and run.direction == "push", run
+    assert synced_bed.server_flags(mid) == {SEEN}
+
+
+def test_writer_tag_changes_are_pushed(synced_bed: SyncBed) -> None:
+    read, flag = synced_bed.mid(1), synced_bed.mid(2)
+    with synced_bed.writer() as writer:
+        writer.run(lambda txn: txn.change_tags([read], remove=["unread"]))
+        writer.run(lambda txn: txn.change_tags([flag], add=["flagged"]))
+    # The writer renamed the files to match (notmuch's maildir flag sync) ...
+    assert synced_bed.maildir_flags(read) == "S"
+    assert synced_bed.maildir_flags(flag) == "FS"
+
+    (run,) = synced_bed.mbsync("push")
+
+    # ... and mbsync carried the renames to the server.
+    assert run.ok, run
+    assert synced_bed.server_flags(read) == {SEEN}
+    assert synced_bed.server_flags(flag) == {SEEN, FLAGGED}
+    assert synced_bed.server_flags(synced_bed.mid(3)) == {FLAGGED}  # untouched
+
+
+def test_local_and_server_changes_to_one_message_both_survive(synced_bed: SyncBed) -> None:
+    """The rule: mbsync merges flag by flag against the state of the last sync, so a change
+    made on each side since then is carried to the other.  A flag changed on both sides can
+    only have changed the same way, so no flag change is ever lost."""
+    mid, other = synced_bed.mid(1), synced_bed.mid(3)
+    with synced_bed.writer() as writer:  # locally: read
+        writer.run(lambda txn: txn.change_tags([mid, other], remove=["unread"]))
+    synced_bed.store(mid, "+FLAGS", [FLAGGED])  # on the server: flagged
+    synced_bed.store(other, "-FLAGS", [FLAGGED])  # on the server: unflagged (locally read)
+
+    report = synced_bed.sync()
+
+    assert_synced(report)
+    assert synced_bed.server_flags(mid) == {SEEN, FLAGGED}
+    assert synced_bed.tags(mid) == {"flagged", "inbox"}
+    assert synced_bed.maildir_flags(mid) == "FS"
+    assert synced_bed.server_flags(other) == {SEEN}
+    assert synced_bed.tags(other) == {"inbox"}
+
+    # Both sides also changing the same flag the same way is no conflict either.
+    with synced_bed.writer() as writer:
+        writer.run(lambda txn: txn.change_tags([mid], remove=["flagged"]))
+    synced_bed.store(mid, "-FLAGS", [FLAGGED])
+    assert_synced(synced_bed.sync())
+    assert synced_bed.server_flags(mid) == {SEEN}
+    assert synced_bed.tags(mid) == {"inbox"}
+
+
+def test_outage_is_reported_and_local_state_kept(synced_bed: SyncBed) -> None:
+    mid = synced_bed.mid(1)
+    port = synced_bed.server.port
+    synced_bed.server.stop()
+    with synced_bed.writer() as writer:  # a change made while the server is down
+        writer.run(lambda txn: txn.change_tags([mid], add=["flagged"], remove=["unread"]))
+    # ... and a sent message neomutt saves into Sent meanwhile (its Fcc).
+    fcc = synced_bed.account_dir / "Sent" / "cur" / "1700000000.local_1.host:2,S"
+    fcc.write_bytes(client_written_message(7))
+
+    report = synced_bed.sync()
+
+    assert not report.ok and not report.mbsync_ok
+    (run,) = report.runs
+    assert not run.ok and not run.skipped and run.returncode not in (0, None)
+    assert "Connection refused" in run.error and str(port) in run.error, run.error
+    assert any("Connection refused" in line for line in report.errors())
+    # Indexing ran anyway and nothing local was lost.
+    assert report.index_error is None and report.index is not None
+    assert synced_bed.tags(mid) == {"flagged", "inbox"}
+    assert synced_bed.maildir_flags(mid) == "FS"
+    assert synced_bed.tags(synced_bed.mid(7)) == {"sent"}
+    assert len(synced_bed.search("*")) == 6
+
+    synced_bed.server.start()
+    assert synced_bed.server.port == port
+    assert_synced(synced_bed.sync())
+    assert synced_bed.server_flags(mid) == {SEEN, FLAGGED}
+    assert synced_bed.server_flags(synced_bed.mid(7), folder="Sent") == {SEEN}
+    assert synced_bed.tags(mid) == {"flagged", "inbox"}
+
+
+def client_written_message(n: int) -> bytes:
+    """A message from the user, with LF line ends as a local client writes it."""
+    return message(n, subject="draft", sender=f"Alex Morgan <{ADDRESS}>").replace(b"\r\n", b"\n")
+
+
+class _WaitSeen(logging.Handler):
+    """Sets an event when the syncer logs that it is waiting for a channel's lock."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.waiting = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("waiting for the lock"):
+            self.waiting.set()
+
+
+HOLD_LOCK = """\
+import fcntl, sys
+with open(sys.argv[1], "a") as fh:
+    fcntl.flock(fh, fcntl.LOCK_EX)
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_one_mbsync_per_channel_at_a_time(synced_bed: SyncBed) -> None:
+    config = synced_bed.config()
+    lock = syncer.lock_path(config, ACCOUNT)
+    assert lock.parent == config.data_dir / "locks"
+
+    handler = _WaitSeen()
+    logger = logging.getLogger("fmail_nm.syncer")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    # Another process holds the channel: a caller that will not wait is told so, at once.
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock)], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        (busy,) = syncer.run_mbsync(config, ACCOUNT, lock_timeout=0)
+        assert busy.skipped and busy.busy and not busy.ok and busy.returncode is None
+        assert "another mbsync is already running on channel 'acct'" in busy.error
+
+        # A caller that waits starts mbsync only once the holder let go.
+        results: list[syncer.MbsyncRun] = []
+        waiter = threading.Thread(target=lambda: results.extend(
+            syncer.run_mbsync(config, ACCOUNT, lock_timeout=60)))
+        waiter.start()
+        assert handler.waiting.wait(30), "the second run never waited for the lock"
+        released_at = datetime.now(UTC)
+        holder.stdin.close()  # type: ignore[union-attr]
+        holder.wait(10)
+        waiter.join(60)
+        (waited,) = results
+        assert waited.ok and waited.lock_wait > 0 and waited.started >= released_at, waited
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+    # Two threads asking at once: both run, one after the other.
+    runs: list[syncer.MbsyncRun] = []
+    threads = [threading.Thread(target=lambda: runs.extend(syncer.run_mbsync(config, ACCOUNT)))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    first, second = sorted(runs, key=lambda r: r.started)
+    assert first.ok and second.ok
+    assert first.finished <= second.started
+
+
+def test_push_scheduler_coalesces_and_pushes_in_the_background(synced_bed: SyncBed) -> None:
+    read, unflag, later = synced_bed.mid(1), synced_bed.mid(3), synced_bed.mid(2)
+    pushed: list[list[syncer.MbsyncRun]] = []
+    with synced_bed.writer() as writer:
+        # A quiet period longer than the test: requests pile up until flush().
+        with syncer.PushScheduler(synced_bed.config(), quiet_period=300, timeout=60,
+                                  after_push=pushed.append) as scheduler:
+            writer.run(lambda txn: txn.change_tags([read], remove=["unread"]))
+            scheduler.request({ACCOUNT})
+            writer.run(lambda txn: txn.change_tags([unflag], remove=["flagged"]))
+            scheduler.request([ACCOUNT])
+            status = scheduler.status()
+            assert status.pending == {ACCOUNT} and status.batches == 0 and not status.last
+            assert synced_bed.server_flags(read) == frozenset()  # nothing pushed yet
+
+            scheduler.flush()
+            assert scheduler.wait_idle(60)
+            status = scheduler.status()
+            assert status.batches == 1 and len(pushed) == 1  # two requests, one push
+            assert status.last[ACCOUNT].ok and status.last[ACCOUNT].direction == "push"
+            assert synced_bed.server_flags(read) == {SEEN}
+            assert synced_bed.server_flags(unflag) == frozenset()
+            with pytest.raises(ConfigError, match="unknown account 'nope'"):
+                scheduler.request({"nope"})
+
+            # Requested, then closed before the quiet period is over: dropped, not pushed.
+            writer.run(lambda txn: txn.change_tags([later], add=["flagged"]))
+            scheduler.request({ACCOUNT})
+        assert scheduler.status().closed and scheduler.status().batches == 1
+        assert synced_bed.server_flags(later) == {SEEN}
+        with pytest.raises(RuntimeError, match="closed"):
+            scheduler.request({ACCOUNT})
+
+        # A short quiet period runs out on its own.
+        with syncer.PushScheduler(synced_bed.config(), quiet_period=0.1, timeout=60) as scheduler:
+            scheduler.request({ACCOUNT})
+            assert scheduler.wait_idle(60)
+            assert scheduler.status().last[ACCOUNT].ok
+    assert synced_bed.server_flags(later) == {SEEN, FLAGGED}
+
+
+def test_what_cannot_sync_is_reported_and_indexing_still_runs(
+    synced_bed: SyncBed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced_bed.seed(6)  # on the server only: no pull below can bring it in
+
+    # mbsync missing: a clear error from run_mbsync, a report from sync and the pusher.
+    bin_dir = tmp_path / "bin-without-mbsync"
+    bin_dir.mkdir()
+    for tool in ("notmuch", "dirname"):  # what notmuch new and our post-new hook need
+        (bin_dir / tool).symlink_to(shutil.which(tool))  # type: ignore[arg-type]
+    # Not monkeypatch.undo(): that would also undo the sync_bed's isolated HOME and XDG dirs.
+    with monkeypatch.context() as patch:
+        patch.setenv("PATH", str(bin_dir))
+        with pytest.raises(syncer.MbsyncNotInstalled, match="apt-get install isync"):
+            syncer.run_mbsync(synced_bed.config())
+        fcc = synced_bed.account_dir / "Sent" / "cur" / "1700000000.local_2.host:2,S"
+        fcc.write_bytes(client_written_message(8))
+        report = synced_bed.sync()
+        assert not report.ok and report.index_error is None
+        (run,) = report.runs
+        assert not run.ok and not run.skipped and "mbsync (isync) is not installed" in run.error
+        assert synced_bed.tags(synced_bed.mid(8)) == {"sent"}  # local mail indexed all the same
+        with syncer.PushScheduler(synced_bed.config(), quiet_period=0) as scheduler:
+            scheduler.request({ACCOUNT})
+            assert scheduler.wait_idle(30)
+            assert "not installed" in scheduler.status().last[ACCOUNT].error
+
+    # An account without a channel is skipped, with the reason; that is not a sync failure.
+    toml = synced_bed.mail_env.fmail_config
+    toml.write_text(toml.read_text().replace(f'mbsync_channel = "{ACCOUNT}"\n', ""))
+    config = synced_bed.reload()
+    (run,) = syncer.run_mbsync(config)
+    assert run.skipped and not run.busy and run.channel is None and run.returncode is None
+    assert "has no mbsync channel" in run.error
+    report = syncer.sync(config)
+    assert report.ok and report.index is not None
+    assert synced_bed.find(synced_bed.mid(6)) is None
+    with pytest.raises(ConfigError, match="unknown account"):
+        syncer.sync(config, "nope")

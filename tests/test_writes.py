@@ -1,0 +1,567 @@
+"""The write tools on a private, indexed copy of the fixture mail: real notmuch, real files.
+
+Each write is checked three ways: the tags and files notmuch reports (through the CLI, not our
+own reader), the files on disk (folder, cur/, no ,U=, Maildir flags), and that ``notmuch new``
+finds nothing to correct -- index and Maildir in step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fmail_nm import sidecar, writes
+from fmail_nm.mover import MaildirName
+from fmail_nm.nm import Reader, Writer
+from fmail_nm.reads import ToolError
+
+from .conftest import MailEnv
+
+UNREAD_IN_CUR = "html-only-1@coop.example.com"  # personal/INBOX/cur, no S
+IN_INBOX = "school-trip-3@example.com"  # personal/INBOX/cur, read
+IN_NEW_NO_INFO = "mum-visit-2026@example.net"  # personal/INBOX/new, name without ":2,"
+IN_ARCHIVE = "wedding-1@example.net"  # personal/Archive
+IN_TRASH = "trash-2@example.net"  # personal/Trash, tagged deleted by post-new
+WORK_INBOX = "work-deep-1@acme.test"  # work has no Junk (and no Archive) folder
+SELF_CC = "self-cc-1@example.org"  # personal/Sent + personal/INBOX
+BOTH_ACCOUNTS = "both-accounts-1@example.com"  # personal/INBOX + work/INBOX
+
+
+# ---------------------------------------------------------------------------------------------
+# Set-up and what we look at
+
+
+class Harness:
+    def __init__(self, env: MailEnv, ctx: writes.WriteContext) -> None:
+        self.env = env
+        self.ctx = ctx
+        self.outcomes: list[writes.WriteOutcome] = []
+
+    def tags(self, mid: str) -> set[str]:
+        out = self.env.notmuch("search", "--output=tags", "--exclude=false", f"id:{mid}").stdout
+        return set(out.split())
+
+    def files(self, mid: str) -> list[str]:
+        """The message's files as notmuch has them, relative to the mail root, sorted."""
+        out = self.env.notmuch("search", "--output=files", "--exclude=false", f"id:{mid}").stdout
+        return sorted(Path(p).relative_to(self.env.mail_root).as_posix()
+                      for p in out.split("\n") if p)
+
+    def folders(self, mid: str) -> list[str]:
+        return sorted(str(Path(f).parent.parent) for f in self.files(mid))
+
+    def shape(self, mid: str) -> tuple[frozenset[str], list[tuple[str, str, str]]]:
+        """Tags and (folder, unique part, flags) of every file: what an undo must restore."""
+        files = []
+        for f in self.files(mid):
+            name = MaildirName.parse(Path(f).name)
+            files.append((str(Path(f).parent.parent), name.key, name.flags))
+        return frozenset(self.tags(mid)), sorted(files)
+
+    def count(self, query: str) -> int:
+        return int(self.env.notmuch("count", "--exclude=false", query).stdout)
+
+    def assert_in_step(self) -> None:
+        """Every file on disk is indexed and every indexed file exists."""
+        out = self.env.notmuch("new", "--no-hooks").stdout.strip()
+        assert out == "No new mail.", out
+
+    def audit(self) -> list[tuple[Any, ...]]:
+        with sidecar.opened(self.ctx.sidecar_file) as conn:
+            return conn.execute("SELECT id, action, params, changes, undone_at FROM audit_log "
+                                "ORDER BY id").fetchall()
+
+
+def flags_of(relative: str) -> str:
+    return MaildirName.parse(Path(relative).name).flags
+
+
+def assert_moved_name(relative: str, folder: str) -> None:
+    assert relative.startswith(folder + "/cur/"), relative
+    assert ",U=" not in relative
+    assert ":2," in relative
+
+
+@pytest.fixture
+def h(indexed: MailEnv) -> Iterator[Harness]:
+    config = indexed.config()
+    with Reader() as reader, Writer() as writer:
+        ctx = writes.WriteContext(config=config, reader=reader, writer=writer,
+                                  sidecar_file=sidecar.sidecar_path(config.data_dir))
+        harness = Harness(indexed, ctx)
+        ctx.after_write = harness.outcomes.append
+        yield harness
+
+
+# ---------------------------------------------------------------------------------------------
+# Tags and flags
+
+
+def test_read_and_unread_follow_in_tags_and_maildir_flags(h: Harness) -> None:
+    assert "unread" in h.tags(UNREAD_IN_CUR)
+    result = writes.set_read(h.ctx, [UNREAD_IN_CUR], True)
+    assert result.applied == [UNREAD_IN_CUR] and not result.errors and result.audit_id
+    assert "unread" not in h.tags(UNREAD_IN_CUR)
+    [path] = h.files(UNREAD_IN_CUR)
+    assert "S" in flags_of(path)
+    assert h.count(f"id:{UNREAD_IN_CUR} AND tag:unread") == 0
+
+    writes.update_email_status(h.ctx, [UNREAD_IN_CUR], "unread")
+    assert "unread" in h.tags(UNREAD_IN_CUR)
+    [path] = h.files(UNREAD_IN_CUR)
+    assert "S" not in flags_of(path) and path.startswith("personal/INBOX/")
+    h.assert_in_step()
+
+
+def test_mark_as_takes_only_read_or_unread(h: Harness) -> None:
+    with pytest.raises(ToolError, match="'read' or 'unread'"):
+        writes.update_email_status(h.ctx, [IN_INBOX], "seen")
+    assert h.audit() == []
+
+
+def test_reading_a_file_in_new_moves_it_to_cur_with_s(h: Harness) -> None:
+    writes.set_read(h.ctx, [IN_NEW_NO_INFO], True)
+    [path] = h.files(IN_NEW_NO_INFO)
+    assert path.startswith("personal/INBOX/cur/") and flags_of(path) == "S"
+    h.assert_in_step()
+
+
+def test_flagging_sets_and_clears_f(h: Harness) -> None:
+    writes.set_flagged(h.ctx, [IN_INBOX], True)
+    assert "flagged" in h.tags(IN_INBOX)
+    assert "F" in flags_of(h.files(IN_INBOX)[0])
+    writes.set_flagged(h.ctx, [IN_INBOX], False)
+    assert "flagged" not in h.tags(IN_INBOX)
+    assert "F" not in flags_of(h.files(IN_INBOX)[0])
+    h.assert_in_step()
+
+
+def test_tag_emails_adds_and_removes(h: Harness) -> None:
+    result = writes.tag_emails(h.ctx, [IN_INBOX, IN_ARCHIVE], add=["todo", "project/x"],
+                               remove=["inbox"])
+    assert sorted(result.applied) == sorted([IN_INBOX, IN_ARCHIVE])
+    assert {"todo", "project/x"} <= h.tags(IN_INBOX) and "inbox" not in h.tags(IN_INBOX)
+    assert h.count("tag:todo") == 2
+    # Tags alone touch no file: the follow-up needs a sidecar sync but no mbsync push.
+    assert h.outcomes[-1].accounts == frozenset()
+    assert set(h.outcomes[-1].message_ids) == {IN_INBOX, IN_ARCHIVE}
+
+
+@pytest.mark.parametrize("bad", ["", "two words", "-minus", "x" * 101, "tab\there"])
+def test_tag_names_are_checked(h: Harness, bad: str) -> None:
+    with pytest.raises(ToolError):
+        writes.tag_emails(h.ctx, [IN_INBOX], add=[bad])
+    assert h.audit() == []
+
+
+def test_a_tag_both_added_and_removed_is_refused(h: Harness) -> None:
+    with pytest.raises(ToolError, match="both added and removed"):
+        writes.tag_emails(h.ctx, [IN_INBOX], add=["a"], remove=["a"])
+
+
+def test_ids_may_be_uids_or_bracketed_and_unknown_ones_are_reported(h: Harness) -> None:
+    uid = sidecar.uid_for(IN_ARCHIVE)  # the mirror may or may not have it yet
+    with sidecar.opened(h.ctx.sidecar_file) as conn:
+        conn.execute(
+            "INSERT OR IGNORE INTO messages (message_id, uid, thread_id, folders, subject, "
+            "sender_email, sender_name, recipients, body_preview, is_read, is_flagged, "
+            "is_replied, is_draft, is_sent, has_attachment, tags, filenames) "
+            "VALUES (?, ?, 't', '[]', '', '', '', '[]', '', 1, 0, 0, 0, 0, 0, '[]', '[]')",
+            (IN_ARCHIVE, uid))
+    result = writes.tag_emails(h.ctx, [uid, f"<{IN_INBOX}>", "nobody@nowhere.test",
+                                       "0123456789abcdef"], add=["picked"])
+    assert sorted(result.applied) == sorted([IN_ARCHIVE, IN_INBOX])
+    assert result.not_found == ["nobody@nowhere.test", "0123456789abcdef"]
+    assert "picked" in h.tags(IN_ARCHIVE) and "picked" in h.tags(IN_INBOX)
+
+
+# ---------------------------------------------------------------------------------------------
+# Moves
+
+
+def test_archive_moves_the_inbox_file_and_strips_the_uid(h: Harness) -> None:
+    [before] = h.files(IN_INBOX)
+    assert ",U=" in before
+    result = writes.archive(h.ctx, [IN_INBOX])
+    assert result.applied == [IN_INBOX] and not result.errors
+    [after] = h.files(IN_INBOX)
+    assert_moved_name(after, "personal/Archive")
+    assert flags_of(after) == flags_of(before)
+    assert not (h.env.mail_root / before).exists() and (h.env.mail_root / after).exists()
+    tags = h.tags(IN_INBOX)
+    assert "archived" in tags and "inbox" not in tags
+    assert h.outcomes[-1].accounts == frozenset({"personal"})
+    h.assert_in_step()
+
+
+def test_a_file_from_new_lands_in_cur_with_an_info_part(h: Harness) -> None:
+    writes.archive(h.ctx, [IN_NEW_NO_INFO])
+    [after] = h.files(IN_NEW_NO_INFO)
+    assert_moved_name(after, "personal/Archive")
+    assert flags_of(after) == ""  # still unread: no S
+    assert {"archived", "unread"} <= h.tags(IN_NEW_NO_INFO)
+    h.assert_in_step()
+
+
+def test_delete_then_restore_returns_to_the_origin_folder(h: Harness) -> None:
+    writes.delete_messages(h.ctx, [IN_ARCHIVE])
+    [trashed] = h.files(IN_ARCHIVE)
+    assert_moved_name(trashed, "personal/Trash")
+    assert "deleted" in h.tags(IN_ARCHIVE) and "archived" not in h.tags(IN_ARCHIVE)
+    assert h.count(f"id:{IN_ARCHIVE}") == 1  # deleted, not gone
+    result = writes.restore(h.ctx, [IN_ARCHIVE])
+    assert result.applied == [IN_ARCHIVE]
+    [back] = h.files(IN_ARCHIVE)
+    assert_moved_name(back, "personal/Archive")
+    tags = h.tags(IN_ARCHIVE)
+    assert "archived" in tags and "deleted" not in tags and "inbox" not in tags
+    h.assert_in_step()
+
+
+def test_restore_remembers_the_origin_in_notmuch_not_the_sidecar(h: Harness) -> None:
+    writes.delete_messages(h.ctx, [IN_ARCHIVE])
+    h.ctx.sidecar_file.unlink()  # a rebuilt sidecar knows nothing of past writes
+    writes.restore(h.ctx, [IN_ARCHIVE])
+    assert h.folders(IN_ARCHIVE) == ["personal/Archive"]
+
+
+def test_restore_without_a_known_origin_goes_to_the_inbox(h: Harness) -> None:
+    assert "deleted" in h.tags(IN_TRASH)
+    writes.restore(h.ctx, [IN_TRASH])
+    [back] = h.files(IN_TRASH)
+    assert_moved_name(back, "personal/INBOX")
+    tags = h.tags(IN_TRASH)
+    assert "inbox" in tags and "deleted" not in tags
+    h.assert_in_step()
+
+
+def test_junk_and_back(h: Harness) -> None:
+    writes.move_to_junk(h.ctx, [IN_INBOX])
+    [junked] = h.files(IN_INBOX)
+    assert_moved_name(junked, "personal/Junk")
+    assert "spam" in h.tags(IN_INBOX) and "inbox" not in h.tags(IN_INBOX)
+    writes.restore(h.ctx, [IN_INBOX])
+    assert h.folders(IN_INBOX) == ["personal/INBOX"]
+    assert "inbox" in h.tags(IN_INBOX) and "spam" not in h.tags(IN_INBOX)
+    h.assert_in_step()
+
+
+def test_a_missing_role_folder_is_a_clear_error_and_changes_nothing(h: Harness) -> None:
+    before = h.shape(WORK_INBOX)
+    result = writes.move_to_junk(h.ctx, [WORK_INBOX])
+    assert result.applied == []
+    [error] = result.errors
+    assert error.id == WORK_INBOX and "'work' has no junk folder" in error.error
+    assert h.shape(WORK_INBOX) == before
+    assert result.audit_id is None and h.audit() == [] and h.outcomes == []
+    h.assert_in_step()
+
+
+def test_a_configured_folder_missing_on_disk_is_created(indexed: MailEnv) -> None:
+    with indexed.fmail_config.open("a") as fh:  # work's folder table is the file's last one
+        fh.write('archive = "Archive"\n')
+    assert not (indexed.mail_root / "work" / "Archive").exists()
+    config = indexed.config()
+    with Reader() as reader, Writer() as writer:
+        ctx = writes.WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        result = writes.archive(ctx, [WORK_INBOX])
+    assert result.applied == [WORK_INBOX]
+    for sub in ("cur", "new", "tmp"):
+        assert (indexed.mail_root / "work" / "Archive" / sub).is_dir()
+        harness = Harness(indexed, ctx)
+        files = harness.files(WORK_INBOX)
+        assert len(files) == 1
+        assert_moved_name(files[0], "work/Archive")
+        harness.assert_in_step()
+
+
+def test_move_to_folder_by_account_relative_or_full_path(h: Harness) -> None:
+    for sub in ("cur", "new", "tmp"):
+        (h.env.mail_root / "personal" / "Projects" / "2026" / sub).mkdir(parents=True)
+    result = writes.move_to_folder(h.ctx, [IN_INBOX], "Projects/2026")
+    assert result.applied == [IN_INBOX]
+    [moved] = h.files(IN_INBOX)
+    assert_moved_name(moved, "personal/Projects/2026")
+    # A plain folder means "filed": no longer in the inbox, not deleted or archived.
+    assert not h.tags(IN_INBOX) & {"inbox", "deleted", "spam", "archived"}
+
+    writes.move_to_folder(h.ctx, [IN_INBOX], "personal/INBOX")
+    assert h.folders(IN_INBOX) == ["personal/INBOX"]
+    assert "inbox" in h.tags(IN_INBOX)
+    h.assert_in_step()
+
+
+def test_move_to_folder_refuses_unknown_and_escaping_folders(h: Harness) -> None:
+    before = h.shape(IN_INBOX)
+    result = writes.move_to_folder(h.ctx, [IN_INBOX], "Nowhere")
+    [error] = result.errors
+    assert "no folder 'Nowhere'" in error.error and "personal/Archive" in error.error
+    for bad in ("../outside", "INBOX/cur", "", "/", ".notmuch"):
+        with pytest.raises(ToolError, match="bad folder name"):
+            writes.move_to_folder(h.ctx, [IN_INBOX], bad)
+    assert h.shape(IN_INBOX) == before
+
+
+def test_a_move_never_overwrites_a_file_with_the_same_name(h: Harness) -> None:
+    [before] = h.files(IN_INBOX)
+    taken = h.env.mail_root / "personal" / "Archive" / "cur" / MaildirName.parse(
+        Path(before).name).filename()
+    taken.write_bytes(b"someone else's file\n")
+    writes.archive(h.ctx, [IN_INBOX])
+    [after] = h.files(IN_INBOX)
+    assert_moved_name(after, "personal/Archive")
+    assert h.env.mail_root / after != taken
+    assert taken.read_bytes() == b"someone else's file\n"
+    assert flags_of(after) == flags_of(before)
+    taken.unlink()
+    h.assert_in_step()
+
+
+def test_a_vanished_file_is_an_error_for_that_message_only(h: Harness) -> None:
+    [gone] = h.files(IN_ARCHIVE)
+    (h.env.mail_root / gone).unlink()
+    result = writes.delete_messages(h.ctx, [IN_ARCHIVE, IN_INBOX])
+    assert result.applied == [IN_INBOX]
+    [error] = result.errors
+    assert error.id == IN_ARCHIVE and "gone" in error.error
+    assert h.files(IN_ARCHIVE) == [gone]  # index untouched for it
+    assert h.folders(IN_INBOX) == ["personal/Trash"]
+    [entry] = h.audit()
+    assert [c["message_id"] for c in json.loads(entry[3])] == [IN_INBOX]
+
+
+# ---------------------------------------------------------------------------------------------
+# Several files per Message-ID
+
+
+def test_delete_moves_every_copy_in_the_account_and_keeps_both(h: Harness) -> None:
+    assert h.folders(SELF_CC) == ["personal/INBOX", "personal/Sent"]
+    writes.delete_messages(h.ctx, [SELF_CC])
+    files = h.files(SELF_CC)
+    assert len(files) == 2
+    for f in files:
+        assert_moved_name(f, "personal/Trash")
+        assert (h.env.mail_root / f).is_file()
+    restored = writes.restore(h.ctx, [SELF_CC])
+    assert restored.applied == [SELF_CC]
+    assert h.folders(SELF_CC) == ["personal/INBOX", "personal/Sent"]
+    # The user's own mail stays out of the inbox, as the post-new rules have it.
+    assert "inbox" not in h.tags(SELF_CC) and "deleted" not in h.tags(SELF_CC)
+    h.assert_in_step()
+
+
+def test_archive_moves_only_the_inbox_copy(h: Harness) -> None:
+    writes.archive(h.ctx, [SELF_CC])
+    assert h.folders(SELF_CC) == ["personal/Archive", "personal/Sent"]
+    h.assert_in_step()
+
+
+def test_only_the_target_accounts_copy_moves(h: Harness) -> None:
+    assert h.folders(BOTH_ACCOUNTS) == ["personal/INBOX", "work/INBOX"]
+    writes.delete_messages(h.ctx, [BOTH_ACCOUNTS])  # the primary file is personal's
+    assert h.folders(BOTH_ACCOUNTS) == ["personal/Trash", "work/INBOX"]
+    assert h.outcomes[-1].accounts == frozenset({"personal"})
+    writes.delete_messages(h.ctx, [BOTH_ACCOUNTS], account="work")
+    assert h.folders(BOTH_ACCOUNTS) == ["personal/Trash", "work/Trash"]
+    assert h.outcomes[-1].accounts == frozenset({"work"})
+    with pytest.raises(ToolError, match="unknown account"):
+        writes.delete_messages(h.ctx, [BOTH_ACCOUNTS], account="nope")
+    h.assert_in_step()
+
+
+# ---------------------------------------------------------------------------------------------
+# Undo
+
+
+UNDOABLE: dict[str, tuple[str, Callable[[writes.WriteContext, str], writes.WriteResult]]] = {
+    "read": (UNREAD_IN_CUR, lambda ctx, mid: writes.set_read(ctx, [mid], True)),
+    "unread": (IN_INBOX, lambda ctx, mid: writes.set_read(ctx, [mid], False)),
+    "flag": (IN_INBOX, lambda ctx, mid: writes.set_flagged(ctx, [mid], True)),
+    "tag": (IN_INBOX, lambda ctx, mid: writes.tag_emails(ctx, [mid], add=["x"], remove=["inbox"])),
+    "archive": (IN_INBOX, lambda ctx, mid: writes.archive(ctx, [mid])),
+    "archive-from-new": (IN_NEW_NO_INFO, lambda ctx, mid: writes.archive(ctx, [mid])),
+    "delete": (SELF_CC, lambda ctx, mid: writes.delete_messages(ctx, [mid])),
+    "junk": (IN_ARCHIVE, lambda ctx, mid: writes.move_to_junk(ctx, [mid])),
+    "move": (IN_INBOX, lambda ctx, mid: writes.move_to_folder(ctx, [mid], "Sent")),
+    "restore": (IN_TRASH, lambda ctx, mid: writes.restore(ctx, [mid])),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNDOABLE))
+def test_undo_reverts_each_kind_of_write_exactly(h: Harness, kind: str) -> None:
+    mid, write = UNDOABLE[kind]
+    tags_before, files_before = h.shape(mid)
+    result = write(h.ctx, mid)
+    assert result.applied == [mid] and result.audit_id
+    assert h.shape(mid) != (tags_before, files_before)
+    undone = writes.undo_last_write(h.ctx)
+    assert undone.applied == [mid] and not undone.errors and undone.audit_id == result.audit_id
+    tags_after, files_after = h.shape(mid)
+    assert tags_after == tags_before
+    if kind == "archive-from-new":  # back in its folder, in cur/ now (still unread, no S)
+        assert [(f, k) for f, k, _ in files_after] == [(f, k) for f, k, _ in files_before]
+        assert h.files(mid)[0].startswith("personal/INBOX/cur/")
+    else:
+        assert files_after == files_before
+    [entry] = h.audit()
+    assert entry[4] is not None  # marked undone
+    h.assert_in_step()
+
+
+def test_undo_walks_back_and_then_says_there_is_nothing_left(h: Harness) -> None:
+    before = h.shape(IN_INBOX)
+    writes.tag_emails(h.ctx, [IN_INBOX], add=["first"])
+    writes.archive(h.ctx, [IN_INBOX])
+    writes.undo_last_write(h.ctx)
+    assert h.folders(IN_INBOX) == ["personal/INBOX"] and "first" in h.tags(IN_INBOX)
+    writes.undo_last_write(h.ctx)
+    assert h.shape(IN_INBOX) == before
+    with pytest.raises(ToolError, match="nothing to undo"):
+        writes.undo_last_write(h.ctx)
+
+
+def test_undo_keeps_a_later_change_by_someone_else(h: Harness) -> None:
+    writes.tag_emails(h.ctx, [IN_INBOX], add=["ours"])
+    h.env.notmuch("tag", "+theirs", "--", f"id:{IN_INBOX}")
+    writes.undo_last_write(h.ctx)
+    tags = h.tags(IN_INBOX)
+    assert "ours" not in tags and "theirs" in tags
+
+
+def test_undo_finds_a_moved_file_renamed_since(h: Harness) -> None:
+    writes.delete_messages(h.ctx, [IN_INBOX])
+    [trashed] = h.files(IN_INBOX)
+    # mbsync names the file after uploading it, and a mail client may change its flags.
+    path = h.env.mail_root / trashed
+    renamed = path.with_name(MaildirName.parse(path.name).key + ",U=3:2,FS")
+    path.rename(renamed)
+    h.env.notmuch("new", "--no-hooks")
+    writes.undo_last_write(h.ctx)
+    [back] = h.files(IN_INBOX)
+    assert_moved_name(back, "personal/INBOX")
+    assert flags_of(back) == "FS"
+
+
+def test_undo_reports_a_file_moved_away_since_and_still_reverts_tags(h: Harness) -> None:
+    writes.delete_messages(h.ctx, [IN_INBOX])
+    [trashed] = h.files(IN_INBOX)
+    # Another client moves it on (a plain rename, as mutt does), and notmuch picks that up.
+    elsewhere = h.env.mail_root / "personal" / "Archive" / "cur" / "elsewhere-1:2,S"
+    (h.env.mail_root / trashed).rename(elsewhere)
+    h.env.notmuch("new", "--no-hooks")
+    result = writes.undo_last_write(h.ctx)
+    [error] = result.errors
+    assert error.id == IN_INBOX and "no longer where the write put it" in error.error
+    assert h.files(IN_INBOX) == ["personal/Archive/cur/elsewhere-1:2,S"]
+    assert "deleted" not in h.tags(IN_INBOX) and "inbox" in h.tags(IN_INBOX)
+    with pytest.raises(ToolError, match="nothing to undo"):
+        writes.undo_last_write(h.ctx)
+
+
+# ---------------------------------------------------------------------------------------------
+# Queries, dry runs, limits
+
+
+def test_a_query_write_needs_the_exact_count(h: Harness) -> None:
+    query = 'from:anna.schmidt@example.com subject:"school trip"'
+    matches = h.count("from:anna.schmidt@example.com AND subject:\"school trip\" "
+                      "AND NOT tag:deleted AND NOT tag:spam")
+    assert matches >= 2
+    preview = writes.tag_emails(h.ctx, add=["trip"], query=query)
+    assert preview.dry_run and preview.match_count == matches and preview.applied == []
+    assert 0 < len(preview.sample_ids) <= writes.SAMPLE_SIZE
+    assert h.count("tag:trip") == 0
+    assert writes.tag_emails(h.ctx, add=["trip"], query=query, confirm_count=matches - 1).dry_run
+    assert h.count("tag:trip") == 0
+    done = writes.tag_emails(h.ctx, add=["trip"], query=query, confirm_count=matches)
+    assert not done.dry_run and len(done.applied) == matches and done.match_count == matches
+    assert h.count("tag:trip") == matches
+
+
+def test_a_bad_query_is_a_tool_error(h: Harness) -> None:
+    with pytest.raises(ToolError):
+        writes.archive(h.ctx, query="from:(unclosed")
+
+
+def test_dry_run_with_ids_reports_and_changes_nothing(h: Harness) -> None:
+    before = h.shape(IN_INBOX)
+    result = writes.delete_messages(h.ctx, [IN_INBOX, "missing@x.test"], dry_run=True)
+    assert result.dry_run and result.match_count == 1 and result.sample_ids == [IN_INBOX]
+    assert result.not_found == ["missing@x.test"]
+    assert h.shape(IN_INBOX) == before and h.audit() == []
+
+
+def test_ids_or_query_but_not_both_or_neither(h: Harness) -> None:
+    with pytest.raises(ToolError, match="either ids or query"):
+        writes.archive(h.ctx, [IN_INBOX], query="tag:inbox")
+    with pytest.raises(ToolError, match="pass ids"):
+        writes.archive(h.ctx, [])
+
+
+def test_batches_are_bounded(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ToolError, match="at most 500.*narrow"):
+        writes.set_read(h.ctx, [f"m{i}@x.test" for i in range(501)], True)
+    monkeypatch.setattr(writes, "MAX_BATCH", 3)
+    with pytest.raises(ToolError, match="narrow the query"):
+        writes.set_read(h.ctx, None, True, query="tag:inbox", confirm_count=10)
+    assert h.audit() == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Audit log, busy database
+
+
+def test_every_applied_write_is_in_the_audit_log(h: Harness) -> None:
+    result = writes.delete_messages(h.ctx, [SELF_CC])
+    [(entry_id, action, params, changes, undone_at)] = h.audit()
+    assert entry_id == result.audit_id and action == "delete" and undone_at is None
+    assert json.loads(params)["ids"] == [SELF_CC]
+    [change] = json.loads(changes)
+    assert change["message_id"] == SELF_CC
+    assert {str(Path(f).parent.parent) for f in change["files_before"]} == {
+        "personal/INBOX", "personal/Sent"}
+    assert sorted(change["files_after"]) == h.files(SELF_CC)
+    assert "deleted" in change["tags_after"] and "deleted" not in change["tags_before"]
+    assert len(change["moves"]) == 2
+    # Writing what is already so is applied, but changes nothing and is not logged.
+    again = writes.delete_messages(h.ctx, [SELF_CC])
+    assert again.applied == [SELF_CC] and again.audit_id is None
+    assert len(h.audit()) == 1
+
+
+LOCK_HOLDER = """
+import sys, notmuch2
+db = notmuch2.Database(mode=notmuch2.Database.MODE.READ_WRITE)
+print("locked", flush=True)
+sys.stdin.read()
+db.close()
+"""
+
+
+def test_a_busy_database_is_reported_and_nothing_changes(h: Harness) -> None:
+    before = {mid: h.shape(mid) for mid in (IN_INBOX, UNREAD_IN_CUR)}
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with Writer(lock_timeout=1.0) as busy_writer:
+            ctx = writes.WriteContext(h.ctx.config, h.ctx.reader, busy_writer,
+                                      h.ctx.sidecar_file, h.outcomes.append)
+            with pytest.raises(writes.WriteError, match="database busy.*nothing was changed"):
+                writes.delete_messages(ctx, [IN_INBOX, UNREAD_IN_CUR])
+            holder.stdin.close()  # type: ignore[union-attr]
+            holder.wait(timeout=30)
+            busy_writer.run(lambda txn: None)  # the abandoned batch is behind us now
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    assert {mid: h.shape(mid) for mid in before} == before
+    assert h.audit() == [] and h.outcomes == []
+    h.assert_in_step()
