@@ -1,0 +1,132 @@
+"""Writes and the contacts SQL tool through the real server process and the `mcp` SDK client,
+on a private indexed copy of the fixture mail (no IMAP here: --no-push)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import pytest
+from mcp.client.client import Client
+from mcp.client.stdio import StdioServerParameters
+
+from .conftest import MailEnv
+
+BANK = "no-reply@northwind-bank.example.com"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def server_params(env: MailEnv, *extra: str) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable,
+                                 args=["-m", "fmail_nm", "serve", "--transport", "stdio",
+                                       "--no-push", *extra],
+                                 env={**os.environ, **env.env})
+
+
+async def call(client: Client, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+    result = await client.call_tool(tool, args or {})
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def error_text(client: Client, tool: str, args: dict[str, Any]) -> str:
+    result = await client.call_tool(tool, args)
+    assert result.is_error
+    return result.content[0].text  # type: ignore[union-attr]
+
+
+async def sql_rows(client: Client, query: str) -> list[dict[str, Any]]:
+    found = await call(client, "query_emails", {"sql_query": query})
+    return [dict(zip(found["columns"], row)) for row in found["rows"]]
+
+
+@pytest.mark.anyio
+async def test_blocking_through_manage_contacts_sql_hides_the_sender(indexed: MailEnv) -> None:
+    async with Client(server_params(indexed)) as client:
+        before = await call(client, "search_emails", {"query": f"from:{BANK}", "limit": 100})
+        assert before["total"] == 23
+
+        done = await call(client, "manage_contacts_sql", {
+            "sql_query": f"UPDATE contacts SET is_blocked=1, notes='phishing lookalike' "
+                         f"WHERE email_address='{BANK}'"})
+        assert done["blocked"] == [BANK] and done["changed"] >= 1
+        assert (await call(client, "search_emails", {"query": f"from:{BANK}"}))["total"] == 0
+        inbox = await call(client, "search_emails", {"query": "in:inbox", "limit": 500})
+        assert BANK not in {r["from"]["address"] for r in inbox["results"]}
+        blocked = await call(client, "search_emails", {"query": "is:blocked", "limit": 100})
+        assert blocked["total"] == 23
+        rows = await sql_rows(client, "SELECT count(*) AS n FROM emails e JOIN email_tags t "
+                                      "USING (uid) WHERE t.tag = 'blocked'")
+        assert rows == [{"n": 23}]  # the sidecar mirrors the new tags at once
+
+        harvested = await error_text(client, "manage_contacts_sql", {
+            "sql_query": f"UPDATE contacts SET messages_from=0 WHERE email_address='{BANK}'"})
+        assert "harvested" in harvested
+        other_table = await error_text(client, "manage_contacts_sql", {
+            "sql_query": "DELETE FROM emails"})
+        assert "refused" in other_table
+
+        undone = await call(client, "manage_contacts_sql", {
+            "sql_query": f"UPDATE contacts SET is_blocked=0 WHERE email_address='{BANK}'"})
+        assert undone["unblocked"] == [BANK]
+        assert (await call(client, "search_emails", {"query": f"from:{BANK}", "limit": 100}))["total"] == 23
+        notes = await sql_rows(client, f"SELECT notes FROM contacts WHERE email_address='{BANK}'")
+        assert notes == [{"notes": "phishing lookalike"}]
+
+
+@pytest.mark.anyio
+async def test_writes_show_in_search_sql_and_files_and_undo_reverts(indexed: MailEnv) -> None:
+    mid = "tom-hotfix@acme.test"  # unread, in work/INBOX/new
+    async with Client(server_params(indexed)) as client:
+        uid = (await sql_rows(client, f"SELECT uid FROM emails WHERE message_id='{mid}'"))[0]["uid"]
+        marked = await call(client, "update_email_status", {"ids": [uid], "mark_as": "read"})
+        assert marked["applied"] == [mid] and marked["audit_id"]
+        assert await sql_rows(client, f"SELECT is_read FROM emails WHERE uid='{uid}'") == [{"is_read": 1}]
+        files = indexed.notmuch("search", "--output=files", f"id:{mid}").stdout.split()
+        assert len(files) == 1 and "/cur/" in files[0] and files[0].endswith("S")
+
+        deleted = await call(client, "delete_messages", {"ids": [mid]})
+        assert deleted["applied"] == [mid]
+        trashed = await sql_rows(client, f"SELECT folder, tags FROM emails WHERE uid='{uid}'")
+        assert trashed[0]["folder"] == "Trash" and "deleted" in trashed[0]["tags"]
+        assert (await call(client, "search_emails", {"query": f"id:{mid}"}))["total"] == 0
+
+        undone = await call(client, "undo_last_write")
+        assert undone["applied"] == [mid]
+        back = await sql_rows(client, f"SELECT folder, is_read FROM emails WHERE uid='{uid}'")
+        assert back == [{"folder": "INBOX", "is_read": 1}]
+
+        no_archive = await call(client, "archive", {"ids": [mid]})  # work has no Archive folder
+        assert no_archive["applied"] == [] and "archive" in no_archive["errors"][0]["error"]
+
+        query = "from:anna.schmidt@example.com in:inbox"
+        by_query = await call(client, "archive", {"query": query})
+        assert by_query["dry_run"] is True and by_query["applied"] == [] and by_query["match_count"] > 1
+        confirmed = await call(client, "archive", {"query": query,
+                                                   "confirm_count": by_query["match_count"]})
+        assert confirmed["dry_run"] is False and len(confirmed["applied"]) == by_query["match_count"]
+        archived = await sql_rows(client, "SELECT DISTINCT folder FROM emails WHERE "
+                                          "sender_email='anna.schmidt@example.com' AND "
+                                          "account_name='personal' AND folder != 'Sent'")
+        assert archived == [{"folder": "Archive"}]
+    check = indexed.fmail("sidecar", "check", "--files")
+    assert check.stdout.strip().endswith("sidecar matches notmuch")
+    assert "No new mail" in indexed.notmuch("new", "--no-hooks").stdout
+
+
+@pytest.mark.anyio
+async def test_read_only_server_refuses_to_write(indexed: MailEnv) -> None:
+    async with Client(server_params(indexed, "--read-only")) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert "query_emails" in names and "manage_contacts_sql" not in names
+        assert not names & {"delete_messages", "update_email_status", "undo_last_write"}
+        result = await client.call_tool("delete_messages", {"ids": ["tom-hotfix@acme.test"]})
+        assert result.is_error
+    assert indexed.notmuch("search", "--output=files", "id:tom-hotfix@acme.test").stdout.count(
+        "/work/INBOX/") == 1
