@@ -38,6 +38,7 @@ class SearchResult(Dto):
     total: int = Field(description="all matches")
     next_cursor: str | None
     query: str = Field(description="notmuch query run")
+    indexed_at: str | None = Field(default=None, description="when the index last changed (UTC)")
 
 
 class ThreadRef(Dto):

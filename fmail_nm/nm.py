@@ -276,6 +276,17 @@ class Reader:
             self.close()
             return fn(self.db)
 
+    def changed_at(self) -> float | None:
+        """When the database last committed (epoch seconds), from Xapian's marker file; None
+        when it cannot be told.  Cheap: one stat."""
+        self.db  # opens (or reopens) the handle and finds the marker
+        if self._xapian_marker is None:
+            return None
+        try:
+            return self._xapian_marker.stat().st_mtime
+        except OSError:
+            return None
+
     def revision(self) -> Revision:
         rev = self._retrying(lambda db: db.revision())
         return Revision(rev.rev, os.fsdecode(rev.uuid))

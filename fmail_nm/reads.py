@@ -225,8 +225,10 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
     total = mb.reader.count(nm_query, exclude_tags=compiled.exclude_tags)
     page = mb.reader.messages(nm_query, exclude_tags=compiled.exclude_tags, sort=sort,
                               offset=offset, limit=limit)
+    changed = mb.reader.changed_at()
     return dto.SearchResult(results=[email_ref(mb, m) for m in page], total=total,
-                            next_cursor=next_cursor(offset, len(page), total, fp), query=nm_query)
+                            next_cursor=next_cursor(offset, len(page), total, fp), query=nm_query,
+                            indexed_at=iso(int(changed)) if changed else None)
 
 
 def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,42 @@ class MailEnv:
     def config(self):  # type: ignore[no-untyped-def]
         from fmail_nm.app import load_config
         return load_config()
+
+
+LOCK_HOLDER = """
+import sys, notmuch2
+db = notmuch2.Database(mode=notmuch2.Database.MODE.READ_WRITE)
+print("locked", flush=True)
+sys.stdin.read()
+db.close()
+"""
+
+
+class LockHolder:
+    """Another process holding the notmuch write lock, as ``notmuch new`` or a mail client do."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        import sys
+        self.proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True,
+                                     env={**os.environ, **(env or {})})
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "locked"
+
+    def release(self) -> None:
+        """Close the database and wait for the process to end."""
+        if self.proc.poll() is None:
+            self.proc.stdin.close()  # type: ignore[union-attr]
+            self.proc.wait(timeout=30)
+
+
+@contextmanager
+def notmuch_lock_held(env: dict[str, str] | None = None) -> Iterator[LockHolder]:
+    holder = LockHolder(env)
+    try:
+        yield holder
+    finally:
+        holder.proc.kill()
+        holder.proc.wait(timeout=10)
 
 
 def isolated_env(base: Path) -> dict[str, str]:

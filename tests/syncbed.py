@@ -268,10 +268,10 @@ class SyncBed:
 # -- pytest fixtures ------------------------------------------------------------------------------
 
 
-def require_tools() -> None:
+def require_tools(programs: tuple[str, ...] = ("dovecot", "mbsync", "notmuch")) -> None:
     """Fail (not skip) with an installation hint when a program is missing."""
     missing = []
-    for program in ("dovecot", "mbsync", "notmuch"):
+    for program in programs:
         try:
             imapbed.find_program(program)
         except imapbed.ImapBedError as err:

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import email
 import email.policy
-import os
-import subprocess
-import sys
 import textwrap
 import threading
 from pathlib import Path
@@ -16,7 +13,7 @@ import pytest
 
 from fmail_nm.nm import DatabaseBusy, Reader, Writer
 
-from .conftest import MailEnv, run_init
+from .conftest import MailEnv, notmuch_lock_held, run_init
 
 
 def maildir_files(root: Path) -> list[Path]:
@@ -191,28 +188,15 @@ def test_writer_reports_unknown_ids(indexed: MailEnv) -> None:
     assert result.applied == [] and result.not_found == ["no-such-id@example.com"]
 
 
-LOCK_HOLDER = """
-import sys, notmuch2
-db = notmuch2.Database(mode=notmuch2.Database.MODE.READ_WRITE)
-print("locked", flush=True)
-sys.stdin.read()
-db.close()
-"""
-
-
 def test_write_while_another_process_holds_the_lock(indexed: MailEnv) -> None:
     with Reader() as reader:
         target = reader.messages("tag:inbox", limit=1)[0]
-    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=os.environ.copy())
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    with notmuch_lock_held() as holder:
         with Writer(lock_timeout=1.0) as writer:
             with pytest.raises(DatabaseBusy, match="database busy.*retry") as err:
                 writer.run(lambda txn: txn.change_tags([target.message_id], add=["busy-test"]))
             assert err.value.waited == 1.0
-            holder.stdin.close()  # type: ignore[union-attr]
-            holder.wait(timeout=30)
+            holder.release()
             # The abandoned batch never ran, later: nothing was lost, nothing half-applied.
             with Reader() as reader:
                 assert "busy-test" not in reader.find(target.message_id).tags  # type: ignore[union-attr]
@@ -220,9 +204,6 @@ def test_write_while_another_process_holds_the_lock(indexed: MailEnv) -> None:
             writer.run(lambda txn: txn.change_tags([target.message_id], add=["busy-test"]))
         with Reader() as reader:
             assert "busy-test" in reader.find(target.message_id).tags  # type: ignore[union-attr]
-    finally:
-        holder.kill()
-        holder.wait(timeout=10)
 
 
 def test_reader_sees_a_write_made_after_it_opened(indexed: MailEnv) -> None:

@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 
 from . import imapbed
-from .imapbed import ImapServer, MbsyncError, append, fetch_state, run_mbsync, write_mbsync_config
+from .imapbed import (
+    ImapServer,
+    MbsyncError,
+    append,
+    fetch_state,
+    run_mbsync,
+    write_mbsync_config,
+)
+from .syncbed import require_tools
 
 pytestmark = pytest.mark.imap
 
@@ -38,15 +46,7 @@ def message(n: int, subject: str = "hello") -> bytes:
 
 @pytest.fixture(autouse=True)
 def _tools_installed() -> None:
-    """Fail (not skip) with an installation hint when a program is missing."""
-    missing = []
-    for program in ("dovecot", "mbsync"):
-        try:
-            imapbed.find_program(program)
-        except imapbed.ImapBedError as err:
-            missing.append(str(err))
-    if missing:
-        pytest.fail("\n".join(missing), pytrace=False)
+    require_tools(("dovecot", "mbsync"))
 
 
 @pytest.fixture

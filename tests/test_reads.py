@@ -218,3 +218,9 @@ def test_tags_folders_accounts(mb: reads.Mailbox) -> None:
     accounts = reads.list_available_accounts(mb).accounts
     assert [a.name for a in accounts] == ["personal", "work"]
     assert accounts[1].addresses == ["amorgan@acme.test"]
+
+
+def test_search_tells_how_fresh_the_index_is(mb: reads.Mailbox, shared_indexed: MailEnv) -> None:
+    marker = shared_indexed.mail_root / ".notmuch" / "xapian" / "iamglass"
+    result = reads.search_emails(mb, "", limit=1)
+    assert result.indexed_at == reads.iso(int(marker.stat().st_mtime))

@@ -8,9 +8,6 @@ finds nothing to correct -- index and Maildir in step.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,7 @@ from fmail_nm.mover import MaildirName
 from fmail_nm.nm import Reader, Writer
 from fmail_nm.reads import ToolError
 
-from .conftest import MailEnv
+from .conftest import MailEnv, notmuch_lock_held
 
 UNREAD_IN_CUR = "html-only-1@coop.example.com"  # personal/INBOX/cur, no S
 IN_INBOX = "school-trip-3@example.com"  # personal/INBOX/cur, read
@@ -536,32 +533,16 @@ def test_every_applied_write_is_in_the_audit_log(h: Harness) -> None:
     assert len(h.audit()) == 1
 
 
-LOCK_HOLDER = """
-import sys, notmuch2
-db = notmuch2.Database(mode=notmuch2.Database.MODE.READ_WRITE)
-print("locked", flush=True)
-sys.stdin.read()
-db.close()
-"""
-
-
 def test_a_busy_database_is_reported_and_nothing_changes(h: Harness) -> None:
     before = {mid: h.shape(mid) for mid in (IN_INBOX, UNREAD_IN_CUR)}
-    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=os.environ.copy())
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    with notmuch_lock_held() as holder:
         with Writer(lock_timeout=1.0) as busy_writer:
             ctx = writes.WriteContext(h.ctx.config, h.ctx.reader, busy_writer,
                                       h.ctx.sidecar_file, h.outcomes.append)
             with pytest.raises(writes.WriteError, match="database busy.*nothing was changed"):
                 writes.delete_messages(ctx, [IN_INBOX, UNREAD_IN_CUR])
-            holder.stdin.close()  # type: ignore[union-attr]
-            holder.wait(timeout=30)
+            holder.release()
             busy_writer.run(lambda txn: None)  # the abandoned batch is behind us now
-    finally:
-        holder.kill()
-        holder.wait(timeout=10)
     assert {mid: h.shape(mid) for mid in before} == before
     assert h.audit() == [] and h.outcomes == []
     h.assert_in_step()
