@@ -18,6 +18,7 @@ import itertools
 import os
 import pty
 import queue
+import signal
 import subprocess
 import threading
 import time
@@ -57,6 +58,11 @@ class DatabaseBusy(NotmuchAccessError):
 
 class DatabaseMissing(NotmuchAccessError):
     """There is no notmuch database (or config) where libnotmuch looks."""
+
+
+class StaleFiles(NotmuchAccessError):
+    """The index names a message file that is no longer on disk (renamed since the last
+    ``notmuch new``, e.g. by mbsync adding ``,U=``); re-indexing fixes it."""
 
 
 class QueryError(NotmuchAccessError):
@@ -399,6 +405,25 @@ class Reader:
     def all_tags(self) -> list[str]:
         return self._retrying(lambda db: sorted(str(t) for t in db.tags))
 
+    def known_files(self, paths: Iterable[str | os.PathLike[str]]) -> frozenset[str]:
+        """The paths (as given, decoded with ``os.fspath``) that the index has as a message file.
+
+        A lookup by file name in one snapshot; no message file is opened.  The background
+        indexer uses it to tell its own writes (already in the index) from new arrivals.
+        """
+        wanted = [os.fspath(p) for p in paths]
+
+        def lookup(db: notmuch2.Database) -> frozenset[str]:
+            found = set()
+            for path in wanted:
+                try:
+                    db.get(path)
+                except LookupError:
+                    continue
+                found.add(path)
+            return frozenset(found)
+        return self._retrying(lookup)
+
 
 def _ids(db: notmuch2.Database, query: str, exclude_tags: Sequence[str] = ()) -> list[str]:
     return [str(m.messageid) for m in db.messages(query, exclude_tags=exclude_tags)]
@@ -406,6 +431,17 @@ def _ids(db: notmuch2.Database, query: str, exclude_tags: Sequence[str] = ()) ->
 
 # ---------------------------------------------------------------------------------------------
 # Writes
+
+
+def _require_files(msg: notmuch2.Message) -> None:
+    """A flag tag change renames the message's files, and libnotmuch skips a file that is gone
+    without a word -- the next ``notmuch new`` would then take the tag back from the file's old
+    flags.  So refuse, before anything changes, while the index names a missing file."""
+    for name in msg.filenamesb():
+        if not os.path.lexists(name):
+            raise StaleFiles(
+                f"{os.fsdecode(name)} is no longer on disk (renamed by mbsync or a mail client "
+                "since the last index); re-index (fmail-nm index) and try again")
 
 
 @dataclass
@@ -438,6 +474,9 @@ class WriteTxn:
         after = (before - set(remove)) | set(add)
         if after == before:
             return False
+        flag_change = self.sync_flags and bool((before ^ after) & FLAG_TAGS)
+        if flag_change:
+            _require_files(msg)
         # The CLI's order (tag-util.c): freeze, change tags, thaw, then rename the files so
         # their Maildir flags say the same as the tags.
         with msg.frozen():
@@ -445,7 +484,7 @@ class WriteTxn:
                 msg.tags.discard(tag)
             for tag in add:
                 msg.tags.add(tag)
-        if self.sync_flags and (before ^ after) & FLAG_TAGS:
+        if flag_change:
             msg.tags.to_maildir_flags()
         return True
 
@@ -587,6 +626,27 @@ class Writer:
 class NewResult:
     returncode: int
     output: str
+    timed_out: bool = False  # stopped after ``timeout`` seconds (e.g. stuck on the write lock)
+
+
+# After SIGTERM, notmuch new commits what it has and exits; this long, then SIGKILL.
+NEW_STOP_GRACE = 5.0
+
+
+def _stop_new(proc: subprocess.Popen[bytes], timed_out: threading.Event) -> None:
+    """Stop a ``notmuch new`` that ran out of time, its hooks included (its own process group):
+    politely first, because notmuch new commits what it indexed on SIGTERM."""
+    timed_out.set()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=NEW_STOP_GRACE)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
@@ -597,36 +657,47 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
 
     notmuch prints its progress ("Processed 120 of 5000 files") only to a terminal, so with
     ``as_tty`` it runs on a pseudo-terminal and ``on_line`` sees each progress update.
+
+    ``timeout`` bounds the whole run -- also the silent wait while another program holds the
+    write lock (retry_lock prints nothing): notmuch new and its hooks are then stopped and the
+    result says ``timed_out``.  With a timeout the child gets its own process group (so the
+    hooks can be stopped with it); without one it stays in ours, so Ctrl-C reaches it.
     """
     argv = ["notmuch", *config_arg(config_path), "new"]
     if not hooks:
         argv.append("--no-hooks")
+    own_group = timeout is not None
     if as_tty:
         master, slave = pty.openpty()
         proc = subprocess.Popen(argv, stdout=slave, stderr=slave, stdin=subprocess.DEVNULL,
-                                close_fds=True)
+                                close_fds=True, start_new_session=own_group)
         os.close(slave)
         chunks = _pty_chunks(master)
     else:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, start_new_session=own_group)
         assert proc.stdout is not None
         chunks = iter(lambda: proc.stdout.read1(4096), b"")  # type: ignore[union-attr]
+    timed_out = threading.Event()
+    # A timer, not a check between lines: a notmuch new waiting for the lock prints nothing.
+    timer = None
+    if timeout is not None:
+        timer = threading.Timer(timeout, _stop_new, args=(proc, timed_out))
+        timer.daemon = True
+        timer.start()
     lines: list[str] = []
-    deadline = None if timeout is None else time.monotonic() + timeout
     try:
         for line in _split_progress(chunks):
             lines.append(line)
             if on_line is not None:
                 on_line(line)
-            if deadline is not None and time.monotonic() > deadline:
-                proc.kill()
-                break
     finally:
+        if timer is not None:
+            timer.cancel()
         if as_tty:
             os.close(master)
     proc.wait(timeout=CLI_TIMEOUT)
-    return NewResult(proc.returncode, "".join(lines))
+    return NewResult(proc.returncode, "".join(lines), timed_out=timed_out.is_set())
 
 
 def _pty_chunks(fd: int) -> Iterator[bytes]:

@@ -1,0 +1,428 @@
+"""The write tools against a real IMAP server: Dovecot, mbsync and notmuch, no mocks.
+
+Every write here goes through :mod:`fmail_nm.writes` (or, once, through the real MCP server
+process), then through mbsync, and is judged by what the *server* holds afterwards -- read with
+imaplib -- and by the local side: tags, the files on disk, and ``notmuch new`` finding nothing
+left to correct.  After each sync the set-up must also be settled: a further plain mbsync run
+changes nothing on either side and prints nothing but notices, and no message exists twice on
+the server.
+
+The bed (tests/syncbed.py): account ``acct`` with INBOX, Sent, Trash, Junk, Archive; mbsync with
+``Expunge Both``, ``Create Both``.  Seeded: 1 unread, 2 read, 3 unread+flagged, 4 read+flagged
+in INBOX, 5 read in Archive.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import anyio
+import anyio.to_thread
+import pytest
+from mcp.client.client import Client
+from mcp.client.stdio import StdioServerParameters
+
+from fmail_nm import sidecar, writes
+from fmail_nm.mover import MaildirName
+from fmail_nm.nm import Writer
+
+from . import imapbed
+from .conftest import notmuch_lock_held
+from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
+    ACCOUNT,
+    FLAGGED,
+    SEEN,
+    SyncBed,
+    sync_bed,
+    synced_bed,
+)
+from .test_server import WRITE_TOOLS, check_tool_list
+
+pytestmark = pytest.mark.imap
+
+T = TypeVar("T")
+SEEDED = 5
+# What the server holds per Message-ID (no angle brackets): one (folder, flags) per copy.
+# UIDs are left out: a message that moves and comes back gets a new one, which is fine.
+Snapshot = dict[str, list[tuple[str, frozenset[str]]]]
+# mbsync's notices are chatter ("Maildir notice: sleeping due to recent directory
+# modification."); anything else it prints is a warning or an error.
+MBSYNC_NOTICE = re.compile(r"^\S+ notice: ")
+
+
+# ---------------------------------------------------------------------------------------------
+# Looking at both sides
+
+
+def server_snapshot(bed: SyncBed) -> Snapshot:
+    found: defaultdict[str, list[tuple[str, frozenset[str]]]] = defaultdict(list)
+    for folder, messages in bed.server_state().items():
+        for msg in messages:
+            found[msg.message_id.strip("<>")].append((folder, msg.flags))
+    return {mid: sorted(places, key=lambda p: (p[0], sorted(p[1])))
+            for mid, places in found.items()}
+
+
+def assert_no_duplicates(snapshot: Snapshot) -> None:
+    """Every seeded message is on the server exactly once, in all folders together."""
+    assert sorted(snapshot) == sorted(SyncBed.mid(n) for n in range(1, SEEDED + 1)), snapshot
+    twice = {mid: places for mid, places in snapshot.items() if len(places) != 1}
+    assert not twice, f"on the server more than once: {twice}"
+
+
+def sync(bed: SyncBed) -> Snapshot:
+    """syncer.sync both ways (mbsync, notmuch new, tagging); it must report no error at all --
+    mbsync's "UID ... is beyond highest assigned UID" fails the run, so it would show here."""
+    report = bed.sync()
+    assert report.ok, report.errors()
+    assert report.index is not None
+    snapshot = server_snapshot(bed)
+    assert_no_duplicates(snapshot)
+    return snapshot
+
+
+def notmuch_new(bed: SyncBed) -> str:
+    done = subprocess.run(["notmuch", "new", "--no-hooks"], env={**os.environ, **bed.env},
+                          text=True, capture_output=True, timeout=120, check=True)
+    return done.stdout.strip()
+
+
+def assert_settled(bed: SyncBed) -> None:
+    """Nothing is left to do: another mbsync run changes nothing and reports no problem, then
+    ``notmuch new`` finds no file added, removed or renamed; every indexed file name is the
+    one on disk."""
+    before = server_snapshot(bed)
+    again = imapbed.run_mbsync(bed.mbsync_config, ACCOUNT, check=False)
+    said = [line for line in (again.stdout + again.stderr).splitlines()
+            if not MBSYNC_NOTICE.match(line)]
+    assert again.returncode == 0 and not said, again
+    assert server_snapshot(bed) == before
+    assert notmuch_new(bed) == "No new mail."
+    for n in range(1, SEEDED + 1):
+        mid = bed.mid(n)
+        indexed = bed.find(mid)
+        assert indexed is not None, mid
+        assert sorted(indexed.filenames) == [str(p) for p in bed.files(mid)], mid
+
+
+def local_file(bed: SyncBed, mid: str, folder: str) -> Path:
+    """The message's one file, which must be in ``folder/cur`` and carry mbsync's UID."""
+    (path,) = bed.files(mid)
+    assert path.parent == bed.account_dir / folder / "cur", path
+    assert ",U=" in path.name, path  # mbsync has seen it in this folder
+    return path
+
+
+def others(snapshot: Snapshot, mid: str) -> Snapshot:
+    return {k: v for k, v in snapshot.items() if k != mid}
+
+
+@pytest.fixture
+def ctx(synced_bed: SyncBed) -> Iterator[writes.WriteContext]:
+    config = synced_bed.config()
+    with synced_bed.reader() as reader, synced_bed.writer() as writer:
+        yield writes.WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+
+
+# ---------------------------------------------------------------------------------------------
+# Flags
+
+
+def test_read_unread_flag_unflag_reach_the_server(synced_bed: SyncBed,
+                                                  ctx: writes.WriteContext) -> None:
+    bed = synced_bed
+    m1, m2, m3, m4 = (bed.mid(n) for n in range(1, 5))
+    before = server_snapshot(bed)
+
+    assert writes.set_read(ctx, [m1], True).applied == [m1]
+    assert writes.set_flagged(ctx, [m1], True).applied == [m1]
+    assert writes.update_email_status(ctx, [m2], "unread").applied == [m2]
+    assert writes.set_flagged(ctx, [m4], False).applied == [m4]
+    snapshot = sync(bed)
+
+    assert snapshot[m1] == [("INBOX", {SEEN, FLAGGED})]
+    assert snapshot[m2] == [("INBOX", frozenset())]
+    assert snapshot[m4] == [("INBOX", {SEEN})]
+    assert snapshot[m3] == before[m3] == [("INBOX", {FLAGGED})]  # untouched
+    assert bed.tags(m1) == {"flagged", "inbox"}
+    assert bed.tags(m2) == {"unread", "inbox"}
+    assert bed.tags(m4) == {"inbox"}
+    assert local_file(bed, m1, "INBOX").name.endswith(":2,FS")
+    assert_settled(bed)
+
+    # ... and back again, the flag tags also through tag_emails.
+    assert writes.update_email_status(ctx, [m1], "unread").applied == [m1]
+    assert writes.set_flagged(ctx, [m1], False).applied == [m1]
+    assert writes.set_read(ctx, [m2], True).applied == [m2]
+    assert writes.tag_emails(ctx, [m4], add=["flagged"]).applied == [m4]
+    assert writes.tag_emails(ctx, [m3], remove=["unread"]).applied == [m3]
+    snapshot = sync(bed)
+
+    assert snapshot == {**before, m3: [("INBOX", {SEEN, FLAGGED})]}
+    assert bed.tags(m1) == {"unread", "inbox"}
+    assert bed.tags(m3) == {"flagged", "inbox"}
+    assert_settled(bed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Moves
+
+
+@pytest.mark.parametrize(("action", "folder", "tag"), [
+    pytest.param(writes.delete_messages, "Trash", "deleted", id="delete"),
+    pytest.param(writes.move_to_junk, "Junk", "spam", id="junk"),
+])
+def test_delete_or_junk_and_restore_on_the_server(
+        synced_bed: SyncBed, ctx: writes.WriteContext,
+        action: Callable[..., writes.WriteResult], folder: str, tag: str) -> None:
+    bed = synced_bed
+    mid = bed.mid(4)  # read and flagged: the flags must travel with it
+    before = server_snapshot(bed)
+
+    assert action(ctx, [mid]).applied == [mid]
+    snapshot = sync(bed)
+
+    assert snapshot[mid] == [(folder, {SEEN, FLAGGED})]  # out of INBOX, into Trash / Junk
+    assert others(snapshot, mid) == others(before, mid)
+    assert bed.tags(mid) == {"flagged", tag}
+    local_file(bed, mid, folder)
+    assert_settled(bed)
+
+    assert writes.restore(ctx, [mid]).applied == [mid]
+    snapshot = sync(bed)
+
+    assert snapshot == before  # back in INBOX, flags as they were, nothing else moved
+    assert bed.tags(mid) == {"flagged", "inbox"}
+    local_file(bed, mid, "INBOX")
+    assert_settled(bed)
+
+
+def test_archive_and_move_back_on_the_server(synced_bed: SyncBed,
+                                             ctx: writes.WriteContext) -> None:
+    bed = synced_bed
+    mid = bed.mid(1)  # unread: archiving must not mark it read
+    before = server_snapshot(bed)
+
+    assert writes.archive(ctx, [mid]).applied == [mid]
+    snapshot = sync(bed)
+
+    assert snapshot[mid] == [("Archive", frozenset())]
+    assert snapshot[bed.mid(5)] == [("Archive", {SEEN})]  # the one already there is kept
+    assert others(snapshot, mid) == others(before, mid)
+    assert bed.tags(mid) == {"unread", "archived"}
+    local_file(bed, mid, "Archive")
+    assert_settled(bed)
+
+    assert writes.move_to_folder(ctx, [mid], "INBOX").applied == [mid]
+    assert sync(bed) == before
+    assert bed.tags(mid) == {"unread", "inbox"}
+    local_file(bed, mid, "INBOX")
+    assert_settled(bed)
+
+
+def test_after_mbsync_renames_a_moved_file_a_reindex_lets_later_writes_work(
+        synced_bed: SyncBed, ctx: writes.WriteContext) -> None:
+    bed = synced_bed
+    mid = bed.mid(2)
+    assert writes.delete_messages(ctx, [mid]).applied == [mid]
+    (moved,) = bed.files(mid)
+    assert moved.parent == bed.account_dir / "Trash" / "cur" and ",U=" not in moved.name
+
+    (run,) = bed.mbsync("push")
+    assert run.ok, run.error
+
+    # mbsync uploaded the file and gave it its new UID by renaming it behind notmuch's back.
+    renamed = local_file(bed, mid, "Trash")
+    assert renamed != moved and not moved.exists()
+    assert MaildirName.parse(renamed.name) == MaildirName.parse(moved.name)  # only ,U= added
+    assert bed.find(mid).filenames == (str(moved),)  # type: ignore[union-attr]
+
+    bed.index()  # what the push scheduler does after every push (and `fmail-nm index`)
+    assert bed.find(mid).filenames == (str(renamed),)  # type: ignore[union-attr]
+    assert notmuch_new(bed) == "No new mail."
+
+    # Later writes on that message act on the renamed file.
+    assert writes.set_flagged(ctx, [mid], True).applied == [mid]
+    assert writes.restore(ctx, [mid]).applied == [mid]
+    snapshot = sync(bed)
+
+    assert snapshot[mid] == [("INBOX", {SEEN, FLAGGED})]
+    assert bed.tags(mid) == {"flagged", "inbox"}
+    local_file(bed, mid, "INBOX")
+    assert_settled(bed)
+
+
+def test_a_write_before_the_reindex_is_refused_not_lost(
+        synced_bed: SyncBed, ctx: writes.WriteContext) -> None:
+    """Between mbsync's rename and the next index the index names a file that is gone.  A
+    flag change then cannot rename the file (libnotmuch skips a failed rename silently), so
+    the write must say so and change nothing -- not report success and be undone by the next
+    ``notmuch new`` (which sees the renamed file with its old flags)."""
+    bed = synced_bed
+    mid = bed.mid(2)
+    assert writes.delete_messages(ctx, [mid]).applied == [mid]
+    (run,) = bed.mbsync("push")
+    assert run.ok, run.error
+    renamed = local_file(bed, mid, "Trash")
+    tags = bed.tags(mid)
+    assert tags == {"deleted"}
+
+    flagged = writes.set_flagged(ctx, [mid], True)
+    restored = writes.restore(ctx, [mid])
+
+    for result in (flagged, restored):
+        assert result.applied == [] and [e.id for e in result.errors] == [mid], result
+        assert "re-index" in result.errors[0].error, result.errors[0].error
+    assert bed.tags(mid) == tags and bed.files(mid) == [renamed]
+
+    snapshot = sync(bed)  # indexes too
+    assert snapshot[mid] == [("Trash", {SEEN})]
+    assert bed.tags(mid) == tags
+    assert writes.set_flagged(ctx, [mid], True).applied == [mid]  # now it works
+    assert sync(bed)[mid] == [("Trash", {SEEN, FLAGGED})]
+    assert bed.tags(mid) == {"flagged", "deleted"}
+    assert_settled(bed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Undo
+
+
+def test_undo_of_a_delete_puts_the_server_back(synced_bed: SyncBed,
+                                               ctx: writes.WriteContext) -> None:
+    bed = synced_bed
+    mid = bed.mid(3)  # unread and flagged
+    before, tags = server_snapshot(bed), bed.tags(mid)
+
+    deleted = writes.delete_messages(ctx, [mid])
+    assert deleted.applied == [mid]
+    assert sync(bed)[mid] == [("Trash", {FLAGGED})]
+    local_file(bed, mid, "Trash")  # mbsync renamed it since the delete recorded its move
+
+    undone = writes.undo_last_write(ctx)
+    assert undone.applied == [mid] and undone.audit_id == deleted.audit_id
+    snapshot = sync(bed)
+
+    assert snapshot == before  # in INBOX, not in Trash, flags as before
+    assert bed.tags(mid) == tags == {"unread", "flagged", "inbox"}
+    local_file(bed, mid, "INBOX")
+    assert_settled(bed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Another program holds the notmuch lock
+
+
+def test_a_busy_database_changes_nothing_here_or_on_the_server(
+        synced_bed: SyncBed, ctx: writes.WriteContext) -> None:
+    bed = synced_bed
+    mid = bed.mid(1)
+    server_before = bed.server_state()  # exact, UIDs included
+    local_before = (bed.tags(mid), bed.files(mid), bed.find(mid))
+
+    # A real process holds the write lock: it opened the bed's notmuch database read-write.
+    with (notmuch_lock_held(bed.env) as holder,
+          Writer(bed.config().settings.notmuch_config, lock_timeout=1.0) as busy):
+        busy_ctx = writes.WriteContext(ctx.config, ctx.reader, busy, ctx.sidecar_file)
+        with pytest.raises(writes.WriteError, match="database busy"):
+            writes.delete_messages(busy_ctx, [mid])
+        with pytest.raises(writes.WriteError, match="database busy"):
+            writes.set_read(busy_ctx, [mid], True)
+        assert (bed.tags(mid), bed.files(mid), bed.find(mid)) == local_before
+
+        holder.release()
+        assert holder.proc.returncode == 0
+        report = bed.sync()
+        assert report.ok, report.errors()
+        assert bed.server_state() == server_before
+        assert (bed.tags(mid), bed.files(mid), bed.find(mid)) == local_before
+        with sidecar.opened(ctx.sidecar_file) as conn:
+            assert sidecar.last_write(conn) is None  # nothing recorded, nothing to undo
+
+        # The lock is free again: the very same write now goes through.
+        assert writes.delete_messages(busy_ctx, [mid]).applied == [mid]
+    snapshot = sync(bed)
+    assert snapshot[mid] == [("Trash", frozenset())]
+    assert bed.tags(mid) == {"unread", "deleted"}
+    assert_settled(bed)
+
+
+# ---------------------------------------------------------------------------------------------
+# The real server process: write, then the background push, with no sync by hand
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def serve_params(bed: SyncBed, *extra: str) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable,
+                                 args=["-m", "fmail_nm", "serve", "--transport", "stdio", *extra],
+                                 env={**os.environ, **bed.env})
+
+
+async def eventually(check: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
+    """Poll ``check`` (in a worker thread: it does blocking I/O) until it returns something
+    true; fail, saying what never happened, after a generous ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await anyio.to_thread.run_sync(check)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout:g}s")
+        await anyio.sleep(0.25)
+
+
+@pytest.mark.anyio
+async def test_the_server_pushes_a_delete_by_itself(synced_bed: SyncBed) -> None:
+    bed = synced_bed
+    mid = bed.mid(2)
+    before = server_snapshot(bed)
+
+    async with Client(serve_params(bed, "--read-only")) as client:
+        tools = (await client.list_tools()).tools
+        check_tool_list(tools, read_only=True)  # the read tools, and none of the write tools
+        assert not {t.name for t in tools} & WRITE_TOOLS
+
+    async with Client(serve_params(bed)) as client:
+        check_tool_list((await client.list_tools()).tools, read_only=False)
+        result = await client.call_tool("delete_messages", {"ids": [f"<{mid}>"]})
+        assert not result.is_error, result.content
+        assert result.structured_content is not None
+        assert result.structured_content["applied"] == [mid]
+
+        # No sync by hand: the server's push scheduler carries the move to the server ...
+        def in_trash() -> Snapshot | None:
+            snapshot = server_snapshot(bed)
+            return snapshot if snapshot.get(mid) == [("Trash", {SEEN})] else None
+
+        snapshot = await eventually(in_trash, f"<{mid}> in the server's Trash")
+        assert_no_duplicates(snapshot)
+        assert others(snapshot, mid) == others(before, mid)
+
+        # ... and re-indexes, so the index names the file as mbsync renamed it.
+        def reindexed() -> bool:
+            found = bed.find(mid)
+            files = bed.files(mid)
+            return (found is not None and len(files) == 1 and ",U=" in files[0].name
+                    and found.filenames == (str(files[0]),))
+
+        await eventually(reindexed, "the index to follow mbsync's rename")
+
+        found = await client.call_tool("search_emails", {"query": "in:trash"})
+        assert not found.is_error and found.structured_content is not None
+        assert [r["id"] for r in found.structured_content["results"]] == [mid]
+
+    assert bed.tags(mid) == {"deleted"}
+    local_file(bed, mid, "Trash")
+    assert_settled(bed)
