@@ -197,6 +197,19 @@ def test_outage_is_reported_and_local_state_kept(synced_bed: SyncBed) -> None:
     assert synced_bed.tags(mid) == {"flagged", "inbox"}
 
 
+def test_sync_command_pulls_and_reports_an_outage(synced_bed: SyncBed) -> None:
+    synced_bed.seed(8)  # appended on the server after the first sync
+    done = synced_bed.mail_env.fmail("sync", "--pull")
+    assert "pull ok" in done.stdout and "indexed:" in done.stdout
+    assert synced_bed.mid(8) in synced_bed.search("*")
+    synced_bed.server.stop()
+    failed = synced_bed.mail_env.fmail("sync", check=False)
+    assert failed.returncode == 1 and "Connection refused" in failed.stderr
+    assert "indexed:" in failed.stdout  # the local index is still brought up to date
+    unknown = synced_bed.mail_env.fmail("sync", "nosuchaccount", check=False)
+    assert unknown.returncode == 2 and "unknown account" in unknown.stderr
+
+
 def client_written_message(n: int) -> bytes:
     """A message from the user, with LF line ends as a local client writes it."""
     return message(n, subject="draft", sender=f"Alex Morgan <{ADDRESS}>").replace(b"\r\n", b"\n")
