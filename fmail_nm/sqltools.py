@@ -117,7 +117,7 @@ messages_to, is_me)
 Dates are ISO 8601 UTC text ('2026-11-30T10:00:00Z'): compare as strings or use \
 strftime(). Flags are 0/1. folder is relative to the account ('INBOX', 'Sent'). recipients \
 is JSON [{"name","email","kind"}]; tags and folders are JSON lists: use json_each. \
-message_id is the id the other tools take. account_name limits emails, threads, tags and \
+Other tools take uid or message_id as id. account_name limits emails, threads, tags and \
 email_tags to one account (a filter, not a security boundary).
 Examples:
 SELECT * FROM emails WHERE folder='INBOX' AND is_read=0 ORDER BY date DESC LIMIT 10
@@ -136,8 +136,9 @@ on contacts; other views (emails, threads, tags, email_tags) can be read, e.g. i
 contacts(email_address, name, is_blocked, notes, first_seen, last_seen, messages_from, \
 messages_to, is_me). Only name, is_blocked (0/1) and notes can be changed; the other columns \
 are harvested from the mail and read-only (ignored on INSERT). Addresses are lower-case. \
-DELETE removes your name, notes and block, not the harvested figures. The result lists \
-addresses newly blocked/unblocked.
+DELETE removes your name, notes and block, not the harvested figures. Blocking tags the \
+sender's mail blocked+spam (out of the inbox and searches; is:blocked finds it); unblocking \
+restores it. The result lists addresses newly blocked/unblocked.
 Examples:
 SELECT * FROM contacts WHERE name LIKE '%Bob%'
 UPDATE contacts SET is_blocked=1 WHERE email_address='spam@x.com'
