@@ -165,11 +165,34 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import anyio
 
         from .server import serve_stdio
-        anyio.run(lambda: serve_stdio(config, read_only=args.read_only, push=not args.no_push))
+        anyio.run(lambda: serve_stdio(config, read_only=args.read_only, push=not args.no_push,
+                                      watch=args.watch))
         return 0
     from .server import serve_http_forever
     return serve_http_forever(config, host=args.host, port=args.port, allow_remote=args.allow_remote,
-                              read_only=args.read_only, push=not args.no_push)
+                              read_only=args.read_only, push=not args.no_push, watch=args.watch)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """`serve --transport http --watch`, as a service: logs at INFO, one per data directory."""
+    from .app import load_config
+    from .server import serve_http_forever
+
+    if not args.verbose:
+        logging.getLogger("fmail_nm").setLevel(logging.INFO)
+    return serve_http_forever(load_config(args.config), host=args.host, port=args.port,
+                              allow_remote=args.allow_remote, read_only=args.read_only,
+                              push=not args.no_push, watch=True)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .config import default_data_dir
+    from .status import StatusStore, render_text, service_alive, to_json
+
+    settings = load_settings(args.config)
+    status = StatusStore(settings.data_dir or default_data_dir()).load()
+    print(to_json(status) if args.json else render_text(status))
+    return 0 if service_alive(status) else 3
 
 
 def cmd_token(args: argparse.Namespace) -> int:
@@ -249,18 +272,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=50)
     p.set_defaults(func=cmd_contacts)
 
+    def server_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
+        p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+        p.add_argument("--allow-remote", action="store_true",
+                       help="allow binding a non-loopback address (mail then leaves this "
+                            "machine, protected only by the token)")
+        p.add_argument("--read-only", action="store_true",
+                       help="offer no tool that changes mail or contacts")
+        p.add_argument("--no-push", action="store_true",
+                       help="do not run mbsync after writes (you push yourself)")
+
     p = command("serve", help="serve the mail over MCP (stdio or Streamable HTTP)")
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
-    p.add_argument("--allow-remote", action="store_true",
-                   help="allow binding a non-loopback address (mail then leaves this machine, "
-                        "protected only by the token)")
-    p.add_argument("--read-only", action="store_true",
-                   help="offer no tool that changes mail or contacts")
-    p.add_argument("--no-push", action="store_true",
-                   help="do not run mbsync after writes (you push yourself)")
+    p.add_argument("--watch", action="store_true",
+                   help="also index new mail as it lands and pull on schedule (as `run`)")
+    server_options(p)
     p.set_defaults(func=cmd_serve)
+
+    p = command("run", help="the always-on service: MCP over HTTP, a watcher that indexes new "
+                            "mail, scheduled mbsync pulls, pushes after writes")
+    server_options(p)
+    p.set_defaults(func=cmd_run)
+
+    p = command("status", help="what the service did last: pulls, pushes, index runs")
+    p.add_argument("--json", action="store_true", help="the status as JSON")
+    p.set_defaults(func=cmd_status)
 
     p = command("token", help="print the HTTP bearer token (created on first use)")
     p.set_defaults(func=cmd_token)

@@ -52,6 +52,7 @@ class Account:
     folders: dict[str, str] = field(default_factory=dict)  # role -> folder relative to mail root
     mbsync_channel: str | None = None
     send: SendMethod | None = None
+    pull_interval_minutes: float = 0.0  # scheduled pulls by `fmail-nm run` (0: none)
 
     def folder(self, role: str) -> str:
         """The folder for a role, or a ConfigError naming the account and role."""
@@ -98,6 +99,7 @@ class Settings:
     path: Path | None = None
     notmuch_config: str | None = None
     mbsync_config: str | None = None
+    pull_interval_minutes: float = 0.0  # [mbsync] default for accounts that set none
     data_dir: Path | None = None
     addresses: tuple[str, ...] = ()
     accounts: tuple[dict[str, Any], ...] = ()
@@ -150,6 +152,13 @@ def _parse_rules(raw: Any) -> tuple[TagRule, ...]:
     return tuple(rules)
 
 
+def _minutes(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ConfigError(f"{where}: pull_interval_minutes must be a number of minutes >= 0 "
+                          "(0: no scheduled pull)")
+    return float(value)
+
+
 def load_settings(path: Path | str | None = None) -> Settings:
     """Read fmail.toml. A missing file at the default place means defaults; a missing file that
     was asked for by name (``--config`` or ``$FMAIL_CONFIG``) is an error."""
@@ -173,6 +182,7 @@ def load_settings(path: Path | str | None = None) -> Settings:
         path=config_path,
         notmuch_config=notmuch.get("config"),
         mbsync_config=mbsync.get("config"),
+        pull_interval_minutes=_minutes(mbsync.get("pull_interval_minutes", 0), "[mbsync]"),
         data_dir=Path(data_dir).expanduser() if data_dir else None,
         addresses=_str_tuple(data.get("addresses"), "addresses"),
         accounts=tuple(accounts),
@@ -323,12 +333,15 @@ def _configured_accounts(settings: Settings, mail_root: Path, folders: list[str]
             folders=roles,
             mbsync_channel=raw.get("mbsync_channel"),
             send=_send_method(raw.get("send"), name),
+            pull_interval_minutes=_minutes(
+                raw.get("pull_interval_minutes", settings.pull_interval_minutes),
+                f"account {name!r}"),
         ))
     return accounts
 
 
 def _mbsync_accounts(rc: mbsyncrc.MbsyncConfig, mail_root: Path, folders: list[str],
-                     addresses: tuple[str, ...]) -> list[Account]:
+                     addresses: tuple[str, ...], pull_interval: float = 0.0) -> list[Account]:
     accounts = []
     for channel in rc.channels.values():
         store = rc.channel_store(channel)
@@ -343,7 +356,8 @@ def _mbsync_accounts(rc: mbsyncrc.MbsyncConfig, mail_root: Path, folders: list[s
             if inbox is not None:
                 roles["inbox"] = inbox
         accounts.append(Account(name=channel.name, addresses=addresses, maildir=maildir,
-                                folders=roles, mbsync_channel=channel.name))
+                                folders=roles, mbsync_channel=channel.name,
+                                pull_interval_minutes=pull_interval))
     return accounts
 
 
@@ -377,7 +391,8 @@ def resolve(settings: Settings, mail_root: Path, notmuch_addresses: tuple[str, .
         rc_path = Path(settings.mbsync_config).expanduser() if settings.mbsync_config else mbsyncrc.default_path()
         accounts = []
         if rc_path is not None and rc_path.is_file():
-            accounts = _mbsync_accounts(mbsyncrc.parse(rc_path), mail_root, folders, addresses)
+            accounts = _mbsync_accounts(mbsyncrc.parse(rc_path), mail_root, folders, addresses,
+                                        settings.pull_interval_minutes)
         if not accounts:
             accounts = _disk_accounts(mail_root, folders, addresses)
     return Config(settings=settings, mail_root=mail_root, accounts=tuple(accounts),

@@ -72,15 +72,24 @@ def summary_counts(reader: Reader) -> dict[str, int]:
 
 
 def run_index(config: Config, *, show_progress: bool | None = None, backfill: bool = False,
-              on_line: Callable[[str], None] | None = None) -> IndexSummary:
+              on_line: Callable[[str], None] | None = None,
+              timeout: float | None = None) -> IndexSummary:
     """``backfill`` (init does it) also stores recipients for messages indexed before our hook
-    existed; it walks the whole index, so the regular index run leaves it out."""
+    existed; it walks the whole index, so the regular index run leaves it out.
+
+    ``timeout`` bounds ``notmuch new`` (hooks included): a run still going after that long --
+    typically waiting silently for a write lock another program holds -- is stopped and
+    reported as :class:`IndexingFailed` instead of hanging the caller."""
     notmuch_config = config.settings.notmuch_config
     interactive = sys.stderr.isatty() if show_progress is None else show_progress
     handler = on_line or (_terminal_progress if interactive else None)
-    result = run_notmuch_new(notmuch_config, as_tty=interactive, on_line=handler)
+    result = run_notmuch_new(notmuch_config, as_tty=interactive, on_line=handler, timeout=timeout)
     if interactive:
         sys.stderr.write("\n")
+    if result.timed_out:
+        raise IndexingFailed(
+            f"notmuch new did not finish within {timeout:g}s and was stopped; another program "
+            f"(a mail client, another notmuch new) may be holding the notmuch write lock")
     if result.returncode != 0:
         raise IndexingFailed(f"notmuch new failed (exit {result.returncode}):\n{result.output.strip()}")
     added = int(m.group(1)) if (m := _ADDED.search(result.output)) else 0

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as McpToolError
@@ -28,6 +28,10 @@ from .dsl import DSL_HELP
 from .mirror import SyncInProgress, sync_sidecar
 from .nm import NotmuchAccessError, Reader, Writer
 from .sidecar import SidecarError, sidecar_path
+from .status import SyncStatus, sync_status
+
+if TYPE_CHECKING:
+    from .background import Background
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -197,7 +201,8 @@ class _ToolList(list[Tool]):
 
 def build_server(config: Config, clock: Callable[[], Any] = reads.utc_now, *,
                  read_only: bool = False,
-                 on_push: Callable[[frozenset[str]], None] | None = None) -> tuple[MCPServer, MailService]:
+                 on_push: Callable[[frozenset[str]], None] | None = None,
+                 background: Background | None = None) -> tuple[MCPServer, MailService]:
     """The MCP server; ``read_only`` leaves out every tool that changes mail or contacts."""
     service = MailService(config, clock, on_push=on_push)
     server = _ToolList()
@@ -285,6 +290,14 @@ def build_server(config: Config, clock: Callable[[], Any] = reads.utc_now, *,
                            limit: Annotated[int, Field(ge=1, le=sqltools.MAX_ROWS)] = 100
                            ) -> sqltools.SqlResult:
         return await service.sql(sqltools.query_emails, sql_query, account_name, limit)
+
+    @server.tool(annotations=READ_ONLY)
+    async def get_sync_status() -> SyncStatus:
+        """Freshness of the local mail: per account the last mbsync pull/push (result, error),
+        the last index run, events waiting, notmuch revision. running=false: no service is
+        watching; mail arrives only when the user syncs."""
+        live = background.status() if background is not None else None
+        return await service.call(lambda mb: sync_status(config.data_dir, live))
 
     if not read_only:
         _write_tools(server, service)
@@ -380,21 +393,39 @@ def _write_tools(server: _ToolList, service: MailService) -> None:
 
 
 @contextlib.contextmanager
-def serving(config: Config, *, read_only: bool, push: bool) -> Iterator[MCPServer]:
-    """The server with its push scheduler: writes are pushed by mbsync shortly after they are
-    made (for accounts with an mbsync channel), then re-indexed, because mbsync renames the
-    files it uploads."""
+def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False) -> Iterator[MCPServer]:
+    """The server with what runs beside it.
+
+    With ``watch``, the always-on part (:class:`~fmail_nm.background.Background`): a watcher
+    that indexes new mail as it lands, scheduled pulls, pushes after writes.  Without it, only
+    pushes: writes are sent by mbsync shortly after they are made (for accounts with an mbsync
+    channel), then re-indexed, because mbsync renames the files it uploads.
+    """
+    from .background import AlreadyRunning, Background
     from .syncer import PushScheduler
 
-    pusher = None
-    if push and not read_only and any(a.mbsync_channel for a in config.accounts):
+    push = push and not read_only
+    background: Background | None = None
+    pusher: PushScheduler | None = None
+    if watch:
+        background = Background(config, push=push)
+        try:
+            background.start()
+        except AlreadyRunning as exc:  # e.g. `fmail-nm run` already watches this mail
+            log.warning("%s; serving without watching", exc)
+            background = None
+    if background is None and push and any(a.mbsync_channel for a in config.accounts):
         pusher = PushScheduler(config, after_push=lambda runs: _reindex(config))
-    server, service = build_server(config, read_only=read_only,
-                                   on_push=pusher.request if pusher else None)
+    on_push = background.request_push if background else pusher.request if pusher else None
+    server, service = build_server(config, read_only=read_only, on_push=on_push,
+                                   background=background)
     try:
         yield server
     finally:
+        # Tool calls move files on the service's thread: stop it before the background stops.
         service.close()
+        if background is not None:
+            background.stop()
         if pusher is not None:
             pusher.close(flush=True)
 
@@ -407,8 +438,9 @@ def _reindex(config: Config) -> None:
         log.exception("re-indexing after mbsync push failed")
 
 
-async def serve_stdio(config: Config, *, read_only: bool = False, push: bool = True) -> None:
-    with serving(config, read_only=read_only, push=push) as server:
+async def serve_stdio(config: Config, *, read_only: bool = False, push: bool = True,
+                      watch: bool = False) -> None:
+    with serving(config, read_only=read_only, push=push, watch=watch) as server:
         await server.run_stdio_async()
 
 
@@ -433,7 +465,8 @@ def connection_help(config: Config, *, host: str, port: int, show_token: bool) -
 
 
 def serve_http_forever(config: Config, *, host: str, port: int, allow_remote: bool,
-                       show_token: bool = False, read_only: bool = False, push: bool = True) -> int:
+                       show_token: bool = False, read_only: bool = False, push: bool = True,
+                       watch: bool = False) -> int:
     import anyio
 
     from .http import serve_http
@@ -449,7 +482,7 @@ def serve_http_forever(config: Config, *, host: str, port: int, allow_remote: bo
         # The token is printed only where asked (the demo): a service's stdout ends up in logs.
         print(connection_help(config, host=host, port=port, show_token=show_token), flush=True)
 
-    with serving(config, read_only=read_only, push=push) as server:
+    with serving(config, read_only=read_only, push=push, watch=watch) as server:
         anyio.run(lambda: serve_http(server, host=host, port=port, token=token,
                                      allow_remote=allow_remote, ready=ready))
     return 0

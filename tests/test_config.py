@@ -201,3 +201,29 @@ def test_shipped_examples_parse(tmp_path: Path) -> None:
     make_maildir(root, "personal/INBOX", "personal/Sent", "work/INBOX", "work/Sent", "work/Trash")
     config = resolve(settings, root)
     assert config.account("work").folders["trash"] == "work/Trash"
+
+
+def test_pull_interval_per_account_with_a_default_for_the_rest(tmp_path: Path) -> None:
+    root = tmp_path / "mail"
+    make_maildir(root, "a/INBOX", "b/INBOX")
+    settings = load_settings(_toml(tmp_path, """
+[mbsync]
+pull_interval_minutes = 15
+[[accounts]]
+name = "a"
+mbsync_channel = "a"
+pull_interval_minutes = 2.5
+[[accounts]]
+name = "b"
+mbsync_channel = "b"
+"""))
+    config = resolve(settings, root)
+    assert [a.pull_interval_minutes for a in config.accounts] == [2.5, 15.0]
+    rc = tmp_path / "mbsyncrc"
+    rc.write_text(MBSYNCRC.format(root=root))
+    discovered = resolve(load_settings(_toml(
+        tmp_path, f'[mbsync]\nconfig = "{rc}"\npull_interval_minutes = 5\n')), root)
+    assert {a.pull_interval_minutes for a in discovered.accounts} == {5.0}
+    with pytest.raises(ConfigError, match="pull_interval_minutes must be a number"):
+        resolve(load_settings(_toml(tmp_path, '[[accounts]]\nname = "a"\n'
+                                              'pull_interval_minutes = "often"\n')), root)

@@ -22,7 +22,7 @@ from .conftest import MailEnv
 
 READ_TOOLS = {"search_emails", "list_threads", "get_thread", "get_email", "get_emails_content",
               "find_unanswered_threads", "get_attachment", "list_tags", "list_folders",
-              "list_available_accounts", "query_emails"}
+              "list_available_accounts", "query_emails", "get_sync_status"}
 WRITE_TOOLS = {"update_email_status", "mark_read", "set_flagged", "tag_emails", "archive",
                "delete_messages", "move_to_junk", "move_to_folder", "restore", "undo_last_write",
                "manage_contacts_sql"}

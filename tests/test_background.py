@@ -1,0 +1,404 @@
+"""The background service end to end: a real watcher (inotify, and polling), real notmuch, real
+mbsync against Dovecot.  Nothing is mocked but the inotify failure the polling test simulates.
+
+Every wait polls with a generous timeout; no test asserts how long anything took.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fmail_nm import nm, reads, sidecar, watcher, writes
+from fmail_nm.background import AlreadyRunning, Background, backoff_delay
+from fmail_nm.nm import Reader, Writer
+from fmail_nm.status import (
+    ServiceInfo,
+    ServiceStatus,
+    StatusStore,
+    SyncStatus,
+    render_text,
+    sync_status,
+)
+
+from .conftest import MailEnv, notmuch_lock_held
+from .syncbed import ACCOUNT, SyncBed, sync_bed  # noqa: F401  (pytest fixture, used by name)
+
+WAIT = 60.0
+# Quick debounce and polling so the tests do not idle; the logic is the same as in production.
+FAST: dict[str, Any] = {"watch_quiet": 0.3, "watch_max_delay": 3.0, "poll_interval": 0.5,
+                        "schedule": False, "push": False}
+IN_INBOX = "school-trip-3@example.com"  # personal/INBOX/cur, read
+UNREAD_IN_CUR = "html-only-1@coop.example.com"  # personal/INBOX/cur, unread
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def message(mid: str, subject: str) -> bytes:
+    return (f"From: Someone <someone@example.net>\nTo: Alex Morgan <alex@example.org>\n"
+            f"Subject: {subject}\nDate: Tue, 02 Jan 2024 10:00:00 +0000\n"
+            f"Message-ID: <{mid}>\n\nHello.\n").encode()
+
+
+def deliver(folder: Path, mid: str, subject: str = "watched delivery") -> Path:
+    """Deliver like an MDA or mbsync: write in tmp/, then rename into new/."""
+    name = f"{time.time_ns()}.{os.getpid()}_{mid.split('@')[0]}.testhost"
+    tmp = folder / "tmp" / name
+    tmp.write_bytes(message(mid, subject))
+    return tmp.rename(folder / "new" / name)
+
+
+def count(query: str) -> int:
+    with Reader() as reader:
+        return reader.count(query, exclude_tags=())
+
+
+def known(mid: str) -> bool:
+    with Reader() as reader:
+        return reader.find(mid) is not None
+
+
+@pytest.fixture
+def service(indexed: MailEnv) -> Iterator[Callable[..., Background]]:
+    """Start a Background on the indexed fixture copy (stopped at the end of the test)."""
+    started: list[Background] = []
+
+    def start(**kwargs: Any) -> Background:
+        bg = Background(indexed.config(), **{**FAST, **kwargs})
+        bg.start()
+        started.append(bg)
+        assert bg.wait_idle(WAIT), "the startup index run did not finish"
+        return bg
+
+    yield start
+    for bg in started:
+        bg.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Watching and indexing
+
+
+def test_a_delivered_message_becomes_searchable_and_noise_triggers_nothing(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    bg = service()
+    assert bg.watch_mode == "inotify"
+    inbox = indexed.mail_root / "personal" / "INBOX"
+
+    deliver(inbox, "watched-1@example.net", "watched arrival")
+
+    wait_for(lambda: known("watched-1@example.net"), "the delivered message to be indexed")
+    assert bg.wait_idle(WAIT)  # the run is over: post-new tagging done too
+    with Reader() as reader:
+        found = reads.search_emails(reads.Mailbox(indexed.config(), reader), "subject:watched")
+    assert [r.id for r in found.results] == ["watched-1@example.net"]
+    assert "inbox" in found.results[0].tags and "new" not in found.results[0].tags
+    before = bg.status()
+    assert before.index.last_ok and before.indexed_at is not None
+    assert before.notmuch_revision is not None
+
+    # Noise: a delivery still in tmp/, mbsync's state files, a lock, a dotfile.
+    (inbox / "tmp" / "12345.half-written").write_bytes(message("noise@example.net", "noise"))
+    (inbox / ".mbsyncstate").write_text("noise\n")
+    (inbox / ".mbsyncstate.lock").write_text("")
+    (inbox / ".uidvalidity").write_text("1\n2\n")
+    (inbox / "new" / ".hidden").write_text("noise\n")
+    # ... then an event the watcher does pass on, on a file the index already has.  inotify
+    # keeps order, so any noise that got through would be in this batch and force a run.
+    with next((inbox / "cur").iterdir()).open("ab"):  # opened for writing, closed unchanged
+        pass
+
+    wait_for(lambda: bg.status().index.batches_skipped > before.index.batches_skipped,
+             "the watcher to pass on the touched file")
+    assert bg.wait_idle(WAIT)
+    assert bg.status().index.runs == before.index.runs
+    assert not known("noise@example.net")
+
+
+def test_a_burst_of_500_deliveries_is_indexed_in_a_few_runs(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    bg = service()
+    runs = bg.status().index.runs
+    inbox = indexed.mail_root / "work" / "INBOX"
+
+    for n in range(500):
+        deliver(inbox, f"burst-{n}@example.net", "burstword")
+
+    wait_for(lambda: count("subject:burstword") == 500, "all 500 messages to be indexed")
+    assert bg.wait_idle(WAIT)
+    status = bg.status()
+    assert 1 <= status.index.runs - runs <= 3, status.index
+    assert status.index.last_ok and status.queue_length == 0
+
+
+def test_a_folder_created_after_start_is_watched(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    bg = service()
+    folder = indexed.mail_root / "personal" / "NewFolder"
+    for sub in ("cur", "new", "tmp"):
+        (folder / sub).mkdir(parents=True)
+
+    deliver(folder, "in-new-folder-1@example.net")  # possibly before the watch is in place
+    wait_for(lambda: known("in-new-folder-1@example.net"), "the first message in the new folder")
+    assert bg.wait_idle(WAIT)
+    deliver(folder, "in-new-folder-2@example.net")  # certainly after: the folder is watched
+    wait_for(lambda: known("in-new-folder-2@example.net"), "a later message in the new folder")
+    assert count("folder:personal/NewFolder") == 2
+
+
+def test_renames_and_removals_by_other_programs_are_indexed(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    service()
+    with Reader() as reader:
+        [unread] = reader.find(UNREAD_IN_CUR).filenames  # type: ignore[union-attr]
+        [gone] = reader.find(IN_INBOX).filenames  # type: ignore[union-attr]
+    assert unread.endswith(":2,")
+
+    os.rename(unread, unread + "S")  # a mail client marks it read
+    os.unlink(gone)  # and another deletes a message for good
+
+    def tags() -> frozenset[str]:
+        with Reader() as reader:
+            found = reader.find(UNREAD_IN_CUR)
+            return found.tags if found is not None else frozenset()
+    wait_for(lambda: "unread" not in tags(), "the read flag to become a tag change")
+    # (count, not find: notmuch keeps a removed message that has replies as a ghost)
+    wait_for(lambda: count(f"id:{IN_INBOX}") == 0, "the removed message to leave the index")
+
+
+@pytest.mark.parametrize(("relative", "counts"), [
+    ("acct/INBOX/new/1.2.host", True),
+    ("acct/INBOX/cur/1.2.host,U=3:2,S", True),
+    (".Sent/cur/1.2.host:2,S", True),  # Maildir++ folders start with a dot
+    ("acct/INBOX/tmp/1.2.host", False),
+    ("acct/INBOX/.mbsyncstate", False),
+    ("acct/INBOX/cur/.hidden", False),
+    ("acct/INBOX/new/x.lock", False),
+    (".notmuch/xapian/cur/record.glass", False),
+    ("acct/INBOX/1.2.host", False),
+])
+def test_which_paths_are_message_files(relative: str, counts: bool) -> None:
+    assert watcher.is_message_path(f"/m/{relative}", "/m") is counts
+    assert not watcher.is_message_path(f"/m/{relative}", "/m", ignore=["/m"])
+    assert not watcher.is_message_path(f"/elsewhere/{relative}", "/m")
+
+
+def test_the_services_own_moves_and_renames_cause_no_index_run(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    bg = service(watch_quiet=0.5)
+    before = bg.status()
+    config = indexed.config()
+
+    with Reader() as reader, Writer() as writer:
+        ctx = writes.WriteContext(config=config, reader=reader, writer=writer,
+                                  sidecar_file=sidecar.sidecar_path(config.data_dir))
+        deleted = writes.delete_messages(ctx, [IN_INBOX])  # a move into personal/Trash
+        read = writes.set_read(ctx, [UNREAD_IN_CUR], True)  # a flag rename (adds S)
+    assert deleted.applied == [IN_INBOX] and read.applied == [UNREAD_IN_CUR]
+
+    wait_for(lambda: bg.status().index.batches_skipped > before.index.batches_skipped,
+             "the watcher to hand over the write tools' file events")
+    assert bg.wait_idle(WAIT)
+    after = bg.status()
+    assert after.index.runs == before.index.runs, after.index
+    # ... and nothing was left for notmuch new to find.
+    assert indexed.notmuch("new", "--no-hooks").stdout.strip() == "No new mail."
+
+
+def test_polling_fallback_when_inotify_hits_its_limit(
+        indexed: MailEnv, service: Callable[..., Background], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    class NoWatches(watcher.NativeObserver):  # type: ignore[misc,valid-type]
+        def start(self) -> None:
+            raise OSError(errno.ENOSPC, "inotify watch limit reached")
+
+    monkeypatch.setattr(watcher, "NativeObserver", NoWatches)
+    caplog.set_level(logging.WARNING, logger="fmail_nm.watcher")
+    bg = service()
+
+    assert bg.watch_mode == "polling" and bg.status().service.watcher == "polling"
+    assert "fs.inotify.max_user_watches" in caplog.text
+    deliver(indexed.mail_root / "personal" / "INBOX", "polled-1@example.net")
+    wait_for(lambda: known("polled-1@example.net"), "the polled delivery to be indexed")
+
+
+def test_a_partly_watched_tree_falls_back_to_polling(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # watchdog skips sub-folders it cannot watch without an error; the watcher counts.
+    monkeypatch.setattr(watcher, "_count_dirs", lambda root: 10**6)
+    caplog.set_level(logging.WARNING, logger="fmail_nm.watcher")
+    w = watcher.MailWatcher(indexed.config(), lambda paths: None)
+    w.start()
+    try:
+        assert w.mode == "polling"
+        assert "could watch only" in caplog.text and "max_user_watches" in caplog.text
+    finally:
+        w.stop()
+
+
+def test_a_held_notmuch_lock_is_an_index_error_not_a_hang(
+        indexed: MailEnv, service: Callable[..., Background],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nm, "NEW_STOP_GRACE", 1.0)
+    bg = service(index_timeout=2.0)
+    runs = bg.status().index.runs
+
+    with notmuch_lock_held() as holder:
+        bg.request_index("test")
+        status = wait_for(lambda: (s := bg.status()).index.runs > runs and s, "the index run")
+        assert status.index.last_ok is False
+        assert "did not finish within 2s" in (status.index.last_error or "")
+        assert count("*") > 0  # reads keep working meanwhile
+        holder.release()
+
+    bg.request_index("test again")
+    wait_for(lambda: bg.status().index.runs > runs + 1, "the second index run")
+    assert bg.wait_idle(WAIT)
+    assert bg.status().index.last_ok and bg.status().index.last_error is None
+
+
+def test_stop_during_a_burst_loses_nothing(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    bg = service()
+    inbox = indexed.mail_root / "personal" / "INBOX"
+    on_disk_before = sum(1 for sub in ("cur", "new") for _ in (inbox / sub).iterdir())
+    halfway = threading.Event()
+
+    def burst() -> None:
+        for n in range(300):
+            deliver(inbox, f"stop-{n}@example.net", "stopword")
+            if n == 100:
+                halfway.set()
+
+    writer = threading.Thread(target=burst)
+    writer.start()
+    assert halfway.wait(WAIT)
+    bg.stop(timeout=30)
+    writer.join(WAIT)
+
+    assert bg.status().service.running is False
+    assert StatusStore(indexed.config().data_dir).load().service.running is False  # type: ignore[union-attr]
+    on_disk = sum(1 for sub in ("cur", "new") for _ in (inbox / sub).iterdir())
+    assert on_disk == on_disk_before + 300
+    indexed.fmail("index")
+    assert count("subject:stopword") == 300
+    check = indexed.fmail("sidecar", "check", check=False)
+    assert check.returncode == 0 and "sidecar matches notmuch" in check.stdout, check.stdout
+    assert indexed.notmuch("new", "--no-hooks").stdout.strip() == "No new mail."
+
+
+def test_one_service_per_data_dir(indexed: MailEnv, service: Callable[..., Background]) -> None:
+    first = service()
+    second = Background(indexed.config(), **FAST)
+    with pytest.raises(AlreadyRunning, match=f"pid {os.getpid()}"):
+        second.start()
+    assert first.status().service.running
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduled pulls against Dovecot
+
+
+def _with_pull_interval(bed: SyncBed, minutes: float) -> None:
+    toml = bed.mail_env.fmail_config.read_text()
+    marker = f'mbsync_channel = "{ACCOUNT}"\n'
+    assert marker in toml
+    bed.mail_env.fmail_config.write_text(
+        toml.replace(marker, marker + f"pull_interval_minutes = {minutes}\n"))
+
+
+@pytest.mark.imap
+def test_scheduled_pulls_bring_mail_in_and_outages_show_in_the_status(
+        sync_bed: SyncBed) -> None:  # noqa: F811
+    bed = sync_bed
+    _with_pull_interval(bed, 0.05)  # every 3 s
+    bed.seed(1)
+    bed.init()
+    bg = Background(bed.reload(), **{**FAST, "schedule": True, "push": True})
+    bg.start()
+    try:
+        wait_for(lambda: bed.find(bed.mid(1)), "the first pull to bring message 1")
+        bed.seed(2)
+        wait_for(lambda: bed.find(bed.mid(2)), "a later pull to bring message 2")
+
+        bed.server.stop()
+
+        def failed() -> Any:
+            acct = bg.status().account(ACCOUNT)
+            return acct is not None and acct.consecutive_failures >= 1 and acct
+        acct = wait_for(failed, "a failed pull in the status")
+        assert acct.last_pull is not None and not acct.last_pull.ok
+        assert "Connection refused" in (acct.last_pull.error or "")
+        assert acct.next_pull_at is not None
+        assert bed.search("*") == sorted([bed.mid(1), bed.mid(2)])  # reads keep working
+        assert "FAILED" in render_text(bg.status())
+
+        bed.server.start()
+        bed.seed(3)
+        wait_for(lambda: bed.find(bed.mid(3)), "the pull after the outage to bring message 3")
+
+        def recovered() -> Any:
+            acct = bg.status().account(ACCOUNT)
+            return acct is not None and acct.consecutive_failures == 0 and acct
+        acct = wait_for(recovered, "the status to show the pull succeeded again")
+        assert acct.last_pull is not None and acct.last_pull.ok and acct.last_pull.error is None
+    finally:
+        bg.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Status file and text
+
+
+def _status(pid: int, running: bool) -> ServiceStatus:
+    now = datetime.now(UTC)
+    return ServiceStatus(service=ServiceInfo(pid=pid, started_at=now - timedelta(minutes=5),
+                                             running=running))
+
+
+def test_status_file_is_atomic_and_tolerant(tmp_path: Path) -> None:
+    store = StatusStore(tmp_path)
+    assert store.load() is None
+    assert sync_status(tmp_path) == SyncStatus(running=False, status=None)
+    store.write(_status(os.getpid(), True))
+    assert sync_status(tmp_path).running
+    store.update(lambda s: setattr(s, "queue_length", 7))
+    assert store.load() == store.current() and store.load().queue_length == 7  # type: ignore[union-attr]
+    assert [p.name for p in tmp_path.iterdir()] == ["status.json"]  # no temp file left
+    (tmp_path / "status.json").write_text('{"service": {"pid": ')
+    assert store.load() is None
+
+
+def test_status_text_says_whether_the_service_runs() -> None:
+    assert "not running" in render_text(None)
+    alive = render_text(_status(os.getpid(), True))
+    assert alive.startswith(f"fmail-nm service: running (pid {os.getpid()}")
+    dead_pid = 2**22 + 12345  # above pid_max defaults: no such process
+    assert "NOT running" in render_text(_status(dead_pid, True))
+    assert "stopped" in render_text(_status(os.getpid(), False))
+
+
+def test_backoff_doubles_within_bounds() -> None:
+    assert backoff_delay(180, 0) == 180
+    assert backoff_delay(180, 1) == 360
+    assert backoff_delay(180, 10) == 1800
+    assert backoff_delay(3600, 5) == 3600  # never less than the interval

@@ -1,0 +1,110 @@
+"""`fmail-nm run`, the always-on service, as a real process: mail dropped into the Maildir is
+found through its MCP endpoint without any manual step, and SIGTERM leaves everything in step."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from .conftest import MailEnv
+
+TOKEN = "run-test-token"
+ARRIVAL = b"""From: Dana Fox <dana.fox@example.net>
+To: Alex Morgan <alex@example.org>
+Subject: Arrived while the service ran
+Date: Tue, 01 Dec 2026 09:00:00 +0000
+Message-ID: <arrival-1@example.net>
+
+Hello from the watcher test.
+"""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def service(indexed: MailEnv) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fmail_nm", "run", "--port", str(port),
+                             "--no-push"],
+                            env={**os.environ, **indexed.env, "FMAIL_TOKEN": TOKEN},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError(f"service did not start: {proc.stdout.read()}")  # type: ignore[union-attr]
+            time.sleep(0.1)
+    try:
+        yield proc, f"http://127.0.0.1:{port}/mcp"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+async def call(client: Client, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+    result = await client.call_tool(tool, args or {})
+    assert not result.is_error, result.content
+    return result.structured_content  # type: ignore[return-value]
+
+
+@pytest.mark.anyio
+async def test_mail_dropped_into_the_maildir_is_served_and_sigterm_leaves_all_in_step(
+        indexed: MailEnv, service: tuple[subprocess.Popen[str], str]) -> None:
+    proc, url = service
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
+                                  timeout=httpx2.Timeout(30.0)) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            status = await call(client, "get_sync_status")
+            assert status["running"] is True and status["status"]["service"]["pid"] == proc.pid
+
+            (indexed.mail_root / "personal" / "INBOX" / "new" / "1796300000.1_1.host").write_bytes(ARRIVAL)
+            deadline = time.monotonic() + 90
+            found: dict[str, Any] = {"total": 0}
+            # notmuch new commits the message (tagged "new") before its post-new hook tags it:
+            # wait for the whole pipeline, not just the first sight of it.
+            def settled(result: dict[str, Any]) -> bool:
+                return result["total"] == 1 and "new" not in result["results"][0]["tags"]
+            while not settled(found) and time.monotonic() < deadline:
+                found = await call(client, "search_emails", {"query": "id:arrival-1@example.net"})
+                if not settled(found):
+                    time.sleep(0.5)
+            assert settled(found), f"the new message was never indexed and tagged: {found}"
+            assert found["results"][0]["folders"] == ["personal/INBOX"]
+            assert "inbox" in found["results"][0]["tags"]  # our tagging pass ran on it
+            rows = await call(client, "query_emails", {
+                "sql_query": "SELECT subject FROM emails WHERE message_id='arrival-1@example.net'"})
+            assert rows["rows"] == [["Arrived while the service ran"]]
+            runs = (await call(client, "get_sync_status"))["status"]["index"]["runs"]
+            assert runs >= 1
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    stopped = indexed.fmail("status", check=False)
+    assert stopped.returncode == 3 and "not running" in stopped.stdout.lower()
+    assert indexed.fmail("sidecar", "check").stdout.strip().endswith("sidecar matches notmuch")
+    assert "No new mail" in indexed.notmuch("new", "--no-hooks").stdout
