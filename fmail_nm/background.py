@@ -313,7 +313,9 @@ class _Puller:
     def _pull(self) -> MbsyncRun:
         now = utc_now()
         try:
-            (run,) = run_mbsync(self.bg.config, self.account.name, "pull",
+            # Both ways: the scheduled run also carries changes no write tool announced -- a
+            # mail client's flag renames, blocked mail the tagging pass moved to Junk.
+            (run,) = run_mbsync(self.bg.config, self.account.name, "both",
                                 timeout=self.bg.mbsync_timeout, lock_timeout=PULL_LOCK_WAIT)
             return run
         except MbsyncNotInstalled as exc:
@@ -322,7 +324,7 @@ class _Puller:
             log.exception("pull for %s failed", self.account.name)
             error = f"{type(exc).__name__}: {exc}"
         return MbsyncRun(account=self.account.name, channel=self.account.mbsync_channel,
-                         direction="pull", ok=False, returncode=None, started=now,
+                         direction="both", ok=False, returncode=None, started=now,
                          finished=utc_now(), error=error)
 
     def _record(self, run: MbsyncRun, failures: int, delay: float | None) -> None:

@@ -53,6 +53,7 @@ class Account:
     mbsync_channel: str | None = None
     send: SendMethod | None = None
     pull_interval_minutes: float = 0.0  # scheduled pulls by `fmail-nm run` (0: none)
+    blocked_to_junk: bool = False  # move mail from blocked senders into the Junk folder
 
     def folder(self, role: str) -> str:
         """The folder for a role, or a ConfigError naming the account and role."""
@@ -157,6 +158,12 @@ def _minutes(value: Any, where: str) -> float:
         raise ConfigError(f"{where}: pull_interval_minutes must be a number of minutes >= 0 "
                           "(0: no scheduled pull)")
     return float(value)
+
+
+def _flag(value: Any, where: str, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: {key} must be true or false")
+    return value
 
 
 def load_settings(path: Path | str | None = None) -> Settings:
@@ -336,6 +343,8 @@ def _configured_accounts(settings: Settings, mail_root: Path, folders: list[str]
             pull_interval_minutes=_minutes(
                 raw.get("pull_interval_minutes", settings.pull_interval_minutes),
                 f"account {name!r}"),
+            blocked_to_junk=_flag(raw.get("blocked_to_junk", False), f"account {name!r}",
+                                  "blocked_to_junk"),
         ))
     return accounts
 

@@ -15,15 +15,16 @@ import csv
 import email.utils
 import io
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from . import sidecar
+from . import mover, sidecar, writes
 from .config import Config
 from .mirror import notmuch_folder
 from .nm import IndexedMessage, Reader, Writer, quote
+from .writes import WriteContext, WriteOutcome
 
 BLOCK_TAGS = ("blocked", "spam")
 QUERY_CHUNK = 100  # addresses per notmuch query, to keep queries short
@@ -57,9 +58,13 @@ def _in_junk(config: Config, message: IndexedMessage) -> bool:
     return any(notmuch_folder(name, config.mail_root) in junk for name in message.filenames)
 
 
-def apply_blocklist(config: Config, reader: Reader, writer: Writer,
-                    blocked: Iterable[str]) -> BlockReport:
-    """Make the ``blocked``/``spam`` tags agree with the blocklist; returns what changed."""
+def apply_blocklist(config: Config, reader: Reader, writer: Writer, blocked: Iterable[str], *,
+                    after_write: Callable[[WriteOutcome], None] | None = None) -> BlockReport:
+    """Make the ``blocked``/``spam`` tags agree with the blocklist; returns what changed.
+
+    In accounts with ``blocked_to_junk``, newly blocked mail is also moved to the Junk folder
+    and, once unblocked, moved back (the write tools' moves: audited, undoable, pushed through
+    ``after_write``)."""
     report = BlockReport()
     addresses = sorted({a.lower() for a in blocked})
     to_tag = _blocked_candidates(reader, addresses) if addresses else []
@@ -70,14 +75,40 @@ def apply_blocklist(config: Config, reader: Reader, writer: Writer,
         ids = to_tag[start:start + WRITE_BATCH]
         writer.run(lambda txn, ids=ids: txn.change_tags(ids, add=BLOCK_TAGS))
         report.tagged += len(ids)
-    keep_spam = [m.message_id for m in stale if _in_junk(config, m)]
-    drop_spam = [m.message_id for m in stale if m.message_id not in set(keep_spam)]
+    ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir), after_write)
+    _junk_moves(ctx, to_tag, writes.move_to_junk)
+    _junk_moves(ctx, [m.message_id for m in stale if _moved_to_junk(config, reader, m)],
+                writes.restore)
+    stale = reader.find_many([m.message_id for m in stale])  # restore moved some
+    keep_spam = [m.message_id for m in stale if m is not None and _in_junk(config, m)]
+    drop_spam = [m.message_id for m in stale if m is not None and m.message_id not in set(keep_spam)]
     for ids, remove in ((keep_spam, ("blocked",)), (drop_spam, BLOCK_TAGS)):
         for start in range(0, len(ids), WRITE_BATCH):
             chunk = ids[start:start + WRITE_BATCH]
             writer.run(lambda txn, chunk=chunk, remove=remove: txn.change_tags(chunk, remove=remove))
             report.untagged += len(chunk)
     return report
+
+
+def _junk_moves(ctx: WriteContext, ids: Sequence[str],
+                action: Callable[..., writes.WriteResult]) -> None:
+    """Run a move for the messages of accounts that keep blocked mail in Junk."""
+    by_account: dict[str, list[str]] = {}
+    mb = ctx.mailbox()
+    for message in ctx.reader.find_many(list(ids)):
+        account = mover.primary_account(mb, message) if message is not None else None
+        if account is not None and account.blocked_to_junk and "junk" in account.folders:
+            by_account.setdefault(account.name, []).append(message.message_id)  # type: ignore[union-attr]
+    for name, account_ids in by_account.items():
+        for start in range(0, len(account_ids), writes.MAX_BATCH):
+            action(ctx, account_ids[start:start + writes.MAX_BATCH], account=name)
+
+
+def _moved_to_junk(config: Config, reader: Reader, message: IndexedMessage) -> bool:
+    """In Junk because a move put it there (restore knows where from), not by the server's
+    own filter -- only those go back when their sender is unblocked."""
+    return _in_junk(config, message) and reader.property(
+        message.message_id, writes.ORIGIN_PROPERTY) is not None
 
 
 def read_blocklist(config: Config) -> set[str]:

@@ -353,6 +353,15 @@ class Reader:
             return found
         return self._retrying(get)
 
+    def property(self, message_id: str, key: str) -> str | None:
+        """A message property (the first value); None if unset or the message is unknown."""
+        def get(db: notmuch2.Database) -> str | None:
+            try:
+                return _property(db.find(message_id), key)
+            except LookupError:
+                return None
+        return self._retrying(get)
+
     def header(self, message_id: str, name: str) -> str:
         """A header of one message ("" when missing); headers beyond From/Subject/Message-ID
         parse the file, so keep this off listing paths."""

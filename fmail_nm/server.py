@@ -134,7 +134,8 @@ class MailService:
             if result.blocked or result.unblocked:
                 # The blocklist acts on mail: tag (or release) the sender's messages now.
                 ctx = self._writes()
-                apply_blocklist(self.config, ctx.reader, ctx.writer, read_blocklist(self.config))
+                apply_blocklist(self.config, ctx.reader, ctx.writer, read_blocklist(self.config),
+                                after_write=self._after_write)
                 self.refresh_sidecar(wait=True)
             return result
         return await self._run(job)

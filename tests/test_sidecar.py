@@ -358,3 +358,31 @@ def test_read_tools_accept_the_uid_from_the_sidecar(indexed: MailEnv, mailbox: r
     content = reads.get_emails_content(mailbox, [uid, "0123456789abcdef"])
     assert [e.id for e in content.emails] == ["school-trip-1@example.com"]
     assert content.not_found == ["0123456789abcdef"]
+
+
+def test_blocked_to_junk_moves_the_mail_and_unblocking_moves_it_back(indexed: MailEnv) -> None:
+    toml = indexed.fmail_config.read_text()
+    indexed.fmail_config.write_text(toml.replace('name = "personal"\n',
+                                                 'name = "personal"\nblocked_to_junk = true\n', 1))
+    bank = "no-reply@northwind-bank.example.com"
+
+    def folders() -> dict[str, set[str]]:
+        out = indexed.notmuch("search", "--output=files", "--exclude=false", f"from:{bank}").stdout
+        found: dict[str, set[str]] = {}
+        for name in out.split():
+            folder = mirror.notmuch_folder(name, indexed.mail_root)
+            found.setdefault(str(folder), set()).add(name)
+        return found
+    before = {k: len(v) for k, v in folders().items()}
+    assert "personal/Junk" not in before and sum(before.values()) == 23
+
+    indexed.fmail("contacts", "block", bank)
+    assert {k: len(v) for k, v in folders().items()} == {"personal/Junk": 23}
+    assert all(",U=" not in Path(n).name for n in folders()["personal/Junk"])
+
+    indexed.fmail("contacts", "unblock", bank)
+    assert {k: len(v) for k, v in folders().items()} == before
+    tags = indexed.notmuch("search", "--output=tags", "--exclude=false", f"from:{bank}").stdout.split()
+    assert "blocked" not in tags and "spam" not in tags
+    assert problems(indexed, parse_files=False) == []
+    assert "No new mail" in indexed.notmuch("new", "--no-hooks").stdout
