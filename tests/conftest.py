@@ -114,6 +114,12 @@ def run_init(mail_env: MailEnv) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
+def anyio_backend() -> str:
+    """The `mcp` client tests run on asyncio."""
+    return "asyncio"
+
+
+@pytest.fixture
 def mail_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MailEnv:
     """A fresh, not yet initialised copy of the fixture mail (function scope: tests may write)."""
     env = make_mail_env(tmp_path)

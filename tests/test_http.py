@@ -25,6 +25,8 @@ from fmail_nm.clientconfig import client_configs
 from fmail_nm.http import allowed_hosts_and_origins, is_loopback, serve_http
 from fmail_nm.token import load_or_create_token, token_path
 
+from .imapbed import free_port
+
 TOKEN = "test-token-0123456789abcdefghijklmnopqrstuv"
 
 INITIALIZE = {
@@ -34,17 +36,6 @@ INITIALIZE = {
 }
 MCP_HEADERS = {"Accept": "application/json, text/event-stream",
                "Content-Type": "application/json"}
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # uvicorn runs on asyncio only
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_server() -> MCPServer:

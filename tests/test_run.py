@@ -18,6 +18,7 @@ from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from .conftest import MailEnv
+from .imapbed import free_port
 
 TOKEN = "run-test-token"
 ARRIVAL = b"""From: Dana Fox <dana.fox@example.net>
@@ -28,17 +29,6 @@ Message-ID: <arrival-1@example.net>
 
 Hello from the watcher test.
 """
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

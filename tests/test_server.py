@@ -19,6 +19,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from .conftest import MailEnv
+from .imapbed import free_port
 
 READ_TOOLS = {"search_emails", "list_threads", "get_thread", "get_email", "get_emails_content",
               "find_unanswered_threads", "get_attachment", "list_tags", "list_folders",
@@ -27,17 +28,6 @@ WRITE_TOOLS = {"update_email_status", "mark_read", "set_flagged", "tag_emails", 
                "delete_messages", "move_to_junk", "move_to_folder", "restore", "undo_last_write",
                "manage_contacts_sql"}
 DESTRUCTIVE_TOOLS = {"delete_messages", "move_to_junk", "manage_contacts_sql"}
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def structured(client: Client, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -16,11 +16,6 @@ from .conftest import MailEnv
 BANK = "no-reply@northwind-bank.example.com"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def server_params(env: MailEnv, *extra: str) -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable,
                                  args=["-m", "fmail_nm", "serve", "--transport", "stdio",

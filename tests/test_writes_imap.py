@@ -359,11 +359,6 @@ def test_a_busy_database_changes_nothing_here_or_on_the_server(
 # The real server process: write, then the background push, with no sync by hand
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def serve_params(bed: SyncBed, *extra: str) -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable,
                                  args=["-m", "fmail_nm", "serve", "--transport", "stdio", *extra],
