@@ -82,11 +82,27 @@ def read_head(txn: WriteTxn, message_id: str) -> HeaderInfo:
     return HeaderInfo(to=[], cc=[], list_id=None)
 
 
+# A notmuch property is stored as one Xapian term, and Xapian's terms end at 245 bytes: a longer
+# value makes libnotmuch abort the whole process ("Unhandled error modifying message
+# property"), so the value stays well below that.  The full list is in the sidecar.
+MAX_PROPERTY_BYTES = 200
+
+
 def recipients_value(head: HeaderInfo) -> str:
     """The first few To/Cc recipients as a JSON list of [name, address], for
-    RECIPIENTS_PROPERTY (JSON, because names hold commas, quotes and non-ASCII text)."""
-    pairs = [[a.name, a.address] for a in [*head.to, *head.cc] if a.address]
-    return json.dumps(pairs[:MAX_RECIPIENTS], ensure_ascii=False)
+    RECIPIENTS_PROPERTY (JSON, because names hold commas, quotes and non-ASCII text), cut to
+    fit in MAX_PROPERTY_BYTES: later recipients go first, then long names are shortened."""
+    pairs = [[a.name, a.address] for a in [*head.to, *head.cc] if a.address][:MAX_RECIPIENTS]
+
+    def size(value: list[list[str]]) -> int:
+        return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+    while len(pairs) > 1 and size(pairs) > MAX_PROPERTY_BYTES:
+        pairs.pop()
+    while pairs and size(pairs) > MAX_PROPERTY_BYTES and pairs[0][0]:
+        pairs[0][0] = pairs[0][0][: len(pairs[0][0]) // 2]
+    if pairs and size(pairs) > MAX_PROPERTY_BYTES:  # an absurd address: show none
+        pairs = []
+    return json.dumps(pairs, ensure_ascii=False)
 
 
 def store_recipients(txn: WriteTxn, message_id: str, head: HeaderInfo | None = None) -> None:

@@ -4,6 +4,7 @@ temp copy of the fixture mail."""
 from __future__ import annotations
 
 import email
+import json
 import email.policy
 import textwrap
 import threading
@@ -299,3 +300,36 @@ def test_rule_placeholders_expand_to_queries_notmuch_accepts(shared_indexed: Mai
         assert me_query(['x" OR tag:inbox OR "y@z', "*@example.org"]) == me_query([])
         assert reader.count(me_query(["alex@example.org"]), exclude_tags=()) > 0
         assert reader.count(folders_query(["personal/Trash", "work/Trash"]), exclude_tags=()) == 4  # fixtures: 2 + 2
+
+
+MANY_LONG_RECIPIENTS = ("From: Sam Reed <sam@example.net>\nTo: " + ", ".join(
+    f'"Recipient Number {n} With A Rather Long Display Name, Department of Examples" '
+    f"<recipient.number.{n}.with.long.address@subdomain.example.com>" for n in range(8))
+    + "\nSubject: Big list\nDate: Tue, 01 Dec 2026 09:00:00 +0000\n"
+      "Message-ID: <many-long-recipients@example.net>\n\nHi all.\n").encode()
+
+
+def test_long_recipient_lists_are_indexed_without_crashing_notmuch(indexed: MailEnv) -> None:
+    """A notmuch property over ~220 bytes makes libnotmuch abort the process; the tagging
+    pass must keep the stored recipients short, and the index run must succeed."""
+    (indexed.mail_root / "personal" / "INBOX" / "new" / "1796400000.1_1.host").write_bytes(
+        MANY_LONG_RECIPIENTS)
+    indexed.fmail("index", "--quiet")
+    tags = indexed.notmuch("search", "--output=tags", "id:many-long-recipients@example.net").stdout
+    assert "inbox" in tags.split() and "new" not in tags.split()
+    with Reader() as reader:
+        stored = reader.find("many-long-recipients@example.net").recipients  # type: ignore[union-attr]
+    assert stored is not None and 0 < len(stored.encode()) <= 200
+    assert json.loads(stored)[0][1] == "recipient.number.0.with.long.address@subdomain.example.com"
+
+
+def test_recipients_value_always_fits_a_notmuch_property() -> None:
+    from fmail_nm.body import Address, HeaderInfo
+    from fmail_nm.tagging import MAX_PROPERTY_BYTES, recipients_value
+
+    huge_name = HeaderInfo(to=[Address("ü" * 500, "a@example.com")], cc=[], list_id=None)
+    assert json.loads(recipients_value(huge_name))[0][1] == "a@example.com"
+    huge_address = HeaderInfo(to=[Address("", "x" * 400 + "@example.com")], cc=[], list_id=None)
+    assert recipients_value(huge_address) == "[]"
+    for head in (huge_name, huge_address):
+        assert len(recipients_value(head).encode()) <= MAX_PROPERTY_BYTES
