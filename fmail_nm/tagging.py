@@ -105,6 +105,18 @@ def recipients_value(head: HeaderInfo) -> str:
     return json.dumps(pairs, ensure_ascii=False)
 
 
+# notmuch refuses tags over 200 bytes (and the whole batch with them); a List-Id is untrusted.
+MAX_LIST_ID_BYTES = 150
+
+
+def list_tag_id(list_id: str | None) -> str | None:
+    """The List-Id as it goes into the ``list/<id>`` tag: lower-case, cut to fit a tag."""
+    if not list_id:
+        return None
+    cut = list_id.lower().encode("utf-8")[:MAX_LIST_ID_BYTES]
+    return cut.decode("utf-8", errors="ignore") or None
+
+
 def store_recipients(txn: WriteTxn, message_id: str, head: HeaderInfo | None = None) -> None:
     txn.set_property(message_id, RECIPIENTS_PROPERTY,
                      recipients_value(head or read_head(txn, message_id)))
@@ -115,7 +127,7 @@ def _read_headers(txn: WriteTxn, ids: Sequence[str], report: TaggingReport) -> N
     for mid in ids:
         head = read_head(txn, mid)
         store_recipients(txn, mid, head)
-        lid = head.list_id.lower() if head.list_id else None
+        lid = list_tag_id(head.list_id)
         if lid:
             txn.change_tags([mid], add=("list", f"list/{lid}"))
             report.count(["list"])

@@ -333,3 +333,15 @@ def test_recipients_value_always_fits_a_notmuch_property() -> None:
     assert recipients_value(huge_address) == "[]"
     for head in (huge_name, huge_address):
         assert len(recipients_value(head).encode()) <= MAX_PROPERTY_BYTES
+
+
+def test_an_absurd_list_id_still_gets_a_list_tag(indexed: MailEnv) -> None:
+    list_id = "x" * 400 + ".lists.example.net"
+    raw = (f"From: List <list@example.net>\nTo: alex@example.org\nList-Id: <{list_id}>\n"
+           "Subject: hello\nDate: Tue, 01 Dec 2026 09:00:00 +0000\n"
+           "Message-ID: <long-list-id@example.net>\n\nbody\n").encode()
+    (indexed.mail_root / "personal" / "INBOX" / "new" / "1796400001.1_1.host").write_bytes(raw)
+    indexed.fmail("index", "--quiet")
+    tags = indexed.notmuch("search", "--output=tags", "id:long-list-id@example.net").stdout.split()
+    assert "list" in tags and "new" not in tags
+    assert [t for t in tags if t.startswith("list/")] == ["list/" + "x" * 150]
