@@ -38,7 +38,7 @@ from .nm import IndexedMessage, Reader, quote
 log = logging.getLogger(__name__)
 
 BATCH_SIZE = 500
-HEAD_BYTES = 256 * 1024  # enough for headers and the start of the text; big attachments are not read
+HEAD_BYTES = 64 * 1024  # headers and the start of the text: enough for a 200-character preview
 PREVIEW_CHARS = 200
 # Hostile mail can carry megabyte subjects or thousands of recipients; the SQL tools refuse
 # values over 250 KB, so the mirror keeps every value well below that.

@@ -511,6 +511,27 @@ class WriteTxn:
             result.applied.append(mid)
         return result
 
+    def update(self, message_id: str, *, add: Sequence[str] = (), remove: Sequence[str] = (),
+               properties: dict[str, str] | None = None) -> bool:
+        """Tags and properties of one message in a single document rewrite (each thaw
+        rewrites the Xapian document, the cost that dominates tagging); False if it is gone.
+        Not for flag tags: use :meth:`change_tags`, which renames the files."""
+        if (set(add) | set(remove)) & FLAG_TAGS:
+            raise ValueError("flag tags change files: use change_tags")
+        try:
+            msg = self._db.find(message_id)
+        except LookupError:
+            return False
+        with msg.frozen():
+            for key, value in (properties or {}).items():
+                del msg.properties[key]
+                msg.properties[key] = value
+            for tag in remove:
+                msg.tags.discard(tag)
+            for tag in add:
+                msg.tags.add(tag)
+        return True
+
     def set_property(self, message_id: str, key: str, value: str) -> bool:
         """Replace a message property; False if the message is gone."""
         try:
