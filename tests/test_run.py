@@ -98,3 +98,33 @@ async def test_mail_dropped_into_the_maildir_is_served_and_sigterm_leaves_all_in
     assert stopped.returncode == 3 and "not running" in stopped.stdout.lower()
     assert indexed.fmail("sidecar", "check").stdout.strip().endswith("sidecar matches notmuch")
     assert "No new mail" in indexed.notmuch("new", "--no-hooks").stdout
+
+
+def burst_message(n: int) -> bytes:
+    return (f"From: Burst Sender <burst{n}@example.net>\nTo: alex@example.org\n"
+            f"Subject: burst {n}\nDate: Tue, 01 Dec 2026 10:{n % 60:02d}:00 +0000\n"
+            f"Message-ID: <burst-{n}@example.net>\n\nmessage {n}\n").encode()
+
+
+def test_sigterm_during_a_burst_leaves_index_files_and_sidecar_in_step(
+        indexed: MailEnv, service: tuple[subprocess.Popen[str], str]) -> None:
+    proc, _ = service
+    inbox_new = indexed.mail_root / "personal" / "INBOX" / "new"
+    for n in range(300):
+        (inbox_new / f"1796500000.{n}_1.host").write_bytes(burst_message(n))
+    # Stop once the service has started on the burst (the first messages are in the index);
+    # the assertions below hold whether or not it got further.
+    deadline = time.monotonic() + 60
+    while indexed.notmuch("count", "subject:burst").stdout.strip() == "0":
+        assert time.monotonic() < deadline, "the service never started indexing the burst"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0
+    # Whatever the service finished is consistent: the sidecar mirrors the index exactly ...
+    assert indexed.fmail("sidecar", "check").stdout.strip().endswith("sidecar matches notmuch")
+    # ... and nothing was lost: the next index takes the rest, all 300 are there, tagged.
+    indexed.fmail("index", "--quiet")
+    assert indexed.notmuch("count", "subject:burst").stdout.strip() == "300"
+    assert indexed.notmuch("count", "subject:burst AND tag:new").stdout.strip() == "0"
+    assert len(list(inbox_new.iterdir())) + len(list((inbox_new.parent / "cur").iterdir())) >= 300
+    assert indexed.fmail("sidecar", "check").stdout.strip().endswith("sidecar matches notmuch")
