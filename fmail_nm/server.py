@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 from mcp.server.mcpserver.tools import Tool
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from . import __version__, dto, reads, sqltools, writes
@@ -186,13 +188,28 @@ def _compact_schema(schema: Any) -> None:
             _compact_schema(value)
 
 
+def _compact_result(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The tool with its result's text block as compact JSON.  Clients hand the text block to
+    the model; the SDK would indent it (about half of it whitespace).  The structured content
+    and the output schema (from ``fn``'s annotations, which ``wraps`` keeps) are unchanged."""
+    @functools.wraps(fn)
+    async def tool(*args: Any, **kwargs: Any) -> CallToolResult:
+        result = await fn(*args, **kwargs)
+        data = result.model_dump(mode="json", by_alias=True)
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        return CallToolResult(content=[TextContent(type="text", text=text)],
+                              structured_content=data)
+    return tool
+
+
 class _ToolList(list[Tool]):
     """Collects tools with their annotations; the schemas are trimmed to keep the list small."""
 
     def tool(self, annotations: ToolAnnotations = READ_ONLY,
              description: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-            tool = Tool.from_function(fn, description=description, annotations=annotations)
+            tool = Tool.from_function(_compact_result(fn), description=description,
+                                      annotations=annotations)
             _compact_schema(tool.parameters)
             _compact_schema(tool.output_schema)
             self.append(tool)

@@ -69,6 +69,9 @@ async def exercise_every_read_tool(client: Client, *, read_only: bool) -> None:
     via_uid = await structured(client, "get_email", {"id": by_column[0]["uid"], "max_body_chars": 100})
     assert via_uid["id"] == by_column[0]["message_id"]
 
+    raw = await client.call_tool("search_emails", {"query": 'from:anna "school trip"', "limit": 10})
+    text = raw.content[0].text  # type: ignore[union-attr]
+    assert json.loads(text) == raw.structured_content and "\n" not in text  # compact for the model
     found = await structured(client, "search_emails", {"query": 'from:anna "school trip"', "limit": 10})
     assert "school-trip-1@example.com" in {r["id"] for r in found["results"]}
     row = next(r for r in found["results"] if r["id"] == "school-trip-1@example.com")
