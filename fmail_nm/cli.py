@@ -120,10 +120,10 @@ def cmd_contacts(args: argparse.Namespace) -> int:
     from .app import load_config
     from .mirror import sync_sidecar
     from .nm import Reader, Writer
-    from .sidecar import blocked_addresses, opened
+    from .sidecar import blocked_addresses, opened, sidecar_path
 
     config = load_config(args.config)
-    with opened(contacts.sidecar_file(config)) as conn:
+    with opened(sidecar_path(config.data_dir)) as conn:
         if args.action == "search":
             rows = contacts.search(conn, " ".join(args.args), blocked_only=args.blocked,
                                    limit=args.limit)

@@ -17,12 +17,11 @@ import io
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TextIO
 
 from . import mover, sidecar, writes
 from .config import Config
-from .mirror import notmuch_folder
+from .mirror import chunks, notmuch_folder
 from .nm import IndexedMessage, Reader, Writer, quote
 from .writes import WriteContext, WriteOutcome
 
@@ -45,8 +44,7 @@ def sender_of(message: IndexedMessage) -> str:
 def _blocked_candidates(reader: Reader, blocked: Sequence[str]) -> list[str]:
     found: list[str] = []
     wanted = set(blocked)
-    for start in range(0, len(blocked), QUERY_CHUNK):
-        chunk = blocked[start:start + QUERY_CHUNK]
+    for chunk in chunks(blocked, QUERY_CHUNK):
         query = "(" + " OR ".join(f"from:{quote(a)}" for a in chunk) + ") AND NOT tag:blocked"
         found.extend(m.message_id for m in reader.messages(query, exclude_tags=(), sort="none")
                      if sender_of(m) in wanted)
@@ -56,6 +54,14 @@ def _blocked_candidates(reader: Reader, blocked: Sequence[str]) -> list[str]:
 def _in_junk(config: Config, message: IndexedMessage) -> bool:
     junk = set(config.roles().get("junk", []))
     return any(notmuch_folder(name, config.mail_root) in junk for name in message.filenames)
+
+
+def _change_tags(writer: Writer, ids: Sequence[str], *, add: Sequence[str] = (),
+                 remove: Sequence[str] = ()) -> int:
+    """Tag in short write sessions, so a mail client never waits long; returns the count."""
+    for chunk in chunks(ids, WRITE_BATCH):
+        writer.run(lambda txn, chunk=chunk: txn.change_tags(chunk, add=add, remove=remove))
+    return len(ids)
 
 
 def apply_blocklist(config: Config, reader: Reader, writer: Writer, blocked: Iterable[str], *,
@@ -71,22 +77,16 @@ def apply_blocklist(config: Config, reader: Reader, writer: Writer, blocked: Ite
     wanted = set(addresses)
     stale = [m for m in reader.messages("tag:blocked", exclude_tags=(), sort="none")
              if sender_of(m) not in wanted]
-    for start in range(0, len(to_tag), WRITE_BATCH):
-        ids = to_tag[start:start + WRITE_BATCH]
-        writer.run(lambda txn, ids=ids: txn.change_tags(ids, add=BLOCK_TAGS))
-        report.tagged += len(ids)
+    report.tagged += _change_tags(writer, to_tag, add=BLOCK_TAGS)
     ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir), after_write)
     _junk_moves(ctx, to_tag, writes.move_to_junk)
     _junk_moves(ctx, [m.message_id for m in stale if _moved_to_junk(config, reader, m)],
                 writes.restore)
-    stale = reader.find_many([m.message_id for m in stale])  # restore moved some
-    keep_spam = [m.message_id for m in stale if m is not None and _in_junk(config, m)]
-    drop_spam = [m.message_id for m in stale if m is not None and m.message_id not in set(keep_spam)]
-    for ids, remove in ((keep_spam, ("blocked",)), (drop_spam, BLOCK_TAGS)):
-        for start in range(0, len(ids), WRITE_BATCH):
-            chunk = ids[start:start + WRITE_BATCH]
-            writer.run(lambda txn, chunk=chunk, remove=remove: txn.change_tags(chunk, remove=remove))
-            report.untagged += len(chunk)
+    now = [m for m in reader.find_many([m.message_id for m in stale]) if m]  # restore moved some
+    keep_spam = [m.message_id for m in now if _in_junk(config, m)]
+    drop_spam = [m.message_id for m in now if not _in_junk(config, m)]
+    report.untagged += _change_tags(writer, keep_spam, remove=("blocked",))
+    report.untagged += _change_tags(writer, drop_spam, remove=BLOCK_TAGS)
     return report
 
 
@@ -100,8 +100,8 @@ def _junk_moves(ctx: WriteContext, ids: Sequence[str],
         if account is not None and account.blocked_to_junk and "junk" in account.folders:
             by_account.setdefault(account.name, []).append(message.message_id)  # type: ignore[union-attr]
     for name, account_ids in by_account.items():
-        for start in range(0, len(account_ids), writes.MAX_BATCH):
-            action(ctx, account_ids[start:start + writes.MAX_BATCH], account=name)
+        for chunk in chunks(account_ids, writes.MAX_BATCH):
+            action(ctx, chunk, account=name)
 
 
 def _moved_to_junk(config: Config, reader: Reader, message: IndexedMessage) -> bool:
@@ -207,7 +207,3 @@ def format_rows(rows: Sequence[sqlite3.Row]) -> str:
             out.write(f"  notes: {row['notes']}")
         out.write("\n")
     return out.getvalue()
-
-
-def sidecar_file(config: Config) -> Path:
-    return sidecar.sidecar_path(config.data_dir)

@@ -203,28 +203,32 @@ _UPSERT = (f"INSERT INTO messages ({', '.join(_COLUMNS)}) VALUES ({', '.join('?'
 # Writing rows
 
 
-def _known(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, Parsed]:
-    """What the mirror already parsed for these messages (so it is not parsed again)."""
-    known: dict[str, Parsed] = {}
-    for chunk in _chunks(ids, 500):
+def _known(conn: sqlite3.Connection,
+           ids: Sequence[str]) -> dict[str, tuple[Parsed, frozenset[str]]]:
+    """What the mirror already parsed for these messages (so it is not parsed again), with the
+    files it was parsed from."""
+    known: dict[str, tuple[Parsed, frozenset[str]]] = {}
+    for chunk in chunks(ids, 500):
         marks = ",".join("?" * len(chunk))
-        for mid, recipients, list_id, preview, size in conn.execute(
-                f"SELECT message_id, recipients, list_id, body_preview, size FROM messages "
-                f"WHERE message_id IN ({marks})", chunk):
-            known[mid] = Parsed(json.loads(recipients), list_id, preview, size)
+        for mid, recipients, list_id, preview, size, filenames in conn.execute(
+                f"SELECT message_id, recipients, list_id, body_preview, size, filenames "
+                f"FROM messages WHERE message_id IN ({marks})", chunk):
+            known[mid] = (Parsed(json.loads(recipients), list_id, preview, size),
+                          frozenset(json.loads(filenames)))
     return known
 
 
 def _addresses_of(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
     found: set[str] = set()
-    for chunk in _chunks(ids, 500):
+    for chunk in chunks(ids, 500):
         marks = ",".join("?" * len(chunk))
         found.update(r[0] for r in conn.execute(
             f"SELECT DISTINCT email FROM message_addresses WHERE message_id IN ({marks})", chunk))
     return found
 
 
-def _chunks(items: Sequence[str], size: int) -> Iterable[list[str]]:
+def chunks(items: Sequence[str], size: int) -> Iterable[list[str]]:
+    """``items`` in lists of at most ``size``."""
     for start in range(0, len(items), size):
         yield list(items[start:start + size])
 
@@ -338,7 +342,7 @@ class Mirror:
     def _apply_window(self, window: _Window, report: MirrorReport) -> None:
         query = "*" if window.start == 0 else f"lastmod:{window.start}..{window.stop}"
         ids = sorted(i for i in self.reader.message_ids(query) if i > window.after)
-        for chunk in _chunks(ids, self.batch_size):
+        for chunk in chunks(ids, self.batch_size):
             with sidecar.transaction(self.conn):
                 self._apply_batch(chunk, report)
                 window.after = chunk[-1]
@@ -357,8 +361,8 @@ class Mirror:
             if message is None:  # removed since the id list was taken
                 gone.append(mid)
                 continue
-            parsed = known.get(mid)
-            if parsed is None or _files_changed(self.conn, mid, message):
+            parsed, files = known.get(mid, (None, frozenset()))
+            if parsed is None or files != set(message.filenames):
                 parsed = self._parse(message, parsed)
                 report.parsed += 1
             touched |= _write_row(self.conn, build_row(message, parsed, self.layout, self.me), parsed)
@@ -383,7 +387,7 @@ class Mirror:
         if not ids:
             return
         touched = _addresses_of(self.conn, ids)
-        for chunk in _chunks(ids, 500):
+        for chunk in chunks(ids, 500):
             marks = ",".join("?" * len(chunk))
             self.conn.execute(f"DELETE FROM messages WHERE message_id IN ({marks})", chunk)
         refresh_stats(self.conn, touched)
@@ -409,7 +413,7 @@ class Mirror:
             suspects = {r[0] for r in self.conn.execute("SELECT message_id FROM messages")
                         if r[0] not in present}
         ordered = sorted(suspects)
-        for chunk in _chunks(ordered, self.batch_size):
+        for chunk in chunks(ordered, self.batch_size):
             with sidecar.transaction(self.conn):
                 # A suspect may have moved after our window: refresh it instead of dropping it.
                 still = [m for m, found in zip(chunk, self.reader.find_many(chunk)) if found]
@@ -422,19 +426,8 @@ class Mirror:
         return int(mirrored) - self.reader.count("*", exclude_tags=())
 
 
-def _files_changed(conn: sqlite3.Connection, mid: str, message: IndexedMessage) -> bool:
-    row = conn.execute("SELECT filenames FROM messages WHERE message_id = ?", (mid,)).fetchone()
-    return row is None or set(json.loads(row[0])) != set(message.filenames)
-
-
 # ---------------------------------------------------------------------------------------------
 # Checking
-
-
-def expected_row(config: Config, message: IndexedMessage) -> dict[str, Any]:
-    """The row a message should have, computed from notmuch and its file right now."""
-    layout = Layout(config)
-    return build_row(message, parse_file(message.filenames), layout, frozenset(config.addresses))
 
 
 def check(config: Config, reader: Reader, conn: sqlite3.Connection, *,
@@ -452,7 +445,7 @@ def check(config: Config, reader: Reader, conn: sqlite3.Connection, *,
     indexed = reader.message_ids("*")
     for mid in sorted(set(mirrored) - set(indexed)):
         problems.append(f"{mid}: in the mirror but not in notmuch")
-    for chunk in _chunks(sorted(indexed), 500):
+    for chunk in chunks(sorted(indexed), 500):
         for mid, message in zip(chunk, reader.find_many(chunk)):
             row = mirrored.get(mid)
             if message is None:

@@ -534,14 +534,7 @@ class WriteTxn:
 
     def set_property(self, message_id: str, key: str, value: str) -> bool:
         """Replace a message property; False if the message is gone."""
-        try:
-            msg = self._db.find(message_id)
-        except LookupError:
-            return False
-        with msg.frozen():
-            del msg.properties[key]
-            msg.properties[key] = value
-        return True
+        return self.update(message_id, properties={key: value})
 
     def get_property(self, message_id: str, key: str) -> str | None:
         """A message property (the first value if several); None if unset or the message is gone."""
