@@ -21,11 +21,20 @@ from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
-__all__ = ["DSL_HELP", "CompiledQuery", "DslContext", "DslError", "compile_query"]
+__all__ = ["DSL_HELP", "MAX_DEPTH", "MAX_QUERY_CHARS", "MAX_TOKENS", "CompiledQuery",
+           "DslContext", "DslError", "compile_query"]
+
+# Limits checked before any parsing, so no input can make compiling (or Xapian's own parse of
+# the result) slow or large: Xapian's memory grows faster than linearly with the number of
+# terms (a 100 KB query took 4.6 GB), and the parser recurses once per nesting level.
+MAX_QUERY_CHARS = 4096
+MAX_TOKENS = 200
+MAX_DEPTH = 32
 
 DSL_HELP = """\
 Search syntax (Gmail-style). Empty query = all mail.
@@ -53,6 +62,7 @@ Ids: id:<message-id> thread:<thread-id>
 Logic: a b = a AND b; a OR b (or a | b); -a or NOT a; ( ) to group.
   Precedence NOT > AND > OR: a b OR c = (a AND b) OR c.
   OR, AND, NOT are uppercase; lowercase or/and/not are words.
+Limits: 4096 characters, 200 words/operators, 32 levels of ( ) or NOT.
 Hidden unless asked for: spam and deleted mail. is:spam, is:deleted,
   tag:spam, in:spam, in:trash show them; in:anywhere shows everything.
 Quote values with spaces or symbols: from:"Ann Lee"; write \\" for a quote.
@@ -132,6 +142,9 @@ def _lex(text: str) -> list[_Tok]:
         ch = text[i]
         if ch.isspace():
             i += 1
+        elif len(toks) >= MAX_TOKENS:
+            raise DslError(i, f"at most {MAX_TOKENS} words, operators and parentheses",
+                           "more; split the search or use fewer words")
         elif ch in "()":
             toks.append(_Tok(ch, ch, i))
             i += 1
@@ -469,6 +482,7 @@ class _Parser:
         self.ctx = ctx
         self.lifted: set[str] = set()
         self.lift_all = False
+        self.depth = 0
         self.handlers: dict[str, Callable[[str, str, int], _Node]] = self._handlers()
 
     def _handlers(self) -> dict[str, Callable[[str, str, int], _Node]]:
@@ -530,8 +544,21 @@ class _Parser:
     def _unary(self, default: str | None) -> _Node:
         if self.tok.kind in (_NOT, _MINUS):
             self._need_term(self._advance().text)
-            return _mk_not(self._unary(default))
+            with self._nested():
+                return _mk_not(self._unary(default))
         return self._primary(default)
+
+    @contextmanager
+    def _nested(self) -> Iterator[None]:
+        # Recursion per ( or NOT: bounded so a deep input gets an error, not a RecursionError.
+        if self.depth >= MAX_DEPTH:
+            raise DslError(self.tok.pos, f"at most {MAX_DEPTH} nested '( )' or NOT",
+                           "deeper nesting")
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
 
     def _primary(self, default: str | None) -> _Node:
         tok = self.tok
@@ -549,7 +576,8 @@ class _Parser:
         open_tok = self._advance()
         if self.tok.kind == _RPAREN:
             raise DslError(self.tok.pos, "a search term inside '( )'", "')'")
-        node = self._or_expr(default)
+        with self._nested():
+            node = self._or_expr(default)
         if self.tok.kind != _RPAREN:
             raise DslError(
                 self.tok.pos,
@@ -747,6 +775,9 @@ def _check_raw_parens(raw: str, pos: int) -> None:
 
 def compile_query(text: str, ctx: DslContext) -> CompiledQuery:
     """Compile a Gmail-shaped search into a notmuch query plus the tags to exclude."""
+    if len(text) > MAX_QUERY_CHARS:
+        raise DslError(MAX_QUERY_CHARS, f"a search of at most {MAX_QUERY_CHARS} characters",
+                       f"{len(text)} characters; narrow it down instead")
     parser = _Parser(text, ctx)
     query = _render(parser.parse())
     if parser.lift_all:

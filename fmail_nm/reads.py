@@ -24,6 +24,9 @@ from .tagging import me_query
 
 MAX_LIMIT = 500
 DEFAULT_LIMIT = 50
+# The notmuch query is echoed for the model to check what ran; a long one is cut, since the
+# answer must stay small whatever the input (the query itself is limited by the DSL).
+MAX_ECHOED_QUERY = 500
 SORTS = ("newest", "oldest")
 
 
@@ -198,7 +201,9 @@ def read_cursor(cursor: str | None, fingerprint: str) -> int:
         offset, fp = int(data["o"]), str(data["f"])
     except (ValueError, KeyError, TypeError):
         raise ToolError("bad cursor: pass next_cursor exactly as returned") from None
-    if fp != fingerprint or offset < 0:
+    if offset < 0:
+        raise ToolError("bad cursor: its offset is negative; pass next_cursor exactly as returned")
+    if fp != fingerprint:
         raise ToolError("bad cursor: it belongs to a different search; start again without a cursor")
     return offset
 
@@ -226,9 +231,28 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
     page = mb.reader.messages(nm_query, exclude_tags=compiled.exclude_tags, sort=sort,
                               offset=offset, limit=limit)
     changed = mb.reader.changed_at()
+    cursor_out = next_cursor(offset, len(page), total, fp)
     return dto.SearchResult(results=[email_ref(mb, m) for m in page], total=total,
-                            next_cursor=next_cursor(offset, len(page), total, fp), query=nm_query,
+                            next_cursor=cursor_out, query=echoed_query(nm_query),
+                            hidden=_hidden(mb, nm_query, compiled, total, cursor_out),
                             indexed_at=iso(int(changed)) if changed else None)
+
+
+def echoed_query(nm_query: str) -> str:
+    if len(nm_query) <= MAX_ECHOED_QUERY:
+        return nm_query
+    return nm_query[:MAX_ECHOED_QUERY] + f"… ({len(nm_query)} characters)"
+
+
+def _hidden(mb: Mailbox, nm_query: str, compiled: CompiledQuery, total: int,
+            cursor: str | None) -> int | None:
+    """On the last page: how many more messages match among the excluded (spam, deleted)
+    ones, so "0 results" never hides that a blocked sender's mail is there.  One count,
+    only when there are exclusions and no further page."""
+    if cursor is not None or not compiled.exclude_tags:
+        return None
+    hidden = mb.reader.count(nm_query, exclude_tags=()) - total
+    return hidden if hidden > 0 else None
 
 
 def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,

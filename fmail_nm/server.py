@@ -13,6 +13,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -21,7 +22,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from . import __version__, dto, reads, sqltools, writes
 from .config import Config, ConfigError
@@ -202,13 +203,36 @@ def _compact_result(fn: Callable[..., Any]) -> Callable[..., Any]:
     return tool
 
 
+def plain_validation_error(exc: ValidationError) -> str:
+    """Argument errors in plain words: which argument, what is wrong, without pydantic's
+    headings, input echo (which may be 100 KB) or documentation links."""
+    problems = []
+    for error in exc.errors(include_url=False, include_input=False):
+        where = ".".join(str(part) for part in error.get("loc", ())) or "arguments"
+        problems.append(f"{where}: {error.get('msg', 'invalid value')}")
+    return "invalid arguments: " + "; ".join(problems)
+
+
+class _Tool(Tool):
+    """A tool whose argument errors read as plain sentences (see plain_validation_error)."""
+
+    async def run(self, arguments: dict[str, Any], context: Any,
+                  convert_result: bool = False) -> Any:
+        try:
+            return await super().run(arguments, context, convert_result)
+        except McpToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise McpToolError(plain_validation_error(exc.__cause__)) from None
+            raise
+
+
 class _ToolList(list[Tool]):
     """Collects tools with their annotations; the schemas are trimmed to keep the list small."""
 
     def tool(self, annotations: ToolAnnotations = READ_ONLY,
              description: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-            tool = Tool.from_function(_compact_result(fn), description=description,
+            tool = _Tool.from_function(_compact_result(fn), description=description,
                                       annotations=annotations)
             _compact_schema(tool.parameters)
             _compact_schema(tool.output_schema)
@@ -470,13 +494,15 @@ def _stdio_command(config: Config) -> list[str]:
 def connection_help(config: Config, *, host: str, port: int, show_token: bool) -> str:
     """Ready-to-paste client configuration for this server, stdio and HTTP."""
     from .clientconfig import client_configs
-    from .token import load_or_create_token, token_path
+    from .token import TOKEN_ENV, load_or_create_token, token_path
 
     token = load_or_create_token(config.data_dir)
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/mcp"
     text = client_configs(command=_stdio_command(config), url=url,
                           token=token if show_token else None)
-    if not show_token:
+    if not show_token and os.environ.get(TOKEN_ENV, "").strip():
+        text += f"\nThe bearer token is the one set in ${TOKEN_ENV}.\n"
+    elif not show_token:
         text += (f"\nThe bearer token is in {token_path(config.data_dir)} "
                  "(print it with `fmail-nm token`).\n")
     return text

@@ -462,8 +462,11 @@ class _Policy:
     def _read(self, table: str, column: str, db: str | None, context: str | None) -> str | None:
         if db not in (None, "main", "temp"):
             return self._refuse(f"reading {db}.{table}")
-        if table in sidecar.PUBLISHED_VIEWS or table in SCHEMA_TABLES \
-                or table in TABLE_FUNCTIONS:
+        if table in SCHEMA_TABLES:
+            # The schema would list the internal tables the published views hide.  Setting
+            # up json_each reads only the rowid of its (never run) schema update.
+            return None if column == "rowid" else self._refuse(f"reading the schema table {table}")
+        if table in sidecar.PUBLISHED_VIEWS or table in TABLE_FUNCTIONS:
             return None
         if context is not None and (table, column, context) in self.view_reads:
             self.via_views.add(table)

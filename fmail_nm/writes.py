@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 500
 SAMPLE_SIZE = 5
 MAX_TAG_LENGTH = 100
+MAX_FOLDER_CHARS = 255
 # Message property: JSON {file key: folder it was moved from}, for files we moved into Trash or
 # Junk.  It lives in notmuch, so restore still knows the way back after a sidecar rebuild.
 ORIGIN_PROPERTY = "fmail.origin"
@@ -156,7 +157,12 @@ def _select(ctx: WriteContext, sel: Selection) -> Target:
 
 def _preview(ctx: WriteContext, sel: Selection, target: Target) -> WriteResult | None:
     """The report a call gets instead of a write: a dry run, or a query not yet confirmed."""
-    if sel.query and sel.confirm_count != target.match_count:
+    if sel.query and sel.confirm_count is not None and sel.confirm_count != target.match_count:
+        raise WriteError(f"confirm_count {sel.confirm_count} does not match the "
+                         f"{target.match_count} messages the query selects now; nothing was "
+                         "changed. Check the query, then call again with confirm_count="
+                         f"{target.match_count} if that is what the user wants")
+    if sel.query and sel.confirm_count is None:
         return WriteResult(dry_run=True, match_count=target.match_count,
                            sample_ids=target.message_ids[:SAMPLE_SIZE])
     if not sel.dry_run:
@@ -406,11 +412,24 @@ def check_tag(tag: str) -> str:
     return tag
 
 
+# Tags whose meaning belongs to notmuch or to fmail-nm's own passes: `new` is notmuch's
+# new.tags marker, which the next index run removes again, so adding it would silently vanish.
+RESERVED_TAGS = frozenset({"new"})
+
+
+def check_added_tag(tag: str) -> str:
+    check_tag(tag)
+    if tag in RESERVED_TAGS:
+        raise ToolError(f"tag {tag!r} is reserved: notmuch gives it to mail it has just "
+                        "indexed and the next index run removes it; choose another name")
+    return tag
+
+
 def tag_emails(ctx: WriteContext, ids: Sequence[str] | None = None, add: Sequence[str] = (),
                remove: Sequence[str] = (), *, query: str | None = None,
                confirm_count: int | None = None, dry_run: bool = False) -> WriteResult:
     """Add and remove tags; flag tags (unread, flagged, replied, ...) rename files to match."""
-    adds = [check_tag(t) for t in add]
+    adds = [check_added_tag(t) for t in add]
     removes = [check_tag(t) for t in remove]
     if not adds and not removes:
         raise ToolError("give at least one tag to add or remove")
@@ -484,6 +503,8 @@ def archive(ctx: WriteContext, ids: Sequence[str] | None = None, *, query: str |
 
 def _folder_name(folder: str) -> str:
     """A folder name that cannot leave the mail root or name a Maildir's own directories."""
+    if len(folder) > MAX_FOLDER_CHARS:
+        raise ToolError(f"folder names are at most {MAX_FOLDER_CHARS} characters")
     name = folder.strip().strip("/")
     parts = name.split("/")
     if not name or any(p in ("", ".", "..", ".notmuch", *mover.MAILDIR_SUBDIRS) for p in parts):
@@ -509,6 +530,24 @@ def resolve_folder(config: Config, account: Account, folder: str) -> str:
                      f"(folders of {account.name}: {shown or 'none'})")
 
 
+def _check_folder_exists(config: Config, folder: str, account: str | None) -> None:
+    """Refuse a folder that exists in no account the write may act in, before selecting
+    anything (per message it is checked again, for the message's own account)."""
+    accounts = [config.account(account)] if account else list(config.accounts)
+    for acct in accounts:
+        try:
+            resolve_folder(config, acct, folder)
+            return
+        except WriteError as exc:
+            if len(accounts) == 1:
+                raise
+    shown = ", ".join(config.folders[:_FOLDER_LIST_LIMIT])
+    if len(config.folders) > _FOLDER_LIST_LIMIT:
+        shown += ", ..."
+    raise WriteError(f"no folder {folder!r} in any account; nothing was changed (folders: "
+                     f"{shown or 'none'}; list_folders shows them all)")
+
+
 def _move_to_step(folder: str, account: str | None) -> Step:
     def step(work: _Work) -> None:
         acct = work.account(account)
@@ -525,7 +564,7 @@ def move_to_folder(ctx: WriteContext, ids: Sequence[str] | None, folder: str, *,
                    dry_run: bool = False, account: str | None = None) -> WriteResult:
     """Move messages' files (in their account) to a folder; place tags follow its role."""
     _check_account(ctx, account)
-    _folder_name(folder)
+    _check_folder_exists(ctx.config, folder, account)
     return _write(ctx, "move_to_folder", Selection(ids, query, confirm_count, dry_run),
                   _move_to_step(folder, account), folder=folder, account=account)
 

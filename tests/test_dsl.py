@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timezone
 from zoneinfo import ZoneInfo
 
@@ -9,7 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fmail_nm.dsl import DSL_HELP, CompiledQuery, DslContext, DslError, compile_query
+from fmail_nm.dsl import (
+    DSL_HELP,
+    MAX_DEPTH,
+    MAX_QUERY_CHARS,
+    MAX_TOKENS,
+    CompiledQuery,
+    DslContext,
+    DslError,
+    compile_query,
+)
 
 NOW = datetime(2026, 3, 15, 12, 0, 0, tzinfo=UTC)
 FOLDERS = [
@@ -804,3 +815,53 @@ def test_quoted_phrase_values_never_carry_quotes_or_controls(value: str) -> None
         assert '"' not in inner and "*" not in inner and "/" not in inner
         assert not any(ord(c) < 32 or ord(c) == 127 for c in inner)
         assert inner == inner.strip()
+
+
+def _profiled_calls(fn: Callable[[], object]) -> int:
+    """Python function calls made by fn: a deterministic measure of work (no timing)."""
+    calls = 0
+
+    def count(frame: object, event: str, arg: object) -> None:
+        nonlocal calls
+        if event == "call":
+            calls += 1
+
+    sys.setprofile(count)
+    try:
+        fn()
+    except DslError:
+        pass
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_PIECES, min_size=1, max_size=40), st.integers(min_value=1, max_value=400))
+def test_long_queries_compile_in_work_and_size_proportional_to_the_input(
+        pieces: list[str], repeat: int) -> None:
+    text = " ".join(pieces * repeat)[:MAX_QUERY_CHARS]
+    try:
+        result = compile_query(text, CTX)
+    except DslError as e:
+        assert 0 <= e.position <= len(text)
+    else:
+        # Each input character yields a bounded number of output characters (folder roles
+        # and list: expand to a fixed-size term) -- never a blow-up.
+        assert len(result.query) <= 40 * len(text) + 100
+    assert _profiled_calls(lambda: compile_query(text, CTX)) <= 60 * len(text) + 500
+
+
+def test_inputs_past_the_limits_are_refused_with_where_and_why() -> None:
+    with pytest.raises(DslError, match=f"at most {MAX_QUERY_CHARS} characters"):
+        compile_query("a " * 51_200, CTX)
+    with pytest.raises(DslError, match=f"at most {MAX_TOKENS} words"):
+        compile_query("a " * (MAX_TOKENS + 1), CTX)
+    assert compile_query("a " * MAX_TOKENS, CTX).query.count('"a"') == MAX_TOKENS
+    with pytest.raises(DslError, match=f"at most {MAX_DEPTH} nested"):
+        compile_query("(" * (MAX_DEPTH + 1) + "a" + ")" * (MAX_DEPTH + 1), CTX)
+    with pytest.raises(DslError, match=f"at most {MAX_DEPTH} nested"):
+        compile_query("NOT " * (MAX_DEPTH + 1) + "a", CTX)
+    assert compile_query("(" * MAX_DEPTH + "a" + ")" * MAX_DEPTH, CTX).query == '"a"'
+    # The refusal of an oversized query costs nothing like its size.
+    assert _profiled_calls(lambda: compile_query("a " * 51_200, CTX)) < 50

@@ -295,11 +295,19 @@ def test_move_to_folder_by_account_relative_or_full_path(h: Harness) -> None:
     h.assert_in_step()
 
 
+def test_tag_emails_refuses_the_new_tag(h: Harness) -> None:
+    with pytest.raises(ToolError, match="reserved"):
+        writes.tag_emails(h.ctx, [IN_INBOX], add=["new"])
+    assert "new" not in h.shape(IN_INBOX)[0]
+
+
 def test_move_to_folder_refuses_unknown_and_escaping_folders(h: Harness) -> None:
     before = h.shape(IN_INBOX)
-    result = writes.move_to_folder(h.ctx, [IN_INBOX], "Nowhere")
-    [error] = result.errors
-    assert "no folder 'Nowhere'" in error.error and "personal/Archive" in error.error
+    with pytest.raises(ToolError, match="no folder 'Nowhere' in any account") as refused:
+        writes.move_to_folder(h.ctx, [IN_INBOX], "Nowhere")
+    assert "personal/Archive" in str(refused.value)
+    with pytest.raises(ToolError, match="no folder 'Nowhere' in account 'work'"):
+        writes.move_to_folder(h.ctx, [IN_INBOX], "Nowhere", account="work")
     for bad in ("../outside", "INBOX/cur", "", "/", ".notmuch"):
         with pytest.raises(ToolError, match="bad folder name"):
             writes.move_to_folder(h.ctx, [IN_INBOX], bad)
@@ -475,7 +483,9 @@ def test_a_query_write_needs_the_exact_count(h: Harness) -> None:
     assert preview.dry_run and preview.match_count == matches and preview.applied == []
     assert 0 < len(preview.sample_ids) <= writes.SAMPLE_SIZE
     assert h.count("tag:trip") == 0
-    assert writes.tag_emails(h.ctx, add=["trip"], query=query, confirm_count=matches - 1).dry_run
+    with pytest.raises(ToolError, match=f"confirm_count {matches - 1} does not match the "
+                                        f"{matches} messages"):
+        writes.tag_emails(h.ctx, add=["trip"], query=query, confirm_count=matches - 1)
     assert h.count("tag:trip") == 0
     done = writes.tag_emails(h.ctx, add=["trip"], query=query, confirm_count=matches)
     assert not done.dry_run and len(done.applied) == matches and done.match_count == matches

@@ -1,0 +1,119 @@
+"""What an attacker or a careless model could do in one call, tried through the real server
+process and the `mcp` SDK's client: each gets a clear error or a safe answer."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from mcp.client.client import Client
+
+from fmail_nm.dsl import MAX_QUERY_CHARS
+
+from .conftest import MailEnv
+from .test_server_writes import BANK, call, error_text, server_params
+
+
+def server_rss_kib() -> int:
+    """VmRSS of the one `fmail_nm serve` process this test started (a child of ours)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            status = (proc / "status").read_text()
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ppid = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:"))
+        if ppid == os.getpid() and b"fmail_nm" in cmdline and b"serve" in cmdline:
+            found.append(next(int(line.split()[1]) for line in status.splitlines()
+                              if line.startswith("VmRSS:")))
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.anyio
+async def test_a_huge_search_is_refused_without_growing_the_server(indexed: MailEnv) -> None:
+    async with Client(server_params(indexed)) as client:
+        await call(client, "search_emails", {"query": "from:anna", "limit": 5})
+        before = server_rss_kib()
+        refused = await client.call_tool("search_emails", {"query": "a " * 51_200})
+        assert refused.is_error
+        text = refused.content[0].text  # type: ignore[union-attr]
+        assert f"at most {MAX_QUERY_CHARS} characters" in text and len(text) < 500
+        many = await error_text(client, "search_emails", {"query": "a " * 1000})
+        assert "at most 200 words" in many
+        assert server_rss_kib() - before < 8 * 1024  # a few MB at most
+        # Still answering, and a long query within the limits has a short echo.
+        long_ok = await call(client, "search_emails",
+                             {"query": " OR ".join(f"subject:w{i}" for i in range(60))})
+        assert long_ok["total"] == 0 and len(long_ok["query"]) <= 600
+
+
+@pytest.mark.anyio
+async def test_smaller_holes_are_closed(indexed: MailEnv) -> None:
+    async with Client(server_params(indexed)) as client:
+        page = await call(client, "search_emails", {"query": "", "limit": 2})
+        import base64
+        import json
+        raw = json.loads(base64.urlsafe_b64decode(page["next_cursor"] + "=="))
+        negative = base64.urlsafe_b64encode(json.dumps({"o": -5, "f": raw["f"]}).encode()).decode()
+        assert "negative" in await error_text(client, "search_emails",
+                                              {"query": "", "cursor": negative})
+
+        invalid = await error_text(client, "search_emails", {"query": "x", "limit": 0})
+        assert invalid.startswith("invalid arguments: limit:")
+        assert "pydantic" not in invalid and "http" not in invalid
+
+        schema = await error_text(client, "query_emails",
+                                  {"sql_query": "SELECT * FROM sqlite_master"})
+        assert "refused" in schema and "sqlite_master" in schema
+        json_each = await call(client, "query_emails", {"sql_query": (
+            "SELECT count(*) FROM emails e, json_each(e.tags) t WHERE t.value = 'inbox'")})
+        assert json_each["rows"][0][0] > 0
+
+        mid = "tom-hotfix@acme.test"
+        assert "reserved" in await error_text(client, "tag_emails", {"ids": [mid], "add": ["new"]})
+
+        query = "from:anna.schmidt@example.com"
+        preview = await call(client, "mark_read", {"query": query})
+        assert preview["dry_run"] and preview["match_count"] > 1
+        wrong = await error_text(client, "mark_read",
+                                 {"query": query, "confirm_count": preview["match_count"] + 1})
+        assert f"does not match the {preview['match_count']} messages" in wrong
+
+        for folder in ("Nowhere", "../../etc"):
+            refused = await client.call_tool("move_to_folder", {"ids": [mid], "folder": folder})
+            assert refused.is_error, folder
+        files_now = (await call(client, "get_email", {"id": mid}))["folders"]
+        assert files_now == ["work/INBOX"]
+
+        email = await call(client, "get_email", {"id": mid})
+        assert email["body"]["untrusted"] is True
+
+
+@pytest.mark.anyio
+async def test_a_search_says_how_many_matches_are_hidden_as_spam(indexed: MailEnv) -> None:
+    async with Client(server_params(indexed)) as client:
+        visible = await call(client, "search_emails", {"query": f"from:{BANK}", "limit": 100})
+        assert visible["total"] == 23 and visible["hidden"] is None
+        await call(client, "move_to_junk", {"query": f"from:{BANK}", "confirm_count": 23})
+        after = await call(client, "search_emails", {"query": f"from:{BANK}"})
+        assert after["total"] == 0 and after["hidden"] == 23
+        shown = await call(client, "search_emails", {"query": f"from:{BANK} in:anywhere",
+                                                     "limit": 100})
+        assert shown["total"] == 23 and shown["hidden"] is None
+
+
+def test_the_log_names_the_token_source(indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fmail_nm.server import connection_help
+    config = indexed.config()
+    assert "http-token" in connection_help(config, host="127.0.0.1", port=1, show_token=False)
+    monkeypatch.setenv("FMAIL_TOKEN", "set-by-the-service-manager")
+    text = connection_help(config, host="127.0.0.1", port=1, show_token=False)
+    assert "$FMAIL_TOKEN" in text and "http-token" not in text
+    assert "set-by-the-service-manager" not in text
+
+
