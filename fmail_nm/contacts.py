@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import email.utils
 import io
+import json
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -22,10 +23,14 @@ from typing import TextIO
 from . import mover, sidecar, writes
 from .config import Config
 from .mirror import chunks, notmuch_folder
-from .nm import IndexedMessage, Reader, Writer, quote
+from .nm import IndexedMessage, Reader, Writer, WriteTxn, quote
+from .sqltools import ContactsResult
 from .writes import WriteContext, WriteOutcome
 
 BLOCK_TAGS = ("blocked", "spam")
+BLOCK_HIDES = ("inbox",)  # tags blocking takes away
+# Message property: JSON {"added": [...], "removed": [...]}, the tags blocking changed.
+BLOCK_PROPERTY = "fmail.blocked"
 QUERY_CHUNK = 100  # addresses per notmuch query, to keep queries short
 WRITE_BATCH = 200
 CSV_FIELDS = ("email_address", "name", "is_blocked", "notes")
@@ -56,12 +61,45 @@ def _in_junk(config: Config, message: IndexedMessage) -> bool:
     return any(notmuch_folder(name, config.mail_root) in junk for name in message.filenames)
 
 
-def _change_tags(writer: Writer, ids: Sequence[str], *, add: Sequence[str] = (),
-                 remove: Sequence[str] = ()) -> int:
-    """Tag in short write sessions, so a mail client never waits long; returns the count."""
+def _in_batches(writer: Writer, ids: Sequence[str], one: Callable[[WriteTxn, str], None]) -> int:
+    """Run ``one`` per message in short write sessions, so a mail client never waits long;
+    returns the count."""
+    def batch(txn: WriteTxn, chunk: Sequence[str]) -> None:
+        for mid in chunk:
+            one(txn, mid)
     for chunk in chunks(ids, WRITE_BATCH):
-        writer.run(lambda txn, chunk=chunk: txn.change_tags(chunk, add=add, remove=remove))
+        writer.run(lambda txn, chunk=chunk: batch(txn, chunk))
     return len(ids)
+
+
+def _block_one(txn: WriteTxn, mid: str) -> None:
+    """Tag one message blocked+spam and take it out of the inbox (other notmuch clients may
+    not exclude spam), recording exactly which tags this changed, so unblocking undoes only
+    that -- a spam tag the user had set stays."""
+    message = txn.get(mid)
+    if message is None:
+        return
+    added = [t for t in BLOCK_TAGS if t not in message.tags]
+    removed = [t for t in BLOCK_HIDES if t in message.tags]
+    txn.update(mid, add=added, remove=removed, properties={
+        BLOCK_PROPERTY: json.dumps({"added": added, "removed": removed})})
+
+
+def _release_one(config: Config, txn: WriteTxn, mid: str) -> None:
+    """Undo what :func:`_block_one` changed; mail in a Junk folder keeps spam and stays out
+    of the inbox.  Mail blocked before the change was recorded loses blocked and spam."""
+    message = txn.get(mid)
+    if message is None:
+        return
+    try:
+        recorded = json.loads(txn.get_property(mid, BLOCK_PROPERTY) or "null")
+        added, removed = list(recorded["added"]), list(recorded["removed"])
+    except (ValueError, TypeError, KeyError):
+        added, removed = list(BLOCK_TAGS), []
+    if _in_junk(config, message):
+        added, removed = ["blocked"], []
+    txn.update(mid, add=removed, remove=sorted({"blocked", *added}),
+               properties={BLOCK_PROPERTY: ""})
 
 
 def apply_blocklist(config: Config, reader: Reader, writer: Writer, blocked: Iterable[str], *,
@@ -77,16 +115,13 @@ def apply_blocklist(config: Config, reader: Reader, writer: Writer, blocked: Ite
     wanted = set(addresses)
     stale = [m for m in reader.messages("tag:blocked", exclude_tags=(), sort="none")
              if sender_of(m) not in wanted]
-    report.tagged += _change_tags(writer, to_tag, add=BLOCK_TAGS)
+    report.tagged += _in_batches(writer, to_tag, _block_one)
     ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir), after_write)
     _junk_moves(ctx, to_tag, writes.move_to_junk)
     _junk_moves(ctx, [m.message_id for m in stale if _moved_to_junk(config, reader, m)],
                 writes.restore)
-    now = [m for m in reader.find_many([m.message_id for m in stale]) if m]  # restore moved some
-    keep_spam = [m.message_id for m in now if _in_junk(config, m)]
-    drop_spam = [m.message_id for m in now if not _in_junk(config, m)]
-    report.untagged += _change_tags(writer, keep_spam, remove=("blocked",))
-    report.untagged += _change_tags(writer, drop_spam, remove=BLOCK_TAGS)
+    report.untagged += _in_batches(writer, [m.message_id for m in stale],
+                                   lambda txn, mid: _release_one(config, txn, mid))
     return report
 
 
@@ -109,6 +144,34 @@ def _moved_to_junk(config: Config, reader: Reader, message: IndexedMessage) -> b
     own filter -- only those go back when their sender is unblocked."""
     return _in_junk(config, message) and reader.property(
         message.message_id, writes.ORIGIN_PROPERTY) is not None
+
+
+def _messages_from(reader: Reader, addresses: Sequence[str]) -> list[IndexedMessage]:
+    wanted = set(addresses)
+    found: list[IndexedMessage] = []
+    for chunk in chunks(sorted(wanted), QUERY_CHUNK):
+        query = " OR ".join(f"from:{quote(a)}" for a in chunk)
+        found.extend(m for m in reader.messages(query, exclude_tags=(), sort="none")
+                     if sender_of(m) in wanted)
+    return found
+
+
+def record_contacts_write(ctx: WriteContext, sql_query: str, result: ContactsResult, *,
+                          after_write: Callable[[WriteOutcome], None] | None = None) -> int:
+    """After a contacts statement: apply the blocklist to the mail it affects and record both
+    -- contact rows and mail tags, before and after -- as one audit entry, which
+    ``undo_last_write`` reverts exactly.  Returns the entry's id."""
+    affected = sorted({*result.blocked, *result.unblocked})
+    before = _messages_from(ctx.reader, affected) if affected else []
+    if affected:
+        apply_blocklist(ctx.config, ctx.reader, ctx.writer, read_blocklist(ctx.config),
+                        after_write=after_write)
+    after = ctx.reader.find_many([m.message_id for m in before])
+    changes = [c for old, new in zip(before, after) if new is not None
+               if (c := writes.change_record(ctx.config, old, new, [], None, None)) is not None]
+    with sidecar.opened(ctx.sidecar_file) as conn:
+        return sidecar.record_write(conn, "contacts", {"sql": sql_query[:2000]},
+                                    [*changes, *result.contact_changes])
 
 
 def read_blocklist(config: Config) -> set[str]:
@@ -134,6 +197,9 @@ def normalize_address(text: str) -> str:
 def set_blocked(conn: sqlite3.Connection, addresses: Iterable[str], blocked: bool) -> list[str]:
     """Block or unblock addresses (adding them as contacts if new); returns them normalized."""
     normalized = sorted({normalize_address(a) for a in addresses})
+    mine = {row[0] for row in conn.execute("SELECT email FROM me")}
+    if blocked and (own := [a for a in normalized if a in mine]):
+        raise ValueError(f"{', '.join(own)}: the user's own address(es) cannot be blocked")
     with sidecar.transaction(conn):
         for address in normalized:
             conn.execute(

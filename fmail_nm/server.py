@@ -26,7 +26,7 @@ from pydantic import Field, ValidationError
 
 from . import __version__, dto, reads, sqltools, writes
 from .config import Config, ConfigError
-from .contacts import apply_blocklist, read_blocklist
+from .contacts import record_contacts_write
 from .dsl import DSL_HELP
 from .mirror import SyncInProgress, sync_sidecar
 from .nm import NotmuchAccessError, Reader, Writer
@@ -128,17 +128,17 @@ class MailService:
                       known_accounts=[a.name for a in self.config.accounts], **kwargs)
         return await self._run(job)
 
-    async def manage_contacts(self, sql_query: str, account_name: str | None) -> sqltools.ContactsResult:
+    async def manage_contacts(self, sql_query: str, account_name: str | None,
+                              confirm_count: int | None = None) -> sqltools.ContactsResult:
         def job() -> sqltools.ContactsResult:
             self.refresh_sidecar()
             result = sqltools.manage_contacts_sql(
                 self.sidecar_file, sql_query, account_name,
-                known_accounts=[a.name for a in self.config.accounts])
-            if result.blocked or result.unblocked:
-                # The blocklist acts on mail: tag (or release) the sender's messages now.
-                ctx = self._writes()
-                apply_blocklist(self.config, ctx.reader, ctx.writer, read_blocklist(self.config),
-                                after_write=self._after_write)
+                known_accounts=[a.name for a in self.config.accounts],
+                confirm_count=confirm_count, own_addresses=self.config.addresses)
+            if not result.dry_run and result.changed:
+                result.audit_id = record_contacts_write(
+                    self._writes(), sql_query, result, after_write=self._after_write)
                 self.refresh_sidecar(wait=True)
             return result
         return await self._run(job)
@@ -429,9 +429,9 @@ def _write_tools(server: _ToolList, service: MailService) -> None:
         return await service.write(writes.undo_last_write)
 
     @server.tool(annotations=DESTRUCTIVE, description=sqltools.CONTACTS_HELP)
-    async def manage_contacts_sql(sql_query: str,
-                                  account_name: str | None = None) -> sqltools.ContactsResult:
-        return await service.manage_contacts(sql_query, account_name)
+    async def manage_contacts_sql(sql_query: str, account_name: str | None = None,
+                                  confirm_count: Confirm = None) -> sqltools.ContactsResult:
+        return await service.manage_contacts(sql_query, account_name, confirm_count)
 
 
 @contextlib.contextmanager

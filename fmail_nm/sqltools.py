@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from . import sidecar
 from .dto import Dto
@@ -138,7 +138,7 @@ messages_to, is_me). Only name, is_blocked (0/1) and notes can be changed; the o
 are harvested from the mail and read-only (ignored on INSERT). Addresses are lower-case. \
 DELETE removes your name, notes and block, not the harvested figures. Blocking tags the \
 sender's mail blocked+spam (out of the inbox and searches; is:blocked finds it); unblocking \
-restores it. The result lists addresses newly blocked/unblocked.
+restores it. The result lists addresses newly blocked/unblocked. A statement changing more than 10 contacts is a dry run (changed, sample) until repeated with confirm_count=changed. The user's own addresses cannot be blocked. undo_last_write reverts a contacts change, names, notes and mail tags included. SQL text: at most 100,000 characters.
 Examples:
 SELECT * FROM contacts WHERE name LIKE '%Bob%'
 UPDATE contacts SET is_blocked=1 WHERE email_address='spam@x.com'
@@ -162,9 +162,63 @@ class SqlResult(Dto):
 
 
 class ContactsResult(SqlResult):
-    changed: int = Field(description="contact rows written")
+    changed: int = Field(description="contacts whose name, block or notes changed")
     blocked: list[str] = Field(description="addresses newly blocked")
     unblocked: list[str] = Field(description="addresses newly unblocked")
+    dry_run: bool = Field(default=False, description=(
+        "true: nothing was changed; the statement would change `changed` contacts "
+        "(sample in `sample`): call again with confirm_count"))
+    sample: list[str] = Field(default_factory=list, description="a few of those addresses")
+    audit_id: int | None = Field(default=None, description="undo_last_write reverts it")
+    # What the statement changed, row by row, for the audit log (not part of the answer).
+    _contact_changes: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+
+    @property
+    def contact_changes(self) -> list[dict[str, Any]]:
+        return self._contact_changes
+
+
+# A statement that changes more contacts than this needs confirm_count, like a bulk write.
+CONFIRM_ABOVE = 10
+_CONTACT_FIELDS = ("email_address", "name", "is_blocked", "notes")
+
+
+class _Unconfirmed(Exception):
+    """Raised inside the transaction to roll a statement back and report it as a dry run."""
+
+    def __init__(self, result: ContactsResult) -> None:
+        self.result = result
+
+
+def _contact_rows(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+    return {row[0]: dict(zip(_CONTACT_FIELDS, row)) for row in conn.execute(
+        f"SELECT {', '.join(_CONTACT_FIELDS)} FROM contact_info")}
+
+
+def _contact_diff(before: dict[str, dict[str, Any]],
+                  after: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per changed contact: its user-kept row before and after (None: no row)."""
+    return [{"contact": address, "before": before.get(address), "after": after.get(address)}
+            for address in sorted(before.keys() | after.keys())
+            if before.get(address) != after.get(address)]
+
+
+def restore_contacts(conn: sqlite3.Connection, diff: Sequence[dict[str, Any]]) -> None:
+    """Put contact rows back as they were before a recorded statement (for undo)."""
+    with sidecar.transaction(conn):
+        for change in diff:
+            row = change["before"]
+            if row is None:
+                conn.execute("DELETE FROM contact_info WHERE email_address = ?",
+                             (change["contact"],))
+            else:
+                conn.execute(
+                    "INSERT INTO contact_info (email_address, name, is_blocked, notes, "
+                    "updated_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (email_address) DO UPDATE "
+                    "SET name = excluded.name, is_blocked = excluded.is_blocked, "
+                    "notes = excluded.notes, updated_at = excluded.updated_at",
+                    (row["email_address"], row["name"], row["is_blocked"], row["notes"],
+                     sidecar.utc_stamp()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,7 +244,8 @@ def query_emails(sidecar_file: Path, sql_query: str, account_name: str | None = 
 
 def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | None = None,
                         *, known_accounts: Sequence[str] = (), time_limit: float = 2.0,
-                        limit: int = 100) -> ContactsResult:
+                        limit: int = 100, confirm_count: int | None = None,
+                        own_addresses: Sequence[str] = ()) -> ContactsResult:
     """Run one SELECT, INSERT, UPDATE or DELETE on the ``contacts`` view in a transaction.
 
     Writes reach ``contact_info`` only through the view's INSTEAD OF triggers and only the
@@ -199,17 +254,50 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
     Raises :class:`SqlError`; a failing statement leaves the sidecar unchanged.
     """
     statement = _single_statement(sql_query, READ_KEYWORDS | WRITE_KEYWORDS, CONTACTS_HINT)
-    with _session(sidecar_file, account_name, known_accounts, readonly=False) as conn:
-        policy = _policy(conn, CONTACTS_HINT, edits_contacts=True)
-        with _write_transaction(conn):
-            before = sidecar.blocked_addresses(conn)
-            changes = conn.total_changes
-            fetched = _execute(conn, statement, policy, _clamp(limit), time_limit)
-            # total_changes, not rowcount: changes made by INSTEAD OF triggers count only here.
-            changed = conn.total_changes - changes
-            after = sidecar.blocked_addresses(conn)
-    return ContactsResult(**fetched.fields(), changed=changed,
-                          blocked=sorted(after - before), unblocked=sorted(before - after))
+    try:
+        with _session(sidecar_file, account_name, known_accounts, readonly=False) as conn:
+            policy = _policy(conn, CONTACTS_HINT, edits_contacts=True)
+            with _write_transaction(conn):
+                rows_before = _contact_rows(conn)
+                fetched = _execute(conn, statement, policy, _clamp(limit), time_limit)
+                rows_after = _contact_rows(conn)
+                diff = _contact_diff(rows_before, rows_after)
+                result = _contacts_result(fetched, diff)
+                _refuse_own(conn, result.blocked, own_addresses)
+                if len(diff) > CONFIRM_ABOVE and confirm_count != len(diff):
+                    _unconfirmed(result, diff, confirm_count)
+    except _Unconfirmed as stop:  # rolled back
+        return stop.result
+    result._contact_changes = diff
+    return result
+
+
+def _contacts_result(fetched: _Fetched, diff: list[dict[str, Any]]) -> ContactsResult:
+    def blocked(row: dict[str, Any] | None) -> bool:
+        return bool(row and row["is_blocked"])
+    return ContactsResult(
+        **fetched.fields(), changed=len(diff),
+        blocked=[d["contact"] for d in diff if blocked(d["after"]) and not blocked(d["before"])],
+        unblocked=[d["contact"] for d in diff if blocked(d["before"]) and not blocked(d["after"])])
+
+
+def _refuse_own(conn: sqlite3.Connection, blocked: Sequence[str], own: Sequence[str]) -> None:
+    mine = {a.lower() for a in own} | {row[0] for row in conn.execute("SELECT email FROM me")}
+    if hit := sorted(set(blocked) & mine):
+        raise SqlError(f"refused: {', '.join(hit[:5])} {'is' if len(hit) == 1 else 'are'} the "
+                       "user's own address(es) and can never be blocked; nothing was changed "
+                       "(add AND is_me = 0 to the WHERE clause)")
+
+
+def _unconfirmed(result: ContactsResult, diff: list[dict[str, Any]],
+                 confirm_count: int | None) -> None:
+    count = result.changed
+    if confirm_count is not None:
+        raise SqlError(f"confirm_count {confirm_count} does not match the {count} contacts the "
+                       "statement changes now; nothing was changed")
+    result.dry_run = True
+    result.sample = [d["contact"] for d in diff[:5]]
+    raise _Unconfirmed(result)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import Field
 
-from . import mover, sidecar
+from . import mover, sidecar, sqltools
 from .config import Account, Config, ConfigError
 from .dto import Dto
 from .nm import IndexedMessage, NotmuchAccessError, Reader, WriteTxn, Writer
@@ -259,7 +259,7 @@ def _relative(config: Config, path: str | Path) -> str:
         return str(path)
 
 
-def _change(config: Config, before: IndexedMessage, after: IndexedMessage,
+def change_record(config: Config, before: IndexedMessage, after: IndexedMessage,
             moves: list[tuple[Path, Path]], origin_before: str | None,
             origin_after: str | None) -> dict[str, Any] | None:
     """The audit record of what a write did to one message; None if it changed nothing."""
@@ -298,7 +298,7 @@ def _write_one(txn: WriteTxn, mb: Mailbox, before: IndexedMessage, step: Step,
         report.result.errors.append(WriteErrorItem(id=before.message_id,
                                                    error=str(exc) or type(exc).__name__))
     after = txn.get(before.message_id) or before
-    change = _change(mb.config, before, after, work.moves, origin_before,
+    change = change_record(mb.config, before, after, work.moves, origin_before,
                      txn.get_property(before.message_id, ORIGIN_PROPERTY))
     if change is not None:
         report.changes.append(change)
@@ -641,10 +641,14 @@ def undo_last_write(ctx: WriteContext) -> WriteResult:
         entry = sidecar.last_write(conn)
     if entry is None:
         raise ToolError("nothing to undo: no recorded write is left that has not been undone")
-    changes = {c["message_id"]: c for c in entry.changes}
+    # A contacts write records its rows ("contact") beside the mail tags it caused.
+    contacts = [c for c in entry.changes if "contact" in c]
+    changes = {c["message_id"]: c for c in entry.changes if "message_id" in c}
     target = Target(message_ids=list(changes), asked={}, match_count=None)
     report = _run(ctx, target, _revert_step(changes))
     with sidecar.opened(ctx.sidecar_file) as conn:
+        if contacts:
+            sqltools.restore_contacts(conn, contacts)
         sidecar.mark_undone(conn, entry.id)
     report.result.audit_id = entry.id
     _notify(ctx, f"undo {entry.action}", report)

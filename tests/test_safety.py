@@ -117,3 +117,66 @@ def test_the_log_names_the_token_source(indexed: MailEnv, monkeypatch: pytest.Mo
     assert "set-by-the-service-manager" not in text
 
 
+
+
+def tag_dump(env: MailEnv) -> str:
+    return env.notmuch("dump", "--include=tags").stdout
+
+
+@pytest.mark.anyio
+async def test_a_mass_block_needs_confirmation_spares_the_user_and_undoes_exactly(
+        indexed: MailEnv) -> None:
+    hand_spam = "tom-hotfix@acme.test"
+    async with Client(server_params(indexed)) as client:
+        await call(client, "tag_emails", {"ids": [hand_spam], "add": ["spam"]})
+        await call(client, "manage_contacts_sql", {
+            "sql_query": f"UPDATE contacts SET notes='my bank' WHERE email_address='{BANK}'"})
+        original = tag_dump(indexed)
+        inbox = (await call(client, "search_emails", {"query": "in:inbox"}))["total"]
+        assert inbox > 0
+
+        mine = await error_text(client, "manage_contacts_sql",
+                                {"sql_query": "UPDATE contacts SET is_blocked=1"})
+        assert "own address" in mine and "nothing was changed" in mine
+        assert tag_dump(indexed) == original
+
+        everyone = "UPDATE contacts SET is_blocked=1, notes='bulk' WHERE is_me=0"
+        preview = await call(client, "manage_contacts_sql", {"sql_query": everyone})
+        count = preview["changed"]
+        assert preview["dry_run"] is True and count > 10 and len(preview["sample"]) == 5
+        assert tag_dump(indexed) == original
+        assert "does not match" in await error_text(
+            client, "manage_contacts_sql", {"sql_query": everyone, "confirm_count": count - 1})
+
+        done = await call(client, "manage_contacts_sql",
+                          {"sql_query": everyone, "confirm_count": count})
+        assert done["dry_run"] is False and done["audit_id"] and len(done["blocked"]) == count
+        assert (await call(client, "search_emails", {"query": "in:inbox"}))["total"] == 0
+        blocked_inbox = indexed.notmuch("count", "tag:blocked AND tag:inbox").stdout.strip()
+        assert blocked_inbox == "0"  # other notmuch clients do not show it in the inbox either
+        assert (await call(client, "search_emails", {"query": "is:sent"}))["total"] > 0
+
+        released = await call(client, "manage_contacts_sql", {
+            "sql_query": "UPDATE contacts SET is_blocked=0 WHERE is_me=0",
+            "confirm_count": count})
+        assert len(released["unblocked"]) == count
+        # Unblocking takes away only what blocking added: the spam tag set by hand stays.
+        assert tag_dump(indexed) == original
+
+        await call(client, "undo_last_write")  # the unblock
+        assert (await call(client, "search_emails", {"query": "in:inbox"}))["total"] == 0
+        await call(client, "undo_last_write")  # the block
+        assert tag_dump(indexed) == original
+        notes = await call(client, "query_emails", {
+            "sql_query": f"SELECT notes, is_blocked FROM contacts WHERE email_address='{BANK}'"})
+        assert notes["rows"] == [["my bank", 0]]
+        blocked = await call(client, "query_emails", {
+            "sql_query": "SELECT count(*) FROM contacts WHERE is_blocked=1"})
+        assert blocked["rows"] == [[0]]
+        assert (await call(client, "search_emails", {"query": "in:inbox"}))["total"] == inbox
+
+
+def test_the_cli_refuses_to_block_the_users_own_address(indexed: MailEnv) -> None:
+    refused = indexed.fmail("contacts", "block", "Alex <ALEX@example.org>", check=False)
+    assert refused.returncode == 2 and "own address" in refused.stderr
+    assert indexed.notmuch("count", "tag:blocked").stdout.strip() == "0"
