@@ -28,6 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import IO
 
+from .private import private_dir
 from .config import Account, Config
 from .indexing import run_index
 from .nm import Reader, notmuch_settings
@@ -537,7 +538,7 @@ class Background:
         # One service per data directory: two would index twice and overwrite each other's
         # status.  (Several MCP servers without --watch may run side by side.)
         locks = self.config.data_dir / "locks"
-        locks.mkdir(parents=True, exist_ok=True)
+        private_dir(locks)
         handle = open(locks / "service.lock", "a+", encoding="utf-8")  # noqa: SIM115
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .private import private_dir
 from . import body as bodymod
 from . import sidecar
 from .config import Config
@@ -488,7 +489,7 @@ class SyncInProgress(RuntimeError):
 def sync_lock(path: Path, *, wait: bool) -> Iterator[None]:
     """One sync at a time per sidecar, across processes (the hook, the server, the CLI): two
     would do the same work twice and could set the sync position back."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     with open(path.with_name(path.name + ".sync-lock"), "a") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)

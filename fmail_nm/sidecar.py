@@ -31,6 +31,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .private import private_dir, private_file, tighten
+
 SIDECAR_NAME = "sidecar.sqlite3"
 BUSY_TIMEOUT_MS = 5000
 
@@ -232,7 +234,10 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, isolation_level=None,
                                check_same_thread=False)
     else:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
+        private_file(path)
+        for journal in ("-wal", "-shm"):
+            tighten(path.with_name(path.name + journal))
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")

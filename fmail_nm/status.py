@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError
 
+from .private import private_dir
 from .dto import Dto
 
 log = logging.getLogger(__name__)
@@ -171,7 +172,7 @@ class StatusStore:
     def _save(self, status: ServiceStatus) -> None:
         # Same directory as the target, so the rename is atomic; a failure leaves the old file.
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
             fd, tmp = tempfile.mkstemp(prefix=".status-", suffix=".tmp", dir=self.path.parent)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as out:

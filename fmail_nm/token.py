@@ -13,6 +13,8 @@ import secrets
 import stat
 from pathlib import Path
 
+from .private import private_dir
+
 logger = logging.getLogger(__name__)
 
 TOKEN_ENV = "FMAIL_TOKEN"
@@ -40,7 +42,7 @@ def load_or_create_token(data_dir: Path) -> str:
     if existing:
         return existing
 
-    Path(data_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(Path(data_dir))
     token = secrets.token_urlsafe(32)
     if existing is not None:  # an empty file: replace it
         path.unlink(missing_ok=True)
