@@ -27,6 +27,8 @@ DEFAULT_LIMIT = 50
 # The notmuch query is echoed for the model to check what ran; a long one is cut, since the
 # answer must stay small whatever the input (the query itself is limited by the DSL).
 MAX_ECHOED_QUERY = 500
+MAX_CURSOR_CHARS = 200
+MAX_DATE_CHARS = 40
 SORTS = ("newest", "oldest")
 
 
@@ -149,6 +151,8 @@ def clamp_limit(limit: int) -> int:
 def _parse_when(value: str, name: str, end: bool) -> int:
     """An ISO date or datetime as epoch seconds; a bare date means the start (or, for an upper
     bound, the end) of that day in UTC."""
+    if len(value) > MAX_DATE_CHARS:
+        raise ToolError(f"{name} must be an ISO 8601 date or datetime, e.g. 2026-03-01")
     try:
         if len(value) == 10:
             day = date.fromisoformat(value)
@@ -196,6 +200,8 @@ def make_cursor(offset: int, fingerprint: str) -> str:
 def read_cursor(cursor: str | None, fingerprint: str) -> int:
     if not cursor:
         return 0
+    if len(cursor) > MAX_CURSOR_CHARS:
+        raise ToolError("bad cursor: pass next_cursor exactly as returned")
     try:
         data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         offset, fp = int(data["o"]), str(data["f"])

@@ -165,11 +165,9 @@ class ContactsResult(SqlResult):
     changed: int = Field(description="contacts whose name, block or notes changed")
     blocked: list[str] = Field(description="addresses newly blocked")
     unblocked: list[str] = Field(description="addresses newly unblocked")
-    dry_run: bool = Field(default=False, description=(
-        "true: nothing was changed; the statement would change `changed` contacts "
-        "(sample in `sample`): call again with confirm_count"))
-    sample: list[str] = Field(default_factory=list, description="a few of those addresses")
-    audit_id: int | None = Field(default=None, description="undo_last_write reverts it")
+    dry_run: bool = Field(default=False, description="nothing changed: confirm_count=changed")
+    sample: list[str] = Field(default_factory=list)
+    audit_id: int | None = None
     # What the statement changed, row by row, for the audit log (not part of the answer).
     _contact_changes: list[dict[str, Any]] = PrivateAttr(default_factory=list)
 

@@ -180,3 +180,19 @@ def test_the_cli_refuses_to_block_the_users_own_address(indexed: MailEnv) -> Non
     refused = indexed.fmail("contacts", "block", "Alex <ALEX@example.org>", check=False)
     assert refused.returncode == 2 and "own address" in refused.stderr
     assert indexed.notmuch("count", "tag:blocked").stdout.strip() == "0"
+
+
+@pytest.mark.anyio
+async def test_every_string_parameter_has_a_length_limit(indexed: MailEnv) -> None:
+    long = "x" * 5000
+    async with Client(server_params(indexed)) as client:
+        for tool, args in [("get_email", {"id": long}),
+                           ("get_thread", {"thread_id": long}),
+                           ("tag_emails", {"ids": ["tom-hotfix@acme.test"], "add": [long]}),
+                           ("move_to_folder", {"ids": ["tom-hotfix@acme.test"], "folder": long}),
+                           ("search_emails", {"query": "x", "account": long}),
+                           ("search_emails", {"query": "x", "cursor": long}),
+                           ("search_emails", {"query": "x", "since": long}),
+                           ("list_threads", {"query": long})]:
+            text = await error_text(client, tool, args)
+            assert len(text) < 600 and long not in text, (tool, text[:200])
