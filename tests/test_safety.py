@@ -196,3 +196,25 @@ async def test_every_string_parameter_has_a_length_limit(indexed: MailEnv) -> No
                            ("list_threads", {"query": long})]:
             text = await error_text(client, tool, args)
             assert len(text) < 600 and long not in text, (tool, text[:200])
+
+
+@pytest.mark.anyio
+async def test_deleting_every_contact_needs_confirmation_and_undo_brings_notes_back(
+        indexed: MailEnv) -> None:
+    async with Client(server_params(indexed)) as client:
+        noted = "UPDATE contacts SET notes='note of ' || email_address WHERE is_me=0"
+        preview = await call(client, "manage_contacts_sql", {"sql_query": noted})
+        count = preview["changed"]
+        await call(client, "manage_contacts_sql", {"sql_query": noted, "confirm_count": count})
+        wipe = await call(client, "manage_contacts_sql", {"sql_query": "DELETE FROM contacts"})
+        assert wipe["dry_run"] is True and wipe["changed"] == count
+        rows = "SELECT count(*) FROM contacts WHERE notes IS NOT NULL"
+        assert (await call(client, "query_emails", {"sql_query": rows}))["rows"] == [[count]]
+        await call(client, "manage_contacts_sql", {"sql_query": "DELETE FROM contacts",
+                                                   "confirm_count": count})
+        assert (await call(client, "query_emails", {"sql_query": rows}))["rows"] == [[0]]
+        await call(client, "undo_last_write")
+        back = await call(client, "query_emails", {"sql_query": (
+            f"SELECT notes FROM contacts WHERE email_address='{BANK}'")})
+        assert back["rows"] == [[f"note of {BANK}"]]
+        assert (await call(client, "query_emails", {"sql_query": rows}))["rows"] == [[count]]

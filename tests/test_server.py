@@ -105,6 +105,7 @@ async def exercise_every_read_tool(client: Client, *, read_only: bool) -> None:
     part = await structured(client, "get_attachment", {"id": "big-attachment-1@acme.test",
                                                        "index": csv["index"], "max_chars": 500})
     assert part["truncated"] and len(part["text"]) <= 500
+    assert part["untrusted"] is True and big["body"]["untrusted"] is True
 
     tags = await structured(client, "list_tags")
     assert {"inbox", "sent", "list"} <= {t["tag"] for t in tags["tags"]}
