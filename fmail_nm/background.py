@@ -28,10 +28,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import IO
 
-from .private import private_dir
 from .config import Account, Config
 from .indexing import run_index
 from .nm import Reader, notmuch_settings
+from .private import private_dir
 from .status import (
     AccountStatus,
     IndexStatus,

@@ -30,11 +30,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .private import private_dir
 from . import body as bodymod
 from . import sidecar
 from .config import Config
 from .nm import IndexedMessage, Reader, quote
+from .private import private_dir
 
 log = logging.getLogger(__name__)
 

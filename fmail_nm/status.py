@@ -20,8 +20,8 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError
 
-from .private import private_dir
 from .dto import Dto
+from .private import private_dir
 
 log = logging.getLogger(__name__)
 
