@@ -221,9 +221,9 @@ XAPIAN_MAX_TERM = 245
 
 def crashes_hook(message: Message) -> bool:
     """Whether fmail-nm's tagging pass would store a recipients property too long for Xapian."""
-    from fmail_nm.body import parse_headers
-    from fmail_nm.nm import RECIPIENTS_PROPERTY
-    from fmail_nm.tagging import HEAD_BYTES, recipients_value
+    from fmail_nm.message.headers import parse_headers
+    from fmail_nm.passes.tagging import HEAD_BYTES, recipients_value
+    from fmail_nm.store.notmuch import RECIPIENTS_PROPERTY
 
     raw = maildir_bytes(message, 0)[:HEAD_BYTES]
     term = f"XPROPERTY{RECIPIENTS_PROPERTY}={recipients_value(parse_headers(raw))}"

@@ -293,11 +293,11 @@ class PostNewSplit:
 
 def post_new_split(env: BenchEnv) -> PostNewSplit:
     """Bare ``notmuch new``, then the hook's steps one by one in this process: the same calls,
-    in the same order, as ``indexing.post_new`` (plus the walk ``init`` adds)."""
-    from fmail_nm.contacts import apply_blocklist, read_blocklist
-    from fmail_nm.mirror import sync_sidecar
-    from fmail_nm.nm import Reader, Writer
-    from fmail_nm.tagging import backfill_recipients, run_tagging
+    in the same order, as ``passes.post_new.post_new`` (plus the walk ``init`` adds)."""
+    from fmail_nm.passes.blocklist import apply_blocklist, read_blocklist
+    from fmail_nm.passes.mirror import sync_sidecar
+    from fmail_nm.passes.tagging import backfill_recipients, run_tagging
+    from fmail_nm.store.notmuch import Reader, Writer
 
     env.fmail(*env.init_args(), "--no-index")
     _, bare = env.notmuch("new", "--no-hooks")
@@ -391,7 +391,7 @@ def deliver(env: BenchEnv, messages: Sequence[corpus.Message], skip: frozenset[s
 
 
 def tag_batch_file(ids: Sequence[str], change: str) -> str:
-    from fmail_nm.nm import quote
+    from fmail_nm.store.query import quote
     return "".join(f"{change} -- id:{quote(mid)}\n" for mid in ids)
 
 
@@ -448,7 +448,7 @@ class Reads:
 
 
 def page_ids(mb: Any, n: int) -> list[str]:
-    from fmail_nm import reads
+    from fmail_nm.tools import reads
     ids: list[str] = []
     cursor = None
     while len(ids) < n:
@@ -461,9 +461,9 @@ def page_ids(mb: Any, n: int) -> list[str]:
 
 
 def reads_in_process(env: BenchEnv, n: int) -> Reads:
-    from fmail_nm import reads
-    from fmail_nm.nm import Reader
-    from fmail_nm.sidecar import sidecar_path
+    from fmail_nm.store.notmuch import Reader
+    from fmail_nm.store.sidecar import sidecar_path
+    from fmail_nm.tools import reads
 
     config = env.config()
     with env.active(), Reader(None) as reader:
@@ -490,9 +490,9 @@ def sql_latencies(path: Path, n: int, accounts: Sequence[str]
     finally:
         conn.close()
     try:
-        from fmail_nm import sqltools
+        from fmail_nm.tools import sql as sqltools
     except ImportError:
-        return plain, None, ["fmail_nm.sqltools not present: query_emails not timed"]
+        return plain, None, ["fmail_nm.tools.sql not present: query_emails not timed"]
     tool = {}
     notes = []
     for label, sql in SQL.items():
@@ -706,8 +706,8 @@ def run_size(ws: Workspace, size: Size, messages: Sequence[corpus.Message],
 
 
 def page_ids_for(env: BenchEnv, n: int) -> list[str]:
-    from fmail_nm import reads
-    from fmail_nm.nm import Reader
+    from fmail_nm.store.notmuch import Reader
+    from fmail_nm.tools import reads
     config = env.config()
     with env.active(), Reader(None) as reader:
         return page_ids(reads.Mailbox(config, reader), n)

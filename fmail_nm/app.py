@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import Config, ConfigError, load_settings, resolve
-from .nm import notmuch_settings
+from .store.notmuch_cli import notmuch_settings
 
 
 def notmuch_addresses(nm: dict[str, str]) -> tuple[str, ...]:

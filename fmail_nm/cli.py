@@ -3,25 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import io
 import logging
+import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from . import __version__
-from .config import ConfigError, load_settings
+from .config import load_settings
+from .errors import BackendError, CallerError
 
 if TYPE_CHECKING:
-    from .indexing import IndexSummary
+    from .config import Config
+    from .tools.contacts import MailEffect
 
 log = logging.getLogger("fmail_nm")
+T = TypeVar("T")
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    from .adopt.initialize import prepare
     from .app import load_config
-    from .indexing import run_index
-    from .initialize import prepare
+    from .service.index import run_index
 
     settings = load_settings(args.config)
     report = prepare(
@@ -43,27 +48,22 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"hook {action.describe()}")
     if args.no_index:
         return 0
-    print_index_summary(run_index(load_config(args.config), backfill=True))
+    print(run_index(load_config(args.config), backfill=True).describe())
     return 0
-
-
-def print_index_summary(summary: IndexSummary) -> None:
-    counts = ", ".join(f"{tag} {n}" for tag, n in summary.counts.items())
-    print(f"indexed: {summary.added} new, {summary.total} messages in all ({counts})")
 
 
 def cmd_index(args: argparse.Namespace) -> int:
     from .app import load_config
-    from .indexing import run_index
+    from .service.index import run_index
 
-    print_index_summary(run_index(load_config(args.config), show_progress=None if not args.quiet else False))
+    print(run_index(load_config(args.config), show_progress=None if not args.quiet else False).describe())
     return 0
 
 
 def cmd_hook(args: argparse.Namespace) -> int:
     from .app import load_config
-    from .indexing import post_new
-    from .nm import Reader, Writer
+    from .passes.post_new import post_new
+    from .store.notmuch import Reader, Writer
 
     config = load_config(args.config)
     with Reader(config.settings.notmuch_config) as reader, Writer(config.settings.notmuch_config) as writer:
@@ -77,14 +77,15 @@ def cmd_hook(args: argparse.Namespace) -> int:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     from .app import load_config
-    from .syncer import sync
+    from .service.cycle import sync
+    from .service.mbsync import Direction
 
-    direction = "pull" if args.pull else "push" if args.push else "both"
+    direction: Direction = "pull" if args.pull else "push" if args.push else "both"
     report = sync(load_config(args.config), args.account, direction)
     for run in report.runs:
         print(run.describe())
     if report.index is not None:
-        print_index_summary(report.index)
+        print(report.index.describe())
     for line in report.errors():
         print(f"fmail-nm: {line}", file=sys.stderr)
     return 0 if report.ok else 1
@@ -92,9 +93,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 def cmd_sidecar(args: argparse.Namespace) -> int:
     from .app import load_config
-    from .mirror import check, sync_sidecar
-    from .nm import Reader
-    from .sidecar import opened, sidecar_path
+    from .passes.mirror import check, sync_sidecar
+    from .store.notmuch import Reader
+    from .store.sidecar import opened, sidecar_path
 
     config = load_config(args.config)
     with Reader(config.settings.notmuch_config) as reader:
@@ -116,45 +117,82 @@ def cmd_sidecar(args: argparse.Namespace) -> int:
 
 
 def cmd_contacts(args: argparse.Namespace) -> int:
-    from . import contacts
     from .app import load_config
-    from .mirror import sync_sidecar
-    from .nm import Reader, Writer
-    from .sidecar import blocked_addresses, opened, sidecar_path
+    from .store.sidecar import opened, sidecar_path
+    from .tools import contacts
 
     config = load_config(args.config)
-    with opened(sidecar_path(config.data_dir)) as conn:
-        if args.action == "search":
-            rows = contacts.search(conn, " ".join(args.args), blocked_only=args.blocked,
-                                   limit=args.limit)
-            print(contacts.format_rows(rows), end="")
-            return 0
-        if args.action == "export":
-            if args.args:
+    if args.action in ("search", "export"):
+        with opened(sidecar_path(config.data_dir)) as conn:
+            if args.action == "search":
+                rows = contacts.search(conn, " ".join(args.args), blocked_only=args.blocked,
+                                       limit=args.limit)
+                print(contacts.format_rows(rows), end="")
+            elif args.args:
                 with open(args.args[0], "w", newline="", encoding="utf-8") as out:
                     n = contacts.export_csv(conn, out)
                 print(f"exported {n} contacts to {args.args[0]}", file=sys.stderr)
             else:
                 contacts.export_csv(conn, sys.stdout)
-            return 0
-        if args.action == "import":
-            if len(args.args) != 1:
-                raise ValueError("usage: fmail-nm contacts import FILE.csv")
-            with open(args.args[0], newline="", encoding="utf-8") as source:
-                n = contacts.import_csv(conn, source)
-            print(f"imported {n} contacts")
-        else:
-            if not args.args:
-                raise ValueError(f"usage: fmail-nm contacts {args.action} ADDRESS...")
-            done = contacts.set_blocked(conn, args.args, args.action == "block")
-            print(f"{args.action}ed: {', '.join(done)}")
-        blocked = blocked_addresses(conn)
+        return 0
+    if args.action == "import":
+        if len(args.args) != 1:
+            raise CallerError("usage: fmail-nm contacts import FILE.csv")
+        with open(args.args[0], newline="", encoding="utf-8") as source:
+            text = source.read()
+        n, effect = _edit_contacts(config, args, lambda conn: contacts.import_csv(
+            conn, io.StringIO(text)))
+        print(f"imported {n} contacts")
+    else:
+        if not args.args:
+            raise CallerError(f"usage: fmail-nm contacts {args.action} ADDRESS...")
+        done, effect = _edit_contacts(config, args, lambda conn: contacts.set_blocked(
+            conn, args.args, args.action == "block"))
+        print(f"{args.action}ed: {', '.join(done)}")
+    print(f"mail tagged blocked: {effect.tagged}, released: {effect.untagged}")
+    return 0
+
+
+def _edit_contacts(config: Config, args: argparse.Namespace,
+                   edit: Callable[[sqlite3.Connection], T]) -> tuple[T, MailEffect]:
+    """A contacts edit with everything that follows it, as the MCP tool does it: mail
+    retagged (and moved to or from Junk), one undoable audit entry, the sidecar synced, and
+    the accounts whose files moved pushed with mbsync (unless --no-push)."""
+    from .passes.changes import WriteContext, WriteOutcome
+    from .passes.mirror import sync_sidecar
+    from .store.notmuch import Reader, Writer
+    from .store.sidecar import sidecar_path
+    from .tools.contacts import edit_contacts
+
+    moved: set[str] = set()
+
+    def after_write(outcome: WriteOutcome) -> None:
+        moved.update(outcome.accounts)
+
     notmuch_config = config.settings.notmuch_config
     with Reader(notmuch_config) as reader, Writer(notmuch_config) as writer:
-        report = contacts.apply_blocklist(config, reader, writer, blocked)
+        ctx = WriteContext(config, reader, writer, sidecar_path(config.data_dir), after_write)
+        value, effect = edit_contacts(ctx, f"contacts {args.action}", {"args": args.args}, edit)
         sync_sidecar(config, reader)
-    print(f"mail tagged blocked: {report.tagged}, released: {report.untagged}")
-    return 0
+    if moved and not args.no_push:
+        _push(config, sorted(moved))
+    return value, effect
+
+
+def _push(config: Config, accounts: Sequence[str]) -> None:
+    """mbsync push for accounts whose files moved (then re-index: mbsync renames what it
+    uploads).  A failed push is reported; the change is made and the next sync carries it."""
+    from .service.cycle import sync
+
+    for name in accounts:
+        if not config.account(name).mbsync_channel:
+            continue
+        report = sync(config, name, "push")
+        for run in report.runs:
+            print(run.describe())
+        for line in report.errors():
+            print(f"fmail-nm: push of {name} failed, the next sync retries it: {line}",
+                  file=sys.stderr)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -164,11 +202,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.transport == "stdio":
         import anyio
 
-        from .server import serve_stdio
+        from .mcp.serving import serve_stdio
         anyio.run(lambda: serve_stdio(config, read_only=args.read_only, push=not args.no_push,
                                       watch=args.watch))
         return 0
-    from .server import serve_http_forever
+    from .mcp.serving import serve_http_forever
     return serve_http_forever(config, host=args.host, port=args.port, allow_remote=args.allow_remote,
                               read_only=args.read_only, push=not args.no_push, watch=args.watch)
 
@@ -176,7 +214,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """`serve --transport http --watch`, as a service: logs at INFO, one per data directory."""
     from .app import load_config
-    from .server import serve_http_forever
+    from .mcp.serving import serve_http_forever
 
     if not args.verbose:
         logging.getLogger("fmail_nm").setLevel(logging.INFO)
@@ -187,7 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from .config import default_data_dir
-    from .status import StatusStore, render_text, service_alive, to_json
+    from .service.status import StatusStore, render_text, service_alive, to_json
 
     settings = load_settings(args.config)
     status = StatusStore(settings.data_dir or default_data_dir()).load()
@@ -197,7 +235,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_token(args: argparse.Namespace) -> int:
     from .app import load_config
-    from .token import load_or_create_token
+    from .mcp.token import load_or_create_token
 
     print(load_or_create_token(load_config(args.config).data_dir))
     return 0
@@ -205,7 +243,7 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 def cmd_client_config(args: argparse.Namespace) -> int:
     from .app import load_config
-    from .server import connection_help
+    from .mcp.serving import connection_help
 
     print(connection_help(load_config(args.config), host=args.host, port=args.port,
                           show_token=args.show_token))
@@ -270,6 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("args", nargs="*", help="search text, addresses, or a CSV file")
     p.add_argument("--blocked", action="store_true", help="search: blocked contacts only")
     p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--no-push", action="store_true",
+                   help="block/unblock/import: do not run mbsync for mail moved to or from Junk")
     p.set_defaults(func=cmd_contacts)
 
     def server_options(p: argparse.ArgumentParser) -> None:
@@ -323,17 +363,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except (ConfigError, FileNotFoundError, FileExistsError, ValueError, OSError) as exc:
+    # One line each; --verbose shows the traceback.  Exit 2: the command can be fixed (a bad
+    # argument, a file that is not there); exit 1: the machinery failed (see errors.py).
+    except CallerError as exc:
         print(f"fmail-nm: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # a clear one-line error; --verbose shows the traceback
-        import sqlite3
-
-        from .mirror import SyncInProgress
-        from .nm import NotmuchAccessError
-        from .sidecar import SidecarError
-        if isinstance(exc, (NotmuchAccessError, SidecarError, SyncInProgress, sqlite3.Error)):
-            log.debug("details", exc_info=True)
-            print(f"fmail-nm: {exc}", file=sys.stderr)
-            return 1
-        raise
+    except BackendError as exc:
+        log.debug("details", exc_info=True)
+        print(f"fmail-nm: {exc}", file=sys.stderr)
+        return 1
+    except (ValueError, OSError) as exc:  # arguments and files named on the command line
+        print(f"fmail-nm: {exc}", file=sys.stderr)
+        return 2
+    except sqlite3.Error as exc:
+        log.debug("details", exc_info=True)
+        print(f"fmail-nm: {exc}", file=sys.stderr)
+        return 1

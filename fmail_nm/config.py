@@ -8,12 +8,14 @@ disk, and the user's addresses from notmuch's ``user.*`` settings.
 from __future__ import annotations
 
 import os
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import mbsyncrc
+from . import mbsyncrc, tags
+from .errors import CallerError
 
 ROLES = ("inbox", "sent", "drafts", "trash", "junk", "archive")
 
@@ -29,7 +31,7 @@ _ROLE_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
-class ConfigError(ValueError):
+class ConfigError(CallerError):
     """fmail.toml or the mail setup it points at is not usable; the message says what to fix."""
 
 
@@ -81,15 +83,14 @@ class TagRule:
 
 DEFAULT_RULES: tuple[TagRule, ...] = (
     # A draft is from the user too, but it was never sent.
-    TagRule(query="{me} AND NOT tag:draft", add=("sent",), remove=("inbox",)),
+    TagRule(query=f"{{me}} AND NOT tag:{tags.DRAFT}", add=(tags.SENT,), remove=(tags.INBOX,)),
     # Mail that arrives already in Trash, Junk or Archive (moved there on another device) carries
     # the standard tag for that place and stays out of the inbox.
-    TagRule(query="{folder:trash}", add=("deleted",), remove=("inbox",)),
-    TagRule(query="{folder:junk}", add=("spam",), remove=("inbox",)),
-    TagRule(query="{folder:archive}", add=("archived",), remove=("inbox",)),
-    TagRule(query="NOT (tag:sent OR tag:draft OR tag:list OR tag:deleted OR tag:spam "
-                  "OR tag:archived)",
-            add=("inbox",)),
+    *(TagRule(query=f"{{folder:{role}}}", add=(tag,), remove=(tags.INBOX,))
+      for role, tag in tags.ROLE_TAGS.items()),
+    TagRule(query="NOT (" + " OR ".join(f"tag:{t}" for t in (*tags.NEVER_INBOX,
+                                                               *tags.ROLE_TAGS.values())) + ")",
+            add=(tags.INBOX,)),
 )
 
 
@@ -122,6 +123,15 @@ def default_config_path() -> Path:
 
 def default_data_dir() -> Path:
     return _xdg("XDG_DATA_HOME", ".local/share") / "fmail-nm"
+
+
+def fmail_command(settings: Settings) -> list[str]:
+    """The argv that runs fmail-nm from outside (our hooks, MCP client configs): this very
+    interpreter, so it works whether or not the virtualenv is on the caller's PATH."""
+    argv = [sys.executable, "-m", "fmail_nm"]
+    if settings.path is not None:
+        argv += ["--config", str(settings.path.resolve())]
+    return argv
 
 
 def _str_tuple(value: Any, what: str) -> tuple[str, ...]:

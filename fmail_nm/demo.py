@@ -10,7 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .initialize import prepare
+from .adopt.initialize import prepare
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -40,9 +40,8 @@ def setup_demo(base: Path) -> Path:
 
 def run_demo(base: Path, *, serve: bool, port: int) -> int:
     from .app import load_config
-    from .cli import print_index_summary
     from .config import load_settings
-    from .indexing import run_index
+    from .service.index import run_index
 
     mail = setup_demo(base)
     settings = load_settings()
@@ -50,9 +49,9 @@ def run_demo(base: Path, *, serve: bool, port: int) -> int:
                      addresses=["alex@example.org", "alex.morgan@example.org", "amorgan@acme.test"])
     for action in report.hooks:
         print(f"hook {action.describe()}")
-    print_index_summary(run_index(load_config(), backfill=True))
+    print(run_index(load_config(), backfill=True).describe())
     if not serve:
         return 0
-    from .server import serve_demo  # the MCP server
+    from .mcp.serving import serve_demo  # the MCP server
 
     return serve_demo(port=port)

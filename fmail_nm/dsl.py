@@ -26,6 +26,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
+from . import tags
+from .errors import CallerError
+
 __all__ = ["DSL_HELP", "MAX_DEPTH", "MAX_QUERY_CHARS", "MAX_TOKENS", "CompiledQuery",
            "DslContext", "DslError", "compile_query"]
 
@@ -93,7 +96,7 @@ class DslContext:
             raise ValueError("DslContext.now must be timezone-aware")
 
 
-class DslError(ValueError):
+class DslError(CallerError):
     """A search the user (or LLM) can fix: says where, what was expected, what was found."""
 
     def __init__(self, position: int, expected: str, got: str) -> None:
@@ -426,37 +429,38 @@ _PHRASE_FIELDS = {
     "body": "body",
     "filename": "attachment",
 }
+# is:<word> -> the tag it means (Gmail's words and notmuch's own tag names).
 _IS_TAGS = {
-    "unread": "unread",
-    "flagged": "flagged",
-    "starred": "flagged",
-    "replied": "replied",
-    "forwarded": "passed",
-    "passed": "passed",
-    "sent": "sent",
-    "outgoing": "sent",
-    "draft": "draft",
-    "inbox": "inbox",
-    "archived": "archived",
-    "list": "list",
-    "blocked": "blocked",
-    "spam": "spam",
-    "deleted": "deleted",
+    "unread": tags.UNREAD,
+    "flagged": tags.FLAGGED,
+    "starred": tags.FLAGGED,
+    "replied": tags.REPLIED,
+    "forwarded": tags.PASSED,
+    "passed": tags.PASSED,
+    "sent": tags.SENT,
+    "outgoing": tags.SENT,
+    "draft": tags.DRAFT,
+    "inbox": tags.INBOX,
+    "archived": tags.ARCHIVED,
+    "list": tags.LIST,
+    "blocked": tags.BLOCKED,
+    "spam": tags.SPAM,
+    "deleted": tags.DELETED,
 }
 
 # Tags that always come with another one, so asking for the first must lift the second's
 # exclusion too.
-_IMPLIED_TAGS = {"blocked": ("spam",)}
+_IMPLIED_TAGS = {tags.BLOCKED: tuple(t for t in tags.BLOCK_TAGS if t != tags.BLOCKED)}
 _IS_VALUES = sorted([*_IS_TAGS, "read"])
 # Folder roles: DSL name -> (role key(s) in DslContext.folder_roles, the tag with that meaning).
 _ROLES: dict[str, tuple[tuple[str, ...], str]] = {
-    "sent": (("sent",), "sent"),
-    "drafts": (("drafts", "draft"), "draft"),
-    "draft": (("drafts", "draft"), "draft"),
-    "trash": (("trash",), "deleted"),
-    "spam": (("junk", "spam"), "spam"),
-    "junk": (("junk", "spam"), "spam"),
-    "archive": (("archive",), "archived"),
+    "sent": (("sent",), tags.SENT),
+    "drafts": (("drafts", "draft"), tags.DRAFT),
+    "draft": (("drafts", "draft"), tags.DRAFT),
+    "trash": (("trash",), tags.ROLE_TAGS["trash"]),
+    "spam": (("junk", "spam"), tags.ROLE_TAGS["junk"]),
+    "junk": (("junk", "spam"), tags.ROLE_TAGS["junk"]),
+    "archive": (("archive",), tags.ROLE_TAGS["archive"]),
 }
 _IN_KEYWORDS = ["inbox", "sent", "drafts", "trash", "spam", "junk", "archive", "anywhere"]
 _DATE_OPS = {"after", "before", "on", "newer", "older"}

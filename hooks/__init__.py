@@ -1,1 +1,1 @@
-"""The notmuch hook scripts fmail-nm installs (shipped as package data; see fmail_nm.hooks_install)."""
+"""The notmuch hook scripts fmail-nm installs (shipped as package data; see fmail_nm.adopt.hooks)."""

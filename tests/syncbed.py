@@ -14,7 +14,7 @@ Typical use (the ``sync_bed`` fixture does the first line, ``synced_bed`` all th
     bed = SyncBed(tmp_path).start()
     bed.seed(1, flags=["\\\\Seen"])       # APPEND <sync1@example.org> to INBOX on the server
     bed.init()                            # fmail-nm init, via the CLI, in the isolated env
-    report = bed.sync()                   # syncer.sync: mbsync, notmuch new + hooks, tagging
+    report = bed.sync()                   # cycle.sync: mbsync, notmuch new + hooks, tagging
     assert "unread" not in bed.tags(bed.mid(1))
     assert "\\\\Seen" in bed.server_flags(bed.mid(1))
 
@@ -38,8 +38,9 @@ from pathlib import Path
 import pytest
 
 from fmail_nm.config import Config
-from fmail_nm.nm import IndexedMessage, Reader, Writer
-from fmail_nm.syncer import Direction, MbsyncRun, SyncReport, run_mbsync, sync
+from fmail_nm.service.cycle import SyncReport, sync
+from fmail_nm.service.mbsync import Direction, MbsyncRun, run_mbsync
+from fmail_nm.store.notmuch import IndexedMessage, Reader, Writer
 
 from . import imapbed
 from .conftest import USER_ADDRESSES, MailEnv, isolated_env, run_init
@@ -179,7 +180,7 @@ class SyncBed:
 
     def index(self) -> None:
         """``notmuch new`` with hooks, then the tagging pass (what a watcher would trigger)."""
-        from fmail_nm.indexing import run_index
+        from fmail_nm.service.index import run_index
         run_index(self.config(), show_progress=False)
 
     def reader(self) -> Reader:
@@ -307,7 +308,7 @@ def sync_bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SyncBe
 
 @pytest.fixture
 def synced_bed(sync_bed: SyncBed) -> SyncBed:
-    """:func:`seed_standard`, then ``fmail-nm init`` and a first ``syncer.sync``."""
+    """:func:`seed_standard`, then ``fmail-nm init`` and a first ``cycle.sync``."""
     seed_standard(sync_bed)
     sync_bed.init()
     report = sync_bed.sync()

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from fmail_nm import nm, reads, sidecar, watcher, writes
-from fmail_nm.background import AlreadyRunning, Background, backoff_delay
-from fmail_nm.nm import Reader, Writer
-from fmail_nm.status import (
+from fmail_nm.passes.changes import WriteContext
+from fmail_nm.service import watcher
+from fmail_nm.service.background import AlreadyRunning, Background, backoff_delay
+from fmail_nm.service.status import (
     ServiceInfo,
     ServiceStatus,
     StatusStore,
@@ -29,6 +29,9 @@ from fmail_nm.status import (
     render_text,
     sync_status,
 )
+from fmail_nm.store import notmuch_cli, sidecar
+from fmail_nm.store.notmuch import Reader, Writer
+from fmail_nm.tools import reads, writes
 
 from .conftest import MailEnv, notmuch_lock_held
 from .syncbed import ACCOUNT, SyncBed, sync_bed  # noqa: F401  (pytest fixture, used by name)
@@ -208,7 +211,7 @@ def test_the_services_own_moves_and_renames_cause_no_index_run(
     config = indexed.config()
 
     with Reader() as reader, Writer() as writer:
-        ctx = writes.WriteContext(config=config, reader=reader, writer=writer,
+        ctx = WriteContext(config=config, reader=reader, writer=writer,
                                   sidecar_file=sidecar.sidecar_path(config.data_dir))
         deleted = writes.delete_messages(ctx, [IN_INBOX])  # a move into personal/Trash
         read = writes.set_read(ctx, [UNREAD_IN_CUR], True)  # a flag rename (adds S)
@@ -231,7 +234,7 @@ def test_polling_fallback_when_inotify_hits_its_limit(
             raise OSError(errno.ENOSPC, "inotify watch limit reached")
 
     monkeypatch.setattr(watcher, "NativeObserver", NoWatches)
-    caplog.set_level(logging.WARNING, logger="fmail_nm.watcher")
+    caplog.set_level(logging.WARNING, logger="fmail_nm.service.watcher")
     bg = service()
 
     assert bg.watch_mode == "polling" and bg.status().service.watcher == "polling"
@@ -245,7 +248,7 @@ def test_a_partly_watched_tree_falls_back_to_polling(
         caplog: pytest.LogCaptureFixture) -> None:
     # watchdog skips sub-folders it cannot watch without an error; the watcher counts.
     monkeypatch.setattr(watcher, "_count_dirs", lambda root: 10**6)
-    caplog.set_level(logging.WARNING, logger="fmail_nm.watcher")
+    caplog.set_level(logging.WARNING, logger="fmail_nm.service.watcher")
     w = watcher.MailWatcher(indexed.config(), lambda paths: None)
     w.start()
     try:
@@ -258,7 +261,7 @@ def test_a_partly_watched_tree_falls_back_to_polling(
 def test_a_held_notmuch_lock_is_an_index_error_not_a_hang(
         indexed: MailEnv, service: Callable[..., Background],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nm, "NEW_STOP_GRACE", 1.0)
+    monkeypatch.setattr(notmuch_cli, "NEW_STOP_GRACE", 1.0)
     bg = service(index_timeout=2.0)
     runs = bg.status().index.runs
 

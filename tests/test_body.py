@@ -1,4 +1,4 @@
-"""Tests for fmail_nm.body: raw RFC 822 bytes -> what an LLM should read.
+"""Tests for fmail_nm.message: raw RFC 822 bytes -> what an LLM should read.
 
 Every message is built here, byte by byte, so each test shows exactly what it feeds in.
 """
@@ -12,15 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fmail_nm.body import (
-    Address,
-    AttachmentInfo,
-    attachment_text,
-    clean_text,
-    parse_message,
-    preview,
-    slice_text,
-)
+from fmail_nm.message.attachments import attachment_text
+from fmail_nm.message.headers import Address
+from fmail_nm.message.html import read_message as parse_message
+from fmail_nm.message.mime import AttachmentInfo
+from fmail_nm.message.text import clean_text, preview, slice_text
 
 # ------------------------------------------------------------------------------------------
 # Builders
@@ -866,7 +862,7 @@ def test_slice_text_reconstructs_exactly(text: str, max_chars: int) -> None:
 
 
 def _assert_well_formed(m: object) -> None:
-    from fmail_nm.body import ParsedMessage
+    from fmail_nm.message.mime import ParsedMessage
 
     assert isinstance(m, ParsedMessage)
     assert not any(d.startswith("internal error") for d in m.defects), m.defects

@@ -7,8 +7,18 @@ from pathlib import Path
 import pytest
 
 from fmail_nm import mbsyncrc
-from fmail_nm.config import ConfigError, detect_roles, load_settings, maildir_folders, resolve
-from fmail_nm.initialize import advice_for_existing, find_notmuch_config, new_config_path
+from fmail_nm.adopt.initialize import (
+    advice_for_existing,
+    find_notmuch_config,
+    new_config_path,
+)
+from fmail_nm.config import (
+    ConfigError,
+    detect_roles,
+    load_settings,
+    maildir_folders,
+    resolve,
+)
 
 
 def make_maildir(root: Path, *folders: str) -> None:

@@ -4,15 +4,15 @@ temp copy of the fixture mail."""
 from __future__ import annotations
 
 import email
-import json
 import email.policy
+import json
 import textwrap
 import threading
 from pathlib import Path
 
 import pytest
 
-from fmail_nm.nm import DatabaseBusy, Reader, Writer
+from fmail_nm.store.notmuch import DatabaseBusy, Reader, Writer
 
 from .conftest import MailEnv, notmuch_lock_held, run_init
 
@@ -272,7 +272,7 @@ def test_init_without_config_or_mail_root_is_a_clear_error(mail_env: MailEnv) ->
 
 
 def test_progress_bar_renders_notmuch_progress_lines() -> None:
-    from fmail_nm.indexing import progress_bar
+    from fmail_nm.service.index import progress_bar
     assert progress_bar("Processed 50 of 200 files (1s remaining)      \r") == (
         "indexing [#######.......................] 50/200 files")
     assert progress_bar("Processed 7 files") == "indexing: 7 files"
@@ -291,7 +291,7 @@ def test_demo_indexes_its_own_copy_of_the_sample_mail(mail_env: MailEnv) -> None
 
 
 def test_rule_placeholders_expand_to_queries_notmuch_accepts(shared_indexed: MailEnv) -> None:
-    from fmail_nm.tagging import folders_query, me_query
+    from fmail_nm.store.query import folders_query, me_query
     with Reader() as reader:
         # No addresses / no folders: a query that matches nothing, not a syntax error.
         assert reader.count(me_query([]), exclude_tags=()) == 0
@@ -324,8 +324,8 @@ def test_long_recipient_lists_are_indexed_without_crashing_notmuch(indexed: Mail
 
 
 def test_recipients_value_always_fits_a_notmuch_property() -> None:
-    from fmail_nm.body import Address, HeaderInfo
-    from fmail_nm.tagging import MAX_PROPERTY_BYTES, recipients_value
+    from fmail_nm.message.headers import Address, HeaderInfo
+    from fmail_nm.passes.tagging import MAX_PROPERTY_BYTES, recipients_value
 
     huge_name = HeaderInfo(to=[Address("ü" * 500, "a@example.com")], cc=[], list_id=None)
     assert json.loads(recipients_value(huge_name))[0][1] == "a@example.com"

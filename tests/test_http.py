@@ -21,9 +21,9 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 
-from fmail_nm.clientconfig import client_configs
-from fmail_nm.http import allowed_hosts_and_origins, is_loopback, serve_http
-from fmail_nm.token import load_or_create_token, token_path
+from fmail_nm.mcp.clientconfig import client_configs
+from fmail_nm.mcp.http import allowed_hosts_and_origins, is_loopback, serve_http
+from fmail_nm.mcp.token import load_or_create_token, token_path
 
 from .imapbed import free_port
 
@@ -224,7 +224,7 @@ async def test_allow_remote_warns(caplog: pytest.LogCaptureFixture) -> None:
     """Bound to 0.0.0.0 with allow_remote: loud warning, still token-guarded, loopback works."""
     port = free_port()
     ready = anyio.Event()
-    with caplog.at_level(logging.WARNING, logger="fmail_nm.http"):
+    with caplog.at_level(logging.WARNING, logger="fmail_nm.mcp.http"):
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: serve_http(make_server(), host="0.0.0.0", port=port,
                                              token=TOKEN, allow_remote=True, ready=ready.set))
@@ -297,7 +297,7 @@ def test_loose_token_file_tightened(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     path = token_path(tmp_path)
     path.write_text("my-old-token\n")
     path.chmod(0o644)
-    with caplog.at_level(logging.WARNING, logger="fmail_nm.token"):
+    with caplog.at_level(logging.WARNING, logger="fmail_nm.mcp.token"):
         assert load_or_create_token(tmp_path) == "my-old-token"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert any("0600" in rec.getMessage() for rec in caplog.records)

@@ -208,7 +208,7 @@ def test_move_to_trash_without_uid_part(
 def test_move_keeping_uid_part_is_refused(
     server: ImapServer, mbsync_cfg: Path, mail_root: Path
 ) -> None:
-    """The gotcha the product must avoid (DESIGN.md): keeping ",U=<n>" across folders."""
+    """The gotcha the product must avoid (ARCHITECTURE.md, "Traps"): keeping ",U=<n>" across folders."""
     append(server, "alex", "INBOX", message(1), flags=("\\Seen",))
     run_mbsync(mbsync_cfg, "alex")
     account = mail_root / "alex"

@@ -6,8 +6,8 @@ import os
 import stat
 from pathlib import Path
 
-from fmail_nm import sidecar
 from fmail_nm.private import private_dir, private_file
+from fmail_nm.store import sidecar
 
 from .conftest import MailEnv
 

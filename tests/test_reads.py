@@ -7,8 +7,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from fmail_nm import reads
-from fmail_nm.nm import Reader
+from fmail_nm.clock import iso_from_epoch
+from fmail_nm.store.notmuch import Reader
+from fmail_nm.tools import reads
 
 from .conftest import MailEnv
 
@@ -223,4 +224,4 @@ def test_tags_folders_accounts(mb: reads.Mailbox) -> None:
 def test_search_tells_how_fresh_the_index_is(mb: reads.Mailbox, shared_indexed: MailEnv) -> None:
     marker = shared_indexed.mail_root / ".notmuch" / "xapian" / "iamglass"
     result = reads.search_emails(mb, "", limit=1)
-    assert result.indexed_at == reads.iso(int(marker.stat().st_mtime))
+    assert result.indexed_at == iso_from_epoch(int(marker.stat().st_mtime))

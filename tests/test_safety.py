@@ -108,7 +108,7 @@ async def test_a_search_says_how_many_matches_are_hidden_as_spam(indexed: MailEn
 
 
 def test_the_log_names_the_token_source(indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fmail_nm.server import connection_help
+    from fmail_nm.mcp.serving import connection_help
     config = indexed.config()
     assert "http-token" in connection_help(config, host="127.0.0.1", port=1, show_token=False)
     monkeypatch.setenv("FMAIL_TOKEN", "set-by-the-service-manager")

@@ -18,9 +18,13 @@ from typing import Any
 
 import pytest
 
-from fmail_nm import body as bodymod
-from fmail_nm import mirror, reads, sidecar
-from fmail_nm.nm import Reader
+from fmail_nm.clock import iso_from_epoch
+from fmail_nm.message.mime import parse_message
+from fmail_nm.message.text import preview, preview_html_text
+from fmail_nm.passes import mirror
+from fmail_nm.store import maildir, sidecar
+from fmail_nm.store.notmuch import Reader
+from fmail_nm.tools import reads
 
 from .conftest import MailEnv
 
@@ -98,17 +102,17 @@ def test_every_message_is_mirrored_with_the_fields_notmuch_and_the_file_give(ind
         assert row["is_read"] == int("unread" not in m["tags"])
         assert row["is_flagged"] == int("flagged" in m["tags"])
         assert row["has_attachment"] == int("attachment" in m["tags"])
-        expected_date = reads.iso(m["timestamp"]) if m["timestamp"] else None
+        expected_date = iso_from_epoch(m["timestamp"]) if m["timestamp"] else None
         assert row["date"] == expected_date, m["id"]
         files = m["filename"] if isinstance(m["filename"], list) else [m["filename"]]
-        folders = sorted({mirror.notmuch_folder(f, indexed.mail_root) for f in files})
+        folders = sorted({maildir.notmuch_folder(f, indexed.mail_root) for f in files})
         assert json.loads(row["folders"]) == folders, m["id"]
         recipients = {a.lower() for _, a in email.utils.getaddresses(
             [headers.get("To", ""), headers.get("Cc", "")]) if a}
         assert {r["email"] for r in json.loads(row["recipients"])} == recipients, m["id"]
         with open(files[0], "rb") as fh:
             raw = fh.read()
-        assert row["body_preview"] == bodymod.preview(bodymod.parse_message(raw).text, 200)
+        assert row["body_preview"] == preview(parse_message(raw, preview_html_text).text, 200)
         assert row["uid"] == sidecar.uid_for(m["id"])
         threads.setdefault(m["_thread"], set()).add(row["thread_id"])
     assert all(len(ids) == 1 for ids in threads.values())  # one thread id per notmuch thread
@@ -226,9 +230,10 @@ def test_a_new_notmuch_database_means_a_full_rebuild(indexed: MailEnv, tmp_path:
 
 CRASHING_SYNC = textwrap.dedent("""
     import os, signal, sys
-    from fmail_nm import mirror, sidecar
+    from fmail_nm.passes import mirror
+    from fmail_nm.store import sidecar
     from fmail_nm.app import load_config
-    from fmail_nm.nm import Reader
+    from fmail_nm.store.notmuch import Reader
 
     batches = 0
     def crash(n):
@@ -370,7 +375,7 @@ def test_blocked_to_junk_moves_the_mail_and_unblocking_moves_it_back(indexed: Ma
         out = indexed.notmuch("search", "--output=files", "--exclude=false", f"from:{bank}").stdout
         found: dict[str, set[str]] = {}
         for name in out.split():
-            folder = mirror.notmuch_folder(name, indexed.mail_root)
+            folder = maildir.notmuch_folder(name, indexed.mail_root)
             found.setdefault(str(folder), set()).add(name)
         return found
     before = {k: len(v) for k, v in folders().items()}

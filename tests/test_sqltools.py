@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from fmail_nm import sidecar, sqltools
-from fmail_nm.sqltools import SqlError, manage_contacts_sql, query_emails
+from fmail_nm.store import sidecar
+from fmail_nm.tools import sql as sqltools
+from fmail_nm.tools.sql import SqlError, manage_contacts_sql, query_emails
 
 ACCOUNTS = ("personal", "work")
 ME = "me@example.org"
@@ -180,6 +181,72 @@ def test_every_documented_example_runs(db: Path) -> None:
 def test_help_texts_stay_compact() -> None:
     assert len(sqltools.SCHEMA_HELP.encode()) <= 1800
     assert len(sqltools.CONTACTS_HELP.encode()) <= 1800
+
+
+def real_columns(path: Path) -> dict[str, tuple[str, ...]]:
+    with sidecar.opened(path, readonly=True) as conn:
+        return {view: tuple(row[1] for row in conn.execute(f"PRAGMA table_info({view})"))
+                for view in sidecar.PUBLISHED_VIEWS}
+
+
+def test_every_published_view_is_documented_with_its_real_columns(db: Path) -> None:
+    assert set(sqltools.VIEW_NOTES) == set(sidecar.PUBLISHED_VIEWS)  # no stale prose either
+    for view, columns in real_columns(db).items():
+        assert columns and sqltools.VIEW_NOTES[view].strip()
+        line = f"\n{view}({','.join(columns)}): {sqltools.VIEW_NOTES[view]}\n"
+        assert line in sqltools.SCHEMA_HELP, view
+    contacts = real_columns(db)["contacts"]
+    assert f"contacts({','.join(contacts)})" in sqltools.CONTACTS_HELP
+    assert sqltools.HARVESTED_COLUMNS == tuple(
+        c for c in contacts if c not in sidecar.EDITABLE_CONTACT_COLUMNS + ("email_address",))
+
+
+def one_account_copy(db: Path, target: Path, account: str) -> Path:
+    """The sidecar with every other account's messages (and their tags) deleted."""
+    with sidecar.opened(db, readonly=True) as source, sidecar.opened(target) as copy:
+        source.backup(copy)
+        copy.execute("DELETE FROM messages WHERE account_name IS NOT ?", (account,))
+    return target
+
+
+@pytest.mark.parametrize("account", ACCOUNTS)
+def test_every_published_view_is_account_scoped(db: Path, tmp_path: Path, account: str) -> None:
+    """account_name gives exactly what the view shows on a sidecar holding that account alone,
+    unless the view is declared account-independent, with a reason."""
+    alone = one_account_copy(db, tmp_path / "alone" / sidecar.SIDECAR_NAME, account)
+    for view, columns in real_columns(db).items():
+        order = ", ".join(str(i + 1) for i in range(len(columns)))
+        sql = f"SELECT * FROM {view} ORDER BY {order}"
+        everything, scoped = q(db, sql).rows, q(db, sql, account_name=account).rows
+        if view in sqltools.ACCOUNT_INDEPENDENT:
+            assert sqltools.ACCOUNT_INDEPENDENT[view].strip(), view
+            assert scoped == everything, view
+        else:
+            assert scoped == q(alone, sql).rows, view
+            assert scoped != everything and scoped, view  # the fixture has both accounts
+
+
+def test_a_view_published_without_prose_or_scope_fails_loudly(tmp_path: Path) -> None:
+    with sidecar.opened(tmp_path / sidecar.SIDECAR_NAME) as conn:
+        conn.execute("CREATE VIEW gadgets AS SELECT uid, tags FROM messages")
+        conn.execute("CREATE VIEW widgets AS SELECT uid, account_name FROM messages")
+        columns = sqltools.view_columns(conn, [*sidecar.PUBLISHED_VIEWS, "gadgets", "widgets"])
+        with pytest.raises(RuntimeError, match="not in the sidecar schema"):
+            sqltools.view_columns(conn, ["emails", "nonesuch"])
+    assert columns["gadgets"] == ("uid", "tags")
+    with pytest.raises(RuntimeError, match="gadgets, widgets have no line in VIEW_NOTES"):
+        sqltools.describe_views(columns)
+    notes = {**sqltools.VIEW_NOTES, "gadgets": "g", "widgets": "w"}
+    assert "\ngadgets(uid,tags): g\n" in sqltools.describe_views(columns, notes)
+    # No account_name column and no rule: refused.  With the column: filtered on it.
+    with pytest.raises(RuntimeError, match="'gadgets' has no account_name column"):
+        sqltools.account_scopes(columns)
+    scopes = sqltools.account_scopes({v: c for v, c in columns.items() if v != "gadgets"})
+    assert scopes["widgets"] == "SELECT * FROM main.widgets WHERE account_name = {account}"
+    assert scopes["contacts"] is None
+    # A rule for a view that is not published is stale: refused too.
+    with pytest.raises(RuntimeError, match="unpublished views"):
+        sqltools.account_scopes({"emails": columns["emails"]})
 
 
 def test_comments_and_one_trailing_semicolon_are_fine(db: Path) -> None:

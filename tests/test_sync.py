@@ -5,7 +5,7 @@ What is shown here (and relied on by the write tools):
 * a pull brings every message in, with ``unread``/``flagged`` matching ``\\Seen``/``\\Flagged``;
 * server-side flag changes become tag changes (mbsync renames, ``notmuch new`` with
   ``maildir.synchronize_flags`` turns the rename into tags);
-* local changes -- a mail client's rename, or a tag change through :class:`fmail_nm.nm.Writer`
+* local changes -- a mail client's rename, or a tag change through :class:`fmail_nm.store.notmuch.Writer`
   -- are pushed as IMAP flags;
 * the conflict rule: mbsync merges per flag against its sync state, so a local change and a
   different server change to the same message both survive;
@@ -27,8 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from fmail_nm import syncer
 from fmail_nm.config import ConfigError
+from fmail_nm.service import cycle, mbsync
+from fmail_nm.service.push import PushScheduler
 
 from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
     ACCOUNT,
@@ -45,7 +46,7 @@ from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
 pytestmark = pytest.mark.imap
 
 
-def assert_synced(report: syncer.SyncReport) -> None:
+def assert_synced(report: cycle.SyncReport) -> None:
     assert report.ok, report.errors()
     (run,) = report.runs
     assert (run.account, run.channel, run.returncode) == (ACCOUNT, ACCOUNT, 0)
@@ -238,11 +239,11 @@ with open(sys.argv[1], "a") as fh:
 
 def test_one_mbsync_per_channel_at_a_time(synced_bed: SyncBed) -> None:
     config = synced_bed.config()
-    lock = syncer.lock_path(config, ACCOUNT)
+    lock = mbsync.lock_path(config, ACCOUNT)
     assert lock.parent == config.data_dir / "locks"
 
     handler = _WaitSeen()
-    logger = logging.getLogger("fmail_nm.syncer")
+    logger = logging.getLogger("fmail_nm.service.mbsync")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     # Another process holds the channel: a caller that will not wait is told so, at once.
@@ -250,14 +251,14 @@ def test_one_mbsync_per_channel_at_a_time(synced_bed: SyncBed) -> None:
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        (busy,) = syncer.run_mbsync(config, ACCOUNT, lock_timeout=0)
+        (busy,) = mbsync.run_mbsync(config, ACCOUNT, lock_timeout=0)
         assert busy.skipped and busy.busy and not busy.ok and busy.returncode is None
         assert "another mbsync is already running on channel 'acct'" in busy.error
 
         # A caller that waits starts mbsync only once the holder let go.
-        results: list[syncer.MbsyncRun] = []
+        results: list[mbsync.MbsyncRun] = []
         waiter = threading.Thread(target=lambda: results.extend(
-            syncer.run_mbsync(config, ACCOUNT, lock_timeout=60)))
+            mbsync.run_mbsync(config, ACCOUNT, lock_timeout=60)))
         waiter.start()
         assert handler.waiting.wait(30), "the second run never waited for the lock"
         released_at = datetime.now(UTC)
@@ -274,8 +275,8 @@ def test_one_mbsync_per_channel_at_a_time(synced_bed: SyncBed) -> None:
             holder.wait()
 
     # Two threads asking at once: both run, one after the other.
-    runs: list[syncer.MbsyncRun] = []
-    threads = [threading.Thread(target=lambda: runs.extend(syncer.run_mbsync(config, ACCOUNT)))
+    runs: list[mbsync.MbsyncRun] = []
+    threads = [threading.Thread(target=lambda: runs.extend(mbsync.run_mbsync(config, ACCOUNT)))
                for _ in range(2)]
     for thread in threads:
         thread.start()
@@ -288,10 +289,10 @@ def test_one_mbsync_per_channel_at_a_time(synced_bed: SyncBed) -> None:
 
 def test_push_scheduler_coalesces_and_pushes_in_the_background(synced_bed: SyncBed) -> None:
     read, unflag, later = synced_bed.mid(1), synced_bed.mid(3), synced_bed.mid(2)
-    pushed: list[list[syncer.MbsyncRun]] = []
+    pushed: list[list[mbsync.MbsyncRun]] = []
     with synced_bed.writer() as writer:
         # A quiet period longer than the test: requests pile up until flush().
-        with syncer.PushScheduler(synced_bed.config(), quiet_period=300, timeout=60,
+        with PushScheduler(synced_bed.config(), quiet_period=300, timeout=60,
                                   after_push=pushed.append) as scheduler:
             writer.run(lambda txn: txn.change_tags([read], remove=["unread"]))
             scheduler.request({ACCOUNT})
@@ -320,7 +321,7 @@ def test_push_scheduler_coalesces_and_pushes_in_the_background(synced_bed: SyncB
             scheduler.request({ACCOUNT})
 
         # A short quiet period runs out on its own.
-        with syncer.PushScheduler(synced_bed.config(), quiet_period=0.1, timeout=60) as scheduler:
+        with PushScheduler(synced_bed.config(), quiet_period=0.1, timeout=60) as scheduler:
             scheduler.request({ACCOUNT})
             assert scheduler.wait_idle(60)
             assert scheduler.status().last[ACCOUNT].ok
@@ -340,8 +341,8 @@ def test_what_cannot_sync_is_reported_and_indexing_still_runs(
     # Not monkeypatch.undo(): that would also undo the sync_bed's isolated HOME and XDG dirs.
     with monkeypatch.context() as patch:
         patch.setenv("PATH", str(bin_dir))
-        with pytest.raises(syncer.MbsyncNotInstalled, match="apt-get install isync"):
-            syncer.run_mbsync(synced_bed.config())
+        with pytest.raises(mbsync.MbsyncNotInstalled, match="apt-get install isync"):
+            mbsync.run_mbsync(synced_bed.config())
         fcc = synced_bed.account_dir / "Sent" / "cur" / "1700000000.local_2.host:2,S"
         fcc.write_bytes(client_written_message(8))
         report = synced_bed.sync()
@@ -349,7 +350,7 @@ def test_what_cannot_sync_is_reported_and_indexing_still_runs(
         (run,) = report.runs
         assert not run.ok and not run.skipped and "mbsync (isync) is not installed" in run.error
         assert synced_bed.tags(synced_bed.mid(8)) == {"sent"}  # local mail indexed all the same
-        with syncer.PushScheduler(synced_bed.config(), quiet_period=0) as scheduler:
+        with PushScheduler(synced_bed.config(), quiet_period=0) as scheduler:
             scheduler.request({ACCOUNT})
             assert scheduler.wait_idle(30)
             assert "not installed" in scheduler.status().last[ACCOUNT].error
@@ -358,11 +359,11 @@ def test_what_cannot_sync_is_reported_and_indexing_still_runs(
     toml = synced_bed.mail_env.fmail_config
     toml.write_text(toml.read_text().replace(f'mbsync_channel = "{ACCOUNT}"\n', ""))
     config = synced_bed.reload()
-    (run,) = syncer.run_mbsync(config)
+    (run,) = mbsync.run_mbsync(config)
     assert run.skipped and not run.busy and run.channel is None and run.returncode is None
     assert "has no mbsync channel" in run.error
-    report = syncer.sync(config)
+    report = cycle.sync(config)
     assert report.ok and report.index is not None
     assert synced_bed.find(synced_bed.mid(6)) is None
     with pytest.raises(ConfigError, match="unknown account"):
-        syncer.sync(config, "nope")
+        cycle.sync(config, "nope")

@@ -14,12 +14,14 @@ from typing import Any
 
 import pytest
 
-from fmail_nm import sidecar, writes
-from fmail_nm.mover import MaildirName
-from fmail_nm.nm import Reader, Writer
-from fmail_nm.reads import ToolError
+from fmail_nm.passes.changes import WriteContext, WriteOutcome
+from fmail_nm.store import sidecar
+from fmail_nm.store.maildir import MaildirName
+from fmail_nm.store.notmuch import DatabaseBusy, Reader, Writer
+from fmail_nm.tools import writes
+from fmail_nm.tools.reads import ToolError
 
-from .conftest import MailEnv, notmuch_lock_held
+from .conftest import MailEnv, notmuch_lock_held, run_init
 
 UNREAD_IN_CUR = "html-only-1@coop.example.com"  # personal/INBOX/cur, no S
 IN_INBOX = "school-trip-3@example.com"  # personal/INBOX/cur, read
@@ -36,10 +38,10 @@ BOTH_ACCOUNTS = "both-accounts-1@example.com"  # personal/INBOX + work/INBOX
 
 
 class Harness:
-    def __init__(self, env: MailEnv, ctx: writes.WriteContext) -> None:
+    def __init__(self, env: MailEnv, ctx: WriteContext) -> None:
         self.env = env
         self.ctx = ctx
-        self.outcomes: list[writes.WriteOutcome] = []
+        self.outcomes: list[WriteOutcome] = []
 
     def tags(self, mid: str) -> set[str]:
         out = self.env.notmuch("search", "--output=tags", "--exclude=false", f"id:{mid}").stdout
@@ -90,7 +92,7 @@ def assert_moved_name(relative: str, folder: str) -> None:
 def h(indexed: MailEnv) -> Iterator[Harness]:
     config = indexed.config()
     with Reader() as reader, Writer() as writer:
-        ctx = writes.WriteContext(config=config, reader=reader, writer=writer,
+        ctx = WriteContext(config=config, reader=reader, writer=writer,
                                   sidecar_file=sidecar.sidecar_path(config.data_dir))
         harness = Harness(indexed, ctx)
         ctx.after_write = harness.outcomes.append
@@ -267,7 +269,7 @@ def test_a_configured_folder_missing_on_disk_is_created(indexed: MailEnv) -> Non
     assert not (indexed.mail_root / "work" / "Archive").exists()
     config = indexed.config()
     with Reader() as reader, Writer() as writer:
-        ctx = writes.WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
         result = writes.archive(ctx, [WORK_INBOX])
     assert result.applied == [WORK_INBOX]
     for sub in ("cur", "new", "tmp"):
@@ -385,7 +387,7 @@ def test_only_the_target_accounts_copy_moves(h: Harness) -> None:
 # Undo
 
 
-UNDOABLE: dict[str, tuple[str, Callable[[writes.WriteContext, str], writes.WriteResult]]] = {
+UNDOABLE: dict[str, tuple[str, Callable[[WriteContext, str], writes.WriteResult]]] = {
     "read": (UNREAD_IN_CUR, lambda ctx, mid: writes.set_read(ctx, [mid], True)),
     "unread": (IN_INBOX, lambda ctx, mid: writes.set_read(ctx, [mid], False)),
     "flag": (IN_INBOX, lambda ctx, mid: writes.set_flagged(ctx, [mid], True)),
@@ -547,12 +549,162 @@ def test_a_busy_database_is_reported_and_nothing_changes(h: Harness) -> None:
     before = {mid: h.shape(mid) for mid in (IN_INBOX, UNREAD_IN_CUR)}
     with notmuch_lock_held() as holder:
         with Writer(lock_timeout=1.0) as busy_writer:
-            ctx = writes.WriteContext(h.ctx.config, h.ctx.reader, busy_writer,
+            ctx = WriteContext(h.ctx.config, h.ctx.reader, busy_writer,
                                       h.ctx.sidecar_file, h.outcomes.append)
-            with pytest.raises(writes.WriteError, match="database busy.*nothing was changed"):
+            with pytest.raises(DatabaseBusy, match="database busy.*nothing was changed"):
                 writes.delete_messages(ctx, [IN_INBOX, UNREAD_IN_CUR])
             holder.release()
             busy_writer.run(lambda txn: None)  # the abandoned batch is behind us now
     assert {mid: h.shape(mid) for mid in before} == before
     assert h.audit() == [] and h.outcomes == []
     h.assert_in_step()
+
+
+# ---------------------------------------------------------------------------------------------
+# Moves follow the user's tagging rules; selections follow the injected clock
+
+CUSTOM_RULES = """
+[[tagging.rules]]
+query = "{me} AND NOT tag:draft"
+add = ["sent"]
+remove = ["inbox"]
+
+[[tagging.rules]]
+query = "{folder:trash}"
+add = ["deleted"]
+remove = ["inbox"]
+
+[[tagging.rules]]
+query = "{folder:archive}"
+add = ["filed"]
+remove = ["inbox", "todo"]
+
+[[tagging.rules]]
+query = "NOT (tag:sent OR tag:draft OR tag:list OR tag:deleted OR tag:filed)"
+add = ["inbox", "todo"]
+"""
+
+
+def test_a_move_gives_the_tags_the_users_rules_give_not_the_defaults(mail_env: MailEnv) -> None:
+    """With rules edited in fmail.toml, archive and restore end with the tags `notmuch new`
+    gives mail arriving in the same folder -- not the default rules' `archived`."""
+    mail_env.fmail_config.write_text(mail_env.fmail_config.read_text() + CUSTOM_RULES)
+    run_init(mail_env)
+    config = mail_env.config()
+    with Reader() as reader, Writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        h = Harness(mail_env, ctx)
+        delivered = h.tags(IN_ARCHIVE)  # indexed by notmuch new + the post-new rules
+        assert "filed" in delivered and not {"archived", "inbox", "todo"} & delivered
+        in_inbox = h.tags(IN_INBOX)
+        assert {"inbox", "todo"} <= in_inbox
+
+        writes.archive(ctx, [IN_INBOX])
+        archived = h.tags(IN_INBOX)
+        assert "filed" in archived and not {"archived", "inbox", "todo"} & archived
+        assert archived - {"filed"} == in_inbox - {"inbox", "todo"}  # only place tags changed
+
+        writes.delete_messages(ctx, [IN_INBOX])
+        assert {"deleted"} <= h.tags(IN_INBOX) and "filed" not in h.tags(IN_INBOX)
+        writes.restore(ctx, [IN_INBOX])  # back to Archive, where it was deleted from
+        assert h.folders(IN_INBOX) == ["personal/Archive"]
+        assert h.tags(IN_INBOX) == archived
+        h.assert_in_step()
+
+
+def test_a_write_by_query_selects_with_the_clock_it_was_given(h: Harness) -> None:
+    """Relative dates in a write's query (newer_than:) count from the context's clock, as they
+    do for searches, so a server started with a clock writes what it would list."""
+    from datetime import datetime, timedelta, timezone
+    newest = max(int(m["timestamp"]) for m in json.loads(h.env.notmuch(
+        "search", "--format=json", "--exclude=false", "*").stdout))
+    moment = datetime.fromtimestamp(newest, timezone.utc) + timedelta(hours=12)
+    ctx = WriteContext(h.ctx.config, h.ctx.reader, h.ctx.writer, h.ctx.sidecar_file,
+                              clock=lambda: moment)
+    near = writes.set_read(ctx, None, True, query="newer_than:1d", dry_run=True)
+    assert near.dry_run and near.match_count and near.match_count >= 1
+    later = WriteContext(h.ctx.config, h.ctx.reader, h.ctx.writer, h.ctx.sidecar_file,
+                                clock=lambda: moment + timedelta(days=3650))
+    far = writes.set_read(later, None, True, query="newer_than:1d", dry_run=True)
+    assert far.dry_run and far.match_count == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocking through the contacts tool, with blocked_to_junk: one undoable entry
+
+BANK = "no-reply@northwind-bank.example.com"  # 23 messages, all in the personal account
+
+
+def test_blocking_with_blocked_to_junk_is_one_undoable_entry(mail_env: MailEnv) -> None:
+    """``manage_contacts_sql`` blocking a sender in an account with ``blocked_to_junk``: the
+    contact row, the blocked/spam tags and the Junk moves are ONE audit entry, and one
+    ``undo_last_write`` puts every file back where it was, the tags exactly as they were, and
+    the contact unblocked -- with notmuch and the Maildir in step."""
+    from fmail_nm.tools.contacts import manage_contacts
+
+    toml = mail_env.fmail_config.read_text()
+    assert 'name = "personal"\n' in toml
+    mail_env.fmail_config.write_text(
+        toml.replace('name = "personal"\n', 'name = "personal"\nblocked_to_junk = true\n', 1))
+    run_init(mail_env)
+    config = mail_env.config()
+    assert config.account("personal").blocked_to_junk
+
+    def dump() -> str:
+        return mail_env.notmuch("dump", "--include=tags").stdout
+
+    with Reader() as reader, Writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        h = Harness(mail_env, ctx)
+        ctx.after_write = h.outcomes.append
+        mids = sorted(mail_env.notmuch("search", "--output=messages", "--exclude=false",
+                                       f"from:{BANK}").stdout.replace("id:", "").split())
+        assert len(mids) == 23
+        shapes = {mid: h.shape(mid) for mid in mids}
+        assert not any(f == "personal/Junk" for _, files in shapes.values() for f, _, _ in files)
+        tags_before = dump()
+        audit_before = h.audit()
+
+        result = manage_contacts(
+            ctx, f"UPDATE contacts SET is_blocked = 1 WHERE email_address = '{BANK}'")
+
+        assert not result.dry_run and result.changed == 1 and result.blocked == [BANK]
+        # All 23 in personal/Junk, tagged blocked and spam, out of the inbox.
+        for mid in mids:
+            tags, files = h.shape(mid)
+            assert {"blocked", "spam"} <= tags and "inbox" not in tags, (mid, tags)
+            assert files and {f for f, _, _ in files} == {"personal/Junk"}, (mid, files)
+            # Same files (unique part, flags), only the folder changed.
+            assert [(k, fl) for _, k, fl in files] == [(k, fl) for _, k, fl in shapes[mid][1]]
+        assert h.count(f"from:{BANK} AND folder:personal/Junk") == 23
+        # The follow-up heard of the moves in personal: that is what drives the push.
+        assert "personal" in set().union(*(o.accounts for o in h.outcomes)), h.outcomes
+        # ONE new audit entry: the contact row and every message's tags and moves.
+        entries = h.audit()[len(audit_before):]
+        assert len(entries) == 1, [(e[0], e[1]) for e in entries]
+        [(entry_id, action, _params, changes_json, undone_at)] = entries
+        assert result.audit_id == entry_id and undone_at is None and action == "contacts"
+        recorded = json.loads(changes_json)
+        assert [c["contact"] for c in recorded if "contact" in c] == [BANK]
+        by_mid = {c["message_id"]: c for c in recorded if "message_id" in c}
+        assert sorted(by_mid) == mids
+        assert all(c["moves"] for c in by_mid.values())
+        h.assert_in_step()
+
+        outcomes_before_undo = len(h.outcomes)
+        undone = writes.undo_last_write(ctx)
+
+        assert undone.audit_id == entry_id and not undone.errors, undone.errors
+        assert sorted(undone.applied) == mids
+        for mid in mids:
+            assert h.shape(mid) == shapes[mid], mid  # folder, unique part, flags; tags
+        assert dump() == tags_before  # every tag of every message, exactly
+        with sidecar.opened(ctx.sidecar_file) as conn:
+            assert conn.execute("SELECT is_blocked FROM contacts WHERE email_address = ?",
+                                (BANK,)).fetchone()[0] == 0
+            assert BANK not in sidecar.blocked_addresses(conn)
+        [(_, _, _, _, undone_at)] = h.audit()[len(audit_before):]
+        assert undone_at is not None
+        assert "personal" in set().union(
+            *(o.accounts for o in h.outcomes[outcomes_before_undo:])), "undo pushes too"
+        h.assert_in_step()

@@ -1,6 +1,6 @@
 """The write tools against a real IMAP server: Dovecot, mbsync and notmuch, no mocks.
 
-Every write here goes through :mod:`fmail_nm.writes` (or, once, through the real MCP server
+Every write here goes through :mod:`fmail_nm.tools.writes` (or, once, through the real MCP server
 process), then through mbsync, and is judged by what the *server* holds afterwards -- read with
 imaplib -- and by the local side: tags, the files on disk, and ``notmuch new`` finding nothing
 left to correct.  After each sync the set-up must also be settled: a further plain mbsync run
@@ -30,9 +30,11 @@ import pytest
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 
-from fmail_nm import sidecar, writes
-from fmail_nm.mover import MaildirName
-from fmail_nm.nm import Writer
+from fmail_nm.passes.changes import WriteContext
+from fmail_nm.store import sidecar
+from fmail_nm.store.maildir import MaildirName
+from fmail_nm.store.notmuch import DatabaseBusy, Writer
+from fmail_nm.tools import writes
 
 from . import imapbed
 from .conftest import notmuch_lock_held
@@ -126,10 +128,10 @@ def others(snapshot: Snapshot, mid: str) -> Snapshot:
 
 
 @pytest.fixture
-def ctx(synced_bed: SyncBed) -> Iterator[writes.WriteContext]:
+def ctx(synced_bed: SyncBed) -> Iterator[WriteContext]:
     config = synced_bed.config()
     with synced_bed.reader() as reader, synced_bed.writer() as writer:
-        yield writes.WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        yield WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,7 +139,7 @@ def ctx(synced_bed: SyncBed) -> Iterator[writes.WriteContext]:
 
 
 def test_read_unread_flag_unflag_reach_the_server(synced_bed: SyncBed,
-                                                  ctx: writes.WriteContext) -> None:
+                                                  ctx: WriteContext) -> None:
     bed = synced_bed
     m1, m2, m3, m4 = (bed.mid(n) for n in range(1, 5))
     before = server_snapshot(bed)
@@ -181,7 +183,7 @@ def test_read_unread_flag_unflag_reach_the_server(synced_bed: SyncBed,
     pytest.param(writes.move_to_junk, "Junk", "spam", id="junk"),
 ])
 def test_delete_or_junk_and_restore_on_the_server(
-        synced_bed: SyncBed, ctx: writes.WriteContext,
+        synced_bed: SyncBed, ctx: WriteContext,
         action: Callable[..., writes.WriteResult], folder: str, tag: str) -> None:
     bed = synced_bed
     mid = bed.mid(4)  # read and flagged: the flags must travel with it
@@ -206,7 +208,7 @@ def test_delete_or_junk_and_restore_on_the_server(
 
 
 def test_archive_and_move_back_on_the_server(synced_bed: SyncBed,
-                                             ctx: writes.WriteContext) -> None:
+                                             ctx: WriteContext) -> None:
     bed = synced_bed
     mid = bed.mid(1)  # unread: archiving must not mark it read
     before = server_snapshot(bed)
@@ -229,7 +231,7 @@ def test_archive_and_move_back_on_the_server(synced_bed: SyncBed,
 
 
 def test_after_mbsync_renames_a_moved_file_a_reindex_lets_later_writes_work(
-        synced_bed: SyncBed, ctx: writes.WriteContext) -> None:
+        synced_bed: SyncBed, ctx: WriteContext) -> None:
     bed = synced_bed
     mid = bed.mid(2)
     assert writes.delete_messages(ctx, [mid]).applied == [mid]
@@ -261,7 +263,7 @@ def test_after_mbsync_renames_a_moved_file_a_reindex_lets_later_writes_work(
 
 
 def test_a_write_before_the_reindex_is_refused_not_lost(
-        synced_bed: SyncBed, ctx: writes.WriteContext) -> None:
+        synced_bed: SyncBed, ctx: WriteContext) -> None:
     """Between mbsync's rename and the next index the index names a file that is gone.  A
     flag change then cannot rename the file (libnotmuch skips a failed rename silently), so
     the write must say so and change nothing -- not report success and be undone by the next
@@ -297,7 +299,7 @@ def test_a_write_before_the_reindex_is_refused_not_lost(
 
 
 def test_undo_of_a_delete_puts_the_server_back(synced_bed: SyncBed,
-                                               ctx: writes.WriteContext) -> None:
+                                               ctx: WriteContext) -> None:
     bed = synced_bed
     mid = bed.mid(3)  # unread and flagged
     before, tags = server_snapshot(bed), bed.tags(mid)
@@ -322,7 +324,7 @@ def test_undo_of_a_delete_puts_the_server_back(synced_bed: SyncBed,
 
 
 def test_a_busy_database_changes_nothing_here_or_on_the_server(
-        synced_bed: SyncBed, ctx: writes.WriteContext) -> None:
+        synced_bed: SyncBed, ctx: WriteContext) -> None:
     bed = synced_bed
     mid = bed.mid(1)
     server_before = bed.server_state()  # exact, UIDs included
@@ -331,10 +333,10 @@ def test_a_busy_database_changes_nothing_here_or_on_the_server(
     # A real process holds the write lock: it opened the bed's notmuch database read-write.
     with (notmuch_lock_held(bed.env) as holder,
           Writer(bed.config().settings.notmuch_config, lock_timeout=1.0) as busy):
-        busy_ctx = writes.WriteContext(ctx.config, ctx.reader, busy, ctx.sidecar_file)
-        with pytest.raises(writes.WriteError, match="database busy"):
+        busy_ctx = WriteContext(ctx.config, ctx.reader, busy, ctx.sidecar_file)
+        with pytest.raises(DatabaseBusy, match="database busy"):
             writes.delete_messages(busy_ctx, [mid])
-        with pytest.raises(writes.WriteError, match="database busy"):
+        with pytest.raises(DatabaseBusy, match="database busy"):
             writes.set_read(busy_ctx, [mid], True)
         assert (bed.tags(mid), bed.files(mid), bed.find(mid)) == local_before
 

@@ -1,0 +1,120 @@
+"""The MCP server with what runs beside it, over stdio or Streamable HTTP."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+
+from mcp.server.mcpserver import MCPServer
+
+from ..config import Config, fmail_command
+from .server import build_server
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False) -> Iterator[MCPServer]:
+    """The server with what runs beside it.
+
+    With ``watch``, the always-on part (:class:`~fmail_nm.service.background.Background`): a watcher
+    that indexes new mail as it lands, scheduled pulls, pushes after writes.  Without it, only
+    pushes: writes are sent by mbsync shortly after they are made (for accounts with an mbsync
+    channel), then re-indexed, because mbsync renames the files it uploads.
+    """
+    from ..service.background import AlreadyRunning, Background
+    from ..service.push import PushScheduler
+
+    push = push and not read_only
+    background: Background | None = None
+    pusher: PushScheduler | None = None
+    if watch:
+        background = Background(config, push=push)
+        try:
+            background.start()
+        except AlreadyRunning as exc:  # e.g. `fmail-nm run` already watches this mail
+            log.warning("%s; serving without watching", exc)
+            background = None
+    if background is None and push and any(a.mbsync_channel for a in config.accounts):
+        pusher = PushScheduler(config, after_push=lambda runs: _reindex(config))
+    on_push = background.request_push if background else pusher.request if pusher else None
+    server, service = build_server(config, read_only=read_only, on_push=on_push,
+                                   background=background)
+    try:
+        yield server
+    finally:
+        # Tool calls move files on the service's thread: stop it before the background stops.
+        service.close()
+        if background is not None:
+            background.stop()
+        if pusher is not None:
+            pusher.close(flush=True)
+
+
+def _reindex(config: Config) -> None:
+    from ..service.index import run_index
+    try:
+        run_index(config, show_progress=False)
+    except Exception:  # logged; the next write or sync indexes again
+        log.exception("re-indexing after mbsync push failed")
+
+
+async def serve_stdio(config: Config, *, read_only: bool = False, push: bool = True,
+                      watch: bool = False) -> None:
+    with serving(config, read_only=read_only, push=push, watch=watch) as server:
+        await server.run_stdio_async()
+
+
+def _stdio_command(config: Config) -> list[str]:
+    return fmail_command(config.settings) + ["serve", "--transport", "stdio"]
+
+
+def connection_help(config: Config, *, host: str, port: int, show_token: bool) -> str:
+    """Ready-to-paste client configuration for this server, stdio and HTTP."""
+    from .clientconfig import client_configs
+    from .token import TOKEN_ENV, load_or_create_token, token_path
+
+    token = load_or_create_token(config.data_dir)
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/mcp"
+    text = client_configs(command=_stdio_command(config), url=url,
+                          token=token if show_token else None)
+    if not show_token and os.environ.get(TOKEN_ENV, "").strip():
+        text += f"\nThe bearer token is the one set in ${TOKEN_ENV}.\n"
+    elif not show_token:
+        text += (f"\nThe bearer token is in {token_path(config.data_dir)} "
+                 "(print it with `fmail-nm token`).\n")
+    return text
+
+
+def serve_http_forever(config: Config, *, host: str, port: int, allow_remote: bool,
+                       show_token: bool = False, read_only: bool = False, push: bool = True,
+                       watch: bool = False) -> int:
+    import anyio
+
+    from .http import serve_http
+    from .token import load_or_create_token
+
+    token = load_or_create_token(config.data_dir)
+
+    def ready() -> None:
+        print(f"fmail-nm: serving {len(config.accounts)} account(s) from {config.mail_root}",
+              flush=True)
+        print(f"fmail-nm: MCP endpoint http://{host}:{port}/mcp (Streamable HTTP, bearer token)",
+              flush=True)
+        # The token is printed only where asked (the demo): a service's stdout ends up in logs.
+        print(connection_help(config, host=host, port=port, show_token=show_token), flush=True)
+
+    with serving(config, read_only=read_only, push=push, watch=watch) as server:
+        anyio.run(lambda: serve_http(server, host=host, port=port, token=token,
+                                     allow_remote=allow_remote, ready=ready))
+    return 0
+
+
+def serve_demo(port: int) -> int:
+    from ..app import load_config
+
+    # The sample mail has no IMAP server behind it: nothing to push.
+    return serve_http_forever(load_config(), host="127.0.0.1", port=port, allow_remote=False,
+                              show_token=True, push=False)

@@ -1,0 +1,164 @@
+"""The text of one attachment: text parts, HTML, forwarded messages and PDF.
+
+The only module that imports pypdf, and only when a PDF is actually read.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+from .charset import decode_bytes
+from .headers import Address
+from .html import html_to_text, read_message
+from .mime import (
+    AttachmentInfo,
+    Entity,
+    attachment_entities,
+    entity_charset,
+    entity_filename,
+    entity_payload,
+    html_text,
+    parse_entity,
+)
+from .text import slice_text, tidy
+
+__all__ = ["AttachmentText", "attachment_text"]
+
+
+_PDF_MAX_PAGES = 500
+
+
+@dataclass(frozen=True)
+class AttachmentText:
+    info: AttachmentInfo
+    text: str | None
+    truncated: bool
+    note: str | None
+
+
+# Types worth trusting the file name for when the sender said only "application/octet-stream".
+_EXTENSION_TYPES = {
+    ".pdf": "application/pdf",
+    ".txt": "text/plain",
+    ".text": "text/plain",
+    ".log": "text/plain",
+    ".md": "text/markdown",
+    ".csv": "text/csv",
+    ".tsv": "text/tab-separated-values",
+    ".json": "application/json",
+    ".xml": "text/xml",
+    ".html": "text/html",
+    ".htm": "text/html",
+    ".ics": "text/calendar",
+    ".vcf": "text/vcard",
+    ".eml": "message/rfc822",
+    ".diff": "text/x-diff",
+    ".patch": "text/x-diff",
+}
+_TEXTUAL_APPLICATION = {"application/json", "application/xml", "application/x-sh", "application/javascript"}
+
+
+def attachment_text(raw: bytes, index: int, max_chars: int) -> AttachmentText:
+    """Text of attachment ``index`` (as numbered by ``parse_message``), cut to ``max_chars``."""
+    raw = bytes(raw)
+    defects: list[str] = []
+    entities = attachment_entities(parse_entity(raw, defects))
+    if not 0 <= index < len(entities):
+        count = len(entities)
+        valid = f"valid indexes are 0..{count - 1}" if count else "it has no attachments"
+        raise LookupError(f"no attachment {index} in this message: {valid}")
+    entity = entities[index]
+    problems: list[str] = []  # this attachment's own decoding problems become its note
+    data = entity_payload(entity, problems)
+    info = AttachmentInfo(index, entity_filename(entity, problems), entity.ctype, len(data))
+    return _extract(info, entity, data, max_chars, problems)
+
+
+def _effective_type(info: AttachmentInfo) -> str:
+    if info.content_type in ("application/octet-stream", "application/x-download") and info.filename:
+        dot = info.filename.rfind(".")
+        return (
+            _EXTENSION_TYPES.get(info.filename[dot:].lower(), info.content_type)
+            if dot >= 0
+            else info.content_type
+        )
+    return info.content_type
+
+
+def _extract(
+    info: AttachmentInfo, entity: Entity, data: bytes, max_chars: int, problems: list[str]
+) -> AttachmentText:
+    kind = _effective_type(info)
+    if kind in ("message/rfc822", "message/global"):
+        return _sliced(info, _render_embedded(data), max_chars, "; ".join(problems) or None)
+    if kind.startswith("text/") or kind in _TEXTUAL_APPLICATION or kind.startswith("message/"):
+        text = decode_bytes(data, entity_charset(entity), entity.where, problems)
+        text = html_text(text, html_to_text, entity.where, problems) if kind == "text/html" else tidy(text)
+        return _sliced(info, text, max_chars, "; ".join(problems) or None)
+    if kind == "application/pdf":
+        return _pdf_content(info, data, max_chars)
+    return AttachmentText(
+        info, None, False, f"binary attachment ({info.content_type}, {info.size} bytes); no text extracted"
+    )
+
+
+def _sliced(info: AttachmentInfo, text: str, max_chars: int, note: str | None = None) -> AttachmentText:
+    part = slice_text(text, max_chars)
+    return AttachmentText(info, part.text, part.truncated, note)
+
+
+def _render_embedded(data: bytes) -> str:
+    """A forwarded message as the headers a reader needs, then its body."""
+    inner = read_message(data)
+    lines = [
+        f"From: {_format_addresses(inner.from_)}",
+        f"To: {_format_addresses(inner.to)}",
+    ]
+    if inner.cc:
+        lines.append(f"Cc: {_format_addresses(inner.cc)}")
+    lines.append(f"Date: {inner.date.isoformat() if inner.date else ''}")
+    lines.append(f"Subject: {inner.subject}")
+    if inner.attachments:
+        names = ", ".join(a.filename or a.content_type for a in inner.attachments)
+        lines.append(f"Attachments: {names}")
+    return "\n".join(lines) + "\n\n" + inner.text
+
+
+def _format_addresses(addresses: list[Address]) -> str:
+    return ", ".join(f"{a.name} <{a.address}>" if a.name else a.address for a in addresses)
+
+
+def _pdf_content(info: AttachmentInfo, data: bytes, max_chars: int) -> AttachmentText:
+    if b"%PDF-" not in data[:1024]:
+        # pypdf would scan the whole blob for trailers first: seconds on a large non-PDF.
+        return AttachmentText(info, None, False, "not a PDF (no %PDF- header); no text extracted")
+    try:
+        text, more_pages = _pdf_text(data, max_chars)
+    except Exception as exc:  # noqa: BLE001 - pypdf on hostile input raises many things
+        return AttachmentText(info, None, False, f"could not extract text from PDF ({type(exc).__name__})")
+    if not text.strip():
+        return AttachmentText(info, None, False, "PDF has no extractable text (scanned or image-only?)")
+    result = _sliced(info, text, max_chars)
+    if more_pages and not result.truncated:
+        return AttachmentText(info, result.text, True, "PDF text extraction stopped early")
+    return result
+
+
+def _pdf_text(data: bytes, max_chars: int) -> tuple[str, bool]:
+    """Extract page text until ``max_chars`` is exceeded; (text, pages left unread)."""
+    from pypdf import PdfReader  # imported lazily: only attachment reads pay for it
+
+    reader = PdfReader(io.BytesIO(data))
+    if reader.is_encrypted:
+        reader.decrypt("")  # many "encrypted" PDFs use an empty user password
+    chunks: list[str] = []
+    length = 0
+    pages = reader.pages
+    for number, page in enumerate(pages):
+        if length > max_chars or number >= _PDF_MAX_PAGES:
+            return tidy("\n\n".join(chunks)), True
+        chunk = page.extract_text() or ""
+        chunks.append(chunk)
+        length += len(chunk)
+    return tidy("\n\n".join(chunks)), False

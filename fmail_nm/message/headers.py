@@ -1,0 +1,260 @@
+"""Header blocks of untrusted mail: splitting them off, decoding values, reading the fields.
+
+The stdlib parser reads each header block (its header and RFC 2231 parameter handling is well
+tested and cheap on a header block); this module decodes what it hands back -- raw 8-bit bytes
+and RFC 2047 encoded-words -- and reads addresses, Message-IDs, List-Id and the date. Nothing
+here raises on malformed input.
+"""
+
+from __future__ import annotations
+
+import binascii
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.message import Message
+from email.parser import BytesParser
+from email.policy import Compat32
+from email.utils import getaddresses, parsedate_to_datetime
+
+from .charset import decode_bytes, guess_decode
+from .text import one_line
+from .transfer import b64_decode, b64_pieces
+
+__all__ = [
+    "Address",
+    "HeaderInfo",
+    "addresses",
+    "date",
+    "decode_header_text",
+    "header",
+    "list_id",
+    "msg_id",
+    "msg_ids",
+    "parse_headers",
+    "split_head",
+    "to_bytes",
+]
+
+
+_MAX_HEADER_BLOCK = 1 << 20  # a header block larger than this is not a header block
+_MAX_HEADER_VALUE = 64 * 1024  # address parsing is superlinear on some inputs: cap its work
+
+
+@dataclass(frozen=True)
+class Address:
+    name: str
+    address: str
+
+
+@dataclass(frozen=True)
+class HeaderInfo:
+    """The headers the indexer keeps beside notmuch (which stores only From/Subject/Id)."""
+
+    to: list[Address]
+    cc: list[Address]
+    list_id: str | None
+
+
+def parse_headers(head: bytes) -> HeaderInfo:
+    """Recipients and List-Id from a message's header block (the start of the file is
+    enough); never raises."""
+    defects: list[str] = []
+    try:
+        headers, _ = split_head(bytes(head))
+        return HeaderInfo(to=addresses(headers, "to", defects), cc=addresses(headers, "cc", defects),
+                          list_id=list_id(header(headers, "list-id")))
+    except Exception:  # untrusted input: a header we cannot read is a header we do not have
+        return HeaderInfo(to=[], cc=[], list_id=None)
+
+
+# --------------------------------------------------------------------------------------------
+# Splitting a header block off
+
+
+class _RawHeaderPolicy(Compat32):
+    """Compat32, but header values come back as the raw (surrogate-escaped) string.
+
+    Compat32 wraps 8-bit header values in ``Header(charset=unknown-8bit)``, which loses the
+    bytes; we want them, to decode as UTF-8 or windows-1252 ourselves.
+    """
+
+    def header_fetch_parse(self, name: str, value: str) -> str:
+        return value
+
+
+_POLICY = _RawHeaderPolicy()
+_HEADER_PARSER = BytesParser(policy=_POLICY)
+_BLANK_LINE = re.compile(rb"\n\r?\n")
+
+
+def split_head(raw: bytes) -> tuple[Message, bytes]:
+    """Parse the header block with the stdlib; return (headers, body bytes)."""
+    if raw.startswith(b"\n") or raw.startswith(b"\r\n"):
+        return Message(policy=_POLICY), raw[raw.index(b"\n") + 1 :]
+    match = _BLANK_LINE.search(raw, 0, _MAX_HEADER_BLOCK)
+    end, start = (match.start() + 1, match.end()) if match else (min(len(raw), _MAX_HEADER_BLOCK),) * 2
+    headers = _HEADER_PARSER.parsebytes(raw[:end], headersonly=True)
+    # Lines the stdlib did not accept as headers (no blank line, bare-CR mail) begin the body.
+    leftover = _raw_payload(headers)
+    headers.set_payload("")
+    return headers, leftover + raw[start:]
+
+
+def _raw_payload(msg: Message) -> bytes:
+    # The private attribute is the only exact copy: get_payload() lossily decodes 8-bit text
+    # with the declared charset. Only ever a few stray lines after a malformed header block.
+    payload = getattr(msg, "_payload", None)
+    if isinstance(payload, str):
+        return to_bytes(payload)
+    return b""
+
+
+def to_bytes(text: str) -> bytes:
+    """Undo the parser's ASCII+surrogateescape decoding."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace")
+
+
+# --------------------------------------------------------------------------------------------
+# Header values
+
+
+_FOLD = re.compile(r"\r?\n(?=[ \t])")
+_ENCODED_WORD = re.compile(r"=\?([^?\s]+)\?([bBqQ])\?([^?]*)\?=")
+
+
+def header(headers: Message, name: str) -> str | None:
+    """The first ``name`` header, unfolded and capped, still raw (not RFC 2047-decoded)."""
+    value = headers.get(name)
+    if value is None:
+        return None
+    return _FOLD.sub("", str(value))[:_MAX_HEADER_VALUE]
+
+
+def _header_all(headers: Message, name: str) -> list[str]:
+    return [_FOLD.sub("", str(v))[:_MAX_HEADER_VALUE] for v in headers.get_all(name) or []]
+
+
+def _undo_8bit(text: str) -> str:
+    """Header bytes sent raw (RFC 6532 UTF-8, or legacy windows-1252) back to text."""
+    if text.isascii():
+        return text
+    return guess_decode(to_bytes(text))[0]
+
+
+def decode_header_text(value: str, defects: list[str]) -> str:
+    """Decode raw 8-bit bytes and RFC 2047 encoded-words; broken words stay as written."""
+    value = _undo_8bit(value)
+    if "=?" not in value:
+        return value
+    out: list[str] = []
+    run = bytearray()  # adjacent words in one charset: join bytes before decoding, since
+    run_charset: str | None = None  # senders split multi-byte characters across words
+    pos = 0
+    for match in _ENCODED_WORD.finditer(value):
+        between = value[pos : match.start()]
+        if not (run_charset is not None and between.strip() == ""):  # RFC 2047 §6.2
+            out.append(_flush(run, run_charset, defects))
+            run_charset = None
+            out.append(between)
+        pos = match.end()
+        charset, encoding, payload = match.groups()
+        data = _decode_word(encoding, payload, defects)
+        if data is None:
+            out.append(_flush(run, run_charset, defects))
+            run_charset = None
+            out.append(match.group(0))
+            continue
+        charset = charset.split("*", 1)[0].lower()
+        if charset != run_charset:
+            out.append(_flush(run, run_charset, defects))
+            run_charset = charset
+        run += data
+    out.append(_flush(run, run_charset, defects))
+    out.append(value[pos:])
+    return "".join(out)
+
+
+def _flush(run: bytearray, charset: str | None, defects: list[str]) -> str:
+    if not run:
+        return ""
+    text = decode_bytes(bytes(run), charset, "header", defects)
+    run.clear()
+    return text
+
+
+def _decode_word(encoding: str, payload: str, defects: list[str]) -> bytes | None:
+    data = to_bytes(payload)
+    if encoding in "qQ":
+        return binascii.a2b_qp(data, header=True)
+    pieces, problems = b64_pieces(data)
+    if problems:
+        defects.append(f"header: bad base64 in encoded-word ({', '.join(problems)})")
+        if not any(pieces):
+            return None
+    return b64_decode(pieces)
+
+
+# --------------------------------------------------------------------------------------------
+# Fields
+
+
+def addresses(headers: Message, name: str, defects: list[str]) -> list[Address]:
+    values = _header_all(headers, name)
+    if not values:
+        return []
+    try:
+        # Parse before decoding: an encoded-word may hide a comma inside a display name.
+        pairs = getaddresses(values)
+    except Exception:  # noqa: BLE001 - untrusted header; report rather than fail
+        defects.append(f"header {name}: could not parse addresses")
+        return []
+    result: list[Address] = []
+    for display, addr in pairs:
+        address = one_line(_undo_8bit(addr))
+        if address:
+            result.append(Address(one_line(decode_header_text(display, defects)), address))
+    return result
+
+
+_ANGLE_ID = re.compile(r"<([^<>\s]+)>")
+
+
+def msg_id(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if match := _ANGLE_ID.search(value):
+        return one_line(match.group(1)) or None
+    tokens = one_line(value).split()
+    return tokens[0].strip("<>") or None if tokens else None
+
+
+def msg_ids(value: str | None) -> list[str]:
+    if not value:
+        return []
+    ids = _ANGLE_ID.findall(value) or value.replace(",", " ").split()
+    return list(dict.fromkeys(i for i in (one_line(x).strip("<>") for x in ids) if i))
+
+
+def list_id(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if match := _ANGLE_ID.search(value):
+        return one_line(match.group(1)) or None
+    bare = one_line(value)
+    return bare if bare and " " not in bare else None
+
+
+def date(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = parsedate_to_datetime(value.strip())
+        if parsed.tzinfo is None:  # "-0000": UTC with unknown local zone (RFC 5322 §3.3)
+            parsed = parsed.replace(tzinfo=UTC)
+        return parsed.astimezone(UTC)
+    except (TypeError, ValueError, OverflowError, IndexError):
+        return None

@@ -1,0 +1,309 @@
+"""Text out of a message, made safe and short: sanitising, slicing, previews, quote stripping.
+
+Everything here works on ``str`` and never raises on untrusted input; no message content may
+put terminal control or bidi-override characters into our output. It also holds the cheap HTML
+tag strippers (no html2text): the fallback when html2text fails, and the renderer the indexer
+uses for previews.
+"""
+
+from __future__ import annotations
+
+import html as html_lib
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "TextSlice",
+    "clean_text",
+    "one_line",
+    "preview",
+    "preview_html_text",
+    "sanitize",
+    "slice_text",
+    "strip_tags",
+    "tidy",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Output hygiene
+
+
+# C0 controls except \t and \n, DEL, C1 controls (0x9B is a one-byte CSI on some terminals),
+# bidi embeddings/overrides/isolates (the "Trojan Source" characters), and lone surrogates
+# (which some codecs can emit and which UTF-8 JSON cannot carry).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# Invisible padding that HTML newsletters use by the hundred (preheader spacers).
+_INVISIBLE = re.compile("[\u200b\u2060\ufeff\u034f\u00ad]|\u200c(?=[\\s\u200c])|(?<=\\s)\u200c")
+_TRAILING_WS = re.compile(r"(?m)^(?!-- $)(.*?)[ \t]+$")  # keep "-- ": it delimits signatures
+_BLANK_RUNS = re.compile(r"\n{3,}")
+
+
+def sanitize(text: str) -> str:
+    """Normalise newlines and remove characters that can steer a terminal or hide text."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return _UNSAFE.sub("", text)
+
+
+def tidy(text: str) -> str:
+    """Sanitize, then drop the whitespace noise that costs tokens and carries no meaning."""
+    text = sanitize(text)
+    text = _INVISIBLE.sub("", text).replace("\xa0", " ")
+    text = _TRAILING_WS.sub(r"\1", text)
+    return _BLANK_RUNS.sub("\n\n", text).strip("\n")
+
+
+def one_line(text: str) -> str:
+    return " ".join(sanitize(text).split())
+
+
+# --------------------------------------------------------------------------------------------
+# Cheap HTML to text (no html2text)
+
+
+_TAG = re.compile(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", re.I | re.S)
+
+
+def strip_tags(html: str) -> str:
+    """Tags out, entities decoded: the fallback when html2text fails on hostile markup."""
+    return html_lib.unescape(_TAG.sub(" ", html))
+
+
+# Elements whose content html2text drops (a stray <title> included), and comments.
+_HIDDEN_OPEN = re.compile(r"<(head|title|script|style)\b|<!--", re.I)
+_HIDDEN_CLOSE = {
+    name: re.compile(rf"</{name}\s*>" if name else "-->", re.I)
+    for name in ("head", "title", "script", "style", "")
+}
+# "[^<>]" rather than "[^>]": a run of "<" without ">" must not cost quadratic time.
+_BLOCKQUOTE_TAG = re.compile(r"<(/?)blockquote\b[^<>]*>", re.I)
+_BLOCK_TAG = re.compile(
+    r"<(?:br|hr|/?(?:p|div|h[1-6]|ul|ol|li|dl|dt|dd|tr|table|pre|center|section|article|header|"
+    r"footer|address|figure|form|fieldset))\b[^<>]*>",
+    re.I,
+)
+_CELL_TAG = re.compile(r"</?t[dh]\b[^<>]*>", re.I)
+_ANY_TAG = re.compile(r"<[/!?a-zA-Z][^<>]*>")  # "a < b" in text is not a tag
+
+
+def preview_html_text(html: str) -> str:
+    """A quick, approximate html2text for previews: block elements become line breaks and
+    ``<blockquote>`` lines are ``>``-quoted, so ``clean_text`` drops quoted history and
+    signatures as it does for html2text's output. Links, images and emphasis become their text.
+    Linear time whatever the markup: the indexer runs this on every new HTML-only message.
+    """
+    html = _drop_hidden(html)
+    pieces: list[str] = []
+    depth = pos = 0
+    for match in _BLOCKQUOTE_TAG.finditer(html):
+        pieces.append(_quoted(_inline_text(html[pos : match.start()]), depth))
+        depth = max(0, depth - 1) if match.group(1) else depth + 1
+        pos = match.end()
+    pieces.append(_quoted(_inline_text(html[pos:]), depth))
+    return "\n".join(pieces)
+
+
+def _drop_hidden(html: str) -> str:
+    """Remove <head>, <title>, <script>, <style> elements and comments. An element that is
+    never closed loses only its opening tag (HTML lets a page omit ``</head>``)."""
+    out: list[str] = []
+    unclosed: set[str] = set()  # no closing tag after some point: none after any later one
+    pos = 0
+    while match := _HIDDEN_OPEN.search(html, pos):
+        name = (match.group(1) or "").lower()
+        close = None if name in unclosed else _HIDDEN_CLOSE[name].search(html, match.end())
+        out.append(html[pos : match.start()])
+        if close is None:
+            unclosed.add(name)
+            pos = match.end()
+        else:
+            pos = close.end()
+    out.append(html[pos:])
+    return "".join(out)
+
+
+def _inline_text(html: str) -> str:
+    html = _BLOCK_TAG.sub("\n", html)
+    html = _CELL_TAG.sub(" ", html)
+    return html_lib.unescape(_ANY_TAG.sub("", html))
+
+
+def _quoted(text: str, depth: int) -> str:
+    if not depth:
+        return text
+    mark = "> " * depth
+    return "\n".join(mark + line for line in text.split("\n"))
+
+
+# --------------------------------------------------------------------------------------------
+# Slicing and previews
+
+
+@dataclass(frozen=True)
+class TextSlice:
+    text: str
+    offset: int
+    total_chars: int
+    truncated: bool
+    next_offset: int | None
+
+
+def slice_text(text: str, max_chars: int, offset: int = 0) -> TextSlice:
+    """At most ``max_chars`` characters from ``offset``, cut at whitespace when one is near.
+
+    Slices read in sequence (following ``next_offset``) concatenate to exactly ``text``.
+    ``truncated`` means more text follows this slice.
+    """
+    if max_chars < 1:
+        raise ValueError("max_chars must be at least 1")
+    if offset < 0:
+        raise ValueError("offset must not be negative")
+    total = len(text)
+    offset = min(offset, total)
+    end = offset + max_chars
+    if end >= total:
+        return TextSlice(text[offset:], offset, total, False, None)
+    cut = _cut_point(text, offset, end, max_chars)
+    return TextSlice(text[offset:cut], offset, total, True, cut)
+
+
+def _cut_point(text: str, offset: int, end: int, max_chars: int) -> int:
+    # Look back a quarter of the budget (16 to 1000 chars) for a paragraph break, then a
+    # line break, then any whitespace; failing that, cut mid-word rather than return less.
+    low = max(offset + 1, end - min(max(max_chars // 4, 16), 1000))
+    for separator in ("\n\n", "\n"):
+        found = text.rfind(separator, low, end)
+        if found != -1:
+            return found + len(separator)
+    for i in range(end - 1, low - 1, -1):
+        if text[i].isspace():
+            return i + 1
+    return end
+
+
+def preview(text: str, chars: int = 200) -> str:
+    """The first ``chars`` characters of the new content, on one line (for listings)."""
+    # The head of the text is enough for a preview; don't clean megabytes to show 200 chars.
+    window = text[: max(chars * 50, 50_000)]
+    return " ".join(clean_text(window).split())[:chars].rstrip()
+
+
+# --------------------------------------------------------------------------------------------
+# clean_text: drop quoted history and signatures
+
+
+_QUOTED = re.compile(r"^[ \t]*>")
+_SIG_STRICT = re.compile(r"^\\?-- $")
+_SIG_LOOSE = re.compile(r"^\\?--[ \t]*$")
+_ATTRIBUTION_START = re.compile(r"^[ \t]*[*_]*(On|Am|Le|El|Il|Op|Em|Den|På|W dniu|Dne)\b", re.I)
+_ATTRIBUTION = re.compile(
+    r"^[ \t]*[*_]*(On|Am|Le|El|Il|Op|Em|Den|På|W dniu|Dne)\b.{0,500}?"
+    r"((wrote|writes|a écrit|escribió|ha scritto|escreveu|pisze|napisał|napsal)"
+    r"|(schrieb|schreef|skrev)\b[^:]{0,120})"  # German, Dutch, Danish: the name follows
+    r"[ \t]*:[*_ \t]*$",
+    re.I | re.S,
+)
+_WROTE = re.compile(
+    r"\b(wrote|writes|schrieb|a écrit|escribió|ha scritto|schreef|escreveu|skrev)[ \t]*:[*_ \t]*$", re.I
+)
+_ORIGINAL_MESSAGE = re.compile(
+    r"^[ \t]*\\?-{2,}[ \t]*(Original Message|Ursprüngliche Nachricht|Message d'origine|"
+    r"Mensaje original|Messaggio originale|Oorspronkelijk bericht|Originalmeddelande|"
+    r"Mensagem original)[ \t]*\\?-{2,}[ \t]*$",
+    re.I,
+)
+_RULE = re.compile(r"^[ \t]*_{8,}[ \t]*$")
+_FROM_FIELD = re.compile(r"^[ \t]*[*_]*(From|Von|De|Da|Van|Från|Od)[ \t]*:[*_]*[ \t]*\S", re.I)
+_SENT_FIELD = re.compile(
+    r"^[ \t]*[*_]*(Sent|Date|Gesendet|Datum|Envoyé|Enviado|Inviato|Verzonden|Skickat|Wysłano)[ \t]*:", re.I
+)
+_FORWARD_MARK = re.compile(r"forward|weitergeleitet|transféré|reenviado|inoltrato|doorgestuurd", re.I)
+_MOBILE_SIGNATURE = re.compile(
+    r"^[ \t]*(Sent from my \S+( \S+)?|Sent from (Mail|Outlook) for \S+|Get Outlook for \S+|"
+    r"Envoyé de mon \S+|Von meinem \S+ gesendet|Enviado desde mi \S+)[ \t.]*$",
+    re.I,
+)
+
+
+def clean_text(text: str) -> str:
+    """The new content of a message: quoted history, attributions and signature removed.
+
+    Quoted (``>``) lines go wherever they are, so interleaved answers keep their new lines.
+    A signature delimiter or an Outlook-style header block ends the new content, since
+    Outlook's history below it is not quoted. Never returns an empty string for text that had
+    unquoted content; text that is all quotes comes back unchanged.
+    """
+    lines = sanitize(text).split("\n")
+    cleaned = tidy("\n".join(_new_content(lines)))
+    if cleaned:
+        return cleaned
+    unquoted = tidy("\n".join(line for line in lines if not _QUOTED.match(line)))
+    return unquoted or text
+
+
+def _new_content(lines: list[str]) -> list[str]:
+    kept: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if _QUOTED.match(line):
+            i += 1
+            continue
+        if _ends_new_content(lines, i):
+            break
+        attribution_end = _attribution_end(lines, i)
+        if attribution_end is not None:
+            i = attribution_end + 1
+            continue
+        kept.append(line)
+        i += 1
+    while kept and (not kept[-1].strip() or _MOBILE_SIGNATURE.match(kept[-1])):
+        kept.pop()
+    return kept
+
+
+def _ends_new_content(lines: list[str], i: int) -> bool:
+    line = lines[i]
+    if _SIG_STRICT.match(line) or _ORIGINAL_MESSAGE.match(line):
+        return True
+    if _SIG_LOOSE.match(line):  # "--" without its space: only if what follows is short
+        rest = [x for x in lines[i + 1 :] if x.strip() and not _QUOTED.match(x)]
+        return len(rest) <= 10
+    if _RULE.match(line):
+        following = _next_nonblank(lines, i + 1)
+        return following is not None and bool(_FROM_FIELD.match(lines[following]))
+    return _is_reply_header_block(lines, i)
+
+
+def _is_reply_header_block(lines: list[str], i: int) -> bool:
+    """Outlook's "From: … Sent: … To: … Subject: …" block — unless it introduces a forward."""
+    if not _FROM_FIELD.match(lines[i]):
+        return False
+    if not any(_SENT_FIELD.match(x) for x in lines[i + 1 : i + 5]):
+        return False
+    before = [x for x in lines[max(0, i - 3) : i] if x.strip()]
+    return not any(_FORWARD_MARK.search(x) for x in before)
+
+
+def _attribution_end(lines: list[str], i: int) -> int | None:
+    """Index of the last line of an "On … wrote:" attribution starting at ``i``, or None."""
+    if _ATTRIBUTION_START.match(lines[i]):
+        joined = lines[i]
+        for j in range(i, min(i + 4, len(lines))):  # clients wrap long attributions
+            if j > i:
+                joined += " " + lines[j]
+            if _ATTRIBUTION.match(joined):
+                return j
+    if _WROTE.search(lines[i]):  # "Bob <b@x> wrote:" directly above a quote
+        following = _next_nonblank(lines, i + 1)
+        if following is not None and _QUOTED.match(lines[following]):
+            return i
+    return None
+
+
+def _next_nonblank(lines: list[str], start: int) -> int | None:
+    for j in range(start, min(start + 3, len(lines))):
+        if lines[j].strip():
+            return j
+    return None

@@ -1,0 +1,389 @@
+"""The write engine: tag changes and folder moves on messages named by Message-ID, each batch
+in one notmuch write session, audited and undoable.
+
+Every write is a tag change or a file rename that mbsync pushes back (ARCHITECTURE.md, "Data
+flow"):
+
+* read/unread and flagged are tags; ``WriteTxn.change_tags`` renames the files so their Maildir
+  flags (S, F) say the same.
+* archive, delete, junk, move and restore rename files into another folder (see
+  :mod:`fmail_nm.store.mover` for how, :mod:`fmail_nm.store.maildir` for which copies) and then
+  set the place tags the user's tagging rules give there (:func:`passes.tagging.place_tags`).
+
+A batch runs in one write session on the writer thread, so it either starts or -- when another
+program holds the notmuch lock for too long -- does nothing and raises ``DatabaseBusy``.
+Inside a batch each message is done on its own: one that fails is reported in ``errors`` and
+the rest still apply.  What each applied write changed (tags, files, and the origin folders
+kept for restore) can go to the sidecar's audit log, from which :func:`undo_last` reverts it.
+
+Callers: the write tools (``tools.writes``, which choose the messages and check the caller's
+limits) and the blocklist (which moves blocked mail to Junk).  Nothing here knows about
+queries, batch limits or tool results.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..clock import utc_now
+from ..config import Account, Config
+from ..errors import CallerError
+from ..store import maildir, mover, sidecar
+from ..store.maildir import Copy
+from ..store.notmuch import IndexedMessage, Reader, Writer, WriteTxn
+from .tagging import place_tags
+
+log = logging.getLogger(__name__)
+
+# Message property: JSON {file key: folder it was moved from}, for files we moved into Trash or
+# Junk.  It lives in notmuch, so restore still knows the way back after a sidecar rebuild.
+ORIGIN_PROPERTY = "fmail.origin"
+# Roles whose folders remember where a file came from, so restore can bring it back.
+BIN_ROLES = ("trash", "junk")
+
+
+class ChangeError(CallerError):
+    """One message could not be (fully) changed; the text says why and what to do."""
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    """What a write changed, for the caller's follow-up work (sidecar sync, mbsync push)."""
+
+    action: str
+    message_ids: tuple[str, ...]  # messages whose tags or files changed
+    accounts: frozenset[str]  # accounts whose files changed on disk: these need a push
+
+
+@dataclass
+class WriteContext:
+    """What every write needs.  Use it on the reader's thread: the writer has its own.
+
+    ``clock`` is the time a write's selection is made against (relative dates in a query)."""
+
+    config: Config
+    reader: Reader
+    writer: Writer
+    sidecar_file: Path
+    after_write: Callable[[WriteOutcome], None] | None = None
+    clock: Callable[[], datetime] = utc_now
+
+
+@dataclass
+class BatchReport:
+    """What a batch did: per message applied, unknown or failed, and the audit records."""
+
+    applied: list[str] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)  # as the caller wrote them
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (Message-ID, why)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    audit_id: int | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# One message inside a write session
+
+
+@dataclass
+class MessageWork:
+    """One message inside a write session, with the moves done to it so far."""
+
+    txn: WriteTxn
+    config: Config
+    message: IndexedMessage
+    moves: list[tuple[Path, Path]] = field(default_factory=list)
+
+    @property
+    def mid(self) -> str:
+        return self.message.message_id
+
+    def current(self) -> IndexedMessage:
+        found = self.txn.get(self.mid)
+        if found is None:  # cannot happen: a move adds the new file before dropping the old
+            raise ChangeError("the message left the index during the write")
+        return found
+
+    def folder_of(self, filename: str | Path) -> str | None:
+        return maildir.folder_of(self.config.mail_root, filename)
+
+    def account(self, name: str | None) -> Account:
+        """The account the write acts in: the one asked for, else the primary file's."""
+        if name is not None:
+            return self.config.account(name)
+        account = maildir.primary_account(self.config, self.message)
+        if account is None:
+            raise ChangeError("the message's file is in no configured account")
+        return account
+
+    def copies(self, account: Account) -> list[Copy]:
+        found = maildir.copies_in(self.config, self.current(), account)
+        if not found:
+            raise ChangeError(f"the message has no file in account {account.name!r}")
+        return found
+
+    def tag(self, add: Sequence[str] = (), remove: Sequence[str] = ()) -> None:
+        self.txn.change_tags([self.mid], add=add, remove=remove)
+
+    def origins(self) -> dict[str, str]:
+        raw = self.txn.get_property(self.mid, ORIGIN_PROPERTY)
+        try:
+            value = json.loads(raw) if raw else {}
+        except ValueError:
+            return {}
+        return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+    def move(self, copy: Copy, folder: str) -> Path:
+        """Move one file into a folder; remember its origin when it goes to Trash or Junk."""
+        new = mover.move_file(self.txn, copy.path, maildir.ensure_maildir(self.config, folder))
+        self.moves.append((copy.path, new))
+        origins = self.origins()
+        changed = origins.pop(maildir.file_key(copy.path), None) is not None
+        if maildir.role_of(self.config, folder) in BIN_ROLES:
+            origins[maildir.file_key(new)] = copy.folder
+            changed = True
+        if changed:
+            self.txn.set_property(self.mid, ORIGIN_PROPERTY,
+                                  json.dumps(origins, ensure_ascii=False))
+        return new
+
+    def settle_place_tags(self) -> None:
+        """Place tags as the user's tagging rules give them for where the files are now."""
+        place_tags(self.txn, self.config, self.mid)
+
+
+Step = Callable[[MessageWork], None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps: what a write does to one message
+
+
+def tag_step(add: Sequence[str] = (), remove: Sequence[str] = ()) -> Step:
+    return lambda work: work.tag(add, remove)
+
+
+def move_to_role_step(role: str, account: str | None) -> Step:
+    """Trash / Junk: every copy in the account that is not yet in the role's folder."""
+    def step(work: MessageWork) -> None:
+        acct = work.account(account)
+        dest = acct.folder(role)
+        for copy in work.copies(acct):
+            if copy.folder != dest:
+                work.move(copy, dest)
+        work.settle_place_tags()
+    return step
+
+
+def archive_step(account: str | None) -> Step:
+    """The copies in the account's inbox folder go to its Archive folder."""
+    def step(work: MessageWork) -> None:
+        acct = work.account(account)
+        dest, inbox = acct.folder("archive"), acct.folder("inbox")
+        for copy in work.copies(acct):
+            if copy.folder == inbox:
+                work.move(copy, dest)
+        work.settle_place_tags()
+    return step
+
+
+def move_to_folder_step(destination: Callable[[Account], str], account: str | None) -> Step:
+    """Every copy in the account to the folder ``destination`` names for that account."""
+    def step(work: MessageWork) -> None:
+        acct = work.account(account)
+        dest = destination(acct)
+        for copy in work.copies(acct):
+            if copy.folder != dest:
+                work.move(copy, dest)
+        work.settle_place_tags()
+    return step
+
+
+def restore_step(account: str | None) -> Step:
+    """Copies in Trash/Junk go back where they came from (else to the inbox)."""
+    def step(work: MessageWork) -> None:
+        acct = work.account(account)
+        bins = {acct.folders[r] for r in BIN_ROLES if r in acct.folders}
+        origins = work.origins()
+        for copy in work.copies(acct):
+            if copy.folder not in bins:
+                continue
+            dest = origins.get(maildir.file_key(copy.path))
+            if dest is None or dest in bins or not maildir.is_known_folder(work.config, dest):
+                dest = acct.folder("inbox")
+            work.move(copy, dest)
+        work.settle_place_tags()
+    return step
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a batch
+
+
+def change_record(config: Config, before: IndexedMessage, after: IndexedMessage,
+                  moves: Sequence[tuple[Path, Path]], origin_before: str | None,
+                  origin_after: str | None) -> dict[str, Any] | None:
+    """The audit record of what a write did to one message; None if it changed nothing."""
+    if (before.tags == after.tags and set(before.filenames) == set(after.filenames)
+            and origin_before == origin_after):
+        return None
+    root = config.mail_root
+    return {
+        "message_id": before.message_id,
+        "tags_before": sorted(before.tags),
+        "tags_after": sorted(after.tags),
+        # Paths relative to the mail root, so the log survives moving the whole tree.
+        "files_before": [maildir.relative_path(root, f) for f in before.filenames],
+        "files_after": [maildir.relative_path(root, f) for f in after.filenames],
+        "moves": [[maildir.relative_path(root, a), maildir.relative_path(root, b)]
+                  for a, b in moves],
+        "origin_before": origin_before,
+        "origin_after": origin_after,
+    }
+
+
+def _write_one(txn: WriteTxn, config: Config, before: IndexedMessage, step: Step,
+               report: BatchReport) -> None:
+    origin_before = txn.get_property(before.message_id, ORIGIN_PROPERTY)
+    work = MessageWork(txn=txn, config=config, message=before)
+    try:
+        step(work)
+        report.applied.append(before.message_id)
+    # Any failure stays with its message: notmuch commits the atomic section even when an
+    # exception escapes, so the batch must finish to record what the others did.
+    except Exception as exc:
+        report.errors.append((before.message_id, str(exc) or type(exc).__name__))
+    after = txn.get(before.message_id) or before
+    change = change_record(config, before, after, work.moves, origin_before,
+                           txn.get_property(before.message_id, ORIGIN_PROPERTY))
+    if change is not None:
+        report.changes.append(change)
+
+
+def run(ctx: WriteContext, message_ids: Sequence[str], step: Step, *,
+        asked: dict[str, str] | None = None) -> BatchReport:
+    """Apply ``step`` to each message in one write session; nothing is recorded or notified.
+    ``asked`` maps a Message-ID to the id as the caller wrote it (for ``not_found``).
+    Raises ``DatabaseBusy`` (and changes nothing) when the write lock cannot be had."""
+    names = asked or {}
+
+    def batch(txn: WriteTxn) -> BatchReport:
+        report = BatchReport()
+        for mid in message_ids:
+            before = txn.get(mid)
+            if before is None:
+                report.not_found.append(names.get(mid, mid))
+            else:
+                _write_one(txn, ctx.config, before, step, report)
+        return report
+
+    return ctx.writer.run(batch)
+
+
+def touched_accounts(config: Config, changes: Sequence[dict[str, Any]]) -> frozenset[str]:
+    """The accounts whose files a batch changed on disk: those need an mbsync push."""
+    names: set[str] = set()
+    for change in changes:
+        for rel in set(change["files_before"]) ^ set(change["files_after"]):
+            folder = maildir.folder_of(config.mail_root, config.mail_root / rel)
+            account = config.account_for_path(folder) if folder else None
+            if account is not None:
+                names.add(account.name)
+    return frozenset(names)
+
+
+def notify(ctx: WriteContext, action: str, changes: Sequence[dict[str, Any]]) -> None:
+    """Tell the caller's follow-up (sidecar sync, push) what changed, if anything did."""
+    if ctx.after_write is None or not changes:
+        return
+    outcome = WriteOutcome(action=action,
+                           message_ids=tuple(c["message_id"] for c in changes),
+                           accounts=touched_accounts(ctx.config, changes))
+    try:
+        ctx.after_write(outcome)
+    except Exception:  # the write is done and recorded; a failed follow-up must not hide that
+        log.exception("follow-up after %s failed", action)
+
+
+def record(ctx: WriteContext, action: str, params: dict[str, Any],
+           changes: Sequence[dict[str, Any]]) -> int | None:
+    """One audit entry for what a write changed (none when it changed nothing)."""
+    if not changes:  # a call that changed nothing leaves nothing to undo
+        return None
+    with sidecar.opened(ctx.sidecar_file) as conn:
+        return sidecar.record_write(conn, action, params, list(changes))
+
+
+def apply(ctx: WriteContext, action: str, params: dict[str, Any], message_ids: Sequence[str],
+          step: Step, *, asked: dict[str, str] | None = None) -> BatchReport:
+    """Run a write, record it in the audit log and tell the follow-up."""
+    report = run(ctx, message_ids, step, asked=asked)
+    report.audit_id = record(ctx, action, params, report.changes)
+    notify(ctx, action, report.changes)
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# Undo
+
+
+def _current_file(work: MessageWork, recorded: str) -> Copy | None:
+    """The file a recorded move produced, as it is named now (flag changes and mbsync's
+    ``,U=`` may have renamed it since; its unique part stays)."""
+    path = work.config.mail_root / recorded
+    folder, key = work.folder_of(path), maildir.file_key(path)
+    for name in work.current().filenames:
+        if work.folder_of(name) == folder and maildir.file_key(name) == key:
+            return Copy(Path(name), folder or ".")
+    return None
+
+
+def revert_step(changes: dict[str, dict[str, Any]]) -> Step:
+    """Undo what an audit entry recorded for each message: moves back, then tags and origin."""
+    def step(work: MessageWork) -> None:
+        change = changes[work.mid]
+        missing = []
+        for source, dest in reversed(change["moves"]):
+            copy = _current_file(work, dest)
+            home = work.folder_of(work.config.mail_root / source)
+            if copy is None or home is None:
+                missing.append(dest)
+                continue
+            work.move(copy, home)
+        before, after = set(change["tags_before"]), set(change["tags_after"])
+        # Only what the write changed is turned back, so later changes by others survive.
+        work.tag(add=sorted(before - after), remove=sorted(after - before))
+        if change["origin_before"] != change["origin_after"]:
+            work.txn.set_property(work.mid, ORIGIN_PROPERTY, change["origin_before"] or "{}")
+        if missing:
+            raise ChangeError(f"not moved back, no longer where the write put it: "
+                              f"{', '.join(missing)}")
+    return step
+
+
+def undo_last(ctx: WriteContext,
+              restore_rows: Callable[[Any, list[dict[str, Any]]], None] | None = None
+              ) -> tuple[sidecar.AuditEntry, BatchReport] | None:
+    """Revert the latest audit entry not yet undone: its tags, files moved back into the
+    folders they came from (into ``cur/``, keeping the flags they have now), and -- through
+    ``restore_rows`` -- the non-mail rows it recorded (contacts).  None when nothing is left."""
+    with sidecar.opened(ctx.sidecar_file) as conn:
+        entry = sidecar.last_write(conn)
+    if entry is None:
+        return None
+    # A contacts write records its rows ("contact") beside the mail changes it caused.
+    rows = [c for c in entry.changes if "contact" in c]
+    changes = {c["message_id"]: c for c in entry.changes if "message_id" in c}
+    report = run(ctx, list(changes), revert_step(changes))
+    with sidecar.opened(ctx.sidecar_file) as conn:
+        if rows and restore_rows is not None:
+            restore_rows(conn, rows)
+        sidecar.mark_undone(conn, entry.id)
+    report.audit_id = entry.id
+    notify(ctx, f"undo {entry.action}", report.changes)
+    return entry, report

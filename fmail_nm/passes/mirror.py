@@ -1,0 +1,490 @@
+"""Keeps the sidecar's mirror of the notmuch index exact, incrementally.
+
+notmuch stamps every message with the database revision at which it last changed (tags, files,
+properties, thread); ``lastmod:A..B`` finds those changed since the last sync.  Two things that
+stamp cannot show are handled apart:
+
+* a removed message leaves no trace (the revision does not even move), so every sync compares
+  the message counts and, when the mirror has more, narrows the difference down folder by
+  folder -- the mirror is a superset of the index once the changed messages are applied;
+* a new database (its uuid changed) means a full rebuild.
+
+Work is done in batches; each batch and the sync position are committed in one transaction, so
+a sync killed at any point leaves a state the next run simply continues.  Message files are
+opened only for messages the mirror has not seen (recipients, List-Id, a body preview); a tag
+change or a moved file costs no parsing.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import fcntl
+import json
+import logging
+import os
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..clock import iso_from_epoch
+from ..config import Config
+from ..errors import BackendError
+from ..message.mime import parse_message
+from ..message.text import preview, preview_html_text
+from ..private import private_dir
+from ..store import maildir, sidecar
+from ..store.maildir import notmuch_folder
+from ..store.notmuch import IndexedMessage, Reader
+from ..store.query import quote
+
+log = logging.getLogger(__name__)
+
+BATCH_SIZE = 500
+HEAD_BYTES = 64 * 1024  # headers and the start of the text: enough for a 200-character preview
+PREVIEW_CHARS = 200
+# Hostile mail can carry megabyte subjects or thousands of recipients; the SQL tools refuse
+# values over 250 KB, so the mirror keeps every value well below that.
+MAX_SUBJECT_CHARS = 2000  # also for sender names
+MAX_RECIPIENTS = 500
+
+# The order in which a message's folders are chosen as its primary one.
+_ROLE_RANK = {"inbox": 0, "archive": 2, "sent": 3, "drafts": 4, "junk": 5, "trash": 6}
+_OTHER_RANK = 1
+
+
+@dataclass
+class MirrorReport:
+    full: bool = False
+    upserted: int = 0
+    parsed: int = 0
+    removed: int = 0
+    revision: int = 0
+    uuid: str = ""
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """What only the file can tell, parsed once per message."""
+
+    recipients: list[dict[str, str]]
+    list_id: str | None
+    body_preview: str
+    size: int | None
+
+
+@dataclass
+class _Window:
+    """One lastmod range being applied; ``after`` is the last Message-ID committed."""
+
+    start: int
+    stop: int
+    after: str = ""
+
+    def dump(self) -> str:
+        return json.dumps({"start": self.start, "stop": self.stop, "after": self.after})
+
+    @classmethod
+    def load(cls, text: str | None) -> _Window | None:
+        if not text:
+            return None
+        data = json.loads(text)
+        return cls(int(data["start"]), int(data["stop"]), str(data["after"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Building a row
+
+
+@dataclass
+class Layout:
+    """Where a folder sits: its rank among a message's folders (the primary one is shown)."""
+
+    config: Config
+    _roles: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for account in self.config.accounts:
+            for role, folder in account.folders.items():
+                self._roles.setdefault(folder, role)
+
+    def rank(self, folder: str) -> int:
+        return _ROLE_RANK.get(self._roles.get(folder, ""), _OTHER_RANK)
+
+    def account_and_name(self, folder: str) -> tuple[str | None, str]:
+        return maildir.account_and_name(self.config, folder)
+
+
+def parse_file(filenames: Sequence[str]) -> Parsed:
+    """Recipients, List-Id, preview and size from the first readable file."""
+    for name in filenames:
+        try:
+            with open(name, "rb") as fh:
+                head = fh.read(HEAD_BYTES)
+                size = os.fstat(fh.fileno()).st_size
+        except OSError:
+            continue
+        parsed = parse_message(head, preview_html_text)
+        recipients = [{"name": a.name, "email": a.address.lower(), "kind": kind}
+                      for kind, people in (("to", parsed.to), ("cc", parsed.cc))
+                      for a in people if a.address][:MAX_RECIPIENTS]
+        return Parsed(recipients=recipients, list_id=parsed.list_id.lower() if parsed.list_id else None,
+                      body_preview=preview(parsed.text, PREVIEW_CHARS), size=size)
+    return Parsed(recipients=[], list_id=None, body_preview="", size=None)
+
+
+def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[str]) -> dict[str, Any]:
+    folders = sorted({f for f in (notmuch_folder(n, layout.config.mail_root) for n in m.filenames)
+                      if f is not None})
+    primary = min(folders, key=lambda f: (layout.rank(f), f)) if folders else None
+    account, folder = layout.account_and_name(primary) if primary is not None else (None, None)
+    sender_name, sender_email = email.utils.parseaddr(m.from_header)
+    sender_email = sender_email.lower()
+    return {
+        "message_id": m.message_id,
+        "uid": sidecar.uid_for(m.message_id),
+        "thread_id": m.thread_id,
+        "account_name": account,
+        "folder": folder,
+        "folders": json.dumps(folders, ensure_ascii=False),
+        "subject": m.subject[:MAX_SUBJECT_CHARS],
+        "sender_email": sender_email,
+        "sender_name": sender_name[:MAX_SUBJECT_CHARS],
+        "recipients": json.dumps(parsed.recipients, ensure_ascii=False),
+        "date": iso_from_epoch(m.date),
+        "date_epoch": m.date or None,
+        "body_preview": parsed.body_preview,
+        "is_read": int("unread" not in m.tags),
+        "is_flagged": int("flagged" in m.tags),
+        "is_replied": int("replied" in m.tags),
+        "is_draft": int("draft" in m.tags),
+        "is_sent": int(sender_email in me),
+        "has_attachment": int("attachment" in m.tags),
+        "tags": json.dumps(sorted(m.tags), ensure_ascii=False),
+        "list_id": parsed.list_id,
+        "size": parsed.size,
+        "filenames": json.dumps(list(m.filenames), ensure_ascii=False),
+        "_folders": folders,
+        "_tags": sorted(m.tags),
+    }
+
+
+_COLUMNS = ("message_id", "uid", "thread_id", "account_name", "folder", "folders", "subject",
+            "sender_email", "sender_name", "recipients", "date", "date_epoch", "body_preview",
+            "is_read", "is_flagged", "is_replied", "is_draft", "is_sent", "has_attachment", "tags",
+            "list_id", "size", "filenames")
+_UPSERT = (f"INSERT INTO messages ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
+           "ON CONFLICT (message_id) DO UPDATE SET "
+           + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c != "message_id"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing rows
+
+
+def _known(conn: sqlite3.Connection,
+           ids: Sequence[str]) -> dict[str, tuple[Parsed, frozenset[str]]]:
+    """What the mirror already parsed for these messages (so it is not parsed again), with the
+    files it was parsed from."""
+    known: dict[str, tuple[Parsed, frozenset[str]]] = {}
+    for chunk in chunks(ids, 500):
+        marks = ",".join("?" * len(chunk))
+        for mid, recipients, list_id, body_preview, size, filenames in conn.execute(
+                f"SELECT message_id, recipients, list_id, body_preview, size, filenames "
+                f"FROM messages WHERE message_id IN ({marks})", chunk):
+            known[mid] = (Parsed(json.loads(recipients), list_id, body_preview, size),
+                          frozenset(json.loads(filenames)))
+    return known
+
+
+def _addresses_of(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for chunk in chunks(ids, 500):
+        marks = ",".join("?" * len(chunk))
+        found.update(r[0] for r in conn.execute(
+            f"SELECT DISTINCT email FROM message_addresses WHERE message_id IN ({marks})", chunk))
+    return found
+
+
+def chunks(items: Sequence[str], size: int) -> Iterable[list[str]]:
+    """``items`` in lists of at most ``size``."""
+    for start in range(0, len(items), size):
+        yield list(items[start:start + size])
+
+
+def _write_row(conn: sqlite3.Connection, row: dict[str, Any], parsed: Parsed) -> set[str]:
+    """Upsert one message with its tags, folders and addresses; returns its addresses."""
+    mid = row["message_id"]
+    conn.execute(_UPSERT, [row[c] for c in _COLUMNS])
+    conn.execute("DELETE FROM message_tags WHERE message_id = ?", (mid,))
+    conn.executemany("INSERT INTO message_tags (message_id, tag) VALUES (?, ?)",
+                     [(mid, t) for t in row["_tags"]])
+    conn.execute("DELETE FROM message_folders WHERE message_id = ?", (mid,))
+    conn.executemany("INSERT INTO message_folders (message_id, folder) VALUES (?, ?)",
+                     [(mid, f) for f in row["_folders"]])
+    conn.execute("DELETE FROM message_addresses WHERE message_id = ?", (mid,))
+    people = {(mid, "from", row["sender_email"], row["sender_name"])} if row["sender_email"] else set()
+    people.update((mid, r["kind"], r["email"], r["name"]) for r in parsed.recipients)
+    # One row per (address, role): a message that names someone twice counts once.
+    unique = {(p[0], p[1], p[2]): p for p in people}
+    conn.executemany("INSERT INTO message_addresses (message_id, role, email, name) "
+                     "VALUES (?, ?, ?, ?)", list(unique.values()))
+    return {p[2] for p in unique.values()}
+
+
+_STATS = """
+INSERT INTO contact_stats (email_address, name, first_seen, last_seen, messages_from, messages_to)
+SELECT a.email,
+       (SELECT b.name FROM message_addresses b JOIN messages mb USING (message_id)
+        WHERE b.email = a.email AND b.name != '' ORDER BY mb.date DESC LIMIT 1),
+       min(m.date), max(m.date),
+       count(DISTINCT CASE WHEN a.role = 'from' THEN a.message_id END),
+       count(DISTINCT CASE WHEN a.role != 'from' AND m.is_sent = 1 THEN a.message_id END)
+FROM message_addresses a JOIN messages m USING (message_id)
+WHERE a.email = ?
+GROUP BY a.email
+ON CONFLICT (email_address) DO UPDATE SET
+    name = excluded.name, first_seen = excluded.first_seen, last_seen = excluded.last_seen,
+    messages_from = excluded.messages_from, messages_to = excluded.messages_to
+"""
+
+
+def refresh_stats(conn: sqlite3.Connection, addresses: Iterable[str]) -> None:
+    """Recompute the harvested figures of these addresses from the mirror."""
+    for address in addresses:
+        conn.execute("DELETE FROM contact_stats WHERE email_address = ?", (address,))
+        conn.execute(_STATS, (address,))
+
+
+def _set_me(conn: sqlite3.Connection, me: frozenset[str]) -> bool:
+    """Store the user's addresses; True when they changed (is_sent must then be recomputed)."""
+    before = {r[0] for r in conn.execute("SELECT email FROM me")}
+    if before == me:
+        return False
+    conn.execute("DELETE FROM me")
+    conn.executemany("INSERT INTO me (email) VALUES (?)", [(a,) for a in sorted(me)])
+    marks = ",".join("?" * len(me)) or "NULL"
+    conn.execute(f"UPDATE messages SET is_sent = (sender_email IN ({marks}))", sorted(me))
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# The sync
+
+
+class Mirror:
+    """Syncs one sidecar connection from one notmuch reader (both used from one thread)."""
+
+    def __init__(self, config: Config, reader: Reader, conn: sqlite3.Connection, *,
+                 batch_size: int = BATCH_SIZE,
+                 on_batch: Callable[[int], None] | None = None) -> None:
+        self.config = config
+        self.reader = reader
+        self.conn = conn
+        self.batch_size = batch_size
+        self.on_batch = on_batch  # called after each committed batch (tests use it to crash)
+        self.layout = Layout(config)
+        self.me = frozenset(config.addresses)
+
+    def sync(self, *, full: bool = False) -> MirrorReport:
+        report = MirrorReport()
+        rev = self.reader.revision()
+        report.revision, report.uuid = rev.number, rev.uuid
+        with sidecar.transaction(self.conn):
+            if full or sidecar.get_state(self.conn, "notmuch_uuid") != rev.uuid:
+                self._reset(rev.uuid)
+                report.full = True
+            if _set_me(self.conn, self.me):
+                refresh_stats(self.conn, [r[0] for r in self.conn.execute(
+                    "SELECT email_address FROM contact_stats")])
+        while (window := self._next_window(rev.number)) is not None:
+            self._apply_window(window, report)
+        self._drop_removed(report)
+        return report
+
+    def _reset(self, uuid: str) -> None:
+        log.info("sidecar: full rebuild of the mirror (new notmuch database %s)", uuid)
+        self.conn.execute("DELETE FROM messages")  # cascades to tags, folders, addresses
+        self.conn.execute("DELETE FROM contact_stats")
+        sidecar.set_state(self.conn, "notmuch_uuid", uuid)
+        sidecar.set_state(self.conn, "revision", None)
+        sidecar.set_state(self.conn, "window", None)
+
+    def _next_window(self, current: int) -> _Window | None:
+        pending = _Window.load(sidecar.get_state(self.conn, "window"))
+        if pending is not None:
+            return pending
+        done = sidecar.get_state(self.conn, "revision")
+        start = 0 if done is None else int(done) + 1
+        return _Window(start, current) if start <= current else None
+
+    def _apply_window(self, window: _Window, report: MirrorReport) -> None:
+        query = "*" if window.start == 0 else f"lastmod:{window.start}..{window.stop}"
+        ids = sorted(i for i in self.reader.message_ids(query) if i > window.after)
+        for chunk in chunks(ids, self.batch_size):
+            with sidecar.transaction(self.conn):
+                self._apply_batch(chunk, report)
+                window.after = chunk[-1]
+                sidecar.set_state(self.conn, "window", window.dump())
+            if self.on_batch is not None:
+                self.on_batch(len(chunk))
+        with sidecar.transaction(self.conn):
+            sidecar.set_state(self.conn, "revision", str(window.stop))
+            sidecar.set_state(self.conn, "window", None)
+
+    def _apply_batch(self, ids: Sequence[str], report: MirrorReport) -> None:
+        known = _known(self.conn, ids)
+        touched = _addresses_of(self.conn, ids)
+        gone: list[str] = []
+        for mid, message in zip(ids, self.reader.find_many(ids)):
+            if message is None:  # removed since the id list was taken
+                gone.append(mid)
+                continue
+            parsed, files = known.get(mid, (None, frozenset()))
+            if parsed is None or files != set(message.filenames):
+                parsed = self._parse(message, parsed)
+                report.parsed += 1
+            touched |= _write_row(self.conn, build_row(message, parsed, self.layout, self.me), parsed)
+            report.upserted += 1
+        self._delete(gone, report)
+        refresh_stats(self.conn, touched)
+
+    def _parse(self, message: IndexedMessage, known: Parsed | None) -> Parsed:
+        if known is not None:
+            # Same Message-ID, same content: a moved or renamed file changes only the size we
+            # report if the copy differs; keep the parsed fields, refresh the size cheaply.
+            for name in message.filenames:
+                try:
+                    return Parsed(known.recipients, known.list_id, known.body_preview,
+                                  os.stat(name).st_size)
+                except OSError:
+                    continue
+            return known
+        return parse_file(message.filenames)
+
+    def _delete(self, ids: Sequence[str], report: MirrorReport) -> None:
+        if not ids:
+            return
+        touched = _addresses_of(self.conn, ids)
+        for chunk in chunks(ids, 500):
+            marks = ",".join("?" * len(chunk))
+            self.conn.execute(f"DELETE FROM messages WHERE message_id IN ({marks})", chunk)
+        refresh_stats(self.conn, touched)
+        report.removed += len(ids)
+
+    # -- removals ------------------------------------------------------------------------------
+
+    def _drop_removed(self, report: MirrorReport) -> None:
+        """Find messages the index no longer has: compare counts, then folders, then ids."""
+        if self._surplus() <= 0:
+            return
+        suspects: set[str] = set()
+        for folder, mirrored in self.conn.execute(
+                "SELECT folder, count(*) FROM message_folders GROUP BY folder").fetchall():
+            indexed = self.reader.count(f"folder:{quote(folder)}", exclude_tags=())
+            if mirrored > indexed:
+                present = set(self.reader.message_ids(f"folder:{quote(folder)}"))
+                suspects.update(r[0] for r in self.conn.execute(
+                    "SELECT message_id FROM message_folders WHERE folder = ?", (folder,))
+                    if r[0] not in present)
+        if not suspects:  # the folders did not explain it: compare every id
+            present = set(self.reader.message_ids("*"))
+            suspects = {r[0] for r in self.conn.execute("SELECT message_id FROM messages")
+                        if r[0] not in present}
+        ordered = sorted(suspects)
+        for chunk in chunks(ordered, self.batch_size):
+            with sidecar.transaction(self.conn):
+                # A suspect may have moved after our window: refresh it instead of dropping it.
+                still = [m for m, found in zip(chunk, self.reader.find_many(chunk)) if found]
+                self._delete([m for m in chunk if m not in set(still)], report)
+                if still:
+                    self._apply_batch(still, report)
+
+    def _surplus(self) -> int:
+        mirrored = self.conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+        return int(mirrored) - self.reader.count("*", exclude_tags=())
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking
+
+
+def check(config: Config, reader: Reader, conn: sqlite3.Connection, *,
+          parse_files: bool = False) -> list[str]:
+    """Every difference between the mirror and notmuch (and, with ``parse_files``, the files);
+    an empty list means the mirror is exact."""
+    problems: list[str] = []
+    layout = Layout(config)
+    me = frozenset(config.addresses)
+    rev = reader.revision()
+    if sidecar.get_state(conn, "notmuch_uuid") != rev.uuid:
+        problems.append("the mirror was built from another notmuch database (uuid differs)")
+    mirrored = {r[0]: r for r in conn.execute(
+        f"SELECT {', '.join(_COLUMNS)} FROM messages")}
+    indexed = reader.message_ids("*")
+    for mid in sorted(set(mirrored) - set(indexed)):
+        problems.append(f"{mid}: in the mirror but not in notmuch")
+    for chunk in chunks(sorted(indexed), 500):
+        for mid, message in zip(chunk, reader.find_many(chunk)):
+            row = mirrored.get(mid)
+            if message is None:
+                continue
+            if row is None:
+                problems.append(f"{mid}: in notmuch but not in the mirror")
+                continue
+            have = dict(zip(_COLUMNS, row))
+            parsed = parse_file(message.filenames) if parse_files else Parsed(
+                json.loads(have["recipients"]), have["list_id"], have["body_preview"], have["size"])
+            want = build_row(message, parsed, layout, me)
+            for column in _COLUMNS:
+                if have[column] != want[column]:
+                    problems.append(f"{mid}: {column} is {have[column]!r}, notmuch says {want[column]!r}")
+            problems.extend(_check_children(conn, mid, want))
+    return problems
+
+
+def _check_children(conn: sqlite3.Connection, mid: str, want: dict[str, Any]) -> list[str]:
+    problems = []
+    tags = sorted(r[0] for r in conn.execute("SELECT tag FROM message_tags WHERE message_id = ?", (mid,)))
+    if tags != want["_tags"]:
+        problems.append(f"{mid}: message_tags {tags} differ from {want['_tags']}")
+    folders = sorted(r[0] for r in conn.execute(
+        "SELECT folder FROM message_folders WHERE message_id = ?", (mid,)))
+    if folders != want["_folders"]:
+        problems.append(f"{mid}: message_folders {folders} differ from {want['_folders']}")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points used by the CLI, the hook and the server
+
+
+class SyncInProgress(BackendError):
+    """Another process is syncing the sidecar right now."""
+
+
+@contextmanager
+def sync_lock(path: Path, *, wait: bool) -> Iterator[None]:
+    """One sync at a time per sidecar, across processes (the hook, the server, the CLI): two
+    would do the same work twice and could set the sync position back."""
+    private_dir(path.parent)
+    with open(path.with_name(path.name + ".sync-lock"), "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SyncInProgress("another fmail-nm process is syncing the sidecar") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def sync_sidecar(config: Config, reader: Reader, *, full: bool = False,
+                 wait: bool = True) -> MirrorReport:
+    """Bring the sidecar up to date with notmuch.  With ``wait=False`` a sync already running
+    elsewhere raises :class:`SyncInProgress` instead of waiting for it."""
+    path = sidecar.sidecar_path(config.data_dir)
+    with sync_lock(path, wait=wait), sidecar.opened(path) as conn:
+        return Mirror(config, reader, conn).sync(full=full)

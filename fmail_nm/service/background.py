@@ -1,0 +1,564 @@
+"""The always-on part of fmail-nm: watch the Maildir, index what changed, pull on a schedule,
+push what the write tools changed -- and say how it went in ``status.json``.
+
+Threads, each with one job, none blocking another (or the MCP server):
+
+* the watcher (:mod:`fmail_nm.service.watcher`) hands over debounced batches of changed message files;
+* one index thread runs ``notmuch new`` (hooks, tagging, blocklist, sidecar) -- never two at
+  once; requests that arrive during a run are coalesced into one more run.  Before running for
+  a watcher batch it asks the index whether the batch is already reflected: the write tools
+  move and rename files and tell notmuch themselves, so their events need no ``notmuch new``;
+* one pull thread per account with ``mbsync_channel`` and ``pull_interval_minutes > 0``;
+* the :class:`~fmail_nm.service.push.PushScheduler` for pushes the write tools ask for.
+
+Call :meth:`Background.stop` only after the MCP server stopped taking calls: the write tools
+move files on the server's thread, and stop() should not race a move.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import IO
+
+from ..clock import utc_now
+from ..config import Account, Config
+from ..errors import BackendError
+from ..private import private_dir
+from ..store.notmuch import Reader
+from ..store.notmuch_cli import notmuch_settings
+from .index import run_index
+from .mbsync import MBSYNC_TIMEOUT, MbsyncNotInstalled, MbsyncRun, run_mbsync
+from .push import PushScheduler
+from .status import (
+    AccountStatus,
+    IndexStatus,
+    RunInfo,
+    ServiceInfo,
+    ServiceStatus,
+    StatusStore,
+)
+from .watcher import MailWatcher
+
+log = logging.getLogger(__name__)
+
+# A run that takes longer is stopped and reported: almost always a write lock another program
+# holds (notmuch new waits silently for it).  Generous, because a big first pull takes a while.
+INDEX_TIMEOUT = 1200.0
+MAX_BACKOFF = 1800.0  # seconds between pulls of a failing account, at most
+BUSY_RETRY = 30.0  # a channel busy with another mbsync: try again this soon (or the interval)
+PULL_LOCK_WAIT = 10.0  # how long a scheduled pull waits for a busy channel
+HEARTBEAT = 5.0  # the index thread refreshes the queue length and revision this often
+
+
+class AlreadyRunning(BackendError):
+    """Another fmail-nm service (watcher/scheduler) runs for the same data directory."""
+
+
+def backoff_delay(interval: float, failures: int) -> float:
+    """Seconds to the next pull after ``failures`` failed pulls in a row: the interval doubled
+    per failure, at most :data:`MAX_BACKOFF` -- but never less than the interval itself."""
+    if failures <= 0:
+        return interval
+    return max(interval, min(interval * 2 ** min(failures, 30), MAX_BACKOFF))
+
+
+def _run_info(run: MbsyncRun) -> RunInfo:
+    return RunInfo(at=run.started, ok=run.ok, error=run.error or None, seconds=run.seconds)
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), text)
+
+
+# ---------------------------------------------------------------------------------------------
+# The index thread
+
+
+@dataclass
+class _Work:
+    reasons: list[str] = field(default_factory=list)
+    paths: dict[str, None] = field(default_factory=dict)  # insertion-ordered set
+
+    def __bool__(self) -> bool:
+        return bool(self.reasons or self.paths)
+
+    def describe(self) -> str:
+        parts = sorted(set(self.reasons))
+        if self.paths:
+            parts.append(f"{len(self.paths)} changed file(s)")
+        return ", ".join(parts)
+
+
+class _Indexer:
+    """One thread that runs the index; the notmuch Reader it checks batches with lives on it."""
+
+    def __init__(self, bg: Background) -> None:
+        self.bg = bg
+        self.config = bg.config
+        self._work = _Work()
+        self._running = False
+        self._stopping = False
+        self._deadline = 0.0
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, name="fmail-index", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request(self, reason: str) -> None:
+        with self._cond:
+            self._work.reasons.append(reason)
+            self._cond.notify_all()
+
+    def add_paths(self, paths: Iterable[Path]) -> None:
+        with self._cond:
+            for path in paths:
+                self._work.paths[os.fspath(path)] = None
+            self._cond.notify_all()
+
+    def idle(self) -> bool:
+        with self._cond:
+            return not self._work and not self._running
+
+    def stop(self, deadline: float) -> None:
+        """Take no new work; a run in progress finishes, and what was asked for before stop
+        gets one last run if there is time for it."""
+        with self._cond:
+            self._stopping = True
+            self._deadline = deadline
+            self._cond.notify_all()
+        if self._thread.ident is None:  # never started
+            return
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            log.warning("index run still going at shutdown; notmuch new is left to finish on "
+                        "its own (safe for the database)")
+
+    # -- on the thread -------------------------------------------------------------------------
+
+    def _take(self) -> tuple[_Work, bool] | None:
+        """The next work and whether it is the last (None: stop).  Waits at most a heartbeat;
+        an empty _Work means "refresh the status"."""
+        with self._cond:
+            if not self._work and not self._stopping:
+                self._cond.wait(HEARTBEAT)
+            work, self._work = self._work, _Work()
+            if self._stopping and not work:
+                return None
+            self._running = bool(work)
+            return work, self._stopping
+
+    def _loop(self) -> None:
+        reader = Reader(self.config.settings.notmuch_config)
+        try:
+            while (taken := self._take()) is not None:
+                work, last = taken
+                try:
+                    if not work:
+                        self._heartbeat(reader)
+                    else:
+                        self._handle(reader, work, last)
+                except Exception:  # keep the thread alive; the next request tries again
+                    log.exception("background indexing step failed")
+                finally:
+                    with self._cond:
+                        self._running = False
+                        self._cond.notify_all()
+                if last:
+                    break
+        finally:
+            reader.close()
+
+    def _heartbeat(self, reader: Reader) -> None:
+        queue = self.bg.queue_length()
+        revision = _revision(reader)
+
+        def refresh(s: ServiceStatus) -> None:
+            s.queue_length = queue
+            if revision is not None:
+                s.notmuch_revision = revision
+        self.bg.store.update(refresh)
+
+    def _unreflected(self, reader: Reader, paths: list[str]) -> list[str]:
+        """The paths whose state on disk the index does not show yet: a file that exists but
+        is not indexed, or one that is indexed but gone.  Our own moves and flag renames were
+        told to notmuch by the write tools, so they drop out here."""
+        try:
+            known = reader.known_files(paths)
+        except Exception as exc:  # cannot tell: index, which is always correct
+            log.debug("cannot check changed files against the index (%s); indexing", exc)
+            return paths
+        return [p for p in paths if os.path.lexists(p) != (p in known)]
+
+    def _handle(self, reader: Reader, work: _Work, last: bool) -> None:
+        if not work.reasons:
+            changed = self._unreflected(reader, list(work.paths))
+            if not changed:
+                log.debug("%d changed file(s) already in the index; no notmuch new needed",
+                          len(work.paths))
+
+                def skipped(s: ServiceStatus) -> None:
+                    s.index.batches_skipped += 1
+                self.bg.store.update(skipped)
+                return
+            log.debug("not yet indexed: %s", ", ".join(changed[:10]))
+        timeout = self.bg.index_timeout
+        if last:
+            remaining = self._deadline - time.monotonic() - 1.0
+            if remaining <= 0:
+                log.warning("shutting down: not indexing (%s); the next `fmail-nm index` or "
+                            "start of the service will", work.describe())
+                return
+            timeout = min(timeout, remaining)
+        self._index(reader, work.describe(), timeout)
+
+    def _index(self, reader: Reader, reason: str, timeout: float) -> None:
+        started = utc_now()
+        clock = time.monotonic()
+        error: str | None = None
+        added: int | None = None
+        try:
+            summary = run_index(self.config, show_progress=False, timeout=timeout)
+        except Exception as exc:  # notmuch new failed or timed out, a busy lock, the sidecar
+            error = str(exc) or type(exc).__name__
+            log.warning("indexing (%s) failed after %.1fs: %s", reason,
+                        time.monotonic() - clock, _first_line(error))
+        else:
+            added = summary.added
+            log.info("indexed (%s): %d new, %d messages in all, %.1fs", reason, summary.added,
+                     summary.total, time.monotonic() - clock)
+        finished = utc_now()
+        revision = _revision(reader)
+        queue = self.bg.queue_length()
+
+        def record(s: ServiceStatus) -> None:
+            s.index.runs += 1
+            s.index.last_run_at = started
+            s.index.last_ok = error is None
+            s.index.last_error = error
+            if error is None:
+                s.index.last_added = added
+                s.indexed_at = finished
+            if revision is not None:
+                s.notmuch_revision = revision
+            s.queue_length = queue
+        self.bg.store.update(record)
+
+
+def _revision(reader: Reader) -> int | None:
+    try:
+        return reader.revision().number
+    except Exception as exc:  # a missing database shows up in the index error instead
+        log.debug("cannot read the notmuch revision: %s", exc)
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduled pulls
+
+
+class _Puller:
+    """Pulls one account every ``interval`` seconds (backing off while it fails)."""
+
+    def __init__(self, bg: Background, account: Account, interval_minutes: float) -> None:
+        self.bg = bg
+        self.account = account
+        self.interval = interval_minutes * 60.0
+        self._thread = threading.Thread(target=self._loop, name=f"pull-{account.name}",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, deadline: float) -> None:
+        if self._thread.ident is None:  # never started
+            return
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            log.warning("pull for %s still running at shutdown; mbsync is left to finish",
+                        self.account.name)
+
+    def _loop(self) -> None:
+        failures = 0
+        delay = 0.0  # pull once at start: mail may have come while the service was down
+        while not self.bg._stopping.wait(delay):
+            run = self._pull()
+            if run.returncode is not None:
+                # Even a failed mbsync may have fetched part of the mail.
+                self.bg.request_index(f"pull {self.account.name}")
+            if run.ok:
+                failures = 0
+                delay = self.interval
+            elif run.busy:
+                delay = min(self.interval, BUSY_RETRY)
+                log.info("pull for %s: channel busy with another mbsync; trying again in %.0fs",
+                         self.account.name, delay)
+            else:
+                failures += 1
+                delay = backoff_delay(self.interval, failures)
+                log.warning("pull for %s failed (%d in a row), next try in %.0fs: %s",
+                            self.account.name, failures, delay, _first_line(run.error))
+            self._record(run, failures, None if self.bg._stopping.is_set() else delay)
+
+    def _pull(self) -> MbsyncRun:
+        now = utc_now()
+        try:
+            # Both ways: the scheduled run also carries changes no write tool announced -- a
+            # mail client's flag renames, blocked mail the tagging pass moved to Junk.
+            (run,) = run_mbsync(self.bg.config, self.account.name, "both",
+                                timeout=self.bg.mbsync_timeout, lock_timeout=PULL_LOCK_WAIT)
+            return run
+        except MbsyncNotInstalled as exc:
+            error = str(exc)
+        except Exception as exc:  # keep pulling later; the status says what broke
+            log.exception("pull for %s failed", self.account.name)
+            error = f"{type(exc).__name__}: {exc}"
+        return MbsyncRun(account=self.account.name, channel=self.account.mbsync_channel,
+                         direction="both", ok=False, returncode=None, started=now,
+                         finished=utc_now(), error=error)
+
+    def _record(self, run: MbsyncRun, failures: int, delay: float | None) -> None:
+        next_at = None if delay is None else utc_now() + timedelta(seconds=delay)
+
+        def record(s: ServiceStatus) -> None:
+            acct = s.account(self.account.name)
+            if acct is None:
+                return
+            if not run.busy:
+                acct.last_pull = _run_info(run)
+            acct.consecutive_failures = failures
+            acct.next_pull_at = next_at
+        self.bg.store.update(record)
+
+
+# ---------------------------------------------------------------------------------------------
+# The service
+
+
+class Background:
+    """Watcher, index thread, scheduled pulls and the push scheduler, with their status.
+
+    ``start()`` once, ``stop()`` once (after the MCP server stopped taking calls).  Everything
+    in between is thread-safe: ``request_index`` and ``request_push`` return at once.
+    """
+
+    def __init__(self, config: Config, *, watch: bool = True, schedule: bool = True,
+                 push: bool = True, push_quiet: float = 2.0, watch_quiet: float = 1.0,
+                 watch_max_delay: float = 10.0, status_store: StatusStore | None = None,
+                 force_polling: bool = False, poll_interval: float = 2.0,
+                 index_timeout: float = INDEX_TIMEOUT,
+                 mbsync_timeout: float = MBSYNC_TIMEOUT) -> None:
+        self.config = config
+        self.store = status_store or StatusStore(config.data_dir)
+        self.index_timeout = index_timeout
+        self.mbsync_timeout = mbsync_timeout
+        self.intervals = {a.name: a.pull_interval_minutes for a in config.accounts}
+        self._stopping = threading.Event()
+        self._indexer = _Indexer(self)
+        self._watcher: MailWatcher | None = None
+        if watch:
+            self._watcher = MailWatcher(config, self._indexer.add_paths, quiet=watch_quiet,
+                                        max_delay=watch_max_delay, force_polling=force_polling,
+                                        poll_interval=poll_interval, ignore=self._ignored())
+        self._pullers = [
+            _Puller(self, a, self.intervals[a.name]) for a in config.accounts
+            if schedule and a.mbsync_channel and self.intervals[a.name] > 0
+        ]
+        self._push_enabled = push and any(a.mbsync_channel for a in config.accounts)
+        self._push_quiet = push_quiet
+        self._pusher: PushScheduler | None = None
+        self._lock_file: IO[str] | None = None
+        self._started = False
+        self._status_written = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start everything and index once (mail may have arrived while nothing watched).
+        Raises :class:`AlreadyRunning` when another service has this data directory."""
+        if self._started:
+            raise RuntimeError("Background was already started")
+        self._lock_file = self._take_instance_lock()
+        self._started = True
+        try:
+            self._start_parts()
+        except BaseException:
+            self.stop(timeout=10.0)
+            raise
+
+    def _start_parts(self) -> None:
+        self.store.write(self._initial_status())
+        self._status_written = True
+        self._indexer.start()
+        if self._watcher is not None:
+            # Before the first index run, so nothing that lands in between is missed.
+            self._watcher.start()
+        self.request_index("startup")
+        if self._push_enabled:
+            self._pusher = PushScheduler(self.config, quiet_period=self._push_quiet,
+                                         timeout=self.mbsync_timeout, after_push=self._after_push)
+        for puller in self._pullers:
+            puller.start()
+        mode = self._watcher.mode if self._watcher is not None else "off"
+
+        def started(s: ServiceStatus) -> None:
+            s.service.watcher = mode or "off"
+        self.store.update(started)
+        log.info("background service started: watching %s, %d scheduled pull(s), push %s",
+                 mode, len(self._pullers), "on" if self._pusher else "off")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop watching and scheduling, let a running mbsync or index run finish (within
+        ``timeout`` seconds in all), push what the write tools left pending, index once more
+        if that was asked for, and mark the status as not running."""
+        if not self._started or self._stopping.is_set():
+            return
+        deadline = time.monotonic() + timeout
+        self._stopping.set()
+        if self._watcher is not None:
+            self._watcher.stop(timeout=min(5.0, timeout))
+        for puller in self._pullers:
+            puller.join(deadline)
+        if self._pusher is not None:
+            pending = self._pusher.status().pending
+            self._pusher.close(flush=True, timeout=max(0.0, deadline - time.monotonic()))
+            left = self._pusher.status()
+            if left.pending or left.running:
+                log.warning("shutdown: push for %s not finished; the next sync pushes it",
+                            ", ".join(sorted(left.pending | left.running)))
+            elif pending:
+                log.info("shutdown: pushed %s", ", ".join(sorted(pending)))
+        self._indexer.stop(deadline)
+        if self._status_written:
+            self._mark_stopped()
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the flock
+            self._lock_file = None
+        log.info("background service stopped")
+
+    def _mark_stopped(self) -> None:
+        def stopped(s: ServiceStatus) -> None:
+            s.service.running = False
+            s.service.stopped_at = utc_now()
+            s.queue_length = 0
+            for acct in s.accounts:
+                acct.next_pull_at = None
+        self.store.update(stopped)
+
+    def __enter__(self) -> Background:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def request_index(self, reason: str) -> None:
+        """Index soon (coalesced with other requests); returns at once."""
+        if self._stopping.is_set():
+            # Only pushes that finish during stop() get here; stop() still runs what is queued.
+            log.debug("index requested during shutdown: %s", reason)
+        self._indexer.request(reason)
+
+    def request_push(self, accounts: Iterable[str]) -> None:
+        """Push these accounts shortly (debounced); what the write tools call after a move."""
+        names = list(accounts)
+        if self._pusher is None or not names:
+            log.debug("push not enabled; not pushing %s", ", ".join(names))
+            return
+        if self._stopping.is_set():
+            log.warning("shutting down: push for %s not queued; the next sync pushes it",
+                        ", ".join(names))
+            return
+        self._pusher.request(names)
+
+    def _after_push(self, runs: list[MbsyncRun]) -> None:
+        # mbsync renames the files it uploaded (,U=<uid>): index so notmuch has the new names.
+        def record(s: ServiceStatus) -> None:
+            for run in runs:
+                acct = s.account(run.account)
+                if acct is not None and not run.skipped:
+                    acct.last_push = _run_info(run)
+        self.store.update(record)
+        if any(run.returncode is not None for run in runs):
+            self.request_index("push " + ", ".join(sorted({r.account for r in runs})))
+
+    # -- looking in ----------------------------------------------------------------------------
+
+    def queue_length(self) -> int:
+        return self._watcher.pending() if self._watcher is not None else 0
+
+    def status(self) -> ServiceStatus:
+        """The current status, queue length as of now."""
+        current = self.store.current() if self._started else None
+        status = current or self._initial_status(running=False)
+        status.queue_length = self.queue_length()
+        return status
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no file event, index request or push is waiting or running (scheduled
+        pulls aside); False if ``timeout`` ran out first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pusher_idle = self._pusher is None or self._pusher.wait_idle(0)
+            if self.queue_length() == 0 and self._indexer.idle() and pusher_idle:
+                return True
+            time.sleep(0.05)
+        return False
+
+    @property
+    def watch_mode(self) -> str | None:
+        return self._watcher.mode if self._watcher is not None else None
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _initial_status(self, running: bool = True) -> ServiceStatus:
+        now = utc_now()
+        return ServiceStatus(
+            service=ServiceInfo(pid=os.getpid(), started_at=now, running=running),
+            accounts=[AccountStatus(name=a.name, channel=a.mbsync_channel,
+                                    pull_interval_minutes=self.intervals[a.name])
+                      for a in self.config.accounts],
+            index=IndexStatus(),
+        )
+
+    def _take_instance_lock(self) -> IO[str]:
+        # One service per data directory: two would index twice and overwrite each other's
+        # status.  (Several MCP servers without --watch may run side by side.)
+        locks = self.config.data_dir / "locks"
+        private_dir(locks)
+        handle = open(locks / "service.lock", "a+", encoding="utf-8")  # noqa: SIM115
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            other = self.store.load()
+            pid = f" (pid {other.service.pid})" if other is not None else ""
+            raise AlreadyRunning(
+                f"another fmail-nm service{pid} already watches and indexes this mail "
+                f"(data dir {self.config.data_dir}); run only one `fmail-nm run` or "
+                f"`serve --watch`") from None
+        return handle
+
+    def _ignored(self) -> list[Path]:
+        """A notmuch database inside the mail root under a name other than ``.notmuch``."""
+        try:
+            db_path = notmuch_settings(self.config.settings.notmuch_config).get("database.path")
+        except Exception:  # the watcher works without it: it keeps only new/ and cur/ files
+            return []
+        if not db_path:
+            return []
+        db = Path(db_path)
+        root = self.config.mail_root
+        if db != root and db.is_relative_to(root):
+            return [db]
+        return []

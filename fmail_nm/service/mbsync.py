@@ -1,0 +1,301 @@
+"""Running mbsync: pull and push the Maildir against the IMAP servers -- and nothing else.
+
+fmail-nm has no IMAP code of its own (ARCHITECTURE.md, "Data flow"): every write is a tag or a file
+rename, and mbsync carries it to the server.  This module runs ``mbsync`` for the accounts'
+channels and reports what happened; it never raises for a server that is down or a password
+that is wrong -- those are results, so one bad account does not stop the others.
+
+* :func:`run_mbsync` -- one ``mbsync`` per channel, serialised per channel across threads and
+  processes by an ``flock`` on ``<data_dir>/locks/mbsync-<channel>.lock``.
+
+What builds on it: :mod:`fmail_nm.service.cycle` (``sync``: mbsync, then index) and
+:mod:`fmail_nm.service.push` (the debounced background push after writes).  This module
+imports no indexing code.
+
+How mbsync merges flags (isync 1.4, observed in tests/test_sync.py): it keeps the flags of the
+last sync per message (the sync state) and carries each side's changes since then to the other
+side, flag by flag.  A boolean can only change one way from a common base, so a change made
+locally and a different one made on the server (read here, flagged there) both survive, and the
+same flag changed on both sides changed to the same value -- there is no flag conflict to lose.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Literal
+
+from ..clock import utc_now
+from ..config import Account, Config, ConfigError
+from ..errors import BackendError, CallerError
+
+log = logging.getLogger(__name__)
+
+Direction = Literal["pull", "push", "both"]
+DIRECTIONS: tuple[Direction, ...] = ("pull", "push", "both")
+# mbsync 1.4: "If neither --pull nor --push are specified, both are active."
+_DIRECTION_ARGS: dict[Direction, tuple[str, ...]] = {
+    "pull": ("--pull",),
+    "push": ("--push",),
+    "both": (),
+}
+MBSYNC_TIMEOUT = 600.0
+LOCK_TIMEOUT = 60.0
+ERROR_LINES = 12
+ERROR_CHARS = 2000
+# Lines that say nothing about why a run failed: notices, progress counters, -V chatter.
+_NOISE = re.compile(
+    r"^(?:\S+ notice: |Notice: |C: \d|B: \d|Processing |Opening |Connecting |Resolving |"
+    r"Logging in|Selecting |Synchronizing|Loading |Channel |Mailbox |Authenticating)"
+)
+
+
+class MbsyncNotInstalled(BackendError, FileNotFoundError):
+    """The ``mbsync`` program (isync) is not on ``$PATH``."""
+
+
+class ChannelBusy(BackendError):
+    """Another mbsync (ours, in this or another process) holds the channel's lock."""
+
+
+@dataclass(frozen=True)
+class MbsyncRun:
+    """What one mbsync run for one account did.  ``ok`` is the only field callers must check.
+
+    ``returncode`` is None when mbsync was not started: ``skipped`` for an account without a
+    channel or a channel that stayed ``busy`` with another run, neither for mbsync missing.
+    ``started``/``finished`` are UTC; ``started`` is taken once the channel lock is held, so two
+    runs on one channel never have overlapping intervals.
+    """
+
+    account: str
+    channel: str | None
+    direction: Direction
+    ok: bool
+    returncode: int | None
+    started: datetime
+    finished: datetime
+    error: str = ""
+    skipped: bool = False
+    busy: bool = False  # skipped because another run held the channel for too long
+    lock_wait: float = 0.0  # seconds spent waiting for another run on the same channel
+
+    @property
+    def seconds(self) -> float:
+        return (self.finished - self.started).total_seconds()
+
+    def describe(self) -> str:
+        """One line for a status listing or a log."""
+        target = f"{self.account} (channel {self.channel})" if self.channel else self.account
+        if self.ok:
+            return f"{target}: {self.direction} ok in {self.seconds:.1f}s"
+        state = "skipped" if self.skipped else f"failed (exit {self.returncode})"
+        return f"{target}: {self.direction} {state}: {self.error}"
+
+
+def find_mbsync() -> str:
+    """The path of ``mbsync``, or :class:`MbsyncNotInstalled` with an installation hint."""
+    found = shutil.which("mbsync")
+    if found is None:
+        raise MbsyncNotInstalled(
+            "mbsync (isync) is not installed or not on PATH: install isync "
+            "(Debian/Ubuntu: apt-get install isync) to sync with IMAP servers"
+        )
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-channel lock
+
+
+def lock_path(config: Config, channel: str) -> Path:
+    """The lock file for a channel; the name is made file-safe and kept unique by a hash."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", channel)[:60]
+    digest = hashlib.sha256(channel.encode()).hexdigest()[:8]
+    return config.data_dir / "locks" / f"mbsync-{safe}-{digest}.lock"
+
+
+def _try_flock(fh: IO[str]) -> bool:
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+@contextmanager
+def channel_lock(config: Config, channel: str, timeout: float = LOCK_TIMEOUT) -> Iterator[float]:
+    """Hold the channel's lock; yields the seconds spent waiting for it.
+
+    ``flock`` locks belong to an open file, so each call opens its own: two threads of one
+    process exclude each other just like two processes do, and the kernel drops the lock if
+    the holder dies.  Polling (not a blocking flock) keeps the wait bounded; after ``timeout``
+    seconds :class:`ChannelBusy` is raised.
+    """
+    path = lock_path(config, channel)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    began = time.monotonic()
+    deadline = began + max(timeout, 0.0)
+    delay = 0.02
+    with open(path, "a", encoding="utf-8") as fh:
+        if not _try_flock(fh):
+            log.info("waiting for the lock on mbsync channel %r (%s)", channel, path)
+            while not _try_flock(fh):
+                if time.monotonic() >= deadline:
+                    raise ChannelBusy(
+                        f"another mbsync is already running on channel {channel!r}; gave up "
+                        f"after {timeout:g}s -- the changes go out with that run or the next one"
+                    )
+                time.sleep(delay)
+                delay = min(delay * 2, 0.25)
+        try:
+            yield time.monotonic() - began
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running mbsync
+
+
+def valid_channel(channel: str) -> bool:
+    # A leading "-" would make mbsync read the name as an option.
+    return bool(channel) and not channel.startswith("-") and "\0" not in channel
+
+
+def mbsync_argv(program: str, config: Config, channel: str, direction: Direction) -> list[str]:
+    """``mbsync [-c CONFIG] -q [--pull|--push] CHANNEL``; ``-q`` drops progress counters, not
+    errors."""
+    if direction not in _DIRECTION_ARGS:
+        raise CallerError(f"direction must be one of {', '.join(DIRECTIONS)}, not {direction!r}")
+    if not valid_channel(channel):
+        raise ConfigError(f"invalid mbsync channel name {channel!r}")
+    argv = [program]
+    if config.settings.mbsync_config:
+        argv += ["-c", os.path.expanduser(config.settings.mbsync_config)]
+    return [*argv, "-q", *_DIRECTION_ARGS[direction], channel]
+
+
+def trim_error(stderr: str, stdout: str = "") -> str:
+    """The lines of mbsync's output that say what went wrong, without notices or counters."""
+    lines: list[str] = []
+    for line in (stderr or stdout).splitlines():
+        line = line.strip()
+        if line and not _NOISE.match(line) and line not in lines:
+            lines.append(line)
+    text = "\n".join(lines[-ERROR_LINES:])
+    return text if len(text) <= ERROR_CHARS else "…" + text[-ERROR_CHARS:]
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    # mbsync runs in its own session, so a PassCmd child goes down with it.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def _execute(argv: list[str], timeout: float) -> tuple[int | None, str]:
+    """Run mbsync; return (exit status or None if it did not start, what went wrong)."""
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, errors="replace",
+                                start_new_session=True)
+    except FileNotFoundError:  # removed between the PATH lookup and now
+        raise MbsyncNotInstalled(f"mbsync could not be started: {argv[0]} not found") from None
+    except OSError as exc:
+        return None, f"mbsync could not be started: {exc}"
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        stdout, stderr = proc.communicate()
+        detail = trim_error(stderr, stdout)
+        return proc.returncode, (f"mbsync did not finish within {timeout:g}s and was stopped"
+                                 + (f"\n{detail}" if detail else ""))
+    if proc.returncode == 0:
+        return 0, ""
+    error = trim_error(stderr, stdout) or f"mbsync exited with status {proc.returncode}"
+    return proc.returncode, error
+
+
+def not_run(account: Account, direction: Direction, reason: str, *, skipped: bool = True,
+            busy: bool = False, lock_wait: float = 0.0) -> MbsyncRun:
+    """A run that did not start mbsync (``returncode`` None), with the reason as its error."""
+    moment = utc_now()
+    return MbsyncRun(account=account.name, channel=account.mbsync_channel, direction=direction,
+                     ok=False, returncode=None, started=moment, finished=moment, error=reason,
+                     skipped=skipped, busy=busy, lock_wait=lock_wait)
+
+
+def _run_channel(program: str, config: Config, account: Account, direction: Direction, *,
+                 timeout: float, lock_timeout: float) -> MbsyncRun:
+    channel = account.mbsync_channel
+    assert channel is not None
+    argv = mbsync_argv(program, config, channel, direction)
+    try:
+        with channel_lock(config, channel, lock_timeout) as waited:
+            started = utc_now()
+            code, error = _execute(argv, timeout)
+            finished = utc_now()
+    except ChannelBusy as exc:
+        log.warning("mbsync %s for %s skipped: %s", direction, account.name, exc)
+        return not_run(account, direction, str(exc), busy=True, lock_wait=lock_timeout)
+    run = MbsyncRun(account=account.name, channel=channel, direction=direction, ok=code == 0,
+                    returncode=code, started=started, finished=finished, error=error,
+                    lock_wait=waited)
+    log.log(logging.INFO if run.ok else logging.WARNING, "mbsync %s", run.describe())
+    return run
+
+
+def selected_accounts(config: Config, account: str | None) -> list[Account]:
+    """The named account (:class:`ConfigError` if unknown), or all of them."""
+    return [config.account(account)] if account is not None else list(config.accounts)
+
+
+def run_mbsync(config: Config, account: str | None = None, direction: Direction = "both", *,
+               timeout: float = MBSYNC_TIMEOUT,
+               lock_timeout: float = LOCK_TIMEOUT) -> list[MbsyncRun]:
+    """Run mbsync for one account (by name) or all of them; one result per account.
+
+    Accounts run one after another, each channel once (accounts sharing a channel share its
+    result).  An account without ``mbsync_channel`` is reported as skipped, one with an
+    unusable channel name as failed.  A channel that
+    another run holds is waited for up to ``lock_timeout`` seconds, then reported as skipped.
+    Raises only for caller errors -- an unknown account (:class:`ConfigError`), a bad
+    direction (:class:`~fmail_nm.errors.CallerError`) -- and for mbsync not installed
+    (:class:`MbsyncNotInstalled`, a :class:`~fmail_nm.errors.BackendError`).
+    """
+    if direction not in _DIRECTION_ARGS:
+        raise CallerError(f"direction must be one of {', '.join(DIRECTIONS)}, not {direction!r}")
+    accounts = selected_accounts(config, account)
+    program = find_mbsync() if any(a.mbsync_channel for a in accounts) else ""
+    runs: list[MbsyncRun] = []
+    by_channel: dict[str, MbsyncRun] = {}
+    for acct in accounts:
+        if not acct.mbsync_channel:
+            runs.append(not_run(acct, direction, f"account {acct.name!r} has no mbsync channel; "
+                                "set mbsync_channel in its [[accounts]] entry in fmail.toml"))
+        elif not valid_channel(acct.mbsync_channel):
+            runs.append(not_run(acct, direction, f"account {acct.name!r}: invalid mbsync "
+                                f"channel name {acct.mbsync_channel!r}", skipped=False))
+        elif acct.mbsync_channel in by_channel:
+            runs.append(replace(by_channel[acct.mbsync_channel], account=acct.name))
+        else:
+            run = _run_channel(program, config, acct, direction, timeout=timeout,
+                               lock_timeout=lock_timeout)
+            by_channel[acct.mbsync_channel] = run
+            runs.append(run)
+    return runs

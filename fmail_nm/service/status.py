@@ -1,0 +1,279 @@
+"""The background service's status, shared with other processes through ``status.json``.
+
+The service (``fmail-nm run`` / ``serve --watch``) writes the file whenever something it did
+changes; ``fmail-nm status`` and the ``get_sync_status`` tool read it.  Writes are atomic
+(temporary file, then rename), so a reader sees the old status or the new one, never half;
+reads tolerate a missing or damaged file (no service has run, or a crash mid-way).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from pydantic import Field, ValidationError
+
+from ..clock import utc_now
+from ..private import private_dir
+from ..tools.dto import Dto
+
+log = logging.getLogger(__name__)
+
+STATUS_FILE = "status.json"
+
+
+class ServiceInfo(Dto):
+    pid: int
+    started_at: datetime
+    running: bool = Field(description="false once the service stopped cleanly")
+    stopped_at: datetime | None = None
+    watcher: str = Field(default="off", description="inotify, polling or off")
+
+
+class RunInfo(Dto):
+    """One mbsync run (pull or push) for an account."""
+
+    at: datetime = Field(description="when it started (UTC)")
+    ok: bool
+    error: str | None = None
+    seconds: float
+
+
+class AccountStatus(Dto):
+    name: str
+    channel: str | None
+    pull_interval_minutes: float = Field(description="0: no scheduled pull")
+    last_pull: RunInfo | None = None
+    last_push: RunInfo | None = None
+    next_pull_at: datetime | None = None
+    consecutive_failures: int = Field(default=0, description="failed pulls in a row")
+
+
+class IndexStatus(Dto):
+    last_run_at: datetime | None = None
+    last_ok: bool | None = None
+    last_error: str | None = None
+    runs: int = Field(default=0, description="notmuch new runs by this service")
+    last_added: int | None = Field(default=None, description="messages the last run added")
+    batches_skipped: int = Field(
+        default=0, description="file-event batches the index already reflected (no run needed)")
+
+
+class ServiceStatus(Dto):
+    service: ServiceInfo
+    accounts: list[AccountStatus] = Field(default_factory=list)
+    index: IndexStatus = Field(default_factory=IndexStatus)
+    queue_length: int = Field(default=0, description="file events waiting for the debounce")
+    notmuch_revision: int | None = None
+    indexed_at: datetime | None = Field(default=None,
+                                        description="end of the last successful index run")
+
+    def account(self, name: str) -> AccountStatus | None:
+        return next((a for a in self.accounts if a.name == name), None)
+
+
+class SyncStatus(Dto):
+    """The answer of the ``get_sync_status`` tool."""
+
+    running: bool = Field(description="a service is watching, indexing and pulling right now")
+    status: ServiceStatus | None = Field(description="its last status; null: none ever ran")
+
+
+def sync_status(data_dir: Path, live: ServiceStatus | None = None) -> SyncStatus:
+    """``live`` (this process's :meth:`Background.status`) if given, else the status file."""
+    status = live if live is not None else StatusStore(data_dir).load()
+    return SyncStatus(running=service_alive(status), status=status)
+
+
+def status_path(data_dir: Path) -> Path:
+    return Path(data_dir) / STATUS_FILE
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (signal 0 checks without signalling)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def service_alive(status: ServiceStatus | None) -> bool:
+    """True when the status says running and its process still exists."""
+    return status is not None and status.service.running and pid_alive(status.service.pid)
+
+
+class StatusStore:
+    """``<data_dir>/status.json``: the current status in memory, mirrored atomically on disk.
+
+    :meth:`update` is safe from any thread of this process; other processes only read.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = status_path(data_dir)
+        self._lock = threading.Lock()
+        self._current: ServiceStatus | None = None
+
+    def load(self) -> ServiceStatus | None:
+        """What the file says, or None when it is missing or unreadable."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.warning("cannot read %s: %s", self.path, exc)
+            return None
+        try:
+            return ServiceStatus.model_validate_json(text)
+        except (ValidationError, ValueError) as exc:
+            log.warning("ignoring damaged %s: %s", self.path, str(exc).splitlines()[0])
+            return None
+
+    def current(self) -> ServiceStatus | None:
+        """This process's status (a copy), or what the file says if this process wrote none."""
+        with self._lock:
+            if self._current is not None:
+                return self._current.model_copy(deep=True)
+        return self.load()
+
+    def write(self, status: ServiceStatus) -> None:
+        """Replace the status (the service does this once, when it starts)."""
+        with self._lock:
+            self._current = status.model_copy(deep=True)
+            self._save(self._current)
+
+    def update(self, mutator: Callable[[ServiceStatus], None]) -> ServiceStatus:
+        """Change the status in place with ``mutator`` and save it; returns a copy.
+
+        The file is written only when something changed, so callers may update freely."""
+        with self._lock:
+            if self._current is None:
+                raise RuntimeError("StatusStore.update before write(): no status to change")
+            before = self._current.model_dump_json()
+            mutator(self._current)
+            if self._current.model_dump_json() != before:
+                self._save(self._current)
+            return self._current.model_copy(deep=True)
+
+    def _save(self, status: ServiceStatus) -> None:
+        # Same directory as the target, so the rename is atomic; a failure leaves the old file.
+        try:
+            private_dir(self.path.parent)
+            fd, tmp = tempfile.mkstemp(prefix=".status-", suffix=".tmp", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    out.write(status.model_dump_json(indent=2))
+                os.replace(tmp, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except OSError as exc:  # a full disk must not stop indexing; the log says why
+            log.warning("cannot write %s: %s", self.path, exc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Text for `fmail-nm status`
+
+
+def _when(moment: datetime | None, now: datetime) -> str:
+    if moment is None:
+        return "never"
+    local = moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    seconds = (now - moment).total_seconds()
+    if abs(seconds) < 1:
+        return f"{local} (now)"
+    span = abs(seconds)
+    if span < 90:
+        amount = f"{span:.0f}s"
+    elif span < 5400:
+        amount = f"{span / 60:.0f} min"
+    elif span < 172800:
+        amount = f"{span / 3600:.1f} h"
+    else:
+        amount = f"{span / 86400:.0f} days"
+    return f"{local} ({amount} ago)" if seconds > 0 else f"{local} (in {amount})"
+
+
+def _first_line(text: str | None) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[0] if lines else "unknown error"
+
+
+def _run_text(what: str, run: RunInfo | None, now: datetime) -> str:
+    if run is None:
+        return f"no {what} yet"
+    if run.ok:
+        return f"last {what} {_when(run.at, now)} ok in {run.seconds:.1f}s"
+    return f"last {what} {_when(run.at, now)} FAILED: {_first_line(run.error)}"
+
+
+def _account_line(acct: AccountStatus, now: datetime) -> str:
+    head = f"account {acct.name}" + (f" (channel {acct.channel})" if acct.channel else
+                                     " (no mbsync channel)")
+    parts = []
+    if acct.channel and acct.pull_interval_minutes > 0:
+        parts.append(f"pull every {acct.pull_interval_minutes:g} min")
+        parts.append(_run_text("pull", acct.last_pull, now))
+        if acct.consecutive_failures:
+            parts.append(f"{acct.consecutive_failures} failure(s) in a row")
+        if acct.next_pull_at is not None:
+            parts.append(f"next {_when(acct.next_pull_at, now)}")
+    elif acct.channel:
+        parts.append("no scheduled pull (set pull_interval_minutes)")
+        if acct.last_pull is not None:
+            parts.append(_run_text("pull", acct.last_pull, now))
+    if acct.last_push is not None:
+        parts.append(_run_text("push", acct.last_push, now))
+    return head + (": " + "; ".join(parts) if parts else "")
+
+
+def render_text(status: ServiceStatus | None, *, now: datetime | None = None) -> str:
+    """The status for people: who runs, each account, the index, the queue, the revision."""
+    now = now or utc_now()
+    if status is None:
+        return ("fmail-nm service: not running (no status recorded; start it with "
+                "`fmail-nm run` or `fmail-nm serve --watch`)\n")
+    svc = status.service
+    if svc.running and pid_alive(svc.pid):
+        head = (f"fmail-nm service: running (pid {svc.pid}, since {_when(svc.started_at, now)}, "
+                f"watching: {svc.watcher})")
+    elif svc.running:
+        head = (f"fmail-nm service: NOT running -- pid {svc.pid} is gone without a clean stop "
+                f"(started {_when(svc.started_at, now)}); last known status:")
+    else:
+        head = (f"fmail-nm service: not running (stopped {_when(svc.stopped_at, now)}); "
+                f"last known status:")
+    lines = [head]
+    lines += [_account_line(acct, now) for acct in status.accounts]
+    idx = status.index
+    if idx.last_run_at is None:
+        index_line = f"index: no run yet ({idx.runs} runs)"
+    elif idx.last_ok:
+        added = f", {idx.last_added} new" if idx.last_added is not None else ""
+        index_line = f"index: {idx.runs} runs, last {_when(idx.last_run_at, now)} ok{added}"
+    else:
+        index_line = (f"index: {idx.runs} runs, last {_when(idx.last_run_at, now)} FAILED: "
+                      f"{_first_line(idx.last_error)}")
+    lines.append(index_line)
+    lines.append(f"indexed at: {_when(status.indexed_at, now)}")
+    lines.append(f"queue: {status.queue_length} file event(s) waiting")
+    revision = status.notmuch_revision
+    lines.append(f"notmuch revision: {revision if revision is not None else 'unknown'}")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(status: ServiceStatus | None) -> str:
+    """For ``fmail-nm status --json``: the status, or null."""
+    return json.dumps(None) if status is None else status.model_dump_json(indent=2)

@@ -1,0 +1,256 @@
+"""Watch the Maildir tree and report message files that arrived, left or changed, in batches.
+
+One recursive watch on the mail root: inotify adds a watch for every directory created later,
+so a folder mbsync creates after start is covered without a restart.  Only files directly in a
+Maildir's ``new/`` or ``cur/`` count -- ``tmp/`` is where deliveries are still being written,
+``.notmuch/`` is the database, and dotfiles are mbsync's state and locks.
+
+Events are debounced (:class:`~fmail_nm.service.debounce.Debouncer`): mbsync or a burst of
+deliveries makes hundreds of events in a second, and one ``notmuch new`` handles them all.
+After the first event the watcher waits until ``quiet`` seconds pass without another, but never
+longer than ``max_delay`` after the first, then hands the distinct paths to ``on_batch`` on its
+own thread (one batch at a time).
+
+When inotify is not available or runs out of watches (``fs.inotify.max_user_watches``) the
+watcher polls instead -- slower to notice, and it stats the whole tree every interval, but it
+does not silently miss folders.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from watchdog.events import (
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer as NativeObserver
+from watchdog.observers.api import BaseObserver
+from watchdog.observers.polling import PollingObserver
+
+try:
+    from watchdog.observers.inotify import InotifyObserver
+except ImportError:  # not Linux: the native observer is something else, with no watch limit
+    InotifyObserver = None  # type: ignore[assignment,misc]
+
+from ..config import Config
+from .debounce import Debouncer
+
+log = logging.getLogger(__name__)
+
+WATCH_LIMIT_SYSCTL = "fs.inotify.max_user_watches"
+INSTANCE_LIMIT_SYSCTL = "fs.inotify.max_user_instances"
+POLL_INTERVAL = 2.0
+# Created, moved (both ends), deleted, and written (modified, or closed after writing).
+_EVENTS: list[type[FileSystemEvent]] = [FileCreatedEvent, FileDeletedEvent, FileMovedEvent,
+                                        FileModifiedEvent, FileClosedEvent]
+_MAILDIR_SUBDIRS = ("new", "cur")
+
+
+def is_message_path(path: str, mail_root: str, ignore: Iterable[str] = ()) -> bool:
+    """Whether a path is a message file notmuch indexes: directly in a ``new/`` or ``cur/``
+    below the mail root, not a dotfile or lock, not inside ``.notmuch`` or an ignored tree."""
+    head, name = os.path.split(path)
+    if not name or name.startswith(".") or name.endswith(".lock"):
+        return False
+    if os.path.basename(head) not in _MAILDIR_SUBDIRS:
+        return False
+    rel = os.path.relpath(path, mail_root)
+    if rel.startswith(".." + os.sep) or rel == "..":
+        return False
+    if ".notmuch" in rel.split(os.sep):
+        return False
+    return not any(path == tree or path.startswith(tree.rstrip(os.sep) + os.sep) for tree in ignore)
+
+
+def _inotify_watch_count() -> int | None:
+    """Inotify watches this process holds, from /proc (None where that cannot be read)."""
+    total = 0
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            if "inotify" not in os.readlink(f"/proc/self/fd/{fd}"):
+                continue
+            with open(f"/proc/self/fdinfo/{fd}", encoding="ascii", errors="replace") as info:
+                total += sum(1 for line in info if line.startswith("inotify wd:"))
+        except OSError:
+            continue
+    return total
+
+
+def _count_dirs(root: str) -> int:
+    """Directories a recursive inotify watch covers: symlinks and unreadable ones are skipped
+    (watchdog skips them too, so they must not look like a shortfall)."""
+    total = 1
+    for here, dirnames, _ in os.walk(root):
+        for name in dirnames:
+            path = os.path.join(here, name)
+            if not os.path.islink(path) and os.access(path, os.R_OK | os.X_OK):
+                total += 1
+    return total
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watcher: MailWatcher) -> None:
+        self.watcher = watcher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.is_directory:
+            return
+        paths = [os.fsdecode(event.src_path)]
+        if isinstance(event, FileMovedEvent) and event.dest_path:
+            # A move is an arrival at dest_path and a departure from src_path.
+            paths.append(os.fsdecode(event.dest_path))
+        self.watcher._add(paths, event.event_type)
+
+
+class MailWatcher:
+    """Debounced batches of changed message paths below ``config.mail_root``.
+
+    ``force_polling`` skips inotify (and is how the polling path is tested); ``ignore`` lists
+    further trees to leave out (e.g. a notmuch database kept inside the mail root under
+    another name than ``.notmuch``).
+    """
+
+    def __init__(self, config: Config, on_batch: Callable[[list[Path]], None], *,
+                 quiet: float = 1.0, max_delay: float = 10.0, force_polling: bool = False,
+                 poll_interval: float = POLL_INTERVAL, ignore: Iterable[Path] = ()) -> None:
+        self.mail_root = os.fspath(config.mail_root)
+        self.on_batch = on_batch
+        self.quiet = quiet
+        self.max_delay = max(max_delay, quiet)
+        self.force_polling = force_polling
+        self.poll_interval = poll_interval
+        self.ignore = tuple(os.fspath(p) for p in ignore)
+        self.mode: str | None = None  # "inotify" or "polling" once started
+        self._debouncer: Debouncer[str] | None = None  # the delivering thread, once started
+        self._observer: BaseObserver | None = None
+
+    # -- public ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._debouncer is not None:
+            raise RuntimeError("the watcher was already started")
+        # watchdog warns (harmlessly) when a folder created with its subfolders at once, as
+        # mbsync does, gets the same watch twice; that is noise in a service's log.
+        warnings.filterwarnings("ignore", message="Callback with id .* already exists",
+                                category=RuntimeWarning, module="watchdog")
+        # Before the observer, so its first event has somewhere to go.
+        self._debouncer = Debouncer(self._deliver, quiet=self.quiet, max_wait=self.max_delay,
+                                    name="mail-watcher")
+        try:
+            self._observer = self._start_observer()
+        except BaseException:
+            self._debouncer.close()
+            raise
+        log.info("watching %s for new mail (%s)", self.mail_root, self.mode)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop watching; events not yet handed over are dropped (the next ``notmuch new``
+        finds those files anyway).  Waits at most ``timeout`` for a batch being handed over."""
+        deadline = time.monotonic() + timeout
+        if self._debouncer is not None:
+            dropped = self._debouncer.close(flush=False, timeout=0)
+            if dropped:
+                log.debug("watcher stopped with %d event(s) not handed over", len(dropped))
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(max(0.0, deadline - time.monotonic()))
+        if self._debouncer is not None:
+            self._debouncer.join(max(0.0, deadline - time.monotonic()))
+
+    def pending(self) -> int:
+        """Distinct paths waiting for the debounce or being handed over."""
+        if self._debouncer is None:
+            return 0
+        state = self._debouncer.state()
+        return len(state.pending) + len(state.in_flight)
+
+    @property
+    def batches(self) -> int:
+        """Batches handed to ``on_batch`` so far."""
+        return self._debouncer.state().batches if self._debouncer is not None else 0
+
+    # -- the observer --------------------------------------------------------------------------
+
+    def _schedule(self, observer: BaseObserver) -> None:
+        observer.schedule(_Handler(self), self.mail_root, recursive=True, event_filter=_EVENTS)
+
+    def _start_observer(self) -> BaseObserver:
+        if not self.force_polling:
+            observer = self._start_native()
+            if observer is not None:
+                self.mode = "inotify" if _is_inotify(observer) else "native"
+                return observer
+        polling = PollingObserver(timeout=self.poll_interval)
+        self._schedule(polling)
+        polling.start()
+        self.mode = "polling"
+        return polling
+
+    def _start_native(self) -> BaseObserver | None:
+        """The platform's observer, or None (after a warning) when it cannot watch the tree."""
+        before = _inotify_watch_count()
+        expected = _count_dirs(self.mail_root)
+        try:
+            observer = NativeObserver()
+            self._schedule(observer)
+            observer.start()
+        except OSError as exc:
+            log.warning("cannot watch %s with inotify (%s); polling every %gs instead. %s",
+                        self.mail_root, exc, self.poll_interval, _limit_advice(exc.errno))
+            return None
+        after = _inotify_watch_count()
+        if before is not None and after is not None and _is_inotify(observer):
+            added = after - before
+            # watchdog skips (silently) a subfolder it could not watch; a shortfall that is not
+            # explained by folders removed meanwhile means the watch limit was hit.
+            if added < min(expected, _count_dirs(self.mail_root)):
+                observer.stop()
+                observer.join(5)
+                log.warning("inotify could watch only %d of %d folders under %s; polling every "
+                            "%gs instead. %s", added, expected, self.mail_root,
+                            self.poll_interval, _limit_advice(errno.ENOSPC))
+                return None
+        return observer
+
+    # -- debounce ------------------------------------------------------------------------------
+
+    def _add(self, paths: list[str], kind: str) -> None:
+        wanted = [p for p in paths if is_message_path(p, self.mail_root, self.ignore)]
+        if not wanted or self._debouncer is None:
+            return
+        log.debug("mail event %s: %s", kind, " -> ".join(wanted))
+        self._debouncer.add(wanted)  # refused (dropped) once stopping
+
+    def _deliver(self, batch: list[str]) -> None:
+        try:
+            self.on_batch([Path(p) for p in batch])
+        except Exception:  # keep watching; the next batch or index run catches up
+            log.exception("handling %d changed mail file(s) failed", len(batch))
+
+
+def _is_inotify(observer: BaseObserver) -> bool:
+    return InotifyObserver is not None and isinstance(observer, InotifyObserver)
+
+
+def _limit_advice(err: int | None) -> str:
+    if err == errno.EMFILE:
+        return (f"Raise the inotify instance limit, e.g. `sudo sysctl "
+                f"{INSTANCE_LIMIT_SYSCTL}=1024`.")
+    return (f"Raise the inotify watch limit, e.g. `sudo sysctl {WATCH_LIMIT_SYSCTL}=524288` "
+            f"(and in /etc/sysctl.d/ to keep it).")

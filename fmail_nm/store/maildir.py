@@ -1,0 +1,201 @@
+"""The Maildir layout: file names, folders, accounts and folder roles -- the one module that
+knows how a path under the mail root maps to a folder, an account and a role.
+
+Folder names are relative to the mail root.  Two spellings of the root itself exist and both
+are kept on purpose, each where its consumer expects it:
+
+* :func:`folder_of` -- the configuration's spelling, ``"."`` for a mail root that is itself a
+  Maildir (``Account.maildir`` and the role folders use it); the tools show it to the model;
+* :func:`notmuch_folder` -- notmuch's ``folder:`` spelling, ``""`` for the root; the sidecar
+  mirror stores it, so SQL over the mirror matches notmuch's own answers.
+
+A Maildir file name is ``<unique part>[,U=<uid>]:2,<flags>``; ``,U=`` is mbsync's UID for the
+folder the file is in (see ARCHITECTURE.md, "Traps": a moved file must lose it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import socket
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import Account, Config
+from .notmuch import IndexedMessage
+
+INFO_SEPARATOR = ":2,"
+MAILDIR_SUBDIRS = ("cur", "new", "tmp")
+_UID_PART = re.compile(r",U=\d+")
+_FRESH_NAMES = itertools.count(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# File names
+
+
+@dataclass(frozen=True)
+class MaildirName:
+    """A Maildir file name split into its unique part (without ``,U=``) and its flags."""
+
+    key: str
+    flags: str
+
+    @classmethod
+    def parse(cls, name: str) -> MaildirName:
+        base, sep, flags = name.partition(INFO_SEPARATOR)
+        return cls(key=_UID_PART.sub("", base), flags=flags if sep else "")
+
+    def filename(self) -> str:
+        return f"{self.key}{INFO_SEPARATOR}{self.flags}"
+
+    def fresh(self) -> MaildirName:
+        """A new unique name with the same flags, for when the plain name is taken."""
+        now = time.time()
+        key = (f"{int(now)}.M{int(now % 1 * 1e6)}P{os.getpid()}Q{next(_FRESH_NAMES)}."
+               f"{socket.gethostname().replace('/', '_').replace(':', '_')}")
+        return MaildirName(key=key, flags=self.flags)
+
+
+def file_key(path: str | os.PathLike[str]) -> str:
+    """What stays the same when mbsync or a flag change renames a file: its unique part."""
+    return MaildirName.parse(Path(path).name).key
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths and folders
+
+
+def folder_of(mail_root: Path, filename: str | os.PathLike[str]) -> str | None:
+    """The folder a message file is in, ``"."`` for the root; None for a path that is not a
+    message file under the mail root."""
+    path = Path(filename)
+    if path.parent.name not in MAILDIR_SUBDIRS:
+        return None
+    try:
+        rel = path.parent.parent.relative_to(mail_root).as_posix()
+    except ValueError:
+        return None
+    return rel or "."
+
+
+def notmuch_folder(filename: str | os.PathLike[str], mail_root: Path) -> str | None:
+    """A file's folder the way notmuch's ``folder:`` sees it: relative to the mail root, with
+    a trailing ``cur``/``new`` dropped; ``""`` is the root itself."""
+    parent = Path(filename).parent
+    if parent.name in ("cur", "new"):
+        parent = parent.parent
+    try:
+        rel = parent.relative_to(mail_root).as_posix()
+    except ValueError:
+        return None
+    return "" if rel == "." else rel
+
+
+def folders_of(mail_root: Path, filenames: Iterable[str]) -> list[str]:
+    """The folders a message's files are in, sorted, each once."""
+    return sorted({f for f in (folder_of(mail_root, name) for name in filenames) if f})
+
+
+def relative_path(mail_root: Path, path: str | os.PathLike[str]) -> str:
+    """A path relative to the mail root (so a record survives moving the whole tree), or the
+    path as it is when it lies outside."""
+    try:
+        return Path(path).relative_to(mail_root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def folder_path(config: Config, folder: str) -> Path:
+    return config.mail_root if folder == "." else config.mail_root / folder
+
+
+def is_known_folder(config: Config, folder: str) -> bool:
+    """A folder we may move mail into: a role folder of an account, a folder seen when the
+    config was loaded, or a Maildir folder on disk now."""
+    if folder in config.folders or any(folder in a.folders.values() for a in config.accounts):
+        return True
+    base = folder_path(config, folder)
+    return (base / "cur").is_dir() or (base / "new").is_dir()
+
+
+def ensure_maildir(config: Config, folder: str) -> Path:
+    """The folder's directory, with ``cur/ new/ tmp/`` created when missing (a fresh clone or
+    a role folder nobody has used yet)."""
+    base = folder_path(config, folder)
+    for sub in MAILDIR_SUBDIRS:
+        (base / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
+    return base
+
+
+# ---------------------------------------------------------------------------------------------
+# Roles and accounts
+
+
+def role_of(config: Config, folder: str) -> str | None:
+    """The role (inbox, sent, drafts, trash, junk, archive) of a folder in any account."""
+    for account in config.accounts:
+        for role, role_folder in account.folders.items():
+            if role_folder == folder:
+                return role
+    return None
+
+
+def in_role(config: Config, filenames: Iterable[str], role: str) -> bool:
+    """Whether any of the files lies in a folder of this role (in any account)."""
+    wanted = set(config.roles().get(role, []))
+    return any(folder_of(config.mail_root, name) in wanted for name in filenames)
+
+
+def account_of(config: Config, folders: Sequence[str]) -> Account | None:
+    """The account of the first of these folders that belongs to one."""
+    for folder in folders:
+        account = config.account_for_path(folder)
+        if account is not None:
+            return account
+    return None
+
+
+def account_and_name(config: Config, folder: str) -> tuple[str | None, str]:
+    """A notmuch folder (``""`` for the root) as (account, its name inside the account), the
+    way IMAP names it: the account's own top folder is ``INBOX``."""
+    account = config.account_for_path(folder or ".")
+    if account is None:
+        return None, folder or "INBOX"
+    prefix = "" if account.maildir == "." else account.maildir
+    name = folder[len(prefix):].lstrip("/") if prefix and folder.startswith(prefix) else folder
+    return account.name, name or "INBOX"
+
+
+# ---------------------------------------------------------------------------------------------
+# Which copies of a message a write acts on
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One file of a message, with the folder it is in."""
+
+    path: Path
+    folder: str
+
+
+def primary_account(config: Config, message: IndexedMessage) -> Account | None:
+    """The account of the message's primary file (the first one notmuch lists)."""
+    for name in message.filenames[:1]:
+        folder = folder_of(config.mail_root, name)
+        if folder is not None:
+            return config.account_for_path(folder)
+    return None
+
+
+def copies_in(config: Config, message: IndexedMessage, account: Account) -> list[Copy]:
+    """The message's files inside one account (nested accounts are told apart)."""
+    found = []
+    for name in message.filenames:
+        folder = folder_of(config.mail_root, name)
+        if folder is not None and config.account_for_path(folder) == account:
+            found.append(Copy(Path(name), folder))
+    return found

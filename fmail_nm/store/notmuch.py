@@ -1,0 +1,608 @@
+"""The notmuch access layer: the only module that imports notmuch2.
+
+Two rules shape it (see ARCHITECTURE.md, "Traps"):
+
+* libnotmuch is not thread-safe, so every handle stays on the thread that opened it.
+* Debian's libnotmuch is built with ``retry_lock``: a read-write open blocks silently while
+  another process (``notmuch new``, a mail client) holds the lock.  Writes therefore run on one
+  writer thread that opens the database only for one batch, and the caller stops waiting after
+  a bounded time with :class:`DatabaseBusy` -- the batch is then abandoned, never half-applied.
+
+Readers see a snapshot; :class:`Reader` reopens when the database has moved on, so every call
+sees the latest committed state.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import notmuch2
+
+from ..errors import BackendError, CallerError
+from ..tags import FLAG_TAGS
+from .query import quote
+
+T = TypeVar("T")
+
+WRITE_LOCK_TIMEOUT = 10.0
+# Message property holding the first few To/Cc recipients, written once at index time so that
+# listings can show them without opening message files (notmuch keeps only From/Subject/
+# Message-ID as values).
+RECIPIENTS_PROPERTY = "fmail.recipients"
+
+
+class NotmuchAccessError(BackendError):
+    """The notmuch database could not be used as asked (busy, missing, out of step)."""
+
+
+class DatabaseBusy(NotmuchAccessError):
+    """Another process holds the notmuch write lock for longer than we are willing to wait."""
+
+    def __init__(self, waited: float) -> None:
+        super().__init__(
+            f"database busy: another program (notmuch new, a mail client) holds the notmuch "
+            f"write lock; gave up after {waited:.1f}s, nothing was changed -- retry shortly"
+        )
+        self.waited = waited
+
+
+class DatabaseMissing(NotmuchAccessError):
+    """There is no notmuch database (or config) where libnotmuch looks."""
+
+
+class StaleFiles(NotmuchAccessError):
+    """The index names a message file that is no longer on disk (renamed since the last
+    ``notmuch new``, e.g. by mbsync adding ``,U=``); re-indexing fixes it."""
+
+
+class QueryError(CallerError):
+    """notmuch could not parse a query (a ``raw:`` one, or a term it refuses)."""
+
+
+@dataclass(frozen=True)
+class Revision:
+    number: int
+    uuid: str
+
+
+@dataclass(frozen=True)
+class IndexedMessage:
+    """What the index knows of a message without opening its file."""
+
+    message_id: str
+    thread_id: str
+    subject: str
+    from_header: str
+    date: int  # seconds since the epoch, from the Date header as notmuch parsed it
+    tags: frozenset[str]
+    filenames: tuple[str, ...]
+    recipients: str | None = None  # RECIPIENTS_PROPERTY (JSON [[name, address], ...]); None if unset
+
+
+@dataclass(frozen=True)
+class ThreadSummary:
+    thread_id: str
+    subject: str
+    authors: str
+    oldest: int
+    newest: int
+    message_count: int
+    matched_count: int
+    tags: frozenset[str]
+
+
+@dataclass(frozen=True)
+class ThreadNode:
+    """A message in a thread, in thread order, with its depth in the reply tree."""
+
+    message: IndexedMessage
+    depth: int
+    parent_id: str | None
+
+
+# ---------------------------------------------------------------------------------------------
+# Opening the database where libnotmuch finds it
+
+
+def _open(config_path: str | None, mode: notmuch2.Database.MODE) -> notmuch2.Database:
+    config = config_path if config_path else notmuch2.Database.CONFIG.SEARCH
+    try:
+        return notmuch2.Database(mode=mode, config=config)
+    except notmuch2.NotmuchError as exc:
+        raise DatabaseMissing(
+            f"cannot open the notmuch database ({exc}); run `fmail-nm init` first"
+        ) from None
+
+
+def ensure_database(config_path: str | os.PathLike[str] | None = None) -> bool:
+    """Create an empty database where the config says, if there is none; True if created."""
+    config = os.fspath(config_path) if config_path else notmuch2.Database.CONFIG.SEARCH
+    try:
+        notmuch2.Database(mode=notmuch2.Database.MODE.READ_ONLY, config=config).close()
+        return False
+    except notmuch2.NotmuchError:
+        pass
+    try:
+        notmuch2.Database.create(config=config).close()
+    except notmuch2.NotmuchError as exc:
+        raise DatabaseMissing(f"cannot create the notmuch database: {exc}") from None
+    return True
+
+
+def _header(msg: notmuch2.Message, name: str) -> str:
+    try:
+        return msg.header(name)
+    except LookupError:
+        return ""
+
+
+def _indexed(msg: notmuch2.Message) -> IndexedMessage:
+    return IndexedMessage(
+        message_id=str(msg.messageid),
+        thread_id=str(msg.threadid),
+        subject=_header(msg, "subject"),
+        from_header=_header(msg, "from"),
+        date=msg.date,
+        tags=frozenset(str(t) for t in msg.tags),
+        filenames=tuple(os.fsdecode(p) for p in msg.filenamesb()),
+        recipients=_property(msg, RECIPIENTS_PROPERTY),
+    )
+
+
+def _property(msg: notmuch2.Message, key: str) -> str | None:
+    try:
+        return str(msg.properties[key])
+    except KeyError:
+        return None
+
+
+def _sort(order: str) -> notmuch2.Database.SORT:
+    return {
+        "newest": notmuch2.Database.SORT.NEWEST_FIRST,
+        "oldest": notmuch2.Database.SORT.OLDEST_FIRST,
+        "message_id": notmuch2.Database.SORT.MESSAGE_ID,
+        "none": notmuch2.Database.SORT.UNSORTED,
+    }[order]
+
+
+def _check_thread(owner: int) -> None:
+    if threading.get_ident() != owner:
+        raise RuntimeError("a notmuch handle was used from a thread other than its own")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reads
+
+
+class Reader:
+    """A read-only handle that is reopened whenever the database has committed since it opened.
+
+    Use it from one thread only (libnotmuch is not thread-safe).
+    """
+
+    def __init__(self, config_path: str | None = None) -> None:
+        self.config_path = config_path
+        self._owner = threading.get_ident()
+        self._db: notmuch2.Database | None = None
+        self._stamp: tuple[int, int, int] | None = None
+        self._xapian_marker: Path | None = None
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _marker_stamp(self) -> tuple[int, int, int] | None:
+        # Xapian rewrites "iamglass" (by rename) on every commit: a stat tells us cheaply
+        # whether our snapshot is stale, without reopening on every call.
+        if self._xapian_marker is None:
+            return None
+        try:
+            st = self._xapian_marker.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _find_marker(self, db: notmuch2.Database) -> Path | None:
+        base = Path(os.fsdecode(db.path))
+        for candidate in (base / ".notmuch" / "xapian" / "iamglass", base / "xapian" / "iamglass"):
+            if candidate.exists():
+                return candidate
+        return None
+
+    @property
+    def db(self) -> notmuch2.Database:
+        _check_thread(self._owner)
+        if self._db is not None:
+            stamp = self._marker_stamp()
+            if stamp is None or stamp != self._stamp:
+                self.close()
+        if self._db is None:
+            self._db = _open(self.config_path, notmuch2.Database.MODE.READ_ONLY)
+            self._xapian_marker = self._find_marker(self._db)
+            self._stamp = self._marker_stamp()
+        return self._db
+
+    def _retrying(self, fn: Callable[[notmuch2.Database], T]) -> T:
+        """Run a read; if the snapshot was invalidated mid-read, reopen and run it once more."""
+        try:
+            return fn(self.db)
+        except notmuch2.XapianError:
+            self.close()
+            return fn(self.db)
+
+    def changed_at(self) -> float | None:
+        """When the database last committed (epoch seconds), from Xapian's marker file; None
+        when it cannot be told.  Cheap: one stat."""
+        self.db  # opens (or reopens) the handle and finds the marker
+        if self._xapian_marker is None:
+            return None
+        try:
+            return self._xapian_marker.stat().st_mtime
+        except OSError:
+            return None
+
+    def revision(self) -> Revision:
+        rev = self._retrying(lambda db: db.revision())
+        return Revision(rev.rev, os.fsdecode(rev.uuid))
+
+    def setting(self, key: str, default: str = "") -> str:
+        def get(db: notmuch2.Database) -> str:
+            try:
+                return db.config[key]
+            except KeyError:
+                return default
+        return self._retrying(get)
+
+    def exclude_tags(self) -> tuple[str, ...]:
+        """``search.exclude_tags`` from the config (the bindings do not apply it themselves)."""
+        return tuple(t for t in self.setting("search.exclude_tags").split(";") if t)
+
+    def count(self, query: str, exclude_tags: Sequence[str] | None = None) -> int:
+        excl = self.exclude_tags() if exclude_tags is None else exclude_tags
+        return self._query(lambda db: db.count_messages(query, exclude_tags=excl))
+
+    def _query(self, fn: Callable[[notmuch2.Database], T]) -> T:
+        try:
+            return self._retrying(fn)
+        except notmuch2.NotmuchError as exc:
+            raise QueryError(f"notmuch rejected the query: {exc}") from None
+
+    def messages(self, query: str, *, exclude_tags: Sequence[str] | None = None,
+                 sort: str = "newest", offset: int = 0, limit: int | None = None) -> list[IndexedMessage]:
+        """One page of matching messages; nothing but the index is read."""
+        excl = self.exclude_tags() if exclude_tags is None else exclude_tags
+
+        def page(db: notmuch2.Database) -> list[IndexedMessage]:
+            it = db.messages(query, exclude_tags=excl, sort=_sort(sort))
+            stop = None if limit is None else offset + limit
+            return [_indexed(m) for m in itertools.islice(it, offset, stop)]
+        return self._query(page)
+
+    def message_ids(self, query: str, *, exclude_tags: Sequence[str] = ()) -> list[str]:
+        return self._query(lambda db: _ids(db, query, exclude_tags))
+
+    def find(self, message_id: str) -> IndexedMessage | None:
+        def get(db: notmuch2.Database) -> IndexedMessage | None:
+            try:
+                return _indexed(db.find(message_id))
+            except LookupError:
+                return None
+        return self._retrying(get)
+
+    def find_many(self, message_ids: Sequence[str]) -> list[IndexedMessage | None]:
+        """Several messages by Message-ID in one snapshot; None for those not in the index."""
+        def get(db: notmuch2.Database) -> list[IndexedMessage | None]:
+            found: list[IndexedMessage | None] = []
+            for mid in message_ids:
+                try:
+                    found.append(_indexed(db.find(mid)))
+                except LookupError:
+                    found.append(None)
+            return found
+        return self._retrying(get)
+
+    def property(self, message_id: str, key: str) -> str | None:
+        """A message property (the first value); None if unset or the message is unknown."""
+        def get(db: notmuch2.Database) -> str | None:
+            try:
+                return _property(db.find(message_id), key)
+            except LookupError:
+                return None
+        return self._retrying(get)
+
+    def header(self, message_id: str, name: str) -> str:
+        """A header of one message ("" when missing); headers beyond From/Subject/Message-ID
+        parse the file, so keep this off listing paths."""
+        return self._retrying(lambda db: _header(db.find(message_id), name))
+
+    def count_threads(self, query: str, exclude_tags: Sequence[str] | None = None) -> int:
+        excl = self.exclude_tags() if exclude_tags is None else exclude_tags
+        return self._query(lambda db: db.count_threads(query, exclude_tags=excl))
+
+    def threads(self, query: str, *, exclude_tags: Sequence[str] | None = None,
+                sort: str = "newest", offset: int = 0, limit: int | None = None) -> list[ThreadSummary]:
+        excl = self.exclude_tags() if exclude_tags is None else exclude_tags
+
+        def page(db: notmuch2.Database) -> list[ThreadSummary]:
+            it = db.threads(query, exclude_tags=excl, sort=_sort(sort))
+            stop = None if limit is None else offset + limit
+            return [
+                ThreadSummary(
+                    thread_id=str(t.threadid),
+                    subject=str(t.subject),
+                    authors=str(t.authors),
+                    oldest=t.first,
+                    newest=t.last,
+                    message_count=len(t),
+                    matched_count=t.matched,
+                    tags=frozenset(str(x) for x in t.tags),
+                )
+                for t in itertools.islice(it, offset, stop)
+            ]
+        return self._query(page)
+
+    def thread(self, thread_id: str) -> list[ThreadNode]:
+        """A whole thread in reply order (depth-first), excluded messages included."""
+        def walk(db: notmuch2.Database) -> list[ThreadNode]:
+            threads = list(db.threads(f"thread:{quote(thread_id)}", exclude_tags=()))
+            if not threads:
+                return []
+            nodes: list[ThreadNode] = []
+
+            def visit(msg: notmuch2.Message, depth: int, parent: str | None) -> None:
+                mid = str(msg.messageid)
+                nodes.append(ThreadNode(_indexed(msg), depth, parent))
+                for reply in msg.replies():
+                    visit(reply, depth + 1, mid)
+            for top in threads[0].toplevel():
+                visit(top, 0, None)
+            return nodes
+        return self._query(walk)
+
+    def all_tags(self) -> list[str]:
+        return self._retrying(lambda db: sorted(str(t) for t in db.tags))
+
+    def known_files(self, paths: Iterable[str | os.PathLike[str]]) -> frozenset[str]:
+        """The paths (as given, decoded with ``os.fspath``) that the index has as a message file.
+
+        A lookup by file name in one snapshot; no message file is opened.  The background
+        indexer uses it to tell its own writes (already in the index) from new arrivals.
+        """
+        wanted = [os.fspath(p) for p in paths]
+
+        def lookup(db: notmuch2.Database) -> frozenset[str]:
+            found = set()
+            for path in wanted:
+                try:
+                    db.get(path)
+                except LookupError:
+                    continue
+                found.add(path)
+            return frozenset(found)
+        return self._retrying(lookup)
+
+
+def _ids(db: notmuch2.Database, query: str, exclude_tags: Sequence[str] = ()) -> list[str]:
+    return [str(m.messageid) for m in db.messages(query, exclude_tags=exclude_tags)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Writes
+
+
+def _require_files(msg: notmuch2.Message) -> None:
+    """A flag tag change renames the message's files, and libnotmuch skips a file that is gone
+    without a word -- the next ``notmuch new`` would then take the tag back from the file's old
+    flags.  So refuse, before anything changes, while the index names a missing file."""
+    for name in msg.filenamesb():
+        if not os.path.lexists(name):
+            raise StaleFiles(
+                f"{os.fsdecode(name)} is no longer on disk (renamed by mbsync or a mail client "
+                "since the last index); re-index (fmail-nm index) and try again")
+
+
+@dataclass
+class TagChange:
+    applied: list[str]
+    not_found: list[str]
+
+
+class WriteTxn:
+    """What a write batch may do.  Lives only inside :meth:`Writer.run`, on the writer thread."""
+
+    def __init__(self, db: notmuch2.Database) -> None:
+        self._db = db
+        self.sync_flags = db.config.get("maildir.synchronize_flags", "true").lower() == "true"
+
+    def message_ids(self, query: str) -> list[str]:
+        try:
+            return _ids(self._db, query)
+        except notmuch2.NotmuchError as exc:
+            raise QueryError(f"notmuch rejected the query: {exc}") from None
+
+    def get(self, message_id: str) -> IndexedMessage | None:
+        try:
+            return _indexed(self._db.find(message_id))
+        except LookupError:
+            return None
+
+    def _apply(self, msg: notmuch2.Message, add: Sequence[str], remove: Sequence[str]) -> bool:
+        before = frozenset(str(t) for t in msg.tags)
+        after = (before - set(remove)) | set(add)
+        if after == before:
+            return False
+        flag_change = self.sync_flags and bool((before ^ after) & FLAG_TAGS)
+        if flag_change:
+            _require_files(msg)
+        # The CLI's order (tag-util.c): freeze, change tags, thaw, then rename the files so
+        # their Maildir flags say the same as the tags.
+        with msg.frozen():
+            for tag in remove:
+                msg.tags.discard(tag)
+            for tag in add:
+                msg.tags.add(tag)
+        if flag_change:
+            msg.tags.to_maildir_flags()
+        return True
+
+    def change_tags(self, message_ids: Iterable[str], add: Sequence[str] = (),
+                    remove: Sequence[str] = ()) -> TagChange:
+        """Add and remove tags on messages by Message-ID; files are renamed to match."""
+        result = TagChange(applied=[], not_found=[])
+        for mid in message_ids:
+            try:
+                msg = self._db.find(mid)
+            except LookupError:
+                result.not_found.append(mid)
+                continue
+            self._apply(msg, add, remove)
+            result.applied.append(mid)
+        return result
+
+    def update(self, message_id: str, *, add: Sequence[str] = (), remove: Sequence[str] = (),
+               properties: dict[str, str] | None = None) -> bool:
+        """Tags and properties of one message in a single document rewrite (each thaw
+        rewrites the Xapian document, the cost that dominates tagging); False if it is gone.
+        Not for flag tags: use :meth:`change_tags`, which renames the files."""
+        if (set(add) | set(remove)) & FLAG_TAGS:
+            raise ValueError("flag tags change files: use change_tags")
+        try:
+            msg = self._db.find(message_id)
+        except LookupError:
+            return False
+        with msg.frozen():
+            for key, value in (properties or {}).items():
+                del msg.properties[key]
+                msg.properties[key] = value
+            for tag in remove:
+                msg.tags.discard(tag)
+            for tag in add:
+                msg.tags.add(tag)
+        return True
+
+    def set_property(self, message_id: str, key: str, value: str) -> bool:
+        """Replace a message property; False if the message is gone."""
+        return self.update(message_id, properties={key: value})
+
+    def get_property(self, message_id: str, key: str) -> str | None:
+        """A message property (the first value if several); None if unset or the message is gone."""
+        try:
+            return _property(self._db.find(message_id), key)
+        except LookupError:
+            return None
+
+    def add_file(self, path: str | os.PathLike[str], *, sync_flags: bool = True) -> IndexedMessage:
+        added = self._db.add(path, sync_flags=sync_flags and self.sync_flags)
+        return _indexed(added.msg)
+
+    def remove_file(self, path: str | os.PathLike[str]) -> bool:
+        """Forget one file; True when the message still has other files."""
+        return self._db.remove(path)
+
+
+@dataclass
+class _Job:
+    fn: Callable[[WriteTxn], object]
+    opened: threading.Event
+    done: threading.Event
+    lock: threading.Lock
+    abandoned: bool = False
+    started: bool = False
+    result: object = None
+    error: BaseException | None = None
+
+
+class Writer:
+    """Runs write batches one at a time on a dedicated thread, each in its own short
+    read-write session: open, ``atomic()``, the batch, close.
+
+    The open may block while another process holds the lock; the caller waits at most
+    ``lock_timeout`` seconds for it and then gets :class:`DatabaseBusy`.  A batch that was given
+    up on is never started later.
+    """
+
+    def __init__(self, config_path: str | None = None, lock_timeout: float = WRITE_LOCK_TIMEOUT) -> None:
+        self.config_path = config_path
+        self.lock_timeout = lock_timeout
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="notmuch-writer", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout=self.lock_timeout + 5)
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, fn: Callable[[WriteTxn], T], *, lock_timeout: float | None = None) -> T:
+        """Run ``fn`` inside one atomic read-write session and return what it returns."""
+        job = _Job(fn=fn, opened=threading.Event(), done=threading.Event(), lock=threading.Lock())
+        self._jobs.put(job)
+        wait = self.lock_timeout if lock_timeout is None else lock_timeout
+        if not job.opened.wait(wait):
+            with job.lock:
+                if not job.started:
+                    job.abandoned = True
+                    raise DatabaseBusy(wait)
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.result  # type: ignore[return-value]
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            self._run_job(job)
+
+    def _open_rw(self, job: _Job) -> notmuch2.Database | None:
+        # Without retry_lock libnotmuch fails at once instead of blocking: retry until the
+        # caller has given up, so both builds behave the same.
+        delay = 0.05
+        while True:
+            with job.lock:
+                if job.abandoned:
+                    return None
+            try:
+                return _open(self.config_path, notmuch2.Database.MODE.READ_WRITE)
+            except DatabaseMissing as exc:
+                if "lock" not in str(exc).lower():
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def _run_job(self, job: _Job) -> None:
+        db = None
+        try:
+            db = self._open_rw(job)
+            with job.lock:
+                if db is None or job.abandoned:
+                    return
+                job.started = True
+            job.opened.set()
+            with db.atomic():
+                job.result = job.fn(WriteTxn(db))
+        except BaseException as exc:  # handed to the caller's thread
+            job.error = exc
+        finally:
+            if db is not None:
+                db.close()
+            job.opened.set()
+            job.done.set()

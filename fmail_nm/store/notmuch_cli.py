@@ -1,0 +1,158 @@
+"""``notmuch`` run as a program: its resolved configuration and ``notmuch new``.
+
+The indexer is ``notmuch new`` itself -- the program every notmuch user already trusts, which
+runs their pre-/post-new hooks (ours among them).  Everything else goes through the bindings
+in :mod:`fmail_nm.store.notmuch`.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pty
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import cast
+
+from .notmuch import DatabaseMissing
+
+CLI_TIMEOUT = 30.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration, read the way libnotmuch reads it
+
+
+def config_arg(config_path: str | os.PathLike[str] | None) -> list[str]:
+    return [f"--config={os.fspath(config_path)}"] if config_path else []
+
+
+def notmuch_settings(config_path: str | os.PathLike[str] | None = None) -> dict[str, str]:
+    """Every setting notmuch resolves (config file, database, defaults), via ``notmuch config
+    list`` -- it works before a database exists, which the bindings cannot do."""
+    argv = ["notmuch", *config_arg(config_path), "config", "list"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=CLI_TIMEOUT, check=False)
+    except FileNotFoundError:
+        raise DatabaseMissing("the notmuch program is not installed") from None
+    if done.returncode != 0:
+        raise DatabaseMissing(f"notmuch could not read its configuration: {done.stderr.strip()}")
+    settings: dict[str, str] = {}
+    for line in done.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            settings[key] = value
+    return settings
+
+
+
+# ---------------------------------------------------------------------------------------------
+# notmuch new
+
+
+@dataclass(frozen=True)
+class NewResult:
+    returncode: int
+    output: str
+    timed_out: bool = False  # stopped after ``timeout`` seconds (e.g. stuck on the write lock)
+
+
+# After SIGTERM, notmuch new commits what it has and exits; this long, then SIGKILL.
+NEW_STOP_GRACE = 5.0
+
+
+def _stop_new(proc: subprocess.Popen[bytes], timed_out: threading.Event) -> None:
+    """Stop a ``notmuch new`` that ran out of time, its hooks included (its own process group):
+    politely first, because notmuch new commits what it indexed on SIGTERM."""
+    timed_out.set()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=NEW_STOP_GRACE)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
+                    timeout: float | None = None, as_tty: bool = False,
+                    on_line: Callable[[str], None] | None = None) -> NewResult:
+    """``notmuch new`` as a subprocess: it is the indexer every notmuch user already trusts,
+    and it runs the user's pre-/post-new hooks (ours among them).
+
+    notmuch prints its progress ("Processed 120 of 5000 files") only to a terminal, so with
+    ``as_tty`` it runs on a pseudo-terminal and ``on_line`` sees each progress update.
+
+    ``timeout`` bounds the whole run -- also the silent wait while another program holds the
+    write lock (retry_lock prints nothing): notmuch new and its hooks are then stopped and the
+    result says ``timed_out``.  With a timeout the child gets its own process group (so the
+    hooks can be stopped with it); without one it stays in ours, so Ctrl-C reaches it.
+    """
+    argv = ["notmuch", *config_arg(config_path), "new"]
+    if not hooks:
+        argv.append("--no-hooks")
+    own_group = timeout is not None
+    if as_tty:
+        master, slave = pty.openpty()
+        proc = subprocess.Popen(argv, stdout=slave, stderr=slave, stdin=subprocess.DEVNULL,
+                                close_fds=True, start_new_session=own_group)
+        os.close(slave)
+        chunks = _pty_chunks(master)
+    else:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=own_group)
+        stdout = cast(io.BufferedReader, proc.stdout)  # a pipe: stdout=PIPE above
+        chunks = iter(lambda: stdout.read1(4096), b"")
+    timed_out = threading.Event()
+    # A timer, not a check between lines: a notmuch new waiting for the lock prints nothing.
+    timer = None
+    if timeout is not None:
+        timer = threading.Timer(timeout, _stop_new, args=(proc, timed_out))
+        timer.daemon = True
+        timer.start()
+    lines: list[str] = []
+    try:
+        for line in _split_progress(chunks):
+            lines.append(line)
+            if on_line is not None:
+                on_line(line)
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if as_tty:
+            os.close(master)
+    proc.wait(timeout=CLI_TIMEOUT)
+    return NewResult(proc.returncode, "".join(lines), timed_out=timed_out.is_set())
+
+
+def _pty_chunks(fd: int) -> Iterator[bytes]:
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            return
+        if not chunk:
+            return
+        yield chunk
+
+
+def _split_progress(chunks: Iterable[bytes]) -> Iterator[str]:
+    # notmuch redraws its progress line with "\r"; split on it so callers see each update.
+    buffer = ""
+    for chunk in chunks:
+        buffer += chunk.decode("utf-8", errors="replace")
+        while True:
+            cuts = [i for i in (buffer.find("\r"), buffer.find("\n")) if i >= 0]
+            if not cuts:
+                break
+            cut = min(cuts)
+            yield buffer[: cut + 1]
+            buffer = buffer[cut + 1:]
+    if buffer:
+        yield buffer

@@ -1,0 +1,395 @@
+"""The sidecar SQLite file: what notmuch cannot hold, beside a rebuildable mirror of the index.
+
+It lives in the data directory (``$XDG_DATA_HOME/fmail-nm/sidecar.sqlite3``) in WAL mode, so
+readers (``query_emails``) never wait for the sync that writes it.  Its schema is versioned by
+``PRAGMA user_version`` and migrated forward on every read-write open.
+
+What is in it:
+
+* the mirror (``messages`` with ``message_tags``, ``message_folders``, ``message_addresses``),
+  rebuilt from notmuch at any time by :mod:`fmail_nm.mirror`;
+* ``contact_info`` -- the user's own notes, names and blocklist: the only data that exists
+  nowhere else (``fmail-nm contacts export`` saves it);
+* ``contact_stats`` -- figures harvested from the mirror (first/last seen, message counts);
+* ``sync_state`` and ``audit_log``.
+
+The SQL tools see published views only (``emails``, ``threads``, ``tags``, ``email_tags``,
+``contacts``); ``contacts`` is writable through INSTEAD OF triggers that touch ``contact_info``
+and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..clock import utc_stamp
+from ..errors import BackendError
+from ..private import private_dir, private_file, tighten
+
+SIDECAR_NAME = "sidecar.sqlite3"
+BUSY_TIMEOUT_MS = 5000
+
+# Views (and the one writable view) the SQL tools may read; everything else is internal.
+PUBLISHED_VIEWS = ("emails", "threads", "tags", "email_tags", "contacts")
+CONTACT_TRIGGERS = ("contacts_insert", "contacts_update", "contacts_delete")
+EDITABLE_CONTACT_COLUMNS = ("name", "is_blocked", "notes")
+
+_V1 = """
+CREATE TABLE sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+
+CREATE TABLE messages (
+    message_id     TEXT PRIMARY KEY,
+    uid            TEXT NOT NULL UNIQUE,
+    thread_id      TEXT NOT NULL,
+    account_name   TEXT,
+    folder         TEXT,             -- primary folder, relative to the account ("INBOX")
+    folders        TEXT NOT NULL,    -- JSON list of "account/folder" paths of every file
+    subject        TEXT NOT NULL,
+    sender_email   TEXT NOT NULL,
+    sender_name    TEXT NOT NULL,
+    recipients     TEXT NOT NULL,    -- JSON [{"name", "email", "kind": "to"|"cc"}]
+    date           TEXT,             -- ISO 8601 UTC, NULL when the message has no usable Date
+    date_epoch     INTEGER,
+    body_preview   TEXT NOT NULL,
+    is_read        INTEGER NOT NULL,
+    is_flagged     INTEGER NOT NULL,
+    is_replied     INTEGER NOT NULL,
+    is_draft       INTEGER NOT NULL,
+    is_sent        INTEGER NOT NULL,
+    has_attachment INTEGER NOT NULL,
+    tags           TEXT NOT NULL,    -- JSON list, sorted
+    list_id        TEXT,
+    size           INTEGER,
+    filenames      TEXT NOT NULL     -- JSON list, as notmuch has them
+);
+CREATE INDEX messages_thread ON messages(thread_id);
+CREATE INDEX messages_date ON messages(date);
+CREATE INDEX messages_sender ON messages(sender_email);
+CREATE INDEX messages_folder ON messages(account_name, folder);
+
+CREATE TABLE message_tags (
+    message_id TEXT NOT NULL REFERENCES messages(message_id) ON DELETE CASCADE,
+    tag        TEXT NOT NULL,
+    PRIMARY KEY (tag, message_id)
+) WITHOUT ROWID;
+CREATE INDEX message_tags_message ON message_tags(message_id);
+
+-- folder as notmuch's folder: search term (relative to the mail root, "" for the root)
+CREATE TABLE message_folders (
+    message_id TEXT NOT NULL REFERENCES messages(message_id) ON DELETE CASCADE,
+    folder     TEXT NOT NULL,
+    PRIMARY KEY (folder, message_id)
+) WITHOUT ROWID;
+CREATE INDEX message_folders_message ON message_folders(message_id);
+
+CREATE TABLE message_addresses (
+    message_id TEXT NOT NULL REFERENCES messages(message_id) ON DELETE CASCADE,
+    role       TEXT NOT NULL CHECK (role IN ('from', 'to', 'cc')),
+    email      TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    PRIMARY KEY (email, role, message_id)
+) WITHOUT ROWID;
+CREATE INDEX message_addresses_message ON message_addresses(message_id);
+
+CREATE TABLE me (email TEXT PRIMARY KEY) WITHOUT ROWID;
+
+CREATE TABLE contact_info (
+    email_address TEXT PRIMARY KEY CHECK (email_address = lower(trim(email_address))
+                                          AND email_address LIKE '%_@_%'),
+    name          TEXT,
+    is_blocked    INTEGER NOT NULL DEFAULT 0 CHECK (is_blocked IN (0, 1)),
+    notes         TEXT,
+    updated_at    TEXT NOT NULL
+);
+
+CREATE TABLE contact_stats (
+    email_address TEXT PRIMARY KEY,
+    name          TEXT,
+    first_seen    TEXT,
+    last_seen     TEXT,
+    messages_from INTEGER NOT NULL,
+    messages_to   INTEGER NOT NULL
+);
+
+CREATE TABLE audit_log (
+    id        INTEGER PRIMARY KEY,
+    at        TEXT NOT NULL,
+    action    TEXT NOT NULL,
+    params    TEXT NOT NULL,   -- JSON: what the caller asked for
+    changes   TEXT NOT NULL,   -- JSON: per message, tags and files before and after
+    undone_at TEXT
+);
+
+CREATE VIEW emails AS
+SELECT uid, subject, sender_email, sender_name, recipients, date, body_preview, is_read,
+       folder, account_name,
+       message_id, thread_id, tags, is_flagged, is_replied, is_draft, is_sent, has_attachment,
+       list_id, size, folders
+FROM messages;
+
+CREATE VIEW email_tags AS
+SELECT m.uid, t.message_id, t.tag FROM message_tags t JOIN messages m USING (message_id);
+
+CREATE VIEW tags AS
+SELECT t.tag, count(*) AS message_count, sum(1 - m.is_read) AS unread_count
+FROM message_tags t JOIN messages m USING (message_id)
+GROUP BY t.tag;
+
+CREATE VIEW threads AS
+SELECT thread_id,
+       (SELECT subject FROM messages f WHERE f.thread_id = m.thread_id
+        ORDER BY date, message_id LIMIT 1) AS subject,
+       count(*) AS message_count,
+       sum(1 - is_read) AS unread_count,
+       sum(is_sent) AS sent_count,
+       min(date) AS first_date,
+       max(date) AS last_date,
+       (SELECT sender_email FROM messages l WHERE l.thread_id = m.thread_id
+        ORDER BY date DESC, message_id DESC LIMIT 1) AS last_sender_email,
+       (SELECT is_sent FROM messages l WHERE l.thread_id = m.thread_id
+        ORDER BY date DESC, message_id DESC LIMIT 1) AS last_from_me,
+       group_concat(DISTINCT sender_email) AS participants,
+       max(account_name) AS account_name
+FROM messages m
+GROUP BY thread_id;
+
+CREATE VIEW contacts AS
+SELECT e.email_address,
+       coalesce(i.name, s.name) AS name,
+       coalesce(i.is_blocked, 0) AS is_blocked,
+       i.notes,
+       s.first_seen, s.last_seen,
+       coalesce(s.messages_from, 0) AS messages_from,
+       coalesce(s.messages_to, 0) AS messages_to,
+       (e.email_address IN (SELECT email FROM me)) AS is_me
+FROM (SELECT email_address FROM contact_info UNION SELECT email_address FROM contact_stats) e
+LEFT JOIN contact_info i USING (email_address)
+LEFT JOIN contact_stats s USING (email_address);
+
+CREATE TRIGGER contacts_insert INSTEAD OF INSERT ON contacts
+BEGIN
+    SELECT raise(ABORT, 'contact already has notes or a block entry; use UPDATE')
+    WHERE EXISTS (SELECT 1 FROM contact_info WHERE email_address = lower(trim(NEW.email_address)));
+    INSERT INTO contact_info (email_address, name, is_blocked, notes, updated_at)
+    VALUES (lower(trim(NEW.email_address)), NEW.name, coalesce(NEW.is_blocked, 0), NEW.notes,
+            strftime('%Y-%m-%dT%H:%M:%SZ', 'now'));
+END;
+
+CREATE TRIGGER contacts_update INSTEAD OF UPDATE ON contacts
+BEGIN
+    INSERT INTO contact_info (email_address, name, is_blocked, notes, updated_at)
+    VALUES (OLD.email_address,
+            CASE WHEN NEW.name IS OLD.name
+                 THEN (SELECT name FROM contact_info WHERE email_address = OLD.email_address)
+                 ELSE NEW.name END,
+            NEW.is_blocked, NEW.notes, strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
+    ON CONFLICT (email_address) DO UPDATE SET
+        name = excluded.name, is_blocked = excluded.is_blocked, notes = excluded.notes,
+        updated_at = excluded.updated_at;
+END;
+
+CREATE TRIGGER contacts_delete INSTEAD OF DELETE ON contacts
+BEGIN
+    DELETE FROM contact_info WHERE email_address = OLD.email_address;
+END;
+"""
+
+# Index i holds the script that takes the schema from version i to i + 1.
+MIGRATIONS: tuple[str, ...] = (_V1,)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class SidecarError(BackendError):
+    """The sidecar file cannot be used (newer schema, corrupt, unwritable)."""
+
+
+def sidecar_path(data_dir: Path) -> Path:
+    return data_dir / SIDECAR_NAME
+
+
+def uid_for(message_id: str) -> str:
+    """The ``uid`` of a message: a short, stable key derived from its Message-ID, so it stays
+    the same across sidecar rebuilds and machines (64 bits: collisions are not a concern
+    below billions of messages)."""
+    return hashlib.sha256(message_id.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """A connection to the sidecar; read-write opens create and migrate it."""
+    if readonly:
+        if not path.exists():
+            raise SidecarError(f"no sidecar database at {path}; run `fmail-nm index` first")
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, isolation_level=None,
+                               check_same_thread=False)
+    else:
+        private_dir(path.parent)
+        private_file(path)
+        for journal in ("-wal", "-shm"):
+            tighten(path.with_name(path.name + journal))
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if readonly:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            conn.close()
+            raise SidecarError(f"the sidecar at {path} has schema {version}, this fmail-nm "
+                               f"expects {SCHEMA_VERSION}; run `fmail-nm index` to migrate it")
+        return conn
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    migrate(conn, path)
+    return conn
+
+
+def migrate(conn: sqlite3.Connection, path: Path) -> None:
+    # Look before taking the write lock: opening must not wait for a busy writer when there
+    # is nothing to migrate.
+    if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+        return
+    with transaction(conn):
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise SidecarError(f"the sidecar at {path} was written by a newer fmail-nm "
+                               f"(schema {version} > {SCHEMA_VERSION})")
+        for script in MIGRATIONS[version:]:
+            for statement in _statements(script):
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _statements(script: str) -> Iterator[str]:
+    """Split a trusted schema script into statements (triggers hold inner semicolons)."""
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                yield buffer
+            buffer = ""
+    if buffer.strip():
+        raise SidecarError("incomplete statement in a schema script")
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+@contextmanager
+def opened(path: Path, *, readonly: bool = False) -> Iterator[sqlite3.Connection]:
+    conn = connect(path, readonly=readonly)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Sync state
+
+
+def get_state(conn: sqlite3.Connection, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM sync_state WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def set_state(conn: sqlite3.Connection, key: str, value: str | None) -> None:
+    if value is None:
+        conn.execute("DELETE FROM sync_state WHERE key = ?", (key,))
+    else:
+        conn.execute("INSERT INTO sync_state (key, value) VALUES (?, ?) "
+                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
+
+
+# ---------------------------------------------------------------------------------------------
+# Contacts the user keeps
+
+
+def blocked_addresses(conn: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in conn.execute(
+        "SELECT email_address FROM contact_info WHERE is_blocked = 1")}
+
+
+_UID = re.compile(r"^[0-9a-f]{16}$")
+
+
+def looks_like_uid(text: str) -> bool:
+    return bool(_UID.match(text))
+
+
+def lookup_uids(data_dir: Path, uids: Sequence[str]) -> dict[str, str]:
+    """uid -> Message-ID from the sidecar in ``data_dir`` (empty when there is none yet)."""
+    path = sidecar_path(data_dir)
+    if not path.exists():
+        return {}
+    with opened(path, readonly=True) as conn:
+        return resolve_uids(conn, uids)
+
+
+def resolve_uids(conn: sqlite3.Connection, uids: Sequence[str]) -> dict[str, str]:
+    """uid -> Message-ID for the uids the mirror knows."""
+    found: dict[str, str] = {}
+    for start in range(0, len(uids), 500):
+        chunk = list(uids[start:start + 500])
+        marks = ",".join("?" * len(chunk))
+        for uid, mid in conn.execute(
+                f"SELECT uid, message_id FROM messages WHERE uid IN ({marks})", chunk):
+            found[uid] = mid
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Audit log of writes
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    id: int
+    at: str
+    action: str
+    params: dict[str, Any]
+    changes: list[dict[str, Any]]
+    undone_at: str | None
+
+
+def record_write(conn: sqlite3.Connection, action: str, params: dict[str, Any],
+                 changes: list[dict[str, Any]]) -> int:
+    with transaction(conn):
+        cur = conn.execute(
+            "INSERT INTO audit_log (at, action, params, changes) VALUES (?, ?, ?, ?)",
+            (utc_stamp(), action, json.dumps(params, ensure_ascii=False),
+             json.dumps(changes, ensure_ascii=False)))
+    return int(cur.lastrowid or 0)
+
+
+def _entry(row: sqlite3.Row | tuple[Any, ...]) -> AuditEntry:
+    return AuditEntry(id=row[0], at=row[1], action=row[2], params=json.loads(row[3]),
+                      changes=json.loads(row[4]), undone_at=row[5])
+
+
+def last_write(conn: sqlite3.Connection) -> AuditEntry | None:
+    """The latest write that has not been undone."""
+    row = conn.execute("SELECT id, at, action, params, changes, undone_at FROM audit_log "
+                       "WHERE undone_at IS NULL ORDER BY id DESC LIMIT 1").fetchone()
+    return None if row is None else _entry(row)
+
+
+def mark_undone(conn: sqlite3.Connection, entry_id: int) -> None:
+    with transaction(conn):
+        conn.execute("UPDATE audit_log SET undone_at = ? WHERE id = ?", (utc_stamp(), entry_id))

@@ -1,0 +1,236 @@
+"""Contacts the user keeps: edits (SQL through ``tools.sql``, or the CLI's block/unblock and
+CSV import), their effect on mail, and CSV export/import of what lives only in the sidecar.
+
+Every edit that changes contacts goes through :func:`apply_contacts_change`, the one place that
+retags the affected mail (the blocklist pass), records contact rows and mail changes as ONE
+audit entry (so ``undo_last_write`` reverts both, Junk moves included), and tells the
+follow-up (sidecar sync, mbsync push).
+"""
+
+from __future__ import annotations
+
+import csv
+import email.utils
+import io
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TextIO, TypeVar
+
+from ..clock import utc_stamp
+from ..errors import CallerError
+from ..passes.blocklist import (
+    BlockReport,
+    apply_blocklist,
+    messages_from,
+    read_blocklist,
+)
+from ..passes.changes import ORIGIN_PROPERTY, WriteContext, change_record
+from ..store import sidecar
+from . import sql
+
+CSV_FIELDS = ("email_address", "name", "is_blocked", "notes")
+
+
+@dataclass
+class ContactsChange:
+    """What an edit did to the contacts: row by row before and after (the audit's contact
+    rows, see :func:`tools.sql.contact_diff`)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def addresses_reblocked(self) -> list[str]:
+        """The addresses the edit blocked or unblocked."""
+        blocked, unblocked = sql.block_changes(self.rows)
+        return sorted({*blocked, *unblocked})
+
+
+@contextmanager
+def tracked(conn: sqlite3.Connection) -> Iterator[ContactsChange]:
+    """Record what the edits made inside the block change in the contacts."""
+    change = ContactsChange()
+    before = sql.contact_rows(conn)
+    yield change
+    change.rows = sql.contact_diff(before, sql.contact_rows(conn))
+
+
+@dataclass(frozen=True)
+class MailEffect:
+    """What a contacts edit did to mail, and its audit entry (None: nothing changed)."""
+
+    audit_id: int | None
+    tagged: int = 0  # messages newly tagged blocked
+    untagged: int = 0  # messages released
+
+
+def apply_contacts_change(ctx: WriteContext, action: str, params: dict[str, Any],
+                          rows: Sequence[dict[str, Any]]) -> MailEffect:
+    """After contacts changed (``rows``: contact rows before/after): apply the blocklist to the
+    mail of the addresses whose block changed, and record contact rows and mail changes --
+    tags, Junk moves -- as one audit entry, which ``undo_last_write`` reverts exactly.
+    """
+    affected = ContactsChange(list(rows)).addresses_reblocked()
+    before = messages_from(ctx.reader, affected) if affected else []
+    origins = {m.message_id: ctx.reader.property(m.message_id, ORIGIN_PROPERTY) for m in before}
+    report = BlockReport()
+    if affected:
+        report = apply_blocklist(ctx.config, ctx.reader, ctx.writer, read_blocklist(ctx.config),
+                                 after_write=ctx.after_write, audit=False)
+    moved = {c["message_id"]: c for c in report.moves}
+    records = []
+    for old, new in zip(before, ctx.reader.find_many([m.message_id for m in before])):
+        if new is None:
+            continue
+        record = change_record(ctx.config, old, new, [], origins[old.message_id],
+                               ctx.reader.property(old.message_id, ORIGIN_PROPERTY))
+        if record is not None:
+            record["moves"] = moved.pop(old.message_id, {}).get("moves", [])
+            records.append(record)
+    records += moved.values()  # moved mail of senders the edit did not name (stale blocks)
+    if not records and not rows:
+        return MailEffect(None)
+    with sidecar.opened(ctx.sidecar_file) as conn:
+        entry = sidecar.record_write(conn, action, params, [*records, *rows])
+    return MailEffect(entry, report.tagged, report.untagged)
+
+
+def manage_contacts(ctx: WriteContext, sql_query: str, account_name: str | None = None, *,
+                    confirm_count: int | None = None) -> sql.ContactsResult:
+    """The ``manage_contacts_sql`` tool: the statement (see :func:`tools.sql.manage_contacts_sql`
+    for what is allowed and when it needs ``confirm_count``), then its effect on mail."""
+    result = sql.manage_contacts_sql(
+        ctx.sidecar_file, sql_query, account_name,
+        known_accounts=[a.name for a in ctx.config.accounts], confirm_count=confirm_count,
+        own_addresses=ctx.config.addresses)
+    if not result.dry_run and result.changed:
+        result.audit_id = apply_contacts_change(ctx, "contacts", {"sql": sql_query[:2000]},
+                                                result.contact_changes).audit_id
+    return result
+
+
+T = TypeVar("T")
+
+
+def edit_contacts(ctx: WriteContext, action: str, params: dict[str, Any],
+                  edit: Callable[[sqlite3.Connection], T]) -> tuple[T, MailEffect]:
+    """Run an edit on the sidecar's contacts (the CLI's block, unblock, import), then its
+    effect on mail, as :func:`manage_contacts` does.  Returns the edit's value and that
+    effect."""
+    with sidecar.opened(ctx.sidecar_file) as conn, tracked(conn) as change:
+        value = edit(conn)
+    return value, apply_contacts_change(ctx, action, params, change.rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Editing contacts (the CLI; the MCP tool goes through manage_contacts_sql)
+
+
+def normalize_address(text: str) -> str:
+    address = email.utils.parseaddr(text)[1].strip().lower()
+    if "@" not in address or address.startswith("@") or address.endswith("@"):
+        raise CallerError(f"not an email address: {text!r}")
+    return address
+
+
+def _refuse_own(conn: sqlite3.Connection, blocked: Iterable[str]) -> None:
+    mine = {row[0] for row in conn.execute("SELECT email FROM me")}
+    if own := sorted(set(blocked) & mine):
+        raise CallerError(f"{', '.join(own)}: the user's own address(es) cannot be blocked; "
+                          "nothing was changed")
+
+
+def set_blocked(conn: sqlite3.Connection, addresses: Iterable[str], blocked: bool) -> list[str]:
+    """Block or unblock addresses (adding them as contacts if new); returns them normalized."""
+    normalized = sorted({normalize_address(a) for a in addresses})
+    if blocked:
+        _refuse_own(conn, normalized)
+    with sidecar.transaction(conn):
+        for address in normalized:
+            conn.execute(
+                "INSERT INTO contact_info (email_address, is_blocked, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (email_address) DO UPDATE SET is_blocked = excluded.is_blocked, "
+                "updated_at = excluded.updated_at", (address, int(blocked), utc_stamp()))
+    return normalized
+
+
+def search(conn: sqlite3.Connection, text: str = "", *, blocked_only: bool = False,
+           limit: int = 50) -> list[sqlite3.Row]:
+    conn.row_factory = sqlite3.Row
+    try:
+        pattern = f"%{text.lower()}%"
+        return list(conn.execute(
+            "SELECT * FROM contacts WHERE (email_address LIKE ? OR lower(coalesce(name, '')) LIKE ?) "
+            "AND (? = 0 OR is_blocked = 1) "
+            "ORDER BY messages_from + messages_to DESC, email_address LIMIT ?",
+            (pattern, pattern, int(blocked_only), limit)))
+    finally:
+        conn.row_factory = None
+
+
+def export_csv(conn: sqlite3.Connection, out: TextIO) -> int:
+    """Write what exists only in the sidecar (names, notes, the blocklist) as CSV."""
+    writer = csv.writer(out)
+    writer.writerow(CSV_FIELDS)
+    rows = conn.execute(f"SELECT {', '.join(CSV_FIELDS)} FROM contact_info ORDER BY email_address")
+    count = 0
+    for row in rows:
+        writer.writerow(["" if v is None else v for v in row])
+        count += 1
+    return count
+
+
+def import_csv(conn: sqlite3.Connection, source: TextIO) -> int:
+    """Merge a CSV written by :func:`export_csv`; rows replace what is there for their address.
+    All or nothing: a bad row aborts the import with its line number."""
+    reader = csv.DictReader(source)
+    missing = [f for f in ("email_address",) if f not in (reader.fieldnames or [])]
+    if missing:
+        raise CallerError("the CSV has no email_address column (expected: " + ",".join(CSV_FIELDS) + ")")
+    count = 0
+    newly_blocked = []
+    with sidecar.transaction(conn):
+        for row in reader:
+            try:
+                address = normalize_address(row.get("email_address") or "")
+                blocked = _flag(row.get("is_blocked"))
+            except ValueError as exc:  # the line the row ends on, as an editor shows it
+                raise CallerError(f"line {reader.line_num}: {exc}") from None
+            if blocked:
+                newly_blocked.append(address)
+            conn.execute(
+                "INSERT INTO contact_info (email_address, name, is_blocked, notes, updated_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (email_address) DO UPDATE SET "
+                "name = excluded.name, is_blocked = excluded.is_blocked, notes = excluded.notes, "
+                "updated_at = excluded.updated_at",
+                (address, row.get("name") or None, int(blocked), row.get("notes") or None,
+                 utc_stamp()))
+            count += 1
+        _refuse_own(conn, newly_blocked)  # inside the transaction: refused means none applied
+    return count
+
+
+_TRUE, _FALSE = ("1", "true", "yes"), ("", "0", "false", "no")
+
+
+def _flag(value: str | None) -> bool:
+    """An is_blocked cell: 1/true/yes or 0/false/no/empty; anything else is a bad row, not a
+    silent unblock."""
+    text = (value or "").strip().lower()
+    if text not in _TRUE + _FALSE:
+        raise ValueError(f"is_blocked must be 1 or 0 (or true/false, yes/no), not {value!r}")
+    return text in _TRUE
+
+
+def format_rows(rows: Sequence[sqlite3.Row]) -> str:
+    out = io.StringIO()
+    for row in rows:
+        flags = " [blocked]" if row["is_blocked"] else ""
+        flags += " [me]" if row["is_me"] else ""
+        name = f"{row['name']} " if row["name"] else ""
+        out.write(f"{name}<{row['email_address']}>{flags}  from {row['messages_from']}, "
+                  f"to {row['messages_to']}, last {row['last_seen'] or '-'}")
+        if row["notes"]:
+            out.write(f"  notes: {row['notes']}")
+        out.write("\n")
+    return out.getvalue()

@@ -1,0 +1,931 @@
+"""SQL over the sidecar: ``query_emails`` reads mail, ``manage_contacts_sql`` edits contacts.
+
+Both are plain functions (the MCP layer wraps them).  The model writes arbitrary SQL, so every
+statement runs behind several independent fences:
+
+* an authorizer that allows reading the published views only (the internal tables just through
+  those views, and only the columns the views themselves read), a short list of harmless
+  functions, and -- for ``manage_contacts_sql`` only -- writes to the ``contacts`` view's
+  editable columns and, inside its INSTEAD OF triggers, to ``contact_info``;
+* ``query_emails`` uses a read-only connection with ``PRAGMA query_only``;
+* one statement per call, checked before SQLite sees it (SQLite would silently stop at the
+  first one; Python's sqlite3 refuses the rest, a second fence);
+* SQLite limits on value and SQL length, a wall-clock time limit through the progress handler,
+  and caps on rows, cell length and total result size.
+
+The ``account_name`` scope shadows the views with TEMP views of the same name; it is a
+convenience filter (``main.emails`` still sees every account), not a security boundary.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, PrivateAttr
+
+from ..clock import utc_stamp
+from ..errors import CallerError
+from ..store import sidecar
+from .dto import Dto
+
+MAX_ROWS = 1000
+MAX_CELL_CHARS = 2000
+MAX_RESULT_CHARS = 300_000     # all cells together, so one call cannot return megabytes
+# SQLITE_LIMIT_LENGTH: bigger strings/blobs fail instead of allocating.  Kept well below 1 MB
+# because instr() and replace() are quadratic inside one call, where the time limit cannot
+# reach (two 1 MB strings take ~8 s; two of 250 KB ~0.5 s).
+MAX_VALUE_BYTES = 250_000
+MAX_PRINTF_WIDTH = 100_000     # printf('%.*c', n, 'x') loops n times, past any limit
+MAX_SQL_CHARS = 100_000
+PROGRESS_STEPS = 1000          # VM instructions between time-limit checks
+
+READ_KEYWORDS = frozenset({"SELECT", "WITH", "VALUES", "EXPLAIN"})
+WRITE_KEYWORDS = frozenset({"INSERT", "REPLACE", "UPDATE", "DELETE"})
+# Words that start an SQLite statement; anything else is left to SQLite's syntax error.
+STATEMENT_KEYWORDS = READ_KEYWORDS | WRITE_KEYWORDS | frozenset(
+    "ALTER ANALYZE ATTACH BEGIN COMMIT CREATE DETACH DROP END PRAGMA REINDEX RELEASE ROLLBACK "
+    "SAVEPOINT VACUUM".split())
+
+SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master",
+                           "sqlite_temp_schema"})
+# Eponymous virtual tables worth having; other pragma_* functions (journal_mode, ...) stay shut.
+TABLE_FUNCTIONS = frozenset({"json_each", "json_tree", "pragma_table_info",
+                             "pragma_table_xinfo"})
+# pragma_table_info runs "PRAGMA table_info" internally; statement-level PRAGMA is refused by
+# the keyword check, so these two are reachable only through the table-valued functions.
+SCHEMA_PRAGMAS = frozenset({"table_info", "table_xinfo"})
+
+SAFE_FUNCTIONS = frozenset("""
+abs char coalesce concat concat_ws format glob hex ifnull iif if instr length like likelihood
+likely lower ltrim max min nullif octet_length printf quote random randomblob replace round
+rtrim sign soundex sqlite_version substr substring trim typeof unhex unicode unlikely upper
+zeroblob
+avg count group_concat string_agg sum total
+date time datetime julianday unixepoch strftime timediff
+current_date current_time current_timestamp
+json jsonb json_array jsonb_array json_array_length json_error_position json_extract
+jsonb_extract json_insert jsonb_insert json_object jsonb_object json_patch jsonb_patch
+json_pretty json_quote json_remove jsonb_remove json_replace jsonb_replace json_set jsonb_set
+json_type json_valid json_group_array jsonb_group_array json_group_object jsonb_group_object
+-> ->>
+acos acosh asin asinh atan atan2 atanh ceil ceiling cos cosh degrees exp floor ln log log10
+log2 mod pi pow power radians sin sinh sqrt tan tanh trunc
+row_number rank dense_rank percent_rank cume_dist ntile lag lead first_value last_value
+nth_value
+""".split())
+
+VIEW_LIST = ", ".join(sidecar.PUBLISHED_VIEWS)
+READ_HINT = (f"query_emails only reads the published views {VIEW_LIST} "
+             "(contacts are changed with manage_contacts_sql)")
+CONTACTS_HINT = ("manage_contacts_sql reads the published views and changes only the contacts "
+                 "view (columns " + ", ".join(sidecar.EDITABLE_CONTACT_COLUMNS) + ")")
+
+# Authorizer action codes -> words for refusals ("CREATE TEMP TRIGGER", "DROP VIEW", ...).
+_ACTION_NAMES: dict[int, str] = {
+    getattr(sqlite3, name): name.removeprefix("SQLITE_").replace("_", " ")
+    for name in dir(sqlite3)
+    if name.startswith(("SQLITE_CREATE_", "SQLITE_DROP_"))
+}
+_ACTION_NAMES.update({
+    sqlite3.SQLITE_ATTACH: "ATTACH", sqlite3.SQLITE_DETACH: "DETACH",
+    sqlite3.SQLITE_TRANSACTION: "transaction control (BEGIN/COMMIT/ROLLBACK)",
+    sqlite3.SQLITE_SAVEPOINT: "SAVEPOINT", sqlite3.SQLITE_ANALYZE: "ANALYZE",
+    sqlite3.SQLITE_REINDEX: "REINDEX", sqlite3.SQLITE_ALTER_TABLE: "ALTER TABLE",
+    sqlite3.SQLITE_INSERT: "INSERT", sqlite3.SQLITE_UPDATE: "UPDATE",
+    sqlite3.SQLITE_DELETE: "DELETE",
+})
+
+# The tool descriptions are generated from the published views' real columns (read from a
+# freshly migrated in-memory sidecar, on first use: see __getattr__ at the end), with one line
+# of prose per view from VIEW_NOTES.  A published view without a line there makes the build
+# fail (describe_views raises), so a new view cannot stay invisible to the model.
+SCHEMA_HELP: str            # built on first use by __getattr__
+CONTACTS_HELP: str          # built on first use by __getattr__
+HARVESTED_COLUMNS: tuple[str, ...]  # contacts columns that come from the mail (not editable)
+
+VIEW_NOTES: dict[str, str] = {
+    "emails": ("folder is relative to the account ('INBOX', 'Sent'); recipients is JSON "
+               '[{"name","email","kind"}]; tags, folders: JSON lists (use json_each)'),
+    "threads": "participants: senders, comma-separated",
+    "tags": "per tag",
+    "email_tags": "one row per message and tag",
+    "contacts": "is_me: the user's own; edit with manage_contacts_sql",
+}
+
+# How account_name scopes each published view: unqualified names are shadowed by TEMP views
+# holding one account's rows (see _scoped_views).  The rule, taken from the views' columns:
+# * a view with an account_name column is filtered on it (WHERE account_name = the account),
+#   unless _SCOPED_SELECTS gives it a definition of its own;
+# * a view without that column needs an entry in _SCOPED_SELECTS (the SELECT of its
+#   one-account copy, {account} standing for the quoted name) or in ACCOUNT_INDEPENDENT
+#   (saying why one account's view would be the same as every account's);
+# * any other published view is an error: account_scopes raises, and with it the build of
+#   SCHEMA_HELP (which names the scoped views), so no view is silently left unfiltered.
+# tests/test_sqltools.py checks every published view against a one-account sidecar.
+_SCOPED_SELECTS: dict[str, str] = {
+    # A thread belongs to every account holding one of its messages; its account_name
+    # column (the max) names only one of them.
+    "threads": "SELECT * FROM main.threads WHERE thread_id IN "
+               "(SELECT thread_id FROM main.emails WHERE account_name = {account})",
+    "email_tags": "SELECT * FROM main.email_tags WHERE uid IN "
+                  "(SELECT uid FROM main.emails WHERE account_name = {account})",
+    # The account's own counts: built again from the tables, like the view itself.
+    "tags": "SELECT t.tag, count(*) AS message_count, sum(1 - m.is_read) AS unread_count "
+            "FROM main.message_tags t JOIN main.messages m USING (message_id) "
+            "WHERE m.account_name = {account} GROUP BY t.tag",
+}
+ACCOUNT_INDEPENDENT: dict[str, str] = {
+    "contacts": "contacts and their notes, blocks and counts are kept across all accounts",
+}
+
+# After the server's own first line ("Read-only SQL (SQLite, one SELECT) ...").
+_SCHEMA_HEAD = (f"At most {MAX_ROWS} rows, text cells cut at {MAX_CELL_CHARS} chars, 2 s time "
+                "limit.\nViews:\n")
+_SCHEMA_TAIL = """\
+Dates: ISO 8601 UTC text ('2026-11-30T10:00:00Z'), compare as strings or use \
+strftime(). Flags: 0/1. Other tools take uid or message_id as id. account_name limits \
+{scoped} to one account (a filter, not a security boundary).
+Examples:
+SELECT * FROM emails WHERE folder='INBOX' AND is_read=0 ORDER BY date DESC LIMIT 10
+SELECT sender_email, count(*) AS n FROM emails WHERE is_read=0 \
+AND date >= strftime('%Y-%m-01T00:00:00Z','now') GROUP BY sender_email ORDER BY n DESC
+SELECT email_address, messages_to FROM contacts WHERE messages_to > 0 AND messages_from = 0 \
+AND is_me = 0 ORDER BY messages_to DESC
+SELECT thread_id, subject, message_count FROM threads WHERE message_count > 10 \
+AND sent_count = 0
+SELECT e.subject, e.date FROM emails e, json_each(e.recipients) r \
+WHERE r.value ->> 'email' = 'bob@example.com'"""
+
+_CONTACTS_HEAD = """\
+SQL on the contacts view (SQLite), one statement per call: SELECT, or INSERT/UPDATE/DELETE \
+on contacts; other views ({others}) can be read, e.g. in subqueries.
+{columns}. Only {editable} can be changed (is_blocked: 0/1); the others are \
+harvested from the mail and read-only (ignored on INSERT). """
+_CONTACTS_TAIL = """\
+Addresses are lower-case. \
+DELETE removes your name, notes and block, not the harvested figures. Blocking tags the \
+sender's mail blocked+spam (out of the inbox and searches; is:blocked finds it); unblocking \
+restores it. The result lists addresses newly blocked/unblocked. A statement changing more than 10 contacts is a dry run (changed, sample) until repeated with confirm_count=changed. The user's own addresses cannot be blocked. undo_last_write reverts a contacts change, names, notes and mail tags included. SQL text: at most 100,000 characters.
+Examples:
+SELECT * FROM contacts WHERE name LIKE '%Bob%'
+UPDATE contacts SET is_blocked=1 WHERE email_address='spam@x.com'
+UPDATE contacts SET notes='met at PyCon, wants the report' WHERE email_address='bob@example.com'
+INSERT INTO contacts (email_address, name, notes) VALUES ('carol@example.com', 'Carol', \
+'new client')
+UPDATE contacts SET is_blocked=1 WHERE email_address IN \
+(SELECT sender_email FROM emails WHERE list_id LIKE '%deals%')"""
+
+
+def view_columns(conn: sqlite3.Connection, views: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """view -> its column names, from ``PRAGMA table_info``; raises for a missing view."""
+    columns: dict[str, tuple[str, ...]] = {}
+    for view in views:
+        names = tuple(row[0] for row in conn.execute(
+            "SELECT name FROM pragma_table_info(?) ORDER BY cid", (view,)))
+        if not names:
+            raise RuntimeError(f"published view {view!r} is not in the sidecar schema")
+        columns[view] = names
+    return columns
+
+
+def describe_views(columns: Mapping[str, Sequence[str]],
+                   notes: Mapping[str, str] = VIEW_NOTES) -> str:
+    """One line per view: ``name(col,...): prose``; raises for a view without prose."""
+    missing = [view for view in columns if not notes.get(view)]
+    if missing:
+        raise RuntimeError(f"published view(s) {', '.join(missing)} have no line in "
+                           "VIEW_NOTES: say in one line what a row is, for SCHEMA_HELP")
+    return "".join(f"{view}({','.join(cols)}): {notes[view]}\n"
+                   for view, cols in columns.items())
+
+
+def account_scopes(columns: Mapping[str, Sequence[str]],
+                   selects: Mapping[str, str] = _SCOPED_SELECTS,
+                   independent: Mapping[str, str] = ACCOUNT_INDEPENDENT
+                   ) -> dict[str, str | None]:
+    """view -> the SELECT of its one-account copy ({account} for the quoted account name),
+    None for an account-independent view; raises for a view the rule above cannot scope."""
+    stale = sorted((selects.keys() | independent.keys()) - columns.keys())
+    both = sorted(selects.keys() & independent.keys())
+    if stale or both:
+        raise RuntimeError(f"account scope rules for unpublished views {stale} or declared "
+                           f"both scoped and account-independent {both}")
+    scopes: dict[str, str | None] = {}
+    for view, cols in columns.items():
+        if view in selects:
+            scopes[view] = selects[view]
+        elif view in independent:
+            scopes[view] = None
+        elif "account_name" in cols:
+            scopes[view] = f"SELECT * FROM main.{view} WHERE account_name = {{account}}"
+        else:
+            raise RuntimeError(
+                f"published view {view!r} has no account_name column: give its one-account "
+                "SELECT in _SCOPED_SELECTS or say in ACCOUNT_INDEPENDENT why it needs none")
+    return scopes
+
+
+@functools.cache
+def _published_columns() -> dict[str, tuple[str, ...]]:
+    """The published views' columns in a freshly migrated in-memory sidecar (~2 ms, once)."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        sidecar.migrate(conn, Path(":memory:"))
+        return view_columns(conn, sidecar.PUBLISHED_VIEWS)
+    finally:
+        conn.close()
+
+
+@functools.cache
+def _account_scopes() -> dict[str, str | None]:
+    return account_scopes(_published_columns())
+
+
+@functools.cache
+def _generated() -> dict[str, Any]:
+    """SCHEMA_HELP, CONTACTS_HELP and HARVESTED_COLUMNS, built from the migrated schema."""
+    columns = _published_columns()
+    scoped = [view for view, select in _account_scopes().items() if select is not None]
+    contacts = columns["contacts"]
+    editable = sidecar.EDITABLE_CONTACT_COLUMNS
+    return {
+        "SCHEMA_HELP": (_SCHEMA_HEAD + describe_views(columns)
+                        + _SCHEMA_TAIL.replace("{scoped}", ", ".join(scoped))),
+        "CONTACTS_HELP": _CONTACTS_HEAD.format(
+            others=", ".join(v for v in sidecar.PUBLISHED_VIEWS if v != "contacts"),
+            columns=f"contacts({','.join(contacts)})", editable=", ".join(editable),
+        ) + _CONTACTS_TAIL,
+        "HARVESTED_COLUMNS": tuple(c for c in contacts
+                                   if c not in editable and c != "email_address"),
+    }
+
+
+class SqlError(CallerError):
+    """A statement was refused or failed; the text says what and why, for the model to fix."""
+
+
+class SqlResult(Dto):
+    columns: list[str]
+    rows: list[list[Any]]
+    row_count: int = Field(description="rows returned")
+    truncated: bool = Field(description="more rows existed (limit or size cap)")
+    truncated_cells: int = Field(default=0, description="text cells cut at 2000 chars (end in …)")
+
+
+class ContactsResult(SqlResult):
+    changed: int = Field(description="contacts whose name, block or notes changed")
+    blocked: list[str] = Field(description="addresses newly blocked")
+    unblocked: list[str] = Field(description="addresses newly unblocked")
+    dry_run: bool = Field(default=False, description="nothing changed: confirm_count=changed")
+    sample: list[str] = Field(default_factory=list)
+    audit_id: int | None = None
+    # What the statement changed, row by row, for the audit log (not part of the answer).
+    _contact_changes: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+
+    @property
+    def contact_changes(self) -> list[dict[str, Any]]:
+        return self._contact_changes
+
+
+# A statement that changes more contacts than this needs confirm_count, like a bulk write.
+CONFIRM_ABOVE = 10
+_CONTACT_FIELDS = ("email_address", "name", "is_blocked", "notes")
+
+
+class _Unconfirmed(Exception):
+    """Raised inside the transaction to roll a statement back and report it as a dry run."""
+
+    def __init__(self, result: ContactsResult) -> None:
+        self.result = result
+
+
+def contact_rows(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+    return {row[0]: dict(zip(_CONTACT_FIELDS, row)) for row in conn.execute(
+        f"SELECT {', '.join(_CONTACT_FIELDS)} FROM contact_info")}
+
+
+def contact_diff(before: dict[str, dict[str, Any]],
+                  after: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per changed contact: its user-kept row before and after (None: no row)."""
+    return [{"contact": address, "before": before.get(address), "after": after.get(address)}
+            for address in sorted(before.keys() | after.keys())
+            if before.get(address) != after.get(address)]
+
+
+def restore_contacts(conn: sqlite3.Connection, diff: Sequence[dict[str, Any]]) -> None:
+    """Put contact rows back as they were before a recorded statement (for undo)."""
+    with sidecar.transaction(conn):
+        for change in diff:
+            row = change["before"]
+            if row is None:
+                conn.execute("DELETE FROM contact_info WHERE email_address = ?",
+                             (change["contact"],))
+            else:
+                conn.execute(
+                    "INSERT INTO contact_info (email_address, name, is_blocked, notes, "
+                    "updated_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (email_address) DO UPDATE "
+                    "SET name = excluded.name, is_blocked = excluded.is_blocked, "
+                    "notes = excluded.notes, updated_at = excluded.updated_at",
+                    (row["email_address"], row["name"], row["is_blocked"], row["notes"],
+                     utc_stamp()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Public functions
+
+
+def query_emails(sidecar_file: Path, sql_query: str, account_name: str | None = None,
+                 limit: int = 100, *, known_accounts: Sequence[str] = (),
+                 time_limit: float = 2.0) -> SqlResult:
+    """Run one read-only statement over the published views and return capped rows.
+
+    ``account_name`` (checked against ``known_accounts``, or the accounts in the mirror when
+    none are given) scopes the unqualified views (all but the account-independent ones).
+    Raises :class:`SqlError` for anything refused or failing.
+    """
+    statement = _single_statement(sql_query, READ_KEYWORDS, READ_HINT)
+    with _session(sidecar_file, account_name, known_accounts, readonly=True) as conn:
+        conn.execute("PRAGMA query_only = 1")
+        policy = _policy(conn, READ_HINT)
+        fetched = _execute(conn, statement, policy, _clamp(limit), time_limit)
+    return SqlResult(**fetched.fields())
+
+
+def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | None = None,
+                        *, known_accounts: Sequence[str] = (), time_limit: float = 2.0,
+                        limit: int = 100, confirm_count: int | None = None,
+                        own_addresses: Sequence[str] = ()) -> ContactsResult:
+    """Run one SELECT, INSERT, UPDATE or DELETE on the ``contacts`` view in a transaction.
+
+    Writes reach ``contact_info`` only through the view's INSTEAD OF triggers and only the
+    columns in :data:`sidecar.EDITABLE_CONTACT_COLUMNS`.  The result says how many rows
+    changed and which addresses became blocked or unblocked, so the caller can retag mail.
+    Raises :class:`SqlError`; a failing statement leaves the sidecar unchanged.
+    """
+    statement = _single_statement(sql_query, READ_KEYWORDS | WRITE_KEYWORDS, CONTACTS_HINT)
+    try:
+        with _session(sidecar_file, account_name, known_accounts, readonly=False) as conn:
+            policy = _policy(conn, CONTACTS_HINT, edits_contacts=True)
+            with _write_transaction(conn):
+                rows_before = contact_rows(conn)
+                fetched = _execute(conn, statement, policy, _clamp(limit), time_limit)
+                rows_after = contact_rows(conn)
+                diff = contact_diff(rows_before, rows_after)
+                result = _contacts_result(fetched, diff)
+                _refuse_own(conn, result.blocked, own_addresses)
+                if len(diff) > CONFIRM_ABOVE and confirm_count != len(diff):
+                    _unconfirmed(result, diff, confirm_count)
+    except _Unconfirmed as stop:  # rolled back
+        return stop.result
+    result._contact_changes = diff
+    return result
+
+
+def block_changes(diff: Sequence[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """The addresses a contacts diff (see :func:`contact_diff`) blocked and unblocked."""
+    def blocked(row: dict[str, Any] | None) -> bool:
+        return bool(row and row["is_blocked"])
+    return ([d["contact"] for d in diff if blocked(d["after"]) and not blocked(d["before"])],
+            [d["contact"] for d in diff if blocked(d["before"]) and not blocked(d["after"])])
+
+
+def _contacts_result(fetched: _Fetched, diff: list[dict[str, Any]]) -> ContactsResult:
+    blocked, unblocked = block_changes(diff)
+    return ContactsResult(**fetched.fields(), changed=len(diff), blocked=blocked,
+                          unblocked=unblocked)
+
+
+def _refuse_own(conn: sqlite3.Connection, blocked: Sequence[str], own: Sequence[str]) -> None:
+    mine = {a.lower() for a in own} | {row[0] for row in conn.execute("SELECT email FROM me")}
+    if hit := sorted(set(blocked) & mine):
+        raise SqlError(f"refused: {', '.join(hit[:5])} {'is' if len(hit) == 1 else 'are'} the "
+                       "user's own address(es) and can never be blocked; nothing was changed "
+                       "(add AND is_me = 0 to the WHERE clause)")
+
+
+def _unconfirmed(result: ContactsResult, diff: list[dict[str, Any]],
+                 confirm_count: int | None) -> None:
+    count = result.changed
+    if confirm_count is not None:
+        raise SqlError(f"confirm_count {confirm_count} does not match the {count} contacts the "
+                       "statement changes now; nothing was changed")
+    result.dry_run = True
+    result.sample = [d["contact"] for d in diff[:5]]
+    raise _Unconfirmed(result)
+
+
+# ---------------------------------------------------------------------------------------------
+# The statement check
+
+
+def _single_statement(sql: str, allowed: frozenset[str], hint: str) -> str:
+    """The one statement in ``sql`` (comments and a trailing ``;`` are fine), else SqlError."""
+    if len(sql) > MAX_SQL_CHARS:
+        raise SqlError(f"refused: the SQL is longer than {MAX_SQL_CHARS:,} characters")
+    start = _skip_blank(sql, 0)
+    if start == len(sql):
+        raise SqlError("empty SQL: write one statement, e.g. SELECT * FROM emails LIMIT 10")
+    keyword = _leading_word(sql, start).upper()
+    if keyword in STATEMENT_KEYWORDS and keyword not in allowed:
+        raise SqlError(f"refused: {keyword} statements are not allowed; {hint}")
+    first, rest = _split_first(sql)
+    if _skip_blank(rest, 0) != len(rest):
+        raise SqlError("refused: only one statement per call is allowed (found more SQL after "
+                       "the first ';'); send each statement in its own call")
+    return first
+
+
+def _skip_blank(text: str, i: int) -> int:
+    """Index of the first character at or after ``i`` that is not whitespace, ``;`` or a
+    comment."""
+    while i < len(text):
+        if text[i].isspace() or text[i] == ";":
+            i += 1
+        elif text.startswith(("--", "/*"), i):
+            i = _skip_comment(text, i)
+        else:
+            break
+    return i
+
+
+def _leading_word(text: str, i: int) -> str:
+    end = i
+    while end < len(text) and (text[end].isalpha() or text[end] == "_"):
+        end += 1
+    return text[i:end]
+
+
+def _split_first(sql: str) -> tuple[str, str]:
+    """Split at the first ``;`` outside strings, quoted identifiers and comments.
+
+    Statements with inner semicolons (CREATE TRIGGER) never get here: the keyword check has
+    refused them already.
+    """
+    i, n = 0, len(sql)
+    closers = {"'": "'", '"': '"', "`": "`", "[": "]"}
+    while i < n:
+        ch = sql[i]
+        if ch in closers:
+            # A doubled quote ('it''s') reads as two adjacent literals here: same split point.
+            end = sql.find(closers[ch], i + 1)
+            i = n if end < 0 else end + 1
+        elif sql.startswith(("--", "/*"), i):
+            i = _skip_comment(sql, i)
+        elif ch == ";":
+            return sql[:i], sql[i + 1:]
+        else:
+            i += 1
+    return sql, ""
+
+
+def _skip_comment(text: str, i: int) -> int:
+    # SQLite lets an unterminated /* comment run to the end of the text.
+    closer = "\n" if text.startswith("--", i) else "*/"
+    end = text.find(closer, i + 2)
+    return len(text) if end < 0 else end + len(closer)
+
+
+# ---------------------------------------------------------------------------------------------
+# Connection set-up
+
+
+@contextmanager
+def _session(path: Path, account_name: str | None, known_accounts: Sequence[str], *,
+             readonly: bool) -> Iterator[sqlite3.Connection]:
+    """A private connection, scoped and limited, closed afterwards; SQLite errors of our own
+    statements become SqlError too (the caller's are translated in :func:`_execute`)."""
+    conn = _open(path, readonly=readonly)
+    try:
+        _prepare(conn, account_name, known_accounts)
+        yield conn
+    except sqlite3.Error as exc:
+        raise _translate(exc, None, None) from None
+    finally:
+        conn.close()
+
+
+def _open(path: Path, *, readonly: bool) -> sqlite3.Connection:
+    if not path.exists():  # a read-write open would create an empty sidecar
+        raise SqlError(f"no sidecar database at {path}; run `fmail-nm index` first")
+    try:
+        conn = sidecar.connect(path, readonly=readonly)
+    except sidecar.SidecarError as exc:
+        raise SqlError(str(exc)) from None
+    except sqlite3.Error as exc:  # a writer holding the lock while connect() migrates
+        raise _translate(exc, None, None) from None
+    # Cells built by the caller's SQL may be invalid UTF-8 (CAST(x'ff' AS TEXT)).
+    conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
+    return conn
+
+
+def _prepare(conn: sqlite3.Connection, account_name: str | None,
+             known_accounts: Sequence[str]) -> None:
+    """Account scope and limits, set before the authorizer (which would refuse the DDL)."""
+    account = _checked_account(conn, account_name, known_accounts)
+    if account is not None:
+        for statement in _scoped_views(account):
+            conn.execute(statement)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_CHARS)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)  # a second fence behind the authorizer
+
+
+def _checked_account(conn: sqlite3.Connection, account_name: str | None,
+                     known_accounts: Sequence[str]) -> str | None:
+    if not account_name:
+        return None
+    known = list(known_accounts) or [row[0] for row in conn.execute(
+        "SELECT DISTINCT account_name FROM messages WHERE account_name IS NOT NULL")]
+    if account_name not in known:
+        listed = ", ".join(sorted(known)) or "(none)"
+        raise SqlError(f"unknown account {account_name!r}; known accounts: {listed}")
+    return account_name
+
+
+def _scoped_views(account: str) -> list[str]:
+    """TEMP views that shadow the published ones for unqualified names in this connection
+    (which views, and how: see _SCOPED_SELECTS)."""
+    name = "'" + account.replace("'", "''") + "'"
+    return [f"CREATE TEMP VIEW {view} AS {select.replace('{account}', name)}"
+            for view, select in _account_scopes().items() if select is not None]
+
+
+def _policy(conn: sqlite3.Connection, hint: str, *, edits_contacts: bool = False) -> _Policy:
+    tables = frozenset(row[0] for row in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'"))
+    return _Policy(view_reads=_view_reads(conn), tables=tables, hint=hint,
+                   edits_contacts=edits_contacts)
+
+
+def _view_reads(conn: sqlite3.Connection) -> frozenset[tuple[str, str, str]]:
+    """(table, column, view) for every internal column the published views read.
+
+    The authorizer names the innermost view behind a read, but a CTE named ``emails`` gets the
+    same name; allowing only the columns the real views read keeps such a CTE from reaching
+    anything the views do not already show.  Probed, so the rule follows schema migrations.
+    """
+    seen: set[tuple[str, str, str]] = set()
+
+    def record(action: int, table: str | None, column: str | None, db: str | None,
+               context: str | None) -> int:
+        if action == sqlite3.SQLITE_READ and db == "main" and table and context:
+            seen.add((table, column or "", context))
+        return sqlite3.SQLITE_OK
+
+    conn.set_authorizer(record)
+    try:
+        for view in sidecar.PUBLISHED_VIEWS:
+            for name in (f"main.{view}", view):  # the latter is the TEMP view when scoped
+                conn.execute(f"SELECT * FROM {name} LIMIT 0").close()
+    finally:
+        conn.set_authorizer(None)
+    return frozenset(seen)
+
+
+@contextmanager
+def _write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE (waiting the sidecar's busy timeout for the lock) ... COMMIT.
+
+    Not :func:`sidecar.transaction`: after an interrupt (the time limit) SQLite has rolled
+    back already, and a second ROLLBACK would hide the real error.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # closing the connection discards the transaction all the same
+        raise
+    conn.execute("COMMIT")
+
+
+def _clamp(limit: int) -> int:
+    return max(1, min(int(limit), MAX_ROWS))
+
+
+# ---------------------------------------------------------------------------------------------
+# The authorizer
+
+
+# What _Policy._check returns for "skip silently" (SQLITE_IGNORE), unlike a refusal text.
+_IGNORE = "<ignore>"
+
+
+@dataclass
+class _Policy:
+    """The authorizer: remembers the first refusal so the error can say what was refused."""
+
+    view_reads: frozenset[tuple[str, str, str]]
+    tables: frozenset[str]  # the real tables in main, to tell them from CTE names
+    hint: str
+    edits_contacts: bool = False
+    refusal: str | None = field(default=None, init=False)
+    # Internal tables this statement has read through a published view so far.
+    via_views: set[str] = field(default_factory=set, init=False)
+
+    def __call__(self, action: int, arg1: str | None, arg2: str | None, db: str | None,
+                 context: str | None) -> int:
+        refused = self._check(action, arg1 or "", arg2 or "", db, context)
+        if refused is None:
+            return sqlite3.SQLITE_OK
+        if refused is _IGNORE:
+            return sqlite3.SQLITE_IGNORE
+        if self.refusal is None:
+            self.refusal = refused
+        return sqlite3.SQLITE_DENY
+
+    def _check(self, action: int, arg1: str, arg2: str, db: str | None,
+               context: str | None) -> str | None:
+        if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_RECURSIVE):
+            return None
+        if action == sqlite3.SQLITE_READ:
+            return self._read(arg1.lower(), arg2.lower(), db, context)
+        if action == sqlite3.SQLITE_FUNCTION:
+            ok = arg2.lower() in SAFE_FUNCTIONS
+            return None if ok else self._refuse(f"the function {arg2}()")
+        if action == sqlite3.SQLITE_PRAGMA:
+            ok = arg1.lower() in SCHEMA_PRAGMAS
+            return None if ok else self._refuse(f"PRAGMA {arg1}")
+        if action in (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE):
+            return self._write(action, arg1.lower(), arg2.lower(), db, context)
+        return self._refuse(_ACTION_NAMES.get(action, f"operation {action}"))
+
+    def _read(self, table: str, column: str, db: str | None, context: str | None) -> str | None:
+        if db not in (None, "main", "temp"):
+            return self._refuse(f"reading {db}.{table}")
+        if table in SCHEMA_TABLES:
+            # The schema would list the internal tables the published views hide.  Setting
+            # up json_each reads only the rowid of its (never run) schema update.
+            return None if column == "rowid" else self._refuse(f"reading the schema table {table}")
+        if table in sidecar.PUBLISHED_VIEWS or table in TABLE_FUNCTIONS:
+            return None
+        if context is not None and (table, column, context) in self.view_reads:
+            self.via_views.add(table)
+            return None
+        if column == "" and (table in self.via_views or table not in self.tables):
+            # A query using none of a source's columns (count(*)) reads it with no column:
+            # for a CTE or subquery under its own name, and -- once SQLite has flattened a
+            # view -- for the table behind that view, with no view name.  Only a row count
+            # the view shows anyway; a bare count(*) FROM messages stays refused.
+            return None
+        if self.edits_contacts and context in sidecar.CONTACT_TRIGGERS \
+                and table == "contact_info":
+            return None
+        if table.startswith("pragma_"):
+            return self._refuse(f"the pragma function {table}()")
+        return self._refuse(f"reading the internal table {table}"
+                            if context is None else f"reading {table}.{column}")
+
+    def _write(self, action: int, table: str, column: str, db: str | None,
+               context: str | None) -> str | None:
+        verb = _ACTION_NAMES[action]
+        if action == sqlite3.SQLITE_UPDATE and table in SCHEMA_TABLES and context is None \
+                and db in ("main", "temp"):
+            # Setting up an eponymous virtual table (json_each) parses a CREATE TABLE whose
+            # schema update is never run; ignoring it keeps json_each usable.  A real UPDATE
+            # of sqlite_master is refused by SQLite itself (writable_schema is unreachable).
+            return _IGNORE
+        if table in SCHEMA_TABLES:
+            return self._refuse("changing the schema (CREATE, DROP, ALTER)")
+        if not self.edits_contacts:
+            return self._refuse(f"{verb} on {table}")
+        if context in sidecar.CONTACT_TRIGGERS and table == "contact_info" and db == "main":
+            return None
+        if table == "contacts" and db in (None, "main") and context is None:
+            return self._contacts_write(action, column)
+        return self._refuse(f"{verb} on {table}")
+
+    def _contacts_write(self, action: int, column: str) -> str | None:
+        if action != sqlite3.SQLITE_UPDATE or column in sidecar.EDITABLE_CONTACT_COLUMNS:
+            return None
+        editable = ", ".join(sidecar.EDITABLE_CONTACT_COLUMNS)
+        if column == "email_address":
+            return ("refused: email_address identifies the contact and cannot be updated; "
+                    f"DELETE the contact and INSERT it under the new address (editable: "
+                    f"{editable})")
+        return (f"refused: contacts.{column} is read-only: harvested figures "
+                f"({', '.join(_generated()['HARVESTED_COLUMNS'])}) come from the mail; "
+                f"editable: {editable}")
+
+    def _refuse(self, what: str) -> str:
+        return f"refused: {what} is not allowed; {self.hint}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Running and fetching
+
+
+@dataclass
+class _Deadline:
+    """The progress handler: stops the statement once the time limit has passed."""
+
+    seconds: float
+    end: float = 0.0
+    fired: bool = False
+
+    def start(self) -> None:
+        self.end = time.monotonic() + self.seconds
+
+    def __call__(self) -> int:
+        if time.monotonic() >= self.end:
+            self.fired = True
+            return 1
+        return 0
+
+
+@dataclass
+class _Fetched:
+    columns: list[str]
+    rows: list[list[Any]]
+    truncated: bool
+    truncated_cells: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"columns": self.columns, "rows": self.rows, "row_count": len(self.rows),
+                "truncated": self.truncated, "truncated_cells": self.truncated_cells}
+
+
+def _execute(conn: sqlite3.Connection, statement: str, policy: _Policy, limit: int,
+             time_limit: float) -> _Fetched:
+    """Run the caller's statement under the authorizer and the time limit; fetch capped rows."""
+    if not time_limit > 0:
+        raise SqlError("time_limit must be a positive number of seconds")
+    deadline = _Deadline(float(time_limit))
+    printf = _GuardedPrintf(policy)
+    for name in ("printf", "format"):
+        conn.create_function(name, -1, printf)
+    conn.set_authorizer(policy)
+    conn.set_progress_handler(deadline, PROGRESS_STEPS)
+    deadline.start()
+    try:
+        cursor = conn.execute(statement)
+        try:
+            return _fetch(cursor, limit)
+        finally:
+            cursor.close()
+    except (sqlite3.Error, sqlite3.Warning) as exc:
+        raise _translate(exc, policy, deadline) from None
+    finally:
+        # Our own statements (COMMIT, ROLLBACK, blocklist) run without the fences.
+        conn.set_authorizer(None)
+        conn.set_progress_handler(None, 0)
+        printf.close()
+
+
+# A printf conversion's width and precision: "%-08.3f" -> ("08", "3"), "%.*c" -> ("", "*").
+_PRINTF_SPEC = re.compile(r"%[-+ 0#,!]*(\*|\d+)?(?:\.(\*|\d+))?")
+
+
+class _GuardedPrintf:
+    """printf() and format() with widths and precisions capped, shadowing the built-ins.
+
+    SQLite 3.40 formats ``printf('%.*c', 2000000000, 'x')`` by looping two billion times even
+    after the length limit has turned the result into NULL, inside one function call where the
+    progress handler cannot stop it.  Checked calls go to the built-in printf of a private
+    in-memory connection with the same length limit.
+    """
+
+    def __init__(self, policy: _Policy) -> None:
+        self.policy = policy
+        self._builtin: sqlite3.Connection | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if args and isinstance(args[0], str) and _too_wide(args[0], args[1:]):
+            self.policy.refusal = (f"refused: printf/format widths and precisions above "
+                                   f"{MAX_PRINTF_WIDTH:,} are not allowed")
+            raise ValueError(self.policy.refusal)
+        if self._builtin is None:
+            self._builtin = sqlite3.connect(":memory:")
+            self._builtin.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+        marks = ", ".join("?" * len(args))
+        return self._builtin.execute(f"SELECT printf({marks})", args).fetchone()[0]
+
+    def close(self) -> None:
+        if self._builtin is not None:
+            self._builtin.close()
+
+
+def _too_wide(spec: str, args: Sequence[Any]) -> bool:
+    """True if a width or precision in ``spec`` is too big; a ``*`` is checked against every
+    numeric argument (conservative: which argument it takes does not matter)."""
+    for width, precision in _PRINTF_SPEC.findall(spec):
+        for part in (width, precision):
+            if part.isdigit() and int(part) > MAX_PRINTF_WIDTH:
+                return True
+            if part == "*" and any(_number(arg) > MAX_PRINTF_WIDTH for arg in args):
+                return True
+    return False
+
+
+def _number(value: Any) -> float:
+    """|value| as SQLite would read it as a number (text and blobs too), else 0."""
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    if isinstance(value, str):
+        digits = re.match(r"\s*[-+]?(\d+(\.\d*)?([eE][-+]?\d+)?)", value)
+        value = float(digits.group(1)) if digits else 0.0
+    return abs(value) if isinstance(value, (int, float)) else 0.0
+
+
+def _fetch(cursor: sqlite3.Cursor, limit: int) -> _Fetched:
+    columns = [d[0] for d in cursor.description or ()]
+    rows: list[list[Any]] = []
+    cut = 0
+    budget = MAX_RESULT_CHARS
+    truncated = False
+    while columns:
+        row = cursor.fetchone()
+        if row is None:
+            break
+        if len(rows) == limit:
+            truncated = True
+            break
+        cells = [_cell(value) for value in row]
+        budget -= sum(len(v) if isinstance(v, str) else 8 for v, _ in cells)
+        if budget < 0 and rows:  # keep at least one row, however wide
+            truncated = True
+            break
+        rows.append([v for v, _ in cells])
+        cut += sum(c for _, c in cells)
+    return _Fetched(columns, rows, truncated, cut)
+
+
+def _cell(value: Any) -> tuple[Any, int]:
+    """A JSON-safe cell, cut to MAX_CELL_CHARS; second item 1 when it was cut."""
+    if isinstance(value, bytes):
+        # Blobs as SQL hex literals; the mirror holds none, but zeroblob() and friends do.
+        text = "x'" + value[:MAX_CELL_CHARS].hex() + "'"
+        return (text[:MAX_CELL_CHARS] + "…", 1) if len(text) > MAX_CELL_CHARS else (text, 0)
+    if isinstance(value, str) and len(value) > MAX_CELL_CHARS:
+        return value[:MAX_CELL_CHARS] + "…", 1
+    return value, 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+def _translate(exc: BaseException, policy: _Policy | None,
+               deadline: _Deadline | None) -> SqlError:
+    """One clear SqlError for whatever SQLite or sqlite3 raised (never a traceback)."""
+    message = str(exc)
+    low = message.lower()
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    hint = READ_HINT if policy is None else policy.hint
+    if policy is not None and policy.refusal is not None:
+        return SqlError(policy.refusal)
+    if deadline is not None and deadline.fired:
+        return SqlError(f"query stopped after {deadline.seconds} s (time limit); narrow it "
+                        "with WHERE, LIMIT or fewer joins")
+    if primary == sqlite3.SQLITE_TOOBIG:
+        return SqlError(f"refused: a value grew past {MAX_VALUE_BYTES:,} bytes (length limit); "
+                        "select less text, e.g. substr(body_preview, 1, 200)")
+    if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return SqlError("sidecar busy: another fmail-nm process is writing it (e.g. a sync); "
+                        "retry in a moment")
+    if primary == sqlite3.SQLITE_READONLY:
+        return SqlError(f"refused: writing is not allowed; {READ_HINT}")
+    if primary == sqlite3.SQLITE_CONSTRAINT:
+        return SqlError(f"{message} (the statement changed nothing)")
+    if "cannot modify" in low:
+        return SqlError(f"refused: {message}; {hint}")
+    if "one statement" in low:
+        return SqlError("refused: only one statement per call is allowed")
+    if "bindings" in low:
+        return SqlError("parameters (? or :name) are not supported; write values inline as "
+                        "'quoted' literals")
+    if "no such table" in low or "no such column" in low:
+        return SqlError(f"{message}; {hint} (see the tool description for their columns)")
+    if "syntax error" in low or "incomplete input" in low or "unrecognized token" in low:
+        return SqlError(f"SQL syntax error: {message} (strings go in 'single quotes', "
+                        "identifiers in \"double quotes\")")
+    return SqlError(f"SQLite error: {message}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Generated names
+
+
+_GENERATED_NAMES = frozenset({"SCHEMA_HELP", "CONTACTS_HELP", "HARVESTED_COLUMNS"})
+
+
+def __getattr__(name: str) -> Any:
+    """SCHEMA_HELP, CONTACTS_HELP and HARVESTED_COLUMNS, built on first use (PEP 562), so
+    importing the module does not migrate a sidecar."""
+    if name not in _GENERATED_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = _generated()[name]
+    globals()[name] = value
+    return value

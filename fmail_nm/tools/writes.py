@@ -1,0 +1,344 @@
+"""The write tools as plain functions: which messages a call writes, the caller's limits and
+the result it gets.  The MCP layer wraps these; tests call them directly.
+
+What a write does to each message -- tags, Maildir flags, folder moves, the audit log and undo
+-- is the write engine's (:mod:`fmail_nm.passes.changes`).  Here: selection by ids (Message-IDs
+or sidecar uids) or by a search, and the double check for searches -- without
+``confirm_count`` equal to the number of matches a call only reports that number.  No call
+touches more than ``MAX_BATCH`` messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field
+
+from .. import tags
+from ..config import Account, Config, ConfigError
+from ..passes import changes
+from ..passes.changes import BatchReport, Step, WriteContext
+from ..store import maildir, sidecar
+from ..store.query import clean_id
+from . import sql as sqltools
+from .dto import Dto
+from .reads import Mailbox, ToolError
+
+MAX_BATCH = 500
+SAMPLE_SIZE = 5
+MAX_TAG_LENGTH = 100
+MAX_FOLDER_CHARS = 255
+_FOLDER_LIST_LIMIT = 20
+
+
+class WriteError(ToolError):
+    """A write (or one message of it) could not be done; the text says why and what to do."""
+
+
+class WriteErrorItem(Dto):
+    id: str = Field(description="Message-ID")
+    error: str
+
+
+class WriteResult(Dto):
+    applied: list[str] = Field(default_factory=list,
+                               description="Message-IDs now in the requested state")
+    not_found: list[str] = Field(default_factory=list, description="ids not in the index")
+    errors: list[WriteErrorItem] = Field(default_factory=list,
+                                         description="messages that could not be (fully) written")
+    dry_run: bool = Field(default=False, description="true: nothing was changed")
+    match_count: int | None = Field(default=None,
+                                    description="messages the query (or ids) selected")
+    sample_ids: list[str] = Field(default_factory=list,
+                                  description="a few of the selected Message-IDs (dry runs)")
+    audit_id: int | None = Field(default=None,
+                                 description="audit log entry; undo_last_write reverts it")
+
+
+# ---------------------------------------------------------------------------------------------
+# Which messages a call writes
+
+
+@dataclass(frozen=True)
+class Selection:
+    ids: Sequence[str] | None
+    query: str | None
+    confirm_count: int | None
+    dry_run: bool
+
+    def params(self) -> dict[str, Any]:
+        return {"ids": list(self.ids) if self.ids else None, "query": self.query}
+
+
+@dataclass(frozen=True)
+class Target:
+    message_ids: list[str]
+    asked: dict[str, str]  # Message-ID -> the id as the caller wrote it, for not_found
+    match_count: int | None  # set for query selections
+
+
+def _from_ids(ctx: WriteContext, ids: Sequence[str]) -> Target:
+    cleaned = [clean_id(i) for i in ids]
+    uids = [c for c in cleaned if sidecar.looks_like_uid(c)]
+    by_uid = sidecar.lookup_uids(ctx.config.data_dir, uids) if uids else {}
+    asked: dict[str, str] = {}
+    for original, mid in zip(ids, cleaned):
+        asked.setdefault(by_uid.get(mid, mid), original)
+    return Target(message_ids=list(asked), asked=asked, match_count=None)
+
+
+def _check_batch(count: int) -> None:
+    if count > MAX_BATCH:
+        raise ToolError(f"{count} messages selected; one write takes at most {MAX_BATCH} -- "
+                        "narrow the query (after:, before:, from:, in:) or split the ids")
+
+
+def _from_query(ctx: WriteContext, query: str) -> Target:
+    compiled = Mailbox(ctx.config, ctx.reader, ctx.clock).compile(query)
+    # Count first: listing every match of a broad query costs far more than refusing it.
+    _check_batch(ctx.reader.count(compiled.query, exclude_tags=compiled.exclude_tags))
+    mids = ctx.reader.message_ids(compiled.query, exclude_tags=compiled.exclude_tags)
+    return Target(message_ids=mids, asked={}, match_count=len(mids))
+
+
+def _select(ctx: WriteContext, sel: Selection) -> Target:
+    if sel.ids and sel.query:
+        raise ToolError("pass either ids or query, not both")
+    if not sel.ids and not (sel.query or "").strip():
+        raise ToolError("pass ids (Message-IDs or uids) or a query to say which messages")
+    target = _from_ids(ctx, sel.ids) if sel.ids else _from_query(ctx, sel.query or "")
+    _check_batch(len(target.message_ids))  # a query's matches may have grown since the count
+    return target
+
+
+def _preview(ctx: WriteContext, sel: Selection, target: Target) -> WriteResult | None:
+    """The report a call gets instead of a write: a dry run, or a query not yet confirmed."""
+    if sel.query and sel.confirm_count is not None and sel.confirm_count != target.match_count:
+        raise WriteError(f"confirm_count {sel.confirm_count} does not match the "
+                         f"{target.match_count} messages the query selects now; nothing was "
+                         "changed. Check the query, then call again with confirm_count="
+                         f"{target.match_count} if that is what the user wants")
+    if sel.query and sel.confirm_count is None:
+        return WriteResult(dry_run=True, match_count=target.match_count,
+                           sample_ids=target.message_ids[:SAMPLE_SIZE])
+    if not sel.dry_run:
+        return None
+    found = [m for m in target.message_ids if ctx.reader.find(m) is not None]
+    known = set(found)
+    missing = [target.asked.get(m, m) for m in target.message_ids if m not in known]
+    return WriteResult(dry_run=True, match_count=len(found), sample_ids=found[:SAMPLE_SIZE],
+                       not_found=missing)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a write
+
+
+def _result(report: BatchReport, match_count: int | None) -> WriteResult:
+    return WriteResult(applied=report.applied, not_found=report.not_found,
+                       errors=[WriteErrorItem(id=mid, error=why) for mid, why in report.errors],
+                       match_count=match_count, audit_id=report.audit_id)
+
+
+def _write(ctx: WriteContext, action: str, sel: Selection, step: Step,
+           **params: Any) -> WriteResult:
+    target = _select(ctx, sel)
+    preview = _preview(ctx, sel, target)
+    if preview is not None:
+        return preview
+    report = changes.apply(ctx, action, {**sel.params(), **params}, target.message_ids, step,
+                           asked=target.asked)
+    return _result(report, target.match_count)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tags and flags
+
+
+def set_read(ctx: WriteContext, ids: Sequence[str] | None, is_read: bool, *,
+             query: str | None = None, confirm_count: int | None = None,
+             dry_run: bool = False) -> WriteResult:
+    """Mark messages read or unread (the ``unread`` tag; Maildir flag S follows)."""
+    step = changes.tag_step(remove=["unread"]) if is_read else changes.tag_step(add=["unread"])
+    return _write(ctx, "set_read", Selection(ids, query, confirm_count, dry_run), step,
+                  is_read=is_read)
+
+
+def update_email_status(ctx: WriteContext, ids: Sequence[str] | None, mark_as: str, *,
+                        query: str | None = None, confirm_count: int | None = None,
+                        dry_run: bool = False) -> WriteResult:
+    """``mark_as`` is 'read' or 'unread'."""
+    choice = mark_as.strip().lower()
+    if choice not in ("read", "unread"):
+        raise ToolError(f"mark_as must be 'read' or 'unread' (got {mark_as!r})")
+    return set_read(ctx, ids, choice == "read", query=query, confirm_count=confirm_count,
+                    dry_run=dry_run)
+
+
+def set_flagged(ctx: WriteContext, ids: Sequence[str] | None, flagged: bool, *,
+                query: str | None = None, confirm_count: int | None = None,
+                dry_run: bool = False) -> WriteResult:
+    """Flag (star) or unflag messages (the ``flagged`` tag; Maildir flag F follows)."""
+    step = changes.tag_step(add=["flagged"]) if flagged else changes.tag_step(remove=["flagged"])
+    return _write(ctx, "set_flagged", Selection(ids, query, confirm_count, dry_run), step,
+                  flagged=flagged)
+
+
+def check_tag(tag: str) -> str:
+    """A tag name as notmuch and its query syntax take it, or a ToolError saying what is wrong."""
+    if not tag:
+        raise ToolError("tag names must not be empty")
+    if any(c.isspace() for c in tag):
+        raise ToolError(f"tag {tag!r} contains whitespace")
+    if tag.startswith("-"):
+        raise ToolError(f"tag {tag!r} starts with '-' (list it under remove instead)")
+    if len(tag) > MAX_TAG_LENGTH:
+        raise ToolError(f"tag {tag[:20]!r}... is longer than {MAX_TAG_LENGTH} characters")
+    return tag
+
+
+def check_added_tag(tag: str) -> str:
+    check_tag(tag)
+    if tag in tags.RESERVED:
+        raise ToolError(f"tag {tag!r} is reserved: notmuch gives it to mail it has just "
+                        "indexed and the next index run removes it; choose another name")
+    return tag
+
+
+def tag_emails(ctx: WriteContext, ids: Sequence[str] | None = None, add: Sequence[str] = (),
+               remove: Sequence[str] = (), *, query: str | None = None,
+               confirm_count: int | None = None, dry_run: bool = False) -> WriteResult:
+    """Add and remove tags; flag tags (unread, flagged, replied, ...) rename files to match."""
+    adds = [check_added_tag(t) for t in add]
+    removes = [check_tag(t) for t in remove]
+    if not adds and not removes:
+        raise ToolError("give at least one tag to add or remove")
+    if both := sorted(set(adds) & set(removes)):
+        raise ToolError(f"tags both added and removed: {', '.join(both)}")
+    return _write(ctx, "tag_emails", Selection(ids, query, confirm_count, dry_run),
+                  changes.tag_step(adds, removes), add=adds, remove=removes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Moves
+
+
+def _check_account(ctx: WriteContext, account: str | None) -> None:
+    if account is not None:
+        try:
+            ctx.config.account(account)
+        except ConfigError as exc:
+            raise ToolError(str(exc)) from None
+
+
+def delete_messages(ctx: WriteContext, ids: Sequence[str] | None = None, *,
+                    query: str | None = None, confirm_count: int | None = None,
+                    dry_run: bool = False, account: str | None = None) -> WriteResult:
+    """Move messages to their account's Trash folder (tags: +deleted -inbox)."""
+    _check_account(ctx, account)
+    return _write(ctx, "delete", Selection(ids, query, confirm_count, dry_run),
+                  changes.move_to_role_step("trash", account), account=account)
+
+
+def move_to_junk(ctx: WriteContext, ids: Sequence[str] | None = None, *,
+                 query: str | None = None, confirm_count: int | None = None,
+                 dry_run: bool = False, account: str | None = None) -> WriteResult:
+    """Move messages to their account's Junk folder (tags: +spam -inbox)."""
+    _check_account(ctx, account)
+    return _write(ctx, "junk", Selection(ids, query, confirm_count, dry_run),
+                  changes.move_to_role_step("junk", account), account=account)
+
+
+def archive(ctx: WriteContext, ids: Sequence[str] | None = None, *, query: str | None = None,
+            confirm_count: int | None = None, dry_run: bool = False,
+            account: str | None = None) -> WriteResult:
+    """Move the inbox copy of messages to their account's Archive folder (+archived -inbox)."""
+    _check_account(ctx, account)
+    return _write(ctx, "archive", Selection(ids, query, confirm_count, dry_run),
+                  changes.archive_step(account), account=account)
+
+
+def _folder_name(folder: str) -> str:
+    """A folder name that cannot leave the mail root or name a Maildir's own directories."""
+    if len(folder) > MAX_FOLDER_CHARS:
+        raise ToolError(f"folder names are at most {MAX_FOLDER_CHARS} characters")
+    name = folder.strip().strip("/")
+    parts = name.split("/")
+    if not name or any(p in ("", ".", "..", ".notmuch", *maildir.MAILDIR_SUBDIRS) for p in parts):
+        raise ToolError(f"bad folder name {folder!r}: give a folder like 'Archive' or "
+                        "'Projects/2026' (list_folders shows them)")
+    return name
+
+
+def resolve_folder(config: Config, account: Account, folder: str) -> str:
+    """A folder relative to the account ('Archive', 'Projects/2026') or to the mail root
+    ('work/INBOX'), as a folder relative to the mail root; it must exist in the config or on
+    disk."""
+    name = _folder_name(folder)
+    inside = name if account.maildir == "." else f"{account.maildir}/{name}"
+    for candidate in (inside, name):
+        if maildir.is_known_folder(config, candidate):
+            return candidate
+    known = [f for f in config.folders if config.account_for_path(f) == account]
+    shown = ", ".join(known[:_FOLDER_LIST_LIMIT])
+    if len(known) > _FOLDER_LIST_LIMIT:
+        shown += ", ..."
+    raise WriteError(f"no folder {folder!r} in account {account.name!r} or under the mail root "
+                     f"(folders of {account.name}: {shown or 'none'})")
+
+
+def _check_folder_exists(config: Config, folder: str, account: str | None) -> None:
+    """Refuse a folder that exists in no account the write may act in, before selecting
+    anything (per message it is checked again, for the message's own account)."""
+    accounts = [config.account(account)] if account else list(config.accounts)
+    for acct in accounts:
+        try:
+            resolve_folder(config, acct, folder)
+            return
+        except WriteError:
+            if len(accounts) == 1:
+                raise
+    shown = ", ".join(config.folders[:_FOLDER_LIST_LIMIT])
+    if len(config.folders) > _FOLDER_LIST_LIMIT:
+        shown += ", ..."
+    raise WriteError(f"no folder {folder!r} in any account; nothing was changed (folders: "
+                     f"{shown or 'none'}; list_folders shows them all)")
+
+
+def move_to_folder(ctx: WriteContext, ids: Sequence[str] | None, folder: str, *,
+                   query: str | None = None, confirm_count: int | None = None,
+                   dry_run: bool = False, account: str | None = None) -> WriteResult:
+    """Move messages' files (in their account) to a folder; place tags follow its role."""
+    _check_account(ctx, account)
+    _check_folder_exists(ctx.config, folder, account)
+    return _write(ctx, "move_to_folder", Selection(ids, query, confirm_count, dry_run),
+                  changes.move_to_folder_step(
+                      lambda acct: resolve_folder(ctx.config, acct, folder), account), folder=folder, account=account)
+
+
+def restore(ctx: WriteContext, ids: Sequence[str] | None = None, *, query: str | None = None,
+            confirm_count: int | None = None, dry_run: bool = False,
+            account: str | None = None) -> WriteResult:
+    """Move messages out of Trash/Junk back to the folder they were deleted from (else the
+    inbox); tags: -deleted -spam, +inbox when back in the inbox (unless it is the user's own
+    mail, a draft or list mail, which the post-new rules keep out of the inbox too)."""
+    _check_account(ctx, account)
+    return _write(ctx, "restore", Selection(ids, query, confirm_count, dry_run),
+                  changes.restore_step(account), account=account)
+
+
+# ---------------------------------------------------------------------------------------------
+# Undo
+
+
+def undo_last_write(ctx: WriteContext) -> WriteResult:
+    """Revert the latest write not yet undone: its tags, and files moved back into the folders
+    they came from (into ``cur/``, keeping the flags they have now).  Repeated calls walk back
+    through older writes."""
+    undone = changes.undo_last(ctx, restore_rows=sqltools.restore_contacts)
+    if undone is None:
+        raise ToolError("nothing to undo: no recorded write is left that has not been undone")
+    _, report = undone
+    return _result(report, None)
