@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import logging
+import os
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
@@ -48,7 +49,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"hook {action.describe()}")
     if args.no_index:
         return 0
-    print(run_index(load_config(args.config), backfill=True).describe())
+    sys.stdout.flush()  # what init did, before the progress line on stderr
+    print(run_index(load_config(args.config)).describe())
     return 0
 
 
@@ -62,12 +64,16 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def cmd_hook(args: argparse.Namespace) -> int:
     from .app import load_config
-    from .passes.post_new import post_new
+    from .passes.post_new import NEW_SINCE_ENV, post_new
+    from .progress import from_environment
     from .store.notmuch import Reader, Writer
 
     config = load_config(args.config)
+    since = os.environ.get(NEW_SINCE_ENV, "")
     with Reader(config.settings.notmuch_config) as reader, Writer(config.settings.notmuch_config) as writer:
-        report = post_new(config, reader, writer)
+        report = post_new(config, reader, writer,
+                          new_since=int(since) if since.isdigit() else None,
+                          on_progress=from_environment())
     log.info("tagged %d new messages in %d batches; blocklist: +%d -%d; sidecar: %d updated, "
              "%d removed", report.tagging.messages, report.tagging.batches,
              report.blocklist.tagged, report.blocklist.untagged, report.mirror.upserted,

@@ -49,7 +49,7 @@ def run_demo(base: Path, *, serve: bool, port: int) -> int:
                      addresses=["alex@example.org", "alex.morgan@example.org", "amorgan@acme.test"])
     for action in report.hooks:
         print(f"hook {action.describe()}")
-    print(run_index(load_config(), backfill=True).describe())
+    print(run_index(load_config()).describe())
     if not serve:
         return 0
     from .mcp.serving import serve_demo  # the MCP server

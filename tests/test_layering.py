@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fmail_nm.store import sidecar
+
 from .conftest import REPO, MailEnv
 
 PACKAGE = REPO / "fmail_nm"
@@ -17,7 +19,7 @@ PACKAGE = REPO / "fmail_nm"
 # Lowest first.  A module may import from its own layer and any layer below it, never above.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("fmail_nm", "fmail_nm.errors", "fmail_nm.tags", "fmail_nm.clock",
-              "fmail_nm.private")),
+              "fmail_nm.private", "fmail_nm.progress")),
     ("config", ("fmail_nm.config", "fmail_nm.mbsyncrc", "fmail_nm.dsl")),
     ("message", ("fmail_nm.message",)),
     ("store", ("fmail_nm.store", "fmail_nm.app")),
@@ -137,13 +139,17 @@ def test_the_post_new_path_loads_no_tools_server_pydantic_or_html2text(
         (inbox_new / f"1700000000.layering{delivered}.host").write_bytes(raw)
         delivered += 1
     indexed.notmuch("new", "--no-hooks")
-    assert indexed.notmuch("count", "tag:new").stdout.strip() == str(delivered)
+    new_ids = list(sources.values())
+    assert sidecar.recipients_of(indexed.config().data_dir, new_ids) == {}  # not mirrored yet
 
     done = subprocess.run([sys.executable, "-c", RUN_HOOK], env={**os.environ, **indexed.env},
                           capture_output=True, text=True, timeout=120, check=True)
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["code"] == 0
-    assert indexed.notmuch("count", "tag:new").stdout.strip() == "0"  # the pass did its work
+    # the pass did its work: mirrored, and the list message tagged
+    assert set(sidecar.recipients_of(indexed.config().data_dir, new_ids)) == set(new_ids)
+    listed = indexed.notmuch("search", "--output=tags", "id:layer-list@example.test").stdout
+    assert "list" in listed.split()
     loaded = [m for m in report["modules"]
               if any(m == f or m.startswith(f + ".") for f in FORBIDDEN_ON_POST_NEW)]
     assert loaded == []

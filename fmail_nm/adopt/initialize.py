@@ -78,8 +78,9 @@ primary_email={primary}
 other_email={others}
 
 [new]
-# fmail-nm's post-new hook turns "new" into inbox/sent/list tags and then removes it.
-tags=new
+# What notmuch gives new mail; fmail-nm's post-new hook then changes only the exceptions
+# (your own mail gets sent, list mail list, mail in Trash/Junk/Archive leaves the inbox).
+tags=inbox;unread
 # mbsync's bookkeeping files are not mail.
 ignore={";".join(MBSYNC_STATE_FILES)}
 
@@ -95,10 +96,14 @@ synchronize_flags=true
 def advice_for_existing(nm: dict[str, str]) -> list[str]:
     """What differs from fmail-nm's expectations in a user's own config, with the fix."""
     advice = []
-    new_tags = nm.get("new.tags", "").split(";")
-    if "new" not in new_tags:
-        advice.append("new.tags does not include 'new', so the tagging pass will not see new mail; "
-                      "to enable it: notmuch config set new.tags " + ";".join(["new", *[t for t in new_tags if t]]))
+    new_tags = [t for t in nm.get("new.tags", "").split(";") if t]
+    if "new" in new_tags:
+        faster = [t for t in new_tags if t != "new"]
+        faster += [t for t in ("inbox", "unread") if t not in faster]
+        advice.append("new.tags includes 'new': fmail-nm's tagging pass works with it, but must "
+                      "rewrite every new message once to take 'new' off again; without it only "
+                      "the exceptions are rewritten (if no other tool of yours relies on 'new'): "
+                      f"notmuch config set new.tags '{';'.join(faster)}'")
     ignored = set(nm.get("new.ignore", "").split(";"))
     missing = [f for f in MBSYNC_STATE_FILES if f not in ignored]
     if missing:

@@ -29,12 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import tags
 from ..clock import iso_from_epoch
 from ..config import Config
 from ..errors import BackendError
 from ..message.mime import parse_message
 from ..message.text import preview, preview_html_text
 from ..private import private_dir
+from ..progress import SIDECAR, ProgressCallback
 from ..store import maildir, sidecar
 from ..store.maildir import notmuch_folder
 from ..store.notmuch import IndexedMessage, Reader
@@ -166,6 +168,7 @@ def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[s
         "list_id": parsed.list_id,
         "size": parsed.size,
         "filenames": json.dumps(list(m.filenames), ensure_ascii=False),
+        "needs_tagging": int(tags.NEW in m.tags),
         "_folders": folders,
         "_tags": sorted(m.tags),
     }
@@ -174,10 +177,13 @@ def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[s
 _COLUMNS = ("message_id", "uid", "thread_id", "account_name", "folder", "folders", "subject",
             "sender_email", "sender_name", "recipients", "date", "date_epoch", "body_preview",
             "is_read", "is_flagged", "is_replied", "is_draft", "is_sent", "has_attachment", "tags",
-            "list_id", "size", "filenames")
+            "list_id", "size", "filenames", "needs_tagging")
+# A message waiting for the tagging pass keeps waiting until the pass clears the mark.
 _UPSERT = (f"INSERT INTO messages ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
            "ON CONFLICT (message_id) DO UPDATE SET "
-           + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c != "message_id"))
+           + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS
+                       if c not in ("message_id", "needs_tagging"))
+           + ", needs_tagging = max(needs_tagging, excluded.needs_tagging)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,7 +249,7 @@ SELECT a.email,
        count(DISTINCT CASE WHEN a.role = 'from' THEN a.message_id END),
        count(DISTINCT CASE WHEN a.role != 'from' AND m.is_sent = 1 THEN a.message_id END)
 FROM message_addresses a JOIN messages m USING (message_id)
-WHERE a.email = ?
+WHERE {where}
 GROUP BY a.email
 ON CONFLICT (email_address) DO UPDATE SET
     name = excluded.name, first_seen = excluded.first_seen, last_seen = excluded.last_seen,
@@ -251,11 +257,22 @@ ON CONFLICT (email_address) DO UPDATE SET
 """
 
 
+_STATS_ONE = _STATS.format(where="a.email = ?")
+_STATS_ALL = _STATS.format(where="1")
+# Past this many addresses one pass over the whole mirror beats one query per address.
+STATS_IN_ONE_PASS = 2000
+
+
 def refresh_stats(conn: sqlite3.Connection, addresses: Iterable[str]) -> None:
     """Recompute the harvested figures of these addresses from the mirror."""
-    for address in addresses:
+    wanted = set(addresses)
+    if len(wanted) > STATS_IN_ONE_PASS:
+        conn.execute("DELETE FROM contact_stats")
+        conn.execute(_STATS_ALL)
+        return
+    for address in wanted:
         conn.execute("DELETE FROM contact_stats WHERE email_address = ?", (address,))
-        conn.execute(_STATS, (address,))
+        conn.execute(_STATS_ONE, (address,))
 
 
 def _set_me(conn: sqlite3.Connection, me: frozenset[str]) -> bool:
@@ -279,7 +296,9 @@ class Mirror:
 
     def __init__(self, config: Config, reader: Reader, conn: sqlite3.Connection, *,
                  batch_size: int = BATCH_SIZE,
-                 on_batch: Callable[[int], None] | None = None) -> None:
+                 on_batch: Callable[[int], None] | None = None,
+                 new_since: int | None = None,
+                 on_progress: ProgressCallback | None = None) -> None:
         self.config = config
         self.reader = reader
         self.conn = conn
@@ -287,6 +306,17 @@ class Mirror:
         self.on_batch = on_batch  # called after each committed batch (tests use it to crash)
         self.layout = Layout(config)
         self.me = frozenset(config.addresses)
+        # Which messages new to the mirror are new mail, to be tagged (passes.tagging): in an
+        # incremental sync all of them; in a full build (first index, or the sidecar was
+        # deleted) only those changed since ``new_since`` -- the revision before this index
+        # run, when the caller knows it -- never the whole mailbox again.
+        self.new_since = new_since
+        self.on_progress = on_progress
+        self._recent: frozenset[str] | None = None
+        # Addresses whose contact figures changed: refreshed once, at the end of the sync
+        # (per batch, an address in every batch -- the user's own -- was recounted each time).
+        self._touched: set[str] = set()
+        self._marked_dirty = False  # this sync set "stats_dirty" itself (not a crashed one)
 
     def sync(self, *, full: bool = False) -> MirrorReport:
         report = MirrorReport()
@@ -296,12 +326,22 @@ class Mirror:
             if full or sidecar.get_state(self.conn, "notmuch_uuid") != rev.uuid:
                 self._reset(rev.uuid)
                 report.full = True
+                # Kept until the build is done, so a build resumed after a crash still knows.
+                sidecar.set_state(self.conn, "full_build_new_since",
+                                  "" if self.new_since is None else str(self.new_since))
+            since = sidecar.get_state(self.conn, "full_build_new_since")
+            if since is not None:
+                self._recent = frozenset(
+                    self.reader.message_ids(f"lastmod:{int(since) + 1}..") if since else ())
             if _set_me(self.conn, self.me):
                 refresh_stats(self.conn, [r[0] for r in self.conn.execute(
                     "SELECT email_address FROM contact_stats")])
         while (window := self._next_window(rev.number)) is not None:
             self._apply_window(window, report)
+        with sidecar.transaction(self.conn):
+            sidecar.set_state(self.conn, "full_build_new_since", None)
         self._drop_removed(report)
+        self._refresh_stats()
         return report
 
     def _reset(self, uuid: str) -> None:
@@ -323,20 +363,30 @@ class Mirror:
     def _apply_window(self, window: _Window, report: MirrorReport) -> None:
         query = "*" if window.start == 0 else f"lastmod:{window.start}..{window.stop}"
         ids = sorted(i for i in self.reader.message_ids(query) if i > window.after)
+        done = 0
+        if self.on_progress is not None and ids:
+            self.on_progress(SIDECAR, 0, len(ids))
         for chunk in chunks(ids, self.batch_size):
             with sidecar.transaction(self.conn):
+                if not self._marked_dirty:
+                    dirty_before = sidecar.get_state(self.conn, "stats_dirty") is not None
+                    sidecar.set_state(self.conn, "stats_dirty", "1")
+                    self._marked_dirty = not dirty_before
                 self._apply_batch(chunk, report)
                 window.after = chunk[-1]
                 sidecar.set_state(self.conn, "window", window.dump())
             if self.on_batch is not None:
                 self.on_batch(len(chunk))
+            done += len(chunk)
+            if self.on_progress is not None:
+                self.on_progress(SIDECAR, done, len(ids))
         with sidecar.transaction(self.conn):
             sidecar.set_state(self.conn, "revision", str(window.stop))
             sidecar.set_state(self.conn, "window", None)
 
     def _apply_batch(self, ids: Sequence[str], report: MirrorReport) -> None:
         known = _known(self.conn, ids)
-        touched = _addresses_of(self.conn, ids)
+        self._touched |= _addresses_of(self.conn, ids)
         gone: list[str] = []
         for mid, message in zip(ids, self.reader.find_many(ids)):
             if message is None:  # removed since the id list was taken
@@ -346,10 +396,12 @@ class Mirror:
             if parsed is None or files != set(message.filenames):
                 parsed = self._parse(message, parsed)
                 report.parsed += 1
-            touched |= _write_row(self.conn, build_row(message, parsed, self.layout, self.me), parsed)
+            row = build_row(message, parsed, self.layout, self.me)
+            if mid not in known and (self._recent is None or mid in self._recent):
+                row["needs_tagging"] = 1
+            self._touched |= _write_row(self.conn, row, parsed)
             report.upserted += 1
         self._delete(gone, report)
-        refresh_stats(self.conn, touched)
 
     def _parse(self, message: IndexedMessage, known: Parsed | None) -> Parsed:
         if known is not None:
@@ -364,14 +416,28 @@ class Mirror:
             return known
         return parse_file(message.filenames)
 
+    def _refresh_stats(self) -> None:
+        """Refresh the figures of the addresses this sync touched -- all of them if a sync
+        died before its refresh (the "stats_dirty" mark, set with the first batch)."""
+        dirty = sidecar.get_state(self.conn, "stats_dirty") is not None
+        if not self._touched and not dirty:
+            return
+        with sidecar.transaction(self.conn):
+            if dirty and not self._marked_dirty:
+                self.conn.execute("DELETE FROM contact_stats")
+                self.conn.execute(_STATS_ALL)
+            else:
+                refresh_stats(self.conn, self._touched)
+            sidecar.set_state(self.conn, "stats_dirty", None)
+        self._touched = set()
+
     def _delete(self, ids: Sequence[str], report: MirrorReport) -> None:
         if not ids:
             return
-        touched = _addresses_of(self.conn, ids)
+        self._touched |= _addresses_of(self.conn, ids)
         for chunk in chunks(ids, 500):
             marks = ",".join("?" * len(chunk))
             self.conn.execute(f"DELETE FROM messages WHERE message_id IN ({marks})", chunk)
-        refresh_stats(self.conn, touched)
         report.removed += len(ids)
 
     # -- removals ------------------------------------------------------------------------------
@@ -482,9 +548,12 @@ def sync_lock(path: Path, *, wait: bool) -> Iterator[None]:
 
 
 def sync_sidecar(config: Config, reader: Reader, *, full: bool = False,
-                 wait: bool = True) -> MirrorReport:
+                 wait: bool = True, new_since: int | None = None,
+                 on_progress: ProgressCallback | None = None) -> MirrorReport:
     """Bring the sidecar up to date with notmuch.  With ``wait=False`` a sync already running
-    elsewhere raises :class:`SyncInProgress` instead of waiting for it."""
+    elsewhere raises :class:`SyncInProgress` instead of waiting for it.  ``new_since``: the
+    notmuch revision before the index run that brought new mail (see :class:`Mirror`)."""
     path = sidecar.sidecar_path(config.data_dir)
     with sync_lock(path, wait=wait), sidecar.opened(path) as conn:
-        return Mirror(config, reader, conn).sync(full=full)
+        return Mirror(config, reader, conn, new_since=new_since,
+                      on_progress=on_progress).sync(full=full)

@@ -1,15 +1,21 @@
 """The post-new pass: what follows every ``notmuch new`` -- the hook runs it, and
-:func:`fmail_nm.service.index.run_index` runs it again for anything the hook did not reach."""
+:func:`fmail_nm.service.index.run_index` runs it again for anything the hook did not reach.
+
+``NEW_SINCE_ENV`` carries the revision before the run from ``run_index`` to the hook."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..config import Config
-from ..store.notmuch import Reader, Writer
+from ..progress import ProgressCallback
+from ..store.notmuch import Reader, Writer, WriteTxn
 from .blocklist import BlockReport, apply_blocklist, read_blocklist
 from .mirror import MirrorReport, sync_sidecar
 from .tagging import TaggingReport, run_tagging
+
+NEW_SINCE_ENV = "FMAIL_NEW_SINCE"
 
 
 @dataclass(frozen=True)
@@ -19,9 +25,38 @@ class PostNewReport:
     mirror: MirrorReport
 
 
-def post_new(config: Config, reader: Reader, writer: Writer) -> PostNewReport:
-    """What follows every ``notmuch new``: tag new mail, apply the blocklist, sync the sidecar
-    (in that order: the sidecar mirrors the final tags)."""
-    tagging = run_tagging(config, reader, writer)
+def post_new(config: Config, reader: Reader, writer: Writer, *,
+             new_since: int | None = None,
+             on_progress: ProgressCallback | None = None) -> PostNewReport:
+    """What follows every ``notmuch new``: mirror the new mail into the sidecar (each new file
+    parsed once, there), tag what the mirror marked as new, apply the blocklist, and mirror the
+    final tags.  ``new_since``: the notmuch revision before the index run, when known."""
+    first = sync_sidecar(config, reader, new_since=new_since, on_progress=on_progress)
+    tagging = run_tagging(config, reader, writer, on_progress=on_progress)
     blocklist = apply_blocklist(config, reader, writer, read_blocklist(config))
-    return PostNewReport(tagging, blocklist, sync_sidecar(config, reader))
+    second = sync_sidecar(config, reader, on_progress=on_progress)
+    mirror = MirrorReport(full=first.full, upserted=first.upserted + second.upserted,
+                          parsed=first.parsed + second.parsed,
+                          removed=first.removed + second.removed, revision=second.revision,
+                          uuid=second.uuid)
+    return PostNewReport(tagging, blocklist, mirror)
+
+
+# Versions before the sidecar held recipients kept the first few in this notmuch property.
+OLD_RECIPIENTS_PROPERTY = "fmail.recipients"
+DROP_BATCH = 500
+
+
+def drop_old_recipients(reader: Reader, writer: Writer) -> int:
+    """Remove the old recipients property from a database indexed by an earlier version (the
+    sidecar has the recipients); a cheap query once none is left.  Returns how many lost it."""
+    # A property has no value index; sexp's starts-with finds "key=<anything>" by term prefix.
+    ids = reader.message_ids(f'sexp:"(property (starts-with {OLD_RECIPIENTS_PROPERTY}=))"')
+    for start in range(0, len(ids), DROP_BATCH):
+        writer.run(functools.partial(_drop, ids=ids[start:start + DROP_BATCH]))
+    return len(ids)
+
+
+def _drop(txn: WriteTxn, ids: list[str]) -> None:
+    for mid in ids:
+        txn.update(mid, properties={OLD_RECIPIENTS_PROPERTY: None})

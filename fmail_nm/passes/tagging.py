@@ -1,46 +1,51 @@
-"""The tagging pass run by the ``post-new`` hook on messages tagged ``new``.
+"""The tagging pass: the rules from fmail.toml applied to the messages of an index run.
 
-Order of work, per batch of new messages:
-1. the recipients are stored (for listings), mailing-list mail (a List-Id header) gets ``list``
-   and ``list/<list-id>``, so the list stays queryable (``tag:list/rust-users.lists.example.org``)
-   without re-reading files later, and ``new`` is removed -- one document rewrite per message,
-   the cost that dominates this pass;
-2. the rules from fmail.toml, in order, on the messages of the batch (defaults: mail from the
-   user gets ``sent``; mail in a Trash, Junk or Archive folder gets ``deleted``, ``spam`` or
-   ``archived``; all of those leave the inbox, and everything else that is not list mail gets
-   ``inbox``).  A rule's query need not mention ``tag:new``: it is already off.
+Which messages: those the sidecar mirror marked ``needs_tagging`` when it first saw them (see
+``passes.mirror``) -- with ``new`` in notmuch's ``new.tags`` (afew-style setups) the messages
+tagged ``new``, otherwise the ones that were not in the mirror before this run.  The mark is
+cleared only after the batch's write session committed, so a pass that dies is redone.
+
+What they get: the tags the rules give a message that arrived tagged ``new`` -- whatever
+``new.tags`` says.  Per batch, the rules are evaluated against each message's *expected* tags
+(its flag tags, ``list`` and ``list/<list-id>`` from the List-Id the mirror parsed, then every
+rule in order: a rule's ``tag:`` terms are answered from those expected tags, its other terms
+by notmuch), and each message whose final tags differ from what ``notmuch new`` gave it is
+rewritten once.  With the notmuch default ``new.tags=inbox;unread`` most new mail already has
+its final tags and is not touched at all; with ``new`` every message is rewritten once, since
+``new`` must go.  Defaults: mail from the user gets ``sent``; mail in a Trash, Junk or Archive
+folder gets ``deleted``, ``spam`` or ``archived``; all of those leave the inbox, and everything
+else that is not list mail is in the inbox.
 
 Each batch is one short write session, so a mail client or ``notmuch tag`` never waits long.
-Running the pass again finds no ``new`` messages and changes nothing.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .. import tags
 from ..config import Config, TagRule
-from ..message.headers import HeaderInfo, parse_headers
+from ..progress import TAGGING, ProgressCallback
+from ..store import sidecar
 from ..store.maildir import in_role
-from ..store.notmuch import RECIPIENTS_PROPERTY, Reader, Writer, WriteTxn
-from ..store.query import folders_query, id_query, me_query
+from ..store.notmuch import Reader, Writer, WriteTxn
+from ..store.query import MATCH_NOTHING, folders_query, id_query, me_query
 
 BATCH_SIZE = 200
-
 
 
 @dataclass
 class TaggingReport:
     messages: int = 0
     batches: int = 0
+    rewritten: int = 0  # messages whose tags had to change after notmuch new
     tagged: dict[str, int] = field(default_factory=dict)
 
-    def count(self, tags: Sequence[str], n: int = 1) -> None:
-        for tag in tags:
+    def count(self, names: Sequence[str], n: int = 1) -> None:
+        for tag in names:
             self.tagged[tag] = self.tagged.get(tag, 0) + n
 
 
@@ -54,45 +59,6 @@ def rule_query(rule: TagRule, config: Config) -> str:
     return _FOLDER_PLACEHOLDER.sub(lambda m: folders_query(roles.get(m.group(1), [])), query)
 
 
-MAX_RECIPIENTS = 5
-HEAD_BYTES = 256 * 1024  # enough for any sane header block; the body is never read
-
-
-def read_head(txn: WriteTxn, message_id: str) -> HeaderInfo:
-    """Parse the header block of the message's first readable file."""
-    message = txn.get(message_id)
-    for name in message.filenames if message else ():
-        try:
-            with open(name, "rb") as fh:
-                return parse_headers(fh.read(HEAD_BYTES))
-        except OSError:
-            continue
-    return HeaderInfo(to=[], cc=[], list_id=None)
-
-
-# A notmuch property is stored as one Xapian term, and Xapian's terms end at 245 bytes: a longer
-# value makes libnotmuch abort the whole process ("Unhandled error modifying message
-# property"), so the value stays well below that.  The full list is in the sidecar.
-MAX_PROPERTY_BYTES = 200
-
-
-def recipients_value(head: HeaderInfo) -> str:
-    """The first few To/Cc recipients as a JSON list of [name, address], for
-    RECIPIENTS_PROPERTY (JSON, because names hold commas, quotes and non-ASCII text), cut to
-    fit in MAX_PROPERTY_BYTES: later recipients go first, then long names are shortened."""
-    pairs = [[a.name, a.address] for a in [*head.to, *head.cc] if a.address][:MAX_RECIPIENTS]
-
-    def size(value: list[list[str]]) -> int:
-        return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
-    while len(pairs) > 1 and size(pairs) > MAX_PROPERTY_BYTES:
-        pairs.pop()
-    while pairs and size(pairs) > MAX_PROPERTY_BYTES and pairs[0][0]:
-        pairs[0][0] = pairs[0][0][: len(pairs[0][0]) // 2]
-    if pairs and size(pairs) > MAX_PROPERTY_BYTES:  # an absurd address: show none
-        pairs = []
-    return json.dumps(pairs, ensure_ascii=False)
-
-
 # notmuch refuses tags over 200 bytes (and the whole batch with them); a List-Id is untrusted.
 MAX_LIST_ID_BYTES = 150
 
@@ -103,34 +69,6 @@ def list_tag_id(list_id: str | None) -> str | None:
         return None
     cut = list_id.lower().encode("utf-8")[:MAX_LIST_ID_BYTES]
     return cut.decode("utf-8", errors="ignore") or None
-
-
-def store_recipients(txn: WriteTxn, message_id: str, head: HeaderInfo | None = None) -> None:
-    txn.set_property(message_id, RECIPIENTS_PROPERTY,
-                     recipients_value(head or read_head(txn, message_id)))
-
-
-def _read_headers(txn: WriteTxn, ids: Sequence[str], report: TaggingReport) -> None:
-    """The one pass over new messages that reads headers notmuch does not keep as values:
-    recipients and list tags are stored, and ``new`` removed, in one rewrite per message."""
-    for mid in ids:
-        head = read_head(txn, mid)
-        lid = list_tag_id(head.list_id)
-        txn.update(mid, add=("list", f"list/{lid}") if lid else (), remove=(tags.NEW,),
-                   properties={RECIPIENTS_PROPERTY: recipients_value(head)})
-        if lid:
-            report.count(["list"])
-
-
-def _apply_rules(txn: WriteTxn, ids: Sequence[str], config: Config, report: TaggingReport) -> None:
-    # The batch is the messages that were tagged new; ``new`` is already off them.
-    batch = id_query(ids)
-    for rule in config.rules:
-        query = f"({rule_query(rule, config)}) AND ({batch})"
-        matched = txn.message_ids(query)
-        if matched:
-            txn.change_tags(matched, add=rule.add, remove=rule.remove)
-            report.count(rule.add, len(matched))
 
 
 def _folder_rule(rule: TagRule) -> bool:
@@ -173,35 +111,105 @@ def place_tags(txn: WriteTxn, config: Config, message_id: str) -> None:
         txn.change_tags([message_id], remove=[tags.INBOX])
 
 
-def _tag_batch(txn: WriteTxn, ids: Sequence[str], config: Config, report: TaggingReport) -> None:
-    # One atomic section: a crash leaves every message of the batch still tagged new.
-    _read_headers(txn, ids, report)
-    _apply_rules(txn, ids, config, report)
+# A rule's tag terms: tag:x, is:x, tag:"x y" (quotes doubled inside), tag:/regex/.
+_TAG_TERM = re.compile(r'(?<![\w:.-])(?:tag|is):(?:"((?:[^"]|"")*)"|/((?:[^/\\]|\\.)*)/|([^\s()"]+))')
+_QUOTED = re.compile(r'"(?:[^"]|"")*"')
 
 
-def _store_all(txn: WriteTxn, ids: Sequence[str]) -> None:
+def _answered_from(query: str, ids: Sequence[str], expected: Mapping[str, set[str]]) -> str:
+    """``query`` with every tag term replaced by the batch messages whose *expected* tags
+    satisfy it, so notmuch answers the rest (folders, senders, headers) and the tags come
+    from the rules applied so far.  Quoted phrases are left alone."""
+    def members(match: re.Match[str]) -> str:
+        quoted, regex, plain = match.groups()
+        if regex is not None:
+            try:
+                pattern = re.compile(regex)
+            except re.error:  # notmuch's regex dialect is not Python's: this one matches none
+                return MATCH_NOTHING
+            hits = [m for m in ids if any(pattern.search(t) for t in expected[m])]
+        else:
+            name = quoted.replace('""', '"') if quoted is not None else plain
+            hits = [m for m in ids if name in expected[m]]
+        return f"({id_query(hits)})" if hits else MATCH_NOTHING
+
+    out, last = [], 0
+    for quoted in _QUOTED.finditer(query):
+        # a quoted phrase that is itself a tag term's value is part of that term
+        if _TAG_TERM.match(query, max(0, quoted.start() - 4)) or _TAG_TERM.match(
+                query, max(0, quoted.start() - 3)):
+            continue
+        out.append(_TAG_TERM.sub(members, query[last:quoted.start()]))
+        out.append(quoted.group(0))
+        last = quoted.end()
+    out.append(_TAG_TERM.sub(members, query[last:]))
+    return "".join(out)
+
+
+def expected_tags(current: frozenset[str], new_tags: frozenset[str],
+                  list_id: str | None) -> set[str]:
+    """A new message's tags before the rules, plus its list tags.  With ``new`` in ``new.tags``
+    that is what notmuch gave it less ``new`` (as it always was); otherwise what it would have
+    had with ``new.tags=new``: its flag tags, ``attachment``, ... without the configured new
+    tags."""
+    given = {tags.NEW} if tags.NEW in new_tags else set(new_tags - tags.FLAG_TAGS)
+    expected = set(current - given)
+    if (lid := list_tag_id(list_id)) is not None:
+        expected |= {tags.LIST, f"{tags.LIST}/{lid}"}
+    return expected
+
+
+def _tag_batch(txn: WriteTxn, batch: Mapping[str, str | None], config: Config,
+               new_tags: frozenset[str], report: TaggingReport) -> None:
+    """One batch in one write session: expected tags through every rule, then at most one
+    rewrite per message (a second only if a rule changes a Maildir flag tag)."""
+    current = {m.message_id: m.tags for mid in batch if (m := txn.get(mid)) is not None}
+    ids = sorted(current)
+    expected = {mid: expected_tags(current[mid], new_tags, batch[mid]) for mid in ids}
+    scope = id_query(ids)
+    for rule in config.rules:
+        if not ids:
+            break
+        query = _answered_from(rule_query(rule, config), ids, expected)
+        for mid in txn.message_ids(f"({query}) AND ({scope})"):
+            expected[mid] = (expected[mid] | set(rule.add)) - set(rule.remove)
     for mid in ids:
-        store_recipients(txn, mid)
+        add, remove = expected[mid] - current[mid], current[mid] - expected[mid]
+        if not add and not remove:
+            continue
+        report.rewritten += 1
+        report.count(sorted(add))
+        flags = (add | remove) & tags.FLAG_TAGS
+        txn.update(mid, add=sorted(add - flags), remove=sorted(remove - flags))
+        if flags:
+            txn.change_tags([mid], add=sorted(add & flags), remove=sorted(remove & flags))
 
 
-def backfill_recipients(reader: Reader, writer: Writer, *, batch_size: int = BATCH_SIZE) -> int:
-    """Store recipients for messages indexed before our hook was installed (an adopted setup).
-    Reads each such file once; later runs find nothing to do."""
-    missing = [m.message_id for m in reader.messages("*", exclude_tags=(), sort="none")
-               if m.recipients is None]
-    for start in range(0, len(missing), batch_size):
-        writer.run(functools.partial(_store_all, ids=missing[start:start + batch_size]))
-    return len(missing)
+def configured_new_tags(reader: Reader) -> frozenset[str]:
+    """notmuch's ``new.tags``: what ``notmuch new`` gives every new message."""
+    return frozenset(t.strip() for t in reader.setting("new.tags", "unread;inbox").split(";")
+                     if t.strip())
 
 
 def run_tagging(config: Config, reader: Reader, writer: Writer, *,
-                batch_size: int = BATCH_SIZE) -> TaggingReport:
-    """Tag every message tagged ``new``, in batches; returns what was done."""
+                batch_size: int = BATCH_SIZE,
+                on_progress: ProgressCallback | None = None) -> TaggingReport:
+    """Tag the messages the mirror marked as new, in batches; returns what was done."""
     report = TaggingReport()
-    pending = reader.message_ids(f"tag:{tags.NEW}")
+    new_tags = configured_new_tags(reader)
+    path = sidecar.sidecar_path(config.data_dir)
+    with sidecar.opened(path) as conn:
+        pending = sidecar.pending_tagging(conn)
+    if on_progress is not None and pending:
+        on_progress(TAGGING, 0, len(pending))
     for start in range(0, len(pending), batch_size):
-        ids = pending[start:start + batch_size]
-        writer.run(functools.partial(_tag_batch, ids=ids, config=config, report=report))
-        report.messages += len(ids)
+        batch = dict(pending[start:start + batch_size])
+        writer.run(functools.partial(_tag_batch, batch=batch, config=config, new_tags=new_tags,
+                                     report=report))
+        with sidecar.opened(path) as conn:  # only now: a batch that did not commit is redone
+            sidecar.mark_tagged(conn, list(batch))
+        report.messages += len(batch)
         report.batches += 1
+        if on_progress is not None:
+            on_progress(TAGGING, report.messages, len(pending))
     return report

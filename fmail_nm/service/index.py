@@ -1,21 +1,43 @@
 """``fmail-nm index``: ``notmuch new`` (hooks included), then the post-new pass
 (:func:`fmail_nm.passes.post_new.post_new`) for anything the hook did not reach (e.g. when the
-hook is not installed), then a summary."""
+hook is not installed), then a summary.
+
+On a terminal, one progress line covers the whole run: notmuch's own phase (it prints
+"Processed N of M files" only to a terminal, so notmuch new runs on a pseudo-terminal) and ours
+(the post-new pass in the hook, asked for its progress lines with ``FMAIL_PROGRESS=1``, see
+:mod:`fmail_nm.progress`; then the pass run here, through a callback), each drawn as
+``indexing [#####.....] 1200/6044 files, 310/s, 16 s left``.  Not on a terminal: no bar, no
+carriage returns.
+"""
 
 from __future__ import annotations
 
+import math
 import re
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TextIO, TypeVar
 
+from .. import progress
 from ..config import Config
-from ..passes.post_new import post_new
-from ..passes.tagging import TaggingReport, backfill_recipients
+from ..passes.post_new import NEW_SINCE_ENV, drop_old_recipients, post_new
+from ..passes.tagging import TaggingReport
 from ..store.notmuch import NotmuchAccessError, Reader, Writer
 from ..store.notmuch_cli import run_notmuch_new
 
-_PROGRESS = re.compile(r"Processed (\d+)(?: of (\d+))? files?")
+T = TypeVar("T")
+
+# What notmuch new prints on a terminal (notmuch-new.c), as (phase, done, total) with total 0
+# for "not known".  The first run counts the files ("Found 3000 files so far.", then "Found 6044
+# total files"); progress comes once a second ("Processed 1200 of 6044 files (16s remaining).",
+# without "of M" on later runs); the last line is "Processed 6044 total files in 38s ..." (or
+# "Processed 1 file in ...").
+_COUNTING = re.compile(r"Found (\d{1,12}) files so far")
+_FOUND = re.compile(r"Found (\d{1,12}) total files?")
+_FINISHED = re.compile(r"Processed (\d{1,12}) (?:total files|file) in")
+_PROCESSED = re.compile(r"Processed (\d{1,12})(?: of (\d{1,12}))? files?")
 _ADDED = re.compile(r"Added (\d+) new messages?")
 
 
@@ -38,24 +60,171 @@ class IndexingFailed(NotmuchAccessError):
     :class:`~fmail_nm.errors.BackendError`: the request was fine, the machinery failed.)"""
 
 
-def progress_bar(line: str, width: int = 30) -> str | None:
-    """Render notmuch's progress line as a bar, or None if the line is not progress."""
-    match = _PROGRESS.search(line)
-    if not match:
+UNITS = {progress.COUNTING: "files", progress.INDEXING: "files"}  # any other phase: messages
+
+LINE_WIDTH = 79  # the longest line drawn: fits 80 columns with the cursor after it
+BAR_WIDTH = 30  # the widest bar; narrower when the counts are long, never under BAR_MIN
+BAR_MIN = 10
+MIN_SECONDS = 2.0  # no rate or time left before this much of a phase has been seen ...
+MIN_ITEMS = 5  # ... and this many items of it done
+REDRAW_INTERVAL = 0.1  # seconds between redraws of one phase (a new phase or its end: at once)
+
+
+def parse_line(line: str) -> tuple[str, int, int] | None:
+    """``(phase, done, total)`` from one line notmuch new or our hook wrote to the terminal
+    (``total`` 0: not known), or None for any other line."""
+    ours = progress.parse_progress(line)
+    if ours is not None:
+        return ours
+    if match := _COUNTING.search(line):
+        return progress.COUNTING, int(match.group(1)), 0
+    if match := _FOUND.search(line):
+        return progress.INDEXING, 0, int(match.group(1))
+    if match := _FINISHED.search(line):
+        return progress.INDEXING, int(match.group(1)), int(match.group(1))
+    if match := _PROCESSED.search(line):
+        return progress.INDEXING, int(match.group(1)), int(match.group(2) or 0)
+    return None
+
+
+def format_rate(rate: float) -> str:
+    return f"{rate:.1f}/s" if rate < 10 else f"{rate:.0f}/s"
+
+
+def format_left(seconds: float) -> str:
+    """``38 s left``, ``4 min left``, ``2 h 05 min left``."""
+    if seconds < 90:
+        return f"{max(1, math.ceil(seconds))} s left"
+    minutes = round(seconds / 60)
+    if minutes < 90:
+        return f"{minutes} min left"
+    return f"{minutes // 60} h {minutes % 60:02d} min left"
+
+
+def render_progress(phase: str, done: int, total: int, rate: float | None = None,
+                    left: float | None = None, width: int = LINE_WIDTH) -> str:
+    """One progress line, at most ``width`` characters:
+    ``indexing [#####.....] 1200/6044 files, 310/s, 16 s left``; without a total,
+    ``indexing: 1200 files, 310/s``."""
+    unit = UNITS.get(phase, "messages")
+    facts = [format_rate(rate)] if rate is not None else []
+    if left is not None:
+        facts.append(format_left(left))
+    while True:  # too long for the width (huge counts): drop the time left, then the rate
+        if total <= 0:
+            line = ", ".join([f"{phase}: {done} {unit}", *facts])
+        else:
+            tail = ", ".join([f"{done}/{total} {unit}", *facts])
+            bar = max(BAR_MIN, min(BAR_WIDTH, width - len(phase) - len(tail) - 4))
+            filled = min(bar, bar * done // total)
+            line = f"{phase} [{'#' * filled}{'.' * (bar - filled)}] {tail}"
+        if len(line) <= width or not facts:
+            return line[:width]
+        facts.pop()
+
+
+def progress_bar(line: str, width: int = BAR_WIDTH) -> str | None:
+    """notmuch's progress line as a bar (no rate, no time left), or None if the line is not
+    progress."""
+    event = parse_line(line)
+    if event is None:
         return None
-    done = int(match.group(1))
-    total = int(match.group(2)) if match.group(2) else 0
-    if not total:
-        return f"indexing: {done} files"
+    phase, done, total = event
+    if total <= 0:
+        return f"{phase}: {done} {UNITS.get(phase, 'messages')}"
     filled = min(width, width * done // total)
-    return f"indexing [{'#' * filled}{'.' * (width - filled)}] {done}/{total} files"
+    unit = UNITS.get(phase, "messages")
+    return f"{phase} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {unit}"
 
 
-def _terminal_progress(line: str) -> None:
-    bar = progress_bar(line)
-    if bar is not None:
-        sys.stderr.write("\r" + bar)
-        sys.stderr.flush()
+class ProgressDisplay:
+    """One line on a terminal, redrawn in place with ``\\r``: the current phase, its bar, its
+    counts, its rate and the time left (from the rate since the phase began; none until
+    ``MIN_SECONDS`` and ``MIN_ITEMS`` of it were seen).  :meth:`feed` takes the raw lines
+    notmuch new and our hook write; :meth:`update` is a :data:`~fmail_nm.progress.ProgressCallback`
+    for passes run in this process; :meth:`finish` ends the line.  Disabled (``enabled`` false,
+    by default when ``stream`` is not a terminal) it writes nothing at all.  Never raises on
+    odd input."""
+
+    def __init__(self, stream: TextIO, *, enabled: bool | None = None,
+                 clock: Callable[[], float] = time.monotonic, width: int = LINE_WIDTH) -> None:
+        self.stream = stream
+        self.enabled = _isatty(stream) if enabled is None else enabled
+        self.clock = clock
+        self.width = width
+        self._phase: str | None = None
+        self._start = 0.0  # when the phase was first seen, and how far it was then
+        self._start_done = 0
+        self._state: tuple[str, int, int] | None = None  # the latest update, drawn or not
+        self._drawn_at = 0.0
+        self._pending = False  # the latest update is not on the screen yet
+        self._shown = 0  # length of the line on the screen (0: nothing drawn)
+        self._finished = False
+
+    def feed(self, line: str) -> None:
+        event = parse_line(line)
+        if event is not None:
+            self.update(*event)
+
+    def update(self, phase: str, done: int, total: int) -> None:
+        if not self.enabled or self._finished or done < 0 or total < 0:
+            return
+        if total == 0 and done == 0:  # nothing to do in this phase: nothing to show
+            return
+        now = self.clock()
+        new_phase = phase != self._phase or (self._state is not None and done < self._state[1])
+        if new_phase:
+            self._phase, self._start, self._start_done = phase, now, done
+        self._state = (phase, done, total)
+        self._pending = True
+        if new_phase or (total and done >= total) or now - self._drawn_at >= REDRAW_INTERVAL:
+            self._draw(now)
+
+    def finish(self) -> None:
+        """Draw the last update if it was held back, then end the line (if one was drawn)."""
+        if not self.enabled or self._finished:
+            return
+        if self._pending:
+            self._draw(self.clock())
+        self._finished = True
+        if self._shown:
+            self._write("\n")
+
+    def line(self, now: float) -> str | None:
+        """The line for the latest update as of ``now``, or None before any."""
+        if self._state is None:
+            return None
+        phase, done, total = self._state
+        rate = left = None
+        elapsed, items = now - self._start, done - self._start_done
+        if elapsed >= MIN_SECONDS and items >= MIN_ITEMS:
+            rate = items / elapsed
+            if total > done:
+                left = (total - done) / rate
+        return render_progress(phase, done, total, rate, left, self.width)
+
+    def _draw(self, now: float) -> None:
+        text = self.line(now)
+        if text is None:
+            return
+        self._write("\r" + text + " " * max(0, self._shown - len(text)))
+        self._shown = len(text)
+        self._drawn_at = now
+        self._pending = False
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # the terminal went away: stop drawing
+            self.enabled = False
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def summary_counts(reader: Reader) -> dict[str, int]:
@@ -63,32 +232,68 @@ def summary_counts(reader: Reader) -> dict[str, int]:
             for tag in ("inbox", "unread", "sent", "list", "flagged", "attachment")}
 
 
-def run_index(config: Config, *, show_progress: bool | None = None, backfill: bool = False,
+def run_index(config: Config, *, show_progress: bool | None = None,
               on_line: Callable[[str], None] | None = None,
+              on_progress: progress.ProgressCallback | None = None,
               timeout: float | None = None) -> IndexSummary:
-    """``backfill`` (init does it) also stores recipients for messages indexed before our hook
-    existed; it walks the whole index, so the regular index run leaves it out.
+    """The revision before ``notmuch new`` goes to the hook (``NEW_SINCE_ENV``), so that a
+    first index tags what it adds and never re-tags mail indexed before.
+
+    ``show_progress`` (default: when stderr is a terminal) draws one progress line on stderr
+    for the whole run, notmuch's phase and ours (:class:`ProgressDisplay`); ``on_progress``
+    gets the same updates as ``(phase, done, total)``.  ``on_line`` sees every line notmuch
+    new and its hooks print.
 
     ``timeout`` bounds ``notmuch new`` (hooks included): a run still going after that long --
     typically waiting silently for a write lock another program holds -- is stopped and
     reported as :class:`IndexingFailed` instead of hanging the caller."""
     notmuch_config = config.settings.notmuch_config
-    interactive = sys.stderr.isatty() if show_progress is None else show_progress
-    handler = on_line or (_terminal_progress if interactive else None)
-    result = run_notmuch_new(notmuch_config, as_tty=interactive, on_line=handler, timeout=timeout)
-    if interactive:
-        sys.stderr.write("\n")
-    if result.timed_out:
-        raise IndexingFailed(
-            f"notmuch new did not finish within {timeout:g}s and was stopped; another program "
-            f"(a mail client, another notmuch new) may be holding the notmuch write lock")
-    if result.returncode != 0:
-        raise IndexingFailed(f"notmuch new failed (exit {result.returncode}):\n{result.output.strip()}")
-    added = int(m.group(1)) if (m := _ADDED.search(result.output)) else 0
-    with Reader(notmuch_config) as reader, Writer(notmuch_config) as writer:
-        if backfill:
-            backfill_recipients(reader, writer)
-        report = post_new(config, reader, writer)
-        return IndexSummary(added=added, total=reader.count("*", exclude_tags=()),
-                            counts=summary_counts(reader), tagging=report.tagging,
-                            notmuch_output=result.output)
+    interactive = _isatty(sys.stderr) if show_progress is None else show_progress
+    display = ProgressDisplay(sys.stderr, enabled=interactive)
+    sinks = [s for s in (display.update if interactive else None, on_progress) if s is not None]
+
+    def report(phase: str, done: int, total: int) -> None:
+        for sink in sinks:
+            sink(phase, done, total)
+
+    def handle(line: str) -> None:
+        if on_line is not None:
+            on_line(line)
+        if sinks and (event := parse_line(line)) is not None:
+            report(*event)
+
+    # On a pseudo-terminal notmuch new prints its progress, and the hook its own (asked with
+    # FMAIL_PROGRESS); without one neither does, and nothing here draws.
+    as_tty = bool(sinks)
+    with Reader(notmuch_config) as reader:
+        before = reader.revision().number
+    env = {NEW_SINCE_ENV: str(before), progress.ENV: "1" if as_tty else ""}
+    try:
+        result = run_notmuch_new(notmuch_config, as_tty=as_tty,
+                                 on_line=handle if (as_tty or on_line) else None,
+                                 timeout=timeout, env=env)
+        output = progress.strip_progress(result.output)
+        if result.timed_out:
+            raise IndexingFailed(
+                f"notmuch new did not finish within {timeout:g}s and was stopped; another "
+                f"program (a mail client, another notmuch new) may be holding the notmuch write "
+                f"lock")
+        if result.returncode != 0:
+            raise IndexingFailed(
+                f"notmuch new failed (exit {result.returncode}):\n{_plain(output).strip()}")
+        added = int(m.group(1)) if (m := _ADDED.search(output)) else 0
+        with Reader(notmuch_config) as reader, Writer(notmuch_config) as writer:
+            summary = post_new(config, reader, writer, new_since=before,
+                               on_progress=report if sinks else None)
+            drop_old_recipients(reader, writer)
+            return IndexSummary(added=added, total=reader.count("*", exclude_tags=()),
+                                counts=summary_counts(reader), tagging=summary.tagging,
+                                notmuch_output=output)
+    finally:
+        display.finish()
+
+
+def _plain(output: str) -> str:
+    """notmuch's terminal output for a message: without its progress redraws and escapes."""
+    lines = output.replace("\x1b[K", "").replace("\r\n", "\n").split("\n")
+    return "\n".join(line.rpartition("\r")[2] for line in lines)

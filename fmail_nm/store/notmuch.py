@@ -33,10 +33,6 @@ from .query import quote
 T = TypeVar("T")
 
 WRITE_LOCK_TIMEOUT = 10.0
-# Message property holding the first few To/Cc recipients, written once at index time so that
-# listings can show them without opening message files (notmuch keeps only From/Subject/
-# Message-ID as values).
-RECIPIENTS_PROPERTY = "fmail.recipients"
 
 
 class NotmuchAccessError(BackendError):
@@ -84,7 +80,6 @@ class IndexedMessage:
     date: int  # seconds since the epoch, from the Date header as notmuch parsed it
     tags: frozenset[str]
     filenames: tuple[str, ...]
-    recipients: str | None = None  # RECIPIENTS_PROPERTY (JSON [[name, address], ...]); None if unset
 
 
 @dataclass(frozen=True)
@@ -153,7 +148,6 @@ def _indexed(msg: notmuch2.Message) -> IndexedMessage:
         date=msg.date,
         tags=frozenset(str(t) for t in msg.tags),
         filenames=tuple(os.fsdecode(p) for p in msg.filenamesb()),
-        recipients=_property(msg, RECIPIENTS_PROPERTY),
     )
 
 
@@ -475,10 +469,11 @@ class WriteTxn:
         return result
 
     def update(self, message_id: str, *, add: Sequence[str] = (), remove: Sequence[str] = (),
-               properties: dict[str, str] | None = None) -> bool:
+               properties: dict[str, str | None] | None = None) -> bool:
         """Tags and properties of one message in a single document rewrite (each thaw
         rewrites the Xapian document, the cost that dominates tagging); False if it is gone.
-        Not for flag tags: use :meth:`change_tags`, which renames the files."""
+        A property set to None is removed.  Not for flag tags: use :meth:`change_tags`, which
+        renames the files."""
         if (set(add) | set(remove)) & FLAG_TAGS:
             raise ValueError("flag tags change files: use change_tags")
         try:
@@ -488,7 +483,8 @@ class WriteTxn:
         with msg.frozen():
             for key, value in (properties or {}).items():
                 del msg.properties[key]
-                msg.properties[key] = value
+                if value is not None:
+                    msg.properties[key] = value
             for tag in remove:
                 msg.tags.discard(tag)
             for tag in add:

@@ -13,7 +13,7 @@ import pty
 import signal
 import subprocess
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -82,12 +82,16 @@ def _stop_new(proc: subprocess.Popen[bytes], timed_out: threading.Event) -> None
 
 def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
                     timeout: float | None = None, as_tty: bool = False,
-                    on_line: Callable[[str], None] | None = None) -> NewResult:
+                    on_line: Callable[[str], None] | None = None,
+                    env: Mapping[str, str] | None = None) -> NewResult:
     """``notmuch new`` as a subprocess: it is the indexer every notmuch user already trusts,
     and it runs the user's pre-/post-new hooks (ours among them).
 
     notmuch prints its progress ("Processed 120 of 5000 files") only to a terminal, so with
-    ``as_tty`` it runs on a pseudo-terminal and ``on_line`` sees each progress update.
+    ``as_tty`` it runs on a pseudo-terminal and ``on_line`` sees each progress update -- and
+    every line the hooks write, which share that terminal (``env``, added to ours for notmuch new
+    and its hooks, is how a caller asks our hook for its progress lines:
+    :mod:`fmail_nm.progress`).
 
     ``timeout`` bounds the whole run -- also the silent wait while another program holds the
     write lock (retry_lock prints nothing): notmuch new and its hooks are then stopped and the
@@ -98,15 +102,17 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
     if not hooks:
         argv.append("--no-hooks")
     own_group = timeout is not None
+    child_env = {**os.environ, **env} if env else None
     if as_tty:
         master, slave = pty.openpty()
         proc = subprocess.Popen(argv, stdout=slave, stderr=slave, stdin=subprocess.DEVNULL,
-                                close_fds=True, start_new_session=own_group)
+                                close_fds=True, start_new_session=own_group, env=child_env)
         os.close(slave)
         chunks = _pty_chunks(master)
     else:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=own_group)
+                                stdin=subprocess.DEVNULL, start_new_session=own_group,
+                                env=child_env)
         stdout = cast(io.BufferedReader, proc.stdout)  # a pipe: stdout=PIPE above
         chunks = iter(lambda: stdout.read1(4096), b"")
     timed_out = threading.Event()

@@ -202,8 +202,15 @@ BEGIN
 END;
 """
 
+# Version 2: which mirrored messages still wait for the tagging pass (set by the mirror for
+# messages new to it, cleared once the pass committed their tags; see passes.tagging).
+_V2 = """
+ALTER TABLE messages ADD COLUMN needs_tagging INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX messages_needs_tagging ON messages(message_id) WHERE needs_tagging = 1;
+"""
+
 # Index i holds the script that takes the schema from version i to i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1,)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -319,6 +326,35 @@ def set_state(conn: sqlite3.Connection, key: str, value: str | None) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Contacts the user keeps
+
+
+def pending_tagging(conn: sqlite3.Connection) -> list[tuple[str, str | None]]:
+    """(Message-ID, List-Id) of the messages waiting for the tagging pass, in id order."""
+    return [(row[0], row[1]) for row in conn.execute(
+        "SELECT message_id, list_id FROM messages WHERE needs_tagging = 1 ORDER BY message_id")]
+
+
+def mark_tagged(conn: sqlite3.Connection, message_ids: Sequence[str]) -> None:
+    with transaction(conn):
+        conn.executemany("UPDATE messages SET needs_tagging = 0 WHERE message_id = ?",
+                         [(mid,) for mid in message_ids])
+
+
+def recipients_of(data_dir: Path, message_ids: Sequence[str]) -> dict[str, list[dict[str, str]]]:
+    """The mirrored To/Cc recipients of these messages (those the mirror has), for listings."""
+    path = sidecar_path(data_dir)
+    if not message_ids or not path.exists():
+        return {}
+    found: dict[str, list[dict[str, str]]] = {}
+    with opened(path, readonly=True) as conn:
+        for start in range(0, len(message_ids), 500):
+            chunk = list(message_ids[start:start + 500])
+            marks = ",".join("?" * len(chunk))
+            for mid, recipients in conn.execute(
+                    f"SELECT message_id, recipients FROM messages WHERE message_id IN ({marks})",
+                    chunk):
+                found[mid] = json.loads(recipients)
+    return found
 
 
 def blocked_addresses(conn: sqlite3.Connection) -> set[str]:

@@ -97,20 +97,23 @@ def people(addresses: Sequence[Address]) -> list[dto.Person]:
     return [dto.Person(name=a.name, address=a.address.lower()) for a in addresses]
 
 
-def stored_recipients(m: IndexedMessage) -> list[dto.Person]:
-    """Recipients saved in the index at tagging time (no file is opened)."""
-    try:
-        pairs = json.loads(m.recipients or "[]")
-    except ValueError:
-        return []
-    return [dto.Person(name=str(name), address=str(addr).lower()) for name, addr in pairs]
+# Recipients shown per message in listings (the sidecar keeps them all).
+LISTED_RECIPIENTS = 5
 
 
-def email_ref(mb: Mailbox, m: IndexedMessage) -> dto.EmailRef:
+def recipients_of(mb: Mailbox, messages: Sequence[IndexedMessage]) -> dict[str, list[dto.Person]]:
+    """The first To/Cc recipients of a page's messages, from the sidecar mirror in one read (no
+    file is opened); a message the mirror does not have yet has none."""
+    rows = sidecar.recipients_of(mb.config.data_dir, [m.message_id for m in messages])
+    return {mid: [dto.Person(name=r["name"], address=r["email"])
+                  for r in people[:LISTED_RECIPIENTS]] for mid, people in rows.items()}
+
+
+def email_ref(mb: Mailbox, m: IndexedMessage, to: list[dto.Person]) -> dto.EmailRef:
     folders = mb.folders_of(m)
     return dto.EmailRef(
         id=m.message_id, thread_id=m.thread_id, subject=m.subject, from_=person(m.from_header),
-        to=stored_recipients(m),
+        to=to,
         date=iso_from_epoch(m.date), account=mb.account_of(folders), folders=folders, tags=sorted(m.tags),
         is_read="unread" not in m.tags, is_flagged="flagged" in m.tags,
         has_attachment="attachment" in m.tags,
@@ -213,7 +216,9 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
                               offset=offset, limit=limit)
     changed = mb.reader.changed_at()
     cursor_out = next_cursor(offset, len(page), total, fp)
-    return dto.SearchResult(results=[email_ref(mb, m) for m in page], total=total,
+    to = recipients_of(mb, page)
+    return dto.SearchResult(results=[email_ref(mb, m, to.get(m.message_id, [])) for m in page],
+                            total=total,
                             next_cursor=cursor_out, query=echoed_query(nm_query),
                             hidden=_hidden(mb, nm_query, compiled, total, cursor_out),
                             indexed_at=iso_from_epoch(int(changed)) if changed else None)
@@ -391,20 +396,19 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
     offset = read_cursor(cursor, fp)
     page = found[offset:offset + limit]
     threads = []
+    stored = recipients_of(mb, [last for last, _ in page])
     for last, count in page:
-        recipients = _recipients(mb, last)
+        recipients = stored.get(last.message_id) or _recipients(mb, last)
         threads.append(dto.UnansweredThread(
             thread_id=last.thread_id, subject=last.subject,
             days_silent=max(0, (now - last.date) // 86400), message_count=count,
-            recipients=recipients, last_outgoing=email_ref(mb, last)))
+            recipients=recipients, last_outgoing=email_ref(mb, last, recipients)))
     return dto.UnansweredList(threads=threads, total=len(found),
                               next_cursor=next_cursor(offset, len(page), len(found), fp))
 
 
 def _recipients(mb: Mailbox, m: IndexedMessage) -> list[dto.Person]:
-    if m.recipients is not None:
-        return stored_recipients(m)
-    # Indexed before the tagging pass stored recipients: read the page's rows only.
+    # Not in the mirror yet (a sync in flight): read this page's rows only.
     pairs = email.utils.getaddresses([mb.reader.header(m.message_id, "To"),
                                       mb.reader.header(m.message_id, "Cc")])
     return [dto.Person(name=n, address=a.lower()) for n, a in pairs if a]

@@ -1,0 +1,164 @@
+"""The tags an index run gives: the same as they always were, whatever notmuch's new.tags says,
+with only the exceptions rewritten -- and an index built by an earlier version upgrades in place.
+
+``tests/data/fixture-tags.dump`` is ``notmuch dump --include=tags`` (sorted) of the fixture mail
+after ``fmail-nm init``, taken from the version that tagged every new message through ``new``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from fmail_nm.store import sidecar
+from fmail_nm.store.notmuch import Reader, Writer, WriteTxn
+
+from .conftest import REPO, USER_ADDRESSES, MailEnv, run_init
+
+EXPECTED = REPO / "tests" / "data" / "fixture-tags.dump"
+OLD_PROPERTY = "fmail.recipients"
+
+
+def dump(env: MailEnv) -> list[str]:
+    return sorted(env.notmuch("dump", "--include=tags").stdout.splitlines())
+
+
+def revision(env: MailEnv) -> int:
+    return int(env.notmuch("count", "--lastmod", "*").stdout.split()[-1])
+
+
+def changed_since(env: MailEnv, rev: int) -> set[str]:
+    out = env.notmuch("search", "--output=messages", "--exclude=false", f"lastmod:{rev + 1}..")
+    return {line.removeprefix("id:") for line in out.stdout.split()}
+
+
+def test_first_index_gives_the_tags_it_always_gave(indexed: MailEnv) -> None:
+    assert indexed.notmuch("config", "get", "new.tags").stdout.split() == ["inbox", "unread"]
+    assert dump(indexed) == sorted(EXPECTED.read_text().splitlines())
+
+
+def test_the_traditional_new_tag_gives_the_same_tags(mail_env: MailEnv) -> None:
+    """afew-style setups keep `new` in new.tags: each new message is rewritten once (to take
+    `new` off), and ends with the same tags."""
+    args = ["init", "--no-index", "--mail-root", str(mail_env.mail_root), "--name", "Alex Morgan"]
+    for address in USER_ADDRESSES:
+        args += ["--address", address]
+    mail_env.fmail(*args)
+    mail_env.notmuch("config", "set", "new.tags", "new")
+    mail_env.fmail("index", "--quiet")
+    assert mail_env.notmuch("count", "tag:new").stdout.strip() == "0"
+    assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())
+
+
+PLAIN = (b"From: Nia <nia@example.com>\nTo: alex@example.org\nSubject: plain\n"
+         b"Message-ID: <plain-1@example.com>\nDate: Tue, 01 Dec 2026 10:00:00 +0000\n\nhello\n")
+LISTED = (b"From: Rust <rust@lists.example.com>\nTo: rust-users@lists.example.com\n"
+          b"List-Id: Rust users <rust-users.lists.example.com>\nSubject: weekly\n"
+          b"Message-ID: <listed-1@example.com>\nDate: Tue, 01 Dec 2026 11:00:00 +0000\n\nnews\n")
+MINE = (b"From: Alex Morgan <alex@example.org>\nTo: nia@example.com\nSubject: mine\n"
+        b"Message-ID: <mine-1@example.org>\nDate: Tue, 01 Dec 2026 12:00:00 +0000\n\nhi\n")
+
+
+def test_only_the_exceptions_are_rewritten(indexed: MailEnv) -> None:
+    inbox = indexed.mail_root / "personal" / "INBOX" / "new"
+    for n, raw in enumerate((PLAIN, LISTED, MINE)):
+        (inbox / f"1800000000.{n}_1.host").write_bytes(raw)
+    indexed.notmuch("new", "--no-hooks")
+    after_notmuch_new = revision(indexed)
+    indexed.fmail("hook", "post-new")
+    # Plain inbox mail already had its final tags from notmuch new: not touched again.
+    assert changed_since(indexed, after_notmuch_new) == {"listed-1@example.com", "mine-1@example.org"}
+
+    def tags(mid: str) -> set[str]:
+        return set(indexed.notmuch("search", "--output=tags", f"id:{mid}").stdout.split())
+    assert tags("plain-1@example.com") == {"inbox", "unread"}
+    assert tags("listed-1@example.com") == {"list", "list/rust-users.lists.example.com", "unread"}
+    assert tags("mine-1@example.org") == {"sent", "unread"}
+    # A second run finds nothing left to tag and rewrites nothing.
+    settled = revision(indexed)
+    indexed.fmail("hook", "post-new")
+    assert changed_since(indexed, settled) == set()
+
+
+def test_old_tags_are_never_redone_when_the_sidecar_is_rebuilt(indexed: MailEnv) -> None:
+    """The sidecar is a cache: deleting it rebuilds the mirror, but mail tagged long ago
+    (here: a message the user took out of the inbox by hand) is not tagged again."""
+    indexed.notmuch("tag", "-inbox", "--", "id:school-trip-3@example.com")
+    before = dump(indexed)
+    data = indexed.config().data_dir
+    for path in data.glob("sidecar.sqlite3*"):
+        path.unlink()
+    indexed.fmail("index", "--quiet")
+    assert dump(indexed) == before
+
+
+def set_old_property(txn: WriteTxn, ids: list[str]) -> None:
+    for mid in ids:
+        txn.set_property(mid, OLD_PROPERTY, '[["Alex", "alex@example.org"]]')
+
+
+def test_an_index_from_the_previous_version_upgrades_in_place(indexed: MailEnv) -> None:
+    """The previous version kept recipients in a notmuch property and had a version-1 sidecar:
+    the next index run drops the property, migrates the sidecar, and loses nothing."""
+    ids = ["school-trip-1@example.com", "wedding-1@example.net", "self-cc-1@example.org"]
+    with Writer() as writer:
+        writer.run(lambda txn: set_old_property(txn, ids))
+    path = sidecar.sidecar_path(indexed.config().data_dir)
+    conn = sqlite3.connect(path)
+    conn.executescript("DROP INDEX messages_needs_tagging; "
+                       "ALTER TABLE messages DROP COLUMN needs_tagging; PRAGMA user_version = 1;")
+    conn.close()
+    tags_before = dump(indexed)
+    query = f'sexp:"(property (starts-with {OLD_PROPERTY}=))"'
+    assert indexed.notmuch("count", query).stdout.strip() == "3"
+
+    indexed.fmail("index", "--quiet")
+
+    assert indexed.notmuch("count", query).stdout.strip() == "0"
+    with Reader() as reader:
+        assert all(reader.property(mid, OLD_PROPERTY) is None for mid in ids)
+    assert dump(indexed) == tags_before
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(sidecar.MIGRATIONS)
+    check = indexed.fmail("sidecar", "check", check=False)
+    assert check.returncode == 0, check.stdout
+    stored = sidecar.recipients_of(indexed.config().data_dir, ids)
+    assert all(stored[mid] for mid in ids if mid != "self-cc-1@example.org")
+
+
+def test_the_expected_dump_is_the_fixture_tree(tmp_path: Path) -> None:
+    """The reference dump names every message of the fixtures once (a stale dump would make
+    the comparisons above compare the wrong thing)."""
+    lines = [line for line in EXPECTED.read_text().splitlines() if not line.startswith("#")]
+    ids = [line.split(" -- id:")[1] for line in lines]
+    assert len(ids) == len(set(ids)) == 169
+    assert sum(" +inbox " in f" {line} " for line in lines) == 98
+
+
+def test_rule_tag_terms_are_answered_from_the_expected_tags() -> None:
+    from fmail_nm.passes.tagging import _answered_from
+    from fmail_nm.store.query import MATCH_NOTHING
+
+    expected = {"a@x": {"sent", "list"}, "b@x": {"inbox"}, "c@x": {"my tag"}}
+    ids = sorted(expected)
+    assert _answered_from("tag:sent", ids, expected) == '(id:"a@x")'
+    assert _answered_from("NOT is:inbox", ids, expected) == 'NOT (id:"b@x")'
+    assert _answered_from('tag:"my tag" OR tag:/^li/', ids, expected) == (
+        '(id:"c@x") OR (id:"a@x")')
+    assert _answered_from("tag:spam", ids, expected) == MATCH_NOTHING
+    # other terms are left to notmuch, quoted phrases untouched even when they say tag:
+    assert _answered_from('from:x@y AND subject:"tag:sent" AND tag:inbox', ids, expected) == (
+        'from:x@y AND subject:"tag:sent" AND (id:"b@x")')
+    assert _answered_from("tag:/[unclosed/", ids, expected) == MATCH_NOTHING
+
+
+def test_expected_tags_keep_what_new_tags_meant() -> None:
+    from fmail_nm.passes.tagging import expected_tags
+
+    # new.tags without `new`: as if it had been `new` -- inbox is the rules' to give
+    assert expected_tags(frozenset({"inbox", "unread", "attachment"}),
+                         frozenset({"inbox", "unread"}), None) == {"unread", "attachment"}
+    # with `new`: only `new` goes, as it always did (here inbox came with new.tags)
+    assert expected_tags(frozenset({"new", "inbox"}), frozenset({"new", "inbox"}),
+                         "Rust.Users.lists.example.com") == {
+        "inbox", "list", "list/rust.users.lists.example.com"}
