@@ -220,17 +220,19 @@ def chunks(items: Sequence[str], size: int) -> Iterable[list[str]]:
         yield list(items[start:start + size])
 
 
-def _write_row(conn: sqlite3.Connection, row: dict[str, Any], parsed: Parsed) -> set[str]:
-    """Upsert one message with its tags, folders and addresses; returns its addresses."""
+def _write_row(conn: sqlite3.Connection, row: dict[str, Any], parsed: Parsed, *,
+               fresh: bool = False) -> set[str]:
+    """Upsert one message with its tags, folders and addresses; returns its addresses.
+    ``fresh``: the mirror had no row for it, so there is nothing of it to delete first."""
     mid = row["message_id"]
     conn.execute(_UPSERT, [row[c] for c in _COLUMNS])
-    conn.execute("DELETE FROM message_tags WHERE message_id = ?", (mid,))
+    if not fresh:
+        for table in ("message_tags", "message_folders", "message_addresses"):
+            conn.execute(f"DELETE FROM {table} WHERE message_id = ?", (mid,))
     conn.executemany("INSERT INTO message_tags (message_id, tag) VALUES (?, ?)",
                      [(mid, t) for t in row["_tags"]])
-    conn.execute("DELETE FROM message_folders WHERE message_id = ?", (mid,))
     conn.executemany("INSERT INTO message_folders (message_id, folder) VALUES (?, ?)",
                      [(mid, f) for f in row["_folders"]])
-    conn.execute("DELETE FROM message_addresses WHERE message_id = ?", (mid,))
     people = {(mid, "from", row["sender_email"], row["sender_name"])} if row["sender_email"] else set()
     people.update((mid, r["kind"], r["email"], r["name"]) for r in parsed.recipients)
     # One row per (address, role): a message that names someone twice counts once.
@@ -399,7 +401,7 @@ class Mirror:
             row = build_row(message, parsed, self.layout, self.me)
             if mid not in known and (self._recent is None or mid in self._recent):
                 row["needs_tagging"] = 1
-            self._touched |= _write_row(self.conn, row, parsed)
+            self._touched |= _write_row(self.conn, row, parsed, fresh=mid not in known)
             report.upserted += 1
         self._delete(gone, report)
 
