@@ -50,6 +50,17 @@ def test_the_traditional_new_tag_gives_the_same_tags(mail_env: MailEnv) -> None:
     assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())
 
 
+def test_the_first_notmuch_new_after_init_tags_everything_it_adds(mail_env: MailEnv) -> None:
+    """`init --no-index`, then the user's own `notmuch new` (the hook, not `fmail-nm index`,
+    runs the pass): the tags are the same as after a full `fmail-nm init`."""
+    args = ["init", "--no-index", "--mail-root", str(mail_env.mail_root), "--name", "Alex Morgan"]
+    for address in USER_ADDRESSES:
+        args += ["--address", address]
+    mail_env.fmail(*args)
+    mail_env.notmuch("new")
+    assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())
+
+
 PLAIN = (b"From: Nia <nia@example.com>\nTo: alex@example.org\nSubject: plain\n"
          b"Message-ID: <plain-1@example.com>\nDate: Tue, 01 Dec 2026 10:00:00 +0000\n\nhello\n")
 LISTED = (b"From: Rust <rust@lists.example.com>\nTo: rust-users@lists.example.com\n"

@@ -13,7 +13,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import Settings, fmail_command, maildir_folders
+from ..config import Settings, default_data_dir, fmail_command, maildir_folders
+from ..passes.mirror import SETUP_REVISION
+from ..store import sidecar
+from ..store.notmuch import Reader
 from ..store.notmuch import ensure_database
 from ..store.notmuch_cli import notmuch_settings
 from ..tags import DEFAULT_EXCLUDED
@@ -164,4 +167,16 @@ def prepare(settings: Settings, *, notmuch_config: str | None, mail_root: Path |
     root = Path(nm["database.mail_root"])
     report.repaired_folders = repair_maildirs(root, maildir_folders(root))
     report.hooks = install_hooks(Path(nm["database.hook_dir"]), fmail_command(settings))
+    mark_setup_revision(settings, str(config_path))
     return report
+
+
+def mark_setup_revision(settings: Settings, config_path: str) -> None:
+    """Record the notmuch revision fmail-nm was set up at, unless the sidecar is built already:
+    the first post-new pass then tags what is indexed after it -- whoever runs that first
+    ``notmuch new`` -- and never the mail that was there before."""
+    with sidecar.opened(sidecar.sidecar_path(settings.data_dir or default_data_dir())) as conn:
+        if sidecar.get_state(conn, "notmuch_uuid") is not None:
+            return
+        with Reader(config_path) as reader, sidecar.transaction(conn):
+            sidecar.set_state(conn, SETUP_REVISION, str(reader.revision().number))

@@ -326,13 +326,14 @@ class Mirror:
         report.revision, report.uuid = rev.number, rev.uuid
         with sidecar.transaction(self.conn):
             if full or sidecar.get_state(self.conn, "notmuch_uuid") != rev.uuid:
+                setup = sidecar.get_state(self.conn, SETUP_REVISION) or ""
                 self._reset(rev.uuid)
                 report.full = True
                 # Kept until the build is done, so a build resumed after a crash still knows.
                 sidecar.set_state(self.conn, "full_build_new_since",
-                                  "" if self.new_since is None else str(self.new_since))
-            since = sidecar.get_state(self.conn, "full_build_new_since")
-            if since is not None:
+                                  setup if self.new_since is None else str(self.new_since))
+                sidecar.set_state(self.conn, SETUP_REVISION, None)
+            if (since := sidecar.get_state(self.conn, "full_build_new_since")) is not None:
                 self._recent = frozenset(
                     self.reader.message_ids(f"lastmod:{int(since) + 1}..") if since else ())
             if _set_me(self.conn, self.me):
@@ -527,6 +528,10 @@ def _check_children(conn: sqlite3.Connection, mid: str, want: dict[str, Any]) ->
 
 # ---------------------------------------------------------------------------------------------
 # Entry points used by the CLI, the hook and the server
+
+# Sidecar state: the notmuch revision `fmail-nm init` found; the first full build tags only
+# what was indexed after it (see Mirror).
+SETUP_REVISION = "setup_revision"
 
 
 class SyncInProgress(BackendError):
