@@ -163,7 +163,7 @@ def _tag_batch(txn: WriteTxn, batch: Mapping[str, str | None], config: Config,
                new_tags: frozenset[str], report: TaggingReport) -> None:
     """One batch in one write session: expected tags through every rule, then at most one
     rewrite per message (a second only if a rule changes a Maildir flag tag)."""
-    current = {m.message_id: m.tags for mid in batch if (m := txn.get(mid)) is not None}
+    current = {mid: found for mid in batch if (found := txn.tags_of(mid)) is not None}
     ids = sorted(current)
     expected = {mid: expected_tags(current[mid], new_tags, batch[mid]) for mid in ids}
     scope = id_query(ids)

@@ -435,6 +435,13 @@ class WriteTxn:
         except LookupError:
             return None
 
+    def tags_of(self, message_id: str) -> frozenset[str] | None:
+        """A message's tags alone (cheaper than :meth:`get`); None if it is not indexed."""
+        try:
+            return frozenset(str(t) for t in self._db.find(message_id).tags)
+        except LookupError:
+            return None
+
     def _apply(self, msg: notmuch2.Message, add: Sequence[str], remove: Sequence[str]) -> bool:
         before = frozenset(str(t) for t in msg.tags)
         after = (before - set(remove)) | set(add)
