@@ -18,9 +18,11 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO, TypeVar
 
 from .. import progress
+from ..adopt.hooks import is_ours
 from ..config import Config
 from ..passes.post_new import NEW_SINCE_ENV, drop_old_recipients, post_new
 from ..passes.tagging import TaggingReport
@@ -267,6 +269,10 @@ def run_index(config: Config, *, show_progress: bool | None = None,
     as_tty = bool(sinks)
     with Reader(notmuch_config) as reader:
         before = reader.revision().number
+        hook_dir = reader.setting("database.hook_dir")
+    # With our post-new hook in place notmuch new has run the pass already; running it again
+    # here would only find nothing to do, at a cost on every run.
+    hooked = bool(hook_dir) and is_ours(Path(hook_dir) / "post-new")
     env = {NEW_SINCE_ENV: str(before), progress.ENV: "1" if as_tty else ""}
     try:
         result = run_notmuch_new(notmuch_config, as_tty=as_tty,
@@ -283,11 +289,13 @@ def run_index(config: Config, *, show_progress: bool | None = None,
                 f"notmuch new failed (exit {result.returncode}):\n{_plain(output).strip()}")
         added = int(m.group(1)) if (m := _ADDED.search(output)) else 0
         with Reader(notmuch_config) as reader, Writer(notmuch_config) as writer:
-            summary = post_new(config, reader, writer, new_since=before,
-                               on_progress=report if sinks else None)
+            tagging = TaggingReport()
+            if not hooked:
+                tagging = post_new(config, reader, writer, new_since=before,
+                                   on_progress=report if sinks else None).tagging
             drop_old_recipients(reader, writer)
             return IndexSummary(added=added, total=reader.count("*", exclude_tags=()),
-                                counts=summary_counts(reader), tagging=summary.tagging,
+                                counts=summary_counts(reader), tagging=tagging,
                                 notmuch_output=output)
     finally:
         display.finish()
