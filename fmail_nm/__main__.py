@@ -1,3 +1,5 @@
 from .cli import main
 
-raise SystemExit(main())
+# Guarded: worker processes (the mirror's parsing pool) import this module under another name.
+if __name__ == "__main__":
+    raise SystemExit(main())

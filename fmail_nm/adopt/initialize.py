@@ -16,8 +16,7 @@ from pathlib import Path
 from ..config import Settings, default_data_dir, fmail_command, maildir_folders
 from ..passes.mirror import SETUP_REVISION
 from ..store import sidecar
-from ..store.notmuch import Reader
-from ..store.notmuch import ensure_database
+from ..store.notmuch import Reader, ensure_database
 from ..store.notmuch_cli import notmuch_settings
 from ..tags import DEFAULT_EXCLUDED
 from .hooks import HookAction, install_hooks

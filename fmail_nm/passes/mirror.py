@@ -24,8 +24,11 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +50,12 @@ log = logging.getLogger(__name__)
 BATCH_SIZE = 500
 HEAD_BYTES = 64 * 1024  # headers and the start of the text: enough for a 200-character preview
 PREVIEW_CHARS = 200
+# Past this many unseen messages in a batch (a first index, a big delivery) their files are
+# parsed by worker processes, one per core up to MAX_PARSE_WORKERS; below it, starting the
+# workers costs more than it saves.
+PARALLEL_PARSE_MIN = 64
+MAX_PARSE_WORKERS = 4
+PARSE_CHUNK = 16
 # Hostile mail can carry megabyte subjects or thousands of recipients; the SQL tools refuse
 # values over 250 KB, so the mirror keeps every value well below that.
 MAX_SUBJECT_CHARS = 2000  # also for sender names
@@ -313,6 +322,8 @@ class Mirror:
         # deleted) only those changed since ``new_since`` -- the revision before this index
         # run, when the caller knows it -- never the whole mailbox again.
         self.new_since = new_since
+        self._workers = min(os.cpu_count() or 1, MAX_PARSE_WORKERS)
+        self._pool: ProcessPoolExecutor | None = None
         self.on_progress = on_progress
         self._recent: frozenset[str] | None = None
         # Addresses whose contact figures changed: refreshed once, at the end of the sync
@@ -391,12 +402,18 @@ class Mirror:
         known = _known(self.conn, ids)
         self._touched |= _addresses_of(self.conn, ids)
         gone: list[str] = []
-        for mid, message in zip(ids, self.reader.find_many(ids)):
+        messages = self.reader.find_many(ids)
+        fresh = self._parse_new([m for m in messages if m is not None
+                                 and m.message_id not in known])
+        for mid, message in zip(ids, messages):
             if message is None:  # removed since the id list was taken
                 gone.append(mid)
                 continue
             parsed, files = known.get(mid, (None, frozenset()))
-            if parsed is None or files != set(message.filenames):
+            if parsed is None:
+                parsed = fresh[mid]
+                report.parsed += 1
+            elif files != set(message.filenames):
                 parsed = self._parse(message, parsed)
                 report.parsed += 1
             row = build_row(message, parsed, self.layout, self.me)
@@ -405,6 +422,34 @@ class Mirror:
             self._touched |= _write_row(self.conn, row, parsed, fresh=mid not in known)
             report.upserted += 1
         self._delete(gone, report)
+
+    def _parse_new(self, messages: Sequence[IndexedMessage]) -> dict[str, Parsed]:
+        """Parse the files of messages the mirror has not seen: in worker processes when there
+        are many (a first index), since parsing is most of the build and needs no notmuch."""
+        names = [m.filenames for m in messages]
+        if len(names) >= PARALLEL_PARSE_MIN and (pool := self._parse_pool()) is not None:
+            try:
+                parsed = list(pool.map(parse_file, names, chunksize=PARSE_CHUNK))
+                return {m.message_id: p for m, p in zip(messages, parsed)}
+            except (BrokenProcessPool, OSError) as exc:
+                log.warning("parsing in worker processes failed (%s); parsing here", exc)
+                self._workers = 0
+        return {m.message_id: parse_file(m.filenames) for m in messages}
+
+    def _parse_pool(self) -> ProcessPoolExecutor | None:
+        if self._pool is None and self._workers > 1:
+            try:
+                # spawn, not fork: this process has threads (the notmuch writer) and handles
+                self._pool = ProcessPoolExecutor(self._workers, mp_context=get_context("spawn"))
+            except OSError as exc:
+                log.warning("no worker processes for parsing (%s); parsing here", exc)
+                self._workers = 0
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
     def _parse(self, message: IndexedMessage, known: Parsed | None) -> Parsed:
         if known is not None:
@@ -562,5 +607,8 @@ def sync_sidecar(config: Config, reader: Reader, *, full: bool = False,
     notmuch revision before the index run that brought new mail (see :class:`Mirror`)."""
     path = sidecar.sidecar_path(config.data_dir)
     with sync_lock(path, wait=wait), sidecar.opened(path) as conn:
-        return Mirror(config, reader, conn, new_since=new_since,
-                      on_progress=on_progress).sync(full=full)
+        mirror = Mirror(config, reader, conn, new_since=new_since, on_progress=on_progress)
+        try:
+            return mirror.sync(full=full)
+        finally:
+            mirror.close()
