@@ -61,6 +61,43 @@ def test_the_first_notmuch_new_after_init_tags_everything_it_adds(mail_env: Mail
     assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())
 
 
+def test_index_runs_the_pass_itself_and_the_hook_starts_no_second_fmail_nm(
+        mail_env: MailEnv) -> None:
+    """`fmail-nm index` asks our hook to leave the pass to it: the user's chained hook still
+    runs, our hook's command does not, and the tags are the same.  A plain `notmuch new` still
+    gets the pass from the hook."""
+    import sys
+
+    from fmail_nm.adopt.hooks import install_hooks
+
+    args = ["init", "--no-index", "--mail-root", str(mail_env.mail_root), "--name", "Alex Morgan"]
+    for address in USER_ADDRESSES:
+        args += ["--address", address]
+    mail_env.fmail(*args)
+    hook_dir = Path(mail_env.notmuch("config", "get", "database.hook_dir").stdout.strip())
+    ours, users = mail_env.base / "ours.log", mail_env.base / "users.log"
+    recorder = mail_env.base / "fmail-recorder"
+    recorder.write_text(f'#!/bin/sh\necho ran >> "{ours}"\nexec "{sys.executable}" -m fmail_nm "$@"\n')
+    recorder.chmod(0o755)
+    (hook_dir / "post-new").unlink()
+    user_hook = hook_dir / "post-new"
+    user_hook.write_text(f'#!/bin/sh\necho ran >> "{users}"\n')
+    user_hook.chmod(0o755)
+    install_hooks(hook_dir, [str(recorder)])  # chains the user's hook
+
+    mail_env.fmail("index", "--quiet")
+    assert users.read_text() == "ran\n"
+    assert not ours.exists()
+    assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())
+
+    inbox = mail_env.mail_root / "personal" / "INBOX" / "new"
+    (inbox / "listed-1:2,").write_bytes(LISTED)
+    mail_env.notmuch("new")
+    assert ours.read_text() == "ran\n" and users.read_text() == "ran\nran\n"
+    tags = mail_env.notmuch("search", "--output=tags", "id:listed-1@example.com").stdout.split()
+    assert "list" in tags
+
+
 PLAIN = (b"From: Nia <nia@example.com>\nTo: alex@example.org\nSubject: plain\n"
          b"Message-ID: <plain-1@example.com>\nDate: Tue, 01 Dec 2026 10:00:00 +0000\n\nhello\n")
 LISTED = (b"From: Rust <rust@lists.example.com>\nTo: rust-users@lists.example.com\n"

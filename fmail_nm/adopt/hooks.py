@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
+from ..passes.post_new import PASS_AFTER_ENV
+
 HOOK_NAMES = ("post-new",)
 MARKER = "# fmail-nm hook:"
 CHAINED_SUFFIX = ".before-fmail-nm"
@@ -43,6 +45,17 @@ def is_ours(path: Path) -> bool:
     except OSError:
         return False
     return MARKER in head
+
+
+def defers_pass(path: Path) -> bool:
+    """Whether the installed hook is ours and leaves the post-new pass to ``fmail-nm index``
+    when asked (:data:`~fmail_nm.passes.post_new.PASS_AFTER_ENV`); hooks installed by earlier
+    versions always run it."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return MARKER in text[:512] and PASS_AFTER_ENV in text
 
 
 def _write_executable(path: Path, text: str) -> None:

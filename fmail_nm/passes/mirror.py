@@ -53,7 +53,7 @@ PREVIEW_CHARS = 200
 # Past this many unseen messages in a batch (a first index, a big delivery) their files are
 # parsed by worker processes, one per core up to MAX_PARSE_WORKERS; below it, starting the
 # workers costs more than it saves.
-PARALLEL_PARSE_MIN = 64
+PARALLEL_PARSE_MIN = 400
 MAX_PARSE_WORKERS = 4
 PARSE_CHUNK = 16
 # Hostile mail can carry megabyte subjects or thousands of recipients; the SQL tools refuse

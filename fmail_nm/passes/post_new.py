@@ -1,7 +1,9 @@
 """The post-new pass: what follows every ``notmuch new`` -- the hook runs it, and
 :func:`fmail_nm.service.index.run_index` runs it again for anything the hook did not reach.
 
-``NEW_SINCE_ENV`` carries the revision before the run from ``run_index`` to the hook."""
+``NEW_SINCE_ENV`` carries the revision before the run from ``run_index`` to the hook;
+``PASS_AFTER_ENV`` tells the hook that ``run_index`` runs the pass itself (in its own process,
+with everything already imported), so the hook need not start a second fmail-nm."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from .mirror import MirrorReport, sync_sidecar
 from .tagging import TaggingReport, run_tagging
 
 NEW_SINCE_ENV = "FMAIL_NEW_SINCE"
+PASS_AFTER_ENV = "FMAIL_PASS_AFTER"  # read by hooks/post-new
 
 
 @dataclass(frozen=True)

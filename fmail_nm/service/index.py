@@ -1,11 +1,12 @@
 """``fmail-nm index``: ``notmuch new`` (hooks included), then the post-new pass
-(:func:`fmail_nm.passes.post_new.post_new`) for anything the hook did not reach (e.g. when the
-hook is not installed), then a summary.
+(:func:`fmail_nm.passes.post_new.post_new`) in this process -- our hook leaves it to us when
+asked (``PASS_AFTER_ENV``), so an index run starts one Python, not two -- then a summary.
 
 On a terminal, one progress line covers the whole run: notmuch's own phase (it prints
 "Processed N of M files" only to a terminal, so notmuch new runs on a pseudo-terminal) and ours
-(the post-new pass in the hook, asked for its progress lines with ``FMAIL_PROGRESS=1``, see
-:mod:`fmail_nm.progress`; then the pass run here, through a callback), each drawn as
+(the pass run here, through a callback; a hook of an earlier version that still runs the pass
+inside notmuch new is asked for its progress lines with ``FMAIL_PROGRESS=1``, see
+:mod:`fmail_nm.progress`), each drawn as
 ``indexing [#####.....] 1200/6044 files, 310/s, 16 s left``.  Not on a terminal: no bar, no
 carriage returns.
 """
@@ -22,9 +23,9 @@ from pathlib import Path
 from typing import TextIO, TypeVar
 
 from .. import progress
-from ..adopt.hooks import is_ours
+from ..adopt.hooks import defers_pass, is_ours
 from ..config import Config
-from ..passes.post_new import NEW_SINCE_ENV, drop_old_recipients, post_new
+from ..passes.post_new import NEW_SINCE_ENV, PASS_AFTER_ENV, drop_old_recipients, post_new
 from ..passes.tagging import TaggingReport
 from ..store.notmuch import NotmuchAccessError, Reader, Writer
 from ..store.notmuch_cli import run_notmuch_new
@@ -270,10 +271,13 @@ def run_index(config: Config, *, show_progress: bool | None = None,
     with Reader(notmuch_config) as reader:
         before = reader.revision().number
         hook_dir = reader.setting("database.hook_dir")
-    # With our post-new hook in place notmuch new has run the pass already; running it again
-    # here would only find nothing to do, at a cost on every run.
-    hooked = bool(hook_dir) and is_ours(Path(hook_dir) / "post-new")
-    env = {NEW_SINCE_ENV: str(before), progress.ENV: "1" if as_tty else ""}
+    # Our hook leaves the pass to us (one process, imports paid once, progress through the
+    # callback); a hook of an earlier version has run it already, and running it again here
+    # would only find nothing to do, at a cost on every run.  No hook of ours: we run it.
+    hook = Path(hook_dir) / "post-new" if hook_dir else None
+    hooked = hook is not None and is_ours(hook) and not defers_pass(hook)
+    env = {NEW_SINCE_ENV: str(before), progress.ENV: "1" if as_tty else "",
+           PASS_AFTER_ENV: "1"}
     try:
         result = run_notmuch_new(notmuch_config, as_tty=as_tty,
                                  on_line=handle if (as_tty or on_line) else None,
