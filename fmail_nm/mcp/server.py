@@ -28,9 +28,10 @@ from ..passes.mirror import SyncInProgress, sync_sidecar
 from ..service.status import SyncStatus, sync_status
 from ..store.notmuch import Reader, Writer
 from ..store.sidecar import sidecar_path
-from ..tools import contacts, dto, reads, writes
+from ..service import send
+from ..tools import compose, contacts, dto, reads, writes
 from ..tools import sql as sqltools
-from .registry import DESTRUCTIVE, READ_ONLY, UNDO, WRITE, ToolList, tool_error
+from .registry import DESTRUCTIVE, DRAFT, READ_ONLY, SEND, UNDO, WRITE, ToolList, tool_error
 
 if TYPE_CHECKING:
     from ..service.background import Background
@@ -49,6 +50,12 @@ WRITE_NOTE = """
 Writes (read/unread, flags, tags, archive, Trash, Junk) change local files that mbsync pushes to
 the server. Act only on what the user asked for; a write by query first reports the match
 count (call again with confirm_count). undo_last_write reverts the latest write."""
+DRAFTS_NOTE = """
+Replies and new mail are saved as drafts (in:drafts) for the user to review and send; this
+server cannot send."""
+SEND_NOTE = """
+Mail is sent only when the user asked for that message to be sent: save a draft, show it to
+the user, and call send_email(draft_id) after they agree. A sent message cannot be recalled."""
 
 
 
@@ -254,9 +261,14 @@ def build_server(config: Config, clock: Callable[[], Any] = utc_now, *,
         live = background.status() if background is not None else None
         return await service.call(lambda mb: sync_status(config.data_dir, live))
 
+    instructions = INSTRUCTIONS
     if not read_only:
         _write_tools(server, service)
-    mcp = MCPServer("fmail-nm", instructions=INSTRUCTIONS if read_only else INSTRUCTIONS + WRITE_NOTE,
+        _draft_tools(server, service)
+        instructions += WRITE_NOTE + (SEND_NOTE if config.send.enabled else DRAFTS_NOTE)
+        if config.send.enabled:
+            _send_tools(server, service)
+    mcp = MCPServer("fmail-nm", instructions=instructions,
                     version=__version__, tools=server)
     return mcp, service
 
@@ -348,3 +360,73 @@ def _write_tools(server: ToolList, service: MailService) -> None:
         return await service.manage_contacts(sql_query, account_name, confirm_count)
 
 
+
+
+Addresses = Annotated[list[Annotated[str, Field(max_length=compose.MAX_ADDRESS_CHARS)]] | None,
+                      Field(max_length=compose.MAX_RECIPIENTS,
+                            description="a@b.org or 'Name <a@b.org>'")]
+Subject = Annotated[str | None, Field(max_length=compose.MAX_SUBJECT_CHARS)]
+Body = Annotated[str, Field(max_length=compose.MAX_BODY_CHARS, description="plain text")]
+Files = Annotated[list[Annotated[str, Field(max_length=1000)]] | None,
+                  Field(max_length=compose.MAX_ATTACHMENTS,
+                        description="file names in the attachments folder")]
+SendNow = Annotated[bool, Field(description="send at once (needs direct sending)")]
+
+
+def _draft_tools(server: ToolList, service: MailService) -> None:
+    """Drafts: saved in the account's Drafts folder, where the user's mail client sees them."""
+
+    @server.tool(annotations=DRAFT)
+    async def save_draft(to: Addresses = None, cc: Addresses = None, bcc: Addresses = None,
+                         subject: Subject = None, body: Body | None = None, account: Name = None,
+                         attachments: Files = None, draft_id: Ref | None = None
+                         ) -> compose.DraftResult:
+        """Save a new draft, or replace draft_id's (given fields replace, threading kept)."""
+        return await service.write(compose.save_draft, to, cc, bcc, subject, body,
+                                   account=account, attachments=attachments or (),
+                                   draft_id=draft_id)
+
+    @server.tool(annotations=DRAFT)
+    async def reply_to_email(id: Ref, body: Body, reply_all: bool = False, quote: bool = True,
+                             send: SendNow = False) -> compose.DraftResult:
+        """Draft a reply (threaded, Re:, from the address it was sent to; quote: original
+        quoted below body). reply_all: all but the user; Reply-To and Mail-Followup-To kept."""
+        return await service.write(_then_send(compose.reply_to_email, send), id, body,
+                                   reply_all=reply_all, quote=quote)
+
+    @server.tool(annotations=DRAFT)
+    async def forward_email(id: Ref, to: Annotated[list[Annotated[str, Field(max_length=320)]],
+                                                   Field(min_length=1, max_length=100)],
+                            body: Body = "", send: SendNow = False) -> compose.DraftResult:
+        """Draft a forward: body, then the original attached whole (.eml, with its files)."""
+        return await service.write(_then_send(compose.forward_email, send), id, to, body)
+
+
+def _then_send(make: Callable[..., compose.DraftResult],
+               now: bool) -> Callable[..., compose.DraftResult]:
+    """A draft tool that, asked to send at once, sends what it saved (direct sending only)."""
+    if not now:
+        return make
+
+    def draft_and_send(ctx: WriteContext, *args: Any, **kwargs: Any) -> compose.DraftResult:
+        send.check_direct(ctx.config)
+        send.check_allowed(ctx.config, ctx.clock())
+        return send.send_draft(ctx, make(ctx, *args, **kwargs).id)
+    return draft_and_send
+
+
+def _send_tools(server: ToolList, service: MailService) -> None:
+    """Sending, only with [send] enabled = true or serve --allow-send."""
+
+    @server.tool(annotations=SEND)
+    async def send_email(draft_id: Ref | None = None, to: Addresses = None,
+                         cc: Addresses = None, bcc: Addresses = None, subject: Subject = None,
+                         body: Body | None = None, account: Name = None,
+                         attachments: Files = None) -> compose.DraftResult:
+        """Send draft_id (only after the user agreed), or with to/subject/body a new message
+        (needs direct sending). Cannot be recalled."""
+        if draft_id is not None:
+            return await service.write(send.send_draft, draft_id)
+        return await service.write(send.send_new, to or [], subject or "", body or "", cc=cc or (),
+                                   bcc=bcc or (), account=account,
+                                   attachments=attachments or ())
