@@ -114,7 +114,7 @@ def check_addresses(values: Sequence[str], what: str) -> list[Address]:
         if len(value) > MAX_ADDRESS_CHARS:
             raise ComposeError(f"{what}: {value[:40]!r}... is longer than {MAX_ADDRESS_CHARS} "
                                "characters")
-        pairs = email.utils.getaddresses([value], strict=True)
+        pairs = email.utils.getaddresses([value])
         if len(pairs) != 1 or not _ADDR_SPEC.fullmatch(pairs[0][1]):
             raise ComposeError(f"{what}: {value!r} is not an email address (give one address "
                                "per item: a@example.org or Name <a@example.org>)")
