@@ -362,43 +362,42 @@ def _write_tools(server: ToolList, service: MailService) -> None:
 
 
 
-Addresses = Annotated[list[Annotated[str, Field(max_length=compose.MAX_ADDRESS_CHARS)]] | None,
-                      Field(max_length=compose.MAX_RECIPIENTS,
-                            description="a@b.org or 'Name <a@b.org>'")]
-Subject = Annotated[str | None, Field(max_length=compose.MAX_SUBJECT_CHARS)]
-Body = Annotated[str, Field(max_length=compose.MAX_BODY_CHARS, description="plain text")]
-Files = Annotated[list[Annotated[str, Field(max_length=1000)]] | None,
-                  Field(max_length=compose.MAX_ATTACHMENTS,
-                        description="file names in the attachments folder")]
-SendNow = Annotated[bool, Field(description="send at once (needs direct sending)")]
+Addresses = list[str]  # the number of all recipients together is checked (MAX_RECIPIENTS)
+To = Annotated[list[str], Field(max_length=compose.MAX_RECIPIENTS,
+                                description="a@b.org or Name <a@b.org>")]
+Subject = Annotated[str, Field(max_length=compose.MAX_SUBJECT_CHARS)]
+Body = Annotated[str, Field(max_length=compose.MAX_BODY_CHARS)]
+Files = Annotated[list[str], Field(max_length=compose.MAX_ATTACHMENTS,
+                                   description="in attachments_dir")]
+SendNow = Annotated[bool, Field(description="send now (direct sending only)")]
 
 
 def _draft_tools(server: ToolList, service: MailService) -> None:
     """Drafts: saved in the account's Drafts folder, where the user's mail client sees them."""
 
-    @server.tool(annotations=DRAFT)
-    async def save_draft(to: Addresses = None, cc: Addresses = None, bcc: Addresses = None,
-                         subject: Subject = None, body: Body | None = None, account: Name = None,
-                         attachments: Files = None, draft_id: Ref | None = None
-                         ) -> compose.DraftResult:
-        """Save a new draft, or replace draft_id's (given fields replace, threading kept)."""
-        return await service.write(compose.save_draft, to, cc, bcc, subject, body,
-                                   account=account, attachments=attachments or (),
-                                   draft_id=draft_id)
+    @server.tool(annotations=DRAFT, description=(
+        "Save a plain-text draft in Drafts; with draft_id, replace that draft (given fields "
+        "only; threading kept)."))
+    async def save_draft(to: To = [], cc: Addresses = [], bcc: Addresses = [],
+                         subject: Subject = "", body: Body = "", account: Name = None,
+                         attachments: Files = [], draft_id: Ref = "") -> compose.DraftResult:
+        # Empty means "not given": a replaced draft keeps that part.
+        return await service.write(compose.save_draft, to or None, cc or None, bcc or None,
+                                   subject or None, body or None, account=account,
+                                   attachments=attachments, draft_id=draft_id or None)
 
-    @server.tool(annotations=DRAFT)
+    @server.tool(annotations=DRAFT, description=(
+        "Draft a reply: threaded, Re:, from the user's address it was sent to, body above "
+        "the quoted original. reply_all: everyone but the user (Mail-Followup-To honoured)."))
     async def reply_to_email(id: Ref, body: Body, reply_all: bool = False, quote: bool = True,
                              send: SendNow = False) -> compose.DraftResult:
-        """Draft a reply (threaded, Re:, from the address it was sent to; quote: original
-        quoted below body). reply_all: all but the user; Reply-To and Mail-Followup-To kept."""
         return await service.write(_then_send(compose.reply_to_email, send), id, body,
                                    reply_all=reply_all, quote=quote)
 
-    @server.tool(annotations=DRAFT)
-    async def forward_email(id: Ref, to: Annotated[list[Annotated[str, Field(max_length=320)]],
-                                                   Field(min_length=1, max_length=100)],
-                            body: Body = "", send: SendNow = False) -> compose.DraftResult:
-        """Draft a forward: body, then the original attached whole (.eml, with its files)."""
+    @server.tool(annotations=DRAFT, description=(
+        "Draft a forward: body, then the original attached whole (.eml)."))
+    async def forward_email(id: Ref, to: Annotated[To, Field(min_length=1)], body: Body = "",
+                            send: SendNow = False) -> compose.DraftResult:
         return await service.write(_then_send(compose.forward_email, send), id, to, body)
 
 
@@ -418,15 +417,13 @@ def _then_send(make: Callable[..., compose.DraftResult],
 def _send_tools(server: ToolList, service: MailService) -> None:
     """Sending, only with [send] enabled = true or serve --allow-send."""
 
-    @server.tool(annotations=SEND)
-    async def send_email(draft_id: Ref | None = None, to: Addresses = None,
-                         cc: Addresses = None, bcc: Addresses = None, subject: Subject = None,
-                         body: Body | None = None, account: Name = None,
-                         attachments: Files = None) -> compose.DraftResult:
-        """Send draft_id (only after the user agreed), or with to/subject/body a new message
-        (needs direct sending). Cannot be recalled."""
-        if draft_id is not None:
+    @server.tool(annotations=SEND, description=(
+        "Send draft_id once the user agreed; or to/subject/body as a new message (direct "
+        "sending only). Cannot be recalled."))
+    async def send_email(draft_id: Ref = "", to: To = [], cc: Addresses = [],
+                         bcc: Addresses = [], subject: Subject = "", body: Body = "",
+                         account: Name = None, attachments: Files = []) -> compose.DraftResult:
+        if draft_id:
             return await service.write(send.send_draft, draft_id)
-        return await service.write(send.send_new, to or [], subject or "", body or "", cc=cc or (),
-                                   bcc=bcc or (), account=account,
-                                   attachments=attachments or ())
+        return await service.write(send.send_new, to, subject, body, cc=cc, bcc=bcc,
+                                   account=account, attachments=attachments)

@@ -82,15 +82,13 @@ class FilingError(BackendError):
 
 
 class DraftResult(Dto):
-    id: str = Field(description="draft Message-ID (draft_id for save_draft / send_email)")
-    account: str
+    id: str = Field(description="the draft_id")
     from_: str = Field(alias="from", serialization_alias="from")
     to: list[str]
     cc: list[str]
     bcc: list[str]
     subject: str
-    sent: bool = Field(default=False, description="true: sent; false: saved in Drafts")
-    audit_id: int | None = None
+    sent: bool = Field(description="false: saved in Drafts")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,17 +304,22 @@ def _draft_folder(ctx: WriteContext, account: Account) -> Path:
         raise ComposeError(str(exc)) from None
 
 
-def _result(c: Composition, message_id: str, audit_id: int | None,
-            sent: bool = False) -> DraftResult:
-    return DraftResult(id=message_id, account=c.account.name, from_=c.sender.address,
-                       to=[p.address for p in c.to], cc=[p.address for p in c.cc],
-                       bcc=[p.address for p in c.bcc], subject=c.subject, sent=sent,
-                       audit_id=audit_id)
+def _result(c: Composition, message_id: str, sent: bool = False) -> DraftResult:
+    return DraftResult(id=message_id, from_=c.sender.address, to=[p.address for p in c.to],
+                       cc=[p.address for p in c.cc], bcc=[p.address for p in c.bcc],
+                       subject=c.subject, sent=sent)
 
 
 def _drafts_of(config: Config, message: IndexedMessage, account: Account) -> list[Path]:
     folder = account.folders.get("drafts")
     return [c.path for c in maildir.copies_in(config, message, account) if c.folder == folder]
+
+
+def _already_tagged(ctx: WriteContext, message_id: str) -> None:
+    """The rules ran on the new file in the write session: the sidecar's mirror (synced by the
+    write's follow-up) need not queue it for the tagging pass."""
+    with sidecar.opened(ctx.sidecar_file) as conn:
+        sidecar.mark_tagged(conn, [message_id])
 
 
 def store_draft(ctx: WriteContext, c: Composition) -> DraftResult:
@@ -344,7 +347,8 @@ def store_draft(ctx: WriteContext, c: Composition) -> DraftResult:
                       "Trash"}, [mid], job)
     if report.errors:
         raise ComposeError(f"the draft could not be saved: {report.errors[0][1]}")
-    return _result(c, mid, report.audit_id)
+    _already_tagged(ctx, mid)
+    return _result(c, mid)
 
 
 def _existing_draft(ctx: WriteContext, draft_id: str) -> tuple[IndexedMessage, EmailMessage]:
@@ -632,4 +636,5 @@ def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
     if report.errors:  # sent all the same: say so, so nobody sends it twice
         raise FilingError(f"the message was sent, but filing it failed: {report.errors[0][1]}; "
                            "do not send it again")
-    return _result(c, mid, report.audit_id, sent=True)
+    _already_tagged(ctx, mid)
+    return _result(c, mid, sent=True)
