@@ -28,7 +28,7 @@ from ..tools import compose
 from ..tools.compose import DraftResult, Outgoing
 
 # Options by which a command picks the envelope sender itself: then no -f is added.
-_CHOOSES_SENDER = ("-f", "--from", "--read-envelope-from", "-F")
+_CHOOSES_SENDER = ("-f", "--from", "--read-envelope-from")
 _READS_RECIPIENTS = ("-t", "--read-recipients")
 MAX_STDERR_CHARS = 2000
 

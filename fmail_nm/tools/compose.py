@@ -16,8 +16,8 @@ A draft is one file in the Drafts folder with Maildir flags ``DS`` (tags ``draft
 unread); saving it again under its id writes a new file with the same Message-ID and drops the
 old one in the same write session.  Sent, it gets a copy in the Sent folder (flag ``S``, tag
 ``sent`` from the user's rules) unless the account's server files one itself; the draft file
-goes; the original gets ``replied`` (forwarded: ``passed``), which renames its file's flags so
-mbsync pushes ``\\Answered`` / ``$Forwarded``.
+goes; the original gets ``replied`` (forwarded: ``passed``), which renames its file's flags
+(R, P), so mbsync pushes ``\\Answered``.
 """
 
 from __future__ import annotations
