@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import email
 import email.policy
+import email.utils
 import re
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -259,14 +261,23 @@ def test_forward_attaches_the_original_unchanged_and_marks_it_passed(bed: Bed) -
     assert "passed" in bed.tags(ORIGINAL) and "replied" not in bed.tags(ORIGINAL)
 
 
-def test_a_new_message_to_an_account_chosen_by_from(bed: Bed) -> None:
-    draft = compose.save_draft(bed.ctx, ["x@example.com"], [], [], "Hello", "Hi there",
-                               account="personal")
+def test_a_new_message_is_dated_when_sent_with_encoded_names(bed: Bed) -> None:
+    draft = compose.save_draft(bed.ctx, ["Zoë Müller <zoe@example.net>"], [], [], "Hello",
+                               "Grüße\n" + "long line " * 20, account="personal")
+    bed.ctx.clock = lambda: datetime(2030, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
     done = send.send_draft(bed.ctx, draft.id)
-    assert done.from_ == "alex@example.org"
+    assert done.from_ == "alex@example.org" and done.to == ["zoe@example.net"]
     (got,) = bed.smtp.received
-    assert got.mail_from == "alex@example.org" and got.rcpt_tos == ("x@example.com",)
-    assert "Subject: Hello" in header_block(got.data)
+    assert got.mail_from == "alex@example.org" and got.rcpt_tos == ("zoe@example.net",)
+    head = header_block(got.data)
+    assert "To: =?utf-8?q?Zo=C3=AB_M=C3=BCller?= <zoe@example.net>" in head
+    assert "Subject: Hello" in head and "Content-Transfer-Encoding: quoted-printable" in head
+    assert all(len(line) <= 78 for line in got.data.split(b"\r\n"))
+    msg = got.message()
+    assert email.utils.parsedate_to_datetime(msg["date"]) == datetime(
+        2030, 5, 6, 7, 8, 9, tzinfo=timezone.utc)  # the time of sending, not of the draft
+    assert str(msg["to"]) == "Zoë Müller <zoe@example.net>"
+    assert body_text(msg) == "Grüße\n" + "long line " * 20 + "\n"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -70,6 +70,10 @@ async def test_send_tools_absent_by_default_drafts_only(mail: MailEnv, smtp: Smt
         assert not names & (WRITE_TOOLS | SEND_TOOLS)
         assert (await client.call_tool("save_draft", {"to": ["x@example.com"]})).is_error
 
+    configure(mail, smtp)  # [send] enabled = true
+    async with Client(server_params(mail)) as client:
+        check_tool_list((await client.list_tools()).tools, read_only=False, send=True)
+
 
 @pytest.mark.anyio
 async def test_allow_send_offers_send_email_and_refusals_change_nothing(
@@ -77,7 +81,8 @@ async def test_allow_send_offers_send_email_and_refusals_change_nothing(
     outgoing = tmp_path / "outgoing"
     outgoing.mkdir()
     (tmp_path / "private.txt").write_text("keep")
-    configure(mail, smtp, attachments_dir=str(outgoing))
+    (outgoing / "big.bin").write_bytes(b"x" * (1024 * 1024 + 1))
+    configure(mail, smtp, attachments_dir=str(outgoing), max_message_mb=1)
     mail.fmail_config.write_text(mail.fmail_config.read_text().replace(
         "enabled = true", "enabled = false"))
     async with Client(server_params(mail, "--allow-send")) as client:
@@ -100,10 +105,18 @@ async def test_allow_send_offers_send_email_and_refusals_change_nothing(
             "not saved as a draft": ("send_email", {"to": ["a@example.com"], "subject": "s",
                                                     "body": "b"}),
             "no draft with id": ("send_email", {"draft_id": ORIGINAL}),
+            "max_message_mb": ("save_draft", {"to": ["a@example.com"],
+                                              "attachments": ["big.bin"]}),
         }
         for expected, (tool, args) in refusals.items():
             assert expected in await error_text(client, tool, args), expected
             assert snapshot(mail, smtp) == before, expected
+
+        smtp.reject = "554 5.7.1 relay denied"  # the sender fails: its words, nothing filed
+        failed = await error_text(client, "send_email", {"draft_id": draft["id"]})
+        assert "554 5.7.1 relay denied" in failed and "the draft is kept" in failed
+        assert snapshot(mail, smtp) == before
+        smtp.reject = None
 
         done = await call(client, "send_email", {"draft_id": draft["id"]})
         assert done["sent"] is True

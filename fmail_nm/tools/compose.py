@@ -411,6 +411,10 @@ def save_draft(ctx: WriteContext, to: Sequence[str] | None = None,
 
 def draft_composition(ctx: WriteContext, draft_id: str) -> Composition:
     """A saved draft read back into its parts (the user may have edited it in mutt)."""
+    return _read_draft(ctx, draft_id)[0]
+
+
+def _read_draft(ctx: WriteContext, draft_id: str) -> tuple[Composition, EmailMessage]:
     found, msg = _existing_draft(ctx, draft_id)
     senders = _people(msg, "from")
     account = (_account_of_address(ctx.config, senders[0].address) if senders else None) or \
@@ -424,7 +428,7 @@ def draft_composition(ctx: WriteContext, draft_id: str) -> Composition:
         bcc=_people(msg, "bcc"), subject=str(msg.get("subject", "")), body=body,
         message_id=found.message_id, in_reply_to=_first_id(msg.get("in-reply-to")),
         references=_ids(msg.get("references")), forwarded=_first_id(msg.get(FORWARDED_HEADER)),
-        attached=[p for p in msg.iter_attachments() if isinstance(p, MIMEPart)])
+        attached=[p for p in msg.iter_attachments() if isinstance(p, MIMEPart)]), msg
 
 
 def _ids(value: object) -> list[str]:
@@ -582,9 +586,9 @@ class Outgoing:
 
 def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
     """A saved draft read back and checked again as if it were new, since the user may have
-    edited it in a mail client: headers, addresses, blocklist, size."""
-    c = draft_composition(ctx, draft_id)
-    _, msg = _existing_draft(ctx, draft_id)
+    edited it in a mail client: headers, addresses, blocklist, size.  Its Date becomes the
+    time of sending, as mail clients do with a postponed message."""
+    c, msg = _read_draft(ctx, draft_id)
     for name, value in msg.items():
         check_header(name, str(value))
     everyone = [*c.to, *c.cc, *c.bcc]
@@ -595,6 +599,8 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
     if len(everyone) > MAX_RECIPIENTS:
         raise ComposeError(f"{len(everyone)} recipients; at most {MAX_RECIPIENTS}")
     check_not_blocked(ctx.config, everyone)
+    del msg["Date"]
+    msg["Date"] = email.utils.format_datetime(ctx.clock().astimezone())
     saved = check_size(ctx.config, msg.as_bytes(policy=POLICY))
     del msg["Bcc"]
     return Outgoing(composition=c, saved=saved, wire=msg.as_bytes(policy=POLICY),
