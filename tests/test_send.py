@@ -370,3 +370,18 @@ def test_a_command_that_reads_recipients_from_the_mail_is_refused(bed: Bed) -> N
     with pytest.raises(send.SendRefused, match="drop -t"):
         send.send_draft(bed.ctx, draft.id)
     assert bed.smtp.received == []
+
+
+def test_direct_sending_saves_first_so_a_failure_leaves_the_draft(bed: Bed) -> None:
+    configure(bed.env, bed.smtp, direct=True)
+    bed.ctx.config = bed.env.config()
+    bed.smtp.reject = "550 no such user"
+    with pytest.raises(send.SendFailed, match="550 no such user") as failed:
+        send.save_and_send(bed.ctx, lambda c: compose.reply_to_email(c, ORIGINAL, "x"))
+    draft_id = str(failed.value).rpartition("draft_id ")[2].rstrip(")")
+    assert len(bed.files_with(bed.drafts, draft_id)) == 1 and bed.smtp.received == []
+
+    bed.smtp.reject = None
+    done = send.save_and_send(bed.ctx, lambda c: compose.reply_to_email(c, ORIGINAL, "y"))
+    assert done.sent and bed.smtp.received[0].rcpt_tos == ("team@example.net",)
+    assert "replied" in bed.tags(ORIGINAL)

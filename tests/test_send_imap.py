@@ -83,3 +83,29 @@ def test_a_reply_drafted_then_sent_shows_on_the_server(
     assert bed.server_flags(original) == {SEEN, ANSWERED}
     assert "replied" in bed.tags(original)
     assert not [p for p in (bed.account_dir / "Drafts").glob("*/*")]
+
+
+def test_a_draft_replaced_after_mbsync_renamed_it_leaves_one_copy(
+        synced_bed: SyncBed, smtp: SmtpBed) -> None:
+    """mbsync renames a file it uploads (``,U=``) behind notmuch's back; replacing or sending
+    the draft before the next index must still remove that file, or the next ``notmuch new``
+    would bring the old version back."""
+    bed = synced_bed
+    bed.mail_env.fmail_config.write_text(bed.mail_env.fmail_config.read_text() +
+                                         'drafts = "Drafts"\n\n' + smtp.send_settings())
+    config = bed.reload()
+    with bed.reader() as reader, bed.writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        draft = compose.save_draft(ctx, ["x@example.com"], subject="first", body="v1")
+        (run,) = bed.mbsync("push")
+        assert run.ok, run.error
+        (uploaded,) = (bed.account_dir / "Drafts" / "cur").iterdir()
+        assert ",U=" in uploaded.name and bed.find(draft.id).filenames != (str(uploaded),)  # type: ignore[union-attr]
+
+        compose.save_draft(ctx, subject="second", draft_id=draft.id)
+        synced(bed)
+
+    (left,) = (bed.account_dir / "Drafts" / "cur").iterdir()
+    assert b"Subject: second" in left.read_bytes()
+    (on_server,) = [m for m in bed.server_state()["Drafts"]]
+    assert on_server.message_id == f"<{draft.id}>"

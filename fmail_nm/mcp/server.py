@@ -408,9 +408,7 @@ def _then_send(make: Callable[..., compose.DraftResult],
         return make
 
     def draft_and_send(ctx: WriteContext, *args: Any, **kwargs: Any) -> compose.DraftResult:
-        send.check_direct(ctx.config)
-        send.check_allowed(ctx.config, ctx.clock())
-        return send.send_draft(ctx, make(ctx, *args, **kwargs).id)
+        return send.save_and_send(ctx, lambda c: make(c, *args, **kwargs))
     return draft_and_send
 
 
@@ -424,6 +422,9 @@ def _send_tools(server: ToolList, service: MailService) -> None:
                          bcc: Addresses = [], subject: Subject = "", body: Body = "",
                          account: Name = None, attachments: Files = []) -> compose.DraftResult:
         if draft_id:
+            if to or cc or bcc or subject or body or attachments:
+                raise tool_error(send.SendRefused(
+                    "pass draft_id alone (to change the draft, save_draft first)"))
             return await service.write(send.send_draft, draft_id)
         return await service.write(send.send_new, to, subject, body, cc=cc, bcc=bcc,
                                    account=account, attachments=attachments)

@@ -16,7 +16,7 @@ status and stderr are reported as they are; nothing is filed and the draft stays
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from ..clock import utc_stamp
@@ -114,15 +114,23 @@ def send_draft(ctx: WriteContext, draft_id: str) -> DraftResult:
     return compose.file_sent(ctx, out)
 
 
+def save_and_send(ctx: WriteContext, save: Callable[[WriteContext], DraftResult]) -> DraftResult:
+    """A message sent without a draft the user saw first (``[send] direct``): ``save`` writes
+    it as a draft, which a failed send leaves there for the user (its id in the error)."""
+    check_direct(ctx.config)
+    check_allowed(ctx.config, ctx.clock())
+    draft = save(ctx)
+    try:
+        return send_draft(ctx, draft.id)
+    except (SendFailed, SendRefused, compose.ComposeError, compose.FilingError) as exc:
+        raise type(exc)(f"{exc} (draft_id {draft.id})") from None
+
+
 def send_new(ctx: WriteContext, to: Sequence[str], subject: str, body: str, *,
              cc: Sequence[str] = (), bcc: Sequence[str] = (), account: str | None = None,
              attachments: Sequence[str] = ()) -> DraftResult:
-    """A new message sent at once (``[send] direct``): saved as a draft first, so a failed
-    send leaves it there for the user."""
-    check_direct(ctx.config)
-    check_allowed(ctx.config, ctx.clock())
+    """A new message sent at once (``[send] direct``)."""
     if not to:
         raise SendRefused("to: give at least one recipient")
-    draft = compose.save_draft(ctx, to, cc, bcc, subject, body, account=account,
-                               attachments=attachments)
-    return send_draft(ctx, draft.id)
+    return save_and_send(ctx, lambda c: compose.save_draft(
+        c, to, cc, bcc, subject, body, account=account, attachments=attachments))

@@ -43,7 +43,7 @@ import os
 from pathlib import Path
 
 from ..errors import BackendError
-from .maildir import MaildirName
+from .maildir import MaildirName, on_disk
 from .notmuch import WriteTxn
 
 # Errors from os.link that mean "this filesystem has no hard links", not "this move is wrong".
@@ -107,18 +107,20 @@ def add_new_file(txn: WriteTxn, data: bytes, dest_folder: Path, flags: str) -> P
 
 def delete_file(txn: WriteTxn, path: Path) -> None:
     """Forget one file of a message and unlink it (a draft that was sent or replaced).  The
-    index goes first: a file left behind is found again by the next ``notmuch new``."""
+    index goes first: a file left behind is found again by the next ``notmuch new``.  A file
+    mbsync renamed since the last index (it adds ``,U=``) is found by its unique part."""
     try:
         txn.remove_file(path)
     except Exception as exc:
         raise MoveError(f"notmuch could not forget {path}: {exc}") from exc
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass  # gone already (mbsync expunged it): what we wanted
-    except OSError as exc:
-        txn.add_file(path, sync_flags=False)
-        raise MoveError(f"cannot remove {path.name}: {exc.strerror}") from None
+    for current in on_disk(path):
+        try:
+            current.unlink()
+        except FileNotFoundError:
+            pass  # gone already (mbsync expunged it): what we wanted
+        except OSError as exc:
+            txn.add_file(path, sync_flags=False)
+            raise MoveError(f"cannot remove {current.name}: {exc.strerror}") from None
 
 
 def _place(source: Path, cur: Path, name: MaildirName) -> Path:

@@ -310,9 +310,15 @@ def _result(c: Composition, message_id: str, sent: bool = False) -> DraftResult:
                        subject=c.subject, sent=sent)
 
 
-def _drafts_of(config: Config, message: IndexedMessage, account: Account) -> list[Path]:
+def _drafts_of(txn: WriteTxn, config: Config, message_id: str, account: Account,
+               keep: Path | None = None) -> list[Path]:
+    """The message's files in the account's Drafts folder, as the write session sees them."""
+    message = txn.get(message_id)
+    if message is None:
+        return []
     folder = account.folders.get("drafts")
-    return [c.path for c in maildir.copies_in(config, message, account) if c.folder == folder]
+    return [c.path for c in maildir.copies_in(config, message, account)
+            if c.folder == folder and c.path != keep]
 
 
 def _already_tagged(ctx: WriteContext, message_id: str) -> None:
@@ -332,12 +338,11 @@ def store_draft(ctx: WriteContext, c: Composition) -> DraftResult:
     data = serialize(ctx.config, msg)
     mid = str(msg["Message-ID"]).strip().strip("<>")
     folder = _draft_folder(ctx, c.account)
-    old = ctx.reader.find(mid)
-    replaced = _drafts_of(ctx.config, old, c.account) if old is not None else []
 
     def job(txn: WriteTxn) -> None:
-        mover.add_new_file(txn, data, folder, DRAFT_FLAGS)
-        for path in replaced:  # the new file is indexed: the message never leaves the index
+        new = mover.add_new_file(txn, data, folder, DRAFT_FLAGS)
+        # The new file is indexed first, so the message never leaves the index.
+        for path in _drafts_of(txn, ctx.config, mid, c.account, keep=new):
             mover.delete_file(txn, path)
         tag_added(txn, ctx.config, [mid])
 
@@ -359,10 +364,11 @@ def _existing_draft(ctx: WriteContext, draft_id: str) -> tuple[IndexedMessage, E
                            "search_emails('in:drafts')")
     for name in found.filenames:
         if maildir.in_role(ctx.config, [name], "drafts"):
-            try:
-                return found, BytesParser(policy=POLICY).parsebytes(Path(name).read_bytes())
-            except OSError:
-                continue
+            for path in maildir.on_disk(Path(name)):
+                try:
+                    return found, BytesParser(policy=POLICY).parsebytes(path.read_bytes())
+                except OSError:
+                    continue
     raise ComposeError(f"draft {draft_id!r} has no file in a Drafts folder; re-index "
                        "(fmail-nm index) and try again")
 
@@ -618,8 +624,6 @@ def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
     stores_sent = account.send is not None and account.send.server_stores_sent
     sent_folder = None if stores_sent else maildir.ensure_maildir(ctx.config,
                                                                   account.folder("sent"))
-    draft = ctx.reader.find(mid)
-    drafts = _drafts_of(ctx.config, draft, account) if draft is not None else []
     original = c.in_reply_to or c.forwarded
     mark = tags.REPLIED if c.in_reply_to else tags.PASSED
     known_original = original is not None and ctx.reader.find(original) is not None
@@ -627,7 +631,7 @@ def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
     def job(txn: WriteTxn) -> None:
         if sent_folder is not None:
             mover.add_new_file(txn, out.saved, sent_folder, SENT_FLAGS)
-        for path in drafts:
+        for path in _drafts_of(txn, ctx.config, mid, account):
             mover.delete_file(txn, path)
         if txn.get(mid) is not None:
             txn.change_tags([mid], remove=[tags.DRAFT])
