@@ -12,7 +12,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import MCPServer
@@ -25,10 +25,10 @@ from ..dsl import DSL_HELP
 from ..errors import FmailError
 from ..passes.changes import WriteContext, WriteOutcome
 from ..passes.mirror import SyncInProgress, sync_sidecar
+from ..service import send
 from ..service.status import SyncStatus, sync_status
 from ..store.notmuch import Reader, Writer
 from ..store.sidecar import sidecar_path
-from ..service import send
 from ..tools import compose, contacts, dto, reads, writes
 from ..tools import sql as sqltools
 from .registry import DESTRUCTIVE, DRAFT, READ_ONLY, SEND, UNDO, WRITE, ToolList, tool_error
@@ -360,15 +360,15 @@ def _write_tools(server: ToolList, service: MailService) -> None:
         return await service.manage_contacts(sql_query, account_name, confirm_count)
 
 
-
-
-Addresses = list[str]  # the number of all recipients together is checked (MAX_RECIPIENTS)
-To = Annotated[list[str], Field(max_length=compose.MAX_RECIPIENTS,
-                                description="a@b.org or Name <a@b.org>")]
+# Empty defaults (not None): fewer schema bytes, and "not given" is the same as empty here.
+OneAddress = Annotated[str, Field(max_length=compose.MAX_ADDRESS_CHARS)]
+Addresses = Annotated[Sequence[OneAddress], Field(max_length=compose.MAX_RECIPIENTS)]
+To = Annotated[Sequence[OneAddress], Field(max_length=compose.MAX_RECIPIENTS,
+                                           description="a@b.org or Name <a@b.org>")]
 Subject = Annotated[str, Field(max_length=compose.MAX_SUBJECT_CHARS)]
 Body = Annotated[str, Field(max_length=compose.MAX_BODY_CHARS)]
-Files = Annotated[list[str], Field(max_length=compose.MAX_ATTACHMENTS,
-                                   description="in attachments_dir")]
+Files = Annotated[Sequence[Annotated[str, Field(max_length=1000)]],
+                  Field(max_length=compose.MAX_ATTACHMENTS, description="in attachments_dir")]
 SendNow = Annotated[bool, Field(description="send now (direct sending only)")]
 
 
@@ -378,9 +378,9 @@ def _draft_tools(server: ToolList, service: MailService) -> None:
     @server.tool(annotations=DRAFT, description=(
         "Save a plain-text draft in Drafts; with draft_id, replace that draft (given fields "
         "only; threading kept)."))
-    async def save_draft(to: To = [], cc: Addresses = [], bcc: Addresses = [],
+    async def save_draft(to: To = (), cc: Addresses = (), bcc: Addresses = (),
                          subject: Subject = "", body: Body = "", account: Name = None,
-                         attachments: Files = [], draft_id: Ref = "") -> compose.DraftResult:
+                         attachments: Files = (), draft_id: Ref = "") -> compose.DraftResult:
         # Empty means "not given": a replaced draft keeps that part.
         return await service.write(compose.save_draft, to or None, cc or None, bcc or None,
                                    subject or None, body or None, account=account,
@@ -418,9 +418,9 @@ def _send_tools(server: ToolList, service: MailService) -> None:
     @server.tool(annotations=SEND, description=(
         "Send draft_id once the user agreed; or to/subject/body as a new message (direct "
         "sending only). Cannot be recalled."))
-    async def send_email(draft_id: Ref = "", to: To = [], cc: Addresses = [],
-                         bcc: Addresses = [], subject: Subject = "", body: Body = "",
-                         account: Name = None, attachments: Files = []) -> compose.DraftResult:
+    async def send_email(draft_id: Ref = "", to: To = (), cc: Addresses = (),
+                         bcc: Addresses = (), subject: Subject = "", body: Body = "",
+                         account: Name = None, attachments: Files = ()) -> compose.DraftResult:
         if draft_id:
             if to or cc or bcc or subject or body or attachments:
                 raise tool_error(send.SendRefused(

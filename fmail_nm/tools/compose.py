@@ -81,14 +81,16 @@ class FilingError(BackendError):
     """The message was sent, but storing the Sent copy or dropping the draft failed."""
 
 
+# What was saved or sent: ``id`` is the draft_id (Message-ID), ``sent`` false means "in
+# Drafts".  No docstring: it would go into every draft tool's output schema.
 class DraftResult(Dto):
-    id: str = Field(description="the draft_id")
+    id: str
     from_: str = Field(alias="from", serialization_alias="from")
     to: list[str]
     cc: list[str]
     bcc: list[str]
     subject: str
-    sent: bool = Field(description="false: saved in Drafts")
+    sent: bool
 
 
 # ---------------------------------------------------------------------------------------------
