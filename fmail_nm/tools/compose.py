@@ -47,7 +47,7 @@ from ..passes import changes
 from ..passes.changes import NOT_UNDOABLE, WriteContext
 from ..passes.tagging import tag_added
 from ..store import maildir, mover, sidecar
-from ..store.notmuch import IndexedMessage, WriteTxn
+from ..store.notmuch import DatabaseBusy, IndexedMessage, WriteTxn
 from .dto import Dto
 from .reads import Mailbox, ToolError
 
@@ -156,6 +156,9 @@ def attachment_path(config: Config, name: str) -> Path:
         raise ComposeError(f"attachment {name!r} is outside the attachments folder {base}")
     if not path.is_file():
         raise ComposeError(f"attachment {name!r} is not a file in {base}")
+    if path.stat().st_size > _max_bytes(config):  # before reading it into memory
+        raise ComposeError(f"attachment {name!r} alone is larger than "
+                           f"{config.send.max_message_mb:g} MB ([send] max_message_mb)")
     return path
 
 
@@ -587,6 +590,7 @@ class Outgoing:
 
     composition: Composition
     saved: bytes  # the draft as filed in Sent (with Bcc, as mutt's copy keeps it)
+    sent_folder: Path | None  # None: the account's server files its own copy
     wire: bytes
     envelope_from: str
     recipients: tuple[str, ...]
@@ -611,9 +615,22 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
     msg["Date"] = email.utils.format_datetime(ctx.clock().astimezone())
     saved = check_size(ctx.config, msg.as_bytes(policy=POLICY))
     del msg["Bcc"]
-    return Outgoing(composition=c, saved=saved, wire=msg.as_bytes(policy=POLICY),
+    return Outgoing(composition=c, saved=saved, sent_folder=_sent_folder(ctx, c.account),
+                    wire=msg.as_bytes(policy=POLICY),
                     envelope_from=c.sender.address,
                     recipients=tuple(dict.fromkeys(p.address for p in everyone)))
+
+
+def _sent_folder(ctx: WriteContext, account: Account) -> Path | None:
+    """Where the Sent copy goes -- found before sending, so a missing folder role stops the
+    send instead of failing after it."""
+    if account.send is not None and account.send.server_stores_sent:
+        return None
+    try:
+        return maildir.ensure_maildir(ctx.config, account.folder("sent"))
+    except ConfigError as exc:
+        raise ComposeError(f"{exc} (or send = {{ server_stores_sent = true }} when the server "
+                           "files sent mail itself); nothing was sent") from None
 
 
 def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
@@ -623,9 +640,7 @@ def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
     c = out.composition
     mid = c.message_id or ""
     account = c.account
-    stores_sent = account.send is not None and account.send.server_stores_sent
-    sent_folder = None if stores_sent else maildir.ensure_maildir(ctx.config,
-                                                                  account.folder("sent"))
+    sent_folder = out.sent_folder
     original = c.in_reply_to or c.forwarded
     mark = tags.REPLIED if c.in_reply_to else tags.PASSED
     known_original = original is not None and ctx.reader.find(original) is not None
@@ -642,9 +657,13 @@ def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
             txn.change_tags([original], add=[mark])
 
     ids = [mid, *([original] if known_original and original else [])]
-    report = changes.apply_session(ctx, "send", {
-        "id": mid, "to": list(out.recipients), "subject": c.subject,
-        NOT_UNDOABLE: "a sent message cannot be recalled"}, ids, job)
+    try:
+        report = changes.apply_session(ctx, "send", {
+            "id": mid, "to": list(out.recipients), "subject": c.subject,
+            NOT_UNDOABLE: "a sent message cannot be recalled"}, ids, job)
+    except DatabaseBusy as exc:
+        raise FilingError(f"the message was sent, but it could not be filed ({exc}): it is "
+                          "still in Drafts and not in Sent; do not send it again") from None
     if report.errors:  # sent all the same: say so, so nobody sends it twice
         raise FilingError(f"the message was sent, but filing it failed: {report.errors[0][1]}; "
                            "do not send it again")
