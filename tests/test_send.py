@@ -385,3 +385,51 @@ def test_direct_sending_saves_first_so_a_failure_leaves_the_draft(bed: Bed) -> N
     done = send.save_and_send(bed.ctx, lambda c: compose.reply_to_email(c, ORIGINAL, "y"))
     assert done.sent and bed.smtp.received[0].rcpt_tos == ("team@example.net",)
     assert "replied" in bed.tags(ORIGINAL)
+
+
+HOSTILE_MAIL = (
+    "From: Mallory <mallory@example.com>\r\n"
+    "To: alex@example.org\r\n"
+    "Subject: =?utf-8?q?Invoice=0D=0ABcc:_victim@example.com?=\r\n"
+    "Message-ID: <hostile-1@example.com>\r\n"
+    "References: <ok@example.com> <bad id@example.com>\r\n"
+    "Date: Wed, 03 Jan 2024 10:00:00 +0000\r\n"
+    "\r\n"
+    "Pay now.\r\n"
+).encode()
+
+
+def test_a_reply_to_hostile_mail_carries_nothing_it_injects(bed: Bed) -> None:
+    deliver(bed.env, "1800000002.test_3.host", HOSTILE_MAIL)
+    bed.env.notmuch("new")
+    draft = compose.reply_to_email(bed.ctx, "hostile-1@example.com", "No.")
+    assert draft.subject == "Re: Invoice Bcc: victim@example.com"  # one line, only text
+    head = header_block(bed.files_with(bed.drafts, draft.id)[0].read_bytes())
+    assert not re.search(r"(?mi)^bcc:", head)
+    assert "References: <ok@example.com> <hostile-1@example.com>" in head  # "bad id" dropped
+
+
+def test_a_reply_to_the_users_own_mail_goes_to_its_recipients(bed: Bed) -> None:
+    deliver(bed.env, "1800000003.test_4.host", (
+        "From: Alex Morgan <alex@example.org>\r\nTo: Bob <bob@example.com>\r\n"
+        "Cc: carol@example.com\r\nSubject: Fwd: plans\r\nMessage-ID: <own-1@example.org>\r\n"
+        "Date: Wed, 03 Jan 2024 10:00:00 +0000\r\n\r\nSee below.\r\n").encode())
+    bed.env.notmuch("new")
+    one = compose.reply_to_email(bed.ctx, "own-1@example.org", "Any news?")
+    assert one.to == ["bob@example.com"] and one.cc == [] and one.subject == "Re: Fwd: plans"
+    everyone = compose.reply_to_email(bed.ctx, "own-1@example.org", "Any news?",
+                                      reply_all=True)
+    assert everyone.to == ["bob@example.com"] and everyone.cc == ["carol@example.com"]
+    forward = compose.forward_email(bed.ctx, "own-1@example.org", ["dan@example.com"])
+    assert forward.subject == "Fwd: plans"  # no Fwd: Fwd:
+
+
+@pytest.mark.parametrize(("subject", "reply", "forward"), [
+    ("Hello", "Re: Hello", "Fwd: Hello"),
+    ("RE: re[2]: AW: Hello", "Re: Hello", "Fwd: RE: re[2]: AW: Hello"),
+    ("Fw: FWD: Hello", "Re: Fw: FWD: Hello", "Fwd: Hello"),
+    ("", "Re: ", "Fwd: "),
+])
+def test_subject_prefixes_do_not_stack(subject: str, reply: str, forward: str) -> None:
+    assert compose.reply_subject(subject) == reply
+    assert compose.forward_subject(subject) == forward

@@ -42,7 +42,7 @@ from ..config import Account, Config, ConfigError
 from ..errors import BackendError
 from ..message.headers import Address, addresses, split_head
 from ..message.html import read_message
-from ..message.text import clean_text
+from ..message.text import clean_text, one_line
 from ..passes import changes
 from ..passes.changes import NOT_UNDOABLE, WriteContext
 from ..passes.tagging import tag_added
@@ -67,6 +67,8 @@ FORWARDED_HEADER = "X-Forwarded-Message-Id"
 _REPLY_PREFIX = re.compile(r"^\s*((re|aw|sv|antw)(\[\d+\])?\s*:\s*)+", re.I)
 _FORWARD_PREFIX = re.compile(r"^\s*((fwd?|wg)\s*:\s*)+", re.I)
 _FORBIDDEN = re.compile(r"[\r\n\x00]")
+# A Message-ID we write into In-Reply-To / References (those of the original are untrusted).
+_MSG_ID = re.compile(r"[!-;=?-~]{1,250}")  # printable ASCII without < > and space
 # An address we send to: ASCII local part and a dotted domain name (no SMTPUTF8 here).
 _ADDR_SPEC = re.compile(
     r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
@@ -123,9 +125,14 @@ def check_addresses(values: Sequence[str], what: str) -> list[Address]:
 
 
 def _unique(people: Sequence[Address], drop: set[str]) -> list[Address]:
+    """Each address once, none of ``drop``; an address read from a message that is not one
+    is refused by name (mail content is untrusted)."""
     seen = set(drop)
     out = []
     for person in people:
+        if not _ADDR_SPEC.fullmatch(person.address):
+            raise ComposeError(f"the original names {person.address!r}, which is not an email "
+                               "address; write the recipients yourself with save_draft")
         key = person.address.lower()
         if key not in seen:
             seen.add(key)
@@ -240,13 +247,14 @@ def build(c: Composition, now: datetime) -> EmailMessage:
     domain = c.sender.address.rpartition("@")[2]
     msg["Message-ID"] = f"<{c.message_id}>" if c.message_id else email.utils.make_msgid(
         domain=domain)
-    if c.in_reply_to:
+    if c.in_reply_to and _MSG_ID.fullmatch(c.in_reply_to):
         msg["In-Reply-To"] = f"<{c.in_reply_to}>"
-    if c.references:
-        refs = c.references if len(c.references) <= MAX_REFERENCES else (
-            c.references[:1] + c.references[-(MAX_REFERENCES - 1):])
+    refs = [r for r in c.references if _MSG_ID.fullmatch(r)]
+    if refs:
+        if len(refs) > MAX_REFERENCES:
+            refs = refs[:1] + refs[-(MAX_REFERENCES - 1):]
         msg["References"] = " ".join(f"<{r}>" for r in refs)
-    if c.forwarded:
+    if c.forwarded and _MSG_ID.fullmatch(c.forwarded):
         msg[FORWARDED_HEADER] = f"<{c.forwarded}>"
     _text_part(msg, c.body)
     if c.attached:
@@ -460,11 +468,12 @@ def strip_prefix(subject: str, prefix: re.Pattern[str]) -> str:
 
 
 def reply_subject(subject: str) -> str:
-    return "Re: " + strip_prefix(subject, _REPLY_PREFIX)
+    """``Re:`` once, on one line (a hostile subject may carry encoded line breaks)."""
+    return "Re: " + strip_prefix(one_line(subject), _REPLY_PREFIX)
 
 
 def forward_subject(subject: str) -> str:
-    return "Fwd: " + strip_prefix(subject, _FORWARD_PREFIX)
+    return "Fwd: " + strip_prefix(one_line(subject), _FORWARD_PREFIX)
 
 
 def quoted(text: str) -> str:
