@@ -433,3 +433,28 @@ def test_a_reply_to_the_users_own_mail_goes_to_its_recipients(bed: Bed) -> None:
 def test_subject_prefixes_do_not_stack(subject: str, reply: str, forward: str) -> None:
     assert compose.reply_subject(subject) == reply
     assert compose.forward_subject(subject) == forward
+
+
+@pytest.mark.parametrize(("table", "error"), [
+    ("enabled = 1", "enabled must be true or false"),
+    ("max_per_hour = -1", "max_per_hour must be a whole number"),
+    ("max_message_mb = 0", "max_message_mb must be a number > 0"),
+    ("attachments = '~/x'", "unknown keys attachments"),
+])
+def test_send_settings_are_checked(tmp_path: Path, table: str, error: str) -> None:
+    from fmail_nm.config import ConfigError, load_settings
+
+    path = tmp_path / "fmail.toml"
+    path.write_text(f"[send]\n{table}\n")
+    with pytest.raises(ConfigError, match=error):
+        load_settings(path)
+
+
+def test_send_settings_default_to_drafts_only(tmp_path: Path) -> None:
+    from fmail_nm.config import load_settings
+
+    path = tmp_path / "fmail.toml"
+    path.write_text("")
+    send_settings = load_settings(path).send
+    assert send_settings.enabled is False and send_settings.direct is False
+    assert send_settings.attachments_dir is None and send_settings.command == ("msmtp",)
