@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from ..clock import utc_stamp
+from ..clock import utc_now, utc_stamp
 from ..config import Account, Config
 from ..errors import BackendError, CallerError
 from ..passes.changes import WriteContext
@@ -64,13 +64,15 @@ def argv_for(command: Sequence[str], out: Outgoing) -> list[str]:
     return [*command, *sender, "--", *out.recipients]
 
 
-def check_allowed(config: Config, now: datetime) -> None:
+def check_allowed(config: Config) -> None:
+    """Sending on, and under the hourly limit -- counted against the audit log's own clock
+    (real UTC time), whatever clock the caller's queries use."""
     if not config.send.enabled:
         raise SendRefused("sending is off (drafts only): the draft is saved for the user to "
                           "send; [send] enabled = true in fmail.toml (or serve --allow-send) "
                           "allows sending")
     with sidecar.opened(sidecar.sidecar_path(config.data_dir)) as conn:
-        sent = sidecar.count_writes(conn, "send", utc_stamp(now - timedelta(hours=1)))
+        sent = sidecar.count_writes(conn, "send", utc_stamp(utc_now() - timedelta(hours=1)))
     if sent >= config.send.max_per_hour:
         raise SendRefused(f"{sent} messages were sent in the last hour; the limit is "
                           f"{config.send.max_per_hour} ([send] max_per_hour). Nothing was "
@@ -107,7 +109,7 @@ def run_command(argv: list[str], data: bytes, timeout: float) -> None:
 
 def send_draft(ctx: WriteContext, draft_id: str) -> DraftResult:
     """Send a saved draft, then file it (Sent copy, draft gone, original replied)."""
-    check_allowed(ctx.config, ctx.clock())
+    check_allowed(ctx.config)
     out = compose.load_draft(ctx, draft_id)
     argv = argv_for(command_for(ctx.config, out.composition.account), out)
     run_command(argv, out.wire, ctx.config.send.timeout_seconds)
@@ -118,7 +120,7 @@ def save_and_send(ctx: WriteContext, save: Callable[[WriteContext], DraftResult]
     """A message sent without a draft the user saw first (``[send] direct``): ``save`` writes
     it as a draft, which a failed send leaves there for the user (its id in the error)."""
     check_direct(ctx.config)
-    check_allowed(ctx.config, ctx.clock())
+    check_allowed(ctx.config)
     draft = save(ctx)
     try:
         return send_draft(ctx, draft.id)
