@@ -424,6 +424,16 @@ def test_a_reply_to_the_users_own_mail_goes_to_its_recipients(bed: Bed) -> None:
     assert forward.subject == "Fwd: plans"  # no Fwd: Fwd:
 
 
+def test_a_reply_to_mail_bcc_d_to_an_alias_is_written_from_that_address(bed: Bed) -> None:
+    deliver(bed.env, "1800000004.test_5.host", (
+        "Delivered-To: alex.morgan@example.org\r\nFrom: Erin <erin@example.com>\r\n"
+        "To: undisclosed-recipients:;\r\nSubject: hi\r\nMessage-ID: <bcc-1@example.com>\r\n"
+        "Date: Wed, 03 Jan 2024 10:00:00 +0000\r\n\r\nHi.\r\n").encode())
+    bed.env.notmuch("new")
+    draft = compose.reply_to_email(bed.ctx, "bcc-1@example.com", "Hello")
+    assert draft.from_ == "alex.morgan@example.org" and draft.to == ["erin@example.com"]
+
+
 @pytest.mark.parametrize(("subject", "reply", "forward"), [
     ("Hello", "Re: Hello", "Fwd: Hello"),
     ("RE: re[2]: AW: Hello", "Re: Hello", "Fwd: RE: re[2]: AW: Hello"),

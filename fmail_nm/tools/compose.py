@@ -508,6 +508,13 @@ def _writer_of_reply(config: Config, message: IndexedMessage,
     return account, own_address(account, config)
 
 
+def _delivered_to(head: Message) -> list[Address]:
+    """The addresses the mail was delivered to when To/Cc do not say (Bcc, aliases, lists)."""
+    defects: list[str] = []
+    return [a for name in ("delivered-to", "x-original-to", "envelope-to")
+            for a in addresses(head, name, defects)]
+
+
 def reply_recipients(config: Config, head: Message, reply_all: bool,
                      parsed_from: list[Address], parsed_to: list[Address],
                      parsed_cc: list[Address], reply_to: list[Address]
@@ -551,8 +558,8 @@ def reply_to_email(ctx: WriteContext, id: str, body: str, *, reply_all: bool = F
     if not to:
         raise ComposeError("the reply has no recipient left (the original is from and to the "
                            "user only); use save_draft with to")
-    account, address = _writer_of_reply(ctx.config, message, [*parsed.to, *parsed.cc,
-                                                              *parsed.from_])
+    account, address = _writer_of_reply(ctx.config, message, [
+        *parsed.to, *parsed.cc, *_delivered_to(head), *parsed.from_])
     text = body.rstrip("\n")
     if quote and parsed.text.strip():
         text += "\n\n" + _attribution(parsed.date, parsed.from_) + "\n" + quoted(
@@ -574,7 +581,8 @@ def forward_email(ctx: WriteContext, id: str, to: Sequence[str], body: str = "")
     if not recipients:
         raise ComposeError("to: give at least one recipient")
     parsed = read_message(raw)
-    account, address = _writer_of_reply(ctx.config, message, [*parsed.to, *parsed.cc])
+    account, address = _writer_of_reply(ctx.config, message, [
+        *parsed.to, *parsed.cc, *_delivered_to(split_head(raw)[0])])
     subject = parsed.subject or message.subject
     c = Composition(
         account=account, sender=Address(user_name(mb), address), to=recipients, cc=[], bcc=[],
