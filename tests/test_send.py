@@ -13,8 +13,8 @@ import email.utils
 import re
 import zlib
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
