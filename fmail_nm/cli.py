@@ -201,10 +201,16 @@ def _push(config: Config, accounts: Sequence[str]) -> None:
                   file=sys.stderr)
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def _served_config(args: argparse.Namespace) -> Config:
     from .app import load_config
+    from .config import allow_sending
 
     config = load_config(args.config)
+    return allow_sending(config) if args.allow_send else config
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    config = _served_config(args)
     if args.transport == "stdio":
         import anyio
 
@@ -219,12 +225,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """`serve --transport http --watch`, as a service: logs at INFO, one per data directory."""
-    from .app import load_config
     from .mcp.serving import serve_http_forever
 
     if not args.verbose:
         logging.getLogger("fmail_nm").setLevel(logging.INFO)
-    return serve_http_forever(load_config(args.config), host=args.host, port=args.port,
+    return serve_http_forever(_served_config(args), host=args.host, port=args.port,
                               allow_remote=args.allow_remote, read_only=args.read_only,
                               push=not args.no_push, watch=True)
 
@@ -328,6 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="offer no tool that changes mail or contacts")
         p.add_argument("--no-push", action="store_true",
                        help="do not run mbsync after writes (you push yourself)")
+        p.add_argument("--allow-send", action="store_true",
+                       help="offer send_email, as [send] enabled = true does (see README)")
 
     p = command("serve", help="serve the mail over MCP (stdio or Streamable HTTP)")
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")

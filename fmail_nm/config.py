@@ -7,6 +7,7 @@ disk, and the user's addresses from notmuch's ``user.*`` settings.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import tomllib
@@ -37,13 +38,40 @@ class ConfigError(CallerError):
 
 @dataclass(frozen=True)
 class SendMethod:
-    """How an account sends: a sendmail-compatible command (msmtp) or an SMTP server."""
+    """How an account sends: a sendmail-compatible command (msmtp).  The smtp_* keys are read
+    but not used: fmail-nm sends only through the user's own command, never with credentials
+    of its own."""
 
     command: tuple[str, ...] = ()
     smtp_host: str | None = None
     smtp_port: int = 587
     smtp_user: str | None = None
     smtp_starttls: bool = True
+    # The server files a copy of what is sent (Gmail): no local Sent copy, or it would be twice.
+    server_stores_sent: bool = False
+
+
+# The [send] defaults: sending off (drafts only), drafts sent only once saved, 10 sends an hour.
+DEFAULT_MAX_SENDS_PER_HOUR = 10
+DEFAULT_MAX_MESSAGE_MB = 10.0
+DEFAULT_SEND_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class SendSettings:
+    """``[send]``: whether the send tools exist and the limits they keep.
+
+    Modes: ``enabled = false`` (the default, "drafts only": drafts and replies are saved in the
+    Drafts folder for the user to send); ``enabled = true`` (saved drafts may be sent);
+    ``direct = true`` as well (a new message or reply may be sent without a saved draft)."""
+
+    enabled: bool = False
+    direct: bool = False
+    command: tuple[str, ...] = ("msmtp",)  # for accounts without send.command
+    max_per_hour: int = DEFAULT_MAX_SENDS_PER_HOUR
+    max_message_mb: float = DEFAULT_MAX_MESSAGE_MB
+    attachments_dir: Path | None = None  # attachments only from files under it; None: none
+    timeout_seconds: float = DEFAULT_SEND_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -106,6 +134,7 @@ class Settings:
     addresses: tuple[str, ...] = ()
     accounts: tuple[dict[str, Any], ...] = ()
     rules: tuple[TagRule, ...] = DEFAULT_RULES
+    send: SendSettings = SendSettings()
 
 
 def _xdg(var: str, fallback: str) -> Path:
@@ -176,6 +205,41 @@ def _flag(value: Any, where: str, key: str) -> bool:
     return value
 
 
+def _positive(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"{where} must be a number > 0")
+    return float(value)
+
+
+def _parse_send(raw: Any) -> SendSettings:
+    if raw is None:
+        return SendSettings()
+    if not isinstance(raw, dict):
+        raise ConfigError("[send] must be a table")
+    known = {"enabled", "direct", "command", "max_per_hour", "max_message_mb",
+             "attachments_dir", "timeout_seconds"}
+    if unknown := sorted(set(raw) - known):
+        raise ConfigError(f"[send]: unknown keys {', '.join(unknown)} (known: "
+                          f"{', '.join(sorted(known))})")
+    limit = raw.get("max_per_hour", DEFAULT_MAX_SENDS_PER_HOUR)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ConfigError("[send] max_per_hour must be a whole number >= 0 (0: no sends)")
+    folder = raw.get("attachments_dir")
+    if folder is not None and not isinstance(folder, str):
+        raise ConfigError("[send] attachments_dir must be a folder path")
+    return SendSettings(
+        enabled=_flag(raw.get("enabled", False), "[send]", "enabled"),
+        direct=_flag(raw.get("direct", False), "[send]", "direct"),
+        command=_str_tuple(raw.get("command"), "[send] command") or SendSettings.command,
+        max_per_hour=limit,
+        max_message_mb=_positive(raw.get("max_message_mb", DEFAULT_MAX_MESSAGE_MB),
+                                 "[send] max_message_mb"),
+        attachments_dir=Path(folder).expanduser() if folder else None,
+        timeout_seconds=_positive(raw.get("timeout_seconds", DEFAULT_SEND_TIMEOUT),
+                                  "[send] timeout_seconds"),
+    )
+
+
 def load_settings(path: Path | str | None = None) -> Settings:
     """Read fmail.toml. A missing file at the default place means defaults; a missing file that
     was asked for by name (``--config`` or ``$FMAIL_CONFIG``) is an error."""
@@ -204,6 +268,7 @@ def load_settings(path: Path | str | None = None) -> Settings:
         addresses=_str_tuple(data.get("addresses"), "addresses"),
         accounts=tuple(accounts),
         rules=_parse_rules(data.get("tagging", {}).get("rules")),
+        send=_parse_send(data.get("send")),
     )
 
 
@@ -261,6 +326,10 @@ class Config:
     @property
     def rules(self) -> tuple[TagRule, ...]:
         return self.settings.rules
+
+    @property
+    def send(self) -> SendSettings:
+        return self.settings.send
 
     @property
     def data_dir(self) -> Path:
@@ -322,6 +391,8 @@ def _send_method(raw: Any, name: str) -> SendMethod | None:
         smtp_port=int(raw.get("smtp_port", 587)),
         smtp_user=raw.get("smtp_user"),
         smtp_starttls=bool(raw.get("smtp_starttls", True)),
+        server_stores_sent=_flag(raw.get("server_stores_sent", False), f"account {name!r}",
+                                 "send.server_stores_sent"),
     )
 
 
@@ -416,3 +487,9 @@ def resolve(settings: Settings, mail_root: Path, notmuch_addresses: tuple[str, .
             accounts = _disk_accounts(mail_root, folders, addresses)
     return Config(settings=settings, mail_root=mail_root, accounts=tuple(accounts),
                   folders=tuple(folders))
+
+
+def allow_sending(config: Config) -> Config:
+    """The configuration with ``[send] enabled = true`` (``serve --allow-send``)."""
+    send = dataclasses.replace(config.settings.send, enabled=True)
+    return dataclasses.replace(config, settings=dataclasses.replace(config.settings, send=send))

@@ -26,8 +26,10 @@ READ_TOOLS = {"search_emails", "list_threads", "get_thread", "get_email", "get_e
               "list_available_accounts", "query_emails", "get_sync_status"}
 WRITE_TOOLS = {"update_email_status", "mark_read", "set_flagged", "tag_emails", "archive",
                "delete_messages", "move_to_junk", "move_to_folder", "restore", "undo_last_write",
-               "manage_contacts_sql"}
-DESTRUCTIVE_TOOLS = {"delete_messages", "move_to_junk", "manage_contacts_sql"}
+               "manage_contacts_sql", "save_draft", "reply_to_email", "forward_email"}
+SEND_TOOLS = {"send_email"}  # only with [send] enabled or serve --allow-send
+COMPOSE_TOOLS = {"save_draft", "reply_to_email", "forward_email", *SEND_TOOLS}
+DESTRUCTIVE_TOOLS = {"delete_messages", "move_to_junk", "manage_contacts_sql", *SEND_TOOLS}
 
 
 async def structured(client: Client, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -37,11 +39,13 @@ async def structured(client: Client, tool: str, args: dict[str, Any] | None = No
     return result.structured_content
 
 
-def check_tool_list(tools: list[Any], *, read_only: bool) -> None:
-    assert {t.name for t in tools} == READ_TOOLS | (set() if read_only else WRITE_TOOLS)
+def check_tool_list(tools: list[Any], *, read_only: bool, send: bool = False) -> None:
+    assert {t.name for t in tools} == READ_TOOLS | (set() if read_only else WRITE_TOOLS) | (
+        SEND_TOOLS if send else set())
     for tool in tools:
         annotations = tool.annotations
-        assert annotations is not None and annotations.open_world_hint is False
+        assert annotations is not None
+        assert annotations.open_world_hint is (tool.name in SEND_TOOLS), tool.name
         assert tool.output_schema is not None and tool.description
         if tool.name in READ_TOOLS:
             assert annotations.read_only_hint is True and annotations.destructive_hint is False
@@ -49,6 +53,11 @@ def check_tool_list(tools: list[Any], *, read_only: bool) -> None:
             assert annotations.read_only_hint is False
             assert annotations.destructive_hint is (tool.name in DESTRUCTIVE_TOOLS), tool.name
     # What a client puts in the model's context: names, descriptions, input schemas.
+    # The draft and send tools have their own budget: about 1.2 KB each, schemas included.
+    composing = [t for t in tools if t.name in COMPOSE_TOOLS]
+    size = sum(len(t.model_dump_json(exclude_none=True)) for t in composing)
+    assert size <= 1_200 * len(composing), f"draft and send tools: {size} bytes"
+    tools = [t for t in tools if t.name not in COMPOSE_TOOLS]
     model_facing = sum(len(json.dumps([t.name, t.description, t.input_schema])) for t in tools)
     assert model_facing < 20_000, f"tool list is {model_facing} bytes"
     whole = sum(len(t.model_dump_json(exclude_none=True)) for t in tools)

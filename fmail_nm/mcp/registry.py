@@ -27,6 +27,12 @@ WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent
 # Writes that take mail out of sight (Trash, Junk) or drop the user's notes.
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
                               open_world_hint=False)
+# Saving a draft: a new file each time (not idempotent), nothing leaves the machine.
+DRAFT = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                        open_world_hint=False)
+# Sending: mail leaves for other people and cannot be taken back.
+SEND = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False,
+                       open_world_hint=True)
 UNDO = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                        open_world_hint=False)
 

@@ -12,7 +12,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import MCPServer
@@ -25,12 +25,13 @@ from ..dsl import DSL_HELP
 from ..errors import FmailError
 from ..passes.changes import WriteContext, WriteOutcome
 from ..passes.mirror import SyncInProgress, sync_sidecar
+from ..service import send
 from ..service.status import SyncStatus, sync_status
 from ..store.notmuch import Reader, Writer
 from ..store.sidecar import sidecar_path
-from ..tools import contacts, dto, reads, writes
+from ..tools import compose, contacts, dto, reads, writes
 from ..tools import sql as sqltools
-from .registry import DESTRUCTIVE, READ_ONLY, UNDO, WRITE, ToolList, tool_error
+from .registry import DESTRUCTIVE, DRAFT, READ_ONLY, SEND, UNDO, WRITE, ToolList, tool_error
 
 if TYPE_CHECKING:
     from ..service.background import Background
@@ -49,6 +50,12 @@ WRITE_NOTE = """
 Writes (read/unread, flags, tags, archive, Trash, Junk) change local files that mbsync pushes to
 the server. Act only on what the user asked for; a write by query first reports the match
 count (call again with confirm_count). undo_last_write reverts the latest write."""
+DRAFTS_NOTE = """
+Replies and new mail are saved as drafts (in:drafts) for the user to review and send; this
+server cannot send."""
+SEND_NOTE = """
+Mail is sent only when the user asked for that message to be sent: save a draft, show it to
+the user, and call send_email(draft_id) after they agree. A sent message cannot be recalled."""
 
 
 
@@ -254,9 +261,14 @@ def build_server(config: Config, clock: Callable[[], Any] = utc_now, *,
         live = background.status() if background is not None else None
         return await service.call(lambda mb: sync_status(config.data_dir, live))
 
+    instructions = INSTRUCTIONS
     if not read_only:
         _write_tools(server, service)
-    mcp = MCPServer("fmail-nm", instructions=INSTRUCTIONS if read_only else INSTRUCTIONS + WRITE_NOTE,
+        _draft_tools(server, service)
+        instructions += WRITE_NOTE + (SEND_NOTE if config.send.enabled else DRAFTS_NOTE)
+        if config.send.enabled:
+            _send_tools(server, service)
+    mcp = MCPServer("fmail-nm", instructions=instructions,
                     version=__version__, tools=server)
     return mcp, service
 
@@ -348,3 +360,71 @@ def _write_tools(server: ToolList, service: MailService) -> None:
         return await service.manage_contacts(sql_query, account_name, confirm_count)
 
 
+# Empty defaults (not None): fewer schema bytes, and "not given" is the same as empty here.
+OneAddress = Annotated[str, Field(max_length=compose.MAX_ADDRESS_CHARS)]
+Addresses = Annotated[Sequence[OneAddress], Field(max_length=compose.MAX_RECIPIENTS)]
+To = Annotated[Sequence[OneAddress], Field(max_length=compose.MAX_RECIPIENTS,
+                                           description="a@b.org or Name <a@b.org>")]
+Subject = Annotated[str, Field(max_length=compose.MAX_SUBJECT_CHARS)]
+Body = Annotated[str, Field(max_length=compose.MAX_BODY_CHARS)]
+Files = Annotated[Sequence[Annotated[str, Field(max_length=1000)]],
+                  Field(max_length=compose.MAX_ATTACHMENTS, description="in attachments_dir")]
+SendNow = Annotated[bool, Field(description="send now (direct sending only)")]
+
+
+def _draft_tools(server: ToolList, service: MailService) -> None:
+    """Drafts: saved in the account's Drafts folder, where the user's mail client sees them."""
+
+    @server.tool(annotations=DRAFT, description=(
+        "Save a plain-text draft in Drafts; with draft_id, replace that draft (given fields "
+        "only; threading kept)."))
+    async def save_draft(to: To = (), cc: Addresses = (), bcc: Addresses = (),
+                         subject: Subject = "", body: Body = "", account: Name = None,
+                         attachments: Files = (), draft_id: Ref = "") -> compose.DraftResult:
+        # Empty means "not given": a replaced draft keeps that part.
+        return await service.write(compose.save_draft, to or None, cc or None, bcc or None,
+                                   subject or None, body or None, account=account,
+                                   attachments=attachments, draft_id=draft_id or None)
+
+    @server.tool(annotations=DRAFT, description=(
+        "Draft a reply: threaded, Re:, from the user's address it was sent to, body above "
+        "the quoted original. reply_all: everyone but the user (Mail-Followup-To honoured)."))
+    async def reply_to_email(id: Ref, body: Body, reply_all: bool = False, quote: bool = True,
+                             send: SendNow = False) -> compose.DraftResult:
+        return await service.write(_then_send(compose.reply_to_email, send), id, body,
+                                   reply_all=reply_all, quote=quote)
+
+    @server.tool(annotations=DRAFT, description=(
+        "Draft a forward: body, then the original attached whole (.eml)."))
+    async def forward_email(id: Ref, to: Annotated[To, Field(min_length=1)], body: Body = "",
+                            send: SendNow = False) -> compose.DraftResult:
+        return await service.write(_then_send(compose.forward_email, send), id, to, body)
+
+
+def _then_send(make: Callable[..., compose.DraftResult],
+               now: bool) -> Callable[..., compose.DraftResult]:
+    """A draft tool that, asked to send at once, sends what it saved (direct sending only)."""
+    if not now:
+        return make
+
+    def draft_and_send(ctx: WriteContext, *args: Any, **kwargs: Any) -> compose.DraftResult:
+        return send.save_and_send(ctx, lambda c: make(c, *args, **kwargs))
+    return draft_and_send
+
+
+def _send_tools(server: ToolList, service: MailService) -> None:
+    """Sending, only with [send] enabled = true or serve --allow-send."""
+
+    @server.tool(annotations=SEND, description=(
+        "Send draft_id once the user agreed; or to/subject/body as a new message (direct "
+        "sending only). Cannot be recalled."))
+    async def send_email(draft_id: Ref = "", to: To = (), cc: Addresses = (),
+                         bcc: Addresses = (), subject: Subject = "", body: Body = "",
+                         account: Name = None, attachments: Files = ()) -> compose.DraftResult:
+        if draft_id:
+            if to or cc or bcc or subject or body or attachments:
+                raise tool_error(send.SendRefused(
+                    "pass draft_id alone (to change the draft, save_draft first)"))
+            return await service.write(send.send_draft, draft_id)
+        return await service.write(send.send_new, to, subject, body, cc=cc, bcc=bcc,
+                                   account=account, attachments=attachments)

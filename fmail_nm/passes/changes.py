@@ -328,6 +328,44 @@ def apply(ctx: WriteContext, action: str, params: dict[str, Any], message_ids: S
     return report
 
 
+# A write whose params carry this key is recorded but never reverted (a sent message); the
+# value says why, and undo_last tells the caller so.
+NOT_UNDOABLE = "not_undoable"
+
+
+def _absent(message_id: str) -> IndexedMessage:
+    """How a message not (or no longer) in the index looks in an audit record."""
+    return IndexedMessage(message_id=message_id, thread_id="", subject="", from_header="",
+                          date=0, tags=frozenset(), filenames=())
+
+
+def apply_session(ctx: WriteContext, action: str, params: dict[str, Any],
+                  message_ids: Sequence[str], job: Callable[[WriteTxn], None]) -> BatchReport:
+    """Run ``job`` in one write session -- for writes that add or remove files, where a
+    message may be new to the index or leave it -- then record what it did to each of
+    ``message_ids`` and tell the follow-up, as :func:`apply` does.  A failing job is reported
+    in ``errors`` (under the first id), beside what it changed before it failed."""
+    def batch(txn: WriteTxn) -> BatchReport:
+        report = BatchReport()
+        before = {mid: txn.get(mid) or _absent(mid) for mid in message_ids}
+        try:
+            job(txn)
+        except Exception as exc:  # notmuch commits what was done: record it (see _write_one)
+            report.errors.append((message_ids[0], str(exc) or type(exc).__name__))
+        for mid in message_ids:
+            change = change_record(ctx.config, before[mid], txn.get(mid) or _absent(mid),
+                                   (), None, None)
+            if change is not None:
+                report.changes.append(change)
+                report.applied.append(mid)
+        return report
+
+    report = ctx.writer.run(batch)
+    report.audit_id = record(ctx, action, params, report.changes)
+    notify(ctx, action, report.changes)
+    return report
+
+
 # ---------------------------------------------------------------------------------------------
 # Undo
 
@@ -376,6 +414,12 @@ def undo_last(ctx: WriteContext,
         entry = sidecar.last_write(conn)
     if entry is None:
         return None
+    if entry.params.get(NOT_UNDOABLE):
+        with sidecar.opened(ctx.sidecar_file) as conn:
+            sidecar.mark_undone(conn, entry.id)  # skipped, so the next call reaches older writes
+        raise ChangeError(f"nothing was undone: the latest write ({entry.action}) cannot be "
+                          f"reverted: {entry.params[NOT_UNDOABLE]}. Call undo_last_write again "
+                          "to undo the write before it")
     # A contacts write records its rows ("contact") beside the mail changes it caused.
     rows = [c for c in entry.changes if "contact" in c]
     changes = {c["message_id"]: c for c in entry.changes if "message_id" in c}

@@ -185,6 +185,12 @@ def _tag_batch(txn: WriteTxn, batch: Mapping[str, str | None], config: Config,
             txn.change_tags([mid], add=sorted(add & flags), remove=sorted(remove & flags))
 
 
+def tag_added(txn: WriteTxn, config: Config, message_ids: Sequence[str]) -> None:
+    """The rules on messages whose files fmail-nm itself just added (a saved draft, a Sent
+    copy): they start from the tags their files' flags gave them, with no ``new.tags``."""
+    _tag_batch(txn, dict.fromkeys(message_ids), config, frozenset(), TaggingReport())
+
+
 def configured_new_tags(reader: Reader) -> frozenset[str]:
     """notmuch's ``new.tags``: what ``notmuch new`` gives every new message."""
     return frozenset(t.strip() for t in reader.setting("new.tags", "unread;inbox").split(";")

@@ -65,6 +65,17 @@ def file_key(path: str | os.PathLike[str]) -> str:
     return MaildirName.parse(Path(path).name).key
 
 
+def on_disk(path: Path) -> list[Path]:
+    """The file as it is named now: ``path`` itself, or -- after mbsync renamed it behind
+    notmuch's back (adding ``,U=``) or a client changed its flags -- the file in the same
+    folder with the same unique part.  Empty when it is gone."""
+    if path.exists():
+        return [path]
+    key, folder = file_key(path), path.parent.parent
+    return [candidate for sub in ("cur", "new") if (folder / sub).is_dir()
+            for candidate in (folder / sub).iterdir() if file_key(candidate) == key]
+
+
 # ---------------------------------------------------------------------------------------------
 # Paths and folders
 

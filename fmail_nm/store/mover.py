@@ -29,6 +29,11 @@ mail delivered to two accounts) -- the policy:
   (:func:`fmail_nm.passes.tagging.place_tags`).
 
 Which copies of a message a write acts on is told by :mod:`fmail_nm.store.maildir`.
+
+New files (a saved draft, the Sent copy of a sent message) follow the Maildir delivery rule:
+written and synced in ``tmp/``, then linked into ``cur/`` under a name nothing else has, then
+indexed; a replaced draft's old file is forgotten and unlinked only after its successor is in
+the index, so the message never leaves it.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import os
 from pathlib import Path
 
 from ..errors import BackendError
-from .maildir import MaildirName
+from .maildir import MaildirName, on_disk
 from .notmuch import WriteTxn
 
 # Errors from os.link that mean "this filesystem has no hard links", not "this move is wrong".
@@ -74,6 +79,48 @@ def move_file(txn: WriteTxn, source: Path, dest_folder: Path) -> Path:
             _put_back(target, source)
         raise MoveError(f"notmuch could not forget {source}: {exc}") from exc
     return target
+
+
+def add_new_file(txn: WriteTxn, data: bytes, dest_folder: Path, flags: str) -> Path:
+    """Deliver ``data`` as a new file in ``dest_folder/cur/`` with these Maildir flags and
+    index it (tags follow the flags); returns its path.  Raises MoveError (and leaves no file
+    behind) when it cannot be done."""
+    name = MaildirName(key="", flags=flags).fresh()
+    staged = dest_folder / "tmp" / name.key
+    try:
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())  # on disk before it is visible in cur/ (Maildir delivery)
+    except OSError as exc:
+        staged.unlink(missing_ok=True)
+        raise MoveError(f"cannot write a new file in {dest_folder}: {exc.strerror}") from None
+    target = _place(staged, dest_folder / "cur", name)
+    try:
+        txn.add_file(target, sync_flags=True)
+    except Exception as exc:
+        target.unlink(missing_ok=True)
+        raise MoveError(f"notmuch could not index {target.name}: {exc}") from exc
+    return target
+
+
+def delete_file(txn: WriteTxn, path: Path) -> None:
+    """Forget one file of a message and unlink it (a draft that was sent or replaced).  The
+    index goes first: a file left behind is found again by the next ``notmuch new``.  A file
+    mbsync renamed since the last index (it adds ``,U=``) is found by its unique part."""
+    try:
+        txn.remove_file(path)
+    except Exception as exc:
+        raise MoveError(f"notmuch could not forget {path}: {exc}") from exc
+    for current in on_disk(path):
+        try:
+            current.unlink()
+        except FileNotFoundError:
+            pass  # gone already (mbsync expunged it): what we wanted
+        except OSError as exc:
+            txn.add_file(path, sync_flags=False)
+            raise MoveError(f"cannot remove {current.name}: {exc.strerror}") from None
 
 
 def _place(source: Path, cur: Path, name: MaildirName) -> Path:

@@ -429,3 +429,11 @@ def last_write(conn: sqlite3.Connection) -> AuditEntry | None:
 def mark_undone(conn: sqlite3.Connection, entry_id: int) -> None:
     with transaction(conn):
         conn.execute("UPDATE audit_log SET undone_at = ? WHERE id = ?", (utc_stamp(), entry_id))
+
+
+def count_writes(conn: sqlite3.Connection, action: str, since: str) -> int:
+    """How many writes of one kind the audit log holds from ``since`` (a utc_stamp) on,
+    undone or not: the send limit counts what left, not what is still undoable."""
+    row = conn.execute("SELECT count(*) FROM audit_log WHERE action = ? AND at >= ?",
+                       (action, since)).fetchone()
+    return int(row[0])

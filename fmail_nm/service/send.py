@@ -1,0 +1,138 @@
+"""Sending: a saved draft handed to the user's own sendmail-compatible command, then filed.
+
+fmail-nm has no SMTP code and holds no credentials: the account's ``send.command`` (else
+``[send] command``, default ``msmtp``) gets the message on stdin and its envelope as
+arguments -- ``-f <From address>`` (which makes msmtp pick the account with that ``from``,
+unless the command chooses the sender itself) and ``-- <recipients>``, Bcc included, while
+the bytes carry no Bcc header.  A command that reads recipients from the message (``-t``) is
+refused: those would be the headers, without Bcc, or with it.
+
+A send happens only when ``[send] enabled`` (or ``serve --allow-send``), at most
+``max_per_hour`` times an hour (counted in the audit log), and -- for a message that was never
+saved as a draft -- only with ``[send] direct = true``.  When the command fails its exit
+status and stderr are reported as they are; nothing is filed and the draft stays.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+
+from ..clock import utc_now, utc_stamp
+from ..config import Account, Config
+from ..errors import BackendError, CallerError
+from ..passes.changes import WriteContext
+from ..store import sidecar
+from ..tools import compose
+from ..tools.compose import DraftResult, Outgoing
+
+# Options by which a command picks the envelope sender itself: then no -f is added.
+_CHOOSES_SENDER = ("-f", "--from", "--read-envelope-from")
+_READS_RECIPIENTS = ("-t", "--read-recipients")
+MAX_STDERR_CHARS = 2000
+
+
+class SendRefused(CallerError):
+    """Sending is off, over its limit or not allowed for this kind of message."""
+
+
+class SendFailed(BackendError):
+    """The send command failed; nothing was filed and the draft is kept."""
+
+
+def command_for(config: Config, account: Account) -> tuple[str, ...]:
+    """The account's send command, checked; a SendRefused says what to fix in fmail.toml."""
+    command = (account.send.command if account.send is not None else ()) or config.send.command
+    if not command:
+        raise SendRefused(f"account {account.name!r} has no send command")
+    if account.send is not None and account.send.smtp_host and not account.send.command:
+        raise SendRefused(f"account {account.name!r}: fmail-nm sends only through a command "
+                          'such as msmtp (send = { command = ["msmtp", "-a", "NAME"] }), '
+                          "not with smtp_host")
+    if any(arg in _READS_RECIPIENTS or (arg.startswith("-") and not arg.startswith("--")
+                                        and "t" in arg[1:] and arg[1:].isalpha())
+           for arg in command):
+        raise SendRefused(f"account {account.name!r}: drop -t from send.command; fmail-nm "
+                          "passes the recipients (Bcc included) as arguments")
+    return tuple(command)
+
+
+def argv_for(command: Sequence[str], out: Outgoing) -> list[str]:
+    chooses = any(arg.split("=", 1)[0] in _CHOOSES_SENDER for arg in command)
+    sender = [] if chooses else ["-f", out.envelope_from]
+    return [*command, *sender, "--", *out.recipients]
+
+
+def check_allowed(config: Config) -> None:
+    """Sending on, and under the hourly limit -- counted against the audit log's own clock
+    (real UTC time), whatever clock the caller's queries use."""
+    if not config.send.enabled:
+        raise SendRefused("sending is off (drafts only): the draft is saved for the user to "
+                          "send; [send] enabled = true in fmail.toml (or serve --allow-send) "
+                          "allows sending")
+    with sidecar.opened(sidecar.sidecar_path(config.data_dir)) as conn:
+        sent = sidecar.count_writes(conn, "send", utc_stamp(utc_now() - timedelta(hours=1)))
+    if sent >= config.send.max_per_hour:
+        raise SendRefused(f"{sent} messages were sent in the last hour; the limit is "
+                          f"{config.send.max_per_hour} ([send] max_per_hour). Nothing was "
+                          "sent; the draft is kept")
+
+
+def check_direct(config: Config) -> None:
+    if not config.send.direct:
+        raise SendRefused("sending a message that was not saved as a draft first is off: save "
+                          "it (save_draft, or reply/forward without send) and send it with "
+                          "send_email(draft_id) once the user agreed; [send] direct = true "
+                          "allows it")
+
+
+def run_command(argv: list[str], data: bytes, timeout: float) -> None:
+    """Hand the message to the command; a SendFailed with its own words when it fails."""
+    try:
+        done = subprocess.run(argv, input=data, capture_output=True, timeout=timeout,
+                              check=False)
+    except FileNotFoundError:
+        raise SendFailed(f"the send command {argv[0]!r} is not installed; nothing was sent, "
+                         "the draft is kept") from None
+    except subprocess.TimeoutExpired:
+        raise SendFailed(f"{argv[0]} did not finish within {timeout:g} s; it may or may not "
+                         "have sent the message (check the recipient's copy or the server's "
+                         "log before sending again); nothing was filed, the draft is kept"
+                         ) from None
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip()[:MAX_STDERR_CHARS]
+        raise SendFailed(f"{argv[0]} failed with exit status {done.returncode}: "
+                         f"{said or '(no message)'}; nothing was sent or filed, the draft is "
+                         "kept")
+
+
+def send_draft(ctx: WriteContext, draft_id: str) -> DraftResult:
+    """Send a saved draft, then file it (Sent copy, draft gone, original replied)."""
+    check_allowed(ctx.config)
+    out = compose.load_draft(ctx, draft_id)
+    argv = argv_for(command_for(ctx.config, out.composition.account), out)
+    run_command(argv, out.wire, ctx.config.send.timeout_seconds)
+    return compose.file_sent(ctx, out)
+
+
+def save_and_send(ctx: WriteContext, save: Callable[[WriteContext], DraftResult]) -> DraftResult:
+    """A message sent without a draft the user saw first (``[send] direct``): ``save`` writes
+    it as a draft, which a failed send leaves there for the user (its id in the error)."""
+    check_direct(ctx.config)
+    check_allowed(ctx.config)
+    draft = save(ctx)
+    try:
+        return send_draft(ctx, draft.id)
+    except (SendFailed, SendRefused, compose.ComposeError, compose.FilingError) as exc:
+        raise type(exc)(f"{exc} (draft_id {draft.id})") from None
+
+
+def send_new(ctx: WriteContext, to: Sequence[str], subject: str, body: str, *,
+             cc: Sequence[str] = (), bcc: Sequence[str] = (), account: str | None = None,
+             attachments: Sequence[str] = ()) -> DraftResult:
+    """A new message sent at once (``[send] direct``)."""
+    if not to:
+        raise SendRefused("to: give at least one recipient")
+    return save_and_send(ctx, lambda c: compose.save_draft(
+        c, to, cc, bcc, subject, body, account=account, attachments=attachments))

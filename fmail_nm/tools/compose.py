@@ -1,0 +1,688 @@
+"""Drafts, replies and forwards: messages built with the standard library's ``email`` package
+and saved in the account's Drafts folder, where mutt, aerc and (after mbsync's push) the phone
+see them; and the filing of a message once it was sent.
+
+Sending itself -- the user's own sendmail-compatible command -- is ``service.send``; what it
+sends is a draft saved here, checked again (:func:`load_draft`), since the user may have edited
+it in their mail client meanwhile.
+
+Everything a caller writes goes into headers only after checks: no CR, LF or NUL in any value
+(header injection), every address parsed and named when it is not one, no recipient on the
+blocklist, attachments only from files under ``[send] attachments_dir``, the whole message no
+larger than ``[send] max_message_mb``.  Non-ASCII text becomes RFC 2047 encoded words in headers
+and quoted-printable in the body (the SMTP policy: CRLF lines, folded at 78).
+
+A draft is one file in the Drafts folder with Maildir flags ``DS`` (tags ``draft``, not
+unread); saving it again under its id writes a new file with the same Message-ID and drops the
+old one in the same write session.  Sent, it gets a copy in the Sent folder (flag ``S``, tag
+``sent`` from the user's rules) unless the account's server files one itself; the draft file
+goes; the original gets ``replied`` (forwarded: ``passed``), which renames its file's flags
+(R, P), so mbsync pushes ``\\Answered``.
+"""
+
+from __future__ import annotations
+
+import email.policy
+import email.utils
+import mimetypes
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from email.headerregistry import Address as HeaderAddress
+from email.message import EmailMessage, Message, MIMEPart
+from email.parser import BytesParser
+from pathlib import Path
+from typing import cast
+
+from pydantic import Field
+
+from .. import tags
+from ..config import Account, Config, ConfigError
+from ..errors import BackendError
+from ..message.headers import Address, addresses, split_head
+from ..message.html import read_message
+from ..message.text import clean_text, one_line
+from ..passes import changes
+from ..passes.changes import NOT_UNDOABLE, WriteContext
+from ..passes.tagging import tag_added
+from ..store import maildir, mover, sidecar
+from ..store.notmuch import DatabaseBusy, IndexedMessage, WriteTxn
+from .dto import Dto
+from .reads import Mailbox, ToolError
+
+# SMTP lines end in CRLF and fold at 78; the source of a forwarded message is kept byte for
+# byte (refold_source="none"), only headers written here are folded.
+POLICY = email.policy.SMTP.clone(refold_source="none")
+MAX_RECIPIENTS = 100
+MAX_ADDRESS_CHARS = 320
+MAX_SUBJECT_CHARS = 500
+MAX_BODY_CHARS = 200_000
+MAX_ATTACHMENTS = 20
+MAX_REFERENCES = 20  # the oldest and the newest are kept, as RFC 5322 suggests
+DRAFT_FLAGS = "DS"
+SENT_FLAGS = "S"
+# Thunderbird's header for the same purpose: which message a forward forwards (-> passed).
+FORWARDED_HEADER = "X-Forwarded-Message-Id"
+_REPLY_PREFIX = re.compile(r"^\s*((re|aw|sv|antw)(\[\d+\])?\s*:\s*)+", re.I)
+_FORWARD_PREFIX = re.compile(r"^\s*((fwd?|wg)\s*:\s*)+", re.I)
+_FORBIDDEN = re.compile(r"[\r\n\x00]")
+# A Message-ID we write into In-Reply-To / References (those of the original are untrusted).
+_MSG_ID = re.compile(r"[!-;=?-~]{1,250}")  # printable ASCII without < > and space
+# An address we send to: ASCII local part and a dotted domain name (no SMTPUTF8 here).
+_ADDR_SPEC = re.compile(
+    r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+    r"@([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]([A-Za-z0-9-]*[A-Za-z0-9])?")
+
+
+class ComposeError(ToolError):
+    """A message cannot be written as asked; the text names the value and what to change."""
+
+
+class FilingError(BackendError):
+    """The message was sent, but storing the Sent copy or dropping the draft failed."""
+
+
+# What was saved or sent: ``id`` is the draft_id (Message-ID), ``sent`` false means "in
+# Drafts".  No docstring: it would go into every draft tool's output schema.
+class DraftResult(Dto):
+    id: str
+    from_: str = Field(alias="from", serialization_alias="from")
+    to: list[str]
+    cc: list[str]
+    bcc: list[str]
+    subject: str
+    sent: bool
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking what the caller gives
+
+
+def check_header(name: str, value: str) -> str:
+    """A header value as given, or a ComposeError when it could inject headers."""
+    if _FORBIDDEN.search(value):
+        raise ComposeError(f"{name}: line breaks and NUL are not allowed in a header value "
+                           f"(got {value[:80]!r})")
+    return value
+
+
+def check_addresses(values: Sequence[str], what: str) -> list[Address]:
+    """Each value one address (``a@b.org`` or ``Name <a@b.org>``), or a ComposeError naming
+    the value that is not."""
+    found: list[Address] = []
+    for value in values:
+        check_header(what, value)
+        if len(value) > MAX_ADDRESS_CHARS:
+            raise ComposeError(f"{what}: {value[:40]!r}... is longer than {MAX_ADDRESS_CHARS} "
+                               "characters")
+        pairs = email.utils.getaddresses([value])
+        if len(pairs) != 1 or not _ADDR_SPEC.fullmatch(pairs[0][1]):
+            raise ComposeError(f"{what}: {value!r} is not an email address (give one address "
+                               "per item: a@example.org or Name <a@example.org>)")
+        found.append(Address(name=pairs[0][0], address=pairs[0][1]))
+    return found
+
+
+def _unique(people: Sequence[Address], drop: set[str]) -> list[Address]:
+    """Each address once, none of ``drop``; an address read from a message that is not one
+    is refused by name (mail content is untrusted)."""
+    seen = set(drop)
+    out = []
+    for person in people:
+        if not _ADDR_SPEC.fullmatch(person.address):
+            raise ComposeError(f"the original names {person.address!r}, which is not an email "
+                               "address; write the recipients yourself with save_draft")
+        key = person.address.lower()
+        if key not in seen:
+            seen.add(key)
+            out.append(person)
+    return out
+
+
+def check_not_blocked(config: Config, recipients: Sequence[Address]) -> None:
+    with sidecar.opened(sidecar.sidecar_path(config.data_dir), readonly=True) as conn:
+        blocked = sidecar.blocked_addresses(conn)
+    hits = sorted({p.address.lower() for p in recipients} & blocked)
+    if hits:
+        raise ComposeError(f"recipients on the blocklist: {', '.join(hits)}; nothing was "
+                           "written (unblock them with manage_contacts_sql first if the user "
+                           "wants to write to them)")
+
+
+def attachment_path(config: Config, name: str) -> Path:
+    """A file under ``[send] attachments_dir`` (relative to it, or absolute inside it)."""
+    base = config.send.attachments_dir
+    if base is None:
+        raise ComposeError("attachments are off: set [send] attachments_dir in fmail.toml to "
+                           "the folder attachments may come from")
+    check_header("attachments", name)
+    root = base.resolve()
+    path = (root / name).resolve()  # symlinks resolved: a link out of the folder is outside
+    if not path.is_relative_to(root):
+        raise ComposeError(f"attachment {name!r} is outside the attachments folder {base}")
+    if not path.is_file():
+        raise ComposeError(f"attachment {name!r} is not a file in {base}")
+    if path.stat().st_size > _max_bytes(config):  # before reading it into memory
+        raise ComposeError(f"attachment {name!r} alone is larger than "
+                           f"{config.send.max_message_mb:g} MB ([send] max_message_mb)")
+    return path
+
+
+def _max_bytes(config: Config) -> int:
+    return int(config.send.max_message_mb * 1024 * 1024)
+
+
+def check_size(config: Config, data: bytes) -> bytes:
+    if len(data) > _max_bytes(config):
+        raise ComposeError(f"the message would be {len(data) / 1048576:.1f} MB; at most "
+                           f"{config.send.max_message_mb:g} MB ([send] max_message_mb)")
+    return data
+
+
+# ---------------------------------------------------------------------------------------------
+# Building a message
+
+
+@dataclass
+class Composition:
+    """What goes into one message; ``attached`` are MIME parts ready to add (attachments, a
+    forwarded message)."""
+
+    account: Account
+    sender: Address
+    to: list[Address]
+    cc: list[Address]
+    bcc: list[Address]
+    subject: str
+    body: str
+    message_id: str | None = None  # kept when a draft is replaced
+    in_reply_to: str | None = None
+    references: list[str] = field(default_factory=list)
+    forwarded: str | None = None
+    attached: list[MIMEPart] = field(default_factory=list)
+
+
+def _header_address(person: Address) -> HeaderAddress:
+    local, _, domain = person.address.rpartition("@")
+    return HeaderAddress(display_name=person.name, username=local, domain=domain)
+
+
+def _text_part(target: MIMEPart, body: str) -> None:
+    text = body.replace("\r\n", "\n")
+    plain = text.isascii() and all(len(line) <= 78 for line in text.split("\n"))
+    target.set_content(text, cte="7bit" if plain else "quoted-printable")
+
+
+def file_part(path: Path) -> MIMEPart:
+    ctype, encoding = mimetypes.guess_type(path.name)
+    if ctype is None or encoding is not None:  # .tar.gz is a gzip file, not a tar
+        ctype = "application/octet-stream"
+    maintype, subtype = ctype.split("/", 1)
+    part = MIMEPart(policy=POLICY)
+    # As bytes, base64: the file goes out exactly as it is on disk, whatever its line ends.
+    part.set_content(path.read_bytes(), maintype=maintype, subtype=subtype,
+                     disposition="attachment", filename=path.name)
+    return part
+
+
+def message_part(raw: bytes, filename: str) -> MIMEPart:
+    """A message attached whole (message/rfc822), its source unchanged."""
+    part = MIMEPart(policy=POLICY)
+    part.set_content(BytesParser(policy=POLICY).parsebytes(raw), disposition="attachment",
+                     filename=filename)
+    return part
+
+
+def build(c: Composition, now: datetime) -> EmailMessage:
+    """The message as it is saved (Bcc included: the Drafts and Sent copies show it; the
+    sender strips it)."""
+    msg = EmailMessage(policy=POLICY)
+    msg["From"] = _header_address(c.sender)
+    for name, people in (("To", c.to), ("Cc", c.cc), ("Bcc", c.bcc)):
+        if people:
+            msg[name] = [_header_address(p) for p in people]
+    msg["Subject"] = check_header("subject", c.subject)
+    msg["Date"] = email.utils.format_datetime(now.astimezone())
+    domain = c.sender.address.rpartition("@")[2]
+    msg["Message-ID"] = f"<{c.message_id}>" if c.message_id else email.utils.make_msgid(
+        domain=domain)
+    if c.in_reply_to and _MSG_ID.fullmatch(c.in_reply_to):
+        msg["In-Reply-To"] = f"<{c.in_reply_to}>"
+    refs = [r for r in c.references if _MSG_ID.fullmatch(r)]
+    if refs:
+        if len(refs) > MAX_REFERENCES:
+            refs = refs[:1] + refs[-(MAX_REFERENCES - 1):]
+        msg["References"] = " ".join(f"<{r}>" for r in refs)
+    if c.forwarded and _MSG_ID.fullmatch(c.forwarded):
+        msg[FORWARDED_HEADER] = f"<{c.forwarded}>"
+    _text_part(msg, c.body)
+    if c.attached:
+        msg.make_mixed()
+        for part in c.attached:
+            # typeshed wants an EmailMessage; a part must not be one (it would add its own
+            # MIME-Version header)
+            msg.attach(cast(EmailMessage, part))
+    return msg
+
+
+def serialize(config: Config, msg: EmailMessage) -> bytes:
+    try:
+        data = msg.as_bytes(policy=POLICY)
+    except (UnicodeError, ValueError) as exc:  # e.g. a non-ASCII address the policy refuses
+        raise ComposeError(f"the message cannot be encoded: {exc}") from None
+    return check_size(config, data)
+
+
+# ---------------------------------------------------------------------------------------------
+# Who writes: the account and the From address
+
+
+def user_name(mb: Mailbox) -> str:
+    return mb.reader.setting("user.name", "")
+
+
+def account_named(config: Config, name: str | None) -> Account:
+    if name is None:
+        return config.accounts[0]
+    try:
+        return config.account(name)
+    except ConfigError as exc:
+        raise ComposeError(str(exc)) from None
+
+
+def own_address(account: Account, config: Config) -> str:
+    found = account.addresses or config.addresses
+    if not found:
+        raise ComposeError(f"account {account.name!r} has no address: set addresses in its "
+                           "[[accounts]] entry in fmail.toml")
+    return found[0]
+
+
+def _account_of_address(config: Config, address: str) -> Account | None:
+    for account in config.accounts:
+        if address.lower() in (a.lower() for a in account.addresses):
+            return account
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Saving a draft
+
+
+def _draft_folder(ctx: WriteContext, account: Account) -> Path:
+    try:
+        return maildir.ensure_maildir(ctx.config, account.folder("drafts"))
+    except ConfigError as exc:
+        raise ComposeError(str(exc)) from None
+
+
+def _result(c: Composition, message_id: str, sent: bool = False) -> DraftResult:
+    return DraftResult(id=message_id, from_=c.sender.address, to=[p.address for p in c.to],
+                       cc=[p.address for p in c.cc], bcc=[p.address for p in c.bcc],
+                       subject=c.subject, sent=sent)
+
+
+def _drafts_of(txn: WriteTxn, config: Config, message_id: str, account: Account,
+               keep: Path | None = None) -> list[Path]:
+    """The message's files in the account's Drafts folder, as the write session sees them."""
+    message = txn.get(message_id)
+    if message is None:
+        return []
+    folder = account.folders.get("drafts")
+    return [c.path for c in maildir.copies_in(config, message, account)
+            if c.folder == folder and c.path != keep]
+
+
+def _already_tagged(ctx: WriteContext, message_id: str) -> None:
+    """The rules ran on the new file in the write session: the sidecar's mirror (synced by the
+    write's follow-up) need not queue it for the tagging pass."""
+    with sidecar.opened(ctx.sidecar_file) as conn:
+        sidecar.mark_tagged(conn, [message_id])
+
+
+def store_draft(ctx: WriteContext, c: Composition) -> DraftResult:
+    """Check, build and save a draft (replacing the draft with ``c.message_id``, if any)."""
+    everyone = [*c.to, *c.cc, *c.bcc]
+    if len(everyone) > MAX_RECIPIENTS:
+        raise ComposeError(f"{len(everyone)} recipients; at most {MAX_RECIPIENTS}")
+    check_not_blocked(ctx.config, everyone)
+    msg = build(c, ctx.clock())
+    data = serialize(ctx.config, msg)
+    mid = str(msg["Message-ID"]).strip().strip("<>")
+    folder = _draft_folder(ctx, c.account)
+
+    def job(txn: WriteTxn) -> None:
+        new = mover.add_new_file(txn, data, folder, DRAFT_FLAGS)
+        # The new file is indexed first, so the message never leaves the index.
+        for path in _drafts_of(txn, ctx.config, mid, c.account, keep=new):
+            mover.delete_file(txn, path)
+        tag_added(txn, ctx.config, [mid])
+
+    report = changes.apply_session(ctx, "save_draft", {
+        "id": mid, "account": c.account.name, "subject": c.subject,
+        NOT_UNDOABLE: "a saved draft is not taken back by undo; delete_messages moves it to "
+                      "Trash"}, [mid], job)
+    if report.errors:
+        raise ComposeError(f"the draft could not be saved: {report.errors[0][1]}")
+    _already_tagged(ctx, mid)
+    return _result(c, mid)
+
+
+def _existing_draft(ctx: WriteContext, draft_id: str) -> tuple[IndexedMessage, EmailMessage]:
+    mb = Mailbox(ctx.config, ctx.reader, ctx.clock)
+    found = mb.find(draft_id)
+    if found is None or tags.DRAFT not in found.tags:
+        raise ComposeError(f"no draft with id {draft_id!r}; drafts are found with "
+                           "search_emails('in:drafts')")
+    for name in found.filenames:
+        if maildir.in_role(ctx.config, [name], "drafts"):
+            for path in maildir.on_disk(Path(name)):
+                try:
+                    return found, BytesParser(policy=POLICY).parsebytes(path.read_bytes())
+                except OSError:
+                    continue
+    raise ComposeError(f"draft {draft_id!r} has no file in a Drafts folder; re-index "
+                       "(fmail-nm index) and try again")
+
+
+def _people(msg: EmailMessage, name: str) -> list[Address]:
+    return [Address(name=str(a.display_name), address=str(a.addr_spec))
+            for value in msg.get_all(name) or [] for a in getattr(value, "addresses", ())]
+
+
+def save_draft(ctx: WriteContext, to: Sequence[str] | None = None,
+               cc: Sequence[str] | None = None, bcc: Sequence[str] | None = None,
+               subject: str | None = None, body: str | None = None, *,
+               account: str | None = None, attachments: Sequence[str] = (),
+               draft_id: str | None = None) -> DraftResult:
+    """A new draft, or -- with ``draft_id`` -- that draft saved again: what is given replaces
+    its part, the rest (threading, From, what is not given) is kept."""
+    if draft_id is None:
+        acct = account_named(ctx.config, account)
+        c = Composition(account=acct, sender=Address("", own_address(acct, ctx.config)),
+                        to=[], cc=[], bcc=[], subject="", body="")
+    else:
+        c = draft_composition(ctx, draft_id)
+        if account is not None and account != c.account.name:
+            raise ComposeError("a saved draft stays in its account; start a new draft to "
+                               "write from another")
+    if to is not None:
+        c.to = check_addresses(to, "to")
+    if cc is not None:
+        c.cc = check_addresses(cc, "cc")
+    if bcc is not None:
+        c.bcc = check_addresses(bcc, "bcc")
+    if subject is not None:
+        c.subject = check_header("subject", subject)
+    if body is not None:
+        c.body = body
+    if attachments:
+        c.attached = [*c.attached, *(file_part(attachment_path(ctx.config, a))
+                                     for a in attachments[:MAX_ATTACHMENTS + 1])]
+        if len(c.attached) > MAX_ATTACHMENTS:
+            raise ComposeError(f"at most {MAX_ATTACHMENTS} attachments")
+    name = user_name(Mailbox(ctx.config, ctx.reader, ctx.clock))
+    if draft_id is None and name:
+        c.sender = Address(name, c.sender.address)
+    return store_draft(ctx, c)
+
+
+def draft_composition(ctx: WriteContext, draft_id: str) -> Composition:
+    """A saved draft read back into its parts (the user may have edited it in mutt)."""
+    return _read_draft(ctx, draft_id)[0]
+
+
+def _read_draft(ctx: WriteContext, draft_id: str) -> tuple[Composition, EmailMessage]:
+    found, msg = _existing_draft(ctx, draft_id)
+    senders = _people(msg, "from")
+    account = (_account_of_address(ctx.config, senders[0].address) if senders else None) or \
+        maildir.primary_account(ctx.config, found)
+    if account is None or not senders:
+        raise ComposeError(f"draft {draft_id!r} has no From address of the user's accounts")
+    body_part = msg.get_body(preferencelist=("plain",))
+    body = body_part.get_content() if isinstance(body_part, EmailMessage) else ""
+    return Composition(
+        account=account, sender=senders[0], to=_people(msg, "to"), cc=_people(msg, "cc"),
+        bcc=_people(msg, "bcc"), subject=str(msg.get("subject", "")), body=body,
+        message_id=found.message_id, in_reply_to=_first_id(msg.get("in-reply-to")),
+        references=_ids(msg.get("references")), forwarded=_first_id(msg.get(FORWARDED_HEADER)),
+        attached=[p for p in msg.iter_attachments() if isinstance(p, MIMEPart)]), msg
+
+
+def _ids(value: object) -> list[str]:
+    return re.findall(r"<([^<>\s]+)>", str(value or ""))
+
+
+def _first_id(value: object) -> str | None:
+    found = _ids(value)
+    return found[0] if found else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Replies and forwards
+
+
+def strip_prefix(subject: str, prefix: re.Pattern[str]) -> str:
+    return prefix.sub("", subject, count=1).strip()
+
+
+def reply_subject(subject: str) -> str:
+    """``Re:`` once, on one line (a hostile subject may carry encoded line breaks)."""
+    return "Re: " + strip_prefix(one_line(subject), _REPLY_PREFIX)
+
+
+def forward_subject(subject: str) -> str:
+    return "Fwd: " + strip_prefix(one_line(subject), _FORWARD_PREFIX)
+
+
+def quoted(text: str) -> str:
+    return "\n".join(">" if not line else f"> {line}" for line in text.rstrip().split("\n"))
+
+
+def _original(mb: Mailbox, ref: str) -> tuple[IndexedMessage, bytes]:
+    found = mb.find(ref)
+    if found is None:
+        raise ComposeError(f"no message with id {ref!r}; use an id from search_emails")
+    for name in found.filenames:
+        try:
+            return found, Path(name).read_bytes()
+        except OSError:
+            continue
+    raise ComposeError(f"the file of message {found.message_id} is gone from disk; re-index "
+                       "(fmail-nm index) and try again")
+
+
+def _writer_of_reply(config: Config, message: IndexedMessage,
+                     seen: Sequence[Address]) -> tuple[Account, str]:
+    """The account and address a reply is written from: the user's address the original was
+    sent to, else the address of the account that holds it."""
+    mine = set(config.addresses)
+    for person in seen:
+        if person.address.lower() in mine:
+            account = _account_of_address(config, person.address) or \
+                maildir.primary_account(config, message)
+            if account is not None:
+                return account, person.address
+    account = maildir.primary_account(config, message) or config.accounts[0]
+    return account, own_address(account, config)
+
+
+def _delivered_to(head: Message) -> list[Address]:
+    """The addresses the mail was delivered to when To/Cc do not say (Bcc, aliases, lists)."""
+    defects: list[str] = []
+    return [a for name in ("delivered-to", "x-original-to", "envelope-to")
+            for a in addresses(head, name, defects)]
+
+
+def reply_recipients(config: Config, head: Message, reply_all: bool,
+                     parsed_from: list[Address], parsed_to: list[Address],
+                     parsed_cc: list[Address], reply_to: list[Address]
+                     ) -> tuple[list[Address], list[Address]]:
+    """(To, Cc) of a reply: Reply-To over From; for reply-all Mail-Followup-To over
+    everyone; the user's own addresses left out (a reply to one's own mail goes to its
+    recipients)."""
+    defects: list[str] = []
+    mine = set(config.addresses)
+    own = bool(parsed_from) and parsed_from[0].address.lower() in mine
+    followup = addresses(head, "mail-followup-to", defects)
+    if reply_all and followup:
+        return _unique(followup, mine), []
+    if own:
+        to = _unique(parsed_to, mine)
+        return to, _unique(parsed_cc, mine | {p.address.lower() for p in to}) if reply_all else []
+    to = _unique(reply_to or parsed_from, mine)
+    if not reply_all:
+        return to, []
+    return to, _unique([*parsed_to, *parsed_cc], mine | {p.address.lower() for p in to})
+
+
+def _attribution(date: datetime | None, author: list[Address]) -> str:
+    who = author[0] if author else None
+    name = (who.name or who.address) if who else "someone"
+    when = date.strftime("%a, %d %b %Y at %H:%M UTC") if date else None
+    return f"On {when}, {name} wrote:" if when else f"{name} wrote:"
+
+
+def reply_to_email(ctx: WriteContext, id: str, body: str, *, reply_all: bool = False,
+                   quote: bool = True) -> DraftResult:
+    """A reply saved as a draft: threading headers, Re: subject, From the address the mail
+    was sent to; with ``quote`` the original's clean text quoted below an attribution line
+    (the reply is written above the quote)."""
+    mb = Mailbox(ctx.config, ctx.reader, ctx.clock)
+    message, raw = _original(mb, id)
+    parsed = read_message(raw)
+    head, _ = split_head(raw)
+    to, cc = reply_recipients(ctx.config, head, reply_all, parsed.from_, parsed.to, parsed.cc,
+                              parsed.reply_to)
+    if not to:
+        raise ComposeError("the reply has no recipient left (the original is from and to the "
+                           "user only); use save_draft with to")
+    account, address = _writer_of_reply(ctx.config, message, [
+        *parsed.to, *parsed.cc, *_delivered_to(head), *parsed.from_])
+    text = body.rstrip("\n")
+    if quote and parsed.text.strip():
+        text += "\n\n" + _attribution(parsed.date, parsed.from_) + "\n" + quoted(
+            clean_text(parsed.text))
+    refs = parsed.references or ([parsed.in_reply_to] if parsed.in_reply_to else [])
+    c = Composition(
+        account=account, sender=Address(user_name(mb), address), to=to, cc=cc, bcc=[],
+        subject=reply_subject(parsed.subject or message.subject), body=text + "\n",
+        in_reply_to=message.message_id, references=[*refs, message.message_id])
+    return store_draft(ctx, c)
+
+
+def forward_email(ctx: WriteContext, id: str, to: Sequence[str], body: str = "") -> DraftResult:
+    """A forward saved as a draft: the original attached whole (message/rfc822, with its own
+    attachments), the caller's text as the body, Fwd: subject."""
+    mb = Mailbox(ctx.config, ctx.reader, ctx.clock)
+    message, raw = _original(mb, id)
+    recipients = check_addresses(to, "to")
+    if not recipients:
+        raise ComposeError("to: give at least one recipient")
+    parsed = read_message(raw)
+    account, address = _writer_of_reply(ctx.config, message, [
+        *parsed.to, *parsed.cc, *_delivered_to(split_head(raw)[0])])
+    subject = parsed.subject or message.subject
+    c = Composition(
+        account=account, sender=Address(user_name(mb), address), to=recipients, cc=[], bcc=[],
+        subject=forward_subject(subject), body=body.rstrip("\n") + "\n",
+        forwarded=message.message_id,
+        attached=[message_part(raw, _eml_name(subject))])
+    return store_draft(ctx, c)
+
+
+def _eml_name(subject: str) -> str:
+    stem = re.sub(r"[^\w.-]+", "_", subject).strip("._")[:60] or "message"
+    return f"{stem}.eml"
+
+
+# ---------------------------------------------------------------------------------------------
+# After a send
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A draft checked and ready for the sender: the bytes to send (no Bcc), the envelope."""
+
+    composition: Composition
+    saved: bytes  # the draft as filed in Sent (with Bcc, as mutt's copy keeps it)
+    sent_folder: Path | None  # None: the account's server files its own copy
+    wire: bytes
+    envelope_from: str
+    recipients: tuple[str, ...]
+
+
+def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
+    """A saved draft read back and checked again as if it were new, since the user may have
+    edited it in a mail client: headers, addresses, blocklist, size.  Its Date becomes the
+    time of sending, as mail clients do with a postponed message."""
+    c, msg = _read_draft(ctx, draft_id)
+    for name, value in msg.items():
+        check_header(name, str(value))
+    everyone = [*c.to, *c.cc, *c.bcc]
+    for person in [c.sender, *everyone]:
+        check_addresses([person.address], "address")
+    if not everyone:
+        raise ComposeError(f"draft {draft_id!r} has no recipient; add one with save_draft")
+    if len(everyone) > MAX_RECIPIENTS:
+        raise ComposeError(f"{len(everyone)} recipients; at most {MAX_RECIPIENTS}")
+    check_not_blocked(ctx.config, everyone)
+    del msg["Date"]
+    msg["Date"] = email.utils.format_datetime(ctx.clock().astimezone())
+    saved = check_size(ctx.config, msg.as_bytes(policy=POLICY))
+    del msg["Bcc"]
+    return Outgoing(composition=c, saved=saved, sent_folder=_sent_folder(ctx, c.account),
+                    wire=msg.as_bytes(policy=POLICY),
+                    envelope_from=c.sender.address,
+                    recipients=tuple(dict.fromkeys(p.address for p in everyone)))
+
+
+def _sent_folder(ctx: WriteContext, account: Account) -> Path | None:
+    """Where the Sent copy goes -- found before sending, so a missing folder role stops the
+    send instead of failing after it."""
+    if account.send is not None and account.send.server_stores_sent:
+        return None
+    try:
+        return maildir.ensure_maildir(ctx.config, account.folder("sent"))
+    except ConfigError as exc:
+        raise ComposeError(f"{exc} (or send = {{ server_stores_sent = true }} when the server "
+                           "files sent mail itself); nothing was sent") from None
+
+
+def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
+    """After the sender took the message: the Sent copy (unless the server keeps one), the
+    draft gone, the original marked replied or passed -- one write session, one audit entry
+    that undo refuses (a sent message cannot be recalled)."""
+    c = out.composition
+    mid = c.message_id or ""
+    account = c.account
+    sent_folder = out.sent_folder
+    original = c.in_reply_to or c.forwarded
+    mark = tags.REPLIED if c.in_reply_to else tags.PASSED
+    known_original = original is not None and ctx.reader.find(original) is not None
+
+    def job(txn: WriteTxn) -> None:
+        if sent_folder is not None:
+            mover.add_new_file(txn, out.saved, sent_folder, SENT_FLAGS)
+        for path in _drafts_of(txn, ctx.config, mid, account):
+            mover.delete_file(txn, path)
+        if txn.get(mid) is not None:
+            txn.change_tags([mid], remove=[tags.DRAFT])
+            tag_added(txn, ctx.config, [mid])
+        if known_original and original is not None:
+            txn.change_tags([original], add=[mark])
+
+    ids = [mid, *([original] if known_original and original else [])]
+    try:
+        report = changes.apply_session(ctx, "send", {
+            "id": mid, "to": list(out.recipients), "subject": c.subject,
+            NOT_UNDOABLE: "a sent message cannot be recalled"}, ids, job)
+    except DatabaseBusy as exc:
+        raise FilingError(f"the message was sent, but it could not be filed ({exc}): it is "
+                          "still in Drafts and not in Sent; do not send it again") from None
+    if report.errors:  # sent all the same: say so, so nobody sends it twice
+        raise FilingError(f"the message was sent, but filing it failed: {report.errors[0][1]}; "
+                           "do not send it again")
+    _already_tagged(ctx, mid)
+    return _result(c, mid, sent=True)

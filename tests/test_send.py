@@ -1,0 +1,471 @@
+"""Drafts, replies, forwards and sending, through the plain functions, on a private indexed
+copy of the fixture mail, with a real SMTP server (aiosmtpd) behind a real msmtp.
+
+What is judged: the bytes the SMTP server received and its envelope, the files in the Drafts
+and Sent folders, notmuch's tags and Maildir flags, the audit log -- and, for every refusal,
+that nothing changed anywhere."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import email.utils
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from fmail_nm.errors import FmailError
+from fmail_nm.passes.changes import ChangeError, WriteContext
+from fmail_nm.service import send
+from fmail_nm.store import sidecar
+from fmail_nm.store.notmuch import Reader, Writer
+from fmail_nm.tools import compose, contacts, writes
+from fmail_nm.tools.compose import ComposeError
+
+from .conftest import MailEnv
+from .smtpbed import SmtpBed
+
+ORIGINAL = "orig-1@example.net"
+ORIGINAL_MAIL = (
+    "From: =?utf-8?q?Zo=C3=AB_M=C3=BCller?= <zoe@example.net>\r\n"
+    "To: Alex Morgan <alex@example.org>, bob@example.com\r\n"
+    "Cc: carol@example.com, alex.morgan@example.org\r\n"
+    "Reply-To: team@example.net\r\n"
+    "Subject: Re: AW: =?utf-8?q?Gr=C3=BC=C3=9Fe?=\r\n"
+    f"Message-ID: <{ORIGINAL}>\r\n"
+    "References: <root@example.net> <mid@example.net>\r\n"
+    "In-Reply-To: <mid@example.net>\r\n"
+    "Date: Tue, 02 Jan 2024 09:01:00 +0000\r\n"
+    "Content-Type: text/plain; charset=utf-8\r\n"
+    "Content-Transfer-Encoding: 8bit\r\n"
+    "\r\n"
+    "Hello Alex,\r\n\r\ncan you send the numbers?\r\n\r\n-- \r\nZo\u00eb\r\n"
+).encode()
+FOLLOWUP = "list-1@example.net"
+FOLLOWUP_MAIL = (
+    "From: dave@example.com\r\n"
+    "To: dev@lists.example.com\r\n"
+    "Cc: alex@example.org, erin@example.com\r\n"
+    "Mail-Followup-To: dev@lists.example.com, dave@example.com, alex@example.org\r\n"
+    "Subject: patch review\r\n"
+    f"Message-ID: <{FOLLOWUP}>\r\n"
+    "Date: Wed, 03 Jan 2024 10:00:00 +0000\r\n"
+    "\r\n"
+    "Please review.\r\n"
+).encode()
+PERSONAL = {"personal": "alex@example.org", "personal2": "alex.morgan@example.org",
+            "work": "amorgan@acme.test"}
+
+
+@dataclass
+class Bed:
+    env: MailEnv
+    smtp: SmtpBed
+    ctx: WriteContext
+    attachments: Path
+
+    @property
+    def drafts(self) -> Path:
+        return self.env.mail_root / "personal" / "Drafts" / "cur"
+
+    @property
+    def sent(self) -> Path:
+        return self.env.mail_root / "personal" / "Sent" / "cur"
+
+    def files_with(self, folder: Path, mid: str) -> list[Path]:
+        needle = f"<{mid}>".encode()
+        return sorted(p for p in folder.iterdir()
+                      if needle in p.read_bytes().split(b"\r\n\r\n", 1)[0]
+                      and re.search(rb"(?mi)^message-id:\s*" + re.escape(needle),
+                                    p.read_bytes()))
+
+    def receive(self, data: bytes) -> None:
+        """One more message in the personal INBOX, indexed (hooks and all)."""
+        deliver(self.env, f"1800000100.{zlib.crc32(data)}.test", data)
+        self.env.notmuch("new")
+
+    def tags(self, mid: str) -> frozenset[str]:
+        found = self.ctx.reader.find(mid)
+        assert found is not None, mid
+        return found.tags
+
+    def state(self) -> tuple[object, ...]:
+        """Everything a refused call must leave as it was."""
+        root = self.env.mail_root
+        files = sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                       if p.is_file() and p.parent.name in ("cur", "new"))
+        with sidecar.opened(self.ctx.sidecar_file) as conn:
+            audit = conn.execute("SELECT count(*) FROM audit_log").fetchone()[0]
+        return files, self.tags(ORIGINAL), audit, len(self.smtp.received)
+
+
+def deliver(env: MailEnv, name: str, data: bytes) -> None:
+    (env.mail_root / "personal" / "INBOX" / "cur" / f"{name}:2,S").write_bytes(data)
+
+
+def configure(env: MailEnv, smtp: SmtpBed, **send_options: object) -> None:
+    """The fixture fmail.toml with its per-account msmtp commands dropped and a [send] table
+    that points at the test server."""
+    text = re.sub(r"(?m)^send = .*\n", "", env.fmail_config.read_text()).split("\n[send]\n")[0]
+    env.fmail_config.write_text(text + "\n" + smtp.send_settings(**send_options))
+
+
+@pytest.fixture
+def bed(indexed: MailEnv, tmp_path: Path) -> Iterator[Bed]:
+    smtp = SmtpBed(tmp_path / "smtp", PERSONAL).start()
+    attachments = tmp_path / "outgoing"
+    attachments.mkdir()
+    configure(indexed, smtp, attachments_dir=str(attachments), max_message_mb=1)
+    deliver(indexed, "1800000000.test_1.host", ORIGINAL_MAIL)
+    deliver(indexed, "1800000001.test_2.host", FOLLOWUP_MAIL)
+    indexed.notmuch("new")
+    config = indexed.config()
+    try:
+        with Reader(config.settings.notmuch_config) as reader, \
+                Writer(config.settings.notmuch_config) as writer:
+            yield Bed(indexed, smtp, WriteContext(config, reader, writer,
+                                                  sidecar.sidecar_path(config.data_dir)),
+                      attachments)
+    finally:
+        smtp.stop()
+
+
+def parse(data: bytes) -> email.message.EmailMessage:
+    msg = email.message_from_bytes(data, policy=email.policy.default)
+    assert isinstance(msg, email.message.EmailMessage)
+    return msg
+
+
+def body_text(msg: email.message.EmailMessage) -> str:
+    body = msg.get_body(preferencelist=("plain",))
+    assert isinstance(body, email.message.EmailMessage)
+    return str(body.get_content()).replace("\r\n", "\n")
+
+
+def header_block(data: bytes) -> str:
+    return data.split(b"\r\n\r\n", 1)[0].decode("ascii")
+
+
+# ---------------------------------------------------------------------------------------------
+# Replies
+
+
+def test_reply_all_is_a_threaded_draft_in_drafts(bed: Bed) -> None:
+    draft = compose.reply_to_email(bed.ctx, ORIGINAL, "Here they are.", reply_all=True)
+
+    assert draft.from_ == "alex@example.org"
+    assert draft.to == ["team@example.net"]  # Reply-To wins over From
+    assert draft.cc == ["bob@example.com", "carol@example.com"]  # none of the user's own
+    assert draft.subject == "Re: Grüße"  # no Re: AW: stacking
+    (path,) = bed.files_with(bed.drafts, draft.id)
+    assert path.name.endswith(":2,DS")
+    assert bed.tags(draft.id) == {"draft"}
+    data = path.read_bytes()
+    head = header_block(data)
+    assert "From: Alex Morgan <alex@example.org>" in head
+    assert f"In-Reply-To: <{ORIGINAL}>" in head
+    assert f"References: <root@example.net> <mid@example.net> <{ORIGINAL}>" in head
+    assert "Subject: Re: =?utf-8?" in head and "Grüße" not in head  # encoded words
+    assert re.search(r"(?m)^Message-ID: <[^>]+@example\.org>\r?$", head)  # the user's domain
+    assert "\n" not in data.replace(b"\r\n", b"").decode()  # CRLF throughout
+    body = body_text(parse(data))
+    assert body.startswith("Here they are.\n\nOn Tue, 02 Jan 2024 at 09:01 UTC, Zoë Müller "
+                           "wrote:\n> Hello Alex,\n>\n> can you send the numbers?\n")
+    assert "> Zoë" not in body  # the signature is not quoted
+    assert bed.ctx.reader.find(draft.id).thread_id == bed.ctx.reader.find(ORIGINAL).thread_id  # type: ignore[union-attr]
+
+
+def test_reply_honours_mail_followup_to_and_plain_reply(bed: Bed) -> None:
+    everyone = compose.reply_to_email(bed.ctx, FOLLOWUP, "LGTM", reply_all=True, quote=False)
+    assert everyone.to == ["dev@lists.example.com", "dave@example.com"] and everyone.cc == []
+    assert everyone.subject == "Re: patch review"
+    assert body_text(parse(bed.files_with(bed.drafts, everyone.id)[0].read_bytes())) == "LGTM\n"
+
+    one = compose.reply_to_email(bed.ctx, FOLLOWUP, "Thanks")
+    assert one.to == ["dave@example.com"] and one.cc == []
+
+
+def test_save_draft_again_replaces_the_file_and_keeps_the_threading(bed: Bed) -> None:
+    first = compose.reply_to_email(bed.ctx, ORIGINAL, "v1")
+    (old,) = bed.files_with(bed.drafts, first.id)
+    again = compose.save_draft(bed.ctx, bcc=["secret@example.com"], body="v2",
+                               draft_id=first.id)
+    assert again.id == first.id and again.to == ["team@example.net"]
+    assert again.bcc == ["secret@example.com"]
+    (new,) = bed.files_with(bed.drafts, first.id)
+    assert new != old and not old.exists()
+    head = header_block(new.read_bytes())
+    assert f"In-Reply-To: <{ORIGINAL}>" in head and "Bcc: secret@example.com" in head
+    assert body_text(parse(new.read_bytes())) == "v2\n"
+    found = bed.ctx.reader.find(first.id)
+    assert found is not None and found.filenames == (str(new),)
+    with pytest.raises(ChangeError, match="not taken back"):
+        writes.undo_last_write(bed.ctx)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sending
+
+
+def test_send_goes_through_msmtp_and_files_the_message(bed: Bed) -> None:
+    (bed.attachments / "numbers.csv").write_text("q,n\n1,2\n")
+    draft = compose.reply_to_email(bed.ctx, ORIGINAL, "Numbers attached.", reply_all=True)
+    compose.save_draft(bed.ctx, bcc=["Secret Person <secret@example.com>"],
+                       attachments=["numbers.csv"], draft_id=draft.id)
+
+    done = send.send_draft(bed.ctx, draft.id)
+
+    assert done.sent is True and done.id == draft.id
+    (got,) = bed.smtp.received
+    assert got.mail_from == "alex@example.org"
+    assert got.rcpt_tos == ("team@example.net", "bob@example.com", "carol@example.com",
+                            "secret@example.com")  # Bcc in the envelope ...
+    head = header_block(got.data)
+    assert not re.search(r"(?mi)^bcc:", head) and "secret" not in head  # ... not in the mail
+    assert f"In-Reply-To: <{ORIGINAL}>" in head and f"Message-ID: <{draft.id}>" in head
+    msg = got.message()
+    assert msg["subject"] == "Re: Grüße"
+    assert body_text(msg).startswith("Numbers attached.\n\nOn ")
+    (part,) = list(msg.iter_attachments())
+    assert part.get_filename() == "numbers.csv" and part.get_content_type() == "text/csv"
+    assert part.get_payload(decode=True) == b"q,n\n1,2\n"  # exactly as on disk
+
+    assert bed.files_with(bed.drafts, draft.id) == []
+    (copy,) = bed.files_with(bed.sent, draft.id)
+    assert copy.name.endswith(":2,S")
+    assert "Bcc: Secret Person <secret@example.com>" in header_block(copy.read_bytes())
+    assert bed.tags(draft.id) - {"attachment"} == {"sent"}  # no longer a draft, not unread
+    assert "replied" in bed.tags(ORIGINAL)
+    (original,) = bed.ctx.reader.find(ORIGINAL).filenames  # type: ignore[union-attr]
+    assert original.endswith(":2,RS")  # mbsync pushes it as \Answered
+
+    with sidecar.opened(bed.ctx.sidecar_file) as conn:
+        entry = sidecar.last_write(conn)
+    assert entry is not None and entry.action == "send"
+    assert {c["message_id"] for c in entry.changes} == {draft.id, ORIGINAL}
+    with pytest.raises(ChangeError, match="cannot be recalled"):
+        writes.undo_last_write(bed.ctx)
+    assert "replied" in bed.tags(ORIGINAL) and bed.files_with(bed.sent, draft.id) == [copy]
+
+
+def test_forward_attaches_the_original_unchanged_and_marks_it_passed(bed: Bed) -> None:
+    draft = compose.forward_email(bed.ctx, ORIGINAL, ["Frank <frank@example.com>"], "FYI")
+    assert draft.subject == "Fwd: Re: AW: Grüße" and draft.to == ["frank@example.com"]
+    send.send_draft(bed.ctx, draft.id)
+
+    (got,) = bed.smtp.received
+    assert got.rcpt_tos == ("frank@example.com",)
+    assert f"X-Forwarded-Message-Id: <{ORIGINAL}>" in header_block(got.data)
+    (part,) = list(got.message().iter_attachments())
+    assert part.get_content_type() == "message/rfc822"
+    assert ORIGINAL_MAIL in got.data  # byte for byte, 8-bit body included
+    assert "passed" in bed.tags(ORIGINAL) and "replied" not in bed.tags(ORIGINAL)
+
+
+def test_a_new_message_is_dated_when_sent_with_encoded_names(bed: Bed) -> None:
+    draft = compose.save_draft(bed.ctx, ["Zoë Müller <zoe@example.net>"], [], [], "Hello",
+                               "Grüße\n" + "long line " * 20, account="personal")
+    bed.ctx.clock = lambda: datetime(2030, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
+    done = send.send_draft(bed.ctx, draft.id)
+    assert done.from_ == "alex@example.org" and done.to == ["zoe@example.net"]
+    (got,) = bed.smtp.received
+    assert got.mail_from == "alex@example.org" and got.rcpt_tos == ("zoe@example.net",)
+    head = header_block(got.data)
+    assert "To: =?utf-8?q?Zo=C3=AB_M=C3=BCller?= <zoe@example.net>" in head
+    assert "Subject: Hello" in head and "Content-Transfer-Encoding: quoted-printable" in head
+    assert all(len(line) <= 78 for line in got.data.split(b"\r\n"))
+    msg = got.message()
+    assert email.utils.parsedate_to_datetime(msg["date"]) == datetime(
+        2030, 5, 6, 7, 8, 9, tzinfo=timezone.utc)  # the time of sending, not of the draft
+    assert str(msg["to"]) == "Zoë Müller <zoe@example.net>"
+    assert body_text(msg) == "Grüße\n" + "long line " * 20 + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Refusals: a clear error, and nothing changed
+
+
+def test_a_failing_sender_is_reported_verbatim_and_the_draft_stays(bed: Bed) -> None:
+    draft = compose.reply_to_email(bed.ctx, ORIGINAL, "Hi")
+    before = bed.state()
+    bed.smtp.reject = "550 5.1.1 mailbox unavailable"
+
+    with pytest.raises(send.SendFailed) as failed:
+        send.send_draft(bed.ctx, draft.id)
+
+    assert "exit status" in str(failed.value) and "550 5.1.1 mailbox unavailable" in str(
+        failed.value) and "draft is kept" in str(failed.value)
+    assert bed.state() == before
+    assert len(bed.files_with(bed.drafts, draft.id)) == 1
+    assert bed.files_with(bed.sent, draft.id) == [] and bed.tags(draft.id) == {"draft"}
+
+
+def test_refusals_change_nothing(bed: Bed, tmp_path: Path) -> None:
+    draft = compose.reply_to_email(bed.ctx, ORIGINAL, "Hi")
+    (tmp_path / "secret.txt").write_text("not for sending")
+    (bed.attachments / "link.txt").symlink_to(tmp_path / "secret.txt")
+    (bed.attachments / "big.bin").write_bytes(b"\xff" * (1024 * 1024))
+    with sidecar.opened(bed.ctx.sidecar_file) as conn:
+        contacts.set_blocked(conn, ["bad@example.com"], True)
+    before = bed.state()
+
+    cases: list[tuple[str, object]] = [
+        ("line breaks", lambda: compose.save_draft(
+            bed.ctx, ["x@example.com"], subject="hi\r\nBcc: victim@example.com", body="")),
+        ("line breaks", lambda: compose.save_draft(
+            bed.ctx, ["x@example.com\nBcc: victim@example.com"], subject="hi", body="")),
+        ("'not-an-address' is not an email address", lambda: compose.save_draft(
+            bed.ctx, ["ok@example.com", "not-an-address"], subject="hi", body="")),
+        ("blocklist: bad@example.com", lambda: compose.save_draft(
+            bed.ctx, ["Bad <BAD@example.com>"], subject="hi", body="")),
+        ("outside the attachments folder", lambda: compose.save_draft(
+            bed.ctx, ["x@example.com"], subject="hi", body="", attachments=["../secret.txt"])),
+        ("outside the attachments folder", lambda: compose.save_draft(
+            bed.ctx, ["x@example.com"], subject="hi", body="", attachments=["link.txt"])),
+        ("max_message_mb", lambda: compose.save_draft(
+            bed.ctx, ["x@example.com"], subject="hi", body="", attachments=["big.bin"])),
+        ("no draft with id", lambda: send.send_draft(bed.ctx, ORIGINAL)),
+        ("not saved as a draft", lambda: send.send_new(bed.ctx, ["x@example.com"], "s", "b")),
+    ]
+    for expected, call in cases:
+        with pytest.raises(FmailError) as refused:
+            call()  # type: ignore[operator]
+        assert expected in str(refused.value), (expected, str(refused.value))
+        assert bed.state() == before, expected
+
+    # A draft edited in the mail client is checked again before it is sent.
+    (path,) = bed.files_with(bed.drafts, draft.id)
+    path.write_bytes(path.read_bytes().replace(b"To: team@example.net",
+                                               b"To: bad@example.com"))
+    before = bed.state()
+    with pytest.raises(ComposeError, match="blocklist"):
+        send.send_draft(bed.ctx, draft.id)
+    assert bed.state() == before
+
+
+def test_sending_off_and_the_hourly_limit(bed: Bed) -> None:
+    configure(bed.env, bed.smtp, max_per_hour=1, direct=True)
+    bed.ctx.config = bed.env.config()
+    first = send.send_new(bed.ctx, ["x@example.com"], "one", "1")
+    assert first.sent
+    draft = compose.save_draft(bed.ctx, ["y@example.com"], subject="two", body="2")
+    before = bed.state()
+    with pytest.raises(send.SendRefused, match="limit is 1"):
+        send.send_draft(bed.ctx, draft.id)
+    assert bed.state() == before and len(bed.smtp.received) == 1
+
+    bed.env.fmail_config.write_text(bed.env.fmail_config.read_text().replace(
+        "enabled = true", "enabled = false"))
+    bed.ctx.config = bed.env.config()
+    with pytest.raises(send.SendRefused, match="sending is off"):
+        send.send_draft(bed.ctx, draft.id)
+    assert bed.state() == before
+
+
+def test_a_command_that_reads_recipients_from_the_mail_is_refused(bed: Bed) -> None:
+    text = bed.env.fmail_config.read_text().replace(
+        '"-C", ', '"-t", "-C", ')
+    bed.env.fmail_config.write_text(text)
+    bed.ctx.config = bed.env.config()
+    draft = compose.save_draft(bed.ctx, ["x@example.com"], subject="s", body="b")
+    with pytest.raises(send.SendRefused, match="drop -t"):
+        send.send_draft(bed.ctx, draft.id)
+    assert bed.smtp.received == []
+
+
+def test_direct_sending_saves_first_so_a_failure_leaves_the_draft(bed: Bed) -> None:
+    configure(bed.env, bed.smtp, direct=True)
+    bed.ctx.config = bed.env.config()
+    bed.smtp.reject = "550 no such user"
+    with pytest.raises(send.SendFailed, match="550 no such user") as failed:
+        send.save_and_send(bed.ctx, lambda c: compose.reply_to_email(c, ORIGINAL, "x"))
+    draft_id = str(failed.value).rpartition("draft_id ")[2].rstrip(")")
+    assert len(bed.files_with(bed.drafts, draft_id)) == 1 and bed.smtp.received == []
+
+    bed.smtp.reject = None
+    done = send.save_and_send(bed.ctx, lambda c: compose.reply_to_email(c, ORIGINAL, "y"))
+    assert done.sent and bed.smtp.received[0].rcpt_tos == ("team@example.net",)
+    assert "replied" in bed.tags(ORIGINAL)
+
+
+HOSTILE_MAIL = (
+    "From: Mallory <mallory@example.com>\r\n"
+    "To: alex@example.org\r\n"
+    "Subject: =?utf-8?q?Invoice=0D=0ABcc:_victim@example.com?=\r\n"
+    "Message-ID: <hostile-1@example.com>\r\n"
+    "References: <ok@example.com> <bad id@example.com>\r\n"
+    "Date: Wed, 03 Jan 2024 10:00:00 +0000\r\n"
+    "\r\n"
+    "Pay now.\r\n"
+).encode()
+
+
+def test_a_reply_to_hostile_mail_carries_nothing_it_injects(bed: Bed) -> None:
+    bed.receive(HOSTILE_MAIL)
+    draft = compose.reply_to_email(bed.ctx, "hostile-1@example.com", "No.")
+    assert draft.subject == "Re: Invoice Bcc: victim@example.com"  # one line, only text
+    head = header_block(bed.files_with(bed.drafts, draft.id)[0].read_bytes())
+    assert not re.search(r"(?mi)^bcc:", head)
+    assert "References: <ok@example.com> <hostile-1@example.com>" in head  # "bad id" dropped
+
+
+def test_a_reply_to_the_users_own_mail_goes_to_its_recipients(bed: Bed) -> None:
+    bed.receive(b"From: Alex Morgan <alex@example.org>\r\nTo: Bob <bob@example.com>\r\n"
+                b"Cc: carol@example.com\r\nSubject: Fwd: plans\r\n"
+                b"Message-ID: <own-1@example.org>\r\n\r\nSee below.\r\n")
+    one = compose.reply_to_email(bed.ctx, "own-1@example.org", "Any news?")
+    assert one.to == ["bob@example.com"] and one.cc == [] and one.subject == "Re: Fwd: plans"
+    everyone = compose.reply_to_email(bed.ctx, "own-1@example.org", "Any news?",
+                                      reply_all=True)
+    assert everyone.to == ["bob@example.com"] and everyone.cc == ["carol@example.com"]
+    forward = compose.forward_email(bed.ctx, "own-1@example.org", ["dan@example.com"])
+    assert forward.subject == "Fwd: plans"  # no Fwd: Fwd:
+
+
+def test_a_reply_to_mail_bcc_d_to_an_alias_is_written_from_that_address(bed: Bed) -> None:
+    bed.receive(b"Delivered-To: alex.morgan@example.org\r\nFrom: Erin <erin@example.com>\r\n"
+                b"To: undisclosed-recipients:;\r\nSubject: hi\r\n"
+                b"Message-ID: <bcc-1@example.com>\r\n\r\nHi.\r\n")
+    draft = compose.reply_to_email(bed.ctx, "bcc-1@example.com", "Hello")
+    assert draft.from_ == "alex.morgan@example.org" and draft.to == ["erin@example.com"]
+
+
+@pytest.mark.parametrize(("subject", "reply", "forward"), [
+    ("Hello", "Re: Hello", "Fwd: Hello"),
+    ("RE: re[2]: AW: Hello", "Re: Hello", "Fwd: RE: re[2]: AW: Hello"),
+    ("Fw: FWD: Hello", "Re: Fw: FWD: Hello", "Fwd: Hello"),
+    ("", "Re: ", "Fwd: "),
+])
+def test_subject_prefixes_do_not_stack(subject: str, reply: str, forward: str) -> None:
+    assert compose.reply_subject(subject) == reply
+    assert compose.forward_subject(subject) == forward
+
+
+@pytest.mark.parametrize(("table", "error"), [
+    ("enabled = 1", "enabled must be true or false"),
+    ("max_per_hour = -1", "max_per_hour must be a whole number"),
+    ("max_message_mb = 0", "max_message_mb must be a number > 0"),
+    ("attachments = '~/x'", "unknown keys attachments"),
+])
+def test_send_settings_are_checked(tmp_path: Path, table: str, error: str) -> None:
+    from fmail_nm.config import ConfigError, load_settings
+
+    path = tmp_path / "fmail.toml"
+    path.write_text(f"[send]\n{table}\n")
+    with pytest.raises(ConfigError, match=error):
+        load_settings(path)
+
+
+def test_send_settings_default_to_drafts_only(tmp_path: Path) -> None:
+    from fmail_nm.config import load_settings
+
+    path = tmp_path / "fmail.toml"
+    path.write_text("")
+    send_settings = load_settings(path).send
+    assert send_settings.enabled is False and send_settings.direct is False
+    assert send_settings.attachments_dir is None and send_settings.command == ("msmtp",)

@@ -1,0 +1,131 @@
+"""The draft and send tools through the real server process and the `mcp` SDK client, with a
+real SMTP server behind a real msmtp: which tools exist in which mode, and that every refusal
+is a clear error that changes nothing (files, tags, audit log, mail received)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp.client.client import Client
+
+from .conftest import MailEnv
+from .smtpbed import SmtpBed
+from .test_send import ORIGINAL, ORIGINAL_MAIL, PERSONAL, configure, deliver
+from .test_server import SEND_TOOLS, WRITE_TOOLS, check_tool_list
+from .test_server_writes import call, error_text, server_params
+
+DRAFT_TOOLS = {"save_draft", "reply_to_email", "forward_email"}
+
+
+@pytest.fixture
+def smtp(tmp_path: Path) -> Iterator[SmtpBed]:
+    bed = SmtpBed(tmp_path / "smtp", PERSONAL).start()
+    try:
+        yield bed
+    finally:
+        bed.stop()
+
+
+@pytest.fixture
+def mail(indexed: MailEnv) -> MailEnv:
+    deliver(indexed, "1800000000.test_1.host", ORIGINAL_MAIL)
+    indexed.notmuch("new")
+    return indexed
+
+
+def snapshot(env: MailEnv, smtp: SmtpBed) -> tuple[Any, ...]:
+    root = env.mail_root
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                   if p.is_file() and p.parent.name in ("cur", "new"))
+    tags = env.notmuch("search", "--output=tags", f"id:{ORIGINAL}").stdout.split()
+    return files, tags, len(smtp.received)
+
+
+@pytest.mark.anyio
+async def test_send_tools_absent_by_default_drafts_only(mail: MailEnv, smtp: SmtpBed) -> None:
+    configure(mail, smtp)
+    mail.fmail_config.write_text(mail.fmail_config.read_text().replace(
+        "enabled = true", "enabled = false"))
+    async with Client(server_params(mail)) as client:
+        tools = (await client.list_tools()).tools
+        check_tool_list(tools, read_only=False)
+        assert not {t.name for t in tools} & SEND_TOOLS
+        draft = await call(client, "reply_to_email", {"id": ORIGINAL, "body": "Thanks"})
+        assert draft["sent"] is False and draft["to"] == ["team@example.net"]
+        found = await call(client, "search_emails", {"query": "in:drafts"})
+        assert draft["id"] in {r["id"] for r in found["results"]}
+
+        before = snapshot(mail, smtp)
+        refused = await error_text(client, "reply_to_email", {"id": ORIGINAL, "body": "x",
+                                                              "send": True})
+        assert "not saved as a draft" in refused
+        assert (await client.call_tool("send_email", {"draft_id": draft["id"]})).is_error
+        assert snapshot(mail, smtp) == before and smtp.received == []
+
+    async with Client(server_params(mail, "--read-only")) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert not names & (WRITE_TOOLS | SEND_TOOLS)
+        assert (await client.call_tool("save_draft", {"to": ["x@example.com"]})).is_error
+
+    configure(mail, smtp)  # [send] enabled = true
+    async with Client(server_params(mail)) as client:
+        check_tool_list((await client.list_tools()).tools, read_only=False, send=True)
+
+
+@pytest.mark.anyio
+async def test_allow_send_offers_send_email_and_refusals_change_nothing(
+        mail: MailEnv, smtp: SmtpBed, tmp_path: Path) -> None:
+    outgoing = tmp_path / "outgoing"
+    outgoing.mkdir()
+    (tmp_path / "private.txt").write_text("keep")
+    (outgoing / "big.bin").write_bytes(b"x" * (1024 * 1024 + 1))
+    configure(mail, smtp, attachments_dir=str(outgoing), max_message_mb=1)
+    mail.fmail_config.write_text(mail.fmail_config.read_text().replace(
+        "enabled = true", "enabled = false"))
+    async with Client(server_params(mail, "--allow-send")) as client:
+        tools = (await client.list_tools()).tools
+        check_tool_list(tools, read_only=False, send=True)
+        sender = next(t for t in tools if t.name == "send_email")
+        assert sender.annotations.destructive_hint and sender.annotations.open_world_hint  # type: ignore[union-attr]
+        draft = await call(client, "reply_to_email", {"id": ORIGINAL, "body": "Numbers soon",
+                                                      "reply_all": True})
+        await call(client, "manage_contacts_sql", {
+            "sql_query": "INSERT INTO contacts (email_address, is_blocked) "
+                         "VALUES ('spam@example.com', 1)"})
+        before = snapshot(mail, smtp)
+        refusals = {
+            "line breaks": ("save_draft", {"to": ["a@example.com"], "subject": "x\nBcc: v@x.org"}),
+            "'nobody' is not an email address": ("save_draft", {"to": ["nobody"]}),
+            "blocklist": ("save_draft", {"to": ["spam@example.com"], "subject": "hi"}),
+            "outside the attachments folder": ("save_draft", {
+                "to": ["a@example.com"], "attachments": ["../private.txt"]}),
+            "not saved as a draft": ("send_email", {"to": ["a@example.com"], "subject": "s",
+                                                    "body": "b"}),
+            "no draft with id": ("send_email", {"draft_id": ORIGINAL}),
+            "max_message_mb": ("save_draft", {"to": ["a@example.com"],
+                                              "attachments": ["big.bin"]}),
+        }
+        for expected, (tool, args) in refusals.items():
+            assert expected in await error_text(client, tool, args), expected
+            assert snapshot(mail, smtp) == before, expected
+
+        smtp.reject = "554 5.7.1 relay denied"  # the sender fails: its words, nothing filed
+        failed = await error_text(client, "send_email", {"draft_id": draft["id"]})
+        assert "554 5.7.1 relay denied" in failed and "the draft is kept" in failed
+        assert snapshot(mail, smtp) == before
+        smtp.reject = None
+
+        done = await call(client, "send_email", {"draft_id": draft["id"]})
+        assert done["sent"] is True
+        (got,) = smtp.received
+        assert got.rcpt_tos == ("team@example.net", "bob@example.com", "carol@example.com")
+        assert f"In-Reply-To: <{ORIGINAL}>".encode() in got.data
+        sent = await call(client, "search_emails", {"query": f"id:{draft['id']}"})
+        assert "sent" in sent["results"][0]["tags"] and "draft" not in sent["results"][0]["tags"]
+        assert "cannot be recalled" in await error_text(client, "undo_last_write", {})
+    assert "replied" in mail.notmuch("search", "--output=tags", f"id:{ORIGINAL}").stdout.split()
+    check = mail.fmail("sidecar", "check", "--files")
+    assert check.stdout.strip().endswith("sidecar matches notmuch")
