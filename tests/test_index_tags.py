@@ -210,3 +210,59 @@ def test_expected_tags_keep_what_new_tags_meant() -> None:
     assert expected_tags(frozenset({"new", "inbox"}), frozenset({"new", "inbox"}),
                          "Rust.Users.lists.example.com") == {
         "inbox", "list", "list/rust.users.lists.example.com"}
+
+
+def init_no_index_then_bare_new(env: MailEnv) -> None:
+    args = ["init", "--no-index", "--mail-root", str(env.mail_root), "--name", "Alex Morgan"]
+    for address in USER_ADDRESSES:
+        args += ["--address", address]
+    env.fmail(*args)
+    env.notmuch("new", "--no-hooks")
+
+
+def test_the_tagger_tags_each_mirror_batch_while_the_mirror_goes_on(mail_env: MailEnv) -> None:
+    """Many small mirror batches, each handed to the tagger as it commits: every message ends
+    with the tags it always got, and no mark is left behind."""
+    from fmail_nm.passes.mirror import Mirror
+    from fmail_nm.passes.tagging import Tagger, configured_new_tags
+
+    init_no_index_then_bare_new(mail_env)
+    config = mail_env.config()
+    handed: list[int] = []
+    with Reader() as reader, Writer() as writer, \
+            sidecar.opened(sidecar.sidecar_path(config.data_dir)) as conn:
+        with Tagger(config, writer, configured_new_tags(reader)) as tagger:
+            def hand_over(marked: list[tuple[str, str | None]]) -> None:
+                handed.append(len(marked))
+                tagger.add(marked)
+            Mirror(config, reader, conn, batch_size=20, on_marked=hand_over).sync()
+        assert sidecar.pending_tagging(conn) == []
+        assert tagger.report.messages == sum(handed) == 169
+    assert len(handed) == 9
+    mail_env.fmail("sidecar", "sync")
+    assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())
+
+
+def test_a_tagger_that_cannot_write_leaves_the_marks_for_the_next_run(mail_env: MailEnv) -> None:
+    """The write lock is held elsewhere: the tagger's error reaches the caller, the mirror's
+    batches are kept, every message stays marked, and the next index run tags them."""
+    from fmail_nm.errors import FmailError
+    from fmail_nm.passes.post_new import post_new
+
+    from .conftest import notmuch_lock_held
+
+    init_no_index_then_bare_new(mail_env)
+    config = mail_env.config()
+    with Reader() as reader, Writer(lock_timeout=0.5) as writer:
+        with notmuch_lock_held(mail_env.env):
+            try:
+                post_new(config, reader, writer)
+            except FmailError as exc:
+                assert "busy" in str(exc).lower()
+            else:
+                raise AssertionError("post_new went on without the write lock")
+    with sidecar.opened(sidecar.sidecar_path(config.data_dir)) as conn:
+        assert len(sidecar.pending_tagging(conn)) == 169
+        assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 169
+    mail_env.fmail("index", "--quiet")
+    assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())

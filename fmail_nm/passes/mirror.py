@@ -309,12 +309,17 @@ class Mirror:
                  batch_size: int = BATCH_SIZE,
                  on_batch: Callable[[int], None] | None = None,
                  new_since: int | None = None,
-                 on_progress: ProgressCallback | None = None) -> None:
+                 on_progress: ProgressCallback | None = None,
+                 on_marked: Callable[[list[tuple[str, str | None]]], None] | None = None) -> None:
         self.config = config
         self.reader = reader
         self.conn = conn
         self.batch_size = batch_size
         self.on_batch = on_batch  # called after each committed batch (tests use it to crash)
+        # Called after each committed batch with the (Message-ID, List-Id) it marked for
+        # tagging, so the tagging pass can start on them while the mirror goes on.
+        self.on_marked = on_marked
+        self._marked: list[tuple[str, str | None]] = []
         self.layout = Layout(config)
         self.me = frozenset(config.addresses)
         # Which messages new to the mirror are new mail, to be tagged (passes.tagging): in an
@@ -386,9 +391,12 @@ class Mirror:
                     dirty_before = sidecar.get_state(self.conn, "stats_dirty") is not None
                     sidecar.set_state(self.conn, "stats_dirty", "1")
                     self._marked_dirty = not dirty_before
+                self._marked = []
                 self._apply_batch(chunk, report)
                 window.after = chunk[-1]
                 sidecar.set_state(self.conn, "window", window.dump())
+            if self.on_marked is not None and self._marked:
+                self.on_marked(self._marked)
             if self.on_batch is not None:
                 self.on_batch(len(chunk))
             done += len(chunk)
@@ -419,6 +427,7 @@ class Mirror:
             row = build_row(message, parsed, self.layout, self.me)
             if mid not in known and (self._recent is None or mid in self._recent):
                 row["needs_tagging"] = 1
+                self._marked.append((mid, parsed.list_id))
             self._touched |= _write_row(self.conn, row, parsed, fresh=mid not in known)
             report.upserted += 1
         self._delete(gone, report)
@@ -601,13 +610,16 @@ def sync_lock(path: Path, *, wait: bool) -> Iterator[None]:
 
 def sync_sidecar(config: Config, reader: Reader, *, full: bool = False,
                  wait: bool = True, new_since: int | None = None,
-                 on_progress: ProgressCallback | None = None) -> MirrorReport:
+                 on_progress: ProgressCallback | None = None,
+                 on_marked: Callable[[list[tuple[str, str | None]]], None] | None = None
+                 ) -> MirrorReport:
     """Bring the sidecar up to date with notmuch.  With ``wait=False`` a sync already running
     elsewhere raises :class:`SyncInProgress` instead of waiting for it.  ``new_since``: the
     notmuch revision before the index run that brought new mail (see :class:`Mirror`)."""
     path = sidecar.sidecar_path(config.data_dir)
     with sync_lock(path, wait=wait), sidecar.opened(path) as conn:
-        mirror = Mirror(config, reader, conn, new_since=new_since, on_progress=on_progress)
+        mirror = Mirror(config, reader, conn, new_since=new_since, on_progress=on_progress,
+                        on_marked=on_marked)
         try:
             return mirror.sync(full=full)
         finally:

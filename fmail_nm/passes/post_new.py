@@ -8,6 +8,7 @@ with everything already imported), so the hook need not start a second fmail-nm.
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass
 
 from ..config import Config
@@ -15,7 +16,7 @@ from ..progress import ProgressCallback
 from ..store.notmuch import Reader, Writer, WriteTxn
 from .blocklist import BlockReport, apply_blocklist, read_blocklist
 from .mirror import MirrorReport, sync_sidecar
-from .tagging import TaggingReport, run_tagging
+from .tagging import Tagger, TaggingReport, configured_new_tags, run_tagging
 
 NEW_SINCE_ENV = "FMAIL_NEW_SINCE"
 PASS_AFTER_ENV = "FMAIL_PASS_AFTER"  # read by hooks/post-new
@@ -32,10 +33,16 @@ def post_new(config: Config, reader: Reader, writer: Writer, *,
              new_since: int | None = None,
              on_progress: ProgressCallback | None = None) -> PostNewReport:
     """What follows every ``notmuch new``: mirror the new mail into the sidecar (each new file
-    parsed once, there), tag what the mirror marked as new, apply the blocklist, and mirror the
-    final tags.  ``new_since``: the notmuch revision before the index run, when known."""
-    first = sync_sidecar(config, reader, new_since=new_since, on_progress=on_progress)
-    tagging = run_tagging(config, reader, writer, on_progress=on_progress)
+    parsed once, there), tag what the mirror marked as new -- batch by batch, alongside the
+    mirror -- apply the blocklist, and mirror the final tags.  ``new_since``: the notmuch revision before the index run, when known."""
+    # The tagging pass starts on each batch the mirror has committed while the mirror goes on;
+    # whatever it did not reach (or a pass that died before left marked) is tagged after.
+    on_progress = _serialized(on_progress)  # the tagger reports from its own thread
+    with Tagger(config, writer, configured_new_tags(reader), on_progress=on_progress) as tagger:
+        first = sync_sidecar(config, reader, new_since=new_since, on_progress=on_progress,
+                             on_marked=tagger.add)
+    tagging = run_tagging(config, reader, writer, on_progress=on_progress,
+                          report=tagger.report)
     blocklist = apply_blocklist(config, reader, writer, read_blocklist(config))
     second = sync_sidecar(config, reader, on_progress=on_progress)
     mirror = MirrorReport(full=first.full, upserted=first.upserted + second.upserted,
@@ -43,6 +50,17 @@ def post_new(config: Config, reader: Reader, writer: Writer, *,
                           removed=first.removed + second.removed, revision=second.revision,
                           uuid=second.uuid)
     return PostNewReport(tagging, blocklist, mirror)
+
+
+def _serialized(callback: ProgressCallback | None) -> ProgressCallback | None:
+    if callback is None:
+        return None
+    lock = threading.Lock()
+
+    def call(phase: str, done: int, total: int) -> None:
+        with lock:
+            callback(phase, done, total)
+    return call
 
 
 # Versions before the sidecar held recipients kept the first few in this notmuch property.

@@ -22,7 +22,9 @@ Each batch is one short write session, so a mail client or ``notmuch tag`` never
 from __future__ import annotations
 
 import functools
+import queue
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -197,25 +199,89 @@ def configured_new_tags(reader: Reader) -> frozenset[str]:
                      if t.strip())
 
 
-def run_tagging(config: Config, reader: Reader, writer: Writer, *,
+def tag_pending(config: Config, writer: Writer, pending: Sequence[tuple[str, str | None]],
+                new_tags: frozenset[str], report: TaggingReport, *,
                 batch_size: int = BATCH_SIZE,
-                on_progress: ProgressCallback | None = None) -> TaggingReport:
-    """Tag the messages the mirror marked as new, in batches; returns what was done."""
-    report = TaggingReport()
-    new_tags = configured_new_tags(reader)
+                on_progress: ProgressCallback | None = None) -> None:
+    """Tag these (Message-ID, List-Id) pairs in batches of one write session each, clearing
+    each batch's marks in the sidecar only once its session committed."""
     path = sidecar.sidecar_path(config.data_dir)
-    with sidecar.opened(path) as conn:
-        pending = sidecar.pending_tagging(conn)
-    if on_progress is not None and pending:
-        on_progress(TAGGING, 0, len(pending))
+    done = 0
     for start in range(0, len(pending), batch_size):
         batch = dict(pending[start:start + batch_size])
         writer.run(functools.partial(_tag_batch, batch=batch, config=config, new_tags=new_tags,
                                      report=report))
         with sidecar.opened(path) as conn:  # only now: a batch that did not commit is redone
             sidecar.mark_tagged(conn, list(batch))
+        done += len(batch)
         report.messages += len(batch)
         report.batches += 1
         if on_progress is not None:
-            on_progress(TAGGING, report.messages, len(pending))
+            on_progress(TAGGING, done, len(pending))
+
+
+def run_tagging(config: Config, reader: Reader, writer: Writer, *,
+                batch_size: int = BATCH_SIZE,
+                on_progress: ProgressCallback | None = None,
+                report: TaggingReport | None = None) -> TaggingReport:
+    """Tag the messages the mirror marked as new, in batches; returns what was done (added
+    to ``report`` when one is given)."""
+    report = TaggingReport() if report is None else report
+    with sidecar.opened(sidecar.sidecar_path(config.data_dir)) as conn:
+        pending = sidecar.pending_tagging(conn)
+    if on_progress is not None and pending:
+        on_progress(TAGGING, 0, len(pending))
+    tag_pending(config, writer, pending, configured_new_tags(reader), report,
+                batch_size=batch_size, on_progress=on_progress)
     return report
+
+
+class Tagger:
+    """Tags the mirror's marked messages on a thread of its own while the mirror goes on with
+    the next batch: libnotmuch rewriting documents (the writer's thread, outside the GIL) and
+    the mirror parsing files then share the machine instead of taking turns.  Feed it with
+    :meth:`add` (the mirror's ``on_marked``); leaving the ``with`` block waits for it and
+    raises what it raised.  Marks it did not reach stay in the sidecar for
+    :func:`run_tagging`."""
+
+    def __init__(self, config: Config, writer: Writer, new_tags: frozenset[str], *,
+                 on_progress: ProgressCallback | None = None) -> None:
+        self.config, self.writer, self.new_tags = config, writer, new_tags
+        self.on_progress = on_progress  # called from the tagger's thread
+        self.report = TaggingReport()
+        self._marked = 0  # messages handed over so far: the progress total grows with them
+        self._queue: queue.Queue[list[tuple[str, str | None]] | None] = queue.Queue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="fmail-tagger", daemon=True)
+
+    def add(self, marked: Sequence[tuple[str, str | None]]) -> None:
+        if marked and self._error is None:
+            self._marked += len(marked)
+            self._queue.put(list(marked))
+
+    def _progress(self, before: int) -> ProgressCallback | None:
+        """Progress over everything handed over so far, not just the current chunk."""
+        report = self.on_progress
+        if report is None:
+            return None
+        return lambda phase, done, _total: report(phase, before + done, self._marked)
+
+    def __enter__(self) -> Tagger:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None and exc[0] is None:
+            raise self._error
+
+    def _loop(self) -> None:
+        while (marked := self._queue.get()) is not None:
+            if self._error is not None:
+                continue  # drain: what was not tagged keeps its mark
+            try:
+                tag_pending(self.config, self.writer, marked, self.new_tags, self.report,
+                            on_progress=self._progress(self.report.messages))
+            except BaseException as exc:  # handed to the caller's thread
+                self._error = exc
