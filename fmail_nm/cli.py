@@ -25,18 +25,31 @@ T = TypeVar("T")
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from .adopt.initialize import prepare
+    from .adopt.initialize import prepare, write_fmail_toml
     from .app import load_config
+    from .config import default_config_path
     from .service.index import run_index
 
-    settings = load_settings(args.config)
+    fmail_toml = Path(args.config).expanduser() if args.config else default_config_path()
+    if not fmail_toml.is_file():
+        write_fmail_toml(fmail_toml, args.notmuch_config)
+        print(f"wrote fmail-nm config (all commented; edit freely): {fmail_toml}")
+    settings = load_settings(fmail_toml)
     report = prepare(
         settings,
         notmuch_config=args.notmuch_config or settings.notmuch_config,
         mail_root=Path(args.mail_root).expanduser() if args.mail_root else None,
         name=args.name,
         addresses=list(args.address or settings.addresses),
+        say=lambda line: print(line, flush=True),
     )
+    if report.identity is not None:
+        found = report.identity.describe()
+        print("who you are:" if found else
+              "who you are: no address found (notmuch config, mbsync, msmtp, Sent folders); "
+              "give them with --address")
+        for line in found:
+            print(f"  {line}")
     if report.wrote_config:
         print(f"wrote notmuch config: {report.notmuch_config}")
     else:
@@ -50,7 +63,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     if args.no_index:
         return 0
     sys.stdout.flush()  # what init did, before the progress line on stderr
-    print(run_index(load_config(args.config)).describe())
+    print(run_index(load_config(fmail_toml)).describe())
     return 0
 
 

@@ -183,7 +183,8 @@ def load_settings(path: Path | str | None = None) -> Settings:
     config_path = Path(path).expanduser() if path is not None else default_config_path()
     if not config_path.is_file():
         if explicit:
-            raise ConfigError(f"config file not found: {config_path}")
+            raise ConfigError(f"config file not found: {config_path}; run `fmail-nm init` to "
+                              "create it")
         return Settings()
     try:
         data = tomllib.loads(config_path.read_text(encoding="utf-8"))

@@ -341,8 +341,11 @@ class Mirror:
                 self._reset(rev.uuid)
                 report.full = True
                 # Kept until the build is done, so a build resumed after a crash still knows.
-                sidecar.set_state(self.conn, "full_build_new_since",
-                                  setup if self.new_since is None else str(self.new_since))
+                # Mail indexed after the setup but before this run (init's own first pass
+                # without hooks, a `notmuch new --no-hooks`) is new mail too.
+                since = setup if self.new_since is None or (
+                    setup and int(setup) < self.new_since) else str(self.new_since)
+                sidecar.set_state(self.conn, "full_build_new_since", since)
                 sidecar.set_state(self.conn, SETUP_REVISION, None)
             if (since := sidecar.get_state(self.conn, "full_build_new_since")) is not None:
                 self._recent = frozenset(
