@@ -343,9 +343,9 @@ class Mirror:
                 # Kept until the build is done, so a build resumed after a crash still knows.
                 # Mail indexed after the setup but before this run (init's own first pass
                 # without hooks, a `notmuch new --no-hooks`) is new mail too.
-                since = setup if self.new_since is None or (
+                first = setup if self.new_since is None or (
                     setup and int(setup) < self.new_since) else str(self.new_since)
-                sidecar.set_state(self.conn, "full_build_new_since", since)
+                sidecar.set_state(self.conn, "full_build_new_since", first)
                 sidecar.set_state(self.conn, SETUP_REVISION, None)
             if (since := sidecar.get_state(self.conn, "full_build_new_since")) is not None:
                 self._recent = frozenset(
