@@ -328,6 +328,24 @@ def _account_add(args: argparse.Namespace, config_path: Path | None) -> int:
     return 0 if result.pulled else 1
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .config import default_data_dir
+    from .mcp.token import token_path
+    from .service.doctor import diagnose
+
+    try:
+        data_dir = load_settings(args.config).data_dir or default_data_dir()
+    except CallerError:  # diagnose reports it
+        data_dir = default_data_dir()
+    findings = diagnose(args.config, token_file=token_path(data_dir))
+    for finding in findings:
+        mark = "problem" if finding.serious else "note"
+        print(f"{mark} [{finding.check}] {finding.problem}\n    fix: {finding.fix}")
+    serious = sum(f.serious for f in findings)
+    print(f"{serious} problem(s) found" if serious else "no problems found")
+    return 1 if serious else 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -443,6 +461,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--smtp-port", type=int)
     p.add_argument("--smtp-tls", choices=["tls", "starttls", "none"])
     p.set_defaults(func=cmd_account)
+
+    p = command("doctor", help="check the whole setup; each problem with the command that fixes "
+                               "it (exit 1 when something is wrong)")
+    p.set_defaults(func=cmd_doctor)
 
     p = command("demo", help="index a copy of the bundled sample mail and serve it")
     p.add_argument("--dir", default=".demo", help="where the copy and its config live")

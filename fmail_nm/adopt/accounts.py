@@ -100,6 +100,30 @@ class NewAccount:
     smtp_tls: str | None = None
     full_name: str = ""
 
+    @classmethod
+    def with_servers(cls, *, imap: str | None, smtp: str | None, **values: Any) -> NewAccount:
+        """``imap``/``smtp`` as ``host[:port]``; TLS follows the port (143 STARTTLS, else
+        IMAPS; 465 TLS, else STARTTLS), as providers document them."""
+        imap_host, imap_port = split_server(imap, "imap")
+        smtp_host, smtp_port = split_server(smtp, "smtp")
+        return cls(imap_host=imap_host, imap_port=imap_port,
+                   imap_tls=None if imap_port is None else "starttls" if imap_port == 143
+                   else "imaps",
+                   smtp_host=smtp_host, smtp_port=smtp_port,
+                   smtp_tls=None if smtp_port is None else "tls" if smtp_port == 465
+                   else "starttls", **values)
+
+
+def split_server(value: str | None, what: str) -> tuple[str | None, int | None]:
+    if not value:
+        return None, None
+    host, colon, port = value.strip().rpartition(":")
+    if not colon or "]" in port:
+        return value.strip(), None
+    if not port.isdigit():
+        raise AccountError(f"{what} must be host or host:port, not {value!r}")
+    return host.strip("[]"), int(port)
+
 
 @dataclass(frozen=True)
 class AccountPlan:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,31 +80,55 @@ synchronize_flags=true
 """
 
 
-def advice_for_existing(nm: dict[str, str]) -> list[str]:
-    """What differs from fmail-nm's expectations in a user's own config, with the fix."""
-    advice = []
+@dataclass(frozen=True)
+class Finding:
+    """Something wrong with the setup, and the command (or edit) that fixes it."""
+
+    check: str  # which check found it: notmuch, identity, hook, mbsync, msmtp, sidecar, ...
+    problem: str
+    fix: str
+    serious: bool = True  # False: works, but could be better (doctor's exit status ignores it)
+
+    def line(self) -> str:
+        return f"{self.problem}; fix: {self.fix}"
+
+
+def notmuch_findings(nm: dict[str, str]) -> list[Finding]:
+    """What differs from fmail-nm's expectations in a notmuch config, with the fix."""
+    found = []
     new_tags = [t for t in nm.get("new.tags", "").split(";") if t]
     if "new" in new_tags:
         faster = [t for t in new_tags if t != "new"]
         faster += [t for t in ("inbox", "unread") if t not in faster]
-        advice.append("new.tags includes 'new': fmail-nm's tagging pass works with it, but must "
-                      "rewrite every new message once to take 'new' off again; without it only "
-                      "the exceptions are rewritten (if no other tool of yours relies on 'new'): "
-                      f"notmuch config set new.tags '{';'.join(faster)}'")
+        found.append(Finding(
+            "notmuch", "new.tags includes 'new': fmail-nm's tagging pass works with it, but must "
+            "rewrite every new message once to take 'new' off again; without it only the "
+            "exceptions are rewritten (if no other tool of yours relies on 'new')",
+            f"notmuch config set new.tags {shlex.quote(';'.join(faster))}", serious=False))
     ignored = set(nm.get("new.ignore", "").split(";"))
     missing = [f for f in MBSYNC_STATE_FILES if f not in ignored]
     if missing:
         current = [t for t in nm.get("new.ignore", "").split(";") if t]
-        advice.append("notmuch new will warn about mbsync's state files; to silence it: "
-                      f"notmuch config set new.ignore '{';'.join(current + missing)}'")
+        found.append(Finding("notmuch", "notmuch new will warn about mbsync's state files",
+                             f"notmuch config set new.ignore "
+                             f"{shlex.quote(';'.join(current + missing))}"))
     if nm.get("maildir.synchronize_flags", "true") != "true":
-        advice.append("maildir.synchronize_flags is off: read/flagged changes will not reach the "
-                      "server through mbsync")
-    excluded = set(nm.get("search.exclude_tags", "").split(";"))
-    if not set(EXCLUDE_TAGS) <= excluded:
-        advice.append("search.exclude_tags lacks deleted;spam; fmail-nm hides them in its own "
-                      "searches regardless")
-    return advice
+        found.append(Finding("notmuch", "maildir.synchronize_flags is off: read/flagged changes "
+                             "will not reach the server through mbsync",
+                             "notmuch config set maildir.synchronize_flags true"))
+    current_excluded = [t for t in nm.get("search.exclude_tags", "").split(";") if t]
+    lacking = [t for t in EXCLUDE_TAGS if t not in current_excluded]
+    if lacking:
+        found.append(Finding("notmuch", "search.exclude_tags lacks deleted;spam: your mail "
+                             "client shows deleted mail and spam (fmail-nm hides them regardless)",
+                             "notmuch config set search.exclude_tags "
+                             f"{shlex.quote(';'.join(current_excluded + lacking))}"))
+    return found
+
+
+def advice_for_existing(nm: dict[str, str]) -> list[str]:
+    """What differs from fmail-nm's expectations in a user's own config, with the fix."""
+    return [f.line() for f in notmuch_findings(nm)]
 
 
 def repair_maildirs(mail_root: Path, folders: list[str]) -> list[str]:

@@ -10,8 +10,9 @@ check fails everything written is taken out again, so a typo leaves no half acco
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from pydantic import Field
 
 from ..adopt import accounts
 from ..adopt.identity import Identity, missing_from_notmuch
@@ -19,6 +20,7 @@ from ..app import load_config
 from ..config import Config
 from ..errors import CallerError
 from ..store.notmuch_cli import notmuch_settings
+from ..tools.dto import Dto
 from .cycle import sync
 from .mbsync import MBSYNC_TIMEOUT, execute, find_mbsync
 
@@ -31,15 +33,16 @@ class AccountCheckFailed(CallerError):
     """The server refused the new account (host, port, login or password command wrong)."""
 
 
-@dataclass
-class AddedAccount:
+class AddedAccount(Dto):
+    # What adding an account did; also the add_email_account tool's answer (no docstring:
+    # it would go into the tool's output schema).
     name: str
     address: str
-    folders: list[str]  # what the server listed
+    folders: list[str]  # on the server
     pulled: bool
-    added: int  # messages the first index added
-    errors: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    added: int  # messages indexed
+    errors: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)  # for the user
 
 
 def server_folders(plan: accounts.AccountPlan, timeout: float = CHECK_TIMEOUT) -> list[str]:
