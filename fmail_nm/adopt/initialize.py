@@ -29,6 +29,7 @@ from ..store.notmuch_cli import (
     new_config_path,
     notmuch_settings,
     run_notmuch_new,
+    user_settings_as_written,
 )
 from ..tags import DEFAULT_EXCLUDED
 from .hooks import HookAction, install_hooks
@@ -179,7 +180,11 @@ def prepare(settings: Settings, *, notmuch_config: str | None, mail_root: Path |
     root = Path(nm["database.mail_root"])
     report.repaired_folders = repair_maildirs(root, maildir_folders(root))
     if not addresses:
-        report.identity = learn_identity(settings, config_path, root, nm, index_first=wrote,
+        nm = user_settings_as_written(nm, config_path)
+        # An empty index (a config of the user's, never indexed) has no Sent folders either.
+        with Reader(str(config_path)) as reader:
+            empty = reader.count("*", exclude_tags=()) == 0
+        report.identity = learn_identity(settings, config_path, root, nm, index_first=empty,
                                          say=say)
         if wrote:
             config_path.write_text(render_notmuch_config(

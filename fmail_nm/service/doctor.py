@@ -27,7 +27,12 @@ from ..app import load_config
 from ..config import Account, Config, ConfigError, load_settings
 from ..store import sidecar
 from ..store.notmuch import NotmuchAccessError, Reader
-from ..store.notmuch_cli import find_notmuch_config, new_config_path, notmuch_settings
+from ..store.notmuch_cli import (
+    find_notmuch_config,
+    new_config_path,
+    notmuch_settings,
+    user_settings_as_written,
+)
 from .mbsync import mbsync_config_of
 from .watcher import WATCH_LIMIT_SYSCTL, count_dirs
 
@@ -82,6 +87,7 @@ def identity_findings(config: Config, nm: dict[str, str], *, quick: bool) -> lis
     """No address known: nothing is tagged sent and find_unanswered_threads cannot work."""
     if config.addresses:
         return []
+    nm = user_settings_as_written(nm, config.settings.notmuch_config)
     identity = None
     if not quick:
         with Reader(config.settings.notmuch_config) as reader:

@@ -192,3 +192,20 @@ def _split_progress(chunks: Iterable[bytes]) -> Iterator[str]:
             buffer = buffer[cut + 1:]
     if buffer:
         yield buffer
+
+
+def user_settings_as_written(nm: Mapping[str, str],
+                             config_path: str | os.PathLike[str] | None) -> dict[str, str]:
+    """``nm`` with the ``user.*`` values the config file really sets: ``notmuch config list``
+    fills in guesses (the login name, ``user@hostname``) that are nobody's address."""
+    import configparser
+
+    path = find_notmuch_config(os.fspath(config_path) if config_path else None)
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        parser.read(path or (), encoding="utf-8")
+    except configparser.Error:
+        return dict(nm)  # notmuch read it; keep notmuch's word
+    written = {f"user.{k}": v for k, v in parser.items("user")} if parser.has_section("user") \
+        else {}
+    return {**{k: v for k, v in nm.items() if not k.startswith("user.")}, **written}
