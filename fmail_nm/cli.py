@@ -319,7 +319,7 @@ def _account_add(args: argparse.Namespace, config_path: Path | None) -> int:
     if missing:
         raise CallerError(f"fmail-nm account add needs {', '.join(missing)}")
     result, _ = add_account(load_config(config_path), accounts.NewAccount(**values))
-    print(f"added account {result.name} ({result.address}): {len(result.folders)} folders on "
+    print(f"added account {result.name} ({values['address']}): {len(result.folders)} folders on "
           f"the server, {result.added} messages indexed")
     for line in result.errors:
         print(f"fmail-nm: {line}", file=sys.stderr)

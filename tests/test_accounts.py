@@ -251,3 +251,28 @@ def test_a_gmail_plan_renders_its_folders_and_server_side_sent(indexed: MailEnv)
 def test_without_accounts_toml_the_accounts_are_those_of_fmail_toml(indexed: MailEnv) -> None:
     assert not (own_config_dir() / "accounts.toml").exists()
     assert [a.name for a in load_config().accounts] == ["personal", "work"]
+
+
+@pytest.mark.anyio
+async def test_add_email_account_over_mcp(bed: Bed) -> None:
+    """The tool: no password parameter; the account shows in list_available_accounts and its
+    mail in search_emails of the same server, without a restart."""
+    from mcp.client.client import Client
+
+    from .test_server_writes import call, server_params
+
+    async with Client(server_params(bed.env)) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        schema = tools["add_email_account"].input_schema["properties"]
+        assert "password_command" in schema and not any(
+            "password" in key and key != "password_command" for key in schema)
+        added = await call(client, "add_email_account", {
+            "name": "side", "address": f"{USER}@example.com",
+            "password_command": str(bed.password_script),
+            "imap": f"imap://127.0.0.1:{bed.server.port}", "imap_user": USER})
+        assert added["pulled"] is True and added["added"] == 3
+        accounts_now = await call(client, "list_available_accounts")
+        assert "side" in [a["name"] for a in accounts_now["accounts"]]
+        found = await call(client, "search_emails", {"query": "subject:Lunch", "account": "side"})
+        assert [m["id"] for m in found["results"]] == ["casey-2@example.net"]
+    assert_password_nowhere(bed)

@@ -102,27 +102,32 @@ class NewAccount:
 
     @classmethod
     def with_servers(cls, *, imap: str | None, smtp: str | None, **values: Any) -> NewAccount:
-        """``imap``/``smtp`` as ``host[:port]``; TLS follows the port (143 STARTTLS, else
-        IMAPS; 465 TLS, else STARTTLS), as providers document them."""
-        imap_host, imap_port = split_server(imap, "imap")
-        smtp_host, smtp_port = split_server(smtp, "smtp")
+        """``imap``/``smtp`` as ``host[:port]``; TLS follows the port as providers document
+        them (IMAP 143 STARTTLS, else IMAPS; SMTP 465 TLS, else STARTTLS).  ``imap://`` and
+        ``smtp://`` ask for no TLS, which only a server on this machine is allowed."""
+        imap_host, imap_port, imap_plain = split_server(imap, "imap")
+        smtp_host, smtp_port, smtp_plain = split_server(smtp, "smtp")
         return cls(imap_host=imap_host, imap_port=imap_port,
-                   imap_tls=None if imap_port is None else "starttls" if imap_port == 143
-                   else "imaps",
+                   imap_tls="none" if imap_plain else None if imap_port is None
+                   else "starttls" if imap_port == 143 else "imaps",
                    smtp_host=smtp_host, smtp_port=smtp_port,
-                   smtp_tls=None if smtp_port is None else "tls" if smtp_port == 465
-                   else "starttls", **values)
+                   smtp_tls="none" if smtp_plain else None if smtp_port is None
+                   else "tls" if smtp_port == 465 else "starttls", **values)
 
 
-def split_server(value: str | None, what: str) -> tuple[str | None, int | None]:
+def split_server(value: str | None, what: str) -> tuple[str | None, int | None, bool]:
+    """``[what://]host[:port]`` -> (host, port, whether TLS was declined)."""
     if not value:
-        return None, None
-    host, colon, port = value.strip().rpartition(":")
+        return None, None, False
+    rest = value.strip()
+    plain = rest.startswith(f"{what}://")
+    rest = rest.removeprefix(f"{what}://")
+    host, colon, port = rest.rpartition(":")
     if not colon or "]" in port:
-        return value.strip(), None
+        return rest, None, plain
     if not port.isdigit():
         raise AccountError(f"{what} must be host or host:port, not {value!r}")
-    return host.strip("[]"), int(port)
+    return host.strip("[]"), int(port), plain
 
 
 @dataclass(frozen=True)

@@ -378,9 +378,9 @@ def setup_problems(config: Config) -> list[str]:
 
 
 ADD_ACCOUNT_HELP = (
-    "Add a mail account: checks the IMAP login, pulls and indexes its mail. Never ask for a "
-    "password: ask the user for a command that prints it (pass show mail/work). provider "
-    "(gmail, fastmail, icloud, outlook) or imap/smtp as host[:port].")
+    "Add a mail account (login checked, mail pulled). Never ask for the password: ask for a "
+    "command printing it (pass show mail/work). provider gmail|fastmail|icloud|outlook, or "
+    "imap/smtp as host[:port].")
 Server = Annotated[str | None, Field(max_length=262)]
 ADDS_ACCOUNT = ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                idempotent_hint=False, open_world_hint=True)

@@ -37,7 +37,6 @@ class AddedAccount(Dto):
     # What adding an account did; also the add_email_account tool's answer (no docstring:
     # it would go into the tool's output schema).
     name: str
-    address: str
     folders: list[str]  # on the server
     pulled: bool
     added: int  # messages indexed
@@ -70,7 +69,7 @@ def add_account(config: Config, new: accounts.NewAccount, *, config_path: Path |
         raise
     updated = load_config(config_path)
     report = sync(updated, plan.name, "pull", timeout=timeout)
-    result = AddedAccount(name=plan.name, address=plan.address, folders=folders,
+    result = AddedAccount(name=plan.name, folders=folders,
                           pulled=report.mbsync_ok,
                           added=report.index.added if report.index else 0,
                           errors=report.errors())

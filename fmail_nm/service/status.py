@@ -84,8 +84,7 @@ class SyncStatus(Dto):
 
     running: bool = Field(description="a service is watching, indexing and pulling right now")
     status: ServiceStatus | None = Field(description="its last status; null: none ever ran")
-    problems: list[str] = Field(default_factory=list,
-                                description="setup problems, each with its fix (fmail-nm doctor)")
+    problems: list[str] = Field(default_factory=list, description="setup problems and fixes")
 
 
 def sync_status(data_dir: Path, live: ServiceStatus | None = None,
