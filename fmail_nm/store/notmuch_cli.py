@@ -201,9 +201,11 @@ def user_settings_as_written(nm: Mapping[str, str],
     import configparser
 
     path = find_notmuch_config(os.fspath(config_path) if config_path else None)
+    if path is None:  # settings kept in the database only: nothing to tell guesses by
+        return dict(nm)
     parser = configparser.ConfigParser(interpolation=None, strict=False)
     try:
-        parser.read(path or (), encoding="utf-8")
+        parser.read(path, encoding="utf-8")
     except configparser.Error:
         return dict(nm)  # notmuch read it; keep notmuch's word
     written = {f"user.{k}": v for k, v in parser.items("user")} if parser.has_section("user") \
