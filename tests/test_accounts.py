@@ -276,3 +276,22 @@ async def test_add_email_account_over_mcp(bed: Bed) -> None:
         found = await call(client, "search_emails", {"query": "subject:Lunch", "account": "side"})
         assert [m["id"] for m in found["results"]] == ["casey-2@example.net"]
     assert_password_nowhere(bed)
+
+
+def test_a_write_on_an_account_the_push_scheduler_does_not_know_yet_stands(
+        indexed: MailEnv, caplog: pytest.LogCaptureFixture) -> None:
+    """After add_email_account, the server's push scheduler (started with the old config)
+    refuses the new account's name; the write is not turned into an error for it."""
+    from fmail_nm.mcp.server import MailService
+    from fmail_nm.passes.changes import WriteOutcome
+    from fmail_nm.service.push import PushScheduler
+
+    with PushScheduler(load_config(), quiet_period=60, timeout=10) as scheduler:
+        service = MailService(load_config(), on_push=scheduler.request)
+        try:
+            service._after_write(WriteOutcome("archive", ("casey-1@example.net",),
+                                              frozenset({"side"})))
+        finally:
+            service.close()
+        assert scheduler.status().pending == set()
+    assert "restart the service to push that account" in caplog.text

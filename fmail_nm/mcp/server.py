@@ -21,7 +21,7 @@ from pydantic import Field
 
 from .. import __version__
 from ..clock import utc_now
-from ..config import Config
+from ..config import Config, ConfigError
 from ..dsl import DSL_HELP
 from ..errors import FmailError
 from ..passes.changes import WriteContext, WriteOutcome
@@ -91,7 +91,13 @@ class MailService:
     def _after_write(self, outcome: WriteOutcome) -> None:
         self.refresh_sidecar(wait=True)
         if outcome.accounts and self.on_push is not None:
-            self.on_push(outcome.accounts)
+            try:
+                self.on_push(outcome.accounts)
+            except ConfigError as exc:
+                # An account add_email_account added after the push scheduler started: the
+                # write is made; the next `fmail-nm sync` (or a restarted service) pushes it.
+                log.warning("no push after %s: %s; restart the service to push that account",
+                            outcome.action, exc)
 
     def refresh_sidecar(self, *, wait: bool = False) -> None:
         """Bring the sidecar up to date (cheap when nothing changed).  If another process is
