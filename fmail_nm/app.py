@@ -5,7 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import Config, ConfigError, load_settings, resolve
-from .store.notmuch_cli import notmuch_settings
+from .store.notmuch_cli import (
+    find_notmuch_config,
+    new_config_path,
+    notmuch_settings,
+    user_settings_as_written,
+)
 
 
 def notmuch_addresses(nm: dict[str, str]) -> tuple[str, ...]:
@@ -19,6 +24,11 @@ def load_config(path: str | Path | None = None) -> Config:
     settings = load_settings(path)
     nm = notmuch_settings(settings.notmuch_config)
     mail_root = nm.get("database.mail_root") or nm.get("database.path")
+    if not mail_root and find_notmuch_config(settings.notmuch_config) is None:
+        raise ConfigError(f"notmuch config not found: {new_config_path(settings.notmuch_config)}; "
+                          "run `fmail-nm init --mail-root DIR` to create it")
     if not mail_root:
         raise ConfigError("notmuch has no database.path; run `fmail-nm init --mail-root DIR`")
-    return resolve(settings, Path(mail_root), notmuch_addresses(nm))
+    # Not notmuch's guesses (user@hostname): only the addresses its config file names.
+    return resolve(settings, Path(mail_root), notmuch_addresses(
+        user_settings_as_written(nm, settings.notmuch_config)))

@@ -25,18 +25,31 @@ T = TypeVar("T")
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from .adopt.initialize import prepare
+    from .adopt.initialize import prepare, write_fmail_toml
     from .app import load_config
+    from .config import default_config_path
     from .service.index import run_index
 
-    settings = load_settings(args.config)
+    fmail_toml = Path(args.config).expanduser() if args.config else default_config_path()
+    if not fmail_toml.is_file():
+        write_fmail_toml(fmail_toml, args.notmuch_config)
+        print(f"wrote fmail-nm config (all commented; edit freely): {fmail_toml}")
+    settings = load_settings(fmail_toml)
     report = prepare(
         settings,
         notmuch_config=args.notmuch_config or settings.notmuch_config,
         mail_root=Path(args.mail_root).expanduser() if args.mail_root else None,
         name=args.name,
         addresses=list(args.address or settings.addresses),
+        say=lambda line: print(line, flush=True),
     )
+    if report.identity is not None:
+        found = report.identity.describe()
+        print("who you are:" if found else
+              "who you are: no address found (notmuch config, mbsync, msmtp, Sent folders); "
+              "give them with --address")
+        for line in found:
+            print(f"  {line}")
     if report.wrote_config:
         print(f"wrote notmuch config: {report.notmuch_config}")
     else:
@@ -50,7 +63,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     if args.no_index:
         return 0
     sys.stdout.flush()  # what init did, before the progress line on stderr
-    print(run_index(load_config(args.config)).describe())
+    print(run_index(load_config(fmail_toml)).describe())
     return 0
 
 
@@ -261,6 +274,83 @@ def cmd_client_config(args: argparse.Namespace) -> int:
     return 0
 
 
+ACCOUNT_PROMPTS = (
+    ("name", "account name (a word, e.g. work)"), ("address", "e-mail address"),
+    ("password_command", "command that prints the password (e.g. pass show mail/work)"),
+)
+
+
+def cmd_account(args: argparse.Namespace) -> int:
+    from .adopt import accounts
+    from .app import load_config
+
+    settings = load_settings(args.config)
+    if args.action == "remove":
+        if not args.name:
+            raise CallerError("usage: fmail-nm account remove --name NAME")
+        config = load_config(args.config)
+        removed = accounts.remove(args.name, config.mail_root)
+        for path in removed.files:
+            print(f"took {removed.name} out of {path}")
+        if removed.mail is not None:
+            print(f"its mail in {removed.mail} is left in place (delete it yourself if you want; "
+                  "notmuch new then drops it from the index)")
+        return 0
+    if args.action == "list":
+        for entry in accounts.added_entries():
+            print(f"{entry.get('name')}: {', '.join(entry.get('addresses', []))}")
+        return 0
+    return _account_add(args, settings.path)
+
+
+def _account_add(args: argparse.Namespace, config_path: Path | None) -> int:
+    from .adopt import accounts
+    from .app import load_config
+    from .service.onboard import add_account
+
+    values = {key: getattr(args, key) for key in (
+        "name", "address", "password_command", "provider", "imap_host", "imap_port",
+        "imap_user", "imap_tls", "smtp_host", "smtp_port", "smtp_tls")}
+    if sys.stdin.isatty():  # on a terminal, ask for what the flags left out
+        for key, prompt in ACCOUNT_PROMPTS:
+            while not values[key]:
+                values[key] = input(f"{prompt}: ").strip()
+        preset = accounts.provider_for(values["address"] or "", values["provider"])
+        if preset is None and not values["imap_host"]:
+            values["imap_host"] = input("IMAP server (e.g. imap.example.org): ").strip()
+            values["smtp_host"] = values["smtp_host"] or input(
+                "SMTP server (empty: no sending): ").strip() or None
+    missing = [f"--{k.replace('_', '-')}" for k, _ in ACCOUNT_PROMPTS if not values[k]]
+    if missing:
+        raise CallerError(f"fmail-nm account add needs {', '.join(missing)}")
+    result, _ = add_account(load_config(config_path), accounts.NewAccount(**values))
+    print(f"added account {result.name} ({values['address']}): {len(result.folders)} folders on "
+          f"the server, {result.added} messages indexed")
+    for line in result.errors:
+        print(f"fmail-nm: {line}", file=sys.stderr)
+    for note in result.notes:
+        print(f"  note: {note}")
+    return 0 if result.pulled else 1
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .config import default_data_dir
+    from .mcp.token import token_path
+    from .service.doctor import diagnose
+
+    try:
+        data_dir = load_settings(args.config).data_dir or default_data_dir()
+    except CallerError:  # diagnose reports it
+        data_dir = default_data_dir()
+    findings = diagnose(args.config, token_file=token_path(data_dir))
+    for finding in findings:
+        mark = "problem" if finding.serious else "note"
+        print(f"{mark} [{finding.check}] {finding.problem}\n    fix: {finding.fix}")
+    serious = sum(f.serious for f in findings)
+    print(f"{serious} problem(s) found" if serious else "no problems found")
+    return 1 if serious else 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -360,6 +450,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--show-token", action="store_true", help="include the token itself")
     p.set_defaults(func=cmd_client_config)
+
+    p = command("account", help="add an account (its own mbsync/msmtp config, a password "
+                                "command, checked and pulled), remove one, list them")
+    p.add_argument("action", choices=["add", "remove", "list"])
+    p.add_argument("--name", help="the account's name (its folder under the mail root)")
+    p.add_argument("--address", help="its e-mail address")
+    p.add_argument("--password-command", help="a command that prints the password "
+                   "(pass show ..., secret-tool lookup ...); the password itself is never asked")
+    p.add_argument("--provider", help="a preset: gmail, fastmail, icloud, outlook (found from "
+                   "the address when left out)")
+    p.add_argument("--imap-host")
+    p.add_argument("--imap-port", type=int)
+    p.add_argument("--imap-user", help="IMAP login (default: the address)")
+    p.add_argument("--imap-tls", choices=["imaps", "starttls", "none"])
+    p.add_argument("--smtp-host")
+    p.add_argument("--smtp-port", type=int)
+    p.add_argument("--smtp-tls", choices=["tls", "starttls", "none"])
+    p.set_defaults(func=cmd_account)
+
+    p = command("doctor", help="check the whole setup; each problem with the command that fixes "
+                               "it (exit 1 when something is wrong)")
+    p.set_defaults(func=cmd_doctor)
 
     p = command("demo", help="index a copy of the bundled sample mail and serve it")
     p.add_argument("--dir", default=".demo", help="where the copy and its config live")

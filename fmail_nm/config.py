@@ -81,9 +81,11 @@ class Account:
     maildir: str  # the account's folder, relative to the mail root ("." for the root itself)
     folders: dict[str, str] = field(default_factory=dict)  # role -> folder relative to mail root
     mbsync_channel: str | None = None
+    mbsync_config: str | None = None  # the channel's mbsync config, if not [mbsync] config
     send: SendMethod | None = None
     pull_interval_minutes: float = 0.0  # scheduled pulls by `fmail-nm run` (0: none)
     blocked_to_junk: bool = False  # move mail from blocked senders into the Junk folder
+    server_saves_sent: bool = False  # the SMTP server files sent mail in Sent (Gmail)
 
     def folder(self, role: str) -> str:
         """The folder for a role, or a ConfigError naming the account and role."""
@@ -133,6 +135,7 @@ class Settings:
     data_dir: Path | None = None
     addresses: tuple[str, ...] = ()
     accounts: tuple[dict[str, Any], ...] = ()
+    added_accounts: tuple[dict[str, Any], ...] = ()  # accounts.toml: `fmail-nm account add`
     rules: tuple[TagRule, ...] = DEFAULT_RULES
     send: SendSettings = SendSettings()
 
@@ -148,6 +151,30 @@ def default_config_path() -> Path:
     if explicit:
         return Path(explicit).expanduser()
     return _xdg("XDG_CONFIG_HOME", ".config") / "fmail-nm" / "fmail.toml"
+
+
+def own_config_dir() -> Path:
+    """Where fmail-nm keeps the config files it writes itself: accounts.toml and the mbsync
+    and msmtp configs of the accounts it added (``$XDG_CONFIG_HOME/fmail-nm``)."""
+    return _xdg("XDG_CONFIG_HOME", ".config") / "fmail-nm"
+
+
+ADDED_ACCOUNTS_FILE = "accounts.toml"
+
+
+def load_added_accounts() -> tuple[dict[str, Any], ...]:
+    """The [[accounts]] of accounts.toml (none when there is no such file)."""
+    path = own_config_dir() / ADDED_ACCOUNTS_FILE
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return ()
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    accounts = data.get("accounts", [])
+    if not isinstance(accounts, list) or not all(isinstance(a, dict) for a in accounts):
+        raise ConfigError(f"{path}: [[accounts]] must be a list of tables")
+    return tuple(accounts)
 
 
 def default_data_dir() -> Path:
@@ -247,8 +274,9 @@ def load_settings(path: Path | str | None = None) -> Settings:
     config_path = Path(path).expanduser() if path is not None else default_config_path()
     if not config_path.is_file():
         if explicit:
-            raise ConfigError(f"config file not found: {config_path}")
-        return Settings()
+            raise ConfigError(f"config file not found: {config_path}; run `fmail-nm init` to "
+                              "create it")
+        return Settings(added_accounts=load_added_accounts())
     try:
         data = tomllib.loads(config_path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -267,6 +295,7 @@ def load_settings(path: Path | str | None = None) -> Settings:
         data_dir=Path(data_dir).expanduser() if data_dir else None,
         addresses=_str_tuple(data.get("addresses"), "addresses"),
         accounts=tuple(accounts),
+        added_accounts=load_added_accounts(),
         rules=_parse_rules(data.get("tagging", {}).get("rules")),
         send=_parse_send(data.get("send")),
     )
@@ -397,9 +426,10 @@ def _send_method(raw: Any, name: str) -> SendMethod | None:
 
 
 def _configured_accounts(settings: Settings, mail_root: Path, folders: list[str],
-                         default_addresses: tuple[str, ...]) -> list[Account]:
+                         default_addresses: tuple[str, ...],
+                         entries: tuple[dict[str, Any], ...]) -> list[Account]:
     accounts = []
-    for raw in settings.accounts:
+    for raw in entries:
         name = raw.get("name")
         if not isinstance(name, str) or not name:
             raise ConfigError("every [[accounts]] entry needs a name")
@@ -420,12 +450,15 @@ def _configured_accounts(settings: Settings, mail_root: Path, folders: list[str]
             maildir=maildir,
             folders=roles,
             mbsync_channel=raw.get("mbsync_channel"),
+            mbsync_config=raw.get("mbsync_config"),
             send=_send_method(raw.get("send"), name),
             pull_interval_minutes=_minutes(
                 raw.get("pull_interval_minutes", settings.pull_interval_minutes),
                 f"account {name!r}"),
             blocked_to_junk=_flag(raw.get("blocked_to_junk", False), f"account {name!r}",
                                   "blocked_to_junk"),
+            server_saves_sent=_flag(raw.get("server_saves_sent", False), f"account {name!r}",
+                                    "server_saves_sent"),
         ))
     return accounts
 
@@ -475,16 +508,27 @@ def resolve(settings: Settings, mail_root: Path, notmuch_addresses: tuple[str, .
         raise ConfigError(f"mail root {mail_root} does not exist")
     folders = maildir_folders(mail_root)
     addresses = settings.addresses or notmuch_addresses
+    added = _configured_accounts(settings, mail_root, folders, addresses, settings.added_accounts)
     if settings.accounts:
-        accounts = _configured_accounts(settings, mail_root, folders, addresses)
+        accounts = _configured_accounts(settings, mail_root, folders, addresses,
+                                        settings.accounts)
     else:
         rc_path = Path(settings.mbsync_config).expanduser() if settings.mbsync_config else mbsyncrc.default_path()
         accounts = []
         if rc_path is not None and rc_path.is_file():
             accounts = _mbsync_accounts(mbsyncrc.parse(rc_path), mail_root, folders, addresses,
                                         settings.pull_interval_minutes)
-        if not accounts:
-            accounts = _disk_accounts(mail_root, folders, addresses)
+        # The folders of added accounts are theirs, not accounts found on disk.
+        remaining = [f for f in folders if not any(
+            f == a.maildir or f.startswith(a.maildir + "/") for a in added)]
+        if not accounts and (remaining or not added):
+            accounts = _disk_accounts(mail_root, remaining, addresses)
+    clash = {a.name for a in accounts} & {a.name for a in added}
+    if clash:
+        raise ConfigError(f"account {sorted(clash)[0]!r} is both in "
+                          f"{own_config_dir() / ADDED_ACCOUNTS_FILE} and your own setup; "
+                          f"`fmail-nm account remove {sorted(clash)[0]}` drops the added one")
+    accounts = [*accounts, *added]
     return Config(settings=settings, mail_root=mail_root, accounts=tuple(accounts),
                   folders=tuple(folders))
 

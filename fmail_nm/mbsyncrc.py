@@ -1,8 +1,11 @@
-"""Read the parts of an mbsync (isync) configuration that say where mail lives on disk.
+"""Read the parts of an mbsync (isync) configuration fmail-nm relies on.
 
-Only the local side matters to us: each ``MaildirStore`` gives a ``Path``, an ``Inbox`` and the
-way sub-folders are named on disk (``SubFolders``, ``Flatten``); each ``Channel`` names the
-store it syncs into, which is how an account is tied to the channel that pushes its changes.
+The local side says where mail lives on disk: each ``MaildirStore`` gives a ``Path``, an
+``Inbox`` and the way sub-folders are named on disk (``SubFolders``, ``Flatten``); each
+``Channel`` names the store it syncs into, which is how an account is tied to the channel that
+pushes its changes, and whether deletions reach the server (``Expunge``).  Of the far side only
+each ``IMAPAccount``'s ``User`` and ``Host`` are kept: a login that looks like an address is
+one of the user's (:mod:`fmail_nm.adopt.identity`).  Passwords and ``PassCmd`` are never read.
 """
 
 from __future__ import annotations
@@ -28,6 +31,14 @@ class Channel:
     near_store: str | None
     far_store: str | None
     patterns: tuple[str, ...] = ()
+    expunge: str | None = None  # None, Far, Near or Both; unset means mbsync's default (None)
+
+
+@dataclass(frozen=True)
+class ImapAccount:
+    name: str
+    host: str | None
+    user: str | None
 
 
 @dataclass(frozen=True)
@@ -35,6 +46,7 @@ class MbsyncConfig:
     path: Path
     stores: dict[str, MaildirStore] = field(default_factory=dict)
     channels: dict[str, Channel] = field(default_factory=dict)
+    imap_accounts: dict[str, ImapAccount] = field(default_factory=dict)
 
     def channel_store(self, channel: Channel) -> MaildirStore | None:
         """The local Maildir store a channel syncs into, whichever side it is on."""
@@ -110,6 +122,10 @@ def parse(path: Path) -> MbsyncConfig:
                 subfolders=values.get("subfolders"),
                 flatten=_unquote(values["flatten"]) if "flatten" in values else None,
             )
+        elif kind == "imapaccount":
+            config.imap_accounts[name] = ImapAccount(
+                name=name, host=_unquote(values["host"]) if "host" in values else None,
+                user=_unquote(values["user"]) if "user" in values else None)
         elif kind == "channel":
             near = values.get("near") or values.get("slave")
             far = values.get("far") or values.get("master")
@@ -123,5 +139,6 @@ def parse(path: Path) -> MbsyncConfig:
                 near_store=_store_ref(near) if near else None,
                 far_store=_store_ref(far) if far else None,
                 patterns=patterns,
+                expunge=values.get("expunge"),
             )
     return config

@@ -247,7 +247,7 @@ def test_a_partly_watched_tree_falls_back_to_polling(
         indexed: MailEnv, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
     # watchdog skips sub-folders it cannot watch without an error; the watcher counts.
-    monkeypatch.setattr(watcher, "_count_dirs", lambda root: 10**6)
+    monkeypatch.setattr(watcher, "count_dirs", lambda root: 10**6)
     caplog.set_level(logging.WARNING, logger="fmail_nm.service.watcher")
     w = watcher.MailWatcher(indexed.config(), lambda paths: None)
     w.start()

@@ -20,7 +20,7 @@ PACKAGE = REPO / "fmail_nm"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("fmail_nm", "fmail_nm.errors", "fmail_nm.tags", "fmail_nm.clock",
               "fmail_nm.private", "fmail_nm.progress")),
-    ("config", ("fmail_nm.config", "fmail_nm.mbsyncrc", "fmail_nm.dsl")),
+    ("config", ("fmail_nm.config", "fmail_nm.mbsyncrc", "fmail_nm.msmtprc", "fmail_nm.dsl")),
     ("message", ("fmail_nm.message",)),
     ("store", ("fmail_nm.store", "fmail_nm.app")),
     ("passes", ("fmail_nm.passes",)),

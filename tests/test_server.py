@@ -26,9 +26,11 @@ READ_TOOLS = {"search_emails", "list_threads", "get_thread", "get_email", "get_e
               "list_available_accounts", "query_emails", "get_sync_status"}
 WRITE_TOOLS = {"update_email_status", "mark_read", "set_flagged", "tag_emails", "archive",
                "delete_messages", "move_to_junk", "move_to_folder", "restore", "undo_last_write",
-               "manage_contacts_sql", "save_draft", "reply_to_email", "forward_email"}
+               "manage_contacts_sql", "save_draft", "reply_to_email", "forward_email",
+               "add_email_account"}
 SEND_TOOLS = {"send_email"}  # only with [send] enabled or serve --allow-send
 COMPOSE_TOOLS = {"save_draft", "reply_to_email", "forward_email", *SEND_TOOLS}
+OPEN_WORLD_TOOLS = {"add_email_account", *SEND_TOOLS}  # they talk to a mail server
 DESTRUCTIVE_TOOLS = {"delete_messages", "move_to_junk", "manage_contacts_sql", *SEND_TOOLS}
 
 
@@ -45,7 +47,7 @@ def check_tool_list(tools: list[Any], *, read_only: bool, send: bool = False) ->
     for tool in tools:
         annotations = tool.annotations
         assert annotations is not None
-        assert annotations.open_world_hint is (tool.name in SEND_TOOLS), tool.name
+        assert annotations.open_world_hint is (tool.name in OPEN_WORLD_TOOLS), tool.name
         assert tool.output_schema is not None and tool.description
         if tool.name in READ_TOOLS:
             assert annotations.read_only_hint is True and annotations.destructive_hint is False
@@ -61,7 +63,8 @@ def check_tool_list(tools: list[Any], *, read_only: bool, send: bool = False) ->
     model_facing = sum(len(json.dumps([t.name, t.description, t.input_schema])) for t in tools)
     assert model_facing < 20_000, f"tool list is {model_facing} bytes"
     whole = sum(len(t.model_dump_json(exclude_none=True)) for t in tools)
-    assert whole < 45_000, f"tool list with output schemas is {whole} bytes"
+    # 45 000 before add_email_account (1.3 KB with its output schema) joined the list.
+    assert whole < 46_500, f"tool list with output schemas is {whole} bytes"
 
 
 async def exercise_every_read_tool(client: Client, *, read_only: bool) -> None:

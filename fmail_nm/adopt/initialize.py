@@ -4,22 +4,36 @@
   state files ignored, ``deleted;spam`` excluded, flag sync on, the user's addresses).
 * A notmuch config already there: leave it alone, and say which settings differ from what
   fmail-nm expects and how the user could change them.
+* No addresses given: find them (:mod:`fmail_nm.adopt.identity`).  For a config we write, the
+  mail is indexed first without hooks so the Sent folders can be read from the index, and the
+  addresses go into the new config before our hook tags anything; an existing config only
+  gets the ``notmuch config set`` commands that would add what it lacks.
 * Either way: install our hooks (chaining any existing ones), then index with ``notmuch new``.
 """
 
 from __future__ import annotations
 
-import os
+import json
+import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import Settings, default_data_dir, fmail_command, maildir_folders
+from ..config import Settings, default_data_dir, fmail_command, maildir_folders, resolve
+from ..errors import BackendError
 from ..passes.mirror import SETUP_REVISION
 from ..store import sidecar
 from ..store.notmuch import Reader, ensure_database
-from ..store.notmuch_cli import notmuch_settings
+from ..store.notmuch_cli import (
+    find_notmuch_config,
+    new_config_path,
+    notmuch_settings,
+    run_notmuch_new,
+    user_settings_as_written,
+)
 from ..tags import DEFAULT_EXCLUDED
 from .hooks import HookAction, install_hooks
+from .identity import Identity, discover, missing_from_notmuch
 
 MBSYNC_STATE_FILES = (".mbsyncstate", ".mbsyncstate.journal", ".mbsyncstate.new",
                       ".mbsyncstate.lock", ".uidvalidity")
@@ -33,35 +47,7 @@ class InitReport:
     hooks: list[HookAction] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
     repaired_folders: list[str] = field(default_factory=list)
-
-
-def _profile() -> str:
-    return os.environ.get("NOTMUCH_PROFILE", "")
-
-
-def notmuch_config_candidates(explicit: str | None = None) -> list[Path]:
-    """Where libnotmuch looks for its config, in its order (notmuch-config(1))."""
-    if explicit:
-        return [Path(explicit).expanduser()]
-    if os.environ.get("NOTMUCH_CONFIG"):
-        return [Path(os.environ["NOTMUCH_CONFIG"]).expanduser()]
-    profile = _profile()
-    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    home = Path.home() / (".notmuch-config" + (f".{profile}" if profile else ""))
-    return [xdg / "notmuch" / (profile or "default") / "config", home]
-
-
-def find_notmuch_config(explicit: str | None = None) -> Path | None:
-    for candidate in notmuch_config_candidates(explicit):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def new_config_path(explicit: str | None = None) -> Path:
-    """Where a new config goes: the explicit or $NOTMUCH_CONFIG path, else ~/.notmuch-config
-    (what ``notmuch setup`` writes)."""
-    return notmuch_config_candidates(explicit)[-1]
+    identity: Identity | None = None  # None: the addresses were given
 
 
 def render_notmuch_config(mail_root: Path, name: str, addresses: list[str]) -> str:
@@ -95,31 +81,55 @@ synchronize_flags=true
 """
 
 
-def advice_for_existing(nm: dict[str, str]) -> list[str]:
-    """What differs from fmail-nm's expectations in a user's own config, with the fix."""
-    advice = []
+@dataclass(frozen=True)
+class Finding:
+    """Something wrong with the setup, and the command (or edit) that fixes it."""
+
+    check: str  # which check found it: notmuch, identity, hook, mbsync, msmtp, sidecar, ...
+    problem: str
+    fix: str
+    serious: bool = True  # False: works, but could be better (doctor's exit status ignores it)
+
+    def line(self) -> str:
+        return f"{self.problem}; fix: {self.fix}"
+
+
+def notmuch_findings(nm: dict[str, str]) -> list[Finding]:
+    """What differs from fmail-nm's expectations in a notmuch config, with the fix."""
+    found = []
     new_tags = [t for t in nm.get("new.tags", "").split(";") if t]
     if "new" in new_tags:
         faster = [t for t in new_tags if t != "new"]
         faster += [t for t in ("inbox", "unread") if t not in faster]
-        advice.append("new.tags includes 'new': fmail-nm's tagging pass works with it, but must "
-                      "rewrite every new message once to take 'new' off again; without it only "
-                      "the exceptions are rewritten (if no other tool of yours relies on 'new'): "
-                      f"notmuch config set new.tags '{';'.join(faster)}'")
+        found.append(Finding(
+            "notmuch", "new.tags includes 'new': fmail-nm's tagging pass works with it, but must "
+            "rewrite every new message once to take 'new' off again; without it only the "
+            "exceptions are rewritten (if no other tool of yours relies on 'new')",
+            f"notmuch config set new.tags {shlex.quote(';'.join(faster))}", serious=False))
     ignored = set(nm.get("new.ignore", "").split(";"))
     missing = [f for f in MBSYNC_STATE_FILES if f not in ignored]
     if missing:
         current = [t for t in nm.get("new.ignore", "").split(";") if t]
-        advice.append("notmuch new will warn about mbsync's state files; to silence it: "
-                      f"notmuch config set new.ignore '{';'.join(current + missing)}'")
+        found.append(Finding("notmuch", "notmuch new will warn about mbsync's state files",
+                             f"notmuch config set new.ignore "
+                             f"{shlex.quote(';'.join(current + missing))}"))
     if nm.get("maildir.synchronize_flags", "true") != "true":
-        advice.append("maildir.synchronize_flags is off: read/flagged changes will not reach the "
-                      "server through mbsync")
-    excluded = set(nm.get("search.exclude_tags", "").split(";"))
-    if not set(EXCLUDE_TAGS) <= excluded:
-        advice.append("search.exclude_tags lacks deleted;spam; fmail-nm hides them in its own "
-                      "searches regardless")
-    return advice
+        found.append(Finding("notmuch", "maildir.synchronize_flags is off: read/flagged changes "
+                             "will not reach the server through mbsync",
+                             "notmuch config set maildir.synchronize_flags true"))
+    current_excluded = [t for t in nm.get("search.exclude_tags", "").split(";") if t]
+    lacking = [t for t in EXCLUDE_TAGS if t not in current_excluded]
+    if lacking:
+        found.append(Finding("notmuch", "search.exclude_tags lacks deleted;spam: your mail "
+                             "client shows deleted mail and spam (fmail-nm hides them regardless)",
+                             "notmuch config set search.exclude_tags "
+                             f"{shlex.quote(';'.join(current_excluded + lacking))}"))
+    return found
+
+
+def advice_for_existing(nm: dict[str, str]) -> list[str]:
+    """What differs from fmail-nm's expectations in a user's own config, with the fix."""
+    return [f.line() for f in notmuch_findings(nm)]
 
 
 def repair_maildirs(mail_root: Path, folders: list[str]) -> list[str]:
@@ -154,20 +164,51 @@ def ensure_notmuch_config(explicit: str | None, mail_root: Path | None, name: st
 
 
 def prepare(settings: Settings, *, notmuch_config: str | None, mail_root: Path | None,
-            name: str, addresses: list[str]) -> InitReport:
-    """Everything init does before indexing: config, maildir repair and hooks."""
+            name: str, addresses: list[str],
+            say: Callable[[str], None] = lambda line: None) -> InitReport:
+    """Everything init does before indexing: config, maildir repair, identity and hooks.
+    ``say`` hears about a step that takes a while before it starts."""
     config_path, wrote = ensure_notmuch_config(notmuch_config, mail_root, name, addresses)
     # The hook directory is only resolved once a database exists.
     ensure_database(config_path)
+    # Before anything is indexed: the first post-new pass tags all that comes after this.
+    mark_setup_revision(settings, str(config_path))
     nm = notmuch_settings(config_path)
     report = InitReport(notmuch_config=config_path, wrote_config=wrote)
     if not wrote:
         report.advice = advice_for_existing(nm)
     root = Path(nm["database.mail_root"])
     report.repaired_folders = repair_maildirs(root, maildir_folders(root))
+    if not addresses:
+        nm = user_settings_as_written(nm, config_path)
+        # An empty index (a config of the user's, never indexed) has no Sent folders either.
+        with Reader(str(config_path)) as reader:
+            empty = reader.count("*", exclude_tags=()) == 0
+        report.identity = learn_identity(settings, config_path, root, nm, index_first=empty,
+                                         say=say)
+        if wrote:
+            config_path.write_text(render_notmuch_config(
+                root, name or report.identity.name, report.identity.addresses), encoding="utf-8")
+        else:
+            report.advice += missing_from_notmuch(report.identity, nm)
     report.hooks = install_hooks(Path(nm["database.hook_dir"]), fmail_command(settings))
-    mark_setup_revision(settings, str(config_path))
     return report
+
+
+def learn_identity(settings: Settings, config_path: Path, mail_root: Path, nm: dict[str, str],
+                   *, index_first: bool, say: Callable[[str], None]) -> Identity:
+    """The user's identity from their setup; with ``index_first`` the mail is indexed without
+    hooks first (nothing is tagged: our hook is not installed yet, and it tags everything
+    since the setup revision later) so the Sent folders can be read from the index."""
+    if index_first:
+        say("indexing once without hooks, to learn your addresses from your Sent folders")
+        done = run_notmuch_new(str(config_path), hooks=False)
+        if done.returncode != 0:
+            raise BackendError(f"notmuch new failed (exit {done.returncode}): "
+                               f"{done.output.strip()[-500:]}")
+    config = resolve(settings, mail_root)
+    with Reader(str(config_path)) as reader:
+        return discover(nm, config, reader)
 
 
 def mark_setup_revision(settings: Settings, config_path: str) -> None:
@@ -179,3 +220,45 @@ def mark_setup_revision(settings: Settings, config_path: str) -> None:
             return
         with Reader(config_path) as reader, sidecar.transaction(conn):
             sidecar.set_state(conn, SETUP_REVISION, str(reader.revision().number))
+
+
+FMAIL_TOML = """\
+# fmail-nm configuration, written by `fmail-nm init`; edit freely, fmail-nm never rewrites it.
+# Everything is optional: without [[accounts]], accounts and folders come from your mbsync
+# config, then from the folders on disk; your addresses from notmuch's user.* settings.
+# Accounts added with `fmail-nm account add` live in accounts.toml beside the mbsync and
+# msmtp configs fmail-nm writes for them, in $XDG_CONFIG_HOME/fmail-nm/.
+{notmuch}
+# Which mbsync config describes your Maildir stores (default: ~/.mbsyncrc, else
+# $XDG_CONFIG_HOME/isyncrc), and how often `fmail-nm run` pulls each channel (0: never).
+# [mbsync]
+# config = "~/.mbsyncrc"
+# pull_interval_minutes = 10
+
+# Where fmail-nm keeps its own state (sidecar database, HTTP token, status).
+# data_dir = "~/.local/share/fmail-nm"
+
+# Addresses of yours not tied to one account.
+# addresses = ["me@example.org"]
+
+# An account by hand (folders relative to its folder under the mail root; the usual names
+# Sent, Sent Items, Trash, Junk, Spam, Archive, [Gmail]/... are found without them):
+# [[accounts]]
+# name = "personal"
+# addresses = ["me@example.org"]
+# maildir = "personal"
+# mbsync_channel = "personal"
+# send = {{ command = ["msmtp", "-a", "personal", "--read-envelope-from", "-t"] }}
+# [accounts.folders]
+# sent = "Sent"
+"""
+
+
+def write_fmail_toml(path: Path, notmuch_config: str | None) -> None:
+    """A commented fmail.toml; it names the notmuch config only when init was told one."""
+    notmuch = ("\n[notmuch]\nconfig = " + json.dumps(notmuch_config) + "\n" if notmuch_config
+               else "\n# Which notmuch config to use (default: found as libnotmuch finds it).\n"
+                    "# [notmuch]\n# config = \"~/.notmuch-config\"\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "x", encoding="utf-8") as out:  # never over a file that appeared meanwhile
+        out.write(FMAIL_TOML.format(notmuch=notmuch))

@@ -16,22 +16,26 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from .. import __version__
+from ..adopt.accounts import NewAccount
 from ..clock import utc_now
-from ..config import Config
+from ..config import Config, ConfigError
 from ..dsl import DSL_HELP
 from ..errors import FmailError
 from ..passes.changes import WriteContext, WriteOutcome
 from ..passes.mirror import SyncInProgress, sync_sidecar
-from ..service import send
+from ..service import doctor, send
+from ..service.onboard import AddedAccount, add_account
 from ..service.status import SyncStatus, sync_status
 from ..store.notmuch import Reader, Writer
 from ..store.sidecar import sidecar_path
 from ..tools import compose, contacts, dto, reads, writes
 from ..tools import sql as sqltools
 from .registry import DESTRUCTIVE, DRAFT, READ_ONLY, SEND, UNDO, WRITE, ToolList, tool_error
+from .token import token_path
 
 if TYPE_CHECKING:
     from ..service.background import Background
@@ -93,7 +97,13 @@ class MailService:
     def _after_write(self, outcome: WriteOutcome) -> None:
         self.refresh_sidecar(wait=True)
         if outcome.accounts and self.on_push is not None:
-            self.on_push(outcome.accounts)
+            try:
+                self.on_push(outcome.accounts)
+            except ConfigError as exc:
+                # An account add_email_account added after the push scheduler started: the
+                # write is made; the next `fmail-nm sync` (or a restarted service) pushes it.
+                log.warning("no push after %s: %s; restart the service to push that account",
+                            outcome.action, exc)
 
     def refresh_sidecar(self, *, wait: bool = False) -> None:
         """Bring the sidecar up to date (cheap when nothing changed).  If another process is
@@ -123,6 +133,18 @@ class MailService:
             self.refresh_sidecar()
             return fn(self.sidecar_file, *args,
                       known_accounts=[a.name for a in self.config.accounts], **kwargs)
+        return await self._run(job)
+
+    async def add_account(self, new: NewAccount) -> AddedAccount:
+        """Add an account; later calls see it (the reader is reopened with the new config)."""
+        def job() -> AddedAccount:
+            result, self.config = add_account(self.config, new,
+                                              config_path=self.config.settings.path)
+            mailbox = getattr(self._local, "mailbox", None)
+            if mailbox is not None:
+                mailbox.reader.close()
+                self._local.mailbox = None
+            return result
         return await self._run(job)
 
     async def manage_contacts(self, sql_query: str, account_name: str | None,
@@ -259,12 +281,14 @@ def build_server(config: Config, clock: Callable[[], Any] = utc_now, *,
         the last index run, events waiting, notmuch revision. running=false: no service is
         watching; mail arrives only when the user syncs."""
         live = background.status() if background is not None else None
-        return await service.call(lambda mb: sync_status(config.data_dir, live))
+        return await service.call(lambda mb: sync_status(config.data_dir, live,
+                                                         setup_problems(mb.config)))
 
     instructions = INSTRUCTIONS
     if not read_only:
         _write_tools(server, service)
         _draft_tools(server, service)
+        _account_tool(server, service)
         instructions += WRITE_NOTE + (SEND_NOTE if config.send.enabled else DRAFTS_NOTE)
         if config.send.enabled:
             _send_tools(server, service)
@@ -428,3 +452,35 @@ def _send_tools(server: ToolList, service: MailService) -> None:
             return await service.write(send.send_draft, draft_id)
         return await service.write(send.send_new, to, subject, body, cc=cc, bcc=bcc,
                                    account=account, attachments=attachments)
+
+
+MAX_PROBLEMS = 10
+
+
+def setup_problems(config: Config) -> list[str]:
+    """What ``fmail-nm doctor`` would call wrong, short: the quick checks only."""
+    found = doctor.problems(doctor.diagnose_config(config, quick=True,
+                                                   token_file=token_path(config.data_dir)))
+    return [f.line() for f in found[:MAX_PROBLEMS]]
+
+
+ADD_ACCOUNT_HELP = (
+    "Add a mail account (login checked, mail pulled). Never ask for the password: ask for a "
+    "command printing it (pass show mail/work). provider gmail|fastmail|icloud|outlook, or "
+    "imap/smtp as host[:port].")
+Server = Annotated[str | None, Field(max_length=262)]
+ADDS_ACCOUNT = ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                               idempotent_hint=False, open_world_hint=True)
+
+
+def _account_tool(server: ToolList, service: MailService) -> None:
+    @server.tool(annotations=ADDS_ACCOUNT, description=ADD_ACCOUNT_HELP)
+    async def add_email_account(name: Annotated[str, Field(max_length=40)],
+                                address: Annotated[str, Field(max_length=320)],
+                                password_command: Annotated[str, Field(max_length=1000)],
+                                provider: Annotated[str | None, Field(max_length=40)] = None,
+                                imap: Server = None, imap_user: Name = None,
+                                smtp: Server = None) -> AddedAccount:
+        return await service.add_account(NewAccount.with_servers(
+            name=name, address=address, password_command=password_command, provider=provider,
+            imap=imap, imap_user=imap_user, smtp=smtp))

@@ -302,6 +302,16 @@ def _set_me(conn: sqlite3.Connection, me: frozenset[str]) -> bool:
 # The sync
 
 
+@dataclass(frozen=True)
+class _Loaded:
+    """One batch as read before its write transaction: what the mirror had, what notmuch has
+    (None: gone), and the parsed files of the messages new to the mirror."""
+
+    known: dict[str, tuple[Parsed, frozenset[str]]]
+    messages: list[IndexedMessage | None]
+    fresh: dict[str, Parsed]
+
+
 class Mirror:
     """Syncs one sidecar connection from one notmuch reader (both used from one thread)."""
 
@@ -346,8 +356,11 @@ class Mirror:
                 self._reset(rev.uuid)
                 report.full = True
                 # Kept until the build is done, so a build resumed after a crash still knows.
-                sidecar.set_state(self.conn, "full_build_new_since",
-                                  setup if self.new_since is None else str(self.new_since))
+                # Mail indexed after the setup but before this run (init's own first pass
+                # without hooks, a `notmuch new --no-hooks`) is new mail too.
+                first = setup if self.new_since is None or (
+                    setup and int(setup) < self.new_since) else str(self.new_since)
+                sidecar.set_state(self.conn, "full_build_new_since", first)
                 sidecar.set_state(self.conn, SETUP_REVISION, None)
             if (since := sidecar.get_state(self.conn, "full_build_new_since")) is not None:
                 self._recent = frozenset(
@@ -386,13 +399,17 @@ class Mirror:
         if self.on_progress is not None and ids:
             self.on_progress(SIDECAR, 0, len(ids))
         for chunk in chunks(ids, self.batch_size):
+            # Read and parse before the write transaction: parsing is most of a batch, and a
+            # transaction held that long makes every other sidecar writer (the tagging pass
+            # clearing its marks, a write tool's audit entry) wait for it.
+            loaded = self._load_batch(chunk)
             with sidecar.transaction(self.conn):
                 if not self._marked_dirty:
                     dirty_before = sidecar.get_state(self.conn, "stats_dirty") is not None
                     sidecar.set_state(self.conn, "stats_dirty", "1")
                     self._marked_dirty = not dirty_before
                 self._marked = []
-                self._apply_batch(chunk, report)
+                self._apply_batch(chunk, loaded, report)
                 window.after = chunk[-1]
                 sidecar.set_state(self.conn, "window", window.dump())
             if self.on_marked is not None and self._marked:
@@ -406,13 +423,17 @@ class Mirror:
             sidecar.set_state(self.conn, "revision", str(window.stop))
             sidecar.set_state(self.conn, "window", None)
 
-    def _apply_batch(self, ids: Sequence[str], report: MirrorReport) -> None:
+    def _load_batch(self, ids: Sequence[str]) -> _Loaded:
         known = _known(self.conn, ids)
-        self._touched |= _addresses_of(self.conn, ids)
-        gone: list[str] = []
         messages = self.reader.find_many(ids)
         fresh = self._parse_new([m for m in messages if m is not None
                                  and m.message_id not in known])
+        return _Loaded(known, messages, fresh)
+
+    def _apply_batch(self, ids: Sequence[str], loaded: _Loaded, report: MirrorReport) -> None:
+        known, messages, fresh = loaded.known, loaded.messages, loaded.fresh
+        self._touched |= _addresses_of(self.conn, ids)
+        gone: list[str] = []
         for mid, message in zip(ids, messages):
             if message is None:  # removed since the id list was taken
                 gone.append(mid)
@@ -523,7 +544,7 @@ class Mirror:
                 still = [m for m, found in zip(chunk, self.reader.find_many(chunk)) if found]
                 self._delete([m for m in chunk if m not in set(still)], report)
                 if still:
-                    self._apply_batch(still, report)
+                    self._apply_batch(still, self._load_batch(still), report)
 
     def _surplus(self) -> int:
         mirrored = self.conn.execute("SELECT count(*) FROM messages").fetchone()[0]

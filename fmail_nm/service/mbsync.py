@@ -175,17 +175,23 @@ def valid_channel(channel: str) -> bool:
     return bool(channel) and not channel.startswith("-") and "\0" not in channel
 
 
-def mbsync_argv(program: str, config: Config, channel: str, direction: Direction) -> list[str]:
+def mbsync_config_of(config: Config, account: Account) -> str | None:
+    """The mbsync config an account's channel is in: its own (accounts fmail-nm added have
+    theirs), else fmail.toml's ``[mbsync] config``; None means mbsync's default file."""
+    path = account.mbsync_config or config.settings.mbsync_config
+    return os.path.expanduser(path) if path else None
+
+
+def mbsync_argv(program: str, config: Config, account: Account, direction: Direction) -> list[str]:
     """``mbsync [-c CONFIG] -q [--pull|--push] CHANNEL``; ``-q`` drops progress counters, not
     errors."""
     if direction not in _DIRECTION_ARGS:
         raise CallerError(f"direction must be one of {', '.join(DIRECTIONS)}, not {direction!r}")
+    channel = account.mbsync_channel or ""
     if not valid_channel(channel):
         raise ConfigError(f"invalid mbsync channel name {channel!r}")
-    argv = [program]
-    if config.settings.mbsync_config:
-        argv += ["-c", os.path.expanduser(config.settings.mbsync_config)]
-    return [*argv, "-q", *_DIRECTION_ARGS[direction], channel]
+    rc = mbsync_config_of(config, account)
+    return [program, *(["-c", rc] if rc else []), "-q", *_DIRECTION_ARGS[direction], channel]
 
 
 def trim_error(stderr: str, stdout: str = "") -> str:
@@ -207,8 +213,9 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         proc.kill()
 
 
-def _execute(argv: list[str], timeout: float) -> tuple[int | None, str]:
-    """Run mbsync; return (exit status or None if it did not start, what went wrong)."""
+def execute(argv: list[str], timeout: float, *, keep_output: bool = False) -> tuple[int | None, str]:
+    """Run mbsync; return (exit status or None if it did not start, what went wrong) -- or,
+    with ``keep_output``, what it printed when it succeeded (``--list``)."""
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, errors="replace",
@@ -226,7 +233,7 @@ def _execute(argv: list[str], timeout: float) -> tuple[int | None, str]:
         return proc.returncode, (f"mbsync did not finish within {timeout:g}s and was stopped"
                                  + (f"\n{detail}" if detail else ""))
     if proc.returncode == 0:
-        return 0, ""
+        return 0, stdout if keep_output else ""
     error = trim_error(stderr, stdout) or f"mbsync exited with status {proc.returncode}"
     return proc.returncode, error
 
@@ -244,11 +251,11 @@ def _run_channel(program: str, config: Config, account: Account, direction: Dire
                  timeout: float, lock_timeout: float) -> MbsyncRun:
     channel = account.mbsync_channel
     assert channel is not None
-    argv = mbsync_argv(program, config, channel, direction)
+    argv = mbsync_argv(program, config, account, direction)
     try:
         with channel_lock(config, channel, lock_timeout) as waited:
             started = utc_now()
-            code, error = _execute(argv, timeout)
+            code, error = execute(argv, timeout)
             finished = utc_now()
     except ChannelBusy as exc:
         log.warning("mbsync %s for %s skipped: %s", direction, account.name, exc)
@@ -283,19 +290,20 @@ def run_mbsync(config: Config, account: str | None = None, direction: Direction 
     accounts = selected_accounts(config, account)
     program = find_mbsync() if any(a.mbsync_channel for a in accounts) else ""
     runs: list[MbsyncRun] = []
-    by_channel: dict[str, MbsyncRun] = {}
+    by_channel: dict[tuple[str, str | None], MbsyncRun] = {}
     for acct in accounts:
+        key = (acct.mbsync_channel or "", mbsync_config_of(config, acct))
         if not acct.mbsync_channel:
             runs.append(not_run(acct, direction, f"account {acct.name!r} has no mbsync channel; "
                                 "set mbsync_channel in its [[accounts]] entry in fmail.toml"))
         elif not valid_channel(acct.mbsync_channel):
             runs.append(not_run(acct, direction, f"account {acct.name!r}: invalid mbsync "
                                 f"channel name {acct.mbsync_channel!r}", skipped=False))
-        elif acct.mbsync_channel in by_channel:
-            runs.append(replace(by_channel[acct.mbsync_channel], account=acct.name))
+        elif key in by_channel:
+            runs.append(replace(by_channel[key], account=acct.name))
         else:
             run = _run_channel(program, config, acct, direction, timeout=timeout,
                                lock_timeout=lock_timeout)
-            by_channel[acct.mbsync_channel] = run
+            by_channel[key] = run
             runs.append(run)
     return runs

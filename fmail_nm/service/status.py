@@ -84,12 +84,14 @@ class SyncStatus(Dto):
 
     running: bool = Field(description="a service is watching, indexing and pulling right now")
     status: ServiceStatus | None = Field(description="its last status; null: none ever ran")
+    problems: list[str] = Field(default_factory=list, description="setup problems and fixes")
 
 
-def sync_status(data_dir: Path, live: ServiceStatus | None = None) -> SyncStatus:
+def sync_status(data_dir: Path, live: ServiceStatus | None = None,
+                problems: list[str] | None = None) -> SyncStatus:
     """``live`` (this process's :meth:`Background.status`) if given, else the status file."""
     status = live if live is not None else StatusStore(data_dir).load()
-    return SyncStatus(running=service_alive(status), status=status)
+    return SyncStatus(running=service_alive(status), status=status, problems=problems or [])
 
 
 def status_path(data_dir: Path) -> Path:

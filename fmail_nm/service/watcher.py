@@ -92,7 +92,7 @@ def _inotify_watch_count() -> int | None:
     return total
 
 
-def _count_dirs(root: str) -> int:
+def count_dirs(root: str) -> int:
     """Directories a recursive inotify watch covers: symlinks and unreadable ones are skipped
     (watchdog skips them too, so they must not look like a shortfall)."""
     total = 1
@@ -205,7 +205,7 @@ class MailWatcher:
     def _start_native(self) -> BaseObserver | None:
         """The platform's observer, or None (after a warning) when it cannot watch the tree."""
         before = _inotify_watch_count()
-        expected = _count_dirs(self.mail_root)
+        expected = count_dirs(self.mail_root)
         try:
             observer = NativeObserver()
             self._schedule(observer)
@@ -219,7 +219,7 @@ class MailWatcher:
             added = after - before
             # watchdog skips (silently) a subfolder it could not watch; a shortfall that is not
             # explained by folders removed meanwhile means the watch limit was hit.
-            if added < min(expected, _count_dirs(self.mail_root)):
+            if added < min(expected, count_dirs(self.mail_root)):
                 observer.stop()
                 observer.join(5)
                 log.warning("inotify could watch only %d of %d folders under %s; polling every "

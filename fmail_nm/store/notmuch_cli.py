@@ -15,6 +15,7 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import cast
 
 from .notmuch import DatabaseMissing
@@ -24,6 +25,35 @@ CLI_TIMEOUT = 30.0
 
 # ---------------------------------------------------------------------------------------------
 # Configuration, read the way libnotmuch reads it
+
+
+def _profile() -> str:
+    return os.environ.get("NOTMUCH_PROFILE", "")
+
+
+def notmuch_config_candidates(explicit: str | None = None) -> list[Path]:
+    """Where libnotmuch looks for its config, in its order (notmuch-config(1))."""
+    if explicit:
+        return [Path(explicit).expanduser()]
+    if os.environ.get("NOTMUCH_CONFIG"):
+        return [Path(os.environ["NOTMUCH_CONFIG"]).expanduser()]
+    profile = _profile()
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    home = Path.home() / (".notmuch-config" + (f".{profile}" if profile else ""))
+    return [xdg / "notmuch" / (profile or "default") / "config", home]
+
+
+def find_notmuch_config(explicit: str | None = None) -> Path | None:
+    for candidate in notmuch_config_candidates(explicit):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def new_config_path(explicit: str | None = None) -> Path:
+    """Where a new config goes: the explicit or $NOTMUCH_CONFIG path, else ~/.notmuch-config
+    (what ``notmuch setup`` writes)."""
+    return notmuch_config_candidates(explicit)[-1]
 
 
 def config_arg(config_path: str | os.PathLike[str] | None) -> list[str]:
@@ -162,3 +192,22 @@ def _split_progress(chunks: Iterable[bytes]) -> Iterator[str]:
             buffer = buffer[cut + 1:]
     if buffer:
         yield buffer
+
+
+def user_settings_as_written(nm: Mapping[str, str],
+                             config_path: str | os.PathLike[str] | None) -> dict[str, str]:
+    """``nm`` with the ``user.*`` values the config file really sets: ``notmuch config list``
+    fills in guesses (the login name, ``user@hostname``) that are nobody's address."""
+    import configparser
+
+    path = find_notmuch_config(os.fspath(config_path) if config_path else None)
+    if path is None:  # settings kept in the database only: nothing to tell guesses by
+        return dict(nm)
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        parser.read(path, encoding="utf-8")
+    except configparser.Error:
+        return dict(nm)  # notmuch read it; keep notmuch's word
+    written = {f"user.{k}": v for k, v in parser.items("user")} if parser.has_section("user") \
+        else {}
+    return {**{k: v for k, v in nm.items() if not k.startswith("user.")}, **written}

@@ -1,0 +1,265 @@
+"""``fmail-nm doctor``: the whole setup checked, each problem with the command that fixes it.
+
+Checks, in order: the config files exist and parse; notmuch's settings (``new.ignore``,
+exclusions, flag sync, ``new.tags``); that fmail-nm knows the user's addresses; our post-new
+hook installed, executable and chained; each account's mbsync channel defined, syncing into
+the mail root, with ``Expunge``; an msmtp account for each address that sends through msmtp;
+the sidecar built from this notmuch database; the HTTP token file private; the inotify watch
+limit against the folders to watch.  Nothing is changed: the fixes are for the user to run.
+
+``get_sync_status`` shows the same findings (:func:`diagnose_config` with ``quick``: without
+the Sent-folder scan and the directory walk).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+from .. import mbsyncrc, msmtprc
+from ..adopt.hooks import CHAINED_SUFFIX, is_ours
+from ..adopt.identity import discover, missing_from_notmuch
+from ..adopt.initialize import Finding, notmuch_findings
+from ..app import load_config
+from ..config import Account, Config, ConfigError, load_settings
+from ..store import sidecar
+from ..store.notmuch import NotmuchAccessError, Reader
+from ..store.notmuch_cli import (
+    find_notmuch_config,
+    new_config_path,
+    notmuch_settings,
+    user_settings_as_written,
+)
+from .mbsync import mbsync_config_of
+from .watcher import WATCH_LIMIT_SYSCTL, count_dirs
+
+WATCH_LIMIT_FILE = Path("/proc/sys/fs/inotify/max_user_watches")
+# The watch limit is per user, shared with editors, IDEs and file managers: leave them room.
+WATCH_SHARE = 0.5
+
+
+def diagnose(config_path: str | None = None, *, token_file: Path | None = None,
+             watch_limit_file: Path = WATCH_LIMIT_FILE) -> list[Finding]:
+    """Every finding for the setup a command would use (``--config`` or the defaults)."""
+    try:
+        settings = load_settings(config_path)
+    except ConfigError as exc:
+        return [Finding("config", str(exc).partition(";")[0], "fmail-nm init")]
+    if find_notmuch_config(settings.notmuch_config) is None:
+        return [Finding("notmuch", "no notmuch config at "
+                        f"{new_config_path(settings.notmuch_config)}",
+                        "fmail-nm init --mail-root ~/Mail (your Maildir root)")]
+    try:
+        config = load_config(config_path)
+    except (ConfigError, NotmuchAccessError) as exc:
+        return [Finding("config", str(exc), "edit the file it names, then fmail-nm doctor")]
+    return diagnose_config(config, token_file=token_file, watch_limit_file=watch_limit_file)
+
+
+def diagnose_config(config: Config, *, quick: bool = False, token_file: Path | None = None,
+                    watch_limit_file: Path = WATCH_LIMIT_FILE) -> list[Finding]:
+    nm = notmuch_settings(config.settings.notmuch_config)
+    found = notmuch_findings(nm)
+    found += identity_findings(config, nm, quick=quick)
+    found += hook_findings(Path(nm.get("database.hook_dir", "")))
+    found += mbsync_findings(config)
+    found += msmtp_findings(config)
+    found += sidecar_findings(config)
+    if token_file is not None:
+        found += token_findings(token_file)
+    if not quick:
+        found += inotify_findings(config, watch_limit_file)
+    return found
+
+
+def problems(findings: Sequence[Finding]) -> list[Finding]:
+    return [f for f in findings if f.serious]
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks
+
+
+def identity_findings(config: Config, nm: dict[str, str], *, quick: bool) -> list[Finding]:
+    """No address known: nothing is tagged sent and find_unanswered_threads cannot work."""
+    if config.addresses:
+        return []
+    nm = user_settings_as_written(nm, config.settings.notmuch_config)
+    identity = None
+    if not quick:
+        with Reader(config.settings.notmuch_config) as reader:
+            identity = discover(nm, config, reader)
+    commands = missing_from_notmuch(identity, nm) if identity else []
+    return [Finding("identity", "fmail-nm knows none of your addresses: your mail is not "
+                    "tagged sent and find_unanswered_threads cannot answer",
+                    " && ".join(commands) if commands else
+                    "notmuch config set user.primary_email you@example.org (your address)")]
+
+
+def hook_findings(hook_dir: Path) -> list[Finding]:
+    hook = hook_dir / "post-new"
+    if not hook.exists():
+        return [Finding("hook", f"fmail-nm's post-new hook is not installed in {hook_dir}: new "
+                        "mail is not tagged and the sidecar falls behind", "fmail-nm init")]
+    if not is_ours(hook):
+        return [Finding("hook", f"{hook} is not fmail-nm's hook: new mail is not tagged",
+                        "fmail-nm init (it keeps your hook and runs it first)")]
+    found = []
+    for path in (hook, hook_dir / ("post-new" + CHAINED_SUFFIX)):
+        if path.exists() and not os.access(path, os.X_OK):
+            found.append(Finding("hook", f"{path} is not executable, so notmuch "
+                                 f"{'skips it' if path == hook else 'never runs your own hook'}",
+                                 f"chmod +x {shlex.quote(str(path))}"))
+    program = _hook_program(hook)
+    if program and not Path(program).exists():
+        found.append(Finding("hook", f"the post-new hook runs {program}, which is gone (a "
+                             "virtualenv moved or removed)", "fmail-nm init"))
+    return found
+
+
+def _hook_program(hook: Path) -> str | None:
+    for line in hook.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.endswith(" hook post-new || status=$?"):
+            try:
+                return shlex.split(line)[0]
+            except (ValueError, IndexError):
+                return None
+    return None
+
+
+def _mbsync_file(config: Config, account: Account) -> Path | None:
+    path = mbsync_config_of(config, account)
+    return Path(path) if path else mbsyncrc.default_path()
+
+
+def mbsync_findings(config: Config) -> list[Finding]:
+    found = []
+    parsed: dict[Path, mbsyncrc.MbsyncConfig] = {}
+    for account in config.accounts:
+        if not account.mbsync_channel:
+            continue
+        path = _mbsync_file(config, account)
+        if path is None or not path.is_file():
+            found.append(Finding("mbsync", f"account {account.name} syncs with mbsync channel "
+                                 f"{account.mbsync_channel}, but there is no mbsync config "
+                                 f"{'at ' + str(path) if path else '(~/.mbsyncrc)'}",
+                                 "write it (see mbsync(1)), or fmail-nm account add"))
+            continue
+        rc = parsed.setdefault(path, mbsyncrc.parse(path))
+        channel = rc.channels.get(account.mbsync_channel)
+        if channel is None:
+            known = ", ".join(rc.channels) or "none"
+            found.append(Finding("mbsync", f"account {account.name} names mbsync channel "
+                                 f"{account.mbsync_channel}, which {path} does not define "
+                                 f"(channels there: {known})",
+                                 f"set mbsync_channel of account {account.name} in fmail.toml "
+                                 "to one of them"))
+            continue
+        found += _channel_findings(config, path, rc, channel)
+    return found
+
+
+def _channel_findings(config: Config, path: Path, rc: mbsyncrc.MbsyncConfig,
+                      channel: mbsyncrc.Channel) -> list[Finding]:
+    found = []
+    store = rc.channel_store(channel)
+    root = config.mail_root.resolve()
+    if store is not None and store.path is not None and not (
+            store.path.resolve() == root or store.path.resolve().is_relative_to(root)):
+        found.append(Finding("mbsync", f"channel {channel.name} syncs into {store.path}, outside "
+                             f"notmuch's mail root {root}: notmuch never indexes that mail",
+                             f"in {path}, put the Path of MaildirStore {store.name} under {root} "
+                             f"(or notmuch config set database.path to a folder holding both)"))
+    if (channel.expunge or "none").lower() not in ("both", "far"):
+        found.append(Finding("expunge", f"channel {channel.name} in {path} has no Expunge Both: "
+                             "mail moved to Trash or Junk stays in the server's folder as well, "
+                             "marked deleted", f"add `Expunge Both` to Channel {channel.name} "
+                             f"in {path}"))
+    return found
+
+
+def _msmtp_file(account: Account) -> Path | None:
+    command = list(account.send.command) if account.send else []
+    if "-C" in command[:-1]:
+        return Path(command[command.index("-C") + 1]).expanduser()
+    return msmtprc.default_path()
+
+
+def msmtp_findings(config: Config) -> list[Finding]:
+    """Every address of an account that sends with msmtp needs an msmtp account for it."""
+    found = []
+    for account in config.accounts:
+        if not account.send or not account.send.command or \
+                Path(account.send.command[0]).name != "msmtp":
+            continue
+        path = _msmtp_file(account)
+        if path is None or not path.is_file():
+            found.append(Finding("msmtp", f"account {account.name} sends with msmtp, but there "
+                                 "is no msmtp config (~/.msmtprc)",
+                                 "write one (see msmtp(1)), or fmail-nm account add"))
+            continue
+        rc = msmtprc.parse(path)
+        for address in account.addresses:
+            if rc.account_for(address) is None:
+                found.append(Finding("msmtp", f"no msmtp account in {path} sends as {address} "
+                                     f"(account {account.name})",
+                                     f"add to {path}: account {account.name} / from {address} "
+                                     "/ host ... (see msmtp(1))"))
+    return found
+
+
+def sidecar_findings(config: Config) -> list[Finding]:
+    path = sidecar.sidecar_path(config.data_dir)
+    if not path.is_file():
+        return [Finding("sidecar", f"the sidecar {path} is not built yet: SQL and contacts "
+                        "have nothing to read", "fmail-nm sidecar sync")]
+    with Reader(config.settings.notmuch_config) as reader, \
+            sidecar.opened(path, readonly=True) as conn:
+        revision = reader.revision()
+        uuid = sidecar.get_state(conn, "notmuch_uuid")
+        done = sidecar.get_state(conn, "revision")
+    if uuid != revision.uuid:
+        return [Finding("sidecar", "the sidecar was built from another notmuch database (it "
+                        "was rebuilt or replaced)", "fmail-nm sidecar rebuild")]
+    if done is None or int(done) < revision.number:
+        # Tag changes by mail clients land here until the next sync: worth knowing, not wrong.
+        return [Finding("sidecar", f"the sidecar is at notmuch revision {done}, notmuch at "
+                        f"{revision.number}", "fmail-nm sidecar sync", serious=False)]
+    return []
+
+
+def token_findings(token_file: Path) -> list[Finding]:
+    try:
+        mode = stat.S_IMODE(token_file.stat().st_mode)
+    except FileNotFoundError:
+        return []
+    if mode & 0o077:
+        return [Finding("token", f"the HTTP token {token_file} is readable by others (mode "
+                        f"{mode:o}): anyone on this machine could read your mail",
+                        f"chmod 600 {shlex.quote(str(token_file))}")]
+    return []
+
+
+def watch_limit(limit_file: Path) -> int | None:
+    try:
+        return int(limit_file.read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return None
+
+
+def inotify_findings(config: Config, limit_file: Path) -> list[Finding]:
+    limit = watch_limit(limit_file)
+    if limit is None:
+        return []
+    needed = count_dirs(str(config.mail_root))
+    if needed <= limit * WATCH_SHARE:
+        return []
+    target = max(524288, 4 * needed)
+    return [Finding("inotify", f"the mail root has {needed} directories to watch and "
+                    f"{WATCH_LIMIT_SYSCTL} is {limit} (shared with every program of yours that "
+                    "watches files): `fmail-nm run` would fall back to polling",
+                    f"sudo sysctl {WATCH_LIMIT_SYSCTL}={target} && echo "
+                    f"{WATCH_LIMIT_SYSCTL}={target} | sudo tee /etc/sysctl.d/90-fmail-nm.conf")]

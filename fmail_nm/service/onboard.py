@@ -1,0 +1,92 @@
+"""Adding an account end to end: written, checked against the server, pulled, indexed.
+
+:func:`add_account` validates (:func:`fmail_nm.adopt.accounts.plan`), writes fmail-nm's own
+mbsync/msmtp config and accounts.toml, asks the server for its folder list with
+``mbsync -c <own file> --list`` (the login and the password command are proven before any
+mail moves), then pulls and indexes with :func:`fmail_nm.service.cycle.sync`.  When the
+check fails everything written is taken out again, so a typo leaves no half account behind.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from pydantic import Field
+
+from ..adopt import accounts
+from ..adopt.identity import Identity, missing_from_notmuch
+from ..app import load_config
+from ..config import Config
+from ..errors import CallerError
+from ..store.notmuch_cli import notmuch_settings
+from ..tools.dto import Dto
+from .cycle import sync
+from .mbsync import MBSYNC_TIMEOUT, execute, find_mbsync
+
+log = logging.getLogger(__name__)
+
+CHECK_TIMEOUT = 60.0
+
+
+class AccountCheckFailed(CallerError):
+    """The server refused the new account (host, port, login or password command wrong)."""
+
+
+class AddedAccount(Dto):
+    # What adding an account did; also the add_email_account tool's answer (no docstring:
+    # it would go into the tool's output schema).
+    name: str
+    folders: list[str]  # on the server
+    pulled: bool
+    added: int  # messages indexed
+    errors: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)  # for the user
+
+
+def server_folders(plan: accounts.AccountPlan, timeout: float = CHECK_TIMEOUT) -> list[str]:
+    """The far side's folders, as mbsync lists them: proves host, TLS, login and password."""
+    argv = [find_mbsync(), "-c", str(plan.mbsync_file), "--list", plan.name]
+    code, error = execute(argv, timeout, keep_output=True)
+    if code != 0:
+        raise AccountCheckFailed(f"the IMAP server refused account {plan.name!r} "
+                                 f"({plan.imap_user} at {plan.imap_host}:{plan.imap_port}): "
+                                 f"{error}")
+    return [line.strip() for line in error.splitlines() if line.strip()]
+
+
+def add_account(config: Config, new: accounts.NewAccount, *, config_path: Path | None = None,
+                timeout: float = MBSYNC_TIMEOUT) -> tuple[AddedAccount, Config]:
+    """Add, check, pull and index an account; returns what happened and the config that has
+    it.  ``config_path`` is the fmail.toml ``config`` was loaded from."""
+    plan = accounts.plan(config, new)
+    accounts.write(plan)
+    try:
+        folders = server_folders(plan, min(timeout, CHECK_TIMEOUT))
+    except Exception:
+        accounts.remove(plan.name, config_dir=plan.config_dir)
+        accounts.drop_empty_maildir(plan)
+        raise
+    updated = load_config(config_path)
+    report = sync(updated, plan.name, "pull", timeout=timeout)
+    result = AddedAccount(name=plan.name, folders=folders,
+                          pulled=report.mbsync_ok,
+                          added=report.index.added if report.index else 0,
+                          errors=report.errors())
+    updated = load_config(config_path)  # again: the pull made the folders, and their roles
+    result.notes += notmuch_commands(updated, plan.address)
+    if plan.note:
+        result.notes.append(plan.note)
+    log.info("added account %s (%d folders on the server, %d messages indexed)",
+             plan.name, len(folders), result.added)
+    return result, updated
+
+
+def notmuch_commands(config: Config, address: str) -> list[str]:
+    """fmail-nm knows the new address from accounts.toml; notmuch (and the mail clients that
+    read its config) learn it only from the user, who is told the command."""
+    identity = Identity()
+    identity.add(address, "the new account")
+    return [f"so that notmuch and your mail client know the address too: {command}"
+            for command in missing_from_notmuch(
+                identity, notmuch_settings(config.settings.notmuch_config))]

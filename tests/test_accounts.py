@@ -1,0 +1,297 @@
+"""Adding an account: validated, written into fmail-nm's own config files, checked against a
+real Dovecot, pulled by a real mbsync, indexed by notmuch -- with a password *command* only,
+and the user's own mbsyncrc and msmtprc left byte for byte as they were."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fmail_nm.adopt import accounts
+from fmail_nm.app import load_config
+from fmail_nm.config import own_config_dir
+from fmail_nm.service.onboard import AccountCheckFailed, add_account
+from fmail_nm.store.notmuch import Reader
+from fmail_nm.tools import reads
+
+from . import imapbed
+from .conftest import MailEnv
+from .syncbed import require_tools
+
+pytestmark = pytest.mark.imap
+
+USER = "casey"
+PASSWORD = "pw-Qx7vR2kLm9"  # unique, so any copy of it can be found
+USER_MBSYNCRC = b"""# my own mbsync config; fmail-nm must never rewrite it
+IMAPAccount personal
+Host imap.example.org
+User alex@example.org
+PassCmd "pass show mail/personal"
+SSLType IMAPS
+"""
+USER_MSMTPRC = b"""# my own msmtp config
+account personal
+host smtp.example.org
+from alex@example.org
+"""
+RECORD = """#!/bin/sh
+# Records how it was called, then runs the real program.
+printf '%s\\n' "$0 $*" >> "{log}"
+exec "{real}" "$@"
+"""
+
+
+def message(n: int, sender: str, to: str, subject: str) -> bytes:
+    return (f"From: {sender}\r\nTo: {to}\r\nSubject: {subject}\r\n"
+            f"Date: Wed, 02 Dec 2026 10:{n:02d}:00 +0000\r\n"
+            f"Message-ID: <casey-{n}@example.net>\r\n\r\nBody {n}.\r\n").encode()
+
+
+@dataclass
+class Bed:
+    env: MailEnv
+    server: imapbed.ImapServer
+    password_script: Path
+    argv_log: Path
+
+
+@pytest.fixture
+def bed(indexed: MailEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
+    """The indexed fixture mail with the user's own ~/.mbsyncrc and ~/.msmtprc, a Dovecot
+    with a second mailbox (two messages in INBOX, one in Sent), a password script, and
+    mbsync/msmtp/notmuch behind recorders that log every argv they are started with."""
+    require_tools()
+    home = Path(indexed.env["HOME"])
+    (home / ".mbsyncrc").write_bytes(USER_MBSYNCRC)
+    (home / ".msmtprc").write_bytes(USER_MSMTPRC)
+    script = tmp_path / "secrets" / "print-password"
+    script.parent.mkdir()
+    script.write_text(f"#!/bin/sh\nprintf '%s\\n' '{PASSWORD}'\n")
+    script.chmod(0o700)
+    shims, argv_log = tmp_path / "shims", tmp_path / "argv.log"
+    shims.mkdir()
+    for program in ("mbsync", "msmtp", "notmuch"):
+        shim = shims / program
+        shim.write_text(RECORD.format(log=argv_log, real=imapbed.find_program(program)))
+        shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}{os.pathsep}{os.environ['PATH']}")
+    server = imapbed.ImapServer(tmp_path / "imap", users={USER: PASSWORD}, cleanup=False)
+    server.start()
+    try:
+        imapbed.append(server, USER, "INBOX", message(1, "Dana Lee <dana@example.net>",
+                                                      "casey@example.com", "Quarterly figures"))
+        imapbed.append(server, USER, "INBOX", message(2, "Eli Park <eli@example.net>",
+                                                      "casey@example.com", "Lunch on Friday"))
+        imapbed.append(server, USER, "Sent", message(3, "Casey <casey@example.com>",
+                                                     "dana@example.net", "Re: Quarterly figures"))
+        yield Bed(indexed, server, script, argv_log)
+    finally:
+        server.stop()
+
+
+def new_account(bed: Bed, **changes: object) -> accounts.NewAccount:
+    values: dict[str, object] = dict(
+        name="side", address="casey@example.com", password_command=str(bed.password_script),
+        imap_host="127.0.0.1", imap_port=bed.server.port, imap_user=USER, imap_tls="none",
+        smtp_host="127.0.0.1", smtp_port=2525, smtp_tls="none")
+    values.update(changes)
+    return accounts.NewAccount(**values)  # type: ignore[arg-type]
+
+
+def files_fmail_writes(bed: Bed) -> list[Path]:
+    """Every file under the test's tree except the password script and Dovecot's own files
+    (its passwd file holds the password by design)."""
+    skip = (bed.password_script.parent, bed.server.workdir)
+    return [p for p in bed.env.base.rglob("*")
+            if p.is_file() and not any(p.is_relative_to(s) for s in skip)]
+
+
+def assert_password_nowhere(bed: Bed, *texts: str) -> None:
+    needle = PASSWORD.encode()
+    leaked = [p for p in files_fmail_writes(bed) if needle in p.read_bytes()]
+    assert leaked == []
+    argv = bed.argv_log.read_text()
+    assert "mbsync" in argv  # the recorder saw mbsync start, so it could have seen a leak
+    assert PASSWORD not in argv
+    for text in texts:
+        assert PASSWORD not in text
+
+
+def test_an_added_account_is_checked_pulled_indexed_and_searchable(
+        bed: Bed, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    caplog.set_level(logging.DEBUG)
+    home = Path(bed.env.env["HOME"])
+    config = load_config()
+    result, updated = add_account(config, new_account(bed), timeout=60)
+
+    assert result.pulled and result.errors == []
+    assert {"INBOX", "Sent"} <= set(result.folders)
+    assert result.added == 3
+    assert "side" in [a.name for a in updated.accounts]
+    # The user's own accounts are still there, beside the new one.
+    assert {"personal", "work"} <= {a.name for a in updated.accounts}
+    # Its own config files, private, used with -c / -C.
+    own = own_config_dir()
+    for name in ("mbsyncrc", "msmtprc", "accounts.toml"):
+        assert stat.S_IMODE((own / name).stat().st_mode) == 0o600
+    assert f"-c {own / 'mbsyncrc'}" in bed.argv_log.read_text()
+    side = updated.account("side")
+    assert side.send is not None and list(side.send.command[:3]) == ["msmtp", "-C",
+                                                                     str(own / "msmtprc")]
+    assert side.folders.get("sent") == "side/Sent"
+
+    # Through the read tools: found by search and listed as an account.
+    with Reader(updated.settings.notmuch_config) as reader:
+        mailbox = reads.Mailbox(updated, reader)
+        found = reads.search_emails(mailbox, "subject:Quarterly account:side")
+        assert {m.id for m in found.results} == {"casey-1@example.net", "casey-3@example.net"}
+        listed = reads.list_available_accounts(mailbox)
+        assert "side" in [a.name for a in listed.accounts]
+        sent = reader.find("casey-3@example.net")
+        assert sent is not None and "sent" in sent.tags  # the new address is the user's
+
+    # Again from a fresh load, as the next command would see it.
+    assert "side" in [a.name for a in load_config().accounts]
+    assert (home / ".mbsyncrc").read_bytes() == USER_MBSYNCRC
+    assert (home / ".msmtprc").read_bytes() == USER_MSMTPRC
+    out = capsys.readouterr()
+    assert_password_nowhere(bed, caplog.text, out.out, out.err, repr(result))
+
+
+def test_a_refused_login_leaves_nothing_behind(bed: Bed) -> None:
+    wrong = bed.env.base / "secrets" / "wrong-password"
+    wrong.write_text("#!/bin/sh\necho not-the-password\n")
+    wrong.chmod(0o700)
+    config = load_config()
+    with pytest.raises(AccountCheckFailed, match="refused"):
+        add_account(config, new_account(bed, password_command=str(wrong)), timeout=60)
+    assert accounts.added_entries() == []
+    assert "side" not in (own_config_dir() / "mbsyncrc").read_text()
+    assert not (config.mail_root / "side").exists()
+    assert [a.name for a in load_config().accounts] == [a.name for a in config.accounts]
+
+
+def test_remove_undoes_an_add_and_keeps_the_mail(bed: Bed) -> None:
+    before_mbsync = (own_config_dir() / "mbsyncrc")
+    config = load_config()
+    add_account(config, new_account(bed), timeout=60)
+    add_account(load_config(), new_account(bed, name="other"), timeout=60)
+    done = bed.env.fmail("account", "remove", "--name", "side")
+    assert "left in place" in done.stdout
+    assert [e["name"] for e in accounts.added_entries()] == ["other"]
+    text = before_mbsync.read_text()
+    assert "IMAPAccount side" not in text and "IMAPAccount other" in text
+    assert "account side" not in (own_config_dir() / "msmtprc").read_text()
+    assert (config.mail_root / "side" / "INBOX").is_dir()  # mail is never removed
+    assert "side" not in [a.name for a in load_config().accounts]
+    refused = bed.env.fmail("account", "remove", "--name", "personal", check=False)
+    assert refused.returncode == 2 and "not an account fmail-nm added" in refused.stderr
+
+
+def test_cli_add_with_flags(bed: Bed) -> None:
+    done = bed.env.fmail("account", "add", "--name", "side", "--address", "casey@example.com",
+                         "--password-command", str(bed.password_script),
+                         "--imap-host", "127.0.0.1", "--imap-port", str(bed.server.port),
+                         "--imap-user", USER, "--imap-tls", "none", check=False)
+    assert done.returncode == 0, done.stderr
+    assert "side" in done.stdout and "3 messages" in done.stdout
+    assert_password_nowhere(bed, done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"password_command": PASSWORD}, "not the password itself"),
+    ({"imap_host": "imap.example.net"}, "clear text"),
+    ({"name": "personal"}, "already an account"),
+    ({"name": "../up"}, "name must be"),
+    ({"imap_user": "casey\nPassCmd evil"}, "one line"),
+    ({"address": "not-an-address"}, "not an e-mail address"),
+    ({"provider": "aol"}, "unknown provider"),
+])
+def test_bad_accounts_are_refused_before_anything_is_written(
+        indexed: MailEnv, tmp_path: Path, changes: dict[str, object], message: str) -> None:
+    values: dict[str, object] = dict(name="side", address="casey@example.com",
+                                     password_command="/bin/echo", imap_host="127.0.0.1",
+                                     imap_tls="none")
+    values.update(changes)
+    with pytest.raises(accounts.AccountError, match=message) as err:
+        accounts.plan(load_config(), accounts.NewAccount(**values))  # type: ignore[arg-type]
+    assert PASSWORD not in str(err.value)
+    assert not own_config_dir().exists() or not any(own_config_dir().iterdir()) or \
+        accounts.added_entries() == []
+
+
+def test_presets_fill_in_gmail() -> None:
+    gmail = accounts.provider_for("someone@gmail.com", None)
+    assert gmail is not None and gmail.name == "gmail"
+    assert gmail.folders["sent"] == "[Gmail]/Sent Mail" and gmail.server_saves_sent
+    assert "![Gmail]/All Mail" in gmail.patterns
+    assert {"gmail", "fastmail", "icloud", "outlook"} <= set(accounts.providers())
+
+
+def test_a_gmail_plan_renders_its_folders_and_server_side_sent(indexed: MailEnv) -> None:
+    plan = accounts.plan(load_config(), accounts.NewAccount(
+        name="g", address="someone@gmail.com", password_command="/bin/echo"))
+    assert (plan.imap_host, plan.imap_port, plan.imap_tls) == ("imap.gmail.com", 993, "imaps")
+    block = accounts.mbsync_block(plan)
+    assert 'Patterns "*" "![Gmail]/All Mail"' in block and "SSLType IMAPS" in block
+    assert 'PassCmd "/bin/echo"' in block
+    entry = accounts.account_entry(plan)
+    assert entry["server_saves_sent"] is True and entry["folders"]["junk"] == "[Gmail]/Spam"
+    msmtp = accounts.msmtp_block(plan)
+    assert "host smtp.gmail.com" in msmtp and "tls_starttls on" in msmtp
+    assert 'passwordeval "/bin/echo"' in msmtp
+
+
+def test_without_accounts_toml_the_accounts_are_those_of_fmail_toml(indexed: MailEnv) -> None:
+    assert not (own_config_dir() / "accounts.toml").exists()
+    assert [a.name for a in load_config().accounts] == ["personal", "work"]
+
+
+@pytest.mark.anyio
+async def test_add_email_account_over_mcp(bed: Bed) -> None:
+    """The tool: no password parameter; the account shows in list_available_accounts and its
+    mail in search_emails of the same server, without a restart."""
+    from mcp.client.client import Client
+
+    from .test_server_writes import call, server_params
+
+    async with Client(server_params(bed.env)) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        schema = tools["add_email_account"].input_schema["properties"]
+        assert "password_command" in schema and not any(
+            "password" in key and key != "password_command" for key in schema)
+        added = await call(client, "add_email_account", {
+            "name": "side", "address": f"{USER}@example.com",
+            "password_command": str(bed.password_script),
+            "imap": f"imap://127.0.0.1:{bed.server.port}", "imap_user": USER})
+        assert added["pulled"] is True and added["added"] == 3
+        accounts_now = await call(client, "list_available_accounts")
+        assert "side" in [a["name"] for a in accounts_now["accounts"]]
+        found = await call(client, "search_emails", {"query": "subject:Lunch", "account": "side"})
+        assert [m["id"] for m in found["results"]] == ["casey-2@example.net"]
+    assert_password_nowhere(bed)
+
+
+def test_a_write_on_an_account_the_push_scheduler_does_not_know_yet_stands(
+        indexed: MailEnv, caplog: pytest.LogCaptureFixture) -> None:
+    """After add_email_account, the server's push scheduler (started with the old config)
+    refuses the new account's name; the write is not turned into an error for it."""
+    from fmail_nm.mcp.server import MailService
+    from fmail_nm.passes.changes import WriteOutcome
+    from fmail_nm.service.push import PushScheduler
+
+    with PushScheduler(load_config(), quiet_period=60, timeout=10) as scheduler:
+        service = MailService(load_config(), on_push=scheduler.request)
+        try:
+            service._after_write(WriteOutcome("archive", ("casey-1@example.net",),
+                                              frozenset({"side"})))
+        finally:
+            service.close()
+        assert scheduler.status().pending == set()
+    assert "restart the service to push that account" in caplog.text

@@ -1,0 +1,220 @@
+"""First contact: init finds who the user is and creates what is missing; doctor finds what is
+wrong with a setup and names the fix."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from fmail_nm.adopt.identity import Identity, from_mbsync, from_msmtp
+from fmail_nm.app import load_config
+from fmail_nm.service import doctor
+from fmail_nm.store.notmuch import Reader
+from fmail_nm.tools import reads
+
+from .conftest import USER_ADDRESSES, MailEnv, make_mail_env, run_init
+
+
+def init_like_a_new_user(env: MailEnv) -> str:
+    """No fmail.toml yet (FMAIL_CONFIG points at a missing file), no --address."""
+    env.fmail_config.unlink()
+    done = env.fmail("init", "--mail-root", str(env.mail_root))
+    return done.stdout
+
+
+def test_init_without_addresses_learns_them_from_the_sent_folders(mail_env: MailEnv) -> None:
+    out = init_like_a_new_user(mail_env)
+    assert mail_env.fmail_config.is_file()  # created, commented
+    assert "config file not found" not in out
+    for address in USER_ADDRESSES:
+        assert f"address {address} (from Sent folder" in out
+    nm = mail_env.notmuch("config", "list").stdout
+    assert "user.primary_email=alex@example.org" in nm
+    assert "user.other_email=alex.morgan@example.org;amorgan@acme.test" in nm
+    assert "user.name=Alex Morgan" in nm
+    # The user's mail was tagged as if the addresses had been given: sent mail is sent.
+    sent = mail_env.notmuch("search", "--output=messages", "tag:sent").stdout.split()
+    assert "id:wedding-2@example.org" in sent and "id:work-deep-2@acme.test" in sent
+    assert mail_env.notmuch("count", "tag:sent AND tag:inbox").stdout.strip() == "0"
+    config = load_config()
+    with Reader(config.settings.notmuch_config) as reader:
+        unanswered = reads.find_unanswered_threads(reads.Mailbox(config, reader),
+                                                   since="2026-10-02")
+        thread = reader.find("unanswered-2@example.org")
+    assert thread is not None
+    assert [t.thread_id for t in unanswered.threads] == [thread.thread_id]
+
+
+def test_the_tags_match_an_init_that_was_given_the_addresses(mail_env: MailEnv,
+                                                             tmp_path: Path) -> None:
+    init_like_a_new_user(mail_env)
+    learnt = mail_env.notmuch("dump").stdout
+    other = tmp_path / "given"
+    other.mkdir()
+    given = make_mail_env(other)
+    run_init(given)
+    assert sorted(learnt.splitlines()) == sorted(given.notmuch("dump").stdout.splitlines())
+
+
+def test_addresses_from_mbsync_and_msmtp(tmp_path: Path) -> None:
+    mbsync = tmp_path / "mbsyncrc"
+    mbsync.write_text("IMAPAccount personal\nHost imap.example.org\nUser alex@example.org\n\n"
+                      "IMAPAccount work\nHost imap.acme.test\nUser amorgan\n")
+    msmtp = tmp_path / "msmtprc"
+    msmtp.write_text("defaults\nauth on\n\naccount work\nhost smtp.acme.test\n"
+                     "from amorgan@acme.test\n\naccount wild\nfrom *@example.net\n")
+    identity = Identity()
+    from_mbsync(identity, mbsync)
+    from_msmtp(identity, msmtp)
+    # "amorgan" is a login, not an address; a wildcard from is not one address either.
+    assert identity.addresses == ["alex@example.org", "amorgan@acme.test"]
+    assert "IMAPAccount personal" in identity.found[0].source
+    assert "account work" in identity.found[1].source
+
+
+def test_init_takes_addresses_from_mbsyncrc_and_msmtprc(mail_env: MailEnv) -> None:
+    home = Path(mail_env.env["HOME"])
+    (home / ".mbsyncrc").write_text("IMAPAccount personal\nHost imap.example.org\n"
+                                    "User alex@example.org\n")
+    (home / ".msmtprc").write_text("account work\nhost smtp.acme.test\nfrom amorgan@acme.test\n")
+    for folder in ("personal/Sent", "work/Sent"):  # nothing to learn from Sent folders
+        for sub in ("cur", "new"):
+            for f in (mail_env.mail_root / folder / sub).glob("*"):
+                f.unlink()
+    out = init_like_a_new_user(mail_env)
+    assert "address alex@example.org (from mbsync config ~/.mbsyncrc" in out
+    assert "address amorgan@acme.test (from msmtp config ~/.msmtprc" in out
+    nm = mail_env.notmuch("config", "list").stdout
+    assert "user.primary_email=alex@example.org" in nm
+    assert "user.other_email=amorgan@acme.test" in nm
+
+
+def test_an_existing_notmuch_config_is_left_alone_and_told_the_command(
+        mail_env: MailEnv) -> None:
+    mail_env.notmuch_config.write_text(f"[database]\npath={mail_env.mail_root}\n[new]\n"
+                                       "tags=inbox;unread\n")
+    before = mail_env.notmuch_config.read_bytes()
+    out = init_like_a_new_user(mail_env)
+    assert mail_env.notmuch_config.read_bytes() == before
+    assert ("notmuch config set user.primary_email alex@example.org" in out)
+    assert "notmuch config set user.other_email 'alex.morgan@example.org;amorgan@acme.test'" in out
+
+
+def test_commands_name_a_missing_config_and_say_to_run_init(mail_env: MailEnv) -> None:
+    mail_env.fmail_config.unlink()
+    done = mail_env.fmail("index", check=False)
+    assert done.returncode == 2
+    assert str(mail_env.fmail_config) in done.stderr and "fmail-nm init" in done.stderr
+    mail_env.fmail_config.write_text("")
+    done = mail_env.fmail("index", check=False)
+    assert done.returncode == 2
+    assert str(mail_env.notmuch_config) in done.stderr and "fmail-nm init" in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# doctor
+
+
+def checks(env: MailEnv, **kwargs: object) -> list[doctor.Finding]:
+    return doctor.problems(doctor.diagnose(str(env.fmail_config), **kwargs))  # type: ignore[arg-type]
+
+
+def test_a_healthy_setup_passes(indexed: MailEnv) -> None:
+    home = Path(indexed.env["HOME"])
+    (home / ".msmtprc").write_text("account personal\nfrom alex@example.org\n\n"
+                                   "account alias\nfrom alex.morgan@example.org\n\n"
+                                   "account work\nfrom amorgan@acme.test\n")
+    (home / ".mbsyncrc").write_text(
+        "".join(f"MaildirStore {a}-local\nPath {indexed.mail_root / a}/\n\n"
+                f"Channel {a}\nNear :{a}-local:\nFar :{a}-remote:\nExpunge Both\n\n"
+                for a in ("personal", "work")))
+    assert checks(indexed) == []
+    done = indexed.fmail("doctor", check=False)
+    assert done.returncode == 0 and "no problems found" in done.stdout
+
+
+def fixes(found: list[doctor.Finding], check: str) -> list[str]:
+    return [f.fix for f in found if f.check == check]
+
+
+def test_doctor_reports_each_broken_part_with_its_fix(indexed: MailEnv, tmp_path: Path) -> None:
+    home = Path(indexed.env["HOME"])
+    env = indexed
+    # notmuch: no ignore list for mbsync's files, flag sync off
+    env.notmuch("config", "set", "new.ignore", "")
+    env.notmuch("config", "set", "maildir.synchronize_flags", "false")
+    # mbsync: one channel outside the mail root without Expunge, the other one missing
+    (home / ".mbsyncrc").write_text(f"MaildirStore personal-local\nPath {tmp_path}/elsewhere/\n\n"
+                                    "Channel personal\nNear :personal-local:\nFar :p-remote:\n")
+    # msmtp: no account sends as the work address
+    (home / ".msmtprc").write_text("account personal\nfrom alex@example.org\n\n"
+                                   "account alias\nfrom alex.morgan@example.org\n")
+    # the token readable by others, a watch limit far too small
+    token = tmp_path / "http-token"
+    token.write_text("t")
+    token.chmod(0o644)
+    limit = tmp_path / "max_user_watches"
+    limit.write_text("8\n")
+    found = checks(env, token_file=token, watch_limit_file=limit)
+
+    assert "notmuch config set new.ignore '.mbsyncstate;" in " ".join(fixes(found, "notmuch"))
+    assert "notmuch config set maildir.synchronize_flags true" in fixes(found, "notmuch")
+    mbsync = " ".join(f.problem for f in found if f.check == "mbsync")
+    assert "outside notmuch's mail root" in mbsync and "channel work" in mbsync
+    assert fixes(found, "expunge") == [f"add `Expunge Both` to Channel personal in "
+                                       f"{home / '.mbsyncrc'}"]
+    assert any("amorgan@acme.test" in f.problem for f in found if f.check == "msmtp")
+    assert fixes(found, "token") == [f"chmod 600 {token}"]
+    assert fixes(found, "inotify")[0].startswith("sudo sysctl fs.inotify.max_user_watches=")
+    done = env.fmail("doctor", check=False)
+    assert done.returncode == 1 and "fix: notmuch config set maildir.synchronize_flags true" \
+        in done.stdout
+
+
+def test_doctor_hook_checks(indexed: MailEnv) -> None:
+    hook = indexed.mail_root / ".notmuch" / "hooks" / "post-new"
+    hook.chmod(0o644)
+    assert fixes(checks(indexed), "hook") == [f"chmod +x {hook}"]
+    hook.unlink()
+    assert fixes(checks(indexed), "hook") == ["fmail-nm init"]
+    hook.write_text("#!/bin/sh\nafew --tag --new\n")
+    hook.chmod(0o755)
+    assert fixes(checks(indexed), "hook") == ["fmail-nm init (it keeps your hook and runs it first)"]
+    indexed.fmail("init", "--mail-root", str(indexed.mail_root), "--no-index")
+    assert fixes(checks(indexed), "hook") == []
+    assert (hook.parent / "post-new.before-fmail-nm").is_file()  # afew's hook, chained
+
+
+def test_doctor_identity_and_sidecar(mail_env: MailEnv) -> None:
+    mail_env.fmail_config.write_text("")  # no accounts, no addresses
+    mail_env.notmuch_config.write_text(f"[database]\npath={mail_env.mail_root}\n")
+    mail_env.notmuch("new", "--no-hooks")
+    found = checks(mail_env)
+    (identity,) = [f for f in found if f.check == "identity"]
+    assert identity.fix.startswith("notmuch config set user.primary_email alex@example.org")
+    assert fixes(found, "sidecar") == ["fmail-nm sidecar sync"]
+
+
+def test_doctor_names_a_missing_config(mail_env: MailEnv) -> None:
+    found = checks(mail_env)
+    assert fixes(found, "notmuch") == ["fmail-nm init --mail-root ~/Mail (your Maildir root)"]
+    mail_env.fmail_config.unlink()
+    assert fixes(checks(mail_env), "config") == ["fmail-nm init"]
+
+
+def test_get_sync_status_lists_the_problems(indexed: MailEnv) -> None:
+    from fmail_nm.mcp.server import setup_problems
+    indexed.notmuch("config", "set", "maildir.synchronize_flags", "false")
+    problems = setup_problems(load_config())
+    assert any("notmuch config set maildir.synchronize_flags true" in p for p in problems)
+
+
+def test_the_token_check_passes_a_private_token(tmp_path: Path) -> None:
+    token = tmp_path / "t"
+    token.write_text("x")
+    os.chmod(token, 0o600)
+    assert doctor.token_findings(token) == []
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
