@@ -416,3 +416,10 @@ def resolve(settings: Settings, mail_root: Path, notmuch_addresses: tuple[str, .
             accounts = _disk_accounts(mail_root, folders, addresses)
     return Config(settings=settings, mail_root=mail_root, accounts=tuple(accounts),
                   folders=tuple(folders))
+
+
+# The tool profiles a server offers (``fmail-nm serve --tools``), each holding the ones before
+# it.  Every tool offered costs the model's context on every turn, so the default is the set
+# used day to day; ``all`` adds the rest (mcp.registry registers by profile).
+TOOL_PROFILES = ("read", "triage", "all")
+DEFAULT_TOOL_PROFILE = "triage"
