@@ -6,10 +6,10 @@ The formats are stable and described in the tool descriptions and the README:
 * message listings (``search_emails``): a header line, then one line per message::
 
       50 of 2896; next_cursor=eyJvIjo1MH0; index updated 2026-12-03T14:00:00Z
-      3f2a9c0e1b7d4a65 2026-03-02 09:15 UA Anna Schmidt <anna@example.com> | School trip
+      3f2a9c0e1b7d4a65 2026-03-02 09:15 UA Anna Schmidt | School trip
 
   id (a uid, or the Message-ID while the mirror catches up), date and time (UTC), flags,
-  sender, ``|``, subject.  Flags: U unread, F flagged, R replied, A attachment, D draft,
+  sender (the name alone when there is one), ``|``, subject.  Flags: U unread, F flagged, R replied, A attachment, D draft,
   then ``+tag`` for every other tag worth showing, ``-`` for none.  On the user's own
   messages the sender is replaced by ``to`` and the first recipients.
 * thread listings (``list_threads``): thread id, last activity, message count (matched/all
@@ -88,8 +88,15 @@ def search_text(r: dto.SearchResult) -> str:
     return "\n".join(["; ".join(head), *(email_line(e) for e in r.results)])
 
 
+def short_name(person: str) -> str:
+    """``Name <address>`` as the name alone (the structured content keeps the address; a
+    search can say from:Name), a bare address as it is."""
+    name, bracket, _ = person.rpartition(" <")
+    return one_line(name if bracket and name else person)
+
+
 def email_line(e: dto.EmailRef) -> str:
-    who = ("to " + ", ".join(one_line(p) for p in e.to)) if e.to else one_line(e.from_)
+    who = ("to " + ", ".join(short_name(p) for p in e.to)) if e.to else short_name(e.from_)
     return f"{e.id} {when(e.date)} {flags(e.tags)} {who} | {_subject(e.subject)}"
 
 
