@@ -43,6 +43,27 @@ PUBLISHED_VIEWS = ("emails", "threads", "tags", "email_tags", "contacts")
 CONTACT_TRIGGERS = ("contacts_insert", "contacts_update", "contacts_delete")
 EDITABLE_CONTACT_COLUMNS = ("name", "is_blocked", "notes")
 
+# One row of ``threads`` per thread, from its mirrored messages: version 1's view, and since
+# version 3 what the mirror stores for the threads each batch touched (passes.mirror).
+THREAD_ROWS = """
+SELECT thread_id,
+       (SELECT subject FROM messages f WHERE f.thread_id = m.thread_id
+        ORDER BY date, message_id LIMIT 1) AS subject,
+       count(*) AS message_count,
+       sum(1 - is_read) AS unread_count,
+       sum(is_sent) AS sent_count,
+       min(date) AS first_date,
+       max(date) AS last_date,
+       (SELECT sender_email FROM messages l WHERE l.thread_id = m.thread_id
+        ORDER BY date DESC, message_id DESC LIMIT 1) AS last_sender_email,
+       (SELECT is_sent FROM messages l WHERE l.thread_id = m.thread_id
+        ORDER BY date DESC, message_id DESC LIMIT 1) AS last_from_me,
+       group_concat(DISTINCT sender_email) AS participants,
+       max(account_name) AS account_name
+FROM messages m
+WHERE {where}
+GROUP BY thread_id
+"""
 _V1 = """
 CREATE TABLE sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
@@ -145,22 +166,7 @@ FROM message_tags t JOIN messages m USING (message_id)
 GROUP BY t.tag;
 
 CREATE VIEW threads AS
-SELECT thread_id,
-       (SELECT subject FROM messages f WHERE f.thread_id = m.thread_id
-        ORDER BY date, message_id LIMIT 1) AS subject,
-       count(*) AS message_count,
-       sum(1 - is_read) AS unread_count,
-       sum(is_sent) AS sent_count,
-       min(date) AS first_date,
-       max(date) AS last_date,
-       (SELECT sender_email FROM messages l WHERE l.thread_id = m.thread_id
-        ORDER BY date DESC, message_id DESC LIMIT 1) AS last_sender_email,
-       (SELECT is_sent FROM messages l WHERE l.thread_id = m.thread_id
-        ORDER BY date DESC, message_id DESC LIMIT 1) AS last_from_me,
-       group_concat(DISTINCT sender_email) AS participants,
-       max(account_name) AS account_name
-FROM messages m
-GROUP BY thread_id;
+""" + THREAD_ROWS.format(where="1") + """;
 
 CREATE VIEW contacts AS
 SELECT e.email_address,
@@ -210,27 +216,6 @@ ALTER TABLE messages ADD COLUMN needs_tagging INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX messages_needs_tagging ON messages(message_id) WHERE needs_tagging = 1;
 """
 
-# One row of the ``threads`` table, computed from the thread's mirrored messages; the mirror
-# recomputes the threads each batch touched (passes.mirror), the migration all of them.
-THREAD_ROWS = """
-SELECT thread_id,
-       (SELECT subject FROM messages f WHERE f.thread_id = m.thread_id
-        ORDER BY date, message_id LIMIT 1) AS subject,
-       count(*) AS message_count,
-       sum(1 - is_read) AS unread_count,
-       sum(is_sent) AS sent_count,
-       min(date) AS first_date,
-       max(date) AS last_date,
-       (SELECT sender_email FROM messages l WHERE l.thread_id = m.thread_id
-        ORDER BY date DESC, message_id DESC LIMIT 1) AS last_sender_email,
-       (SELECT is_sent FROM messages l WHERE l.thread_id = m.thread_id
-        ORDER BY date DESC, message_id DESC LIMIT 1) AS last_from_me,
-       group_concat(DISTINCT sender_email) AS participants,
-       max(account_name) AS account_name
-FROM messages m
-WHERE {where}
-GROUP BY thread_id
-"""
 _THREAD_COLUMNS = ("thread_id", "subject", "message_count", "unread_count", "sent_count",
                    "first_date", "last_date", "last_sender_email", "last_from_me",
                    "participants", "account_name")
