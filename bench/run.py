@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from . import corpus
+from . import corpus, peer
 
 REPO = Path(__file__).resolve().parent.parent
 HOOKPROBE = Path(__file__).resolve().parent / "hookprobe.py"
@@ -832,6 +832,7 @@ class McpResults:
     search_50_wire_bytes: int  # the whole tools/call result (content + structuredContent)
     search_50_text_bytes: int  # notmuch search --format=text --output=summary --limit=50 '*'
     raw: dict[str, Latency] = field(default_factory=dict)
+    peer: peer.SideBySide | None = None
 
 
 def child_pids() -> set[int]:
@@ -856,8 +857,7 @@ async def mcp_session(env: BenchEnv, n: int, ids: Sequence[str]) -> McpResults:
     from mcp.client.client import Client
     from mcp.client.stdio import StdioServerParameters
 
-    params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "fmail_nm", "serve", "--transport", "stdio"],
+    params = StdioServerParameters(command=sys.executable, args=SERVE[1:],
                                    env={**os.environ, **env.env}, cwd=str(env.base))
     before = child_pids()
     start = time.perf_counter()
@@ -888,14 +888,28 @@ async def mcp_session(env: BenchEnv, n: int, ids: Sequence[str]) -> McpResults:
                       tool_bytes, json_bytes, wire_bytes, text_bytes)
 
 
+# fmail-nm's server with every tool (the no-op measured, list_available_accounts, is not in the
+# default profile).
+SERVE = [sys.executable, "-m", "fmail_nm", "serve", "--transport", "stdio", "--tools", "all"]
+
+
 class RawStdio:
     """A bare JSON-RPC client on the server's stdio (no SDK, no result validation): what the
     server and the transport cost, without the Python client's own work."""
 
     def __init__(self, env: BenchEnv) -> None:
+        self._open(SERVE, env.env, env.base)
+
+    @classmethod
+    def for_argv(cls, argv: list[str], env: dict[str, str], cwd: Path) -> RawStdio:
+        """Any stdio MCP server (the peer of bench/peer.py)."""
+        client = cls.__new__(cls)
+        client._open(argv, env, cwd)
+        return client
+
+    def _open(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fmail_nm", "serve", "--transport", "stdio"],
-            env={**os.environ, **env.env}, cwd=env.base, stdin=subprocess.PIPE,
+            argv, env={**os.environ, **env}, cwd=cwd, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, encoding="utf-8")
         self._id = 0
 
@@ -1039,6 +1053,8 @@ def run_size(ws: Workspace, size: Size, messages: Sequence[corpus.Message],
         mcp.raw = raw_latencies(env, plan.samples, ids)
         log("notmuch CLI")
         cli = cli_latencies(env, rd.compiled, max(10, plan.samples // 3))
+        log(f"side by side with {peer.PEER}")
+        mcp.peer = side_by_side(env, rd.compiled, plan.samples)
     if "tags" in plan.parts:
         assert plan.tags is not None
         diff, current_dump = compare_tags(ws, tree, size, plan.tags, current=current_dump,
@@ -1057,6 +1073,26 @@ def run_size(ws: Workspace, size: Size, messages: Sequence[corpus.Message],
         shutil.rmtree(tree)
     return SizeResult(size.name, written, summary, inc_summary, inc, rd, mcp, cli, diff,
                       load_before, load_average(), round(time.perf_counter() - started, 1))
+
+
+# The searches of the side-by-side comparison (bench/peer.py), by label.
+PEER_SEARCHES = {"word search": "linux", "sender search": "from:garym@canada.com",
+                 "one-month range": "after:2002-09-01 before:2002-10-01"}
+THREAD_SIZE = 9
+
+
+def side_by_side(env: BenchEnv, compiled: dict[str, str], n: int) -> peer.SideBySide:
+    """fmail-nm and the peer on this setup; the peer searches the notmuch query ours compiles,
+    both read the newest message (by Message-ID) and the newest 9-message thread."""
+    command = peer.peer_venv(corpus.cache_dir())
+    summary = json.loads(env.notmuch("search", "--format=json", "--output=summary", "*")[0])
+    thread = next(t["thread"] for t in summary if t["total"] == THREAD_SIZE)
+    message_id = env.notmuch("search", "--output=messages", "--limit=1", "*")[0].strip()
+    message_id = message_id.removeprefix("id:")
+    searches = {label: f"{q}\t{compiled[q]}" for label, q in PEER_SEARCHES.items()}
+    reqs = peer.requests(searches, message_id, thread)
+    return peer.measure(SERVE, [str(command), "--notmuch-config", env.env["NOTMUCH_CONFIG"]],
+                        env.env, env.base, reqs, n)
 
 
 def page_ids_for(env: BenchEnv, n: int) -> list[str]:
@@ -1163,6 +1199,7 @@ def read_rows(r: SizeResult) -> list[tuple[str, str]]:
         ("50 results: structuredContent bytes", str(r.mcp.search_50_json_bytes)),
         ("50 results: whole tools/call result bytes", str(r.mcp.search_50_wire_bytes)),
         ("50 results: notmuch text summary bytes", str(r.mcp.search_50_text_bytes)),
+        *(r.mcp.peer.rows() if r.mcp.peer is not None else []),
     ]
     return out
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from . import __version__
-from .config import load_settings
+from .config import DEFAULT_TOOL_PROFILE, TOOL_PROFILES, load_settings
 from .errors import BackendError, CallerError
 
 if TYPE_CHECKING:
@@ -229,11 +229,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         from .mcp.serving import serve_stdio
         anyio.run(lambda: serve_stdio(config, read_only=args.read_only, push=not args.no_push,
-                                      watch=args.watch))
+                                      watch=args.watch, tools=args.tools))
         return 0
     from .mcp.serving import serve_http_forever
     return serve_http_forever(config, host=args.host, port=args.port, allow_remote=args.allow_remote,
-                              read_only=args.read_only, push=not args.no_push, watch=args.watch)
+                              read_only=args.read_only, push=not args.no_push, watch=args.watch,
+                              tools=args.tools)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -244,7 +245,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         logging.getLogger("fmail_nm").setLevel(logging.INFO)
     return serve_http_forever(_served_config(args), host=args.host, port=args.port,
                               allow_remote=args.allow_remote, read_only=args.read_only,
-                              push=not args.no_push, watch=True)
+                              push=not args.no_push, watch=True, tools=args.tools)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -421,6 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "machine, protected only by the token)")
         p.add_argument("--read-only", action="store_true",
                        help="offer no tool that changes mail or contacts")
+        p.add_argument("--tools", choices=TOOL_PROFILES, default=DEFAULT_TOOL_PROFILE,
+                       help="which tools to offer: read (reading and search), triage (also "
+                            "tags, archive, delete, undo; the default) or all")
         p.add_argument("--no-push", action="store_true",
                        help="do not run mbsync after writes (you push yourself)")
         p.add_argument("--allow-send", action="store_true",

@@ -537,3 +537,10 @@ def allow_sending(config: Config) -> Config:
     """The configuration with ``[send] enabled = true`` (``serve --allow-send``)."""
     send = dataclasses.replace(config.settings.send, enabled=True)
     return dataclasses.replace(config, settings=dataclasses.replace(config.settings, send=send))
+
+
+# The tool profiles a server offers (``fmail-nm serve --tools``), each holding the ones before
+# it.  Every tool offered costs the model's context on every turn, so the default is the set
+# used day to day; ``all`` adds the rest (mcp.registry registers by profile).
+TOOL_PROFILES = ("read", "triage", "all")
+DEFAULT_TOOL_PROFILE = "triage"

@@ -40,37 +40,20 @@ MAX_TOKENS = 200
 MAX_DEPTH = 32
 
 DSL_HELP = """\
-Search syntax (Gmail-style). Empty query = all mail.
-Text: word  "exact phrase"  (whole words, case-insensitive, no wildcards)
-Fields: from:alice  to:bob@x.org  subject:"q3 report"  body:invoice
-  cc: and bcc: are the same as to: (it covers To, Cc and Bcc)
-  filename:pdf (attachment file names)
-  field:(a OR b) applies the field to each word in the group
-Status: is:unread is:read is:flagged (=is:starred) is:replied is:forwarded
-  is:sent is:draft is:inbox is:archived is:list is:blocked is:spam is:deleted
-  has:attachment
-Tags: tag:work or label:work (exact tag name)
-Folders: in:inbox in:sent in:drafts in:archive in:trash in:spam (=in:junk)
-  in:anywhere, or in:<folder> by full path or last part (in:Receipts,
-  in:work/Receipts)
-Account: account:work
-Mailing list: list:rust-users or list:rust-users@lists.example.org
-  (matches the List-Id)
-Dates: YYYY-MM-DD, YYYY/MM/DD, YYYY-MM, YYYY or unix seconds; days start at
-  midnight in the server's time zone
-  after:2026-03-01 = on or after; before:2026-04 = strictly before;
-  on:2026-03-15 = that day (or month, or year)
-  newer_than:3d older_than:1y, units h d w m(=months) y
-Ids: id:<message-id> thread:<thread-id>
-Logic: a b = a AND b; a OR b (or a | b); -a or NOT a; ( ) to group.
-  Precedence NOT > AND > OR: a b OR c = (a AND b) OR c.
-  OR, AND, NOT are uppercase; lowercase or/and/not are words.
-Limits: 4096 characters, 200 words/operators, 32 levels of ( ) or NOT.
-Hidden unless asked for: spam and deleted mail. is:spam, is:deleted,
-  tag:spam, in:spam, in:trash show them; in:anywhere shows everything.
-Quote values with spaces or symbols: from:"Ann Lee"; write \\" for a quote.
-  Quote text with a colon ("Re: lunch"): an unknown word: is an error.
-raw:"<notmuch query>" passes a notmuch query through (expert use).
+Search (Gmail-style; empty = all mail). Words and "exact phrases" (whole words, any case).
+from: to: (cc: bcc: = to:, all recipients) subject: body: filename: (attachment names);
+  from:(a OR b) applies to each word.
+is:unread is:read is:flagged(=starred) replied forwarded sent draft inbox archived list blocked
+  spam deleted; has:attachment; tag:x = label:x; account:work; list:rust-users (List-Id)
+in:inbox sent drafts archive trash spam(=junk) anywhere, or a folder: in:Receipts in:work/Receipts
+after:2026-03-01 (on or after) before:2026-04 (before) on:2026-03-15; dates YYYY-MM-DD,
+  YYYY/MM/DD, YYYY-MM, YYYY, unix seconds, local midnight; newer_than:3d older_than:1y
+  (h d w m=months y)
+id:<message-id> thread:<thread-id>; raw:"<notmuch query>" passes notmuch syntax through.
+a b = AND; a OR b = a | b; -a = NOT a; ( ); NOT > AND > OR; lowercase or/and/not are words.
+Spam and deleted mail are hidden unless the query names them (is:spam, in:trash, ...) or
+  says in:anywhere. Quote values with spaces: from:"Ann Lee" (\\" for a quote), and text
+  with a colon: "Re: lunch". Up to 4096 chars, 200 terms, 32 nesting levels.
 Examples:
   from:alice is:unread newer_than:7d
   subject:(invoice OR receipt) has:attachment after:2026-01-01

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fmail_nm.store.sidecar import uid_for
 from fmail_nm.adopt import accounts
 from fmail_nm.app import load_config
 from fmail_nm.config import own_config_dir
@@ -150,7 +151,8 @@ def test_an_added_account_is_checked_pulled_indexed_and_searchable(
     with Reader(updated.settings.notmuch_config) as reader:
         mailbox = reads.Mailbox(updated, reader)
         found = reads.search_emails(mailbox, "subject:Quarterly account:side")
-        assert {m.id for m in found.results} == {"casey-1@example.net", "casey-3@example.net"}
+        assert {m.id for m in found.results} == {uid_for("casey-1@example.net"),
+                                                 uid_for("casey-3@example.net")}
         listed = reads.list_available_accounts(mailbox)
         assert "side" in [a.name for a in listed.accounts]
         sent = reader.find("casey-3@example.net")
@@ -274,7 +276,7 @@ async def test_add_email_account_over_mcp(bed: Bed) -> None:
         accounts_now = await call(client, "list_available_accounts")
         assert "side" in [a["name"] for a in accounts_now["accounts"]]
         found = await call(client, "search_emails", {"query": "subject:Lunch", "account": "side"})
-        assert [m["id"] for m in found["results"]] == ["casey-2@example.net"]
+        assert [m["id"] for m in found["results"]] == [uid_for("casey-2@example.net")]
     assert_password_nowhere(bed)
 
 

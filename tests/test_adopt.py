@@ -45,7 +45,7 @@ def test_init_without_addresses_learns_them_from_the_sent_folders(mail_env: Mail
                                                    since="2026-10-02")
         thread = reader.find("unanswered-2@example.org")
     assert thread is not None
-    assert [t.thread_id for t in unanswered.threads] == [thread.thread_id]
+    assert [t.thread for t in unanswered.threads] == [thread.thread_id]
 
 
 def test_the_tags_match_an_init_that_was_given_the_addresses(mail_env: MailEnv,

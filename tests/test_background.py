@@ -112,7 +112,7 @@ def test_a_delivered_message_becomes_searchable_and_noise_triggers_nothing(
     assert bg.wait_idle(WAIT)  # the run is over: post-new tagging done too
     with Reader() as reader:
         found = reads.search_emails(reads.Mailbox(indexed.config(), reader), "subject:watched")
-    assert [r.id for r in found.results] == ["watched-1@example.net"]
+    assert [r.id for r in found.results] == [sidecar.uid_for("watched-1@example.net")]
     assert "inbox" in found.results[0].tags and "new" not in found.results[0].tags
     before = bg.status()
     assert before.index.last_ok and before.indexed_at is not None

@@ -154,7 +154,11 @@ def test_an_index_from_the_previous_version_upgrades_in_place(indexed: MailEnv) 
     path = sidecar.sidecar_path(indexed.config().data_dir)
     conn = sqlite3.connect(path)
     conn.executescript("DROP INDEX messages_needs_tagging; "
-                       "ALTER TABLE messages DROP COLUMN needs_tagging; PRAGMA user_version = 1;")
+                       "ALTER TABLE messages DROP COLUMN needs_tagging; "
+                       # version 3's threads table back to version 1's view
+                       "DROP VIEW threads; DROP TABLE thread_rows; DROP INDEX messages_thread_date; "
+                       "CREATE VIEW threads AS SELECT thread_id FROM messages; "
+                       "PRAGMA user_version = 1;")
     conn.close()
     tags_before = dump(indexed)
     query = f'sexp:"(property (starts-with {OLD_PROPERTY}=))"'

@@ -35,7 +35,7 @@ Hello from the watcher test.
 def service(indexed: MailEnv) -> Iterator[tuple[subprocess.Popen[str], str]]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "fmail_nm", "run", "--port", str(port),
-                             "--no-push"],
+                             "--no-push", "--tools", "all"],
                             env={**os.environ, **indexed.env, "FMAIL_TOKEN": TOKEN},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
@@ -84,7 +84,8 @@ async def test_mail_dropped_into_the_maildir_is_served_and_sigterm_leaves_all_in
                 if not settled(found):
                     time.sleep(0.5)
             assert settled(found), f"the new message was never indexed and tagged: {found}"
-            assert found["results"][0]["folders"] == ["personal/INBOX"]
+            mail = await call(client, "get_email", {"id": found["results"][0]["id"]})
+            assert mail["folders"] == ["personal/INBOX"]
             assert "inbox" in found["results"][0]["tags"]  # our tagging pass ran on it
             rows = await call(client, "query_emails", {
                 "sql_query": "SELECT subject FROM emails WHERE message_id='arrival-1@example.net'"})

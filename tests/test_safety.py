@@ -98,13 +98,13 @@ async def test_smaller_holes_are_closed(indexed: MailEnv) -> None:
 async def test_a_search_says_how_many_matches_are_hidden_as_spam(indexed: MailEnv) -> None:
     async with Client(server_params(indexed)) as client:
         visible = await call(client, "search_emails", {"query": f"from:{BANK}", "limit": 100})
-        assert visible["total"] == 23 and visible["hidden"] is None
+        assert visible["total"] == 23 and "hidden" not in visible
         await call(client, "move_to_junk", {"query": f"from:{BANK}", "confirm_count": 23})
         after = await call(client, "search_emails", {"query": f"from:{BANK}"})
         assert after["total"] == 0 and after["hidden"] == 23
         shown = await call(client, "search_emails", {"query": f"from:{BANK} in:anywhere",
                                                      "limit": 100})
-        assert shown["total"] == 23 and shown["hidden"] is None
+        assert shown["total"] == 23 and "hidden" not in shown
 
 
 def test_the_log_names_the_token_source(indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -150,7 +150,7 @@ async def test_a_mass_block_needs_confirmation_spares_the_user_and_undoes_exactl
 
         done = await call(client, "manage_contacts_sql",
                           {"sql_query": everyone, "confirm_count": count})
-        assert done["dry_run"] is False and done["audit_id"] and len(done["blocked"]) == count
+        assert "dry_run" not in done and done["audit_id"] and len(done["blocked"]) == count
         assert (await call(client, "search_emails", {"query": "in:inbox"}))["total"] == 0
         blocked_inbox = indexed.notmuch("count", "tag:blocked AND tag:inbox").stdout.strip()
         assert blocked_inbox == "0"  # other notmuch clients do not show it in the inbox either

@@ -14,7 +14,7 @@ from mcp.client.client import Client
 from .conftest import MailEnv
 from .smtpbed import SmtpBed
 from .test_send import ORIGINAL, ORIGINAL_MAIL, PERSONAL, configure, deliver
-from .test_server import SEND_TOOLS, WRITE_TOOLS, check_tool_list
+from .test_server import ALL_READS, SEND_TOOLS, WRITE_TOOLS, check_tool_list, uid
 from .test_server_writes import call, error_text, server_params
 
 DRAFT_TOOLS = {"save_draft", "reply_to_email", "forward_email"}
@@ -51,12 +51,12 @@ async def test_send_tools_absent_by_default_drafts_only(mail: MailEnv, smtp: Smt
         "enabled = true", "enabled = false"))
     async with Client(server_params(mail)) as client:
         tools = (await client.list_tools()).tools
-        check_tool_list(tools, read_only=False)
+        check_tool_list(tools, ALL_READS | WRITE_TOOLS, "all")
         assert not {t.name for t in tools} & SEND_TOOLS
         draft = await call(client, "reply_to_email", {"id": ORIGINAL, "body": "Thanks"})
         assert draft["sent"] is False and draft["to"] == ["team@example.net"]
         found = await call(client, "search_emails", {"query": "in:drafts"})
-        assert draft["id"] in {r["id"] for r in found["results"]}
+        assert uid(draft["id"]) in {r["id"] for r in found["results"]}
 
         before = snapshot(mail, smtp)
         refused = await error_text(client, "reply_to_email", {"id": ORIGINAL, "body": "x",
@@ -72,7 +72,8 @@ async def test_send_tools_absent_by_default_drafts_only(mail: MailEnv, smtp: Smt
 
     configure(mail, smtp)  # [send] enabled = true
     async with Client(server_params(mail)) as client:
-        check_tool_list((await client.list_tools()).tools, read_only=False, send=True)
+        check_tool_list((await client.list_tools()).tools, ALL_READS | WRITE_TOOLS | SEND_TOOLS,
+                        "all")
 
 
 @pytest.mark.anyio
@@ -87,7 +88,7 @@ async def test_allow_send_offers_send_email_and_refusals_change_nothing(
         "enabled = true", "enabled = false"))
     async with Client(server_params(mail, "--allow-send")) as client:
         tools = (await client.list_tools()).tools
-        check_tool_list(tools, read_only=False, send=True)
+        check_tool_list(tools, ALL_READS | WRITE_TOOLS | SEND_TOOLS, "all")
         sender = next(t for t in tools if t.name == "send_email")
         assert sender.annotations.destructive_hint and sender.annotations.open_world_hint  # type: ignore[union-attr]
         draft = await call(client, "reply_to_email", {"id": ORIGINAL, "body": "Numbers soon",

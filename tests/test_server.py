@@ -18,20 +18,33 @@ from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from fmail_nm.store import sidecar
+
 from .conftest import MailEnv
 from .imapbed import free_port
 
-READ_TOOLS = {"search_emails", "list_threads", "get_thread", "get_email", "get_emails_content",
-              "find_unanswered_threads", "get_attachment", "list_tags", "list_folders",
-              "list_available_accounts", "query_emails", "get_sync_status"}
-WRITE_TOOLS = {"update_email_status", "mark_read", "set_flagged", "tag_emails", "archive",
-               "delete_messages", "move_to_junk", "move_to_folder", "restore", "undo_last_write",
-               "manage_contacts_sql", "save_draft", "reply_to_email", "forward_email",
-               "add_email_account"}
-SEND_TOOLS = {"send_email"}  # only with [send] enabled or serve --allow-send
-COMPOSE_TOOLS = {"save_draft", "reply_to_email", "forward_email", *SEND_TOOLS}
+# The tools of each profile (`serve --tools`); each holds the ones before it.
+READ_TOOLS = {"search_emails", "list_threads", "get_thread", "get_email",
+              "find_unanswered_threads", "get_attachment", "list_folders", "query_emails"}
+DRAFT_TOOLS = {"save_draft", "reply_to_email", "forward_email"}
+TRIAGE_TOOLS = {"update_email_status", "tag_emails", "archive", "delete_messages",
+                "move_to_junk", "undo_last_write", *DRAFT_TOOLS}
+MORE_READ_TOOLS = {"get_emails_content", "list_tags", "list_available_accounts",
+                   "get_sync_status"}
+MORE_WRITE_TOOLS = {"mark_read", "set_flagged", "move_to_folder", "restore",
+                    "manage_contacts_sql", "add_email_account"}
+WRITE_TOOLS = TRIAGE_TOOLS | MORE_WRITE_TOOLS
+SEND_TOOLS = {"send_email"}  # only with [send] enabled or serve --allow-send; in triage
 OPEN_WORLD_TOOLS = {"add_email_account", *SEND_TOOLS}  # they talk to a mail server
+ALL_READS = READ_TOOLS | MORE_READ_TOOLS
 DESTRUCTIVE_TOOLS = {"delete_messages", "move_to_junk", "manage_contacts_sql", *SEND_TOOLS}
+# What each profile's tools/list may cost (bytes of the listed tools), with room left for the
+# tools still to come.
+TOOL_LIST_BYTES = {"read": 12_000, "triage": 18_500, "all": 28_500}
+
+
+def uid(message_id: str) -> str:
+    return sidecar.uid_for(message_id)
 
 
 async def structured(client: Client, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -41,34 +54,32 @@ async def structured(client: Client, tool: str, args: dict[str, Any] | None = No
     return result.structured_content
 
 
-def check_tool_list(tools: list[Any], *, read_only: bool, send: bool = False) -> None:
-    assert {t.name for t in tools} == READ_TOOLS | (set() if read_only else WRITE_TOOLS) | (
-        SEND_TOOLS if send else set())
+async def text(client: Client, tool: str, args: dict[str, Any] | None = None) -> str:
+    result = await client.call_tool(tool, args or {})
+    assert not result.is_error, result.content
+    return result.content[0].text  # type: ignore[union-attr]
+
+
+def check_tool_list(tools: list[Any], expected: set[str], profile: str) -> None:
+    assert {t.name for t in tools} == expected
     for tool in tools:
         annotations = tool.annotations
         assert annotations is not None
         assert annotations.open_world_hint is (tool.name in OPEN_WORLD_TOOLS), tool.name
         assert tool.output_schema is not None and tool.description
-        if tool.name in READ_TOOLS:
-            assert annotations.read_only_hint is True and annotations.destructive_hint is False
+        assert "$defs" not in json.dumps(tool.output_schema)
+        assert '"title"' not in json.dumps([tool.input_schema, tool.output_schema])
+        if tool.name in ALL_READS:
+            assert annotations.read_only_hint is True
         else:
             assert annotations.read_only_hint is False
             assert annotations.destructive_hint is (tool.name in DESTRUCTIVE_TOOLS), tool.name
-    # What a client puts in the model's context: names, descriptions, input schemas.
-    # The draft and send tools have their own budget: about 1.2 KB each, schemas included.
-    composing = [t for t in tools if t.name in COMPOSE_TOOLS]
-    size = sum(len(t.model_dump_json(exclude_none=True)) for t in composing)
-    assert size <= 1_200 * len(composing), f"draft and send tools: {size} bytes"
-    tools = [t for t in tools if t.name not in COMPOSE_TOOLS]
-    model_facing = sum(len(json.dumps([t.name, t.description, t.input_schema])) for t in tools)
-    assert model_facing < 20_000, f"tool list is {model_facing} bytes"
-    whole = sum(len(t.model_dump_json(exclude_none=True)) for t in tools)
-    # 45 000 before add_email_account (1.3 KB with its output schema) joined the list.
-    assert whole < 46_500, f"tool list with output schemas is {whole} bytes"
+    whole = sum(len(t.model_dump_json(by_alias=True, exclude_none=True)) for t in tools)
+    assert whole <= TOOL_LIST_BYTES[profile], f"tool list is {whole} bytes"
 
 
-async def exercise_every_read_tool(client: Client, *, read_only: bool) -> None:
-    check_tool_list((await client.list_tools()).tools, read_only=read_only)
+async def exercise_every_read_tool(client: Client, *, tools: set[str], profile: str) -> None:
+    check_tool_list((await client.list_tools()).tools, tools, profile)
 
     sql = await structured(client, "query_emails", {
         "sql_query": "SELECT * FROM emails WHERE folder='INBOX' AND is_read=0 ORDER BY date DESC LIMIT 10"})
@@ -79,22 +90,19 @@ async def exercise_every_read_tool(client: Client, *, read_only: bool) -> None:
     hostile = await client.call_tool("query_emails", {"sql_query": "DELETE FROM emails"})
     assert hostile.is_error and "refused" in hostile.content[0].text  # type: ignore[union-attr]
     via_uid = await structured(client, "get_email", {"id": by_column[0]["uid"], "max_body_chars": 100})
-    assert via_uid["id"] == by_column[0]["message_id"]
+    assert via_uid["message_id"] == by_column[0]["message_id"]
 
-    raw = await client.call_tool("search_emails", {"query": 'from:anna "school trip"', "limit": 10})
-    text = raw.content[0].text  # type: ignore[union-attr]
-    assert json.loads(text) == raw.structured_content and "\n" not in text  # compact for the model
     found = await structured(client, "search_emails", {"query": 'from:anna "school trip"', "limit": 10})
-    assert "school-trip-1@example.com" in {r["id"] for r in found["results"]}
-    row = next(r for r in found["results"] if r["id"] == "school-trip-1@example.com")
-    assert row["from"] == {"name": "Anna Schmidt", "address": "anna.schmidt@example.com"}
+    row = next(r for r in found["results"] if r["id"] == uid("school-trip-1@example.com"))
+    assert row["from"] == "Anna Schmidt <anna.schmidt@example.com>"
+    assert "is_read" not in row and "to" not in row  # derivable, or not the user's own mail
 
     bad = await client.call_tool("search_emails", {"query": "subject:(unclosed"})
     assert bad.is_error and "position" in bad.content[0].text  # type: ignore[union-attr]
 
     threads = await structured(client, "list_threads", {"query": "id:thread-deep-1@example.net"})
-    assert threads["threads"][0]["message_count"] == 8
-    thread = await structured(client, "get_thread", {"thread_id": threads["threads"][0]["thread_id"],
+    assert threads["threads"][0]["messages"] == 8
+    thread = await structured(client, "get_thread", {"thread_id": threads["threads"][0]["thread"],
                                                       "max_body_chars": 300})
     assert [m["depth"] for m in thread["messages"]] == list(range(8))
 
@@ -105,12 +113,9 @@ async def exercise_every_read_tool(client: Client, *, read_only: bool) -> None:
     assert "https://coop.example.com/blog/winter-vegetables" in html["body"]["text"]
     assert "js-marker-must-not-appear" not in html["body"]["text"]
 
-    batch = await structured(client, "get_emails_content", {"ids": ["answered-2@example.com", "x@y"]})
-    assert batch["not_found"] == ["x@y"] and batch["emails"][0]["id"] == "answered-2@example.com"
-
     unanswered = await structured(client, "find_unanswered_threads", {"limit": 100})
-    last = {t["last_outgoing"]["id"] for t in unanswered["threads"]}
-    assert "unanswered-2@example.org" in last and "answered-1@example.org" not in last
+    last = {t["last"] for t in unanswered["threads"]}
+    assert uid("unanswered-2@example.org") in last and uid("answered-1@example.org") not in last
 
     big = await structured(client, "get_email", {"id": "big-attachment-1@acme.test"})
     csv = next(a for a in big["attachments"] if a["filename"] == "dataset.csv")
@@ -119,15 +124,21 @@ async def exercise_every_read_tool(client: Client, *, read_only: bool) -> None:
     assert part["truncated"] and len(part["text"]) <= 500
     assert part["untrusted"] is True and big["body"]["untrusted"] is True
 
-    tags = await structured(client, "list_tags")
-    assert {"inbox", "sent", "list"} <= {t["tag"] for t in tags["tags"]}
     folders = await structured(client, "list_folders", {"account": "work"})
     assert {f["folder"] for f in folders["folders"]} == {"work/INBOX", "work/Sent", "work/Trash"}
-    accounts = await structured(client, "list_available_accounts")
-    assert [a["name"] for a in accounts["accounts"]] == ["personal", "work"]
 
     unknown = await client.call_tool("get_email", {"id": "nope@example.com"})
     assert unknown.is_error and "no message with id" in unknown.content[0].text  # type: ignore[union-attr]
+
+    if "get_emails_content" not in tools:
+        return
+    batch = await structured(client, "get_emails_content", {"ids": ["answered-2@example.com", "x@y"]})
+    assert batch["not_found"] == ["x@y"]
+    assert batch["emails"][0]["message_id"] == "answered-2@example.com"
+    tags = await structured(client, "list_tags")
+    assert {"inbox", "sent", "list"} <= {t["tag"] for t in tags["tags"]}
+    accounts = await structured(client, "list_available_accounts")
+    assert [a["name"] for a in accounts["accounts"]] == ["personal", "work"]
 
 
 @pytest.mark.anyio
@@ -138,7 +149,18 @@ async def test_every_read_tool_over_stdio(shared_indexed: MailEnv) -> None:
                                    env={**os.environ, **shared_indexed.env})
     async with Client(params) as client:
         assert "UNTRUSTED DATA" in (client.instructions or "")
-        await exercise_every_read_tool(client, read_only=True)
+        await exercise_every_read_tool(client, tools=READ_TOOLS, profile="read")
+
+
+@pytest.mark.anyio
+async def test_every_tool_of_the_all_profile(shared_indexed: MailEnv) -> None:
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "fmail_nm", "serve", "--transport", "stdio",
+                                         "--tools", "all", "--no-push"],
+                                   env={**os.environ, **shared_indexed.env})
+    async with Client(params) as client:
+        await exercise_every_read_tool(
+            client, tools=ALL_READS | TRIAGE_TOOLS | MORE_WRITE_TOOLS, profile="all")
 
 
 @pytest.fixture
@@ -173,7 +195,9 @@ async def test_every_read_tool_over_http(http_server: tuple[str, str]) -> None:
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
                                   timeout=httpx2.Timeout(30.0)) as http:
         async with Client(streamable_http_client(url, http_client=http)) as client:
-            await exercise_every_read_tool(client, read_only=False)
+            # the default profile
+            await exercise_every_read_tool(client, tools=READ_TOOLS | TRIAGE_TOOLS,
+                                           profile="triage")
 
 
 @pytest.mark.anyio

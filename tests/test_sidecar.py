@@ -125,9 +125,11 @@ def test_check_reports_nothing_after_index_and_finds_a_tampered_row(indexed: Mai
         conn.execute("UPDATE messages SET subject = 'tampered' "
                      "WHERE message_id = 'school-trip-1@example.com'")
     found = problems(indexed)
-    assert len(found) == 1 and "school-trip-1@example.com: subject" in found[0]
+    # the row, and its thread's row in the threads table (whose subject it gives)
+    assert len(found) == 2 and "school-trip-1@example.com: subject" in found[0]
+    assert found[1].startswith("thread ") and "School trip" in found[1]
     cli = indexed.fmail("sidecar", "check", check=False)
-    assert cli.returncode == 1 and "1 difference" in cli.stdout
+    assert cli.returncode == 1 and "2 difference" in cli.stdout
     indexed.fmail("sidecar", "rebuild")
     assert indexed.fmail("sidecar", "check").stdout.strip().endswith("sidecar matches notmuch")
 
@@ -304,10 +306,11 @@ def test_blocking_hides_a_sender_now_and_later_and_unblocking_restores(
     new_tags = indexed.notmuch("search", "--output=tags", "--exclude=false",
                                "id:statement-2026-12@northwind-bank.example.com").stdout.split()
     assert {"blocked", "spam"} <= set(new_tags)
-    assert "statement-2026-12@northwind-bank.example.com" in _search_ids(mailbox, "is:blocked")
+    statement = sidecar.uid_for("statement-2026-12@northwind-bank.example.com")
+    assert statement in _search_ids(mailbox, "is:blocked")
 
     indexed.fmail("contacts", "unblock", bank)
-    assert _search_ids(mailbox, f"from:{bank}") == from_bank | {"statement-2026-12@northwind-bank.example.com"}
+    assert _search_ids(mailbox, f"from:{bank}") == from_bank | {statement}
     assert _search_ids(mailbox, "is:blocked") == set()
     assert problems(indexed, parse_files=False) == []
 
@@ -359,9 +362,9 @@ def test_contacts_cli_rejects_bad_input_without_changing_anything(indexed: MailE
 def test_read_tools_accept_the_uid_from_the_sidecar(indexed: MailEnv, mailbox: reads.Mailbox) -> None:
     uid = sidecar.uid_for("school-trip-1@example.com")
     email_full = reads.get_email(mailbox, uid)
-    assert email_full.id == "school-trip-1@example.com"
+    assert (email_full.id, email_full.message_id) == (uid, "school-trip-1@example.com")
     content = reads.get_emails_content(mailbox, [uid, "0123456789abcdef"])
-    assert [e.id for e in content.emails] == ["school-trip-1@example.com"]
+    assert [e.message_id for e in content.emails] == ["school-trip-1@example.com"]
     assert content.not_found == ["0123456789abcdef"]
 
 

@@ -80,6 +80,7 @@ def db(tmp_path: Path) -> Path:
                   sender="news@lists.test", date=sidecar.utc_stamp(), is_read=False,
                   tags=["list", "unread"], thread="news")
         conn.execute("INSERT INTO me (email) VALUES (?)", (ME,))
+        sidecar.rebuild_threads(conn)  # as the mirror keeps them
         conn.executemany(
             "INSERT INTO contact_stats (email_address, name, first_seen, last_seen, "
             "messages_from, messages_to) VALUES (?, ?, ?, ?, ?, ?)",
@@ -206,6 +207,7 @@ def one_account_copy(db: Path, target: Path, account: str) -> Path:
     with sidecar.opened(db, readonly=True) as source, sidecar.opened(target) as copy:
         source.backup(copy)
         copy.execute("DELETE FROM messages WHERE account_name IS NOT ?", (account,))
+        sidecar.rebuild_threads(copy)  # as a sync would
     return target
 
 

@@ -2,25 +2,28 @@
 and the one mapping of fmail-nm's errors to what the model reads.
 
 Every tool result has structured content checked against its output schema by the client,
-and a text block the model reads; the schemas are trimmed so the whole tool list stays small.
+and a text block written for the model (``tools.render``); the schemas are trimmed and flat so
+the whole tool list stays small and the client's check stays cheap.  A tool registered here
+gets all of that without code of its own.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from typing import Any
 
 from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from ..config import TOOL_PROFILES as PROFILES
 from ..errors import BackendError, FmailError
+from ..tools import render
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
-                            open_world_hint=False)
+# destructive and idempotent hints mean nothing for a tool that changes nothing (MCP spec).
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 # Writes that can be reverted by setting the opposite state (read/unread, tags, archive).
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                         open_world_hint=False)
@@ -47,43 +50,77 @@ def tool_error(exc: FmailError) -> McpToolError:
     return McpToolError(str(exc))
 
 
-def _compact_schema(schema: Any) -> None:
-    """Trim a generated JSON schema in place without changing what it accepts: drop "title"
-    (it repeats the property name) and write ``anyOf [{type: T}, {type: null}]`` as
-    ``type: [T, null]``.  Keeps the whole tool list small for the model's context."""
-    if isinstance(schema, list):
-        for item in schema:
-            _compact_schema(item)
-        return
-    if not isinstance(schema, dict):
-        return
-    if isinstance(schema.get("title"), str):
-        del schema["title"]
-    options = schema.get("anyOf")
-    if (isinstance(options, list) and len(options) == 2 and {"type": "null"} in options):
-        other = next(o for o in options if o != {"type": "null"})
-        if set(other) == {"type"} and isinstance(other["type"], str):
-            del schema["anyOf"]
-            schema["type"] = [other["type"], "null"]
-    for key, value in schema.items():
+def _compact_schema(schema: Any, *, output: bool = False) -> Any:
+    """A generated JSON schema trimmed: no "title" (it repeats the property name) and
+    ``anyOf [{type: T}, {type: null}]`` as ``type: [T, null]``.  An output schema is also made
+    flat: every ``$ref`` inlined (no ``$defs``), no annotations, and the fields spelled out
+    for the result and for the items of its lists (a listing's rows) but not deeper, where a
+    value is checked for its type only.  That keeps the tool list small, and the client checks
+    every result against the schema: a flat one is quick to check."""
+    defs = schema.get("$defs", {}) if isinstance(schema, dict) else {}
+    return _trim(schema, defs, OUTPUT_DEPTH if output else None)
+
+
+# How many levels of an output's objects have their fields in the schema: the result's own
+# and those of its lists' items.
+OUTPUT_DEPTH = 1
+
+
+def _trim(node: Any, defs: dict[str, Any], depth: int | None) -> Any:
+    """``depth``: None for an input schema; for an output schema, the levels of fields left."""
+    if isinstance(node, list):
+        return [_trim(item, defs, depth) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if depth is not None and isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return _trim(defs[ref.removeprefix("#/$defs/")], defs, depth)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
         if key == "properties" and isinstance(value, dict):
-            for prop in value.values():
-                _compact_schema(prop)
-        elif key != "properties":
-            _compact_schema(value)
+            if depth is None or depth > 0:
+                inner = None if depth is None else depth - 1
+                out[key] = {name: _trim(prop, defs, inner) for name, prop in value.items()}
+        elif key == "required" and depth == 0:
+            continue
+        elif key in (_OUTPUT_ANNOTATIONS if depth is not None else {"title"}):
+            continue
+        elif not (key == "default" and value is None):  # optional already says it
+            out[key] = _trim(value, defs, depth)
+    return _nullable(out)
 
 
-def _compact_result(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The tool with its result's text block as compact JSON.  Clients hand the text block to
-    the model; the SDK would indent it (about half of it whitespace).  The structured content
-    and the output schema (from ``fn``'s annotations, which ``wraps`` keeps) are unchanged."""
+# Keywords that annotate without constraining ("format" is not checked by default either).
+_OUTPUT_ANNOTATIONS = frozenset({"title", "$defs", "description", "default", "format"})
+
+
+def _nullable(node: dict[str, Any]) -> dict[str, Any]:
+    """``anyOf [X, {type: null}]`` as X with ``type: [T, "null"]`` when X has one type: the
+    same set of values (X's other keywords apply to T only) unless X lists values (enum)."""
+    options = node.get("anyOf")
+    if not (isinstance(options, list) and len(options) == 2 and {"type": "null"} in options):
+        return node
+    other = next(o for o in options if o != {"type": "null"})
+    if not isinstance(other.get("type"), str) or {"enum", "const"} & set(other):
+        return node
+    merged = {k: v for k, v in node.items() if k != "anyOf"}
+    return {**merged, **other, "type": [other["type"], "null"]}
+
+
+def _result(result: BaseModel) -> CallToolResult:
+    """A tool result: the structured content without fields that hold their default (the
+    output schema does not require those), and the text the model reads (tools.render)."""
+    data = result.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    return CallToolResult(content=[TextContent(type="text", text=render.text_of(result, data))],
+                          structured_content=data)
+
+
+def _lean_result(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The tool answering with :func:`_result`; the output schema still comes from ``fn``'s
+    return annotation, which ``wraps`` keeps."""
     @functools.wraps(fn)
     async def tool(*args: Any, **kwargs: Any) -> CallToolResult:
-        result = await fn(*args, **kwargs)
-        data = result.model_dump(mode="json", by_alias=True)
-        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-        return CallToolResult(content=[TextContent(type="text", text=text)],
-                              structured_content=data)
+        return _result(await fn(*args, **kwargs))
     return tool
 
 
@@ -111,15 +148,33 @@ class _Tool(Tool):
 
 
 class ToolList(list[Tool]):
-    """Collects tools with their annotations; the schemas are trimmed to keep the list small."""
+    """Collects the tools of one profile with their annotations, trimmed schemas and lean
+    results (see _result)."""
 
-    def tool(self, annotations: ToolAnnotations = READ_ONLY,
-             description: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def __init__(self, profile: str = "all") -> None:
+        super().__init__()
+        if profile not in PROFILES:
+            raise ValueError(f"unknown tool profile {profile!r}; one of {', '.join(PROFILES)}")
+        self.profile = profile
+
+    def tool(self, annotations: ToolAnnotations = READ_ONLY, description: str | None = None, *,
+             profile: str = "all", report: bool = False,
+             ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register a tool if it belongs to this list's profile (``profile``: the smallest
+        that holds it).  ``report``: the result is a short report the model reads as text (a
+        write's outcome): its output schema says only that it is an object, which keeps ten
+        write tools from repeating the same fields in the tool list."""
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-            tool = _Tool.from_function(_compact_result(fn), description=description,
+            if PROFILES.index(profile) > PROFILES.index(self.profile):
+                return fn
+            tool = _Tool.from_function(_lean_result(fn), description=description,
                                       annotations=annotations)
-            _compact_schema(tool.parameters)
-            _compact_schema(tool.output_schema)
+            tool.parameters = _compact_schema(tool.parameters)
+            tool.fn_metadata.output_schema = ({"type": "object"} if report else _compact_schema(
+                tool.fn_metadata.output_schema, output=True))
+            # The structured content is a dump of the model the function returned, already
+            # validated: the SDK's second validation of it would only cost time.
+            tool.fn_metadata.output_model = None
             self.append(tool)
             return fn
         return register

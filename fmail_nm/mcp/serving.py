@@ -9,14 +9,15 @@ from collections.abc import Iterator
 
 from mcp.server.mcpserver import MCPServer
 
-from ..config import Config, fmail_command
+from ..config import DEFAULT_TOOL_PROFILE, Config, fmail_command
 from .server import build_server
 
 log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False) -> Iterator[MCPServer]:
+def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
+            tools: str = DEFAULT_TOOL_PROFILE) -> Iterator[MCPServer]:
     """The server with what runs beside it.
 
     With ``watch``, the always-on part (:class:`~fmail_nm.service.background.Background`): a watcher
@@ -40,7 +41,7 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False)
     if background is None and push and any(a.mbsync_channel for a in config.accounts):
         pusher = PushScheduler(config, after_push=lambda runs: _reindex(config))
     on_push = background.request_push if background else pusher.request if pusher else None
-    server, service = build_server(config, read_only=read_only, on_push=on_push,
+    server, service = build_server(config, read_only=read_only, tools=tools, on_push=on_push,
                                    background=background)
     try:
         yield server
@@ -62,8 +63,8 @@ def _reindex(config: Config) -> None:
 
 
 async def serve_stdio(config: Config, *, read_only: bool = False, push: bool = True,
-                      watch: bool = False) -> None:
-    with serving(config, read_only=read_only, push=push, watch=watch) as server:
+                      watch: bool = False, tools: str = DEFAULT_TOOL_PROFILE) -> None:
+    with serving(config, read_only=read_only, push=push, watch=watch, tools=tools) as server:
         await server.run_stdio_async()
 
 
@@ -90,7 +91,7 @@ def connection_help(config: Config, *, host: str, port: int, show_token: bool) -
 
 def serve_http_forever(config: Config, *, host: str, port: int, allow_remote: bool,
                        show_token: bool = False, read_only: bool = False, push: bool = True,
-                       watch: bool = False) -> int:
+                       watch: bool = False, tools: str = DEFAULT_TOOL_PROFILE) -> int:
     import anyio
 
     from .http import serve_http
@@ -106,7 +107,7 @@ def serve_http_forever(config: Config, *, host: str, port: int, allow_remote: bo
         # The token is printed only where asked (the demo): a service's stdout ends up in logs.
         print(connection_help(config, host=host, port=port, show_token=show_token), flush=True)
 
-    with serving(config, read_only=read_only, push=push, watch=watch) as server:
+    with serving(config, read_only=read_only, push=push, watch=watch, tools=tools) as server:
         anyio.run(lambda: serve_http(server, host=host, port=port, token=token,
                                      allow_remote=allow_remote, ready=ready))
     return 0

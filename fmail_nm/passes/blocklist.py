@@ -24,10 +24,10 @@ from ..store import maildir, sidecar
 from ..store.maildir import in_role
 from ..store.notmuch import IndexedMessage, Reader, Writer, WriteTxn
 from ..store.query import quote
+from ..store.sidecar import chunks
 from ..tags import BLOCK_HIDES, BLOCK_TAGS, BLOCKED
 from . import changes
 from .changes import ORIGIN_PROPERTY, WriteContext, WriteOutcome
-from .mirror import chunks
 
 # Message property: JSON {"added": [...], "removed": [...]}, the tags blocking changed.
 BLOCK_PROPERTY = "fmail.blocked"

@@ -42,6 +42,7 @@ from ..private import private_dir
 from ..progress import SIDECAR, ProgressCallback
 from ..store import maildir, sidecar
 from ..store.maildir import notmuch_folder
+from ..store.sidecar import chunks
 from ..store.notmuch import IndexedMessage, Reader
 from ..store.query import quote
 
@@ -214,19 +215,21 @@ def _known(conn: sqlite3.Connection,
     return known
 
 
+def _threads_of(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
+    """The threads the mirror files these messages under (before a batch changes them)."""
+    return _distinct(conn, "SELECT DISTINCT thread_id FROM messages WHERE message_id IN ({})", ids)
+
+
 def _addresses_of(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
+    return _distinct(conn, "SELECT DISTINCT email FROM message_addresses WHERE message_id IN ({})",
+                     ids)
+
+
+def _distinct(conn: sqlite3.Connection, sql: str, ids: Sequence[str]) -> set[str]:
     found: set[str] = set()
     for chunk in chunks(ids, 500):
-        marks = ",".join("?" * len(chunk))
-        found.update(r[0] for r in conn.execute(
-            f"SELECT DISTINCT email FROM message_addresses WHERE message_id IN ({marks})", chunk))
+        found.update(r[0] for r in conn.execute(sql.format(",".join("?" * len(chunk))), chunk))
     return found
-
-
-def chunks(items: Sequence[str], size: int) -> Iterable[list[str]]:
-    """``items`` in lists of at most ``size``."""
-    for start in range(0, len(items), size):
-        yield list(items[start:start + size])
 
 
 def _write_row(conn: sqlite3.Connection, row: dict[str, Any], parsed: Parsed, *,
@@ -295,6 +298,7 @@ def _set_me(conn: sqlite3.Connection, me: frozenset[str]) -> bool:
     conn.executemany("INSERT INTO me (email) VALUES (?)", [(a,) for a in sorted(me)])
     marks = ",".join("?" * len(me)) or "NULL"
     conn.execute(f"UPDATE messages SET is_sent = (sender_email IN ({marks}))", sorted(me))
+    sidecar.rebuild_threads(conn)
     return True
 
 
@@ -380,6 +384,7 @@ class Mirror:
         log.info("sidecar: full rebuild of the mirror (new notmuch database %s)", uuid)
         self.conn.execute("DELETE FROM messages")  # cascades to tags, folders, addresses
         self.conn.execute("DELETE FROM contact_stats")
+        self.conn.execute("DELETE FROM thread_rows")  # the messages are gone: so are threads
         sidecar.set_state(self.conn, "notmuch_uuid", uuid)
         sidecar.set_state(self.conn, "revision", None)
         sidecar.set_state(self.conn, "window", None)
@@ -433,6 +438,8 @@ class Mirror:
     def _apply_batch(self, ids: Sequence[str], loaded: _Loaded, report: MirrorReport) -> None:
         known, messages, fresh = loaded.known, loaded.messages, loaded.fresh
         self._touched |= _addresses_of(self.conn, ids)
+        # A message can change threads (a late parent joins two): both rows are recomputed.
+        threads = _threads_of(self.conn, ids)
         gone: list[str] = []
         for mid, message in zip(ids, messages):
             if message is None:  # removed since the id list was taken
@@ -450,8 +457,10 @@ class Mirror:
                 row["needs_tagging"] = 1
                 self._marked.append((mid, parsed.list_id))
             self._touched |= _write_row(self.conn, row, parsed, fresh=mid not in known)
+            threads.add(message.thread_id)
             report.upserted += 1
         self._delete(gone, report)
+        sidecar.refresh_threads(self.conn, threads)
 
     def _parse_new(self, messages: Sequence[IndexedMessage]) -> dict[str, Parsed]:
         """Parse the files of messages the mirror has not seen: in worker processes when there
@@ -513,9 +522,11 @@ class Mirror:
         if not ids:
             return
         self._touched |= _addresses_of(self.conn, ids)
+        threads = _threads_of(self.conn, ids)
         for chunk in chunks(ids, 500):
             marks = ",".join("?" * len(chunk))
             self.conn.execute(f"DELETE FROM messages WHERE message_id IN ({marks})", chunk)
+        sidecar.refresh_threads(self.conn, threads)
         report.removed += len(ids)
 
     # -- removals ------------------------------------------------------------------------------
@@ -586,7 +597,7 @@ def check(config: Config, reader: Reader, conn: sqlite3.Connection, *,
                 if have[column] != want[column]:
                     problems.append(f"{mid}: {column} is {have[column]!r}, notmuch says {want[column]!r}")
             problems.extend(_check_children(conn, mid, want))
-    return problems
+    return problems + sidecar.thread_problems(conn)
 
 
 def _check_children(conn: sqlite3.Connection, mid: str, want: dict[str, Any]) -> list[str]:

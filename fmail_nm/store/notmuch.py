@@ -290,6 +290,15 @@ class Reader:
     def message_ids(self, query: str, *, exclude_tags: Sequence[str] = ()) -> list[str]:
         return self._query(lambda db: _ids(db, query, exclude_tags))
 
+    def page_ids(self, query: str, *, exclude_tags: Sequence[str], sort: str = "newest",
+                 offset: int = 0, limit: int) -> list[str]:
+        """The Message-IDs of one sorted page: the ids alone are cheap (~2 µs a message);
+        everything else about a listed message comes from the sidecar mirror."""
+        def page(db: notmuch2.Database) -> list[str]:
+            it = db.messages(query, exclude_tags=exclude_tags, sort=_sort(sort))
+            return [str(m.messageid) for m in itertools.islice(it, offset, offset + limit)]
+        return self._query(page)
+
     def find(self, message_id: str) -> IndexedMessage | None:
         def get(db: notmuch2.Database) -> IndexedMessage | None:
             try:

@@ -1,7 +1,11 @@
 """The read tools as plain functions: the MCP layer wraps these, tests call them directly.
 
-Listings come from the index alone (no message file is opened); only tools that return a body
-or an attachment read a file, and only the files of the messages they return.
+A listing page takes its ids, order and total from notmuch and every other field from the
+sidecar mirror, in one indexed read for the page; a message the mirror does not have, or has
+in an older state than the index (a sync in flight, tags changed by a mail client), is read
+from notmuch instead, so a page is always the index's truth.  No message file is opened for a
+listing; only tools that return a body or an attachment read a file, and only the files of the
+messages they return.
 """
 
 from __future__ import annotations
@@ -10,10 +14,13 @@ import base64
 import email.utils
 import hashlib
 import json
+import re
+import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, time, timezone
 from pathlib import Path
+from typing import Any
 
 from ..clock import iso_from_epoch, utc_now
 from ..config import Config
@@ -26,8 +33,8 @@ from ..message.mime import ParsedMessage
 from ..message.text import clean_text, slice_text
 from ..store import maildir, sidecar
 from ..store.notmuch import IndexedMessage, Reader, ThreadNode
-from ..store.query import clean_id, me_query, quote
-from ..tags import DEFAULT_EXCLUDED, DELETED, DRAFT, SPAM
+from ..store.query import clean_id, id_query, me_query, quote
+from ..tags import DEFAULT_EXCLUDED, DELETED, DRAFT, SENT, SPAM
 from . import dto
 
 MAX_LIMIT = 500
@@ -51,6 +58,10 @@ class Mailbox:
     config: Config
     reader: Reader
     clock: Callable[[], datetime] = utc_now
+    mirror: sidecar.MirrorReader = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.mirror = sidecar.MirrorReader(sidecar.sidecar_path(self.config.data_dir))
 
     def dsl_context(self) -> DslContext:
         return DslContext(
@@ -71,53 +82,98 @@ class Mailbox:
         """A message by Message-ID (with or without <> or id:) or by its sidecar ``uid``."""
         mid = clean_id(ref)
         found = self.reader.find(mid)
-        if found is None and sidecar.looks_like_uid(mid):
-            resolved = sidecar.lookup_uids(self.config.data_dir, [mid]).get(mid)
+        if found is None and sidecar.looks_like_uid(mid) and (conn := self.mirror.connection()):
+            resolved = sidecar.resolve_uids(conn, [mid]).get(mid)
             found = self.reader.find(resolved) if resolved else None
         return found
 
+    def mirror_lag(self) -> tuple[sqlite3.Connection, int | None] | None:
+        """The sidecar connection and the first notmuch revision the mirror may be missing
+        (None: it is up to date, so its rows are the index's truth); None when there is no
+        mirror of this database to read."""
+        conn = self.mirror.connection()
+        if conn is None:
+            return None
+        state = sidecar.mirror_state(conn)
+        revision = self.reader.revision()
+        if state.uuid != revision.uuid:  # built from another database: nothing in it holds
+            return None
+        if state.revision is None:
+            return conn, 0
+        return conn, state.revision + 1 if state.revision < revision.number else None
+
+    def mirror_rows(self, message_ids: Sequence[str]) -> tuple[dict[str, tuple[Any, ...]], set[str]]:
+        """The mirror's listing rows of these messages (their uids resolve), and which of
+        them are stale: notmuch changed the message after the mirror's last complete sync."""
+        mirror = self.mirror_lag() if message_ids else None
+        if mirror is None:
+            return {}, set()
+        conn, lag = mirror
+        rows = sidecar.listing_rows(conn, message_ids)
+        if lag is None or not rows:
+            return rows, set()
+        return rows, set(self.reader.message_ids(f"lastmod:{lag}.. AND ({id_query(rows)})"))
+
     def folders_of(self, message: IndexedMessage) -> list[str]:
         return maildir.folders_of(self.config.mail_root, message.filenames)
-
-    def account_of(self, folders: Sequence[str]) -> str | None:
-        account = maildir.account_of(self.config, folders)
-        return account.name if account is not None else None
 
 
 # ---------------------------------------------------------------------------------------------
 # Small conversions
 
 
-def person(header: str) -> dto.Person:
-    name, address = email.utils.parseaddr(header)
-    return dto.Person(name=name, address=address.lower())
+def who(name: str, address: str) -> str:
+    """A person as one string, ``Name <address>`` or the bare address."""
+    address = address.lower()
+    return f"{name} <{address}>" if name and name != address else address
 
 
-def people(addresses: Sequence[Address]) -> list[dto.Person]:
-    return [dto.Person(name=a.name, address=a.address.lower()) for a in addresses]
+def person(header: str) -> str:
+    return who(*email.utils.parseaddr(header))
+
+
+def people(addresses: Sequence[Address]) -> list[str]:
+    return [who(a.name, a.address) for a in addresses]
 
 
 # Recipients shown per message in listings (the sidecar keeps them all).
 LISTED_RECIPIENTS = 5
 
 
-def recipients_of(mb: Mailbox, messages: Sequence[IndexedMessage]) -> dict[str, list[dto.Person]]:
-    """The first To/Cc recipients of a page's messages, from the sidecar mirror in one read (no
-    file is opened); a message the mirror does not have yet has none."""
-    rows = sidecar.recipients_of(mb.config.data_dir, [m.message_id for m in messages])
-    return {mid: [dto.Person(name=r["name"], address=r["email"])
-                  for r in people[:LISTED_RECIPIENTS]] for mid, people in rows.items()}
+def _listed_to(recipients_json: str | None, tags: Sequence[str]) -> list[str]:
+    """Whom a listed message went to: shown for the user's own messages only (for mail
+    received the recipient is the user, which says nothing)."""
+    if SENT not in tags or not recipients_json:
+        return []
+    return [who(r["name"], r["email"]) for r in json.loads(recipients_json)[:LISTED_RECIPIENTS]]
 
 
-def email_ref(mb: Mailbox, m: IndexedMessage, to: list[dto.Person]) -> dto.EmailRef:
-    folders = mb.folders_of(m)
+def listing(mb: Mailbox, message_ids: Sequence[str]) -> list[dto.EmailRef]:
+    """These messages as listing rows, in the given order: from the mirror where it is
+    current, from notmuch for the rest (see Mailbox.current_rows)."""
+    rows, stale = mb.mirror_rows(message_ids)
+    refs: dict[str, dto.EmailRef] = {}
+    for mid, uid, thread, date_, name, address, subject, tags_json, recipients in rows.values():
+        if mid not in stale:
+            tags = json.loads(tags_json)
+            refs[mid] = dto.EmailRef(id=uid, thread=thread, date=date_, from_=who(name, address),
+                                     subject=subject, tags=tags, to=_listed_to(recipients, tags))
+    missing = [mid for mid in message_ids if mid not in refs]
+    for mid, m in zip(missing, mb.reader.find_many(missing) if missing else ()):
+        if m is not None:  # None: removed since the ids were read
+            row = rows.get(mid)
+            refs[mid] = email_ref(m, known=row is not None, recipients=row[8] if row else None)
+    return [refs[mid] for mid in message_ids if mid in refs]
+
+
+def email_ref(m: IndexedMessage, *, known: bool, recipients: str | None = None) -> dto.EmailRef:
+    """A listing row from the index itself; its id is the uid only when the mirror has the
+    message (so the uid resolves), else the Message-ID."""
+    tags = sorted(m.tags)
     return dto.EmailRef(
-        id=m.message_id, thread_id=m.thread_id, subject=m.subject, from_=person(m.from_header),
-        to=to,
-        date=iso_from_epoch(m.date), account=mb.account_of(folders), folders=folders, tags=sorted(m.tags),
-        is_read="unread" not in m.tags, is_flagged="flagged" in m.tags,
-        has_attachment="attachment" in m.tags,
-    )
+        id=sidecar.uid_for(m.message_id) if known else m.message_id, thread=m.thread_id,
+        date=iso_from_epoch(m.date), from_=person(m.from_header), subject=m.subject, tags=tags,
+        to=_listed_to(recipients, tags))
 
 
 def clamp_limit(limit: int) -> int:
@@ -171,7 +227,7 @@ def _fingerprint(*parts: object) -> str:
 
 
 def make_cursor(offset: int, fingerprint: str) -> str:
-    raw = json.dumps({"o": offset, "f": fingerprint}).encode()
+    raw = json.dumps({"o": offset, "f": fingerprint}, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -212,13 +268,11 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
     fp = _fingerprint("search", nm_query, compiled.exclude_tags, sort)
     offset = read_cursor(cursor, fp)
     total = mb.reader.count(nm_query, exclude_tags=compiled.exclude_tags)
-    page = mb.reader.messages(nm_query, exclude_tags=compiled.exclude_tags, sort=sort,
-                              offset=offset, limit=limit)
+    ids = mb.reader.page_ids(nm_query, exclude_tags=compiled.exclude_tags, sort=sort,
+                             offset=offset, limit=limit)
     changed = mb.reader.changed_at()
-    cursor_out = next_cursor(offset, len(page), total, fp)
-    to = recipients_of(mb, page)
-    return dto.SearchResult(results=[email_ref(mb, m, to.get(m.message_id, [])) for m in page],
-                            total=total,
+    cursor_out = next_cursor(offset, len(ids), total, fp)
+    return dto.SearchResult(results=listing(mb, ids), total=total,
                             next_cursor=cursor_out, query=echoed_query(nm_query),
                             hidden=_hidden(mb, nm_query, compiled, total, cursor_out),
                             indexed_at=iso_from_epoch(int(changed)) if changed else None)
@@ -252,18 +306,35 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
     offset = read_cursor(cursor, fp)
     total = mb.reader.count_threads(nm_query, exclude_tags=compiled.exclude_tags)
     page = mb.reader.threads(nm_query, exclude_tags=compiled.exclude_tags, offset=offset, limit=limit)
+    unread = unread_counts(mb, [t.thread_id for t in page], compiled.exclude_tags)
     refs = []
     for t in page:
-        unread = mb.reader.count(f"thread:{quote(t.thread_id)} AND tag:unread",
-                                 exclude_tags=compiled.exclude_tags)
         authors = [a.strip() for a in t.authors.replace("|", ",").split(",") if a.strip()]
         refs.append(dto.ThreadRef(
-            thread_id=t.thread_id, subject=t.subject, authors=authors,
+            thread=t.thread_id, subject=t.subject, authors=authors,
             oldest=iso_from_epoch(t.oldest) or "", newest=iso_from_epoch(t.newest) or "",
-            message_count=t.message_count, matched_count=t.matched_count, unread_count=unread,
+            messages=t.message_count, matched=t.matched_count, unread=unread.get(t.thread_id, 0),
             tags=sorted(t.tags)))
     return dto.ThreadList(threads=refs, total=total,
                           next_cursor=next_cursor(offset, len(page), total, fp))
+
+
+def unread_counts(mb: Mailbox, thread_ids: Sequence[str],
+                  exclude_tags: Sequence[str]) -> dict[str, int]:
+    """Unread messages per thread of a page: one mirror read; a thread with a message the
+    mirror has not caught up with is counted by notmuch (one count for each such thread)."""
+    mirror = mb.mirror_lag() if thread_ids else None
+    counts: dict[str, int] = {}
+    lagging = set(thread_ids)
+    if mirror is not None:
+        conn, lag = mirror
+        counts = sidecar.unread_by_thread(conn, thread_ids, exclude_tags)
+        lagging = set() if lag is None else {m.thread_id for m in mb.reader.messages(
+            f"lastmod:{lag}.. AND ({' OR '.join(f'thread:{quote(t)}' for t in thread_ids)})",
+            exclude_tags=())}
+    for tid in lagging:
+        counts[tid] = mb.reader.count(f"thread:{quote(tid)} AND tag:unread", exclude_tags=exclude_tags)
+    return counts
 
 
 def _read_file(m: IndexedMessage) -> bytes:
@@ -291,9 +362,9 @@ def _body(parsed: ParsedMessage, body_format: str, max_chars: int, offset: int) 
         raise ToolError("max_body_chars must be positive and body_offset not negative")
     text = clean_text(parsed.text) if body_format == "clean" else parsed.text
     piece = slice_text(text, max_chars, offset)
-    return dto.Body(text=piece.text, format=body_format, offset=piece.offset,
-                    total_chars=piece.total_chars, truncated=piece.truncated,
-                    next_offset=piece.next_offset, html_present=parsed.html_present)
+    return dto.Body(untrusted=True, text=piece.text, format=body_format, offset=piece.offset,
+                    total_chars=piece.total_chars, next_offset=piece.next_offset,
+                    html_present=parsed.html_present)
 
 
 def _email_full(mb: Mailbox, m: IndexedMessage, *, max_body_chars: int, body_offset: int,
@@ -301,12 +372,13 @@ def _email_full(mb: Mailbox, m: IndexedMessage, *, max_body_chars: int, body_off
     parsed = read_message(_read_file(m))
     folders = mb.folders_of(m)
     return dto.EmailFull(
-        id=m.message_id, thread_id=m.thread_id, subject=parsed.subject or m.subject,
+        id=sidecar.uid_for(m.message_id), message_id=m.message_id, thread=m.thread_id,
+        subject=parsed.subject or m.subject,
         from_=people(parsed.from_) or [person(m.from_header)], to=people(parsed.to),
         cc=people(parsed.cc), reply_to=people(parsed.reply_to),
         date=parsed.date.isoformat().replace("+00:00", "Z") if parsed.date else iso_from_epoch(m.date),
         list_id=parsed.list_id, in_reply_to=parsed.in_reply_to, references=parsed.references,
-        account=mb.account_of(folders), folders=folders, tags=sorted(m.tags),
+        folders=folders, tags=sorted(m.tags),
         body=_body(parsed, body_format, max_body_chars, body_offset),
         attachments=[dto.Attachment(index=a.index, filename=a.filename,
                                     content_type=a.content_type, size=a.size)
@@ -342,8 +414,12 @@ def get_thread(mb: Mailbox, thread_id: str, include_bodies: bool = True,
                max_total_chars: int = 60000) -> dto.ThreadFull:
     tid = thread_id.removeprefix("thread:")
     nodes = mb.reader.thread(tid)
+    if not nodes and (member := mb.find(thread_id)) is not None:  # a message id or uid
+        tid = member.thread_id
+        nodes = mb.reader.thread(tid)
     if not nodes:
-        raise ToolError(f"no thread with id {thread_id!r}; use a thread_id from a search")
+        raise ToolError(f"no thread with id {thread_id!r}; use a thread from a search, or the "
+                        "id of one of its messages")
     budget = max_total_chars
     truncated = False
     messages = []
@@ -355,16 +431,27 @@ def get_thread(mb: Mailbox, thread_id: str, include_bodies: bool = True,
             budget -= len(body.text)
         elif include_bodies:
             truncated = True
-        messages.append(_thread_message(node, body))
-    return dto.ThreadFull(thread_id=tid, subject=nodes[0].message.subject,
-                          message_count=len(nodes), messages=messages, truncated=truncated)
+        messages.append(_thread_message(node, body, nodes[0].message.subject))
+    return dto.ThreadFull(thread=tid, subject=nodes[0].message.subject, messages=messages,
+                          truncated=truncated)
 
 
-def _thread_message(node: ThreadNode, body: dto.Body | None) -> dto.ThreadMessage:
+def _thread_message(node: ThreadNode, body: dto.Body | None, subject: str) -> dto.ThreadMessage:
     m = node.message
-    return dto.ThreadMessage(id=m.message_id, depth=node.depth, in_reply_to=node.parent_id,
-                             subject=m.subject, from_=person(m.from_header),
-                             date=iso_from_epoch(m.date), tags=sorted(m.tags), body=body)
+    return dto.ThreadMessage(
+        id=sidecar.uid_for(m.message_id), depth=node.depth,
+        parent=sidecar.uid_for(node.parent_id) if node.parent_id else None,
+        subject=None if bare_subject(m.subject) == bare_subject(subject) else m.subject,
+        from_=person(m.from_header),
+        date=iso_from_epoch(m.date), tags=sorted(m.tags), body=body)
+
+
+_REPLY_PREFIX = re.compile(r"^\s*((re|fwd?|aw|wg|sv|vs)\s*(\[\d+\])?\s*:\s*)+", re.IGNORECASE)
+
+
+def bare_subject(subject: str) -> str:
+    """A subject without its reply and forward prefixes ("Re: Fwd: x" is "x")."""
+    return _REPLY_PREFIX.sub("", subject).strip()
 
 
 def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str | None = None,
@@ -386,7 +473,7 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
         if not live:
             continue
         last = max(live, key=lambda m: m.date)
-        if person(last.from_header).address not in mine:
+        if email.utils.parseaddr(last.from_header)[1].lower() not in mine:
             continue
         silent = max(0, (now - last.date) // 86400)
         if silent >= min_days_silent:
@@ -396,22 +483,23 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
     offset = read_cursor(cursor, fp)
     page = found[offset:offset + limit]
     threads = []
-    stored = recipients_of(mb, [last for last, _ in page])
+    rows, _ = mb.mirror_rows([last.message_id for last, _ in page])
     for last, count in page:
-        recipients = stored.get(last.message_id) or _recipients(mb, last)
+        row = rows.get(last.message_id)
         threads.append(dto.UnansweredThread(
-            thread_id=last.thread_id, subject=last.subject,
-            days_silent=max(0, (now - last.date) // 86400), message_count=count,
-            recipients=recipients, last_outgoing=email_ref(mb, last, recipients)))
+            thread=last.thread_id, subject=last.subject,
+            days_silent=max(0, (now - last.date) // 86400), messages=count,
+            to=_listed_to(row[8], (SENT,)) if row else _recipients(mb, last),
+            last=row[1] if row else last.message_id, date=iso_from_epoch(last.date)))
     return dto.UnansweredList(threads=threads, total=len(found),
                               next_cursor=next_cursor(offset, len(page), len(found), fp))
 
 
-def _recipients(mb: Mailbox, m: IndexedMessage) -> list[dto.Person]:
+def _recipients(mb: Mailbox, m: IndexedMessage) -> list[str]:
     # Not in the mirror yet (a sync in flight): read this page's rows only.
     pairs = email.utils.getaddresses([mb.reader.header(m.message_id, "To"),
                                       mb.reader.header(m.message_id, "Cc")])
-    return [dto.Person(name=n, address=a.lower()) for n, a in pairs if a]
+    return [who(n, a) for n, a in pairs if a][:LISTED_RECIPIENTS]
 
 
 def get_attachment(mb: Mailbox, id: str, index: int, max_chars: int = 20000) -> dto.AttachmentContent:
@@ -422,7 +510,7 @@ def get_attachment(mb: Mailbox, id: str, index: int, max_chars: int = 20000) -> 
         raise ToolError(str(exc)) from None
     info = content.info
     return dto.AttachmentContent(
-        id=m.message_id,
+        id=sidecar.uid_for(m.message_id), untrusted=True,
         attachment=dto.Attachment(index=info.index, filename=info.filename,
                                   content_type=info.content_type, size=info.size),
         text=content.text, truncated=content.truncated, note=content.note)
