@@ -144,3 +144,47 @@ def shared_indexed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MailEnv
             mp.setenv(key, value)
         run_init(env)
         yield env
+
+
+# --- Reliability suites (fault injection, load, fuzzing) -----------------------------------
+# Each reliability test runs a bounded number of seeded trials in the normal suite and more
+# with ``--runslow``.  When FMAIL_RELIABILITY_LOG names a file, every test appends one JSON line
+# with its figures; ``bench/reliability.py`` runs the suites that way and sums them.
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--runslow", action="store_true", default=False,
+                     help="run the long variants of the reliability suites")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "reliability: fault injection, load or fuzzing figures")
+
+
+@dataclass
+class Reliability:
+    """How many trials a reliability test runs, and where it reports what survived."""
+
+    slow: bool
+    test_id: str
+
+    def trials(self, ci: int, slow: int) -> int:
+        """``ci`` trials in the normal suite, ``slow`` with ``--runslow``."""
+        return slow if self.slow else ci
+
+    def record(self, suite: str, *, trials: int = 0, faults: int = 0, inputs: int = 0,
+               lost: int = 0, hangs: int = 0, **extra: object) -> None:
+        """Append this test's figures to FMAIL_RELIABILITY_LOG (a no-op when it is unset)."""
+        import json
+        log = os.environ.get("FMAIL_RELIABILITY_LOG")
+        if not log:
+            return
+        line = {"suite": suite, "test": self.test_id, "slow": self.slow, "trials": trials,
+                "faults": faults, "inputs": inputs, "lost": lost, "hangs": hangs, **extra}
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(json.dumps(line) + "\n")
+
+
+@pytest.fixture
+def reliability(request: pytest.FixtureRequest) -> Reliability:
+    return Reliability(slow=bool(request.config.getoption("--runslow")),
+                       test_id=request.node.nodeid)
