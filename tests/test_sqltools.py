@@ -174,9 +174,8 @@ def test_every_documented_example_runs(db: Path) -> None:
     results = [q(db, sql) for sql in examples]
     assert column(results[0], "uid") == uids(*UNREAD_INBOX)
     assert ["news@lists.test", 1] in results[1].rows
-    assert results[2].rows == [["ghost@example.net", 3]]
-    assert results[3].rows == [["big", "Big debate", 11]]
-    assert results[4].rows == [["Re: Photos", "2026-11-29T10:00:00Z"]]
+    assert results[2].rows == [["Re: Photos", "2026-11-29T10:00:00Z"]]
+    assert len(results) == 3
 
 
 def test_help_texts_stay_compact() -> None:
@@ -504,10 +503,9 @@ def test_select_returns_rows(db: Path) -> None:
 def test_every_contacts_example_runs(db: Path) -> None:
     for sql in help_examples(sqltools.CONTACTS_HELP):
         m(db, sql)
-    assert contact(db, "spam@x.com")["is_blocked"] == 1  # type: ignore[index]
     assert contact(db, "carol@example.com")["notes"] == "new client"  # type: ignore[index]
-    assert contact(db, "bob@example.com")["notes"] == \
-        "met at PyCon, wants the report"  # type: ignore[index]
+    assert contact(db, "bob@example.com")["notes"] == "met at PyCon"  # type: ignore[index]
+    assert contact(db, "spam@x.com")["is_blocked"] == 1  # type: ignore[index]
 
 
 def test_account_scope_applies_to_subqueries(db: Path) -> None:

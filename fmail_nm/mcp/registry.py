@@ -24,20 +24,17 @@ from ..tools import render
 
 # destructive and idempotent hints mean nothing for a tool that changes nothing (MCP spec).
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+# The writes leave out the hints that hold the spec's default (readOnlyHint and
+# idempotentHint false): every byte of the tool list is read by the model.
 # Writes that can be reverted by setting the opposite state (read/unread, tags, archive).
-WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
-                        open_world_hint=False)
+WRITE = ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 # Writes that take mail out of sight (Trash, Junk) or drop the user's notes.
-DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
-                              open_world_hint=False)
-# Saving a draft: a new file each time (not idempotent), nothing leaves the machine.
-DRAFT = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                        open_world_hint=False)
+DESTRUCTIVE = ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False)
+# Saving a draft or undoing: a new change each time (not idempotent), nothing leaves the machine.
+DRAFT = ToolAnnotations(destructive_hint=False, open_world_hint=False)
+UNDO = DRAFT
 # Sending: mail leaves for other people and cannot be taken back.
-SEND = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False,
-                       open_world_hint=True)
-UNDO = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                       open_world_hint=False)
+SEND = ToolAnnotations(destructive_hint=True, open_world_hint=True)
 
 
 def tool_error(exc: FmailError) -> McpToolError:
@@ -83,15 +80,26 @@ def _trim(node: Any, defs: dict[str, Any], depth: int | None) -> Any:
                 out[key] = {name: _trim(prop, defs, inner) for name, prop in value.items()}
         elif key == "required" and depth == 0:
             continue
-        elif key in (_OUTPUT_ANNOTATIONS if depth is not None else {"title"}):
+        elif key in (_OUTPUT_ANNOTATIONS if depth is not None else _INPUT_UNSHOWN):
             continue
-        elif not (key == "default" and value is None):  # optional already says it
+        elif key == "items" and depth is not None and _scalar(value):
+            continue  # a list of strings is checked as a list: its items need no schema
+        elif not (key == "default" and value in (None, "", [], False)):  # optional says it
             out[key] = _trim(value, defs, depth)
     return _nullable(out)
 
 
+def _scalar(schema: Any) -> bool:
+    return isinstance(schema, dict) and set(schema) == {"type"} and schema["type"] in (
+        "string", "integer", "number", "boolean")
+
+
 # Keywords that annotate without constraining ("format" is not checked by default either).
 _OUTPUT_ANNOTATIONS = frozenset({"title", "$defs", "description", "default", "format"})
+# Left out of the input schemas the client sees: a title repeats the property name, and the
+# length caps on strings are for hostile input, not guidance (the server still enforces them:
+# arguments are validated against the function's own model, not this schema).
+_INPUT_UNSHOWN = frozenset({"title", "maxLength"})
 
 
 def _nullable(node: dict[str, Any]) -> dict[str, Any]:
@@ -167,7 +175,9 @@ class ToolList(list[Tool]):
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             if PROFILES.index(profile) > PROFILES.index(self.profile):
                 return fn
-            tool = _Tool.from_function(_lean_result(fn), description=description,
+            # A docstring's indentation would be sent to the model with every tool list.
+            text = description or " ".join((fn.__doc__ or "").split())
+            tool = _Tool.from_function(_lean_result(fn), description=text,
                                       annotations=annotations)
             tool.parameters = _compact_schema(tool.parameters)
             tool.fn_metadata.output_schema = ({"type": "object"} if report else _compact_schema(

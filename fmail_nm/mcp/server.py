@@ -480,9 +480,8 @@ ADD_ACCOUNT_HELP = (
     "command printing it (pass show mail/work). provider gmail|fastmail|icloud|outlook, or "
     "imap/smtp as host[:port].")
 Server = Annotated[str | None, Field(max_length=262)]
-ADDS_ACCOUNT = ToolAnnotations(read_only_hint=False, destructive_hint=False,
-                               idempotent_hint=False, open_world_hint=True)
-
+# Adding an account reaches the network (the login is checked); it changes no mail.
+ADDS_ACCOUNT = ToolAnnotations(destructive_hint=False, open_world_hint=True)
 
 def _account_tool(server: ToolList, service: MailService) -> None:
     @server.tool(profile="all", annotations=ADDS_ACCOUNT, description=ADD_ACCOUNT_HELP)

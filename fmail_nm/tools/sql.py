@@ -157,10 +157,6 @@ Examples:
 SELECT * FROM emails WHERE folder='INBOX' AND is_read=0 ORDER BY date DESC LIMIT 10
 SELECT sender_email, count(*) AS n FROM emails WHERE is_read=0 \
 AND date >= strftime('%Y-%m-01T00:00:00Z','now') GROUP BY sender_email ORDER BY n DESC
-SELECT email_address, messages_to FROM contacts WHERE messages_to > 0 AND messages_from = 0 \
-AND is_me = 0 ORDER BY messages_to DESC
-SELECT thread_id, subject, message_count FROM threads WHERE message_count > 10 \
-AND sent_count = 0
 SELECT e.subject, e.date FROM emails e, json_each(e.recipients) r \
 WHERE r.value ->> 'email' = 'bob@example.com'"""
 
@@ -175,13 +171,10 @@ DELETE removes your name, notes and block, not the harvested figures. Blocking t
 sender's mail blocked+spam (out of the inbox and searches; is:blocked finds it); unblocking \
 restores it. The result lists addresses newly blocked/unblocked. A statement changing more than 10 contacts is a dry run (changed, sample) until repeated with confirm_count=changed. The user's own addresses cannot be blocked. undo_last_write reverts a contacts change, names, notes and mail tags included. SQL text: at most 100,000 characters.
 Examples:
-SELECT * FROM contacts WHERE name LIKE '%Bob%'
-UPDATE contacts SET is_blocked=1 WHERE email_address='spam@x.com'
-UPDATE contacts SET notes='met at PyCon, wants the report' WHERE email_address='bob@example.com'
+UPDATE contacts SET notes='met at PyCon' WHERE email_address='bob@example.com'
 INSERT INTO contacts (email_address, name, notes) VALUES ('carol@example.com', 'Carol', \
 'new client')
-UPDATE contacts SET is_blocked=1 WHERE email_address IN \
-(SELECT sender_email FROM emails WHERE list_id LIKE '%deals%')"""
+UPDATE contacts SET is_blocked=1 WHERE email_address='spam@x.com'"""
 
 
 def view_columns(conn: sqlite3.Connection, views: Sequence[str]) -> dict[str, tuple[str, ...]]:
