@@ -83,9 +83,11 @@ class SideBySide:
             o, p = self.ours, self.peer
             out.append((f"{label}: SDK ms ours / peer", _pair(o.sdk_ms[label], p.sdk_ms[label], ".2f")))
             out.append((f"{label}: bare ms ours / peer", _pair(o.raw_ms[label], p.raw_ms[label], ".2f")))
+            peer_whole = p.text_bytes[label] + p.structured_bytes[label]
             out.append((f"{label}: text bytes ours / peer whole",
-                        _pair(o.text_bytes[label], p.text_bytes[label] + p.structured_bytes[label], "d")))
-            out.append((f"{label}: structured bytes ours", str(o.structured_bytes[label])))
+                        _pair(o.text_bytes[label], peer_whole, "d")))
+            out.append((f"{label}: structured bytes ours / peer whole",
+                        _pair(o.structured_bytes[label], peer_whole, "d")))
         out.append(("tool list bytes ours / peer", _pair(self.ours.tool_list_bytes,
                                                          self.peer.tool_list_bytes, "d")))
         return out
@@ -133,11 +135,17 @@ async def sdk_side(argv: Sequence[str], env: dict[str, str], cwd: Path,
                 return result
             result = await call()
             side.text_bytes[label] = sum(len(getattr(c, "text", "").encode()) for c in result.content)
-            side.structured_bytes[label] = (len(json.dumps(result.structured_content,
-                                                           ensure_ascii=False).encode())
-                                            if result.structured_content is not None else 0)
+            side.structured_bytes[label] = wire_json_bytes(result.structured_content)
             side.sdk_ms[label] = await _timed(call, n)
     return side
+
+
+def wire_json_bytes(value: Any) -> int:
+    """Bytes of a structured result as the JSON-RPC message carries it (compact UTF-8 JSON,
+    as the SDK serialises it); 0 for none."""
+    if value is None:
+        return 0
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
 
 
 def raw_side(argv: Sequence[str], env: dict[str, str], cwd: Path,

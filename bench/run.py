@@ -879,7 +879,7 @@ async def mcp_session(env: BenchEnv, n: int, ids: Sequence[str]) -> McpResults:
         got = await async_latencies(lambda: call("get_email", {"id": next(it)}), n)
         noop = await async_latencies(lambda: call("list_available_accounts", {}), n)
         page = await call("search_emails", {"query": "", "limit": 50})
-        json_bytes = len(json.dumps(page.structured_content, ensure_ascii=False).encode())
+        json_bytes = peer.wire_json_bytes(page.structured_content)
         wire_bytes = len(page.model_dump_json(by_alias=True, exclude_none=True).encode())
         hwm, rss = memory_mib(server) if server else (None, None)
     text_bytes = len(env.notmuch("search", "--format=text", "--output=summary", "--limit=50",

@@ -188,3 +188,9 @@ class Reliability:
 def reliability(request: pytest.FixtureRequest) -> Reliability:
     return Reliability(slow=bool(request.config.getoption("--runslow")),
                        test_id=request.node.nodeid)
+
+
+def search_rows(page: dict[str, object]) -> list[dict[str, object]]:
+    """A search page's structured ``rows`` as dicts keyed by its ``columns``."""
+    columns = page["columns"]
+    return [dict(zip(columns, row)) for row in page["rows"]]  # type: ignore[call-overload, union-attr]

@@ -22,7 +22,7 @@ from fmail_nm.store.notmuch import Reader
 from fmail_nm.tools import reads
 
 from . import imapbed
-from .conftest import MailEnv
+from .conftest import MailEnv, search_rows
 from .syncbed import require_tools
 
 pytestmark = pytest.mark.imap
@@ -276,7 +276,7 @@ async def test_add_email_account_over_mcp(bed: Bed) -> None:
         accounts_now = await call(client, "list_available_accounts")
         assert "side" in [a["name"] for a in accounts_now["accounts"]]
         found = await call(client, "search_emails", {"query": "subject:Lunch", "account": "side"})
-        assert [m["id"] for m in found["results"]] == [uid_for("casey-2@example.net")]
+        assert [m["id"] for m in search_rows(found)] == [uid_for("casey-2@example.net")]
     assert_password_nowhere(bed)
 
 

@@ -21,7 +21,7 @@ from fmail_nm.store.notmuch import Reader
 from fmail_nm.tools import dto, reads
 from fmail_nm.tools.sql import SqlResult
 
-from .conftest import MailEnv
+from .conftest import MailEnv, search_rows
 
 SCHOOL_1, SCHOOL_2, SCHOOL_3 = ("school-trip-1@example.com", "school-trip-2@example.org",
                                 "school-trip-3@example.com")
@@ -64,9 +64,9 @@ async def test_search_lines_for_named_messages(client: Client) -> None:
                                             "no-date-1@parcelgo.example.net",
                                             "list-rust-7@example.com", "draft-1@example.org"))
     lines, data = await call(client, "search_emails", {"query": query})
-    assert lines[0].startswith("7 of 7; index updated 20")  # no next_cursor on the last page
+    assert lines[0].startswith("7 of 7; indexed 20")  # no next_cursor on the last page
     assert lines[1:] == [
-        f"{uid('list-rust-7@example.com')} 2026-11-26 19:00 U+list/rust-users.lists.example.org "
+        f"{uid('list-rust-7@example.com')} 2026-11-26 19:00 U~rust-users.lists.example.org "
         "Mika Virtanen | [rust-users] Cargo workspace and feature "
         "unification",
         f"{uid('draft-1@example.org')} 2026-11-21 21:40 UD Alex Morgan | "
@@ -83,12 +83,16 @@ async def test_search_lines_for_named_messages(client: Client) -> None:
         "Your parcel is out for delivery",
     ]
     assert data["total"] == 7 and "next_cursor" not in data
-    own = next(r for r in data["results"] if r["id"] == uid(SCHOOL_2))
+    assert data["columns"] == ["id", "timestamp", "from", "subject", "tags", "to"]
+    own = next(r for r in search_rows(data) if r["id"] == uid(SCHOOL_2))
     assert own["to"] == ["Anna Schmidt <anna.schmidt@example.com>"] and own["tags"] == ["sent"]
+    assert own["timestamp"] == 1773083400  # 2026-03-09 19:10 UTC
+    undated = next(r for r in search_rows(data) if r["id"] == uid("no-date-1@parcelgo.example.net"))
+    assert undated["timestamp"] is None and undated["to"] == []
 
     lines, data = await call(client, "search_emails", {"query": "from:anna", "limit": 2})
-    assert lines[0].startswith(f"2 of 7; next_cursor={data['next_cursor']}; index updated ")
-    assert len(lines) == 3
+    assert lines[0].startswith(f"2 of 7; next_cursor={data['next_cursor']}; indexed ")
+    assert len(lines) == 3 and data["columns"] == ["id", "timestamp", "from", "subject", "tags"]
 
 
 @pytest.mark.anyio
@@ -199,6 +203,10 @@ async def test_structured_content_matches_the_output_schema_and_the_shape(client
     for tool, args in calls:
         _, data = await call(client, tool, args)
         jsonschema.Draft202012Validator(schemas[tool]).validate(data)
+        if tool == "search_emails":  # columns and rows, computed from the model's results
+            assert set(data) <= set(dto.SearchResult.model_json_schema(mode="serialization")[
+                "properties"]) and all(len(r) == len(data["columns"]) for r in data["rows"])
+            continue
         assert MODELS[tool].model_validate(data).model_dump(
             mode="json", by_alias=True, exclude_defaults=True) == data, tool
     assert set(MODELS) <= set(schemas)
@@ -208,14 +216,14 @@ async def test_structured_content_matches_the_output_schema_and_the_shape(client
 async def test_short_ids_work_in_every_tool_that_takes_an_id(indexed: MailEnv) -> None:
     async with Client(server(indexed)) as c:
         lines, found = await call(c, "search_emails", {"query": f"id:{SCHOOL_1} OR id:{PDF}"})
-        short = {r["subject"]: r["id"] for r in found["results"]}
+        short = {r["subject"]: r["id"] for r in search_rows(found)}
         school, pdf = short["School trip to the science museum on 27 March"], short["Your invoice 2026-0042"]
         assert (school, pdf) == (uid(SCHOOL_1), uid(PDF)) and school in lines[2]
 
         assert (await call(c, "get_email", {"id": school}))[1]["message_id"] == SCHOOL_1
         assert [e["message_id"] for e in (await call(c, "get_emails_content", {"ids": [school, pdf]}))[1]["emails"]] == [SCHOOL_1, PDF]
         assert (await call(c, "get_attachment", {"id": pdf, "index": 0}))[1]["id"] == pdf
-        assert (await call(c, "get_thread", {"thread_id": school}))[1]["thread"] == found["results"][1]["thread"]
+        assert (await call(c, "get_thread", {"thread_id": school}))[1]["thread"] == thread_of(indexed, SCHOOL_1)
         writes: list[tuple[str, dict[str, Any]]] = [
             ("update_email_status", {"mark_as": "unread"}), ("mark_read", {}),
             ("set_flagged", {}), ("tag_emails", {"add": ["x"]}), ("archive", {}),

@@ -17,7 +17,7 @@ import pytest
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from .conftest import MailEnv
+from .conftest import MailEnv, search_rows
 from .imapbed import free_port
 
 TOKEN = "run-test-token"
@@ -78,15 +78,15 @@ async def test_mail_dropped_into_the_maildir_is_served_and_sigterm_leaves_all_in
             # notmuch new commits the message (tagged "new") before its post-new hook tags it:
             # wait for the whole pipeline, not just the first sight of it.
             def settled(result: dict[str, Any]) -> bool:
-                return result["total"] == 1 and "new" not in result["results"][0]["tags"]
+                return result["total"] == 1 and "new" not in search_rows(result)[0]["tags"]
             while not settled(found) and time.monotonic() < deadline:
                 found = await call(client, "search_emails", {"query": "id:arrival-1@example.net"})
                 if not settled(found):
                     time.sleep(0.5)
             assert settled(found), f"the new message was never indexed and tagged: {found}"
-            mail = await call(client, "get_email", {"id": found["results"][0]["id"]})
+            mail = await call(client, "get_email", {"id": search_rows(found)[0]["id"]})
             assert mail["folders"] == ["personal/INBOX"]
-            assert "inbox" in found["results"][0]["tags"]  # our tagging pass ran on it
+            assert "inbox" in search_rows(found)[0]["tags"]  # our tagging pass ran on it
             rows = await call(client, "query_emails", {
                 "sql_query": "SELECT subject FROM emails WHERE message_id='arrival-1@example.net'"})
             assert rows["rows"] == [["Arrived while the service ran"]]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from mcp.client.client import Client
 
-from .conftest import MailEnv
+from .conftest import MailEnv, search_rows
 from .smtpbed import SmtpBed
 from .test_send import ORIGINAL, ORIGINAL_MAIL, PERSONAL, configure, deliver
 from .test_server import ALL_READS, SEND_TOOLS, WRITE_TOOLS, check_tool_list, uid
@@ -56,7 +56,7 @@ async def test_send_tools_absent_by_default_drafts_only(mail: MailEnv, smtp: Smt
         draft = await call(client, "reply_to_email", {"id": ORIGINAL, "body": "Thanks"})
         assert draft["sent"] is False and draft["to"] == ["team@example.net"]
         found = await call(client, "search_emails", {"query": "in:drafts"})
-        assert uid(draft["id"]) in {r["id"] for r in found["results"]}
+        assert uid(draft["id"]) in {r["id"] for r in search_rows(found)}
 
         before = snapshot(mail, smtp)
         refused = await error_text(client, "reply_to_email", {"id": ORIGINAL, "body": "x",
@@ -125,7 +125,7 @@ async def test_allow_send_offers_send_email_and_refusals_change_nothing(
         assert got.rcpt_tos == ("team@example.net", "bob@example.com", "carol@example.com")
         assert f"In-Reply-To: <{ORIGINAL}>".encode() in got.data
         sent = await call(client, "search_emails", {"query": f"id:{draft['id']}"})
-        assert "sent" in sent["results"][0]["tags"] and "draft" not in sent["results"][0]["tags"]
+        assert "sent" in search_rows(sent)[0]["tags"] and "draft" not in search_rows(sent)[0]["tags"]
         assert "cannot be recalled" in await error_text(client, "undo_last_write", {})
     assert "replied" in mail.notmuch("search", "--output=tags", f"id:{ORIGINAL}").stdout.split()
     check = mail.fmail("sidecar", "check", "--files")

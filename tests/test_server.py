@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from fmail_nm.store import sidecar
 
-from .conftest import MailEnv
+from .conftest import MailEnv, search_rows
 from .imapbed import free_port
 
 # The tools of each profile (`serve --tools`); each holds the ones before it.
@@ -93,7 +93,7 @@ async def exercise_every_read_tool(client: Client, *, tools: set[str], profile: 
     assert via_uid["message_id"] == by_column[0]["message_id"]
 
     found = await structured(client, "search_emails", {"query": 'from:anna "school trip"', "limit": 10})
-    row = next(r for r in found["results"] if r["id"] == uid("school-trip-1@example.com"))
+    row = next(r for r in search_rows(found) if r["id"] == uid("school-trip-1@example.com"))
     assert row["from"] == "Anna Schmidt <anna.schmidt@example.com>"
     assert "is_read" not in row and "to" not in row  # derivable, or not the user's own mail
 

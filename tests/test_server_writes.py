@@ -11,7 +11,7 @@ import pytest
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 
-from .conftest import MailEnv
+from .conftest import MailEnv, search_rows
 
 BANK = "no-reply@northwind-bank.example.com"
 
@@ -53,7 +53,7 @@ async def test_blocking_through_manage_contacts_sql_hides_the_sender(indexed: Ma
         assert done["blocked"] == [BANK] and done["changed"] >= 1
         assert (await call(client, "search_emails", {"query": f"from:{BANK}"}))["total"] == 0
         inbox = await call(client, "search_emails", {"query": "in:inbox", "limit": 500})
-        assert not any(r["from"].endswith(f"<{BANK}>") or r["from"] == BANK for r in inbox["results"])
+        assert not any(r["from"].endswith(f"<{BANK}>") or r["from"] == BANK for r in search_rows(inbox))
         blocked = await call(client, "search_emails", {"query": "is:blocked", "limit": 100})
         assert blocked["total"] == 23
         rows = await sql_rows(client, "SELECT count(*) AS n FROM emails e JOIN email_tags t "

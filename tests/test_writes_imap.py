@@ -37,7 +37,7 @@ from fmail_nm.store.notmuch import DatabaseBusy, Writer
 from fmail_nm.tools import writes
 
 from . import imapbed
-from .conftest import notmuch_lock_held
+from .conftest import notmuch_lock_held, search_rows
 from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
     ACCOUNT,
     FLAGGED,
@@ -418,7 +418,7 @@ async def test_the_server_pushes_a_delete_by_itself(synced_bed: SyncBed) -> None
         found = await client.call_tool("search_emails", {"query": "in:trash"})
         assert not found.is_error and found.structured_content is not None
         # its uid once the mirror has the move, the Message-ID while it catches up
-        assert [r["id"] for r in found.structured_content["results"]] in ([sidecar.uid_for(mid)], [mid])
+        assert [r["id"] for r in search_rows(found.structured_content)] in ([sidecar.uid_for(mid)], [mid])
 
     assert bed.tags(mid) == {"deleted"}
     local_file(bed, mid, "Trash")

@@ -95,7 +95,8 @@ def _scalar(schema: Any) -> bool:
 
 
 # Keywords that annotate without constraining ("format" is not checked by default either).
-_OUTPUT_ANNOTATIONS = frozenset({"title", "$defs", "description", "default", "format"})
+_OUTPUT_ANNOTATIONS = frozenset({"title", "$defs", "description", "default", "format",
+                                 "readOnly"})
 # Left out of the input schemas the client sees: a title repeats the property name, and the
 # length caps on strings are for hostile input, not guidance (the server still enforces them:
 # arguments are validated against the function's own model, not this schema).
@@ -106,6 +107,11 @@ def _nullable(node: dict[str, Any]) -> dict[str, Any]:
     """``anyOf [X, {type: null}]`` as X with ``type: [T, "null"]`` when X has one type: the
     same set of values (X's other keywords apply to T only) unless X lists values (enum)."""
     options = node.get("anyOf")
+    if isinstance(options, list) and all(_scalar(o) or o == {"type": "array"} or
+                                         o == {"type": "null"} for o in options):
+        # A choice of bare types is one "type" list: the same values, fewer bytes.
+        merged = {k: v for k, v in node.items() if k != "anyOf"}
+        return {**merged, "type": [o["type"] for o in options]}
     if not (isinstance(options, list) and len(options) == 2 and {"type": "null"} in options):
         return node
     other = next(o for o in options if o != {"type": "null"})
@@ -113,6 +119,15 @@ def _nullable(node: dict[str, Any]) -> dict[str, Any]:
         return node
     merged = {k: v for k, v in node.items() if k != "anyOf"}
     return {**merged, **other, "type": [other["type"], "null"]}
+
+
+def _output_schema(tool: Tool) -> Any:
+    """The schema of what the tool sends: a result model's serialised form (its computed
+    fields in, excluded fields out), which the SDK's own schema (of the input form) is not."""
+    model = tool.fn_metadata.output_model
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return model.model_json_schema(mode="serialization")
+    return tool.fn_metadata.output_schema
 
 
 def _result(result: BaseModel) -> CallToolResult:
@@ -181,7 +196,7 @@ class ToolList(list[Tool]):
                                       annotations=annotations)
             tool.parameters = _compact_schema(tool.parameters)
             tool.fn_metadata.output_schema = ({"type": "object"} if report else _compact_schema(
-                tool.fn_metadata.output_schema, output=True))
+                _output_schema(tool), output=True))
             # The structured content is a dump of the model the function returned, already
             # validated: the SDK's second validation of it would only cost time.
             tool.fn_metadata.output_model = None

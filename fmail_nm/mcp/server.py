@@ -46,7 +46,7 @@ T = TypeVar("T")
 # How to read a message listing; the format is tools.render's.
 LISTING_NOTE = ("Text: a header line (count, total, next_cursor, index time), then one line per "
                 "message: id date time flags sender name | subject. Flags: U unread, F flagged, "
-                "R replied, A attachment, D draft, +tag; \"to ...\" in place of the sender on "
+                "R replied, A attachment, D draft, ~list (list:list finds it), +tag; \"to ...\" in place of the sender on "
                 "the user's own mail. ids work in every tool.")
 
 INSTRUCTIONS = """\

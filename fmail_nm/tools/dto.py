@@ -10,9 +10,10 @@ fields with a default left out of the answer when they hold it (``mcp.registry``
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 
 class Dto(BaseModel):
@@ -33,14 +34,40 @@ class EmailRef(Dto):
                           description="first recipients, on the user's own messages only")
 
 
+# A message row of a search page, as the structured content carries it (see SearchResult).
+Row = list[str | int | list[str] | None]
+ROW_COLUMNS = ("id", "timestamp", "from", "subject", "tags")
+
+
+def _timestamp(iso: str | None) -> int | None:
+    return int(datetime.fromisoformat(iso).timestamp()) if iso else None
+
+
 class SearchResult(Dto):
-    results: list[EmailRef]
+    """A page of messages.  Programs get it as ``columns`` and ``rows`` (the shape of
+    query_emails): a row's values in the order of ``columns``, dates as Unix seconds, ``to``
+    a column only on a page with the user's own mail; no thread id (get_thread takes a
+    message's id).  The model reads the text rendering of ``results``."""
+
+    results: list[EmailRef] = Field(exclude=True)
     total: int = Field(description="all matches")
     next_cursor: str | None = None
     query: str = Field(description="notmuch query run")
     hidden: int | None = Field(default=None, description="more matches hidden as spam/deleted "
                                "(in:anywhere shows them)")
     indexed_at: str | None = Field(default=None, description="when the index last changed (UTC)")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def columns(self) -> list[str]:
+        return [*ROW_COLUMNS, "to"] if any(e.to for e in self.results) else list(ROW_COLUMNS)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def rows(self) -> list[Row]:
+        with_to = len(self.columns) > len(ROW_COLUMNS)
+        return [[e.id, _timestamp(e.date), e.from_, e.subject, e.tags, *([e.to] if with_to else [])]
+                for e in self.results]
 
 
 class ThreadRef(Dto):

@@ -10,7 +10,6 @@ messages they return.
 
 from __future__ import annotations
 
-import base64
 import email.utils
 import hashlib
 import json
@@ -223,12 +222,12 @@ def scoped_query(mb: Mailbox, compiled: CompiledQuery, *, since: str | None = No
 
 
 def _fingerprint(*parts: object) -> str:
-    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:12]
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:8]
 
 
 def make_cursor(offset: int, fingerprint: str) -> str:
-    raw = json.dumps({"o": offset, "f": fingerprint}, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    """``<offset>.<fingerprint of the search>``: short, since the model reads and repeats it."""
+    return f"{offset}.{fingerprint}"
 
 
 def read_cursor(cursor: str | None, fingerprint: str) -> int:
@@ -236,11 +235,10 @@ def read_cursor(cursor: str | None, fingerprint: str) -> int:
         return 0
     if len(cursor) > MAX_CURSOR_CHARS:
         raise ToolError("bad cursor: pass next_cursor exactly as returned")
-    try:
-        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        offset, fp = int(data["o"]), str(data["f"])
-    except (ValueError, KeyError, TypeError):
-        raise ToolError("bad cursor: pass next_cursor exactly as returned") from None
+    text_offset, dot, fp = cursor.partition(".")
+    if not (dot and text_offset.lstrip("-").isdigit()):
+        raise ToolError("bad cursor: pass next_cursor exactly as returned")
+    offset = int(text_offset)
     if offset < 0:
         raise ToolError("bad cursor: its offset is negative; pass next_cursor exactly as returned")
     if fp != fingerprint:

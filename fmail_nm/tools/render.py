@@ -5,13 +5,14 @@ The formats are stable and described in the tool descriptions and the README:
 
 * message listings (``search_emails``): a header line, then one line per message::
 
-      50 of 2896; next_cursor=eyJvIjo1MH0; index updated 2026-12-03T14:00:00Z
-      3f2a9c0e1b7d4a65 2026-03-02 09:15 UA Anna Schmidt | School trip
+      50 of 2896; next_cursor=50.3f9a0c1e; indexed 2026-12-03 14:00
+      3f2a9c0e1b7d4a65 2026-03-02 09:15 UA~school.example.org Anna Schmidt | School trip
 
   id (a uid, or the Message-ID while the mirror catches up), date and time (UTC), flags,
-  sender (the name alone when there is one), ``|``, subject.  Flags: U unread, F flagged, R replied, A attachment, D draft,
-  then ``+tag`` for every other tag worth showing, ``-`` for none.  On the user's own
-  messages the sender is replaced by ``to`` and the first recipients.
+  sender (the name alone when there is one), ``|``, subject.  Flags: U unread, F flagged,
+  R replied, A attachment, D draft, then ``~name`` for the mailing list ``list/name``,
+  ``+tag`` for every other tag worth showing, ``-`` for none.  On the user's own messages
+  the sender is replaced by ``to`` and the first recipients.
 * thread listings (``list_threads``): thread id, last activity, message count (matched/all
   when a search matched part of a thread), flags (``U3``: 3 unread), authors, ``|``, subject;
 * unanswered threads: thread id, date of the user's last message, days silent, message count,
@@ -57,10 +58,20 @@ def one_line(text: str) -> str:
 def flags(tags: Iterable[str]) -> str:
     present = set(tags)
     letters = "".join(letter for tag, letter in FLAG_LETTERS if tag in present)
-    has_list_id = any(t.startswith(T.LIST + "/") for t in present)
+    has_list_id = any(t.startswith(_LIST_PREFIX) for t in present)
     extra = sorted(t for t in present if t not in _LETTER and t not in UNSHOWN_TAGS
                    and not (t == T.LIST and has_list_id))
-    return letters + "".join(f"+{one_line(t)}" for t in extra) or "-"
+    return letters + "".join(_shown_tag(t) for t in extra) or "-"
+
+
+_LIST_PREFIX = T.LIST + "/"
+
+
+def _shown_tag(tag: str) -> str:
+    """``~name`` for the mailing-list tag ``list/name`` (list:name finds it), else ``+tag``."""
+    if tag.startswith(_LIST_PREFIX):
+        return "~" + one_line(tag.removeprefix(_LIST_PREFIX))
+    return "+" + one_line(tag)
 
 
 def when(iso: str | None) -> str:
@@ -84,7 +95,7 @@ def search_text(r: dto.SearchResult) -> str:
     if r.hidden:
         head.append(f"{r.hidden} more hidden as spam/deleted (in:anywhere shows them)")
     if r.indexed_at:
-        head.append(f"index updated {r.indexed_at}")
+        head.append(f"indexed {when(r.indexed_at)}")
     return "\n".join(["; ".join(head), *(email_line(e) for e in r.results)])
 
 
