@@ -296,6 +296,52 @@ def test_a_page_is_right_while_the_mirror_lags(indexed: MailEnv, mailbox: reads.
     assert reads.list_threads(mailbox, f"id:{SCHOOL_1}").threads[0].unread == 1
 
 
+def test_everything_newest_first_from_the_mirror_or_notmuch(indexed: MailEnv,
+                                                           mailbox: reads.Mailbox) -> None:
+    def notmuch_says(sort: str = "newest") -> list[tuple[str, str | None]]:
+        with Reader() as reader:
+            return [(m.message_id, reads.iso_from_epoch(m.date)) for m in reader.messages(
+                "*", exclude_tags=("deleted", "spam"), sort=sort, limit=1000)]
+
+    def listed(sort: str = "newest", limit: int = 7) -> list[tuple[str, str | None]]:
+        """Every page of the unfiltered listing, as (Message-ID, date)."""
+        got: list[tuple[str, str | None]] = []
+        cursor = None
+        while True:
+            page = reads.search_emails(mailbox, "", limit=limit, cursor=cursor, sort=sort)
+            for r in page.results:
+                m = mailbox.find(r.id)  # a uid, or the Message-ID of mail not mirrored yet
+                assert m is not None
+                got.append((m.message_id, r.date))
+            assert page.total == len(notmuch_says(sort))
+            cursor = page.next_cursor
+            if cursor is None:
+                return got
+
+    def same_listing(sort: str = "newest") -> None:
+        # the same messages, in the same date order (messages of one date in either order)
+        truth, pages = notmuch_says(sort), listed(sort)
+        assert sorted(pages) == sorted(truth) and len(pages) == len(truth)
+        assert [d for _, d in pages] == [d for _, d in truth]
+
+    assert mailbox.mirror_lag() is not None and mailbox.mirror_lag()[1] is None  # type: ignore[index]
+    same_listing()
+    same_listing("oldest")
+    # A message marked spam and a new message, both unseen by the mirror: notmuch answers.
+    indexed.notmuch("tag", "+spam", "--", f"id:{SCHOOL_1}")
+    (indexed.mail_root / "personal" / "INBOX" / "new" / "1764666000.lag.host").write_bytes(NEW_MAIL)
+    indexed.notmuch("new", "--no-hooks")
+    assert mailbox.mirror_lag()[1] is not None  # type: ignore[index]
+    lagging = [mid for mid, _ in listed()]
+    assert SCHOOL_1 not in lagging and lagging[0] == "lag-1@example.com"
+    same_listing()
+    # Synced again: the mirror answers, with the same messages.
+    mirror.sync_sidecar(indexed.config(), mailbox.reader)
+    assert mailbox.mirror_lag()[1] is None  # type: ignore[index]
+    assert SCHOOL_1 not in [mid for mid, _ in listed()]
+    same_listing()
+
+
 def test_the_threads_table_follows_every_sync(indexed: MailEnv, mailbox: reads.Mailbox) -> None:
     path = sidecar.sidecar_path(indexed.config().data_dir)
 

@@ -463,6 +463,20 @@ def listing_rows(conn: sqlite3.Connection,
     return found
 
 
+def newest_page(conn: sqlite3.Connection, excluded_tags: Sequence[str], *, oldest_first: bool,
+                offset: int, limit: int) -> list[str]:
+    """One page of every message but those with an excluded tag, by date, as Message-IDs:
+    read along the date index (messages without a date last, as notmuch has them at time 0),
+    so the mailbox is never sorted."""
+    tag_marks = ",".join("?" * len(excluded_tags)) or "NULL"
+    order = "ASC" if oldest_first else "DESC"
+    page = conn.execute(
+        f"SELECT message_id FROM messages m INDEXED BY messages_date WHERE NOT EXISTS "
+        f"(SELECT 1 FROM message_tags t WHERE t.message_id = m.message_id AND t.tag IN "
+        f"({tag_marks})) ORDER BY date {order} LIMIT ? OFFSET ?", [*excluded_tags, limit, offset])
+    return [row[0] for row in page]
+
+
 def unread_by_thread(conn: sqlite3.Connection, thread_ids: Sequence[str],
                      excluded_tags: Sequence[str]) -> dict[str, int]:
     """Unread messages per thread, leaving out those with an excluded tag (spam, deleted),
