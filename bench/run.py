@@ -74,6 +74,8 @@ FMAIL_TOML = "\n".join(
 
 SEARCHES = ("", "in:inbox is:unread", "linux", "from:garym@canada.com",
             "after:2002-09-01 before:2002-10-01")
+# list_threads pages (20 threads): its default, and one list's threads.
+THREAD_LISTINGS = ("in:inbox", "list:ilug.linux.ie")
 SQL = {
     "unread INBOX, newest 10": "SELECT * FROM emails WHERE folder = 'INBOX' AND is_read = 0 "
                                "ORDER BY date DESC LIMIT 10",
@@ -754,6 +756,7 @@ class Reads:
     sql: dict[str, Latency]
     query_emails_tool: dict[str, Latency] | None
     notes: list[str] = field(default_factory=list)
+    list_threads: dict[str, Latency] = field(default_factory=dict)
 
 
 def page_ids(mb: Any, n: int) -> list[str]:
@@ -785,9 +788,11 @@ def reads_in_process(env: BenchEnv, n: int) -> Reads:
         ids = page_ids(mb, n + 3)
         it = iter(ids * 2)
         got = latencies(lambda: reads.get_email(mb, next(it)), n)
+        threads = {q: latencies(lambda q=q: reads.list_threads(mb, q, limit=20), n)
+                   for q in THREAD_LISTINGS}
         side = sidecar_path(config.data_dir)  # data_dir follows $XDG_DATA_HOME
     sql, tool, notes = sql_latencies(side, n, [a.name for a in config.accounts])
-    return Reads(search, totals, compiled, got, sql, tool, notes)
+    return Reads(search, totals, compiled, got, sql, tool, notes, threads)
 
 
 def sql_latencies(path: Path, n: int, accounts: Sequence[str]
@@ -1177,6 +1182,8 @@ def read_rows(r: SizeResult) -> list[tuple[str, str]]:
         out.append((f"in-process search_emails {q or '(all)'!r} [total]",
                     f"{ms(lat)} [{r.reads.totals[q]}]"))
     out.append(("in-process get_email  [< 4 ms]", ms(r.reads.get_email)))
+    for q, lat in r.reads.list_threads.items():
+        out.append((f"in-process list_threads {q!r}, 20", ms(lat)))
     for label, lat in r.reads.sql.items():
         out.append((f"sqlite3 {label}", ms(lat)))
     for label, lat in (r.reads.query_emails_tool or {}).items():
