@@ -350,8 +350,12 @@ def _read_file(m: IndexedMessage) -> bytes:
 def _find(mb: Mailbox, message_id: str) -> IndexedMessage:
     found = mb.find(message_id)
     if found is None:
-        raise ToolError(f"no message with id {message_id!r}; use an id from search_emails "
-                        "or a uid from query_emails")
+        why = ""
+        if mb.reader.is_ghost(clean_id(message_id)):
+            why = (" (notmuch knows it only from replies that refer to it: it was never "
+                   "received, or was deleted)")
+        raise ToolError(f"no message with id {message_id!r}{why}; use an id from "
+                        "search_emails or a uid from query_emails")
     return found
 
 
