@@ -9,6 +9,10 @@ Safety model (verified against notmuch 0.37, see tests/test_dsl_notmuch.py):
   trailing `*` skips the re-quoting (`from:"path:**"` matches every message), and `..` is
   read as a range.  None of these is ever part of a Xapian word, so we replace them with
   spaces: the phrase matches exactly the same words and cannot escape.
+- A phrase needs a character Xapian indexes: its term generator drops what its Unicode
+  tables (Unicode 9 in Xapian 1.4) do not call a letter or digit, and a phrase left empty
+  matches messages it does not name.  Python's tables are newer, so only letters and digits
+  of Unicode 3.2 (``unicodedata.ucd_3_2_0``, a subset of every Xapian's) count.
 - Term fields (tag:, folder:, path:, id:, thread:) match exact strings, so their values are
   kept verbatim: quoted infix when plain, else `sexp:"(tag ""...."")"`, whose strings are
   always literal (no regex, wildcard or `thread:{...}` subquery).
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import calendar
 import re
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -287,7 +292,8 @@ _INFIX_SAFE = re.compile(r'(?![/{])[^"*\x00-\x1f\x7f]+')
 
 
 def _has_word(value: str) -> bool:
-    return any(c.isalnum() or c == "_" for c in value)
+    """Whether Xapian makes at least one term of the value (see the module docstring)."""
+    return any(c == "_" or unicodedata.ucd_3_2_0.category(c)[0] in "LN" for c in value)
 
 
 def _clean_phrase(value: str) -> str:
@@ -618,7 +624,8 @@ class _Parser:
     def _phrase_field(self, name: str, value: str, pos: int) -> _Node:
         text = _clean_phrase(value)
         if not _has_word(text):
-            raise DslError(pos, f"a value with letters or digits after '{name}:'", _shown(value))
+            raise DslError(pos, f"a value with letters or digits after '{name}:' (characters "
+                           "newer than Unicode 3.2 alone cannot be searched)", _shown(value))
         return _phrase_atom(_PHRASE_FIELDS[name], text)
 
     def _exact_value(self, name: str, value: str, pos: int) -> str:
