@@ -20,6 +20,15 @@ from .errors import CallerError
 
 ROLES = ("inbox", "sent", "drafts", "trash", "junk", "archive")
 
+# The folder name of a mail root that is itself a Maildir (cur/new/tmp directly in it),
+# wherever fmail-nm names a folder; notmuch's folder: term spells it "" (folder_term).
+ROOT_FOLDER = "."
+
+
+def folder_term(folder: str) -> str:
+    """A folder (relative to the mail root) as the value of notmuch's ``folder:`` term."""
+    return "" if folder == ROOT_FOLDER else folder
+
 # Folder names mail servers and clients use for each role, compared case-insensitively against
 # a folder's last path component.
 _ROLE_NAMES: dict[str, tuple[str, ...]] = {

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
 from . import tags
+from .config import folder_term
 from .errors import CallerError
 
 __all__ = ["DSL_HELP", "MAX_DEPTH", "MAX_QUERY_CHARS", "MAX_TOKENS", "CompiledQuery",
@@ -286,6 +287,7 @@ def _render_and(node: _And) -> str:
 # `..` anywhere in a quoted phrase makes Xapian try a range ("Unknown range operation").
 _PHRASE_UNSAFE = re.compile(r'["*/\x00-\x1f\x7f]|\.{2,}')
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 # Plain values go out as readable `prefix:"value"`; anything notmuch's term processors would
 # reinterpret (leading / = regex, leading { = thread subquery, * = wildcard) goes out as sexp.
 _INFIX_SAFE = re.compile(r'(?![/{])[^"*\x00-\x1f\x7f]+')
@@ -312,6 +314,10 @@ def _term_atom(prefix: str, value: str, suffix: str = "") -> _Atom:
     sexp_string = (value + suffix).replace("\\", "\\\\").replace('"', '\\"')
     sexp = f'({prefix} "{sexp_string}")'
     return _Atom('sexp:"' + sexp.replace('"', '""') + '"')
+
+
+def _folder_atom(folder: str) -> _Atom:
+    return _term_atom("folder", folder_term(folder))
 
 
 def _bounded_list(names: Sequence[str], limit: int = 30) -> str:
@@ -673,7 +679,7 @@ class _Parser:
         return [f for k in keys for f in self.ctx.folder_roles.get(k, ())]
 
     def _role(self, keys: Sequence[str], tag: str) -> _Node:
-        folders = [_term_atom("folder", f) for f in self._role_folders(keys)]
+        folders = [_folder_atom(f) for f in self._role_folders(keys)]
         return _mk_or([*folders, self._tag_atom(tag)])
 
     def _folders(self, value: str, pos: int) -> _Node:
@@ -685,7 +691,7 @@ class _Parser:
         for tag, keys in (("deleted", ("trash",)), ("spam", ("junk", "spam"))):
             if set(hits) & set(self._role_folders(keys)):
                 self.lifted.add(tag)  # in:personal/Trash must show the deleted mail in it
-        return _mk_or([_term_atom("folder", f) for f in hits])
+        return _mk_or([_folder_atom(f) for f in hits])
 
     def _list(self, name: str, value: str, pos: int) -> _Node:
         # The tagging pass tags list mail `list/<list-id>` (lowercased, from List-Id's <…>).
@@ -772,6 +778,10 @@ def compile_query(text: str, ctx: DslContext) -> CompiledQuery:
     if len(text) > MAX_QUERY_CHARS:
         raise DslError(MAX_QUERY_CHARS, f"a search of at most {MAX_QUERY_CHARS} characters",
                        f"{len(text)} characters; narrow it down instead")
+    # A lone surrogate (JSON allows "\ud800") is no character: notmuch cannot take it.
+    if (bad := _SURROGATE.search(text)) is not None:
+        raise DslError(bad.start(), "text without lone surrogates (\\ud800-\\udfff)",
+                       _shown(bad.group()))
     parser = _Parser(text, ctx)
     query = _render(parser.parse())
     if parser.lift_all:

@@ -33,7 +33,7 @@ from ..message.mime import ParsedMessage
 from ..message.text import clean_text, slice_text
 from ..store import maildir, sidecar
 from ..store.notmuch import IndexedMessage, Reader, ThreadNode
-from ..store.query import clean_id, id_query, me_query, quote
+from ..store.query import clean_id, folders_query, id_query, me_query, quote
 from ..tags import DEFAULT_EXCLUDED, DELETED, DRAFT, SENT, SPAM
 from . import dto
 
@@ -533,7 +533,7 @@ def list_folders(mb: Mailbox, account: str | None = None) -> dto.FolderList:
         if owner is None or owner not in accounts:
             continue
         role = next((r for r, f in owner.folders.items() if f == folder), None)
-        q = f"folder:{quote(folder)}"
+        q = folders_query([folder])
         folders.append(dto.FolderInfo(folder=folder, account=owner.name, role=role,
                                       total=mb.reader.count(q, exclude_tags=()),
                                       unread=mb.reader.count(f"{q} AND tag:unread", exclude_tags=())))
