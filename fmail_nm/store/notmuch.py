@@ -58,6 +58,11 @@ class StaleFiles(NotmuchAccessError):
     """The index names a message file that is no longer on disk (renamed since the last
     ``notmuch new``, e.g. by mbsync adding ``,U=``); re-indexing fixes it."""
 
+    @classmethod
+    def naming(cls, path: str | os.PathLike[str]) -> StaleFiles:
+        return cls(f"{os.fsdecode(path)} is no longer on disk (renamed by mbsync or a mail "
+                   "client since the last index); re-index (fmail-nm index) and try again")
+
 
 class QueryError(CallerError):
     """notmuch could not parse a query (a ``raw:`` one, or a term it refuses)."""
@@ -434,9 +439,7 @@ def _require_files(msg: notmuch2.Message) -> None:
     flags.  So refuse, before anything changes, while the index names a missing file."""
     for name in msg.filenamesb():
         if not os.path.lexists(name):
-            raise StaleFiles(
-                f"{os.fsdecode(name)} is no longer on disk (renamed by mbsync or a mail client "
-                "since the last index); re-index (fmail-nm index) and try again")
+            raise StaleFiles.naming(name)
 
 
 @dataclass
