@@ -570,6 +570,29 @@ def test_a_write_in_the_rename_window_reindexes_once_and_applies(h: Harness) -> 
     h.assert_in_step()
 
 
+def test_a_move_of_two_copies_one_in_the_rename_window_is_one_undoable_record(
+        h: Harness) -> None:
+    runs = _reindexing(h)
+    before = h.shape(SELF_CC)  # a Sent and an INBOX copy
+    for index in (0, 1):  # whichever copy the move reaches first, the other one is renamed
+        rel = h.files(SELF_CC)[index]
+        if rel.startswith("personal/Sent/"):
+            path = h.env.mail_root / rel
+            name = MaildirName.parse(path.name)
+            path.rename(path.with_name(f"{name.key},U=77:2,{name.flags}"))
+    deleted = writes.delete_messages(h.ctx, [SELF_CC])
+    assert deleted.applied == [SELF_CC] and not deleted.errors, deleted
+    assert runs == [1]
+    assert h.folders(SELF_CC) == ["personal/Trash", "personal/Trash"]
+    [entry] = h.audit()
+    [record] = json.loads(entry[3])
+    assert len(record["moves"]) == 2
+    writes.undo_last_write(h.ctx)
+    assert sorted(h.folders(SELF_CC)) == ["personal/INBOX", "personal/Sent"]
+    assert h.shape(SELF_CC)[0] == before[0]
+    h.assert_in_step()
+
+
 def test_a_write_whose_file_is_gone_for_good_reindexes_once_then_gives_up(h: Harness) -> None:
     runs = _reindexing(h)
     _vanish(h, IN_ARCHIVE)  # its only file

@@ -17,9 +17,9 @@ the rest still apply.  What each applied write changed (tags, files, and the ori
 kept for restore) can go to the sidecar's audit log, from which :func:`undo_last` reverts it.
 
 mbsync renames a file it uploaded (``,U=``) without telling notmuch, so a write may find the
-index naming a file no longer on disk.  Such a message is left unchanged, and -- when the
-caller gave a ``reindex`` -- the index is brought up to date once and the message tried
-again, before the error is reported.
+index naming a file no longer on disk.  When the caller gave a ``reindex``, the index is
+then brought up to date once and such a message tried again (its two tries make one audit
+record) before the error is reported.
 
 Callers: the write tools (``tools.writes``, which choose the messages and check the caller's
 limits) and the blocklist (which moves blocked mail to Junk).  Nothing here knows about
@@ -99,8 +99,8 @@ class BatchReport:
     errors: list[tuple[str, str]] = field(default_factory=list)  # (Message-ID, why)
     changes: list[dict[str, Any]] = field(default_factory=list)
     audit_id: int | None = None
-    stale: list[str] = field(default_factory=list)  # unchanged: the index named a gone file
-    failed: list[str] = field(default_factory=list)  # unchanged: the step failed
+    stale: list[str] = field(default_factory=list)  # the index named a file gone from disk
+    failed: list[str] = field(default_factory=list)  # the step failed otherwise
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,17 +332,16 @@ def _merged(first: BatchReport, retry: BatchReport) -> BatchReport:
         not_found=first.not_found + retry.not_found,
         errors=[e for e in first.errors if e[0] not in again] + retry.errors,
         stale=retry.stale, failed=first.failed + retry.failed)
-    earlier = {c["message_id"]: c for c in first.changes}
-    merged.changes = [c for c in first.changes if c["message_id"] not in again]
-    for change in retry.changes:
-        merged.changes.append(_joined(earlier.get(change["message_id"]), change))
+    later = {c["message_id"]: c for c in retry.changes}
+    merged.changes = [_joined(c, later.pop(c["message_id"], None)) for c in first.changes]
+    merged.changes += later.values()
     return merged
 
 
-def _joined(first: dict[str, Any] | None, then: dict[str, Any]) -> dict[str, Any]:
+def _joined(first: dict[str, Any], then: dict[str, Any] | None) -> dict[str, Any]:
     """One audit record for two changes made to a message in a row."""
-    if first is None:
-        return then
+    if then is None:
+        return first
     return {**then, "tags_before": first["tags_before"], "files_before": first["files_before"],
             "moves": first["moves"] + then["moves"], "origin_before": first["origin_before"]}
 
