@@ -46,9 +46,13 @@ from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
 try:
-    from watchdog.observers.inotify import InotifyEmitter, InotifyObserver, InotifyWatchGroup
+    from watchdog.observers.inotify import InotifyObserver
 except ImportError:  # not Linux: the native observer is something else, with no watch limit
     InotifyObserver = None  # type: ignore[assignment,misc]
+try:  # watchdog 7's recursive watch, which handles IN_Q_OVERFLOW (older ones drop it)
+    from watchdog.observers.inotify import InotifyEmitter, InotifyWatchGroup
+except ImportError:  # then only the service's safety interval makes up for lost events
+    InotifyWatchGroup = None  # type: ignore[assignment,misc]
 
 from ..config import Config
 from .debounce import Debouncer
@@ -124,7 +128,7 @@ class _Handler(FileSystemEventHandler):
         self.watcher._add(paths, event.event_type)
 
 
-if InotifyObserver is not None:
+if InotifyObserver is not None and InotifyWatchGroup is not None:
     @dataclass
     class _OverflowGroup(InotifyWatchGroup):
         """watchdog's recursive watch, which also says when the kernel dropped events."""
@@ -160,7 +164,8 @@ if InotifyObserver is not None:
 
 def _native_observer(on_overflow: Callable[[], None]) -> BaseObserver:
     """The platform's observer; on Linux the one that reports an overflowed inotify queue."""
-    if InotifyObserver is not None and NativeObserver is InotifyObserver:
+    if (InotifyObserver is not None and InotifyWatchGroup is not None
+            and NativeObserver is InotifyObserver):
         return _OverflowObserver(on_overflow)
     return NativeObserver()
 
