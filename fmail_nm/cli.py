@@ -179,6 +179,7 @@ def _edit_contacts(config: Config, args: argparse.Namespace,
     the accounts whose files moved pushed with mbsync (unless --no-push)."""
     from .passes.changes import WriteContext, WriteOutcome
     from .passes.mirror import sync_sidecar
+    from .service.index import REINDEX_TIMEOUT, run_index
     from .store.notmuch import Reader, Writer
     from .store.sidecar import sidecar_path
     from .tools.contacts import edit_contacts
@@ -190,7 +191,9 @@ def _edit_contacts(config: Config, args: argparse.Namespace,
 
     notmuch_config = config.settings.notmuch_config
     with Reader(notmuch_config) as reader, Writer(notmuch_config) as writer:
-        ctx = WriteContext(config, reader, writer, sidecar_path(config.data_dir), after_write)
+        ctx = WriteContext(config, reader, writer, sidecar_path(config.data_dir), after_write,
+                           reindex=lambda: run_index(config, show_progress=False,
+                                                     timeout=REINDEX_TIMEOUT))
         value, effect = edit_contacts(ctx, f"contacts {args.action}", {"args": args.args}, edit)
         sync_sidecar(config, reader)
     if moved and not args.no_push:

@@ -20,6 +20,15 @@ from .errors import CallerError
 
 ROLES = ("inbox", "sent", "drafts", "trash", "junk", "archive")
 
+# The folder name of a mail root that is itself a Maildir (cur/new/tmp directly in it),
+# wherever fmail-nm names a folder; notmuch's folder: term spells it "" (folder_term).
+ROOT_FOLDER = "."
+
+
+def folder_term(folder: str) -> str:
+    """A folder (relative to the mail root) as the value of notmuch's ``folder:`` term."""
+    return "" if folder == ROOT_FOLDER else folder
+
 # Folder names mail servers and clients use for each role, compared case-insensitively against
 # a folder's last path component.
 _ROLE_NAMES: dict[str, tuple[str, ...]] = {
@@ -124,6 +133,11 @@ DEFAULT_RULES: tuple[TagRule, ...] = (
 )
 
 
+# The watcher can lose events (the kernel's inotify queue overflows, a folder it could not
+# watch); a full index run this often, when none ran meanwhile, finds what it missed.
+DEFAULT_SAFETY_INDEX_MINUTES = 15.0
+
+
 @dataclass(frozen=True)
 class Settings:
     """The contents of fmail.toml, before anything is discovered."""
@@ -132,6 +146,7 @@ class Settings:
     notmuch_config: str | None = None
     mbsync_config: str | None = None
     pull_interval_minutes: float = 0.0  # [mbsync] default for accounts that set none
+    safety_index_minutes: float = DEFAULT_SAFETY_INDEX_MINUTES  # [index] (0: none)
     data_dir: Path | None = None
     addresses: tuple[str, ...] = ()
     accounts: tuple[dict[str, Any], ...] = ()
@@ -219,10 +234,10 @@ def _parse_rules(raw: Any) -> tuple[TagRule, ...]:
     return tuple(rules)
 
 
-def _minutes(value: Any, where: str) -> float:
+def _minutes(value: Any, where: str, key: str = "pull_interval_minutes",
+             zero: str = "no scheduled pull") -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(f"{where}: pull_interval_minutes must be a number of minutes >= 0 "
-                          "(0: no scheduled pull)")
+        raise ConfigError(f"{where}: {key} must be a number of minutes >= 0 (0: {zero})")
     return float(value)
 
 
@@ -283,6 +298,7 @@ def load_settings(path: Path | str | None = None) -> Settings:
         raise ConfigError(f"{config_path}: {exc}") from None
     notmuch = data.get("notmuch", {})
     mbsync = data.get("mbsync", {})
+    index = data.get("index", {})
     accounts = data.get("accounts", [])
     if not isinstance(accounts, list) or not all(isinstance(a, dict) for a in accounts):
         raise ConfigError(f"{config_path}: [[accounts]] must be a list of tables")
@@ -292,6 +308,9 @@ def load_settings(path: Path | str | None = None) -> Settings:
         notmuch_config=notmuch.get("config"),
         mbsync_config=mbsync.get("config"),
         pull_interval_minutes=_minutes(mbsync.get("pull_interval_minutes", 0), "[mbsync]"),
+        safety_index_minutes=_minutes(
+            index.get("safety_interval_minutes", DEFAULT_SAFETY_INDEX_MINUTES), "[index]",
+            "safety_interval_minutes", "no safety index"),
         data_dir=Path(data_dir).expanduser() if data_dir else None,
         addresses=_str_tuple(data.get("addresses"), "addresses"),
         accounts=tuple(accounts),

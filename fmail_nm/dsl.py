@@ -9,6 +9,10 @@ Safety model (verified against notmuch 0.37, see tests/test_dsl_notmuch.py):
   trailing `*` skips the re-quoting (`from:"path:**"` matches every message), and `..` is
   read as a range.  None of these is ever part of a Xapian word, so we replace them with
   spaces: the phrase matches exactly the same words and cannot escape.
+- A phrase needs a character Xapian indexes: its term generator drops what its Unicode
+  tables (Unicode 9 in Xapian 1.4) do not call a letter or digit, and a phrase left empty
+  matches messages it does not name.  Python's tables are newer, so only letters and digits
+  of Unicode 3.2 (``unicodedata.ucd_3_2_0``, a subset of every Xapian's) count.
 - Term fields (tag:, folder:, path:, id:, thread:) match exact strings, so their values are
   kept verbatim: quoted infix when plain, else `sexp:"(tag ""...."")"`, whose strings are
   always literal (no regex, wildcard or `thread:{...}` subquery).
@@ -21,12 +25,14 @@ from __future__ import annotations
 
 import calendar
 import re
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
 from . import tags
+from .config import folder_term
 from .errors import CallerError
 
 __all__ = ["DSL_HELP", "MAX_DEPTH", "MAX_QUERY_CHARS", "MAX_TOKENS", "CompiledQuery",
@@ -281,13 +287,15 @@ def _render_and(node: _And) -> str:
 # `..` anywhere in a quoted phrase makes Xapian try a range ("Unknown range operation").
 _PHRASE_UNSAFE = re.compile(r'["*/\x00-\x1f\x7f]|\.{2,}')
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 # Plain values go out as readable `prefix:"value"`; anything notmuch's term processors would
 # reinterpret (leading / = regex, leading { = thread subquery, * = wildcard) goes out as sexp.
 _INFIX_SAFE = re.compile(r'(?![/{])[^"*\x00-\x1f\x7f]+')
 
 
 def _has_word(value: str) -> bool:
-    return any(c.isalnum() or c == "_" for c in value)
+    """Whether Xapian makes at least one term of the value (see the module docstring)."""
+    return any(c == "_" or unicodedata.ucd_3_2_0.category(c)[0] in "LN" for c in value)
 
 
 def _clean_phrase(value: str) -> str:
@@ -306,6 +314,10 @@ def _term_atom(prefix: str, value: str, suffix: str = "") -> _Atom:
     sexp_string = (value + suffix).replace("\\", "\\\\").replace('"', '\\"')
     sexp = f'({prefix} "{sexp_string}")'
     return _Atom('sexp:"' + sexp.replace('"', '""') + '"')
+
+
+def _folder_atom(folder: str) -> _Atom:
+    return _term_atom("folder", folder_term(folder))
 
 
 def _bounded_list(names: Sequence[str], limit: int = 30) -> str:
@@ -618,7 +630,8 @@ class _Parser:
     def _phrase_field(self, name: str, value: str, pos: int) -> _Node:
         text = _clean_phrase(value)
         if not _has_word(text):
-            raise DslError(pos, f"a value with letters or digits after '{name}:'", _shown(value))
+            raise DslError(pos, f"a value with letters or digits after '{name}:' (characters "
+                           "newer than Unicode 3.2 alone cannot be searched)", _shown(value))
         return _phrase_atom(_PHRASE_FIELDS[name], text)
 
     def _exact_value(self, name: str, value: str, pos: int) -> str:
@@ -666,7 +679,7 @@ class _Parser:
         return [f for k in keys for f in self.ctx.folder_roles.get(k, ())]
 
     def _role(self, keys: Sequence[str], tag: str) -> _Node:
-        folders = [_term_atom("folder", f) for f in self._role_folders(keys)]
+        folders = [_folder_atom(f) for f in self._role_folders(keys)]
         return _mk_or([*folders, self._tag_atom(tag)])
 
     def _folders(self, value: str, pos: int) -> _Node:
@@ -678,7 +691,7 @@ class _Parser:
         for tag, keys in (("deleted", ("trash",)), ("spam", ("junk", "spam"))):
             if set(hits) & set(self._role_folders(keys)):
                 self.lifted.add(tag)  # in:personal/Trash must show the deleted mail in it
-        return _mk_or([_term_atom("folder", f) for f in hits])
+        return _mk_or([_folder_atom(f) for f in hits])
 
     def _list(self, name: str, value: str, pos: int) -> _Node:
         # The tagging pass tags list mail `list/<list-id>` (lowercased, from List-Id's <…>).
@@ -765,6 +778,10 @@ def compile_query(text: str, ctx: DslContext) -> CompiledQuery:
     if len(text) > MAX_QUERY_CHARS:
         raise DslError(MAX_QUERY_CHARS, f"a search of at most {MAX_QUERY_CHARS} characters",
                        f"{len(text)} characters; narrow it down instead")
+    # A lone surrogate (JSON allows "\ud800") is no character: notmuch cannot take it.
+    if (bad := _SURROGATE.search(text)) is not None:
+        raise DslError(bad.start(), "text without lone surrogates (\\ud800-\\udfff)",
+                       _shown(bad.group()))
     parser = _Parser(text, ctx)
     query = _render(parser.parse())
     if parser.lift_all:

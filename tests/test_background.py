@@ -6,6 +6,7 @@ Every wait polls with a generous timeout; no test asserts how long anything took
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from fmail_nm.config import DEFAULT_SAFETY_INDEX_MINUTES, Config, ConfigError, load_settings
 from fmail_nm.passes.changes import WriteContext
 from fmail_nm.service import watcher
 from fmail_nm.service.background import AlreadyRunning, Background, backoff_delay
@@ -84,8 +86,8 @@ def service(indexed: MailEnv) -> Iterator[Callable[..., Background]]:
     """Start a Background on the indexed fixture copy (stopped at the end of the test)."""
     started: list[Background] = []
 
-    def start(**kwargs: Any) -> Background:
-        bg = Background(indexed.config(), **{**FAST, **kwargs})
+    def start(config: Config | None = None, **kwargs: Any) -> Background:
+        bg = Background(config or indexed.config(), **{**FAST, **kwargs})
         bg.start()
         started.append(bg)
         assert bg.wait_idle(WAIT), "the startup index run did not finish"
@@ -185,6 +187,57 @@ def test_renames_and_removals_by_other_programs_are_indexed(
     wait_for(lambda: "unread" not in tags(), "the read flag to become a tag change")
     # (count, not find: notmuch keeps a removed message that has replies as a ghost)
     wait_for(lambda: count(f"id:{IN_INBOX}") == 0, "the removed message to leave the index")
+
+
+def test_events_lost_to_an_inotify_queue_overflow_are_made_up_by_an_index_run(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    bg = service()
+    assert bg.watch_mode == "inotify"
+    inbox = indexed.mail_root / "personal" / "INBOX"
+    observer = bg._watcher._observer  # type: ignore[union-attr]
+    assert isinstance(observer, watcher.InotifyObserver)
+    queue_size = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    noise = inbox / "tmp" / "noise"
+
+    # A real overflow: while watchdog's reader thread waits for its own lock, the kernel's
+    # queue fills with events in tmp/ (create, close, delete: three each) and then overflows,
+    # so the delivery after them is never reported.  Twice the queue: the reader may have
+    # taken a buffer full of events before it stopped.
+    with observer._inotify_fd._lock:
+        for _ in range(queue_size // 3 * 2):
+            noise.touch()
+            noise.unlink()
+        deliver(inbox, "after-overflow-1@example.net", "after the overflow")
+
+    wait_for(lambda: known("after-overflow-1@example.net"),
+             "an index run to find the delivery whose event the overflow lost")
+    assert bg.wait_idle(WAIT)
+    assert bg.status().index.last_ok
+
+
+def test_a_safety_index_runs_on_the_configured_interval(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    config = indexed.config()
+    settings = dataclasses.replace(config.settings, safety_index_minutes=0.02)  # 1.2 s
+    # No watcher: only the interval can find this delivery.
+    bg = service(config=dataclasses.replace(config, settings=settings), watch=False)
+    runs = bg.status().index.runs
+
+    deliver(indexed.mail_root / "work" / "INBOX", "unwatched-1@example.net")
+
+    wait_for(lambda: known("unwatched-1@example.net"), "the safety index to find the delivery")
+    wait_for(lambda: bg.status().index.runs >= runs + 2, "the safety index to run again")
+
+
+def test_the_safety_index_is_off_with_an_interval_of_0(indexed: MailEnv) -> None:
+    path = indexed.mail_root.parent / "safety.toml"
+    path.write_text("addresses = []\n")
+    assert load_settings(path).safety_index_minutes == DEFAULT_SAFETY_INDEX_MINUTES > 0
+    path.write_text("[index]\nsafety_interval_minutes = 0\n")
+    assert load_settings(path).safety_index_minutes == 0
+    path.write_text("[index]\nsafety_interval_minutes = -1\n")
+    with pytest.raises(ConfigError, match="safety_interval_minutes"):
+        load_settings(path)
 
 
 @pytest.mark.parametrize(("relative", "counts"), [

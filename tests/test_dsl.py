@@ -144,6 +144,19 @@ def test_phrase_value_without_words_is_an_error() -> None:
     assert "letters or digits" in e.expected
 
 
+@pytest.mark.parametrize("text", ['from:"0\ud800"', "tag:\udfff", "x \ud83d"])
+def test_a_lone_surrogate_is_an_error(text: str) -> None:
+    # JSON can carry one ("\ud800"); notmuch cannot encode it.
+    assert "surrogate" in err(text).expected
+
+
+@pytest.mark.parametrize("value", ["\U00030000", "\u9fd6\u9fd7", "\U00010570 !", "\u1c90"])
+def test_phrase_value_of_letters_xapian_does_not_index_is_an_error(value: str) -> None:
+    # Letters to Python's Unicode tables, not to Xapian's: the phrase would be left empty.
+    assert "letters or digits" in err(f'to:"{value}"').expected
+    assert q(f'to:"{value}a"') == f'to:"{value}a"'  # with one it does index, the value stays
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

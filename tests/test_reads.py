@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from datetime import datetime, timezone
 
 import pytest
@@ -232,3 +233,53 @@ def test_search_tells_how_fresh_the_index_is(mb: reads.Mailbox, shared_indexed: 
     marker = shared_indexed.mail_root / ".notmuch" / "xapian" / "iamglass"
     result = reads.search_emails(mb, "", limit=1)
     assert result.indexed_at == iso_from_epoch(int(marker.stat().st_mtime))
+
+
+def _reply_to_unknown_parent(parent: str, mid: str) -> bytes:
+    return (f"From: Rita Roe <rita@example.net>\nTo: Alex Morgan <alex@example.org>\n"
+            f"Subject: Re: never arrived\nDate: Tue, 02 Jan 2024 10:00:00 +0000\n"
+            f"Message-ID: <{mid}>\nIn-Reply-To: <{parent}>\nReferences: <{parent}>\n\n"
+            f"About the one you never got.\n").encode()
+
+
+def test_ghosts_of_missing_and_deleted_messages_are_never_returned(indexed: MailEnv) -> None:
+    # notmuch keeps a "ghost" for a Message-ID it knows only from replies: a parent that never
+    # arrived, and a message with replies whose file was deleted.
+    never, orphan, deleted = ("never-received@example.net", "orphan-reply@example.net",
+                              "thread-deep-1@example.net")
+    inbox = indexed.mail_root / "personal" / "INBOX"
+    (inbox / "new" / "1700000000.1_1.testhost").write_bytes(
+        _reply_to_unknown_parent(never, orphan))
+    with Reader() as reader:
+        [deleted_file] = reader.find(deleted).filenames  # type: ignore[union-attr]
+        deleted_thread = reader.find(deleted).thread_id  # type: ignore[union-attr]
+    Path(deleted_file).unlink()
+    indexed.fmail("index")
+
+    with Reader() as reader:
+        mb = reads.Mailbox(indexed.config(), reader, clock=lambda: NOW)
+        assert reader.count(f"id:{never} or id:{deleted}", exclude_tags=()) == 0
+        for ghost in (never, deleted):
+            assert reader.find(ghost) is None, ghost
+            assert mb.find(ghost) is None and mb.find(uid(ghost)) is None
+            with pytest.raises(reads.ToolError, match="no message with id .*only from replies"):
+                reads.get_email(mb, ghost)
+            with pytest.raises(reads.ToolError, match="no thread"):
+                reads.get_thread(mb, ghost)
+        assert reader.find_many([never, orphan, deleted])[1] is not None
+        assert reader.find_many([never, deleted]) == [None, None]
+        batch = reads.get_emails_content(mb, [never, orphan, deleted])
+        assert batch.not_found == [never, deleted]
+        assert [e.message_id for e in batch.emails] == [orphan]
+        for tid in (reader.find(orphan).thread_id, deleted_thread):  # type: ignore[union-attr]
+            thread = reads.get_thread(mb, tid, include_bodies=True)
+            assert {uid(never), uid(deleted)}.isdisjoint(m.id for m in thread.messages)
+            assert all(m.parent not in (uid(never), uid(deleted)) for m in thread.messages)
+        assert {uid(never), uid(deleted)}.isdisjoint(
+            ids(reads.search_emails(mb, "in:anywhere", limit=500)))
+        listed = reads.list_threads(mb, "in:anywhere", limit=500)
+        orphan_thread = reader.find(orphan).thread_id  # type: ignore[union-attr]
+        [row] = [t for t in listed.threads if t.thread == orphan_thread]
+        assert row.messages == 1 and row.oldest == row.newest
+        unanswered = reads.find_unanswered_threads(mb, limit=500)
+        assert {uid(never), uid(deleted)}.isdisjoint(t.last for t in unanswered.threads)

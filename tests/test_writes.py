@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from fmail_nm.passes.changes import WriteContext, WriteOutcome
+from fmail_nm.passes.changes import ChangeError, WriteContext, WriteOutcome
+from fmail_nm.service.index import run_index
 from fmail_nm.store import sidecar
 from fmail_nm.store.maildir import MaildirName
 from fmail_nm.store.notmuch import DatabaseBusy, Reader, Writer
@@ -470,6 +471,137 @@ def test_undo_reports_a_file_moved_away_since_and_still_reverts_tags(h: Harness)
     assert "deleted" not in h.tags(IN_INBOX) and "inbox" in h.tags(IN_INBOX)
     with pytest.raises(ToolError, match="nothing to undo"):
         writes.undo_last_write(h.ctx)
+
+
+def _vanish(h: Harness, mid: str, index: int = 0) -> str:
+    """One of a message's files is deleted by another program; notmuch is not told."""
+    gone = h.files(mid)[index]
+    (h.env.mail_root / gone).unlink()
+    return gone
+
+
+def test_undo_of_a_move_whose_file_vanished_restores_the_rest_and_says_exactly_what(
+        h: Harness) -> None:
+    reindexed = _reindexing(h)
+    writes.delete_messages(h.ctx, [SELF_CC, IN_INBOX])  # SELF_CC: its Sent and INBOX copies
+    before = {mid: h.shape(mid) for mid in (SELF_CC, IN_INBOX)}
+    gone = _vanish(h, SELF_CC)
+    [kept] = [f for f in h.files(SELF_CC) if f != gone]
+
+    result = writes.undo_last_write(h.ctx)
+
+    assert reindexed == [1]  # the index named a file no longer on disk: indexed once first
+    assert sorted(result.applied) == sorted([SELF_CC, IN_INBOX])
+    [error] = result.errors
+    assert error.id == SELF_CC, result
+    assert f"not moved back: {gone} (gone" in error.error, error.error
+    assert "moved back: personal/" in error.error and "tags restored" in error.error
+    assert h.folders(IN_INBOX) == ["personal/INBOX"]
+    assert h.tags(IN_INBOX) == before[IN_INBOX][0] - {"deleted"} | {"inbox"}
+    [back] = h.files(SELF_CC)
+    assert back != kept and not back.startswith("personal/Trash/")
+    assert "deleted" not in h.tags(SELF_CC)
+    h.assert_in_step()
+    with pytest.raises(ToolError, match="nothing to undo"):
+        writes.undo_last_write(h.ctx)
+
+
+def test_an_undo_that_cannot_finish_undoes_nothing_and_can_be_tried_again(h: Harness) -> None:
+    # No re-index at hand (h.ctx has none): a file the index names is gone from disk.
+    writes.delete_messages(h.ctx, [SELF_CC, IN_INBOX])
+    trashed = {mid: h.shape(mid) for mid in (SELF_CC, IN_INBOX)}
+    _vanish(h, SELF_CC, index=1)
+
+    with pytest.raises(ChangeError, match="nothing was undone.*no longer on disk"):
+        writes.undo_last_write(h.ctx)
+
+    assert h.shape(IN_INBOX) == trashed[IN_INBOX]  # untouched, like the rest
+    assert h.audit()[-1][4] is None  # not marked undone
+    h.env.notmuch("new", "--no-hooks")
+    result = writes.undo_last_write(h.ctx)
+    assert sorted(result.applied) == sorted([SELF_CC, IN_INBOX])
+    assert h.folders(IN_INBOX) == ["personal/INBOX"]
+    h.assert_in_step()
+
+
+# ---------------------------------------------------------------------------------------------
+# mbsync's rename window: the index names a file mbsync renamed since
+
+
+def _reindexing(h: Harness) -> list[int]:
+    """Give the writes the re-index the server gives them, counting its runs."""
+    runs: list[int] = []
+
+    def reindex() -> None:
+        runs.append(1)
+        run_index(h.ctx.config, show_progress=False, timeout=120)
+    h.ctx.reindex = reindex
+    return runs
+
+
+def _renamed_by_mbsync(h: Harness, mid: str) -> str:
+    """Rename a message's file as mbsync does after uploading it (``,U=``), behind notmuch."""
+    [rel] = h.files(mid)
+    path = h.env.mail_root / rel
+    name = MaildirName.parse(path.name)
+    renamed = path.with_name(f"{name.key},U=77:2,{name.flags}")
+    path.rename(renamed)
+    return renamed.name
+
+
+def test_a_write_in_the_rename_window_reindexes_once_and_applies(h: Harness) -> None:
+    runs = _reindexing(h)
+    renamed = _renamed_by_mbsync(h, UNREAD_IN_CUR)
+    read = writes.set_read(h.ctx, [UNREAD_IN_CUR], True)  # a flag change renames the file
+    assert read.applied == [UNREAD_IN_CUR] and not read.errors, read
+    assert runs == [1]
+    [path] = h.files(UNREAD_IN_CUR)
+    assert Path(path).name.startswith(renamed.rpartition(":2,")[0]) and "S" in flags_of(path)
+
+    _renamed_by_mbsync(h, IN_INBOX)
+    archived = writes.archive(h.ctx, [IN_INBOX])  # a move
+    assert archived.applied == [IN_INBOX] and not archived.errors, archived
+    assert runs == [1, 1]
+    assert h.folders(IN_INBOX) == ["personal/Archive"]
+    h.assert_in_step()
+    # The undo reverts both halves of what was done; nothing of the failed first try.
+    writes.undo_last_write(h.ctx)
+    assert h.folders(IN_INBOX) == ["personal/INBOX"]
+    h.assert_in_step()
+
+
+def test_a_move_of_two_copies_one_in_the_rename_window_is_one_undoable_record(
+        h: Harness) -> None:
+    runs = _reindexing(h)
+    before = h.shape(SELF_CC)  # a Sent and an INBOX copy
+    for index in (0, 1):  # whichever copy the move reaches first, the other one is renamed
+        rel = h.files(SELF_CC)[index]
+        if rel.startswith("personal/Sent/"):
+            path = h.env.mail_root / rel
+            name = MaildirName.parse(path.name)
+            path.rename(path.with_name(f"{name.key},U=77:2,{name.flags}"))
+    deleted = writes.delete_messages(h.ctx, [SELF_CC])
+    assert deleted.applied == [SELF_CC] and not deleted.errors, deleted
+    assert runs == [1]
+    assert h.folders(SELF_CC) == ["personal/Trash", "personal/Trash"]
+    [entry] = h.audit()
+    [record] = json.loads(entry[3])
+    assert len(record["moves"]) == 2
+    writes.undo_last_write(h.ctx)
+    assert sorted(h.folders(SELF_CC)) == ["personal/INBOX", "personal/Sent"]
+    assert h.shape(SELF_CC)[0] == before[0]
+    h.assert_in_step()
+
+
+def test_a_write_whose_file_is_gone_for_good_reindexes_once_then_gives_up(h: Harness) -> None:
+    runs = _reindexing(h)
+    _vanish(h, IN_ARCHIVE)  # its only file
+    assert "flagged" not in h.tags(IN_ARCHIVE) | h.tags(UNREAD_IN_CUR)
+    result = writes.set_flagged(h.ctx, [IN_ARCHIVE, UNREAD_IN_CUR], True)
+    assert runs == [1]
+    assert result.applied == [UNREAD_IN_CUR]
+    assert result.not_found == [IN_ARCHIVE] and not result.errors, result
+    h.assert_in_step()
 
 
 # ---------------------------------------------------------------------------------------------

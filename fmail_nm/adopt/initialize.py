@@ -235,6 +235,12 @@ FMAIL_TOML = """\
 # config = "~/.mbsyncrc"
 # pull_interval_minutes = 10
 
+# The watcher of `fmail-nm run` indexes new mail as it lands; a full index run this often
+# (when none ran meanwhile) finds anything it missed, e.g. after the kernel's inotify queue
+# overflowed (0: never; an overflow is always followed by a full run).
+# [index]
+# safety_interval_minutes = 15
+
 # Where fmail-nm keeps its own state (sidecar database, HTTP token, status).
 # data_dir = "~/.local/share/fmail-nm"
 

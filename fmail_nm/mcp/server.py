@@ -28,6 +28,7 @@ from ..errors import FmailError
 from ..passes.changes import WriteContext, WriteOutcome
 from ..passes.mirror import SyncInProgress, sync_sidecar
 from ..service import doctor, send
+from ..service.index import REINDEX_TIMEOUT, run_index
 from ..service.onboard import AddedAccount, add_account
 from ..service.status import SyncStatus, sync_status
 from ..store.notmuch import Reader, Writer
@@ -97,8 +98,13 @@ class MailService:
         if self._writer is None:
             self._writer = Writer(self.config.settings.notmuch_config)
         return WriteContext(self.config, self._mailbox().reader, self._writer,
-                                   self.sidecar_file, after_write=self._after_write,
-                                   clock=self.clock)
+                            self.sidecar_file, after_write=self._after_write,
+                            clock=self.clock, reindex=self._reindex)
+
+    def _reindex(self) -> None:
+        # A write that found a file renamed by mbsync since the last index tries again after
+        # this; bounded, since another program may hold the notmuch write lock.
+        run_index(self.config, show_progress=False, timeout=REINDEX_TIMEOUT)
 
     def _after_write(self, outcome: WriteOutcome) -> None:
         self.refresh_sidecar(wait=True)

@@ -16,6 +16,11 @@ Inside a batch each message is done on its own: one that fails is reported in ``
 the rest still apply.  What each applied write changed (tags, files, and the origin folders
 kept for restore) can go to the sidecar's audit log, from which :func:`undo_last` reverts it.
 
+mbsync renames a file it uploaded (``,U=``) without telling notmuch, so a write may find the
+index naming a file no longer on disk.  When the caller gave a ``reindex``, the index is
+then brought up to date once and such a message tried again (its two tries make one audit
+record) before the error is reported.
+
 Callers: the write tools (``tools.writes``, which choose the messages and check the caller's
 limits) and the blocklist (which moves blocked mail to Junk).  Nothing here knows about
 queries, batch limits or tool results.
@@ -32,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from ..clock import utc_now
-from ..config import Account, Config
+from ..config import ROOT_FOLDER, Account, Config
 from ..errors import CallerError
 from ..store import maildir, mover, sidecar
 from ..store.maildir import Copy
-from ..store.notmuch import IndexedMessage, Reader, Writer, WriteTxn
+from ..store.notmuch import IndexedMessage, Reader, StaleFiles, Writer, WriteTxn
 from .tagging import place_tags
 
 log = logging.getLogger(__name__)
@@ -50,6 +55,14 @@ BIN_ROLES = ("trash", "junk")
 
 class ChangeError(CallerError):
     """One message could not be (fully) changed; the text says why and what to do."""
+
+
+class PartlyDone(ChangeError):
+    """A message was changed as far as the files on disk allow; the text says what was not."""
+
+
+# The index names a file that is not on disk (mbsync renamed it): re-indexing may help.
+STALE = (StaleFiles, mover.SourceGone)
 
 
 @dataclass(frozen=True)
@@ -73,6 +86,8 @@ class WriteContext:
     sidecar_file: Path
     after_write: Callable[[WriteOutcome], None] | None = None
     clock: Callable[[], datetime] = utc_now
+    # Brings the index up to date (notmuch new); None where that cannot run (the hook).
+    reindex: Callable[[], object] | None = None
 
 
 @dataclass
@@ -84,6 +99,8 @@ class BatchReport:
     errors: list[tuple[str, str]] = field(default_factory=list)  # (Message-ID, why)
     changes: list[dict[str, Any]] = field(default_factory=list)
     audit_id: int | None = None
+    stale: list[str] = field(default_factory=list)  # the index named a file gone from disk
+    failed: list[str] = field(default_factory=list)  # the step failed otherwise
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,10 +271,14 @@ def _write_one(txn: WriteTxn, config: Config, before: IndexedMessage, step: Step
     try:
         step(work)
         report.applied.append(before.message_id)
+    except PartlyDone as exc:  # done as far as the files on disk allow; the text says what
+        report.applied.append(before.message_id)
+        report.errors.append((before.message_id, str(exc)))
     # Any failure stays with its message: notmuch commits the atomic section even when an
     # exception escapes, so the batch must finish to record what the others did.
     except Exception as exc:
         report.errors.append((before.message_id, str(exc) or type(exc).__name__))
+        (report.stale if isinstance(exc, STALE) else report.failed).append(before.message_id)
     after = txn.get(before.message_id) or before
     change = change_record(config, before, after, work.moves, origin_before,
                            txn.get_property(before.message_id, ORIGIN_PROPERTY))
@@ -265,13 +286,8 @@ def _write_one(txn: WriteTxn, config: Config, before: IndexedMessage, step: Step
         report.changes.append(change)
 
 
-def run(ctx: WriteContext, message_ids: Sequence[str], step: Step, *,
-        asked: dict[str, str] | None = None) -> BatchReport:
-    """Apply ``step`` to each message in one write session; nothing is recorded or notified.
-    ``asked`` maps a Message-ID to the id as the caller wrote it (for ``not_found``).
-    Raises ``DatabaseBusy`` (and changes nothing) when the write lock cannot be had."""
-    names = asked or {}
-
+def _session(ctx: WriteContext, message_ids: Sequence[str], step: Step,
+             names: dict[str, str]) -> BatchReport:
     def batch(txn: WriteTxn) -> BatchReport:
         report = BatchReport()
         for mid in message_ids:
@@ -281,8 +297,53 @@ def run(ctx: WriteContext, message_ids: Sequence[str], step: Step, *,
             else:
                 _write_one(txn, ctx.config, before, step, report)
         return report
-
     return ctx.writer.run(batch)
+
+
+def run(ctx: WriteContext, message_ids: Sequence[str], step: Step, *,
+        asked: dict[str, str] | None = None) -> BatchReport:
+    """Apply ``step`` to each message in one write session; nothing is recorded or notified.
+    ``asked`` maps a Message-ID to the id as the caller wrote it (for ``not_found``).  The
+    messages whose files the index named wrongly are tried once more after ``ctx.reindex``.
+    Raises ``DatabaseBusy`` (and changes nothing) when the write lock cannot be had."""
+    names = asked or {}
+    report = _session(ctx, message_ids, step, names)
+    if report.stale and _reindexed(ctx):
+        report = _merged(report, _session(ctx, report.stale, step, names))
+    return report
+
+
+def _reindexed(ctx: WriteContext) -> bool:
+    if ctx.reindex is None:
+        return False
+    try:
+        ctx.reindex()
+    except Exception as exc:  # the stale-file errors stand, with their advice to re-index
+        log.warning("re-indexing for a file renamed since the last index failed: %s", exc)
+        return False
+    return True
+
+
+def _merged(first: BatchReport, retry: BatchReport) -> BatchReport:
+    """The first try's report with its stale messages replaced by how the retry went."""
+    again = set(first.stale)
+    merged = BatchReport(
+        applied=first.applied + retry.applied,
+        not_found=first.not_found + retry.not_found,
+        errors=[e for e in first.errors if e[0] not in again] + retry.errors,
+        stale=retry.stale, failed=first.failed + retry.failed)
+    later = {c["message_id"]: c for c in retry.changes}
+    merged.changes = [_joined(c, later.pop(c["message_id"], None)) for c in first.changes]
+    merged.changes += later.values()
+    return merged
+
+
+def _joined(first: dict[str, Any], then: dict[str, Any] | None) -> dict[str, Any]:
+    """One audit record for two changes made to a message in a row."""
+    if then is None:
+        return first
+    return {**then, "tags_before": first["tags_before"], "files_before": first["files_before"],
+            "moves": first["moves"] + then["moves"], "origin_before": first["origin_before"]}
 
 
 def touched_accounts(config: Config, changes: Sequence[dict[str, Any]]) -> frozenset[str]:
@@ -381,27 +442,66 @@ def _current_file(work: MessageWork, recorded: str) -> Copy | None:
     return None
 
 
+def _revert_plan(work: MessageWork, change: dict[str, Any]) -> tuple[list[tuple[Copy, str]],
+                                                                      list[str]]:
+    """The recorded moves to turn back, as (the file as it is named now, the folder it came
+    from), and the files no longer where the write put them.  Raises StaleFiles -- before
+    anything changed -- when the index names a file that is gone from disk."""
+    plan: list[tuple[Copy, str]] = []
+    missing: list[str] = []
+    for source, dest in reversed(change["moves"]):
+        copy = _current_file(work, dest)
+        home = work.folder_of(work.config.mail_root / source)
+        if copy is None or home is None:
+            missing.append(dest)
+        elif not copy.path.exists():
+            raise StaleFiles.naming(copy.path)
+        else:
+            plan.append((copy, home))
+    return plan, missing
+
+
+def _put_back(work: MessageWork, origin: str | None) -> None:
+    """Undo the moves made so far to this message, and its origin property."""
+    for old, new in reversed(work.moves):
+        home = work.folder_of(old) or ROOT_FOLDER
+        mover.move_file(work.txn, new, maildir.ensure_maildir(work.config, home))
+    work.moves.clear()
+    work.txn.update(work.mid, properties={ORIGIN_PROPERTY: origin})
+
+
 def revert_step(changes: dict[str, dict[str, Any]]) -> Step:
-    """Undo what an audit entry recorded for each message: moves back, then tags and origin."""
+    """Undo what an audit entry recorded for each message: moves back, then tags and origin.
+    A message is done whole or not at all; only a file gone since (moved or deleted by
+    another program) is left out, and :class:`PartlyDone` says exactly what was done."""
     def step(work: MessageWork) -> None:
         change = changes[work.mid]
-        missing = []
-        for source, dest in reversed(change["moves"]):
-            copy = _current_file(work, dest)
-            home = work.folder_of(work.config.mail_root / source)
-            if copy is None or home is None:
-                missing.append(dest)
-                continue
-            work.move(copy, home)
+        plan, missing = _revert_plan(work, change)
+        origin = work.txn.get_property(work.mid, ORIGIN_PROPERTY)
+        try:
+            for copy, home in plan:
+                work.move(copy, home)
+        except Exception as exc:
+            _put_back(work, origin)
+            raise ChangeError(f"nothing of this message was undone: {exc}") from exc
         before, after = set(change["tags_before"]), set(change["tags_after"])
         # Only what the write changed is turned back, so later changes by others survive.
         work.tag(add=sorted(before - after), remove=sorted(after - before))
         if change["origin_before"] != change["origin_after"]:
             work.txn.set_property(work.mid, ORIGIN_PROPERTY, change["origin_before"] or "{}")
         if missing:
-            raise ChangeError(f"not moved back, no longer where the write put it: "
-                              f"{', '.join(missing)}")
+            root = work.config.mail_root
+            moved = ", ".join(maildir.relative_path(root, new) for _, new in work.moves)
+            raise PartlyDone(f"not moved back: {', '.join(missing)} (gone: no longer where "
+                             f"the write put it, moved or deleted since); moved back: "
+                             f"{moved or 'nothing'}; tags restored")
     return step
+
+
+def _roll_back(ctx: WriteContext, undone: BatchReport) -> BatchReport:
+    """Revert what an undo that could not finish did to the other messages."""
+    records = {c["message_id"]: c for c in undone.changes}
+    return run(ctx, list(records), revert_step(records))
 
 
 def undo_last(ctx: WriteContext,
@@ -424,6 +524,15 @@ def undo_last(ctx: WriteContext,
     rows = [c for c in entry.changes if "contact" in c]
     changes = {c["message_id"]: c for c in entry.changes if "message_id" in c}
     report = run(ctx, list(changes), revert_step(changes))
+    if report.failed or report.stale:  # all or nothing: put the others back as they were
+        back = _roll_back(ctx, report)
+        notify(ctx, f"undo {entry.action} (rolled back)", report.changes + back.changes)
+        why = "; ".join(f"{mid}: {text}" for mid, text in report.errors
+                        if mid in {*report.failed, *report.stale})
+        left = "" if not back.errors else (" -- and putting back " + "; ".join(
+            f"{mid}: {text}" for mid, text in back.errors) + " failed")
+        raise ChangeError(f"nothing was undone ({why}){left}; the write can be undone once "
+                          "that is fixed")
     with sidecar.opened(ctx.sidecar_file) as conn:
         if rows and restore_rows is not None:
             restore_rows(conn, rows)

@@ -44,7 +44,7 @@ from ..store import maildir, sidecar
 from ..store.maildir import notmuch_folder
 from ..store.sidecar import chunks
 from ..store.notmuch import IndexedMessage, Reader
-from ..store.query import quote
+from ..store.query import folders_query
 
 log = logging.getLogger(__name__)
 
@@ -538,9 +538,9 @@ class Mirror:
         suspects: set[str] = set()
         for folder, mirrored in self.conn.execute(
                 "SELECT folder, count(*) FROM message_folders GROUP BY folder").fetchall():
-            indexed = self.reader.count(f"folder:{quote(folder)}", exclude_tags=())
+            indexed = self.reader.count(folders_query([folder]), exclude_tags=())
             if mirrored > indexed:
-                present = set(self.reader.message_ids(f"folder:{quote(folder)}"))
+                present = set(self.reader.message_ids(folders_query([folder])))
                 suspects.update(r[0] for r in self.conn.execute(
                     "SELECT message_id FROM message_folders WHERE folder = ?", (folder,))
                     if r[0] not in present)

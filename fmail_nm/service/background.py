@@ -5,7 +5,9 @@ Threads, each with one job, none blocking another (or the MCP server):
 
 * the watcher (:mod:`fmail_nm.service.watcher`) hands over debounced batches of changed message files;
 * one index thread runs ``notmuch new`` (hooks, tagging, blocklist, sidecar) -- never two at
-  once; requests that arrive during a run are coalesced into one more run.  Before running for
+  once; requests that arrive during a run are coalesced into one more run.  It also runs a
+  "safety index" when none ran for ``[index] safety_interval_minutes``, and the watcher asks
+  for one after inotify lost events: the watcher is fast, the full run is what is always right.  Before running for
   a watcher batch it asks the index whether the batch is already reflected: the write tools
   move and rename files and tell notmuch themselves, so their events need no ``notmuch new``;
 * one pull thread per account with ``mbsync_channel`` and ``pull_interval_minutes > 0``;
@@ -107,6 +109,8 @@ class _Indexer:
         self._running = False
         self._stopping = False
         self._deadline = 0.0
+        self._safety = bg.config.settings.safety_index_minutes * 60.0  # 0: no safety index
+        self._last_index = time.monotonic()  # the startup run is asked for at once
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._loop, name="fmail-index", daemon=True)
 
@@ -149,12 +153,20 @@ class _Indexer:
         an empty _Work means "refresh the status"."""
         with self._cond:
             if not self._work and not self._stopping:
-                self._cond.wait(HEARTBEAT)
+                self._cond.wait(min(HEARTBEAT, self._until_safety()))
+            if not self._work and not self._stopping and self._until_safety() <= 0:
+                self._work.reasons.append("safety index")
             work, self._work = self._work, _Work()
             if self._stopping and not work:
                 return None
             self._running = bool(work)
             return work, self._stopping
+
+    def _until_safety(self) -> float:
+        """Seconds until the next safety index is due (infinite when there is none)."""
+        if self._safety <= 0:
+            return float("inf")
+        return self._last_index + self._safety - time.monotonic()
 
     def _loop(self) -> None:
         reader = Reader(self.config.settings.notmuch_config)
@@ -236,6 +248,7 @@ class _Indexer:
             log.info("indexed (%s): %d new, %d messages in all, %.1fs", reason, summary.added,
                      summary.total, time.monotonic() - clock)
         finished = utc_now()
+        self._last_index = time.monotonic()  # a failed run too: the next try is due in full
         revision = _revision(reader)
         queue = self.bg.queue_length()
 
@@ -367,7 +380,8 @@ class Background:
         if watch:
             self._watcher = MailWatcher(config, self._indexer.add_paths, quiet=watch_quiet,
                                         max_delay=watch_max_delay, force_polling=force_polling,
-                                        poll_interval=poll_interval, ignore=self._ignored())
+                                        poll_interval=poll_interval, ignore=self._ignored(),
+                                        on_overflow=self._overflowed)
         self._pullers = [
             _Puller(self, a, self.intervals[a.name]) for a in config.accounts
             if schedule and a.mbsync_channel and self.intervals[a.name] > 0
@@ -468,6 +482,9 @@ class Background:
             # Only pushes that finish during stop() get here; stop() still runs what is queued.
             log.debug("index requested during shutdown: %s", reason)
         self._indexer.request(reason)
+
+    def _overflowed(self) -> None:
+        self.request_index("inotify queue overflow")
 
     def request_push(self, accounts: Iterable[str]) -> None:
         """Push these accounts shortly (debounced); what the write tools call after a move."""

@@ -63,6 +63,9 @@ class IndexingFailed(NotmuchAccessError):
     :class:`~fmail_nm.errors.BackendError`: the request was fine, the machinery failed.)"""
 
 
+# How long a write waits for the re-index it asks for (mbsync renamed a file it names).
+REINDEX_TIMEOUT = 60.0
+
 UNITS = {progress.COUNTING: "files", progress.INDEXING: "files"}  # any other phase: messages
 
 LINE_WIDTH = 79  # the longest line drawn: fits 80 columns with the cursor after it

@@ -11,6 +11,10 @@ After the first event the watcher waits until ``quiet`` seconds pass without ano
 longer than ``max_delay`` after the first, then hands the distinct paths to ``on_batch`` on its
 own thread (one batch at a time).
 
+When the kernel's inotify queue overflows (``fs.inotify.max_queued_events``) events are lost;
+watchdog then rebuilds its watches but tells no handler, so the watcher's own observer calls
+``on_overflow`` -- the service answers with a full index run, which finds what was missed.
+
 When inotify is not available or runs out of watches (``fs.inotify.max_user_watches``) the
 watcher polls instead -- slower to notice, and it stats the whole tree every interval, but it
 does not silently miss folders.
@@ -24,7 +28,9 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from watchdog.events import (
     FileClosedEvent,
@@ -43,6 +49,10 @@ try:
     from watchdog.observers.inotify import InotifyObserver
 except ImportError:  # not Linux: the native observer is something else, with no watch limit
     InotifyObserver = None  # type: ignore[assignment,misc]
+try:  # watchdog 7's recursive watch, which handles IN_Q_OVERFLOW (older ones drop it)
+    from watchdog.observers.inotify import InotifyEmitter, InotifyWatchGroup
+except ImportError:  # then only the service's safety interval makes up for lost events
+    InotifyWatchGroup = None  # type: ignore[assignment,misc]
 
 from ..config import Config
 from .debounce import Debouncer
@@ -118,19 +128,64 @@ class _Handler(FileSystemEventHandler):
         self.watcher._add(paths, event.event_type)
 
 
+if InotifyObserver is not None and InotifyWatchGroup is not None:
+    @dataclass
+    class _OverflowGroup(InotifyWatchGroup):
+        """watchdog's recursive watch, which also says when the kernel dropped events."""
+
+        on_overflow: Callable[[], None] = lambda: None
+
+        def on_queue_overflow(self) -> None:
+            super().on_queue_overflow()  # rebuilds the watches
+            self.on_overflow()
+
+    class _OverflowEmitter(InotifyEmitter):
+        def __init__(self, *args: Any, on_overflow: Callable[[], None], **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._on_overflow = on_overflow
+
+        def on_thread_start(self) -> None:
+            # InotifyEmitter.on_thread_start, with the group that reports an overflow.
+            self._inotify = _OverflowGroup(
+                self._inotify_fd, os.fsencode(self.watch.path),
+                is_recursive=self.watch.is_recursive,
+                event_mask=self.get_event_mask_from_filter(),
+                follow_symlink=self.watch.follow_symlink, on_overflow=self._on_overflow)
+
+    class _OverflowObserver(InotifyObserver):
+        """The inotify observer, calling ``on_overflow`` after the kernel's queue overflowed."""
+
+        def __init__(self, on_overflow: Callable[[], None]) -> None:
+            super().__init__()
+            # BaseObserver builds each watch's emitter from these two.
+            self._emitter_class = _OverflowEmitter
+            self._emitter_kwargs["on_overflow"] = on_overflow
+
+
+def _native_observer(on_overflow: Callable[[], None]) -> BaseObserver:
+    """The platform's observer; on Linux the one that reports an overflowed inotify queue."""
+    if (InotifyObserver is not None and InotifyWatchGroup is not None
+            and NativeObserver is InotifyObserver):
+        return _OverflowObserver(on_overflow)
+    return NativeObserver()
+
+
 class MailWatcher:
     """Debounced batches of changed message paths below ``config.mail_root``.
 
     ``force_polling`` skips inotify (and is how the polling path is tested); ``ignore`` lists
     further trees to leave out (e.g. a notmuch database kept inside the mail root under
-    another name than ``.notmuch``).
+    another name than ``.notmuch``); ``on_overflow`` is called (on the observer's thread) when
+    inotify lost events, which only a full index run can make up for.
     """
 
     def __init__(self, config: Config, on_batch: Callable[[list[Path]], None], *,
                  quiet: float = 1.0, max_delay: float = 10.0, force_polling: bool = False,
-                 poll_interval: float = POLL_INTERVAL, ignore: Iterable[Path] = ()) -> None:
+                 poll_interval: float = POLL_INTERVAL, ignore: Iterable[Path] = (),
+                 on_overflow: Callable[[], None] = lambda: None) -> None:
         self.mail_root = os.fspath(config.mail_root)
         self.on_batch = on_batch
+        self.on_overflow = on_overflow
         self.quiet = quiet
         self.max_delay = max(max_delay, quiet)
         self.force_polling = force_polling
@@ -207,7 +262,7 @@ class MailWatcher:
         before = _inotify_watch_count()
         expected = count_dirs(self.mail_root)
         try:
-            observer = NativeObserver()
+            observer = _native_observer(self._overflowed)
             self._schedule(observer)
             observer.start()
         except OSError as exc:
@@ -236,6 +291,14 @@ class MailWatcher:
             return
         log.debug("mail event %s: %s", kind, " -> ".join(wanted))
         self._debouncer.add(wanted)  # refused (dropped) once stopping
+
+    def _overflowed(self) -> None:
+        log.warning("inotify lost events under %s (its queue overflowed, see "
+                    "fs.inotify.max_queued_events); indexing everything", self.mail_root)
+        try:
+            self.on_overflow()
+        except Exception:  # the observer thread must keep running
+            log.exception("handling an inotify queue overflow failed")
 
     def _deliver(self, batch: list[str]) -> None:
         try:

@@ -1,13 +1,10 @@
 """The Maildir layout: file names, folders, accounts and folder roles -- the one module that
 knows how a path under the mail root maps to a folder, an account and a role.
 
-Folder names are relative to the mail root.  Two spellings of the root itself exist and both
-are kept on purpose, each where its consumer expects it:
-
-* :func:`folder_of` -- the configuration's spelling, ``"."`` for a mail root that is itself a
-  Maildir (``Account.maildir`` and the role folders use it); the tools show it to the model;
-* :func:`notmuch_folder` -- notmuch's ``folder:`` spelling, ``""`` for the root; the sidecar
-  mirror stores it, so SQL over the mirror matches notmuch's own answers.
+Folder names are relative to the mail root; a mail root that is itself a Maildir is the folder
+``"."`` (``config.ROOT_FOLDER``) everywhere fmail-nm names a folder -- accounts and roles, the
+tools, the DSL, move targets, the sidecar mirror.  Only the notmuch queries it generates spell
+it notmuch's way, ``folder:""`` (``config.folder_term``).
 
 A Maildir file name is ``<unique part>[,U=<uid>]:2,<flags>``; ``,U=`` is mbsync's UID for the
 folder the file is in (see ARCHITECTURE.md, "Traps": a moved file must lose it).
@@ -24,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import Account, Config
+from ..config import ROOT_FOLDER, Account, Config
 from .notmuch import IndexedMessage
 
 INFO_SEPARATOR = ":2,"
@@ -90,20 +87,20 @@ def folder_of(mail_root: Path, filename: str | os.PathLike[str]) -> str | None:
         rel = path.parent.parent.relative_to(mail_root).as_posix()
     except ValueError:
         return None
-    return rel or "."
+    return rel or ROOT_FOLDER
 
 
 def notmuch_folder(filename: str | os.PathLike[str], mail_root: Path) -> str | None:
-    """A file's folder the way notmuch's ``folder:`` sees it: relative to the mail root, with
-    a trailing ``cur``/``new`` dropped; ``""`` is the root itself."""
+    """The folder notmuch files a file under (what its ``folder:`` term matches): relative to
+    the mail root, with a trailing ``cur``/``new`` dropped -- also for a file notmuch indexed
+    outside a Maildir, unlike :func:`folder_of`."""
     parent = Path(filename).parent
     if parent.name in ("cur", "new"):
         parent = parent.parent
     try:
-        rel = parent.relative_to(mail_root).as_posix()
+        return parent.relative_to(mail_root).as_posix()  # "." (ROOT_FOLDER) for the root
     except ValueError:
         return None
-    return "" if rel == "." else rel
 
 
 def folders_of(mail_root: Path, filenames: Iterable[str]) -> list[str]:
@@ -121,7 +118,7 @@ def relative_path(mail_root: Path, path: str | os.PathLike[str]) -> str:
 
 
 def folder_path(config: Config, folder: str) -> Path:
-    return config.mail_root if folder == "." else config.mail_root / folder
+    return config.mail_root if folder == ROOT_FOLDER else config.mail_root / folder
 
 
 def is_known_folder(config: Config, folder: str) -> bool:
@@ -171,13 +168,14 @@ def account_of(config: Config, folders: Sequence[str]) -> Account | None:
 
 
 def account_and_name(config: Config, folder: str) -> tuple[str | None, str]:
-    """A notmuch folder (``""`` for the root) as (account, its name inside the account), the
-    way IMAP names it: the account's own top folder is ``INBOX``."""
-    account = config.account_for_path(folder or ".")
+    """A folder as (account, its name inside the account), the way IMAP names it: the
+    account's own top folder (the root Maildir included) is ``INBOX``."""
+    account = config.account_for_path(folder)
+    own = "" if folder == ROOT_FOLDER else folder
     if account is None:
-        return None, folder or "INBOX"
-    prefix = "" if account.maildir == "." else account.maildir
-    name = folder[len(prefix):].lstrip("/") if prefix and folder.startswith(prefix) else folder
+        return None, own or "INBOX"
+    prefix = "" if account.maildir == ROOT_FOLDER else account.maildir
+    name = own[len(prefix):].lstrip("/") if prefix and own.startswith(prefix) else own
     return account.name, name or "INBOX"
 
 

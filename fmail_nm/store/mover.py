@@ -54,6 +54,11 @@ class MoveError(BackendError):
     """A file could not be moved; for that file nothing changed, on disk or in the index."""
 
 
+class SourceGone(MoveError):
+    """The file to move is not on disk under the name the index has (renamed by mbsync or a
+    mail client since the last index, or deleted)."""
+
+
 # ---------------------------------------------------------------------------------------------
 # The move itself
 
@@ -134,8 +139,8 @@ def _place(source: Path, cur: Path, name: MaildirName) -> Path:
             candidate = cur / name.fresh().filename()
             continue
         except FileNotFoundError:
-            raise MoveError(f"{source.name} is gone from {source.parent} (moved by another "
-                            "program?); re-index and try again") from None
+            raise SourceGone(f"{source.name} is gone from {source.parent} (moved by another "
+                             "program?); re-index and try again") from None
         except OSError as exc:
             if exc.errno == errno.EXDEV:
                 raise MoveError(f"{cur} is on another filesystem than {source}; moves must "

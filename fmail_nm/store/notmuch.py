@@ -58,6 +58,11 @@ class StaleFiles(NotmuchAccessError):
     """The index names a message file that is no longer on disk (renamed since the last
     ``notmuch new``, e.g. by mbsync adding ``,U=``); re-indexing fixes it."""
 
+    @classmethod
+    def naming(cls, path: str | os.PathLike[str]) -> StaleFiles:
+        return cls(f"{os.fsdecode(path)} is no longer on disk (renamed by mbsync or a mail "
+                   "client since the last index); re-index (fmail-nm index) and try again")
+
 
 class QueryError(CallerError):
     """notmuch could not parse a query (a ``raw:`` one, or a term it refuses)."""
@@ -130,6 +135,17 @@ def ensure_database(config_path: str | os.PathLike[str] | None = None) -> bool:
     except notmuch2.NotmuchError as exc:
         raise DatabaseMissing(f"cannot create the notmuch database: {exc}") from None
     return True
+
+
+def _find(db: notmuch2.Database, message_id: str) -> notmuch2.Message:
+    """A message by Message-ID; LookupError when there is none -- and for a ghost, the entry
+    notmuch keeps for a Message-ID it knows only from the replies that name it (a parent
+    never received, a message with replies whose file was deleted): no file, nothing to
+    read or change.  Queries never match ghosts; this keeps lookups by id the same."""
+    msg = db.find(message_id)
+    if msg.ghost:
+        raise LookupError(message_id)
+    return msg
 
 
 def _header(msg: notmuch2.Message, name: str) -> str:
@@ -302,9 +318,18 @@ class Reader:
     def find(self, message_id: str) -> IndexedMessage | None:
         def get(db: notmuch2.Database) -> IndexedMessage | None:
             try:
-                return _indexed(db.find(message_id))
+                return _indexed(_find(db, message_id))
             except LookupError:
                 return None
+        return self._retrying(get)
+
+    def is_ghost(self, message_id: str) -> bool:
+        """Whether notmuch knows this Message-ID only from replies (see :func:`_find`)."""
+        def get(db: notmuch2.Database) -> bool:
+            try:
+                return bool(db.find(message_id).ghost)
+            except LookupError:
+                return False
         return self._retrying(get)
 
     def find_many(self, message_ids: Sequence[str]) -> list[IndexedMessage | None]:
@@ -313,7 +338,7 @@ class Reader:
             found: list[IndexedMessage | None] = []
             for mid in message_ids:
                 try:
-                    found.append(_indexed(db.find(mid)))
+                    found.append(_indexed(_find(db, mid)))
                 except LookupError:
                     found.append(None)
             return found
@@ -323,7 +348,7 @@ class Reader:
         """A message property (the first value); None if unset or the message is unknown."""
         def get(db: notmuch2.Database) -> str | None:
             try:
-                return _property(db.find(message_id), key)
+                return _property(_find(db, message_id), key)
             except LookupError:
                 return None
         return self._retrying(get)
@@ -331,7 +356,7 @@ class Reader:
     def header(self, message_id: str, name: str) -> str:
         """A header of one message ("" when missing); headers beyond From/Subject/Message-ID
         parse the file, so keep this off listing paths."""
-        return self._retrying(lambda db: _header(db.find(message_id), name))
+        return self._retrying(lambda db: _header(_find(db, message_id), name))
 
     def count_threads(self, query: str, exclude_tags: Sequence[str] | None = None) -> int:
         excl = self.exclude_tags() if exclude_tags is None else exclude_tags
@@ -414,9 +439,7 @@ def _require_files(msg: notmuch2.Message) -> None:
     flags.  So refuse, before anything changes, while the index names a missing file."""
     for name in msg.filenamesb():
         if not os.path.lexists(name):
-            raise StaleFiles(
-                f"{os.fsdecode(name)} is no longer on disk (renamed by mbsync or a mail client "
-                "since the last index); re-index (fmail-nm index) and try again")
+            raise StaleFiles.naming(name)
 
 
 @dataclass
@@ -440,14 +463,14 @@ class WriteTxn:
 
     def get(self, message_id: str) -> IndexedMessage | None:
         try:
-            return _indexed(self._db.find(message_id))
+            return _indexed(_find(self._db, message_id))
         except LookupError:
             return None
 
     def tags_of(self, message_id: str) -> frozenset[str] | None:
         """A message's tags alone (cheaper than :meth:`get`); None if it is not indexed."""
         try:
-            return frozenset(str(t) for t in self._db.find(message_id).tags)
+            return frozenset(str(t) for t in _find(self._db, message_id).tags)
         except LookupError:
             return None
 
@@ -476,7 +499,7 @@ class WriteTxn:
         result = TagChange(applied=[], not_found=[])
         for mid in message_ids:
             try:
-                msg = self._db.find(mid)
+                msg = _find(self._db, mid)
             except LookupError:
                 result.not_found.append(mid)
                 continue
@@ -493,7 +516,7 @@ class WriteTxn:
         if (set(add) | set(remove)) & FLAG_TAGS:
             raise ValueError("flag tags change files: use change_tags")
         try:
-            msg = self._db.find(message_id)
+            msg = _find(self._db, message_id)
         except LookupError:
             return False
         with msg.frozen():
@@ -514,7 +537,7 @@ class WriteTxn:
     def get_property(self, message_id: str, key: str) -> str | None:
         """A message property (the first value if several); None if unset or the message is gone."""
         try:
-            return _property(self._db.find(message_id), key)
+            return _property(_find(self._db, message_id), key)
         except LookupError:
             return None
 

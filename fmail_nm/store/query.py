@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from ..config import folder_term
+
 # notmuch 0.37 rejects "NOT *" as a whole query; this sexp is its spelling of "no message".
 MATCH_NOTHING = 'sexp:"(not ())"'
 
@@ -39,7 +41,7 @@ def folders_query(folders: Sequence[str]) -> str:
     """A notmuch query for "in one of these folders"; matches nothing without any."""
     if not folders:
         return MATCH_NOTHING
-    return "(" + " OR ".join(f"folder:{quote(f)}" for f in folders) + ")"
+    return "(" + " OR ".join(f"folder:{quote(folder_term(f))}" for f in folders) + ")"
 
 
 def clean_id(ref: str) -> str:

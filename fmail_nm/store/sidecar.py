@@ -104,7 +104,8 @@ CREATE TABLE message_tags (
 ) WITHOUT ROWID;
 CREATE INDEX message_tags_message ON message_tags(message_id);
 
--- folder as notmuch's folder: search term (relative to the mail root, "" for the root)
+-- folder relative to the mail root, as notmuch's folder: term matches it ("" for the root
+-- until version 4, "." since)
 CREATE TABLE message_folders (
     message_id TEXT NOT NULL REFERENCES messages(message_id) ON DELETE CASCADE,
     folder     TEXT NOT NULL,
@@ -245,8 +246,20 @@ CREATE INDEX messages_thread_date ON messages(thread_id, date, message_id);
 CREATE VIEW threads AS SELECT {", ".join(_THREAD_COLUMNS)} FROM thread_rows;
 """
 
+# Version 4: a mail root that is itself a Maildir is the folder "." in the mirror as it is in
+# the tools (it was notmuch's "").  Only rows naming it change; "" sorted first in a message's
+# folders, "." is sorted in among the others as the mirror sorts them.
+_V4 = """
+UPDATE message_folders SET folder = '.' WHERE folder = '';
+UPDATE messages SET folders = (
+    SELECT '[' || group_concat(json_quote(name), ', ') || ']' FROM (
+        SELECT CASE value WHEN '' THEN '.' ELSE value END AS name
+        FROM json_each(messages.folders) ORDER BY name))
+WHERE folders LIKE '[""%';
+"""
+
 # Index i holds the script that takes the schema from version i to i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -32,7 +32,7 @@ from ..message.mime import ParsedMessage
 from ..message.text import clean_text, slice_text
 from ..store import maildir, sidecar
 from ..store.notmuch import IndexedMessage, Reader, ThreadNode
-from ..store.query import clean_id, id_query, me_query, quote
+from ..store.query import clean_id, folders_query, id_query, me_query, quote
 from ..tags import DEFAULT_EXCLUDED, DELETED, DRAFT, SENT, SPAM
 from . import dto
 
@@ -365,8 +365,12 @@ def _read_file(m: IndexedMessage) -> bytes:
 def _find(mb: Mailbox, message_id: str) -> IndexedMessage:
     found = mb.find(message_id)
     if found is None:
-        raise ToolError(f"no message with id {message_id!r}; use an id from search_emails "
-                        "or a uid from query_emails")
+        why = ""
+        if mb.reader.is_ghost(clean_id(message_id)):
+            why = (" (notmuch knows it only from replies that refer to it: it was never "
+                   "received, or was deleted)")
+        raise ToolError(f"no message with id {message_id!r}{why}; use an id from "
+                        "search_emails or a uid from query_emails")
     return found
 
 
@@ -544,7 +548,7 @@ def list_folders(mb: Mailbox, account: str | None = None) -> dto.FolderList:
         if owner is None or owner not in accounts:
             continue
         role = next((r for r, f in owner.folders.items() if f == folder), None)
-        q = f"folder:{quote(folder)}"
+        q = folders_query([folder])
         folders.append(dto.FolderInfo(folder=folder, account=owner.name, role=role,
                                       total=mb.reader.count(q, exclude_tags=()),
                                       unread=mb.reader.count(f"{q} AND tag:unread", exclude_tags=())))

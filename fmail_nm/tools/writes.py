@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import Field
 
 from .. import tags
-from ..config import Account, Config, ConfigError
+from ..config import ROOT_FOLDER, Account, Config, ConfigError
 from ..passes import changes
 from ..passes.changes import BatchReport, Step, WriteContext
 from ..store import maildir, sidecar
@@ -275,7 +275,9 @@ def _folder_name(folder: str) -> str:
 def resolve_folder(config: Config, account: Account, folder: str) -> str:
     """A folder relative to the account ('Archive', 'Projects/2026') or to the mail root
     ('work/INBOX'), as a folder relative to the mail root; it must exist in the config or on
-    disk."""
+    disk.  "." is a mail root that is itself a Maildir, as list_folders names it."""
+    if folder.strip() == ROOT_FOLDER and maildir.is_known_folder(config, ROOT_FOLDER):
+        return ROOT_FOLDER
     name = _folder_name(folder)
     inside = name if account.maildir == "." else f"{account.maildir}/{name}"
     for candidate in (inside, name):
