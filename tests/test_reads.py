@@ -11,7 +11,7 @@ import pytest
 from fmail_nm.clock import iso_from_epoch
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader
-from fmail_nm.tools import reads
+from fmail_nm.tools import reads, render
 
 from .conftest import MailEnv
 
@@ -119,6 +119,33 @@ def test_list_threads_counts(mb: reads.Mailbox) -> None:
     assert t.matched == 1
     assert "Ben Carter" in t.authors
     assert t.unread == 0
+
+
+def test_list_threads_pages_without_a_thread_total_when_many_messages_match(
+        mb: reads.Mailbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    def walk(limit: int) -> tuple[list[reads.dto.ThreadList], list[str]]:
+        pages, seen, cursor = [], [], None
+        while True:
+            page = reads.list_threads(mb, "in:inbox", limit=limit, cursor=cursor)
+            pages.append(page)
+            seen += [t.thread for t in page.threads]
+            if (cursor := page.next_cursor) is None:
+                return pages, seen
+
+    counted_pages, counted = walk(4)
+    inbox_messages = mb.reader.count(mb.compile("in:inbox").query,
+                                     exclude_tags=mb.compile("in:inbox").exclude_tags)
+    assert counted_pages[0].total == len(counted) > 4
+    assert counted_pages[0].matched_messages == inbox_messages > len(counted) - 1
+    # Fewer matching messages allowed for a thread count than match: no total, same pages.
+    monkeypatch.setattr(reads, "THREAD_COUNT_MAX_MESSAGES", inbox_messages - 1)
+    uncounted_pages, uncounted = walk(4)
+    assert uncounted == counted and len(set(counted)) == len(counted)
+    assert all(p.total is None and p.matched_messages == inbox_messages for p in uncounted_pages)
+    assert [bool(p.next_cursor) for p in uncounted_pages] == [True] * (len(uncounted_pages) - 1) + [False]
+    head = render.threads_text(uncounted_pages[0]).split("\n")[0]
+    assert head == (f"4 threads of {inbox_messages} matching messages; "
+                    f"next_cursor={uncounted_pages[0].next_cursor}")
 
 
 def test_get_thread_in_reply_order_with_depth(mb: reads.Mailbox) -> None:

@@ -84,7 +84,9 @@ class ThreadRef(Dto):
 
 class ThreadList(Dto):
     threads: list[ThreadRef]
-    total: int
+    total: int | None = Field(default=None, description="all matching threads; left out "
+                              "when more than 1,000 messages match")
+    matched_messages: int
     next_cursor: str | None = None
 
 

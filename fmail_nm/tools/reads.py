@@ -310,6 +310,12 @@ def _hidden(mb: Mailbox, nm_query: str, compiled: CompiledQuery, total: int,
     return hidden if hidden > 0 else None
 
 
+# Counting threads reads the thread of every matching message (65 ms for 5,000 at 20k
+# messages, linear in the matches): beyond this many matching messages a thread listing
+# gives the message count alone.
+THREAD_COUNT_MAX_MESSAGES = 1000
+
+
 def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
                  until: str | None = None, unread_only: bool = False,
                  limit: int = DEFAULT_LIMIT, cursor: str | None = None) -> dto.ThreadList:
@@ -319,8 +325,13 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
                             extra="tag:unread" if unread_only else None)
     fp = _fingerprint("threads", nm_query, compiled.exclude_tags)
     offset = read_cursor(cursor, fp)
-    total = mb.reader.count_threads(nm_query, exclude_tags=compiled.exclude_tags)
-    page = mb.reader.threads(nm_query, exclude_tags=compiled.exclude_tags, offset=offset, limit=limit)
+    matched = mb.reader.count(nm_query, exclude_tags=compiled.exclude_tags)
+    total = (mb.reader.count_threads(nm_query, exclude_tags=compiled.exclude_tags)
+             if matched <= THREAD_COUNT_MAX_MESSAGES else None)
+    # One thread past the page says whether there is a next one, with or without a total.
+    page = mb.reader.threads(nm_query, exclude_tags=compiled.exclude_tags, offset=offset,
+                             limit=limit + 1)
+    more, page = len(page) > limit, page[:limit]
     unread = unread_counts(mb, [t.thread_id for t in page], compiled.exclude_tags)
     refs = []
     for t in page:
@@ -330,8 +341,8 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
             oldest=iso_from_epoch(t.oldest) or "", newest=iso_from_epoch(t.newest) or "",
             messages=t.message_count, matched=t.matched_count, unread=unread.get(t.thread_id, 0),
             tags=sorted(t.tags)))
-    return dto.ThreadList(threads=refs, total=total,
-                          next_cursor=next_cursor(offset, len(page), total, fp))
+    return dto.ThreadList(threads=refs, total=total, matched_messages=matched,
+                          next_cursor=make_cursor(offset + len(page), fp) if more else None)
 
 
 def unread_counts(mb: Mailbox, thread_ids: Sequence[str],

@@ -13,8 +13,10 @@ The formats are stable and described in the tool descriptions and the README:
   R replied, A attachment, D draft, then ``~name`` for the mailing list ``list/name``,
   ``+tag`` for every other tag worth showing, ``-`` for none.  On the user's own messages
   the sender is replaced by ``to`` and the first recipients.
-* thread listings (``list_threads``): thread id, last activity, message count (matched/all
-  when a search matched part of a thread), flags (``U3``: 3 unread), authors, ``|``, subject;
+* thread listings (``list_threads``): a header line (the thread total only when at most
+  1,000 messages match, else the message count), then thread id, last activity, message
+  count (matched/all when a search matched part of a thread), flags (``U3``: 3 unread),
+  authors, ``|``, subject;
 * unanswered threads: thread id, date of the user's last message, days silent, message count,
   ``last=<id>`` of that message, ``to`` whom, ``|``, subject;
 * SQL results: a header line, the column names, then one line per row, cells tab-separated;
@@ -112,7 +114,12 @@ def email_line(e: dto.EmailRef) -> str:
 
 
 def threads_text(r: dto.ThreadList) -> str:
-    lines = [_page(len(r.threads), r.next_cursor, r.total, "threads")]
+    if r.total is not None:
+        head = _page(len(r.threads), r.next_cursor, r.total, "threads")
+    else:  # too many matches to count their threads
+        head = (f"{len(r.threads)} threads of {r.matched_messages} matching messages"
+                + (f"; next_cursor={r.next_cursor}" if r.next_cursor else ""))
+    lines = [head]
     for t in r.threads:
         count = f"{t.matched}/{t.messages}" if t.matched < t.messages else str(t.messages)
         mark = (f"U{t.unread}" if t.unread else "") + flags(
