@@ -92,6 +92,8 @@ PERIOD_FIELDS = ["newer_than", "older_than"]
 
 _word_text = st.text(st.characters(min_codepoint=0x61, max_codepoint=0x7A), min_size=1,
                      max_size=8).filter(lambda w: w.upper() not in ("OR", "AND", "NOT"))
+# Below plane 3, as in test_dsl_notmuch.VALUES: Xapian drops plane-3+ characters from a phrase,
+# the same known gap as `_wordless` (lifted on the "gaps" branch).
 _unicode_value = st.text(st.characters(max_codepoint=0x2FFFF, blacklist_categories=["Cs"]),
                          min_size=1, max_size=12)
 _value = st.one_of(VALUES, st.sampled_from(sorted(SECRET_WORDS)), _unicode_value)
@@ -318,8 +320,8 @@ _body = st.one_of(
 )
 
 
-def _params(rng_params: list[tuple[str, bytes]]) -> bytes:
-    return b"".join(b"; " + k.encode() + b"=" + v for k, v in rng_params)
+def _params(params: list[tuple[str, bytes]]) -> bytes:
+    return b"".join(b"; " + k.encode() + b"=" + v for k, v in params)
 
 
 _param = st.tuples(
