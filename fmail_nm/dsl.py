@@ -765,6 +765,10 @@ def compile_query(text: str, ctx: DslContext) -> CompiledQuery:
     if len(text) > MAX_QUERY_CHARS:
         raise DslError(MAX_QUERY_CHARS, f"a search of at most {MAX_QUERY_CHARS} characters",
                        f"{len(text)} characters; narrow it down instead")
+    # A lone surrogate (JSON allows "\ud800") cannot be encoded for notmuch.
+    surrogate = next((i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff"), None)
+    if surrogate is not None:
+        raise DslError(surrogate, "text that is valid Unicode", "a lone surrogate")
     parser = _Parser(text, ctx)
     query = _render(parser.parse())
     if parser.lift_all:

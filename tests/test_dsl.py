@@ -865,3 +865,10 @@ def test_inputs_past_the_limits_are_refused_with_where_and_why() -> None:
     assert compile_query("(" * MAX_DEPTH + "a" + ")" * MAX_DEPTH, CTX).query == '"a"'
     # The refusal of an oversized query costs nothing like its size.
     assert _profiled_calls(lambda: compile_query("a " * 51_200, CTX)) < 50
+
+
+def test_a_lone_surrogate_is_a_dsl_error() -> None:
+    """JSON can carry "\\ud800"; notmuch cannot encode it, so the DSL refuses it by position."""
+    for text in ("0\ud800", 'from:"a\udfff"', 'raw:"tag:\ud800"'):
+        with pytest.raises(DslError, match="lone surrogate"):
+            compile_query(text, CTX)
