@@ -34,7 +34,7 @@ from fmail_nm.errors import CallerError
 from fmail_nm.store.notmuch import Reader
 from fmail_nm.tools import reads
 
-from .conftest import MailEnv
+from .conftest import SLOW_TIMEOUT, MailEnv
 from .test_dsl_notmuch import (  # noqa: F401  (env and db are fixtures used here)
     CTX,
     MESSAGES,
@@ -214,6 +214,7 @@ class Tally:
 
 
 @pytest.mark.reliability
+@pytest.mark.timeout(SLOW_TIMEOUT)
 def test_generated_searches_never_escape(db: notmuch2.Database, reliability: Any) -> None:
     tally = Tally()
 
@@ -268,6 +269,7 @@ def mailbox_pool(shared_indexed: MailEnv) -> Iterator[Callable[[Callable[[reads.
 
 
 @pytest.mark.reliability
+@pytest.mark.timeout(SLOW_TIMEOUT)
 def test_any_text_searched_through_the_tools_gives_results_or_a_caller_error(
         mailbox_pool: Callable[[Callable[[reads.Mailbox], Any]], Any], reliability: Any) -> None:
     """search_emails and list_threads on the fixture mail: whatever the text (raw: included,
@@ -487,6 +489,7 @@ class MimeRun:
 
 
 @pytest.mark.reliability
+@pytest.mark.timeout(SLOW_TIMEOUT)
 # Hypothesis warns that a 200 KB generated message makes a long repr: that size is the point.
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")
 def test_malformed_mime_is_indexed_and_read_without_an_exception_or_a_hang(

@@ -30,7 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from fmail_nm.store.notmuch import WRITE_LOCK_TIMEOUT
 
-from .conftest import LockHolder, MailEnv
+from .conftest import SLOW_TIMEOUT, LockHolder, MailEnv
 from .imapbed import free_port
 from .test_server import wait_for_port
 
@@ -324,6 +324,7 @@ async def one_client(url: str, load: LoadClient, until: float) -> None:
 # --- the test ---------------------------------------------------------------------------------
 
 @pytest.mark.reliability
+@pytest.mark.timeout(SLOW_TIMEOUT)
 @pytest.mark.anyio
 async def test_twenty_http_clients_under_index_runs_and_lock_holds(
         indexed: MailEnv, load_server: tuple[str, subprocess.Popen[str]],
