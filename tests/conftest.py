@@ -151,6 +151,11 @@ def shared_indexed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MailEnv
 # with ``--runslow``.  When FMAIL_RELIABILITY_LOG names a file, every test appends one JSON line
 # with its figures; ``bench/reliability.py`` runs the suites that way and sums them.
 
+# pytest-timeout's bound for a reliability test: its --runslow variant runs longer than the
+# 300 s every other test gets (pyproject.toml).
+SLOW_TIMEOUT = 1800
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--runslow", action="store_true", default=False,
                      help="run the long variants of the reliability suites")

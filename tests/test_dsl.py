@@ -144,7 +144,7 @@ def test_phrase_value_without_words_is_an_error() -> None:
     assert "letters or digits" in e.expected
 
 
-@pytest.mark.parametrize("text", ['from:"0\ud800"', "tag:\udfff", "x \ud83d"])
+@pytest.mark.parametrize("text", ['from:"0\ud800"', "tag:\udfff", "x \ud83d", 'raw:"tag:\ud800"'])
 def test_a_lone_surrogate_is_an_error(text: str) -> None:
     # JSON can carry one ("\ud800"); notmuch cannot encode it.
     assert "surrogate" in err(text).expected
@@ -878,3 +878,4 @@ def test_inputs_past_the_limits_are_refused_with_where_and_why() -> None:
     assert compile_query("(" * MAX_DEPTH + "a" + ")" * MAX_DEPTH, CTX).query == '"a"'
     # The refusal of an oversized query costs nothing like its size.
     assert _profiled_calls(lambda: compile_query("a " * 51_200, CTX)) < 50
+

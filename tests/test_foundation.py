@@ -8,6 +8,7 @@ import email.policy
 import json
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -205,6 +206,44 @@ def test_write_while_another_process_holds_the_lock(indexed: MailEnv) -> None:
             writer.run(lambda txn: txn.change_tags([target.message_id], add=["busy-test"]))
         with Reader() as reader:
             assert "busy-test" in reader.find(target.message_id).tags  # type: ignore[union-attr]
+
+
+def test_a_deadline_bounds_the_wait_for_the_lock_and_a_passed_one_runs_nothing(
+        indexed: MailEnv) -> None:
+    ran: list[int] = []
+    with Writer(lock_timeout=5.0) as writer:
+        # Asked long enough ago that its time went on waiting in a queue: busy, never run.
+        with writer.deadline(time.monotonic() - 0.1):
+            with pytest.raises(DatabaseBusy):
+                writer.run(lambda txn: ran.append(1))
+        with notmuch_lock_held() as holder:
+            # The nearer deadline wins over the Writer's timeout and over an inner deadline.
+            with writer.deadline(time.monotonic() + 0.5), writer.deadline(time.monotonic() + 60):
+                with pytest.raises(DatabaseBusy) as err:
+                    writer.run(lambda txn: ran.append(2))
+            assert err.value.waited <= 0.5
+            holder.release()
+        writer.run(lambda txn: ran.append(3))
+    assert ran == [3]
+
+
+def test_the_writer_holds_committing_only_while_a_batch_has_the_database(
+        indexed: MailEnv) -> None:
+    committing = threading.Lock()
+    held_in_batch: list[bool] = []
+    with Writer(lock_timeout=30.0, committing=committing) as writer:
+        with notmuch_lock_held() as holder:
+            batch = threading.Thread(
+                target=lambda: writer.run(lambda txn: held_in_batch.append(committing.locked())))
+            batch.start()
+            time.sleep(0.3)  # let the batch reach its wait for the lock
+            # Waiting for another program's lock, the writer leaves readers alone.
+            assert committing.acquire(timeout=5)
+            committing.release()
+            holder.release()
+            batch.join(timeout=30)
+    assert held_in_batch == [True]
+    assert not committing.locked()
 
 
 def test_reader_sees_a_write_made_after_it_opened(indexed: MailEnv) -> None:

@@ -310,3 +310,36 @@ def test_ghosts_of_missing_and_deleted_messages_are_never_returned(indexed: Mail
         assert row.messages == 1 and row.oldest == row.newest
         unanswered = reads.find_unanswered_threads(mb, limit=500)
         assert {uid(never), uid(deleted)}.isdisjoint(t.last for t in unanswered.threads)
+
+
+def test_a_file_renamed_after_its_lookup_is_read_under_its_new_name(indexed: MailEnv) -> None:
+    """A write (ours, a mail client's, mbsync's) renames a file before the index learns the
+    new name: a read caught in between still finds it."""
+    from pathlib import Path
+
+    from fmail_nm.passes.changes import WriteContext
+    from fmail_nm.store.notmuch import Writer
+    from fmail_nm.tools import writes
+
+    config = indexed.config()
+    with Reader() as reader, Writer() as writer:
+        mb = reads.Mailbox(config, reader)
+        # Moved to Archive by a write that committed after the lookup.
+        looked_up = mb.find("school-trip-3@example.com")
+        assert looked_up is not None
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        assert writes.archive(ctx, [looked_up.message_id]).applied == [looked_up.message_id]
+        assert not any(Path(f).exists() for f in looked_up.filenames)
+        moved = mb.find(looked_up.message_id)
+        assert moved is not None and "/Archive/" in moved.filenames[0]
+        assert reads.read_file(mb, looked_up) == Path(moved.filenames[0]).read_bytes()
+        # Flags changed by a mail client, the index not yet told: found by its unique part.
+        other = mb.find("html-only-1@coop.example.com")
+        assert other is not None and len(other.filenames) == 1
+        old = Path(other.filenames[0])
+        renamed = old.with_name(old.name.split(":2,")[0] + ":2,FS")
+        old.rename(renamed)
+        assert reads.read_file(mb, other) == renamed.read_bytes()
+        renamed.unlink()
+        with pytest.raises(reads.ToolError, match="gone from disk"):
+            reads.read_file(mb, other)

@@ -168,6 +168,21 @@ async def test_every_tool_of_the_all_profile(shared_indexed: MailEnv) -> None:
             client, tools=ALL_READS | TRIAGE_TOOLS | MORE_WRITE_TOOLS, profile="all")
 
 
+def wait_for_port(proc: subprocess.Popen[str], port: int, timeout: float = 60) -> None:
+    """Wait until the server process listens on ``port``; fail if it exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            if proc.poll() is not None:
+                out = proc.stdout or proc.stderr
+                raise AssertionError(f"server exited: {out.read() if out else ''}") from None
+            time.sleep(0.1)
+    raise AssertionError(f"server did not listen on port {port} within {timeout}s")
+
+
 @pytest.fixture
 def http_server(shared_indexed: MailEnv) -> Iterator[tuple[str, str]]:
     port = free_port()
@@ -176,15 +191,7 @@ def http_server(shared_indexed: MailEnv) -> Iterator[tuple[str, str]]:
                              "--port", str(port)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None:
-                    raise AssertionError(f"server exited: {proc.stdout.read()}")  # type: ignore[union-attr]
-                time.sleep(0.1)
+        wait_for_port(proc, port)
         yield f"http://127.0.0.1:{port}/mcp", "test-token-123"
     finally:
         proc.terminate()

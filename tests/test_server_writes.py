@@ -126,3 +126,33 @@ async def test_read_only_server_refuses_to_write(indexed: MailEnv) -> None:
         assert result.is_error
     assert indexed.notmuch("search", "--output=files", "id:tom-hotfix@acme.test").stdout.count(
         "/work/INBOX/") == 1
+
+
+@pytest.mark.anyio
+async def test_reads_answer_while_a_write_waits_for_the_notmuch_lock(indexed: MailEnv) -> None:
+    """A write waiting for a lock another program holds does not hold up the reads behind
+    it; once the lock is free the write is made."""
+    import anyio
+
+    from .conftest import notmuch_lock_held
+
+    mid = "school-trip-3@example.com"
+    order: list[str] = []
+    async with Client(server_params(indexed)) as client:
+        await call(client, "search_emails", {"query": "in:inbox", "limit": 1})
+        with notmuch_lock_held(indexed.env) as holder:
+            async def write() -> None:
+                done = await call(client, "tag_emails", {"ids": [mid], "add": ["waited"]})
+                assert done["applied"] == [mid]
+                order.append("write")
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write)
+                await anyio.sleep(0.5)  # the write is now waiting for the lock
+                found = await call(client, "search_emails", {"query": "from:anna", "limit": 5})
+                assert found["total"] > 0
+                order.append("read")
+                holder.release()
+        assert order == ["read", "write"]
+        tagged = await call(client, "search_emails", {"query": f"tag:waited id:{mid}"})
+        assert tagged["total"] == 1

@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -31,7 +32,7 @@ from ..service import doctor, send
 from ..service.index import REINDEX_TIMEOUT, run_index
 from ..service.onboard import AddedAccount, add_account
 from ..service.status import SyncStatus, sync_status
-from ..store.notmuch import Reader, Writer
+from ..store.notmuch import WRITE_LOCK_TIMEOUT, Reader, Writer
 from ..store.sidecar import sidecar_path
 from ..tools import compose, contacts, dto, reads, writes
 from ..tools import sql as sqltools
@@ -72,9 +73,12 @@ the user, and call send_email(draft_id) after they agree. A sent message cannot 
 
 
 class MailService:
-    """Runs tool functions on one dedicated thread that owns the notmuch Reader; writes go
-    through a Writer (its own thread) and are followed by a sidecar sync and, when files moved
-    or flags changed, a push request (``on_push``: the account names to push)."""
+    """Runs read tools on one dedicated thread and write tools on another, each owning its
+    notmuch Reader (libnotmuch is not thread-safe), so a write waiting for the notmuch write
+    lock never holds up a read.  Writes go through a Writer (its own thread), one at a time,
+    each given at most the Writer's lock timeout from when it was asked, however many writes
+    are queued before it; each is followed by a sidecar sync and, when files moved or flags
+    changed, a push request (``on_push``: the account names to push)."""
 
     def __init__(self, config: Config, clock: Callable[[], Any] = utc_now, *,
                  on_push: Callable[[frozenset[str]], None] | None = None) -> None:
@@ -84,20 +88,31 @@ class MailService:
         self.sidecar_file = sidecar_path(config.data_dir)
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1,
                                                                thread_name_prefix="notmuch-read")
+        self._write_executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="notmuch-write")
         self._local = threading.local()
         self._writer: Writer | None = None
+        # Held by each read job and by the Writer while a batch of ours commits: a read never
+        # has one of our commits land under it (store.notmuch.Reader says why).
+        self._commits = threading.Lock()
 
     def _mailbox(self) -> reads.Mailbox:
         mailbox = getattr(self._local, "mailbox", None)
+        if mailbox is not None and mailbox.config is not self.config:  # an account was added
+            mailbox.reader.close()
+            mailbox = None
         if mailbox is None:
             reader = Reader(self.config.settings.notmuch_config)
             mailbox = self._local.mailbox = reads.Mailbox(self.config, reader, self.clock)
         return mailbox
 
-    def _writes(self) -> WriteContext:
+    def _the_writer(self) -> Writer:
         if self._writer is None:
-            self._writer = Writer(self.config.settings.notmuch_config)
-        return WriteContext(self.config, self._mailbox().reader, self._writer,
+            self._writer = Writer(self.config.settings.notmuch_config, committing=self._commits)
+        return self._writer
+
+    def _writes(self) -> WriteContext:
+        return WriteContext(self.config, self._mailbox().reader, self._the_writer(),
                             self.sidecar_file, after_write=self._after_write,
                             clock=self.clock, reindex=self._reindex)
 
@@ -126,10 +141,29 @@ class MailService:
             log.debug("sidecar sync running elsewhere; reading it as it is")
 
     async def _run(self, job: Callable[[], T]) -> T:
+        """``job`` on the read thread, never while a write of ours commits."""
+        def read() -> T:
+            with self._commits:
+                return job()
+        return await self._on(self._executor, read)
+
+    async def _on(self, executor: concurrent.futures.Executor, job: Callable[[], T]) -> T:
         try:
-            return await asyncio.wrap_future(self._executor.submit(job))
+            return await asyncio.wrap_future(executor.submit(job))
         except FmailError as exc:
             raise tool_error(exc) from None
+
+    async def _run_write(self, job: Callable[[], T]) -> T:
+        """``job`` on the write thread; the writes it makes wait for the notmuch write lock
+        until the Writer's lock timeout runs out, counted from now (a write queued behind
+        others that waited is answered "busy" in time, not after all of theirs)."""
+        asked = time.monotonic()
+
+        def bounded() -> T:
+            writer = self._the_writer()
+            with writer.deadline(asked + writer.lock_timeout):
+                return job()
+        return await self._on(self._write_executor, bounded)
 
     async def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """A read function, given the Mailbox."""
@@ -137,7 +171,7 @@ class MailService:
 
     async def write(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """A write function, given the WriteContext."""
-        return await self._run(lambda: fn(self._writes(), *args, **kwargs))
+        return await self._run_write(lambda: fn(self._writes(), *args, **kwargs))
 
     async def sql(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """A SQL tool on the sidecar, synced first so it answers with the latest tags."""
@@ -148,16 +182,13 @@ class MailService:
         return await self._run(job)
 
     async def add_account(self, new: NewAccount) -> AddedAccount:
-        """Add an account; later calls see it (the reader is reopened with the new config)."""
+        """Add an account; later calls see it (each thread's reader is reopened with the new
+        config, see _mailbox)."""
         def job() -> AddedAccount:
             result, self.config = add_account(self.config, new,
                                               config_path=self.config.settings.path)
-            mailbox = getattr(self._local, "mailbox", None)
-            if mailbox is not None:
-                mailbox.reader.close()
-                self._local.mailbox = None
             return result
-        return await self._run(job)
+        return await self._run_write(job)
 
     async def manage_contacts(self, sql_query: str, account_name: str | None,
                               confirm_count: int | None = None) -> sqltools.ContactsResult:
@@ -168,15 +199,16 @@ class MailService:
             if result.audit_id is not None:
                 self.refresh_sidecar(wait=True)
             return result
-        return await self._run(job)
+        return await self._run_write(job)
 
     def close(self) -> None:
         def shut() -> None:
             mailbox = getattr(self._local, "mailbox", None)
             if mailbox is not None:
                 mailbox.reader.close()
-        self._executor.submit(shut).result(timeout=30)
-        self._executor.shutdown(wait=True)
+        for executor in (self._executor, self._write_executor):
+            executor.submit(shut).result(timeout=30 + WRITE_LOCK_TIMEOUT)
+            executor.shutdown(wait=True)
         if self._writer is not None:
             self._writer.close()
 

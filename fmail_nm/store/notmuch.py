@@ -14,12 +14,13 @@ sees the latest committed state.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -195,7 +196,10 @@ def _check_thread(owner: int) -> None:
 class Reader:
     """A read-only handle that is reopened whenever the database has committed since it opened.
 
-    Use it from one thread only (libnotmuch is not thread-safe).
+    Use it from one thread only (libnotmuch is not thread-safe).  A commit landing while a
+    lazy listing (threads above all) is being walked can make libnotmuch throw Xapian's
+    DatabaseModifiedError through its C API, which aborts the process: a process that writes
+    too runs its reads outside its own commits (``Writer(committing=...)``).
     """
 
     def __init__(self, config_path: str | None = None) -> None:
@@ -571,9 +575,15 @@ class Writer:
     up on is never started later.
     """
 
-    def __init__(self, config_path: str | None = None, lock_timeout: float = WRITE_LOCK_TIMEOUT) -> None:
+    def __init__(self, config_path: str | None = None, lock_timeout: float = WRITE_LOCK_TIMEOUT,
+                 *, committing: contextlib.AbstractContextManager[object] | None = None) -> None:
+        """``committing``: held from when a batch has the database open until it has closed
+        it (committed), never while waiting for the lock; readers in this process that hold
+        it too never see one of our commits land in the middle of a read (see Reader)."""
         self.config_path = config_path
         self.lock_timeout = lock_timeout
+        self._committing = committing if committing is not None else contextlib.nullcontext()
+        self._deadlines = threading.local()
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="notmuch-writer", daemon=True)
         self._thread.start()
@@ -588,11 +598,29 @@ class Writer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @contextlib.contextmanager
+    def deadline(self, at: float) -> Iterator[None]:
+        """Batches run from this thread inside the block wait for the lock until ``at`` (a
+        ``time.monotonic()`` time) at the latest: a caller that queued before reaching the
+        Writer is answered "busy" within its own bound."""
+        outer = getattr(self._deadlines, "at", None)
+        self._deadlines.at = at if outer is None else min(at, outer)
+        try:
+            yield
+        finally:
+            self._deadlines.at = outer
+
     def run(self, fn: Callable[[WriteTxn], T], *, lock_timeout: float | None = None) -> T:
         """Run ``fn`` inside one atomic read-write session and return what it returns."""
+        wait = self.lock_timeout if lock_timeout is None else lock_timeout
+        deadline = getattr(self._deadlines, "at", None)
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:  # the time went on waiting before this call: nothing is tried
+                raise DatabaseBusy(wait)
+            wait = min(wait, left)
         job = _Job(fn=fn, opened=threading.Event(), done=threading.Event(), lock=threading.Lock())
         self._jobs.put(job)
-        wait = self.lock_timeout if lock_timeout is None else lock_timeout
         if not job.opened.wait(wait):
             with job.lock:
                 if not job.started:
@@ -632,8 +660,13 @@ class Writer:
                     return
                 job.started = True
             job.opened.set()
-            with db.atomic():
-                job.result = job.fn(WriteTxn(db))
+            with self._committing:
+                try:
+                    with db.atomic():
+                        job.result = job.fn(WriteTxn(db))
+                finally:
+                    db.close()
+                    db = None
         except BaseException as exc:  # handed to the caller's thread
             job.error = exc
         finally:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timezone
 from pathlib import Path
+from time import sleep
 from typing import Any
 
 from ..clock import iso_from_epoch, utc_now
@@ -363,12 +364,25 @@ def unread_counts(mb: Mailbox, thread_ids: Sequence[str],
     return counts
 
 
-def _read_file(m: IndexedMessage) -> bytes:
-    for name in m.filenames:
-        try:
-            return Path(name).read_bytes()
-        except OSError:
-            continue
+# A write (ours on the write thread, a mail client's, mbsync's) renames a file before it
+# commits the new name to the index: a read in between finds neither.  The file is looked for
+# by its unique part in its folder, and the message looked up again after short pauses, before
+# it is called gone.
+REREAD_PAUSES = (0.0, 0.05, 0.1, 0.2, 0.4)
+
+
+def read_file(mb: Mailbox, m: IndexedMessage) -> bytes:
+    """The bytes of one of the message's files, as the index names them now."""
+    for pause in REREAD_PAUSES:
+        if pause:
+            sleep(pause)
+            m = mb.find(m.message_id) or m
+        for name in m.filenames:
+            for path in maildir.on_disk(Path(name)):
+                try:
+                    return path.read_bytes()
+                except OSError:
+                    continue
     raise ToolError(f"the file of message {m.message_id} is gone from disk; re-index "
                     "(fmail-nm index) and try again")
 
@@ -399,7 +413,7 @@ def _body(parsed: ParsedMessage, body_format: str, max_chars: int, offset: int) 
 
 def _email_full(mb: Mailbox, m: IndexedMessage, *, max_body_chars: int, body_offset: int,
                 body_format: str) -> dto.EmailFull:
-    parsed = read_message(_read_file(m))
+    parsed = read_message(read_file(mb, m))
     folders = mb.folders_of(m)
     return dto.EmailFull(
         id=sidecar.uid_for(m.message_id), message_id=m.message_id, thread=m.thread_id,
@@ -456,7 +470,7 @@ def get_thread(mb: Mailbox, thread_id: str, include_bodies: bool = True,
     for node in nodes:
         body = None
         if include_bodies and budget > 0:
-            parsed = read_message(_read_file(node.message))
+            parsed = read_message(read_file(mb, node.message))
             body = _body(parsed, body_format, min(max_body_chars, budget), 0)
             budget -= len(body.text)
         elif include_bodies:
@@ -535,7 +549,7 @@ def _recipients(mb: Mailbox, m: IndexedMessage) -> list[str]:
 def get_attachment(mb: Mailbox, id: str, index: int, max_chars: int = 20000) -> dto.AttachmentContent:
     m = _find(mb, id)
     try:
-        content = attachment_text(_read_file(m), index, max_chars)
+        content = attachment_text(read_file(mb, m), index, max_chars)
     except LookupError as exc:
         raise ToolError(str(exc)) from None
     info = content.info
