@@ -183,6 +183,16 @@ QUERIES = st.recursive(
 )
 
 
+def _dropped(text: str) -> bool:
+    """Whether the search is dropped whole, as a bare phrase of punctuation is (Gmail ignores
+    it too): it is then neutral in AND and OR, and its negation is dropped as well, so the
+    set algebra does not apply to it."""
+    try:
+        return compile_query(f"-({text})", CTX).query == compile_query(text, CTX).query == "*"
+    except DslError:
+        return False
+
+
 def _run(db: notmuch2.Database, text: str) -> set[str] | None:
     """The ids a search finds (with the exclusions it compiles to), None for a DSL error."""
     try:
@@ -216,7 +226,7 @@ def test_generated_searches_never_escape(db: notmuch2.Database, reliability: Any
         # in:anywhere lifts the exclusions, so the algebra is over every message.
         found_a = _run(db, f"in:anywhere ({a.text})")
         found_b = _run(db, f"in:anywhere ({b.text})")
-        if found_a is None or found_b is None:
+        if found_a is None or found_b is None or _dropped(a.text) or _dropped(b.text):
             return
         assert _run(db, f"in:anywhere ({a.text}) ({b.text})") == found_a & found_b, (a, b)
         assert _run(db, f"in:anywhere (({a.text}) OR ({b.text}))") == found_a | found_b, (a, b)
