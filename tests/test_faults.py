@@ -1,0 +1,428 @@
+"""Fault injection: SIGKILL of the MCP server and of ``fmail-nm run`` at seeded random points
+(writes, moves, sidecar syncs, index runs, mbsync pushes), the disk filling up, and Dovecot
+killed mid-push -- each trial followed by recovery and the invariants of tests/invariants.py:
+every message exactly once (locally and on the server), tags and files in step, the sidecar
+clean.
+
+Every trial is seeded (``SEED`` plus its number; the seed is in every assertion message) and
+bounded.  A trial starts from a copy of one indexed template tree, so no trial pays for
+``fmail-nm init``; the IMAP trials go on from the converged state the previous one left.
+``--runslow`` runs many more trials of each suite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from . import imapbed
+from .conftest import MailEnv, make_mail_env, run_init
+from .invariants import Baseline, Tree, check_local, content_digest, disk_copies, take_baseline
+from .imapbed import free_port
+
+pytestmark = pytest.mark.reliability
+
+SEED = int(os.environ.get("FMAIL_FAULT_SEED", "1612"))
+TOKEN = "fault-test-token"
+TRIAL_BOUND = 90.0  # seconds for one trial, recovery included: longer is a hang
+CALL_BOUND = 30.0  # one MCP call to a live server
+
+
+# ---------------------------------------------------------------------------------------------
+# The tree: one indexed template, copied back before each trial
+
+
+@dataclass
+class Template:
+    """An indexed copy of the fixture mail at ``live``; :meth:`restore` puts it back as it was
+    right after ``fmail-nm init`` (same paths, so the configs stay valid)."""
+
+    live: MailEnv
+    pristine: Path
+    tree: Tree
+    baseline: Baseline
+
+    def restore(self) -> None:
+        shutil.rmtree(self.live.base)
+        shutil.copytree(self.pristine, self.live.base, symlinks=True)
+
+
+def tree_of(env: MailEnv) -> Tree:
+    from fmail_nm.app import load_config
+    config = load_config(env.fmail_config)
+    return Tree(mail_root=config.mail_root, notmuch_config=env.notmuch_config,
+                roles={role: tuple(f) for role, f in config.roles().items()})
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Template]:
+    root = tmp_path_factory.mktemp("faults")
+    env = make_mail_env(root / "tree")
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.env.items():
+            mp.setenv(key, value)
+        run_init(env)
+        shutil.copytree(env.base, root / "pristine", symlinks=True)
+        tree = tree_of(env)
+        yield Template(env, root / "pristine", tree, take_baseline(tree))
+
+
+# ---------------------------------------------------------------------------------------------
+# The processes
+
+
+def start_service(env: MailEnv, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """``fmail-nm <args> --port P`` in its own process group; returns it and its MCP URL once
+    the port answers."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fmail_nm", *args, "--port", str(port),
+                             "--tools", "all"],
+                            env={**os.environ, **env.env, "FMAIL_TOKEN": TOKEN},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc, f"http://127.0.0.1:{port}/mcp"
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                kill_group(proc)
+                raise AssertionError(f"fmail-nm {args[0]} did not start: {proc.stderr.read()}")  # type: ignore[union-attr]
+            time.sleep(0.05)
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def wait_group_gone(pgid: int, timeout: float) -> bool:
+    """Wait for the children a killed process left behind (``notmuch new``, mbsync) to end on
+    their own, as they do under a service manager that kills only the main process."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def children_named(pid: int, name: str) -> list[int]:
+    """Descendants of ``pid`` whose command is ``name`` (from /proc)."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        kids = []
+        # Each thread has its own list: the service starts children from worker threads.
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                kids += (task / "children").read_text().split()
+        for kid in map(int, kids):
+            todo.append(kid)
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{kid}/comm").read_text().strip() == name:
+                    found.append(kid)
+    return found
+
+
+@dataclass
+class Killer:
+    """SIGKILLs a service at a seeded moment: after ``delay`` seconds, or ``delay`` after an
+    ``after_child`` process (mbsync, notmuch) appears under it.  ``whole_group`` also kills
+    what the service started, as a service manager's control-group kill does."""
+
+    proc: subprocess.Popen[str]
+    delay: float
+    whole_group: bool
+    after_child: str | None = None
+    fired: threading.Event = field(default_factory=threading.Event)
+    saw_child: bool = False
+
+    def start(self) -> Killer:
+        threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def _run(self) -> None:
+        if self.after_child is not None:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                if children_named(self.proc.pid, self.after_child):
+                    self.saw_child = True
+                    break
+                time.sleep(0.005)
+        time.sleep(self.delay)
+        with contextlib.suppress(ProcessLookupError):
+            if self.whole_group:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            else:
+                os.kill(self.proc.pid, signal.SIGKILL)
+        self.fired.set()
+
+    def finish(self) -> None:
+        """Wait until the kill happened and whatever survived it has ended (bounded)."""
+        assert self.fired.wait(60), "the kill never happened"
+        self.proc.wait(timeout=30)
+        t = time.monotonic()
+        gone = wait_group_gone(self.proc.pid, 60)
+        print("GROUP", self.whole_group, f"{time.monotonic()-t:.2f}")
+        if not gone:
+            kill_group(self.proc)
+            raise AssertionError("a child of the killed service did not end within 60 s")
+
+
+# ---------------------------------------------------------------------------------------------
+# Writes through the MCP client
+
+
+WRITE_TOOLS = ("update_email_status", "set_flagged", "tag_emails", "archive", "delete_messages",
+               "move_to_junk", "restore", "move_to_folder", "undo_last_write")
+
+
+def random_write(rng: random.Random, mids: list[str]) -> tuple[str, dict[str, Any]]:
+    """One write call: a tool and its arguments, on 1-5 messages."""
+    tool = rng.choice(WRITE_TOOLS)
+    ids = rng.sample(mids, rng.randint(1, 5))
+    args: dict[str, Any] = {"ids": ids}
+    if tool == "update_email_status":
+        args["mark_as"] = rng.choice(["read", "unread"])
+    elif tool == "set_flagged":
+        args["flagged"] = rng.random() < 0.5
+    elif tool == "tag_emails":
+        args[rng.choice(["add", "remove"])] = ["fault-test"]
+    elif tool == "move_to_folder":
+        args["folder"] = rng.choice(["INBOX", "Archive", "Trash"])
+    elif tool == "undo_last_write":
+        args = {}
+    return tool, args
+
+
+@dataclass
+class Stream:
+    calls: int = 0
+    answered: int = 0
+    hangs: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+async def write_stream(url: str, rng: random.Random, mids: list[str], killer: Killer | None,
+                       *, max_calls: int = 10_000, pause: float = 0.0) -> Stream:
+    """Call write tools until the server dies (or ``max_calls``).  A call to a live server that
+    does not answer within CALL_BOUND is a hang; a call cut off by the kill is expected (the
+    client is given up half a second after the kill, instead of waiting out its retries)."""
+    stream = Stream()
+
+    def dead() -> bool:
+        return killer is not None and killer.fired.is_set()
+
+    async def calls() -> None:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
+                                      timeout=httpx2.Timeout(CALL_BOUND)) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                while stream.calls < max_calls and not dead():
+                    tool, args = random_write(rng, mids)
+                    stream.calls += 1
+                    try:
+                        with anyio.fail_after(CALL_BOUND):
+                            result = await client.call_tool(tool, args)
+                    except TimeoutError:
+                        stream.hangs += not dead()
+                        return
+                    if result.is_error:
+                        stream.errors.append(f"{tool}: {result.content}")
+                    stream.answered += 1
+                    if pause:
+                        await anyio.sleep(pause)
+
+    async def give_up_after_kill(scope: anyio.CancelScope) -> None:
+        while not dead():
+            await anyio.sleep(0.02)
+        await anyio.sleep(0.5)
+        scope.cancel()
+
+    with anyio.move_on_after(TRIAL_BOUND) as bound:
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(give_up_after_kill, tg.cancel_scope)
+                await calls()
+                tg.cancel_scope.cancel()
+        except Exception:
+            if not dead():
+                raise
+    stream.hangs += bound.cancelled_caught
+    return stream
+
+
+# ---------------------------------------------------------------------------------------------
+# Recovery and the checks
+
+
+def recover(env: MailEnv, rng: random.Random) -> str:
+    """What a user (or their next cron run) does after a crash: ``notmuch new`` with its hooks,
+    or ``fmail-nm index``; both must succeed."""
+    if rng.random() < 0.5:
+        done = env.notmuch("new", check=False)
+        how = "notmuch new"
+    else:
+        done = env.fmail("index", "--quiet", check=False)
+        how = "fmail-nm index"
+    assert done.returncode == 0, f"{how} failed after the fault: {done.stdout}{done.stderr}"
+    return how
+
+
+def sidecar_problems(env: MailEnv) -> list[str]:
+    check = env.fmail("sidecar", "check", check=False)
+    if check.returncode == 0 and check.stdout.strip().endswith("sidecar matches notmuch"):
+        return []
+    return [f"sidecar check: {check.stdout}{check.stderr}"]
+
+
+def assert_whole(env: MailEnv, tree: Tree, baseline: Baseline, where: str) -> int:
+    """Every local invariant and a clean sidecar; returns the copies lost (0, or it fails)."""
+    problems = check_local(tree, baseline) + sidecar_problems(env)
+    lost = baseline.lost(disk_copies(tree.mail_root)[0])
+    assert not problems, f"{where}:\n" + "\n".join(problems)
+    return lost
+
+
+# ---------------------------------------------------------------------------------------------
+# SIGKILL of the MCP server during writes, moves and the sidecar syncs after them
+
+
+@pytest.mark.anyio
+async def test_sigkill_server_during_writes(template: Template, reliability: Any,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in template.live.env.items():
+        monkeypatch.setenv(key, value)
+    trials = reliability.trials(16, 160)
+    mids = sorted(template.baseline.message_ids)
+    faults = hangs = lost = 0
+    for trial in range(trials):
+        seed = SEED * 1000 + trial
+        rng = random.Random(seed)
+        t0 = time.monotonic()
+        template.restore()
+        proc, url = start_service(template.live, "serve", "--transport", "http", "--no-push")
+        killer = Killer(proc, rng.uniform(0.05, 1.2), whole_group=rng.random() < 0.5).start()
+        try:
+            stream = await write_stream(url, rng, mids, killer)
+        finally:
+            killer.finish()
+        hangs += stream.hangs
+        assert stream.hangs == 0, f"seed {seed}: a write did not answer within {CALL_BOUND} s"
+        faults += 1
+        t1 = time.monotonic()
+        how = recover(template.live, rng)
+        lost += assert_whole(template.live, template.tree, template.baseline,
+                             f"seed {seed}: after {stream.answered} writes, SIGKILL at "
+                             f"{killer.delay:.3f} s, {how}")
+        print("TRIAL", seed, stream.calls, f"{t1-t0:.2f} {time.monotonic()-t1:.2f}")
+    reliability.record("SIGKILL server during writes", trials=trials, faults=faults, lost=lost,
+                       hangs=hangs)
+    assert lost == 0 and hangs == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# SIGKILL of `fmail-nm run` while it indexes new mail (notmuch new, tagging, sidecar sync)
+
+
+def arrival(n: int, seed: int) -> bytes:
+    return (f"From: Arrival {n} <arrival{n}@example.net>\nTo: Alex Morgan <alex@example.org>\n"
+            f"Subject: arrived {seed} {n}\nDate: Wed, 02 Dec 2026 10:{n % 60:02d}:00 +0000\n"
+            f"Message-ID: <arrival-{seed}-{n}@example.net>\n\nmessage {n} of trial {seed}\n"
+            ).encode()
+
+
+def deliver(mail_root: Path, folder: str, name: str, data: bytes) -> bool:
+    """Maildir delivery (tmp/, then a rename into new/); False when the disk refused it."""
+    staged = mail_root / folder / "tmp" / name
+    try:
+        staged.write_bytes(data)
+        staged.rename(mail_root / folder / "new" / name)
+    except OSError:
+        staged.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def with_arrivals(baseline: Baseline, arrived: dict[str, bytes]) -> Baseline:
+    """The baseline plus delivered messages (account directory -> bytes... keyed by file)."""
+    copies = Counter(baseline.copies)
+    names = dict(baseline.names)
+    ids = set(baseline.message_ids)
+    for where, data in arrived.items():
+        digest = content_digest(data)
+        copies[(where.split("/")[0], digest)] += 1
+        mid = data.split(b"Message-ID: <")[1].split(b">")[0].decode()
+        names[digest] = mid
+        ids.add(mid)
+    return Baseline(copies=copies, message_ids=frozenset(ids), names=names)
+
+
+@pytest.mark.anyio
+async def test_sigkill_run_during_index(template: Template, reliability: Any,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in template.live.env.items():
+        monkeypatch.setenv(key, value)
+    trials = reliability.trials(12, 120)
+    mids = sorted(template.baseline.message_ids)
+    faults = hangs = lost = 0
+    for trial in range(trials):
+        seed = SEED * 1000 + 500 + trial
+        rng = random.Random(seed)
+        t0 = time.monotonic()
+        template.restore()
+        proc, url = start_service(template.live, "run", "--no-push")
+        arrived: dict[str, bytes] = {}
+        for n in range(rng.randint(5, 80)):
+            folder = rng.choice(["personal/INBOX", "work/INBOX", "personal/Archive"])
+            data = arrival(n, seed)
+            assert deliver(template.live.mail_root, folder, f"17964{seed}.{n}_1.host", data)
+            arrived[f"{folder}/{n}"] = data
+        # Kill while the watcher's index run (notmuch new, the hook's pass, the sidecar) goes
+        # on: a moment after notmuch starts, or at a random time while writes go on (their
+        # file events keep the watcher waiting for a quiet second, up to ten).
+        writing = rng.random() < 0.4
+        after = None if writing else "notmuch"
+        killer = Killer(proc, rng.uniform(0.0, 2.5 if writing else 0.8),
+                        whole_group=rng.random() < 0.5, after_child=after).start()
+        try:
+            if writing:
+                stream = await write_stream(url, rng, mids, killer, pause=0.05)
+                hangs += stream.hangs
+                assert stream.hangs == 0, f"seed {seed}: a write did not answer"
+        finally:
+            killer.finish()
+        faults += 1
+        t1 = time.monotonic()
+        how = recover(template.live, rng)
+        expected = with_arrivals(template.baseline, arrived)
+        lost += assert_whole(template.live, template.tree, expected,
+                             f"seed {seed}: {len(arrived)} arrivals, SIGKILL "
+                             f"{killer.delay:.3f} s after {after or 'start'}, {how}")
+        print("TRIAL", seed, killer.saw_child, f"{t1-t0:.2f} {time.monotonic()-t1:.2f}")
+    reliability.record("SIGKILL run during index", trials=trials, faults=faults, lost=lost,
+                       hangs=hangs)
+    assert lost == 0 and hangs == 0
