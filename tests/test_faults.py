@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -36,7 +37,16 @@ from mcp.client.streamable_http import streamable_http_client
 
 from . import imapbed
 from .conftest import MailEnv, make_mail_env, run_init
-from .invariants import Baseline, Tree, check_local, content_digest, disk_copies, take_baseline
+from .invariants import (
+    Baseline,
+    Tree,
+    check_local,
+    content_digest,
+    disk_copies,
+    server_problems,
+    take_baseline,
+)
+from .syncbed import ACCOUNT, FLAGGED, SEEN, SyncBed, require_tools
 from .imapbed import free_port
 
 pytestmark = pytest.mark.reliability
@@ -426,3 +436,193 @@ async def test_sigkill_run_during_index(template: Template, reliability: Any,
     reliability.record("SIGKILL run during index", trials=trials, faults=faults, lost=lost,
                        hangs=hangs)
     assert lost == 0 and hangs == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The IMAP trials: Dovecot and mbsync on loopback (tests/syncbed.py); each trial goes on from
+# the converged state the one before left, so the expected state is the seeded messages.
+
+
+SEEDED_ON_SERVER = 30
+PULL_EVERY_MINUTES = 0.02  # `fmail-nm run` pulls (both ways) every 1.2 s in these trials
+MBSYNC_NOTICE = re.compile(r"^\S+ notice: ")
+
+
+@dataclass
+class ImapTrials:
+    bed: SyncBed
+    tree: Tree
+    baseline: Baseline
+    mids: list[str]
+
+
+@pytest.fixture
+def imap_trials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ImapTrials]:
+    require_tools()
+    bed = SyncBed(tmp_path)
+    for key, value in bed.env.items():
+        monkeypatch.setenv(key, value)
+    bed.start()
+    try:
+        toml = bed.mail_env.fmail_config
+        toml.write_text(toml.read_text().replace(
+            "[mbsync]\n", f"[mbsync]\npull_interval_minutes = {PULL_EVERY_MINUTES}\n"))
+        rng = random.Random(SEED)
+        for n in range(1, SEEDED_ON_SERVER + 1):
+            folder = rng.choice(["INBOX"] * 4 + ["Archive", "Trash", "Junk"])
+            flags = [f for f in (SEEN, FLAGGED) if rng.random() < 0.4]
+            bed.seed(n, folder=folder, flags=flags)
+        bed.init()
+        report = bed.sync()
+        assert report.ok, report.errors()
+        tree = tree_of(bed.mail_env)
+        mids = [bed.mid(n) for n in range(1, SEEDED_ON_SERVER + 1)]
+        yield ImapTrials(bed, tree, take_baseline(tree), mids)
+    finally:
+        bed.close()
+
+
+def server_snapshot(bed: SyncBed) -> dict[str, list[tuple[str, frozenset[str]]]]:
+    found: dict[str, list[tuple[str, frozenset[str]]]] = {}
+    for folder, messages in bed.server_state().items():
+        for msg in messages:
+            found.setdefault(msg.message_id.strip("<>"), []).append((folder, msg.flags))
+    return found
+
+
+def converge(t: ImapTrials, where: str) -> int:
+    """The next sync after a fault: it must succeed, leave nothing for another mbsync run to
+    do or say, and leave both sides whole and agreeing.  Returns the copies lost (0)."""
+    report = t.bed.sync()
+    assert report.ok, f"{where}: the next sync failed: {report.errors()}"
+    before = server_snapshot(t.bed)
+    again = imapbed.run_mbsync(t.bed.mbsync_config, ACCOUNT, check=False)
+    said = [line for line in (again.stdout + again.stderr).splitlines()
+            if not MBSYNC_NOTICE.match(line)]
+    assert again.returncode == 0 and not said, f"{where}: mbsync not settled: {again}"
+    after = server_snapshot(t.bed)
+    assert after == before, f"{where}: a second mbsync run still changed the server"
+    lost = assert_whole(t.bed.mail_env, t.tree, t.baseline, where)
+    problems = server_problems(after, t.mids, t.tree, ACCOUNT)
+    assert not problems, f"{where}: on the server:\n" + "\n".join(problems)
+    return lost
+
+
+@pytest.mark.anyio
+@pytest.mark.imap
+async def test_sigkill_server_and_run_during_mbsync_push(imap_trials: ImapTrials,
+                                                         reliability: Any) -> None:
+    t = imap_trials
+    trials = reliability.trials(10, 100)
+    faults = hangs = lost = during_mbsync = 0
+    for trial in range(trials):
+        seed = SEED * 1000 + 700 + trial
+        rng = random.Random(seed)
+        service = rng.choice(["serve", "run"])
+        args = ["serve", "--transport", "http"] if service == "serve" else ["run"]
+        proc, url = start_service(t.bed.mail_env, *args)
+        # Kill a moment after mbsync starts (the push after the writes; for run also its
+        # scheduled syncs), or at a random point among the writes.
+        at_mbsync = rng.random() < 0.6
+        killer = Killer(proc, rng.uniform(0.0, 0.3) if at_mbsync else rng.uniform(0.05, 1.5),
+                        whole_group=rng.random() < 0.5,
+                        after_child="mbsync" if at_mbsync else None).start()
+        try:
+            stream = await write_stream(url, rng, t.mids, killer,
+                                        max_calls=rng.randint(1, 6) if at_mbsync else 10_000)
+        finally:
+            killer.finish()
+        hangs += stream.hangs
+        assert stream.hangs == 0, f"seed {seed}: a write did not answer within {CALL_BOUND} s"
+        faults += 1
+        during_mbsync += killer.saw_child
+        how = recover(t.bed.mail_env, rng)
+        lost += converge(t, f"seed {seed}: {service}, {stream.answered} writes, SIGKILL "
+                            f"{killer.delay:.3f} s after {'mbsync' if at_mbsync else 'start'}"
+                            f" (seen: {killer.saw_child}), {how}")
+    reliability.record("SIGKILL server/run during mbsync push", trials=trials, faults=faults,
+                       lost=lost, hangs=hangs, during_mbsync=during_mbsync)
+    assert lost == 0 and hangs == 0
+    assert during_mbsync, "no kill landed while mbsync ran: the trials missed the push"
+
+
+# ---------------------------------------------------------------------------------------------
+# Dovecot killed in the middle of a push
+
+
+def local_writes(t: ImapTrials, rng: random.Random) -> int:
+    """A seeded batch of moves and flag changes, made in-process: what the next push carries."""
+    from fmail_nm.passes.changes import WriteContext
+    from fmail_nm.store import sidecar
+    from fmail_nm.tools import writes
+
+    config = t.bed.reload()
+    done = 0
+    with t.bed.reader() as reader, t.bed.writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        for _ in range(rng.randint(2, 5)):
+            ids = rng.sample(t.mids, rng.randint(3, 12))
+            action = rng.choice(["delete", "archive", "junk", "restore", "read", "unread", "flag"])
+            if action in ("read", "unread"):
+                result = writes.set_read(ctx, ids, action == "read")
+            elif action == "flag":
+                result = writes.set_flagged(ctx, ids, rng.random() < 0.5)
+            else:
+                fn = {"delete": writes.delete_messages, "archive": writes.archive,
+                      "junk": writes.move_to_junk, "restore": writes.restore}[action]
+                result = fn(ctx, ids)
+            done += len(result.applied or [])
+    return done
+
+
+def kill_dovecot(server: imapbed.ImapServer) -> None:
+    """SIGKILL Dovecot's master and every process it started (its own process group)."""
+    proc = server._proc  # the bed starts Dovecot in a session of its own
+    assert proc is not None
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+@pytest.mark.imap
+def test_imap_server_killed_mid_push(imap_trials: ImapTrials, reliability: Any) -> None:
+    t = imap_trials
+    trials = reliability.trials(8, 80)
+    faults = lost = hangs = failed_pushes = 0
+    for trial in range(trials):
+        seed = SEED * 1000 + 900 + trial
+        rng = random.Random(seed)
+        changed = local_writes(t, rng)
+        push = subprocess.Popen([sys.executable, "-m", "fmail_nm", "sync", "--push"],
+                                env={**os.environ, **t.bed.env}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while not children_named(push.pid, "mbsync") and push.poll() is None:
+            assert time.monotonic() < deadline, f"seed {seed}: mbsync never started"
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0.0, 0.08))
+        kill_dovecot(t.bed.server)
+        faults += 1
+        try:
+            out, err = push.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            hangs += 1
+            kill_group(push)  # type: ignore[arg-type]
+            raise AssertionError(f"seed {seed}: the push hung after Dovecot died") from None
+        where = f"seed {seed}: {changed} changes, Dovecot killed mid-push"
+        if push.returncode != 0:
+            failed_pushes += 1
+            assert "Traceback" not in err and "mbsync" in err and "push" in err, (
+                f"{where}: the failed push says: {err!r}")
+        # Nothing lost here while the server is down ...
+        problems = check_local(t.tree, t.baseline)
+        assert not problems, f"{where}, before the restart:\n" + "\n".join(problems)
+        # ... and once it is back, the next push (then a full sync) converges.
+        t.bed.server.start()
+        again = t.bed.mail_env.fmail("sync", "--push", check=False)
+        assert again.returncode == 0, f"{where}: the push after the restart: {again.stderr}"
+        lost += converge(t, where)
+    reliability.record("IMAP killed mid-push", trials=trials, faults=faults, lost=lost,
+                       hangs=hangs, failed_pushes=failed_pushes)
+    assert lost == 0 and hangs == 0
+    assert failed_pushes, "no push was cut off: the kills all came too late"
