@@ -139,29 +139,52 @@ def wait_group_gone(pgid: int, timeout: float) -> bool:
     return False
 
 
-def children_named(pid: int, name: str) -> list[int]:
-    """Descendants of ``pid`` whose command is ``name`` (from /proc)."""
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc), whatever session it runs in."""
     found, todo = [], [pid]
     while todo:
         parent = todo.pop()
-        kids = []
         # Each thread has its own list: the service starts children from worker threads.
         for task in Path(f"/proc/{parent}/task").glob("*"):
             with contextlib.suppress(OSError):
-                kids += (task / "children").read_text().split()
-        for kid in map(int, kids):
-            todo.append(kid)
-            with contextlib.suppress(OSError):
-                if Path(f"/proc/{kid}/comm").read_text().strip() == name:
-                    found.append(kid)
+                kids = [int(k) for k in (task / "children").read_text().split()]
+                found += kids
+                todo += kids
     return found
+
+
+def children_named(pid: int, name: str) -> list[int]:
+    """Descendants of ``pid`` whose command is ``name``."""
+    named = []
+    for kid in descendants(pid):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{kid}/comm").read_text().strip() == name:
+                named.append(kid)
+    return named
+
+
+def wait_gone(pids: list[int], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(Path(f"/proc/{pid}").exists() and not _zombie(pid) for pid in pids):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 @dataclass
 class Killer:
     """SIGKILLs a service at a seeded moment: after ``delay`` seconds, or ``delay`` after an
     ``after_child`` process (mbsync, notmuch) appears under it.  ``whole_group`` also kills
-    what the service started, as a service manager's control-group kill does."""
+    what the service started, as a service manager's control-group kill does; otherwise its
+    children (mbsync runs in a session of its own) finish on their own first."""
 
     proc: subprocess.Popen[str]
     delay: float
@@ -169,6 +192,7 @@ class Killer:
     after_child: str | None = None
     fired: threading.Event = field(default_factory=threading.Event)
     saw_child: bool = False
+    orphans: list[int] = field(default_factory=list)
 
     def start(self) -> Killer:
         threading.Thread(target=self._run, daemon=True).start()
@@ -183,9 +207,14 @@ class Killer:
                     break
                 time.sleep(0.005)
         time.sleep(self.delay)
+        # mbsync runs in a session of its own: remember it, to wait for it after the kill.
+        self.orphans = descendants(self.proc.pid)
         with contextlib.suppress(ProcessLookupError):
-            if self.whole_group:
+            if self.whole_group:  # as systemd kills a unit's control group: all of it
                 os.killpg(self.proc.pid, signal.SIGKILL)
+                for pid in self.orphans:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
             else:
                 os.kill(self.proc.pid, signal.SIGKILL)
         self.fired.set()
@@ -194,7 +223,7 @@ class Killer:
         """Wait until the kill happened and whatever survived it has ended (bounded)."""
         assert self.fired.wait(60), "the kill never happened"
         self.proc.wait(timeout=30)
-        gone = wait_group_gone(self.proc.pid, 60)
+        gone = wait_group_gone(self.proc.pid, 60) and wait_gone(self.orphans, 60)
         if not gone:
             kill_group(self.proc)
             raise AssertionError("a child of the killed service did not end within 60 s")
@@ -324,7 +353,7 @@ async def test_sigkill_server_during_writes(template: Template, reliability: Any
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in template.live.env.items():
         monkeypatch.setenv(key, value)
-    trials = reliability.trials(16, 160)
+    trials = reliability.trials(14, 140)
     mids = sorted(template.baseline.message_ids)
     faults = hangs = lost = 0
     for trial in range(trials):
@@ -392,7 +421,7 @@ async def test_sigkill_run_during_index(template: Template, reliability: Any,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in template.live.env.items():
         monkeypatch.setenv(key, value)
-    trials = reliability.trials(12, 120)
+    trials = reliability.trials(10, 100)
     mids = sorted(template.baseline.message_ids)
     faults = hangs = lost = 0
     for trial in range(trials):
