@@ -46,7 +46,7 @@ from .invariants import (
     server_problems,
     take_baseline,
 )
-from .syncbed import ACCOUNT, FLAGGED, SEEN, SyncBed, require_tools
+from .syncbed import ACCOUNT, FLAGGED, SEEN, SyncBed, sync_bed  # noqa: F401  (a fixture)
 from .imapbed import free_port
 
 
@@ -54,6 +54,13 @@ SEED = int(os.environ.get("FMAIL_FAULT_SEED", "1612"))
 TOKEN = "fault-test-token"
 TRIAL_BOUND = 90.0  # seconds for one trial, recovery included: longer is a hang
 CALL_BOUND = 30.0  # one MCP call to a live server
+
+
+def seeded(offset: int, trials: int) -> Iterator[tuple[int, random.Random]]:
+    """Each trial's seed (for the assertion messages) and its random source."""
+    for trial in range(trials):
+        seed = SEED * 1000 + offset + trial
+        yield seed, random.Random(seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,6 +100,14 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Template]:
         shutil.copytree(env.base, root / "pristine", symlinks=True)
         tree = tree_of(env)
         yield Template(env, root / "pristine", tree, take_baseline(tree))
+
+
+@pytest.fixture
+def live(template: Template, monkeypatch: pytest.MonkeyPatch) -> Template:
+    """The template with its env in this process too (for the in-process checks)."""
+    for key, value in template.live.env.items():
+        monkeypatch.setenv(key, value)
+    return template
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,18 +364,13 @@ def assert_whole(env: MailEnv, tree: Tree, baseline: Baseline, where: str) -> in
 
 @pytest.mark.reliability
 @pytest.mark.anyio
-async def test_sigkill_server_during_writes(template: Template, reliability: Any,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in template.live.env.items():
-        monkeypatch.setenv(key, value)
+async def test_sigkill_server_during_writes(live: Template, reliability: Any) -> None:
     trials = reliability.trials(14, 140)
-    mids = sorted(template.baseline.message_ids)
+    mids = sorted(live.baseline.message_ids)
     faults = hangs = lost = 0
-    for trial in range(trials):
-        seed = SEED * 1000 + trial
-        rng = random.Random(seed)
-        template.restore()
-        proc, url = start_service(template.live, "serve", "--transport", "http", "--no-push")
+    for seed, rng in seeded(0, trials):
+        live.restore()
+        proc, url = start_service(live.live, "serve", "--transport", "http", "--no-push")
         killer = Killer(proc, rng.uniform(0.05, 1.2), whole_group=rng.random() < 0.5).start()
         try:
             stream = await write_stream(url, rng, mids, killer)
@@ -369,8 +379,8 @@ async def test_sigkill_server_during_writes(template: Template, reliability: Any
         hangs += stream.hangs
         assert stream.hangs == 0, f"seed {seed}: a write did not answer within {CALL_BOUND} s"
         faults += 1
-        how = recover(template.live, rng)
-        lost += assert_whole(template.live, template.tree, template.baseline,
+        how = recover(live.live, rng)
+        lost += assert_whole(live.live, live.tree, live.baseline,
                              f"seed {seed}: after {stream.answered} writes, SIGKILL at "
                              f"{killer.delay:.3f} s, {how}")
     reliability.record("SIGKILL server during writes", trials=trials, faults=faults, lost=lost,
@@ -417,23 +427,18 @@ def with_arrivals(baseline: Baseline, arrived: dict[str, bytes]) -> Baseline:
 
 @pytest.mark.reliability
 @pytest.mark.anyio
-async def test_sigkill_run_during_index(template: Template, reliability: Any,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in template.live.env.items():
-        monkeypatch.setenv(key, value)
+async def test_sigkill_run_during_index(live: Template, reliability: Any) -> None:
     trials = reliability.trials(10, 100)
-    mids = sorted(template.baseline.message_ids)
+    mids = sorted(live.baseline.message_ids)
     faults = hangs = lost = 0
-    for trial in range(trials):
-        seed = SEED * 1000 + 500 + trial
-        rng = random.Random(seed)
-        template.restore()
-        proc, url = start_service(template.live, "run", "--no-push")
+    for seed, rng in seeded(500, trials):
+        live.restore()
+        proc, url = start_service(live.live, "run", "--no-push")
         arrived: dict[str, bytes] = {}
         for n in range(rng.randint(5, 80)):
             folder = rng.choice(["personal/INBOX", "work/INBOX", "personal/Archive"])
             data = arrival(n, seed)
-            assert deliver(template.live.mail_root, folder, f"17964{seed}.{n}_1.host", data)
+            assert deliver(live.live.mail_root, folder, f"17964{seed}.{n}_1.host", data)
             arrived[f"{folder}/{n}"] = data
         # Kill while the watcher's index run (notmuch new, the hook's pass, the sidecar) goes
         # on: a moment after notmuch starts, or at a random time while writes go on (their
@@ -450,9 +455,9 @@ async def test_sigkill_run_during_index(template: Template, reliability: Any,
         finally:
             killer.finish()
         faults += 1
-        how = recover(template.live, rng)
-        expected = with_arrivals(template.baseline, arrived)
-        lost += assert_whole(template.live, template.tree, expected,
+        how = recover(live.live, rng)
+        expected = with_arrivals(live.baseline, arrived)
+        lost += assert_whole(live.live, live.tree, expected,
                              f"seed {seed}: {len(arrived)} arrivals, SIGKILL "
                              f"{killer.delay:.3f} s after {after or 'start'}, {how}")
     reliability.record("SIGKILL run during index", trials=trials, faults=faults, lost=lost,
@@ -479,29 +484,22 @@ class ImapTrials:
 
 
 @pytest.fixture
-def imap_trials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ImapTrials]:
-    require_tools()
-    bed = SyncBed(tmp_path)
-    for key, value in bed.env.items():
-        monkeypatch.setenv(key, value)
-    bed.start()
-    try:
-        toml = bed.mail_env.fmail_config
-        toml.write_text(toml.read_text().replace(
-            "[mbsync]\n", f"[mbsync]\npull_interval_minutes = {PULL_EVERY_MINUTES}\n"))
-        rng = random.Random(SEED)
-        for n in range(1, SEEDED_ON_SERVER + 1):
-            folder = rng.choice(["INBOX"] * 4 + ["Archive", "Trash", "Junk"])
-            flags = [f for f in (SEEN, FLAGGED) if rng.random() < 0.4]
-            bed.seed(n, folder=folder, flags=flags)
-        bed.init()
-        report = bed.sync()
-        assert report.ok, report.errors()
-        tree = tree_of(bed.mail_env)
-        mids = [bed.mid(n) for n in range(1, SEEDED_ON_SERVER + 1)]
-        yield ImapTrials(bed, tree, take_baseline(tree), mids)
-    finally:
-        bed.close()
+def imap_trials(sync_bed: SyncBed) -> ImapTrials:
+    bed = sync_bed
+    toml = bed.mail_env.fmail_config
+    toml.write_text(toml.read_text().replace(
+        "[mbsync]\n", f"[mbsync]\npull_interval_minutes = {PULL_EVERY_MINUTES}\n"))
+    rng = random.Random(SEED)
+    for n in range(1, SEEDED_ON_SERVER + 1):
+        folder = rng.choice(["INBOX"] * 4 + ["Archive", "Trash", "Junk"])
+        flags = [f for f in (SEEN, FLAGGED) if rng.random() < 0.4]
+        bed.seed(n, folder=folder, flags=flags)
+    bed.init()
+    report = bed.sync()
+    assert report.ok, report.errors()
+    tree = tree_of(bed.mail_env)
+    mids = [bed.mid(n) for n in range(1, SEEDED_ON_SERVER + 1)]
+    return ImapTrials(bed, tree, take_baseline(tree), mids)
 
 
 def server_snapshot(bed: SyncBed) -> dict[str, list[tuple[str, frozenset[str]]]]:
@@ -538,9 +536,7 @@ async def test_sigkill_server_and_run_during_mbsync_push(imap_trials: ImapTrials
     t = imap_trials
     trials = reliability.trials(10, 100)
     faults = hangs = lost = during_mbsync = 0
-    for trial in range(trials):
-        seed = SEED * 1000 + 700 + trial
-        rng = random.Random(seed)
+    for seed, rng in seeded(700, trials):
         service = rng.choice(["serve", "run"])
         args = ["serve", "--transport", "http"] if service == "serve" else ["run"]
         proc, url = start_service(t.bed.mail_env, *args)
@@ -613,9 +609,7 @@ def test_imap_server_killed_mid_push(imap_trials: ImapTrials, reliability: Any) 
     t = imap_trials
     trials = reliability.trials(8, 80)
     faults = lost = hangs = failed_pushes = 0
-    for trial in range(trials):
-        seed = SEED * 1000 + 900 + trial
-        rng = random.Random(seed)
+    for seed, rng in seeded(900, trials):
         changed = local_writes(t, rng)
         push = subprocess.Popen([sys.executable, "-m", "fmail_nm", "sync", "--push"],
                                 env={**os.environ, **t.bed.env}, stdout=subprocess.PIPE,
@@ -631,7 +625,7 @@ def test_imap_server_killed_mid_push(imap_trials: ImapTrials, reliability: Any) 
             out, err = push.communicate(timeout=120)
         except subprocess.TimeoutExpired:
             hangs += 1
-            kill_group(push)  # type: ignore[arg-type]
+            kill_group(push)
             raise AssertionError(f"seed {seed}: the push hung after Dovecot died") from None
         where = f"seed {seed}: {changed} changes, Dovecot killed mid-push"
         if push.returncode != 0:
@@ -734,9 +728,7 @@ async def test_disk_full_during_writes_and_indexing(small_disk: Path, tmp_path: 
     mids = sorted(baseline.message_ids)
     trials = reliability.trials(8, 80)
     faults = lost = hangs = refused = 0
-    for trial in range(trials):
-        seed = SEED * 1000 + 300 + trial
-        rng = random.Random(seed)
+    for seed, rng in seeded(300, trials):
         shutil.rmtree(env.base)
         shutil.copytree(pristine, env.base, symlinks=True)
         proc, url = start_service(env, "serve", "--transport", "http", "--no-push")
