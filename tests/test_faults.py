@@ -13,6 +13,7 @@ bounded.  A trial starts from a copy of one indexed template tree, so no trial p
 from __future__ import annotations
 
 import contextlib
+import imaplib
 import os
 import random
 import re
@@ -594,6 +595,20 @@ def local_writes(t: ImapTrials, rng: random.Random) -> int:
     return done
 
 
+def wait_serving(bed: SyncBed, where: str) -> None:
+    """Wait until the restarted Dovecot serves every folder again, not just its greeting: after
+    a SIGKILL it may first have to recover its own indexes and locks (that is Dovecot's part;
+    the push after it is ours)."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            bed.server_state()
+            return
+        except (OSError, imaplib.IMAP4.error, imapbed.ImapBedError) as exc:
+            assert time.monotonic() < deadline, f"{where}: Dovecot never came back: {exc}"
+            time.sleep(0.5)
+
+
 def kill_dovecot(server: imapbed.ImapServer) -> None:
     """SIGKILL Dovecot's master and every process it started (its own process group)."""
     proc = server._proc  # the bed starts Dovecot in a session of its own
@@ -637,6 +652,7 @@ def test_imap_server_killed_mid_push(imap_trials: ImapTrials, reliability: Any) 
         assert not problems, f"{where}, before the restart:\n" + "\n".join(problems)
         # ... and once it is back, the next push (then a full sync) converges.
         t.bed.server.start()
+        wait_serving(t.bed, where)
         again = t.bed.mail_env.fmail("sync", "--push", check=False)
         assert again.returncode == 0, f"{where}: the push after the restart: {again.stderr}"
         lost += converge(t, where)
