@@ -55,6 +55,9 @@ SEED = int(os.environ.get("FMAIL_FAULT_SEED", "1612"))
 TOKEN = "fault-test-token"
 TRIAL_BOUND = 90.0  # seconds for one trial, recovery included: longer is a hang
 CALL_BOUND = 30.0  # one MCP call to a live server
+# pytest-timeout gives every test 300 s (pyproject.toml); the --runslow variants run ten times
+# the trials, each bounded on its own.  (Marks are fixed at import, hence sys.argv.)
+SUITE_BOUND = pytest.mark.timeout(6 * 3600 if "--runslow" in sys.argv else 300)
 
 
 def seeded(offset: int, trials: int) -> Iterator[tuple[int, random.Random]]:
@@ -364,6 +367,7 @@ def assert_whole(env: MailEnv, tree: Tree, baseline: Baseline, where: str) -> in
 
 
 @pytest.mark.reliability
+@SUITE_BOUND
 @pytest.mark.anyio
 async def test_sigkill_server_during_writes(live: Template, reliability: Any) -> None:
     trials = reliability.trials(14, 140)
@@ -427,6 +431,7 @@ def with_arrivals(baseline: Baseline, arrived: dict[str, bytes]) -> Baseline:
 
 
 @pytest.mark.reliability
+@SUITE_BOUND
 @pytest.mark.anyio
 async def test_sigkill_run_during_index(live: Template, reliability: Any) -> None:
     trials = reliability.trials(10, 100)
@@ -530,6 +535,7 @@ def converge(t: ImapTrials, where: str) -> int:
 
 
 @pytest.mark.reliability
+@SUITE_BOUND
 @pytest.mark.anyio
 @pytest.mark.imap
 async def test_sigkill_server_and_run_during_mbsync_push(imap_trials: ImapTrials,
@@ -619,6 +625,7 @@ def kill_dovecot(server: imapbed.ImapServer) -> None:
 
 
 @pytest.mark.reliability
+@SUITE_BOUND
 @pytest.mark.imap
 def test_imap_server_killed_mid_push(imap_trials: ImapTrials, reliability: Any) -> None:
     t = imap_trials
@@ -729,6 +736,7 @@ def clear_failure(done: subprocess.CompletedProcess[str]) -> str | None:
 
 
 @pytest.mark.reliability
+@SUITE_BOUND
 @pytest.mark.anyio
 async def test_disk_full_during_writes_and_indexing(small_disk: Path, tmp_path: Path,
                                                     reliability: Any,
