@@ -324,7 +324,8 @@ class Mirror:
                  on_batch: Callable[[int], None] | None = None,
                  new_since: int | None = None,
                  on_progress: ProgressCallback | None = None,
-                 on_marked: Callable[[list[tuple[str, str | None]]], None] | None = None) -> None:
+                 on_marked: Callable[[list[tuple[str, str | None]]], None] | None = None,
+                 on_moved: Callable[[list[str]], None] | None = None) -> None:
         self.config = config
         self.reader = reader
         self.conn = conn
@@ -334,6 +335,10 @@ class Mirror:
         # tagging, so the tagging pass can start on them while the mirror goes on.
         self.on_marked = on_marked
         self._marked: list[tuple[str, str | None]] = []
+        # Called after each committed batch with the messages the mirror knew whose files are
+        # in other folders now, so their place tags can follow (passes.tagging.settle_places).
+        self.on_moved = on_moved
+        self._moved: list[str] = []
         self.layout = Layout(config)
         self.me = frozenset(config.addresses)
         # Which messages new to the mirror are new mail, to be tagged (passes.tagging): in an
@@ -413,12 +418,14 @@ class Mirror:
                     dirty_before = sidecar.get_state(self.conn, "stats_dirty") is not None
                     sidecar.set_state(self.conn, "stats_dirty", "1")
                     self._marked_dirty = not dirty_before
-                self._marked = []
+                self._marked, self._moved = [], []
                 self._apply_batch(chunk, loaded, report)
                 window.after = chunk[-1]
                 sidecar.set_state(self.conn, "window", window.dump())
             if self.on_marked is not None and self._marked:
                 self.on_marked(self._marked)
+            if self.on_moved is not None and self._moved:
+                self.on_moved(self._moved)
             if self.on_batch is not None:
                 self.on_batch(len(chunk))
             done += len(chunk)
@@ -452,6 +459,8 @@ class Mirror:
             elif files != set(message.filenames):
                 parsed = self._parse(message, parsed)
                 report.parsed += 1
+                if self._folders(files) != self._folders(message.filenames):
+                    self._moved.append(mid)
             row = build_row(message, parsed, self.layout, self.me)
             if mid not in known and (self._recent is None or mid in self._recent):
                 row["needs_tagging"] = 1
@@ -461,6 +470,9 @@ class Mirror:
             report.upserted += 1
         self._delete(gone, report)
         sidecar.refresh_threads(self.conn, threads)
+
+    def _folders(self, filenames: Iterable[str]) -> set[str | None]:
+        return {notmuch_folder(name, self.config.mail_root) for name in filenames}
 
     def _parse_new(self, messages: Sequence[IndexedMessage]) -> dict[str, Parsed]:
         """Parse the files of messages the mirror has not seen: in worker processes when there
@@ -643,15 +655,15 @@ def sync_lock(path: Path, *, wait: bool) -> Iterator[None]:
 def sync_sidecar(config: Config, reader: Reader, *, full: bool = False,
                  wait: bool = True, new_since: int | None = None,
                  on_progress: ProgressCallback | None = None,
-                 on_marked: Callable[[list[tuple[str, str | None]]], None] | None = None
-                 ) -> MirrorReport:
+                 on_marked: Callable[[list[tuple[str, str | None]]], None] | None = None,
+                 on_moved: Callable[[list[str]], None] | None = None) -> MirrorReport:
     """Bring the sidecar up to date with notmuch.  With ``wait=False`` a sync already running
     elsewhere raises :class:`SyncInProgress` instead of waiting for it.  ``new_since``: the
     notmuch revision before the index run that brought new mail (see :class:`Mirror`)."""
     path = sidecar.sidecar_path(config.data_dir)
     with sync_lock(path, wait=wait), sidecar.opened(path) as conn:
         mirror = Mirror(config, reader, conn, new_since=new_since, on_progress=on_progress,
-                        on_marked=on_marked)
+                        on_marked=on_marked, on_moved=on_moved)
         try:
             return mirror.sync(full=full)
         finally:

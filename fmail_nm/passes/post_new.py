@@ -16,7 +16,7 @@ from ..progress import ProgressCallback
 from ..store.notmuch import Reader, Writer, WriteTxn
 from .blocklist import BlockReport, apply_blocklist, read_blocklist
 from .mirror import MirrorReport, sync_sidecar
-from .tagging import Tagger, TaggingReport, configured_new_tags, run_tagging
+from .tagging import Tagger, TaggingReport, configured_new_tags, run_tagging, settle_places
 
 NEW_SINCE_ENV = "FMAIL_NEW_SINCE"
 PASS_AFTER_ENV = "FMAIL_PASS_AFTER"  # read by hooks/post-new
@@ -34,15 +34,22 @@ def post_new(config: Config, reader: Reader, writer: Writer, *,
              on_progress: ProgressCallback | None = None) -> PostNewReport:
     """What follows every ``notmuch new``: mirror the new mail into the sidecar (each new file
     parsed once, there), tag what the mirror marked as new -- batch by batch, alongside the
-    mirror -- apply the blocklist, and mirror the final tags.  ``new_since``: the notmuch revision before the index run, when known."""
+    mirror -- give mail whose files changed folders the place tags of where it is now, apply
+    the blocklist, and mirror the final tags.  ``new_since``: the notmuch revision before the index run, when known."""
     # The tagging pass starts on each batch the mirror has committed while the mirror goes on;
     # whatever it did not reach (or a pass that died before left marked) is tagged after.
     on_progress = _serialized(on_progress)  # the tagger reports from its own thread
+    moved: list[str] = []
     with Tagger(config, writer, configured_new_tags(reader), on_progress=on_progress) as tagger:
         first = sync_sidecar(config, reader, new_since=new_since, on_progress=on_progress,
-                             on_marked=tagger.add)
+                             on_marked=tagger.add, on_moved=moved.extend)
     tagging = run_tagging(config, reader, writer, on_progress=on_progress,
                           report=tagger.report)
+    # Files that changed folders behind our back (another client, or a write of ours killed
+    # before notmuch committed it) get the place tags of where they are now.
+    if moved:
+        tagging.placed = writer.run(functools.partial(settle_places, config=config,
+                                                      message_ids=moved))
     blocklist = apply_blocklist(config, reader, writer, read_blocklist(config))
     second = sync_sidecar(config, reader, on_progress=on_progress)
     mirror = MirrorReport(full=first.full, upserted=first.upserted + second.upserted,

@@ -44,6 +44,7 @@ class TaggingReport:
     messages: int = 0
     batches: int = 0
     rewritten: int = 0  # messages whose tags had to change after notmuch new
+    placed: int = 0  # messages moved behind our back whose place tags had to change
     tagged: dict[str, int] = field(default_factory=dict)
 
     def count(self, names: Sequence[str], n: int = 1) -> None:
@@ -89,10 +90,11 @@ def place_tag_names(config: Config) -> frozenset[str]:
     return frozenset(names)
 
 
-def place_tags(txn: WriteTxn, config: Config, message_id: str) -> None:
+def place_tags(txn: WriteTxn, config: Config, message_id: str) -> bool:
     """Give a message whose files were just moved the place tags the rules give mail arriving
     where its files are now -- the user's rules from fmail.toml, not a copy of the defaults,
-    so a move and ``notmuch new`` always agree.
+    so a move and ``notmuch new`` always agree.  Writes only when its tags must change;
+    returns whether they did.
 
     Only place tags change (:func:`place_tag_names`): the rules run on the message with those
     taken off, and what they add or remove among them is kept; other tags (sent, unread, the
@@ -100,17 +102,33 @@ def place_tags(txn: WriteTxn, config: Config, message_id: str) -> None:
     inbox files the message, so it leaves the inbox whatever a catch-all rule says."""
     message = txn.get(message_id)
     if message is None:
-        return
+        return False
     place = place_tag_names(config)
-    txn.change_tags([message_id], remove=sorted(place & message.tags))
+    # The rules' tag terms are answered from the tags worked out so far (as in _tag_batch),
+    # their other terms by notmuch: nothing is written until the outcome is known.
+    expected = {message_id: set(message.tags - place)}
     only = id_query([message_id])
     for rule in config.rules:
-        add = [t for t in rule.add if t in place]
-        remove = [t for t in rule.remove if t in place]
-        if (add or remove) and txn.message_ids(f"({rule_query(rule, config)}) AND ({only})"):
-            txn.change_tags([message_id], add=add, remove=remove)
+        add = {t for t in rule.add if t in place}
+        remove = {t for t in rule.remove if t in place}
+        query = _answered_from(rule_query(rule, config), [message_id], expected)
+        if (add or remove) and txn.message_ids(f"({query}) AND ({only})"):
+            expected[message_id] = (expected[message_id] | add) - remove
     if not in_role(config, message.filenames, "inbox"):
-        txn.change_tags([message_id], remove=[tags.INBOX])
+        expected[message_id].discard(tags.INBOX)
+    add_now = expected[message_id] - message.tags
+    remove_now = (message.tags & place) - expected[message_id]
+    if not add_now and not remove_now:
+        return False
+    txn.change_tags([message_id], add=sorted(add_now), remove=sorted(remove_now))
+    return True
+
+
+def settle_places(txn: WriteTxn, config: Config, message_ids: Sequence[str]) -> int:
+    """Place tags for messages whose files changed folders behind fmail-nm's back -- moved by
+    mbsync or another client, or by a write of ours that died before notmuch committed it --
+    so tags and folders agree again; returns how many changed."""
+    return sum(place_tags(txn, config, mid) for mid in message_ids)
 
 
 # A rule's tag terms: tag:x, is:x, tag:"x y" (quotes doubled inside), tag:/regex/.

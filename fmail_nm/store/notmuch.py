@@ -55,6 +55,28 @@ class DatabaseMissing(NotmuchAccessError):
     """There is no notmuch database (or config) where libnotmuch looks."""
 
 
+class WriteNotSaved(NotmuchAccessError):
+    """notmuch could not commit a write session (the disk full, an I/O error): the index
+    stayed as it was, while files the session renamed stay renamed until the next index."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(
+            f"the notmuch database could not save this write ({exc}; is the disk full?): "
+            "its tag changes were not recorded; run `fmail-nm index` once there is space, "
+            "to bring the index in step with any file already renamed")
+
+
+class DiskFull(NotmuchAccessError):
+    """Too little free space where the notmuch database lives to start a write session."""
+
+    def __init__(self, free: int, where: str) -> None:
+        super().__init__(
+            f"disk full: only {free // 1024} KiB free on the filesystem of the notmuch "
+            f"database ({where}); a write needs at least {MIN_FREE_BYTES // 2**20} MiB -- "
+            "nothing was changed; free some space and retry")
+        self.free = free
+
+
 class StaleFiles(NotmuchAccessError):
     """The index names a message file that is no longer on disk (renamed since the last
     ``notmuch new``, e.g. by mbsync adding ``,U=``); re-indexing fixes it."""
@@ -566,6 +588,30 @@ class _Job:
     error: BaseException | None = None
 
 
+# libnotmuch 0.37 cannot survive a commit that fails inside an atomic section: its close
+# then cancels a Xapian transaction that is already gone, and the C++ exception aborts the
+# whole process.  A write session therefore starts only with this much space free, far more
+# than a batch's commit needs.
+MIN_FREE_BYTES = 8 * 2**20
+
+
+def _check_space(db: notmuch2.Database) -> None:
+    where = str(db.path)
+    stat = os.statvfs(where)
+    free = stat.f_bavail * stat.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise DiskFull(free, where)
+
+
+def _close_reporting(db: notmuch2.Database, job: _Job) -> None:
+    """Close a write session; close() commits, and fails on a full disk: the caller must hear
+    of it, and the writer thread must live on (a caller waiting for ``done`` would wait forever)."""
+    try:
+        db.close()
+    except notmuch2.NotmuchError as exc:
+        job.error = job.error or WriteNotSaved(exc)
+
+
 class Writer:
     """Runs write batches one at a time on a dedicated thread, each in its own short
     read-write session: open, ``atomic()``, the batch, close.
@@ -660,17 +706,21 @@ class Writer:
                     return
                 job.started = True
             job.opened.set()
+            _check_space(db)
+            # close() commits too: readers wait for it as for the atomic section's end.
             with self._committing:
                 try:
                     with db.atomic():
                         job.result = job.fn(WriteTxn(db))
                 finally:
-                    db.close()
+                    _close_reporting(db, job)
                     db = None
+        except notmuch2.XapianError as exc:  # the commit at the end of atomic()
+            job.error = WriteNotSaved(exc)
         except BaseException as exc:  # handed to the caller's thread
             job.error = exc
         finally:
             if db is not None:
-                db.close()
+                _close_reporting(db, job)
             job.opened.set()
             job.done.set()
