@@ -8,6 +8,7 @@ finds nothing to correct -- index and Maildir in step.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -329,6 +330,41 @@ def test_a_move_never_overwrites_a_file_with_the_same_name(h: Harness) -> None:
     assert taken.read_bytes() == b"someone else's file\n"
     assert flags_of(after) == flags_of(before)
     taken.unlink()
+    h.assert_in_step()
+
+
+def test_a_move_is_one_atomic_rename_so_a_kill_cannot_leave_two_copies(h: Harness) -> None:
+    """A hard link then an unlink left the message under both names when the server was
+    killed between them (the fault suite found it); a rename is seen as one move event."""
+    from watchdog.events import FileSystemEvent, FileSystemEventHandler
+    from watchdog.observers import Observer
+
+    class Events(FileSystemEventHandler):
+        def __init__(self) -> None:
+            self.seen: list[tuple[str, str, str]] = []
+
+        def on_any_event(self, event: FileSystemEvent) -> None:
+            if not event.is_directory and ".notmuch" not in str(event.src_path):
+                self.seen.append((event.event_type, str(event.src_path),
+                                  str(getattr(event, "dest_path", ""))))
+
+    [before] = h.files(IN_INBOX)
+    events, observer = Events(), Observer()
+    observer.schedule(events, str(h.env.mail_root), recursive=True)
+    observer.start()
+    try:
+        writes.archive(h.ctx, [IN_INBOX])
+        [after] = h.files(IN_INBOX)
+        moved = ("moved", str(h.env.mail_root / before), str(h.env.mail_root / after))
+        for _ in range(100):
+            if moved in events.seen:
+                break
+            time.sleep(0.05)
+    finally:
+        observer.stop()
+        observer.join(timeout=10)
+    assert moved in events.seen, events.seen
+    assert not [e for e in events.seen if e[0] == "created"], events.seen
     h.assert_in_step()
 
 

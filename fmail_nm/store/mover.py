@@ -6,8 +6,11 @@ a new one appear in another).  Three rules make that safe:
 * The new name has no ``,U=<n>``: that UID belonged to the old folder, and mbsync refuses a
   file whose UID is beyond the highest it assigned in the new one.  The ``:2,FLAGS`` part is
   kept; a file from ``new/`` lands in ``cur/`` with an (empty or kept) ``:2,`` part.
-* Nothing is ever overwritten: the file is hard-linked to its new name (which fails if the
-  name is taken) and only then unlinked; a taken name gets a fresh Maildir name instead.
+* Nothing is ever overwritten, and a file never has two names: the move is one
+  ``renameat2(RENAME_NOREPLACE)`` (atomic, fails if the name is taken), so a process killed
+  mid-move leaves the file under its old name or its new one, never both; a taken name gets a
+  fresh Maildir name instead.  Where the filesystem lacks it, a hard link to the new name and
+  an unlink of the old one do the same, less atomically.
 * Files and index stay in step: the rename, ``add_file(new)`` and ``remove_file(old)`` happen
   inside one write session (``Writer.run`` wraps it in ``db.atomic()``), the new file is added
   before the old one is forgotten (so the message, its tags and properties survive), and if
@@ -38,8 +41,10 @@ the index, so the message never leaves it.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import BackendError
@@ -48,6 +53,24 @@ from .notmuch import WriteTxn
 
 # Errors from os.link that mean "this filesystem has no hard links", not "this move is wrong".
 _NO_HARDLINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK}
+# renameat2(2) (Linux 3.15, glibc 2.28): a rename that fails with EEXIST instead of replacing.
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+_NOREPLACE_UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP}
+
+
+def _renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
+    try:
+        func = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                     ctypes.c_uint]
+    func.restype = ctypes.c_int
+    return func
+
+
+_RENAMEAT2 = _renameat2()
 
 
 class MoveError(BackendError):
@@ -134,6 +157,8 @@ def _place(source: Path, cur: Path, name: MaildirName) -> Path:
     candidate = cur / name.filename()
     for _ in range(100):
         try:
+            if _rename_noreplace(source, candidate):
+                return candidate
             os.link(source, candidate, follow_symlinks=False)
         except FileExistsError:
             candidate = cur / name.fresh().filename()
@@ -151,6 +176,20 @@ def _place(source: Path, cur: Path, name: MaildirName) -> Path:
         os.unlink(source)
         return candidate
     raise MoveError(f"no free file name in {cur}")
+
+
+def _rename_noreplace(source: Path, target: Path) -> bool:
+    """Rename atomically unless ``target`` exists (FileExistsError); False where this
+    filesystem (or C library) cannot, so the caller links and unlinks instead."""
+    if _RENAMEAT2 is None:
+        return False
+    if _RENAMEAT2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target),
+                  _RENAME_NOREPLACE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in _NOREPLACE_UNSUPPORTED:
+        return False
+    raise OSError(code, os.strerror(code), str(source), None, str(target))
 
 
 def _rename_unless_taken(source: Path, candidate: Path, name: MaildirName) -> Path:
