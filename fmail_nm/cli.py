@@ -77,7 +77,8 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def cmd_hook(args: argparse.Namespace) -> int:
     from .app import load_config
-    from .passes.post_new import NEW_SINCE_ENV, post_new
+    from .passes import NEW_SINCE_ENV
+    from .passes.post_new import post_new
     from .progress import from_environment
     from .store.notmuch import Reader, Writer
 

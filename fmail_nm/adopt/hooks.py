@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
-from ..passes.post_new import PASS_AFTER_ENV
+from ..passes import PASS_AFTER_ENV
 
 HOOK_NAMES = ("post-new",)
 MARKER = "# fmail-nm hook:"
@@ -49,7 +49,7 @@ def is_ours(path: Path) -> bool:
 
 def defers_pass(path: Path) -> bool:
     """Whether the installed hook is ours and leaves the post-new pass to ``fmail-nm index``
-    when asked (:data:`~fmail_nm.passes.post_new.PASS_AFTER_ENV`); hooks installed by earlier
+    when asked (:data:`~fmail_nm.passes.PASS_AFTER_ENV`); hooks installed by earlier
     versions always run it."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")

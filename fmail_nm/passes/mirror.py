@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
@@ -72,6 +72,7 @@ class MirrorReport:
     full: bool = False
     upserted: int = 0
     parsed: int = 0
+    prefetched: int = 0  # of those parsed, how many while notmuch new ran (passes.prefetch)
     removed: int = 0
     revision: int = 0
     uuid: str = ""
@@ -325,7 +326,8 @@ class Mirror:
                  new_since: int | None = None,
                  on_progress: ProgressCallback | None = None,
                  on_marked: Callable[[list[tuple[str, str | None]]], None] | None = None,
-                 on_moved: Callable[[list[str]], None] | None = None) -> None:
+                 on_moved: Callable[[list[str]], None] | None = None,
+                 prefetched: Mapping[str, Parsed] | None = None) -> None:
         self.config = config
         self.reader = reader
         self.conn = conn
@@ -348,6 +350,9 @@ class Mirror:
         self.new_since = new_since
         self._workers = min(os.cpu_count() or 1, MAX_PARSE_WORKERS)
         self._pool: ProcessPoolExecutor | None = None
+        # Files parsed while notmuch new ran (passes.prefetch), by file name.
+        self.prefetched: Mapping[str, Parsed] = prefetched or {}
+        self._prefetch_used = 0
         self.on_progress = on_progress
         self._recent: frozenset[str] | None = None
         # Addresses whose contact figures changed: refreshed once, at the end of the sync
@@ -383,6 +388,7 @@ class Mirror:
             sidecar.set_state(self.conn, "full_build_new_since", None)
         self._drop_removed(report)
         self._refresh_stats()
+        report.prefetched = self._prefetch_used
         return report
 
     def _reset(self, uuid: str) -> None:
@@ -476,16 +482,22 @@ class Mirror:
 
     def _parse_new(self, messages: Sequence[IndexedMessage]) -> dict[str, Parsed]:
         """Parse the files of messages the mirror has not seen: in worker processes when there
-        are many (a first index), since parsing is most of the build and needs no notmuch."""
+        are many (a first index), since parsing is most of the build and needs no notmuch.
+        A file parsed while notmuch new ran is not parsed again (the first name is the one
+        :func:`parse_file` would read)."""
+        done = {m.message_id: p for m in messages
+                if m.filenames and (p := self.prefetched.get(m.filenames[0])) is not None}
+        messages = [m for m in messages if m.message_id not in done]
+        self._prefetch_used += len(done)
         names = [m.filenames for m in messages]
         if len(names) >= PARALLEL_PARSE_MIN and (pool := self._parse_pool()) is not None:
             try:
                 parsed = list(pool.map(parse_file, names, chunksize=PARSE_CHUNK))
-                return {m.message_id: p for m, p in zip(messages, parsed)}
+                return done | {m.message_id: p for m, p in zip(messages, parsed)}
             except (BrokenProcessPool, OSError) as exc:
                 log.warning("parsing in worker processes failed (%s); parsing here", exc)
                 self._workers = 0
-        return {m.message_id: parse_file(m.filenames) for m in messages}
+        return done | {m.message_id: parse_file(m.filenames) for m in messages}
 
     def _parse_pool(self) -> ProcessPoolExecutor | None:
         if self._pool is None and self._workers > 1:
@@ -656,14 +668,16 @@ def sync_sidecar(config: Config, reader: Reader, *, full: bool = False,
                  wait: bool = True, new_since: int | None = None,
                  on_progress: ProgressCallback | None = None,
                  on_marked: Callable[[list[tuple[str, str | None]]], None] | None = None,
-                 on_moved: Callable[[list[str]], None] | None = None) -> MirrorReport:
+                 on_moved: Callable[[list[str]], None] | None = None,
+                 prefetched: Mapping[str, Parsed] | None = None) -> MirrorReport:
     """Bring the sidecar up to date with notmuch.  With ``wait=False`` a sync already running
     elsewhere raises :class:`SyncInProgress` instead of waiting for it.  ``new_since``: the
-    notmuch revision before the index run that brought new mail (see :class:`Mirror`)."""
+    notmuch revision before the index run that brought new mail (see :class:`Mirror`);
+    ``prefetched``: files parsed already (:mod:`fmail_nm.passes.prefetch`)."""
     path = sidecar.sidecar_path(config.data_dir)
     with sync_lock(path, wait=wait), sidecar.opened(path) as conn:
         mirror = Mirror(config, reader, conn, new_since=new_since, on_progress=on_progress,
-                        on_marked=on_marked, on_moved=on_moved)
+                        on_marked=on_marked, on_moved=on_moved, prefetched=prefetched)
         try:
             return mirror.sync(full=full)
         finally:

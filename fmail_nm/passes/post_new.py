@@ -1,25 +1,25 @@
 """The post-new pass: what follows every ``notmuch new`` -- the hook runs it, and
 :func:`fmail_nm.service.index.run_index` runs it again for anything the hook did not reach.
 
-``NEW_SINCE_ENV`` carries the revision before the run from ``run_index`` to the hook;
-``PASS_AFTER_ENV`` tells the hook that ``run_index`` runs the pass itself (in its own process,
-with everything already imported), so the hook need not start a second fmail-nm."""
+``NEW_SINCE_ENV`` (:mod:`fmail_nm.passes`) carries the revision before the run from
+``run_index`` to the hook; ``PASS_AFTER_ENV`` tells the hook that ``run_index`` runs the pass
+itself (in its own process, with everything already imported), so the hook need not start a
+second fmail-nm."""
 
 from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..config import Config
 from ..progress import ProgressCallback
 from ..store.notmuch import Reader, Writer, WriteTxn
 from .blocklist import BlockReport, apply_blocklist, read_blocklist
-from .mirror import MirrorReport, sync_sidecar
+from .mirror import MirrorReport, Parsed, sync_sidecar
 from .tagging import Tagger, TaggingReport, configured_new_tags, run_tagging, settle_places
 
-NEW_SINCE_ENV = "FMAIL_NEW_SINCE"
-PASS_AFTER_ENV = "FMAIL_PASS_AFTER"  # read by hooks/post-new
 
 
 @dataclass(frozen=True)
@@ -31,18 +31,21 @@ class PostNewReport:
 
 def post_new(config: Config, reader: Reader, writer: Writer, *,
              new_since: int | None = None,
-             on_progress: ProgressCallback | None = None) -> PostNewReport:
+             on_progress: ProgressCallback | None = None,
+             prefetched: Mapping[str, Parsed] | None = None) -> PostNewReport:
     """What follows every ``notmuch new``: mirror the new mail into the sidecar (each new file
     parsed once, there), tag what the mirror marked as new -- batch by batch, alongside the
     mirror -- give mail whose files changed folders the place tags of where it is now, apply
-    the blocklist, and mirror the final tags.  ``new_since``: the notmuch revision before the index run, when known."""
+    the blocklist, and mirror the final tags.  ``new_since``: the notmuch revision before the
+    index run, when known; ``prefetched``: files parsed while notmuch new ran."""
     # The tagging pass starts on each batch the mirror has committed while the mirror goes on;
     # whatever it did not reach (or a pass that died before left marked) is tagged after.
     on_progress = _serialized(on_progress)  # the tagger reports from its own thread
     moved: list[str] = []
     with Tagger(config, writer, configured_new_tags(reader), on_progress=on_progress) as tagger:
         first = sync_sidecar(config, reader, new_since=new_since, on_progress=on_progress,
-                             on_marked=tagger.add, on_moved=moved.extend)
+                             on_marked=tagger.add, on_moved=moved.extend,
+                             prefetched=prefetched)
     tagging = run_tagging(config, reader, writer, on_progress=on_progress,
                           report=tagger.report)
     # Files that changed folders behind our back (another client, or a write of ours killed
@@ -54,6 +57,7 @@ def post_new(config: Config, reader: Reader, writer: Writer, *,
     second = sync_sidecar(config, reader, on_progress=on_progress)
     mirror = MirrorReport(full=first.full, upserted=first.upserted + second.upserted,
                           parsed=first.parsed + second.parsed,
+                          prefetched=first.prefetched + second.prefetched,
                           removed=first.removed + second.removed, revision=second.revision,
                           uuid=second.uuid)
     return PostNewReport(tagging, blocklist, mirror)

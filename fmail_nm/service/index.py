@@ -20,15 +20,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO, TypeVar
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from .. import progress
 from ..adopt.hooks import defers_pass, is_ours
 from ..config import Config
-from ..passes.post_new import NEW_SINCE_ENV, PASS_AFTER_ENV, drop_old_recipients, post_new
-from ..passes.tagging import TaggingReport
+from ..passes import NEW_SINCE_ENV, PASS_AFTER_ENV
+from ..passes.prefetch import Prefetch
 from ..store.notmuch import NotmuchAccessError, Reader, Writer
 from ..store.notmuch_cli import run_notmuch_new
+
+if TYPE_CHECKING:  # the passes are imported while notmuch new runs (see run_index)
+    from ..passes.tagging import TaggingReport
 
 T = TypeVar("T")
 
@@ -51,6 +54,7 @@ class IndexSummary:
     counts: dict[str, int]
     tagging: TaggingReport
     notmuch_output: str
+    parsed_ahead: int = 0  # new files parsed while notmuch new ran (passes.prefetch)
 
     def describe(self) -> str:
         """One line for a person: ``indexed: 3 new, 169 messages in all (inbox 98, ...)``."""
@@ -281,6 +285,10 @@ def run_index(config: Config, *, show_progress: bool | None = None,
     hooked = hook is not None and is_ours(hook) and not defers_pass(hook)
     env = {NEW_SINCE_ENV: str(before), progress.ENV: "1" if as_tty else "",
            PASS_AFTER_ENV: "1"}
+    # Files delivered since the last run are parsed, and the passes imported, on a thread
+    # while notmuch new runs in its own process: what a small delivery costs after notmuch
+    # shrinks to tagging and the sidecar's writes.
+    prefetch = Prefetch(config.mail_root, config.data_dir).start()
     try:
         result = run_notmuch_new(notmuch_config, as_tty=as_tty,
                                  on_line=handle if (as_tty or on_line) else None,
@@ -295,16 +303,24 @@ def run_index(config: Config, *, show_progress: bool | None = None,
             raise IndexingFailed(
                 f"notmuch new failed (exit {result.returncode}):\n{_plain(output).strip()}")
         added = int(m.group(1)) if (m := _ADDED.search(output)) else 0
+        prefetched = prefetch.take()
+        from ..passes.post_new import drop_old_recipients, post_new
+        from ..passes.tagging import TaggingReport
+
         with Reader(notmuch_config) as reader, Writer(notmuch_config) as writer:
-            tagging = TaggingReport()
+            tagging, parsed_ahead = TaggingReport(), 0
             if not hooked:
-                tagging = post_new(config, reader, writer, new_since=before,
-                                   on_progress=report if sinks else None).tagging
+                done = post_new(config, reader, writer, new_since=before,
+                                on_progress=report if sinks else None, prefetched=prefetched)
+                tagging, parsed_ahead = done.tagging, done.mirror.prefetched
             drop_old_recipients(reader, writer)
-            return IndexSummary(added=added, total=reader.count("*", exclude_tags=()),
-                                counts=summary_counts(reader), tagging=tagging,
-                                notmuch_output=output)
+            summary = IndexSummary(added=added, total=reader.count("*", exclude_tags=()),
+                                   counts=summary_counts(reader), tagging=tagging,
+                                   notmuch_output=output, parsed_ahead=parsed_ahead)
+        prefetch.done()
+        return summary
     finally:
+        prefetch.take()  # stopped, whatever happened (a no-op once taken)
         display.finish()
 
 

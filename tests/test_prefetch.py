@@ -1,0 +1,86 @@
+"""Files delivered since the last index run are parsed while ``notmuch new`` runs, and the
+mirror takes those parses instead of parsing again -- with rows exactly as a parse afterwards
+would give them."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from fmail_nm.passes.mirror import Parsed, check, sync_sidecar
+from fmail_nm.passes.prefetch import STAMP_NAME, arrived_since
+from fmail_nm.service.index import run_index
+from fmail_nm.store import sidecar
+from fmail_nm.store.notmuch import Reader
+
+from .conftest import MailEnv
+
+
+def delivered(folder: Path, n: int, *, list_id: str | None = None) -> Path:
+    """A message delivered as an MDA or mbsync does it: written in tmp/, renamed into new/."""
+    name = f"{time.time_ns()}.{os.getpid()}_{n}.prefetchhost"
+    headers = (f"From: Sam Lee <sam@example.net>\nTo: Alex Morgan <alex@example.org>, "
+               f"Kim <kim@example.com>\nSubject: delivery {n}\n"
+               f"Date: Tue, 02 Jan 2024 10:0{n}:00 +0000\nMessage-ID: <prefetch-{n}@example.net>\n")
+    if list_id:
+        headers += f"List-Id: Team <{list_id}>\n"
+    for sub in ("tmp", "new"):
+        (folder / sub).mkdir(exist_ok=True)
+    tmp = folder / "tmp" / name
+    tmp.write_bytes((headers + f"\nThe body of delivery {n}.\n").encode())
+    return tmp.rename(folder / "new" / name)
+
+
+def test_files_added_or_renamed_since_a_time_are_found_new_first(mail_env: MailEnv) -> None:
+    inbox = mail_env.mail_root / "personal" / "INBOX"
+    old = sorted((inbox / "cur").iterdir())[0]
+    since = time.time()
+    time.sleep(0.05)
+    fresh = delivered(inbox, 1)
+    (inbox / "tmp" / "half-written").write_bytes(b"Subject: not yet\n")
+    renamed = old.rename(old.with_name(old.name + "F"))  # a mail client flags it
+    found = list(arrived_since(mail_env.mail_root, since))
+    assert found == [str(fresh), str(renamed)]
+    assert list(arrived_since(mail_env.mail_root, time.time() + 60)) == []
+
+
+def test_an_index_run_takes_the_parses_made_while_notmuch_new_ran(indexed: MailEnv) -> None:
+    config = indexed.config()
+    assert (config.data_dir / STAMP_NAME).is_file()  # fmail-nm init's index run left it
+    inbox = indexed.mail_root / "work" / "INBOX"
+    for n in range(3):
+        delivered(inbox, n, list_id="team.example.com" if n == 0 else None)
+    summary = run_index(config, show_progress=False)
+    assert (summary.added, summary.parsed_ahead) == (3, 3)
+    with Reader() as reader, sidecar.opened(sidecar.sidecar_path(config.data_dir)) as conn:
+        assert check(config, reader, conn, parse_files=True) == []
+        row = conn.execute("SELECT list_id, body_preview FROM messages WHERE message_id = ?",
+                           ("prefetch-0@example.net",)).fetchone()
+    assert tuple(row) == ("team.example.com", "The body of delivery 0.")
+    assert indexed.notmuch("count", "tag:list AND id:prefetch-0@example.net").stdout.strip() == "1"
+
+    # Without a stamp (a first run, or it was lost) nothing is parsed ahead; all still works.
+    (config.data_dir / STAMP_NAME).unlink()
+    delivered(inbox, 3)
+    summary = run_index(config, show_progress=False)
+    assert (summary.added, summary.parsed_ahead) == (1, 0)
+    assert (config.data_dir / STAMP_NAME).is_file()
+
+
+def test_the_mirror_takes_a_parse_only_for_the_file_it_would_read(indexed: MailEnv) -> None:
+    """A parse is keyed by file name: one made for another file (renamed since) is not used."""
+    config = indexed.config()
+    inbox = indexed.mail_root / "work" / "INBOX"
+    kept, stale = delivered(inbox, 1), delivered(inbox, 2)
+    indexed.notmuch("new", "--no-hooks")
+    marked = Parsed(recipients=[], list_id=None, body_preview="parsed ahead", size=1)
+    with Reader() as reader:
+        report = sync_sidecar(config, reader, prefetched={
+            str(kept): marked, str(stale) + ".old-name": marked})
+    assert report.prefetched == 1
+    with sidecar.opened(sidecar.sidecar_path(config.data_dir)) as conn:
+        previews = dict(conn.execute(
+            "SELECT message_id, body_preview FROM messages WHERE message_id LIKE 'prefetch-%'"))
+    assert previews == {"prefetch-1@example.net": "parsed ahead",
+                        "prefetch-2@example.net": "The body of delivery 2."}
