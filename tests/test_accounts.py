@@ -153,7 +153,7 @@ def test_an_added_account_is_checked_pulled_indexed_and_searchable(
         found = reads.search_emails(mailbox, "subject:Quarterly account:side")
         assert {m.id for m in found.results} == {uid_for("casey-1@example.net"),
                                                  uid_for("casey-3@example.net")}
-        listed = reads.list_available_accounts(mailbox)
+        listed = reads.list_available_accounts(mailbox.config)
         assert "side" in [a.name for a in listed.accounts]
         sent = reader.find("casey-3@example.net")
         assert sent is not None and "sent" in sent.tags  # the new address is the user's

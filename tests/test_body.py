@@ -6,6 +6,7 @@ Every message is built here, byte by byte, so each test shows exactly what it fe
 from __future__ import annotations
 
 import base64
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -14,9 +15,10 @@ from hypothesis import strategies as st
 
 from fmail_nm.message.attachments import attachment_text
 from fmail_nm.message.headers import Address
+from fmail_nm.message.html import read_body
 from fmail_nm.message.html import read_message as parse_message
 from fmail_nm.message.mime import AttachmentInfo
-from fmail_nm.message.text import clean_text, preview, slice_text
+from fmail_nm.message.text import clean_text, preview, slice_text, tidy
 
 # ------------------------------------------------------------------------------------------
 # Builders
@@ -919,3 +921,24 @@ def test_calendar_and_html_attachments() -> None:
     assert [a.content_type for a in m.attachments] == ["text/calendar", "text/html"]
     assert attachment_text(raw, 0, 100).text == "BEGIN:VCALENDAR\nEND:VCALENDAR"
     assert attachment_text(raw, 1, 100).text == "See [site](https://example.org/)"
+
+
+# tidy's trailing-blank rule as a single multi-line regex (the form it had before it went
+# line by line): every line loses its trailing spaces and tabs, except a "-- " delimiter.
+_TRAILING_BLANKS = re.compile(r"(?m)^(?!-- $)(.*?)[ \t]+$")
+
+
+@given(st.text(alphabet=" \t-a\n\u00e9", max_size=200))
+def test_tidy_strips_trailing_blanks_but_keeps_the_signature_delimiter(text: str) -> None:
+    expected = re.sub(r"\n{3,}", "\n\n", _TRAILING_BLANKS.sub(r"\1", text)).strip("\n")
+    assert tidy(text) == expected
+
+
+def test_a_body_alone_is_the_body_of_the_whole_parse() -> None:
+    raw = (b"From: A <a@example.com>\nTo: b@example.com\nSubject: s\nMIME-Version: 1.0\n"
+           b"Content-Type: multipart/alternative; boundary=x\n\n--x\nContent-Type: text/html\n\n"
+           b"<p>Hello <b>there</b></p>\n--x--\n")
+    whole, body = parse_message(raw), read_body(raw)
+    assert (body.text, body.html_present, body.defects) == (whole.text, True, whole.defects)
+    assert "Hello **there**" in body.text
+

@@ -85,7 +85,7 @@ async def test_search_lines_for_named_messages(client: Client) -> None:
     assert data["total"] == 7 and "next_cursor" not in data
     assert data["columns"] == ["id", "timestamp", "from", "subject", "tags", "to"]
     own = next(r for r in search_rows(data) if r["id"] == uid(SCHOOL_2))
-    assert own["to"] == ["Anna Schmidt <anna.schmidt@example.com>"] and own["tags"] == ["sent"]
+    assert own["to"] == ["anna.schmidt@example.com"] and own["tags"] == ["sent"]
     assert own["timestamp"] == 1773083400  # 2026-03-09 19:10 UTC
     undated = next(r for r in search_rows(data) if r["id"] == uid("no-date-1@parcelgo.example.net"))
     assert undated["timestamp"] is None and undated["to"] == []
@@ -363,3 +363,19 @@ def test_the_threads_table_follows_every_sync(indexed: MailEnv, mailbox: reads.M
     assert first[1:] == (1, 0)  # the new thread, read once the tags changed
     with sidecar.opened(path, readonly=True) as conn:
         assert sidecar.thread_problems(conn) == []  # (mirror.check includes this too)
+
+
+@pytest.mark.anyio
+async def test_accounts_are_one_line_each(client: Client) -> None:
+    lines, data = await call(client, "list_available_accounts", {})
+    assert [a["name"] for a in data["accounts"]] == ["personal", "work"]
+    roles = "; ".join(f"{role}={{0}}/{folder}" for role, folder in (
+        ("archive", "Archive"), ("drafts", "Drafts"), ("inbox", "INBOX"), ("junk", "Junk"),
+        ("sent", "Sent"), ("trash", "Trash")))
+    assert lines == [
+        "personal: alex@example.org, alex.morgan@example.org; folder personal; "
+        + roles.format("personal") + "; mbsync personal",
+        # work has no Drafts, Junk or Archive folder of its own
+        "work: amorgan@acme.test; folder work; inbox=work/INBOX; sent=work/Sent; "
+        "trash=work/Trash; mbsync work",
+    ]

@@ -251,7 +251,7 @@ def test_tags_folders_accounts(mb: reads.Mailbox) -> None:
     assert folders["personal/INBOX"].unread <= folders["personal/INBOX"].total
     only_work = reads.list_folders(mb, "work").folders
     assert {f.account for f in only_work} == {"work"}
-    accounts = reads.list_available_accounts(mb).accounts
+    accounts = reads.list_available_accounts(mb.config).accounts
     assert [a.name for a in accounts] == ["personal", "work"]
     assert accounts[1].addresses == ["amorgan@acme.test"]
 

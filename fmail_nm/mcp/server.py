@@ -314,7 +314,8 @@ def build_server(config: Config, clock: Callable[[], Any] = utc_now, *,
     @server.tool(profile="all", annotations=READ_ONLY)
     async def list_available_accounts() -> dto.AccountList:
         """The mail accounts: name, the user's addresses, folder and folder roles."""
-        return await service.call(reads.list_available_accounts)
+        # The configuration alone: answered here, without the hop to the notmuch thread.
+        return reads.list_available_accounts(service.config)
 
     @server.tool(profile="read", annotations=READ_ONLY, description=(
         "Read-only SQL (SQLite, one SELECT) over the local mail index; rows capped by limit "

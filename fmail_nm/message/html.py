@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import html2text
 
-from .mime import ParsedMessage, parse_message
+from .mime import BodyText, ParsedMessage, parse_body, parse_message
 
-__all__ = ["html_to_text", "read_message"]
+__all__ = ["html_to_text", "read_body", "read_message"]
 
 
 def html_to_text(html: str) -> str:
@@ -28,3 +28,8 @@ def html_to_text(html: str) -> str:
 def read_message(raw: bytes) -> ParsedMessage:
     """``mime.parse_message`` with HTML rendered by html2text: what get_email shows."""
     return parse_message(raw, html_to_text)
+
+
+def read_body(raw: bytes) -> BodyText:
+    """``mime.parse_body`` with HTML rendered by html2text: what get_thread shows."""
+    return parse_body(raw, html_to_text)

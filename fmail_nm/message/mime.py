@@ -48,6 +48,7 @@ from .transfer import decode_transfer, decoded_size, transfer_encoding
 
 __all__ = [
     "AttachmentInfo",
+    "BodyText",
     "Entity",
     "HtmlRenderer",
     "ParsedMessage",
@@ -57,6 +58,7 @@ __all__ = [
     "entity_filename",
     "entity_payload",
     "html_text",
+    "parse_body",
     "parse_entity",
     "parse_message",
 ]
@@ -138,6 +140,31 @@ def _parse(raw: bytes, render_html: HtmlRenderer, defects: list[str]) -> ParsedM
         attachments=attachments,
         defects=list(dict.fromkeys(defects)),
     )
+
+
+@dataclass(frozen=True)
+class BodyText:
+    """The readable body alone (see parse_body)."""
+
+    text: str
+    html_present: bool
+    defects: list[str]
+
+
+def parse_body(raw: bytes, render_html: HtmlRenderer) -> BodyText:
+    """Only the readable body of one untrusted message, as ``parse_message`` renders it:
+    no addresses, dates or attachment facts (a thread shows each message's body under the
+    index's own header values).  Never raises."""
+    raw = bytes(raw)
+    defects: list[str] = []
+    try:
+        root = parse_entity(raw, defects)
+        text = _render(root, render_html, defects)
+        return BodyText(text, _has_html(root), list(dict.fromkeys(defects)))
+    except Exception as exc:  # noqa: BLE001 - last line of defence for untrusted input
+        defects.append(f"internal error while parsing: {type(exc).__name__}; body shown raw")
+        fallback = _fallback(raw, defects)
+        return BodyText(fallback.text, False, fallback.defects)
 
 
 def _fallback(raw: bytes, defects: list[str]) -> ParsedMessage:

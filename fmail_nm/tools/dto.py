@@ -34,6 +34,12 @@ class EmailRef(Dto):
                           description="first recipients, on the user's own messages only")
 
 
+def address_of(person: str) -> str:
+    """The address of a ``"Name <address>"`` string (a bare address as it is)."""
+    name, bracket, rest = person.rpartition(" <")
+    return rest.removesuffix(">") if bracket and person.endswith(">") else person
+
+
 # A message row of a search page, as the structured content carries it (see SearchResult).
 Row = list[str | int | list[str] | None]
 ROW_COLUMNS = ("id", "timestamp", "from", "subject", "tags")
@@ -46,8 +52,9 @@ def _timestamp(iso: str | None) -> int | None:
 class SearchResult(Dto):
     """A page of messages.  Programs get it as ``columns`` and ``rows`` (the shape of
     query_emails): a row's values in the order of ``columns``, dates as Unix seconds, ``to``
-    a column only on a page with the user's own mail; no thread id (get_thread takes a
-    message's id).  The model reads the text rendering of ``results``."""
+    a column only on a page with the user's own mail, as addresses (the text names them);
+    no thread id (get_thread takes a message's id).  The model reads the text rendering of
+    ``results``."""
 
     results: list[EmailRef] = Field(exclude=True)
     total: int = Field(description="all matches")
@@ -66,7 +73,8 @@ class SearchResult(Dto):
     @property
     def rows(self) -> list[Row]:
         with_to = len(self.columns) > len(ROW_COLUMNS)
-        return [[e.id, _timestamp(e.date), e.from_, e.subject, e.tags, *([e.to] if with_to else [])]
+        return [[e.id, _timestamp(e.date), e.from_, e.subject, e.tags,
+                 *([[address_of(p) for p in e.to]] if with_to else [])]
                 for e in self.results]
 
 

@@ -28,8 +28,8 @@ from ..dsl import CompiledQuery, DslContext, DslError, compile_query
 from ..errors import CallerError
 from ..message.attachments import attachment_text
 from ..message.headers import Address
-from ..message.html import read_message
-from ..message.mime import ParsedMessage
+from ..message.html import read_body, read_message
+from ..message.mime import BodyText, ParsedMessage
 from ..message.text import clean_text, slice_text
 from ..store import maildir, sidecar
 from ..store.notmuch import IndexedMessage, Reader, ThreadNode
@@ -399,7 +399,8 @@ def _find(mb: Mailbox, message_id: str) -> IndexedMessage:
     return found
 
 
-def _body(parsed: ParsedMessage, body_format: str, max_chars: int, offset: int) -> dto.Body:
+def _body(parsed: BodyText | ParsedMessage, body_format: str, max_chars: int,
+          offset: int) -> dto.Body:
     if body_format not in ("clean", "full"):
         raise ToolError("body_format must be clean or full")
     if max_chars < 1 or offset < 0:
@@ -470,7 +471,8 @@ def get_thread(mb: Mailbox, thread_id: str, include_bodies: bool = True,
     for node in nodes:
         body = None
         if include_bodies and budget > 0:
-            parsed = read_message(read_file(mb, node.message))
+            # The body alone: the index has the header values a thread shows.
+            parsed = read_body(read_file(mb, node.message))
             body = _body(parsed, body_format, min(max_body_chars, budget), 0)
             budget -= len(body.text)
         elif include_bodies:
@@ -580,8 +582,9 @@ def list_folders(mb: Mailbox, account: str | None = None) -> dto.FolderList:
     return dto.FolderList(folders=folders)
 
 
-def list_available_accounts(mb: Mailbox) -> dto.AccountList:
+def list_available_accounts(config: Config) -> dto.AccountList:
+    """From the configuration alone: nothing of the index is read."""
     return dto.AccountList(accounts=[
         dto.AccountInfo(name=a.name, addresses=list(a.addresses), folder=a.maildir,
                         roles=dict(a.folders), mbsync_channel=a.mbsync_channel)
-        for a in mb.config.accounts])
+        for a in config.accounts])

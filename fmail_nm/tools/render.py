@@ -20,6 +20,7 @@ The formats are stable and described in the tool descriptions and the README:
 * unanswered threads: thread id, date of the user's last message, days silent, message count,
   ``last=<id>`` of that message, ``to`` whom, ``|``, subject;
 * SQL results: a header line, the column names, then one line per row, cells tab-separated;
+* accounts: one line each, ``name: addresses; folder F; role=folder …; mbsync channel``;
 * one message (``get_email``) or a thread (``get_thread``): a short header block, then each
   body between marker lines that name it untrusted and carry a token derived from the text,
   so a body cannot fake its own end.
@@ -208,6 +209,14 @@ def thread_text(t: dto.ThreadFull) -> str:
     return "\n".join(lines)
 
 
+def accounts_text(r: dto.AccountList) -> str:
+    return "\n".join(
+        f"{a.name}: {', '.join(a.addresses) or '(no address)'}; folder {a.folder}"
+        + "".join(f"; {role}={folder}" for role, folder in sorted(a.roles.items()))
+        + (f"; mbsync {a.mbsync_channel}" if a.mbsync_channel else "")
+        for a in r.accounts) or "no accounts"
+
+
 def attachment_text(a: dto.AttachmentContent) -> str:
     info = a.attachment
     head = (f"attachment [{info.index}] {one_line(info.filename or '(unnamed)')} "
@@ -222,7 +231,7 @@ RENDERINGS: dict[type[BaseModel], Callable[[Any], str]] = {
     dto.SearchResult: search_text, dto.ThreadList: threads_text,
     dto.UnansweredList: unanswered_text, SqlResult: sql_text, dto.EmailFull: email_text,
     dto.EmailsContent: emails_text, dto.ThreadFull: thread_text,
-    dto.AttachmentContent: attachment_text,
+    dto.AttachmentContent: attachment_text, dto.AccountList: accounts_text,
 }
 
 
