@@ -343,3 +343,21 @@ def test_a_file_renamed_after_its_lookup_is_read_under_its_new_name(indexed: Mai
         renamed.unlink()
         with pytest.raises(reads.ToolError, match="gone from disk"):
             reads.read_file(mb, other)
+
+
+def test_page_ids_are_notmuchs_message_ids_also_for_mail_without_one(indexed: MailEnv) -> None:
+    """Pages read each id from the Xapian value notmuch sorts by; it must be the id notmuch
+    names the message by, also for mail without a Message-ID (notmuch makes one up)."""
+    inbox = indexed.mail_root / "work" / "INBOX" / "new"
+    (inbox / "no-id.eml").write_bytes(b"From: Nomad <nomad@example.net>\nSubject: no id\n"
+                                      b"Date: Mon, 07 Dec 2026 10:00:00 +0000\n\nhello\n")
+    (inbox / "bracketed.eml").write_bytes(b"From: x@example.net\nSubject: spaced id\n"
+                                          b"Message-ID:   < spaced@example.net >\n\nhi\n")
+    indexed.notmuch("new", "--no-hooks")
+    listed = indexed.notmuch("search", "--exclude=false", "--output=messages", "*").stdout.split()
+    expected = sorted(i.removeprefix("id:").strip('"') for i in listed)
+    with Reader() as reader:
+        assert sorted(reader.message_ids("*")) == expected
+        made_up = reader.page_ids("subject:\"no id\"", exclude_tags=(), limit=5)
+        assert len(made_up) == 1 and made_up[0].startswith("notmuch-sha1-")
+        assert reader.find(made_up[0]) is not None
