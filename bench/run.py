@@ -229,7 +229,22 @@ class BenchEnv:
         # Hard links: renames (flag changes) only touch this tree; file contents never change.
         shutil.copytree(template, base / "mail", copy_function=os.link)
         (base / "fmail.toml").write_text(FMAIL_TOML, encoding="utf-8")
-        env = {
+        env = cls._environment(base)
+        if code is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(code), *STARTUP_PYTHONPATH])
+        return cls(base=base, mail_root=base / "mail", env=env)
+
+    @classmethod
+    def existing(cls, base: Path) -> BenchEnv:
+        """A setup an earlier run built and kept (``--keep``), as it was left."""
+        if not (base / "notmuch-config").is_file() or not (base / "mail").is_dir():
+            raise SystemExit(f"{base} is not a setup kept by --keep (no notmuch-config or mail)")
+        return cls(base=base, mail_root=base / "mail", env=cls._environment(base))
+
+    @staticmethod
+    def _environment(base: Path) -> dict[str, str]:
+        home = base / "home"
+        return {
             "HOME": str(home),
             "XDG_CONFIG_HOME": str(home / ".config"),
             "XDG_DATA_HOME": str(home / ".local" / "share"),
@@ -237,9 +252,6 @@ class BenchEnv:
             "NOTMUCH_CONFIG": str(base / "notmuch-config"),
             "FMAIL_CONFIG": str(base / "fmail.toml"),
         }
-        if code is not None:
-            env["PYTHONPATH"] = os.pathsep.join([str(code), *STARTUP_PYTHONPATH])
-        return cls(base=base, mail_root=base / "mail", env=env)
 
     def run(self, argv: Sequence[str], *, timeout: float = CMD_TIMEOUT,
             stdin: str | None = None) -> tuple[str, Timing]:
@@ -1015,6 +1027,7 @@ class Plan:
     dump_dir: Path | None = None
     code_label: str = ""
     code_slug: str = ""
+    reads_on: Path | None = None  # a kept setup to measure the reads on (no tree, no index)
 
 
 def build_tree(ws: Workspace, size: Size, messages: Sequence[corpus.Message],
@@ -1030,8 +1043,10 @@ def run_size(ws: Workspace, size: Size, messages: Sequence[corpus.Message],
              skip: frozenset[str], plan: Plan) -> SizeResult:
     started = time.perf_counter()
     load_before = load_average()
-    tree, written = build_tree(ws, size, messages, skip)
     env: BenchEnv | None = None
+    if plan.reads_on is not None:
+        return reads_on_kept(size, plan, load_before, started)
+    tree, written = build_tree(ws, size, messages, skip)
     summary = inc = inc_summary = rd = mcp = cli = diff = None
     current_dump = None
     if "index" in plan.parts:
@@ -1049,17 +1064,7 @@ def run_size(ws: Workspace, size: Size, messages: Sequence[corpus.Message],
             env = BenchEnv.create(ws.fresh("reads"), tree)
             log("indexing for the reads: fmail-nm init")
             env.fmail_step(*env.init_args())
-        log("reads in-process")
-        rd = reads_in_process(env, plan.samples)
-        log("MCP over stdio")
-        ids = page_ids_for(env, plan.samples + 3)
-        mcp = asyncio.run(mcp_session(env, plan.samples, ids))
-        log("MCP over stdio, bare JSON-RPC client")
-        mcp.raw = raw_latencies(env, plan.samples, ids)
-        log("notmuch CLI")
-        cli = cli_latencies(env, rd.compiled, max(10, plan.samples // 3))
-        log(f"side by side with {peer.PEER}")
-        mcp.peer = side_by_side(env, rd.compiled, plan.samples)
+        rd, mcp, cli = measure_reads(env, plan.samples)
     if "tags" in plan.parts:
         assert plan.tags is not None
         diff, current_dump = compare_tags(ws, tree, size, plan.tags, current=current_dump,
@@ -1078,6 +1083,33 @@ def run_size(ws: Workspace, size: Size, messages: Sequence[corpus.Message],
         shutil.rmtree(tree)
     return SizeResult(size.name, written, summary, inc_summary, inc, rd, mcp, cli, diff,
                       load_before, load_average(), round(time.perf_counter() - started, 1))
+
+
+def reads_on_kept(size: Size, plan: Plan, load_before: str, started: float) -> SizeResult:
+    """The reads part on a setup an earlier run kept, left as it is: minutes instead of a
+    new tree and a first index (at 100k, a quarter of an hour) while the code changes."""
+    assert plan.reads_on is not None
+    env = BenchEnv.existing(plan.reads_on)
+    written = env.count()
+    log(f"reads on the kept setup {env.base} ({written} messages)")
+    rd, mcp, cli = measure_reads(env, plan.samples)
+    return SizeResult(size.name, written, None, None, None, rd, mcp, cli, None,
+                      load_before, load_average(), round(time.perf_counter() - started, 1))
+
+
+def measure_reads(env: BenchEnv, samples: int) -> tuple[Reads, McpResults, dict[str, Latency]]:
+    log("reads in-process")
+    rd = reads_in_process(env, samples)
+    log("MCP over stdio")
+    ids = page_ids_for(env, samples + 3)
+    mcp = asyncio.run(mcp_session(env, samples, ids))
+    log("MCP over stdio, bare JSON-RPC client")
+    mcp.raw = raw_latencies(env, samples, ids)
+    log("notmuch CLI")
+    cli = cli_latencies(env, rd.compiled, max(10, samples // 3))
+    log(f"side by side with {peer.PEER}")
+    mcp.peer = side_by_side(env, rd.compiled, samples)
+    return rd, mcp, cli
 
 
 # The searches of the side-by-side comparison (bench/peer.py), by label.
@@ -1333,6 +1365,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="where to build (default: a temp dir, removed)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the last indexed setup of each size (needs --workdir)")
+    parser.add_argument("--reads-on", metavar="DIR", type=Path,
+                        help="measure the reads on a setup kept by an earlier --keep run (its "
+                             "NN-reads or NN-… directory) instead of building one; with "
+                             "--only reads and one size")
     parser.add_argument("--code", metavar="REF",
                         help="measure this git commit of fmail_nm instead of the working tree")
     parser.add_argument("--compare-tags", metavar="REF|DUMP",
@@ -1346,6 +1382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--keep needs --workdir (the default temp dir is removed)")
     parts = parse_parts(args.only, args.compare_tags is not None)
     sizes = [SIZES[s.strip()] for s in args.sizes.split(",") if s.strip()]
+    if args.reads_on and (parts != {"reads"} or len(sizes) != 1):
+        parser.error("--reads-on needs --only reads and one size (the kept setup's)")
     if args.compare_tags and Path(args.compare_tags).is_file() and len(sizes) > 1:
         parser.error("--compare-tags FILE compares one size; give the directory for several")
     started = time.perf_counter()
@@ -1367,7 +1405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ws = Workspace(root)
         plan = Plan(parts, args.samples, args.keep,
                     TagSpec(args.compare_tags) if args.compare_tags else None,
-                    args.dump_tags, code, slug)
+                    args.dump_tags, code, slug, args.reads_on)
         results = [run_size(ws, size, messages, skip, plan) for size in sizes]
     info = {**machine(), "code": code, "parts": ",".join(sorted(parts))}
     print(f"\nfmail-nm benchmarks: {info['cpus']} x {info['cpu_model']}, {info['notmuch']}, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from datetime import datetime, timezone
@@ -10,7 +11,7 @@ import pytest
 
 from fmail_nm.clock import iso_from_epoch
 from fmail_nm.store import sidecar
-from fmail_nm.store.notmuch import Reader
+from fmail_nm.store.notmuch import QueryError, Reader
 from fmail_nm.tools import reads, render
 
 from .conftest import MailEnv
@@ -361,3 +362,22 @@ def test_page_ids_are_notmuchs_message_ids_also_for_mail_without_one(indexed: Ma
         made_up = reader.page_ids("subject:\"no id\"", exclude_tags=(), limit=5)
         assert len(made_up) == 1 and made_up[0].startswith("notmuch-sha1-")
         assert reader.find(made_up[0]) is not None
+
+
+def test_a_count_beside_the_page_is_the_count_and_follows_commits(indexed: MailEnv) -> None:
+    """count_soon counts on a thread and handle of its own: the same number as count, the
+    latest commit seen, notmuch's refusal passed on, and the thread gone with the Reader."""
+    def counting_threads() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith("notmuch-count")]
+
+    with Reader() as reader:
+        assert reader.count_soon("tag:inbox", exclude_tags=()).result() == reader.count(
+            "tag:inbox", exclude_tags=()) > 0
+        assert reader.count_soon("tag:fresh", exclude_tags=()).result() == 0
+        indexed.notmuch("tag", "+fresh", "--", "tag:inbox")
+        assert reader.count_soon("tag:fresh", exclude_tags=()).result() == reader.count(
+            "tag:inbox", exclude_tags=())
+        with pytest.raises(QueryError):
+            reader.count_soon("date:someday..", exclude_tags=()).result()
+        assert len(counting_threads()) == 1
+    assert counting_threads() == []

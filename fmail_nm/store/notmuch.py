@@ -14,6 +14,7 @@ sees the latest committed state.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import itertools
 import os
@@ -242,6 +243,9 @@ class Reader:
         self._db: notmuch2.Database | None = None
         self._stamp: tuple[int, int, int] | None = None
         self._xapian_marker: Path | None = None
+        # count_soon's thread and the Reader of its own it reads with (see count_soon).
+        self._counter: concurrent.futures.ThreadPoolExecutor | None = None
+        self._counter_local = threading.local()
 
     def __enter__(self) -> Reader:
         return self
@@ -250,6 +254,14 @@ class Reader:
         self.close()
 
     def close(self) -> None:
+        """Close the handle, and stop the counting thread after its count in progress."""
+        self._release()
+        if self._counter is not None:
+            self._counter.submit(self._close_counting_reader).result()
+            self._counter.shutdown(wait=True)
+            self._counter = None
+
+    def _release(self) -> None:
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -278,7 +290,7 @@ class Reader:
         if self._db is not None:
             stamp = self._marker_stamp()
             if stamp is None or stamp != self._stamp:
-                self.close()
+                self._release()
         if self._db is None:
             self._db = _open(self.config_path, notmuch2.Database.MODE.READ_ONLY)
             self._xapian_marker = self._find_marker(self._db)
@@ -290,7 +302,7 @@ class Reader:
         try:
             return fn(self.db)
         except notmuch2.XapianError:
-            self.close()
+            self._release()
             return fn(self.db)
 
     def changed_at(self) -> float | None:
@@ -323,6 +335,33 @@ class Reader:
     def count(self, query: str, exclude_tags: Sequence[str] | None = None) -> int:
         excl = self.exclude_tags() if exclude_tags is None else exclude_tags
         return self._query(lambda db: db.count_messages(query, exclude_tags=excl))
+
+    def count_soon(self, query: str, exclude_tags: Sequence[str] | None = None
+                   ) -> concurrent.futures.Future[int]:
+        """``count`` started on a thread of its own, with a read handle of its own, while the
+        caller reads a page on this one: notmuch matches the query for each (the count and
+        the sorted page are both linear in the matches), so on two cores the total costs
+        next to nothing.  ``result()`` gives the count or raises as ``count`` does.  The two
+        handles may stand one commit apart for a moment; the count is then off by what that
+        commit changed."""
+        excl = self.exclude_tags() if exclude_tags is None else tuple(exclude_tags)
+        self.db  # opened here first: libnotmuch's one-time set-up on open is not safe to race
+        if self._counter is None:
+            self._counter = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="notmuch-count")
+        return self._counter.submit(self._count_on_counter, query, excl)
+
+    def _count_on_counter(self, query: str, exclude_tags: Sequence[str]) -> int:
+        reader = getattr(self._counter_local, "reader", None)
+        if reader is None:
+            reader = self._counter_local.reader = Reader(self.config_path)
+        return reader.count(query, exclude_tags=exclude_tags)
+
+    def _close_counting_reader(self) -> None:
+        reader = getattr(self._counter_local, "reader", None)
+        if reader is not None:
+            reader.close()
+            self._counter_local.reader = None
 
     def _query(self, fn: Callable[[notmuch2.Database], T]) -> T:
         try:

@@ -266,11 +266,12 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
     nm_query = scoped_query(mb, compiled, since=since, until=until, account=account)
     fp = _fingerprint("search", nm_query, compiled.exclude_tags, sort)
     offset = read_cursor(cursor, fp)
-    total = mb.reader.count(nm_query, exclude_tags=compiled.exclude_tags)
+    counting = mb.reader.count_soon(nm_query, exclude_tags=compiled.exclude_tags)
     ids = _everything_from_mirror(mb, nm_query, compiled, sort, offset, limit)
     if ids is None:
         ids = mb.reader.page_ids(nm_query, exclude_tags=compiled.exclude_tags, sort=sort,
                                  offset=offset, limit=limit)
+    total = counting.result()
     changed = mb.reader.changed_at()
     cursor_out = next_cursor(offset, len(ids), total, fp)
     return dto.SearchResult(results=listing(mb, ids), total=total,
@@ -326,12 +327,13 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
                             extra="tag:unread" if unread_only else None)
     fp = _fingerprint("threads", nm_query, compiled.exclude_tags)
     offset = read_cursor(cursor, fp)
-    matched = mb.reader.count(nm_query, exclude_tags=compiled.exclude_tags)
-    total = (mb.reader.count_threads(nm_query, exclude_tags=compiled.exclude_tags)
-             if matched <= THREAD_COUNT_MAX_MESSAGES else None)
+    counting = mb.reader.count_soon(nm_query, exclude_tags=compiled.exclude_tags)
     # One thread past the page says whether there is a next one, with or without a total.
     page = mb.reader.threads(nm_query, exclude_tags=compiled.exclude_tags, offset=offset,
                              limit=limit + 1)
+    matched = counting.result()
+    total = (mb.reader.count_threads(nm_query, exclude_tags=compiled.exclude_tags)
+             if matched <= THREAD_COUNT_MAX_MESSAGES else None)
     more, page = len(page) > limit, page[:limit]
     unread = unread_counts(mb, [t.thread_id for t in page], compiled.exclude_tags)
     refs = []
