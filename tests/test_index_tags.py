@@ -270,3 +270,15 @@ def test_a_tagger_that_cannot_write_leaves_the_marks_for_the_next_run(mail_env: 
         assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 169
     mail_env.fmail("index", "--quiet")
     assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())
+
+
+def test_a_rule_for_all_mail_tags_all_new_mail(mail_env: MailEnv) -> None:
+    """A rule whose query is notmuch's "*" applies to every message the run adds: the rule
+    query is combined with the run's ids without parentheses around "*", which notmuch would
+    read as a wildcard matching a fraction of the mail."""
+    mail_env.fmail_config.write_text(mail_env.fmail_config.read_text()
+                                     + '\n[[tagging.rules]]\nquery = "*"\nadd = ["seen-by-rules"]\n')
+    run_init(mail_env)
+    everything = int(mail_env.notmuch("count", "--exclude=false", "*").stdout)
+    tagged = int(mail_env.notmuch("count", "--exclude=false", "tag:seen-by-rules").stdout)
+    assert tagged == everything > 100

@@ -34,7 +34,7 @@ from ..progress import TAGGING, ProgressCallback
 from ..store import sidecar
 from ..store.maildir import in_role
 from ..store.notmuch import Reader, Writer, WriteTxn
-from ..store.query import MATCH_NOTHING, folders_query, id_query, me_query
+from ..store.query import MATCH_NOTHING, all_of, folders_query, id_query, me_query
 
 BATCH_SIZE = 200
 
@@ -112,7 +112,7 @@ def place_tags(txn: WriteTxn, config: Config, message_id: str) -> bool:
         add = {t for t in rule.add if t in place}
         remove = {t for t in rule.remove if t in place}
         query = _answered_from(rule_query(rule, config), [message_id], expected)
-        if (add or remove) and txn.message_ids(f"({query}) AND ({only})"):
+        if (add or remove) and txn.message_ids(all_of(query, only)):
             expected[message_id] = (expected[message_id] | add) - remove
     if not in_role(config, message.filenames, "inbox"):
         expected[message_id].discard(tags.INBOX)
@@ -191,7 +191,7 @@ def _tag_batch(txn: WriteTxn, batch: Mapping[str, str | None], config: Config,
         if not ids:
             break
         query = _answered_from(rule_query(rule, config), ids, expected)
-        for mid in txn.message_ids(f"({query}) AND ({scope})"):
+        for mid in txn.message_ids(all_of(query, scope)):
             expected[mid] = (expected[mid] | set(rule.add)) - set(rule.remove)
     for mid in ids:
         add, remove = expected[mid] - current[mid], current[mid] - expected[mid]

@@ -25,6 +25,14 @@ def quote(value: str) -> str:
     return '"' + value.replace('"', '""') + '"'
 
 
+def all_of(*queries: str) -> str:
+    """The conjunction of notmuch queries.  notmuch reads ``*`` (and an empty query) as all
+    mail only when it is the whole query: inside parentheses it is a wildcard that matches
+    a fraction of the mail, so an all-mail part is left out rather than parenthesised."""
+    parts = [q for q in queries if q.strip() not in ("", "*")]
+    return " AND ".join(f"({q})" for q in parts) if parts else "*"
+
+
 def id_query(message_ids: Iterable[str]) -> str:
     return " OR ".join(f"id:{quote(mid)}" for mid in message_ids) or MATCH_NOTHING
 
