@@ -381,3 +381,36 @@ def test_a_count_beside_the_page_is_the_count_and_follows_commits(indexed: MailE
             reader.count_soon("date:someday..", exclude_tags=()).result()
         assert len(counting_threads()) == 1
     assert counting_threads() == []
+
+
+@pytest.mark.parametrize("per_result", [1, 2, 20])
+def test_a_page_read_from_a_date_window_is_the_page_of_the_whole_search(
+        mb: reads.Mailbox, monkeypatch: pytest.MonkeyPatch, per_result: int) -> None:
+    """Windows of a few messages (so that some fill the page and some do not): every page
+    is exactly notmuch's page of the whole search, in both orders."""
+    monkeypatch.setattr(reads, "WINDOW_PER_RESULT", per_result)
+    asked: list[str] = []
+    page_ids = mb.reader.page_ids
+
+    def recording(query: str, **kwargs: object) -> list[str]:
+        found = page_ids(query, **kwargs)  # type: ignore[arg-type]
+        asked.append(f"{'window' if 'date:@' in query else 'whole'} {len(found)}")
+        return found
+    monkeypatch.setattr(mb.reader, "page_ids", recording)
+    for query in ("tag:inbox", "tag:unread", "from:anna", "*", "tag:list", "school"):
+        for sort in ("newest", "oldest"):
+            total = mb.reader.count(query, exclude_tags=())
+            for offset, limit in ((0, 1), (0, 3), (2, 2), (1, 5), (0, 50)):
+                got = reads._page_ids(mb, query, (), sort, offset, limit)
+                assert got == page_ids(query, exclude_tags=(), sort=sort, offset=offset,
+                                       limit=limit), (query, sort, offset, limit)
+                assert len(got) == max(0, min(limit, total - offset))
+    windows = [a for a in asked if a.startswith("window")]
+    filled = [a for a in windows if asked[asked.index(a) + 1:asked.index(a) + 2] != ["whole"]]
+    assert windows and filled, asked  # the window was tried, and sometimes was enough
+
+
+def test_a_search_with_dates_of_its_own_reads_the_whole_search(mb: reads.Mailbox) -> None:
+    assert reads._recent_window(mb, "tag:inbox AND date:@0..", 1) is None
+    assert (reads._recent_window(mb, "tag:inbox", 1) or "").startswith("date:@")
+    assert reads._recent_window(mb, "tag:inbox", 10**6) is None  # a smaller mailbox

@@ -490,6 +490,14 @@ def newest_page(conn: sqlite3.Connection, excluded_tags: Sequence[str], *, oldes
     return [row[0] for row in page]
 
 
+def date_at_rank(conn: sqlite3.Connection, rank: int) -> int | None:
+    """The date (Unix seconds) of the message ``rank`` places from the newest end of the
+    mailbox, read along the date index; None when fewer dated messages are mirrored."""
+    row = conn.execute("SELECT date_epoch FROM messages INDEXED BY messages_date WHERE date "
+                       "IS NOT NULL ORDER BY date DESC LIMIT 1 OFFSET ?", [rank]).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
 def unread_by_thread(conn: sqlite3.Connection, thread_ids: Sequence[str],
                      excluded_tags: Sequence[str]) -> dict[str, int]:
     """Unread messages per thread, leaving out those with an excluded tag (spam, deleted),

@@ -33,7 +33,7 @@ from ..message.mime import BodyText, ParsedMessage
 from ..message.text import clean_text, slice_text
 from ..store import maildir, sidecar
 from ..store.notmuch import IndexedMessage, Reader, ThreadNode
-from ..store.query import clean_id, folders_query, id_query, me_query, quote
+from ..store.query import all_of, clean_id, folders_query, id_query, me_query, quote
 from ..tags import DEFAULT_EXCLUDED, DELETED, DRAFT, SENT, SPAM
 from . import dto
 
@@ -204,7 +204,7 @@ def _parse_when(value: str, name: str, end: bool) -> int:
 def scoped_query(mb: Mailbox, compiled: CompiledQuery, *, since: str | None = None,
                  until: str | None = None, account: str | None = None,
                  extra: str | None = None) -> str:
-    parts = [] if compiled.query.strip() == "*" else [f"({compiled.query})"]
+    parts = [compiled.query]
     if since or until:
         start = _parse_when(since, "since", end=False) if since else 0
         stop = _parse_when(until, "until", end=True) if until else 2**32
@@ -214,8 +214,8 @@ def scoped_query(mb: Mailbox, compiled: CompiledQuery, *, since: str | None = No
         if acct.maildir != ".":
             parts.append(f"path:{quote(acct.maildir + '/**')}")
     if extra:
-        parts.append(f"({extra})")
-    return " AND ".join(parts) or "*"
+        parts.append(extra)
+    return all_of(*parts)
 
 
 # Cursors carry the offset and a fingerprint of the request, so a cursor from one search cannot
@@ -269,8 +269,7 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
     counting = mb.reader.count_soon(nm_query, exclude_tags=compiled.exclude_tags)
     ids = _everything_from_mirror(mb, nm_query, compiled, sort, offset, limit)
     if ids is None:
-        ids = mb.reader.page_ids(nm_query, exclude_tags=compiled.exclude_tags, sort=sort,
-                                 offset=offset, limit=limit)
+        ids = _page_ids(mb, nm_query, compiled.exclude_tags, sort, offset, limit)
     total = counting.result()
     changed = mb.reader.changed_at()
     cursor_out = next_cursor(offset, len(ids), total, fp)
@@ -293,6 +292,46 @@ def _everything_from_mirror(mb: Mailbox, nm_query: str, compiled: CompiledQuery,
         return None
     return sidecar.newest_page(mirror[0], compiled.exclude_tags, oldest_first=sort == "oldest",
                                offset=offset, limit=limit)
+
+
+# How many of the mailbox's newest messages a search first looks among, for each result it
+# must skip or show: 20 finds a page in that window for any query that matches at
+# least one message in 20.
+WINDOW_PER_RESULT = 20
+
+
+def _page_ids(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sort: str,
+              offset: int, limit: int) -> list[str]:
+    """One sorted page of a search, newest first looked for among the newest mail only:
+    notmuch sorts every match to return a page, so a broad search pays for all its matches,
+    while the same query narrowed to a recent date window matches a few.  A window from
+    date D on holds every match from D on, and every match outside it is older than D: when
+    it fills the page, that page is the whole search's (ties keep their order, as both sort
+    the same way).  Otherwise, for a query with a date range of its own (the window would
+    likely miss it) and for oldest first (notmuch's ranges cannot reach dates before 1970,
+    which sort first), the whole search runs.  The mirror's date index only chooses D: a
+    stale mirror makes the window less apt, never the page wrong."""
+    window = (_recent_window(mb, nm_query, (offset + limit) * WINDOW_PER_RESULT)
+              if sort == "newest" else None)
+    if window is not None:
+        ids = mb.reader.page_ids(all_of(nm_query, window), exclude_tags=exclude_tags,
+                                 sort=sort, offset=offset, limit=limit)
+        if len(ids) == limit:
+            return ids
+    return mb.reader.page_ids(nm_query, exclude_tags=exclude_tags, sort=sort, offset=offset,
+                              limit=limit)
+
+
+def _recent_window(mb: Mailbox, nm_query: str, size: int) -> str | None:
+    """``date:`` of the ``size`` newest messages, or None where there is no such window to
+    try: no mirror, a smaller mailbox, or a query with dates of its own."""
+    if "date:" in nm_query:
+        return None
+    conn = mb.mirror.connection()
+    if conn is None:
+        return None
+    edge = sidecar.date_at_rank(conn, size)
+    return f"date:@{edge}.." if edge is not None and edge > 0 else None
 
 
 def echoed_query(nm_query: str) -> str:
