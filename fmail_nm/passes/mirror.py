@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import email.utils
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -310,11 +311,16 @@ def _set_me(conn: sqlite3.Connection, me: frozenset[str]) -> bool:
 @dataclass(frozen=True)
 class _Loaded:
     """One batch as read before its write transaction: what the mirror had, what notmuch has
-    (None: gone), and the parsed files of the messages new to the mirror."""
+    (None: gone), and the parsed files of the messages new to the mirror -- ``fresh()``,
+    which waits for the worker processes parsing them (the first time)."""
 
     known: dict[str, tuple[Parsed, frozenset[str]]]
     messages: list[IndexedMessage | None]
-    fresh: dict[str, Parsed]
+    fresh: Callable[[], dict[str, Parsed]]
+
+
+def _ready(parsed: dict[str, Parsed]) -> Callable[[], dict[str, Parsed]]:
+    return lambda: parsed
 
 
 class Mirror:
@@ -414,11 +420,20 @@ class Mirror:
         done = 0
         if self.on_progress is not None and ids:
             self.on_progress(SIDECAR, 0, len(ids))
-        for chunk in chunks(ids, self.batch_size):
-            # Read and parse before the write transaction: parsing is most of a batch, and a
-            # transaction held that long makes every other sidecar writer (the tagging pass
-            # clearing its marks, a write tool's audit entry) wait for it.
-            loaded = self._load_batch(chunk)
+        batches = list(chunks(ids, self.batch_size))
+        # Read and parse before the write transaction: parsing is most of a batch, and a
+        # transaction held that long makes every other sidecar writer (the tagging pass
+        # clearing its marks, a write tool's audit entry) wait for it.  The next batch is read
+        # and handed to the parsing workers before this one is written, so that they parse
+        # while this process writes (batches are disjoint: writing one changes nothing the
+        # next one reads from the mirror).
+        upcoming = self._load_batch(batches[0]) if batches else None
+        for number, chunk in enumerate(batches):
+            assert upcoming is not None
+            loaded = upcoming
+            loaded.fresh()  # waited for here, outside the transaction
+            upcoming = (self._load_batch(batches[number + 1]) if number + 1 < len(batches)
+                        else None)
             with sidecar.transaction(self.conn):
                 if not self._marked_dirty:
                     dirty_before = sidecar.get_state(self.conn, "stats_dirty") is not None
@@ -449,7 +464,7 @@ class Mirror:
         return _Loaded(known, messages, fresh)
 
     def _apply_batch(self, ids: Sequence[str], loaded: _Loaded, report: MirrorReport) -> None:
-        known, messages, fresh = loaded.known, loaded.messages, loaded.fresh
+        known, messages, fresh = loaded.known, loaded.messages, loaded.fresh()
         self._touched |= _addresses_of(self.conn, ids)
         # A message can change threads (a late parent joins two): both rows are recomputed.
         threads = _threads_of(self.conn, ids)
@@ -480,11 +495,11 @@ class Mirror:
     def _folders(self, filenames: Iterable[str]) -> set[str | None]:
         return {notmuch_folder(name, self.config.mail_root) for name in filenames}
 
-    def _parse_new(self, messages: Sequence[IndexedMessage]) -> dict[str, Parsed]:
+    def _parse_new(self, messages: Sequence[IndexedMessage]) -> Callable[[], dict[str, Parsed]]:
         """Parse the files of messages the mirror has not seen: in worker processes when there
-        are many (a first index), since parsing is most of the build and needs no notmuch.
-        A file parsed while notmuch new ran is not parsed again (the first name is the one
-        :func:`parse_file` would read)."""
+        are many (a first index), since parsing is most of the build and needs no notmuch;
+        the result waits for them.  A file parsed while notmuch new ran is not parsed again
+        (the first name is the one :func:`parse_file` would read)."""
         done = {m.message_id: p for m in messages
                 if m.filenames and (p := self.prefetched.get(m.filenames[0])) is not None}
         messages = [m for m in messages if m.message_id not in done]
@@ -492,12 +507,23 @@ class Mirror:
         names = [m.filenames for m in messages]
         if len(names) >= PARALLEL_PARSE_MIN and (pool := self._parse_pool()) is not None:
             try:
-                parsed = list(pool.map(parse_file, names, chunksize=PARSE_CHUNK))
-                return done | {m.message_id: p for m, p in zip(messages, parsed)}
+                parsing = pool.map(parse_file, names, chunksize=PARSE_CHUNK)  # submitted now
             except (BrokenProcessPool, OSError) as exc:
-                log.warning("parsing in worker processes failed (%s); parsing here", exc)
-                self._workers = 0
-        return done | {m.message_id: parse_file(m.filenames) for m in messages}
+                self._no_workers(exc)
+            else:
+                @functools.cache
+                def collected() -> dict[str, Parsed]:
+                    try:
+                        return done | {m.message_id: p for m, p in zip(messages, parsing)}
+                    except (BrokenProcessPool, OSError) as exc:
+                        self._no_workers(exc)
+                        return done | {m.message_id: parse_file(m.filenames) for m in messages}
+                return collected
+        return _ready(done | {m.message_id: parse_file(m.filenames) for m in messages})
+
+    def _no_workers(self, exc: BaseException) -> None:
+        log.warning("parsing in worker processes failed (%s); parsing here", exc)
+        self._workers = 0
 
     def _parse_pool(self) -> ProcessPoolExecutor | None:
         if self._pool is None and self._workers > 1:
