@@ -298,6 +298,16 @@ def _has_word(value: str) -> bool:
     return any(c == "_" or unicodedata.ucd_3_2_0.category(c)[0] in "LN" for c in value)
 
 
+def _has_new_letter(value: str) -> bool:
+    """Whether the value has a letter or digit that Unicode 3.2 did not have: one that Xapian
+    may or may not index (see the module docstring), so a search for it cannot be trusted."""
+    return any(unicodedata.category(c)[0] in "LN" for c in value)
+
+
+_NEW_LETTERS_NOTE = "characters newer than Unicode 3.2 alone cannot be searched"
+_NEW_LETTERS_ONLY = f"words with letters or digits ({_NEW_LETTERS_NOTE})"
+
+
 def _clean_phrase(value: str) -> str:
     # These characters are never part of a Xapian word, so blanking them keeps the phrase's
     # meaning while removing every way out of the quotes (see module docstring).
@@ -622,7 +632,11 @@ class _Parser:
     def _term(self, name: str | None, value: str, pos: int) -> _Node:
         if name is None:
             text = _clean_phrase(value)
-            return _phrase_atom("", text) if _has_word(text) else _EMPTY
+            if _has_word(text):
+                return _phrase_atom("", text)
+            if _has_new_letter(text):  # dropped, it would find everything instead of it
+                raise DslError(pos, _NEW_LETTERS_ONLY, _shown(value))
+            return _EMPTY  # punctuation alone: ignored, as Gmail does
         if not value:
             raise DslError(pos, f"a value after '{name}:'", "an empty value")
         return self.handlers[name](name, value, pos)
@@ -630,8 +644,8 @@ class _Parser:
     def _phrase_field(self, name: str, value: str, pos: int) -> _Node:
         text = _clean_phrase(value)
         if not _has_word(text):
-            raise DslError(pos, f"a value with letters or digits after '{name}:' (characters "
-                           "newer than Unicode 3.2 alone cannot be searched)", _shown(value))
+            raise DslError(pos, f"a value with letters or digits after '{name}:' "
+                           f"({_NEW_LETTERS_NOTE})", _shown(value))
         return _phrase_atom(_PHRASE_FIELDS[name], text)
 
     def _exact_value(self, name: str, value: str, pos: int) -> str:

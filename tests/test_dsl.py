@@ -157,6 +157,20 @@ def test_phrase_value_of_letters_xapian_does_not_index_is_an_error(value: str) -
     assert q(f'to:"{value}a"') == f'to:"{value}a"'  # with one it does index, the value stays
 
 
+@pytest.mark.parametrize("value", ["\u0234", "\U00030000", "\u9fd6\u9fd7", "\u1c90"])
+@pytest.mark.parametrize("form", ['"{}"', "{}", 'a "{}"', '-"{}"'])
+def test_a_search_word_of_letters_xapian_may_not_index_is_an_error(value: str, form: str) -> None:
+    # Dropped like punctuation, it would leave the search without it: all mail, or "a" alone
+    # (ȴ is a letter since Unicode 4.0; found by the --runslow DSL fuzz suite).
+    assert "newer than Unicode 3.2" in err(form.format(value)).expected
+    assert q(f'"{value}a"') == f'"{value}a"'
+
+
+def test_punctuation_alone_is_ignored_as_gmail_does() -> None:
+    assert q('"!!!"') == q("!!!") == "*"
+    assert q('a "!!!"') == '"a"'
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
