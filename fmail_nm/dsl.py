@@ -299,8 +299,9 @@ def _has_word(value: str) -> bool:
 
 
 def _has_new_letter(value: str) -> bool:
-    """Whether the value has a letter or digit that Unicode 3.2 did not have: one that Xapian
-    may or may not index (see the module docstring), so a search for it cannot be trusted."""
+    """Whether the value has a letter or digit by today's Unicode tables.  Asked of a value
+    with none of Unicode 3.2's (see _has_word), it tells letters Xapian may or may not index
+    (see the module docstring) from punctuation."""
     return any(unicodedata.category(c)[0] in "LN" for c in value)
 
 
