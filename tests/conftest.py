@@ -199,3 +199,13 @@ def search_rows(page: dict[str, object]) -> list[dict[str, object]]:
     """A search page's structured ``rows`` as dicts keyed by its ``columns``."""
     columns = page["columns"]
     return [dict(zip(columns, row)) for row in page["rows"]]  # type: ignore[call-overload, union-attr]
+
+
+# Takes a sidecar of today's schema back to version 4's, as the previous release left it.
+UNDO_SCHEMA_5 = """
+DROP TRIGGER messages_count_insert; DROP TRIGGER messages_count_delete;
+DROP TRIGGER messages_count_update; DROP TABLE mirror_counts; DROP TABLE shown_days;
+DROP INDEX messages_excluded_date; ALTER TABLE messages DROP COLUMN is_excluded;
+DELETE FROM sync_state WHERE key = 'exclude_tags';
+PRAGMA user_version = 4;
+"""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from fmail_nm.store.notmuch import Reader, Writer
 from fmail_nm.store.query import folders_query
 from fmail_nm.tools import reads, writes
 
-from .conftest import MailEnv, run_init
+from .conftest import UNDO_SCHEMA_5, MailEnv, run_init
 
 IN_ROOT = "school-trip-3@example.com"  # personal/INBOX in the fixtures: the root here
 FMAIL_TOML = """\
@@ -107,12 +108,14 @@ def test_mail_moves_out_of_and_back_into_the_root_maildir(
 def test_a_mirror_from_before_names_the_root_dot_once_migrated(
         root_env: MailEnv, ctx: WriteContext) -> None:
     # Schema 3 spelled the root notmuch's way, "".
-    with sidecar.opened(ctx.sidecar_file) as conn, sidecar.transaction(conn):
+    with sidecar.opened(ctx.sidecar_file) as conn:
+        conn.executescript(UNDO_SCHEMA_5)
+    with sqlite3.connect(ctx.sidecar_file) as conn:
         conn.execute("UPDATE message_folders SET folder = '' WHERE folder = '.'")
         conn.execute("""UPDATE messages SET folders = '[""' || substr(folders, 5)
                         WHERE folders LIKE '[".",%' OR folders = '["."]'""")
         conn.execute("PRAGMA user_version = 3")
-        assert mirror.check(ctx.config, ctx.reader, conn) != []
+        assert conn.execute("SELECT count(*) FROM message_folders WHERE folder = ''").fetchone()[0]
     with sidecar.opened(ctx.sidecar_file) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == sidecar.SCHEMA_VERSION
         assert mirror.check(ctx.config, ctx.reader, conn) == []

@@ -149,7 +149,8 @@ def parse_file(filenames: Sequence[str]) -> Parsed:
     return Parsed(recipients=[], list_id=None, body_preview="", size=None)
 
 
-def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[str]) -> dict[str, Any]:
+def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[str],
+              exclusions: frozenset[str]) -> dict[str, Any]:
     folders = sorted({f for f in (notmuch_folder(n, layout.config.mail_root) for n in m.filenames)
                       if f is not None})
     primary = min(folders, key=lambda f: (layout.rank(f), f)) if folders else None
@@ -176,6 +177,7 @@ def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[s
         "is_draft": int("draft" in m.tags),
         "is_sent": int(sender_email in me),
         "has_attachment": int("attachment" in m.tags),
+        "is_excluded": int(not exclusions.isdisjoint(m.tags)),
         "tags": json.dumps(sorted(m.tags), ensure_ascii=False),
         "list_id": parsed.list_id,
         "size": parsed.size,
@@ -188,7 +190,7 @@ def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[s
 
 _COLUMNS = ("message_id", "uid", "thread_id", "account_name", "folder", "folders", "subject",
             "sender_email", "sender_name", "recipients", "date", "date_epoch", "body_preview",
-            "is_read", "is_flagged", "is_replied", "is_draft", "is_sent", "has_attachment", "tags",
+            "is_read", "is_flagged", "is_replied", "is_draft", "is_sent", "has_attachment", "is_excluded", "tags",
             "list_id", "size", "filenames", "needs_tagging")
 # A message waiting for the tagging pass keeps waiting until the pass clears the mark.
 _UPSERT = (f"INSERT INTO messages ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
@@ -349,6 +351,7 @@ class Mirror:
         self._moved: list[str] = []
         self.layout = Layout(config)
         self.me = frozenset(config.addresses)
+        self.exclusions = frozenset(reader.search_exclusions())
         # Which messages new to the mirror are new mail, to be tagged (passes.tagging): in an
         # incremental sync all of them; in a full build (first index, or the sidecar was
         # deleted) only those changed since ``new_since`` -- the revision before this index
@@ -385,6 +388,8 @@ class Mirror:
             if (since := sidecar.get_state(self.conn, "full_build_new_since")) is not None:
                 self._recent = frozenset(
                     self.reader.message_ids(f"lastmod:{int(since) + 1}..") if since else ())
+            if sidecar.follow_exclusions(self.conn, sorted(self.exclusions)):
+                log.info("sidecar: searches now leave out %s", ", ".join(sorted(self.exclusions)))
             if _set_me(self.conn, self.me):
                 refresh_stats(self.conn, [r[0] for r in self.conn.execute(
                     "SELECT email_address FROM contact_stats")])
@@ -482,7 +487,7 @@ class Mirror:
                 report.parsed += 1
                 if self._folders(files) != self._folders(message.filenames):
                     self._moved.append(mid)
-            row = build_row(message, parsed, self.layout, self.me)
+            row = build_row(message, parsed, self.layout, self.me, self.exclusions)
             if mid not in known and (self._recent is None or mid in self._recent):
                 row["needs_tagging"] = 1
                 self._marked.append((mid, parsed.list_id))
@@ -623,6 +628,7 @@ def check(config: Config, reader: Reader, conn: sqlite3.Connection, *,
     problems: list[str] = []
     layout = Layout(config)
     me = frozenset(config.addresses)
+    exclusions = frozenset(reader.search_exclusions())
     rev = reader.revision()
     if sidecar.get_state(conn, "notmuch_uuid") != rev.uuid:
         problems.append("the mirror was built from another notmuch database (uuid differs)")
@@ -642,12 +648,15 @@ def check(config: Config, reader: Reader, conn: sqlite3.Connection, *,
             have = dict(zip(_COLUMNS, row))
             parsed = parse_file(message.filenames) if parse_files else Parsed(
                 json.loads(have["recipients"]), have["list_id"], have["body_preview"], have["size"])
-            want = build_row(message, parsed, layout, me)
+            want = build_row(message, parsed, layout, me, exclusions)
             for column in _COLUMNS:
                 if have[column] != want[column]:
                     problems.append(f"{mid}: {column} is {have[column]!r}, notmuch says {want[column]!r}")
             problems.extend(_check_children(conn, mid, want))
-    return problems + sidecar.thread_problems(conn)
+    if sidecar.recorded_exclusions(conn) != exclusions:
+        problems.append(f"the mirror's exclusions are {sorted(sidecar.recorded_exclusions(conn))}, "
+                        f"searches leave out {sorted(exclusions)}")
+    return problems + sidecar.thread_problems(conn) + sidecar.count_problems(conn)
 
 
 def _check_children(conn: sqlite3.Connection, mid: str, want: dict[str, Any]) -> list[str]:

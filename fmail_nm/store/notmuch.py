@@ -29,7 +29,7 @@ from typing import TypeVar
 import notmuch2
 
 from ..errors import BackendError, CallerError
-from ..tags import FLAG_TAGS
+from ..tags import DEFAULT_EXCLUDED, FLAG_TAGS
 from .query import quote
 
 T = TypeVar("T")
@@ -331,6 +331,11 @@ class Reader:
     def exclude_tags(self) -> tuple[str, ...]:
         """``search.exclude_tags`` from the config (the bindings do not apply it themselves)."""
         return tuple(t for t in self.setting("search.exclude_tags").split(";") if t)
+
+    def search_exclusions(self) -> tuple[str, ...]:
+        """The tags a search leaves out unless it names them: ``search.exclude_tags``, or
+        DEFAULT_EXCLUDED where the config names none (the DSL and the mirror agree on it)."""
+        return self.exclude_tags() or DEFAULT_EXCLUDED
 
     def count(self, query: str, exclude_tags: Sequence[str] | None = None) -> int:
         excl = self.exclude_tags() if exclude_tags is None else exclude_tags

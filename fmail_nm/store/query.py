@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from ..config import folder_term
 
@@ -58,3 +59,87 @@ def clean_id(ref: str) -> str:
     if mid.startswith("<") and mid.endswith(">"):
         mid = mid[1:-1]
     return mid[3:] if mid.startswith("id:") else mid
+
+
+@dataclass(frozen=True)
+class Conjunction:
+    """A query that only asks for tags and a date range: ``tag:a AND date:@x..@y``."""
+
+    tags: tuple[str, ...]
+    since: int | None  # Unix seconds, both ends included; None: open
+    until: int | None
+    # tag:"/regex/" values: each matches a message carrying any tag the pattern finds
+    patterns: tuple[str, ...] = ()
+
+    def tag_groups(self, all_tags: Iterable[str]) -> list[tuple[str, ...]]:
+        """One group per condition, met by a message that carries any tag of the group."""
+        known = list(all_tags)
+        return [(tag,) for tag in self.tags] + [
+            tuple(t for t in known if re.search(p, t)) for p in self.patterns]
+
+
+# The regex a tag value may hold to be read here: ASCII literals, escaped "." and "+", ".*",
+# "?", groups and anchors -- where POSIX extended regexes (notmuch's, on bytes) and Python's
+# (on characters) match the same tags.
+_SIMPLE_REGEX = re.compile(r"(?:[A-Za-z0-9_/@-]|\\[.+]|\.\*|[?()^$])+")
+
+
+_ATOM = re.compile(r"""\s*(?:
+      (?P<paren>[()])
+    | (?P<and>AND)(?=[\s()]|$)
+    | tag:(?:"(?P<quoted>(?:[^"]|"")*)"|(?P<bare>[\w.+-]+))(?=[\s()]|$)
+    | date:(?:@(?P<since>\d+))?\.\.(?:@(?P<until>\d+))?(?=[\s()]|$)
+    )""", re.VERBOSE)
+
+
+def conjunction(query: str) -> Conjunction | None:
+    """The tags and dates of ``query`` when it is nothing but tags and dates joined by AND
+    (``*`` alone is all mail), else None.  A ``/regex/`` tag value is read when it is simple
+    (see _SIMPLE_REGEX; the DSL's ``list:`` is); other patterns (any other regex, a ``*``) and
+    open-ended or pre-1970 date ranges are not: notmuch answers those itself.  (Parentheses do not change a conjunction's meaning.)"""
+    if query.strip() == "*":
+        return Conjunction((), None, None)
+    tags: list[str] = []
+    patterns: list[str] = []
+    since: list[int] = []
+    until: list[int] = []
+    depth, pos, expect_atom = 0, 0, True
+    while pos < len(query.rstrip()):
+        match = _ATOM.match(query, pos)
+        if match is None or match.end() == pos:
+            return None
+        pos = match.end()
+        if match["paren"]:
+            depth += 1 if match["paren"] == "(" else -1
+            if depth < 0:
+                return None
+        elif match["and"]:
+            if expect_atom:
+                return None
+            expect_atom = True
+        elif not expect_atom:
+            return None  # two atoms without AND: leave notmuch's default operator to notmuch
+        else:
+            expect_atom = False
+            if match.group(0).lstrip().startswith("tag:"):
+                tag = match["bare"] or (match["quoted"] or "").replace('""', '"')
+                if len(tag) > 2 and tag[0] == tag[-1] == "/" and _SIMPLE_REGEX.fullmatch(tag[1:-1]):
+                    patterns.append(tag[1:-1])
+                elif not tag or tag.startswith("/") or "*" in tag:
+                    return None
+                else:
+                    tags.append(tag)
+            elif match["since"] or match["until"]:
+                if match["since"]:
+                    since.append(int(match["since"]))
+                if match["until"]:
+                    until.append(int(match["until"]))
+            else:
+                return None
+    if depth or expect_atom:
+        return None
+    low = max(since) if since else None
+    if (until and low is None) or low == 0:
+        return None  # notmuch's own reading of a range that starts at or before 1970
+    return Conjunction(tuple(dict.fromkeys(tags)), low, min(until) if until else None,
+                       tuple(dict.fromkeys(patterns)))

@@ -11,7 +11,9 @@ What is in it:
 * ``contact_info`` -- the user's own notes, names and blocklist: the only data that exists
   nowhere else (``fmail-nm contacts export`` saves it);
 * ``contact_stats`` -- figures harvested from the mirror (first/last seen, message counts);
-* ``sync_state`` and ``audit_log``.
+* ``sync_state`` and ``audit_log``;
+* what pages read from the mirror (``messages.is_excluded`` and its date index, the counts
+  triggers keep in ``mirror_counts`` and ``shown_days``).
 
 The SQL tools see published views only (``emails``, ``threads``, ``tags``, ``email_tags``,
 ``contacts``); ``contacts`` is writable through INSTEAD OF triggers that touch ``contact_info``
@@ -258,8 +260,55 @@ UPDATE messages SET folders = (
 WHERE folders LIKE '[""%';
 """
 
+# Version 5: whether a search leaves a message out (spam, deleted: notmuch's
+# search.exclude_tags, recorded in sync_state as EXCLUSIONS_KEY) is a column, ``is_excluded``,
+# so the pages notmuch would have to count or sort whole -- all mail by date, a date range,
+# the newest threads of a tag -- are read along one index; ``mirror_counts`` keeps the number of messages and of those a search shows, so
+# "all mail" has its total without a count.  The migration records the default exclusions; a
+# mirror sync recomputes the column when the config names others.  ``shown_days`` counts them
+# by UTC day (a date range's total is then a few dozen rows, not one per message).
+_V5 = """
+ALTER TABLE messages ADD COLUMN is_excluded INTEGER NOT NULL DEFAULT 0;
+UPDATE messages SET is_excluded = EXISTS (SELECT 1 FROM message_tags t
+    WHERE t.message_id = messages.message_id AND t.tag IN ('deleted', 'spam'));
+INSERT INTO sync_state (key, value) VALUES ('exclude_tags', '["deleted", "spam"]')
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+CREATE INDEX messages_excluded_date ON messages(is_excluded, date_epoch);
+CREATE TABLE mirror_counts (name TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
+INSERT INTO mirror_counts (name, n) VALUES
+    ('messages', (SELECT count(*) FROM messages)),
+    ('shown', (SELECT count(*) FROM messages WHERE is_excluded = 0));
+CREATE TABLE shown_days (day INTEGER PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
+INSERT INTO shown_days (day, n) SELECT date_epoch / 86400, count(*) FROM messages
+    WHERE is_excluded = 0 AND date_epoch IS NOT NULL GROUP BY 1;
+CREATE TRIGGER messages_count_insert AFTER INSERT ON messages
+BEGIN
+    UPDATE mirror_counts SET n = n + 1
+    WHERE name = 'messages' OR (name = 'shown' AND NEW.is_excluded = 0);
+    INSERT INTO shown_days (day, n) SELECT NEW.date_epoch / 86400, 1
+    WHERE NEW.is_excluded = 0 AND NEW.date_epoch IS NOT NULL
+    ON CONFLICT (day) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER messages_count_delete AFTER DELETE ON messages
+BEGIN
+    UPDATE mirror_counts SET n = n - 1
+    WHERE name = 'messages' OR (name = 'shown' AND OLD.is_excluded = 0);
+    UPDATE shown_days SET n = n - 1 WHERE OLD.is_excluded = 0 AND day = OLD.date_epoch / 86400;
+END;
+CREATE TRIGGER messages_count_update AFTER UPDATE OF is_excluded, date_epoch ON messages
+WHEN OLD.is_excluded <> NEW.is_excluded OR OLD.date_epoch IS NOT NEW.date_epoch
+BEGIN
+    UPDATE mirror_counts SET n = n + OLD.is_excluded - NEW.is_excluded WHERE name = 'shown';
+    UPDATE shown_days SET n = n - 1 WHERE OLD.is_excluded = 0 AND day = OLD.date_epoch / 86400;
+    INSERT INTO shown_days (day, n) SELECT NEW.date_epoch / 86400, 1
+    WHERE NEW.is_excluded = 0 AND NEW.date_epoch IS NOT NULL
+    ON CONFLICT (day) DO UPDATE SET n = n + 1;
+END;
+"""
+EXCLUSIONS_KEY = "exclude_tags"
+
 # Index i holds the script that takes the schema from version i to i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -476,18 +525,142 @@ def listing_rows(conn: sqlite3.Connection,
     return found
 
 
-def newest_page(conn: sqlite3.Connection, excluded_tags: Sequence[str], *, oldest_first: bool,
-                offset: int, limit: int) -> list[str]:
-    """One page of every message but those with an excluded tag, by date, as Message-IDs:
-    read along the date index (messages without a date last, as notmuch has them at time 0),
-    so the mailbox is never sorted."""
-    tag_marks = ",".join("?" * len(excluded_tags)) or "NULL"
+def recorded_exclusions(conn: sqlite3.Connection) -> frozenset[str]:
+    """The tags the ``is_excluded`` column stands for (what searches left out at the last sync)."""
+    value = get_state(conn, EXCLUSIONS_KEY)
+    return frozenset(json.loads(value)) if value else frozenset()
+
+
+def follow_exclusions(conn: sqlite3.Connection, tags: Sequence[str]) -> bool:
+    """Make the ``is_excluded`` column stand for these tags (the config's search.exclude_tags
+    changed): one pass over the mirror, nothing when they are the recorded ones.  Inside the
+    caller's transaction.  True when the column was recomputed."""
+    wanted = sorted(set(tags))
+    if recorded_exclusions(conn) == frozenset(wanted):
+        return False
+    marks = ",".join("?" * len(wanted)) or "NULL"
+    conn.execute(f"UPDATE messages SET is_excluded = EXISTS (SELECT 1 FROM message_tags t WHERE "
+                 f"t.message_id = messages.message_id AND t.tag IN ({marks}))", wanted)
+    set_state(conn, EXCLUSIONS_KEY, json.dumps(wanted))
+    return True
+
+
+@dataclass(frozen=True)
+class Span:
+    """Dates (Unix seconds, both ends included) a page is limited to; None: open."""
+
+    since: int | None = None
+    until: int | None = None
+
+    def clause(self) -> tuple[str, list[int]]:
+        """The WHERE terms (each starting with AND) and their parameters."""
+        bounds = [(op, value) for op, value in ((">=", self.since), ("<=", self.until))
+                  if value is not None]
+        return "".join(f" AND date_epoch {op} ?" for op, _ in bounds), [v for _, v in bounds]
+
+
+ALL_DATES = Span()
+
+
+def shown_page(conn: sqlite3.Connection, *, span: Span = ALL_DATES, oldest_first: bool,
+               offset: int, limit: int) -> list[str]:
+    """One page, by date, of the messages a search shows (no excluded tag) within ``span``,
+    as Message-IDs: read along ``messages_excluded_date``, so nothing is sorted (messages
+    without a date come last, as notmuch has them at time 0)."""
+    where, args = span.clause()
     order = "ASC" if oldest_first else "DESC"
     page = conn.execute(
-        f"SELECT message_id FROM messages m INDEXED BY messages_date WHERE NOT EXISTS "
-        f"(SELECT 1 FROM message_tags t WHERE t.message_id = m.message_id AND t.tag IN "
-        f"({tag_marks})) ORDER BY date {order} LIMIT ? OFFSET ?", [*excluded_tags, limit, offset])
+        f"SELECT message_id FROM messages INDEXED BY messages_excluded_date WHERE is_excluded = 0"
+        f"{where} ORDER BY date_epoch {order} LIMIT ? OFFSET ?", [*args, limit, offset])
     return [row[0] for row in page]
+
+
+DAY = 86400  # seconds: shown_days counts by day of the epoch (UTC)
+
+
+def shown_count(conn: sqlite3.Connection, span: Span = ALL_DATES) -> int:
+    """How many messages a search shows within ``span``: kept by triggers for all dates and
+    per whole day in a span; the partial days at its ends are counted along the index."""
+    if span == ALL_DATES:
+        return mirror_count(conn, "shown")
+    if span.since is None or span.since < 1 or span.until is None:
+        return _indexed_count(conn, span)
+    first_day = -(-span.since // DAY)  # the first day that starts inside the span
+    end_day = (span.until + 1) // DAY  # the day that ends past it
+    if first_day >= end_day:
+        return _indexed_count(conn, span)
+    whole = conn.execute("SELECT coalesce(sum(n), 0) FROM shown_days WHERE day >= ? AND day < ?",
+                         (first_day, end_day)).fetchone()[0]
+    return (int(whole) + _indexed_count(conn, Span(span.since, first_day * DAY - 1))
+            + _indexed_count(conn, Span(end_day * DAY, span.until)))
+
+
+def excluded_count(conn: sqlite3.Connection, span: Span = ALL_DATES) -> int:
+    """How many messages within ``span`` a search leaves out (they carry an excluded tag)."""
+    if span == ALL_DATES:
+        return mirror_count(conn, "messages") - mirror_count(conn, "shown")
+    return _indexed_count(conn, span, excluded=True)
+
+
+def _indexed_count(conn: sqlite3.Connection, span: Span, *, excluded: bool = False) -> int:
+    if span.since is not None and span.until is not None and span.since > span.until:
+        return 0
+    where, args = span.clause()
+    return int(conn.execute(f"SELECT count(*) FROM messages INDEXED BY messages_excluded_date "
+                            f"WHERE is_excluded = {int(excluded)}{where}", args).fetchone()[0])
+
+
+def mirror_count(conn: sqlite3.Connection, name: str) -> int:
+    """A count the triggers keep: ``messages`` (all) or ``shown`` (no excluded tag)."""
+    return int(conn.execute("SELECT n FROM mirror_counts WHERE name = ?", (name,)).fetchone()[0])
+
+
+def count_problems(conn: sqlite3.Connection) -> list[str]:
+    """Differences between the kept counts and the messages (empty: exact)."""
+    actual = {"messages": conn.execute("SELECT count(*) FROM messages").fetchone()[0],
+              "shown": conn.execute("SELECT count(*) FROM messages WHERE is_excluded = 0").fetchone()[0]}
+    problems = [f"mirror_counts: {name} is {mirror_count(conn, name)}, the messages say {n}"
+                for name, n in actual.items() if mirror_count(conn, name) != n]
+    days = dict(conn.execute("SELECT date_epoch / 86400, count(*) FROM messages "
+                             "WHERE is_excluded = 0 AND date_epoch IS NOT NULL GROUP BY 1"))
+    kept = dict(conn.execute("SELECT day, n FROM shown_days WHERE n <> 0"))
+    problems += [f"shown_days: day {day} is {kept.get(day, 0)}, the messages say {days.get(day, 0)}"
+                 for day in sorted(set(days) | set(kept)) if days.get(day, 0) != kept.get(day, 0)]
+    return problems
+
+
+def newest_threads(conn: sqlite3.Connection, tag_groups: Sequence[Sequence[str]], *,
+                   span: Span = ALL_DATES, want: int, scan: int) -> list[str] | None:
+    """The first ``want`` threads, newest first, of the shown messages within ``span`` that
+    carry a tag of every group (a thread ranks by its newest such message, as notmuch ranks
+    threads), looked for among the ``scan`` newest shown messages only: None when that
+    window holds fewer than ``want`` of them and is not the whole span."""
+    where, args = span.clause()
+    # (the limit written out: as a parameter, SQLite plans this read for any number of rows)
+    rows = conn.execute(
+        f"SELECT message_id, thread_id FROM messages INDEXED BY messages_excluded_date "
+        f"WHERE is_excluded = 0{where} ORDER BY date_epoch DESC LIMIT {int(scan)}", args).fetchall()
+    tagged = {mid for mid, _ in rows}
+    for group in tag_groups:
+        tagged = _carrying(conn, group, sorted(tagged))
+    threads = list(dict.fromkeys(thread for mid, thread in rows if mid in tagged))
+    if len(threads) < want and len(rows) == scan:
+        return None
+    return threads[:want]
+
+
+def _carrying(conn: sqlite3.Connection, tags: Sequence[str], message_ids: Sequence[str]) -> set[str]:
+    """Which of these messages carry at least one of ``tags``."""
+    found: set[str] = set()
+    if not tags:
+        return found
+    tag_marks = ",".join("?" * len(tags))
+    for chunk in chunks(message_ids):
+        marks = ",".join("?" * len(chunk))
+        found.update(row[0] for row in conn.execute(
+            f"SELECT message_id FROM message_tags WHERE tag IN ({tag_marks}) "
+            f"AND message_id IN ({marks})", [*tags, *chunk]))
+    return found
 
 
 def date_at_rank(conn: sqlite3.Connection, rank: int) -> int | None:
@@ -514,6 +687,9 @@ def unread_by_thread(conn: sqlite3.Connection, thread_ids: Sequence[str],
     return found
 
 
+MIRROR_CACHE_KIB = 16384
+
+
 class MirrorReader:
     """A read-only connection to the sidecar kept open across calls (opening one costs more
     than reading a page), reopened when the file is replaced; None while there is no usable
@@ -536,6 +712,10 @@ class MirrorReader:
                 self._conn = connect(self.path, readonly=True)
             except (SidecarError, sqlite3.Error):
                 return None
+            # A page touches a few hundred rows and index entries spread over the file; with
+            # SQLite's default 2,000-page cache, one page's reads evict the next one's at
+            # 100k messages (twice the time of a cached read).
+            self._conn.execute(f"PRAGMA cache_size = -{MIRROR_CACHE_KIB}")
             self._key = (st.st_dev, st.st_ino)
         return self._conn
 

@@ -32,9 +32,9 @@ from ..message.html import read_body, read_message
 from ..message.mime import BodyText, ParsedMessage
 from ..message.text import clean_text, slice_text
 from ..store import maildir, sidecar
-from ..store.notmuch import IndexedMessage, Reader, ThreadNode
-from ..store.query import all_of, clean_id, folders_query, id_query, me_query, quote
-from ..tags import DEFAULT_EXCLUDED, DELETED, DRAFT, SENT, SPAM
+from ..store.notmuch import IndexedMessage, Reader, ThreadNode, ThreadSummary
+from ..store.query import all_of, clean_id, conjunction, folders_query, id_query, me_query, quote
+from ..tags import DELETED, DRAFT, SENT, SPAM
 from . import dto
 
 MAX_LIMIT = 500
@@ -69,7 +69,7 @@ class Mailbox:
             accounts={a.name: a.maildir for a in self.config.accounts},
             folder_roles=self.config.roles(),
             folders=self.config.folders,
-            excluded_tags=self.reader.exclude_tags() or DEFAULT_EXCLUDED,
+            excluded_tags=self.reader.search_exclusions(),
         )
 
     def compile(self, text: str) -> CompiledQuery:
@@ -266,32 +266,53 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
     nm_query = scoped_query(mb, compiled, since=since, until=until, account=account)
     fp = _fingerprint("search", nm_query, compiled.exclude_tags, sort)
     offset = read_cursor(cursor, fp)
-    counting = mb.reader.count_soon(nm_query, exclude_tags=compiled.exclude_tags)
-    ids = _everything_from_mirror(mb, nm_query, compiled, sort, offset, limit)
-    if ids is None:
+    answer = _page_from_mirror(mb, nm_query, compiled.exclude_tags, sort, offset, limit)
+    if answer is not None:
+        ids, total, excluded = answer
+    else:
+        counting = mb.reader.count_soon(nm_query, exclude_tags=compiled.exclude_tags)
         ids = _page_ids(mb, nm_query, compiled.exclude_tags, sort, offset, limit)
-    total = counting.result()
+        total = counting.result()
+
+        def excluded() -> int:
+            return mb.reader.count(nm_query, exclude_tags=()) - total
     changed = mb.reader.changed_at()
     cursor_out = next_cursor(offset, len(ids), total, fp)
     return dto.SearchResult(results=listing(mb, ids), total=total,
                             next_cursor=cursor_out, query=echoed_query(nm_query),
-                            hidden=_hidden(mb, nm_query, compiled, total, cursor_out),
+                            hidden=_hidden(compiled, cursor_out, excluded),
                             indexed_at=iso_from_epoch(int(changed)) if changed else None)
 
 
-def _everything_from_mirror(mb: Mailbox, nm_query: str, compiled: CompiledQuery, sort: str,
-                            offset: int, limit: int) -> list[str] | None:
-    """A page of all mail by date (the unfiltered listing) from the mirror's date index, when
-    the mirror holds every change notmuch has: notmuch would sort the whole mailbox for it
-    (the total still comes from notmuch).  None for any other search, or while the mirror
-    lags (notmuch answers then)."""
-    if nm_query != "*":
+def _page_from_mirror(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sort: str,
+                      offset: int, limit: int
+                      ) -> tuple[list[str], int, Callable[[], int]] | None:
+    """Page, total and (a function counting) the excluded matches of all mail, or of a date
+    range, by date, from the mirror's index of the mail a search shows: notmuch would sort
+    (or, for a range, read the date of) every message in the database for them.  None for
+    any other search, or while the mirror lags (notmuch answers then)."""
+    wanted = conjunction(nm_query)
+    conn = (current_mirror(mb, exclude_tags)
+            if wanted is not None and not (wanted.tags or wanted.patterns) else None)
+    if conn is None or wanted is None:
         return None
+    span = sidecar.Span(wanted.since, wanted.until)
+    ids = sidecar.shown_page(conn, span=span, oldest_first=sort == "oldest", offset=offset,
+                             limit=limit)
+    return ids, sidecar.shown_count(conn, span), lambda: sidecar.excluded_count(conn, span)
+
+
+def current_mirror(mb: Mailbox, exclude_tags: Sequence[str]) -> sqlite3.Connection | None:
+    """The mirror, when it holds every change notmuch has and its ``is_excluded`` column
+    stands for exactly these exclusions: then its pages are notmuch's (messages of one date
+    may come in another order)."""
     mirror = mb.mirror_lag()
     if mirror is None or mirror[1] is not None:
         return None
-    return sidecar.newest_page(mirror[0], compiled.exclude_tags, oldest_first=sort == "oldest",
-                               offset=offset, limit=limit)
+    conn = mirror[0]
+    if not exclude_tags or sidecar.recorded_exclusions(conn) != frozenset(exclude_tags):
+        return None
+    return conn
 
 
 # How many of the mailbox's newest messages a search first looks among, for each result it
@@ -340,14 +361,14 @@ def echoed_query(nm_query: str) -> str:
     return nm_query[:MAX_ECHOED_QUERY] + f"… ({len(nm_query)} characters)"
 
 
-def _hidden(mb: Mailbox, nm_query: str, compiled: CompiledQuery, total: int,
-            cursor: str | None) -> int | None:
+def _hidden(compiled: CompiledQuery, cursor: str | None,
+            excluded: Callable[[], int]) -> int | None:
     """On the last page: how many more messages match among the excluded (spam, deleted)
     ones, so "0 results" never hides that a blocked sender's mail is there.  One count,
     only when there are exclusions and no further page."""
     if cursor is not None or not compiled.exclude_tags:
         return None
-    hidden = mb.reader.count(nm_query, exclude_tags=()) - total
+    hidden = excluded()
     return hidden if hidden > 0 else None
 
 
@@ -367,13 +388,10 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
     fp = _fingerprint("threads", nm_query, compiled.exclude_tags)
     offset = read_cursor(cursor, fp)
     counting = mb.reader.count_soon(nm_query, exclude_tags=compiled.exclude_tags)
-    # One thread past the page says whether there is a next one, with or without a total.
-    page = mb.reader.threads(nm_query, exclude_tags=compiled.exclude_tags, offset=offset,
-                             limit=limit + 1)
+    page, more = _thread_page(mb, nm_query, compiled.exclude_tags, offset, limit)
     matched = counting.result()
     total = (mb.reader.count_threads(nm_query, exclude_tags=compiled.exclude_tags)
              if matched <= THREAD_COUNT_MAX_MESSAGES else None)
-    more, page = len(page) > limit, page[:limit]
     unread = unread_counts(mb, [t.thread_id for t in page], compiled.exclude_tags)
     refs = []
     for t in page:
@@ -385,6 +403,29 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
             tags=sorted(t.tags)))
     return dto.ThreadList(threads=refs, total=total, matched_messages=matched,
                           next_cursor=make_cursor(offset + len(page), fp) if more else None)
+
+
+def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], offset: int,
+                 limit: int) -> tuple[list[ThreadSummary], bool]:
+    """A page of threads, newest first, and whether more follow (one thread past the page
+    says so).  notmuch collects and sorts every matching message before its first thread, so
+    for tags and dates alone the mirror picks the page's threads along its date index, and
+    notmuch builds just those: the threads a search shows rank by their newest shown
+    message, and the mirror reads the shown messages newest first."""
+    wanted = conjunction(nm_query)
+    conn = current_mirror(mb, exclude_tags) if wanted is not None else None
+    if conn is not None and wanted is not None:
+        want = offset + limit + 1
+        groups = wanted.tag_groups(mb.reader.all_tags() if wanted.patterns else ())
+        found = sidecar.newest_threads(conn, groups, span=sidecar.Span(wanted.since, wanted.until),
+                                       want=want, scan=want * WINDOW_PER_RESULT)
+        if found is not None:
+            chosen = found[offset:offset + limit]
+            these = " OR ".join(f"thread:{quote(t)}" for t in chosen)
+            page = mb.reader.threads(all_of(nm_query, these), exclude_tags=exclude_tags) if chosen else []
+            return page, len(found) == want
+    page = mb.reader.threads(nm_query, exclude_tags=exclude_tags, offset=offset, limit=limit + 1)
+    return page[:limit], len(page) > limit
 
 
 def unread_counts(mb: Mailbox, thread_ids: Sequence[str],

@@ -1,0 +1,225 @@
+"""Pages the mirror answers along its index of the mail a search shows -- all mail by date, a
+date range, the newest threads of tags -- are notmuch's pages, with notmuch's totals; and
+notmuch answers while the mirror lags or stands for other exclusions."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+
+import pytest
+
+from fmail_nm.passes import mirror
+from fmail_nm.store import sidecar
+from fmail_nm.store.notmuch import Reader
+from fmail_nm.store.query import Conjunction, conjunction
+from fmail_nm.tools import reads
+
+from .conftest import UNDO_SCHEMA_5, MailEnv
+from .test_lean_reads import NEW_MAIL
+
+EXCLUDED = ("deleted", "spam")
+SCHOOL_1 = "school-trip-1@example.com"
+
+
+@pytest.fixture
+def mailbox(indexed: MailEnv) -> Iterator[reads.Mailbox]:
+    with Reader() as reader:
+        yield reads.Mailbox(indexed.config(), reader)
+
+
+def notmuch_page(query: str, sort: str, exclude: tuple[str, ...] = EXCLUDED
+                 ) -> list[tuple[str, int]]:
+    with Reader() as reader:
+        return [(m.message_id, m.date) for m in reader.messages(
+            query, exclude_tags=exclude, sort=sort, limit=1000)]
+
+
+def every_page(mb: reads.Mailbox, text: str, sort: str, limit: int, **scope: str
+               ) -> tuple[list[tuple[str, int]], set[int]]:
+    """Every page of a search as (Message-ID, date), and the totals the pages gave."""
+    got: list[tuple[str, int]] = []
+    totals: set[int] = set()
+    cursor = None
+    while True:
+        result = reads.search_emails(mb, text, limit=limit, cursor=cursor, sort=sort, **scope)
+        totals.add(result.total)
+        for row in result.results:
+            m = mb.find(row.id)
+            assert m is not None
+            got.append((m.message_id, m.date))
+        cursor = result.next_cursor
+        if cursor is None:
+            return got, totals
+
+
+def same_order(pages: list[tuple[str, int]], truth: list[tuple[str, int]]) -> None:
+    """The same messages in the same date order (messages of one date in either order)."""
+    assert sorted(pages) == sorted(truth) and len(pages) == len(truth)
+    assert [d for _, d in pages] == [d for _, d in truth]
+
+
+def answered_by_mirror(mb: reads.Mailbox, text: str, **scope: str) -> bool:
+    compiled = mb.compile(text)
+    nm_query = reads.scoped_query(mb, compiled, **scope)
+    return reads._page_from_mirror(mb, nm_query, compiled.exclude_tags, "newest", 0, 5) is not None
+
+
+def test_all_mail_and_date_ranges_page_as_notmuch_does(mailbox: reads.Mailbox) -> None:
+    cases = [("", {}), ("after:2026-03-01 before:2026-11-01", {}), ("after:2026-10-01", {}),
+             ("", {"since": "2026-02-01", "until": "2026-09-30"}),
+             # ends inside days: whole days are counted by day, the ends along the index
+             ("", {"since": "2026-03-09T07:00:00Z", "until": "2026-10-15T05:30:00Z"}),
+             ("", {"since": "2026-03-09T07:00:00Z", "until": "2026-03-09T20:00:00Z"})]
+    for text, scope in cases:
+        nm_query = reads.scoped_query(mailbox, mailbox.compile(text), **scope)
+        assert answered_by_mirror(mailbox, text, **scope), nm_query
+        for sort in ("newest", "oldest"):
+            truth = notmuch_page(nm_query, sort)
+            assert truth, nm_query
+            for limit in (1, 7, 50):
+                pages, totals = every_page(mailbox, text, sort, limit, **scope)
+                same_order(pages, truth)
+                assert totals == {len(truth)}, (nm_query, sort, limit)
+        # the last page says how many spam and deleted messages match too
+        whole = len(notmuch_page(nm_query, "newest", ()))
+        last = reads.search_emails(mailbox, text, limit=500, **scope)
+        assert last.next_cursor is None and (last.hidden or 0) == whole - len(truth), nm_query
+    assert reads.search_emails(mailbox, "", limit=500).hidden  # the fixtures have spam
+
+
+def test_what_the_mirror_does_not_answer_is_left_to_notmuch(mailbox: reads.Mailbox) -> None:
+    # A date range open at its start reaches undated and pre-1970 mail, which notmuch
+    # ranges in its own way; a search that names spam shows what the mirror leaves out.
+    for text in ("before:2026-06-01", "in:spam", "in:inbox", "from:anna"):
+        assert not answered_by_mirror(mailbox, text), text
+        nm_query = reads.scoped_query(mailbox, mailbox.compile(text))
+        truth = notmuch_page(nm_query, "newest", mailbox.compile(text).exclude_tags)
+        same_order(every_page(mailbox, text, "newest", 4)[0], truth)
+
+
+def test_conjunctions_of_tags_and_dates_are_read_and_nothing_else() -> None:
+    assert conjunction("*") == Conjunction((), None, None)
+    read = conjunction('(tag:"inbox") AND tag:unread AND (date:@5.. AND date:..@9)')
+    assert read is not None and (read.tags, read.since, read.until) == (("inbox", "unread"), 5, 9)
+    assert conjunction('tag:"a AND b"') == Conjunction(("a AND b",), None, None)
+    # the DSL's list: regex is read; a regex where POSIX and Python could differ is not
+    listed = conjunction('tag:"/^list/(.*\\.)?rust-users(\\..*)?$/"')
+    assert listed is not None and listed.tag_groups(
+        ["list/rust-users.lists.example.org", "list/rust-users", "list/trust-users.org", "inbox"]
+    ) == [("list/rust-users.lists.example.org", "list/rust-users")]
+    for query in ('tag:"/a|b/"', 'tag:"/a.b/"', 'tag:"/é/"', 'tag:"/[ab]/"', "tag:foo*", "date:..@5", "date:@0..", "tag:a tag:b",
+                  "tag:a OR tag:b", "NOT tag:a", "(tag:a", "tag:a)", "tag:a AND", "from:x",
+                  "date:..", "* AND tag:a", ""):
+        assert conjunction(query) is None, query
+
+
+def notmuch_threads(query: str, limit: int, offset: int = 0) -> list[tuple[str, int, int]]:
+    with Reader() as reader:
+        return [(t.thread_id, t.matched_count, t.message_count) for t in reader.threads(
+            query, exclude_tags=EXCLUDED, offset=offset, limit=limit)]
+
+
+def test_thread_pages_of_tags_and_dates_are_notmuchs(mailbox: reads.Mailbox) -> None:
+    conn = reads.current_mirror(mailbox, EXCLUDED)
+    assert conn is not None
+    # The window of a first page: 20 messages per thread; "in:inbox" finds its threads there.
+    assert sidecar.newest_threads(conn, [("inbox",)], want=4, scan=80) is not None
+    for text in ("in:inbox", "in:inbox is:unread", "is:starred", "after:2026-03-01", "",
+                 "list:rust-users", "list:example.org after:2026-06-01", "list:no-such-list"):
+        nm_query = reads.scoped_query(mailbox, mailbox.compile(text))
+        truth = notmuch_threads(nm_query, 1000)
+        assert truth or "no-such" in text, text
+        for limit in (1, 3, 50):
+            got, cursor = [], None
+            while True:
+                page = reads.list_threads(mailbox, text, limit=limit, cursor=cursor)
+                got += [(t.thread, t.matched, t.messages) for t in page.threads]
+                assert len(page.threads) <= limit
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+            assert got == truth, (text, limit)
+    # unread_only is one more tag
+    unread = reads.list_threads(mailbox, "in:inbox", unread_only=True, limit=50)
+    assert [t.thread for t in unread.threads] == [
+        t for t, _, _ in notmuch_threads('tag:"inbox" AND tag:unread', 1000)]
+
+
+def test_thread_pages_while_the_mirror_lags_are_notmuchs(indexed: MailEnv,
+                                                         mailbox: reads.Mailbox) -> None:
+    (indexed.mail_root / "personal" / "INBOX" / "new" / "1764666000.lag.host").write_bytes(NEW_MAIL)
+    indexed.notmuch("new", "--no-hooks")
+    indexed.notmuch("tag", "+inbox", "--", "id:lag-1@example.com")
+    assert reads.current_mirror(mailbox, EXCLUDED) is None
+    newest = reads.list_threads(mailbox, "in:inbox", limit=3).threads
+    assert [t.thread for t in newest] == [t for t, _, _ in notmuch_threads('tag:"inbox"', 3)]
+    assert newest[0].subject == "Lagging mirror"
+
+
+def test_a_changed_exclusion_is_followed_by_the_next_sync(indexed: MailEnv) -> None:
+    config = indexed.config()
+    muted = ("deleted", "muted", "spam")
+    indexed.notmuch("tag", "+muted", "--", f"id:{SCHOOL_1}")
+    indexed.notmuch("config", "set", "search.exclude_tags", "deleted;spam;muted")
+    with Reader() as reader:  # a reader reads the config as it opens
+        mb = reads.Mailbox(config, reader)
+        mirror.sync_sidecar(config, reader)
+        assert reads.current_mirror(mb, muted) is not None
+        listed, totals = every_page(mb, "", "newest", 50)
+        assert SCHOOL_1 not in {mid for mid, _ in listed}
+        same_order(listed, notmuch_page("*", "newest", muted))
+        with sidecar.opened(sidecar.sidecar_path(config.data_dir)) as conn:
+            assert mirror.check(config, reader, conn) == []
+    # Back to the default: until the mirror follows, it does not answer.
+    indexed.notmuch("config", "set", "search.exclude_tags", "deleted;spam")
+    with Reader() as reader:
+        mb = reads.Mailbox(config, reader)
+        assert reads.current_mirror(mb, EXCLUDED) is None
+        listed, totals = every_page(mb, "", "newest", 50)
+        assert SCHOOL_1 in {mid for mid, _ in listed}
+        same_order(listed, notmuch_page("*", "newest"))
+        mirror.sync_sidecar(config, reader)
+        assert reads.current_mirror(mb, EXCLUDED) is not None
+        listed, totals = every_page(mb, "", "newest", 50)
+        same_order(listed, notmuch_page("*", "newest"))
+        assert totals == {len(listed)}
+
+
+def test_the_kept_counts_follow_tags_deletions_and_rebuilds(indexed: MailEnv,
+                                                             mailbox: reads.Mailbox) -> None:
+    path = sidecar.sidecar_path(indexed.config().data_dir)
+    config = indexed.config()
+
+    def counts() -> tuple[int, int]:
+        with sidecar.opened(path, readonly=True) as conn:
+            assert sidecar.count_problems(conn) == []
+            return sidecar.mirror_count(conn, "messages"), sidecar.mirror_count(conn, "shown")
+
+    with Reader() as reader:
+        everything = reader.count("*", exclude_tags=())
+        shown = reader.count("*", exclude_tags=EXCLUDED)
+    assert counts() == (everything, shown) and shown < everything
+    indexed.notmuch("tag", "+spam", "--", f"id:{SCHOOL_1}")
+    mirror.sync_sidecar(config, mailbox.reader)
+    assert counts() == (everything, shown - 1)
+    file = indexed.notmuch("search", "--output=files", "--exclude=false", f"id:{SCHOOL_1}").stdout.split()[0]
+    (indexed.mail_root / file).unlink()
+    indexed.notmuch("new", "--no-hooks")
+    mirror.sync_sidecar(config, mailbox.reader)
+    assert counts() == (everything - 1, shown - 1)
+    mirror.sync_sidecar(config, mailbox.reader, full=True)
+    assert counts() == (everything - 1, shown - 1)
+
+
+def test_a_sidecar_of_schema_4_gains_the_column_and_counts(indexed: MailEnv,
+                                                           mailbox: reads.Mailbox) -> None:
+    path = sidecar.sidecar_path(indexed.config().data_dir)
+    with sqlite3.connect(path) as conn:
+        conn.executescript(UNDO_SCHEMA_5)
+    assert reads.current_mirror(mailbox, EXCLUDED) is None  # a reader never migrates
+    same_order(every_page(mailbox, "", "newest", 50)[0], notmuch_page("*", "newest"))
+    with sidecar.opened(path) as conn:  # a read-write open migrates
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sidecar.SCHEMA_VERSION
+        assert mirror.check(indexed.config(), mailbox.reader, conn) == []
+    assert reads.current_mirror(mailbox, EXCLUDED) is not None
