@@ -34,6 +34,8 @@ DUMP_QUERIES = {
     "message_folders": "SELECT * FROM message_folders ORDER BY message_id, folder",
     "message_addresses": "SELECT * FROM message_addresses ORDER BY message_id, role, email",
     "contact_stats": "SELECT * FROM contact_stats ORDER BY email_address",
+    "mirror_counts": "SELECT * FROM mirror_counts ORDER BY name",
+    "shown_days": "SELECT * FROM shown_days WHERE n <> 0 ORDER BY day",
 }
 
 
@@ -204,12 +206,65 @@ def test_incremental_sync_after_tags_moves_and_removals_equals_a_rebuild(
     assert dump(path) == rebuilt_copy(indexed, tmp_path)
 
 
+def _delivered(env: MailEnv, name: str, headers: str) -> None:
+    (env.mail_root / "personal" / "INBOX" / "new" / name).write_text(
+        textwrap.dedent(headers).lstrip() + "\nA body.\n")
+
+
+def test_contact_figures_added_up_for_new_mail_equal_a_recount(indexed: MailEnv,
+                                                                tmp_path: Path) -> None:
+    """New mail adds to its addresses' figures without recounting them, except where the
+    name it brings may or may not be the newest: the result is a full rebuild's."""
+    path = sidecar_file(indexed)
+    with sidecar.opened(path) as conn:
+        before = dict(conn.execute("SELECT email_address, messages_from FROM contact_stats"))
+    # newer than all of Anna's mail, under another name: the name follows it
+    _delivered(indexed, "1796000000.a.host", """
+        From: Anna S. <anna.schmidt@example.com>
+        To: Alex Morgan <alex@example.org>, Nobody New <nobody-new@example.net>
+        Subject: Figures 1
+        Date: Thu, 30 Dec 2027 10:00:00 +0000
+        Message-ID: <figures-1@example.com>
+        """)
+    # older than Anna's newest mail and naming her otherwise: she is recounted
+    _delivered(indexed, "1796000001.b.host", """
+        From: Alex Morgan <alex@example.org>
+        To: "Schmidt, Anna" <anna.schmidt@example.com>
+        Cc: anna.schmidt@example.com
+        Subject: Figures 2
+        Date: Mon, 02 Jan 2006 10:00:00 +0000
+        Message-ID: <figures-2@example.org>
+        """)
+    # no name, no date
+    _delivered(indexed, "1796000002.c.host", """
+        From: ben.carter@example.net
+        To: alex@example.org
+        Subject: Figures 3
+        Message-ID: <figures-3@example.net>
+        """)
+    indexed.notmuch("new", "--no-hooks")
+    # Anna, Ben and Alex are added to; the new address alone is counted
+    assert sync(indexed).recounted == 1
+    figures = ("contact_stats", "mirror_counts", "shown_days")
+    mine, rebuilt = dump(path), rebuilt_copy(indexed, tmp_path)
+    assert [mine[t] for t in figures] == [rebuilt[t] for t in figures]
+    with sidecar.opened(path) as conn:
+        after = dict(conn.execute("SELECT email_address, messages_from FROM contact_stats"))
+        anna = conn.execute("SELECT name, messages_to FROM contact_stats "
+                            "WHERE email_address = 'anna.schmidt@example.com'").fetchone()
+    assert after["anna.schmidt@example.com"] == before["anna.schmidt@example.com"] + 1
+    assert after["ben.carter@example.net"] == before["ben.carter@example.net"] + 1
+    assert after["nobody-new@example.net"] == 0
+    assert anna[0] == "Anna S."  # the newest message naming her
+
+
 def test_sync_without_changes_parses_nothing(indexed: MailEnv) -> None:
     report = sync(indexed)
     assert (report.full, report.upserted, report.parsed, report.removed) == (False, 0, 0, 0)
     indexed.notmuch("tag", "+x", "--", "id:school-trip-1@example.com")
     report = sync(indexed)
-    assert (report.upserted, report.parsed) == (1, 0)  # a tag change re-reads no file
+    # a tag change re-reads no file, and changes no contact's figures
+    assert (report.upserted, report.parsed, report.recounted) == (1, 0, 0)
 
 
 def test_a_removed_message_is_dropped_even_though_the_revision_does_not_move(indexed: MailEnv) -> None:

@@ -74,6 +74,7 @@ class MirrorReport:
     upserted: int = 0
     parsed: int = 0
     prefetched: int = 0  # of those parsed, how many while notmuch new ran (passes.prefetch)
+    recounted: int = 0  # addresses whose contact figures were recounted (not added to)
     removed: int = 0
     revision: int = 0
     uuid: str = ""
@@ -219,6 +220,24 @@ def _known(conn: sqlite3.Connection,
     return known
 
 
+# What of a message the contact figures read (contact_stats: names, dates, counts).
+_PEOPLE_COLUMNS = ("date", "sender_email", "sender_name", "is_sent", "recipients")
+
+
+def _people(row: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(row[c] for c in _PEOPLE_COLUMNS)
+
+
+def _people_of(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+    found: dict[str, tuple[Any, ...]] = {}
+    for chunk in chunks(ids, 500):
+        marks = ",".join("?" * len(chunk))
+        for mid, *people in conn.execute(f"SELECT message_id, {', '.join(_PEOPLE_COLUMNS)} "
+                                         f"FROM messages WHERE message_id IN ({marks})", chunk):
+            found[mid] = tuple(people)
+    return found
+
+
 def _threads_of(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
     """The threads the mirror files these messages under (before a batch changes them)."""
     return _distinct(conn, "SELECT DISTINCT thread_id FROM messages WHERE message_id IN ({})", ids)
@@ -291,6 +310,81 @@ def refresh_stats(conn: sqlite3.Connection, addresses: Iterable[str]) -> None:
     for address in wanted:
         conn.execute("DELETE FROM contact_stats WHERE email_address = ?", (address,))
         conn.execute(_STATS_ONE, (address,))
+
+
+@dataclass
+class _Added:
+    """One address's figures over the messages a sync added."""
+
+    sent_from: set[str] = field(default_factory=set)
+    sent_to: set[str] = field(default_factory=set)  # the user's own messages naming it
+    first: str | None = None
+    last: str | None = None
+    named: tuple[str | None, str] | None = None  # (date, name) of the newest naming it
+    unsure: bool = False  # two newest namings of one date disagree
+
+    def add(self, role: str, name: str, mid: str, date: str | None, is_sent: int) -> None:
+        if role == "from":
+            self.sent_from.add(mid)
+        elif is_sent:
+            self.sent_to.add(mid)
+        self.first, self.last = _edge(min, self.first, date), _edge(max, self.last, date)
+        if name:
+            if self.named is None or _later(date, self.named[0]):
+                self.named, self.unsure = (date, name), False
+            elif date == self.named[0] and name != self.named[1]:
+                self.unsure = True
+
+
+def _edge(pick: Callable[[list[str]], str], *dates: str | None) -> str | None:
+    known = [d for d in dates if d is not None]
+    return pick(known) if known else None
+
+
+def _later(date: str | None, than: str | None) -> bool:
+    """As _STATS orders dates newest first: any date is later than none."""
+    return date is not None and (than is None or date > than)
+
+
+def add_to_stats(conn: sqlite3.Connection, message_ids: Sequence[str], *,
+                 skip: set[str]) -> set[str]:
+    """Add messages new to the mirror to their addresses' figures (all but ``skip``), which
+    stand for every other message of theirs; returns the addresses to recount instead: a
+    new address, or one whose name the new messages may or may not change (_STATS names a
+    contact after the newest message that names it, and a figure does not say how new its
+    name is unless the new message is newer than any)."""
+    added: dict[str, _Added] = {}
+    for chunk in chunks(message_ids, 500):
+        marks = ",".join("?" * len(chunk))
+        for email, role, name, mid, date, is_sent in conn.execute(
+                f"SELECT a.email, a.role, a.name, a.message_id, m.date, m.is_sent "
+                f"FROM message_addresses a JOIN messages m USING (message_id) "
+                f"WHERE a.message_id IN ({marks})", chunk):
+            if email not in skip:
+                added.setdefault(email, _Added()).add(role, name, mid, date, is_sent)
+    recount: set[str] = set()
+    updates = []
+    for chunk in chunks(sorted(added), 500):
+        marks = ",".join("?" * len(chunk))
+        had = {row[0]: row[1:] for row in conn.execute(
+            f"SELECT email_address, name, first_seen, last_seen, messages_from, messages_to "
+            f"FROM contact_stats WHERE email_address IN ({marks})", chunk)}
+        for email in chunk:
+            new = added[email]
+            if email not in had:
+                recount.add(email)
+                continue
+            name, first, last, sent_from, sent_to = had[email]
+            if new.named is not None and new.named[1] != name:
+                if new.unsure or not (name is None or _later(new.named[0], last)):
+                    recount.add(email)
+                    continue
+                name = new.named[1]
+            updates.append((name, _edge(min, first, new.first), _edge(max, last, new.last),
+                            sent_from + len(new.sent_from), sent_to + len(new.sent_to), email))
+    conn.executemany("UPDATE contact_stats SET name = ?, first_seen = ?, last_seen = ?, "
+                     "messages_from = ?, messages_to = ? WHERE email_address = ?", updates)
+    return recount
 
 
 def _set_me(conn: sqlite3.Connection, me: frozenset[str]) -> bool:
@@ -367,6 +461,7 @@ class Mirror:
         # Addresses whose contact figures changed: refreshed once, at the end of the sync
         # (per batch, an address in every batch -- the user's own -- was recounted each time).
         self._touched: set[str] = set()
+        self._fresh: list[str] = []  # messages this sync added (their figures are added up)
         self._marked_dirty = False  # this sync set "stats_dirty" itself (not a crashed one)
 
     def sync(self, *, full: bool = False) -> MirrorReport:
@@ -398,7 +493,7 @@ class Mirror:
         with sidecar.transaction(self.conn):
             sidecar.set_state(self.conn, "full_build_new_since", None)
         self._drop_removed(report)
-        self._refresh_stats()
+        report.recounted = self._refresh_stats()
         report.prefetched = self._prefetch_used
         return report
 
@@ -470,10 +565,11 @@ class Mirror:
 
     def _apply_batch(self, ids: Sequence[str], loaded: _Loaded, report: MirrorReport) -> None:
         known, messages, fresh = loaded.known, loaded.messages, loaded.fresh()
-        self._touched |= _addresses_of(self.conn, ids)
         # A message can change threads (a late parent joins two): both rows are recomputed.
         threads = _threads_of(self.conn, ids)
+        people_before = _people_of(self.conn, [mid for mid in ids if mid in known])
         gone: list[str] = []
+        rows: list[tuple[dict[str, Any], Parsed]] = []
         for mid, message in zip(ids, messages):
             if message is None:  # removed since the id list was taken
                 gone.append(mid)
@@ -491,8 +587,21 @@ class Mirror:
             if mid not in known and (self._recent is None or mid in self._recent):
                 row["needs_tagging"] = 1
                 self._marked.append((mid, parsed.list_id))
-            self._touched |= _write_row(self.conn, row, parsed, fresh=mid not in known)
-            threads.add(message.thread_id)
+            rows.append((row, parsed))
+        # Contact figures depend on a message's people and date, not on its tags or files: a
+        # message whose people changed is counted again for its old and new addresses; one
+        # new to the mirror is added to its addresses' figures (see _refresh_stats).
+        recount = {row["message_id"] for row, _ in rows if row["message_id"] in people_before
+                   and _people(row) != people_before[row["message_id"]]}
+        self._touched |= _addresses_of(self.conn, sorted(recount))
+        for row, parsed in rows:
+            mid = row["message_id"]
+            addresses = _write_row(self.conn, row, parsed, fresh=mid not in known)
+            if mid not in people_before:
+                self._fresh.append(mid)
+            elif mid in recount:
+                self._touched |= addresses
+            threads.add(row["thread_id"])
             report.upserted += 1
         self._delete(gone, report)
         sidecar.refresh_threads(self.conn, threads)
@@ -558,20 +667,30 @@ class Mirror:
             return known
         return parse_file(message.filenames)
 
-    def _refresh_stats(self) -> None:
-        """Refresh the figures of the addresses this sync touched -- all of them if a sync
-        died before its refresh (the "stats_dirty" mark, set with the first batch)."""
+    def _refresh_stats(self) -> int:
+        """Bring the figures of the addresses this sync touched up to date -- all of them if
+        a sync died before its refresh (the "stats_dirty" mark, set with the first batch):
+        recounted for the addresses of changed or removed messages, added up from the new
+        messages alone for the others (their other messages did not change).  Returns how
+        many were recounted."""
         dirty = sidecar.get_state(self.conn, "stats_dirty") is not None
-        if not self._touched and not dirty:
-            return
+        if not self._touched and not self._fresh and not dirty:
+            return 0
+        recount: set[str] = set()
         with sidecar.transaction(self.conn):
             if dirty and not self._marked_dirty:
                 self.conn.execute("DELETE FROM contact_stats")
                 self.conn.execute(_STATS_ALL)
             else:
-                refresh_stats(self.conn, self._touched)
+                recount = set(self._touched)
+                if len(self._fresh) > STATS_IN_ONE_PASS:  # a first build: one pass beats sums
+                    recount |= _addresses_of(self.conn, self._fresh)
+                else:
+                    recount |= add_to_stats(self.conn, self._fresh, skip=recount)
+                refresh_stats(self.conn, recount)
             sidecar.set_state(self.conn, "stats_dirty", None)
-        self._touched = set()
+        self._touched, self._fresh = set(), []
+        return len(recount)
 
     def _delete(self, ids: Sequence[str], report: MirrorReport) -> None:
         if not ids:
