@@ -17,6 +17,7 @@ from fmail_nm.message.attachments import attachment_text
 from fmail_nm.message.headers import Address
 from fmail_nm.message.html import read_body
 from fmail_nm.message.html import read_message as parse_message
+from fmail_nm.message import mime
 from fmail_nm.message.mime import AttachmentInfo
 from fmail_nm.message.text import clean_text, preview, slice_text, tidy
 
@@ -942,3 +943,20 @@ def test_a_body_alone_is_the_body_of_the_whole_parse() -> None:
     assert (body.text, body.html_present, body.defects) == (whole.text, True, whole.defects)
     assert "Hello **there**" in body.text
 
+
+
+def test_a_parse_that_fails_anyway_shows_the_raw_text_and_says_why() -> None:
+    """The last line of defence behind parse_message and parse_body: a parse that raises
+    (none is known to: the renderer's own failures are defects already) leaves the message
+    readable as raw text, with the error as a defect and nothing of the parse trusted."""
+    raw = b"From: a@example.com\r\nSubject: s\r\n\r\ncaf\xc3\xa9 body\r\n"
+
+    def failing(data: bytes, defects: list[str]) -> mime.ParsedMessage:
+        defects.append("seen first")
+        raise RecursionError("too deep")
+
+    parsed = mime._guarded(raw, failing, mime._fallback)
+    assert "café body" in parsed.text and not parsed.html_present
+    assert parsed.subject == "" and parsed.from_ == []
+    assert parsed.defects == ["seen first",
+                              "internal error while parsing: RecursionError; body shown raw"]

@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 from email.message import Message
 
 from .charset import decode_bytes, guess_decode
@@ -107,13 +108,23 @@ def parse_message(raw: bytes, render_html: HtmlRenderer) -> ParsedMessage:
 
     ``render_html`` turns the HTML body parts that are shown (no plain alternative) into text.
     """
-    raw = bytes(raw)
+    return _guarded(bytes(raw), lambda data, defects: _parse(data, render_html, defects),
+                    _fallback)
+
+
+T = TypeVar("T")
+
+
+def _guarded(raw: bytes, parse: Callable[[bytes, list[str]], T],
+             fallback: Callable[[bytes, list[str]], T]) -> T:
+    """``parse`` of untrusted mail, or -- should it raise anyway -- ``fallback``: the raw
+    text, with the error as one more defect."""
     defects: list[str] = []
     try:
-        return _parse(raw, render_html, defects)
+        return parse(raw, defects)
     except Exception as exc:  # noqa: BLE001 - last line of defence for untrusted input
         defects.append(f"internal error while parsing: {type(exc).__name__}; body shown raw")
-        return _fallback(raw, defects)
+        return fallback(raw, defects)
 
 
 def _parse(raw: bytes, render_html: HtmlRenderer, defects: list[str]) -> ParsedMessage:
@@ -155,24 +166,25 @@ def parse_body(raw: bytes, render_html: HtmlRenderer) -> BodyText:
     """Only the readable body of one untrusted message, as ``parse_message`` renders it:
     no addresses, dates or attachment facts (a thread shows each message's body under the
     index's own header values).  Never raises."""
-    raw = bytes(raw)
-    defects: list[str] = []
-    try:
-        root = parse_entity(raw, defects)
+    def body(data: bytes, defects: list[str]) -> BodyText:
+        root = parse_entity(data, defects)
         text = _render(root, render_html, defects)
         return BodyText(text, _has_html(root), list(dict.fromkeys(defects)))
-    except Exception as exc:  # noqa: BLE001 - last line of defence for untrusted input
-        defects.append(f"internal error while parsing: {type(exc).__name__}; body shown raw")
-        fallback = _fallback(raw, defects)
-        return BodyText(fallback.text, False, fallback.defects)
+
+    return _guarded(bytes(raw), body,
+                    lambda data, defects: BodyText(_raw_text(data), False, defects))
 
 
 def _fallback(raw: bytes, defects: list[str]) -> ParsedMessage:
     return ParsedMessage(
         subject="", from_=[], to=[], cc=[], reply_to=[], date=None, message_id=None,
-        in_reply_to=None, references=[], list_id=None, text=tidy(guess_decode(raw)[0]),
+        in_reply_to=None, references=[], list_id=None, text=_raw_text(raw),
         html_present=False, attachments=[], defects=defects,
     )  # fmt: skip
+
+
+def _raw_text(raw: bytes) -> str:
+    return tidy(guess_decode(raw)[0])
 
 
 def decoded_leaves(raw: bytes) -> list[tuple[str, bytes]]:

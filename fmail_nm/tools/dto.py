@@ -34,10 +34,13 @@ class EmailRef(Dto):
                           description="first recipients, on the user's own messages only")
 
 
-def address_of(person: str) -> str:
-    """The address of a ``"Name <address>"`` string (a bare address as it is)."""
+def split_person(person: str) -> tuple[str, str]:
+    """A ``"Name <address>"`` string (as listings write a person) as ``(name, address)``;
+    a bare address as ``("", address)``."""
     name, bracket, rest = person.rpartition(" <")
-    return rest.removesuffix(">") if bracket and person.endswith(">") else person
+    if bracket and name and person.endswith(">"):
+        return name, rest[:-1]
+    return "", person
 
 
 # A message row of a search page, as the structured content carries it (see SearchResult).
@@ -74,7 +77,7 @@ class SearchResult(Dto):
     def rows(self) -> list[Row]:
         with_to = len(self.columns) > len(ROW_COLUMNS)
         return [[e.id, _timestamp(e.date), e.from_, e.subject, e.tags,
-                 *([[address_of(p) for p in e.to]] if with_to else [])]
+                 *([[split_person(p)[1] for p in e.to]] if with_to else [])]
                 for e in self.results]
 
 

@@ -105,8 +105,7 @@ def search_text(r: dto.SearchResult) -> str:
 def short_name(person: str) -> str:
     """``Name <address>`` as the name alone (the structured content keeps the address; a
     search can say from:Name), a bare address as it is."""
-    name, bracket, _ = person.rpartition(" <")
-    return one_line(name if bracket and name else person)
+    return one_line(dto.split_person(person)[0] or person)
 
 
 def email_line(e: dto.EmailRef) -> str:
