@@ -202,7 +202,9 @@ def search_rows(page: dict[str, object]) -> list[dict[str, object]]:
 
 
 # Takes a sidecar of today's schema back to version 4's, as the previous release left it.
-UNDO_SCHEMA_5 = """
+BACK_TO_SCHEMA_4 = """
+DROP TRIGGER message_tags_count_insert; DROP TRIGGER message_tags_count_delete;
+DROP TABLE tag_counts;
 DROP TRIGGER messages_count_insert; DROP TRIGGER messages_count_delete;
 DROP TRIGGER messages_count_update; DROP TABLE mirror_counts; DROP TABLE shown_days;
 DROP INDEX messages_excluded_date; ALTER TABLE messages DROP COLUMN is_excluded;

@@ -13,7 +13,7 @@ from pathlib import Path
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader, Writer, WriteTxn
 
-from .conftest import REPO, UNDO_SCHEMA_5, USER_ADDRESSES, MailEnv, run_init
+from .conftest import REPO, BACK_TO_SCHEMA_4, USER_ADDRESSES, MailEnv, run_init
 
 EXPECTED = REPO / "tests" / "data" / "fixture-tags.dump"
 OLD_PROPERTY = "fmail.recipients"
@@ -153,7 +153,7 @@ def test_an_index_from_the_previous_version_upgrades_in_place(indexed: MailEnv) 
         writer.run(lambda txn: set_old_property(txn, ids))
     path = sidecar.sidecar_path(indexed.config().data_dir)
     conn = sqlite3.connect(path)
-    conn.executescript(UNDO_SCHEMA_5)
+    conn.executescript(BACK_TO_SCHEMA_4)
     conn.executescript("DROP INDEX messages_needs_tagging; "
                        "ALTER TABLE messages DROP COLUMN needs_tagging; "
                        # version 3's threads table back to version 1's view

@@ -12,10 +12,10 @@ import pytest
 from fmail_nm.passes import mirror
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader
-from fmail_nm.store.query import Conjunction, conjunction
+from fmail_nm.store.query import Conjunction, conjunction, quote
 from fmail_nm.tools import reads
 
-from .conftest import UNDO_SCHEMA_5, MailEnv
+from .conftest import BACK_TO_SCHEMA_4, MailEnv
 from .test_lean_reads import NEW_MAIL
 
 EXCLUDED = ("deleted", "spam")
@@ -216,10 +216,43 @@ def test_a_sidecar_of_schema_4_gains_the_column_and_counts(indexed: MailEnv,
                                                            mailbox: reads.Mailbox) -> None:
     path = sidecar.sidecar_path(indexed.config().data_dir)
     with sqlite3.connect(path) as conn:
-        conn.executescript(UNDO_SCHEMA_5)
+        conn.executescript(BACK_TO_SCHEMA_4)
     assert reads.current_mirror(mailbox, EXCLUDED) is None  # a reader never migrates
     same_order(every_page(mailbox, "", "newest", 50)[0], notmuch_page("*", "newest"))
     with sidecar.opened(path) as conn:  # a read-write open migrates
         assert conn.execute("PRAGMA user_version").fetchone()[0] == sidecar.SCHEMA_VERSION
         assert mirror.check(indexed.config(), mailbox.reader, conn) == []
     assert reads.current_mirror(mailbox, EXCLUDED) is not None
+
+
+def test_tag_counts_are_notmuchs_from_the_mirror_or_while_it_lags(indexed: MailEnv,
+                                                                   mailbox: reads.Mailbox) -> None:
+    def truth() -> dict[str, int]:
+        with Reader() as reader:
+            return {t: reader.count(f"tag:{quote(t)}", exclude_tags=()) for t in reader.all_tags()}
+
+    def listed() -> dict[str, int]:
+        return {t.tag: t.count for t in reads.list_tags(mailbox).tags}
+
+    assert listed() == truth()
+    indexed.notmuch("tag", "+fresh-tag", "-inbox", "+spam", "--", f"id:{SCHOOL_1}")
+    assert mailbox.mirror_lag()[1] is not None  # type: ignore[index]
+    assert listed() == truth()  # notmuch counts while the mirror lags
+    mirror.sync_sidecar(indexed.config(), mailbox.reader)
+    assert listed() == truth() and listed()["fresh-tag"] == 1
+
+
+def test_tag_searches_page_from_the_mirror_as_notmuch_does(mailbox: reads.Mailbox) -> None:
+    for text in ("in:inbox", "is:unread", "in:inbox is:unread", "list:rust-users",
+                 "is:starred after:2026-01-01", "label:no-such-tag"):
+        compiled = mailbox.compile(text)
+        nm_query = reads.scoped_query(mailbox, compiled)
+        for sort in ("newest", "oldest"):
+            ids = reads._tagged_page_from_mirror(mailbox, nm_query, compiled.exclude_tags, sort,
+                                                 0, 3)
+            assert ids is not None, text  # the fixtures are small: every tag is common enough
+            truth = notmuch_page(nm_query, sort)
+            for limit in (1, 3, 50):
+                pages, totals = every_page(mailbox, text, sort, limit)
+                same_order(pages, truth)
+                assert totals == {len(truth)}

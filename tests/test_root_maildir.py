@@ -20,7 +20,7 @@ from fmail_nm.store.notmuch import Reader, Writer
 from fmail_nm.store.query import folders_query
 from fmail_nm.tools import reads, writes
 
-from .conftest import UNDO_SCHEMA_5, MailEnv, run_init
+from .conftest import BACK_TO_SCHEMA_4, MailEnv, run_init
 
 IN_ROOT = "school-trip-3@example.com"  # personal/INBOX in the fixtures: the root here
 FMAIL_TOML = """\
@@ -109,7 +109,7 @@ def test_a_mirror_from_before_names_the_root_dot_once_migrated(
         root_env: MailEnv, ctx: WriteContext) -> None:
     # Schema 3 spelled the root notmuch's way, "".
     with sidecar.opened(ctx.sidecar_file) as conn:
-        conn.executescript(UNDO_SCHEMA_5)
+        conn.executescript(BACK_TO_SCHEMA_4)
     with sqlite3.connect(ctx.sidecar_file) as conn:
         conn.execute("UPDATE message_folders SET folder = '' WHERE folder = '.'")
         conn.execute("""UPDATE messages SET folders = '[""' || substr(folders, 5)

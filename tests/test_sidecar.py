@@ -36,6 +36,7 @@ DUMP_QUERIES = {
     "contact_stats": "SELECT * FROM contact_stats ORDER BY email_address",
     "mirror_counts": "SELECT * FROM mirror_counts ORDER BY name",
     "shown_days": "SELECT * FROM shown_days WHERE n <> 0 ORDER BY day",
+    "tag_counts": "SELECT * FROM tag_counts WHERE n <> 0 ORDER BY tag",
 }
 
 
@@ -245,7 +246,7 @@ def test_contact_figures_added_up_for_new_mail_equal_a_recount(indexed: MailEnv,
     indexed.notmuch("new", "--no-hooks")
     # Anna, Ben and Alex are added to; the new address alone is counted
     assert sync(indexed).recounted == 1
-    figures = ("contact_stats", "mirror_counts", "shown_days")
+    figures = ("contact_stats", "mirror_counts", "shown_days", "tag_counts")
     mine, rebuilt = dump(path), rebuilt_copy(indexed, tmp_path)
     assert [mine[t] for t in figures] == [rebuilt[t] for t in figures]
     with sidecar.opened(path) as conn:

@@ -13,7 +13,7 @@ What is in it:
 * ``contact_stats`` -- figures harvested from the mirror (first/last seen, message counts);
 * ``sync_state`` and ``audit_log``;
 * what pages read from the mirror (``messages.is_excluded`` and its date index, the counts
-  triggers keep in ``mirror_counts`` and ``shown_days``).
+  triggers keep in ``mirror_counts``, ``shown_days`` and ``tag_counts``).
 
 The SQL tools see published views only (``emails``, ``threads``, ``tags``, ``email_tags``,
 ``contacts``); ``contacts`` is writable through INSTEAD OF triggers that touch ``contact_info``
@@ -307,8 +307,28 @@ END;
 """
 EXCLUSIONS_KEY = "exclude_tags"
 
+# Version 6: messages per tag, kept by triggers, so a tag's share of the mailbox is one read
+# (a search for tags reads the mirror as far as that share says; list_tags); and the date
+# index of shown mail carries each message's id and thread, so reading along it never
+# visits the table.
+_V6 = """
+DROP INDEX messages_excluded_date;
+CREATE INDEX messages_excluded_date ON messages(is_excluded, date_epoch, message_id, thread_id);
+CREATE TABLE tag_counts (tag TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
+INSERT INTO tag_counts (tag, n) SELECT tag, count(*) FROM message_tags GROUP BY tag;
+CREATE TRIGGER message_tags_count_insert AFTER INSERT ON message_tags
+BEGIN
+    INSERT INTO tag_counts (tag, n) VALUES (NEW.tag, 1)
+    ON CONFLICT (tag) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER message_tags_count_delete AFTER DELETE ON message_tags
+BEGIN
+    UPDATE tag_counts SET n = n - 1 WHERE tag = OLD.tag;
+END;
+"""
+
 # Index i holds the script that takes the schema from version i to i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -621,6 +641,11 @@ def count_problems(conn: sqlite3.Connection) -> list[str]:
               "shown": conn.execute("SELECT count(*) FROM messages WHERE is_excluded = 0").fetchone()[0]}
     problems = [f"mirror_counts: {name} is {mirror_count(conn, name)}, the messages say {n}"
                 for name, n in actual.items() if mirror_count(conn, name) != n]
+    tags = dict(conn.execute("SELECT tag, count(*) FROM message_tags GROUP BY tag"))
+    kept_tags = dict(conn.execute("SELECT tag, n FROM tag_counts WHERE n <> 0"))
+    problems += [f"tag_counts: {tag} is {kept_tags.get(tag, 0)}, the messages say {tags.get(tag, 0)}"
+                 for tag in sorted(set(tags) | set(kept_tags))
+                 if tags.get(tag, 0) != kept_tags.get(tag, 0)]
     days = dict(conn.execute("SELECT date_epoch / 86400, count(*) FROM messages "
                              "WHERE is_excluded = 0 AND date_epoch IS NOT NULL GROUP BY 1"))
     kept = dict(conn.execute("SELECT day, n FROM shown_days WHERE n <> 0"))
@@ -629,38 +654,61 @@ def count_problems(conn: sqlite3.Connection) -> list[str]:
     return problems
 
 
+def tagged_count(conn: sqlite3.Connection, tags: Sequence[str]) -> int:
+    """Messages carrying these tags, one count per tag (a message with two counts twice),
+    spam and deleted mail included, as the triggers keep them: a tag's share."""
+    marks = ",".join("?" * len(tags)) or "NULL"
+    return int(conn.execute(f"SELECT coalesce(sum(n), 0) FROM tag_counts WHERE tag IN ({marks})",
+                            list(tags)).fetchone()[0])
+
+
+def tag_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    """Messages per tag, as the triggers keep them."""
+    return dict(conn.execute("SELECT tag, n FROM tag_counts WHERE n > 0"))
+
+
+def tagged_page(conn: sqlite3.Connection, tag_groups: Sequence[Sequence[str]], *,
+                span: Span = ALL_DATES, oldest_first: bool, offset: int, limit: int,
+                scan: int) -> list[str] | None:
+    """One page, by date, of the shown messages within ``span`` that carry a tag of every
+    group, as Message-IDs, looked for among the ``scan`` first shown messages in that order
+    only: None when those hold too few for the page and are not the whole span."""
+    rows, whole = _shown_carrying(conn, tag_groups, span, oldest_first, scan)
+    if len(rows) < offset + limit and not whole:
+        return None
+    return [mid for mid, _ in rows[offset:offset + limit]]
+
+
 def newest_threads(conn: sqlite3.Connection, tag_groups: Sequence[Sequence[str]], *,
                    span: Span = ALL_DATES, want: int, scan: int) -> list[str] | None:
     """The first ``want`` threads, newest first, of the shown messages within ``span`` that
     carry a tag of every group (a thread ranks by its newest such message, as notmuch ranks
     threads), looked for among the ``scan`` newest shown messages only: None when that
     window holds fewer than ``want`` of them and is not the whole span."""
-    where, args = span.clause()
-    # (the limit written out: as a parameter, SQLite plans this read for any number of rows)
-    rows = conn.execute(
-        f"SELECT message_id, thread_id FROM messages INDEXED BY messages_excluded_date "
-        f"WHERE is_excluded = 0{where} ORDER BY date_epoch DESC LIMIT {int(scan)}", args).fetchall()
-    tagged = {mid for mid, _ in rows}
-    for group in tag_groups:
-        tagged = _carrying(conn, group, sorted(tagged))
-    threads = list(dict.fromkeys(thread for mid, thread in rows if mid in tagged))
-    if len(threads) < want and len(rows) == scan:
+    rows, whole = _shown_carrying(conn, tag_groups, span, False, scan)
+    threads = list(dict.fromkeys(thread for _, thread in rows))
+    if len(threads) < want and not whole:
         return None
     return threads[:want]
 
 
-def _carrying(conn: sqlite3.Connection, tags: Sequence[str], message_ids: Sequence[str]) -> set[str]:
-    """Which of these messages carry at least one of ``tags``."""
-    found: set[str] = set()
-    if not tags:
-        return found
-    tag_marks = ",".join("?" * len(tags))
-    for chunk in chunks(message_ids):
-        marks = ",".join("?" * len(chunk))
-        found.update(row[0] for row in conn.execute(
-            f"SELECT message_id FROM message_tags WHERE tag IN ({tag_marks}) "
-            f"AND message_id IN ({marks})", [*tags, *chunk]))
-    return found
+def _shown_carrying(conn: sqlite3.Connection, tag_groups: Sequence[Sequence[str]], span: Span,
+                    oldest_first: bool, scan: int) -> tuple[list[tuple[str, str]], bool]:
+    """(Message-ID, thread) of the shown messages within ``span`` that carry a tag of every
+    group, among the ``scan`` first shown messages by date; and whether those were all."""
+    where, args = span.clause()
+    order = "ASC" if oldest_first else "DESC"
+    carries = " AND ".join(
+        "EXISTS (SELECT 1 FROM message_tags t WHERE t.message_id = m.message_id AND t.tag IN "
+        f"({','.join('?' * len(group))}))" for group in tag_groups) or "1"
+    # One statement, the tags checked as the index is read; the limit written out (as a
+    # parameter, SQLite plans the read for any number of rows).
+    rows = conn.execute(
+        f"SELECT m.message_id, m.thread_id, {carries} FROM (SELECT message_id, thread_id "
+        f"FROM messages INDEXED BY messages_excluded_date WHERE is_excluded = 0{where} "
+        f"ORDER BY date_epoch {order} LIMIT {int(scan)}) m",
+        [*[tag for group in tag_groups for tag in group], *args]).fetchall()
+    return [(mid, thread) for mid, thread, hit in rows if hit], len(rows) < scan
 
 
 def date_at_rank(conn: sqlite3.Connection, rank: int) -> int | None:
