@@ -200,9 +200,14 @@ def test_the_kept_counts_follow_tags_deletions_and_rebuilds(indexed: MailEnv,
         everything = reader.count("*", exclude_tags=())
         shown = reader.count("*", exclude_tags=EXCLUDED)
     assert counts() == (everything, shown) and shown < everything
-    indexed.notmuch("tag", "+spam", "--", f"id:{SCHOOL_1}")
+    inbox = sidecar.shown_with_tag
+    with sidecar.opened(path, readonly=True) as conn:
+        inbox_before = inbox(conn, "inbox")
+    indexed.notmuch("tag", "+spam", "--", f"id:{SCHOOL_1}")  # an inbox message
     mirror.sync_sidecar(config, mailbox.reader)
     assert counts() == (everything, shown - 1)
+    with sidecar.opened(path, readonly=True) as conn:
+        assert inbox(conn, "inbox") == inbox_before - 1
     file = indexed.notmuch("search", "--output=files", "--exclude=false", f"id:{SCHOOL_1}").stdout.split()[0]
     (indexed.mail_root / file).unlink()
     indexed.notmuch("new", "--no-hooks")
@@ -256,3 +261,9 @@ def test_tag_searches_page_from_the_mirror_as_notmuch_does(mailbox: reads.Mailbo
                 pages, totals = every_page(mailbox, text, sort, limit)
                 same_order(pages, truth)
                 assert totals == {len(truth)}
+        # one tag: the total and the hidden spam/deleted come from the kept counts
+        kept = reads._one_tag_counts(mailbox, nm_query, compiled.exclude_tags)
+        assert (kept is not None) == (text in ("in:inbox", "is:unread", "label:no-such-tag"))
+        last = reads.search_emails(mailbox, text, limit=500)
+        whole = len(notmuch_page(nm_query, "newest", ()))
+        assert (last.hidden or 0) == whole - last.total and last.total == len(truth), text

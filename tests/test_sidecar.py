@@ -36,7 +36,7 @@ DUMP_QUERIES = {
     "contact_stats": "SELECT * FROM contact_stats ORDER BY email_address",
     "mirror_counts": "SELECT * FROM mirror_counts ORDER BY name",
     "shown_days": "SELECT * FROM shown_days WHERE n <> 0 ORDER BY day",
-    "tag_counts": "SELECT * FROM tag_counts WHERE n <> 0 ORDER BY tag",
+    "tag_counts": "SELECT * FROM tag_counts WHERE n <> 0 OR shown <> 0 ORDER BY tag",
 }
 
 

@@ -327,8 +327,43 @@ BEGIN
 END;
 """
 
+# Version 7: per tag, also the messages a search shows (no excluded tag), so a search for one
+# tag has its total without a count.  A message's row is deleted before the cascade deletes
+# its tags (which then no longer find it): its shown tags are taken off before the delete.
+_V7 = """
+ALTER TABLE tag_counts ADD COLUMN shown INTEGER NOT NULL DEFAULT 0;
+UPDATE tag_counts SET shown = (SELECT count(*) FROM message_tags t JOIN messages m
+    USING (message_id) WHERE t.tag = tag_counts.tag AND m.is_excluded = 0);
+DROP TRIGGER message_tags_count_insert;
+DROP TRIGGER message_tags_count_delete;
+CREATE TRIGGER message_tags_count_insert AFTER INSERT ON message_tags
+BEGIN
+    INSERT INTO tag_counts (tag, n, shown) VALUES (NEW.tag, 1, coalesce((SELECT 1 - is_excluded
+        FROM messages WHERE message_id = NEW.message_id), 0))
+    ON CONFLICT (tag) DO UPDATE SET n = n + 1, shown = shown + excluded.shown;
+END;
+CREATE TRIGGER message_tags_count_delete AFTER DELETE ON message_tags
+BEGIN
+    UPDATE tag_counts SET n = n - 1, shown = shown - coalesce((SELECT 1 - is_excluded
+        FROM messages WHERE message_id = OLD.message_id), 0)
+    WHERE tag = OLD.tag;
+END;
+CREATE TRIGGER messages_tags_shown_update AFTER UPDATE OF is_excluded ON messages
+WHEN OLD.is_excluded <> NEW.is_excluded
+BEGIN
+    UPDATE tag_counts SET shown = shown + OLD.is_excluded - NEW.is_excluded
+    WHERE tag IN (SELECT tag FROM message_tags WHERE message_id = NEW.message_id);
+END;
+CREATE TRIGGER messages_tags_shown_delete BEFORE DELETE ON messages
+WHEN OLD.is_excluded = 0
+BEGIN
+    UPDATE tag_counts SET shown = shown - 1
+    WHERE tag IN (SELECT tag FROM message_tags WHERE message_id = OLD.message_id);
+END;
+"""
+
 # Index i holds the script that takes the schema from version i to i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -641,11 +676,14 @@ def count_problems(conn: sqlite3.Connection) -> list[str]:
               "shown": conn.execute("SELECT count(*) FROM messages WHERE is_excluded = 0").fetchone()[0]}
     problems = [f"mirror_counts: {name} is {mirror_count(conn, name)}, the messages say {n}"
                 for name, n in actual.items() if mirror_count(conn, name) != n]
-    tags = dict(conn.execute("SELECT tag, count(*) FROM message_tags GROUP BY tag"))
-    kept_tags = dict(conn.execute("SELECT tag, n FROM tag_counts WHERE n <> 0"))
-    problems += [f"tag_counts: {tag} is {kept_tags.get(tag, 0)}, the messages say {tags.get(tag, 0)}"
-                 for tag in sorted(set(tags) | set(kept_tags))
-                 if tags.get(tag, 0) != kept_tags.get(tag, 0)]
+    tags = {tag: (n, shown) for tag, n, shown in conn.execute(
+        "SELECT tag, count(*), sum(1 - m.is_excluded) FROM message_tags JOIN messages m "
+        "USING (message_id) GROUP BY tag")}
+    kept_tags = {tag: (n, shown) for tag, n, shown in conn.execute(
+        "SELECT tag, n, shown FROM tag_counts WHERE n <> 0 OR shown <> 0")}
+    problems += [f"tag_counts: {tag} is {kept_tags.get(tag, (0, 0))} (messages, shown), the "
+                 f"messages say {tags.get(tag, (0, 0))}" for tag in sorted(set(tags) | set(kept_tags))
+                 if tags.get(tag, (0, 0)) != kept_tags.get(tag, (0, 0))]
     days = dict(conn.execute("SELECT date_epoch / 86400, count(*) FROM messages "
                              "WHERE is_excluded = 0 AND date_epoch IS NOT NULL GROUP BY 1"))
     kept = dict(conn.execute("SELECT day, n FROM shown_days WHERE n <> 0"))
@@ -660,6 +698,12 @@ def tagged_count(conn: sqlite3.Connection, tags: Sequence[str]) -> int:
     marks = ",".join("?" * len(tags)) or "NULL"
     return int(conn.execute(f"SELECT coalesce(sum(n), 0) FROM tag_counts WHERE tag IN ({marks})",
                             list(tags)).fetchone()[0])
+
+
+def shown_with_tag(conn: sqlite3.Connection, tag: str) -> int:
+    """How many messages a search shows that carry ``tag``, as the triggers keep it."""
+    row = conn.execute("SELECT shown FROM tag_counts WHERE tag = ?", (tag,)).fetchone()
+    return 0 if row is None else int(row[0])
 
 
 def tag_counts(conn: sqlite3.Connection) -> dict[str, int]:

@@ -270,14 +270,17 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
     if answer is not None:
         ids, total, excluded = answer
     else:
-        counting = mb.reader.count_soon(nm_query, exclude_tags=compiled.exclude_tags)
+        kept = _one_tag_counts(mb, nm_query, compiled.exclude_tags)
+        total_of = _total_of(mb, nm_query, compiled.exclude_tags, kept)
         tagged = _tagged_page_from_mirror(mb, nm_query, compiled.exclude_tags, sort, offset,
                                           limit)
         ids = (tagged if tagged is not None
                else _page_ids(mb, nm_query, compiled.exclude_tags, sort, offset, limit))
-        total = counting.result()
+        total = total_of()
 
         def excluded() -> int:
+            if kept is not None:
+                return kept[1]
             return mb.reader.count(nm_query, exclude_tags=()) - total
     changed = mb.reader.changed_at()
     cursor_out = next_cursor(offset, len(ids), total, fp)
@@ -336,6 +339,31 @@ def _tagged_page_from_mirror(mb: Mailbox, nm_query: str, exclude_tags: Sequence[
     return sidecar.tagged_page(conn, groups, span=sidecar.Span(wanted.since, wanted.until),
                                oldest_first=sort == "oldest", offset=offset, limit=limit,
                                scan=scan)
+
+
+def _one_tag_counts(mb: Mailbox, nm_query: str,
+                    exclude_tags: Sequence[str]) -> tuple[int, int] | None:
+    """For a search for one tag alone: how many messages with it a search shows, and how
+    many more it leaves out, as the mirror's triggers keep them (notmuch would count every
+    match).  None for any other search, or while the mirror lags."""
+    wanted = conjunction(nm_query)
+    if (wanted is None or len(wanted.tags) != 1 or wanted.patterns or wanted.since is not None
+            or wanted.until is not None):
+        return None
+    conn = current_mirror(mb, exclude_tags)
+    if conn is None:
+        return None
+    shown = sidecar.shown_with_tag(conn, wanted.tags[0])
+    return shown, sidecar.tagged_count(conn, wanted.tags) - shown
+
+
+def _total_of(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
+              kept: tuple[int, int] | None) -> Callable[[], int]:
+    """The matches a search shows: kept by the mirror, or counted by notmuch on a second
+    thread from now on (the caller reads its page meanwhile)."""
+    if kept is not None:
+        return lambda: kept[0]
+    return mb.reader.count_soon(nm_query, exclude_tags=exclude_tags).result
 
 
 def current_mirror(mb: Mailbox, exclude_tags: Sequence[str]) -> sqlite3.Connection | None:
@@ -423,9 +451,10 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
                             extra="tag:unread" if unread_only else None)
     fp = _fingerprint("threads", nm_query, compiled.exclude_tags)
     offset = read_cursor(cursor, fp)
-    counting = mb.reader.count_soon(nm_query, exclude_tags=compiled.exclude_tags)
+    total_of = _total_of(mb, nm_query, compiled.exclude_tags,
+                         _one_tag_counts(mb, nm_query, compiled.exclude_tags))
     page, more = _thread_page(mb, nm_query, compiled.exclude_tags, offset, limit)
-    matched = counting.result()
+    matched = total_of()
     total = (mb.reader.count_threads(nm_query, exclude_tags=compiled.exclude_tags)
              if matched <= THREAD_COUNT_MAX_MESSAGES else None)
     unread = unread_counts(mb, [t.thread_id for t in page], compiled.exclude_tags)
