@@ -140,6 +140,12 @@ def test_thread_pages_of_tags_and_dates_are_notmuchs(mailbox: reads.Mailbox) -> 
                 if cursor is None:
                     break
             assert got == truth, (text, limit)
+    # one tag's message count is the mirror's, two tags' notmuch's: both notmuch's number
+    with Reader() as reader:
+        for text, query in (("in:inbox", 'tag:"inbox"'), ("in:inbox is:unread",
+                                                          'tag:"inbox" AND tag:"unread"')):
+            assert reads.list_threads(mailbox, text).matched_messages == reader.count(
+                query, exclude_tags=EXCLUDED)
     # unread_only is one more tag
     unread = reads.list_threads(mailbox, "in:inbox", unread_only=True, limit=50)
     assert [t.thread for t in unread.threads] == [
