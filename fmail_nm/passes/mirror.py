@@ -191,8 +191,8 @@ def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[s
 
 _COLUMNS = ("message_id", "uid", "thread_id", "account_name", "folder", "folders", "subject",
             "sender_email", "sender_name", "recipients", "date", "date_epoch", "body_preview",
-            "is_read", "is_flagged", "is_replied", "is_draft", "is_sent", "has_attachment", "is_excluded", "tags",
-            "list_id", "size", "filenames", "needs_tagging")
+            "is_read", "is_flagged", "is_replied", "is_draft", "is_sent", "has_attachment",
+            "is_excluded", "tags", "list_id", "size", "filenames", "needs_tagging")
 # A message waiting for the tagging pass keeps waiting until the pass clears the mark.
 _UPSERT = (f"INSERT INTO messages ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
            "ON CONFLICT (message_id) DO UPDATE SET "

@@ -96,7 +96,8 @@ def conjunction(query: str) -> Conjunction | None:
     """The tags and dates of ``query`` when it is nothing but tags and dates joined by AND
     (``*`` alone is all mail), else None.  A ``/regex/`` tag value is read when it is simple
     (see _SIMPLE_REGEX; the DSL's ``list:`` is); other patterns (any other regex, a ``*``) and
-    open-ended or pre-1970 date ranges are not: notmuch answers those itself.  (Parentheses do not change a conjunction's meaning.)"""
+    open-ended or pre-1970 date ranges are not: notmuch answers those itself.  (Parentheses
+    do not change a conjunction's meaning.)"""
     if query.strip() == "*":
         return Conjunction((), None, None)
     tags: list[str] = []

@@ -263,10 +263,11 @@ WHERE folders LIKE '[""%';
 # Version 5: whether a search leaves a message out (spam, deleted: notmuch's
 # search.exclude_tags, recorded in sync_state as EXCLUSIONS_KEY) is a column, ``is_excluded``,
 # so the pages notmuch would have to count or sort whole -- all mail by date, a date range,
-# the newest threads of a tag -- are read along one index; ``mirror_counts`` keeps the number of messages and of those a search shows, so
-# "all mail" has its total without a count.  The migration records the default exclusions; a
-# mirror sync recomputes the column when the config names others.  ``shown_days`` counts them
-# by UTC day (a date range's total is then a few dozen rows, not one per message).
+# the newest threads of a tag -- are read along one index; ``mirror_counts`` keeps the number
+# of messages and of those a search shows, so "all mail" has its total without a count.  The
+# migration records the default exclusions; a mirror sync recomputes the column when the
+# config names others.  ``shown_days`` counts them by UTC day (a date range's total is then
+# a few dozen rows, not one per message).
 _V5 = """
 ALTER TABLE messages ADD COLUMN is_excluded INTEGER NOT NULL DEFAULT 0;
 UPDATE messages SET is_excluded = EXISTS (SELECT 1 FROM message_tags t
@@ -673,7 +674,8 @@ def mirror_count(conn: sqlite3.Connection, name: str) -> int:
 def count_problems(conn: sqlite3.Connection) -> list[str]:
     """Differences between the kept counts and the messages (empty: exact)."""
     actual = {"messages": conn.execute("SELECT count(*) FROM messages").fetchone()[0],
-              "shown": conn.execute("SELECT count(*) FROM messages WHERE is_excluded = 0").fetchone()[0]}
+              "shown": conn.execute("SELECT count(*) FROM messages "
+                                    "WHERE is_excluded = 0").fetchone()[0]}
     problems = [f"mirror_counts: {name} is {mirror_count(conn, name)}, the messages say {n}"
                 for name, n in actual.items() if mirror_count(conn, name) != n]
     tags = {tag: (n, shown) for tag, n, shown in conn.execute(
@@ -682,7 +684,8 @@ def count_problems(conn: sqlite3.Connection) -> list[str]:
     kept_tags = {tag: (n, shown) for tag, n, shown in conn.execute(
         "SELECT tag, n, shown FROM tag_counts WHERE n <> 0 OR shown <> 0")}
     problems += [f"tag_counts: {tag} is {kept_tags.get(tag, (0, 0))} (messages, shown), the "
-                 f"messages say {tags.get(tag, (0, 0))}" for tag in sorted(set(tags) | set(kept_tags))
+                 f"messages say {tags.get(tag, (0, 0))}"
+                 for tag in sorted(set(tags) | set(kept_tags))
                  if tags.get(tag, (0, 0)) != kept_tags.get(tag, (0, 0))]
     days = dict(conn.execute("SELECT date_epoch / 86400, count(*) FROM messages "
                              "WHERE is_excluded = 0 AND date_epoch IS NOT NULL GROUP BY 1"))

@@ -320,9 +320,9 @@ def _tagged_page_from_mirror(mb: Mailbox, nm_query: str, exclude_tags: Sequence[
                              sort: str, offset: int, limit: int) -> list[str] | None:
     """A page of a search for tags (and dates) read along the mirror's date index: enough of
     the shown messages, newest (or oldest) first, for the page at the tags' share of the
-    mailbox, twice over and some, their tags checked in the mirror.  notmuch would sort every match
-    (its total, counted beside, still is notmuch's).  None when the mirror lags, the
-    search asks for more than tags and dates, or the tags are too rare for a short read."""
+    mailbox, twice over and some, their tags checked in the mirror (notmuch would sort every
+    match).  None when the mirror lags, the search asks for more than tags and dates, or
+    the tags are too rare for a short read."""
     wanted = conjunction(nm_query)
     if wanted is None or not (wanted.tags or wanted.patterns):
         return None
@@ -482,14 +482,17 @@ def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], offset
     if conn is not None and wanted is not None:
         want = offset + limit + 1
         groups = wanted.tag_groups(mb.reader.all_tags() if wanted.patterns else ())
-        found = sidecar.newest_threads(conn, groups, span=sidecar.Span(wanted.since, wanted.until),
-                                       want=want, scan=want * WINDOW_PER_RESULT)
+        span = sidecar.Span(wanted.since, wanted.until)
+        found = sidecar.newest_threads(conn, groups, span=span, want=want,
+                                       scan=want * WINDOW_PER_RESULT)
         if found is not None:
             chosen = found[offset:offset + limit]
             these = " OR ".join(f"thread:{quote(t)}" for t in chosen)
-            page = mb.reader.threads(all_of(nm_query, these), exclude_tags=exclude_tags) if chosen else []
+            page = (mb.reader.threads(all_of(nm_query, these), exclude_tags=exclude_tags)
+                    if chosen else [])
             return page, len(found) == want
-    page = mb.reader.threads(nm_query, exclude_tags=exclude_tags, offset=offset, limit=limit + 1)
+    page = mb.reader.threads(nm_query, exclude_tags=exclude_tags, offset=offset,
+                             limit=limit + 1)
     return page[:limit], len(page) > limit
 
 
