@@ -28,8 +28,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar
 from email.message import Message
+from typing import TypeVar
 
 from .charset import decode_bytes, guess_decode
 from .headers import (

@@ -676,11 +676,12 @@ class Mirror:
         dirty = sidecar.get_state(self.conn, "stats_dirty") is not None
         if not self._touched and not self._fresh and not dirty:
             return 0
-        recount: set[str] = set()
         with sidecar.transaction(self.conn):
             if dirty and not self._marked_dirty:
                 self.conn.execute("DELETE FROM contact_stats")
                 self.conn.execute(_STATS_ALL)
+                recounted = int(self.conn.execute(
+                    "SELECT count(*) FROM contact_stats").fetchone()[0])
             else:
                 recount = set(self._touched)
                 if len(self._fresh) > STATS_IN_ONE_PASS:  # a first build: one pass beats sums
@@ -688,9 +689,10 @@ class Mirror:
                 else:
                     recount |= add_to_stats(self.conn, self._fresh, skip=recount)
                 refresh_stats(self.conn, recount)
+                recounted = len(recount)
             sidecar.set_state(self.conn, "stats_dirty", None)
         self._touched, self._fresh = set(), []
-        return len(recount)
+        return recounted
 
     def _delete(self, ids: Sequence[str], report: MirrorReport) -> None:
         if not ids:

@@ -33,7 +33,8 @@ from ..message.mime import BodyText, ParsedMessage
 from ..message.text import clean_text, slice_text
 from ..store import maildir, sidecar
 from ..store.notmuch import IndexedMessage, Reader, ThreadNode, ThreadSummary
-from ..store.query import all_of, clean_id, conjunction, folders_query, id_query, me_query, quote
+from ..store.query import (Conjunction, all_of, clean_id, conjunction, folders_query,
+                           id_query, me_query, quote)
 from ..tags import DELETED, DRAFT, SENT, SPAM
 from . import dto
 
@@ -266,14 +267,14 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
     nm_query = scoped_query(mb, compiled, since=since, until=until, account=account)
     fp = _fingerprint("search", nm_query, compiled.exclude_tags, sort)
     offset = read_cursor(cursor, fp)
-    answer = _page_from_mirror(mb, nm_query, compiled.exclude_tags, sort, offset, limit)
+    mirror = answerable(mb, nm_query, compiled.exclude_tags)
+    answer = _page_from_mirror(mirror, sort, offset, limit)
     if answer is not None:
         ids, total, excluded = answer
     else:
-        kept = _one_tag_counts(mb, nm_query, compiled.exclude_tags)
+        kept = _one_tag_counts(mirror)
         total_of = _total_of(mb, nm_query, compiled.exclude_tags, kept)
-        tagged = _tagged_page_from_mirror(mb, nm_query, compiled.exclude_tags, sort, offset,
-                                          limit)
+        tagged = _tagged_page_from_mirror(mb, mirror, sort, offset, limit)
         ids = (tagged if tagged is not None
                else _page_ids(mb, nm_query, compiled.exclude_tags, sort, offset, limit))
         total = total_of()
@@ -290,22 +291,43 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
                             indexed_at=iso_from_epoch(int(changed)) if changed else None)
 
 
-def _page_from_mirror(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sort: str,
-                      offset: int, limit: int
+@dataclass(frozen=True)
+class Answerable:
+    """A search the mirror can answer (see current_mirror): its tags and dates, read once
+    from the notmuch query, and the mirror's connection."""
+
+    conn: sqlite3.Connection
+    wanted: Conjunction
+
+
+def answerable(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str]) -> Answerable | None:
+    """The search as the mirror can answer it, or None: it asks for more than tags and
+    dates, or the mirror lags (notmuch answers then)."""
+    wanted = conjunction(nm_query)
+    conn = current_mirror(mb, exclude_tags) if wanted is not None else None
+    return None if conn is None or wanted is None else Answerable(conn, wanted)
+
+
+def _page_from_mirror(mirror: Answerable | None, sort: str, offset: int, limit: int
                       ) -> tuple[list[str], int, Callable[[], int]] | None:
     """Page, total and (a function counting) the excluded matches of all mail, or of a date
     range, by date, from the mirror's index of the mail a search shows: notmuch would sort
     (or, for a range, read the date of) every message in the database for them.  None for
-    any other search, or while the mirror lags (notmuch answers then)."""
-    wanted = conjunction(nm_query)
-    conn = (current_mirror(mb, exclude_tags)
-            if wanted is not None and not (wanted.tags or wanted.patterns) else None)
-    if conn is None or wanted is None:
+    any other search."""
+    if mirror is None or mirror.wanted.tags or mirror.wanted.patterns:
         return None
-    span = sidecar.Span(wanted.since, wanted.until)
+    conn, span = mirror.conn, _span(mirror.wanted)
     ids = sidecar.shown_page(conn, span=span, oldest_first=sort == "oldest", offset=offset,
                              limit=limit)
     return ids, sidecar.shown_count(conn, span), lambda: sidecar.excluded_count(conn, span)
+
+
+def _span(wanted: Conjunction) -> sidecar.Span:
+    return sidecar.Span(wanted.since, wanted.until)
+
+
+def _tag_groups(mb: Mailbox, wanted: Conjunction) -> list[tuple[str, ...]]:
+    return wanted.tag_groups(mb.reader.all_tags() if wanted.patterns else ())
 
 
 # The most shown messages a page of a tag search reads along the mirror's date index before
@@ -316,45 +338,38 @@ MAX_TAG_SCAN = 5000
 MIN_TAG_SCAN = 100
 
 
-def _tagged_page_from_mirror(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
-                             sort: str, offset: int, limit: int) -> list[str] | None:
+def _tagged_page_from_mirror(mb: Mailbox, mirror: Answerable | None, sort: str, offset: int,
+                             limit: int) -> list[str] | None:
     """A page of a search for tags (and dates) read along the mirror's date index: enough of
     the shown messages, newest (or oldest) first, for the page at the tags' share of the
     mailbox, twice over and some, their tags checked in the mirror (notmuch would sort every
-    match).  None when the mirror lags, the search asks for more than tags and dates, or
-    the tags are too rare for a short read."""
-    wanted = conjunction(nm_query)
-    if wanted is None or not (wanted.tags or wanted.patterns):
+    match).  None for a search without tags, or with tags too rare for a short read."""
+    if mirror is None or not (mirror.wanted.tags or mirror.wanted.patterns):
         return None
-    conn = current_mirror(mb, exclude_tags)
-    if conn is None:
-        return None
-    groups = wanted.tag_groups(mb.reader.all_tags() if wanted.patterns else ())
-    carrying = min(sidecar.tagged_count(conn, group) for group in groups)
+    groups = _tag_groups(mb, mirror.wanted)
+    carrying = min(sidecar.tagged_count(mirror.conn, group) for group in groups)
     if carrying == 0:
         return []
-    scan = 2 * (offset + limit) * sidecar.shown_count(conn) // carrying + MIN_TAG_SCAN
+    scan = 2 * (offset + limit) * sidecar.shown_count(mirror.conn) // carrying + MIN_TAG_SCAN
     if scan > MAX_TAG_SCAN:
         return None
-    return sidecar.tagged_page(conn, groups, span=sidecar.Span(wanted.since, wanted.until),
+    return sidecar.tagged_page(mirror.conn, groups, span=_span(mirror.wanted),
                                oldest_first=sort == "oldest", offset=offset, limit=limit,
                                scan=scan)
 
 
-def _one_tag_counts(mb: Mailbox, nm_query: str,
-                    exclude_tags: Sequence[str]) -> tuple[int, int] | None:
+def _one_tag_counts(mirror: Answerable | None) -> tuple[int, int] | None:
     """For a search for one tag alone: how many messages with it a search shows, and how
     many more it leaves out, as the mirror's triggers keep them (notmuch would count every
-    match).  None for any other search, or while the mirror lags."""
-    wanted = conjunction(nm_query)
-    if (wanted is None or len(wanted.tags) != 1 or wanted.patterns or wanted.since is not None
+    match).  None for any other search."""
+    if mirror is None:
+        return None
+    wanted = mirror.wanted
+    if (len(wanted.tags) != 1 or wanted.patterns or wanted.since is not None
             or wanted.until is not None):
         return None
-    conn = current_mirror(mb, exclude_tags)
-    if conn is None:
-        return None
-    shown = sidecar.shown_with_tag(conn, wanted.tags[0])
-    return shown, sidecar.tagged_count(conn, wanted.tags) - shown
+    shown = sidecar.shown_with_tag(mirror.conn, wanted.tags[0])
+    return shown, sidecar.tagged_count(mirror.conn, wanted.tags) - shown
 
 
 def _total_of(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
@@ -451,9 +466,9 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
                             extra="tag:unread" if unread_only else None)
     fp = _fingerprint("threads", nm_query, compiled.exclude_tags)
     offset = read_cursor(cursor, fp)
-    total_of = _total_of(mb, nm_query, compiled.exclude_tags,
-                         _one_tag_counts(mb, nm_query, compiled.exclude_tags))
-    page, more = _thread_page(mb, nm_query, compiled.exclude_tags, offset, limit)
+    mirror = answerable(mb, nm_query, compiled.exclude_tags)
+    total_of = _total_of(mb, nm_query, compiled.exclude_tags, _one_tag_counts(mirror))
+    page, more = _thread_page(mb, nm_query, compiled.exclude_tags, mirror, offset, limit)
     matched = total_of()
     total = (mb.reader.count_threads(nm_query, exclude_tags=compiled.exclude_tags)
              if matched <= THREAD_COUNT_MAX_MESSAGES else None)
@@ -470,20 +485,18 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
                           next_cursor=make_cursor(offset + len(page), fp) if more else None)
 
 
-def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], offset: int,
+def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
+                 mirror: Answerable | None, offset: int,
                  limit: int) -> tuple[list[ThreadSummary], bool]:
     """A page of threads, newest first, and whether more follow (one thread past the page
     says so).  notmuch collects and sorts every matching message before its first thread, so
     for tags and dates alone the mirror picks the page's threads along its date index, and
     notmuch builds just those: the threads a search shows rank by their newest shown
     message, and the mirror reads the shown messages newest first."""
-    wanted = conjunction(nm_query)
-    conn = current_mirror(mb, exclude_tags) if wanted is not None else None
-    if conn is not None and wanted is not None:
+    if mirror is not None:
         want = offset + limit + 1
-        groups = wanted.tag_groups(mb.reader.all_tags() if wanted.patterns else ())
-        span = sidecar.Span(wanted.since, wanted.until)
-        found = sidecar.newest_threads(conn, groups, span=span, want=want,
+        found = sidecar.newest_threads(mirror.conn, _tag_groups(mb, mirror.wanted),
+                                       span=_span(mirror.wanted), want=want,
                                        scan=want * WINDOW_PER_RESULT)
         if found is not None:
             chosen = found[offset:offset + limit]
