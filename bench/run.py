@@ -399,6 +399,8 @@ class FirstIndex:
     runs: list[FirstIndexRun]
     init_end_to_end: list[Timing]
     sidecar_rebuild: Timing | None = None
+    # `fmail-nm index` on an empty database after `init --no-index`: fmail-nm's own first index
+    own_first_index: list[Timing] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         bare = median_timing([r.notmuch_new for r in self.runs])
@@ -424,9 +426,16 @@ class FirstIndex:
             out["ratio_init"] = round(init.wall / bare.wall, 2)
             out["ratio_init_cpu"] = round(init.cpu / bare.cpu, 2)
             out["init_minus_new_and_hook_wall"] = round(init.wall - bare.wall - hook.wall, 3)
+        if self.own_first_index:
+            own = median_timing(self.own_first_index)
+            out["own_first_index"] = own
+            out["ratio_own_first_index"] = round(own.wall / bare.wall, 2)
+            out["ratio_own_first_index_cpu"] = round(own.cpu / bare.cpu, 2)
         out["peak_rss_mib"] = {"bare_notmuch_new": bare.peak_rss_mib, "hook": hook.peak_rss_mib,
                                "fmail_init": out["fmail_init"].peak_rss_mib
-                               if "fmail_init" in out else None}
+                               if "fmail_init" in out else None,
+                               "own_first_index": out["own_first_index"].peak_rss_mib
+                               if "own_first_index" in out else None}
         return out
 
 
@@ -436,6 +445,7 @@ def first_index(ws: Workspace, tree: Path, size: Size, *, want_dump: bool = Fals
     and, if ``want_dump``, the sorted tag dump of the first ``fmail-nm init`` setup."""
     runs: list[FirstIndexRun] = []
     inits: list[Timing] = []
+    owns: list[Timing] = []
     dump: str | None = None
     env: BenchEnv | None = None
     for i in range(size.index_runs):
@@ -453,6 +463,13 @@ def first_index(ws: Workspace, tree: Path, size: Size, *, want_dump: bool = Fals
             if want_dump and dump is None:
                 dump = tag_dump(init_env)
             shutil.rmtree(init_env.base)
+            own_env = BenchEnv.create(ws.fresh(f"own{i}"), tree)
+            own_env.fmail(*own_env.init_args(), "--no-index")
+            log(f"first index, run {i + 1}: fmail-nm index on the empty database")
+            _, timing = own_env.fmail_step("index", "--quiet")
+            owns.append(timing)
+            log(f"  fmail-nm index (first) {timing}")
+            shutil.rmtree(own_env.base)
         if i + 1 < size.index_runs:
             shutil.rmtree(env.base)
     assert env is not None
@@ -462,7 +479,7 @@ def first_index(ws: Workspace, tree: Path, size: Size, *, want_dump: bool = Fals
         log("sidecar rebuild (CLI)")
         _, rebuild = env.fmail_step("sidecar", "rebuild")
         log(f"  fmail-nm sidecar rebuild {rebuild}")
-    return FirstIndex(messages, runs, inits, rebuild), env, dump
+    return FirstIndex(messages, runs, inits, rebuild, owns), env, dump
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1177,9 +1194,13 @@ def index_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
          f"{f['ratio_init']}x (cpu {f['ratio_init_cpu']}x)" if "ratio_init" in f else "-"),
         ("  init - (notmuch new + hook)", f"{f['init_minus_new_and_hook_wall']:.2f} s"
          if "init_minus_new_and_hook_wall" in f else "-"),
+        ("fmail-nm index, empty database (its own first index)", secs(f.get("own_first_index"))),
+        ("  / bare  [<= 1.25]", f"{f['ratio_own_first_index']}x "
+         f"(cpu {f['ratio_own_first_index_cpu']}x)" if "ratio_own_first_index" in f else "-"),
         ("peak RSS: bare notmuch new", mib(rss["bare_notmuch_new"])),
         ("peak RSS: post-new hook", mib(rss["hook"])),
         ("peak RSS: fmail-nm init (largest process)", mib(rss["fmail_init"])),
+        ("peak RSS: fmail-nm index, first (largest process)", mib(rss.get("own_first_index"))),
         ("fmail-nm sidecar rebuild", secs(f["sidecar_rebuild_cli"])),
     ]
     return out

@@ -25,6 +25,7 @@ from fmail_nm.service.index import (
 )
 
 from .conftest import USER_ADDRESSES, MailEnv
+from .test_index_tags import LISTED
 
 # What notmuch 0.37 wrote to its terminal: a first index of 30000 files, then 15000 more.
 FIRST_RUN = (
@@ -318,11 +319,23 @@ def test_index_on_a_terminal_draws_one_bar_through_every_phase(mail_env: MailEnv
     assert "Found 171" not in out and "Added 169" not in out  # notmuch's own lines: not echoed
     bars = out.rpartition("\r\n")[0].rpartition("\r\n")[0].split("\r")
     assert bars[0] == "" and all(len(bar) <= LINE_WIDTH for bar in bars)
-    # notmuch's phase, then the hook's: the mirror parses the new mail, the rules tag it
+    # A first index: fmail-nm indexes and tags in one phase, then the mirror is built.
     phases = [bar.split(" ", 1)[0] for bar in bars[1:]]
     assert phases[:2] == ["indexing", "indexing"]
+    assert "sidecar" in phases and "tagging" not in phases
+
+    # Later runs: notmuch new's phase, then the pass's: the mirror parses the new mail, the
+    # rules tag it.
+    inbox = mail_env.mail_root / "personal" / "INBOX" / "new"
+    for n in range(3):
+        (inbox / f"listed-{n}").write_bytes(LISTED.replace(b"listed-1@", f"listed-{n}@".encode()))
+    code, out = run_on_pty(mail_env, "index")
+    assert code == 0 and "\r\nindexed: 3 new, 172 messages in all" in out
+    bars = out.rpartition("\r\n")[0].rpartition("\r\n")[0].split("\r")
+    phases = [bar.split(" ", 1)[0] for bar in bars[1:]]
+    assert phases[0] == "indexing"
     assert phases.index("sidecar") < phases.index("tagging")
-    assert any(bar.startswith("tagging [######") and "169/169 messages" in bar for bar in bars)
+    assert any(bar.startswith("tagging [######") and "3/3 messages" in bar for bar in bars)
 
 
 def test_index_without_a_terminal_prints_no_carriage_return(mail_env: MailEnv) -> None:

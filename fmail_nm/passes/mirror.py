@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
@@ -148,6 +148,41 @@ def parse_file(filenames: Sequence[str]) -> Parsed:
         return Parsed(recipients=recipients, list_id=parsed.list_id.lower() if parsed.list_id else None,
                       body_preview=preview(parsed.text, PREVIEW_CHARS), size=size)
     return Parsed(recipients=[], list_id=None, body_preview="", size=None)
+
+
+def parse_workers() -> int:
+    return min(os.cpu_count() or 1, MAX_PARSE_WORKERS)
+
+
+def parse_pool(workers: int) -> ProcessPoolExecutor | None:
+    """Worker processes for :func:`parse_file`, or None (parse here) when none can start."""
+    try:
+        # spawn, not fork: this process has threads (the notmuch writer) and handles
+        return ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
+    except OSError as exc:
+        log.warning("no worker processes for parsing (%s); parsing here", exc)
+        return None
+
+
+def parse_in_order(paths: Sequence[str]) -> Generator[Parsed, None, None]:
+    """:func:`parse_file` of each path, in order: in worker processes when there are many
+    (parsing needs no notmuch, and the caller has other work meanwhile); here, for whatever
+    is left, if the workers fail."""
+    pool = parse_pool(parse_workers()) if len(paths) >= PARALLEL_PARSE_MIN else None
+    done = 0
+    try:
+        if pool is not None:
+            try:
+                for parsed in pool.map(parse_file, [[p] for p in paths], chunksize=PARSE_CHUNK):
+                    done += 1
+                    yield parsed
+            except (BrokenProcessPool, OSError) as exc:
+                log.warning("parsing in worker processes failed (%s); parsing here", exc)
+        for path in paths[done:]:
+            yield parse_file([path])
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[str],
@@ -451,7 +486,7 @@ class Mirror:
         # deleted) only those changed since ``new_since`` -- the revision before this index
         # run, when the caller knows it -- never the whole mailbox again.
         self.new_since = new_since
-        self._workers = min(os.cpu_count() or 1, MAX_PARSE_WORKERS)
+        self._workers = parse_workers()
         self._pool: ProcessPoolExecutor | None = None
         # Files parsed while notmuch new ran (passes.prefetch), by file name.
         self.prefetched: Mapping[str, Parsed] = prefetched or {}
@@ -641,11 +676,8 @@ class Mirror:
 
     def _parse_pool(self) -> ProcessPoolExecutor | None:
         if self._pool is None and self._workers > 1:
-            try:
-                # spawn, not fork: this process has threads (the notmuch writer) and handles
-                self._pool = ProcessPoolExecutor(self._workers, mp_context=get_context("spawn"))
-            except OSError as exc:
-                log.warning("no worker processes for parsing (%s); parsing here", exc)
+            self._pool = parse_pool(self._workers)
+            if self._pool is None:
                 self._workers = 0
         return self._pool
 

@@ -179,13 +179,14 @@ def expected_tags(current: frozenset[str], new_tags: frozenset[str],
     return expected
 
 
-def _tag_batch(txn: WriteTxn, batch: Mapping[str, str | None], config: Config,
-               new_tags: frozenset[str], report: TaggingReport) -> None:
-    """One batch in one write session: expected tags through every rule, then at most one
-    rewrite per message (a second only if a rule changes a Maildir flag tag)."""
-    current = {mid: found for mid in batch if (found := txn.tags_of(mid)) is not None}
-    ids = sorted(current)
-    expected = {mid: expected_tags(current[mid], new_tags, batch[mid]) for mid in ids}
+def final_tags(txn: WriteTxn, given: Mapping[str, frozenset[str]],
+               list_ids: Mapping[str, str | None], config: Config,
+               new_tags: frozenset[str]) -> dict[str, set[str]]:
+    """The tags new messages end with: from what ``notmuch new`` gave them (``given``), their
+    list tags, then every rule in order -- a rule's tag terms answered from the tags worked
+    out so far, its other terms by notmuch over these messages."""
+    ids = sorted(given)
+    expected = {mid: expected_tags(given[mid], new_tags, list_ids.get(mid)) for mid in ids}
     scope = id_query(ids)
     for rule in config.rules:
         if not ids:
@@ -193,6 +194,16 @@ def _tag_batch(txn: WriteTxn, batch: Mapping[str, str | None], config: Config,
         query = _answered_from(rule_query(rule, config), ids, expected)
         for mid in txn.message_ids(all_of(query, scope)):
             expected[mid] = (expected[mid] | set(rule.add)) - set(rule.remove)
+    return expected
+
+
+def _tag_batch(txn: WriteTxn, batch: Mapping[str, str | None], config: Config,
+               new_tags: frozenset[str], report: TaggingReport) -> None:
+    """One batch in one write session: expected tags through every rule, then at most one
+    rewrite per message (a second only if a rule changes a Maildir flag tag)."""
+    current = {mid: found for mid in batch if (found := txn.tags_of(mid)) is not None}
+    ids = sorted(current)
+    expected = final_tags(txn, current, batch, config, new_tags)
     for mid in ids:
         add, remove = expected[mid] - current[mid], current[mid] - expected[mid]
         if not add and not remove:

@@ -13,6 +13,7 @@ carriage returns.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import sys
@@ -31,9 +32,11 @@ from ..store.notmuch import NotmuchAccessError, Reader, Writer
 from ..store.notmuch_cli import run_notmuch_new
 
 if TYPE_CHECKING:  # the passes are imported while notmuch new runs (see run_index)
+    from ..passes.first_index import FirstIndex
     from ..passes.tagging import TaggingReport
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # What notmuch new prints on a terminal (notmuch-new.c), as (phase, done, total) with total 0
 # for "not known".  The first run counts the files ("Found 3000 files so far.", then "Found 6044
@@ -55,6 +58,7 @@ class IndexSummary:
     tagging: TaggingReport
     notmuch_output: str
     parsed_ahead: int = 0  # new files parsed while notmuch new ran (passes.prefetch)
+    first_index: bool = False  # fmail-nm indexed the empty database itself (passes.first_index)
 
     def describe(self) -> str:
         """One line for a person: ``indexed: 3 new, 169 messages in all (inbox 98, ...)``."""
@@ -275,7 +279,10 @@ def run_index(config: Config, *, show_progress: bool | None = None,
     # On a pseudo-terminal notmuch new prints its progress, and the hook its own (asked with
     # FMAIL_PROGRESS); without one neither does, and nothing here draws.
     as_tty = bool(sinks)
+    first = None
     with Reader(notmuch_config) as reader:
+        if reader.count("*", exclude_tags=()) == 0:
+            first = _index_first(config, reader, report if sinks else None)
         before = reader.revision().number
         hook_dir = reader.setting("database.hook_dir")
     # Our hook leaves the pass to us (one process, imports paid once, progress through the
@@ -304,6 +311,9 @@ def run_index(config: Config, *, show_progress: bool | None = None,
                 f"notmuch new failed (exit {result.returncode}):\n{_plain(output).strip()}")
         added = int(m.group(1)) if (m := _ADDED.search(output)) else 0
         prefetched = prefetch.take()
+        if first is not None:
+            added += first.added
+            prefetched = {**first.parsed, **prefetched}
         from ..passes.post_new import drop_old_recipients, post_new
         from ..passes.tagging import TaggingReport
 
@@ -316,12 +326,30 @@ def run_index(config: Config, *, show_progress: bool | None = None,
             drop_old_recipients(reader, writer)
             summary = IndexSummary(added=added, total=reader.count("*", exclude_tags=()),
                                    counts=summary_counts(reader), tagging=tagging,
-                                   notmuch_output=output, parsed_ahead=parsed_ahead)
+                                   notmuch_output=output, parsed_ahead=parsed_ahead,
+                                   first_index=first is not None)
         prefetch.done()
         return summary
     finally:
         prefetch.take()  # stopped, whatever happened (a no-op once taken)
         display.finish()
+
+
+def _index_first(config: Config, reader: Reader,
+                 on_progress: progress.ProgressCallback | None) -> FirstIndex | None:
+    """An empty database's first index by fmail-nm itself (:mod:`fmail_nm.passes.first_index`),
+    when nothing stands in its way; None when notmuch new must do it."""
+    from ..passes.first_index import index_first, why_not
+
+    reason = why_not(reader)
+    if reason is not None:
+        log.info("first index left to notmuch new: %s", reason)
+        return None
+    with Writer(config.settings.notmuch_config) as writer:
+        first = index_first(config, reader, writer, on_progress=on_progress)
+    for name in first.not_mail:
+        log.info("not mail, not indexed: %s", name)
+    return first
 
 
 def _plain(output: str) -> str:

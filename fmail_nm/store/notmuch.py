@@ -21,8 +21,8 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -30,7 +30,7 @@ import notmuch2
 
 from ..errors import BackendError, CallerError
 from ..tags import DEFAULT_EXCLUDED, FLAG_TAGS
-from .query import quote
+from .query import id_query, quote
 
 T = TypeVar("T")
 
@@ -627,9 +627,129 @@ class WriteTxn:
         added = self._db.add(path, sync_flags=sync_flags and self.sync_flags)
         return _indexed(added.msg)
 
+    def index_files(self, paths: Sequence[str], new_tags: Sequence[str],
+                    final: Callable[[WriteTxn, Mapping[str, frozenset[str]],
+                                     Mapping[str, Sequence[str]]],
+                                    Mapping[str, Iterable[str]]]) -> AddedFiles:
+        """Index files the way ``notmuch new`` does, except that each new message is written
+        with its final tags at once instead of being rewritten later.
+
+        ``notmuch new`` indexes a file, then gives a new message ``new.tags`` (``unread``
+        only without the Seen flag) and, with ``maildir.synchronize_flags``, the tags its
+        files' flags stand for; another copy of a known message only updates those flag
+        tags.  Here the same tags are worked out for the whole batch (``given``), ``final``
+        turns them (with each message's files) into the tags each new message ends with --
+        it may query this session, the batch is indexed -- and each is written once.  Use it inside an all-or-nothing
+        session (:meth:`Writer.run`): a batch cut short must not leave untagged mail."""
+        added, born = AddedFiles(), {}
+        for path in paths:
+            try:
+                msg, copy = self._db.add(path)
+            except notmuch2.FileNotEmailError:
+                added.not_mail.append(path)
+                continue
+            except notmuch2.FileError:
+                added.unreadable.append(path)
+                continue
+            mid = msg.messageid
+            if not copy:
+                added.messages[mid] = [path]
+                born[mid] = frozenset(str(t) for t in msg.tags)  # attachment, signed, ...
+            elif mid in added.messages:  # a second copy in this batch: read with it below
+                added.messages[mid].append(path)
+            else:
+                added.copies += 1
+                if self.sync_flags:  # as notmuch new does for a copy of known mail
+                    msg.tags.from_maildir_flags()
+        given = {mid: self._new_tags(born[mid], files, new_tags)
+                 for mid, files in added.messages.items()}
+        wanted = {mid: frozenset(tags) for mid, tags in final(self, given, added.messages).items()}
+        if added.messages:
+            self._write_tags(added.messages, given, wanted)
+        return added
+
+    def _new_tags(self, born: frozenset[str], files: Sequence[str],
+                  new_tags: Sequence[str]) -> frozenset[str]:
+        """The tags ``notmuch new`` would have given a new message with these files."""
+        flags = maildir_flags(files if self.sync_flags else files[:1])
+        tags = set(born)
+        tags.update(t for t in new_tags if t != "unread" or "S" not in (flags or ""))
+        if self.sync_flags:
+            tags = with_flag_tags(tags, flags)
+        return frozenset(tags)
+
+    def _write_tags(self, messages: Mapping[str, Sequence[str]],
+                    given: Mapping[str, frozenset[str]],
+                    wanted: Mapping[str, frozenset[str]]) -> None:
+        # Fresh handles, from one query: the handle db.add returned holds the document as it
+        # was indexed, and a later file of the batch may have merged its thread since --
+        # writing that copy back would undo the merge.  (One query, not a find per message:
+        # each lookup of a term the session changed makes Xapian flush its pending changes.)
+        # The query's handles live only while it is iterated: each is written on the way.
+        for msg in self._db.messages(id_query(messages), exclude_tags=()):
+            mid = msg.messageid
+            want = wanted.get(mid, given[mid])
+            with msg.frozen():
+                have = frozenset(str(t) for t in msg.tags)
+                for tag in have - want:
+                    msg.tags.discard(tag)
+                for tag in want - have:
+                    msg.tags.add(tag)
+            # A flag tag a rule changed: the files are renamed to say the same (as tagging
+            # does); the flags' own tags need no rename.
+            if self.sync_flags and (given[mid] ^ want) & FLAG_TAGS:
+                msg.tags.to_maildir_flags()
+
     def remove_file(self, path: str | os.PathLike[str]) -> bool:
         """Forget one file; True when the message still has other files."""
         return self._db.remove(path)
+
+
+# notmuch's table of Maildir flags and the tags they stand for; Seen is the inverse of unread.
+_FLAG_TAGS = (("D", "draft", False), ("F", "flagged", False), ("P", "passed", False),
+              ("R", "replied", False), ("S", "unread", True))
+_MAILDIR_LEAVES = ("cur", "new")
+_INFO = ":2,"
+
+
+def maildir_flags(filenames: Iterable[str]) -> str | None:
+    """The Maildir flags of a message's files together, as libnotmuch reads them: only files
+    in a ``cur``/``new`` directory count; one in ``new/`` without an info part counts as no
+    flags; None when no file says anything (then the flags decide no tag)."""
+    combined: str | None = None
+    for name in filenames:
+        leaf = os.path.basename(os.path.dirname(name))
+        if leaf not in _MAILDIR_LEAVES:
+            continue
+        _, sep, flags = os.path.basename(name).partition(_INFO)
+        if sep:
+            combined = (combined or "") + flags
+        elif leaf == "new":
+            combined = combined or ""
+    return combined
+
+
+def with_flag_tags(tags: Iterable[str], flags: str | None) -> set[str]:
+    """``tags`` after ``notmuch_message_maildir_flags_to_tags`` with these combined flags."""
+    out = set(tags)
+    if flags is None:
+        return out
+    for flag, tag, inverse in _FLAG_TAGS:
+        if (flag in flags) != inverse:
+            out.add(tag)
+        else:
+            out.discard(tag)
+    return out
+
+
+@dataclass
+class AddedFiles:
+    """What :meth:`WriteTxn.index_files` did with one batch of files."""
+
+    messages: dict[str, list[str]] = field(default_factory=dict)  # new: Message-ID -> files
+    copies: int = 0  # files of messages indexed already (another copy of the same mail)
+    not_mail: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)  # gone or unreadable since listed
 
 
 @dataclass
@@ -640,6 +760,7 @@ class _Job:
     lock: threading.Lock
     abandoned: bool = False
     started: bool = False
+    all_or_nothing: bool = False
     result: object = None
     error: BaseException | None = None
 
@@ -712,8 +833,13 @@ class Writer:
         finally:
             self._deadlines.at = outer
 
-    def run(self, fn: Callable[[WriteTxn], T], *, lock_timeout: float | None = None) -> T:
-        """Run ``fn`` inside one atomic read-write session and return what it returns."""
+    def run(self, fn: Callable[[WriteTxn], T], *, lock_timeout: float | None = None,
+            all_or_nothing: bool = False) -> T:
+        """Run ``fn`` inside one atomic read-write session and return what it returns.
+
+        If ``fn`` raises, what it wrote so far is committed -- unless ``all_or_nothing``, when
+        the session is closed inside its atomic section, which makes libnotmuch cancel it:
+        nothing of the batch is saved (for batches whose half would be worse than none)."""
         wait = self.lock_timeout if lock_timeout is None else lock_timeout
         deadline = getattr(self._deadlines, "at", None)
         if deadline is not None:
@@ -721,7 +847,8 @@ class Writer:
             if left <= 0:  # the time went on waiting before this call: nothing is tried
                 raise DatabaseBusy(wait)
             wait = min(wait, left)
-        job = _Job(fn=fn, opened=threading.Event(), done=threading.Event(), lock=threading.Lock())
+        job = _Job(fn=fn, opened=threading.Event(), done=threading.Event(), lock=threading.Lock(),
+                   all_or_nothing=all_or_nothing)
         self._jobs.put(job)
         if not job.opened.wait(wait):
             with job.lock:
@@ -766,8 +893,15 @@ class Writer:
             # close() commits too: readers wait for it as for the atomic section's end.
             with self._committing:
                 try:
-                    with db.atomic():
+                    atomic = db.atomic()
+                    atomic.__enter__()
+                    try:
                         job.result = job.fn(WriteTxn(db))
+                    except BaseException:
+                        if not job.all_or_nothing:  # else closed inside the section: cancelled
+                            atomic.__exit__(None, None, None)
+                        raise
+                    atomic.__exit__(None, None, None)
                 finally:
                     _close_reporting(db, job)
                     db = None

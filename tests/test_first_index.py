@@ -1,0 +1,205 @@
+"""The first index of an empty database, done by fmail-nm itself (passes.first_index): the same
+messages, threads and tags as ``notmuch new`` followed by the post-new pass, each batch all or
+nothing, and notmuch new's own rules for what it indexes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import notmuch2
+import pytest
+
+from fmail_nm.passes import first_index
+from fmail_nm.service.index import run_index
+from fmail_nm.store.notmuch import Reader, Writer, WriteTxn, maildir_flags, with_flag_tags
+
+from .conftest import USER_ADDRESSES, MailEnv, make_mail_env
+from .test_index_tags import EXPECTED, LISTED, dump
+
+
+def init_without_index(env: MailEnv) -> None:
+    args = ["init", "--no-index", "--mail-root", str(env.mail_root), "--name", "Alex Morgan"]
+    for address in USER_ADDRESSES:
+        args += ["--address", address]
+    env.fmail(*args)
+
+
+def threads(env: MailEnv) -> set[tuple[str, ...]]:
+    """Each thread as the sorted Message-IDs in it (thread ids differ between two indexes)."""
+    groups = []
+    for thread in env.notmuch("search", "--output=threads", "--exclude=false", "*").stdout.split():
+        ids = env.notmuch("search", "--output=messages", "--exclude=false", thread).stdout.split()
+        groups.append(tuple(sorted(ids)))
+    return set(groups)
+
+
+def set_up_elsewhere(base: Path, add: Callable[[MailEnv], None]) -> MailEnv:
+    """The same tree in another place, set up but not indexed."""
+    other = make_mail_env(base)
+    add(other)
+    init_without_index(other)
+    return other
+
+
+# Files beside the fixtures for the cases a first index must get right (added to both trees).
+def mail(mid: str, extra: bytes = b"") -> bytes:
+    return (b"From: Nia <nia@example.com>\nTo: alex@example.org\nSubject: s " + mid.encode()
+            + b"\nMessage-ID: <" + mid.encode() + b">\nDate: Tue, 01 Dec 2026 10:00:00 +0000\n"
+            + extra + b"\nhello\n")
+
+
+def add_cases(env: MailEnv) -> None:
+    inbox, archive = env.mail_root / "personal" / "INBOX", env.mail_root / "personal" / "Archive"
+    (inbox / "cur" / "1.a:2,S").write_bytes(mail("seen@x"))
+    (inbox / "cur" / "2.a:2,FRS").write_bytes(mail("flagged-replied@x"))
+    (inbox / "cur" / "3.a").write_bytes(mail("no-info-in-cur@x"))  # no flags said: no change
+    (inbox / "new" / "4.a").write_bytes(mail("delivered@x"))
+    # one message, two copies whose flags differ: unread only if neither copy is Seen
+    (inbox / "cur" / "5.a:2,").write_bytes(mail("two-copies@x"))
+    (archive / "cur" / "5.b:2,SF").write_bytes(mail("two-copies@x"))
+    # a later reply threads with its parent, whichever file is read first
+    (inbox / "cur" / "0.a:2,S").write_bytes(mail("reply@x", b"In-Reply-To: <seen@x>\n"))
+    (inbox / "cur" / ".hidden:2,").write_bytes(mail("dot-file@x"))  # notmuch new's, after
+    (inbox / "cur" / "6.a:2,").write_bytes(b"\x00\x01 not mail at all")
+    (inbox / "cur" / "7.a:2,").write_bytes(LISTED)
+
+
+@pytest.mark.parametrize("sync_flags", ["true", "false"])
+def test_the_first_index_equals_notmuch_new_and_the_pass(mail_env: MailEnv, tmp_path: Path,
+                                                         sync_flags: str) -> None:
+    add_cases(mail_env)
+    init_without_index(mail_env)
+    mail_env.notmuch("config", "set", "maildir.synchronize_flags", sync_flags)
+    summary = run_index(mail_env.config(), show_progress=False)
+    assert summary.first_index
+    assert summary.added == 169 + 7 + 1  # the dot file: by the notmuch new that follows
+
+    # The other way: notmuch new, our hook running the post-new pass.
+    other = set_up_elsewhere(tmp_path / "other", add_cases)
+    other.notmuch("config", "set", "maildir.synchronize_flags", sync_flags)
+    other.notmuch("new")
+
+    assert dump(mail_env) == dump(other)
+    assert threads(mail_env) == threads(other)
+    assert mail_env.notmuch("count", "id:dot-file@x").stdout.strip() == "1"
+    tags = set(mail_env.notmuch("search", "--output=tags", "id:two-copies@x").stdout.split())
+    assert "unread" not in tags and ("flagged" in tags) == (sync_flags == "true")
+    # the files are what notmuch knows: nothing left for notmuch new, nothing missing
+    assert "No new mail" in mail_env.notmuch("new").stdout
+    check = mail_env.fmail("sidecar", "check", check=False)
+    assert check.returncode == 0, check.stdout
+
+
+def test_init_indexes_the_fixtures_itself_with_the_tags_they_always_had(
+        mail_env: MailEnv) -> None:
+    init_without_index(mail_env)
+    assert run_index(mail_env.config(), show_progress=False).first_index
+    assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())
+    # Later mail is notmuch new's, tagged by the pass as always.
+    (mail_env.mail_root / "personal" / "INBOX" / "new" / "later").write_bytes(LISTED)
+    later = run_index(mail_env.config(), show_progress=False)
+    assert not later.first_index and later.added == 1
+    tags = mail_env.notmuch("search", "--output=tags", "id:listed-1@example.com").stdout.split()
+    assert sorted(tags) == ["list", "list/rust-users.lists.example.com", "unread"]
+
+
+def test_a_batch_cut_short_leaves_nothing_and_the_next_run_finishes(
+        mail_env: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    init_without_index(mail_env)
+    calls = []
+    real = first_index.final_tags
+
+    def fail_second(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("killed")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(first_index, "final_tags", fail_second)
+    config = mail_env.config()
+    with Reader() as reader, Writer() as writer, pytest.raises(RuntimeError):
+        first_index.index_first(config, reader, writer, batch_size=60)
+    # The first batch is there with its final tags; nothing of the second one.
+    first = mail_env.notmuch("dump", "--include=tags").stdout.splitlines()[1:]
+    assert 0 < len(first) < 169
+    assert set(first) <= set(EXPECTED.read_text().splitlines())
+    monkeypatch.undo()
+    mail_env.fmail("index", "--quiet")
+    assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())
+
+
+def test_an_all_or_nothing_write_that_fails_saves_nothing(indexed: MailEnv) -> None:
+    path = indexed.mail_root / "personal" / "INBOX" / "new" / "plain"
+    path.write_bytes(mail("plain@x"))
+
+    def add_then_fail(txn: WriteTxn) -> None:
+        txn.add_file(path)
+        raise RuntimeError("cut short")
+    with Writer() as writer:
+        with pytest.raises(RuntimeError):
+            writer.run(add_then_fail, all_or_nothing=True)
+        assert indexed.notmuch("count", "id:plain@x").stdout.strip() == "0"
+        with pytest.raises(RuntimeError):  # the default keeps what a batch did
+            writer.run(add_then_fail)
+    assert indexed.notmuch("count", "id:plain@x").stdout.strip() == "1"
+
+
+def test_new_ignore_is_followed_and_what_could_differ_is_left_to_notmuch_new(
+        mail_env: MailEnv) -> None:
+    init_without_index(mail_env)
+    mail_env.notmuch("config", "set", "new.ignore", "/[/")  # notmuch's regex, not Python's
+    with Reader() as reader:
+        reason = first_index.why_not(reader)
+    assert reason is not None and "new.ignore" in reason
+
+    mail_env.notmuch("config", "set", "new.ignore", "/^personal/Ju[n]k$/;Trash")
+    assert run_index(mail_env.config(), show_progress=False).first_index
+    for folder in ("personal/Junk", "personal/Trash", "work/Trash"):
+        assert mail_env.notmuch("count", f"folder:{folder}").stdout.strip() == "0"
+    assert int(mail_env.notmuch("count", "folder:personal/INBOX").stdout) > 0
+
+    with Reader() as reader:
+        assert first_index.why_not(reader) == "the database is not empty"
+
+
+def test_a_hook_of_the_users_keeps_the_first_index_notmuch_news(mail_env: MailEnv) -> None:
+    init_without_index(mail_env)
+    hook_dir = Path(mail_env.notmuch("config", "get", "database.hook_dir").stdout.strip())
+    with Reader() as reader:
+        assert first_index.why_not(reader) is None
+    (hook_dir / "post-new.before-fmail-nm").write_text("#!/bin/sh\n")
+    with Reader() as reader:
+        assert "post-new" in (first_index.why_not(reader) or "")
+    assert not run_index(mail_env.config(), show_progress=False).first_index
+    assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())
+
+
+@pytest.mark.parametrize("names, flags", [
+    (["/m/A/cur/1:2,S"], "S"), (["/m/A/new/1"], ""), (["/m/A/cur/1"], None),
+    (["/m/A/tmp/1:2,S"], None), (["/m/A/cur/1:2,F", "/m/B/cur/1:2,RS"], "FRS"),
+    (["/m/A/new/1", "/m/B/cur/1:2,S"], "S"),
+])
+def test_maildir_flags_are_read_as_libnotmuch_reads_them(tmp_path: Path, names: list[str],
+                                                         flags: str | None) -> None:
+    """Checked against libnotmuch itself: the same files, flags_to_tags on a real message."""
+    assert maildir_flags(names) == flags
+    root = tmp_path / "m"
+    root.mkdir()
+    notmuch2.Database.create(root, config=notmuch2.Database.CONFIG.EMPTY).close()
+    db = notmuch2.Database(root, mode=notmuch2.Database.MODE.READ_WRITE,
+                           config=notmuch2.Database.CONFIG.EMPTY)
+    try:
+        for name in names:
+            path = root / name.removeprefix("/m/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(mail("f@x"))
+            msg, _ = db.add(path)
+        msg = db.find("f@x")
+        before = {"inbox", "unread", "flagged"}
+        with msg.frozen():
+            for tag in before:
+                msg.tags.add(tag)
+        msg.tags.from_maildir_flags()
+        assert set(map(str, msg.tags)) == with_flag_tags(before, flags)
+    finally:
+        db.close()
