@@ -17,30 +17,38 @@ next ``fmail-nm index`` finds the rest with ``notmuch new`` and tags them as new
 Only when nothing else expects to see the new mail: the database holds no message, and the
 post-new hook is ours and leaves the pass to ``fmail-nm index`` (a hook of the user's chained
 before ours, or one of an earlier version, gets ``notmuch new`` as before).  ``notmuch new``
-still runs right after: it records the directories it has seen, runs the user's pre-new hook,
-and indexes what was left out here (dot files, ``tmp`` folders, symlinked folders), which the
+still runs right after: it records the folders it has seen, runs the user's pre-new hook, and
+indexes what was left out here (symlinked folders, mail delivered meanwhile), which the
 post-new pass then tags as usual.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..adopt.hooks import CHAINED_SUFFIX, defers_pass
 from ..config import Config
+from ..errors import BackendError
 from ..progress import INDEXING, ProgressCallback
 from ..store import sidecar
 from ..store.notmuch import AddedFiles, Reader, Writer, WriteTxn
-from .mirror import SETUP_REVISION, Parsed, parse_in_order, sync_lock
+from .mirror import SETUP_REVISION, Mirror, Parsed, parse_in_order, sync_lock
 from .tagging import configured_new_tags, final_tags
 
+log = logging.getLogger(__name__)
+
 BATCH_SIZE = 500  # files per write session: about a second of libnotmuch's work
-SKIP_DIRS = frozenset({".notmuch", "tmp"})
+
+
+class FirstIndexFailed(BackendError):
+    """The mail root could not be read (nothing was indexed past the folder named)."""
 
 
 @dataclass
@@ -98,18 +106,30 @@ def why_not(reader: Reader) -> str | None:
 
 
 def mail_files(mail_root: Path, ignored: Ignored) -> list[str]:
-    """The files ``notmuch new`` would index below ``mail_root``, less any it might not:
-    ``tmp`` folders and dot files are left out (notmuch new picks up mail among them right
-    after), and symlinked folders are not followed."""
+    """The files ``notmuch new`` would index below ``mail_root``, in the order it would: in
+    each folder (entries by inode number, as notmuch sorts a folder it has not seen) first
+    every sub-folder, depth first, then the files.  The order matters where notmuch's result
+    depends on it: with ``maildir.synchronize_flags`` off, ``unread`` follows the first copy
+    of a message read.  ``.notmuch`` and a Maildir's ``tmp`` are skipped, as notmuch does;
+    symlinked folders are left to the ``notmuch new`` that follows."""
     files: list[str] = []
-    for top, dirs, names in os.walk(mail_root):
-        below = os.path.relpath(top, mail_root)
-        below = "" if below == "." else below + "/"
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")
-                         and not ignored(below + d))
-        files += [os.path.join(top, n) for n in sorted(names)
-                  if not n.startswith(".") and not ignored(below + n)]
+    _walk(str(mail_root), "", ignored, files)
     return files
+
+
+def _walk(folder: str, below: str, ignored: Ignored, files: list[str]) -> None:
+    try:
+        with os.scandir(folder) as listing:
+            entries = sorted(listing, key=lambda e: e.inode())
+    except OSError as exc:  # notmuch new stops here too, and says why
+        raise FirstIndexFailed(f"cannot read {folder}: {exc.strerror}") from None
+    dirs = {e.name for e in entries if e.is_dir()}
+    maildir = {"cur", "new", "tmp"} <= dirs
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False) and not ignored(below + entry.name) and not (
+                entry.name == ".notmuch" or (maildir and entry.name == "tmp")):
+            _walk(entry.path, below + entry.name + "/", ignored, files)
+    files += [e.path for e in entries if e.is_file() and not ignored(below + e.name)]
 
 
 def _index_batch(txn: WriteTxn, paths: Sequence[str], parsed: Mapping[str, Parsed],
@@ -121,36 +141,94 @@ def _index_batch(txn: WriteTxn, paths: Sequence[str], parsed: Mapping[str, Parse
     return txn.index_files(paths, sorted(new_tags), final)
 
 
-def index_first(config: Config, reader: Reader, writer: Writer, *,
+class _MirrorFollower:
+    """Builds the sidecar's mirror of the batches committed so far, on a thread of its own,
+    while the next ones are indexed: the mirror's rows then cost the first index nothing but
+    its last batch.  Marks nothing for tagging (the mail has its tags) and parses nothing
+    (the files' parses are handed over).  Its reads wait for the writer's commits (``guard``),
+    never the other way round for long.  If it fails, the next sync builds the mirror."""
+
+    def __init__(self, config: Config, parsed: Mapping[str, Parsed],
+                 guard: threading.Lock) -> None:
+        self.config, self.parsed, self.guard = config, parsed, guard
+        self.error: BaseException | None = None
+        self._wake = threading.Event()
+        self._last = False
+        self._thread = threading.Thread(target=self._run, name="fmail-mirror", daemon=True)
+        self._thread.start()
+
+    def committed(self) -> None:
+        self._wake.set()
+
+    def finish(self) -> bool:
+        """Sync once more, for the last batch, and stop; whether the mirror has it all."""
+        self._last = True
+        self._wake.set()
+        self._thread.join()
+        return self.error is None
+
+    def _run(self) -> None:
+        try:
+            path = sidecar.sidecar_path(self.config.data_dir)
+            with Reader(self.config.settings.notmuch_config, guard=self.guard) as reader, \
+                    sidecar.opened(path) as conn:
+                while True:
+                    self._wake.wait()
+                    self._wake.clear()
+                    last = self._last
+                    mirror = Mirror(self.config, reader, conn, prefetched=self.parsed,
+                                    mark_new=False)
+                    try:
+                        mirror.sync()
+                    finally:
+                        mirror.close()
+                    if last:
+                        return
+        except Exception as exc:  # the indexing goes on; the next sync builds the mirror
+            log.warning("the sidecar could not follow the first index (%s); it is built after",
+                        exc)
+            self.error = exc
+
+
+def index_first(config: Config, reader: Reader, *,
                 on_progress: ProgressCallback | None = None,
                 batch_size: int = BATCH_SIZE) -> FirstIndex:
     """Index every mail file of an empty database (see the module's text); the caller checked
-    :func:`why_not`.  The sidecar's next sync builds the mirror from scratch and marks none
-    of this mail for tagging: it has its tags."""
+    :func:`why_not`.  The sidecar's mirror is built alongside and marks none of this mail for
+    tagging: it has its tags."""
     mail_root = Path(reader.setting("database.mail_root") or config.mail_root)
     files = mail_files(mail_root, Ignored(reader.setting("new.ignore")))
     new_tags = configured_new_tags(reader)
     report = FirstIndex(files=len(files))
     path = sidecar.sidecar_path(config.data_dir)
-    # No sidecar sync meanwhile: it would take this mail for new mail still to be tagged.
+    # No other sidecar sync meanwhile: it would take this mail for new mail still to tag.
     with sync_lock(path, wait=True):
+        with sidecar.opened(path) as conn, sidecar.transaction(conn):
+            sidecar.set_state(conn, "notmuch_uuid", None)  # the mirror starts from scratch
+        committing = threading.Lock()
         parses = parse_in_order(files)
+        follower = _MirrorFollower(config, report.parsed, committing)
         if on_progress is not None:
             on_progress(INDEXING, 0, len(files))
         try:
-            for start in range(0, len(files), batch_size):
-                batch = files[start:start + batch_size]
-                report.parsed.update(zip(batch, parses))
-                added = writer.run(functools.partial(
-                    _index_batch, paths=batch, parsed=report.parsed, config=config,
-                    new_tags=new_tags), all_or_nothing=True)
-                report.count(added)
-                if on_progress is not None:
-                    on_progress(INDEXING, start + len(batch), len(files))
+            with Writer(config.settings.notmuch_config, committing=committing) as writer:
+                for start in range(0, len(files), batch_size):
+                    batch = files[start:start + batch_size]
+                    report.parsed.update(zip(batch, parses))
+                    added = writer.run(functools.partial(
+                        _index_batch, paths=batch, parsed=report.parsed, config=config,
+                        new_tags=new_tags), all_or_nothing=True)
+                    report.count(added)
+                    follower.committed()
+                    if on_progress is not None:
+                        on_progress(INDEXING, start + len(batch), len(files))
         finally:
             parses.close()
+            mirrored = follower.finish()
         report.revision = reader.revision().number
-        with sidecar.opened(path) as conn, sidecar.transaction(conn):
-            sidecar.set_state(conn, "notmuch_uuid", None)  # a full build: nothing is lost,
-            sidecar.set_state(conn, SETUP_REVISION, str(report.revision))  # the db was empty
+        if not mirrored:
+            with sidecar.opened(path) as conn, sidecar.transaction(conn):
+                # Built from scratch by the next sync, which tags only mail after this.
+                sidecar.set_state(conn, "notmuch_uuid", None)
+                sidecar.set_state(conn, SETUP_REVISION, str(report.revision))
     return report

@@ -464,9 +464,12 @@ class Mirror:
                  on_progress: ProgressCallback | None = None,
                  on_marked: Callable[[list[tuple[str, str | None]]], None] | None = None,
                  on_moved: Callable[[list[str]], None] | None = None,
-                 prefetched: Mapping[str, Parsed] | None = None) -> None:
+                 prefetched: Mapping[str, Parsed] | None = None,
+                 mark_new: bool = True) -> None:
         self.config = config
         self.reader = reader
+        # False: the mail new to the mirror has its final tags already (passes.first_index).
+        self.mark_new = mark_new
         self.conn = conn
         self.batch_size = batch_size
         self.on_batch = on_batch  # called after each committed batch (tests use it to crash)
@@ -619,7 +622,8 @@ class Mirror:
                 if self._folders(files) != self._folders(message.filenames):
                     self._moved.append(mid)
             row = build_row(message, parsed, self.layout, self.me, self.exclusions)
-            if mid not in known and (self._recent is None or mid in self._recent):
+            if self.mark_new and mid not in known and (
+                    self._recent is None or mid in self._recent):
                 row["needs_tagging"] = 1
                 self._marked.append((mid, parsed.list_id))
             rows.append((row, parsed))

@@ -345,8 +345,7 @@ def _index_first(config: Config, reader: Reader,
     if reason is not None:
         log.info("first index left to notmuch new: %s", reason)
         return None
-    with Writer(config.settings.notmuch_config) as writer:
-        first = index_first(config, reader, writer, on_progress=on_progress)
+    first = index_first(config, reader, on_progress=on_progress)
     for name in first.not_mail:
         log.info("not mail, not indexed: %s", name)
     return first
