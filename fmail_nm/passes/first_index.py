@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import multiprocessing
 import os
+import queue
 import re
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,52 +143,53 @@ def _index_batch(txn: WriteTxn, paths: Sequence[str], parsed: Mapping[str, Parse
 
 
 class _MirrorFollower:
-    """Builds the sidecar's mirror of the batches committed so far, on a thread of its own,
-    while the next ones are indexed: the mirror's rows then cost the first index nothing but
-    its last batch.  Marks nothing for tagging (the mail has its tags) and parses nothing
-    (the files' parses are handed over).  Its reads wait for the writer's commits (``guard``),
-    never the other way round for long.  If it fails, the next sync builds the mirror."""
+    """Builds the sidecar's mirror of the batches committed so far in a process of its own,
+    while the next ones are indexed: the mirror's rows then cost the first index little more
+    than its last batch.  A process, not a thread: building rows is Python, and a thread doing
+    it would take the GIL from the writer thread between every libnotmuch call.  It gets each
+    committed batch's parses (it parses nothing) and marks nothing for tagging (the mail has
+    its tags).  If it fails, the next sync builds the mirror from scratch."""
 
-    def __init__(self, config: Config, parsed: Mapping[str, Parsed],
-                 guard: threading.Lock) -> None:
-        self.config, self.parsed, self.guard = config, parsed, guard
-        self.error: BaseException | None = None
-        self._wake = threading.Event()
-        self._last = False
-        self._thread = threading.Thread(target=self._run, name="fmail-mirror", daemon=True)
-        self._thread.start()
+    def __init__(self, config: Config) -> None:
+        context = multiprocessing.get_context("spawn")  # this process has threads
+        self._batches: multiprocessing.Queue[dict[str, Parsed] | None] = context.Queue()
+        self._process = context.Process(target=follow, args=(config, self._batches),
+                                        name="fmail-mirror", daemon=True)
+        self._process.start()
 
-    def committed(self) -> None:
-        self._wake.set()
+    def committed(self, parsed: dict[str, Parsed]) -> None:
+        self._batches.put(parsed)
 
     def finish(self) -> bool:
         """Sync once more, for the last batch, and stop; whether the mirror has it all."""
-        self._last = True
-        self._wake.set()
-        self._thread.join()
-        return self.error is None
+        self._batches.put(None)
+        self._process.join()
+        return self._process.exitcode == 0
 
-    def _run(self) -> None:
-        try:
-            path = sidecar.sidecar_path(self.config.data_dir)
-            with Reader(self.config.settings.notmuch_config, guard=self.guard) as reader, \
-                    sidecar.opened(path) as conn:
-                while True:
-                    self._wake.wait()
-                    self._wake.clear()
-                    last = self._last
-                    mirror = Mirror(self.config, reader, conn, prefetched=self.parsed,
-                                    mark_new=False)
-                    try:
-                        mirror.sync()
-                    finally:
-                        mirror.close()
-                    if last:
-                        return
-        except Exception as exc:  # the indexing goes on; the next sync builds the mirror
-            log.warning("the sidecar could not follow the first index (%s); it is built after",
-                        exc)
-            self.error = exc
+
+def follow(config: Config, batches: multiprocessing.Queue[dict[str, Parsed] | None]) -> None:
+    """The mirror follower's process: after each committed batch (several, if they queued up
+    while it synced), one sync of what notmuch has committed; a last one after ``None``."""
+    parsed: dict[str, Parsed] = {}
+    path = sidecar.sidecar_path(config.data_dir)
+    with Reader(config.settings.notmuch_config) as reader, sidecar.opened(path) as conn:
+        last = False
+        while not last:
+            item = batches.get()
+            while True:
+                if item is None:
+                    last = True
+                else:
+                    parsed.update(item)
+                try:
+                    item = batches.get_nowait()
+                except queue.Empty:
+                    break
+            mirror = Mirror(config, reader, conn, prefetched=parsed, mark_new=False)
+            try:
+                mirror.sync()
+            finally:
+                mirror.close()
 
 
 def index_first(config: Config, reader: Reader, *,
@@ -205,21 +207,21 @@ def index_first(config: Config, reader: Reader, *,
     with sync_lock(path, wait=True):
         with sidecar.opened(path) as conn, sidecar.transaction(conn):
             sidecar.set_state(conn, "notmuch_uuid", None)  # the mirror starts from scratch
-        committing = threading.Lock()
         parses = parse_in_order(files)
-        follower = _MirrorFollower(config, report.parsed, committing)
+        follower = _MirrorFollower(config)
         if on_progress is not None:
             on_progress(INDEXING, 0, len(files))
         try:
-            with Writer(config.settings.notmuch_config, committing=committing) as writer:
+            with Writer(config.settings.notmuch_config) as writer:
                 for start in range(0, len(files), batch_size):
                     batch = files[start:start + batch_size]
-                    report.parsed.update(zip(batch, parses))
+                    parsed = dict(zip(batch, parses))
+                    report.parsed.update(parsed)
                     added = writer.run(functools.partial(
-                        _index_batch, paths=batch, parsed=report.parsed, config=config,
+                        _index_batch, paths=batch, parsed=parsed, config=config,
                         new_tags=new_tags), all_or_nothing=True)
                     report.count(added)
-                    follower.committed()
+                    follower.committed(parsed)
                     if on_progress is not None:
                         on_progress(INDEXING, start + len(batch), len(files))
         finally:

@@ -237,12 +237,8 @@ class Reader:
     too runs its reads outside its own commits (``Writer(committing=...)``).
     """
 
-    def __init__(self, config_path: str | None = None, *,
-                 guard: contextlib.AbstractContextManager[object] | None = None) -> None:
-        """``guard``: held around every read, e.g. the ``committing`` lock of a Writer of this
-        process committing on another thread while this one reads (see the class text)."""
+    def __init__(self, config_path: str | None = None) -> None:
         self.config_path = config_path
-        self._guard = guard if guard is not None else contextlib.nullcontext()
         self._owner = threading.get_ident()
         self._db: notmuch2.Database | None = None
         self._stamp: tuple[int, int, int] | None = None
@@ -303,12 +299,11 @@ class Reader:
 
     def _retrying(self, fn: Callable[[notmuch2.Database], T]) -> T:
         """Run a read; if the snapshot was invalidated mid-read, reopen and run it once more."""
-        with self._guard:
-            try:
-                return fn(self.db)
-            except notmuch2.XapianError:
-                self._release()
-                return fn(self.db)
+        try:
+            return fn(self.db)
+        except notmuch2.XapianError:
+            self._release()
+            return fn(self.db)
 
     def changed_at(self) -> float | None:
         """When the database last committed (epoch seconds), from Xapian's marker file; None
