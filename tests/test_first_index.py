@@ -4,6 +4,7 @@ nothing, and notmuch new's own rules for what it indexes."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from fmail_nm.passes import first_index
 from fmail_nm.service.index import run_index
+from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader, Writer, WriteTxn, maildir_flags, with_flag_tags
 
 from .conftest import USER_ADDRESSES, MailEnv, make_mail_env
@@ -102,6 +104,19 @@ def test_init_indexes_the_fixtures_itself_with_the_tags_they_always_had(
     assert not later.first_index and later.added == 1
     tags = mail_env.notmuch("search", "--output=tags", "id:listed-1@example.com").stdout.split()
     assert sorted(tags) == ["list", "list/rust-users.lists.example.com", "unread"]
+
+
+def test_the_mirror_is_built_alongside_and_marks_nothing_for_tagging(mail_env: MailEnv) -> None:
+    init_without_index(mail_env)
+    with Reader() as reader:
+        report = first_index.index_first(mail_env.config(), reader, batch_size=40)
+    assert report.mirrored and report.added == 169 and len(report.parsed) == 171
+    path = sidecar.sidecar_path(mail_env.config().data_dir)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 169
+        assert conn.execute("SELECT count(*) FROM messages WHERE needs_tagging").fetchone()[0] == 0
+    check = mail_env.fmail("sidecar", "check", check=False)
+    assert check.returncode == 0, check.stdout
 
 
 def test_a_batch_cut_short_leaves_nothing_and_the_next_run_finishes(

@@ -60,6 +60,7 @@ class FirstIndex:
     not_mail: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
     revision: int = 0  # the database's revision once done
+    mirrored: bool = False  # the sidecar's mirror has it all (else the next sync builds it)
     parsed: dict[str, Parsed] = field(default_factory=dict)  # by file name, for the mirror
 
     def count(self, added: AddedFiles) -> None:
@@ -226,9 +227,9 @@ def index_first(config: Config, reader: Reader, *,
                         on_progress(INDEXING, start + len(batch), len(files))
         finally:
             parses.close()
-            mirrored = follower.finish()
+            report.mirrored = follower.finish()
         report.revision = reader.revision().number
-        if not mirrored:
+        if not report.mirrored:
             with sidecar.opened(path) as conn, sidecar.transaction(conn):
                 # Built from scratch by the next sync, which tags only mail after this.
                 sidecar.set_state(conn, "notmuch_uuid", None)
