@@ -41,7 +41,6 @@ def cmd_init(args: argparse.Namespace) -> int:
         mail_root=Path(args.mail_root).expanduser() if args.mail_root else None,
         name=args.name,
         addresses=list(args.address or settings.addresses),
-        say=lambda line: print(line, flush=True),
     )
     if report.identity is not None:
         found = report.identity.describe()

@@ -48,6 +48,17 @@ def test_init_without_addresses_learns_them_from_the_sent_folders(mail_env: Mail
     assert [t.thread for t in unanswered.threads] == [thread.thread_id]
 
 
+def test_the_sent_folders_are_read_from_the_files_before_anything_is_indexed(
+        mail_env: MailEnv) -> None:
+    """So that init's first index knows the addresses without a notmuch new of its own."""
+    mail_env.fmail_config.unlink()
+    out = mail_env.fmail("init", "--no-index", "--mail-root", str(mail_env.mail_root)).stdout
+    for address in USER_ADDRESSES:
+        assert f"address {address} (from Sent folder" in out
+    assert "name: Alex Morgan" in out or "Alex Morgan" in out
+    assert mail_env.notmuch("count", "--exclude=false", "*").stdout.strip() == "0"
+
+
 def test_the_tags_match_an_init_that_was_given_the_addresses(mail_env: MailEnv,
                                                              tmp_path: Path) -> None:
     init_like_a_new_user(mail_env)

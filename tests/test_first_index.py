@@ -110,7 +110,7 @@ def test_the_mirror_is_built_alongside_and_marks_nothing_for_tagging(mail_env: M
     init_without_index(mail_env)
     with Reader() as reader:
         report = first_index.index_first(mail_env.config(), reader, batch_size=40)
-    assert report.mirrored and report.added == 169 and len(report.parsed) == 171
+    assert report.mirrored and report.added == 169 and report.files == 171
     path = sidecar.sidecar_path(mail_env.config().data_dir)
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 169

@@ -5,15 +5,18 @@ Sources, in order (an address is reported once, with the first source that gave 
 1. notmuch's ``user.name``, ``user.primary_email`` and ``user.other_email``;
 2. the mbsync config: the ``User`` of each ``IMAPAccount`` that looks like an address;
 3. the msmtp config: each account's ``from``;
-4. the From addresses of the Sent folders, read from the notmuch index (never the files):
-   an address counts when it wrote a fair share of a Sent folder, so a stray message filed
-   there does not make a stranger one of the user's addresses.
+4. the From addresses of the Sent folders' newest mail, read from the notmuch index -- or,
+   before the first index (``fmail-nm init`` learns them first, so that the first index tags
+   the user's mail ``sent``), from the files' headers: an address counts when it wrote a fair
+   share of a Sent folder, so a stray message filed there does not make a stranger one of the
+   user's addresses.
 
 Nothing here writes anything; :mod:`fmail_nm.adopt.initialize` decides what to do with it.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections import Counter
@@ -23,6 +26,8 @@ from pathlib import Path
 
 from .. import mbsyncrc, msmtprc
 from ..config import Config
+from ..message.headers import addresses, date, header, split_head
+from ..store.maildir import folder_path
 from ..store.notmuch import Reader
 from ..store.query import folders_query
 
@@ -98,39 +103,70 @@ def from_msmtp(identity: Identity, path: Path | None) -> None:
                          f"msmtp config {_home(path)} (account {account.name})")
 
 
-def from_sent_folders(identity: Identity, config: Config, reader: Reader) -> None:
-    """The most common From addresses of each Sent folder, newest mail first."""
+def from_sent_folders(identity: Identity, config: Config, reader: Reader | None) -> None:
+    """The most common From addresses of each Sent folder's newest mail: from the index, or
+    from the files when ``reader`` is None (nothing indexed yet)."""
     names: Counter[str] = Counter()
     for folder in config.roles().get("sent", []):
-        messages = reader.messages(folders_query([folder]), exclude_tags=(),
-                                   limit=SENT_SAMPLE)
+        if reader is not None:
+            senders = [parseaddr(m.from_header) for m in reader.messages(
+                folders_query([folder]), exclude_tags=(), limit=SENT_SAMPLE)]
+        else:
+            senders = senders_on_disk(folder_path(config, folder))
         counts: Counter[str] = Counter()
-        for message in messages:
-            display, address = parseaddr(message.from_header)
+        for display, address in senders:
             if looks_like_address(address):
                 counts[address.lower()] += 1
                 if display:
                     names[display.strip()] += 1
         for address, n in counts.most_common(MAX_SENT_ADDRESSES):
-            if n >= max(1.0, SENT_SHARE * len(messages)):
-                identity.add(address, f"Sent folder {folder} ({n} of {len(messages)} messages)")
+            if n >= max(1.0, SENT_SHARE * len(senders)):
+                identity.add(address, f"Sent folder {folder} ({n} of {len(senders)} messages)")
     if names and not identity.name:
         identity.name = names.most_common(1)[0][0]
         identity.name_source = "the From of your Sent folders"
 
 
+SENT_FILES = 20000  # files of a Sent folder read at most (the most recently written)
+HEAD_BYTES = 16 * 1024  # From and Date are in the header block
+
+
+def senders_on_disk(folder: Path) -> list[tuple[str, str]]:
+    """``(name, address)`` of the From of a Maildir folder's newest mail by its Date header
+    (``SENT_SAMPLE`` of the ``SENT_FILES`` files written last), read from the files."""
+    files: list[tuple[float, str]] = []
+    for leaf in ("cur", "new"):
+        try:
+            with os.scandir(folder / leaf) as entries:
+                files += [(e.stat().st_mtime, e.path) for e in entries if e.is_file()]
+        except OSError:
+            continue
+    dated: list[tuple[float, str, str]] = []
+    for _, path in sorted(files, reverse=True)[:SENT_FILES]:
+        try:
+            with open(path, "rb") as fh:
+                headers, _ = split_head(fh.read(HEAD_BYTES))
+            sender = addresses(headers, "from", [])[:1]
+            when = date(header(headers, "date"))
+        except Exception:  # untrusted files: one we cannot read tells us nothing
+            continue
+        if sender:
+            dated.append((when.timestamp() if when else 0.0, sender[0].name, sender[0].address))
+    dated.sort(key=lambda d: d[0], reverse=True)
+    return [(name, address) for _, name, address in dated[:SENT_SAMPLE]]
+
+
 def discover(nm: dict[str, str], config: Config, reader: Reader | None,
              mbsync_path: Path | None = None, msmtp_path: Path | None = None) -> Identity:
     """The user's identity from every source, in the order of the module docstring.
-    ``reader`` None skips the Sent folders (no index yet)."""
+    ``reader`` None: nothing is indexed yet, the Sent folders are read from their files."""
     identity = Identity()
     from_notmuch(identity, nm)
     rc = mbsync_path or (Path(config.settings.mbsync_config).expanduser()
                          if config.settings.mbsync_config else mbsyncrc.default_path())
     from_mbsync(identity, rc)
     from_msmtp(identity, msmtp_path or msmtprc.default_path())
-    if reader is not None:
-        from_sent_folders(identity, config, reader)
+    from_sent_folders(identity, config, reader)
     return identity
 
 

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import Settings, default_data_dir, fmail_command, maildir_folders, resolve
-from ..errors import BackendError
 from ..passes.mirror import SETUP_REVISION
 from ..store import sidecar
 from ..store.notmuch import Reader, ensure_database
@@ -28,7 +26,6 @@ from ..store.notmuch_cli import (
     find_notmuch_config,
     new_config_path,
     notmuch_settings,
-    run_notmuch_new,
     user_settings_as_written,
 )
 from ..tags import DEFAULT_EXCLUDED
@@ -164,10 +161,8 @@ def ensure_notmuch_config(explicit: str | None, mail_root: Path | None, name: st
 
 
 def prepare(settings: Settings, *, notmuch_config: str | None, mail_root: Path | None,
-            name: str, addresses: list[str],
-            say: Callable[[str], None] = lambda line: None) -> InitReport:
-    """Everything init does before indexing: config, maildir repair, identity and hooks.
-    ``say`` hears about a step that takes a while before it starts."""
+            name: str, addresses: list[str]) -> InitReport:
+    """Everything init does before indexing: config, maildir repair, identity and hooks."""
     config_path, wrote = ensure_notmuch_config(notmuch_config, mail_root, name, addresses)
     # The hook directory is only resolved once a database exists.
     ensure_database(config_path)
@@ -181,11 +176,7 @@ def prepare(settings: Settings, *, notmuch_config: str | None, mail_root: Path |
     report.repaired_folders = repair_maildirs(root, maildir_folders(root))
     if not addresses:
         nm = user_settings_as_written(nm, config_path)
-        # An empty index (a config of the user's, never indexed) has no Sent folders either.
-        with Reader(str(config_path)) as reader:
-            empty = reader.count("*", exclude_tags=()) == 0
-        report.identity = learn_identity(settings, config_path, root, nm, index_first=empty,
-                                         say=say)
+        report.identity = learn_identity(settings, config_path, root, nm)
         if wrote:
             config_path.write_text(render_notmuch_config(
                 root, name or report.identity.name, report.identity.addresses), encoding="utf-8")
@@ -195,20 +186,15 @@ def prepare(settings: Settings, *, notmuch_config: str | None, mail_root: Path |
     return report
 
 
-def learn_identity(settings: Settings, config_path: Path, mail_root: Path, nm: dict[str, str],
-                   *, index_first: bool, say: Callable[[str], None]) -> Identity:
-    """The user's identity from their setup; with ``index_first`` the mail is indexed without
-    hooks first (nothing is tagged: our hook is not installed yet, and it tags everything
-    since the setup revision later) so the Sent folders can be read from the index."""
-    if index_first:
-        say("indexing once without hooks, to learn your addresses from your Sent folders")
-        done = run_notmuch_new(str(config_path), hooks=False)
-        if done.returncode != 0:
-            raise BackendError(f"notmuch new failed (exit {done.returncode}): "
-                               f"{done.output.strip()[-500:]}")
+def learn_identity(settings: Settings, config_path: Path, mail_root: Path,
+                   nm: dict[str, str]) -> Identity:
+    """The user's identity from their setup: the Sent folders from the index, or from their
+    files while nothing is indexed (so the first index, with the addresses known, can be
+    fmail-nm's own: :mod:`fmail_nm.passes.first_index`)."""
     config = resolve(settings, mail_root)
     with Reader(str(config_path)) as reader:
-        return discover(nm, config, reader)
+        empty = reader.count("*", exclude_tags=()) == 0
+        return discover(nm, config, None if empty else reader)
 
 
 def mark_setup_revision(settings: Settings, config_path: str) -> None:

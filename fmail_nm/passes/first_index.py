@@ -61,7 +61,6 @@ class FirstIndex:
     unreadable: list[str] = field(default_factory=list)
     revision: int = 0  # the database's revision once done
     mirrored: bool = False  # the sidecar's mirror has it all (else the next sync builds it)
-    parsed: dict[str, Parsed] = field(default_factory=dict)  # by file name, for the mirror
 
     def count(self, added: AddedFiles) -> None:
         self.added += len(added.messages)
@@ -191,6 +190,7 @@ def follow(config: Config, batches: multiprocessing.Queue[dict[str, Parsed] | No
                 mirror.sync()
             finally:
                 mirror.close()
+            parsed.clear()  # mirrored: memory stays at a few batches, whatever the mailbox
 
 
 def index_first(config: Config, reader: Reader, *,
@@ -216,8 +216,7 @@ def index_first(config: Config, reader: Reader, *,
             with Writer(config.settings.notmuch_config) as writer:
                 for start in range(0, len(files), batch_size):
                     batch = files[start:start + batch_size]
-                    parsed = dict(zip(batch, parses))
-                    report.parsed.update(parsed)
+                    parsed = dict(zip(batch, parses))  # kept only until handed over
                     added = writer.run(functools.partial(
                         _index_batch, paths=batch, parsed=parsed, config=config,
                         new_tags=new_tags), all_or_nothing=True)

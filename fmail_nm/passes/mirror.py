@@ -24,8 +24,9 @@ import json
 import logging
 import os
 import sqlite3
+from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -164,18 +165,32 @@ def parse_pool(workers: int) -> ProcessPoolExecutor | None:
         return None
 
 
+PARSE_AHEAD = 2000  # files parse_in_order has parsed or queued beyond what was taken
+
+
 def parse_in_order(paths: Sequence[str]) -> Generator[Parsed, None, None]:
     """:func:`parse_file` of each path, in order: in worker processes when there are many
-    (parsing needs no notmuch, and the caller has other work meanwhile); here, for whatever
-    is left, if the workers fail."""
+    (parsing needs no notmuch, and the caller has other work meanwhile), at most
+    ``PARSE_AHEAD`` files ahead of the caller, so memory does not grow with the mailbox; here,
+    for whatever is left, if the workers fail."""
     pool = parse_pool(parse_workers()) if len(paths) >= PARALLEL_PARSE_MIN else None
     done = 0
     try:
         if pool is not None:
+            starts = iter(range(0, len(paths), PARSE_CHUNK))
+            pending: deque[Future[list[Parsed]]] = deque()
+
+            def submit() -> None:
+                if (start := next(starts, None)) is not None:
+                    pending.append(pool.submit(_parse_chunk, paths[start:start + PARSE_CHUNK]))
             try:
-                for parsed in pool.map(parse_file, [[p] for p in paths], chunksize=PARSE_CHUNK):
-                    done += 1
-                    yield parsed
+                for _ in range(PARSE_AHEAD // PARSE_CHUNK):
+                    submit()
+                while pending:
+                    for parsed in pending.popleft().result():
+                        done += 1
+                        yield parsed
+                    submit()
             except (BrokenProcessPool, OSError) as exc:
                 log.warning("parsing in worker processes failed (%s); parsing here", exc)
         for path in paths[done:]:
@@ -183,6 +198,10 @@ def parse_in_order(paths: Sequence[str]) -> Generator[Parsed, None, None]:
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _parse_chunk(paths: Sequence[str]) -> list[Parsed]:
+    return [parse_file([path]) for path in paths]
 
 
 def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[str],

@@ -313,7 +313,6 @@ def run_index(config: Config, *, show_progress: bool | None = None,
         prefetched = prefetch.take()
         if first is not None:
             added += first.added
-            prefetched = {**first.parsed, **prefetched}
         from ..passes.post_new import drop_old_recipients, post_new
         from ..passes.tagging import TaggingReport
 
