@@ -30,6 +30,7 @@ import multiprocessing
 import os
 import queue
 import re
+from collections import ChainMap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,55 +143,73 @@ def _index_batch(txn: WriteTxn, paths: Sequence[str], parsed: Mapping[str, Parse
     return txn.index_files(paths, sorted(new_tags), final)
 
 
+# What the indexing process tells the follower: a batch's parses (before the batch is
+# written, so they are there whenever the batch is), that batch number N has committed, or
+# that all is done (None).
+_Parses = tuple[int, dict[str, Parsed]]
+_Note = _Parses | int | None
+
+
 class _MirrorFollower:
     """Builds the sidecar's mirror of the batches committed so far in a process of its own,
     while the next ones are indexed: the mirror's rows then cost the first index little more
     than its last batch.  A process, not a thread: building rows is Python, and a thread doing
     it would take the GIL from the writer thread between every libnotmuch call.  It gets each
-    committed batch's parses (it parses nothing) and marks nothing for tagging (the mail has
-    its tags).  If it fails, the next sync builds the mirror from scratch."""
+    batch's parses (it parses nothing) and marks nothing for tagging (the mail has its tags).
+    If it fails, the next sync builds the mirror from scratch."""
 
     def __init__(self, config: Config) -> None:
         context = multiprocessing.get_context("spawn")  # this process has threads
-        self._batches: multiprocessing.Queue[dict[str, Parsed] | None] = context.Queue()
-        self._process = context.Process(target=follow, args=(config, self._batches),
+        self._notes: multiprocessing.Queue[_Note] = context.Queue()
+        self._process = context.Process(target=follow, args=(config, self._notes),
                                         name="fmail-mirror", daemon=True)
         self._process.start()
 
-    def committed(self, parsed: dict[str, Parsed]) -> None:
-        self._batches.put(parsed)
+    def parsed(self, batch: int, parsed: dict[str, Parsed]) -> None:
+        self._notes.put((batch, parsed))
+
+    def committed(self, batch: int) -> None:
+        self._notes.put(batch)
 
     def finish(self) -> bool:
         """Sync once more, for the last batch, and stop; whether the mirror has it all."""
-        self._batches.put(None)
+        self._notes.put(None)
         self._process.join()
         return self._process.exitcode == 0
 
 
-def follow(config: Config, batches: multiprocessing.Queue[dict[str, Parsed] | None]) -> None:
-    """The mirror follower's process: after each committed batch (several, if they queued up
-    while it synced), one sync of what notmuch has committed; a last one after ``None``."""
-    parsed: dict[str, Parsed] = {}
+def follow(config: Config, notes: multiprocessing.Queue[_Note]) -> None:
+    """The mirror follower's process: once batches have committed (several, if they queued up
+    while it synced), one sync of what notmuch has committed; a last one after ``None``.  A
+    batch's parses are dropped once a sync has certainly taken it: memory stays at a few
+    batches, whatever the size of the mailbox."""
+    parses: dict[int, dict[str, Parsed]] = {}
     path = sidecar.sidecar_path(config.data_dir)
     with Reader(config.settings.notmuch_config) as reader, sidecar.opened(path) as conn:
-        last = False
-        while not last:
-            item = batches.get()
+        done, last = False, None  # last: the newest batch known to have committed
+        while not done:
+            note: _Note = notes.get()
             while True:
-                if item is None:
-                    last = True
+                if note is None:
+                    done = True
+                elif isinstance(note, int):
+                    last = note  # it committed before the sync below reads the revision
                 else:
-                    parsed.update(item)
+                    parses[note[0]] = note[1]
                 try:
-                    item = batches.get_nowait()
+                    note = notes.get_nowait()
                 except queue.Empty:
                     break
-            mirror = Mirror(config, reader, conn, prefetched=parsed, mark_new=False)
+            if last is None:
+                continue
+            mirror = Mirror(config, reader, conn, prefetched=ChainMap(*parses.values()),
+                            mark_new=False)
             try:
                 mirror.sync()
             finally:
                 mirror.close()
-            parsed.clear()  # mirrored: memory stays at a few batches, whatever the mailbox
+            for batch in [b for b in parses if b <= last]:  # all in that sync
+                del parses[batch]
 
 
 def index_first(config: Config, reader: Reader, *,
@@ -214,14 +233,15 @@ def index_first(config: Config, reader: Reader, *,
             on_progress(INDEXING, 0, len(files))
         try:
             with Writer(config.settings.notmuch_config) as writer:
-                for start in range(0, len(files), batch_size):
+                for number, start in enumerate(range(0, len(files), batch_size)):
                     batch = files[start:start + batch_size]
                     parsed = dict(zip(batch, parses))  # kept only until handed over
+                    follower.parsed(number, parsed)
                     added = writer.run(functools.partial(
                         _index_batch, paths=batch, parsed=parsed, config=config,
                         new_tags=new_tags), all_or_nothing=True)
                     report.count(added)
-                    follower.committed(parsed)
+                    follower.committed(number)
                     if on_progress is not None:
                         on_progress(INDEXING, start + len(batch), len(files))
         finally:
