@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..config import Config
 from ..progress import ProgressCallback
+from ..store import sidecar
 from ..store.notmuch import Reader, Writer, WriteTxn
 from .blocklist import BlockReport, apply_blocklist, read_blocklist
 from .mirror import MirrorReport, Parsed, sync_sidecar
@@ -38,9 +39,18 @@ def post_new(config: Config, reader: Reader, writer: Writer, *,
     mirror -- give mail whose files changed folders the place tags of where it is now, apply
     the blocklist, and mirror the final tags.  ``new_since``: the notmuch revision before the
     index run, when known; ``prefetched``: files parsed while notmuch new ran."""
+    # A connection held open through the pass: each step opens and closes its own, and SQLite
+    # checkpoints the WAL whenever the last connection to it closes (several ms each time).
+    with sidecar.opened(sidecar.sidecar_path(config.data_dir)):
+        return _post_new(config, reader, writer, new_since=new_since,
+                         on_progress=_serialized(on_progress), prefetched=prefetched)
+
+
+def _post_new(config: Config, reader: Reader, writer: Writer, *, new_since: int | None,
+              on_progress: ProgressCallback | None,
+              prefetched: Mapping[str, Parsed] | None) -> PostNewReport:
     # The tagging pass starts on each batch the mirror has committed while the mirror goes on;
     # whatever it did not reach (or a pass that died before left marked) is tagged after.
-    on_progress = _serialized(on_progress)  # the tagger reports from its own thread
     moved: list[str] = []
     with Tagger(config, writer, configured_new_tags(reader), on_progress=on_progress) as tagger:
         first = sync_sidecar(config, reader, new_since=new_since, on_progress=on_progress,
