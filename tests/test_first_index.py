@@ -119,6 +119,34 @@ def test_the_mirror_is_built_alongside_and_marks_nothing_for_tagging(mail_env: M
     assert check.returncode == 0, check.stdout
 
 
+def test_without_the_mirror_follower_the_pass_builds_the_mirror_and_tags_nothing_again(
+        mail_env: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+
+    real = multiprocessing.get_context("spawn")
+
+    class NoProcesses:
+        def Queue(self):  # type: ignore[no-untyped-def]  # noqa: N802 - multiprocessing's name
+            return real.Queue()
+
+        def Process(self, **kwargs):  # type: ignore[no-untyped-def]  # noqa: N802
+            process = real.Process(**kwargs)
+            process.start = lambda: (_ for _ in ()).throw(OSError("no processes left"))
+            return process
+    monkeypatch.setattr(first_index.multiprocessing, "get_context", lambda _: NoProcesses())
+    init_without_index(mail_env)
+    with Reader() as reader:
+        report = first_index.index_first(mail_env.config(), reader)
+    assert not report.mirrored and report.added == 169
+    monkeypatch.undo()
+    revision = int(mail_env.notmuch("count", "--lastmod", "*").stdout.split()[-1])
+    mail_env.fmail("index", "--quiet")  # builds the mirror; must not take this mail for new
+    assert int(mail_env.notmuch("count", "--lastmod", "*").stdout.split()[-1]) == revision
+    assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())
+    check = mail_env.fmail("sidecar", "check", check=False)
+    assert check.returncode == 0, check.stdout
+
+
 def test_a_batch_cut_short_leaves_nothing_and_the_next_run_finishes(
         mail_env: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     init_without_index(mail_env)

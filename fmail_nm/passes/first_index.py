@@ -161,18 +161,26 @@ class _MirrorFollower:
     def __init__(self, config: Config) -> None:
         context = multiprocessing.get_context("spawn")  # this process has threads
         self._notes: multiprocessing.Queue[_Note] = context.Queue()
-        self._process = context.Process(target=follow, args=(config, self._notes),
-                                        name="fmail-mirror", daemon=True)
-        self._process.start()
+        self._process: multiprocessing.process.BaseProcess | None = context.Process(
+            target=follow, args=(config, self._notes), name="fmail-mirror", daemon=True)
+        try:
+            self._process.start()
+        except OSError as exc:  # no process to spare: the mirror is built after the index
+            log.warning("the sidecar cannot follow the first index (%s); it is built after", exc)
+            self._process = None
 
     def parsed(self, batch: int, parsed: dict[str, Parsed]) -> None:
-        self._notes.put((batch, parsed))
+        if self._process is not None:
+            self._notes.put((batch, parsed))
 
     def committed(self, batch: int) -> None:
-        self._notes.put(batch)
+        if self._process is not None:
+            self._notes.put(batch)
 
     def finish(self) -> bool:
         """Sync once more, for the last batch, and stop; whether the mirror has it all."""
+        if self._process is None:
+            return False
         self._notes.put(None)
         self._process.join()
         return self._process.exitcode == 0
