@@ -35,7 +35,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..adopt.hooks import CHAINED_SUFFIX, defers_pass
 from ..config import Config
 from ..errors import BackendError
 from ..progress import INDEXING, ProgressCallback
@@ -90,16 +89,10 @@ def _is_regex(entry: str) -> bool:
 
 
 def why_not(reader: Reader) -> str | None:
-    """Why this index run must leave the first index to ``notmuch new`` (None: it need not)."""
+    """Why this index run must leave the first index to ``notmuch new``, as far as the index
+    tells (None: it need not); the caller checks the hooks (``service.index``)."""
     if reader.count("*", exclude_tags=()) > 0:
         return "the database is not empty"
-    hook_dir = reader.setting("database.hook_dir")
-    if hook_dir:
-        hook = Path(hook_dir) / "post-new"
-        if (hook.exists() or hook.is_symlink()) and not defers_pass(hook):
-            return "a post-new hook other than fmail-nm's current one expects notmuch new"
-        if (Path(hook_dir) / ("post-new" + CHAINED_SUFFIX)).exists():
-            return "a post-new hook of yours runs after notmuch new"
     try:
         Ignored(reader.setting("new.ignore"))
     except re.error as exc:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from .. import progress
-from ..adopt.hooks import defers_pass, is_ours
+from ..adopt.hooks import CHAINED_SUFFIX, defers_pass, is_ours
 from ..config import Config
 from ..passes import NEW_SINCE_ENV, PASS_AFTER_ENV
 from ..passes.prefetch import Prefetch
@@ -340,7 +340,7 @@ def _index_first(config: Config, reader: Reader,
     when nothing stands in its way; None when notmuch new must do it."""
     from ..passes.first_index import index_first, why_not
 
-    reason = why_not(reader)
+    reason = why_not(reader) or hook_in_the_way(reader.setting("database.hook_dir"))
     if reason is not None:
         log.info("first index left to notmuch new: %s", reason)
         return None
@@ -348,6 +348,19 @@ def _index_first(config: Config, reader: Reader,
     for name in first.not_mail:
         log.info("not mail, not indexed: %s", name)
     return first
+
+
+def hook_in_the_way(hook_dir: str) -> str | None:
+    """A post-new hook that expects notmuch new to bring it the new mail (the user's, chained
+    before ours, or one of ours from a version that runs the pass itself), or None."""
+    if not hook_dir:
+        return None
+    hook = Path(hook_dir) / "post-new"
+    if (hook.exists() or hook.is_symlink()) and not defers_pass(hook):
+        return "a post-new hook other than fmail-nm's current one expects notmuch new"
+    if (Path(hook_dir) / ("post-new" + CHAINED_SUFFIX)).exists():
+        return "a post-new hook of yours runs after notmuch new"
+    return None
 
 
 def _plain(output: str) -> str:
