@@ -171,6 +171,17 @@ def test_a_batch_cut_short_leaves_nothing_and_the_next_run_finishes(
     assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())
 
 
+def test_a_message_the_batch_query_misses_still_gets_its_tags(
+        mail_env: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fmail_nm.store.notmuch as store
+
+    real = store.id_query
+    monkeypatch.setattr(store, "id_query", lambda ids: real(sorted(ids)[1:]))
+    init_without_index(mail_env)
+    assert run_index(mail_env.config(), show_progress=False).first_index
+    assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())
+
+
 def test_an_all_or_nothing_write_that_fails_saves_nothing(indexed: MailEnv) -> None:
     path = indexed.mail_root / "personal" / "INBOX" / "new" / "plain"
     path.write_bytes(mail("plain@x"))

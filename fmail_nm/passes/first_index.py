@@ -7,9 +7,10 @@ reader's mailbox the exceptions are most of the mail, each rewrite costing about
 write ``notmuch new`` did.  On an empty database fmail-nm indexes the files itself instead,
 through libnotmuch, in batches: each batch's files are indexed, the tags ``notmuch new`` would
 give are worked out, the tagging rules run over them (``passes.tagging.final_tags``, the same
-rules and the same answers as after ``notmuch new``), and each message is written once.  The
-files are parsed by worker processes meanwhile (List-Id for the list tags; the mirror takes the
-rest), so the sidecar's build afterwards parses nothing.
+rules and the same answers as after ``notmuch new``), and each message is written once.  Worker
+processes parse the files a little ahead of the writer (List-Id for the list tags), and a
+process of its own builds the sidecar's mirror of each committed batch from those parses while
+the next batch is written.
 
 Each batch is one all-or-nothing write session: a run that dies leaves whole batches, and the
 next ``fmail-nm index`` finds the rest with ``notmuch new`` and tags them as new mail.
@@ -49,7 +50,8 @@ BATCH_SIZE = 500  # files per write session: about a second of libnotmuch's work
 
 
 class FirstIndexFailed(BackendError):
-    """The mail root could not be read (nothing was indexed past the folder named)."""
+    """A folder under the mail root could not be read (the files are listed before any is
+    indexed, so nothing was)."""
 
 
 @dataclass

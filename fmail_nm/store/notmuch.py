@@ -639,8 +639,9 @@ class WriteTxn:
         files' flags stand for; another copy of a known message only updates those flag
         tags.  Here the same tags are worked out for the whole batch (``given``), ``final``
         turns them (with each message's files) into the tags each new message ends with --
-        it may query this session, the batch is indexed -- and each is written once.  Use it inside an all-or-nothing
-        session (:meth:`Writer.run`): a batch cut short must not leave untagged mail."""
+        it may query this session, the batch is indexed -- and each is written once.  Use it
+        inside an all-or-nothing session (:meth:`Writer.run`): a batch cut short must not
+        leave untagged mail."""
         added, born = AddedFiles(), {}
         for path in paths:
             try:
@@ -686,19 +687,27 @@ class WriteTxn:
         # writing that copy back would undo the merge.  (One query, not a find per message:
         # each lookup of a term the session changed makes Xapian flush its pending changes.)
         # The query's handles live only while it is iterated: each is written on the way.
+        left = set(messages)
         for msg in self._db.messages(id_query(messages), exclude_tags=()):
-            mid = msg.messageid
-            want = wanted.get(mid, given[mid])
-            with msg.frozen():
-                have = frozenset(str(t) for t in msg.tags)
-                for tag in have - want:
-                    msg.tags.discard(tag)
-                for tag in want - have:
-                    msg.tags.add(tag)
-            # A flag tag a rule changed: the files are renamed to say the same (as tagging
-            # does); the flags' own tags need no rename.
-            if self.sync_flags and (given[mid] ^ want) & FLAG_TAGS:
-                msg.tags.to_maildir_flags()
+            self._write_final(msg, given, wanted)
+            left.discard(msg.messageid)
+        for mid in sorted(left):  # an id the query did not find (never seen): looked up alone
+            self._write_final(_find(self._db, mid), given, wanted)
+
+    def _write_final(self, msg: notmuch2.Message, given: Mapping[str, frozenset[str]],
+                     wanted: Mapping[str, frozenset[str]]) -> None:
+        mid = msg.messageid
+        want = wanted.get(mid, given[mid])
+        with msg.frozen():
+            have = frozenset(str(t) for t in msg.tags)
+            for tag in have - want:
+                msg.tags.discard(tag)
+            for tag in want - have:
+                msg.tags.add(tag)
+        # A flag tag a rule changed: the files are renamed to say the same (as tagging does);
+        # the flags' own tags need no rename.
+        if self.sync_flags and (given[mid] ^ want) & FLAG_TAGS:
+            msg.tags.to_maildir_flags()
 
     def remove_file(self, path: str | os.PathLike[str]) -> bool:
         """Forget one file; True when the message still has other files."""
