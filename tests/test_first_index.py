@@ -147,6 +147,26 @@ def test_without_the_mirror_follower_the_pass_builds_the_mirror_and_tags_nothing
     assert check.returncode == 0, check.stdout
 
 
+def test_a_notmuch_new_run_meanwhile_leaves_the_rest_to_the_pass(mail_env: MailEnv) -> None:
+    """Another program indexing between two batches (mbsync's post-sync `notmuch new`): its
+    mail has only new.tags; the first index stops, and the pass tags it as new mail."""
+    init_without_index(mail_env)
+    others = []
+
+    def after_a_batch(phase: str, done: int, total: int) -> None:
+        if 0 < done < total and not others:
+            others.append(mail_env.notmuch("new", "--no-hooks").stdout)
+    with Reader() as reader:
+        report = first_index.index_first(mail_env.config(), reader, batch_size=40,
+                                         on_progress=after_a_batch)
+    assert "Added" in others[0]
+    assert report.interrupted and not report.mirrored and 0 < report.added <= 40
+    mail_env.fmail("index", "--quiet")
+    assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())
+    check = mail_env.fmail("sidecar", "check", check=False)
+    assert check.returncode == 0, check.stdout
+
+
 def test_a_batch_cut_short_leaves_nothing_and_the_next_run_finishes(
         mail_env: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     init_without_index(mail_env)

@@ -13,7 +13,11 @@ process of its own builds the sidecar's mirror of each committed batch from thos
 the next batch is written.
 
 Each batch is one all-or-nothing write session: a run that dies leaves whole batches, and the
-next ``fmail-nm index`` finds the rest with ``notmuch new`` and tags them as new mail.
+next ``fmail-nm index`` finds the rest with ``notmuch new`` and tags them as new mail.  Another
+program may take the write lock between two batches (mbsync's post-sync ``notmuch new``, which
+would index the files not reached yet with ``new.tags`` alone): the next batch sees that the
+revision moved, and the first index stops there, leaving the rest to ``notmuch new`` and the
+post-new pass -- the sidecar then takes everything changed after our last batch for new mail.
 
 Only when nothing else expects to see the new mail: the database holds no message, and the
 post-new hook is ours and leaves the pass to ``fmail-nm index`` (a hook of the user's chained
@@ -63,6 +67,7 @@ class FirstIndex:
     unreadable: list[str] = field(default_factory=list)
     revision: int = 0  # the database's revision once done
     mirrored: bool = False  # the sidecar's mirror has it all (else the next sync builds it)
+    interrupted: bool = False  # another program wrote meanwhile: the rest is left to the pass
 
     def count(self, added: AddedFiles) -> None:
         self.added += len(added.messages)
@@ -129,8 +134,17 @@ def _walk(folder: str, below: str, ignored: Ignored, files: list[str]) -> None:
     files += [e.path for e in entries if e.is_file() and not ignored(below + e.name)]
 
 
+class _WrittenMeanwhile(Exception):
+    """Another program wrote to the database between two batches (a ``notmuch new`` that ran
+    meanwhile indexes files this run has not reached, with only ``new.tags``)."""
+
+
 def _index_batch(txn: WriteTxn, paths: Sequence[str], parsed: Mapping[str, Parsed],
-                 config: Config, new_tags: frozenset[str]) -> AddedFiles:
+                 config: Config, new_tags: frozenset[str], revision: int) -> AddedFiles:
+    """One batch, if the database is still at the ``revision`` the last one committed."""
+    if txn.revision() != revision:
+        raise _WrittenMeanwhile()
+
     def final(txn: WriteTxn, given: Mapping[str, frozenset[str]],
               files: Mapping[str, Sequence[str]]) -> dict[str, set[str]]:
         list_ids = {mid: parsed[names[0]].list_id for mid, names in files.items()}
@@ -234,6 +248,7 @@ def index_first(config: Config, reader: Reader, *,
         follower = _MirrorFollower(config)
         if on_progress is not None:
             on_progress(INDEXING, 0, len(files))
+        ours = reader.revision().number  # the revision our last batch left
         try:
             with Writer(config.settings.notmuch_config) as writer:
                 for number, start in enumerate(range(0, len(files), batch_size)):
@@ -242,18 +257,26 @@ def index_first(config: Config, reader: Reader, *,
                     follower.parsed(number, parsed)
                     added = writer.run(functools.partial(
                         _index_batch, paths=batch, parsed=parsed, config=config,
-                        new_tags=new_tags), all_or_nothing=True)
+                        new_tags=new_tags, revision=ours), all_or_nothing=True)
+                    ours = reader.revision().number  # as committed (a session counts apart)
                     report.count(added)
                     follower.committed(number)
                     if on_progress is not None:
                         on_progress(INDEXING, start + len(batch), len(files))
+        except _WrittenMeanwhile:
+            # The rest is the pass's, after notmuch new, as for any new mail: all that changed
+            # after our last batch is taken for new mail by the next sync (built from scratch:
+            # the follower may have mirrored the other program's mail as tagged already).
+            report.interrupted = True
+            log.info("another program wrote to the notmuch database during the first index; "
+                     "notmuch new and the post-new pass do the rest")
         finally:
             parses.close()
-            report.mirrored = follower.finish()
+            report.mirrored = follower.finish() and not report.interrupted
         report.revision = reader.revision().number
         if not report.mirrored:
             with sidecar.opened(path) as conn, sidecar.transaction(conn):
-                # Built from scratch by the next sync, which tags only mail after this.
+                # Built from scratch by the next sync, which tags what came after our mail.
                 sidecar.set_state(conn, "notmuch_uuid", None)
-                sidecar.set_state(conn, SETUP_REVISION, str(report.revision))
+                sidecar.set_state(conn, SETUP_REVISION, str(ours))
     return report

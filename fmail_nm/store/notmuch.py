@@ -537,6 +537,10 @@ class WriteTxn:
         self._db = db
         self.sync_flags = db.config.get("maildir.synchronize_flags", "true").lower() == "true"
 
+    def revision(self) -> int:
+        """The database's revision as this session sees it (its own changes included)."""
+        return int(self._db.revision().rev)
+
     def message_ids(self, query: str) -> list[str]:
         try:
             return _ids(self._db, query)
