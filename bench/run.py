@@ -495,6 +495,7 @@ class SameDelivery:
     index: Timing  # fmail-nm index (notmuch new with the hook, then its own post-new pass)
     bare: Timing  # notmuch new --no-hooks
     hook: Timing  # then fmail-nm hook post-new, alone
+    tags_differ: int = 0  # delivered messages whose final tags differ between the two ways
 
     @property
     def extra(self) -> float:
@@ -521,6 +522,7 @@ class Incremental:
                 "index_minus_bare_wall": round(statistics.median(extra), 3),
                 "index_minus_bare_each": [round(e, 3) for e in extra],
                 "within_target": statistics.median(extra) <= INCREMENTAL_TARGET_S,
+                "tags_differ": max(r.tags_differ for r in rounds),
             }
         out.update(tag_1000=self.tag_1000, sync_after_tag_1000=self.sync_after_tag_1000,
                    flag_1000=self.flag_1000, sync_after_flag_1000=self.sync_after_flag_1000)
@@ -535,6 +537,12 @@ def deliver(env: BenchEnv, messages: Sequence[corpus.Message], skip: frozenset[s
 def quote(value: str) -> str:
     """A notmuch query term value in double quotes (embedded quotes doubled)."""
     return '"' + value.replace('"', '""') + '"'
+
+
+def delivered_tags(env: BenchEnv) -> dict[str, frozenset[str]]:
+    """The tags of the messages in the delivery folder (see :func:`deliver`)."""
+    out, _ = env.notmuch("dump", "--include=tags", "--", "path:work/INBOX/new")
+    return parse_dump(out)
 
 
 def tag_batch_file(ids: Sequence[str], change: str) -> str:
@@ -560,6 +568,7 @@ def same_deliveries(ws: Workspace, env: BenchEnv, messages: Sequence[corpus.Mess
             for r in range(runs):
                 batch = 100  # new-100-*: the same files each round, apart from other deliveries
                 got: dict[str, Timing] = {}
+                tags: dict[str, dict[str, frozenset[str]]] = {}
                 for which in (("index", "bare") if r % 2 == 0 else ("bare", "index")):
                     env.restore(snapshot)
                     if count:
@@ -569,7 +578,10 @@ def same_deliveries(ws: Workspace, env: BenchEnv, messages: Sequence[corpus.Mess
                     else:
                         got["bare"] = env.step(["notmuch", "new", "--no-hooks"])[1]
                         got["hook"] = env.fmail_step("hook", "post-new")[1]
-                one = SameDelivery(count, got["index"], got["bare"], got["hook"])
+                    tags[which] = delivered_tags(env)
+                differ = sum(tags["index"].get(mid) != have for mid, have in tags["bare"].items())
+                one = SameDelivery(count, got["index"], got["bare"], got["hook"],
+                                   differ + len(tags["index"].keys() - tags["bare"].keys()))
                 out.setdefault(count, []).append(one)
                 log(f"  {count} new, round {r + 1}/{runs}: fmail-nm index {one.index.wall:.2f} s; "
                     f"notmuch new {one.bare.wall:.2f} s (+ hook {one.hook.wall:.2f} s); "
@@ -1218,6 +1230,8 @@ def incremental_rows(inc: dict[str, Any]) -> list[tuple[str, str]]:
             (f"  {what}: index - notmuch new  [<= +{INCREMENTAL_TARGET_S} s]",
              f"{d['index_minus_bare_wall']:+.2f} s"
              + ("" if d["within_target"] else " MISSED")),
+            (f"  {what}: final tags differ, index vs notmuch new + hook",
+             str(d.get("tags_differ", "-"))),
             (f"  {what}: peak RSS index / notmuch new / hook",
              " / ".join(mib(d[k].peak_rss_mib)
                         for k in ("fmail_index", "bare_notmuch_new", "hook_alone"))),

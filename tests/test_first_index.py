@@ -11,7 +11,7 @@ from pathlib import Path
 import notmuch2
 import pytest
 
-from fmail_nm.passes import first_index
+from fmail_nm.passes import first_index, indexing
 from fmail_nm.service.index import hook_in_the_way, run_index
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader, Writer, WriteTxn, maildir_flags, with_flag_tags
@@ -171,14 +171,14 @@ def test_a_batch_cut_short_leaves_nothing_and_the_next_run_finishes(
         mail_env: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     init_without_index(mail_env)
     calls = []
-    real = first_index.final_tags
+    real = indexing.final_tags
 
     def fail_second(*args, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(1)
         if len(calls) == 2:
             raise RuntimeError("killed")
         return real(*args, **kwargs)
-    monkeypatch.setattr(first_index, "final_tags", fail_second)
+    monkeypatch.setattr(indexing, "final_tags", fail_second)
     config = mail_env.config()
     with Reader() as reader, pytest.raises(RuntimeError):
         first_index.index_first(config, reader, batch_size=60)

@@ -60,12 +60,22 @@ def test_an_index_run_takes_the_parses_made_while_notmuch_new_ran(indexed: MailE
     assert tuple(row) == ("team.example.com", "The body of delivery 0.")
     assert indexed.notmuch("count", "tag:list AND id:prefetch-0@example.net").stdout.strip() == "1"
 
-    # Without a stamp (a first run, or it was lost) nothing is parsed ahead; all still works.
+    # Without a stamp (notmuch new and the hook indexed everything so far, or it was lost),
+    # the files that arrived since the database's last commit are the delivery.
     (config.data_dir / STAMP_NAME).unlink()
+    time.sleep(0.05)
     delivered(inbox, 3)
     summary = run_index(config, show_progress=False)
-    assert (summary.added, summary.parsed_ahead) == (1, 0)
+    assert (summary.added, summary.delivered, summary.parsed_ahead) == (1, 0, 1)
     assert (config.data_dir / STAMP_NAME).is_file()
+    # Mail that arrived before the last commit is notmuch new's (and parsed by the mirror).
+    (config.data_dir / STAMP_NAME).unlink()
+    delivered(inbox, 4)
+    time.sleep(0.2)  # well beyond the clock's slack
+    indexed.notmuch("tag", "+seen-by-mutt", "--", "id:prefetch-0@example.net")
+    summary = run_index(config, show_progress=False)
+    assert (summary.added, summary.delivered, summary.parsed_ahead) == (1, 0, 0)
+    assert indexed.notmuch("count", "id:prefetch-4@example.net").stdout.strip() == "1"
 
 
 def test_the_mirror_takes_a_parse_only_for_the_file_it_would_read(indexed: MailEnv) -> None:

@@ -46,7 +46,8 @@ from ..progress import INDEXING, ProgressCallback
 from ..store import sidecar
 from ..store.notmuch import AddedFiles, Reader, Writer, WriteTxn
 from .mirror import SETUP_REVISION, Mirror, Parsed, parse_in_order, sync_lock
-from .tagging import configured_new_tags, final_tags
+from .indexing import Ignored, WrittenMeanwhile, index_batch
+from .tagging import configured_new_tags
 
 log = logging.getLogger(__name__)
 
@@ -74,25 +75,6 @@ class FirstIndex:
         self.copies += added.copies
         self.not_mail += added.not_mail
         self.unreadable += added.unreadable
-
-
-class Ignored:
-    """notmuch's ``new.ignore``: names ignored anywhere, and ``/regex/`` patterns matched
-    against the path below the mail root.  A pattern Python cannot read makes the first
-    index notmuch new's job (:func:`why_not`)."""
-
-    def __init__(self, setting: str) -> None:
-        entries = [e.strip() for e in setting.split(";") if e.strip()]
-        self.names = frozenset(e for e in entries if not _is_regex(e))
-        self.patterns = [re.compile(e[1:-1]) for e in entries if _is_regex(e)]
-
-    def __call__(self, relative: str) -> bool:
-        return os.path.basename(relative) in self.names or any(
-            p.search(relative) for p in self.patterns)
-
-
-def _is_regex(entry: str) -> bool:
-    return len(entry) >= 2 and entry.startswith("/") and entry.endswith("/")
 
 
 def why_not(reader: Reader) -> str | None:
@@ -132,24 +114,6 @@ def _walk(folder: str, below: str, ignored: Ignored, files: list[str]) -> None:
                 entry.name == ".notmuch" or (maildir and entry.name == "tmp")):
             _walk(entry.path, below + entry.name + "/", ignored, files)
     files += [e.path for e in entries if e.is_file() and not ignored(below + e.name)]
-
-
-class _WrittenMeanwhile(Exception):
-    """Another program wrote to the database between two batches (a ``notmuch new`` that ran
-    meanwhile indexes files this run has not reached, with only ``new.tags``)."""
-
-
-def _index_batch(txn: WriteTxn, paths: Sequence[str], parsed: Mapping[str, Parsed],
-                 config: Config, new_tags: frozenset[str], revision: int) -> AddedFiles:
-    """One batch, if the database is still at the ``revision`` the last one committed."""
-    if txn.revision() != revision:
-        raise _WrittenMeanwhile()
-
-    def final(txn: WriteTxn, given: Mapping[str, frozenset[str]],
-              files: Mapping[str, Sequence[str]]) -> dict[str, set[str]]:
-        list_ids = {mid: parsed[names[0]].list_id for mid, names in files.items()}
-        return final_tags(txn, given, list_ids, config, new_tags)
-    return txn.index_files(paths, sorted(new_tags), final)
 
 
 # What the indexing process tells the follower: a batch's parses (before the batch is
@@ -255,15 +219,16 @@ def index_first(config: Config, reader: Reader, *,
                     batch = files[start:start + batch_size]
                     parsed = dict(zip(batch, parses))  # kept only until handed over
                     follower.parsed(number, parsed)
+                    list_ids = {name: p.list_id for name, p in parsed.items()}
                     added = writer.run(functools.partial(
-                        _index_batch, paths=batch, parsed=parsed, config=config,
+                        index_batch, paths=batch, list_ids=list_ids, config=config,
                         new_tags=new_tags, revision=ours), all_or_nothing=True)
                     ours = reader.revision().number  # as committed (a session counts apart)
                     report.count(added)
                     follower.committed(number)
                     if on_progress is not None:
                         on_progress(INDEXING, start + len(batch), len(files))
-        except _WrittenMeanwhile:
+        except WrittenMeanwhile:
             # The rest is the pass's, after notmuch new, as for any new mail: all that changed
             # after our last batch is taken for new mail by the next sync (built from scratch:
             # the follower may have mirrored the other program's mail as tagged already).

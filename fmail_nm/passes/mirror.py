@@ -484,11 +484,13 @@ class Mirror:
                  on_marked: Callable[[list[tuple[str, str | None]]], None] | None = None,
                  on_moved: Callable[[list[str]], None] | None = None,
                  prefetched: Mapping[str, Parsed] | None = None,
-                 mark_new: bool = True) -> None:
+                 mark_new: bool = True, tagged: frozenset[str] = frozenset()) -> None:
         self.config = config
         self.reader = reader
-        # False: the mail new to the mirror has its final tags already (passes.first_index).
+        # False: the mail new to the mirror has its final tags already (passes.first_index);
+        # ``tagged``: these messages have (passes.delivery).
         self.mark_new = mark_new
+        self.tagged = tagged
         self.conn = conn
         self.batch_size = batch_size
         self.on_batch = on_batch  # called after each committed batch (tests use it to crash)
@@ -641,7 +643,7 @@ class Mirror:
                 if self._folders(files) != self._folders(message.filenames):
                     self._moved.append(mid)
             row = build_row(message, parsed, self.layout, self.me, self.exclusions)
-            if self.mark_new and mid not in known and (
+            if self.mark_new and mid not in known and mid not in self.tagged and (
                     self._recent is None or mid in self._recent):
                 row["needs_tagging"] = 1
                 self._marked.append((mid, parsed.list_id))
@@ -880,15 +882,18 @@ def sync_sidecar(config: Config, reader: Reader, *, full: bool = False,
                  on_progress: ProgressCallback | None = None,
                  on_marked: Callable[[list[tuple[str, str | None]]], None] | None = None,
                  on_moved: Callable[[list[str]], None] | None = None,
-                 prefetched: Mapping[str, Parsed] | None = None) -> MirrorReport:
+                 prefetched: Mapping[str, Parsed] | None = None,
+                 tagged: frozenset[str] = frozenset()) -> MirrorReport:
     """Bring the sidecar up to date with notmuch.  With ``wait=False`` a sync already running
     elsewhere raises :class:`SyncInProgress` instead of waiting for it.  ``new_since``: the
     notmuch revision before the index run that brought new mail (see :class:`Mirror`);
-    ``prefetched``: files parsed already (:mod:`fmail_nm.passes.prefetch`)."""
+    ``prefetched``: files parsed already (:mod:`fmail_nm.passes.prefetch`); ``tagged``: new
+    messages that have their final tags already (:mod:`fmail_nm.passes.delivery`)."""
     path = sidecar.sidecar_path(config.data_dir)
     with sync_lock(path, wait=wait), sidecar.opened(path) as conn:
         mirror = Mirror(config, reader, conn, new_since=new_since, on_progress=on_progress,
-                        on_marked=on_marked, on_moved=on_moved, prefetched=prefetched)
+                        on_marked=on_marked, on_moved=on_moved, prefetched=prefetched,
+                        tagged=tagged)
         try:
             return mirror.sync(full=full)
         finally:

@@ -33,29 +33,33 @@ class PostNewReport:
 def post_new(config: Config, reader: Reader, writer: Writer, *,
              new_since: int | None = None,
              on_progress: ProgressCallback | None = None,
-             prefetched: Mapping[str, Parsed] | None = None) -> PostNewReport:
+             prefetched: Mapping[str, Parsed] | None = None,
+             tagged: frozenset[str] = frozenset()) -> PostNewReport:
     """What follows every ``notmuch new``: mirror the new mail into the sidecar (each new file
     parsed once, there), tag what the mirror marked as new -- batch by batch, alongside the
     mirror -- give mail whose files changed folders the place tags of where it is now, apply
     the blocklist, and mirror the final tags.  ``new_since``: the notmuch revision before the
-    index run, when known; ``prefetched``: files parsed while notmuch new ran."""
+    index run, when known; ``prefetched``: files parsed while notmuch new ran; ``tagged``: new
+    messages that have their final tags already (indexed by :mod:`fmail_nm.passes.delivery`)."""
     # A connection held open through the pass: each step opens and closes its own, and SQLite
     # checkpoints the WAL whenever the last connection to it closes (several ms each time).
     with sidecar.opened(sidecar.sidecar_path(config.data_dir)):
         return _post_new(config, reader, writer, new_since=new_since,
-                         on_progress=_serialized(on_progress), prefetched=prefetched)
+                         on_progress=_serialized(on_progress), prefetched=prefetched,
+                         tagged=tagged)
 
 
 def _post_new(config: Config, reader: Reader, writer: Writer, *, new_since: int | None,
               on_progress: ProgressCallback | None,
-              prefetched: Mapping[str, Parsed] | None) -> PostNewReport:
+              prefetched: Mapping[str, Parsed] | None,
+              tagged: frozenset[str]) -> PostNewReport:
     # The tagging pass starts on each batch the mirror has committed while the mirror goes on;
     # whatever it did not reach (or a pass that died before left marked) is tagged after.
     moved: list[str] = []
     with Tagger(config, writer, configured_new_tags(reader), on_progress=on_progress) as tagger:
         first = sync_sidecar(config, reader, new_since=new_since, on_progress=on_progress,
                              on_marked=tagger.add, on_moved=moved.extend,
-                             prefetched=prefetched)
+                             prefetched=prefetched, tagged=tagged)
     tagging = run_tagging(config, reader, writer, on_progress=on_progress,
                           report=tagger.report)
     # Files that changed folders behind our back (another client, or a write of ours killed

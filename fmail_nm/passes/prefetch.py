@@ -10,17 +10,25 @@ It is a guess and only ever saves time: a file not parsed here is parsed by the 
 before, and the run waits only for the files in ``new/`` (deliveries, which the mirror would
 parse next anyway): files in ``cur/`` -- mail delivered as read, and old mail a client renamed,
 parsed in vain -- are taken as far as the thread got while notmuch ran.  The first
-run (no stamp yet) parses nothing here: a first index is the mirror's worker processes' job.
+run (no stamp yet, an empty database) parses nothing here: a first index is the job of its
+own worker processes.  Without a stamp on a database that has mail (notmuch new and the hook
+indexed it all so far), the files that arrived since the database's last commit are taken.
 The thread also imports the passes the run needs next, so that import overlaps notmuch too.
+
+The files in ``new/`` are listed first (:meth:`Prefetch.deliveries`), and the thread waits
+(:meth:`Prefetch.resume`): an index run may index those itself before notmuch new
+(:mod:`fmail_nm.passes.delivery`), and a thread parsing beside it would only fight it for the
+GIL between libnotmuch's calls.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,19 +54,29 @@ class Prefetch:
     it, :meth:`done` once the run succeeded (the next run looks for files newer than this
     one's start)."""
 
-    def __init__(self, mail_root: Path, data_dir: Path, *, max_files: int = MAX_FILES) -> None:
+    def __init__(self, mail_root: Path, data_dir: Path, *, max_files: int = MAX_FILES,
+                 fallback: float | None = None) -> None:
         self.mail_root = mail_root
         self.stamp_file = data_dir / STAMP_NAME
         self.max_files = max_files
+        # Without a stamp (no index run of ours yet: notmuch new and the hook did them all),
+        # files that arrived since this time -- the database's last commit -- are the guess.
+        self.fallback = fallback
         self.started = 0.0
         self._parsed: dict[str, Parsed] = {}
+        self._deliveries: list[str] | None = None  # the files in new/, once listed
         self._stop = threading.Event()
+        self._listed = threading.Event()  # the files in new/ are listed (or never will be)
+        self._go = threading.Event()  # parse on (see resume)
+        self._wanted: list[str] | None = None  # the deliveries that need a parse (see resume)
         self._deliveries_done = threading.Event()  # every file in new/ parsed (or none)
         self._thread: threading.Thread | None = None
 
     def start(self) -> Prefetch:
         self.started = time.time()
         since = self._last_start()
+        if since is None:
+            since = self.fallback
         self._thread = threading.Thread(
             target=self._run, args=(None if since is None else since - CLOCK_SLACK,),
             name="fmail-prefetch", daemon=True)
@@ -70,10 +88,29 @@ class Prefetch:
         mirror would parse next anyway -- then stops the thread: files in ``cur/`` (also
         renamed old mail) are taken only as far as the thread got while notmuch ran."""
         if self._thread is not None:
+            self._go.set()
             self._deliveries_done.wait()
             self._stop.set()
             self._thread.join()
         return self._parsed
+
+    def deliveries(self) -> list[str] | None:
+        """The files in ``new/`` that arrived since the last run, once the thread has listed
+        them; None when not known: no earlier run, more than ``max_files``, or the listing
+        failed."""
+        if self._thread is None:
+            return None
+        self._listed.wait()
+        return self._deliveries
+
+    def resume(self, wanted: list[str] | None = None) -> None:
+        """Let the thread parse, once the files are listed.  It waits for this: a delivery
+        indexed in this process meanwhile (:mod:`fmail_nm.passes.delivery`) would lose the GIL
+        to the thread's parsing after every libnotmuch call, and take twice as long.
+        ``wanted``: the deliveries still to parse (the others are indexed already), if known."""
+        if not self._go.is_set():  # the first word counts
+            self._wanted = wanted
+            self._go.set()
 
     def done(self) -> None:
         """Remember this run's start for the next one (after a run that indexed)."""
@@ -90,29 +127,51 @@ class Prefetch:
             return None
 
     def _run(self, since: float | None) -> None:
-        # The passes are imported here, while notmuch new runs, whether or not there is
-        # anything to parse: the run needs them next.
         try:
+            leaves = changed_leaves(self.mail_root, since) if since is not None else None
+            deliveries = list(itertools.islice(_files_in(leaves["new"], since or 0.0),
+                                               self.max_files + 1)) if leaves else []
+            if leaves is not None and len(deliveries) <= self.max_files:
+                self._deliveries = deliveries
+            self._listed.set()
+            self._go.wait()
+            # The passes are imported here, whether or not there is anything to parse (the run
+            # needs them next), once the delivery is indexed: while notmuch new runs.
             from . import post_new  # noqa: F401
             from .mirror import parse_file
 
-            if since is None:
+            wanted = self._wanted if self._wanted is not None else deliveries[:self.max_files]
+            for name in wanted:
+                if self._stop.is_set():
+                    return
+                self._parsed[name] = parse_file([name])
+            self._deliveries_done.set()
+            if leaves is None:
                 return
-            for n, name in enumerate(arrived_since(self.mail_root, since)):
-                if os.path.basename(os.path.dirname(name)) != "new":
-                    self._deliveries_done.set()
-                if n >= self.max_files or self._stop.is_set():
+            # A big cur/ with nothing new in it takes a while to scan: stop means stop.
+            others = _files_in(leaves["cur"], since or 0.0, self._stop)
+            for name in itertools.islice(others, max(0, self.max_files - len(deliveries))):
+                if self._stop.is_set():
                     return
                 self._parsed[name] = parse_file([name])
         except Exception:  # untrusted files, racing renames: a guess that failed costs nothing
             log.debug("prefetch stopped", exc_info=True)
         finally:
+            self._listed.set()
             self._deliveries_done.set()
 
 
 def arrived_since(mail_root: Path, since: float) -> Iterator[str]:
     """Files in Maildir ``new``/``cur`` directories below ``mail_root`` added or renamed there
     at or after ``since`` (epoch seconds): all of ``new/`` first, then ``cur/``."""
+    leaves = changed_leaves(mail_root, since)
+    for leaf in MAILDIR_LEAVES:
+        yield from _files_in(leaves[leaf], since)
+
+
+def changed_leaves(mail_root: Path, since: float) -> dict[str, list[str]]:
+    """The Maildir ``new`` and ``cur`` directories below ``mail_root`` changed at or after
+    ``since`` (a file added, renamed or removed moves a directory's mtime), by leaf name."""
     leaves: dict[str, list[str]] = {leaf: [] for leaf in MAILDIR_LEAVES}
     for top, dirs, _files in os.walk(mail_root):
         dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
@@ -125,15 +184,22 @@ def arrived_since(mail_root: Path, since: float) -> Iterator[str]:
                 except OSError:
                     continue
         dirs[:] = [d for d in dirs if d not in MAILDIR_LEAVES]
-    for leaf in MAILDIR_LEAVES:
-        for path in leaves[leaf]:
-            yield from _files_since(path, since)
+    return leaves
 
 
-def _files_since(directory: str, since: float) -> Iterator[str]:
+def _files_in(directories: Iterable[str], since: float,
+              stop: threading.Event | None = None) -> Iterator[str]:
+    for directory in directories:
+        yield from _files_since(directory, since, stop)
+
+
+def _files_since(directory: str, since: float,
+                 stop: threading.Event | None = None) -> Iterator[str]:
     try:
         with os.scandir(directory) as entries:
             for entry in entries:
+                if stop is not None and stop.is_set():
+                    return
                 try:
                     if entry.is_file(follow_symlinks=False) and \
                             entry.stat(follow_symlinks=False).st_ctime >= since:

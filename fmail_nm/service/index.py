@@ -1,6 +1,9 @@
 """``fmail-nm index``: ``notmuch new`` (hooks included), then the post-new pass
 (:func:`fmail_nm.passes.post_new.post_new`) in this process -- our hook leaves it to us when
 asked (``PASS_AFTER_ENV``), so an index run starts one Python, not two -- then a summary.
+Before ``notmuch new``, fmail-nm indexes new mail itself where it can, each message written
+once with its final tags: an empty database whole (:mod:`fmail_nm.passes.first_index`),
+otherwise the files delivered into ``new/`` since the last run (:mod:`fmail_nm.passes.delivery`).
 
 On a terminal, one progress line covers the whole run: notmuch's own phase (it prints
 "Processed N of M files" only to a terminal, so notmuch new runs on a pseudo-terminal) and ours
@@ -26,9 +29,9 @@ from typing import TYPE_CHECKING, TextIO, TypeVar
 from .. import progress
 from ..adopt.hooks import CHAINED_SUFFIX, defers_pass, is_ours
 from ..config import Config
-from ..passes import NEW_SINCE_ENV, PASS_AFTER_ENV
+from ..passes import DELIVERY_MIN_FILES, NEW_SINCE_ENV, PASS_AFTER_ENV
 from ..passes.prefetch import Prefetch
-from ..store.notmuch import NotmuchAccessError, Reader, Writer
+from ..store.notmuch import AddedFiles, NotmuchAccessError, Reader, Writer
 from ..store.notmuch_cli import run_notmuch_new
 
 if TYPE_CHECKING:  # the passes are imported while notmuch new runs (see run_index)
@@ -59,6 +62,7 @@ class IndexSummary:
     notmuch_output: str
     parsed_ahead: int = 0  # new files parsed while notmuch new ran (passes.prefetch)
     first_index: bool = False  # fmail-nm indexed the empty database itself (passes.first_index)
+    delivered: int = 0  # new messages fmail-nm indexed itself before notmuch new (passes.delivery)
 
     def describe(self) -> str:
         """One line for a person: ``indexed: 3 new, 169 messages in all (inbox 98, ...)``."""
@@ -279,24 +283,32 @@ def run_index(config: Config, *, show_progress: bool | None = None,
     # On a pseudo-terminal notmuch new prints its progress, and the hook its own (asked with
     # FMAIL_PROGRESS); without one neither does, and nothing here draws.
     as_tty = bool(sinks)
-    first = None
-    with Reader(notmuch_config) as reader:
-        if reader.count("*", exclude_tags=()) == 0:
-            first = _index_first(config, reader, report if sinks else None)
-        before = reader.revision().number
-        hook_dir = reader.setting("database.hook_dir")
-    # Our hook leaves the pass to us (one process, imports paid once, progress through the
-    # callback); a hook of an earlier version has run it already, and running it again here
-    # would only find nothing to do, at a cost on every run.  No hook of ours: we run it.
-    hook = Path(hook_dir) / "post-new" if hook_dir else None
-    hooked = hook is not None and is_ours(hook) and not defers_pass(hook)
-    env = {NEW_SINCE_ENV: str(before), progress.ENV: "1" if as_tty else "",
-           PASS_AFTER_ENV: "1"}
-    # Files delivered since the last run are parsed, and the passes imported, on a thread
-    # while notmuch new runs in its own process: what a small delivery costs after notmuch
-    # shrinks to tagging and the sidecar's writes.
-    prefetch = Prefetch(config.mail_root, config.data_dir).start()
+    # Files delivered since the last run are listed and parsed, and the passes imported, on a
+    # thread: while a delivery is indexed here (passes.delivery) and notmuch new runs in its
+    # own process, so what a small delivery costs after notmuch shrinks to the sidecar's writes.
+    prefetch: Prefetch | None = None
     try:
+        first = delivered = None
+        with Reader(notmuch_config) as reader:
+            hook_dir = reader.setting("database.hook_dir")
+            empty = reader.count("*", exclude_tags=()) == 0
+            prefetch = Prefetch(config.mail_root, config.data_dir,
+                                fallback=None if empty else reader.changed_at()).start()
+            if empty:
+                first = _index_first(config, reader, report if sinks else None)
+            before = reader.revision().number
+            if first is None:
+                delivered = _index_delivery(config, reader, prefetch, hook_dir,
+                                            report if sinks else None)
+        prefetch.resume()  # parse what is left while notmuch new runs
+        # Our hook leaves the pass to us (one process, imports paid once, progress through
+        # the callback); a hook of an earlier version has run it already, and running it again
+        # here would only find nothing to do, at a cost on every run.  No hook of ours: we run
+        # it.
+        hook = Path(hook_dir) / "post-new" if hook_dir else None
+        hooked = hook is not None and is_ours(hook) and not defers_pass(hook)
+        env = {NEW_SINCE_ENV: str(before), progress.ENV: "1" if as_tty else "",
+               PASS_AFTER_ENV: "1"}
         result = run_notmuch_new(notmuch_config, as_tty=as_tty,
                                  on_line=handle if (as_tty or on_line) else None,
                                  timeout=timeout, env=env)
@@ -311,8 +323,7 @@ def run_index(config: Config, *, show_progress: bool | None = None,
                 f"notmuch new failed (exit {result.returncode}):\n{_plain(output).strip()}")
         added = int(m.group(1)) if (m := _ADDED.search(output)) else 0
         prefetched = prefetch.take()
-        if first is not None:
-            added += first.added
+        added += (first.added if first else 0) + (len(delivered.messages) if delivered else 0)
         from ..passes.post_new import drop_old_recipients, post_new
         from ..passes.tagging import TaggingReport
 
@@ -320,17 +331,20 @@ def run_index(config: Config, *, show_progress: bool | None = None,
             tagging, parsed_ahead = TaggingReport(), 0
             if not hooked:
                 done = post_new(config, reader, writer, new_since=before,
-                                on_progress=report if sinks else None, prefetched=prefetched)
+                                on_progress=report if sinks else None, prefetched=prefetched,
+                                tagged=frozenset(delivered.messages if delivered else ()))
                 tagging, parsed_ahead = done.tagging, done.mirror.prefetched
             drop_old_recipients(reader, writer)
             summary = IndexSummary(added=added, total=reader.count("*", exclude_tags=()),
                                    counts=summary_counts(reader), tagging=tagging,
                                    notmuch_output=output, parsed_ahead=parsed_ahead,
-                                   first_index=first is not None)
+                                   first_index=first is not None,
+                                   delivered=len(delivered.messages) if delivered else 0)
         prefetch.done()
         return summary
     finally:
-        prefetch.take()  # stopped, whatever happened (a no-op once taken)
+        if prefetch is not None:
+            prefetch.take()  # stopped, whatever happened (a no-op once taken)
         display.finish()
 
 
@@ -348,6 +362,23 @@ def _index_first(config: Config, reader: Reader,
     for name in first.not_mail:
         log.info("not mail, not indexed: %s", name)
     return first
+
+
+def _index_delivery(config: Config, reader: Reader, prefetch: Prefetch, hook_dir: str,
+                    on_progress: progress.ProgressCallback | None) -> AddedFiles | None:
+    """The delivery's new files indexed by fmail-nm itself (:mod:`fmail_nm.passes.delivery`)
+    when there are enough and nothing stands in its way; None when notmuch new indexes them."""
+    min_files = DELIVERY_MIN_FILES
+    if len(prefetch.deliveries() or ()) < min_files:  # notmuch new's: not even an import
+        return None
+    from ..passes.delivery import index_delivery, why_not
+
+    reason = why_not(reader) or hook_in_the_way(hook_dir)
+    if reason is not None:
+        log.debug("delivery left to notmuch new: %s", reason)
+        return None
+    return index_delivery(config, reader, prefetch, on_progress=on_progress,
+                          min_files=min_files)
 
 
 def hook_in_the_way(hook_dir: str) -> str | None:

@@ -405,6 +405,20 @@ class Reader:
                 return None
         return self._retrying(get)
 
+    def unknown_files(self, paths: Sequence[str]) -> list[str]:
+        """Those of these files the index has no message for (a lookup of the file's name)."""
+        def get(db: notmuch2.Database) -> list[str]:
+            unknown = []
+            for path in paths:
+                try:
+                    db.get(path)
+                except LookupError:
+                    unknown.append(path)
+                except notmuch2.NotmuchError:  # a name libnotmuch cannot place: not ours
+                    continue
+            return unknown
+        return self._retrying(get)
+
     def is_ghost(self, message_id: str) -> bool:
         """Whether notmuch knows this Message-ID only from replies (see :func:`_find`)."""
         def get(db: notmuch2.Database) -> bool:

@@ -1,0 +1,66 @@
+"""Files indexed by fmail-nm itself, the way ``notmuch new`` would index them, each new message
+written once with its final tags: what the first index (:mod:`fmail_nm.passes.first_index`)
+and a delivery (:mod:`fmail_nm.passes.delivery`) share -- notmuch's ``new.ignore`` rules and
+one batch in one write session.
+
+Kept light to import (no parser, no sidecar mirror): a delivery is indexed at the very start
+of an index run, before anything else is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+
+from ..config import Config
+from ..errors import BackendError
+from ..store.notmuch import AddedFiles, WriteTxn
+from .tagging import final_tags
+
+
+class Ignored:
+    """notmuch's ``new.ignore``: names ignored anywhere, and ``/regex/`` patterns matched
+    against the path below the mail root.  A pattern Python cannot read makes indexing
+    notmuch new's job (``why_not`` of the first index and of a delivery)."""
+
+    def __init__(self, setting: str) -> None:
+        entries = [e.strip() for e in setting.split(";") if e.strip()]
+        self.names = frozenset(e for e in entries if not _is_regex(e))
+        self.patterns = [re.compile(e[1:-1]) for e in entries if _is_regex(e)]
+
+    def __call__(self, relative: str) -> bool:
+        return os.path.basename(relative) in self.names or any(
+            p.search(relative) for p in self.patterns)
+
+    def anywhere(self, relative: str) -> bool:
+        """Whether ``notmuch new`` would skip this path below the mail root: it tests each
+        folder on the way down, then the file."""
+        parts = relative.split("/")
+        return any(self("/".join(parts[:n])) for n in range(1, len(parts) + 1))
+
+
+def _is_regex(entry: str) -> bool:
+    return len(entry) >= 2 and entry.startswith("/") and entry.endswith("/")
+
+
+class WrittenMeanwhile(BackendError):
+    """Another program wrote to the database since the caller last looked (a ``notmuch new``
+    that ran meanwhile indexes files this run has not reached, with only ``new.tags``).  The
+    callers stop there and leave the rest to notmuch new and the post-new pass."""
+
+
+def index_batch(txn: WriteTxn, paths: Sequence[str], list_ids: Mapping[str, str | None],
+                config: Config, new_tags: frozenset[str], revision: int) -> AddedFiles:
+    """Index these files (:meth:`~fmail_nm.store.notmuch.WriteTxn.index_files`), each new
+    message written once with the tags the rules give it -- if the database is still at
+    ``revision``.  ``list_ids``: each file's List-Id (lower case), asked for the first file
+    of each new message only."""
+    if txn.revision() != revision:
+        raise WrittenMeanwhile()
+
+    def final(txn: WriteTxn, given: Mapping[str, frozenset[str]],
+              files: Mapping[str, Sequence[str]]) -> dict[str, set[str]]:
+        by_message = {mid: list_ids[names[0]] for mid, names in files.items()}
+        return final_tags(txn, given, by_message, config, new_tags)
+    return txn.index_files(paths, sorted(new_tags), final)
