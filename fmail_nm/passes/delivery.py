@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from pathlib import Path
 
 from ..config import Config
@@ -36,7 +35,7 @@ from ..message.headers import header, list_id, split_head
 from ..progress import INDEXING, ProgressCallback
 from ..store.notmuch import AddedFiles, Reader, Writer, WriteTxn
 from . import DELIVERY_MIN_FILES
-from .indexing import Ignored, WrittenMeanwhile, index_batch
+from .indexing import Ignored, WrittenMeanwhile, index_batch, unreadable_ignore
 from .prefetch import Prefetch
 from .tagging import configured_new_tags
 
@@ -72,11 +71,7 @@ def why_not(reader: Reader) -> str | None:
     hook_dir = reader.setting("database.hook_dir")
     if hook_dir and os.path.lexists(os.path.join(hook_dir, "pre-new")):
         return "a pre-new hook runs before new mail is indexed"
-    try:
-        Ignored(reader.setting("new.ignore"))
-    except re.error as exc:
-        return f"new.ignore has a pattern Python cannot read ({exc})"
-    return None
+    return unreadable_ignore(reader.setting("new.ignore"))
 
 
 def index_delivery(config: Config, reader: Reader, prefetch: Prefetch, *,

@@ -34,9 +34,8 @@ import logging
 import multiprocessing
 import os
 import queue
-import re
 from collections import ChainMap
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,7 +45,7 @@ from ..progress import INDEXING, ProgressCallback
 from ..store import sidecar
 from ..store.notmuch import AddedFiles, Reader, Writer, WriteTxn
 from .mirror import SETUP_REVISION, Mirror, Parsed, parse_in_order, sync_lock
-from .indexing import Ignored, WrittenMeanwhile, index_batch
+from .indexing import Ignored, WrittenMeanwhile, index_batch, unreadable_ignore
 from .tagging import configured_new_tags
 
 log = logging.getLogger(__name__)
@@ -82,11 +81,7 @@ def why_not(reader: Reader) -> str | None:
     tells (None: it need not); the caller checks the hooks (``service.index``)."""
     if reader.count("*", exclude_tags=()) > 0:
         return "the database is not empty"
-    try:
-        Ignored(reader.setting("new.ignore"))
-    except re.error as exc:
-        return f"new.ignore has a pattern Python cannot read ({exc})"
-    return None
+    return unreadable_ignore(reader.setting("new.ignore"))
 
 
 def mail_files(mail_root: Path, ignored: Ignored) -> list[str]:

@@ -40,6 +40,16 @@ class Ignored:
         return any(self("/".join(parts[:n])) for n in range(1, len(parts) + 1))
 
 
+def unreadable_ignore(setting: str) -> str | None:
+    """Why fmail-nm cannot follow this ``new.ignore`` itself (a pattern Python's ``re`` cannot
+    read), or None."""
+    try:
+        Ignored(setting)
+    except re.error as exc:
+        return f"new.ignore has a pattern Python cannot read ({exc})"
+    return None
+
+
 def _is_regex(entry: str) -> bool:
     return len(entry) >= 2 and entry.startswith("/") and entry.endswith("/")
 

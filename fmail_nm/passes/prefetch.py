@@ -128,11 +128,13 @@ class Prefetch:
 
     def _run(self, since: float | None) -> None:
         try:
-            leaves = changed_leaves(self.mail_root, since) if since is not None else None
-            deliveries = list(itertools.islice(_files_in(leaves["new"], since or 0.0),
-                                               self.max_files + 1)) if leaves else []
-            if leaves is not None and len(deliveries) <= self.max_files:
-                self._deliveries = deliveries
+            deliveries: list[str] = []
+            if since is not None:
+                leaves = changed_leaves(self.mail_root, since)
+                deliveries = list(itertools.islice(_files_in(leaves["new"], since),
+                                                   self.max_files + 1))
+                if len(deliveries) <= self.max_files:
+                    self._deliveries = deliveries
             self._listed.set()
             self._go.wait()
             # The passes are imported here, whether or not there is anything to parse (the run
@@ -146,10 +148,10 @@ class Prefetch:
                     return
                 self._parsed[name] = parse_file([name])
             self._deliveries_done.set()
-            if leaves is None:
+            if since is None:
                 return
             # A big cur/ with nothing new in it takes a while to scan: stop means stop.
-            others = _files_in(leaves["cur"], since or 0.0, self._stop)
+            others = _files_in(leaves["cur"], since, self._stop)
             for name in itertools.islice(others, max(0, self.max_files - len(deliveries))):
                 if self._stop.is_set():
                     return

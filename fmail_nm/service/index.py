@@ -323,7 +323,8 @@ def run_index(config: Config, *, show_progress: bool | None = None,
                 f"notmuch new failed (exit {result.returncode}):\n{_plain(output).strip()}")
         added = int(m.group(1)) if (m := _ADDED.search(output)) else 0
         prefetched = prefetch.take()
-        added += (first.added if first else 0) + (len(delivered.messages) if delivered else 0)
+        delivered_ids = frozenset(delivered.messages if delivered else ())
+        added += (first.added if first else 0) + len(delivered_ids)
         from ..passes.post_new import drop_old_recipients, post_new
         from ..passes.tagging import TaggingReport
 
@@ -332,14 +333,14 @@ def run_index(config: Config, *, show_progress: bool | None = None,
             if not hooked:
                 done = post_new(config, reader, writer, new_since=before,
                                 on_progress=report if sinks else None, prefetched=prefetched,
-                                tagged=frozenset(delivered.messages if delivered else ()))
+                                tagged=delivered_ids)
                 tagging, parsed_ahead = done.tagging, done.mirror.prefetched
             drop_old_recipients(reader, writer)
             summary = IndexSummary(added=added, total=reader.count("*", exclude_tags=()),
                                    counts=summary_counts(reader), tagging=tagging,
                                    notmuch_output=output, parsed_ahead=parsed_ahead,
                                    first_index=first is not None,
-                                   delivered=len(delivered.messages) if delivered else 0)
+                                   delivered=len(delivered_ids))
         prefetch.done()
         return summary
     finally:
