@@ -203,6 +203,9 @@ def search_rows(page: dict[str, object]) -> list[dict[str, object]]:
 
 # Takes a sidecar of today's schema back to version 4's, as the previous release left it.
 BACK_TO_SCHEMA_4 = """
+DROP TRIGGER message_tags_pair_insert; DROP TRIGGER message_tags_pair_delete;
+DROP TRIGGER messages_pairs_shown_update; DROP TRIGGER messages_pairs_shown_delete;
+DROP TABLE tag_pairs;
 DROP TRIGGER message_tags_count_insert; DROP TRIGGER message_tags_count_delete;
 DROP TRIGGER messages_tags_shown_update; DROP TRIGGER messages_tags_shown_delete;
 DROP TABLE tag_counts;

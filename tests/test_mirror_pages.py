@@ -207,14 +207,26 @@ def test_the_kept_counts_follow_tags_deletions_and_rebuilds(indexed: MailEnv,
         everything = reader.count("*", exclude_tags=())
         shown = reader.count("*", exclude_tags=EXCLUDED)
     assert counts() == (everything, shown) and shown < everything
-    inbox = sidecar.shown_with_tag
-    with sidecar.opened(path, readonly=True) as conn:
-        inbox_before = inbox(conn, "inbox")
-    indexed.notmuch("tag", "+spam", "--", f"id:{SCHOOL_1}")  # an inbox message
+
+    def kept(*tags: str) -> tuple[int, int] | None:
+        with sidecar.opened(path, readonly=True) as conn:
+            return sidecar.kept_tag_counts(conn, tags)
+
+    with Reader() as reader:
+        assert kept("inbox", "unread") == (reader.count("tag:inbox AND tag:unread", exclude_tags=()),
+                                           reader.count("tag:inbox AND tag:unread",
+                                                        exclude_tags=EXCLUDED))
+    inbox_before, pair_before = kept("inbox"), kept("unread", "inbox")
+    assert pair_before is not None and inbox_before is not None and pair_before[1] > 0
+    assert kept("inbox", "unread", "flagged") is None  # three tags: nothing keeps that count
+    indexed.notmuch("tag", "+unread", "+spam", "--", f"id:{SCHOOL_1}")  # an inbox message
     mirror.sync_sidecar(config, mailbox.reader)
     assert counts() == (everything, shown - 1)
-    with sidecar.opened(path, readonly=True) as conn:
-        assert inbox(conn, "inbox") == inbox_before - 1
+    assert kept("inbox") == (inbox_before[0], inbox_before[1] - 1)
+    with Reader() as reader:
+        assert kept("inbox", "unread") == (reader.count("tag:inbox AND tag:unread", exclude_tags=()),
+                                           reader.count("tag:inbox AND tag:unread",
+                                                        exclude_tags=EXCLUDED))
     file = indexed.notmuch("search", "--output=files", "--exclude=false", f"id:{SCHOOL_1}").stdout.split()[0]
     (indexed.mail_root / file).unlink()
     indexed.notmuch("new", "--no-hooks")
@@ -268,9 +280,10 @@ def test_tag_searches_page_from_the_mirror_as_notmuch_does(mailbox: reads.Mailbo
                 pages, totals = every_page(mailbox, text, sort, limit)
                 same_order(pages, truth)
                 assert totals == {len(truth)}
-        # one tag: the total and the hidden spam/deleted come from the kept counts
-        kept = reads._one_tag_counts(mirror)
-        assert (kept is not None) == (text in ("in:inbox", "is:unread", "label:no-such-tag"))
+        # one tag or two: the total and the hidden spam/deleted come from the kept counts
+        kept = reads._kept_counts(mirror)
+        assert (kept is not None) == (text in ("in:inbox", "is:unread", "in:inbox is:unread",
+                                               "label:no-such-tag"))
         last = reads.search_emails(mailbox, text, limit=500)
         whole = len(notmuch_page(nm_query, "newest", ()))
         assert (last.hidden or 0) == whole - last.total and last.total == len(truth), text

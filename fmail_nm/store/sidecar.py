@@ -13,7 +13,7 @@ What is in it:
 * ``contact_stats`` -- figures harvested from the mirror (first/last seen, message counts);
 * ``sync_state`` and ``audit_log``;
 * what pages read from the mirror (``messages.is_excluded`` and its date index, the counts
-  triggers keep in ``mirror_counts``, ``shown_days`` and ``tag_counts``).
+  triggers keep in ``mirror_counts``, ``shown_days``, ``tag_counts`` and ``tag_pairs``).
 
 The SQL tools see published views only (``emails``, ``threads``, ``tags``, ``email_tags``,
 ``contacts``); ``contacts`` is writable through INSTEAD OF triggers that touch ``contact_info``
@@ -363,8 +363,60 @@ BEGIN
 END;
 """
 
+# Version 8: per pair of tags (``tag`` < ``other``), the messages carrying both and those of
+# them a search shows, so a search for two tags -- "unread in the inbox", the commonest
+# triage question -- has its total without a notmuch count (linear in the matches).  A
+# message's pairs are found through its other tag rows: an inserted tag pairs with those
+# already there, a deleted one with those left, so a message's k tags make k(k-1)/2 pairs
+# whichever order they come and go in.
+_V8 = """
+CREATE TABLE tag_pairs (
+    tag   TEXT NOT NULL,
+    other TEXT NOT NULL,
+    n     INTEGER NOT NULL,
+    shown INTEGER NOT NULL,
+    PRIMARY KEY (tag, other)
+) WITHOUT ROWID;
+INSERT INTO tag_pairs (tag, other, n, shown)
+    SELECT a.tag, b.tag, count(*), sum(1 - m.is_excluded)
+    FROM message_tags a JOIN message_tags b ON b.message_id = a.message_id AND b.tag > a.tag
+    JOIN messages m ON m.message_id = a.message_id
+    GROUP BY a.tag, b.tag;
+CREATE TRIGGER message_tags_pair_insert AFTER INSERT ON message_tags
+BEGIN
+    INSERT INTO tag_pairs (tag, other, n, shown)
+    SELECT min(NEW.tag, t.tag), max(NEW.tag, t.tag), 1, coalesce((SELECT 1 - is_excluded
+        FROM messages WHERE message_id = NEW.message_id), 0)
+    FROM message_tags t WHERE t.message_id = NEW.message_id AND t.tag <> NEW.tag
+    ON CONFLICT (tag, other) DO UPDATE SET n = n + 1, shown = shown + excluded.shown;
+END;
+CREATE TRIGGER message_tags_pair_delete AFTER DELETE ON message_tags
+BEGIN
+    UPDATE tag_pairs SET n = n - 1, shown = shown - coalesce((SELECT 1 - is_excluded
+        FROM messages WHERE message_id = OLD.message_id), 0)
+    WHERE (tag, other) IN (SELECT min(OLD.tag, t.tag), max(OLD.tag, t.tag) FROM message_tags t
+                           WHERE t.message_id = OLD.message_id AND t.tag <> OLD.tag);
+END;
+CREATE TRIGGER messages_pairs_shown_update AFTER UPDATE OF is_excluded ON messages
+WHEN OLD.is_excluded <> NEW.is_excluded
+BEGIN
+    UPDATE tag_pairs SET shown = shown + OLD.is_excluded - NEW.is_excluded
+    WHERE (tag, other) IN (SELECT a.tag, b.tag FROM message_tags a JOIN message_tags b
+                           ON b.message_id = a.message_id AND b.tag > a.tag
+                           WHERE a.message_id = NEW.message_id);
+END;
+CREATE TRIGGER messages_pairs_shown_delete BEFORE DELETE ON messages
+WHEN OLD.is_excluded = 0
+BEGIN
+    UPDATE tag_pairs SET shown = shown - 1
+    WHERE (tag, other) IN (SELECT a.tag, b.tag FROM message_tags a JOIN message_tags b
+                           ON b.message_id = a.message_id AND b.tag > a.tag
+                           WHERE a.message_id = OLD.message_id);
+END;
+"""
+
 # Index i holds the script that takes the schema from version i to i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -687,6 +739,16 @@ def count_problems(conn: sqlite3.Connection) -> list[str]:
                  f"messages say {tags.get(tag, (0, 0))}"
                  for tag in sorted(set(tags) | set(kept_tags))
                  if tags.get(tag, (0, 0)) != kept_tags.get(tag, (0, 0))]
+    pairs = {(tag, other): (n, shown) for tag, other, n, shown in conn.execute(
+        "SELECT a.tag, b.tag, count(*), sum(1 - m.is_excluded) FROM message_tags a "
+        "JOIN message_tags b ON b.message_id = a.message_id AND b.tag > a.tag "
+        "JOIN messages m ON m.message_id = a.message_id GROUP BY a.tag, b.tag")}
+    kept_pairs = {(tag, other): (n, shown) for tag, other, n, shown in conn.execute(
+        "SELECT tag, other, n, shown FROM tag_pairs WHERE n <> 0 OR shown <> 0")}
+    problems += [f"tag_pairs: {pair} is {kept_pairs.get(pair, (0, 0))} (messages, shown), "
+                 f"the messages say {pairs.get(pair, (0, 0))}"
+                 for pair in sorted(set(pairs) | set(kept_pairs))
+                 if pairs.get(pair, (0, 0)) != kept_pairs.get(pair, (0, 0))]
     days = dict(conn.execute("SELECT date_epoch / 86400, count(*) FROM messages "
                              "WHERE is_excluded = 0 AND date_epoch IS NOT NULL GROUP BY 1"))
     kept = dict(conn.execute("SELECT day, n FROM shown_days WHERE n <> 0"))
@@ -703,10 +765,19 @@ def tagged_count(conn: sqlite3.Connection, tags: Sequence[str]) -> int:
                             list(tags)).fetchone()[0])
 
 
-def shown_with_tag(conn: sqlite3.Connection, tag: str) -> int:
-    """How many messages a search shows that carry ``tag``, as the triggers keep it."""
-    row = conn.execute("SELECT shown FROM tag_counts WHERE tag = ?", (tag,)).fetchone()
-    return 0 if row is None else int(row[0])
+def kept_tag_counts(conn: sqlite3.Connection, tags: Iterable[str]) -> tuple[int, int] | None:
+    """For one tag or two: how many messages carry all of them, and how many of those a
+    search shows, as the triggers keep them (``tag_counts``, ``tag_pairs``).  None for
+    more tags (nothing keeps those counts)."""
+    wanted = sorted(set(tags))
+    if len(wanted) == 1:
+        row = conn.execute("SELECT n, shown FROM tag_counts WHERE tag = ?", wanted).fetchone()
+    elif len(wanted) == 2:
+        row = conn.execute("SELECT n, shown FROM tag_pairs WHERE tag = ? AND other = ?",
+                           wanted).fetchone()
+    else:
+        return None
+    return (0, 0) if row is None else (int(row[0]), int(row[1]))
 
 
 def tag_counts(conn: sqlite3.Connection) -> dict[str, int]:
