@@ -238,6 +238,17 @@ async def test_short_ids_work_in_every_tool_that_takes_an_id(indexed: MailEnv) -
         _, after = await call(c, "get_email", {"id": school})
         assert "lean-test" in after["tags"]
 
+        # the drafting tools: an original, and a draft to replace, by short id
+        _, reply = await call(c, "reply_to_email", {"id": school, "body": "Count us in."})
+        _, forward = await call(c, "forward_email", {"id": pdf, "to": ["bob@example.com"]})
+        assert reply["subject"] == "Re: School trip to the science museum on 27 March"
+        assert forward["subject"] == "Fwd: Your invoice 2026-0042"
+        _, replaced = await call(c, "save_draft", {"draft_id": uid(reply["id"]),
+                                                   "body": "Count us in, both of us."})
+        assert replaced["subject"] == reply["subject"]
+        _, body = await call(c, "get_email", {"id": uid(replaced["id"])})
+        assert "both of us" in body["body"]["text"]
+
 
 # ---------------------------------------------------------------------------------------------
 # Pages while the mirror lags the index (in-process, on a private copy)

@@ -91,7 +91,8 @@ async def test_allow_send_offers_send_email_and_refusals_change_nothing(
         check_tool_list(tools, ALL_READS | WRITE_TOOLS | SEND_TOOLS, "all")
         sender = next(t for t in tools if t.name == "send_email")
         assert sender.annotations.destructive_hint and sender.annotations.open_world_hint  # type: ignore[union-attr]
-        draft = await call(client, "reply_to_email", {"id": ORIGINAL, "body": "Numbers soon",
+        # short ids (the sidecar's uid) name the original and the draft as well as Message-IDs
+        draft = await call(client, "reply_to_email", {"id": uid(ORIGINAL), "body": "Numbers soon",
                                                       "reply_all": True})
         await call(client, "manage_contacts_sql", {
             "sql_query": "INSERT INTO contacts (email_address, is_blocked) "
@@ -119,7 +120,7 @@ async def test_allow_send_offers_send_email_and_refusals_change_nothing(
         assert snapshot(mail, smtp) == before
         smtp.reject = None
 
-        done = await call(client, "send_email", {"draft_id": draft["id"]})
+        done = await call(client, "send_email", {"draft_id": uid(draft["id"])})
         assert done["sent"] is True
         (got,) = smtp.received
         assert got.rcpt_tos == ("team@example.net", "bob@example.com", "carol@example.com")
