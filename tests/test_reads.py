@@ -11,6 +11,7 @@ import pytest
 
 from fmail_nm.clock import iso_from_epoch
 from fmail_nm.store import sidecar
+from fmail_nm.store import notmuch as notmuch_store
 from fmail_nm.store.notmuch import QueryError, Reader
 from fmail_nm.tools import reads, render
 
@@ -414,3 +415,27 @@ def test_a_search_with_dates_of_its_own_reads_the_whole_search(mb: reads.Mailbox
     assert reads._recent_window(mb, "tag:inbox AND date:@0..", 1) is None
     assert (reads._recent_window(mb, "tag:inbox", 1) or "").startswith("date:@")
     assert reads._recent_window(mb, "tag:inbox", 10**6) is None  # a smaller mailbox
+
+
+@pytest.mark.parametrize("first_open", [True, False])
+def test_a_commit_while_the_reader_opens_is_seen_by_its_next_read(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch, first_open: bool) -> None:
+    # Another program commits between the moment libnotmuch opens its snapshot and the
+    # moment the Reader notes the commit marker: the next read must not keep that snapshot.
+    real_open = notmuch_store._open
+    mid = "school-trip-1@example.com"
+
+    def open_then_commit(*args: object) -> object:
+        db = real_open(*args)  # type: ignore[arg-type]
+        indexed.notmuch("tag", "+opened-meanwhile", "--", f"id:{mid}")
+        return db
+
+    with Reader() as reader:
+        if not first_open:
+            assert reader.find(mid) is not None  # opened, the marker known
+            indexed.notmuch("tag", "+a-commit", "--", f"id:{mid}")  # the next read reopens
+        monkeypatch.setattr(notmuch_store, "_open", open_then_commit)
+        reader.find(mid)
+        monkeypatch.setattr(notmuch_store, "_open", real_open)
+        found = reader.find(mid)
+        assert found is not None and "opened-meanwhile" in found.tags

@@ -228,6 +228,11 @@ def _check_thread(owner: int) -> None:
 # Reads
 
 
+# File times come from a clock that ticks every few milliseconds (the kernel's coarse
+# clock): a marker stamped this close to an open may have been written during it.
+MARKER_CLOCK_SLACK_NS = 20_000_000
+
+
 class Reader:
     """A read-only handle that is reopened whenever the database has committed since it opened.
 
@@ -292,10 +297,23 @@ class Reader:
             if stamp is None or stamp != self._stamp:
                 self._release()
         if self._db is None:
-            self._db = _open(self.config_path, notmuch2.Database.MODE.READ_ONLY)
-            self._xapian_marker = self._find_marker(self._db)
-            self._stamp = self._marker_stamp()
+            self._open_snapshot()
+        assert self._db is not None
         return self._db
+
+    def _open_snapshot(self) -> None:
+        # The marker is read before the database opens: a commit landing in between then
+        # makes the next call reopen, where a stamp read after would match the newer commit
+        # and keep the older snapshot until the one after it.  The first open cannot know
+        # where the marker is; a marker written while it ran is not trusted.
+        stamp, started = self._marker_stamp(), time.time_ns()
+        self._db = _open(self.config_path, notmuch2.Database.MODE.READ_ONLY)
+        if self._xapian_marker is None:
+            self._xapian_marker = self._find_marker(self._db)
+            stamp = self._marker_stamp()
+            if stamp is not None and stamp[1] >= started - MARKER_CLOCK_SLACK_NS:
+                stamp = None
+        self._stamp = stamp
 
     def _retrying(self, fn: Callable[[notmuch2.Database], T]) -> T:
         """Run a read; if the snapshot was invalidated mid-read, reopen and run it once more."""
