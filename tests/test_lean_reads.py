@@ -307,6 +307,30 @@ def test_a_page_is_right_while_the_mirror_lags(indexed: MailEnv, mailbox: reads.
     assert reads.list_threads(mailbox, f"id:{SCHOOL_1}").threads[0].unread == 1
 
 
+class PinnedReader(Reader):
+    """A Reader that keeps its first snapshot, as one opened just before a commit would."""
+
+    @property
+    def db(self) -> Any:
+        if self._db is None:
+            self._open_snapshot()
+        return self._db
+
+
+def test_a_sync_from_an_older_snapshot_drops_nothing(indexed: MailEnv,
+                                                    mailbox: reads.Mailbox) -> None:
+    with PinnedReader() as pinned:
+        before = pinned.revision()
+        (indexed.mail_root / "personal" / "INBOX" / "new" / "1764666000.lag.host").write_bytes(NEW_MAIL)
+        indexed.notmuch("new")  # indexed and mirrored by the hook
+        assert mailbox.mirror_rows(["lag-1@example.com"])[0]
+        report = mirror.sync_sidecar(indexed.config(), pinned)
+        assert report.revision == before.number and report.upserted == report.removed == 0
+    assert mailbox.mirror_rows(["lag-1@example.com"])[0]
+    with sidecar.opened(sidecar.sidecar_path(indexed.config().data_dir)) as conn:
+        assert mirror.check(indexed.config(), mailbox.reader, conn) == []
+
+
 def test_everything_newest_first_from_the_mirror_or_notmuch(indexed: MailEnv,
                                                            mailbox: reads.Mailbox) -> None:
     def notmuch_says(sort: str = "newest") -> list[tuple[str, str | None]]:

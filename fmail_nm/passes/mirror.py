@@ -45,7 +45,7 @@ from ..progress import SIDECAR, ProgressCallback
 from ..store import maildir, sidecar
 from ..store.maildir import notmuch_folder
 from ..store.sidecar import chunks
-from ..store.notmuch import IndexedMessage, Reader
+from ..store.notmuch import IndexedMessage, Reader, Revision
 from ..store.query import folders_query
 
 log = logging.getLogger(__name__)
@@ -527,6 +527,11 @@ class Mirror:
         report = MirrorReport()
         rev = self.reader.revision()
         report.revision, report.uuid = rev.number, rev.uuid
+        if not full and self._older_than_mirrored(rev):
+            # This reader's snapshot predates what another process mirrored already: there is
+            # nothing new in it, and what it lacks (newer mail) must not be dropped as removed.
+            log.debug("sidecar: snapshot at revision %d is older than the mirror", rev.number)
+            return report
         with sidecar.transaction(self.conn):
             if full or sidecar.get_state(self.conn, "notmuch_uuid") != rev.uuid:
                 setup = sidecar.get_state(self.conn, SETUP_REVISION) or ""
@@ -555,6 +560,11 @@ class Mirror:
         report.recounted = self._refresh_stats()
         report.prefetched = self._prefetch_used
         return report
+
+    def _older_than_mirrored(self, rev: Revision) -> bool:
+        done = sidecar.get_state(self.conn, "revision")
+        return (done is not None and rev.number < int(done)
+                and sidecar.get_state(self.conn, "notmuch_uuid") == rev.uuid)
 
     def _reset(self, uuid: str) -> None:
         log.info("sidecar: full rebuild of the mirror (new notmuch database %s)", uuid)
