@@ -272,7 +272,7 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
     if answer is not None:
         ids, total, excluded = answer
     else:
-        kept = _kept_counts(mirror)
+        kept = _kept_counts(mb, mirror)
         total_of = _total_of(mb, nm_query, compiled.exclude_tags, kept)
         tagged = _tagged_page_from_mirror(mb, mirror, sort, offset, limit)
         ids = (tagged if tagged is not None
@@ -358,16 +358,22 @@ def _tagged_page_from_mirror(mb: Mailbox, mirror: Answerable | None, sort: str, 
                                scan=scan)
 
 
-def _kept_counts(mirror: Answerable | None) -> tuple[int, int] | None:
-    """For a search for one tag or two alone: how many messages with them a search shows,
-    and how many more it leaves out, as the mirror's triggers keep them (notmuch would count
-    every match).  None for any other search."""
+def _kept_counts(mb: Mailbox, mirror: Answerable | None) -> tuple[int, int] | None:
+    """For a search for one tag or two alone (a ``list:`` pattern naming one tag is that
+    tag): how many messages with them a search shows, and how many more it leaves out, as
+    the mirror's triggers keep them (notmuch would count every match).  None for any other
+    search."""
     if mirror is None:
         return None
     wanted = mirror.wanted
-    if wanted.patterns or wanted.since is not None or wanted.until is not None:
+    if wanted.since is not None or wanted.until is not None or not (wanted.tags or wanted.patterns):
         return None
-    kept = sidecar.kept_tag_counts(mirror.conn, wanted.tags) if wanted.tags else None
+    groups = _tag_groups(mb, wanted)
+    if not all(groups):
+        return 0, 0  # a pattern that names no tag: nothing matches
+    if any(len(group) > 1 for group in groups):
+        return None
+    kept = sidecar.kept_tag_counts(mirror.conn, [group[0] for group in groups])
     return None if kept is None else (kept[1], kept[0] - kept[1])
 
 
@@ -466,7 +472,7 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
     fp = _fingerprint("threads", nm_query, compiled.exclude_tags)
     offset = read_cursor(cursor, fp)
     mirror = answerable(mb, nm_query, compiled.exclude_tags)
-    total_of = _total_of(mb, nm_query, compiled.exclude_tags, _kept_counts(mirror))
+    total_of = _total_of(mb, nm_query, compiled.exclude_tags, _kept_counts(mb, mirror))
     page, more = _thread_page(mb, nm_query, compiled.exclude_tags, mirror, offset, limit)
     matched = total_of()
     total = (mb.reader.count_threads(nm_query, exclude_tags=compiled.exclude_tags)
