@@ -5,12 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import Config, ConfigError, load_settings, resolve
-from .store.notmuch_cli import (
-    find_notmuch_config,
-    new_config_path,
-    notmuch_settings,
-    user_settings_as_written,
-)
+from .store.notmuch_cli import notmuch_settings, user_settings_as_written
+from .store.notmuch_config import find_notmuch_config, new_config_path
 
 
 def notmuch_addresses(nm: dict[str, str]) -> tuple[str, ...]:

@@ -270,6 +270,15 @@ def test_reader_applies_exclude_tags_from_the_config(indexed: MailEnv) -> None:
         assert reader.count("*", exclude_tags=()) >= total
 
 
+def test_reader_follows_an_edited_config_without_a_commit(indexed: MailEnv) -> None:
+    with Reader() as reader:
+        assert reader.exclude_tags() == ("deleted", "spam")
+        before = reader.revision()
+        indexed.notmuch("config", "set", "search.exclude_tags", "deleted")
+        assert reader.exclude_tags() == ("deleted",)
+        assert reader.revision() == before  # no commit told it
+
+
 def test_reader_is_confined_to_its_thread(indexed: MailEnv) -> None:
     errors: list[BaseException] = []
     with Reader() as reader:

@@ -22,12 +22,8 @@ from ..config import Settings, default_data_dir, fmail_command, maildir_folders,
 from ..passes.mirror import SETUP_REVISION
 from ..store import sidecar
 from ..store.notmuch import Reader, ensure_database
-from ..store.notmuch_cli import (
-    find_notmuch_config,
-    new_config_path,
-    notmuch_settings,
-    user_settings_as_written,
-)
+from ..store.notmuch_cli import notmuch_settings, user_settings_as_written
+from ..store.notmuch_config import find_notmuch_config, new_config_path
 from ..tags import DEFAULT_EXCLUDED
 from .hooks import HookAction, install_hooks
 from .identity import Identity, discover, missing_from_notmuch

@@ -27,12 +27,8 @@ from ..app import load_config
 from ..config import Account, Config, ConfigError, load_settings
 from ..store import sidecar
 from ..store.notmuch import NotmuchAccessError, Reader
-from ..store.notmuch_cli import (
-    find_notmuch_config,
-    new_config_path,
-    notmuch_settings,
-    user_settings_as_written,
-)
+from ..store.notmuch_cli import notmuch_settings, user_settings_as_written
+from ..store.notmuch_config import find_notmuch_config, new_config_path
 from .mbsync import mbsync_config_of
 from .watcher import WATCH_LIMIT_SYSCTL, count_dirs
 

@@ -30,6 +30,7 @@ import notmuch2
 
 from ..errors import BackendError, CallerError
 from ..tags import DEFAULT_EXCLUDED, FLAG_TAGS
+from .notmuch_config import find_notmuch_config
 from .query import id_query, quote
 
 T = TypeVar("T")
@@ -228,6 +229,17 @@ def _check_thread(owner: int) -> None:
 # Reads
 
 
+def _file_stamp(path: Path | None) -> tuple[int, int, int] | None:
+    """What changes when a file is rewritten or replaced; None when it is not there."""
+    if path is None:
+        return None
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 # File times come from a clock that ticks every few milliseconds (the kernel's coarse
 # clock): a marker stamped this close to an open may have been written during it.
 MARKER_CLOCK_SLACK_NS = 20_000_000
@@ -248,6 +260,10 @@ class Reader:
         self._db: notmuch2.Database | None = None
         self._stamp: tuple[int, int, int] | None = None
         self._xapian_marker: Path | None = None
+        # The config file libnotmuch read on open (search.exclude_tags and the rest): edited,
+        # it is read again, although no commit tells.
+        self._config_file = find_notmuch_config(config_path)
+        self._config_stamp = _file_stamp(self._config_file)
         # count_soon's thread and the Reader of its own it reads with (see count_soon).
         self._counter: concurrent.futures.ThreadPoolExecutor | None = None
         self._counter_local = threading.local()
@@ -274,13 +290,7 @@ class Reader:
     def _marker_stamp(self) -> tuple[int, int, int] | None:
         # Xapian rewrites "iamglass" (by rename) on every commit: a stat tells us cheaply
         # whether our snapshot is stale, without reopening on every call.
-        if self._xapian_marker is None:
-            return None
-        try:
-            st = self._xapian_marker.stat()
-        except OSError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
+        return _file_stamp(self._xapian_marker)
 
     def _find_marker(self, db: notmuch2.Database) -> Path | None:
         base = Path(os.fsdecode(db.path))
@@ -294,7 +304,8 @@ class Reader:
         _check_thread(self._owner)
         if self._db is not None:
             stamp = self._marker_stamp()
-            if stamp is None or stamp != self._stamp:
+            if (stamp is None or stamp != self._stamp
+                    or _file_stamp(self._config_file) != self._config_stamp):
                 self._release()
         if self._db is None:
             self._open_snapshot()
@@ -307,6 +318,7 @@ class Reader:
         # and keep the older snapshot until the one after it.  The first open cannot know
         # where the marker is; a marker written while it ran is not trusted.
         stamp, started = self._marker_stamp(), time.time_ns()
+        self._config_stamp = _file_stamp(self._config_file)
         self._db = _open(self.config_path, notmuch2.Database.MODE.READ_ONLY)
         if self._xapian_marker is None:
             self._xapian_marker = self._find_marker(self._db)

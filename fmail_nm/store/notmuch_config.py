@@ -1,0 +1,36 @@
+"""Where libnotmuch finds its configuration file, found in its order (notmuch-config(1)):
+for the bindings, the ``notmuch`` program and the set-up alike."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _profile() -> str:
+    return os.environ.get("NOTMUCH_PROFILE", "")
+
+
+def notmuch_config_candidates(explicit: str | None = None) -> list[Path]:
+    """Where libnotmuch looks for its config, in its order (notmuch-config(1))."""
+    if explicit:
+        return [Path(explicit).expanduser()]
+    if os.environ.get("NOTMUCH_CONFIG"):
+        return [Path(os.environ["NOTMUCH_CONFIG"]).expanduser()]
+    profile = _profile()
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    home = Path.home() / (".notmuch-config" + (f".{profile}" if profile else ""))
+    return [xdg / "notmuch" / (profile or "default") / "config", home]
+
+
+def find_notmuch_config(explicit: str | None = None) -> Path | None:
+    for candidate in notmuch_config_candidates(explicit):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def new_config_path(explicit: str | None = None) -> Path:
+    """Where a new config goes: the explicit or $NOTMUCH_CONFIG path, else ~/.notmuch-config
+    (what ``notmuch setup`` writes)."""
+    return notmuch_config_candidates(explicit)[-1]
