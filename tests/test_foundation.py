@@ -327,6 +327,27 @@ def test_progress_bar_renders_notmuch_progress_lines() -> None:
     assert progress_bar("Added 3 new messages to the database.") is None
 
 
+def test_the_index_summary_counts_are_notmuchs_from_the_mirror_or_while_it_lags(
+        indexed: MailEnv) -> None:
+    from fmail_nm.passes.mirror import sync_sidecar
+    from fmail_nm.service.index import SUMMARY_TAGS, _kept_summary, summary_counts
+
+    def truth(reader: Reader) -> tuple[int, dict[str, int]]:
+        return (reader.count("*", exclude_tags=()),
+                {tag: reader.count(f"tag:{tag}", exclude_tags=()) for tag in SUMMARY_TAGS})
+
+    config = indexed.config()
+    with Reader() as reader:
+        assert _kept_summary(config, reader) is not None  # the mirror answers
+        assert summary_counts(config, reader) == truth(reader)
+        indexed.notmuch("tag", "+flagged", "-inbox", "--", "tag:inbox")
+        assert _kept_summary(config, reader) is None  # the mirror lags: notmuch counts
+        assert summary_counts(config, reader) == truth(reader)
+        assert summary_counts(config, reader)[1]["inbox"] == 0
+        sync_sidecar(config, reader)
+        assert _kept_summary(config, reader) == truth(reader)
+
+
 def test_demo_indexes_its_own_copy_of_the_sample_mail(mail_env: MailEnv) -> None:
     demo_dir = mail_env.base / "demo"
     out = mail_env.fmail("demo", "--dir", str(demo_dir), "--no-serve").stdout
