@@ -318,7 +318,7 @@ def run_index(config: Config, *, show_progress: bool | None = None,
         first = delivered = None
         with Reader(notmuch_config) as reader:
             hook_dir = reader.setting("database.hook_dir")
-            empty = reader.count("*", exclude_tags=()) == 0
+            empty = summary_counts(config, reader)[0] == 0
             prefetch = Prefetch(config.mail_root, config.data_dir,
                                 fallback=None if empty else reader.changed_at()).start()
             if empty:

@@ -346,6 +346,13 @@ class Reader:
         except OSError:
             return None
 
+    def commit_stamp(self) -> str | None:
+        """Names the database's last commit, as Xapian's marker file stands: two equal stamps
+        mean no commit in between (a removal included, which leaves the revision as it
+        was).  None when it cannot be told."""
+        self.db  # opens (or reopens) the handle; its stamp was taken before it opened
+        return None if self._stamp is None else ":".join(str(part) for part in self._stamp)
+
     def revision(self) -> Revision:
         rev = self._retrying(lambda db: db.revision())
         return Revision(rev.rev, os.fsdecode(rev.uuid))
