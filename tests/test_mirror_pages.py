@@ -145,7 +145,7 @@ def test_thread_pages_of_tags_and_dates_are_notmuchs(mailbox: reads.Mailbox) -> 
     with Reader() as reader:
         for text in ("in:inbox", "in:inbox is:unread", "list:rust-users", "list:no-such-list"):
             query = reads.scoped_query(mailbox, mailbox.compile(text))
-            assert reads._kept_counts(mailbox, reads.answerable(mailbox, query, EXCLUDED))
+            assert reads._kept_counts(reads.answerable(mailbox, query, EXCLUDED))
             assert reads.list_threads(mailbox, text).matched_messages == reader.count(
                 query, exclude_tags=EXCLUDED), text
     # unread_only is one more tag
@@ -275,7 +275,7 @@ def test_tag_searches_page_from_the_mirror_as_notmuch_does(mailbox: reads.Mailbo
         nm_query = reads.scoped_query(mailbox, compiled)
         mirror = reads.answerable(mailbox, nm_query, compiled.exclude_tags)
         for sort in ("newest", "oldest"):
-            ids = reads._tagged_page_from_mirror(mailbox, mirror, sort, 0, 3)
+            ids = reads._tagged_page_from_mirror(mirror, sort, 0, 3)
             assert ids is not None, text  # the fixtures are small: every tag is common enough
             truth = notmuch_page(nm_query, sort)
             for limit in (1, 3, 50):
@@ -284,7 +284,7 @@ def test_tag_searches_page_from_the_mirror_as_notmuch_does(mailbox: reads.Mailbo
                 assert totals == {len(truth)}
         # one tag or two: the total and the hidden spam/deleted come from the kept counts
         # (a list: pattern naming one tag counts as that tag)
-        kept = reads._kept_counts(mailbox, mirror)
+        kept = reads._kept_counts(mirror)
         assert (kept is not None) == (text != "is:starred after:2026-01-01"), text
         last = reads.search_emails(mailbox, text, limit=500)
         whole = len(notmuch_page(nm_query, "newest", ()))

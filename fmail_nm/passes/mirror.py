@@ -571,9 +571,9 @@ class Mirror:
         return report
 
     def _older_than_mirrored(self, rev: Revision) -> bool:
-        done = sidecar.get_state(self.conn, "revision")
-        return (done is not None and rev.number < int(done)
-                and sidecar.get_state(self.conn, "notmuch_uuid") == rev.uuid)
+        state = sidecar.mirror_state(self.conn)
+        return (state.revision is not None and rev.number < state.revision
+                and state.uuid == rev.uuid)
 
     def _reset(self, uuid: str) -> None:
         log.info("sidecar: full rebuild of the mirror (new notmuch database %s)", uuid)

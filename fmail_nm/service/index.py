@@ -262,6 +262,12 @@ def summary_counts(config: Config, reader: Reader) -> tuple[int, dict[str, int]]
             {tag: reader.count(f"tag:{tag}", exclude_tags=()) for tag in SUMMARY_TAGS})
 
 
+def message_total(config: Config, reader: Reader) -> int:
+    """All messages, spam and deleted mail included: kept by the mirror, or one count."""
+    kept = _kept_summary(config, reader)
+    return kept[0] if kept is not None else reader.count("*", exclude_tags=())
+
+
 def _kept_summary(config: Config, reader: Reader) -> tuple[int, dict[str, int]] | None:
     path = sidecar.sidecar_path(config.data_dir)
     try:
@@ -318,7 +324,7 @@ def run_index(config: Config, *, show_progress: bool | None = None,
         first = delivered = None
         with Reader(notmuch_config) as reader:
             hook_dir = reader.setting("database.hook_dir")
-            empty = summary_counts(config, reader)[0] == 0
+            empty = message_total(config, reader) == 0
             prefetch = Prefetch(config.mail_root, config.data_dir,
                                 fallback=None if empty else reader.changed_at()).start()
             if empty:

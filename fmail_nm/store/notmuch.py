@@ -263,7 +263,7 @@ class Reader:
         # The config file libnotmuch read on open (search.exclude_tags and the rest): edited,
         # it is read again, although no commit tells.
         self._config_file = find_notmuch_config(config_path)
-        self._config_stamp = _file_stamp(self._config_file)
+        self._config_stamp: tuple[int, int, int] | None = None  # taken as the handle opens
         # count_soon's thread and the Reader of its own it reads with (see count_soon).
         self._counter: concurrent.futures.ThreadPoolExecutor | None = None
         self._counter_local = threading.local()

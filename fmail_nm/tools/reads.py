@@ -272,9 +272,9 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
     if answer is not None:
         ids, total, excluded = answer
     else:
-        kept = _kept_counts(mb, mirror)
+        kept = _kept_counts(mirror)
         total_of = _total_of(mb, nm_query, compiled.exclude_tags, kept)
-        tagged = _tagged_page_from_mirror(mb, mirror, sort, offset, limit)
+        tagged = _tagged_page_from_mirror(mirror, sort, offset, limit)
         ids = (tagged if tagged is not None
                else _page_ids(mb, nm_query, compiled.exclude_tags, sort, offset, limit))
         total = total_of()
@@ -294,10 +294,12 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
 @dataclass(frozen=True)
 class Answerable:
     """A search the mirror can answer (see current_mirror): its tags and dates, read once
-    from the notmuch query, and the mirror's connection."""
+    from the notmuch query, its tag groups (a pattern's tags looked up once: notmuch lists
+    every tag for it), and the mirror's connection."""
 
     conn: sqlite3.Connection
     wanted: Conjunction
+    groups: list[tuple[str, ...]]
 
 
 def answerable(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str]) -> Answerable | None:
@@ -305,7 +307,10 @@ def answerable(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str]) -> Answe
     dates, or the mirror lags (notmuch answers then)."""
     wanted = conjunction(nm_query)
     conn = current_mirror(mb, exclude_tags) if wanted is not None else None
-    return None if conn is None or wanted is None else Answerable(conn, wanted)
+    if conn is None or wanted is None:
+        return None
+    return Answerable(conn, wanted,
+                      wanted.tag_groups(mb.reader.all_tags() if wanted.patterns else ()))
 
 
 def _page_from_mirror(mirror: Answerable | None, sort: str, offset: int, limit: int
@@ -326,10 +331,6 @@ def _span(wanted: Conjunction) -> sidecar.Span:
     return sidecar.Span(wanted.since, wanted.until)
 
 
-def _tag_groups(mb: Mailbox, wanted: Conjunction) -> list[tuple[str, ...]]:
-    return wanted.tag_groups(mb.reader.all_tags() if wanted.patterns else ())
-
-
 # The most shown messages a page of a tag search reads along the mirror's date index before
 # it leaves the page to notmuch (~3 ms): a rarer tag is quicker for notmuch to sort.
 MAX_TAG_SCAN = 5000
@@ -338,15 +339,15 @@ MAX_TAG_SCAN = 5000
 MIN_TAG_SCAN = 100
 
 
-def _tagged_page_from_mirror(mb: Mailbox, mirror: Answerable | None, sort: str, offset: int,
+def _tagged_page_from_mirror(mirror: Answerable | None, sort: str, offset: int,
                              limit: int) -> list[str] | None:
     """A page of a search for tags (and dates) read along the mirror's date index: enough of
     the shown messages, newest (or oldest) first, for the page at the tags' share of the
     mailbox, twice over and some, their tags checked in the mirror (notmuch would sort every
     match).  None for a search without tags, or with tags too rare for a short read."""
-    if mirror is None or not (mirror.wanted.tags or mirror.wanted.patterns):
+    if mirror is None or not mirror.groups:
         return None
-    groups = _tag_groups(mb, mirror.wanted)
+    groups = mirror.groups
     carrying = min(sidecar.tagged_count(mirror.conn, group) for group in groups)
     if carrying == 0:
         return []
@@ -358,17 +359,16 @@ def _tagged_page_from_mirror(mb: Mailbox, mirror: Answerable | None, sort: str, 
                                scan=scan)
 
 
-def _kept_counts(mb: Mailbox, mirror: Answerable | None) -> tuple[int, int] | None:
+def _kept_counts(mirror: Answerable | None) -> tuple[int, int] | None:
     """For a search for one tag or two alone (a ``list:`` pattern naming one tag is that
     tag): how many messages with them a search shows, and how many more it leaves out, as
     the mirror's triggers keep them (notmuch would count every match).  None for any other
     search."""
     if mirror is None:
         return None
-    wanted = mirror.wanted
-    if wanted.since is not None or wanted.until is not None or not (wanted.tags or wanted.patterns):
+    groups = mirror.groups
+    if mirror.wanted.since is not None or mirror.wanted.until is not None or not groups:
         return None
-    groups = _tag_groups(mb, wanted)
     if not all(groups):
         return 0, 0  # a pattern that names no tag: nothing matches
     if any(len(group) > 1 for group in groups):
@@ -472,7 +472,7 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
     fp = _fingerprint("threads", nm_query, compiled.exclude_tags)
     offset = read_cursor(cursor, fp)
     mirror = answerable(mb, nm_query, compiled.exclude_tags)
-    total_of = _total_of(mb, nm_query, compiled.exclude_tags, _kept_counts(mb, mirror))
+    total_of = _total_of(mb, nm_query, compiled.exclude_tags, _kept_counts(mirror))
     page, more = _thread_page(mb, nm_query, compiled.exclude_tags, mirror, offset, limit)
     matched = total_of()
     total = (mb.reader.count_threads(nm_query, exclude_tags=compiled.exclude_tags)
@@ -500,7 +500,7 @@ def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
     message, and the mirror reads the shown messages newest first."""
     if mirror is not None:
         want = offset + limit + 1
-        found = sidecar.newest_threads(mirror.conn, _tag_groups(mb, mirror.wanted),
+        found = sidecar.newest_threads(mirror.conn, mirror.groups,
                                        span=_span(mirror.wanted), want=want,
                                        scan=want * WINDOW_PER_RESULT)
         if found is not None:
