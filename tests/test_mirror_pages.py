@@ -4,11 +4,16 @@ notmuch answers while the mirror lags or stands for other exclusions."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterator
+from typing import Any
+
+import notmuch2
 
 import pytest
 
+from fmail_nm.clock import iso_from_epoch
 from fmail_nm.passes import mirror
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader
@@ -152,6 +157,114 @@ def test_thread_pages_of_tags_and_dates_are_notmuchs(mailbox: reads.Mailbox) -> 
     unread = reads.list_threads(mailbox, "in:inbox", unread_only=True, limit=50)
     assert [t.thread for t in unread.threads] == [
         t for t, _, _ in notmuch_threads('tag:"inbox" AND tag:unread', 1000)]
+
+
+def libnotmuch_threads(query: str) -> dict[str, tuple[object, ...]]:
+    """Each thread libnotmuch builds for a query, read through the bindings alone: subject,
+    authors (its string split), dates, message counts and tags."""
+    db = notmuch2.Database(mode=notmuch2.Database.MODE.READ_ONLY,
+                           config=notmuch2.Database.CONFIG.SEARCH)
+    try:
+        return {str(t.threadid): (
+            str(t.subject), tuple(re.split(r", |\| ", str(t.authors))) if str(t.authors) else (),
+            iso_from_epoch(t.first) or "", iso_from_epoch(t.last) or "", len(t), t.matched,
+            tuple(sorted(str(tag) for tag in t.tags)))
+            for t in db.threads(query, exclude_tags=EXCLUDED)}
+    finally:
+        db.close()
+
+
+def listed_threads(mb: reads.Mailbox, text: str, **kwargs: Any) -> dict[str, tuple[object, ...]]:
+    """Every page of list_threads, as libnotmuch_threads has them."""
+    found, cursor = {}, None
+    while True:
+        page = reads.list_threads(mb, text, limit=7, cursor=cursor, **kwargs)
+        for t in page.threads:
+            found[t.thread] = (t.subject, tuple(t.authors), t.oldest, t.newest, t.messages,
+                               t.matched, tuple(t.tags))
+        cursor = page.next_cursor
+        if cursor is None:
+            return found
+
+
+def test_threads_summarized_by_the_mirror_are_libnotmuchs(mailbox: reads.Mailbox) -> None:
+    assert reads.current_mirror(mailbox, EXCLUDED) is not None
+    for text in ("in:inbox", "in:inbox is:unread", "is:starred", "after:2026-03-01", "",
+                 "list:rust-users", "list:example.org after:2026-06-01", "is:sent"):
+        nm_query = reads.scoped_query(mailbox, mailbox.compile(text))
+        assert reads.answerable(mailbox, nm_query, EXCLUDED) is not None, text
+        truth = libnotmuch_threads(nm_query)
+        assert truth and listed_threads(mailbox, text) == truth, text
+
+
+THREAD_MAIL = [
+    ("boat-1", '"Carter, Ben" <ben.carter@example.net>', "Boat trip", "01 Jan 2027 09:00", ""),
+    ("boat-2", "Sam@Example.net", "RE: Boat trip", "02 Jan 2027 09:00", "boat-1"),
+    ("boat-3", "Ann Lee <ann@example.com>", "", "03 Jan 2027 09:00", "boat-2"),
+    ("boat-4", "Ben Carter <ben.carter@example.net>", "Re: Boat trip moved", "04 Jan 2027 09:00",
+     "boat-3"),
+    ("boat-5", "Prize Desk <win@prizes.example.net>", "Re: You won", "05 Jan 2027 09:00", "boat-4"),
+]
+
+
+def deliver_thread(env: MailEnv) -> None:
+    for n, (mid, sender, subject, date_, parent) in enumerate(THREAD_MAIL):
+        reply = f"In-Reply-To: <{parent}@example.com>\n" if parent else ""
+        (env.mail_root / "personal" / "INBOX" / "new" / f"17620000{n}.boat.host").write_bytes(
+            f"From: {sender}\nTo: Alex Morgan <alex@example.org>\nSubject: {subject}\n"
+            f"Date: {date_} +0000\nMessage-ID: <{mid}@example.com>\n{reply}\nHello.\n".encode())
+    env.notmuch("new", "--no-hooks")
+    env.notmuch("tag", "+spam", "--", "id:boat-5@example.com")
+    env.notmuch("tag", "-unread", "--", "id:boat-1@example.com")
+
+
+def thread_of_boat(mb: reads.Mailbox) -> str:
+    found = mb.find("boat-1@example.com")
+    assert found is not None
+    return found.thread_id
+
+
+def test_a_thread_from_the_mirror_names_its_subject_authors_and_dates_as_notmuch(
+        indexed: MailEnv, mailbox: reads.Mailbox) -> None:
+    deliver_thread(indexed)
+    # While the mirror lags, notmuch builds the thread; once synced, the mirror does.
+    assert reads.current_mirror(mailbox, EXCLUDED) is None
+    built = {text: listed_threads(mailbox, text, since="2027-01-01") for text in
+             ("in:inbox", "is:unread")}
+    mirror.sync_sidecar(indexed.config(), mailbox.reader)
+    assert reads.current_mirror(mailbox, EXCLUDED) is not None
+    early = "2027-01-03T12:00:00Z"  # the newest match then has no subject: the one before's
+    for text, unread_only, until in (("in:inbox", False, None), ("is:unread", False, None),
+                                     ("in:inbox", True, None), ("in:inbox", False, early)):
+        got = listed_threads(mailbox, text, since="2027-01-01", until=until,
+                             unread_only=unread_only)
+        nm_query = reads.scoped_query(mailbox, mailbox.compile(text), since="2027-01-01",
+                                      until=until, extra="tag:unread" if unread_only else None)
+        truth = libnotmuch_threads(nm_query)
+        assert len(got) == 1 and got.keys() == truth.keys()
+        (subject, authors, *rest), (nm_subject, nm_authors, *nm_rest) = *got.values(), *truth.values()
+        assert (subject, rest) == (nm_subject, nm_rest), text
+        if (text, unread_only, until) in (("in:inbox", False, None), ("is:unread", False, None)):
+            assert built[text] == got, text
+        # The writers of matched messages first, in date order, then the rest; "Carter,
+        # Ben" turned round as libnotmuch does, an address in lower case.
+        assert nm_authors == tuple(a.replace("sam@example.net", "Sam@Example.net")
+                                   for a in authors), text
+        all_inbox = text == "in:inbox" and not unread_only
+        assert authors == ((("Ben Carter",) if all_inbox else ()) + ("sam@example.net", "Ann Lee")
+                           + (() if all_inbox else ("Ben Carter",))
+                           + ("Prize Desk",)), text
+    assert listed_threads(mailbox, "in:inbox", since="2027-01-01",
+                          until=early)[thread_of_boat(mailbox)][0] == "Boat trip"
+    (_, _, oldest, newest, messages, matched, tags), = listed_threads(
+        mailbox, "in:inbox", since="2027-01-01").values()
+    # The newest matched message's subject, one "Re: " off; the excluded one counts as a
+    # message and for the tags, not as a match or for the dates.
+    assert (oldest, newest, messages, matched) == ("2027-01-01T09:00:00Z", "2027-01-04T09:00:00Z",
+                                                  5, 4)
+    assert "spam" in tags
+    assert reads.list_threads(mailbox, "in:inbox", since="2027-01-01").threads[0].subject == \
+        "Boat trip moved"
 
 
 def test_thread_pages_while_the_mirror_lags_are_notmuchs(indexed: MailEnv,

@@ -17,7 +17,6 @@ change or a moved file costs no parsing.
 
 from __future__ import annotations
 
-import email.utils
 import fcntl
 import functools
 import json
@@ -47,6 +46,7 @@ from ..store.maildir import notmuch_folder
 from ..store.sidecar import chunks
 from ..store.notmuch import IndexedMessage, Reader, Revision
 from ..store.query import folders_query
+from ..store.threads import sender
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ MAX_PARSE_WORKERS = 4
 PARSE_CHUNK = 16
 # Hostile mail can carry megabyte subjects or thousands of recipients; the SQL tools refuse
 # values over 250 KB, so the mirror keeps every value well below that.
-MAX_SUBJECT_CHARS = 2000  # also for sender names
+MAX_SUBJECT_CHARS = 2000  # sender names: threads.MAX_NAME_CHARS
 MAX_RECIPIENTS = 500
 
 # The order in which a message's folders are chosen as its primary one.
@@ -210,8 +210,7 @@ def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[s
                       if f is not None})
     primary = min(folders, key=lambda f: (layout.rank(f), f)) if folders else None
     account, folder = layout.account_and_name(primary) if primary is not None else (None, None)
-    sender_name, sender_email = email.utils.parseaddr(m.from_header)
-    sender_email = sender_email.lower()
+    sender_name, sender_email = sender(m.from_header)
     return {
         "message_id": m.message_id,
         "uid": sidecar.uid_for(m.message_id),
@@ -221,7 +220,7 @@ def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[s
         "folders": json.dumps(folders, ensure_ascii=False),
         "subject": m.subject[:MAX_SUBJECT_CHARS],
         "sender_email": sender_email,
-        "sender_name": sender_name[:MAX_SUBJECT_CHARS],
+        "sender_name": sender_name,
         "recipients": json.dumps(parsed.recipients, ensure_ascii=False),
         "date": iso_from_epoch(m.date),
         "date_epoch": m.date or None,

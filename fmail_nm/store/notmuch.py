@@ -31,7 +31,8 @@ import notmuch2
 from ..errors import BackendError, CallerError
 from ..tags import DEFAULT_EXCLUDED, FLAG_TAGS
 from .notmuch_config import find_notmuch_config
-from .query import id_query, quote
+from .query import all_of, id_query, quote
+from .threads import ThreadSummary, author_of, thread_authors
 
 T = TypeVar("T")
 
@@ -113,18 +114,6 @@ class IndexedMessage:
 
 
 @dataclass(frozen=True)
-class ThreadSummary:
-    thread_id: str
-    subject: str
-    authors: str
-    oldest: int
-    newest: int
-    message_count: int
-    matched_count: int
-    tags: frozenset[str]
-
-
-@dataclass(frozen=True)
 class ThreadNode:
     """A message in a thread, in thread order, with its depth in the reply tree."""
 
@@ -202,6 +191,18 @@ def _indexed(msg: notmuch2.Message) -> IndexedMessage:
         tags=frozenset(str(t) for t in msg.tags),
         filenames=tuple(os.fsdecode(p) for p in msg.filenamesb()),
     )
+
+
+def _matched_in(db: notmuch2.Database, query: str, exclude_tags: Sequence[str],
+                thread_ids: Sequence[str]) -> set[str]:
+    """The Message-IDs in these threads that the query matches and shows (libnotmuch flags
+    them in a thread, but the bindings do not say so)."""
+    if not thread_ids:
+        return set()
+    these = " OR ".join(f"thread:{quote(t)}" for t in thread_ids)
+    return {_message_id(m) for m in db.messages(all_of(query, these),
+                                                exclude_tags=exclude_tags,
+                                                sort=notmuch2.Database.SORT.UNSORTED)}
 
 
 def _property(msg: notmuch2.Message, key: str) -> str | None:
@@ -502,20 +503,28 @@ class Reader:
         def page(db: notmuch2.Database) -> list[ThreadSummary]:
             it = db.threads(query, exclude_tags=excl, sort=_sort(sort))
             stop = None if limit is None else offset + limit
+            found = list(itertools.islice(it, offset, stop))
+            matched = _matched_in(db, query, excl, [str(t.threadid) for t in found])
             return [
                 ThreadSummary(
                     thread_id=str(t.threadid),
                     subject=str(t.subject),
-                    authors=str(t.authors),
+                    authors=thread_authors((author_of(_header(m, "from")), _message_id(m) in matched)
+                                           for m in t),
                     oldest=t.first,
                     newest=t.last,
                     message_count=len(t),
                     matched_count=t.matched,
                     tags=frozenset(str(x) for x in t.tags),
                 )
-                for t in itertools.islice(it, offset, stop)
+                for t in found
             ]
         return self._query(page)
+
+    def thread_ids(self, query: str, *, exclude_tags: Sequence[str] | None = None) -> list[str]:
+        """The threads of every matching message, newest first."""
+        excl = self.exclude_tags() if exclude_tags is None else exclude_tags
+        return self._query(lambda db: [str(t.threadid) for t in db.threads(query, exclude_tags=excl)])
 
     def thread(self, thread_id: str) -> list[ThreadNode]:
         """A whole thread in reply order (depth-first), excluded messages included."""

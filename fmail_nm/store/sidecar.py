@@ -36,6 +36,7 @@ from typing import Any
 from ..clock import utc_stamp
 from ..errors import BackendError
 from ..private import private_dir, private_file, tighten
+from .threads import ThreadMember, author
 
 SIDECAR_NAME = "sidecar.sqlite3"
 BUSY_TIMEOUT_MS = 5000
@@ -816,9 +817,7 @@ def _shown_carrying(conn: sqlite3.Connection, tag_groups: Sequence[Sequence[str]
     group, among the ``scan`` first shown messages by date; and whether those were all."""
     where, args = span.clause()
     order = "ASC" if oldest_first else "DESC"
-    carries = " AND ".join(
-        "EXISTS (SELECT 1 FROM message_tags t WHERE t.message_id = m.message_id AND t.tag IN "
-        f"({','.join('?' * len(group))}))" for group in tag_groups) or "1"
+    carries = _carries(tag_groups)
     # One statement, the tags checked as the index is read; the limit written out (as a
     # parameter, SQLite plans the read for any number of rows).
     rows = conn.execute(
@@ -827,6 +826,37 @@ def _shown_carrying(conn: sqlite3.Connection, tag_groups: Sequence[Sequence[str]
         f"ORDER BY date_epoch {order} LIMIT {int(scan)}) m",
         [*[tag for group in tag_groups for tag in group], *args]).fetchall()
     return [(mid, thread) for mid, thread, hit in rows if hit], len(rows) < scan
+
+
+def _carries(tag_groups: Sequence[Sequence[str]]) -> str:
+    """SQL true when message ``m`` carries a tag of every group (their tags are the
+    parameters, group by group)."""
+    return " AND ".join(
+        "EXISTS (SELECT 1 FROM message_tags t WHERE t.message_id = m.message_id AND t.tag IN "
+        f"({','.join('?' * len(group))}))" for group in tag_groups) or "1"
+
+
+def thread_members(conn: sqlite3.Connection, thread_ids: Sequence[str],
+                   tag_groups: Sequence[Sequence[str]], *,
+                   span: Span = ALL_DATES) -> dict[str, list[ThreadMember]]:
+    """Every mirrored message of these threads, oldest first (ties in the order the mirror
+    took them in, which follows the index's), marked matched when a search for a tag of
+    every group within ``span`` shows it: what a thread listing needs, in one read."""
+    where, args = span.clause()
+    tags = [tag for group in tag_groups for tag in group]
+    found: dict[str, list[ThreadMember]] = {}
+    for chunk in chunks(thread_ids):
+        marks = ",".join("?" * len(chunk))
+        rows = conn.execute(
+            f"SELECT thread_id, coalesce(date_epoch, 0), subject, sender_name, sender_email, tags, "
+            f"is_excluded = 0{where} AND {_carries(tag_groups)} FROM messages m "
+            f"WHERE thread_id IN ({marks}) ORDER BY thread_id, coalesce(date_epoch, 0), rowid",
+            [*args, *tags, *chunk])
+        for thread, date_, subject, name, address, tags_json, matched in rows:
+            found.setdefault(thread, []).append(ThreadMember(
+                date=date_, subject=subject, author=author(name, address),
+                tags=frozenset(json.loads(tags_json)), matched=bool(matched)))
+    return found
 
 
 def date_at_rank(conn: sqlite3.Connection, rank: int) -> int | None:

@@ -32,7 +32,8 @@ from ..message.html import read_body, read_message
 from ..message.mime import BodyText, ParsedMessage
 from ..message.text import clean_text, slice_text
 from ..store import maildir, sidecar
-from ..store.notmuch import IndexedMessage, Reader, ThreadNode, ThreadSummary
+from ..store.notmuch import IndexedMessage, Reader, ThreadNode
+from ..store.threads import ThreadSummary, summarize
 from ..store.query import (Conjunction, all_of, clean_id, conjunction, folders_query,
                            id_query, me_query, quote)
 from ..tags import DELETED, DRAFT, SENT, SPAM
@@ -480,9 +481,8 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
     unread = unread_counts(mb, [t.thread_id for t in page], compiled.exclude_tags)
     refs = []
     for t in page:
-        authors = [a.strip() for a in t.authors.replace("|", ",").split(",") if a.strip()]
         refs.append(dto.ThreadRef(
-            thread=t.thread_id, subject=t.subject, authors=authors,
+            thread=t.thread_id, subject=t.subject, authors=list(t.authors),
             oldest=iso_from_epoch(t.oldest) or "", newest=iso_from_epoch(t.newest) or "",
             messages=t.message_count, matched=t.matched_count, unread=unread.get(t.thread_id, 0),
             tags=sorted(t.tags)))
@@ -494,21 +494,21 @@ def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
                  mirror: Answerable | None, offset: int,
                  limit: int) -> tuple[list[ThreadSummary], bool]:
     """A page of threads, newest first, and whether more follow (one thread past the page
-    says so).  notmuch collects and sorts every matching message before its first thread, so
-    for tags and dates alone the mirror picks the page's threads along its date index, and
-    notmuch builds just those: the threads a search shows rank by their newest shown
-    message, and the mirror reads the shown messages newest first."""
+    says so).  notmuch collects and sorts every matching message before its first thread,
+    then reads every message of each thread it returns, so for tags and dates alone the
+    mirror picks the page's threads along its date index and summarizes them from its rows:
+    the threads a search shows rank by their newest shown message, and the mirror reads the
+    shown messages newest first."""
     if mirror is not None:
         want = offset + limit + 1
-        found = sidecar.newest_threads(mirror.conn, mirror.groups,
-                                       span=_span(mirror.wanted), want=want,
+        span = _span(mirror.wanted)
+        found = sidecar.newest_threads(mirror.conn, mirror.groups, span=span, want=want,
                                        scan=want * WINDOW_PER_RESULT)
         if found is not None:
             chosen = found[offset:offset + limit]
-            these = " OR ".join(f"thread:{quote(t)}" for t in chosen)
-            page = (mb.reader.threads(all_of(nm_query, these), exclude_tags=exclude_tags)
-                    if chosen else [])
-            return page, len(found) == want
+            members = sidecar.thread_members(mirror.conn, chosen, mirror.groups, span=span)
+            # (a thread a sync removed since the first read is left out)
+            return [summarize(t, members[t]) for t in chosen if t in members], len(found) == want
     page = mb.reader.threads(nm_query, exclude_tags=exclude_tags, offset=offset,
                              limit=limit + 1)
     return page[:limit], len(page) > limit
@@ -681,8 +681,8 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
                             extra=f"{me_query(mine)} AND NOT tag:draft")
     now = int(mb.clock().timestamp())
     found: list[tuple[IndexedMessage, int]] = []
-    for thread in mb.reader.threads(nm_query, exclude_tags=mb.reader.exclude_tags()):
-        nodes = mb.reader.thread(thread.thread_id)
+    for thread_id in mb.reader.thread_ids(nm_query, exclude_tags=mb.reader.exclude_tags()):
+        nodes = mb.reader.thread(thread_id)
         live = [n.message for n in nodes if not (n.message.tags & {DELETED, SPAM, DRAFT})]
         if not live:
             continue

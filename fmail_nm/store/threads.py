@@ -1,0 +1,106 @@
+"""A thread as a listing shows it, built from its messages in date order: the same rules
+whether the messages come from notmuch or from the sidecar mirror.
+
+The subject, dates and counts follow libnotmuch's (lib/thread.cc): the dates span the
+messages the search matched, the subject is the newest matched message's without one
+``Re: `` (``Aw: ``, ``Vs: ``, ``Sv: ``), the tags are every message's, and those who wrote a
+matched message come first among the authors, in date order.  An author is the From name
+as Python's email parser reads it (else the address, in lower case as listings show it),
+the mirror's sender: the same for either source, where GMime's parse, which libnotmuch
+uses, differs on odd headers.
+"""
+
+from __future__ import annotations
+
+import email.utils
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+# Hostile mail can carry megabyte names; the mirror keeps this much of one (passes.mirror).
+MAX_NAME_CHARS = 2000
+
+# The reply prefixes libnotmuch takes off a thread's subject (once, case-insensitively).
+_REPLY_PREFIXES = ("re: ", "aw: ", "vs: ", "sv: ")
+
+
+@dataclass(frozen=True)
+class ThreadSummary:
+    thread_id: str
+    subject: str
+    authors: tuple[str, ...]
+    oldest: int
+    newest: int
+    message_count: int
+    matched_count: int
+    tags: frozenset[str]
+
+
+@dataclass(frozen=True)
+class ThreadMember:
+    """One message of a thread, as a summary needs it."""
+
+    date: int  # 0 when the message has no usable Date, as notmuch keeps it
+    subject: str
+    author: str
+    tags: frozenset[str]
+    matched: bool  # the search matched it and shows it (no excluded tag)
+
+
+def sender(from_header: str) -> tuple[str, str]:
+    """(name, lower-case address) of the first address of a From header."""
+    name, address = email.utils.parseaddr(from_header)
+    return name[:MAX_NAME_CHARS], address.lower()
+
+
+def author(name: str, address: str) -> str:
+    """How a thread names whoever sent a message: the name, else the address.  A name
+    written "Last, First" whose address holds first.last is turned round, as libnotmuch
+    does (Exchange writes names that way)."""
+    if not name:
+        return address
+    last, comma, first = name.partition(",")
+    first = first.lstrip(" ")
+    if comma and first and f"{first}.{last}".replace(" ", ".").lower() in address:
+        return f"{first} {last}"
+    return name
+
+
+def author_of(from_header: str) -> str:
+    return author(*sender(from_header))
+
+
+def thread_authors(members: Iterable[tuple[str, bool]]) -> tuple[str, ...]:
+    """The distinct authors of (author, matched) pairs in date order: those of a matched
+    message first, then the rest."""
+    matched: dict[str, None] = {}
+    others: dict[str, None] = {}
+    for name, is_match in members:
+        if name:
+            (matched if is_match else others)[name] = None
+    return (*matched, *(name for name in others if name not in matched))
+
+
+def _subject_of(subject: str) -> str:
+    return subject[4:] if subject[:4].lower() in _REPLY_PREFIXES else subject
+
+
+def summarize(thread_id: str, members: Iterable[ThreadMember]) -> ThreadSummary:
+    """The summary of a thread from all its messages, oldest first (ties in index order)."""
+    listed = list(members)
+    subject = listed[0].subject if listed else ""
+    oldest = newest = 0
+    matched = 0
+    for m in listed:
+        if not m.matched:
+            continue
+        if not matched or m.date < oldest:
+            oldest = m.date
+        if not matched or m.date > newest:
+            newest = m.date
+            subject = _subject_of(m.subject) or subject
+        matched += 1
+    return ThreadSummary(
+        thread_id=thread_id, subject=subject,
+        authors=thread_authors((m.author, m.matched) for m in listed),
+        oldest=oldest, newest=newest, message_count=len(listed), matched_count=matched,
+        tags=frozenset(tag for m in listed for tag in m.tags))
