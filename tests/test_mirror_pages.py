@@ -17,7 +17,7 @@ from fmail_nm.clock import iso_from_epoch
 from fmail_nm.passes import mirror
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader
-from fmail_nm.store.query import Conjunction, conjunction, quote
+from fmail_nm.store.query import Conjunction, conjunction, quote, sender_conjunction
 from fmail_nm.tools import reads
 
 from .conftest import BACK_TO_SCHEMA_4, MailEnv
@@ -118,6 +118,33 @@ def test_conjunctions_of_tags_and_dates_are_read_and_nothing_else() -> None:
                   "tag:a OR tag:b", "NOT tag:a", "(tag:a", "tag:a)", "tag:a AND", "from:x",
                   "date:..", "* AND tag:a", ""):
         assert conjunction(query) is None, query
+    # from:"<address>" with tags and dates: the mirror's senders estimate where its mail is
+    assert sender_conjunction('(from:"Ann@Example.com") AND (tag:"unread")') == (
+        "ann@example.com", Conjunction(("unread",), None, None))
+    assert conjunction('from:"ann@example.com"') is None
+    for query in ('from:"ann"', 'from:"ann@example.com" AND "linux"', 'NOT from:"a@b.c"',
+                  'from:"a@b.c" AND from:"d@e.f"', 'from:"a@b.c" OR tag:x', "tag:inbox"):
+        assert sender_conjunction(query) is None, query
+
+
+def test_a_sender_search_looks_among_the_newest_mail_only_when_a_page_of_it_is_there(
+        mailbox: reads.Mailbox) -> None:
+    # A page of 2 looks first among the 40 newest messages (back to early October 2026):
+    # Margaret wrote three of them, Marco's mail is from April; notmuch would look among
+    # the newest in vain for his, then search everything.
+    window = {who: reads._recent_window(mailbox, mailbox.compile(f"from:{who}").query, 40, 2)
+              for who in ("margaret.morgan@example.net", "Marco.Rossi@acme.test")}
+    assert window["margaret.morgan@example.net"] is not None
+    assert window["Marco.Rossi@acme.test"] is None
+    assert reads._recent_window(mailbox, mailbox.compile("from:margaret.morgan@example.net "
+                                                         "is:flagged").query, 40, 2) is None
+    for who in window:
+        nm_query = mailbox.compile(f"from:{who}").query
+        truth = notmuch_page(nm_query, "newest")
+        assert truth
+        listed, totals = every_page(mailbox, f"from:{who}", "newest", 2)
+        same_order(listed, truth)
+        assert totals == {len(truth)}
 
 
 def notmuch_threads(query: str, limit: int, offset: int = 0) -> list[tuple[str, int, int]]:

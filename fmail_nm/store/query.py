@@ -89,6 +89,7 @@ _ATOM = re.compile(r"""\s*(?:
     | (?P<and>AND)(?=[\s()]|$)
     | tag:(?:"(?P<quoted>(?:[^"]|"")*)"|(?P<bare>[\w.+-]+))(?=[\s()]|$)
     | date:(?:@(?P<since>\d+))?\.\.(?:@(?P<until>\d+))?(?=[\s()]|$)
+    | from:"(?P<sender>[^"\s@]+@[^"\s@]+)"(?=[\s()]|$)
     )""", re.VERBOSE)
 
 
@@ -98,8 +99,25 @@ def conjunction(query: str) -> Conjunction | None:
     (see _SIMPLE_REGEX; the DSL's ``list:`` is); other patterns (any other regex, a ``*``) and
     open-ended or pre-1970 date ranges are not: notmuch answers those itself.  (Parentheses
     do not change a conjunction's meaning.)"""
+    read = _read_conjunction(query)
+    return read[1] if read is not None and not read[0] else None
+
+
+def sender_conjunction(query: str) -> tuple[str, Conjunction] | None:
+    """For ``from:"<address>"`` joined by AND with tags and dates only: the address (in
+    lower case, as the mirror keeps senders) and the rest; else None.  notmuch reads such a
+    ``from:`` as words of the From header, so the mirror's senders only estimate its matches."""
+    read = _read_conjunction(query)
+    if read is None or len(set(read[0])) != 1:
+        return None
+    return read[0][0], read[1]
+
+
+def _read_conjunction(query: str) -> tuple[list[str], Conjunction] | None:
+    """The ``from:`` addresses and the tags and dates of a conjunction (see conjunction)."""
     if query.strip() == "*":
-        return Conjunction((), None, None)
+        return [], Conjunction((), None, None)
+    senders: list[str] = []
     tags: list[str] = []
     patterns: list[str] = []
     since: list[int] = []
@@ -135,6 +153,8 @@ def conjunction(query: str) -> Conjunction | None:
                     since.append(int(match["since"]))
                 if match["until"]:
                     until.append(int(match["until"]))
+            elif match["sender"]:
+                senders.append(match["sender"].lower())
             else:
                 return None
     if depth or expect_atom:
@@ -142,5 +162,5 @@ def conjunction(query: str) -> Conjunction | None:
     low = max(since) if since else None
     if (until and low is None) or low == 0:
         return None  # notmuch's own reading of a range that starts at or before 1970
-    return Conjunction(tuple(dict.fromkeys(tags)), low, min(until) if until else None,
-                       tuple(dict.fromkeys(patterns)))
+    return senders, Conjunction(tuple(dict.fromkeys(tags)), low, min(until) if until else None,
+                                tuple(dict.fromkeys(patterns)))

@@ -35,7 +35,7 @@ from ..store import maildir, sidecar
 from ..store.notmuch import IndexedMessage, Reader, ThreadNode
 from ..store.threads import ThreadSummary, summarize
 from ..store.query import (Conjunction, all_of, clean_id, conjunction, folders_query,
-                           id_query, me_query, quote)
+                           id_query, me_query, quote, sender_conjunction)
 from ..tags import DELETED, DRAFT, SENT, SPAM
 from . import dto
 
@@ -417,7 +417,7 @@ def _page_ids(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sort: str
     likely miss it) and for oldest first (notmuch's ranges cannot reach dates before 1970,
     which sort first), the whole search runs.  The mirror's date index only chooses D: a
     stale mirror makes the window less apt, never the page wrong."""
-    window = (_recent_window(mb, nm_query, (offset + limit) * WINDOW_PER_RESULT)
+    window = (_recent_window(mb, nm_query, (offset + limit) * WINDOW_PER_RESULT, offset + limit)
               if sort == "newest" else None)
     if window is not None:
         ids = mb.reader.page_ids(all_of(nm_query, window), exclude_tags=exclude_tags,
@@ -428,16 +428,25 @@ def _page_ids(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sort: str
                               limit=limit)
 
 
-def _recent_window(mb: Mailbox, nm_query: str, size: int) -> str | None:
+def _recent_window(mb: Mailbox, nm_query: str, size: int, need: int) -> str | None:
     """``date:`` of the ``size`` newest messages, or None where there is no such window to
-    try: no mirror, a smaller mailbox, or a query with dates of its own."""
+    try: no mirror, a smaller mailbox, a query with dates of its own, or one for a sender
+    (and tags) of whom the mirror has fewer than the ``need`` messages a page takes in the
+    window -- notmuch would look there in vain, then search everything."""
     if "date:" in nm_query:
         return None
     conn = mb.mirror.connection()
     if conn is None:
         return None
     edge = sidecar.date_at_rank(conn, size)
-    return f"date:@{edge}.." if edge is not None and edge > 0 else None
+    if edge is None or edge <= 0:
+        return None
+    sender = sender_conjunction(nm_query)
+    if sender is not None and not sender[1].patterns:
+        address, rest = sender
+        if sidecar.sender_shown_since(conn, address, [(t,) for t in rest.tags], edge, need) < need:
+            return None
+    return f"date:@{edge}.."
 
 
 def echoed_query(nm_query: str) -> str:
