@@ -412,9 +412,9 @@ def test_a_page_read_from_a_date_window_is_the_page_of_the_whole_search(
 
 
 def test_a_search_with_dates_of_its_own_reads_the_whole_search(mb: reads.Mailbox) -> None:
-    assert reads._recent_window(mb, "tag:inbox AND date:@0..", 1) is None
-    assert (reads._recent_window(mb, "tag:inbox", 1) or "").startswith("date:@")
-    assert reads._recent_window(mb, "tag:inbox", 10**6) is None  # a smaller mailbox
+    assert reads._recent_window(mb, "tag:inbox AND date:@0..", 1, 1) is None
+    assert (reads._recent_window(mb, "tag:inbox", 1, 1) or "").startswith("date:@")
+    assert reads._recent_window(mb, "tag:inbox", 10**6, 1) is None  # a smaller mailbox
 
 
 @pytest.mark.parametrize("first_open", [True, False])

@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import TypeVar
 
 import notmuch2
+from notmuch2 import _capi
 
 from ..errors import BackendError, CallerError
 from ..tags import DEFAULT_EXCLUDED, FLAG_TAGS
 from .notmuch_config import find_notmuch_config
-from .query import all_of, id_query, quote
+from .query import id_query, quote
 from .threads import ThreadSummary, author_of, thread_authors
 
 T = TypeVar("T")
@@ -193,16 +194,12 @@ def _indexed(msg: notmuch2.Message) -> IndexedMessage:
     )
 
 
-def _matched_in(db: notmuch2.Database, query: str, exclude_tags: Sequence[str],
-                thread_ids: Sequence[str]) -> set[str]:
-    """The Message-IDs in these threads that the query matches and shows (libnotmuch flags
-    them in a thread, but the bindings do not say so)."""
-    if not thread_ids:
-        return set()
-    these = " OR ".join(f"thread:{quote(t)}" for t in thread_ids)
-    return {_message_id(m) for m in db.messages(all_of(query, these),
-                                                exclude_tags=exclude_tags,
-                                                sort=notmuch2.Database.SORT.UNSORTED)}
+def _is_match(msg: notmuch2.Message) -> bool:
+    """Whether the search that built this message's thread matched it (and shows it).
+    libnotmuch flags it; the bindings read the EXCLUDED flag this way but do not offer
+    MATCH, and asking notmuch again for the page's matches cost 0.8 ms a page."""
+    return bool(_capi.lib.notmuch_message_get_flag(msg._msg_p,
+                                                   _capi.lib.NOTMUCH_MESSAGE_FLAG_MATCH))
 
 
 def _property(msg: notmuch2.Message, key: str) -> str | None:
@@ -503,13 +500,11 @@ class Reader:
         def page(db: notmuch2.Database) -> list[ThreadSummary]:
             it = db.threads(query, exclude_tags=excl, sort=_sort(sort))
             stop = None if limit is None else offset + limit
-            found = list(itertools.islice(it, offset, stop))
-            matched = _matched_in(db, query, excl, [str(t.threadid) for t in found])
             return [
                 ThreadSummary(
                     thread_id=str(t.threadid),
                     subject=str(t.subject),
-                    authors=thread_authors((author_of(_header(m, "from")), _message_id(m) in matched)
+                    authors=thread_authors((author_of(_header(m, "from")), _is_match(m))
                                            for m in t),
                     oldest=t.first,
                     newest=t.last,
@@ -517,7 +512,7 @@ class Reader:
                     matched_count=t.matched,
                     tags=frozenset(str(x) for x in t.tags),
                 )
-                for t in found
+                for t in itertools.islice(it, offset, stop)
             ]
         return self._query(page)
 
