@@ -798,6 +798,7 @@ class Reads:
     query_emails_tool: dict[str, Latency] | None
     notes: list[str] = field(default_factory=list)
     list_threads: dict[str, Latency] = field(default_factory=dict)
+    unanswered: Latency | None = None  # find_unanswered_threads, 20
 
 
 def page_ids(mb: Any, n: int) -> list[str]:
@@ -831,9 +832,10 @@ def reads_in_process(env: BenchEnv, n: int) -> Reads:
         got = latencies(lambda: reads.get_email(mb, next(it)), n)
         threads = {q: latencies(lambda q=q: reads.list_threads(mb, q, limit=20), n)
                    for q in THREAD_LISTINGS}
+        unanswered = latencies(lambda: reads.find_unanswered_threads(mb, limit=20), n)
         side = sidecar_path(config.data_dir)  # data_dir follows $XDG_DATA_HOME
     sql, tool, notes = sql_latencies(side, n, [a.name for a in config.accounts])
-    return Reads(search, totals, compiled, got, sql, tool, notes, threads)
+    return Reads(search, totals, compiled, got, sql, tool, notes, threads, unanswered)
 
 
 def sql_latencies(path: Path, n: int, accounts: Sequence[str]
@@ -1254,6 +1256,8 @@ def read_rows(r: SizeResult) -> list[tuple[str, str]]:
     out.append(("in-process get_email  [< 4 ms]", ms(r.reads.get_email)))
     for q, lat in r.reads.list_threads.items():
         out.append((f"in-process list_threads {q!r}, 20", ms(lat)))
+    if r.reads.unanswered is not None:
+        out.append(("in-process find_unanswered_threads, 20", ms(r.reads.unanswered)))
     for label, lat in r.reads.sql.items():
         out.append((f"sqlite3 {label}", ms(lat)))
     for label, lat in (r.reads.query_emails_tool or {}).items():

@@ -294,6 +294,58 @@ def test_a_thread_from_the_mirror_names_its_subject_authors_and_dates_as_notmuch
         "Boat trip moved"
 
 
+def unanswered_both_ways(mb: reads.Mailbox, monkeypatch: pytest.MonkeyPatch,
+                         **kwargs: Any) -> tuple[object, object]:
+    """find_unanswered_threads from the mirror, then as notmuch alone answers it."""
+    assert reads.current_mirror(mb, EXCLUDED) is not None
+    mirrored = reads.find_unanswered_threads(mb, **kwargs)
+    with monkeypatch.context() as patch:
+        patch.setattr(reads, "_last_words_from_mirror", lambda *args: None)
+        return mirrored, reads.find_unanswered_threads(mb, **kwargs)
+
+
+def test_unanswered_threads_from_the_mirror_are_notmuchs(
+        indexed: MailEnv, mailbox: reads.Mailbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The user's last word, then a reply deleted, one marked spam, and a draft: still
+    # unanswered; a thread with only the user's draft in it is not one.
+    for n, (mid, sender, parent) in enumerate([
+            ("ask-1", "Alex Morgan <alex@example.org>", ""),
+            ("ask-2", "Ben Carter <ben.carter@example.net>", "ask-1"),
+            ("ask-3", "Prize Desk <win@prizes.example.net>", "ask-1"),
+            ("ask-4", "Alex Morgan <alex@example.org>", "ask-1"),
+            ("lone-1", "Alex Morgan <alex@example.org>", "")]):
+        reply = f"In-Reply-To: <{parent}@example.com>\n" if parent else ""
+        (indexed.mail_root / "personal" / "INBOX" / "cur" / f"17630000{n}.ask.host:2,S").write_bytes(
+            f"From: {sender}\nTo: Jo Park <jo.park@example.net>\nSubject: Ask {n}\n"
+            f"Date: 0{n + 1} Dec 2026 09:00 +0000\nMessage-ID: <{mid}@example.com>\n{reply}\n"
+            "Hello.\n".encode())
+    indexed.notmuch("new")  # indexed and mirrored by the hook
+    indexed.notmuch("tag", "+deleted", "--", "id:ask-2@example.com")
+    indexed.notmuch("tag", "+spam", "--", "id:ask-3@example.com")
+    indexed.notmuch("tag", "+draft", "--", "id:ask-4@example.com", "OR", "id:lone-1@example.com")
+    mirror.sync_sidecar(indexed.config(), mailbox.reader)
+    for kwargs in ({"limit": 500}, {"limit": 3}, {"since": "2026-06-01", "limit": 500},
+                   {"since": "2026-12-03", "limit": 500},  # only a draft of the user since
+                   {"address": "Alex@Example.org", "limit": 500},
+                   {"min_days_silent": 12, "limit": 500}, {"address": "nobody@example.com"}):
+        mirrored, by_notmuch = unanswered_both_ways(mailbox, monkeypatch, **kwargs)
+        assert mirrored == by_notmuch, kwargs
+    found = reads.find_unanswered_threads(mailbox, limit=500)
+    last = {t.last: t for t in found.threads}
+    ask = last[sidecar.uid_for("ask-1@example.com")]
+    assert (ask.messages, ask.to, ask.subject) == (4, ["Jo Park <jo.park@example.net>"], "Ask 0")
+    assert sidecar.uid_for("lone-1@example.com") not in last
+    # and page by page
+    pages, cursor = [], None
+    while True:
+        page = reads.find_unanswered_threads(mailbox, limit=3, cursor=cursor)
+        pages += page.threads
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert pages == found.threads and found.total == len(pages) > 3
+
+
 def test_thread_pages_while_the_mirror_lags_are_notmuchs(indexed: MailEnv,
                                                          mailbox: reads.Mailbox) -> None:
     (indexed.mail_root / "personal" / "INBOX" / "new" / "1764666000.lag.host").write_bytes(NEW_MAIL)

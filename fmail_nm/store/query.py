@@ -38,9 +38,14 @@ def id_query(message_ids: Iterable[str]) -> str:
     return " OR ".join(f"id:{quote(mid)}" for mid in message_ids) or MATCH_NOTHING
 
 
+def plain_addresses(addresses: Sequence[str]) -> list[str]:
+    """The addresses that can go into a ``from:`` query as they are (see _PLAIN_ADDRESS)."""
+    return [a for a in addresses if _PLAIN_ADDRESS.match(a)]
+
+
 def me_query(addresses: Sequence[str]) -> str:
     """A notmuch query for "from one of the user's addresses"; matches nothing without any."""
-    plain = [a for a in addresses if _PLAIN_ADDRESS.match(a)]
+    plain = plain_addresses(addresses)
     if not plain:
         return MATCH_NOTHING
     return "(" + " OR ".join(f"from:{quote(a)}" for a in plain) + ")"

@@ -878,6 +878,54 @@ def sender_shown_since(conn: sqlite3.Connection, address: str,
         [address, since, *[tag for group in tag_groups for tag in group], cap]).fetchone()[0])
 
 
+@dataclass(frozen=True)
+class LastWord:
+    """The newest message of a thread that counts (see last_words)."""
+
+    thread_id: str
+    message_id: str
+    subject: str
+    date: int  # 0 when it has no usable Date, as notmuch keeps it
+    sender_email: str
+    message_count: int  # every mirrored message of the thread
+
+
+def last_words(conn: sqlite3.Connection, addresses: Sequence[str], *, since: int | None,
+               dead_tags: Sequence[str], skip_tags: Sequence[str]) -> list[LastWord]:
+    """For each thread with a shown message from one of ``addresses`` (dated ``since`` or
+    later) that carries none of ``skip_tags``: its newest message carrying none of
+    ``dead_tags``, newest thread first.  The user's messages are read along the sender
+    index, their threads' messages along the thread index (a message's row is read for the
+    newest of each thread only): what the user took part in, not the mailbox."""
+    since_clause, since_args = ("AND date_epoch >= ?", [since]) if since is not None else ("", [])
+    dead = ",".join("?" * len(dead_tags)) or "NULL"
+    skip = ",".join("?" * len(skip_tags)) or "NULL"
+    mine = ",".join("?" * len(addresses)) or "NULL"
+    # ISO dates sort as the times they name; a message without one sorts first, at time 0.
+    rows = conn.execute(
+        f"""WITH mine AS (
+              SELECT DISTINCT thread_id FROM messages m INDEXED BY messages_sender
+              WHERE sender_email IN ({mine}) AND is_excluded = 0 {since_clause}
+                AND NOT EXISTS (SELECT 1 FROM message_tags t WHERE t.message_id = m.message_id
+                                AND t.tag IN ({skip}))),
+            newest AS (
+              SELECT m.thread_id, m.message_id, max(coalesce(m.date, '')) AS iso
+              FROM mine JOIN messages m INDEXED BY messages_thread_date
+                ON m.thread_id = mine.thread_id
+              WHERE NOT EXISTS (SELECT 1 FROM message_tags t WHERE t.message_id = m.message_id
+                                AND t.tag IN ({dead}))
+              GROUP BY m.thread_id)
+            SELECT newest.thread_id, newest.message_id, m.subject, coalesce(m.date_epoch, 0),
+                   m.sender_email, coalesce(r.message_count, 0)
+            FROM newest JOIN messages m ON m.message_id = newest.message_id
+            LEFT JOIN thread_rows r ON r.thread_id = newest.thread_id""",
+        [*addresses, *since_args, *skip_tags, *dead_tags]).fetchall()
+    words = [LastWord(thread_id=thread, message_id=mid, subject=subject, date=epoch,
+                      sender_email=sender, message_count=count)
+             for thread, mid, subject, epoch, sender, count in rows]
+    return sorted(words, key=lambda w: w.date, reverse=True)
+
+
 def date_at_rank(conn: sqlite3.Connection, rank: int) -> int | None:
     """The date (Unix seconds) of the message ``rank`` places from the newest end of the
     mailbox, read along the date index; None when fewer dated messages are mirrored."""

@@ -35,7 +35,7 @@ from ..store import maildir, sidecar
 from ..store.notmuch import IndexedMessage, Reader, ThreadNode
 from ..store.threads import ThreadSummary, summarize
 from ..store.query import (Conjunction, all_of, clean_id, conjunction, folders_query,
-                           id_query, me_query, quote, sender_conjunction)
+                           id_query, me_query, plain_addresses, quote, sender_conjunction)
 from ..tags import DELETED, DRAFT, SENT, SPAM
 from . import dto
 
@@ -677,51 +677,82 @@ def bare_subject(subject: str) -> str:
     return _REPLY_PREFIX.sub("", subject).strip()
 
 
+@dataclass(frozen=True)
+class _LastWord:
+    """The user's message that ends an unanswered thread."""
+
+    thread: str
+    message_id: str
+    subject: str
+    date: int
+    messages: int  # in the whole thread
+
+
 def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str | None = None,
                             min_days_silent: int = 0, limit: int = DEFAULT_LIMIT,
                             cursor: str | None = None) -> dto.UnansweredList:
     """Threads whose newest message is the user's, with nothing from anyone after it."""
     limit = clamp_limit(limit)
-    mine = [address.lower()] if address else list(mb.config.addresses)
+    mine = plain_addresses([address.lower()] if address else list(mb.config.addresses))
     if not mine:
         raise ToolError("no addresses of yours are configured; pass address=")
     # Drafts were never sent: they neither make a thread "unanswered" nor count as its end.
     nm_query = scoped_query(mb, CompiledQuery("*", ()), since=since,
                             extra=f"{me_query(mine)} AND NOT tag:draft")
     now = int(mb.clock().timestamp())
-    found: list[tuple[IndexedMessage, int]] = []
+    fp = _fingerprint("unanswered", nm_query, min_days_silent, mine)
+    offset = read_cursor(cursor, fp)
+    since_epoch = _parse_when(since, "since", end=False) if since else None
+    ended = _last_words_from_mirror(mb, mine, since_epoch)
+    if ended is None:
+        ended = _last_words_from_notmuch(mb, nm_query, mine)
+    found = [w for w in ended if max(0, (now - w.date) // 86400) >= min_days_silent]
+    page = found[offset:offset + limit]
+    threads = []
+    rows, _ = mb.mirror_rows([w.message_id for w in page])
+    for w in page:
+        row = rows.get(w.message_id)
+        threads.append(dto.UnansweredThread(
+            thread=w.thread, subject=w.subject, days_silent=max(0, (now - w.date) // 86400),
+            messages=w.messages,
+            to=_listed_to(row[8], (SENT,)) if row else _recipients(mb, w.message_id),
+            last=row[1] if row else w.message_id, date=iso_from_epoch(w.date)))
+    return dto.UnansweredList(threads=threads, total=len(found),
+                              next_cursor=next_cursor(offset, len(page), len(found), fp))
+
+
+def _last_words_from_mirror(mb: Mailbox, mine: Sequence[str],
+                            since: int | None) -> list[_LastWord] | None:
+    """The unanswered threads, newest first, from the mirror's rows of the threads the user
+    wrote in (notmuch would build and walk each of them); None when the mirror lags."""
+    conn = current_mirror(mb, mb.reader.exclude_tags())
+    if conn is None:
+        return None
+    words = sidecar.last_words(conn, mine, since=since, dead_tags=(DELETED, SPAM, DRAFT),
+                               skip_tags=(DRAFT,))
+    return [_LastWord(w.thread_id, w.message_id, w.subject, w.date, w.message_count)
+            for w in words if w.sender_email in mine]
+
+
+def _last_words_from_notmuch(mb: Mailbox, nm_query: str, mine: Sequence[str]) -> list[_LastWord]:
+    found: list[_LastWord] = []
     for thread_id in mb.reader.thread_ids(nm_query, exclude_tags=mb.reader.exclude_tags()):
         nodes = mb.reader.thread(thread_id)
         live = [n.message for n in nodes if not (n.message.tags & {DELETED, SPAM, DRAFT})]
         if not live:
             continue
         last = max(live, key=lambda m: m.date)
-        if email.utils.parseaddr(last.from_header)[1].lower() not in mine:
-            continue
-        silent = max(0, (now - last.date) // 86400)
-        if silent >= min_days_silent:
-            found.append((last, len(nodes)))
-    found.sort(key=lambda item: item[0].date, reverse=True)
-    fp = _fingerprint("unanswered", nm_query, min_days_silent, mine)
-    offset = read_cursor(cursor, fp)
-    page = found[offset:offset + limit]
-    threads = []
-    rows, _ = mb.mirror_rows([last.message_id for last, _ in page])
-    for last, count in page:
-        row = rows.get(last.message_id)
-        threads.append(dto.UnansweredThread(
-            thread=last.thread_id, subject=last.subject,
-            days_silent=max(0, (now - last.date) // 86400), messages=count,
-            to=_listed_to(row[8], (SENT,)) if row else _recipients(mb, last),
-            last=row[1] if row else last.message_id, date=iso_from_epoch(last.date)))
-    return dto.UnansweredList(threads=threads, total=len(found),
-                              next_cursor=next_cursor(offset, len(page), len(found), fp))
+        if email.utils.parseaddr(last.from_header)[1].lower() in mine:
+            found.append(_LastWord(thread_id, last.message_id, last.subject, last.date,
+                                   len(nodes)))
+    found.sort(key=lambda w: w.date, reverse=True)
+    return found
 
 
-def _recipients(mb: Mailbox, m: IndexedMessage) -> list[str]:
+def _recipients(mb: Mailbox, message_id: str) -> list[str]:
     # Not in the mirror yet (a sync in flight): read this page's rows only.
-    pairs = email.utils.getaddresses([mb.reader.header(m.message_id, "To"),
-                                      mb.reader.header(m.message_id, "Cc")])
+    pairs = email.utils.getaddresses([mb.reader.header(message_id, "To"),
+                                      mb.reader.header(message_id, "Cc")])
     return [who(n, a) for n, a in pairs if a][:LISTED_RECIPIENTS]
 
 
