@@ -300,7 +300,7 @@ def unanswered_both_ways(mb: reads.Mailbox, monkeypatch: pytest.MonkeyPatch,
     assert reads.current_mirror(mb, EXCLUDED) is not None
     mirrored = reads.find_unanswered_threads(mb, **kwargs)
     with monkeypatch.context() as patch:
-        patch.setattr(reads, "_last_words_from_mirror", lambda *args: None)
+        patch.setattr(reads, "_unanswered_from_mirror", lambda *args: None)
         return mirrored, reads.find_unanswered_threads(mb, **kwargs)
 
 

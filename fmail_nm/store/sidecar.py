@@ -47,8 +47,9 @@ CONTACT_TRIGGERS = ("contacts_insert", "contacts_update", "contacts_delete")
 EDITABLE_CONTACT_COLUMNS = ("name", "is_blocked", "notes")
 
 # One row of ``threads`` per thread, from its mirrored messages: version 1's view, and since
-# version 3 what the mirror stores for the threads each batch touched (passes.mirror).
-THREAD_ROWS = """
+# version 3 what the mirror stores for the threads each batch touched (passes.mirror).  As
+# versions 1 and 3 wrote it; THREAD_ROWS below is today's.
+_THREAD_ROWS_V1 = """
 SELECT thread_id,
        (SELECT subject FROM messages f WHERE f.thread_id = m.thread_id
         ORDER BY date, message_id LIMIT 1) AS subject,
@@ -170,7 +171,7 @@ FROM message_tags t JOIN messages m USING (message_id)
 GROUP BY t.tag;
 
 CREATE VIEW threads AS
-""" + THREAD_ROWS.format(where="1") + """;
+""" + _THREAD_ROWS_V1.format(where="1") + """;
 
 CREATE VIEW contacts AS
 SELECT e.email_address,
@@ -223,7 +224,7 @@ CREATE INDEX messages_needs_tagging ON messages(message_id) WHERE needs_tagging 
 _THREAD_COLUMNS = ("thread_id", "subject", "message_count", "unread_count", "sent_count",
                    "first_date", "last_date", "last_sender_email", "last_from_me",
                    "participants", "account_name")
-_INSERT_THREADS = f"INSERT INTO thread_rows ({', '.join(_THREAD_COLUMNS)}) "
+_INSERT_THREADS_V3 = f"INSERT INTO thread_rows ({', '.join(_THREAD_COLUMNS)}) "
 
 # Version 3: ``threads`` was a view aggregating every thread on every read (linear in the
 # mailbox: 128 ms at 20k messages for the newest 20); it becomes a table the mirror keeps,
@@ -245,7 +246,7 @@ CREATE TABLE thread_rows (
 );
 CREATE INDEX thread_rows_last_date ON thread_rows(last_date);
 CREATE INDEX messages_thread_date ON messages(thread_id, date, message_id);
-{_INSERT_THREADS}{THREAD_ROWS.format(where="1")};
+{_INSERT_THREADS_V3}{_THREAD_ROWS_V1.format(where="1")};
 CREATE VIEW threads AS SELECT {", ".join(_THREAD_COLUMNS)} FROM thread_rows;
 """
 
@@ -424,8 +425,33 @@ DROP INDEX messages_sender;
 CREATE INDEX messages_sender ON messages(sender_email, is_excluded, date_epoch);
 """
 
+# Version 10: each thread's last word -- its newest message that is not deleted, spam or a
+# draft -- kept with the thread's row (not published), so "threads whose last word is mine",
+# find_unanswered_threads, is read along an index instead of from each thread's messages.
+# A message without a date is older than any with one, as notmuch has it at time 0.
+_LAST_WORD = """(SELECT {value} FROM messages l WHERE l.thread_id = m.thread_id AND NOT EXISTS (
+            SELECT 1 FROM message_tags t WHERE t.message_id = l.message_id
+            AND t.tag IN ('deleted', 'spam', 'draft'))
+        ORDER BY date DESC, message_id DESC LIMIT 1)"""
+_LAST_WORD_COLUMNS = ("last_word_id", "last_word_date", "last_word_sender")
+THREAD_ROWS = _THREAD_ROWS_V1.replace("\nFROM messages m\n", (
+    ",\n       " + _LAST_WORD.format(value="message_id") + " AS last_word_id"
+    ",\n       " + _LAST_WORD.format(value="coalesce(date_epoch, 0)") + " AS last_word_date"
+    ",\n       " + _LAST_WORD.format(value="sender_email") + " AS last_word_sender"
+    "\nFROM messages m\n"))
+_THREAD_ROW_COLUMNS = (*_THREAD_COLUMNS, *_LAST_WORD_COLUMNS)
+_INSERT_THREADS = f"INSERT INTO thread_rows ({', '.join(_THREAD_ROW_COLUMNS)}) "
+_V10 = f"""
+ALTER TABLE thread_rows ADD COLUMN last_word_id TEXT;
+ALTER TABLE thread_rows ADD COLUMN last_word_date INTEGER;
+ALTER TABLE thread_rows ADD COLUMN last_word_sender TEXT;
+DELETE FROM thread_rows;
+{_INSERT_THREADS}{THREAD_ROWS.format(where="1")};
+CREATE INDEX thread_rows_last_word ON thread_rows(last_word_sender, last_word_date);
+"""
+
 # Index i holds the script that takes the schema from version i to i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -593,10 +619,10 @@ def thread_problems(conn: sqlite3.Connection) -> list[str]:
     """Every difference between the ``threads`` table and its messages (empty: exact)."""
     def rows(sql: str) -> dict[str, tuple[Any, ...]]:
         # group_concat's order follows the scan, which differs between the two reads
-        return {r[0]: (*r[:9], sorted((r[9] or "").split(",")), r[10])
+        return {r[0]: (*r[:9], sorted((r[9] or "").split(",")), *r[10:])
                 for r in conn.execute(sql)}
     want = rows(THREAD_ROWS.format(where="1"))
-    have = rows(f"SELECT {', '.join(_THREAD_COLUMNS)} FROM thread_rows")
+    have = rows(f"SELECT {', '.join(_THREAD_ROW_COLUMNS)} FROM thread_rows")
     return [f"thread {t}: row {have.get(t)} but its messages say {want.get(t)}"
             for t in sorted(set(want) | set(have)) if want.get(t) != have.get(t)]
 
@@ -880,50 +906,32 @@ def sender_shown_since(conn: sqlite3.Connection, address: str,
 
 @dataclass(frozen=True)
 class LastWord:
-    """The newest message of a thread that counts (see last_words)."""
+    """A thread's last word: its newest message that is not deleted, spam or a draft."""
 
     thread_id: str
     message_id: str
-    subject: str
     date: int  # 0 when it has no usable Date, as notmuch keeps it
-    sender_email: str
     message_count: int  # every mirrored message of the thread
 
 
 def last_words(conn: sqlite3.Connection, addresses: Sequence[str], *, since: int | None,
-               dead_tags: Sequence[str], skip_tags: Sequence[str]) -> list[LastWord]:
-    """For each thread with a shown message from one of ``addresses`` (dated ``since`` or
-    later) that carries none of ``skip_tags``: its newest message carrying none of
-    ``dead_tags``, newest thread first.  The user's messages are read along the sender
-    index, their threads' messages along the thread index (a message's row is read for the
-    newest of each thread only): what the user took part in, not the mailbox."""
-    since_clause, since_args = ("AND date_epoch >= ?", [since]) if since is not None else ("", [])
-    dead = ",".join("?" * len(dead_tags)) or "NULL"
-    skip = ",".join("?" * len(skip_tags)) or "NULL"
-    mine = ",".join("?" * len(addresses)) or "NULL"
-    # ISO dates sort as the times they name; a message without one sorts first, at time 0.
-    rows = conn.execute(
-        f"""WITH mine AS (
-              SELECT DISTINCT thread_id FROM messages m INDEXED BY messages_sender
-              WHERE sender_email IN ({mine}) AND is_excluded = 0 {since_clause}
-                AND NOT EXISTS (SELECT 1 FROM message_tags t WHERE t.message_id = m.message_id
-                                AND t.tag IN ({skip}))),
-            newest AS (
-              SELECT m.thread_id, m.message_id, max(coalesce(m.date, '')) AS iso
-              FROM mine JOIN messages m INDEXED BY messages_thread_date
-                ON m.thread_id = mine.thread_id
-              WHERE NOT EXISTS (SELECT 1 FROM message_tags t WHERE t.message_id = m.message_id
-                                AND t.tag IN ({dead}))
-              GROUP BY m.thread_id)
-            SELECT newest.thread_id, newest.message_id, m.subject, coalesce(m.date_epoch, 0),
-                   m.sender_email, coalesce(r.message_count, 0)
-            FROM newest JOIN messages m ON m.message_id = newest.message_id
-            LEFT JOIN thread_rows r ON r.thread_id = newest.thread_id""",
-        [*addresses, *since_args, *skip_tags, *dead_tags]).fetchall()
-    words = [LastWord(thread_id=thread, message_id=mid, subject=subject, date=epoch,
-                      sender_email=sender, message_count=count)
-             for thread, mid, subject, epoch, sender, count in rows]
-    return sorted(words, key=lambda w: w.date, reverse=True)
+               until: int | None, offset: int, limit: int) -> tuple[int, list[LastWord]]:
+    """The threads whose last word is from one of ``addresses``, dated within ``since`` ..
+    ``until``: how many, and one page of them, newest first.  Read along the index of the
+    last words the mirror keeps with each thread (schema version 10)."""
+    where = (f"last_word_sender IN ({','.join('?' * len(addresses)) or 'NULL'})"
+             " AND last_word_date >= ? AND last_word_date <= ?")
+    args = [*addresses, -2**63 if since is None else since, 2**63 - 1 if until is None else until]
+    total = conn.execute(f"SELECT count(*) FROM thread_rows INDEXED BY thread_rows_last_word "
+                         f"WHERE {where}", args).fetchone()[0]
+    # The page's rows by rowid, chosen along the index alone (it holds the date and rowid).
+    chosen = [r[0] for r in conn.execute(
+        f"SELECT rowid FROM thread_rows INDEXED BY thread_rows_last_word WHERE {where} "
+        f"ORDER BY last_word_date DESC, rowid DESC LIMIT ? OFFSET ?", [*args, limit, offset])]
+    rows = {r[0]: r[1:] for r in conn.execute(
+        f"SELECT rowid, thread_id, last_word_id, last_word_date, message_count FROM thread_rows "
+        f"WHERE rowid IN ({','.join('?' * len(chosen)) or 'NULL'})", chosen)}
+    return int(total), [LastWord(*rows[rowid]) for rowid in chosen]
 
 
 def date_at_rank(conn: sqlite3.Connection, rank: int) -> int | None:

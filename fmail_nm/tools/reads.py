@@ -677,17 +677,6 @@ def bare_subject(subject: str) -> str:
     return _REPLY_PREFIX.sub("", subject).strip()
 
 
-@dataclass(frozen=True)
-class _LastWord:
-    """The user's message that ends an unanswered thread."""
-
-    thread: str
-    message_id: str
-    subject: str
-    date: int
-    messages: int  # in the whole thread
-
-
 def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str | None = None,
                             min_days_silent: int = 0, limit: int = DEFAULT_LIMIT,
                             cursor: str | None = None) -> dto.UnansweredList:
@@ -703,50 +692,63 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
     fp = _fingerprint("unanswered", nm_query, min_days_silent, mine)
     offset = read_cursor(cursor, fp)
     since_epoch = _parse_when(since, "since", end=False) if since else None
-    ended = _last_words_from_mirror(mb, mine, since_epoch)
-    if ended is None:
-        ended = _last_words_from_notmuch(mb, nm_query, mine)
-    found = [w for w in ended if max(0, (now - w.date) // 86400) >= min_days_silent]
-    page = found[offset:offset + limit]
+    # silent for min_days_silent whole days: written at least that many days ago
+    until_epoch = now - min_days_silent * 86400 if min_days_silent > 0 else None
+    answer = _unanswered_from_mirror(mb, mine, since_epoch, until_epoch, offset, limit)
+    if answer is None:
+        found = [w for w in _unanswered_from_notmuch(mb, nm_query, mine)
+                 if until_epoch is None or w.date <= until_epoch]
+        answer = len(found), found[offset:offset + limit]
+    total, page = answer
     threads = []
     rows, _ = mb.mirror_rows([w.message_id for w in page])
     for w in page:
         row = rows.get(w.message_id)
         threads.append(dto.UnansweredThread(
-            thread=w.thread, subject=w.subject, days_silent=max(0, (now - w.date) // 86400),
-            messages=w.messages,
+            thread=w.thread_id, subject=row[6] if row else _subject(mb, w.message_id),
+            days_silent=max(0, (now - w.date) // 86400), messages=w.message_count,
             to=_listed_to(row[8], (SENT,)) if row else _recipients(mb, w.message_id),
             last=row[1] if row else w.message_id, date=iso_from_epoch(w.date)))
-    return dto.UnansweredList(threads=threads, total=len(found),
-                              next_cursor=next_cursor(offset, len(page), len(found), fp))
+    return dto.UnansweredList(threads=threads, total=total,
+                              next_cursor=next_cursor(offset, len(page), total, fp))
 
 
-def _last_words_from_mirror(mb: Mailbox, mine: Sequence[str],
-                            since: int | None) -> list[_LastWord] | None:
-    """The unanswered threads, newest first, from the mirror's rows of the threads the user
-    wrote in (notmuch would build and walk each of them); None when the mirror lags."""
-    conn = current_mirror(mb, mb.reader.exclude_tags())
+def _unanswered_from_mirror(mb: Mailbox, mine: Sequence[str], since: int | None,
+                            until: int | None, offset: int, limit: int
+                            ) -> tuple[int, list[sidecar.LastWord]] | None:
+    """From the last words the mirror keeps: exact when it is current and a search leaves
+    out deleted and spam mail and nothing else a last word could be (drafts aside) -- then
+    a thread with a message of the user's since ``since`` that a search shows and that is
+    no draft is one whose last word is that recent.  None otherwise (notmuch answers)."""
+    exclusions = frozenset(mb.reader.exclude_tags())
+    if not {DELETED, SPAM} <= exclusions <= {DELETED, SPAM, DRAFT}:
+        return None
+    conn = current_mirror(mb, sorted(exclusions))
     if conn is None:
         return None
-    words = sidecar.last_words(conn, mine, since=since, dead_tags=(DELETED, SPAM, DRAFT),
-                               skip_tags=(DRAFT,))
-    return [_LastWord(w.thread_id, w.message_id, w.subject, w.date, w.message_count)
-            for w in words if w.sender_email in mine]
+    return sidecar.last_words(conn, mine, since=since, until=until, offset=offset, limit=limit)
 
 
-def _last_words_from_notmuch(mb: Mailbox, nm_query: str, mine: Sequence[str]) -> list[_LastWord]:
-    found: list[_LastWord] = []
+def _unanswered_from_notmuch(mb: Mailbox, nm_query: str,
+                             mine: Sequence[str]) -> list[sidecar.LastWord]:
+    """Each thread with a message of the user's the query matches, walked for its last
+    word (see sidecar.LastWord); those from the user, newest first."""
+    found: list[sidecar.LastWord] = []
     for thread_id in mb.reader.thread_ids(nm_query, exclude_tags=mb.reader.exclude_tags()):
         nodes = mb.reader.thread(thread_id)
         live = [n.message for n in nodes if not (n.message.tags & {DELETED, SPAM, DRAFT})]
         if not live:
             continue
-        last = max(live, key=lambda m: m.date)
+        last = max(live, key=lambda m: (m.date, m.message_id))  # as the mirror picks it
         if email.utils.parseaddr(last.from_header)[1].lower() in mine:
-            found.append(_LastWord(thread_id, last.message_id, last.subject, last.date,
-                                   len(nodes)))
+            found.append(sidecar.LastWord(thread_id, last.message_id, last.date, len(nodes)))
     found.sort(key=lambda w: w.date, reverse=True)
     return found
+
+
+def _subject(mb: Mailbox, message_id: str) -> str:
+    found = mb.reader.find(message_id)
+    return found.subject if found is not None else ""
 
 
 def _recipients(mb: Mailbox, message_id: str) -> list[str]:
