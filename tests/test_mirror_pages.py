@@ -344,6 +344,15 @@ def test_unanswered_threads_from_the_mirror_are_notmuchs(
         if cursor is None:
             break
     assert pages == found.threads and found.total == len(pages) > 3
+    # Searches that leave out more than deleted and spam mail: a last word of the user's
+    # may then be left out, so notmuch answers.
+    indexed.notmuch("config", "set", "search.exclude_tags", "deleted;spam;muted")
+    with Reader() as reader:
+        muted = reads.Mailbox(indexed.config(), reader)
+        mirror.sync_sidecar(indexed.config(), reader)
+        assert reads.current_mirror(muted, ("deleted", "muted", "spam")) is not None
+        assert reads._unanswered_from_mirror(muted, ["alex@example.org"], None, None, 0, 5) is None
+        assert reads.find_unanswered_threads(muted, limit=500) == found
 
 
 def test_thread_pages_while_the_mirror_lags_are_notmuchs(indexed: MailEnv,
