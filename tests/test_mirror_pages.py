@@ -355,6 +355,22 @@ def test_unanswered_threads_from_the_mirror_are_notmuchs(
         assert reads.find_unanswered_threads(muted, limit=500) == found
 
 
+def test_a_listing_reads_one_state_of_the_mirror(indexed: MailEnv,
+                                                 mailbox: reads.Mailbox) -> None:
+    # A sync commits while a listing is between its reads: they still agree.
+    path = sidecar.sidecar_path(indexed.config().data_dir)
+    with mailbox.mirror.snapshot():
+        before = sidecar.mirror_state(mailbox.mirror.connection())  # type: ignore[arg-type]
+        assert before.revision is not None
+        with sidecar.opened(path) as writer:
+            sidecar.set_state(writer, "revision", str(before.revision + 1))
+        assert sidecar.mirror_state(mailbox.mirror.connection()) == before  # type: ignore[arg-type]
+    after = sidecar.mirror_state(mailbox.mirror.connection())  # type: ignore[arg-type]
+    assert after.revision == before.revision + 1
+    for tool in (reads.search_emails, reads.list_threads, reads.find_unanswered_threads):
+        assert getattr(tool, "__wrapped__", None) is not None, tool
+
+
 def test_thread_pages_while_the_mirror_lags_are_notmuchs(indexed: MailEnv,
                                                          mailbox: reads.Mailbox) -> None:
     (indexed.mail_root / "personal" / "INBOX" / "new" / "1764666000.lag.host").write_bytes(NEW_MAIL)

@@ -970,8 +970,31 @@ class MirrorReader:
         self.path = path
         self._conn: sqlite3.Connection | None = None
         self._key: tuple[int, int] | None = None
+        self._pinned: sqlite3.Connection | None = None  # inside snapshot()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read transaction around everything read inside, so the several reads of one
+        tool call (a page, its total, its rows) see one state of the mirror while a sync
+        commits beside them; the connection stays the same throughout."""
+        conn = self.connection() if self._pinned is None else None
+        if conn is None:  # no mirror, or already inside one
+            yield
+            return
+        conn.execute("BEGIN")
+        self._pinned = conn
+        try:
+            yield
+        finally:
+            self._pinned = None
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error:
+                pass  # closed meanwhile (a replaced sidecar): nothing held
 
     def connection(self) -> sqlite3.Connection | None:
+        if self._pinned is not None:
+            return self._pinned
         try:
             st = os.stat(self.path)
         except OSError:

@@ -11,6 +11,7 @@ messages they return.
 from __future__ import annotations
 
 import email.utils
+import functools
 import hashlib
 import json
 import re
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timezone
 from pathlib import Path
 from time import sleep
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..clock import iso_from_epoch, utc_now
 from ..config import Config
@@ -257,6 +258,20 @@ def next_cursor(offset: int, page: int, total: int, fingerprint: str) -> str | N
 # Tools
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def one_mirror_state(tool: Callable[Concatenate[Mailbox, P], R]) -> Callable[Concatenate[Mailbox, P], R]:
+    """A listing tool whose mirror reads (page, total, rows) all see one state of the mirror."""
+    @functools.wraps(tool)
+    def reading(mb: Mailbox, *args: P.args, **kwargs: P.kwargs) -> R:
+        with mb.mirror.snapshot():
+            return tool(mb, *args, **kwargs)
+    return reading
+
+
+@one_mirror_state
 def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
                   cursor: str | None = None, since: str | None = None,
                   until: str | None = None, sort: str = "newest",
@@ -472,6 +487,7 @@ def _hidden(compiled: CompiledQuery, cursor: str | None,
 THREAD_COUNT_MAX_MESSAGES = 1000
 
 
+@one_mirror_state
 def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
                  until: str | None = None, unread_only: bool = False,
                  limit: int = DEFAULT_LIMIT, cursor: str | None = None) -> dto.ThreadList:
@@ -677,6 +693,7 @@ def bare_subject(subject: str) -> str:
     return _REPLY_PREFIX.sub("", subject).strip()
 
 
+@one_mirror_state
 def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str | None = None,
                             min_days_silent: int = 0, limit: int = DEFAULT_LIMIT,
                             cursor: str | None = None) -> dto.UnansweredList:
