@@ -851,23 +851,23 @@ def _shown_carrying(conn: sqlite3.Connection, tag_groups: Sequence[Sequence[str]
     group, among the ``scan`` first shown messages by date; and whether those were all."""
     where, args = span.clause()
     order = "ASC" if oldest_first else "DESC"
-    carries = _carries(tag_groups)
+    carries, tags = _carries(tag_groups)
     # One statement, the tags checked as the index is read; the limit written out (as a
     # parameter, SQLite plans the read for any number of rows).
     rows = conn.execute(
         f"SELECT m.message_id, m.thread_id, {carries} FROM (SELECT message_id, thread_id "
         f"FROM messages INDEXED BY messages_excluded_date WHERE is_excluded = 0{where} "
         f"ORDER BY date_epoch {order} LIMIT {int(scan)}) m",
-        [*[tag for group in tag_groups for tag in group], *args]).fetchall()
+        [*tags, *args]).fetchall()
     return [(mid, thread) for mid, thread, hit in rows if hit], len(rows) < scan
 
 
-def _carries(tag_groups: Sequence[Sequence[str]]) -> str:
-    """SQL true when message ``m`` carries a tag of every group (their tags are the
-    parameters, group by group)."""
-    return " AND ".join(
+def _carries(tag_groups: Sequence[Sequence[str]]) -> tuple[str, list[str]]:
+    """SQL true when message ``m`` carries a tag of every group, and its parameters."""
+    sql = " AND ".join(
         "EXISTS (SELECT 1 FROM message_tags t WHERE t.message_id = m.message_id AND t.tag IN "
         f"({','.join('?' * len(group))}))" for group in tag_groups) or "1"
+    return sql, [tag for group in tag_groups for tag in group]
 
 
 def thread_members(conn: sqlite3.Connection, thread_ids: Sequence[str],
@@ -877,13 +877,13 @@ def thread_members(conn: sqlite3.Connection, thread_ids: Sequence[str],
     took them in, which follows the index's), marked matched when a search for a tag of
     every group within ``span`` shows it: what a thread listing needs, in one read."""
     where, args = span.clause()
-    tags = [tag for group in tag_groups for tag in group]
+    carries, tags = _carries(tag_groups)
     found: dict[str, list[ThreadMember]] = {}
     for chunk in chunks(thread_ids):
         marks = ",".join("?" * len(chunk))
         rows = conn.execute(
             f"SELECT thread_id, coalesce(date_epoch, 0), subject, sender_name, sender_email, tags, "
-            f"is_excluded = 0{where} AND {_carries(tag_groups)} FROM messages m "
+            f"is_excluded = 0{where} AND {carries} FROM messages m "
             f"WHERE thread_id IN ({marks}) ORDER BY thread_id, coalesce(date_epoch, 0), rowid",
             [*args, *tags, *chunk])
         for thread, date_, subject, name, address, tags_json, matched in rows:
@@ -897,11 +897,11 @@ def sender_shown_since(conn: sqlite3.Connection, address: str,
                        tag_groups: Sequence[Sequence[str]], since: int, cap: int) -> int:
     """How many shown messages from ``address`` dated ``since`` or later carry a tag of
     every group, counted up to ``cap``: read along the sender index."""
+    carries, tags = _carries(tag_groups)
     return int(conn.execute(
         f"SELECT count(*) FROM (SELECT 1 FROM messages m INDEXED BY messages_sender "
-        f"WHERE sender_email = ? AND is_excluded = 0 AND date_epoch >= ? AND "
-        f"{_carries(tag_groups)} LIMIT ?)",
-        [address, since, *[tag for group in tag_groups for tag in group], cap]).fetchone()[0])
+        f"WHERE sender_email = ? AND is_excluded = 0 AND date_epoch >= ? AND {carries} "
+        f"LIMIT ?)", [address, since, *tags, cap]).fetchone()[0])
 
 
 @dataclass(frozen=True)

@@ -459,7 +459,7 @@ def _recent_window(mb: Mailbox, nm_query: str, size: int, need: int) -> str | No
     sender = sender_conjunction(nm_query)
     if sender is not None and not sender[1].patterns:
         address, rest = sender
-        if sidecar.sender_shown_since(conn, address, [(t,) for t in rest.tags], edge, need) < need:
+        if sidecar.sender_shown_since(conn, address, rest.tag_groups(()), edge, need) < need:
             return None
     return f"date:@{edge}.."
 
