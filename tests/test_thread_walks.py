@@ -1,0 +1,93 @@
+"""Thread listings while another program commits to the index.
+
+libnotmuch builds each thread of a listing with a query of its own; once two commits have
+overwritten the reader's snapshot, that query fails and libnotmuch 0.37 hands back a thread it
+has already freed, and releasing it aborts the process.  These tests commit from another
+process in the middle of a walk (the walk is run in a child process, so that an abort fails
+the test instead of ending the suite) and check that the read starts again on the new index,
+or says clearly that the index kept changing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from fmail_nm.store.notmuch import Reader
+
+from .conftest import MailEnv
+
+# The child: wraps the per-thread step of Reader.threads so that another process commits
+# twice at the second thread of the walk -- after its messages are read ("between" threads)
+# or before ("during" a thread) -- or after every thread ("every"); then lists 40 threads.
+WALK = textwrap.dedent("""
+    import json, subprocess, sys
+    import fmail_nm.store.notmuch as nm
+
+    mode = sys.argv[1]
+    target = nm.Reader().message_ids("*")[0]
+    real_authors, calls = nm.thread_authors, [0]
+
+    def commit_twice():
+        for change in ("+walk-probe", "-walk-probe"):
+            subprocess.run(["notmuch", "tag", change, "--", "id:" + target], check=True)
+
+    def authors_committing(pairs):
+        calls[0] += 1
+        if mode == "during" and calls[0] == 2:
+            commit_twice()
+        authors = real_authors(pairs)
+        if (mode == "between" and calls[0] == 2) or mode == "every":
+            commit_twice()
+        return authors
+
+    nm.thread_authors = authors_committing
+    with nm.Reader() as reader:
+        try:
+            page = reader.threads("*", exclude_tags=(), limit=40)
+        except nm.IndexKeptChanging as exc:
+            print(json.dumps({"error": str(exc)}))
+        else:
+            print(json.dumps({"threads": [t.thread_id for t in page], "calls": calls[0]}))
+""")
+
+
+def walk_in_child(env: MailEnv, mode: str) -> dict[str, object]:
+    done = subprocess.run([sys.executable, "-c", WALK, mode], env={**os.environ, **env.env},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"the walk ended with {done.returncode}: {done.stderr[-2000:]}"
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("when", ["between", "during"])
+def test_commits_during_a_thread_listing_restart_it_instead_of_aborting(
+        indexed: MailEnv, when: str) -> None:
+    with Reader() as reader:
+        before = [t.thread_id for t in reader.threads("*", exclude_tags=(), limit=40)]
+    assert len(before) == 40
+    answer = walk_in_child(indexed, when)
+    # The walk saw the commits (it went on past them) and gave the whole page of the index
+    # as it now stands: the probe tag came and went, so the same threads.
+    assert answer["threads"] == before
+    assert isinstance(answer["calls"], int) and answer["calls"] > 40
+
+
+def test_an_index_that_keeps_changing_gives_a_clear_error(indexed: MailEnv) -> None:
+    answer = walk_in_child(indexed, "every")
+    assert "changed during each of" in str(answer.get("error")), answer
+    assert "retry" in str(answer["error"])
+
+
+def test_thread_ids_are_the_threads_notmuch_lists(shared_indexed: MailEnv) -> None:
+    for query in ("*", "tag:inbox", "tag:unread and not tag:inbox", "from:nobody@example.invalid"):
+        listed = shared_indexed.notmuch("search", "--output=threads", "--exclude=true",
+                                        query).stdout.split()
+        with Reader() as reader:
+            ids = reader.thread_ids(query, exclude_tags=reader.exclude_tags())
+        assert len(ids) == len(set(ids))
+        assert {f"thread:{t}" for t in ids} == set(listed), query
