@@ -423,6 +423,13 @@ def _between(start: int, end: int) -> _Node:
     return _Atom(f"date:@{max(start, 0)}..@{min(end, _MAX_EPOCH) - 1}")
 
 
+def date_range_query(start: int, end: int) -> str:
+    """notmuch's query for the mail dated ``start`` <= date < ``end`` (Unix seconds), as the
+    DSL's own dates put it: notmuch refuses a negative @epoch, and files mail dated before
+    1970 where it files undated mail, at 0."""
+    return _render(_between(start, end))
+
+
 # --------------------------------------------------------------------------- vocabulary
 
 _PHRASE_FIELDS = {

@@ -21,7 +21,7 @@ from fmail_nm.store.query import Conjunction, conjunction, quote, sender_conjunc
 from fmail_nm.tools import reads
 
 from .conftest import BACK_TO_SCHEMA_4, MailEnv
-from .test_lean_reads import NEW_MAIL
+from .test_lean_reads import NEW_MAIL, uid
 
 EXCLUDED = ("deleted", "spam")
 SCHOOL_1 = "school-trip-1@example.com"
@@ -92,6 +92,43 @@ def test_all_mail_and_date_ranges_page_as_notmuch_does(mailbox: reads.Mailbox) -
         last = reads.search_emails(mailbox, text, limit=500, **scope)
         assert last.next_cursor is None and (last.hidden or 0) == whole - len(truth), nm_query
     assert reads.search_emails(mailbox, "", limit=500).hidden  # the fixtures have spam
+
+
+PRE_1970 = b"""\
+From: Old Timer <old@example.com>
+To: Alex Morgan <alex@example.org>
+Subject: From 1965
+Date: Mon, 01 Mar 1965 10:00:00 +0000
+Message-ID: <old-1965@example.com>
+
+Hello.
+"""
+
+
+def test_mail_and_ranges_before_1970_are_where_notmuch_files_them(
+        indexed: MailEnv, mailbox: reads.Mailbox) -> None:
+    # notmuch files mail dated before 1970 where it files undated mail, at 0, and refuses a
+    # negative date in a query: a since/until before 1970 is put as after:/before: put it.
+    (indexed.mail_root / "personal" / "INBOX" / "cur" / "1965.old.host:2,S").write_bytes(PRE_1970)
+    indexed.notmuch("new", "--no-hooks")
+    mirror.sync_sidecar(indexed.config(), mailbox.reader)
+    found = mailbox.find("old-1965@example.com")
+    assert found is not None and found.date == 0
+    nm_query = reads.scoped_query(mailbox, mailbox.compile(""))
+    assert answered_by_mirror(mailbox, "")
+    for sort in ("newest", "oldest"):
+        same_order(every_page(mailbox, "", sort, 7)[0], notmuch_page(nm_query, sort))
+    undated = {"old-1965@example.com", "no-date-1@parcelgo.example.net"}
+    june_end = 1782863999  # 2026-06-30T23:59:59Z
+    for scope, truth_query in (({"since": "1960-01-01"}, "date:@0.."),
+                               ({"since": "1960-01-01", "until": "2026-06-30"},
+                                f"date:@0..@{june_end}"),
+                               ({"until": "1965-12-31"}, None)):
+        got = reads.search_emails(mailbox, "", limit=500, **scope)
+        ids = [mailbox.find(r.id).message_id for r in got.results]  # type: ignore[union-attr]
+        truth = [m for m, _ in notmuch_page(truth_query, "newest")] if truth_query else []
+        assert sorted(ids) == sorted(truth) and got.total == len(truth), scope
+        assert set(ids) >= undated if truth_query else not ids, scope
 
 
 def test_what_the_mirror_does_not_answer_is_left_to_notmuch(mailbox: reads.Mailbox) -> None:

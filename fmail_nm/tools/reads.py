@@ -25,7 +25,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..clock import iso_from_epoch, utc_now
 from ..config import Config
-from ..dsl import CompiledQuery, DslContext, DslError, compile_query
+from ..dsl import CompiledQuery, DslContext, DslError, compile_query, date_range_query
 from ..errors import CallerError
 from ..message.attachments import attachment_text
 from ..message.headers import Address
@@ -210,8 +210,8 @@ def scoped_query(mb: Mailbox, compiled: CompiledQuery, *, since: str | None = No
     parts = [compiled.query]
     if since or until:
         start = _parse_when(since, "since", end=False) if since else 0
-        stop = _parse_when(until, "until", end=True) if until else 2**32
-        parts.append(f"date:@{start}..@{stop}")
+        end = _parse_when(until, "until", end=True) + 1 if until else 2**63
+        parts.append(date_range_query(start, end))
     if account:
         acct = mb.config.account(account)
         if acct.maildir != ".":
