@@ -260,6 +260,19 @@ def test_reader_sees_a_write_made_after_it_opened(indexed: MailEnv) -> None:
         assert reader.count("tag:fresh-tag") == 0
 
 
+def test_reader_lists_the_tags_of_the_index_as_it_stands(indexed: MailEnv) -> None:
+    with Reader() as reader:
+        target = reader.messages("tag:inbox", limit=1)[0]
+        before = reader.all_tags()
+        assert before == sorted(before) and "inbox" in before and "fresh-tag" not in before
+        reader.all_tags().append("not-a-tag")  # a copy: the next caller is not misled
+        assert reader.all_tags() == before
+        indexed.notmuch("tag", "+fresh-tag", "--", f"id:{target.message_id}")
+        assert reader.all_tags() == sorted([*before, "fresh-tag"])
+        indexed.notmuch("tag", "-fresh-tag", "--", f"id:{target.message_id}")
+        assert reader.all_tags() == before
+
+
 def test_reader_applies_exclude_tags_from_the_config(indexed: MailEnv) -> None:
     with Reader() as reader, Writer() as writer:
         target = reader.messages("tag:inbox", limit=1)[0]
