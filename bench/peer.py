@@ -18,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -157,8 +158,7 @@ def raw_side(argv: Sequence[str], env: dict[str, str], cwd: Path,
         client.start()
         for label, (tool, args) in calls:
             side.raw_ms[label] = latencies(
-                lambda tool=tool, args=args: client.request(
-                    "tools/call", {"name": tool, "arguments": args}), n).p50
+                partial(client.request, "tools/call", {"name": tool, "arguments": args}), n).p50
     finally:
         client.close()
 

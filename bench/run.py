@@ -53,6 +53,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -156,6 +157,10 @@ class Latency:
 def children_cpu() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
+
+
+def fetch_all(conn: sqlite3.Connection, sql: str) -> list[Any]:
+    return conn.execute(sql).fetchall()
 
 
 def latencies(fn: Callable[[], object], n: int, warmup: int = 3) -> Latency:
@@ -826,11 +831,11 @@ def reads_in_process(env: BenchEnv, n: int) -> Reads:
         for q in SEARCHES:
             found = reads.search_emails(mb, q, limit=50)
             totals[q], compiled[q] = found.total, found.query
-            search[q] = latencies(lambda q=q: reads.search_emails(mb, q, limit=50), n)
+            search[q] = latencies(partial(reads.search_emails, mb, q, limit=50), n)
         ids = page_ids(mb, n + 3)
         it = iter(ids * 2)
         got = latencies(lambda: reads.get_email(mb, next(it)), n)
-        threads = {q: latencies(lambda q=q: reads.list_threads(mb, q, limit=20), n)
+        threads = {q: latencies(partial(reads.list_threads, mb, q, limit=20), n)
                    for q in THREAD_LISTINGS}
         unanswered = latencies(lambda: reads.find_unanswered_threads(mb, limit=20), n)
         side = sidecar_path(config.data_dir)  # data_dir follows $XDG_DATA_HOME
@@ -842,7 +847,7 @@ def sql_latencies(path: Path, n: int, accounts: Sequence[str]
                   ) -> tuple[dict[str, Latency], dict[str, Latency] | None, list[str]]:
     conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
     try:
-        plain = {label: latencies(lambda s=sql: conn.execute(s).fetchall(), n)
+        plain = {label: latencies(partial(fetch_all, conn, sql), n)
                  for label, sql in SQL.items()}
     finally:
         conn.close()
@@ -858,7 +863,7 @@ def sql_latencies(path: Path, n: int, accounts: Sequence[str]
         except Exception as exc:  # noqa: BLE001 - a tool being written in parallel
             notes.append(f"query_emails refused {label!r}: {exc}")
             continue
-        tool[label] = latencies(lambda s=sql: sqltools.query_emails(path, s, known_accounts=accounts), n)
+        tool[label] = latencies(partial(sqltools.query_emails, path, sql, known_accounts=accounts), n)
     return plain, tool, notes
 
 
@@ -921,7 +926,7 @@ async def mcp_session(env: BenchEnv, n: int, ids: Sequence[str]) -> McpResults:
                 raise RuntimeError(f"{tool} failed: {result.content}")
             return result
         search = {q: await async_latencies(
-            lambda q=q: call("search_emails", {"query": q, "limit": 50}), n)
+            partial(call, "search_emails", {"query": q, "limit": 50}), n)
             for q in SEARCHES[:3]}
         it = iter(list(ids) * 2)
         got = await async_latencies(lambda: call("get_email", {"id": next(it)}), n)
@@ -1004,7 +1009,7 @@ def raw_latencies(env: BenchEnv, n: int, ids: Sequence[str]) -> dict[str, Latenc
         def call(name: str, args: dict[str, Any]) -> dict[str, Any]:
             return client.request("tools/call", {"name": name, "arguments": args})
         out = {f"search_emails {q or '(all)'!r}": latencies(
-            lambda q=q: call("search_emails", {"query": q, "limit": 50}), n) for q in SEARCHES[:3]}
+            partial(call, "search_emails", {"query": q, "limit": 50}), n) for q in SEARCHES[:3]}
         it = iter(list(ids) * 2)
         out["get_email"] = latencies(lambda: call("get_email", {"id": next(it)}), n)
         out["list_available_accounts"] = latencies(lambda: call("list_available_accounts", {}), n)
@@ -1021,7 +1026,7 @@ def cli_latencies(env: BenchEnv, compiled: dict[str, str], n: int) -> dict[str, 
     out = {}
     for q in SEARCHES[:3]:
         argv = ["notmuch", "search", "--format=json", "--limit=50", compiled[q]]
-        out[q] = latencies(lambda argv=argv: env.run(argv, timeout=CLI_TIMEOUT), n, warmup=2)
+        out[q] = latencies(partial(env.run, argv, timeout=CLI_TIMEOUT), n, warmup=2)
     return out
 
 
