@@ -164,14 +164,16 @@ def test_conjunctions_of_tags_and_dates_are_read_and_nothing_else() -> None:
         assert sender_conjunction(query) is None, query
 
 
-def test_a_sender_search_looks_among_the_newest_mail_only_when_a_page_of_it_is_there(
+def test_a_sender_search_looks_among_the_senders_newest_mail_when_a_page_of_it_is_there(
         mailbox: reads.Mailbox) -> None:
-    # A page of 2 looks first among the 40 newest messages (back to early October 2026):
-    # Margaret wrote three of them, Marco's mail is from April; notmuch would look among
-    # the newest in vain for his, then search everything.
+    # A page of 2 looks first among the sender's own 4 newest messages (twice the page):
+    # Margaret wrote 8, Marco 2 (notmuch then searches all his mail at once), and none of
+    # Margaret's is flagged.
     window = {who: reads._recent_window(mailbox, mailbox.compile(f"from:{who}").query, 40, 2)
               for who in ("margaret.morgan@example.net", "Marco.Rossi@acme.test")}
-    assert window["margaret.morgan@example.net"] is not None
+    fourth = notmuch_page(mailbox.compile("from:margaret.morgan@example.net").query,
+                          "newest")[3][1]
+    assert window["margaret.morgan@example.net"] == f"date:@{fourth}.."
     assert window["Marco.Rossi@acme.test"] is None
     assert reads._recent_window(mailbox, mailbox.compile("from:margaret.morgan@example.net "
                                                          "is:flagged").query, 40, 2) is None
@@ -179,9 +181,10 @@ def test_a_sender_search_looks_among_the_newest_mail_only_when_a_page_of_it_is_t
         nm_query = mailbox.compile(f"from:{who}").query
         truth = notmuch_page(nm_query, "newest")
         assert truth
-        listed, totals = every_page(mailbox, f"from:{who}", "newest", 2)
-        same_order(listed, truth)
-        assert totals == {len(truth)}
+        for limit in (1, 2, 3):
+            listed, totals = every_page(mailbox, f"from:{who}", "newest", limit)
+            same_order(listed, truth)
+            assert totals == {len(truth)}
 
 
 def notmuch_threads(query: str, limit: int, offset: int = 0) -> list[tuple[str, int, int]]:

@@ -893,15 +893,16 @@ def thread_members(conn: sqlite3.Connection, thread_ids: Sequence[str],
     return found
 
 
-def sender_shown_since(conn: sqlite3.Connection, address: str,
-                       tag_groups: Sequence[Sequence[str]], since: int, cap: int) -> int:
-    """How many shown messages from ``address`` dated ``since`` or later carry a tag of
-    every group, counted up to ``cap``: read along the sender index."""
+def sender_date_at_rank(conn: sqlite3.Connection, address: str,
+                        tag_groups: Sequence[Sequence[str]], rank: int) -> int | None:
+    """The date of the ``rank``-th newest (1 the newest) shown message from ``address`` that
+    carries a tag of every group, read along the sender index; None when there are fewer."""
     carries, tags = _carries(tag_groups)
-    return int(conn.execute(
-        f"SELECT count(*) FROM (SELECT 1 FROM messages m INDEXED BY messages_sender "
-        f"WHERE sender_email = ? AND is_excluded = 0 AND date_epoch >= ? AND {carries} "
-        f"LIMIT ?)", [address, since, *tags, cap]).fetchone()[0])
+    row = conn.execute(
+        f"SELECT date_epoch FROM messages m INDEXED BY messages_sender "
+        f"WHERE sender_email = ? AND is_excluded = 0 AND date_epoch IS NOT NULL AND {carries} "
+        f"ORDER BY date_epoch DESC LIMIT 1 OFFSET ?", [address, *tags, rank - 1]).fetchone()
+    return None if row is None else int(row[0])
 
 
 @dataclass(frozen=True)

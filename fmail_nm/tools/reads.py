@@ -419,6 +419,9 @@ def current_mirror(mb: Mailbox, exclude_tags: Sequence[str]) -> sqlite3.Connecti
 # must skip or show: 20 finds a page in that window for any query that matches at
 # least one message in 20.
 WINDOW_PER_RESULT = 20
+# ... and for a sender, how many of the sender's newest messages (as the mirror has senders,
+# which only estimates notmuch's from: matches -- twice the page leaves room).
+SENDER_WINDOW_PER_RESULT = 2
 
 
 def _page_ids(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sort: str,
@@ -444,23 +447,25 @@ def _page_ids(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sort: str
 
 
 def _recent_window(mb: Mailbox, nm_query: str, size: int, need: int) -> str | None:
-    """``date:`` of the ``size`` newest messages, or None where there is no such window to
-    try: no mirror, a smaller mailbox, a query with dates of its own, or one for a sender
-    (and tags) of whom the mirror has fewer than the ``need`` messages a page takes in the
-    window -- notmuch would look there in vain, then search everything."""
+    """``date:`` of the ``size`` newest messages -- for a sender (and tags), of the sender's
+    own SENDER_WINDOW_PER_RESULT * ``need`` newest, since notmuch matches ``from:`` in every
+    message of the sender before it can sort them, and a window narrows only the sort.  None
+    where there is no such window to try: no mirror, a smaller mailbox (or sender), or a query
+    with dates of its own."""
     if "date:" in nm_query:
         return None
     conn = mb.mirror.connection()
     if conn is None:
         return None
-    edge = sidecar.date_at_rank(conn, size)
-    if edge is None or edge <= 0:
-        return None
     sender = sender_conjunction(nm_query)
     if sender is not None and not sender[1].patterns:
         address, rest = sender
-        if sidecar.sender_shown_since(conn, address, rest.tag_groups(()), edge, need) < need:
-            return None
+        edge = sidecar.sender_date_at_rank(conn, address, rest.tag_groups(()),
+                                           SENDER_WINDOW_PER_RESULT * need)
+    else:
+        edge = sidecar.date_at_rank(conn, size)
+    if edge is None or edge <= 0:
+        return None
     return f"date:@{edge}.."
 
 
