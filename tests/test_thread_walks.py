@@ -91,3 +91,19 @@ def test_thread_ids_are_the_threads_notmuch_lists(shared_indexed: MailEnv) -> No
             ids = reader.thread_ids(query, exclude_tags=reader.exclude_tags())
         assert len(ids) == len(set(ids))
         assert {f"thread:{t}" for t in ids} == set(listed), query
+
+
+def test_a_later_page_of_threads_is_the_same_part_of_the_whole_listing(
+        shared_indexed: MailEnv) -> None:
+    # A page past the first is built from the query narrowed to its own threads; the first
+    # page is libnotmuch's own walk.  Every field, both orders, pages that end inside and
+    # past the listing.
+    with Reader() as reader:
+        for query in ("*", "tag:inbox", "tag:unread", "from:alex", "subject:school"):
+            for sort in ("newest", "oldest"):
+                whole = reader.threads(query, sort=sort, limit=1000)
+                assert whole, query
+                for offset, limit in ((1, 1), (3, 5), (10, 20), (len(whole) - 1, 5),
+                                      (len(whole), 5)):
+                    page = reader.threads(query, sort=sort, offset=offset, limit=limit)
+                    assert page == whole[offset:offset + limit], (query, sort, offset, limit)

@@ -32,7 +32,7 @@ from notmuch2 import _capi
 from ..errors import BackendError, CallerError
 from ..tags import DEFAULT_EXCLUDED, FLAG_TAGS
 from .notmuch_config import find_notmuch_config
-from .query import id_query, quote
+from .query import all_of, id_query, quote
 from .threads import ThreadSummary, author_of, thread_authors
 
 T = TypeVar("T")
@@ -551,25 +551,21 @@ class Reader:
 
     def threads(self, query: str, *, exclude_tags: Sequence[str] | None = None,
                 sort: str = "newest", offset: int = 0, limit: int | None = None) -> list[ThreadSummary]:
+        """One page of the threads of the matching messages, as libnotmuch builds them.  A
+        page past the first is built from the query narrowed to its own threads (found in
+        the messages): libnotmuch would build, to skip them, every thread before it."""
         excl = self.exclude_tags() if exclude_tags is None else exclude_tags
 
         def page(db: notmuch2.Database) -> list[ThreadSummary]:
-            it = self._threads(db.threads(query, exclude_tags=excl, sort=_sort(sort)))
-            stop = None if limit is None else offset + limit
-            return [
-                ThreadSummary(
-                    thread_id=str(t.threadid),
-                    subject=str(t.subject),
-                    authors=thread_authors((author_of(_header(m, "from")), _is_match(m))
-                                           for m in t),
-                    oldest=t.first,
-                    newest=t.last,
-                    message_count=len(t),
-                    matched_count=t.matched,
-                    tags=frozenset(str(x) for x in t.tags),
-                )
-                for t in itertools.islice(it, offset, stop)
-            ]
+            wanted, skip = query, offset
+            if offset and limit is not None:
+                ids = _message_threads(db, query, excl, sort, offset + limit)[offset:]
+                if not ids:
+                    return []
+                wanted, skip = all_of(query, " OR ".join(f"thread:{quote(t)}" for t in ids)), 0
+            it = self._threads(db.threads(wanted, exclude_tags=excl, sort=_sort(sort)))
+            stop = None if limit is None else skip + limit
+            return [_summary(t) for t in itertools.islice(it, skip, stop)]
         return self._query(page)
 
     def thread_ids(self, query: str, *, exclude_tags: Sequence[str] | None = None) -> list[str]:
@@ -577,10 +573,7 @@ class Reader:
         messages (2-6x quicker than building every thread, and no thread is built)."""
         excl = self.exclude_tags() if exclude_tags is None else exclude_tags
 
-        def walk(db: notmuch2.Database) -> list[str]:
-            return list(dict.fromkeys(str(m.threadid)
-                                      for m in db.messages(query, exclude_tags=excl)))
-        return self._query(walk)
+        return self._query(lambda db: _message_threads(db, query, excl, "none"))
 
     def thread(self, thread_id: str) -> list[ThreadNode]:
         """A whole thread in reply order (depth-first), excluded messages included."""
@@ -627,6 +620,32 @@ class Reader:
                 found.add(path)
             return frozenset(found)
         return self._retrying(lookup)
+
+
+def _summary(thread: notmuch2.Thread) -> ThreadSummary:
+    return ThreadSummary(
+        thread_id=str(thread.threadid),
+        subject=str(thread.subject),
+        authors=thread_authors((author_of(_header(m, "from")), _is_match(m)) for m in thread),
+        oldest=thread.first,
+        newest=thread.last,
+        message_count=len(thread),
+        matched_count=thread.matched,
+        tags=frozenset(str(x) for x in thread.tags),
+    )
+
+
+def _message_threads(db: notmuch2.Database, query: str, exclude_tags: Sequence[str],
+                     sort: str, count: int | None = None) -> list[str]:
+    """The threads of the matching messages (the first ``count``, or all), each where its
+    first matching message comes in the messages' order, as libnotmuch lists threads; no
+    thread is built."""
+    seen: dict[str, None] = {}
+    for msg in db.messages(query, exclude_tags=exclude_tags, sort=_sort(sort)):
+        seen.setdefault(str(msg.threadid), None)
+        if len(seen) == count:
+            break
+    return list(seen)
 
 
 def _ids(db: notmuch2.Database, query: str, exclude_tags: Sequence[str] = ()) -> list[str]:
