@@ -358,15 +358,18 @@ class Reader:
             try:
                 return fn(self.db)
             except _SnapshotMoved:
-                pass
+                moved = True
             except notmuch2.NotmuchError as exc:
-                if not self._snapshot_moved():
-                    if not isinstance(exc, notmuch2.XapianError) or xapian_retried:
+                moved = self._snapshot_moved()
+                if not moved:
+                    if (not isinstance(exc, notmuch2.XapianError) or xapian_retried
+                            or attempt == READ_TRIES - 1):
                         raise
                     xapian_retried = True
             self._release()
-            time.sleep(RETRY_PAUSE * 2 ** attempt)
-        raise IndexKeptChanging(READ_TRIES)
+            if moved:
+                time.sleep(RETRY_PAUSE * 2 ** attempt)
+        raise IndexKeptChanging(READ_TRIES)  # each of the tries found a commit behind it
 
     def _snapshot_moved(self) -> bool:
         """Whether the database has committed since this snapshot opened (one stat)."""
@@ -572,7 +575,6 @@ class Reader:
         """The threads of every matching message, in no particular order: read from the
         messages (2-6x quicker than building every thread, and no thread is built)."""
         excl = self.exclude_tags() if exclude_tags is None else exclude_tags
-
         return self._query(lambda db: _message_threads(db, query, excl, "none"))
 
     def thread(self, thread_id: str) -> list[ThreadNode]:
