@@ -417,6 +417,19 @@ def test_a_search_with_dates_of_its_own_reads_the_whole_search(mb: reads.Mailbox
     assert reads._recent_window(mb, "tag:inbox", 10**6, 1) is None  # a smaller mailbox
 
 
+def test_a_window_starts_on_the_day_that_holds_the_rank(mb: reads.Mailbox) -> None:
+    # From the newest day back to the first that brings the shown mail to the rank.
+    shown = sorted((m.date for m in mb.reader.messages("*", limit=10_000) if m.date > 0),
+                   reverse=True)
+    for rank in (1, 5, 17, 40, len(shown)):
+        window = reads._recent_window(mb, "tag:inbox", rank, 1)
+        assert window is not None and window.startswith("date:@") and window.endswith(".."), rank
+        edge = int(window[len("date:@"):-2])
+        assert edge % 86400 == 0
+        assert sum(d >= edge for d in shown) >= rank > sum(d >= edge + 86400 for d in shown), rank
+    assert reads._recent_window(mb, "tag:inbox", len(shown) + 1, 1) is None
+
+
 @pytest.mark.parametrize("first_open", [True, False])
 def test_a_commit_while_the_reader_opens_is_seen_by_its_next_read(
         indexed: MailEnv, monkeypatch: pytest.MonkeyPatch, first_open: bool) -> None:

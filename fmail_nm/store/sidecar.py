@@ -935,12 +935,17 @@ def last_words(conn: sqlite3.Connection, addresses: Sequence[str], *, since: int
     return int(total), [LastWord(*rows[rowid]) for rowid in chosen]
 
 
-def date_at_rank(conn: sqlite3.Connection, rank: int) -> int | None:
-    """The date (Unix seconds) of the message ``rank`` places from the newest end of the
-    mailbox, read along the date index; None when fewer dated messages are mirrored."""
-    row = conn.execute("SELECT date_epoch FROM messages INDEXED BY messages_date WHERE date "
-                       "IS NOT NULL ORDER BY date DESC LIMIT 1 OFFSET ?", [rank]).fetchone()
-    return None if row is None or row[0] is None else int(row[0])
+def day_at_rank(conn: sqlite3.Connection, rank: int) -> int | None:
+    """The start (Unix seconds, UTC) of the newest day from which on the mailbox shows at
+    least ``rank`` dated messages, read from the kept counts by day (a few rows where
+    stepping along the date index read ``rank`` entries: 0.36 ms for 1,000); None when it
+    shows fewer."""
+    seen = 0
+    for day, shown in conn.execute("SELECT day, n FROM shown_days ORDER BY day DESC"):
+        seen += shown
+        if seen >= rank:
+            return int(day) * DAY
+    return None
 
 
 def unread_by_thread(conn: sqlite3.Connection, thread_ids: Sequence[str],

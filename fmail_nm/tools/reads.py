@@ -447,11 +447,11 @@ def _page_ids(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sort: str
 
 
 def _recent_window(mb: Mailbox, nm_query: str, size: int, need: int) -> str | None:
-    """``date:`` of the ``size`` newest messages -- for a sender (and tags), of the sender's
-    own SENDER_WINDOW_PER_RESULT * ``need`` newest, since notmuch matches ``from:`` in every
-    message of the sender before it can sort them, and a window narrows only the sort.  None
-    where there is no such window to try: no mirror, a smaller mailbox (or sender), or a query
-    with dates of its own."""
+    """``date:`` from the day of the mailbox's ``size``-th newest shown message -- for a
+    sender (and tags), from the sender's own SENDER_WINDOW_PER_RESULT * ``need``-th newest,
+    since notmuch matches ``from:`` in every message of the sender before it can sort them,
+    and a window narrows only the sort.  None where there is no such window to try: no
+    mirror, a smaller mailbox (or sender), or a query with dates of its own."""
     if "date:" in nm_query:
         return None
     conn = mb.mirror.connection()
@@ -463,7 +463,7 @@ def _recent_window(mb: Mailbox, nm_query: str, size: int, need: int) -> str | No
         edge = sidecar.sender_date_at_rank(conn, address, rest.tag_groups(()),
                                            SENDER_WINDOW_PER_RESULT * need)
     else:
-        edge = sidecar.date_at_rank(conn, size)
+        edge = sidecar.day_at_rank(conn, size)
     if edge is None or edge <= 0:
         return None
     return f"date:@{edge}.."
