@@ -937,8 +937,8 @@ def last_words(conn: sqlite3.Connection, addresses: Sequence[str], *, since: int
 
 def day_at_rank(conn: sqlite3.Connection, rank: int) -> int | None:
     """The start (Unix seconds, UTC) of the newest day from which on the mailbox shows at
-    least ``rank`` dated messages, read from the kept counts by day (a few rows where
-    stepping along the date index read ``rank`` entries: 0.36 ms for 1,000); None when it
+    least ``rank`` dated messages, read from the kept counts by day: a few rows, where
+    stepping along the date index read ``rank`` entries (0.8 ms for 21,000); None when it
     shows fewer."""
     seen = 0
     for day, shown in conn.execute("SELECT day, n FROM shown_days ORDER BY day DESC"):

@@ -34,7 +34,7 @@ from ..message.mime import BodyText, ParsedMessage
 from ..message.text import clean_text, slice_text
 from ..store import maildir, sidecar
 from ..store.notmuch import IndexedMessage, Reader, ThreadNode
-from ..store.threads import ThreadSummary, summarize
+from ..store.threads import ThreadSummary, sender, summarize
 from ..store.query import (Conjunction, all_of, clean_id, conjunction, folders_query,
                            id_query, me_query, plain_addresses, quote, sender_conjunction)
 from ..tags import DELETED, DRAFT, SENT, SPAM
@@ -457,9 +457,9 @@ def _recent_window(mb: Mailbox, nm_query: str, size: int, need: int) -> str | No
     conn = mb.mirror.connection()
     if conn is None:
         return None
-    sender = sender_conjunction(nm_query)
-    if sender is not None and not sender[1].patterns:
-        address, rest = sender
+    from_one = sender_conjunction(nm_query)
+    if from_one is not None and not from_one[1].patterns:
+        address, rest = from_one
         edge = sidecar.sender_date_at_rank(conn, address, rest.tag_groups(()),
                                            SENDER_WINDOW_PER_RESULT * need)
     else:
@@ -762,7 +762,7 @@ def _unanswered_from_notmuch(mb: Mailbox, nm_query: str,
         if not live:
             continue
         last = max(live, key=lambda m: (m.date, m.message_id))  # as the mirror picks it
-        if email.utils.parseaddr(last.from_header)[1].lower() in mine:
+        if sender(last.from_header)[1] in mine:
             found.append(sidecar.LastWord(thread_id, last.message_id, last.date, len(nodes)))
     found.sort(key=lambda w: w.date, reverse=True)
     return found
