@@ -6,8 +6,9 @@ Safety model (verified against notmuch 0.37, see tests/test_dsl_notmuch.py):
 - Phrase fields (from:, subject:, ...) are NOT made safe by doubling quotes: notmuch's field
   processor for from:/subject: unquotes the value and re-parses it wrapped in new quotes, so
   `from:"x"" OR tag:secret OR ""y"` really ORs in tag:secret.  A leading `/` means regex, a
-  trailing `*` skips the re-quoting (`from:"path:**"` matches every message), and `..` is
-  read as a range.  None of these is ever part of a Xapian word, so we replace them with
+  trailing `*` skips the re-quoting (`from:"path:**"` matches every message), `..` is read
+  as a range, and a value without a space is re-parsed without quotes, where `(OR)` is a
+  syntax error.  None of these is ever part of a Xapian word, so we replace them with
   spaces: the phrase matches exactly the same words and cannot escape.
 - A phrase needs a character Xapian indexes: its term generator drops what its Unicode
   tables (Unicode 9 in Xapian 1.4) do not call a letter or digit, and a phrase left empty
@@ -284,8 +285,9 @@ def _render_and(node: _And) -> str:
 
 # --------------------------------------------------------------------------- value helpers
 
-# `..` anywhere in a quoted phrase makes Xapian try a range ("Unknown range operation").
-_PHRASE_UNSAFE = re.compile(r'["*/\x00-\x1f\x7f]|\.{2,}')
+# `..` anywhere in a quoted phrase makes Xapian try a range ("Unknown range operation");
+# a value without a space is parsed as a query of its own, where `(OR)` is a syntax error.
+_PHRASE_UNSAFE = re.compile(r'["*/()\x00-\x1f\x7f]|\.{2,}')
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # Plain values go out as readable `prefix:"value"`; anything notmuch's term processors would

@@ -126,7 +126,8 @@ def test_phrase_fields(text: str, expected: str) -> None:
         # Characters that notmuch's from:/subject: processor would reinterpret are blanked:
         # none of them is ever part of a word, so the phrase matches the same words.
         ('x\\" OR tag:secret OR \\"y', 'from:"x OR tag:secret OR y"'),
-        ("bob) OR (tag:x", 'from:"bob) OR (tag:x"'),
+        ("bob) OR (tag:x", 'from:"bob OR tag:x"'),
+        ("(OR)", 'from:"OR"'),
         ("/a.*b/", 'from:"a. b"'),
         ("/abc", 'from:"abc"'),
         ("tag:secret*", 'from:"tag:secret"'),

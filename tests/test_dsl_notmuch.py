@@ -485,6 +485,8 @@ def _words(value: str) -> set[str]:
 @example(op="to", value="\U00030000")  # plane 3: no Unicode table of Xapian 1.4 has it
 @example(op="to", value="\u9fd6")  # a CJK ideograph of Unicode 10
 @example(op="to", value="\U00010570 \u1c90")  # Vithkuqi (14.0), Georgian Mtavruli (11.0)
+@example(op="from", value="(OR)")  # no space: notmuch parses it unquoted, a syntax error
+@example(op="subject", value="(and)")
 def test_phrase_values_never_reach_the_secret(db: notmuch2.Database, op: str, value: str) -> None:
     # Only a value made of the secret message's own words may match it.
     assume(not _words(value) <= SECRET_WORDS)
