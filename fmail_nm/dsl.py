@@ -100,6 +100,10 @@ class DslError(CallerError):
 class CompiledQuery:
     query: str
     exclude_tags: tuple[str, ...]
+    # The moment (epoch seconds) newer_than:/older_than: counted back from, for a search
+    # that has them: a later page of the search compiles it at that moment again, so its
+    # query -- and the set it pages through -- is the first page's.
+    anchor: int | None = None
 
 
 # --------------------------------------------------------------------------- tokens
@@ -501,6 +505,7 @@ class _Parser:
         self.ctx = ctx
         self.lifted: set[str] = set()
         self.lift_all = False
+        self.used_now = False
         self.depth = 0
         self.handlers: dict[str, Callable[[str, str, int], _Node]] = self._handlers()
 
@@ -748,6 +753,7 @@ class _Parser:
         return _between(start, end)
 
     def _relative(self, name: str, value: str, pos: int) -> _Node:
+        self.used_now = True
         cutoff = _period_cutoff(value, pos, name, self.ctx.now)
         return _since(cutoff) if name == "newer_than" else _before(cutoff)
 
@@ -812,4 +818,5 @@ def compile_query(text: str, ctx: DslContext) -> CompiledQuery:
         excluded: tuple[str, ...] = ()
     else:
         excluded = tuple(t for t in ctx.excluded_tags if t not in parser.lifted)
-    return CompiledQuery(query=query, exclude_tags=excluded)
+    anchor = int(ctx.now.timestamp()) if parser.used_now else None
+    return CompiledQuery(query=query, exclude_tags=excluded, anchor=anchor)

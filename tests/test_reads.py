@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
@@ -452,3 +454,60 @@ def test_a_commit_while_the_reader_opens_is_seen_by_its_next_read(
         monkeypatch.setattr(notmuch_store, "_open", real_open)
         found = reader.find(mid)
         assert found is not None and "opened-meanwhile" in found.tags
+
+
+def _walk(tool: Callable[..., Any], items: Callable[[Any], list[str]], clock: list[datetime],
+          later: datetime, **kwargs: Any) -> list[str]:
+    """Every page of a listing, the pages after the first asked for at ``later``."""
+    page = tool(**kwargs)
+    seen = items(page)
+    clock[0] = later
+    while page.next_cursor is not None:
+        page = tool(cursor=page.next_cursor, **kwargs)
+        seen += items(page)
+    return seen
+
+
+def test_relative_dates_page_through_the_first_pages_set(shared_indexed: MailEnv) -> None:
+    """newer_than:/older_than: count back from now: a later page counts back from the first
+    page's now (its cursor says when), however much later it is asked for, so the pages are
+    of one set -- and a search started later counts from its own now."""
+    clock = [NOW]
+    later = NOW + timedelta(days=5)
+    with Reader() as reader:
+        mb = reads.Mailbox(shared_indexed.config(), reader, clock=lambda: clock[0])
+        search = functools.partial(reads.search_emails, mb, "newer_than:30d", limit=4)
+        whole = reads.search_emails(mb, "newer_than:30d", limit=500)
+        assert whole.total > 8
+        assert _walk(search, ids, clock, later) == ids(whole)
+        assert len(ids(reads.search_emails(mb, "newer_than:30d", limit=500))) < whole.total
+
+        clock[0] = NOW
+        listing = functools.partial(reads.list_threads, mb, "older_than:60d", limit=3)
+        threads = [t.thread for t in reads.list_threads(mb, "older_than:60d", limit=500).threads]
+        assert len(threads) > 6
+        assert _walk(listing, lambda p: [t.thread for t in p.threads], clock, later) == threads
+        clock[0] = later
+        assert len(reads.list_threads(mb, "older_than:60d", limit=500).threads) > len(threads)
+
+        clock[0] = NOW
+        quiet = functools.partial(reads.find_unanswered_threads, mb, min_days_silent=14, limit=1)
+        silent = [t.last for t in reads.find_unanswered_threads(mb, min_days_silent=14).threads]
+        assert len(silent) > 1
+        assert _walk(quiet, lambda p: [t.last for t in p.threads], clock, later) == silent
+        clock[0] = later
+        assert len(reads.find_unanswered_threads(mb, min_days_silent=14).threads) > len(silent)
+
+
+def test_a_cursors_moment_cannot_be_moved(mb: reads.Mailbox) -> None:
+    page = reads.search_emails(mb, "newer_than:30d", limit=2)
+    assert page.next_cursor is not None
+    offset, fingerprint, anchor = page.next_cursor.split(".")
+    assert int(anchor) == int(NOW.timestamp())
+    for forged in (f"{offset}.{fingerprint}.{int(anchor) - 86400}",
+                   f"{offset}.{fingerprint}.99999999999999999999"):
+        with pytest.raises(reads.ToolError, match="bad cursor"):
+            reads.search_emails(mb, "newer_than:30d", limit=2, cursor=forged)
+    # a search without relative dates has no moment in its cursor
+    plain = reads.search_emails(mb, "in:inbox", limit=2).next_cursor
+    assert plain is not None and plain.count(".") == 1

@@ -66,18 +66,23 @@ class Mailbox:
     def __post_init__(self) -> None:
         self.mirror = sidecar.MirrorReader(sidecar.sidecar_path(self.config.data_dir))
 
-    def dsl_context(self) -> DslContext:
+    def dsl_context(self, anchor: int | None = None) -> DslContext:
+        """What the DSL needs, relative dates counted back from ``anchor`` (epoch seconds)
+        or else from now, to the second (a later page passes the first page's moment)."""
+        now = self.clock()
+        now = (now.replace(microsecond=0) if anchor is None
+               else datetime.fromtimestamp(anchor, now.tzinfo))
         return DslContext(
-            now=self.clock(),
+            now=now,
             accounts={a.name: a.maildir for a in self.config.accounts},
             folder_roles=self.config.roles(),
             folders=self.config.folders,
             excluded_tags=self.reader.search_exclusions(),
         )
 
-    def compile(self, text: str) -> CompiledQuery:
+    def compile(self, text: str, anchor: int | None = None) -> CompiledQuery:
         try:
-            return compile_query(text or "", self.dsl_context())
+            return compile_query(text or "", self.dsl_context(anchor))
         except DslError as exc:
             raise ToolError(str(exc)) from None
 
@@ -229,29 +234,46 @@ def _fingerprint(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:8]
 
 
-def make_cursor(offset: int, fingerprint: str) -> str:
-    """``<offset>.<fingerprint of the search>``: short, since the model reads and repeats it."""
-    return f"{offset}.{fingerprint}"
+def make_cursor(offset: int, fingerprint: str, anchor: int | None = None) -> str:
+    """``<offset>.<fingerprint of the search>``, and ``.<anchor>`` for a search with relative
+    dates (see CompiledQuery.anchor): short, since the model reads and repeats it."""
+    return f"{offset}.{fingerprint}" + ("" if anchor is None else f".{anchor}")
 
 
-def read_cursor(cursor: str | None, fingerprint: str) -> int:
+# An anchor is epoch seconds: more digits than this are no cursor of ours.
+MAX_ANCHOR_DIGITS = 11
+
+
+def cursor_anchor(cursor: str | None) -> int | None:
+    """The moment a cursor's search counted its relative dates back from, if it names one.
+    Anything else is read_cursor's to judge: a forged anchor compiles to another query,
+    whose fingerprint the cursor's does not match."""
+    parts = (cursor or "").split(".")
+    if len(parts) != 3 or not parts[2].isdigit() or len(parts[2]) > MAX_ANCHOR_DIGITS:
+        return None
+    return int(parts[2])
+
+
+def read_cursor(cursor: str | None, fingerprint: str, anchor: int | None = None) -> int:
+    """The offset a cursor of this search (its fingerprint and anchor) stands at."""
     if not cursor:
         return 0
     if len(cursor) > MAX_CURSOR_CHARS:
         raise ToolError("bad cursor: pass next_cursor exactly as returned")
-    text_offset, dot, fp = cursor.partition(".")
+    text_offset, dot, rest = cursor.partition(".")
     if not (dot and text_offset.lstrip("-").isdigit()):
         raise ToolError("bad cursor: pass next_cursor exactly as returned")
     offset = int(text_offset)
     if offset < 0:
         raise ToolError("bad cursor: its offset is negative; pass next_cursor exactly as returned")
-    if fp != fingerprint:
+    if f"{offset}.{rest}" != make_cursor(offset, fingerprint, anchor):
         raise ToolError("bad cursor: it belongs to a different search; start again without a cursor")
     return offset
 
 
-def next_cursor(offset: int, page: int, total: int, fingerprint: str) -> str | None:
-    return make_cursor(offset + page, fingerprint) if offset + page < total else None
+def next_cursor(offset: int, page: int, total: int, fingerprint: str,
+                anchor: int | None = None) -> str | None:
+    return make_cursor(offset + page, fingerprint, anchor) if offset + page < total else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,10 +301,10 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
     if sort not in SORTS:
         raise ToolError(f"sort must be one of {', '.join(SORTS)}")
     limit = clamp_limit(limit)
-    compiled = mb.compile(query)
+    compiled = mb.compile(query, cursor_anchor(cursor))
     nm_query = scoped_query(mb, compiled, since=since, until=until, account=account)
     fp = _fingerprint("search", nm_query, compiled.exclude_tags, sort)
-    offset = read_cursor(cursor, fp)
+    offset = read_cursor(cursor, fp, compiled.anchor)
     mirror = answerable(mb, nm_query, compiled.exclude_tags)
     answer = _page_from_mirror(mirror, sort, offset, limit)
     if answer is not None:
@@ -300,7 +322,7 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
                 return kept[1]
             return mb.reader.count(nm_query, exclude_tags=()) - total
     changed = mb.reader.changed_at()
-    cursor_out = next_cursor(offset, len(ids), total, fp)
+    cursor_out = next_cursor(offset, len(ids), total, fp, compiled.anchor)
     return dto.SearchResult(results=listing(mb, ids), total=total,
                             next_cursor=cursor_out, query=echoed_query(nm_query),
                             hidden=_hidden(compiled, cursor_out, excluded),
@@ -497,11 +519,11 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
                  until: str | None = None, unread_only: bool = False,
                  limit: int = DEFAULT_LIMIT, cursor: str | None = None) -> dto.ThreadList:
     limit = clamp_limit(limit)
-    compiled = mb.compile(query)
+    compiled = mb.compile(query, cursor_anchor(cursor))
     nm_query = scoped_query(mb, compiled, since=since, until=until,
                             extra="tag:unread" if unread_only else None)
     fp = _fingerprint("threads", nm_query, compiled.exclude_tags)
-    offset = read_cursor(cursor, fp)
+    offset = read_cursor(cursor, fp, compiled.anchor)
     mirror = answerable(mb, nm_query, compiled.exclude_tags)
     total_of = _total_of(mb, nm_query, compiled.exclude_tags, _kept_counts(mirror))
     page, more = _thread_page(mb, nm_query, compiled.exclude_tags, mirror, offset, limit)
@@ -517,7 +539,8 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
             messages=t.message_count, matched=t.matched_count, unread=unread.get(t.thread_id, 0),
             tags=sorted(t.tags)))
     return dto.ThreadList(threads=refs, total=total, matched_messages=matched,
-                          next_cursor=make_cursor(offset + len(page), fp) if more else None)
+                          next_cursor=(make_cursor(offset + len(page), fp, compiled.anchor)
+                                       if more else None))
 
 
 def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
@@ -710,12 +733,14 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
     # Drafts were never sent: they neither make a thread "unanswered" nor count as its end.
     nm_query = scoped_query(mb, CompiledQuery("*", ()), since=since,
                             extra=f"{me_query(mine)} AND NOT tag:draft")
-    now = int(mb.clock().timestamp())
-    fp = _fingerprint("unanswered", nm_query, min_days_silent, mine)
-    offset = read_cursor(cursor, fp)
-    since_epoch = _parse_when(since, "since", end=False) if since else None
-    # silent for min_days_silent whole days: written at least that many days ago
+    # silent for min_days_silent whole days: written at least that many days before now --
+    # for a later page, before the first page's now (its cursor's anchor)
+    anchor = cursor_anchor(cursor) if min_days_silent > 0 else None
+    now = int(mb.clock().timestamp()) if anchor is None else anchor
     until_epoch = now - min_days_silent * 86400 if min_days_silent > 0 else None
+    fp = _fingerprint("unanswered", nm_query, until_epoch, mine)
+    offset = read_cursor(cursor, fp, anchor)
+    since_epoch = _parse_when(since, "since", end=False) if since else None
     answer = _unanswered_from_mirror(mb, mine, since_epoch, until_epoch, offset, limit)
     if answer is None:
         found = [w for w in _unanswered_from_notmuch(mb, nm_query, mine)
@@ -732,7 +757,8 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
             to=_listed_to(row[8], (SENT,)) if row else _recipients(mb, w.message_id),
             last=row[1] if row else w.message_id, date=iso_from_epoch(w.date)))
     return dto.UnansweredList(threads=threads, total=total,
-                              next_cursor=next_cursor(offset, len(page), total, fp))
+                              next_cursor=next_cursor(offset, len(page), total, fp,
+                                                      now if until_epoch is not None else None))
 
 
 def _unanswered_from_mirror(mb: Mailbox, mine: Sequence[str], since: int | None,
