@@ -51,7 +51,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -804,6 +804,10 @@ class Reads:
     notes: list[str] = field(default_factory=list)
     list_threads: dict[str, Latency] = field(default_factory=dict)
     unanswered: Latency | None = None  # find_unanswered_threads, 20
+    # libnotmuch alone, for each search: its count and its newest 50 ids, one after the
+    # other, on a handle of its own -- what a page whose ids, order and total come from
+    # notmuch costs before any fmail-nm code runs.
+    notmuch_floor: dict[str, Latency] = field(default_factory=dict)
 
 
 def page_ids(mb: Any, n: int) -> list[str]:
@@ -819,6 +823,32 @@ def page_ids(mb: Any, n: int) -> list[str]:
     return ids[:n]
 
 
+def notmuch_page(db: Any, query: str, exclude_tags: Sequence[str], limit: int = 50
+                 ) -> tuple[int, list[str]]:
+    """The total and the newest ``limit`` ids of a notmuch query, from libnotmuch alone."""
+    import notmuch2
+    total = db.count_messages(query, exclude_tags=exclude_tags)
+    ids = []
+    for message in db.messages(query, exclude_tags=exclude_tags,
+                               sort=notmuch2.Database.SORT.NEWEST_FIRST):
+        ids.append(message.messageid)
+        if len(ids) == limit:
+            break
+    return total, ids
+
+
+def notmuch_floor(queries: Mapping[str, tuple[str, Sequence[str]]], n: int) -> dict[str, Latency]:
+    """notmuch_page's latency for each search (its notmuch query and exclusions)."""
+    import notmuch2
+    db = notmuch2.Database(mode=notmuch2.Database.MODE.READ_ONLY,
+                           config=notmuch2.Database.CONFIG.SEARCH)
+    try:
+        return {q: latencies(partial(notmuch_page, db, nm_query, excl), n)
+                for q, (nm_query, excl) in queries.items()}
+    finally:
+        db.close()
+
+
 def reads_in_process(env: BenchEnv, n: int) -> Reads:
     from fmail_nm.store.notmuch import Reader
     from fmail_nm.store.sidecar import sidecar_path
@@ -828,10 +858,14 @@ def reads_in_process(env: BenchEnv, n: int) -> Reads:
     with env.active(), Reader(None) as reader:
         mb = reads.Mailbox(config, reader)
         search, totals, compiled = {}, {}, {}
+        nm_queries = {}
         for q in SEARCHES:
             found = reads.search_emails(mb, q, limit=50)
             totals[q], compiled[q] = found.total, found.query
             search[q] = latencies(partial(reads.search_emails, mb, q, limit=50), n)
+            dsl = mb.compile(q)
+            nm_queries[q] = (reads.scoped_query(mb, dsl), dsl.exclude_tags)
+        floor = notmuch_floor(nm_queries, n)
         ids = page_ids(mb, n + 3)
         it = iter(ids * 2)
         got = latencies(lambda: reads.get_email(mb, next(it)), n)
@@ -840,7 +874,7 @@ def reads_in_process(env: BenchEnv, n: int) -> Reads:
         unanswered = latencies(lambda: reads.find_unanswered_threads(mb, limit=20), n)
         side = sidecar_path(config.data_dir)  # data_dir follows $XDG_DATA_HOME
     sql, tool, notes = sql_latencies(side, n, [a.name for a in config.accounts])
-    return Reads(search, totals, compiled, got, sql, tool, notes, threads, unanswered)
+    return Reads(search, totals, compiled, got, sql, tool, notes, threads, unanswered, floor)
 
 
 def sql_latencies(path: Path, n: int, accounts: Sequence[str]
@@ -1258,6 +1292,8 @@ def read_rows(r: SizeResult) -> list[tuple[str, str]]:
     for q, lat in r.reads.search.items():
         out.append((f"in-process search_emails {q or '(all)'!r} [total]",
                     f"{ms(lat)} [{r.reads.totals[q]}]"))
+    for q, lat in r.reads.notmuch_floor.items():
+        out.append((f"libnotmuch alone: count + newest 50 ids {q or '(all)'!r}", ms(lat)))
     out.append(("in-process get_email  [< 4 ms]", ms(r.reads.get_email)))
     for q, lat in r.reads.list_threads.items():
         out.append((f"in-process list_threads {q!r}, 20", ms(lat)))
