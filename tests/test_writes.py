@@ -20,8 +20,8 @@ from fmail_nm.service.index import run_index
 from fmail_nm.store import sidecar
 from fmail_nm.store.maildir import MaildirName
 from fmail_nm.store.notmuch import DatabaseBusy, Reader, Writer
-from fmail_nm.tools import writes
-from fmail_nm.tools.reads import ToolError
+from fmail_nm.tools import reads, writes
+from fmail_nm.tools.reads import Mailbox, ToolError
 
 from .conftest import MailEnv, notmuch_lock_held, run_init
 
@@ -876,3 +876,30 @@ def test_blocking_with_blocked_to_junk_is_one_undoable_entry(mail_env: MailEnv) 
         assert "personal" in set().union(
             *(o.accounts for o in h.outcomes[outcomes_before_undo:])), "undo pushes too"
         h.assert_in_step()
+
+
+def test_broken_message_ids_are_found_as_notmuch_keeps_them(h: Harness) -> None:
+    """notmuch keeps a broken Message-Id header's id as it stands (``<>`` is the id ``<>``,
+    spaces before ``>`` stay): the tools take that id as notmuch has it, not only cleaned of
+    its brackets and spaces."""
+    inbox = h.env.mail_root / "personal" / "INBOX" / "new"
+    for n, header in enumerate(("<>", "<odd-1@example.net   >")):
+        (inbox / f"1700000100.{n}_1.testhost").write_bytes(
+            f"From: Rita Roe <rita@example.net>\nTo: Alex Morgan <alex@example.org>\n"
+            f"Subject: broken id {n}\nDate: Tue, 02 Jan 2024 10:0{n}:00 +0000\n"
+            f"Message-Id: {header}\n\nA body.\n".encode())
+    h.env.fmail("index")
+    odd = sorted(h.ctx.reader.message_ids("subject:broken"))
+    assert "<>" in odd and len(odd) == 2, odd
+    [spaced] = [mid for mid in odd if mid != "<>"]
+    assert spaced != "odd-1@example.net" and spaced.strip() == "odd-1@example.net", spaced
+
+    mb = Mailbox(h.ctx.config, h.ctx.reader)
+    for mid in odd:
+        assert reads.get_email(mb, mid).subject.startswith("broken id")
+        result = writes.set_flagged(h.ctx, [mid], True)
+        assert result.applied == [mid] and not result.not_found, result
+        assert "flagged" in h.ctx.reader.find(mid).tags  # type: ignore[union-attr]
+    # A cleaned form still names an ordinary message as before.
+    assert writes.set_flagged(h.ctx, [f"<{IN_INBOX}>"], True).applied == [IN_INBOX]
+    h.assert_in_step()

@@ -66,6 +66,13 @@ def clean_id(ref: str) -> str:
     return mid[3:] if mid.startswith("id:") else mid
 
 
+def id_forms(ref: str) -> list[str]:
+    """The Message-IDs a caller's ``ref`` may name, the likeliest first: cleaned (clean_id),
+    then exactly as given -- notmuch keeps a broken header's id as it stands, so
+    ``Message-Id: <>`` is the id ``<>`` and ``<x@   >`` keeps its spaces."""
+    return [form for form in dict.fromkeys((clean_id(ref), ref)) if form]
+
+
 @dataclass(frozen=True)
 class Conjunction:
     """A query that only asks for tags and a date range: ``tag:a AND date:@x..@y``."""

@@ -36,7 +36,8 @@ from ..store import maildir, sidecar
 from ..store.notmuch import IndexedMessage, Reader, ThreadNode
 from ..store.threads import ThreadSummary, sender, summarize
 from ..store.query import (Conjunction, all_of, clean_id, conjunction, folders_query,
-                           id_query, me_query, plain_addresses, quote, sender_conjunction)
+                           id_forms, id_query, me_query, plain_addresses, quote,
+                           sender_conjunction)
 from ..tags import DELETED, DRAFT, SENT, SPAM
 from . import dto
 
@@ -89,7 +90,7 @@ class Mailbox:
     def find(self, ref: str) -> IndexedMessage | None:
         """A message by Message-ID (with or without <> or id:) or by its sidecar ``uid``."""
         mid = clean_id(ref)
-        found = self.reader.find(mid)
+        found = next(filter(None, map(self.reader.find, id_forms(ref))), None)
         if found is None and sidecar.looks_like_uid(mid) and (conn := self.mirror.connection()):
             resolved = sidecar.resolve_uids(conn, [mid]).get(mid)
             found = self.reader.find(resolved) if resolved else None

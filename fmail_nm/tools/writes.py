@@ -21,7 +21,7 @@ from ..config import ROOT_FOLDER, Account, Config, ConfigError
 from ..passes import changes
 from ..passes.changes import BatchReport, Step, WriteContext
 from ..store import maildir, sidecar
-from ..store.query import clean_id
+from ..store.query import id_forms
 from . import sql as sqltools
 from .dto import Dto
 from .reads import Mailbox, ToolError
@@ -80,13 +80,22 @@ class Target:
 
 
 def _from_ids(ctx: WriteContext, ids: Sequence[str]) -> Target:
-    cleaned = [clean_id(i) for i in ids]
+    cleaned = [_message_id(ctx, i) for i in ids]
     uids = [c for c in cleaned if sidecar.looks_like_uid(c)]
     by_uid = sidecar.lookup_uids(ctx.config.data_dir, uids) if uids else {}
     asked: dict[str, str] = {}
     for original, mid in zip(ids, cleaned):
         asked.setdefault(by_uid.get(mid, mid), original)
     return Target(message_ids=list(asked), asked=asked, match_count=None)
+
+
+def _message_id(ctx: WriteContext, ref: str) -> str:
+    """The Message-ID (or uid) ``ref`` names: cleaned, unless only the id exactly as given
+    is in the index (see id_forms)."""
+    forms = id_forms(ref) or [ref]
+    if len(forms) > 1 and ctx.reader.find(forms[0]) is None:
+        return next((form for form in forms[1:] if ctx.reader.find(form) is not None), forms[0])
+    return forms[0]
 
 
 def _check_batch(count: int) -> None:
