@@ -499,6 +499,11 @@ class Reader:
                 return None
         return self._retrying(get)
 
+    def find_first(self, message_ids: Iterable[str]) -> IndexedMessage | None:
+        """The first of these Message-IDs the index has (a caller's forms of one id, see
+        query.id_forms), or None."""
+        return next(filter(None, map(self.find, message_ids)), None)
+
     def unknown_files(self, paths: Sequence[str]) -> list[str]:
         """Those of these files the index has no message for (a lookup of the file's name)."""
         def get(db: notmuch2.Database) -> list[str]:

@@ -90,7 +90,7 @@ class Mailbox:
     def find(self, ref: str) -> IndexedMessage | None:
         """A message by Message-ID (with or without <> or id:) or by its sidecar ``uid``."""
         mid = clean_id(ref)
-        found = next(filter(None, map(self.reader.find, id_forms(ref))), None)
+        found = self.reader.find_first(id_forms(ref))
         if found is None and sidecar.looks_like_uid(mid) and (conn := self.mirror.connection()):
             resolved = sidecar.resolve_uids(conn, [mid]).get(mid)
             found = self.reader.find(resolved) if resolved else None

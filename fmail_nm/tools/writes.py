@@ -93,9 +93,10 @@ def _message_id(ctx: WriteContext, ref: str) -> str:
     """The Message-ID (or uid) ``ref`` names: cleaned, unless only the id exactly as given
     is in the index (see id_forms)."""
     forms = id_forms(ref) or [ref]
-    if len(forms) > 1 and ctx.reader.find(forms[0]) is None:
-        return next((form for form in forms[1:] if ctx.reader.find(form) is not None), forms[0])
-    return forms[0]
+    if len(forms) == 1:  # a uid or a plain id: nothing to choose, no lookup
+        return forms[0]
+    found = ctx.reader.find_first(forms)
+    return forms[0] if found is None else found.message_id
 
 
 def _check_batch(count: int) -> None:
