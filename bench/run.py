@@ -808,6 +808,8 @@ class Reads:
     # other, on a handle of its own -- what a page whose ids, order and total come from
     # notmuch costs before any fmail-nm code runs.
     notmuch_floor: dict[str, Latency] = field(default_factory=dict)
+    # ... and its count alone: the least any exact total of the search costs.
+    notmuch_count: dict[str, Latency] = field(default_factory=dict)
 
 
 def page_ids(mb: Any, n: int) -> list[str]:
@@ -837,14 +839,19 @@ def notmuch_page(db: Any, query: str, exclude_tags: Sequence[str], limit: int = 
     return total, ids
 
 
-def notmuch_floor(queries: Mapping[str, tuple[str, Sequence[str]]], n: int) -> dict[str, Latency]:
-    """notmuch_page's latency for each search (its notmuch query and exclusions)."""
+def notmuch_floor(queries: Mapping[str, tuple[str, Sequence[str]]], n: int
+                  ) -> tuple[dict[str, Latency], dict[str, Latency]]:
+    """notmuch_page's latency for each search (its notmuch query and exclusions), and that
+    of its count alone."""
     import notmuch2
     db = notmuch2.Database(mode=notmuch2.Database.MODE.READ_ONLY,
                            config=notmuch2.Database.CONFIG.SEARCH)
     try:
-        return {q: latencies(partial(notmuch_page, db, nm_query, excl), n)
-                for q, (nm_query, excl) in queries.items()}
+        pages = {q: latencies(partial(notmuch_page, db, nm_query, excl), n)
+                 for q, (nm_query, excl) in queries.items()}
+        counts = {q: latencies(partial(db.count_messages, nm_query, exclude_tags=excl), n)
+                  for q, (nm_query, excl) in queries.items()}
+        return pages, counts
     finally:
         db.close()
 
@@ -865,7 +872,7 @@ def reads_in_process(env: BenchEnv, n: int) -> Reads:
             search[q] = latencies(partial(reads.search_emails, mb, q, limit=50), n)
             dsl = mb.compile(q)
             nm_queries[q] = (reads.scoped_query(mb, dsl), dsl.exclude_tags)
-        floor = notmuch_floor(nm_queries, n)
+        floor, counted = notmuch_floor(nm_queries, n)
         ids = page_ids(mb, n + 3)
         it = iter(ids * 2)
         got = latencies(lambda: reads.get_email(mb, next(it)), n)
@@ -874,7 +881,8 @@ def reads_in_process(env: BenchEnv, n: int) -> Reads:
         unanswered = latencies(lambda: reads.find_unanswered_threads(mb, limit=20), n)
         side = sidecar_path(config.data_dir)  # data_dir follows $XDG_DATA_HOME
     sql, tool, notes = sql_latencies(side, n, [a.name for a in config.accounts])
-    return Reads(search, totals, compiled, got, sql, tool, notes, threads, unanswered, floor)
+    return Reads(search, totals, compiled, got, sql, tool, notes, threads, unanswered, floor,
+                 counted)
 
 
 def sql_latencies(path: Path, n: int, accounts: Sequence[str]
@@ -1294,6 +1302,8 @@ def read_rows(r: SizeResult) -> list[tuple[str, str]]:
                     f"{ms(lat)} [{r.reads.totals[q]}]"))
     for q, lat in r.reads.notmuch_floor.items():
         out.append((f"libnotmuch alone: count + newest 50 ids {q or '(all)'!r}", ms(lat)))
+    for q, lat in r.reads.notmuch_count.items():
+        out.append((f"libnotmuch alone: count {q or '(all)'!r}", ms(lat)))
     out.append(("in-process get_email  [< 4 ms]", ms(r.reads.get_email)))
     for q, lat in r.reads.list_threads.items():
         out.append((f"in-process list_threads {q!r}, 20", ms(lat)))
