@@ -4,7 +4,10 @@ BackendError, and the MCP layer and the CLI each map the two branches in one pla
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,8 @@ from fmail_nm.errors import BackendError, CallerError, FmailError
 from fmail_nm.mcp.registry import tool_error
 from fmail_nm.store.notmuch import DatabaseBusy, QueryError
 from fmail_nm.tools.reads import ToolError
+
+from .conftest import USER_ADDRESSES, MailEnv, run_init
 
 
 def defined_exceptions() -> list[type[BaseException]]:
@@ -75,3 +80,56 @@ def test_the_cli_exits_2_for_the_callers_mistakes_and_1_for_the_machinerys(
     assert cli.main(argv) == code
     err = capsys.readouterr().err
     assert err.startswith("fmail-nm: ") and "Traceback" not in err
+
+
+def damage(env: MailEnv) -> tuple[Path, bytes]:
+    """Zero the index's posting lists (a disk error, a copy taken mid-write): Xapian refuses
+    to open the database.  The damaged file and its bytes, to check that nothing rewrites it."""
+    postlist = env.mail_root / ".notmuch" / "xapian" / "postlist.glass"
+    postlist.write_bytes(bytes(postlist.stat().st_size))
+    return postlist, postlist.read_bytes()
+
+
+def files_of(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                  if p.is_file() and ".notmuch" not in p.parts)
+
+
+@pytest.mark.anyio
+async def test_a_damaged_index_is_named_as_such_and_left_as_it_is(indexed: MailEnv) -> None:
+    from mcp.client.client import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    mail_before = files_of(indexed.mail_root)
+    listed_before = indexed.notmuch("search", "--output=messages", "tag:list").stdout
+    postlist, damaged = damage(indexed)
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "fmail_nm", "serve", "--transport", "stdio",
+                                         "--tools", "all", "--no-push"],
+                                   env={**os.environ, **indexed.env})
+    async with Client(params) as client:
+        for tool, args in [("search_emails", {"query": "in:inbox"}),
+                           ("archive", {"ids": ["answered-2@example.com"]})]:
+            result = await client.call_tool(tool, args)
+            assert result.is_error, (tool, result.content)
+            said = result.content[0].text  # type: ignore[union-attr]
+            assert "not a problem with the request" in said, said
+            assert "the notmuch database cannot be read" in said, said
+            assert "move that folder aside and run `fmail-nm init`" in said, said
+            assert "run `fmail-nm init` first" not in said, said
+    init = run_init_unchecked(indexed)
+    assert init.returncode == 1 and "the notmuch database cannot be read" in init.stderr
+    assert postlist.read_bytes() == damaged  # neither the server nor init wrote over it
+    assert files_of(indexed.mail_root) == mail_before
+    # The advice works: the folder moved aside, `fmail-nm init` builds the index again.
+    xapian = postlist.parent
+    xapian.rename(xapian.with_name("xapian.damaged"))
+    run_init(indexed)
+    assert indexed.notmuch("search", "--output=messages", "tag:list").stdout == listed_before
+
+
+def run_init_unchecked(env: MailEnv) -> subprocess.CompletedProcess[str]:
+    args = ["init", "--mail-root", str(env.mail_root), "--name", "Alex Morgan"]
+    for address in USER_ADDRESSES:
+        args += ["--address", address]
+    return env.fmail(*args, check=False)

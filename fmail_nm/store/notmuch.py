@@ -59,6 +59,24 @@ class DatabaseMissing(NotmuchAccessError):
     """There is no notmuch database (or config) where libnotmuch looks."""
 
 
+class DatabaseDamaged(NotmuchAccessError):
+    """libnotmuch found the database, but Xapian cannot read it: damaged (a disk error, a
+    copy taken while it was written) or written by a newer Xapian."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"the notmuch database cannot be read ({reason}): it is damaged or was written by "
+            "a newer Xapian; nothing was changed. `xapian-check` on its `.notmuch/xapian` "
+            "folder (under notmuch's database.path) tells more. To rebuild it, move that "
+            "folder aside and run `fmail-nm init`: it indexes your mail again with "
+            "fmail-nm's tags (tags set by hand come back only from an earlier `notmuch dump`)")
+        self.reason = reason
+
+
+class _WriteLocked(NotmuchAccessError):
+    """Another program holds the database's write lock (a write open retries)."""
+
+
 class WriteNotSaved(NotmuchAccessError):
     """notmuch could not commit a write session (the disk full, an I/O error): the index
     stayed as it was, while files the session renamed stay renamed until the next index."""
@@ -145,22 +163,29 @@ def _open(config_path: str | None, mode: notmuch2.Database.MODE) -> notmuch2.Dat
     config = config_path if config_path else notmuch2.Database.CONFIG.SEARCH
     try:
         return notmuch2.Database(mode=mode, config=config)
+    except notmuch2.XapianError as exc:
+        # Xapian reached the database: it exists, so "run init" would be the wrong advice.
+        reason = " ".join(str(exc).split())
+        if "write lock" in reason.lower():  # Xapian's "Unable to get write lock on …"
+            raise _WriteLocked(reason) from None
+        raise DatabaseDamaged(reason) from None
     except notmuch2.NotmuchError as exc:
         raise DatabaseMissing(
-            f"cannot open the notmuch database ({exc}); run `fmail-nm init` first"
+            f"cannot open the notmuch database ({' '.join(str(exc).split())}); "
+            "run `fmail-nm init` first"
         ) from None
 
 
 def ensure_database(config_path: str | os.PathLike[str] | None = None) -> bool:
     """Create an empty database where the config says, if there is none; True if created."""
-    config = os.fspath(config_path) if config_path else notmuch2.Database.CONFIG.SEARCH
-    try:
-        notmuch2.Database(mode=notmuch2.Database.MODE.READ_ONLY, config=config).close()
+    path = os.fspath(config_path) if config_path else None
+    try:  # a damaged database is not created anew: DatabaseDamaged says how to rebuild it
+        _open(path, notmuch2.Database.MODE.READ_ONLY).close()
         return False
-    except notmuch2.NotmuchError:
+    except DatabaseMissing:
         pass
     try:
-        notmuch2.Database.create(config=config).close()
+        notmuch2.Database.create(config=path or notmuch2.Database.CONFIG.SEARCH).close()
     except notmuch2.NotmuchError as exc:
         raise DatabaseMissing(f"cannot create the notmuch database: {exc}") from None
     return True
@@ -1035,9 +1060,8 @@ class Writer:
                     return None
             try:
                 return _open(self.config_path, notmuch2.Database.MODE.READ_WRITE)
-            except DatabaseMissing as exc:
-                if "lock" not in str(exc).lower():
-                    raise
+            except _WriteLocked:
+                pass
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
 
