@@ -83,6 +83,14 @@ def notmuch_lock_held(env: dict[str, str] | None = None) -> Iterator[LockHolder]
         holder.proc.wait(timeout=10)
 
 
+def damage_index(env: MailEnv) -> tuple[Path, bytes]:
+    """Zero the index's posting lists (a disk error, a copy taken mid-write): Xapian refuses
+    to open the database.  The damaged file and its bytes, to check that nothing rewrites it."""
+    postlist = env.mail_root / ".notmuch" / "xapian" / "postlist.glass"
+    postlist.write_bytes(bytes(postlist.stat().st_size))
+    return postlist, postlist.read_bytes()
+
+
 def isolated_env(base: Path) -> dict[str, str]:
     home = base / "home"
     home.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ from fmail_nm.service import doctor
 from fmail_nm.store.notmuch import Reader
 from fmail_nm.tools import reads
 
-from .conftest import USER_ADDRESSES, MailEnv, make_mail_env, run_init
+from .conftest import USER_ADDRESSES, MailEnv, damage_index, make_mail_env, run_init
 
 
 def init_like_a_new_user(env: MailEnv) -> str:
@@ -183,6 +183,28 @@ def test_doctor_reports_each_broken_part_with_its_fix(indexed: MailEnv, tmp_path
     done = env.fmail("doctor", check=False)
     assert done.returncode == 1 and "fix: notmuch config set maildir.synchronize_flags true" \
         in done.stdout
+
+
+def test_doctor_names_a_damaged_or_missing_database_and_its_fix(indexed: MailEnv) -> None:
+    before = checks(indexed)  # this setup's other findings (no mbsync/msmtp files here)
+    assert not [f for f in before if f.check in ("database", "identity", "sidecar")]
+    postlist, _ = damage_index(indexed)
+    xapian = postlist.parent
+    found = checks(indexed)
+    database = [f for f in found if f.check == "database"]
+    assert len(database) == 1, found
+    assert "cannot be read" in database[0].problem
+    assert f"xapian-check {xapian}" in database[0].problem
+    assert database[0].fix.startswith(f"mv {xapian} {xapian}.damaged && fmail-nm init")
+    assert [f for f in found if f.check != "database"] == before  # the other checks still ran
+    done = indexed.fmail("doctor", check=False)
+    assert done.returncode == 1 and f"fix: mv {xapian} {xapian}.damaged" in done.stdout
+    xapian.rename(xapian.with_name("xapian.damaged"))  # half of the fix: now it is missing
+    found = checks(indexed)
+    assert [(f.check, f.fix) for f in found if f.check == "database"] == [
+        ("database", "fmail-nm init")], found
+    run_init(indexed)  # the other half
+    assert checks(indexed) == before
 
 
 def test_doctor_hook_checks(indexed: MailEnv) -> None:

@@ -19,7 +19,7 @@ from fmail_nm.mcp.registry import tool_error
 from fmail_nm.store.notmuch import DatabaseBusy, QueryError
 from fmail_nm.tools.reads import ToolError
 
-from .conftest import USER_ADDRESSES, MailEnv, run_init
+from .conftest import USER_ADDRESSES, MailEnv, damage_index, run_init
 
 
 def defined_exceptions() -> list[type[BaseException]]:
@@ -82,14 +82,6 @@ def test_the_cli_exits_2_for_the_callers_mistakes_and_1_for_the_machinerys(
     assert err.startswith("fmail-nm: ") and "Traceback" not in err
 
 
-def damage(env: MailEnv) -> tuple[Path, bytes]:
-    """Zero the index's posting lists (a disk error, a copy taken mid-write): Xapian refuses
-    to open the database.  The damaged file and its bytes, to check that nothing rewrites it."""
-    postlist = env.mail_root / ".notmuch" / "xapian" / "postlist.glass"
-    postlist.write_bytes(bytes(postlist.stat().st_size))
-    return postlist, postlist.read_bytes()
-
-
 def files_of(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*")
                   if p.is_file() and ".notmuch" not in p.parts)
@@ -102,7 +94,7 @@ async def test_a_damaged_index_is_named_as_such_and_left_as_it_is(indexed: MailE
 
     mail_before = files_of(indexed.mail_root)
     listed_before = indexed.notmuch("search", "--output=messages", "tag:list").stdout
-    postlist, damaged = damage(indexed)
+    postlist, damaged = damage_index(indexed)
     params = StdioServerParameters(command=sys.executable,
                                    args=["-m", "fmail_nm", "serve", "--transport", "stdio",
                                          "--tools", "all", "--no-push"],

@@ -1,11 +1,11 @@
 """``fmail-nm doctor``: the whole setup checked, each problem with the command that fixes it.
 
 Checks, in order: the config files exist and parse; notmuch's settings (``new.ignore``,
-exclusions, flag sync, ``new.tags``); that fmail-nm knows the user's addresses; our post-new
-hook installed, executable and chained; each account's mbsync channel defined, syncing into
-the mail root, with ``Expunge``; an msmtp account for each address that sends through msmtp;
-the sidecar built from this notmuch database; the HTTP token file private; the inotify watch
-limit against the folders to watch.  Nothing is changed: the fixes are for the user to run.
+exclusions, flag sync, ``new.tags``); that the notmuch database opens; that fmail-nm knows
+the user's addresses; our post-new hook installed, executable and chained; each account's
+mbsync channel defined, syncing into the mail root, with ``Expunge``; an msmtp account for
+each address that sends through msmtp; the sidecar built from this notmuch database; the
+HTTP token file private; the inotify watch limit against the folders to watch.  Nothing is changed: the fixes are for the user to run.
 
 ``get_sync_status`` shows the same findings (:func:`diagnose_config` with ``quick``: without
 the Sent-folder scan and the directory walk).
@@ -26,7 +26,7 @@ from ..adopt.initialize import Finding, notmuch_findings
 from ..app import load_config
 from ..config import Account, Config, ConfigError, load_settings
 from ..store import sidecar
-from ..store.notmuch import NotmuchAccessError, Reader
+from ..store.notmuch import DatabaseDamaged, DatabaseMissing, NotmuchAccessError, Reader
 from ..store.notmuch_cli import notmuch_settings, user_settings_as_written
 from ..store.notmuch_config import find_notmuch_config, new_config_path
 from .mbsync import mbsync_config_of
@@ -59,11 +59,17 @@ def diagnose_config(config: Config, *, quick: bool = False, token_file: Path | N
                     watch_limit_file: Path = WATCH_LIMIT_FILE) -> list[Finding]:
     nm = notmuch_settings(config.settings.notmuch_config)
     found = notmuch_findings(nm)
-    found += identity_findings(config, nm, quick=quick)
-    found += hook_findings(Path(nm.get("database.hook_dir", "")))
+    unreadable = database_findings(config, nm)
+    # The identity and sidecar checks read the database, and notmuch names the hook folder
+    # only for a database it opened: they wait until it opens.
+    found += unreadable
+    if not unreadable:
+        found += identity_findings(config, nm, quick=quick)
+        found += hook_findings(Path(nm.get("database.hook_dir", "")))
     found += mbsync_findings(config)
     found += msmtp_findings(config)
-    found += sidecar_findings(config)
+    if not unreadable:
+        found += sidecar_findings(config)
     if token_file is not None:
         found += token_findings(token_file)
     if not quick:
@@ -77,6 +83,35 @@ def problems(findings: Sequence[Finding]) -> list[Finding]:
 
 # ---------------------------------------------------------------------------------------------
 # The checks
+
+
+def database_findings(config: Config, nm: dict[str, str]) -> list[Finding]:
+    """The notmuch database opens: missing (never built, or deleted) or damaged."""
+    try:
+        with Reader(config.settings.notmuch_config) as reader:
+            reader.revision()
+    except DatabaseMissing as exc:
+        return [Finding("database", str(exc).partition("; run")[0], "fmail-nm init")]
+    except DatabaseDamaged as exc:
+        xapian = _xapian_folder(nm)
+        where = shlex.quote(str(xapian)) if xapian else "its .notmuch/xapian folder"
+        moved = (f"mv {where} {shlex.quote(str(xapian) + '.damaged')}" if xapian
+                 else "move its .notmuch/xapian folder aside")
+        return [Finding("database", f"the notmuch database cannot be read ({exc.reason}): it "
+                        f"is damaged or was written by a newer Xapian (`xapian-check {where}` "
+                        "tells more)",
+                        f"{moved} && fmail-nm init (tags set by hand come back only from an "
+                        "earlier `notmuch dump`)")]
+    return []
+
+
+def _xapian_folder(nm: dict[str, str]) -> Path | None:
+    """Where the Xapian files of notmuch's database are (both layouts notmuch knows)."""
+    if not nm.get("database.path"):
+        return None
+    base = Path(nm["database.path"]).expanduser()
+    base = base if base.is_absolute() else Path.home() / base  # notmuch's rule
+    return next((x for x in (base / ".notmuch" / "xapian", base / "xapian") if x.is_dir()), None)
 
 
 def identity_findings(config: Config, nm: dict[str, str], *, quick: bool) -> list[Finding]:
