@@ -114,11 +114,11 @@ def make_mail_env(base: Path, *, init: bool = True) -> MailEnv:
     return mail_env
 
 
-def run_init(mail_env: MailEnv) -> subprocess.CompletedProcess[str]:
+def run_init(mail_env: MailEnv, *, check: bool = True) -> subprocess.CompletedProcess[str]:
     args = ["init", "--mail-root", str(mail_env.mail_root), "--name", "Alex Morgan"]
     for address in USER_ADDRESSES:
         args += ["--address", address]
-    return mail_env.fmail(*args)
+    return mail_env.fmail(*args, check=check)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from fmail_nm.mcp.registry import tool_error
 from fmail_nm.store.notmuch import DatabaseBusy, QueryError
 from fmail_nm.tools.reads import ToolError
 
-from .conftest import USER_ADDRESSES, MailEnv, damage_index, run_init
+from .conftest import MailEnv, damage_index, run_init
 
 
 def defined_exceptions() -> list[type[BaseException]]:
@@ -109,7 +108,7 @@ async def test_a_damaged_index_is_named_as_such_and_left_as_it_is(indexed: MailE
             assert "the notmuch database cannot be read" in said, said
             assert "move that folder aside and run `fmail-nm init`" in said, said
             assert "run `fmail-nm init` first" not in said, said
-    init = run_init_unchecked(indexed)
+    init = run_init(indexed, check=False)
     assert init.returncode == 1 and "the notmuch database cannot be read" in init.stderr
     assert postlist.read_bytes() == damaged  # neither the server nor init wrote over it
     assert files_of(indexed.mail_root) == mail_before
@@ -119,9 +118,3 @@ async def test_a_damaged_index_is_named_as_such_and_left_as_it_is(indexed: MailE
     run_init(indexed)
     assert indexed.notmuch("search", "--output=messages", "tag:list").stdout == listed_before
 
-
-def run_init_unchecked(env: MailEnv) -> subprocess.CompletedProcess[str]:
-    args = ["init", "--mail-root", str(env.mail_root), "--name", "Alex Morgan"]
-    for address in USER_ADDRESSES:
-        args += ["--address", address]
-    return env.fmail(*args, check=False)
