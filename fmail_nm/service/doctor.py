@@ -5,7 +5,8 @@ exclusions, flag sync, ``new.tags``); that the notmuch database opens; that fmai
 the user's addresses; our post-new hook installed, executable and chained; each account's
 mbsync channel defined, syncing into the mail root, with ``Expunge``; an msmtp account for
 each address that sends through msmtp; the sidecar built from this notmuch database; the
-HTTP token file private; the inotify watch limit against the folders to watch.  Nothing is changed: the fixes are for the user to run.
+HTTP token file private; the inotify watch limit against the folders to watch.  Nothing is
+changed: the fixes are for the user to run.
 
 ``get_sync_status`` shows the same findings (:func:`diagnose_config` with ``quick``: without
 the Sent-folder scan and the directory walk).
@@ -26,7 +27,8 @@ from ..adopt.initialize import Finding, notmuch_findings
 from ..app import load_config
 from ..config import Account, Config, ConfigError, load_settings
 from ..store import sidecar
-from ..store.notmuch import DatabaseDamaged, DatabaseMissing, NotmuchAccessError, Reader
+from ..store.notmuch import (DatabaseDamaged, DatabaseMissing, NotmuchAccessError, Reader,
+                             xapian_folders)
 from ..store.notmuch_cli import notmuch_settings, user_settings_as_written
 from ..store.notmuch_config import find_notmuch_config, new_config_path
 from .mbsync import mbsync_config_of
@@ -59,17 +61,18 @@ def diagnose_config(config: Config, *, quick: bool = False, token_file: Path | N
                     watch_limit_file: Path = WATCH_LIMIT_FILE) -> list[Finding]:
     nm = notmuch_settings(config.settings.notmuch_config)
     found = notmuch_findings(nm)
-    unreadable = database_findings(config, nm)
-    # The identity and sidecar checks read the database, and notmuch names the hook folder
-    # only for a database it opened: they wait until it opens.
-    found += unreadable
-    if not unreadable:
-        found += identity_findings(config, nm, quick=quick)
-        found += hook_findings(Path(nm.get("database.hook_dir", "")))
-    found += mbsync_findings(config)
-    found += msmtp_findings(config)
-    if not unreadable:
-        found += sidecar_findings(config)
+    with Reader(config.settings.notmuch_config) as reader:
+        unreadable = database_findings(reader, nm)
+        # The identity and sidecar checks read the database, and notmuch names the hook
+        # folder only for a database it opened: they wait until it opens.
+        found += unreadable
+        if not unreadable:
+            found += identity_findings(config, nm, reader, quick=quick)
+            found += hook_findings(Path(nm.get("database.hook_dir", "")))
+        found += mbsync_findings(config)
+        found += msmtp_findings(config)
+        if not unreadable:
+            found += sidecar_findings(config, reader)
     if token_file is not None:
         found += token_findings(token_file)
     if not quick:
@@ -85,11 +88,10 @@ def problems(findings: Sequence[Finding]) -> list[Finding]:
 # The checks
 
 
-def database_findings(config: Config, nm: dict[str, str]) -> list[Finding]:
+def database_findings(reader: Reader, nm: dict[str, str]) -> list[Finding]:
     """The notmuch database opens: missing (never built, or deleted) or damaged."""
     try:
-        with Reader(config.settings.notmuch_config) as reader:
-            reader.revision()
+        reader.revision()
     except DatabaseMissing as exc:
         return [Finding("database", str(exc).partition("; run")[0], "fmail-nm init")]
     except DatabaseDamaged as exc:
@@ -97,32 +99,27 @@ def database_findings(config: Config, nm: dict[str, str]) -> list[Finding]:
         where = shlex.quote(str(xapian)) if xapian else "its .notmuch/xapian folder"
         moved = (f"mv {where} {shlex.quote(str(xapian) + '.damaged')}" if xapian
                  else "move its .notmuch/xapian folder aside")
-        return [Finding("database", f"the notmuch database cannot be read ({exc.reason}): it "
-                        f"is damaged or was written by a newer Xapian (`xapian-check {where}` "
-                        "tells more)",
-                        f"{moved} && fmail-nm init (tags set by hand come back only from an "
-                        "earlier `notmuch dump`)")]
+        return [Finding("database", f"{exc.problem} (`xapian-check {where}` tells more)",
+                        f"{moved} && fmail-nm init ({exc.LOST_IN_REBUILD})")]
     return []
 
 
 def _xapian_folder(nm: dict[str, str]) -> Path | None:
-    """Where the Xapian files of notmuch's database are (both layouts notmuch knows)."""
+    """Where the Xapian files of notmuch's database are, if it names a database.path."""
     if not nm.get("database.path"):
         return None
     base = Path(nm["database.path"]).expanduser()
     base = base if base.is_absolute() else Path.home() / base  # notmuch's rule
-    return next((x for x in (base / ".notmuch" / "xapian", base / "xapian") if x.is_dir()), None)
+    return next((x for x in xapian_folders(base) if x.is_dir()), None)
 
 
-def identity_findings(config: Config, nm: dict[str, str], *, quick: bool) -> list[Finding]:
+def identity_findings(config: Config, nm: dict[str, str], reader: Reader, *,
+                      quick: bool) -> list[Finding]:
     """No address known: nothing is tagged sent and find_unanswered_threads cannot work."""
     if config.addresses:
         return []
     nm = user_settings_as_written(nm, config.settings.notmuch_config)
-    identity = None
-    if not quick:
-        with Reader(config.settings.notmuch_config) as reader:
-            identity = discover(nm, config, reader)
+    identity = discover(nm, config, reader) if not quick else None
     commands = missing_from_notmuch(identity, nm) if identity else []
     return [Finding("identity", "fmail-nm knows none of your addresses: your mail is not "
                     "tagged sent and find_unanswered_threads cannot answer",
@@ -242,13 +239,12 @@ def msmtp_findings(config: Config) -> list[Finding]:
     return found
 
 
-def sidecar_findings(config: Config) -> list[Finding]:
+def sidecar_findings(config: Config, reader: Reader) -> list[Finding]:
     path = sidecar.sidecar_path(config.data_dir)
     if not path.is_file():
         return [Finding("sidecar", f"the sidecar {path} is not built yet: SQL and contacts "
                         "have nothing to read", "fmail-nm sidecar sync")]
-    with Reader(config.settings.notmuch_config) as reader, \
-            sidecar.opened(path, readonly=True) as conn:
+    with sidecar.opened(path, readonly=True) as conn:
         revision = reader.revision()
         uuid = sidecar.get_state(conn, "notmuch_uuid")
         done = sidecar.get_state(conn, "revision")

@@ -63,14 +63,18 @@ class DatabaseDamaged(NotmuchAccessError):
     """libnotmuch found the database, but Xapian cannot read it: damaged (a disk error, a
     copy taken while it was written) or written by a newer Xapian."""
 
+    # What the rebuild (its folder moved aside, then `fmail-nm init`) cannot give back.
+    LOST_IN_REBUILD = "tags set by hand come back only from an earlier `notmuch dump`"
+
     def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.problem = (f"the notmuch database cannot be read ({reason}): it is damaged or "
+                        "was written by a newer Xapian")
         super().__init__(
-            f"the notmuch database cannot be read ({reason}): it is damaged or was written by "
-            "a newer Xapian; nothing was changed. `xapian-check` on its `.notmuch/xapian` "
+            f"{self.problem}; nothing was changed. `xapian-check` on its `.notmuch/xapian` "
             "folder (under notmuch's database.path) tells more. To rebuild it, move that "
             "folder aside and run `fmail-nm init`: it indexes your mail again with "
-            "fmail-nm's tags (tags set by hand come back only from an earlier `notmuch dump`)")
-        self.reason = reason
+            f"fmail-nm's tags ({self.LOST_IN_REBUILD})")
 
 
 class _WriteLocked(NotmuchAccessError):
@@ -174,6 +178,12 @@ def _open(config_path: str | None, mode: notmuch2.Database.MODE) -> notmuch2.Dat
             f"cannot open the notmuch database ({' '.join(str(exc).split())}); "
             "run `fmail-nm init` first"
         ) from None
+
+
+def xapian_folders(database_path: Path) -> tuple[Path, Path]:
+    """Where notmuch keeps the Xapian files under its ``database.path``: ``.notmuch/xapian``
+    beside the mail, or ``xapian`` in a database folder of its own."""
+    return database_path / ".notmuch" / "xapian", database_path / "xapian"
 
 
 def ensure_database(config_path: str | os.PathLike[str] | None = None) -> bool:
@@ -339,9 +349,8 @@ class Reader:
         return _file_stamp(self._xapian_marker)
 
     def _find_marker(self, db: notmuch2.Database) -> Path | None:
-        base = Path(os.fsdecode(db.path))
-        for candidate in (base / ".notmuch" / "xapian" / "iamglass", base / "xapian" / "iamglass"):
-            if candidate.exists():
+        for folder in xapian_folders(Path(os.fsdecode(db.path))):
+            if (candidate := folder / "iamglass").exists():
                 return candidate
         return None
 
