@@ -312,9 +312,7 @@ def _account_add(args: argparse.Namespace, config_path: Path | None) -> int:
     from .app import load_config
     from .service.onboard import add_account
 
-    values = {key: getattr(args, key) for key in (
-        "name", "address", "password_command", "provider", "imap_host", "imap_port",
-        "imap_user", "imap_tls", "smtp_host", "smtp_port", "smtp_tls")}
+    values = {key: getattr(args, key) for key in accounts.CLI_FIELDS}
     if sys.stdin.isatty():  # on a terminal, ask for what the flags left out
         for key, prompt in ACCOUNT_PROMPTS:
             while not values[key]:

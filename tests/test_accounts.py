@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from mcp.types import ElicitRequestParams, ElicitResult
 
 from fmail_nm.store.sidecar import uid_for
 from fmail_nm.adopt import accounts
@@ -255,29 +258,111 @@ def test_without_accounts_toml_the_accounts_are_those_of_fmail_toml(indexed: Mai
     assert [a.name for a in load_config().accounts] == ["personal", "work"]
 
 
+class UserAnswers:
+    """The user behind an MCP client: answers each elicitation with the next of ``answers``
+    (an action and the form's content) and keeps what was asked."""
+
+    def __init__(self, *answers: tuple[str, dict[str, Any] | None]) -> None:
+        self.answers = list(answers)
+        self.asked: list[ElicitRequestParams] = []
+
+    async def __call__(self, context: Any, params: ElicitRequestParams) -> ElicitResult:
+        self.asked.append(params)
+        action, content = self.answers.pop(0)
+        return ElicitResult(action=action, content=content)  # type: ignore[arg-type]
+
+
+def tool_args(bed: Bed, password_command: Path) -> dict[str, Any]:
+    return {"name": "side", "address": f"{USER}@example.com",
+            "password_command": str(password_command),
+            "imap": f"imap://127.0.0.1:{bed.server.port}", "imap_user": USER}
+
+
+def assert_nothing_added(bed: Bed) -> None:
+    assert accounts.added_entries() == []
+    mbsyncrc = own_config_dir() / "mbsyncrc"
+    assert not mbsyncrc.exists() or "side" not in mbsyncrc.read_text()
+    assert not (load_config().mail_root / "side").exists()
+    assert not bed.argv_log.exists() or "mbsync" not in bed.argv_log.read_text()
+
+
 @pytest.mark.anyio
 async def test_add_email_account_over_mcp(bed: Bed) -> None:
-    """The tool: no password parameter; the account shows in list_available_accounts and its
-    mail in search_emails of the same server, without a restart."""
+    """The tool: no password parameter; the user is asked, with the command and servers that
+    will be used; the account shows in list_available_accounts and its mail in search_emails
+    of the same server, without a restart."""
     from mcp.client.client import Client
 
     from .test_server_writes import call, server_params
 
-    async with Client(server_params(bed.env)) as client:
+    user = UserAnswers(("accept", {"add": True}))
+    async with Client(server_params(bed.env), elicitation_callback=user) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         schema = tools["add_email_account"].input_schema["properties"]
         assert "password_command" in schema and not any(
             "password" in key and key != "password_command" for key in schema)
-        added = await call(client, "add_email_account", {
-            "name": "side", "address": f"{USER}@example.com",
-            "password_command": str(bed.password_script),
-            "imap": f"imap://127.0.0.1:{bed.server.port}", "imap_user": USER})
+        assert set(schema).isdisjoint({"new", "answer"})  # filled by the server, not the model
+        added = await call(client, "add_email_account", tool_args(bed, bed.password_script))
         assert added["pulled"] is True and added["added"] == 3
+        [asked] = user.asked
+        assert f"Password command: {bed.password_script}\n" in asked.message
+        assert f"IMAP: {USER} at 127.0.0.1:{bed.server.port} (no TLS)" in asked.message
+        assert asked.requested_schema["properties"]["add"]["type"] == "boolean"
         accounts_now = await call(client, "list_available_accounts")
         assert "side" in [a["name"] for a in accounts_now["accounts"]]
         found = await call(client, "search_emails", {"query": "subject:Lunch", "account": "side"})
         assert [m["id"] for m in search_rows(found)] == [uid_for("casey-2@example.net")]
     assert_password_nowhere(bed)
+
+
+@pytest.mark.anyio
+async def test_without_the_users_yes_no_account_is_added_and_no_command_runs(bed: Bed) -> None:
+    """A declined, cancelled or unticked answer: an error that says so, nothing written, the
+    password command never run, mbsync never started.  A bad value is not put to the user."""
+    from mcp.client.client import Client
+
+    from .test_server_writes import error_text, server_params
+
+    ran = bed.env.base / "secrets" / "ran"
+    command = bed.env.base / "secrets" / "records-each-run"
+    command.write_text(f"#!/bin/sh\necho ran >> '{ran}'\nprintf '%s\\n' '{PASSWORD}'\n")
+    command.chmod(0o700)
+    user = UserAnswers(("decline", None), ("cancel", None), ("accept", {"add": False}))
+    async with Client(server_params(bed.env), elicitation_callback=user) as client:
+        # A bad value is refused before the user is asked.
+        text = await error_text(client, "add_email_account",
+                                {**tool_args(bed, command), "password_command": PASSWORD})
+        assert "not the password itself" in text and PASSWORD not in text
+        assert user.asked == []
+        for _ in range(3):
+            text = await error_text(client, "add_email_account", tool_args(bed, command))
+            assert "the user did not confirm adding the account 'side'" in text
+    assert len(user.asked) == 3
+    assert not ran.exists()
+    assert_nothing_added(bed)
+
+
+@pytest.mark.anyio
+async def test_a_client_that_cannot_ask_the_user_gets_the_terminal_command(bed: Bed) -> None:
+    """Without elicitation the tool adds nothing and answers with the `fmail-nm account add`
+    command line; run in a terminal, that command adds the same account."""
+    from mcp.client.client import Client
+
+    from .test_server_writes import error_text, server_params
+
+    async with Client(server_params(bed.env)) as client:
+        text = await error_text(client, "add_email_account",
+                                tool_args(bed, bed.password_script))
+    assert "cannot ask the user" in text
+    assert_nothing_added(bed)
+    command = text.partition("The user can add the account in a terminal: ")[2]
+    argv = shlex.split(command)
+    assert argv[:3] == ["fmail-nm", "account", "add"]
+    done = bed.env.fmail(*argv[1:], check=False)
+    assert done.returncode == 0, done.stderr
+    assert "side" in done.stdout and "3 messages" in done.stdout
+    side = load_config().account("side")
+    assert side.maildir == "side"
 
 
 def test_a_write_on_an_account_the_push_scheduler_does_not_know_yet_stands(

@@ -115,6 +115,21 @@ class NewAccount:
                    else "tls" if smtp_port == 465 else "starttls", **values)
 
 
+# What `fmail-nm account add` takes as --flags: every field but full_name.
+CLI_FIELDS = ("name", "address", "password_command", "provider", "imap_host", "imap_port",
+              "imap_user", "imap_tls", "smtp_host", "smtp_port", "smtp_tls")
+
+
+def add_command(new: NewAccount) -> str:
+    """The ``fmail-nm account add`` command line that adds ``new`` from a terminal."""
+    argv = ["fmail-nm", "account", "add"]
+    for key in CLI_FIELDS:
+        value = getattr(new, key)
+        if value is not None:
+            argv += [f"--{key.replace('_', '-')}", str(value)]
+    return shlex.join(argv)
+
+
 def split_server(value: str | None, what: str) -> tuple[str | None, int | None, bool]:
     """``[what://]host[:port]`` -> (host, port, whether TLS was declined)."""
     if not value:

@@ -21,7 +21,8 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from .. import __version__
-from ..adopt.accounts import NewAccount
+from ..adopt import accounts
+from ..adopt.accounts import AccountPlan, NewAccount
 from ..clock import utc_now
 from ..config import DEFAULT_TOOL_PROFILE, Config, ConfigError
 from ..dsl import DSL_HELP
@@ -36,6 +37,7 @@ from ..store.notmuch import WRITE_LOCK_TIMEOUT, Reader, Writer
 from ..store.sidecar import sidecar_path
 from ..tools import compose, contacts, dto, reads, writes
 from ..tools import sql as sqltools
+from . import consent
 from .registry import DESTRUCTIVE, DRAFT, READ_ONLY, SEND, UNDO, WRITE, ToolList, tool_error
 from .token import token_path
 
@@ -180,6 +182,10 @@ class MailService:
             return fn(self.sidecar_file, *args,
                       known_accounts=[a.name for a in self.config.accounts], **kwargs)
         return await self._run(job)
+
+    async def plan_account(self, new: NewAccount) -> AccountPlan:
+        """``new`` checked against the setup, nothing written (see accounts.plan)."""
+        return await self._run_write(lambda: accounts.plan(self.config, new))
 
     async def add_account(self, new: NewAccount) -> AddedAccount:
         """Add an account; later calls see it (each thread's reader is reopened with the new
@@ -515,21 +521,24 @@ def setup_problems(config: Config) -> list[str]:
 
 
 ADD_ACCOUNT_HELP = (
-    "Add a mail account (login checked, mail pulled). Never ask for the password: ask for a "
-    "command printing it (pass show mail/work). provider gmail|fastmail|icloud|outlook, or "
-    "imap/smtp as host[:port].")
+    "Add a mail account (login checked, mail pulled); the user confirms it in the client. "
+    "Never ask for the password: ask for a command printing it (pass show mail/work). provider "
+    "gmail|fastmail|icloud|outlook, or imap/smtp as host[:port].")
 Server = Annotated[str | None, Field(max_length=262)]
 # Adding an account reaches the network (the login is checked); it changes no mail.
 ADDS_ACCOUNT = ToolAnnotations(destructive_hint=False, open_world_hint=True)
 
 def _account_tool(server: ToolList, service: MailService) -> None:
-    @server.tool(profile="all", annotations=ADDS_ACCOUNT, description=ADD_ACCOUNT_HELP)
     async def add_email_account(name: Annotated[str, Field(max_length=40)],
                                 address: Annotated[str, Field(max_length=320)],
                                 password_command: Annotated[str, Field(max_length=1000)],
                                 provider: Annotated[str | None, Field(max_length=40)] = None,
                                 imap: Server = None, imap_user: Name = None,
-                                smtp: Server = None) -> AddedAccount:
-        return await service.add_account(NewAccount.with_servers(
-            name=name, address=address, password_command=password_command, provider=provider,
-            imap=imap, imap_user=imap_user, smtp=smtp))
+                                smtp: Server = None, *, new: consent.AccountOfArguments,
+                                answer: Any) -> AddedAccount:
+        consent.require_yes(answer, new.name)
+        return await service.add_account(new)
+    # The user's answer (see mcp.consent): its resolver checks the account with the service.
+    add_email_account.__annotations__["answer"] = consent.account_consent(service.plan_account)
+    server.tool(profile="all", annotations=ADDS_ACCOUNT,
+                description=ADD_ACCOUNT_HELP)(add_email_account)
