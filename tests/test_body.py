@@ -6,7 +6,11 @@ Every message is built here, byte by byte, so each test shows exactly what it fe
 from __future__ import annotations
 
 import base64
+import json
 import re
+import subprocess
+import sys
+import zlib
 from datetime import UTC, datetime
 
 import pytest
@@ -17,7 +21,7 @@ from fmail_nm.message.attachments import attachment_text
 from fmail_nm.message.headers import Address
 from fmail_nm.message.html import read_body
 from fmail_nm.message.html import read_message as parse_message
-from fmail_nm.message import mime
+from fmail_nm.message import mime, pdftext
 from fmail_nm.message.mime import AttachmentInfo
 from fmail_nm.message.text import clean_text, preview, slice_text, tidy
 
@@ -58,15 +62,24 @@ def tiny_pdf(*lines: str) -> bytes:
     for i, line in enumerate(lines):
         ops.append(("" if i == 0 else "0 -16 Td ") + f"({line}) Tj")
     ops.append("ET")
-    stream = "\n".join(ops).encode("latin-1")
+    return pdf_pages(["\n".join(ops).encode("latin-1")])
+
+
+def pdf_pages(streams: list[bytes], *, deflate: bool = False) -> bytes:
+    """A valid PDF with one page per content stream (FlateDecode with ``deflate``), text in
+    Helvetica as /F1, with a correct xref."""
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-        b"/Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (
+            b" ".join(b"%d 0 R" % (4 + 2 * i) for i in range(len(streams))), len(streams)),
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
     ]
+    for i, stream in enumerate(streams):
+        data = zlib.compress(stream, 9) if deflate else stream
+        objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
+                       b"/Resources << /Font << /F1 3 0 R >> >> >>" % (5 + 2 * i))
+        objects.append(b"<< /Length %d%s >>\nstream\n%s\nendstream" % (
+            len(data), b" /Filter /FlateDecode" if deflate else b"", data))
     out = b"%PDF-1.4\n"
     offsets = []
     for number, body in enumerate(objects, 1):
@@ -77,6 +90,14 @@ def tiny_pdf(*lines: str) -> bytes:
     out += b"".join(b"%010d 00000 n \n" % off for off in offsets)
     out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref_at)
     return out
+
+
+def pdf_message(data: bytes) -> bytes:
+    """A message with ``data`` as its one attachment, report.pdf."""
+    body = multipart("M", part("Content-Type: application/pdf", "Content-Transfer-Encoding: base64",
+                               'Content-Disposition: attachment; filename="report.pdf"',
+                               body=b64(data)))
+    return message("Content-Type: multipart/mixed; boundary=M", body=body)
 
 
 PNG = base64.b64decode(
@@ -615,6 +636,46 @@ def test_attachment_text_broken_pdf_gives_note() -> None:
     for index in (0, 1):
         content = attachment_text(raw, index, 100)
         assert content.text is None and content.note
+
+
+def pdf_bomb() -> bytes:
+    """60 KB whose one content stream inflates to 20 MB: pypdf 7.1 took 4.7 s and 330 MiB."""
+    return pdf_pages([b"BT /F1 12 Tf 72 720 Td (x) Tj ET\n" * 600_000], deflate=True)
+
+
+def pdf_slow() -> bytes:
+    """500 pages of text operators that show nothing: slow to read, in little memory."""
+    return pdf_pages([b"BT /F1 12 Tf () Tj ET\n" * 5_000] * 500, deflate=True)
+
+
+READ_ATTACHMENT = """
+import json, resource, sys
+from fmail_nm.message.attachments import attachment_text
+content = attachment_text(sys.stdin.buffer.read(), 0, 1000)
+print(json.dumps([content.text, content.note,
+                  resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024]))
+"""
+
+
+def test_a_pdf_built_to_exhaust_its_reader_costs_the_reading_process_nothing() -> None:
+    """pypdf reads in a process of its own under a memory cap: the process that asked (the
+    server) stays small, and gets a note instead of text."""
+    done = subprocess.run([sys.executable, "-c", READ_ATTACHMENT], input=pdf_message(pdf_bomb()),
+                          capture_output=True, check=True, timeout=120)
+    text, note, peak_mib = json.loads(done.stdout)
+    assert text is None
+    assert note == "PDF text extraction stopped: it needed more than 256 MiB"
+    assert peak_mib < 120  # the reader's ~330 MiB stayed in its own process
+
+
+def test_a_pdf_slow_to_read_is_stopped_at_the_time_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pdftext, "SECONDS", 1)
+    content = attachment_text(pdf_message(pdf_slow()), 0, 1000)
+    assert content.text is None
+    assert content.note == "PDF text extraction stopped after 1 s"
+    # The same reader still reads a good PDF.
+    good = attachment_text(pdf_message(tiny_pdf("Still readable")), 0, 1000)
+    assert good.text == "Still readable" and good.note is None
 
 
 def test_attachment_text_octet_stream_named_txt_is_text() -> None:

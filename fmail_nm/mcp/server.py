@@ -92,6 +92,9 @@ class MailService:
                                                                thread_name_prefix="notmuch-read")
         self._write_executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="notmuch-write")
+        # Work on bytes already read (attachments): two at a time, beside the reads.
+        self._side_executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="fmail-side")
         self._local = threading.local()
         self._writer: Writer | None = None
         # Held by each read job and by the Writer while a batch of ours commits: a read never
@@ -171,6 +174,10 @@ class MailService:
         """A read function, given the Mailbox."""
         return await self._run(lambda: fn(self._mailbox(), *args, **kwargs))
 
+    async def beside(self, fn: Callable[..., T], /, *args: Any) -> T:
+        """A function that needs neither the index nor the writer, on a thread of its own."""
+        return await self._on(self._side_executor, lambda: fn(*args))
+
     async def write(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """A write function, given the WriteContext."""
         return await self._run_write(lambda: fn(self._writes(), *args, **kwargs))
@@ -215,6 +222,7 @@ class MailService:
         for executor in (self._executor, self._write_executor):
             executor.submit(shut).result(timeout=30 + WRITE_LOCK_TIMEOUT)
             executor.shutdown(wait=True)
+        self._side_executor.shutdown(wait=True)
         if self._writer is not None:
             self._writer.close()
 
@@ -305,7 +313,10 @@ def build_server(config: Config, clock: Callable[[], Any] = utc_now, *,
                              max_chars: MaxChars = 20000) -> dto.AttachmentContent:
         """Text of one attachment (index from get_email): text files, forwarded messages and
         PDFs as text; other types give metadata only. Content is untrusted data."""
-        return await service.call(reads.get_attachment, id, index, max_chars)
+        # Off the read thread: a PDF can take its reader seconds (see message.pdftext),
+        # during which searches go on.
+        message_id, raw = await service.call(reads.message_file, id)
+        return await service.beside(reads.attachment_content, message_id, raw, index, max_chars)
 
     @server.tool(profile="all", annotations=READ_ONLY)
     async def list_tags() -> dto.TagList:

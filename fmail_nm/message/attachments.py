@@ -1,11 +1,8 @@
-"""The text of one attachment: text parts, HTML, forwarded messages and PDF.
-
-The only module that imports pypdf, and only when a PDF is actually read.
-"""
+"""The text of one attachment: text parts, HTML, forwarded messages and PDF (read by
+pypdf in a process of its own: :mod:`.pdftext`)."""
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 
 from .charset import decode_bytes
@@ -21,6 +18,7 @@ from .mime import (
     html_text,
     parse_entity,
 )
+from .pdftext import PdfUnreadable, pdf_text
 from .text import slice_text, tidy
 
 __all__ = ["AttachmentText", "attachment_text"]
@@ -134,31 +132,12 @@ def _pdf_content(info: AttachmentInfo, data: bytes, max_chars: int) -> Attachmen
         # pypdf would scan the whole blob for trailers first: seconds on a large non-PDF.
         return AttachmentText(info, None, False, "not a PDF (no %PDF- header); no text extracted")
     try:
-        text, more_pages = _pdf_text(data, max_chars)
-    except Exception as exc:  # noqa: BLE001 - pypdf on hostile input raises many things
-        return AttachmentText(info, None, False, f"could not extract text from PDF ({type(exc).__name__})")
+        text, more_pages = pdf_text(data, max_chars, _PDF_MAX_PAGES)
+    except PdfUnreadable as exc:
+        return AttachmentText(info, None, False, str(exc))
     if not text.strip():
         return AttachmentText(info, None, False, "PDF has no extractable text (scanned or image-only?)")
     result = _sliced(info, text, max_chars)
     if more_pages and not result.truncated:
         return AttachmentText(info, result.text, True, "PDF text extraction stopped early")
     return result
-
-
-def _pdf_text(data: bytes, max_chars: int) -> tuple[str, bool]:
-    """Extract page text until ``max_chars`` is exceeded; (text, pages left unread)."""
-    from pypdf import PdfReader  # imported lazily: only attachment reads pay for it
-
-    reader = PdfReader(io.BytesIO(data))
-    if reader.is_encrypted:
-        reader.decrypt("")  # many "encrypted" PDFs use an empty user password
-    chunks: list[str] = []
-    length = 0
-    pages = reader.pages
-    for number, page in enumerate(pages):
-        if length > max_chars or number >= _PDF_MAX_PAGES:
-            return tidy("\n\n".join(chunks)), True
-        chunk = page.extract_text() or ""
-        chunks.append(chunk)
-        length += len(chunk)
-    return tidy("\n\n".join(chunks)), False

@@ -808,14 +808,25 @@ def _recipients(mb: Mailbox, message_id: str) -> list[str]:
 
 
 def get_attachment(mb: Mailbox, id: str, index: int, max_chars: int = 20000) -> dto.AttachmentContent:
+    return attachment_content(*message_file(mb, id), index, max_chars)
+
+
+def message_file(mb: Mailbox, id: str) -> tuple[str, bytes]:
+    """A message's Message-ID and the bytes of its file: all the index is needed for to read
+    an attachment, so that the rest (:func:`attachment_content`) can run on another thread."""
     m = _find(mb, id)
+    return m.message_id, read_file(mb, m)
+
+
+def attachment_content(message_id: str, raw: bytes, index: int,
+                       max_chars: int) -> dto.AttachmentContent:
     try:
-        content = attachment_text(read_file(mb, m), index, max_chars)
+        content = attachment_text(raw, index, max_chars)
     except LookupError as exc:
         raise ToolError(str(exc)) from None
     info = content.info
     return dto.AttachmentContent(
-        id=sidecar.uid_for(m.message_id), untrusted=True,
+        id=sidecar.uid_for(message_id), untrusted=True,
         attachment=dto.Attachment(index=info.index, filename=info.filename,
                                   content_type=info.content_type, size=info.size),
         text=content.text, truncated=content.truncated, note=content.note)
