@@ -658,13 +658,15 @@ print(json.dumps([content.text, content.note,
 
 
 def test_a_pdf_built_to_exhaust_its_reader_costs_the_reading_process_nothing() -> None:
-    """pypdf reads in a process of its own under a memory cap: the process that asked (the
-    server) stays small, and gets a note instead of text."""
+    """pypdf reads in a process of its own under caps: the process that asked (the server)
+    stays small, and gets a note instead of text -- the memory cap's, or on a busy machine
+    the time cap's."""
     done = subprocess.run([sys.executable, "-c", READ_ATTACHMENT], input=pdf_message(pdf_bomb()),
                           capture_output=True, check=True, timeout=120)
     text, note, peak_mib = json.loads(done.stdout)
     assert text is None
-    assert note == "PDF text extraction stopped: it needed more than 256 MiB"
+    assert note in ("PDF text extraction stopped: it needed more than 256 MiB",
+                    "PDF text extraction stopped after 10 s")
     assert peak_mib < 120  # the reader's ~330 MiB stayed in its own process
 
 
