@@ -648,12 +648,14 @@ def pdf_slow() -> bytes:
     return pdf_pages([b"BT /F1 12 Tf () Tj ET\n" * 5_000] * 500, deflate=True)
 
 
+# Reads attachment 0 of the message on stdin; prints its text, its note and the process's
+# peak RSS in MiB (VmHWM: ru_maxrss would count the parent's image replaced at exec).
 READ_ATTACHMENT = """
-import json, resource, sys
+import json, re, sys
 from fmail_nm.message.attachments import attachment_text
 content = attachment_text(sys.stdin.buffer.read(), 0, 1000)
-print(json.dumps([content.text, content.note,
-                  resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024]))
+peak_kib = int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read()).group(1))
+print(json.dumps([content.text, content.note, peak_kib // 1024]))
 """
 
 

@@ -532,8 +532,8 @@ def setup_problems(config: Config) -> list[str]:
 
 
 ADD_ACCOUNT_HELP = (
-    "Add a mail account (login checked, mail pulled); the user confirms it in the client. "
-    "Never ask for the password: ask for a command printing it (pass show mail/work). provider "
+    "Add a mail account (the user confirms; login checked, mail pulled). Never ask for the "
+    "password: ask for a command printing it (pass show mail/work). provider "
     "gmail|fastmail|icloud|outlook, or imap/smtp as host[:port].")
 Server = Annotated[str | None, Field(max_length=262)]
 # Adding an account reaches the network (the login is checked); it changes no mail.

@@ -18,7 +18,7 @@ from .mime import (
     html_text,
     parse_entity,
 )
-from .pdftext import PdfUnreadable, pdf_text
+from .pdftext import pdf_text
 from .text import slice_text, tidy
 
 __all__ = ["AttachmentText", "attachment_text"]
@@ -131,13 +131,12 @@ def _pdf_content(info: AttachmentInfo, data: bytes, max_chars: int) -> Attachmen
     if b"%PDF-" not in data[:1024]:
         # pypdf would scan the whole blob for trailers first: seconds on a large non-PDF.
         return AttachmentText(info, None, False, "not a PDF (no %PDF- header); no text extracted")
-    try:
-        text, more_pages = pdf_text(data, max_chars, _PDF_MAX_PAGES)
-    except PdfUnreadable as exc:
-        return AttachmentText(info, None, False, str(exc))
-    if not text.strip():
+    read = pdf_text(data, max_chars, _PDF_MAX_PAGES)
+    if read.text is None:
+        return AttachmentText(info, None, False, read.problem)
+    if not read.text.strip():
         return AttachmentText(info, None, False, "PDF has no extractable text (scanned or image-only?)")
-    result = _sliced(info, text, max_chars)
-    if more_pages and not result.truncated:
+    result = _sliced(info, read.text, max_chars)
+    if read.more_pages and not result.truncated:
         return AttachmentText(info, result.text, True, "PDF text extraction stopped early")
     return result

@@ -18,6 +18,7 @@ import json
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 
 from .text import tidy
 
@@ -25,32 +26,36 @@ MEMORY_MIB = 256  # Python with pypdf loaded is ~45 MiB of address space
 SECONDS = 10
 
 
-class PdfUnreadable(Exception):
-    """No text came out of the PDF; the message says why, for the attachment's note."""
+@dataclass(frozen=True)
+class PdfText:
+    """What the reader got: the text (None when it failed or hit a cap, ``problem`` then says
+    which), and whether pages were left unread."""
+
+    text: str | None
+    more_pages: bool = False
+    problem: str | None = None
 
 
-def pdf_text(data: bytes, max_chars: int, max_pages: int) -> tuple[str, bool]:
-    """The PDF's page text until ``max_chars`` is exceeded or ``max_pages`` are read, and
-    whether pages were left unread; :class:`PdfUnreadable` when the reader failed or hit
-    its caps."""
+def pdf_text(data: bytes, max_chars: int, max_pages: int) -> PdfText:
+    """The PDF's page text until ``max_chars`` is exceeded or ``max_pages`` are read."""
     argv = [sys.executable, "-m", __name__, str(max_chars), str(max_pages)]
     try:
         done = subprocess.run(argv, input=data, capture_output=True, timeout=SECONDS,
                               check=False)
     except subprocess.TimeoutExpired:
-        raise PdfUnreadable(f"PDF text extraction stopped after {SECONDS} s") from None
+        return PdfText(None, problem=f"PDF text extraction stopped after {SECONDS} s")
     try:
         answer = json.loads(done.stdout) if done.returncode == 0 else None
     except ValueError:
         answer = None
     if not isinstance(answer, dict):
-        raise PdfUnreadable(_failure(done.returncode))
+        return PdfText(None, problem=_failure(done.returncode))
+    if answer.get("error") == "MemoryError":
+        return PdfText(None, problem=f"PDF text extraction stopped: it needed more than "
+                                     f"{MEMORY_MIB} MiB")
     if "error" in answer:
-        if answer["error"] == "MemoryError":
-            raise PdfUnreadable(f"PDF text extraction stopped: it needed more than "
-                                f"{MEMORY_MIB} MiB")
-        raise PdfUnreadable(f"could not extract text from PDF ({answer['error']})")
-    return str(answer["text"]), bool(answer["more"])
+        return PdfText(None, problem=f"could not extract text from PDF ({answer['error']})")
+    return PdfText(str(answer["text"]), bool(answer["more"]))
 
 
 def _failure(returncode: int) -> str:
