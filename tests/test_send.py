@@ -319,6 +319,18 @@ def test_refusals_change_nothing(bed: Bed, tmp_path: Path) -> None:
             bed.ctx, ["x@example.com"], subject="hi\r\nBcc: victim@example.com", body="")),
         ("line breaks", lambda: compose.save_draft(
             bed.ctx, ["x@example.com\nBcc: victim@example.com"], subject="hi", body="")),
+        # What Python's email package also breaks a header line at (VT, FF, FS, NEL, LS):
+        # once written and read back, each would start a header of the caller's.
+        ("line breaks", lambda: compose.save_draft(
+            bed.ctx, ['"Bob\x0bReply-To: attacker@evil.example\x0bX: " <bob@example.com>'],
+            subject="hi", body="")),
+        *[("line breaks", lambda c=c: compose.save_draft(
+            bed.ctx, ["x@example.com"], subject=f"hi{c}Cc: victim@example.com", body=""))
+          for c in ("\x0c", "\x1c", "\x85", "\u2028")],
+        ("line breaks", lambda: compose.save_draft(
+            bed.ctx, ["x@example.com"], subject="hi", body="", attachments=["a\x0bb.txt"])),
+        ("NUL", lambda: compose.save_draft(bed.ctx, ["x@example.com"], subject="hi",
+                                           body="a\x00b")),
         ("'not-an-address' is not an email address", lambda: compose.save_draft(
             bed.ctx, ["ok@example.com", "not-an-address"], subject="hi", body="")),
         ("blocklist: bad@example.com", lambda: compose.save_draft(
@@ -344,6 +356,13 @@ def test_refusals_change_nothing(bed: Bed, tmp_path: Path) -> None:
                                                b"To: bad@example.com"))
     before = bed.state()
     with pytest.raises(ComposeError, match="blocklist"):
+        send.send_draft(bed.ctx, draft.id)
+    assert bed.state() == before
+    # ... and a name holding a vertical tab, which would be written out as a line break.
+    path.write_bytes(path.read_bytes().replace(
+        b"To: bad@example.com", b'To: "Team\x0bReply-To: attacker@evil.example" <team@example.net>'))
+    before = bed.state()
+    with pytest.raises(ComposeError, match="line breaks"):
         send.send_draft(bed.ctx, draft.id)
     assert bed.state() == before
 

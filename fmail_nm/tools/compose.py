@@ -66,7 +66,12 @@ SENT_FLAGS = "S"
 FORWARDED_HEADER = "X-Forwarded-Message-Id"
 _REPLY_PREFIX = re.compile(r"^\s*((re|aw|sv|antw)(\[\d+\])?\s*:\s*)+", re.I)
 _FORWARD_PREFIX = re.compile(r"^\s*((fwd?|wg)\s*:\s*)+", re.I)
-_FORBIDDEN = re.compile(r"[\r\n\x00]")
+# In a header value: every control character but TAB, and what Python's email package also
+# takes for a line break when it writes a header it read (VT, FF, FS-RS, NEL, LS, PS): any of
+# them would end the header line and start one of the caller's.
+_FORBIDDEN = re.compile("[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
+# In a body: control characters a 7bit line must not carry (TAB, LF and FF may).
+_BODY_CONTROL = re.compile("[\x00-\x08\x0b\x0d-\x1f\x7f]")
 # A Message-ID we write into In-Reply-To / References (those of the original are untrusted).
 _MSG_ID = re.compile(r"[!-;=?-~]{1,250}")  # printable ASCII without < > and space
 # An address we send to: ASCII local part and a dotted domain name (no SMTPUTF8 here).
@@ -102,8 +107,8 @@ class DraftResult(Dto):
 def check_header(name: str, value: str) -> str:
     """A header value as given, or a ComposeError when it could inject headers."""
     if _FORBIDDEN.search(value):
-        raise ComposeError(f"{name}: line breaks and NUL are not allowed in a header value "
-                           f"(got {value[:80]!r})")
+        raise ComposeError(f"{name}: line breaks and control characters are not allowed in a "
+                           f"header value (got {value[:80]!r})")
     return value
 
 
@@ -209,8 +214,11 @@ def _header_address(person: Address) -> HeaderAddress:
 
 
 def _text_part(target: MIMEPart, body: str) -> None:
+    if "\x00" in body:
+        raise ComposeError("body: NUL characters are not allowed in a message")
     text = body.replace("\r\n", "\n")
-    plain = text.isascii() and all(len(line) <= 78 for line in text.split("\n"))
+    plain = (text.isascii() and not _BODY_CONTROL.search(text)
+             and all(len(line) <= 78 for line in text.split("\n")))
     target.set_content(text, cte="7bit" if plain else "quoted-printable")
 
 
