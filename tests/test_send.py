@@ -253,6 +253,27 @@ def test_send_goes_through_msmtp_and_files_the_message(bed: Bed) -> None:
     assert "replied" in bed.tags(ORIGINAL) and bed.files_with(bed.sent, draft.id) == [copy]
 
 
+def test_a_draft_sent_from_another_accounts_address_leaves_no_draft_behind(bed: Bed) -> None:
+    """A draft saved in personal/Drafts whose From the user changed (in mutt) to the work
+    address: sent through the work account, filed in work/Sent, and gone from the Drafts
+    folder it lay in -- where mutt, aerc and the phone would have kept showing it."""
+    draft = (b"From: Alex Morgan <amorgan@acme.test>\r\nTo: client@example.com\r\n"
+             b"Subject: cross account\r\nMessage-ID: <cross-1@acme.test>\r\n"
+             b"Date: Sat, 05 Dec 2026 10:00:00 +0000\r\n\r\nHello\r\n")
+    (bed.drafts / "1800000600.cross.host:2,DS").write_bytes(draft)
+    bed.env.notmuch("new")
+
+    done = send.send_draft(bed.ctx, "cross-1@acme.test")
+
+    assert done.sent is True
+    (got,) = bed.smtp.received
+    assert got.mail_from == "amorgan@acme.test"
+    assert bed.files_with(bed.drafts, "cross-1@acme.test") == []
+    work_sent = bed.env.mail_root / "work" / "Sent" / "cur"
+    assert len(bed.files_with(work_sent, "cross-1@acme.test")) == 1
+    assert "draft" not in bed.tags("cross-1@acme.test")
+
+
 def test_forward_attaches_the_original_unchanged_and_marks_it_passed(bed: Bed) -> None:
     draft = compose.forward_email(bed.ctx, ORIGINAL, ["Frank <frank@example.com>"], "FYI")
     assert draft.subject == "Fwd: Re: AW: Grüße" and draft.to == ["frank@example.com"]

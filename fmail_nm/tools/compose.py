@@ -331,15 +331,16 @@ def _result(c: Composition, message_id: str, sent: bool = False) -> DraftResult:
                        subject=c.subject, sent=sent)
 
 
-def _drafts_of(txn: WriteTxn, config: Config, message_id: str, account: Account,
+def _drafts_of(txn: WriteTxn, config: Config, message_id: str,
                keep: Path | None = None) -> list[Path]:
-    """The message's files in the account's Drafts folder, as the write session sees them."""
+    """The message's files in a Drafts folder, as the write session sees them -- of any
+    account: a draft whose From the user changed to another account's address (in mutt)
+    still lies in the Drafts folder it was first saved in."""
     message = txn.get(message_id)
     if message is None:
         return []
-    folder = account.folders.get("drafts")
-    return [c.path for c in maildir.copies_in(config, message, account)
-            if c.folder == folder and c.path != keep]
+    return [Path(name) for name in message.filenames
+            if Path(name) != keep and maildir.in_role(config, [name], "drafts")]
 
 
 def _already_tagged(ctx: WriteContext, message_id: str) -> None:
@@ -363,7 +364,7 @@ def store_draft(ctx: WriteContext, c: Composition) -> DraftResult:
     def job(txn: WriteTxn) -> None:
         new = mover.add_new_file(txn, data, folder, DRAFT_FLAGS)
         # The new file is indexed first, so the message never leaves the index.
-        for path in _drafts_of(txn, ctx.config, mid, c.account, keep=new):
+        for path in _drafts_of(txn, ctx.config, mid, keep=new):
             mover.delete_file(txn, path)
         tag_added(txn, ctx.config, [mid])
 
@@ -664,7 +665,6 @@ def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
     that undo refuses (a sent message cannot be recalled)."""
     c = out.composition
     mid = c.message_id or ""
-    account = c.account
     sent_folder = out.sent_folder
     original = c.in_reply_to or c.forwarded
     mark = tags.REPLIED if c.in_reply_to else tags.PASSED
@@ -673,7 +673,7 @@ def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
     def job(txn: WriteTxn) -> None:
         if sent_folder is not None:
             mover.add_new_file(txn, out.saved, sent_folder, SENT_FLAGS)
-        for path in _drafts_of(txn, ctx.config, mid, account):
+        for path in _drafts_of(txn, ctx.config, mid):
             mover.delete_file(txn, path)
         if txn.get(mid) is not None:
             txn.change_tags([mid], remove=[tags.DRAFT])
