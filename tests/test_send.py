@@ -467,6 +467,25 @@ def test_a_reply_to_the_users_own_mail_goes_to_its_recipients(bed: Bed) -> None:
     assert forward.subject == "Fwd: plans"  # no Fwd: Fwd:
 
 
+def test_a_reply_whose_to_holds_only_the_user_goes_to_the_others(bed: Bed) -> None:
+    """To (or Reply-To) naming only the user, the others in Cc: Cc becomes To, and a
+    Reply-To of the user's own gives way to From -- never "no recipient left"."""
+    bed.receive(b"From: Alex Morgan <alex@example.org>\r\nTo: alex@example.org\r\n"
+                b"Cc: bob@example.com, carol@example.com\r\nSubject: note to self\r\n"
+                b"Message-ID: <own-2@example.org>\r\n\r\nhi\r\n")
+    bed.receive(b"From: R <r@example.net>\r\nTo: bob@example.com\r\nCc: carol@example.com\r\n"
+                b"Reply-To: alex@example.org\r\nSubject: form\r\n"
+                b"Message-ID: <rtm-1@example.net>\r\n\r\nhi\r\n")
+    for reply_all in (False, True):
+        own = compose.reply_to_email(bed.ctx, "own-2@example.org", "x", reply_all=reply_all)
+        assert (own.to, own.cc) == (["bob@example.com", "carol@example.com"], [])
+    one = compose.reply_to_email(bed.ctx, "rtm-1@example.net", "x")
+    assert (one.to, one.cc) == (["r@example.net"], [])
+    everyone = compose.reply_to_email(bed.ctx, "rtm-1@example.net", "x", reply_all=True)
+    assert (everyone.to, everyone.cc) == (["r@example.net"],
+                                          ["bob@example.com", "carol@example.com"])
+
+
 def test_a_reply_to_mail_bcc_d_to_an_alias_is_written_from_that_address(bed: Bed) -> None:
     bed.receive(b"Delivered-To: alex.morgan@example.org\r\nFrom: Erin <erin@example.com>\r\n"
                 b"To: undisclosed-recipients:;\r\nSubject: hi\r\n"

@@ -530,7 +530,8 @@ def reply_recipients(config: Config, head: Message, reply_all: bool,
                      ) -> tuple[list[Address], list[Address]]:
     """(To, Cc) of a reply: Reply-To over From; for reply-all Mail-Followup-To over
     everyone; the user's own addresses left out (a reply to one's own mail goes to its
-    recipients)."""
+    recipients).  When that leaves To empty but not Cc, Cc becomes To; a Reply-To naming
+    only the user gives way to From."""
     defects: list[str] = []
     mine = set(config.addresses)
     own = bool(parsed_from) and parsed_from[0].address.lower() in mine
@@ -539,11 +540,13 @@ def reply_recipients(config: Config, head: Message, reply_all: bool,
         return _unique(followup, mine), []
     if own:
         to = _unique(parsed_to, mine)
-        return to, _unique(parsed_cc, mine | {p.address.lower() for p in to}) if reply_all else []
-    to = _unique(reply_to or parsed_from, mine)
-    if not reply_all:
-        return to, []
-    return to, _unique([*parsed_to, *parsed_cc], mine | {p.address.lower() for p in to})
+        others = _unique(parsed_cc, mine | {p.address.lower() for p in to})
+    else:
+        to = _unique(reply_to, mine) or _unique(parsed_from, mine)
+        others = _unique([*parsed_to, *parsed_cc], mine | {p.address.lower() for p in to})
+    if not to:  # e.g. the user's own mail to themselves, the others in Cc
+        return others, []
+    return to, others if reply_all else []
 
 
 def _attribution(date: datetime | None, author: list[Address]) -> str:
