@@ -486,6 +486,27 @@ def test_a_reply_whose_to_holds_only_the_user_goes_to_the_others(bed: Bed) -> No
                                           ["bob@example.com", "carol@example.com"])
 
 
+def test_a_reply_to_mail_without_message_id_names_no_made_up_id(bed: Bed) -> None:
+    """notmuch makes up an id (notmuch-sha1-...) for mail without a Message-ID; nobody else
+    knows it, so it stays out of the reply's headers."""
+    bed.receive(b"From: Old Mailer <old@example.com>\r\nTo: alex@example.org\r\n"
+                b"Subject: no id\r\n\r\nhello\r\n")
+    (made_up,) = bed.ctx.reader.message_ids("subject:\"no id\"")
+    assert made_up.startswith("notmuch-sha1-")
+    draft = compose.reply_to_email(bed.ctx, made_up, "Hi")
+    head = header_block(bed.files_with(bed.drafts, draft.id)[0].read_bytes())
+    assert "notmuch-sha1" not in head
+    assert not re.search(r"(?mi)^(in-reply-to|references):", head)
+
+
+def test_recipients_differing_in_case_only_get_one_copy(bed: Bed) -> None:
+    draft = compose.save_draft(bed.ctx, ["bob@example.com"], cc=["Bob <BOB@example.com>"],
+                               subject="once", body="b")
+    send.send_draft(bed.ctx, draft.id)
+    (got,) = bed.smtp.received
+    assert got.rcpt_tos == ("bob@example.com",)
+
+
 def test_a_reply_to_mail_bcc_d_to_an_alias_is_written_from_that_address(bed: Bed) -> None:
     bed.receive(b"Delivered-To: alex.morgan@example.org\r\nFrom: Erin <erin@example.com>\r\n"
                 b"To: undisclosed-recipients:;\r\nSubject: hi\r\n"

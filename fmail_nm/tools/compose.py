@@ -255,14 +255,14 @@ def build(c: Composition, now: datetime) -> EmailMessage:
     domain = c.sender.address.rpartition("@")[2]
     msg["Message-ID"] = f"<{c.message_id}>" if c.message_id else email.utils.make_msgid(
         domain=domain)
-    if c.in_reply_to and _MSG_ID.fullmatch(c.in_reply_to):
+    if c.in_reply_to and _threadable(c.in_reply_to):
         msg["In-Reply-To"] = f"<{c.in_reply_to}>"
-    refs = [r for r in c.references if _MSG_ID.fullmatch(r)]
+    refs = [r for r in c.references if _threadable(r)]
     if refs:
         if len(refs) > MAX_REFERENCES:
             refs = refs[:1] + refs[-(MAX_REFERENCES - 1):]
         msg["References"] = " ".join(f"<{r}>" for r in refs)
-    if c.forwarded and _MSG_ID.fullmatch(c.forwarded):
+    if c.forwarded and _threadable(c.forwarded):
         msg[FORWARDED_HEADER] = f"<{c.forwarded}>"
     _text_part(msg, c.body)
     if c.attached:
@@ -272,6 +272,12 @@ def build(c: Composition, now: datetime) -> EmailMessage:
             # MIME-Version header)
             msg.attach(cast(EmailMessage, part))
     return msg
+
+
+def _threadable(message_id: str) -> bool:
+    """Whether an id may go into In-Reply-To / References: a well-formed one, and not the id
+    notmuch made up for a message without a Message-ID (nobody else knows it)."""
+    return bool(_MSG_ID.fullmatch(message_id)) and not message_id.startswith("notmuch-sha1-")
 
 
 def serialize(config: Config, msg: EmailMessage) -> bytes:
@@ -647,7 +653,8 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
     return Outgoing(composition=c, saved=saved, sent_folder=_sent_folder(ctx, c.account),
                     wire=msg.as_bytes(policy=POLICY),
                     envelope_from=c.sender.address,
-                    recipients=tuple(dict.fromkeys(p.address for p in everyone)))
+                    # Each mailbox once: addresses differing in case only are one (as in mutt).
+                    recipients=tuple(p.address for p in _unique(everyone, set())))
 
 
 def _sent_folder(ctx: WriteContext, account: Account) -> Path | None:
