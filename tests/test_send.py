@@ -499,6 +499,25 @@ def test_a_reply_to_mail_without_message_id_names_no_made_up_id(bed: Bed) -> Non
     assert not re.search(r"(?mi)^(in-reply-to|references):", head)
 
 
+@pytest.mark.parametrize("subject", [
+    "Приглашение на день рождения бабушки в субботу, 14 марта, в Москве",
+    "Grüße aus Köln — 日本語のテキスト 🎉 Grüße aus Köln — 日本語のテキスト 🎉 Grüße aus Köln",
+])
+def test_a_long_non_ascii_subject_reads_back_whole_in_notmuch_and_on_the_wire(
+        bed: Bed, subject: str) -> None:
+    """notmuch (GMime) stopped decoding the email package's base64 words at their "="
+    padding, and the package's folding could drop a space between two words."""
+    draft = compose.save_draft(bed.ctx, ["bob@example.com"], subject=subject, body="b")
+    found = bed.ctx.reader.find(draft.id)
+    assert found is not None and found.subject == subject
+    send.send_draft(bed.ctx, draft.id)
+    (got,) = bed.smtp.received
+    assert got.message()["subject"] == subject
+    assert max(len(line) for line in header_block(got.data).split("\r\n")) <= 78
+    sent = bed.ctx.reader.find(draft.id)
+    assert sent is not None and sent.subject == subject
+
+
 def test_recipients_differing_in_case_only_get_one_copy(bed: Bed) -> None:
     draft = compose.save_draft(bed.ctx, ["bob@example.com"], cc=["Bob <BOB@example.com>"],
                                subject="once", body="b")

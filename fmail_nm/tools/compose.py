@@ -22,6 +22,8 @@ goes; the original gets ``replied`` (forwarded: ``passed``), which renames its f
 
 from __future__ import annotations
 
+import email.charset
+import email.header
 import email.policy
 import email.utils
 import mimetypes
@@ -282,10 +284,43 @@ def _threadable(message_id: str) -> bool:
 
 def serialize(config: Config, msg: EmailMessage) -> bytes:
     try:
-        data = msg.as_bytes(policy=POLICY)
+        data = _with_subject_field(msg.as_bytes(policy=POLICY), str(msg.get("Subject", "")))
     except (UnicodeError, ValueError) as exc:  # e.g. a non-ASCII address the policy refuses
         raise ComposeError(f"the message cannot be encoded: {exc}") from None
     return check_size(config, data)
+
+
+# A non-ASCII subject as Q-encoded words of whole characters.  The email package writes
+# base64 words, and those before the last end in "=" padding; GMime, and so notmuch and every
+# listing made from it, stops decoding at such padding ("Приглашение на день ро 14 марта"),
+# and the package's folding can also move a space between two words, where readers drop it.
+_SUBJECT_CHARSET = email.charset.Charset("utf-8")
+_SUBJECT_CHARSET.header_encoding = email.charset.QP
+_SUBJECT_FIELD = re.compile(rb"(?mi)^Subject:[^\r\n]*(?:\r\n[ \t][^\r\n]*)*")
+
+
+def _with_subject_field(data: bytes, subject: str) -> bytes:
+    if subject.isascii():
+        return data
+    head, blank, body = data.partition(b"\r\n\r\n")
+    field = "Subject: " + _subject_header(subject).encode(linesep="\r\n")
+    return _SUBJECT_FIELD.sub(lambda _: field.encode("ascii"), head, count=1) + blank + body
+
+
+def _subject_header(subject: str) -> email.header.Header:
+    """The ASCII words before the first other one as they are ("Re: ", as mutt writes it),
+    the rest encoded -- all of it encoded where a plain prefix would not read back exactly."""
+    header = email.header.Header(header_name="Subject")
+    words = subject.split(" ")
+    first = next(i for i, word in enumerate(words) if not word.isascii())
+    prefix, rest = " ".join(words[:first]), " ".join(words[first:])
+    # Header puts one space between the two parts; "=?" could read as an encoded word.
+    if prefix and prefix.strip() == prefix and "  " not in prefix and "=?" not in prefix:
+        header.append(prefix, "us-ascii")
+        header.append(rest, _SUBJECT_CHARSET)
+    else:
+        header.append(subject, _SUBJECT_CHARSET)
+    return header
 
 
 # ---------------------------------------------------------------------------------------------
