@@ -212,6 +212,41 @@ def test_save_draft_again_replaces_the_file_and_keeps_the_threading(bed: Bed) ->
 # Sending
 
 
+OTHER_CLIENTS_DRAFT = (
+    b"From: Alex Morgan <alex@example.org>\r\nTo: bob@example.com\r\n"
+    b"Reply-To: projects@example.org\r\nOrganization: Example Org\r\nX-Priority: 1\r\n"
+    b"Subject: plans\r\nMessage-ID: <phone-1@example.org>\r\n"
+    b"Date: Sat, 05 Dec 2026 10:00:00 +0000\r\n\r\nDraft from the phone.\r\n")
+
+
+def test_a_draft_from_another_client_keeps_its_headers_when_saved_again(bed: Bed) -> None:
+    (bed.drafts / "1800000700.phone.host:2,DS").write_bytes(OTHER_CLIENTS_DRAFT)
+    bed.env.notmuch("new")
+    saved = compose.save_draft(bed.ctx, cc=["carol@example.com"], draft_id="phone-1@example.org")
+    assert saved.cc == ["carol@example.com"]
+    (path,) = bed.files_with(bed.drafts, "phone-1@example.org")
+    msg = parse(path.read_bytes())
+    assert (msg["reply-to"], msg["organization"], msg["x-priority"]) == (
+        "projects@example.org", "Example Org", "1")
+    assert body_text(msg) == "Draft from the phone.\n"
+
+
+def test_a_draft_with_an_html_body_is_not_rebuilt_without_it(bed: Bed) -> None:
+    html_draft = OTHER_CLIENTS_DRAFT.replace(b"phone-1@", b"html-1@").replace(
+        b"\r\n\r\nDraft from the phone.\r\n",
+        b"\r\nMIME-Version: 1.0\r\nContent-Type: multipart/alternative; boundary=B\r\n\r\n"
+        b"--B\r\nContent-Type: text/plain\r\n\r\nHello\r\n"
+        b"--B\r\nContent-Type: text/html\r\n\r\n<p><b>Hello</b></p>\r\n--B--\r\n")
+    (bed.drafts / "1800000701.html.host:2,DS").write_bytes(html_draft)
+    bed.env.notmuch("new")
+    before = bed.state()
+    with pytest.raises(ComposeError, match="HTML body"):
+        compose.save_draft(bed.ctx, cc=["carol@example.com"], draft_id="html-1@example.org")
+    assert bed.state() == before
+    (path,) = bed.files_with(bed.drafts, "html-1@example.org")
+    assert path.read_bytes() == html_draft
+
+
 def test_send_goes_through_msmtp_and_files_the_message(bed: Bed) -> None:
     (bed.attachments / "numbers.csv").write_text("q,n\n1,2\n")
     draft = compose.reply_to_email(bed.ctx, ORIGINAL, "Numbers attached.", reply_all=True)

@@ -208,6 +208,9 @@ class Composition:
     references: list[str] = field(default_factory=list)
     forwarded: str | None = None
     attached: list[MIMEPart] = field(default_factory=list)
+    # A saved draft's other headers (Reply-To, Organization, X-...), kept when it is saved
+    # again: another mail client may have written them.
+    kept_headers: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _header_address(person: Address) -> HeaderAddress:
@@ -266,6 +269,11 @@ def build(c: Composition, now: datetime) -> EmailMessage:
         msg["References"] = " ".join(f"<{r}>" for r in refs)
     if c.forwarded and _threadable(c.forwarded):
         msg[FORWARDED_HEADER] = f"<{c.forwarded}>"
+    for name, value in c.kept_headers:
+        try:
+            msg[name] = check_header(name, value)
+        except ValueError:  # a second Reply-To or Sender: the draft's first one stands
+            continue
     _text_part(msg, c.body)
     if c.attached:
         msg.make_mixed()
@@ -479,8 +487,14 @@ def save_draft(ctx: WriteContext, to: Sequence[str] | None = None,
 
 
 def draft_composition(ctx: WriteContext, draft_id: str) -> Composition:
-    """A saved draft read back into its parts (the user may have edited it in mutt)."""
-    return _read_draft(ctx, draft_id)[0]
+    """A saved draft read back into its parts (the user may have edited it in mutt), to be
+    built again: refused when building would lose its HTML."""
+    c, msg = _read_draft(ctx, draft_id)
+    if msg.get_body(preferencelist=("html",)) is not None:
+        raise ComposeError(f"draft {draft_id!r} has an HTML body (written by another mail "
+                           "client), which fmail-nm does not edit: change it there, or start "
+                           "a new draft; send_email sends it as it is")
+    return c
 
 
 def _read_draft(ctx: WriteContext, draft_id: str) -> tuple[Composition, EmailMessage]:
@@ -497,7 +511,16 @@ def _read_draft(ctx: WriteContext, draft_id: str) -> tuple[Composition, EmailMes
         bcc=_people(msg, "bcc"), subject=str(msg.get("subject", "")), body=body,
         message_id=found.message_id, in_reply_to=_first_id(msg.get("in-reply-to")),
         references=_ids(msg.get("references")), forwarded=_first_id(msg.get(FORWARDED_HEADER)),
-        attached=[p for p in msg.iter_attachments() if isinstance(p, MIMEPart)]), msg
+        attached=[p for p in msg.iter_attachments() if isinstance(p, MIMEPart)],
+        kept_headers=[(name, str(value)) for name, value in msg.items()
+                      if name.lower() not in _BUILT_HEADERS]), msg
+
+
+# The headers build() writes itself; a saved draft's others are kept (Composition).
+_BUILT_HEADERS = frozenset({
+    "from", "to", "cc", "bcc", "subject", "date", "message-id", "in-reply-to", "references",
+    FORWARDED_HEADER.lower(), "mime-version", "content-type", "content-transfer-encoding",
+    "content-disposition"})
 
 
 def _ids(value: object) -> list[str]:
