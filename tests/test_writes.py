@@ -23,7 +23,7 @@ from fmail_nm.store.notmuch import DatabaseBusy, Reader, Writer
 from fmail_nm.tools import reads, writes
 from fmail_nm.tools.reads import Mailbox, ToolError
 
-from .conftest import MailEnv, notmuch_lock_held, run_init
+from .conftest import LockHolder, MailEnv, notmuch_lock_held, run_init
 
 UNREAD_IN_CUR = "html-only-1@coop.example.com"  # personal/INBOX/cur, no S
 IN_INBOX = "school-trip-3@example.com"  # personal/INBOX/cur, read
@@ -627,6 +627,55 @@ def test_a_move_of_two_copies_one_in_the_rename_window_is_one_undoable_record(
     assert sorted(h.folders(SELF_CC)) == ["personal/INBOX", "personal/Sent"]
     assert h.shape(SELF_CC)[0] == before[0]
     h.assert_in_step()
+
+
+def test_a_retry_that_cannot_get_the_lock_leaves_the_first_session_recorded(
+        h: Harness) -> None:
+    """Another program takes the lock right after the re-index: the message the first
+    session moved stays moved, and is recorded (undo) and told (sidecar, push) -- the
+    caller is not told "nothing was changed"."""
+    holders: list[LockHolder] = []
+
+    def reindex() -> None:
+        run_index(h.ctx.config, show_progress=False, timeout=120)
+        holders.append(LockHolder(h.env.env))  # e.g. notmuch new, started just after ours
+    h.ctx.reindex = reindex
+    _renamed_by_mbsync(h, IN_INBOX)
+    try:
+        with h.ctx.writer.deadline(time.monotonic() + 5):
+            done = writes.archive(h.ctx, [UNREAD_IN_CUR, IN_INBOX])
+    finally:
+        for holder in holders:
+            holder.release()
+    assert done.applied == [UNREAD_IN_CUR]
+    [error] = done.errors
+    assert error.id == IN_INBOX
+    assert "tried again after re-indexing: database busy" in error.error
+    assert h.folders(UNREAD_IN_CUR) == ["personal/Archive"]
+    assert len(h.audit()) == 1
+    assert [o.message_ids for o in h.outcomes] == [(UNREAD_IN_CUR,)]
+    writes.undo_last_write(h.ctx)
+    assert h.folders(UNREAD_IN_CUR) == ["personal/INBOX"]
+    h.assert_in_step()
+
+
+def test_the_reindex_a_write_asks_for_keeps_to_the_writes_bound(h: Harness) -> None:
+    """The server's re-index (notmuch new waits silently for a lock another program holds)
+    is bounded by what is left of the write's own bound, not a minute of its own."""
+    from fmail_nm.mcp.server import MailService
+    from fmail_nm.service.index import IndexingFailed
+
+    service = MailService(h.ctx.config)
+    writer = service._the_writer()
+    try:
+        with notmuch_lock_held(h.env.env):
+            with writer.deadline(time.monotonic() + 2), \
+                    pytest.raises(IndexingFailed, match=r"within (1\.\d+|2)s"):
+                service._reindex()
+            with writer.deadline(time.monotonic() - 1), pytest.raises(DatabaseBusy):
+                service._reindex()  # no time left: notmuch new is not even started
+    finally:
+        service.close()
 
 
 def test_a_write_whose_file_is_gone_for_good_reindexes_once_then_gives_up(h: Harness) -> None:

@@ -33,7 +33,7 @@ from ..service import doctor, send
 from ..service.index import REINDEX_TIMEOUT, run_index
 from ..service.onboard import AddedAccount, add_account
 from ..service.status import SyncStatus, sync_status
-from ..store.notmuch import WRITE_LOCK_TIMEOUT, Reader, Writer
+from ..store.notmuch import WRITE_LOCK_TIMEOUT, DatabaseBusy, Reader, Writer
 from ..store.sidecar import sidecar_path
 from ..tools import compose, contacts, dto, reads, writes
 from ..tools import sql as sqltools
@@ -123,8 +123,13 @@ class MailService:
 
     def _reindex(self) -> None:
         # A write that found a file renamed by mbsync since the last index tries again after
-        # this; bounded, since another program may hold the notmuch write lock.
-        run_index(self.config, show_progress=False, timeout=REINDEX_TIMEOUT)
+        # this; bounded, since another program may hold the notmuch write lock -- and by the
+        # write's own bound, which the caller was promised.
+        left = self._the_writer().time_left()
+        timeout = REINDEX_TIMEOUT if left is None else min(REINDEX_TIMEOUT, left)
+        if timeout <= 0:
+            raise DatabaseBusy(0.0)
+        run_index(self.config, show_progress=False, timeout=timeout)
 
     def _after_write(self, outcome: WriteOutcome) -> None:
         self.refresh_sidecar(wait=True)

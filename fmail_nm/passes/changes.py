@@ -41,7 +41,14 @@ from ..config import ROOT_FOLDER, Account, Config
 from ..errors import CallerError
 from ..store import maildir, mover, sidecar
 from ..store.maildir import Copy
-from ..store.notmuch import IndexedMessage, Reader, StaleFiles, Writer, WriteTxn
+from ..store.notmuch import (
+    IndexedMessage,
+    NotmuchAccessError,
+    Reader,
+    StaleFiles,
+    Writer,
+    WriteTxn,
+)
 from .tagging import place_tags
 
 log = logging.getLogger(__name__)
@@ -305,11 +312,18 @@ def run(ctx: WriteContext, message_ids: Sequence[str], step: Step, *,
     """Apply ``step`` to each message in one write session; nothing is recorded or notified.
     ``asked`` maps a Message-ID to the id as the caller wrote it (for ``not_found``).  The
     messages whose files the index named wrongly are tried once more after ``ctx.reindex``.
-    Raises ``DatabaseBusy`` (and changes nothing) when the write lock cannot be had."""
+    Raises ``DatabaseBusy`` (and changes nothing) when the write lock cannot be had for the
+    first session; the retry's own failure leaves the first session's changes standing."""
     names = asked or {}
     report = _session(ctx, message_ids, step, names)
     if report.stale and _reindexed(ctx):
-        report = _merged(report, _session(ctx, report.stale, step, names))
+        try:
+            retry = _session(ctx, report.stale, step, names)
+        except NotmuchAccessError as exc:  # the first session is committed: it must be told
+            report.errors = [(mid, f"{why}; tried again after re-indexing: {exc}"
+                              if mid in report.stale else why) for mid, why in report.errors]
+            return report
+        report = _merged(report, retry)
     return report
 
 

@@ -1028,6 +1028,11 @@ class Writer:
         finally:
             self._deadlines.at = outer
 
+    def time_left(self) -> float | None:
+        """Seconds until this thread's deadline (see :meth:`deadline`); None without one."""
+        deadline = getattr(self._deadlines, "at", None)
+        return None if deadline is None else deadline - time.monotonic()
+
     def run(self, fn: Callable[[WriteTxn], T], *, lock_timeout: float | None = None,
             all_or_nothing: bool = False) -> T:
         """Run ``fn`` inside one atomic read-write session and return what it returns.
@@ -1036,9 +1041,8 @@ class Writer:
         the session is closed inside its atomic section, which makes libnotmuch cancel it:
         nothing of the batch is saved (for batches whose half would be worse than none)."""
         wait = self.lock_timeout if lock_timeout is None else lock_timeout
-        deadline = getattr(self._deadlines, "at", None)
-        if deadline is not None:
-            left = deadline - time.monotonic()
+        left = self.time_left()
+        if left is not None:
             if left <= 0:  # the time went on waiting before this call: nothing is tried
                 raise DatabaseBusy(wait)
             wait = min(wait, left)
