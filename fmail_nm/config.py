@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -28,6 +29,11 @@ ROOT_FOLDER = "."
 def folder_term(folder: str) -> str:
     """A folder (relative to the mail root) as the value of notmuch's ``folder:`` term."""
     return "" if folder == ROOT_FOLDER else folder
+
+
+# What a notmuch thread id may be (notmuch writes 16 hex digits); anything else -- a `{...}`
+# query, an empty value -- is not put after `thread:`.
+THREAD_ID = re.compile(r"[0-9A-Za-z]{1,64}")
 
 # Folder names mail servers and clients use for each role, compared case-insensitively against
 # a folder's last path component.

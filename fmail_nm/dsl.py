@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
 from . import tags
-from .config import folder_term
+from .config import THREAD_ID, folder_term
 from .errors import CallerError
 
 __all__ = ["DSL_HELP", "MAX_DEPTH", "MAX_QUERY_CHARS", "MAX_TOKENS", "CompiledQuery",
@@ -489,7 +489,6 @@ _OPERATORS = sorted(
 )
 _OP_RE = re.compile(r"([A-Za-z][A-Za-z0-9_]*):(.*)", re.DOTALL)
 _LIST_RE = re.compile(r"[a-z0-9][a-z0-9._+=-]*")
-_THREAD_RE = re.compile(r"[0-9A-Za-z]{1,64}")
 
 
 # --------------------------------------------------------------------------- parser
@@ -765,7 +764,7 @@ class _Parser:
 
     def _thread(self, name: str, value: str, pos: int) -> _Node:
         tid = value.removeprefix("thread:")
-        if not _THREAD_RE.fullmatch(tid):
+        if not THREAD_ID.fullmatch(tid):
             raise DslError(
                 pos, "a notmuch thread id (letters and digits) after 'thread:'", _shown(value)
             )

@@ -118,3 +118,32 @@ async def test_a_damaged_index_is_named_as_such_and_left_as_it_is(indexed: MailE
     run_init(indexed)
     assert indexed.notmuch("search", "--output=messages", "tag:list").stdout == listed_before
 
+
+
+@pytest.mark.anyio
+async def test_queries_libnotmuch_would_abort_on_are_refused_and_the_server_lives(
+        shared_indexed: MailEnv) -> None:
+    """libnotmuch 0.37 aborts the process on an empty thread: value (`notmuch count
+    'thread:""'` dies the same way); a thread id that is a `{...}` query is no thread."""
+    from mcp.client.client import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "fmail_nm", "serve", "--transport", "stdio",
+                                         "--no-push"],
+                                   env={**os.environ, **shared_indexed.env})
+    async with Client(params) as client:
+        for tool, args, said in [
+                ("get_thread", {"thread_id": ""}, "no thread with id ''"),
+                ("get_thread", {"thread_id": "thread:"}, "no thread with id 'thread:'"),
+                ("get_thread", {"thread_id": "{tag:spam}"}, "no thread with id '{tag:spam}'"),
+                ("search_emails", {"query": r'raw:"thread:\"\""'}, "an empty thread: value"),
+                ("search_emails", {"query": r'raw:"tag:inbox -thread:\"\""'},
+                 "an empty thread: value"),
+                ("list_threads", {"query": r'raw:"thread:\"\""'}, "an empty thread: value")]:
+            result = await client.call_tool(tool, args)
+            assert result.is_error, (tool, args, result.content)
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert said in text, (tool, args, text)
+        alive = await client.call_tool("search_emails", {"query": "in:inbox", "limit": 1})
+        assert not alive.is_error and alive.structured_content is not None

@@ -19,6 +19,7 @@ import contextlib
 import itertools
 import os
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -29,6 +30,7 @@ from typing import TypeVar
 import notmuch2
 from notmuch2 import _capi
 
+from ..config import THREAD_ID
 from ..errors import BackendError, CallerError
 from ..tags import DEFAULT_EXCLUDED, FLAG_TAGS
 from .notmuch_config import find_notmuch_config
@@ -115,6 +117,19 @@ class StaleFiles(NotmuchAccessError):
 
 class QueryError(CallerError):
     """notmuch could not parse a query (a ``raw:`` one, or a term it refuses)."""
+
+
+# libnotmuch 0.37 aborts the whole process (an uncaught std::out_of_range) on an empty
+# thread: value -- `thread:""`, or `thread:"` at the end of a query -- where a raw: query
+# could put one: such a query is refused before it reaches libnotmuch.
+_EMPTY_THREAD = re.compile(r'\bthread:"(?:"(?!")|\s*$)')
+
+
+def _checked(query: str) -> str:
+    if _EMPTY_THREAD.search(query):
+        raise QueryError('an empty thread: value (thread:"") is not a query notmuch can run; '
+                         "give a thread id")
+    return query
 
 
 class IndexKeptChanging(NotmuchAccessError):
@@ -467,7 +482,7 @@ class Reader:
 
     def count(self, query: str, exclude_tags: Sequence[str] | None = None) -> int:
         excl = self.exclude_tags() if exclude_tags is None else exclude_tags
-        return self._query(lambda db: db.count_messages(query, exclude_tags=excl))
+        return self._query(lambda db: db.count_messages(_checked(query), exclude_tags=excl))
 
     def count_soon(self, query: str, exclude_tags: Sequence[str] | None = None
                    ) -> concurrent.futures.Future[int]:
@@ -508,7 +523,7 @@ class Reader:
         excl = self.exclude_tags() if exclude_tags is None else exclude_tags
 
         def page(db: notmuch2.Database) -> list[IndexedMessage]:
-            it = db.messages(query, exclude_tags=excl, sort=_sort(sort))
+            it = db.messages(_checked(query), exclude_tags=excl, sort=_sort(sort))
             stop = None if limit is None else offset + limit
             return [_indexed(m) for m in itertools.islice(it, offset, stop)]
         return self._query(page)
@@ -521,7 +536,7 @@ class Reader:
         """The Message-IDs of one sorted page: the ids alone are cheap (a Xapian value each);
         everything else about a listed message comes from the sidecar mirror."""
         def page(db: notmuch2.Database) -> list[str]:
-            it = db.messages(query, exclude_tags=exclude_tags, sort=_sort(sort))
+            it = db.messages(_checked(query), exclude_tags=exclude_tags, sort=_sort(sort))
             return [_message_id(m) for m in itertools.islice(it, offset, offset + limit)]
         return self._query(page)
 
@@ -605,7 +620,8 @@ class Reader:
                 if not ids:
                     return []
                 wanted, skip = all_of(query, " OR ".join(f"thread:{quote(t)}" for t in ids)), 0
-            it = self._threads(db.threads(wanted, exclude_tags=excl, sort=_sort(sort)))
+            it = self._threads(db.threads(_checked(wanted), exclude_tags=excl,
+                                          sort=_sort(sort)))
             stop = None if limit is None else skip + limit
             return [_summary(t) for t in itertools.islice(it, skip, stop)]
         return self._query(page)
@@ -617,7 +633,11 @@ class Reader:
         return self._query(lambda db: _message_threads(db, query, excl, "none"))
 
     def thread(self, thread_id: str) -> list[ThreadNode]:
-        """A whole thread in reply order (depth-first), excluded messages included."""
+        """A whole thread in reply order (depth-first), excluded messages included; none for
+        what cannot be a thread id (notmuch would read `{...}` as a query)."""
+        if not THREAD_ID.fullmatch(thread_id):
+            return []
+
         def walk(db: notmuch2.Database) -> list[ThreadNode]:
             threads = list(self._threads(db.threads(f"thread:{quote(thread_id)}",
                                                     exclude_tags=())))
@@ -682,7 +702,7 @@ def _message_threads(db: notmuch2.Database, query: str, exclude_tags: Sequence[s
     first matching message comes in the messages' order, as libnotmuch lists threads; no
     thread is built."""
     seen: dict[str, None] = {}
-    for msg in db.messages(query, exclude_tags=exclude_tags, sort=_sort(sort)):
+    for msg in db.messages(_checked(query), exclude_tags=exclude_tags, sort=_sort(sort)):
         seen.setdefault(str(msg.threadid), None)
         if len(seen) == count:
             break
@@ -690,7 +710,7 @@ def _message_threads(db: notmuch2.Database, query: str, exclude_tags: Sequence[s
 
 
 def _ids(db: notmuch2.Database, query: str, exclude_tags: Sequence[str] = ()) -> list[str]:
-    return [_message_id(m) for m in db.messages(query, exclude_tags=exclude_tags)]
+    return [_message_id(m) for m in db.messages(_checked(query), exclude_tags=exclude_tags)]
 
 
 # ---------------------------------------------------------------------------------------------
