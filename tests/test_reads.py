@@ -511,3 +511,21 @@ def test_a_cursors_moment_cannot_be_moved(mb: reads.Mailbox) -> None:
     # a search without relative dates has no moment in its cursor
     plain = reads.search_emails(mb, "in:inbox", limit=2).next_cursor
     assert plain is not None and plain.count(".") == 1
+
+
+def test_dates_are_days_of_the_users_time_zone(mb: reads.Mailbox,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """on:/after:/before: take the machine's time zone, as notmuch's date: does: in Los
+    Angeles on:2026-11-29 starts at 08:00 UTC."""
+    import time
+
+    monkeypatch.setenv("TZ", "America/Los_Angeles")
+    time.tzset()
+    try:
+        query = mb.compile("on:2026-11-29").query
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    start = int(datetime(2026, 11, 29, 8, 0, tzinfo=timezone.utc).timestamp())
+    end = int(datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc).timestamp())
+    assert f"date:@{start}..@{end - 1}" in query, query

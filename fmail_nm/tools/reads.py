@@ -69,8 +69,10 @@ class Mailbox:
 
     def dsl_context(self, anchor: int | None = None) -> DslContext:
         """What the DSL needs, relative dates counted back from ``anchor`` (epoch seconds)
-        or else from now, to the second (a later page passes the first page's moment)."""
-        now = self.clock()
+        or else from now, to the second (a later page passes the first page's moment).
+        Dates are days of the user's time zone (the machine's, as notmuch's date: reads
+        them): on:2026-11-29 starts at local midnight."""
+        now = self.clock().astimezone()
         now = (now.replace(microsecond=0) if anchor is None
                else datetime.fromtimestamp(anchor, now.tzinfo))
         return DslContext(
