@@ -262,6 +262,18 @@ def _mk_not(node: _Node) -> _Node:
     return node.kid if isinstance(node, _Not) else _Not(node)
 
 
+def _asked_for(node: _Node, positive: bool = True) -> Iterator[_Atom]:
+    """The atoms a match must satisfy (under an even number of NOTs)."""
+    if isinstance(node, _Atom):
+        if positive:
+            yield node
+    elif isinstance(node, _Not):
+        yield from _asked_for(node.kid, not positive)
+    elif isinstance(node, _And | _Or):
+        for kid in node.kids:
+            yield from _asked_for(kid, positive)
+
+
 def _render(node: _Node) -> str:
     if isinstance(node, _Atom):
         return node.text
@@ -503,6 +515,8 @@ class _Parser:
         self.i = 0
         self.ctx = ctx
         self.lifted: set[str] = set()
+        # Atoms of tags that come with others, and those others (_IMPLIED_TAGS).
+        self.implying: dict[_Node, tuple[str, ...]] = {}
         self.lift_all = False
         self.used_now = False
         self.depth = 0
@@ -672,9 +686,10 @@ class _Parser:
     def _tag_atom(self, tag: str) -> _Node:
         # Naming an excluded tag means the user wants to see it (notmuch does the same).
         self.lifted.add(tag)
-        # Blocked mail is also tagged spam (see contacts.py): asking for it must show it.
-        self.lifted.update(_IMPLIED_TAGS.get(tag, ()))
-        return _term_atom("tag", tag)
+        atom = _term_atom("tag", tag)
+        if tag in _IMPLIED_TAGS:  # lifted where asked for, not negated (see compile_query)
+            self.implying[atom] = _IMPLIED_TAGS[tag]
+        return atom
 
     def _tag(self, name: str, value: str, pos: int) -> _Node:
         return self._tag_atom(self._exact_value(name, value, pos))
@@ -812,7 +827,12 @@ def compile_query(text: str, ctx: DslContext) -> CompiledQuery:
         raise DslError(bad.start(), "text without lone surrogates (\\ud800-\\udfff)",
                        _shown(bad.group()))
     parser = _Parser(text, ctx)
-    query = _render(parser.parse())
+    tree = parser.parse()
+    # Blocked mail is also tagged spam (see contacts.py): asking for it must show it, and
+    # leaving it out (-is:blocked) must not bring spam back.
+    for atom in _asked_for(tree):
+        parser.lifted.update(parser.implying.get(atom, ()))
+    query = _render(tree)
     if parser.lift_all:
         excluded: tuple[str, ...] = ()
     else:

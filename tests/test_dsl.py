@@ -611,6 +611,10 @@ def test_combination() -> None:
         ("is:deleted", ("spam",)),
         ("is:blocked", ("deleted",)),  # blocked mail is tagged spam too
         ("tag:blocked", ("deleted",)),
+        ("-is:blocked", DEFAULT_EXCLUDED),  # leaving blocked mail out shows no spam
+        ("is:unread -tag:blocked", DEFAULT_EXCLUDED),
+        ("-(-is:blocked)", ("deleted",)),
+        ("is:unread OR -is:blocked", DEFAULT_EXCLUDED),
         ("-is:spam", ("deleted",)),
         ("in:trash", ("spam",)),
         ("in:spam", ("deleted",)),
