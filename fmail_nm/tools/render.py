@@ -25,8 +25,9 @@ The formats are stable and described in the tool descriptions and the README:
   body between marker lines that name it untrusted and carry a token derived from the text,
   so a body cannot fake its own end.
 
-Every value that comes from mail is untrusted and kept on its line: control characters and
-line breaks in subjects and names become spaces.  Results without a rendering of their own
+Every value that comes from mail is untrusted and kept on its line: control characters,
+line breaks and bidirectional formatting characters in subjects and names become spaces, and
+a name that could pass for the line's form (``to …``, a ``|``) is quoted.  Results without a rendering of their own
 are the structured content as compact JSON.
 """
 
@@ -50,7 +51,12 @@ FLAG_LETTERS = ((T.UNREAD, "U"), (T.FLAGGED, "F"), (T.REPLIED, "R"), (T.ATTACHME
 # Implied by the line itself (the "to" form is the user's own mail) or by notmuch's defaults.
 UNSHOWN_TAGS = frozenset({T.INBOX, T.SENT, T.NEW, T.PASSED, "signed", "encrypted"})
 _LETTER = dict(FLAG_LETTERS)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+# Control characters, line breaks, and the bidirectional formatting characters that make text
+# read in another order than it is written (U+202E would show "gpj.exe" for "exe.jpg").
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]+")
+# A name that would read as part of a line's form: the "to" of the user's own mail, or the
+# "|" before the subject.
+_FORM_LIKE = re.compile(r"(?i)^to\s|\||^\"")
 
 
 def one_line(text: str) -> str:
@@ -105,7 +111,16 @@ def search_text(r: dto.SearchResult) -> str:
 def short_name(person: str) -> str:
     """``Name <address>`` as the name alone (the structured content keeps the address; a
     search can say from:Name), a bare address as it is."""
-    return one_line(dto.split_person(person)[0] or person)
+    return shown_name(dto.split_person(person)[0] or person)
+
+
+def shown_name(name: str) -> str:
+    """A name from mail on a listing line: quoted when it could pass for the line's form
+    (a sender called "to Bob" beside the user's own mail to Bob)."""
+    text = one_line(name)
+    if not _FORM_LIKE.search(text):
+        return text
+    return '"' + text.replace('"', "'").replace("|", "¦") + '"'
 
 
 def email_line(e: dto.EmailRef) -> str:
@@ -125,14 +140,15 @@ def threads_text(r: dto.ThreadList) -> str:
         mark = (f"U{t.unread}" if t.unread else "") + flags(
             x for x in t.tags if x != T.UNREAD).strip("-")
         lines.append(f"{t.thread} {when(t.newest)} {count} {mark or '-'} "
-                     f"{one_line(', '.join(t.authors))} | {_subject(t.subject)}")
+                     f"{', '.join(shown_name(a) for a in t.authors)} | {_subject(t.subject)}")
     return "\n".join(lines)
 
 
 def unanswered_text(r: dto.UnansweredList) -> str:
     lines = [_page(len(r.threads), r.next_cursor, r.total, "threads")]
     lines += [f"{t.thread} {when(t.date)} {t.days_silent}d {t.messages} last={t.last} to "
-              f"{one_line(', '.join(t.to)) or '?'} | {_subject(t.subject)}" for t in r.threads]
+              f"{', '.join(shown_name(p) for p in t.to) or '?'} | {_subject(t.subject)}"
+              for t in r.threads]
     return "\n".join(lines)
 
 
