@@ -546,3 +546,8 @@ def test_a_sender_named_like_the_lines_form_is_quoted() -> None:
     assert own.endswith(" - to Bob Smith | Contract signed"), own
     assert line("Alice | CEO <a@example.com>").endswith(' - "Alice ¦ CEO" | Contract signed')
     assert line("Invoice\u202egpj.exe <m@evil.test>").endswith(" - Invoice gpj.exe | Contract signed")
+
+
+def test_unanswered_threads_name_an_address_that_is_none(mb: reads.Mailbox) -> None:
+    with pytest.raises(reads.ToolError, match="address .not-an-address. is not an e-mail address"):
+        reads.find_unanswered_threads(mb, address="not-an-address")

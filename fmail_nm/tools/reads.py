@@ -731,6 +731,8 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
     """Threads whose newest message is the user's, with nothing from anyone after it."""
     limit = clamp_limit(limit)
     mine = plain_addresses([address.lower()] if address else list(mb.config.addresses))
+    if not mine and address:
+        raise ToolError(f"address {address!r} is not an e-mail address")
     if not mine:
         raise ToolError("no addresses of yours are configured; pass address=")
     # Drafts were never sent: they neither make a thread "unanswered" nor count as its end.
