@@ -318,6 +318,23 @@ def test_move_to_folder_refuses_unknown_and_escaping_folders(h: Harness) -> None
     assert h.shape(IN_INBOX) == before
 
 
+def test_move_to_folder_never_moves_mail_into_another_account(h: Harness) -> None:
+    """Another account's folder is another server's mailbox: a personal message is not
+    moved to work/INBOX (mbsync would take it off the personal server), by name from the
+    mail root or with account= given."""
+    before = h.shape(IN_INBOX), h.shape(SELF_CC)
+    result = writes.move_to_folder(h.ctx, [IN_INBOX], "work/INBOX")
+    assert result.applied == []
+    [error] = result.errors
+    assert error.id == IN_INBOX
+    assert "folder 'work/INBOX' is in account 'work'" in error.error
+    with pytest.raises(ToolError, match="messages move only within their own account"):
+        writes.move_to_folder(h.ctx, [SELF_CC], "work/INBOX", account="personal")
+    assert (h.shape(IN_INBOX), h.shape(SELF_CC)) == before
+    assert h.audit() == [] and h.outcomes == []
+    h.assert_in_step()
+
+
 def test_a_move_never_overwrites_a_file_with_the_same_name(h: Harness) -> None:
     [before] = h.files(IN_INBOX)
     taken = h.env.mail_root / "personal" / "Archive" / "cur" / MaildirName.parse(

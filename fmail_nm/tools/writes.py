@@ -286,13 +286,18 @@ def resolve_folder(config: Config, account: Account, folder: str) -> str:
     """A folder relative to the account ('Archive', 'Projects/2026') or to the mail root
     ('work/INBOX'), as a folder relative to the mail root; it must exist in the config or on
     disk.  "." is a mail root that is itself a Maildir, as list_folders names it."""
-    if folder.strip() == ROOT_FOLDER and maildir.is_known_folder(config, ROOT_FOLDER):
-        return ROOT_FOLDER
-    name = _folder_name(folder)
-    inside = name if account.maildir == "." else f"{account.maildir}/{name}"
-    for candidate in (inside, name):
-        if maildir.is_known_folder(config, candidate):
+    name = ROOT_FOLDER if folder.strip() == ROOT_FOLDER else _folder_name(folder)
+    inside = name if account.maildir == "." or name == ROOT_FOLDER else f"{account.maildir}/{name}"
+    for candidate in dict.fromkeys((inside, name)):
+        if not maildir.is_known_folder(config, candidate):
+            continue
+        owner = config.account_for_path(candidate)
+        if owner == account:
             return candidate
+        # Another account's folder is another server's mailbox: mail never moves there.
+        raise WriteError(f"folder {candidate!r} is in account "
+                         f"{owner.name if owner else '(none)'!r}; messages move only within "
+                         f"their own account ({account.name!r}); nothing was changed")
     known = [f for f in config.folders if config.account_for_path(f) == account]
     shown = ", ".join(known[:_FOLDER_LIST_LIMIT])
     if len(known) > _FOLDER_LIST_LIMIT:
