@@ -8,6 +8,7 @@ finds nothing to correct -- index and Maildir in step.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -240,6 +241,23 @@ def test_restore_without_a_known_origin_goes_to_the_inbox(h: Harness) -> None:
     assert_moved_name(back, "personal/INBOX")
     tags = h.tags(IN_TRASH)
     assert "inbox" in tags and "deleted" not in tags
+    h.assert_in_step()
+
+
+def test_restore_into_a_folder_removed_since_goes_to_the_inbox(h: Harness) -> None:
+    """The origin folder was removed after the config was loaded (as in a long-running
+    server): it is not made again (mbsync would make it on the server too)."""
+    projects = h.env.mail_root / "personal" / "Projects"
+    for sub in ("cur", "new", "tmp"):
+        (projects / sub).mkdir(parents=True)
+    h.ctx.config = h.env.config()  # loaded while Projects is there
+    writes.move_to_folder(h.ctx, [IN_INBOX], "Projects")
+    writes.delete_messages(h.ctx, [IN_INBOX])
+    shutil.rmtree(projects)
+    assert "personal/Projects" in h.ctx.config.folders
+    writes.restore(h.ctx, [IN_INBOX])
+    assert h.folders(IN_INBOX) == ["personal/INBOX"]
+    assert not projects.exists()
     h.assert_in_step()
 
 

@@ -238,7 +238,8 @@ def restore_step(account: str | None) -> Step:
             if copy.folder not in bins:
                 continue
             dest = origins.get(maildir.file_key(copy.path))
-            if dest is None or dest in bins or not maildir.is_known_folder(work.config, dest):
+            # A folder removed since (even if the config still lists it) is not made again.
+            if dest is None or dest in bins or not maildir.is_there_now(work.config, dest):
                 dest = acct.folder("inbox")
             work.move(copy, dest)
         work.settle_place_tags()

@@ -124,7 +124,13 @@ def folder_path(config: Config, folder: str) -> Path:
 def is_known_folder(config: Config, folder: str) -> bool:
     """A folder we may move mail into: a role folder of an account, a folder seen when the
     config was loaded, or a Maildir folder on disk now."""
-    if folder in config.folders or any(folder in a.folders.values() for a in config.accounts):
+    return folder in config.folders or is_there_now(config, folder)
+
+
+def is_there_now(config: Config, folder: str) -> bool:
+    """A role folder of an account (created when first used), or a Maildir folder on disk
+    now -- not one that was there when the config was loaded and has been removed since."""
+    if any(folder in a.folders.values() for a in config.accounts):
         return True
     base = folder_path(config, folder)
     return (base / "cur").is_dir() or (base / "new").is_dir()
