@@ -546,3 +546,35 @@ def test_tag_searches_page_from_the_mirror_as_notmuch_does(mailbox: reads.Mailbo
         last = reads.search_emails(mailbox, text, limit=500)
         whole = len(notmuch_page(nm_query, "newest", ()))
         assert (last.hidden or 0) == whole - last.total and last.total == len(truth), text
+
+
+def test_pages_of_a_tag_search_neither_repeat_nor_skip_mail_of_one_date(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first pages of a tag search come from the mirror and deeper ones from notmuch,
+    which order messages of one date differently (by Message-ID; by when notmuch indexed
+    them): a page edge inside such a date repeated some and skipped others."""
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+    # Nine of the newest date, indexed in their Message-IDs' order (the mirror lists them
+    # the other way round newest first), and nine of the oldest date, indexed the other way.
+    ties = [(f"tie-new-{n}", "Fri, 01 Jan 2027 10:00:00 +0000") for n in range(1, 10)]
+    ties += [(f"tie-old-{n}", "Sat, 01 Jan 2000 10:00:00 +0000") for n in range(9, 0, -1)]
+    for n, (mid, date) in enumerate(ties):
+        cur.joinpath(f"1800000900.tie{n}.host:2,FS").write_bytes(
+            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: {mid}\n"
+            f"Date: {date}\nMessage-ID: <{mid}@example.com>\n\nx\n".encode())
+        indexed.fmail("index")  # one at a time: notmuch numbers them in this order
+    monkeypatch.setattr(reads, "MAX_TAG_SCAN", 200)  # the mirror answers the first page only
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        compiled = mailbox.compile("is:flagged")
+        nm_query = reads.scoped_query(mailbox, compiled)
+        mirror = reads.answerable(mailbox, nm_query, compiled.exclude_tags)
+        assert reads._tagged_page_from_mirror(mirror, "newest", 0, 4) is not None
+        assert reads._tagged_page_from_mirror(mirror, "newest", 4, 4) is None
+        for sort in ("newest", "oldest"):
+            truth = notmuch_page(nm_query, sort)
+            assert sum(1 for m, _ in truth if m.startswith("tie-")) == 18
+            for limit in (2, 4, 5):
+                pages, totals = every_page(mailbox, "is:flagged", sort, limit)
+                same_order(pages, truth)
+                assert totals == {len(truth)}

@@ -668,6 +668,16 @@ def listing_rows(conn: sqlite3.Connection,
     return found
 
 
+def dates_of(conn: sqlite3.Connection, message_ids: Sequence[str]) -> dict[str, int]:
+    """The mirror's dates (epoch seconds) of these messages, those it has, by Message-ID."""
+    found: dict[str, int] = {}
+    for chunk in chunks(message_ids):
+        marks = ",".join("?" * len(chunk))
+        found.update(conn.execute(f"SELECT message_id, date_epoch FROM messages "
+                                  f"WHERE message_id IN ({marks})", chunk))
+    return found
+
+
 def recorded_exclusions(conn: sqlite3.Connection) -> frozenset[str]:
     """The tags the ``is_excluded`` column stands for (what searches left out at the last sync)."""
     value = get_state(conn, EXCLUSIONS_KEY)
@@ -709,12 +719,14 @@ def shown_page(conn: sqlite3.Connection, *, span: Span = ALL_DATES, oldest_first
                offset: int, limit: int) -> list[str]:
     """One page, by date, of the messages a search shows (no excluded tag) within ``span``,
     as Message-IDs: read along ``messages_excluded_date``, so nothing is sorted (messages
-    without a date come last, as notmuch has them at time 0)."""
+    without a date come last, as notmuch has them at time 0; those of one date in the order
+    of their Message-IDs, see reads._page_in_mirror_order)."""
     where, args = span.clause()
     order = "ASC" if oldest_first else "DESC"
     page = conn.execute(
         f"SELECT message_id FROM messages INDEXED BY messages_excluded_date WHERE is_excluded = 0"
-        f"{where} ORDER BY date_epoch {order} LIMIT ? OFFSET ?", [*args, limit, offset])
+        f"{where} ORDER BY date_epoch {order}, message_id {order} LIMIT ? OFFSET ?",
+        [*args, limit, offset])
     return [row[0] for row in page]
 
 
@@ -857,7 +869,7 @@ def _shown_carrying(conn: sqlite3.Connection, tag_groups: Sequence[Sequence[str]
     rows = conn.execute(
         f"SELECT m.message_id, m.thread_id, {carries} FROM (SELECT message_id, thread_id "
         f"FROM messages INDEXED BY messages_excluded_date WHERE is_excluded = 0{where} "
-        f"ORDER BY date_epoch {order} LIMIT {int(scan)}) m",
+        f"ORDER BY date_epoch {order}, message_id {order} LIMIT {int(scan)}) m",
         [*tags, *args]).fetchall()
     return [(mid, thread) for mid, thread, hit in rows if hit], len(rows) < scan
 

@@ -316,8 +316,13 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
         kept = _kept_counts(mirror)
         total_of = _total_of(mb, nm_query, compiled.exclude_tags, kept)
         tagged = _tagged_page_from_mirror(mirror, sort, offset, limit)
-        ids = (tagged if tagged is not None
-               else _page_ids(mb, nm_query, compiled.exclude_tags, sort, offset, limit))
+        if tagged is not None:
+            ids = tagged
+        elif mirror is not None and mirror.groups:  # other pages may be the mirror's
+            ids = _page_in_mirror_order(mb, mirror, nm_query, compiled.exclude_tags, sort,
+                                        offset, limit)
+        else:
+            ids = _page_ids(mb, nm_query, compiled.exclude_tags, sort, offset, limit)
         total = total_of()
 
         def excluded() -> int:
@@ -400,6 +405,39 @@ def _tagged_page_from_mirror(mirror: Answerable | None, sort: str, offset: int,
                                scan=scan)
 
 
+# How many messages each side of a page notmuch's page of a tag search is read with, so that
+# the messages of the dates at the page's edges are there whole (the margin grows to the
+# largest, then the page is notmuch's as it is).
+TIE_MARGIN, MAX_TIE_MARGIN = 10, 640
+
+
+def _page_in_mirror_order(mb: Mailbox, mirror: Answerable, nm_query: str,
+                          exclude_tags: Sequence[str], sort: str, offset: int,
+                          limit: int) -> list[str]:
+    """notmuch's page of a tag search whose other pages the mirror may read: messages of one
+    date in the mirror's order (by Message-ID) rather than notmuch's (by when it indexed
+    them), so that no page repeats or skips one of them where the two meet.  notmuch's page
+    is read with a margin each side, ordered by the mirror's dates and Message-IDs, and cut
+    where the dates at its edges lie whole inside what was read."""
+    newest = sort == "newest"
+    margin = TIE_MARGIN
+    while margin <= MAX_TIE_MARGIN:
+        start = max(0, offset - margin)
+        wanted = offset - start + limit + margin
+        ids = _page_ids(mb, nm_query, exclude_tags, sort, start, wanted)
+        dates = sidecar.dates_of(mirror.conn, ids)
+        if len(dates) < len(ids):  # a message the mirror does not have yet: notmuch's order
+            break
+        ordered = sorted(ids, key=lambda mid: (dates[mid], mid), reverse=newest)
+        page = ordered[offset - start:offset - start + limit]
+        whole_before = start == 0 or not page or dates[ordered[0]] != dates[page[0]]
+        whole_after = len(ids) < wanted or not page or dates[ordered[-1]] != dates[page[-1]]
+        if whole_before and whole_after:
+            return page
+        margin *= 4
+    return _page_ids(mb, nm_query, exclude_tags, sort, offset, limit)
+
+
 def _kept_counts(mirror: Answerable | None) -> tuple[int, int] | None:
     """For a search for one tag or two alone (a ``list:`` pattern naming one tag is that
     tag): how many messages with them a search shows, and how many more it leaves out, as
@@ -430,7 +468,8 @@ def _total_of(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
 def current_mirror(mb: Mailbox, exclude_tags: Sequence[str]) -> sqlite3.Connection | None:
     """The mirror, when it holds every change notmuch has and its ``is_excluded`` column
     stands for exactly these exclusions: then its pages are notmuch's (messages of one date
-    may come in another order)."""
+    in the order of their Message-IDs, which a tag search's pages from notmuch follow too:
+    see _page_in_mirror_order)."""
     mirror = mb.mirror_lag()
     if mirror is None or mirror[1] is not None:
         return None
