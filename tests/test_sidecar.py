@@ -450,3 +450,26 @@ def test_blocked_to_junk_moves_the_mail_and_unblocking_moves_it_back(indexed: Ma
     assert "blocked" not in tags and "spam" not in tags
     assert problems(indexed, parse_files=False) == []
     assert "No new mail" in indexed.notmuch("new", "--no-hooks").stdout
+
+
+def test_a_file_name_that_is_not_utf8_is_mirrored_and_stops_nothing(indexed: MailEnv) -> None:
+    """Linux allows any bytes in a name, and notmuch indexes such a file: the mirror stored
+    the name as text and failed on it ("surrogates not allowed") on every later run, so no
+    mail after it reached the mirror."""
+    inbox = os.fsencode(indexed.mail_root / "personal" / "INBOX")
+    message = (b"From: Odd <odd@example.com>\nTo: alex@example.org\nSubject: odd name\n"
+               b"Date: Mon, 30 Nov 2026 10:00:00 +0000\nMessage-ID: <odd-name@example.com>\n\nx\n")
+    with open(inbox + b"/cur/1796300000.1_1.host-\xff\xfe:2,S", "wb") as fh:
+        fh.write(message)
+    indexed.fmail("index")
+    (indexed.mail_root / "personal" / "INBOX" / "cur" / "1796300001.later.host:2,S").write_bytes(
+        message.replace(b"odd-name@", b"later-1@").replace(b"odd name", b"later"))
+    indexed.fmail("index")
+    assert indexed.fmail("sidecar", "check").stdout.strip().endswith("sidecar matches notmuch")
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        rows = dict(conn.execute("SELECT message_id, filenames FROM messages WHERE message_id "
+                                 "IN ('odd-name@example.com', 'later-1@example.com')"))
+    [name] = json.loads(rows["odd-name@example.com"])
+    assert os.fsencode(name).endswith(b"-\xff\xfe:2,S")  # the name as it is on disk
+    assert "later-1@example.com" in rows
+    indexed.fmail("sidecar", "rebuild")

@@ -22,6 +22,7 @@ import functools
 import json
 import logging
 import os
+import re
 import sqlite3
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -204,10 +205,27 @@ def _parse_chunk(paths: Sequence[str]) -> list[Parsed]:
     return [parse_file([path]) for path in paths]
 
 
+def _as_text(name: str) -> str:
+    """A folder name as the mirror's text: a name that is not UTF-8 on disk (Linux allows
+    any bytes; Python holds them as surrogates, which SQLite cannot store) with those
+    bytes shown as U+FFFD -- for reading only, nothing looks the folder up by it."""
+    return os.fsencode(name).decode("utf-8", "replace") if _SURROGATES.search(name) else name
+
+
+def _json_names(names: Sequence[str]) -> str:
+    """File names as JSON text, exactly: with \\u escapes where a name is not UTF-8 on disk,
+    which json.loads gives back as the name Python opens the file by."""
+    text = json.dumps(list(names), ensure_ascii=False)
+    return json.dumps(list(names)) if _SURROGATES.search(text) else text
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
 def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[str],
               exclusions: frozenset[str]) -> dict[str, Any]:
-    folders = sorted({f for f in (notmuch_folder(n, layout.config.mail_root) for n in m.filenames)
-                      if f is not None})
+    folders = sorted({_as_text(f) for f in (notmuch_folder(n, layout.config.mail_root)
+                                            for n in m.filenames) if f is not None})
     primary = min(folders, key=lambda f: (layout.rank(f), f)) if folders else None
     account, folder = layout.account_and_name(primary) if primary is not None else (None, None)
     sender_name, sender_email = sender(m.from_header)
@@ -235,7 +253,7 @@ def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[s
         "tags": json.dumps(sorted(m.tags), ensure_ascii=False),
         "list_id": parsed.list_id,
         "size": parsed.size,
-        "filenames": json.dumps(list(m.filenames), ensure_ascii=False),
+        "filenames": _json_names(m.filenames),
         "needs_tagging": int(tags.NEW in m.tags),
         "_folders": folders,
         "_tags": sorted(m.tags),
