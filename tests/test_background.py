@@ -189,6 +189,21 @@ def test_renames_and_removals_by_other_programs_are_indexed(
     wait_for(lambda: count(f"id:{IN_INBOX}") == 0, "the removed message to leave the index")
 
 
+def test_a_folder_moved_out_of_the_mail_tree_leaves_the_index(
+        indexed: MailEnv, service: Callable[..., Background], tmp_path: Path) -> None:
+    """`mv ~/Mail/personal/Lists ~/elsewhere` sends one event for the folder and none for
+    its files: an index run must follow all the same."""
+    lists = indexed.mail_root / "personal" / "Lists"
+    for sub in ("cur", "new", "tmp"):
+        (lists / sub).mkdir(parents=True)
+    service()
+    deliver(lists, "moved-away-1@example.net")
+    wait_for(lambda: known("moved-away-1@example.net"), "the delivery to be indexed")
+    lists.rename(tmp_path / "Lists")
+    wait_for(lambda: count("id:moved-away-1@example.net") == 0,
+             "the moved-away folder's mail to leave the index")
+
+
 def test_events_lost_to_an_inotify_queue_overflow_are_made_up_by_an_index_run(
         indexed: MailEnv, service: Callable[..., Background]) -> None:
     bg = service()

@@ -381,7 +381,8 @@ class Background:
             self._watcher = MailWatcher(config, self._indexer.add_paths, quiet=watch_quiet,
                                         max_delay=watch_max_delay, force_polling=force_polling,
                                         poll_interval=poll_interval, ignore=self._ignored(),
-                                        on_overflow=self._overflowed)
+                                        on_overflow=self._overflowed,
+                                        on_folder_gone=self._folder_gone)
         self._pullers = [
             _Puller(self, a, self.intervals[a.name]) for a in config.accounts
             if schedule and a.mbsync_channel and self.intervals[a.name] > 0
@@ -485,6 +486,9 @@ class Background:
 
     def _overflowed(self) -> None:
         self.request_index("inotify queue overflow")
+
+    def _folder_gone(self, folder: str) -> None:
+        self.request_index(f"folder left the mail tree: {folder}")
 
     def request_push(self, accounts: Iterable[str]) -> None:
         """Push these accounts shortly (debounced); what the write tools call after a move."""

@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.events import (
+    DirDeletedEvent,
+    DirMovedEvent,
     FileClosedEvent,
     FileCreatedEvent,
     FileDeletedEvent,
@@ -62,9 +64,11 @@ log = logging.getLogger(__name__)
 WATCH_LIMIT_SYSCTL = "fs.inotify.max_user_watches"
 INSTANCE_LIMIT_SYSCTL = "fs.inotify.max_user_instances"
 POLL_INTERVAL = 2.0
-# Created, moved (both ends), deleted, and written (modified, or closed after writing).
+# Created, moved (both ends), deleted, and written (modified, or closed after writing); and
+# folders removed or moved (one moved out of the tree sends nothing for its files).
 _EVENTS: list[type[FileSystemEvent]] = [FileCreatedEvent, FileDeletedEvent, FileMovedEvent,
-                                        FileModifiedEvent, FileClosedEvent]
+                                        FileModifiedEvent, FileClosedEvent, DirDeletedEvent,
+                                        DirMovedEvent]
 _MAILDIR_SUBDIRS = ("new", "cur")
 
 
@@ -81,7 +85,7 @@ def is_message_path(path: str, mail_root: str, ignore: Iterable[str] = ()) -> bo
         return False
     if ".notmuch" in rel.split(os.sep):
         return False
-    return not any(path == tree or path.startswith(tree.rstrip(os.sep) + os.sep) for tree in ignore)
+    return not any(_inside(path, tree) for tree in ignore)
 
 
 def _inotify_watch_count() -> int | None:
@@ -120,6 +124,10 @@ class _Handler(FileSystemEventHandler):
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.is_directory:
+            # A folder moved out of the tree sends this event alone, none for its files.
+            if event.event_type in ("deleted", "moved"):
+                dest = os.fsdecode(event.dest_path) if event.dest_path else ""
+                self.watcher._folder_left(os.fsdecode(event.src_path), dest)
             return
         paths = [os.fsdecode(event.src_path)]
         if isinstance(event, FileMovedEvent) and event.dest_path:
@@ -176,16 +184,20 @@ class MailWatcher:
     ``force_polling`` skips inotify (and is how the polling path is tested); ``ignore`` lists
     further trees to leave out (e.g. a notmuch database kept inside the mail root under
     another name than ``.notmuch``); ``on_overflow`` is called (on the observer's thread) when
-    inotify lost events, which only a full index run can make up for.
+    inotify lost events, which only a full index run can make up for, and ``on_folder_gone``
+    (with the folder) when a folder left the tree -- moved elsewhere, which tells nothing of
+    the files it took along.
     """
 
     def __init__(self, config: Config, on_batch: Callable[[list[Path]], None], *,
                  quiet: float = 1.0, max_delay: float = 10.0, force_polling: bool = False,
                  poll_interval: float = POLL_INTERVAL, ignore: Iterable[Path] = (),
-                 on_overflow: Callable[[], None] = lambda: None) -> None:
+                 on_overflow: Callable[[], None] = lambda: None,
+                 on_folder_gone: Callable[[str], None] = lambda folder: None) -> None:
         self.mail_root = os.fspath(config.mail_root)
         self.on_batch = on_batch
         self.on_overflow = on_overflow
+        self.on_folder_gone = on_folder_gone
         self.quiet = quiet
         self.max_delay = max(max_delay, quiet)
         self.force_polling = force_polling
@@ -292,6 +304,20 @@ class MailWatcher:
         log.debug("mail event %s: %s", kind, " -> ".join(wanted))
         self._debouncer.add(wanted)  # refused (dropped) once stopping
 
+    def _folder_left(self, folder: str, moved_to: str) -> None:
+        """A folder of the tree removed or moved: moved within the tree, its files' own
+        events tell; moved out, nothing else does."""
+        if not _inside(folder, self.mail_root) or _inside(moved_to, self.mail_root):
+            return
+        if ".notmuch" in os.path.relpath(folder, self.mail_root).split(os.sep) or any(
+                _inside(folder, tree) for tree in self.ignore):
+            return
+        log.debug("folder left the mail tree: %s", folder)
+        try:
+            self.on_folder_gone(folder)
+        except Exception:  # the observer thread must keep running
+            log.exception("handling a folder that left the mail tree failed")
+
     def _overflowed(self) -> None:
         log.warning("inotify lost events under %s (its queue overflowed, see "
                     "fs.inotify.max_queued_events); indexing everything", self.mail_root)
@@ -305,6 +331,10 @@ class MailWatcher:
             self.on_batch([Path(p) for p in batch])
         except Exception:  # keep watching; the next batch or index run catches up
             log.exception("handling %d changed mail file(s) failed", len(batch))
+
+
+def _inside(path: str, tree: str) -> bool:
+    return bool(path) and (path == tree or path.startswith(tree.rstrip(os.sep) + os.sep))
 
 
 def _is_inotify(observer: BaseObserver) -> bool:
