@@ -31,6 +31,7 @@ from fmail_nm.service.status import (
     render_text,
     sync_status,
 )
+from fmail_nm.service.status import first_line as status_first_line
 from fmail_nm.store import notmuch_cli, sidecar
 from fmail_nm.store.notmuch import Reader, Writer
 from fmail_nm.tools import reads, writes
@@ -422,6 +423,12 @@ def test_scheduled_pulls_bring_mail_in_and_outages_show_in_the_status(
         assert acct.next_pull_at is not None
         assert bed.search("*") == sorted([bed.mid(1), bed.mid(2)])  # reads keep working
         assert "FAILED" in render_text(bg.status())
+        bg.request_push([ACCOUNT])  # a write's push, during the outage
+
+        def push_failed() -> Any:
+            acct = bg.status().account(ACCOUNT)
+            return acct is not None and acct.last_push is not None and not acct.last_push.ok
+        wait_for(push_failed, "the failed push in the status")
 
         bed.server.start()
         bed.seed(3)
@@ -432,6 +439,11 @@ def test_scheduled_pulls_bring_mail_in_and_outages_show_in_the_status(
             return acct is not None and acct.consecutive_failures == 0 and acct
         acct = wait_for(recovered, "the status to show the pull succeeded again")
         assert acct.last_pull is not None and acct.last_pull.ok and acct.last_pull.error is None
+        # The scheduled runs sync both ways: the failed push is past once one succeeds.
+        acct = wait_for(lambda: (a := bg.status().account(ACCOUNT)) is not None
+                        and a.last_push is not None and a.last_push.ok and a,
+                        "a two-way run to stand as the last push")
+        assert "FAILED" not in render_text(bg.status())
     finally:
         bg.stop()
 
@@ -444,6 +456,14 @@ def _status(pid: int, running: bool) -> ServiceStatus:
     now = datetime.now(UTC)
     return ServiceStatus(service=ServiceInfo(pid=pid, started_at=now - timedelta(minutes=5),
                                              running=running))
+
+
+def test_an_error_whose_first_line_introduces_it_keeps_its_reason() -> None:
+    assert status_first_line("notmuch new failed (exit 1):\n\nInternal error: adding "
+                             "file-direntry term\nmore") == (
+        "notmuch new failed (exit 1): Internal error: adding file-direntry term")
+    assert status_first_line("Connection refused\nretrying") == "Connection refused"
+    assert status_first_line("") == "unknown error"
 
 
 def test_status_file_is_atomic_and_tolerant(tmp_path: Path) -> None:

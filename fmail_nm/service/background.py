@@ -46,6 +46,7 @@ from .status import (
     ServiceInfo,
     ServiceStatus,
     StatusStore,
+    first_line,
 )
 from .watcher import MailWatcher
 
@@ -74,10 +75,6 @@ def backoff_delay(interval: float, failures: int) -> float:
 
 def _run_info(run: MbsyncRun) -> RunInfo:
     return RunInfo(at=run.started, ok=run.ok, error=run.error or None, seconds=run.seconds)
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,7 +239,7 @@ class _Indexer:
         except Exception as exc:  # notmuch new failed or timed out, a busy lock, the sidecar
             error = str(exc) or type(exc).__name__
             log.warning("indexing (%s) failed after %.1fs: %s", reason,
-                        time.monotonic() - clock, _first_line(error))
+                        time.monotonic() - clock, first_line(error))
         else:
             added = summary.added
             log.info("indexed (%s): %d new, %d messages in all, %.1fs", reason, summary.added,
@@ -318,7 +315,7 @@ class _Puller:
                 failures += 1
                 delay = backoff_delay(self.interval, failures)
                 log.warning("pull for %s failed (%d in a row), next try in %.0fs: %s",
-                            self.account.name, failures, delay, _first_line(run.error))
+                            self.account.name, failures, delay, first_line(run.error))
             self._record(run, failures, None if self.bg._stopping.is_set() else delay)
 
     def _pull(self) -> MbsyncRun:
@@ -347,6 +344,8 @@ class _Puller:
                 return
             if not run.busy:
                 acct.last_pull = _run_info(run)
+                if run.direction == "both":  # it pushed too: an older push failure is past
+                    acct.last_push = _run_info(run)
             acct.consecutive_failures = failures
             acct.next_pull_at = next_at
         self.bg.store.update(record)

@@ -208,9 +208,13 @@ def _when(moment: datetime | None, now: datetime) -> str:
     return f"{local} ({amount} ago)" if seconds > 0 else f"{local} (in {amount})"
 
 
-def _first_line(text: str | None) -> str:
+def first_line(text: str | None) -> str:
+    """An error on one line, for the journal and the status: its first line, and the next
+    one too when the first only introduces it ("notmuch new failed (exit 1):")."""
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[0] if lines else "unknown error"
+    if not lines:
+        return "unknown error"
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
 def _run_text(what: str, run: RunInfo | None, now: datetime) -> str:
@@ -218,7 +222,7 @@ def _run_text(what: str, run: RunInfo | None, now: datetime) -> str:
         return f"no {what} yet"
     if run.ok:
         return f"last {what} {_when(run.at, now)} ok in {run.seconds:.1f}s"
-    return f"last {what} {_when(run.at, now)} FAILED: {_first_line(run.error)}"
+    return f"last {what} {_when(run.at, now)} FAILED: {first_line(run.error)}"
 
 
 def _account_line(acct: AccountStatus, now: datetime) -> str:
@@ -267,7 +271,7 @@ def render_text(status: ServiceStatus | None, *, now: datetime | None = None) ->
         index_line = f"index: {idx.runs} runs, last {_when(idx.last_run_at, now)} ok{added}"
     else:
         index_line = (f"index: {idx.runs} runs, last {_when(idx.last_run_at, now)} FAILED: "
-                      f"{_first_line(idx.last_error)}")
+                      f"{first_line(idx.last_error)}")
     lines.append(index_line)
     lines.append(f"indexed at: {_when(status.indexed_at, now)}")
     lines.append(f"queue: {status.queue_length} file event(s) waiting")
