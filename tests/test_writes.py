@@ -436,6 +436,17 @@ def test_delete_moves_every_copy_in_the_account_and_keeps_both(h: Harness) -> No
     h.assert_in_step()
 
 
+def test_archive_of_mail_in_trash_says_so_and_changes_nothing(h: Harness) -> None:
+    """It was reported applied while the message stayed in Trash (and, with no audit entry,
+    a following undo took back an older write)."""
+    before = h.shape(IN_TRASH)
+    result = writes.archive(h.ctx, [IN_TRASH])
+    assert result.applied == []
+    [error] = result.errors
+    assert error.id == IN_TRASH and "restore it first" in error.error
+    assert h.shape(IN_TRASH) == before
+
+
 def test_archive_moves_only_the_inbox_copy(h: Harness) -> None:
     writes.archive(h.ctx, [SELF_CC])
     assert h.folders(SELF_CC) == ["personal/Archive", "personal/Sent"]

@@ -205,11 +205,17 @@ def move_to_role_step(role: str, account: str | None) -> Step:
 
 
 def archive_step(account: str | None) -> Step:
-    """The copies in the account's inbox folder go to its Archive folder."""
+    """The copies in the account's inbox folder go to its Archive folder.  Mail only in
+    Trash or Junk is refused: archiving takes nothing out of those (restore does)."""
     def step(work: MessageWork) -> None:
         acct = work.account(account)
         dest, inbox = acct.folder("archive"), acct.folder("inbox")
-        for copy in work.copies(acct):
+        copies = work.copies(acct)
+        bins = {acct.folders[r] for r in BIN_ROLES if r in acct.folders}
+        if copies and all(copy.folder in bins for copy in copies):
+            raise ChangeError(f"it is in {copies[0].folder}: archive moves mail out of the "
+                              "inbox only; restore it first")
+        for copy in copies:
             if copy.folder == inbox:
                 work.move(copy, dest)
         work.settle_place_tags()
