@@ -25,6 +25,8 @@ from fmail_nm.mcp.clientconfig import client_configs
 from fmail_nm.mcp.http import allowed_hosts_and_origins, is_loopback, serve_http
 from fmail_nm.mcp.token import load_or_create_token, token_path
 
+from .conftest import MailEnv
+
 from .imapbed import free_port
 
 TOKEN = "test-token-0123456789abcdefghijklmnopqrstuv"
@@ -208,6 +210,21 @@ async def test_busy_port_is_an_oserror() -> None:
         port = s.getsockname()[1]
         with pytest.raises(OSError):
             await serve_http(make_server(), host="127.0.0.1", port=port, token=TOKEN)
+
+
+def test_a_run_that_cannot_listen_names_the_port_and_starts_nothing(indexed: MailEnv) -> None:
+    """`fmail-nm run` on a busy port: an error that names the port, before the watcher, the
+    startup index and the status file (whose last run it would have written over) start."""
+    status = indexed.config().data_dir / "status.json"
+    status.write_text('{"kept": "the last run"}')
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        done = indexed.fmail("run", "--port", str(port), "--no-push", check=False)
+    assert done.returncode == 2, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert status.read_text() == '{"kept": "the last run"}'
 
 
 @pytest.mark.anyio

@@ -177,7 +177,7 @@ def build_http_app(server: MCPServer, *, token: str, host: str, port: int,
 
 
 def _bind_socket(host: str, port: int) -> socket.socket:
-    """A bound (not yet listening) TCP socket — so a busy port is a plain OSError here."""
+    """A bound (not yet listening) TCP socket; a busy port is an OSError that names it."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     bind_host = host.strip("[]")
     if bind_host == "localhost":
@@ -186,10 +186,30 @@ def _bind_socket(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((bind_host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror} (another "
+                                 "program, or another fmail-nm, has it? choose one with "
+                                 "--port)") from None
     except BaseException:
         sock.close()
         raise
     return sock
+
+
+def check_listen(host: str, port: int, *, allow_remote: bool) -> None:
+    """Raise now what serve_http would raise for this address (a refused remote host, a busy
+    port), before anything is started beside the server."""
+    _check_host(host, allow_remote)
+    _bind_socket(host, port).close()
+
+
+def _check_host(host: str, allow_remote: bool) -> None:
+    if not is_loopback(host) and not allow_remote:
+        raise ValueError(
+            f"refusing to listen on {host!r}: it is not a loopback address, so your mail would be "
+            "reachable from other machines. Use --host 127.0.0.1 (the default), or pass "
+            "--allow-remote (allow_remote=True) if you really mean it.")
 
 
 async def serve_http(server: MCPServer, *, host: str, port: int, token: str,
@@ -209,12 +229,8 @@ async def serve_http(server: MCPServer, *, host: str, port: int, token: str,
 
     if not token:
         raise ValueError("serve_http needs a non-empty bearer token")
+    _check_host(host, allow_remote)
     if not is_loopback(host):
-        if not allow_remote:
-            raise ValueError(
-                f"refusing to listen on {host!r}: it is not a loopback address, so your mail would be "
-                "reachable from other machines. Use --host 127.0.0.1 (the default), or pass "
-                "--allow-remote (allow_remote=True) if you really mean it.")
         logger.warning(
             "!!! fmail-nm is listening on %s:%d, beyond this machine: anyone who can reach this port "
             "and has the bearer token can use every tool the server offers on your mail (serve "

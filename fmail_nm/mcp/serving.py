@@ -94,9 +94,12 @@ def serve_http_forever(config: Config, *, host: str, port: int, allow_remote: bo
                        watch: bool = False, tools: str = DEFAULT_TOOL_PROFILE) -> int:
     import anyio
 
-    from .http import serve_http
+    from .http import check_listen, serve_http
     from .token import load_or_create_token
 
+    # Before the watcher, pulls and their status start: a start that cannot listen changes
+    # nothing (it would have run an index and written over the last run's status).
+    check_listen(host, port, allow_remote=allow_remote)
     token = load_or_create_token(config.data_dir)
 
     def ready() -> None:
