@@ -485,6 +485,28 @@ def test_insert_blocked_contact_reports_it(db: Path) -> None:
     assert result.blocked == ["x@spam.test"]
 
 
+@pytest.mark.parametrize("address", ["NULL", "'Bank <no-reply@bank.test>'",
+                                     "char(9) || 'x@spam.test'", "'x@spam.test' || char(10)",
+                                     "'not an address'"])
+def test_a_contact_is_one_address_or_nothing_is_written(db: Path, address: str) -> None:
+    """A NULL address was stored and broke every later contacts write; text that is no
+    address was 'blocked' although no mail could ever match it."""
+    before = dump(db)
+    with pytest.raises(SqlError, match="is not an e-mail address|CHECK constraint failed"):
+        m(db, f"INSERT INTO contacts (email_address, is_blocked) VALUES ({address}, 1)")
+    assert dump(db) == before
+    assert m(db, "UPDATE contacts SET notes='still fine' WHERE email_address='bob@example.com'"
+             ).changed == 1
+
+
+def test_an_address_with_capital_letters_beyond_ascii_is_one_contact(db: Path) -> None:
+    """SQLite's lower() lowers ASCII only: 'JOSÉ@…' stayed a contact apart from 'josé@…'."""
+    result = m(db, "INSERT INTO contacts (email_address, is_blocked) VALUES "
+                   "('JOSÉ@example.net', 1)")
+    assert result.blocked == ["josé@example.net"]
+    assert contact(db, "josé@example.net")["is_blocked"] == 1  # type: ignore[index]
+
+
 def test_delete_removes_notes_but_not_the_harvested_contact(db: Path) -> None:
     m(db, "UPDATE contacts SET is_blocked=1 WHERE email_address='bob@example.com'")
     result = m(db, "DELETE FROM contacts WHERE email_address='bob@example.com'")

@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import Field, PrivateAttr
 
+from ..adopt.identity import looks_like_address
 from ..clock import utc_stamp
 from ..errors import CallerError
 from ..store import sidecar
@@ -309,7 +310,7 @@ def contact_diff(before: dict[str, dict[str, Any]],
                   after: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Per changed contact: its user-kept row before and after (None: no row)."""
     return [{"contact": address, "before": before.get(address), "after": after.get(address)}
-            for address in sorted(before.keys() | after.keys())
+            for address in sorted(before.keys() | after.keys(), key=lambda a: (a is None, a or ""))
             if before.get(address) != after.get(address)]
 
 
@@ -367,11 +368,15 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
     try:
         with _session(sidecar_file, account_name, known_accounts, readonly=False) as conn:
             policy = _policy(conn, CONTACTS_HINT, edits_contacts=True)
+            # The view's triggers lower-case addresses with lower(): SQLite's own lowers ASCII
+            # only ('JOSÉ@x' would stay beside 'josé@x'); Python's lowers every letter.
+            conn.create_function("lower", 1, _lower, deterministic=True)
             with _write_transaction(conn):
                 rows_before = contact_rows(conn)
                 fetched = _execute(conn, statement, policy, _clamp(limit), time_limit)
                 rows_after = contact_rows(conn)
                 diff = contact_diff(rows_before, rows_after)
+                _refuse_non_addresses(diff)
                 result = _contacts_result(fetched, diff)
                 _refuse_own(conn, result.blocked, own_addresses)
                 if len(diff) > CONFIRM_ABOVE and confirm_count != len(diff):
@@ -380,6 +385,23 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
         return stop.result
     result._contact_changes = diff
     return result
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+def _refuse_non_addresses(diff: Sequence[dict[str, Any]]) -> None:
+    """A contact row the statement wrote must be one address alone: no mail could ever match
+    'Bank <x@y>' or a NULL, and a NULL address broke every later contacts write."""
+    for change in diff:
+        address = change["contact"]
+        if change["after"] is None or (address is not None and looks_like_address(address)
+                                       and address == address.strip()):
+            continue
+        raise SqlError(f"refused: {address!r} is not an e-mail address; a contact's "
+                       "email_address is the address alone (name@example.org), its name goes "
+                       "in name; nothing was changed")
 
 
 def block_changes(diff: Sequence[dict[str, Any]]) -> tuple[list[str], list[str]]:
