@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from .adopt.initialize import prepare, write_fmail_toml
+    from .adopt.initialize import mirror_existing_mail, prepare, write_fmail_toml
     from .app import load_config
     from .config import default_config_path
     from .service.index import run_index
@@ -59,10 +59,14 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"created missing cur/new/tmp in {folder}")
     for action in report.hooks:
         print(f"hook {action.describe()}")
+    config = load_config(fmail_toml)
+    if mirror_existing_mail(config):
+        print("mirrored the mail notmuch has into the sidecar (it keeps its tags: fmail-nm's "
+              "rules tag only mail that arrives from now on)")
     if args.no_index:
         return 0
     sys.stdout.flush()  # what init did, before the progress line on stderr
-    print(run_index(load_config(fmail_toml)).describe())
+    print(run_index(config).describe())
     return 0
 
 

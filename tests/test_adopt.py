@@ -251,3 +251,30 @@ def test_the_token_check_passes_a_private_token(tmp_path: Path) -> None:
     os.chmod(token, 0o600)
     assert doctor.token_findings(token) == []
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
+
+
+def test_init_on_a_used_notmuch_leaves_the_users_tags_on_mail_changed_meanwhile(
+        mail_env: MailEnv) -> None:
+    """A user's notmuch, indexed and tagged; a message archived by tag (-inbox +done) is read
+    on the phone before init (mbsync renames its file with S). init's first index sees that
+    change -- which is no new mail: the rules must not put it back in the inbox."""
+    mail_env.notmuch_config.write_text(
+        f"[database]\npath={mail_env.mail_root}\n[new]\ntags=inbox;unread\n"
+        "[maildir]\nsynchronize_flags=true\n")
+    mail_env.notmuch("new")
+    mid = "html-only-1@coop.example.com"
+    mail_env.notmuch("tag", "-inbox", "+done", "--", f"id:{mid}")
+    [path] = mail_env.notmuch("search", "--output=files", f"id:{mid}").stdout.split()
+    assert path.endswith(":2,")
+    os.rename(path, path + "S")  # read on the phone; mbsync brought the flag
+    before = {line.split(" -- ")[1]: line for line in mail_env.notmuch(
+        "dump", "--include=tags").stdout.splitlines() if " -- " in line}
+
+    init_like_a_new_user(mail_env)
+
+    tags = set(mail_env.notmuch("search", "--output=tags", f"id:{mid}").stdout.split())
+    assert "done" in tags and "inbox" not in tags and "unread" not in tags
+    after = {line.split(" -- ")[1]: line for line in mail_env.notmuch(
+        "dump", "--include=tags").stdout.splitlines() if " -- " in line}
+    changed = [k for k in before if before[k] != after.get(k)]
+    assert changed == [f"id:{mid}"]  # only the flag's own change

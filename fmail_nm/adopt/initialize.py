@@ -18,8 +18,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import Settings, default_data_dir, fmail_command, maildir_folders, resolve
-from ..passes.mirror import SETUP_REVISION
+from ..config import Config, Settings, default_data_dir, fmail_command, maildir_folders, resolve
+from ..passes.mirror import SETUP_REVISION, sync_sidecar
 from ..store import sidecar
 from ..store.notmuch import Reader, ensure_database
 from ..store.notmuch_cli import notmuch_settings, user_settings_as_written
@@ -202,6 +202,21 @@ def mark_setup_revision(settings: Settings, config_path: str) -> None:
             return
         with Reader(config_path) as reader, sidecar.transaction(conn):
             sidecar.set_state(conn, SETUP_REVISION, str(reader.revision().number))
+
+
+def mirror_existing_mail(config: Config) -> bool:
+    """Build the sidecar from the mail notmuch holds before fmail-nm first indexes, marking
+    none of it new; True if built.  The tagging pass takes the messages the mirror meets
+    later: the setup revision alone told "changed since" (a message read on the phone, a tag
+    set by hand) from "indexed since", and the rules then put archived mail back in the inbox."""
+    with sidecar.opened(sidecar.sidecar_path(config.data_dir)) as conn:
+        if sidecar.get_state(conn, "notmuch_uuid") is not None:
+            return False
+    with Reader(config.settings.notmuch_config) as reader:
+        if reader.count("*", exclude_tags=()) == 0:
+            return False  # an empty database: the first index tags everything itself
+        sync_sidecar(config, reader, mark_new=False)
+    return True
 
 
 FMAIL_TOML = """\

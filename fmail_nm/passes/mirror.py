@@ -922,17 +922,18 @@ def sync_sidecar(config: Config, reader: Reader, *, full: bool = False,
                  on_marked: Callable[[list[tuple[str, str | None]]], None] | None = None,
                  on_moved: Callable[[list[str]], None] | None = None,
                  prefetched: Mapping[str, Parsed] | None = None,
-                 tagged: frozenset[str] = frozenset()) -> MirrorReport:
+                 tagged: frozenset[str] = frozenset(), mark_new: bool = True) -> MirrorReport:
     """Bring the sidecar up to date with notmuch.  With ``wait=False`` a sync already running
     elsewhere raises :class:`SyncInProgress` instead of waiting for it.  ``new_since``: the
     notmuch revision before the index run that brought new mail (see :class:`Mirror`);
     ``prefetched``: files parsed already (:mod:`fmail_nm.passes.prefetch`); ``tagged``: new
-    messages that have their final tags already (:mod:`fmail_nm.passes.delivery`)."""
+    messages that have their final tags already (:mod:`fmail_nm.passes.delivery`);
+    ``mark_new`` false: no message is marked for the tagging pass (the mail of a setup)."""
     path = sidecar.sidecar_path(config.data_dir)
     with sync_lock(path, wait=wait), sidecar.opened(path) as conn:
         mirror = Mirror(config, reader, conn, new_since=new_since, on_progress=on_progress,
                         on_marked=on_marked, on_moved=on_moved, prefetched=prefetched,
-                        tagged=tagged)
+                        tagged=tagged, mark_new=mark_new)
         try:
             return mirror.sync(full=full)
         finally:
