@@ -26,14 +26,19 @@ T = TypeVar("T")
 
 def cmd_init(args: argparse.Namespace) -> int:
     from .adopt.initialize import mirror_existing_mail, prepare, write_fmail_toml
+    from .store.notmuch_config import config_chosen_by_environment
     from .app import load_config
     from .config import default_config_path
     from .service.index import run_index
 
     fmail_toml = Path(args.config).expanduser() if args.config else default_config_path()
     if not fmail_toml.is_file():
-        write_fmail_toml(fmail_toml, args.notmuch_config)
-        print(f"wrote fmail-nm config (all commented; edit freely): {fmail_toml}")
+        # A config $NOTMUCH_CONFIG or $NOTMUCH_PROFILE chose is written down: the server an
+        # MCP client or systemd starts has no such environment.
+        chosen = args.notmuch_config or config_chosen_by_environment()
+        write_fmail_toml(fmail_toml, str(chosen) if chosen else None)
+        print(f"wrote fmail-nm config (edit freely): {fmail_toml}"
+              + (f"; it names the notmuch config {chosen}" if chosen else ""))
     settings = load_settings(fmail_toml)
     report = prepare(
         settings,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -278,3 +280,16 @@ def test_init_on_a_used_notmuch_leaves_the_users_tags_on_mail_changed_meanwhile(
         "dump", "--include=tags").stdout.splitlines() if " -- " in line}
     changed = [k for k in before if before[k] != after.get(k)]
     assert changed == [f"id:{mid}"]  # only the flag's own change
+
+
+def test_a_notmuch_config_the_environment_chose_is_written_into_fmail_toml(
+        mail_env: MailEnv) -> None:
+    """init found the config through $NOTMUCH_CONFIG; an MCP client or systemd starts the
+    server without it, and doctor then advised an init that made a second database."""
+    init_like_a_new_user(mail_env)
+    assert f'config = "{mail_env.notmuch_config}"' in mail_env.fmail_config.read_text()
+    without = {k: v for k, v in {**os.environ, **mail_env.env}.items() if k != "NOTMUCH_CONFIG"}
+    doctor = subprocess.run([sys.executable, "-m", "fmail_nm", "doctor"], env=without,
+                            text=True, capture_output=True, timeout=120)
+    assert "no notmuch config" not in doctor.stdout + doctor.stderr
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr

@@ -258,7 +258,8 @@ FMAIL_TOML = """\
 
 
 def write_fmail_toml(path: Path, notmuch_config: str | None) -> None:
-    """A commented fmail.toml; it names the notmuch config only when init was told one."""
+    """A commented fmail.toml; it names the notmuch config when init was told one, or the
+    environment chose it."""
     notmuch = ("\n[notmuch]\nconfig = " + json.dumps(notmuch_config) + "\n" if notmuch_config
                else "\n# Which notmuch config to use (default: found as libnotmuch finds it).\n"
                     "# [notmuch]\n# config = \"~/.notmuch-config\"\n")

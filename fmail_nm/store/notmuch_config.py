@@ -34,3 +34,15 @@ def new_config_path(explicit: str | None = None) -> Path:
     """Where a new config goes: the explicit or $NOTMUCH_CONFIG path, else ~/.notmuch-config
     (what ``notmuch setup`` writes)."""
     return notmuch_config_candidates(explicit)[-1]
+
+
+def config_chosen_by_environment() -> Path | None:
+    """The config $NOTMUCH_CONFIG or $NOTMUCH_PROFILE picks (whether it exists yet or not):
+    a program started without that environment -- by an MCP client, by systemd -- would
+    find another one, or none."""
+    if os.environ.get("NOTMUCH_CONFIG"):
+        return Path(os.environ["NOTMUCH_CONFIG"]).expanduser().absolute()
+    if _profile():
+        found = find_notmuch_config()
+        return found.absolute() if found is not None else new_config_path().absolute()
+    return None
