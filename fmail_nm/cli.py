@@ -123,9 +123,14 @@ def cmd_sidecar(args: argparse.Namespace) -> int:
     from .app import load_config
     from .passes.mirror import check, sync_sidecar
     from .store.notmuch import Reader
-    from .store.sidecar import opened, sidecar_path
+    from .store.sidecar import opened, readable, set_aside, sidecar_path
 
     config = load_config(args.config)
+    path = sidecar_path(config.data_dir)
+    if args.action == "rebuild" and path.is_file() and (why := readable(path)) is not None:
+        aside = set_aside(path)
+        print(f"the sidecar could not be read ({why}); moved it to {aside} (its contact notes, "
+              "blocks and write log: `sqlite3 <that file> .recover` may bring them back)")
     with Reader(config.settings.notmuch_config) as reader:
         if args.action in ("sync", "rebuild"):
             report = sync_sidecar(config, reader, full=args.action == "rebuild")

@@ -293,3 +293,21 @@ def test_a_notmuch_config_the_environment_chose_is_written_into_fmail_toml(
                             text=True, capture_output=True, timeout=120)
     assert "no notmuch config" not in doctor.stdout + doctor.stderr
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+
+
+def test_a_damaged_sidecar_is_a_doctor_finding_and_rebuild_sets_it_aside(
+        indexed: MailEnv) -> None:
+    """doctor, `sidecar rebuild` and init all stopped at "file is not a database"."""
+    path = indexed.config().data_dir / "sidecar.sqlite3"
+    for extra in ("-wal", "-shm"):
+        path.with_name(path.name + extra).unlink(missing_ok=True)
+    path.write_bytes(b"this is not a database" * 100)
+    doctor = indexed.fmail("doctor", check=False)
+    assert doctor.returncode == 1
+    assert "cannot be read (file is not a database)" in doctor.stdout
+    assert "fix: fmail-nm sidecar rebuild" in doctor.stdout
+    rebuilt = indexed.fmail("sidecar", "rebuild")
+    assert "moved it to" in rebuilt.stdout and "sidecar rebuilt" in rebuilt.stdout
+    [aside] = path.parent.glob("sidecar.sqlite3.damaged-*")
+    assert aside.read_bytes() == b"this is not a database" * 100
+    assert [f for f in checks(indexed) if f.check == "sidecar"] == []

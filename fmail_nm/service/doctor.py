@@ -244,6 +244,10 @@ def sidecar_findings(config: Config, reader: Reader) -> list[Finding]:
     if not path.is_file():
         return [Finding("sidecar", f"the sidecar {path} is not built yet: SQL and contacts "
                         "have nothing to read", "fmail-nm sidecar sync")]
+    if (why := sidecar.readable(path)) is not None:
+        return [Finding("sidecar", f"the sidecar {path} cannot be read ({why}): the post-new "
+                        "hook, SQL and contacts fail on it", "fmail-nm sidecar rebuild (it "
+                        "moves the damaged file aside first)")]
     with sidecar.opened(path, readonly=True) as conn:
         revision = reader.revision()
         uuid = sidecar.get_state(conn, "notmuch_uuid")

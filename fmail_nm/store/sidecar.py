@@ -27,6 +27,7 @@ import json
 import os
 import re
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -461,6 +462,30 @@ class SidecarError(BackendError):
 
 def sidecar_path(data_dir: Path) -> Path:
     return data_dir / SIDECAR_NAME
+
+
+def readable(path: Path) -> str | None:
+    """Why the sidecar file cannot be read as a database (damaged, not SQLite), else None."""
+    try:
+        with opened(path, readonly=True) as conn:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except SidecarError:
+        return None  # missing, or a newer schema: said elsewhere
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+    return None
+
+
+def set_aside(path: Path) -> Path:
+    """Move a damaged sidecar (and its WAL) aside, to build a new one; where it went.  Its
+    contact notes, blocks and write log stay in that file, for `sqlite3 <file> .recover`."""
+    aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
+    for suffix in ("-wal", "-shm"):
+        extra = path.with_name(path.name + suffix)
+        if extra.exists():
+            extra.rename(aside.with_name(aside.name + suffix))
+    path.rename(aside)
+    return aside
 
 
 def uid_for(message_id: str) -> str:
