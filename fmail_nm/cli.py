@@ -171,7 +171,8 @@ def cmd_contacts(args: argparse.Namespace) -> int:
     if args.action == "import":
         if len(args.args) != 1:
             raise CallerError("usage: fmail-nm contacts import FILE.csv")
-        with open(args.args[0], newline="", encoding="utf-8") as source:
+        # utf-8-sig: a spreadsheet's "CSV UTF-8" starts with a byte-order mark.
+        with open(args.args[0], newline="", encoding="utf-8-sig") as source:
             text = source.read()
         n, effect = _edit_contacts(config, args, lambda conn: contacts.import_csv(
             conn, io.StringIO(text)))

@@ -407,3 +407,40 @@ def test_cli_import_cannot_block_the_users_own_mail(indexed: MailEnv, tmp_path: 
     assert "blocked" not in tags_of(indexed, f"from:{OWN}")
     with sidecar.opened(sidecar_of(indexed)) as conn:
         assert OWN not in sidecar.blocked_addresses(conn)
+
+
+def test_a_cell_a_spreadsheet_would_run_is_exported_inert_and_imported_as_it_was(
+        conn: sqlite3.Connection, tmp_path: Path) -> None:
+    """Notes can come from mail through the model: '=cmd|...' opened in a spreadsheet runs."""
+    add(conn, "a@example.com", name="=HYPERLINK(\"http://evil.test\")",
+        notes="=cmd|' /C calc'!A0")
+    add(conn, "b@example.com", name="-minus", notes="@sum")
+    text = exported(conn)
+    assert "'=cmd|' /C calc'!A0" in text and "'=HYPERLINK" in text and "'-minus" in text
+    before = kept(conn)
+    with sidecar.opened(tmp_path / "fresh.sqlite3") as fresh:
+        assert import_text(fresh, text) == 2
+        assert kept(fresh) == before
+
+
+@pytest.mark.parametrize("text", [
+    'email_address,name\nx@example.com,"unterminated,0\n',
+    "email_address,name\nx@example.com," + "y" * 200_000 + "\n",
+])
+def test_a_file_that_is_not_csv_is_refused_whole(conn: sqlite3.Connection, text: str) -> None:
+    add(conn, "keep@example.com", notes="kept")
+    before = table(conn)
+    with pytest.raises(CallerError, match="line .*: not CSV"):
+        import_text(conn, "email_address\nok@example.com\n" + text.split("\n", 1)[1])
+    assert table(conn) == before
+
+
+def test_a_csv_utf8_file_with_a_byte_order_mark_imports(indexed: MailEnv, tmp_path: Path) -> None:
+    """Spreadsheets save "CSV UTF-8" with a BOM, which hid the email_address column."""
+    path = tmp_path / "contacts.csv"
+    path.write_bytes("\ufeffemail_address,name,is_blocked,notes\r\n"
+                     "zoe@example.net,Zoë,0,from the BOM file\r\n".encode("utf-8"))
+    done = indexed.fmail("contacts", "import", str(path))
+    assert "1" in done.stdout
+    exported_text = indexed.fmail("contacts", "export").stdout
+    assert "zoe@example.net,Zoë,0,from the BOM file" in exported_text

@@ -175,22 +175,41 @@ def export_csv(conn: sqlite3.Connection, out: TextIO) -> int:
     rows = conn.execute(f"SELECT {', '.join(CSV_FIELDS)} FROM contact_info ORDER BY email_address")
     count = 0
     for row in rows:
-        writer.writerow(["" if v is None else v for v in row])
+        writer.writerow(["" if v is None else _cell_out(v) for v in row])
         count += 1
     return count
+
+
+# A cell a spreadsheet would run as a formula (notes and names may come from mail, through
+# the model): written with a leading ' (OWASP's advice), which import_csv takes off again.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell_out(value: object) -> object:
+    return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
+
+
+def _cell_in(value: str | None) -> str | None:
+    if value and value.startswith("'") and value[1:].startswith(_FORMULA_START):
+        return value[1:]
+    return value
 
 
 def import_csv(conn: sqlite3.Connection, source: TextIO) -> int:
     """Merge a CSV written by :func:`export_csv`; rows replace what is there for their address.
     All or nothing: a bad row aborts the import with its line number."""
-    reader = csv.DictReader(source)
-    missing = [f for f in ("email_address",) if f not in (reader.fieldnames or [])]
+    reader = csv.DictReader(source, strict=True)
+    try:
+        fields = reader.fieldnames or []
+    except csv.Error as exc:
+        raise CallerError(f"line {reader.line_num}: not CSV ({exc})") from None
+    missing = [f for f in ("email_address",) if f not in fields]
     if missing:
         raise CallerError("the CSV has no email_address column (expected: " + ",".join(CSV_FIELDS) + ")")
     count = 0
     newly_blocked = []
     with sidecar.transaction(conn):
-        for row in reader:
+        for row in _rows(reader):
             try:
                 address = normalize_address(row.get("email_address") or "")
                 blocked = _flag(row.get("is_blocked"))
@@ -203,11 +222,25 @@ def import_csv(conn: sqlite3.Connection, source: TextIO) -> int:
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (email_address) DO UPDATE SET "
                 "name = excluded.name, is_blocked = excluded.is_blocked, notes = excluded.notes, "
                 "updated_at = excluded.updated_at",
-                (address, row.get("name") or None, int(blocked), row.get("notes") or None,
-                 utc_stamp()))
+                (address, _cell_in(row.get("name")) or None, int(blocked),
+                 _cell_in(row.get("notes")) or None, utc_stamp()))
             count += 1
         _refuse_own(conn, newly_blocked)  # inside the transaction: refused means none applied
     return count
+
+
+def _rows(reader: csv.DictReader[str]) -> Iterator[dict[str, str]]:
+    """The rows, or a CallerError at the first that is not CSV (an unterminated quote, a
+    field over the csv module's limit): the import is then all undone."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise CallerError(f"line {reader.line_num}: not CSV ({exc}); nothing was "
+                              "imported") from None
+        yield row
 
 
 _TRUE, _FALSE = ("1", "true", "yes"), ("", "0", "false", "no")
