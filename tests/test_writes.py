@@ -998,3 +998,29 @@ def test_broken_message_ids_are_found_as_notmuch_keeps_them(h: Harness) -> None:
     # A cleaned form still names an ordinary message as before.
     assert writes.set_flagged(h.ctx, [f"<{IN_INBOX}>"], True).applied == [IN_INBOX]
     h.assert_in_step()
+
+
+def test_a_block_while_notmuch_is_busy_says_it_is_saved_and_stays_undoable(
+        indexed: MailEnv) -> None:
+    """The contacts change is made before its mail is retagged: with the notmuch lock held
+    by another program the caller read "nothing was changed", although the block was saved,
+    and nothing could undo it."""
+    from fmail_nm.tools.contacts import MailNotRetagged, manage_contacts
+
+    config = indexed.config()
+    with Reader() as reader, Writer(lock_timeout=0.5) as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        with notmuch_lock_held(indexed.env):
+            with pytest.raises(MailNotRetagged, match="the contacts change is saved"):
+                manage_contacts(
+                    ctx, f"UPDATE contacts SET is_blocked = 1 WHERE email_address = '{BANK}'")
+        assert BANK in blocked_now(config)
+        undone = writes.undo_last_write(ctx)
+        assert not undone.errors
+        assert BANK not in blocked_now(config)
+        assert indexed.notmuch("count", "tag:blocked").stdout.strip() == "0"
+
+
+def blocked_now(config: Any) -> set[str]:
+    with sidecar.opened(sidecar.sidecar_path(config.data_dir)) as conn:
+        return sidecar.blocked_addresses(conn)

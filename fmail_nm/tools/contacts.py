@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar
 
 from ..clock import utc_stamp
-from ..errors import CallerError
+from ..errors import BackendError, CallerError
 from ..passes.blocklist import (
     BlockReport,
     apply_blocklist,
@@ -28,6 +28,7 @@ from ..passes.blocklist import (
 )
 from ..passes.changes import ORIGIN_PROPERTY, WriteContext, change_record
 from ..store import sidecar
+from ..store.notmuch import NotmuchAccessError
 from . import sql
 
 CSV_FIELDS = ("email_address", "name", "is_blocked", "notes")
@@ -75,8 +76,14 @@ def apply_contacts_change(ctx: WriteContext, action: str, params: dict[str, Any]
     origins = {m.message_id: ctx.reader.property(m.message_id, ORIGIN_PROPERTY) for m in before}
     report = BlockReport()
     if affected:
-        report = apply_blocklist(ctx.config, ctx.reader, ctx.writer, read_blocklist(ctx.config),
-                                 after_write=ctx.after_write, audit=False)
+        try:
+            report = apply_blocklist(ctx.config, ctx.reader, ctx.writer,
+                                     read_blocklist(ctx.config), after_write=ctx.after_write,
+                                     audit=False)
+        except NotmuchAccessError as exc:  # the contacts are saved: say so, keep them undoable
+            with sidecar.opened(ctx.sidecar_file) as conn:
+                sidecar.record_write(conn, action, params, list(rows))
+            raise MailNotRetagged(exc) from None
     moved = {c["message_id"]: c for c in report.moves}
     records = []
     for old, new in zip(before, ctx.reader.find_many([m.message_id for m in before])):
@@ -93,6 +100,15 @@ def apply_contacts_change(ctx: WriteContext, action: str, params: dict[str, Any]
     with sidecar.opened(ctx.sidecar_file) as conn:
         entry = sidecar.record_write(conn, action, params, [*records, *rows])
     return MailEffect(entry, report.tagged, report.untagged)
+
+
+class MailNotRetagged(BackendError):
+    """The contacts change is saved, but notmuch could not be written to retag its mail."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(
+            f"the contacts change is saved (undo_last_write takes it back), but its mail could "
+            f"not be retagged now ({exc}); the next index run applies the blocklist to it")
 
 
 def manage_contacts(ctx: WriteContext, sql_query: str, account_name: str | None = None, *,
