@@ -36,7 +36,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         # A config $NOTMUCH_CONFIG or $NOTMUCH_PROFILE chose is written down: the server an
         # MCP client or systemd starts has no such environment.
         chosen = args.notmuch_config or config_chosen_by_environment()
-        write_fmail_toml(fmail_toml, str(chosen) if chosen else None)
+        write_fmail_toml(fmail_toml, str(chosen) if chosen else None, args.address or ())
         print(f"wrote fmail-nm config (edit freely): {fmail_toml}"
               + (f"; it names the notmuch config {chosen}" if chosen else ""))
     settings = load_settings(fmail_toml)

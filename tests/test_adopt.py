@@ -311,3 +311,18 @@ def test_a_damaged_sidecar_is_a_doctor_finding_and_rebuild_sets_it_aside(
     [aside] = path.parent.glob("sidecar.sqlite3.damaged-*")
     assert aside.read_bytes() == b"this is not a database" * 100
     assert [f for f in checks(indexed) if f.check == "sidecar"] == []
+
+
+def test_addresses_given_to_init_for_a_users_notmuch_config_are_used_and_told(
+        mail_env: MailEnv) -> None:
+    """--address was dropped when the notmuch config was the user's: saved nowhere, the
+    user's own mail not tagged sent, and doctor then said no address was known."""
+    mail_env.notmuch_config.write_text(f"[database]\npath={mail_env.mail_root}\n[new]\n"
+                                       "tags=inbox;unread\n")
+    mail_env.fmail_config.unlink()
+    out = mail_env.fmail("init", "--address", "alex@example.org").stdout
+    assert "notmuch config set user.primary_email alex@example.org" in out
+    assert 'addresses = ["alex@example.org"]' in mail_env.fmail_config.read_text()
+    assert "alex@example.org" in mail_env.config().addresses
+    sent = mail_env.notmuch("count", "tag:sent").stdout.strip()
+    assert int(sent) > 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,6 +179,11 @@ def prepare(settings: Settings, *, notmuch_config: str | None, mail_root: Path |
                 root, name or report.identity.name, report.identity.addresses), encoding="utf-8")
         else:
             report.advice += missing_from_notmuch(report.identity, nm)
+    elif not wrote:  # given, for a config of the user's: notmuch is told how to learn them
+        given = Identity()
+        for address in addresses:
+            given.add(address, "--address")
+        report.advice += missing_from_notmuch(given, user_settings_as_written(nm, config_path))
     report.hooks = install_hooks(Path(nm["database.hook_dir"]), fmail_command(settings))
     return report
 
@@ -257,12 +263,16 @@ FMAIL_TOML = """\
 """
 
 
-def write_fmail_toml(path: Path, notmuch_config: str | None) -> None:
+def write_fmail_toml(path: Path, notmuch_config: str | None,
+                     addresses: Sequence[str] = ()) -> None:
     """A commented fmail.toml; it names the notmuch config when init was told one, or the
-    environment chose it."""
+    environment chose it, and the addresses init was given (--address)."""
     notmuch = ("\n[notmuch]\nconfig = " + json.dumps(notmuch_config) + "\n" if notmuch_config
                else "\n# Which notmuch config to use (default: found as libnotmuch finds it).\n"
                     "# [notmuch]\n# config = \"~/.notmuch-config\"\n")
+    if addresses:  # top-level keys go before the first table
+        notmuch = ("\n# Given to `fmail-nm init --address`.\naddresses = "
+                   + json.dumps(list(addresses), ensure_ascii=False) + "\n" + notmuch)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "x", encoding="utf-8") as out:  # never over a file that appeared meanwhile
         out.write(FMAIL_TOML.format(notmuch=notmuch))
