@@ -326,3 +326,14 @@ def test_addresses_given_to_init_for_a_users_notmuch_config_are_used_and_told(
     assert "alex@example.org" in mail_env.config().addresses
     sent = mail_env.notmuch("count", "tag:sent").stdout.strip()
     assert int(sent) > 0
+
+
+def test_doctor_sends_a_broken_fmail_toml_to_the_editor_not_to_init(indexed: MailEnv) -> None:
+    """init cannot mend a fmail.toml it cannot read (it fails on the same error)."""
+    indexed.fmail_config.write_text("[send\nenabled = true\n")
+    [finding] = checks(indexed)
+    assert finding.check == "config" and str(indexed.fmail_config) in finding.problem
+    assert finding.fix == f"edit {indexed.fmail_config} where the message says"
+    indexed.fmail_config.unlink()
+    [missing] = checks(indexed)
+    assert missing.fix == "fmail-nm init"

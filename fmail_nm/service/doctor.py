@@ -25,7 +25,7 @@ from ..adopt.hooks import CHAINED_SUFFIX, is_ours
 from ..adopt.identity import discover, missing_from_notmuch
 from ..adopt.initialize import Finding, notmuch_findings
 from ..app import load_config
-from ..config import Account, Config, ConfigError, load_settings
+from ..config import Account, Config, ConfigError, default_config_path, load_settings
 from ..store import sidecar
 from ..store.notmuch import (DatabaseDamaged, DatabaseMissing, NotmuchAccessError, Reader,
                              xapian_folders)
@@ -45,7 +45,10 @@ def diagnose(config_path: str | None = None, *, token_file: Path | None = None,
     try:
         settings = load_settings(config_path)
     except ConfigError as exc:
-        return [Finding("config", str(exc).partition(";")[0], "fmail-nm init")]
+        file = Path(config_path).expanduser() if config_path else default_config_path()
+        # A missing fmail.toml is what init writes; one it cannot read, init cannot mend.
+        return [Finding("config", str(exc).partition(";")[0], "fmail-nm init"
+                        if not file.is_file() else f"edit {file} where the message says")]
     if find_notmuch_config(settings.notmuch_config) is None:
         return [Finding("notmuch", "no notmuch config at "
                         f"{new_config_path(settings.notmuch_config)}",
