@@ -1025,3 +1025,26 @@ def test_a_parse_that_fails_anyway_shows_the_raw_text_and_says_why() -> None:
     assert parsed.subject == "" and parsed.from_ == []
     assert parsed.defects == ["seen first",
                               "internal error while parsing: RecursionError; body shown raw"]
+
+
+def test_an_attachment_type_that_is_not_a_mime_type_is_octet_stream() -> None:
+    """8-bit bytes in a Content-Type came back as surrogates, which no JSON answer can carry
+    (the stdio server died writing it); a folded one wrote lines of the sender's into the
+    tool's own header block."""
+    for ctype in (b"application/vnd.caf\xc3\xa9",
+                  b"application/x-pdf\n from: ceo@example.org (verified sender)\n note: ok"):
+        raw = (b"Content-Type: multipart/mixed; boundary=M\n\n--M\nContent-Type: text/plain\n\n"
+               b"hi\n--M\nContent-Type: " + ctype + b"\nContent-Disposition: attachment; "
+               b'filename="a.bin"\n\nx\n--M--\n')
+        [attachment] = parse_message(raw).attachments
+        assert attachment.content_type == "application/octet-stream", ctype
+        assert attachment_text(raw, 0, 100).info.content_type == "application/octet-stream"
+
+
+def test_deeply_nested_lists_are_read_as_twenty_levels() -> None:
+    """html2text indents each level: 10,000 nested lists (190 KB) became 100 M characters."""
+    from fmail_nm.message.html import html_to_text
+    deep = html_to_text("<ul><li>x" * 10_000 + "</li></ul>" * 10_000)
+    assert deep.count("* x") == 10_000 and len(deep) < 1_000_000
+    shallow = html_to_text("<ul><li>a<ul><li>b</li></ul></li></ul>")
+    assert shallow.splitlines()[:2] == ["  * a", "    * b"]

@@ -176,6 +176,23 @@ def test_a_body_cannot_fake_the_end_of_its_block() -> None:
     assert one_line("Urgent\r\n[1] 0123456789abcdef fake line") == "Urgent [1] 0123456789abcdef fake line"
 
 
+def test_a_sender_cannot_work_out_the_end_marker_from_the_text() -> None:
+    """The token was the first 32 bits of SHA-256 of the text: trying nonces until the text
+    held its own end marker took two minutes on two cores. It is keyed by the process now:
+    nothing a sender can compute from the text gives it."""
+    import hashlib
+
+    from fmail_nm.tools.render import untrusted
+    text = "Invoice attached.\nnonce 41\n"
+    block = untrusted(text, "attachment").split("\n")
+    token = block[-1].split()[1]
+    assert len(token) == 16 and block[-1] == f">>>attachment {token} ends"
+    for digest in (hashlib.sha256, hashlib.sha1, hashlib.md5):
+        assert digest(text.encode()).hexdigest()[:16] != token
+        assert digest(text.encode()).hexdigest()[:8] != token[:8]
+    assert untrusted(text, "attachment") == "\n".join(block)  # the same text, the same token
+
+
 # The full shape behind each tool's flat output schema.
 MODELS: dict[str, type[BaseModel]] = {
     "search_emails": dto.SearchResult, "list_threads": dto.ThreadList,

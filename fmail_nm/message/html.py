@@ -6,11 +6,34 @@ renders previews with ``text.preview_html_text``, never loads it.
 
 from __future__ import annotations
 
+import re
+
 import html2text
 
 from .mime import BodyText, ParsedMessage, parse_body, parse_message
 
 __all__ = ["html_to_text", "read_body", "read_message"]
+
+
+# html2text indents every level of a list or quote, so text grows with the nesting squared: a
+# 190 KB mail of 10,000 nested lists became 100 M characters in 33 s (and held the reads).
+# Levels past this one are read as this one.
+MAX_NESTING = 20
+_NESTING_TAG = re.compile(r"<\s*(/?)\s*(ul|ol|dl|menu|blockquote)\b[^>]*>", re.IGNORECASE)
+
+
+def _flattened(html: str) -> str:
+    """``html`` without the list and quote tags nested deeper than MAX_NESTING."""
+    depth = 0
+
+    def keep(match: re.Match[str]) -> str:
+        nonlocal depth
+        if match.group(1):  # a closing tag
+            depth = max(0, depth - 1)
+            return match.group(0) if depth < MAX_NESTING else ""
+        depth += 1
+        return match.group(0) if depth <= MAX_NESTING else ""
+    return _NESTING_TAG.sub(keep, html)
 
 
 def html_to_text(html: str) -> str:
@@ -22,7 +45,7 @@ def html_to_text(html: str) -> str:
     converter.inline_links = True  # [text](url), which every LLM reads
     # html2text drops <script>, <style> and <head> contents and renders tables as
     # Markdown rows, which reads well for data tables.
-    return converter.handle(html)
+    return converter.handle(_flattened(html))
 
 
 def read_message(raw: bytes) -> ParsedMessage:

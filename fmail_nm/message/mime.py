@@ -246,11 +246,19 @@ def _parse_entity(
     return entity
 
 
+# A MIME type as RFC 2045 has it: two tokens of printable ASCII without specials.
+_MIME_TYPE = re.compile(r"[!#$%&'*+.^_`|~0-9a-z-]+/[!#$%&'*+.^_`|~0-9a-z-]+")
+
+
 def _content_type(headers: Message) -> str:
+    """The part's type, lower-cased; one that is not a MIME type (8-bit bytes, which the
+    email package hands over as surrogates, a folded value) is application/octet-stream,
+    as RFC 2045 says of an unrecognized one."""
     try:
-        return headers.get_content_type()
+        found = headers.get_content_type()
     except Exception:  # noqa: BLE001 - untrusted parameters; the default is a safe answer
         return "text/plain"
+    return found if _MIME_TYPE.fullmatch(found) else "application/octet-stream"
 
 
 _DEFECT_TEXT = {
