@@ -31,8 +31,11 @@ __all__ = [
 
 # C0 controls except \t and \n, DEL, C1 controls (0x9B is a one-byte CSI on some terminals),
 # bidi embeddings/overrides/isolates (the "Trojan Source" characters), and lone surrogates
-# (which some codecs can emit and which UTF-8 JSON cannot carry).
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# (which some codecs can emit and which UTF-8 JSON cannot carry), and the Unicode tag
+# characters, which no mail client shows but a model reads as the ASCII they mirror
+# ("ASCII smuggling": a hidden "ignore prior instructions").
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+                     "\U000e0000-\U000e007f]")
 # Invisible padding that HTML newsletters use by the hundred (preheader spacers).
 _INVISIBLE = re.compile("[\u200b\u2060\ufeff\u034f\u00ad]|\u200c(?=[\\s\u200c])|(?<=\\s)\u200c")
 # Any of those characters: most text has none, and a plain scan for them is much cheaper

@@ -53,9 +53,11 @@ FLAG_LETTERS = ((T.UNREAD, "U"), (T.FLAGGED, "F"), (T.REPLIED, "R"), (T.ATTACHME
 # Implied by the line itself (the "to" form is the user's own mail) or by notmuch's defaults.
 UNSHOWN_TAGS = frozenset({T.INBOX, T.SENT, T.NEW, T.PASSED, "signed", "encrypted"})
 _LETTER = dict(FLAG_LETTERS)
-# Control characters, line breaks, and the bidirectional formatting characters that make text
-# read in another order than it is written (U+202E would show "gpj.exe" for "exe.jpg").
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]+")
+# Control characters, line breaks, the bidirectional formatting characters that make text read
+# in another order than it is written (U+202E would show "gpj.exe" for "exe.jpg"), and the
+# invisible Unicode tag characters (see message.text._UNSAFE).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
+                      r"\U000e0000-\U000e007f]+")
 # A name that would read as part of a line's form: the "to" of the user's own mail, or the
 # "|" before the subject.
 _FORM_LIKE = re.compile(r"(?i)^to\s|\||^\"")
