@@ -551,3 +551,21 @@ def test_a_sender_named_like_the_lines_form_is_quoted() -> None:
 def test_unanswered_threads_name_an_address_that_is_none(mb: reads.Mailbox) -> None:
     with pytest.raises(reads.ToolError, match="address .not-an-address. is not an e-mail address"):
         reads.find_unanswered_threads(mb, address="not-an-address")
+
+
+def test_clean_says_how_much_it_left_out() -> None:
+    """An Outlook forward ("____" then From:/Sent:) came back as its first line alone, and
+    "chars 0-29 of 29" told the model that was all."""
+    from fmail_nm.message.html import read_message
+    raw = (b"From: Boss <boss@example.com>\nSubject: FW: invoice\n"
+           b"Content-Type: text/plain; charset=utf-8\n\nPlease handle this by Friday.\n\n"
+           b"________________________________\nFrom: Supplier <s@example.net>\n"
+           b"Sent: Monday\nSubject: invoice\n\nInvoice 4711 for 12,300 EUR is due.\n"
+           b"Bank: DE00 1234 5678 9012 3456 78.\n")
+    clean = reads._body(read_message(raw), "clean", 10_000, 0)
+    assert clean.text == "Please handle this by Friday." and clean.left_out is not None
+    assert clean.left_out > 100
+    text = render._body(clean)
+    assert f"clean left out {clean.left_out} chars" in text.splitlines()[0]
+    full = reads._body(read_message(raw), "full", 10_000, 0)
+    assert "Invoice 4711" in full.text and full.left_out is None

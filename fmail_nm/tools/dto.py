@@ -119,6 +119,8 @@ class Body(Dto):
     next_offset: int | None = Field(default=None, description="body_offset to read on "
                                     "(set when the text was cut)")
     html_present: bool = False
+    # clean: how many characters of quotes, signature and forwarded headers it left out
+    left_out: int | None = None
 
 
 class EmailFull(Dto):

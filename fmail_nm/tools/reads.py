@@ -670,9 +670,16 @@ def _body(parsed: BodyText | ParsedMessage, body_format: str, max_chars: int,
         raise ToolError("max_body_chars must be positive and body_offset not negative")
     text = clean_text(parsed.text) if body_format == "clean" else parsed.text
     piece = slice_text(text, max_chars, offset)
+    # Said, so that a forward or a how-to that clean cut short is not read as all there is.
+    left_out = len(parsed.text) - len(text)
     return dto.Body(untrusted=True, text=piece.text, format=body_format, offset=piece.offset,
                     total_chars=piece.total_chars, next_offset=piece.next_offset,
-                    html_present=parsed.html_present)
+                    html_present=parsed.html_present,
+                    left_out=left_out if left_out >= MIN_LEFT_OUT else None)
+
+
+# Less than this left out by clean (trailing blanks, a short signature) goes unsaid.
+MIN_LEFT_OUT = 40
 
 
 def _email_full(mb: Mailbox, m: IndexedMessage, *, max_body_chars: int, body_offset: int,
