@@ -1060,3 +1060,14 @@ def test_invisible_unicode_tag_characters_do_not_reach_the_model() -> None:
     assert parsed.text == "Pay by Friday."
     assert one_line(parsed.subject) == "Invoice"
     assert one_line(parsed.from_[0].name) == "Bill"
+
+
+def test_one_stray_byte_does_not_turn_a_utf8_body_into_mojibake() -> None:
+    """A list server's Latin-1 footer under a UTF-8 body: the whole body was read as
+    windows-1252 ("ä¼šè°ã¯..."). The UTF-8 is kept and only the stray byte read as 1252."""
+    body = "会議は明日です。Grüße!\n-- \nfooter: caf".encode() + b"\xe9\n"
+    for header in ("Content-Type: text/plain; charset=utf-8", "Content-Type: text/plain"):
+        parsed = parse_message(message(header, body=body))
+        assert parsed.text.startswith("会議は明日です。Grüße!") and "footer: café" in parsed.text
+    latin = message("Content-Type: text/plain", body="Grüße aus Köln".encode("cp1252"))
+    assert parse_message(latin).text == "Grüße aus Köln"  # 8-bit text that is no UTF-8 at all

@@ -62,14 +62,39 @@ def _codec_for(label: str) -> str | None:
 
 
 def guess_decode(data: bytes) -> tuple[str, str]:
-    """Decode bytes with no usable declaration: ASCII, else UTF-8, else windows-1252."""
+    """Decode bytes with no usable declaration: ASCII, else UTF-8 (its stray bytes read as
+    windows-1252, when UTF-8 is most of the 8-bit text), else windows-1252."""
     if data.isascii():
         return data.decode("ascii"), "ascii"
     try:
         return data.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
-        # windows-1252 is latin-1 plus printable 0x80-0x9F; its 5 undefined bytes become U+FFFD.
-        return data.decode("cp1252", "replace"), "windows-1252"
+        pass
+    mixed = _mostly_utf8(data)
+    if mixed is not None:
+        return mixed, "utf-8 with some windows-1252 bytes"
+    # windows-1252 is latin-1 plus printable 0x80-0x9F; its 5 undefined bytes become U+FFFD.
+    return data.decode("cp1252", "replace"), "windows-1252"
+
+
+def _mostly_utf8(data: bytes) -> str | None:
+    """UTF-8 text with a few bytes that are not (a footer a list server added in Latin-1):
+    those bytes read as windows-1252, the rest kept -- when valid UTF-8 is at least half of
+    the 8-bit bytes; else None (the whole text is more likely windows-1252)."""
+    text = data.decode("utf-8", "surrogateescape")  # each stray byte: one U+DC80-U+DCFF
+    stray = len(_ESCAPED_BYTE.findall(text))
+    eight_bit = len(data) - len(data.translate(None, _EIGHT_BIT))
+    if eight_bit - stray < stray:
+        return None
+    return _ESCAPED_BYTE.sub(_as_cp1252, text)
+
+
+def _as_cp1252(match: re.Match[str]) -> str:
+    return bytes([ord(match.group()) - 0xDC00]).decode("cp1252", "replace")
+
+
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+_EIGHT_BIT = bytes(range(0x80, 0x100))
 
 
 def decode_bytes(data: bytes, charset: str | None, where: str, defects: list[str]) -> str:
@@ -105,7 +130,9 @@ def _decode_fallback(data: bytes, codec: str, label: str | None, where: str, def
         else:
             defects.append(f"{where}: text is not valid {label}, decoded as utf-8")
             return text
-    if codec in ("utf-8", "cp1252", "iso8859-1"):
+    if codec == "utf-8" and (mixed := _mostly_utf8(data)) is not None:
+        text, used = mixed, "utf-8 with some windows-1252 bytes"
+    elif codec in ("utf-8", "cp1252", "iso8859-1"):
         text, used = data.decode("cp1252", "replace"), "windows-1252"
     else:
         text, used = data.decode(codec, "replace"), f"{label} with replacement characters"
