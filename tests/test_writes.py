@@ -272,12 +272,17 @@ def test_junk_and_back(h: Harness) -> None:
     h.assert_in_step()
 
 
+def assert_refused(result: writes.WriteResult, mid: str, why: str) -> None:
+    """The write applied nothing, and said why for this one message."""
+    assert result.applied == []
+    [error] = result.errors
+    assert error.id == mid and why in error.error, error
+
+
 def test_a_missing_role_folder_is_a_clear_error_and_changes_nothing(h: Harness) -> None:
     before = h.shape(WORK_INBOX)
     result = writes.move_to_junk(h.ctx, [WORK_INBOX])
-    assert result.applied == []
-    [error] = result.errors
-    assert error.id == WORK_INBOX and "'work' has no junk folder" in error.error
+    assert_refused(result, WORK_INBOX, "'work' has no junk folder")
     assert h.shape(WORK_INBOX) == before
     assert result.audit_id is None and h.audit() == [] and h.outcomes == []
     h.assert_in_step()
@@ -342,10 +347,7 @@ def test_move_to_folder_never_moves_mail_into_another_account(h: Harness) -> Non
     mail root or with account= given."""
     before = h.shape(IN_INBOX), h.shape(SELF_CC)
     result = writes.move_to_folder(h.ctx, [IN_INBOX], "work/INBOX")
-    assert result.applied == []
-    [error] = result.errors
-    assert error.id == IN_INBOX
-    assert "folder 'work/INBOX' is in account 'work'" in error.error
+    assert_refused(result, IN_INBOX, "folder 'work/INBOX' is in account 'work'")
     with pytest.raises(ToolError, match="messages move only within their own account"):
         writes.move_to_folder(h.ctx, [SELF_CC], "work/INBOX", account="personal")
     assert (h.shape(IN_INBOX), h.shape(SELF_CC)) == before
@@ -441,9 +443,7 @@ def test_archive_of_mail_in_trash_says_so_and_changes_nothing(h: Harness) -> Non
     a following undo took back an older write)."""
     before = h.shape(IN_TRASH)
     result = writes.archive(h.ctx, [IN_TRASH])
-    assert result.applied == []
-    [error] = result.errors
-    assert error.id == IN_TRASH and "restore it first" in error.error
+    assert_refused(result, IN_TRASH, "restore it first")
     assert h.shape(IN_TRASH) == before
 
 

@@ -60,6 +60,11 @@ ORIGIN_PROPERTY = "fmail.origin"
 BIN_ROLES = ("trash", "junk")
 
 
+def bin_folders(account: Account) -> set[str]:
+    """The account's Trash and Junk folders (those it has)."""
+    return {account.folders[r] for r in BIN_ROLES if r in account.folders}
+
+
 class ChangeError(CallerError):
     """One message could not be (fully) changed; the text says why and what to do."""
 
@@ -211,7 +216,7 @@ def archive_step(account: str | None) -> Step:
         acct = work.account(account)
         dest, inbox = acct.folder("archive"), acct.folder("inbox")
         copies = work.copies(acct)
-        bins = {acct.folders[r] for r in BIN_ROLES if r in acct.folders}
+        bins = bin_folders(acct)
         if copies and all(copy.folder in bins for copy in copies):
             raise ChangeError(f"it is in {copies[0].folder}: archive moves mail out of the "
                               "inbox only; restore it first")
@@ -238,7 +243,7 @@ def restore_step(account: str | None) -> Step:
     """Copies in Trash/Junk go back where they came from (else to the inbox)."""
     def step(work: MessageWork) -> None:
         acct = work.account(account)
-        bins = {acct.folders[r] for r in BIN_ROLES if r in acct.folders}
+        bins = bin_folders(acct)
         origins = work.origins()
         for copy in work.copies(acct):
             if copy.folder not in bins:

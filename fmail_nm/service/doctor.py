@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sqlite3
 import stat
 from collections.abc import Sequence
 from pathlib import Path
@@ -247,14 +248,15 @@ def sidecar_findings(config: Config, reader: Reader) -> list[Finding]:
     if not path.is_file():
         return [Finding("sidecar", f"the sidecar {path} is not built yet: SQL and contacts "
                         "have nothing to read", "fmail-nm sidecar sync")]
-    if (why := sidecar.readable(path)) is not None:
-        return [Finding("sidecar", f"the sidecar {path} cannot be read ({why}): the post-new "
+    try:
+        with sidecar.opened(path, readonly=True) as conn:
+            revision = reader.revision()
+            uuid = sidecar.get_state(conn, "notmuch_uuid")
+            done = sidecar.get_state(conn, "revision")
+    except sqlite3.DatabaseError as exc:
+        return [Finding("sidecar", f"the sidecar {path} cannot be read ({exc}): the post-new "
                         "hook, SQL and contacts fail on it", "fmail-nm sidecar rebuild (it "
                         "moves the damaged file aside first)")]
-    with sidecar.opened(path, readonly=True) as conn:
-        revision = reader.revision()
-        uuid = sidecar.get_state(conn, "notmuch_uuid")
-        done = sidecar.get_state(conn, "revision")
     if uuid != revision.uuid:
         return [Finding("sidecar", "the sidecar was built from another notmuch database (it "
                         "was rebuilt or replaced)", "fmail-nm sidecar rebuild")]

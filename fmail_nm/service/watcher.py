@@ -80,10 +80,14 @@ def is_message_path(path: str, mail_root: str, ignore: Iterable[str] = ()) -> bo
         return False
     if os.path.basename(head) not in _MAILDIR_SUBDIRS:
         return False
-    rel = os.path.relpath(path, mail_root)
-    if rel.startswith(".." + os.sep) or rel == "..":
+    return _in_mail_tree(path, mail_root, ignore)
+
+
+def _in_mail_tree(path: str, mail_root: str, ignore: Iterable[str]) -> bool:
+    """Whether a path lies below the mail root, outside ``.notmuch`` and the ignored trees."""
+    if not _inside(path, mail_root) or path == mail_root:
         return False
-    if ".notmuch" in rel.split(os.sep):
+    if ".notmuch" in os.path.relpath(path, mail_root).split(os.sep):
         return False
     return not any(_inside(path, tree) for tree in ignore)
 
@@ -307,10 +311,8 @@ class MailWatcher:
     def _folder_left(self, folder: str, moved_to: str) -> None:
         """A folder of the tree removed or moved: moved within the tree, its files' own
         events tell; moved out, nothing else does."""
-        if not _inside(folder, self.mail_root) or _inside(moved_to, self.mail_root):
-            return
-        if ".notmuch" in os.path.relpath(folder, self.mail_root).split(os.sep) or any(
-                _inside(folder, tree) for tree in self.ignore):
+        if not _in_mail_tree(folder, self.mail_root, self.ignore) or _inside(moved_to,
+                                                                             self.mail_root):
             return
         log.debug("folder left the mail tree: %s", folder)
         try:
