@@ -10,9 +10,14 @@ import dataclasses
 import errno
 import logging
 import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -446,6 +451,95 @@ def test_scheduled_pulls_bring_mail_in_and_outages_show_in_the_status(
         assert "FAILED" not in render_text(bg.status())
     finally:
         bg.stop()
+
+
+def _mbsync_runs_with(config_path: Path) -> list[int]:
+    """The pids of mbsync processes started with this config file."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # not a process, or gone
+            continue
+        if argv and Path(os.fsdecode(argv[0])).name == "mbsync" and \
+                os.fsencode(config_path) in argv:
+            pids.append(int(entry.name))
+    return pids
+
+
+@contextmanager
+def _silent_server(bed: SyncBed) -> Iterator[list[socket.socket]]:
+    """Point the bed's mbsync at a server that greets and then never answers, with mbsync's
+    own timeout off; yields the connections it accepted.  Kills what mbsync it leaves."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def greet_and_fall_silent() -> None:
+        while True:
+            try:
+                conn, _ = silent.accept()
+            except OSError:
+                return
+            conn.sendall(b"* OK [CAPABILITY IMAP4rev1 AUTH=PLAIN] ready\r\n")
+            accepted.append(conn)
+    threading.Thread(target=greet_and_fall_silent, daemon=True).start()
+    rc = bed.mbsync_config.read_text()
+    assert f"Port {bed.server.port}\n" in rc and "Timeout 10\n" in rc
+    bed.mbsync_config.write_text(rc.replace(f"Port {bed.server.port}\n",
+                                            f"Port {silent.getsockname()[1]}\n")
+                                 .replace("Timeout 10\n", "Timeout 0\n"))
+    try:
+        yield accepted
+    finally:
+        for pid in _mbsync_runs_with(bed.mbsync_config):  # orphans of a failed test
+            os.kill(pid, signal.SIGKILL)
+        silent.close()
+        for conn in accepted:
+            conn.close()
+
+
+@pytest.mark.imap
+def test_stop_ends_an_mbsync_run_hung_on_a_silent_server(
+        sync_bed: SyncBed) -> None:  # noqa: F811
+    """mbsync runs in a session of its own (so its password command goes with it when it is
+    killed), where no signal to the service's process group reaches it: a run hung on a
+    server that never answers, with mbsync's own timeout off, must still end with the
+    service, and say why it ended."""
+    bed = sync_bed
+    _with_pull_interval(bed, 60)  # the first pull runs at start
+    bed.init()
+    with _silent_server(bed) as accepted:
+        bg = Background(bed.reload(), **{**FAST, "schedule": True})
+        bg.start()
+        try:
+            wait_for(lambda: accepted and _mbsync_runs_with(bed.mbsync_config),
+                     "mbsync to connect to the silent server")
+        finally:
+            bg.stop(timeout=1.0)
+        assert _mbsync_runs_with(bed.mbsync_config) == []
+        acct = bg.status().account(ACCOUNT)
+        assert acct is not None and acct.last_pull is not None and not acct.last_pull.ok
+        assert "fmail-nm was shutting down" in (acct.last_pull.error or "")
+
+
+@pytest.mark.imap
+def test_ctrl_c_in_sync_ends_its_mbsync(sync_bed: SyncBed) -> None:  # noqa: F811
+    bed = sync_bed
+    bed.init()
+    with _silent_server(bed) as accepted:
+        sync = subprocess.Popen([sys.executable, "-m", "fmail_nm", "sync"],
+                                env={**os.environ, **bed.env}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: accepted and _mbsync_runs_with(bed.mbsync_config),
+                     "fmail-nm sync's mbsync to connect to the silent server")
+            sync.send_signal(signal.SIGINT)
+            sync.communicate(timeout=30)
+        finally:
+            sync.kill()
+            sync.wait()
+        assert sync.returncode != 0
+        assert _mbsync_runs_with(bed.mbsync_config) == []
 
 
 # ---------------------------------------------------------------------------------------------

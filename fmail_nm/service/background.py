@@ -37,7 +37,8 @@ from ..private import private_dir
 from ..store.notmuch import Reader
 from ..store.notmuch_cli import notmuch_settings
 from .index import run_index
-from .mbsync import MBSYNC_TIMEOUT, MbsyncNotInstalled, MbsyncRun, run_mbsync
+from .mbsync import (MBSYNC_TIMEOUT, STOP_GRACE, MbsyncNotInstalled, MbsyncRun, run_mbsync,
+                     stop_running)
 from .push import PushScheduler
 from .status import (
     AccountStatus,
@@ -293,8 +294,7 @@ class _Puller:
             return
         self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
-            log.warning("pull for %s still running at shutdown; mbsync is left to finish",
-                        self.account.name)
+            log.warning("pull for %s still running at the shutdown deadline", self.account.name)
 
     def _loop(self) -> None:
         failures = 0
@@ -450,6 +450,11 @@ class Background:
                             ", ".join(sorted(left.pending | left.running)))
             elif pending:
                 log.info("shutdown: pushed %s", ", ".join(sorted(pending)))
+        if stopped := stop_running():  # past the deadline: not left running after we exit
+            log.warning("shutdown: stopped %d mbsync run(s) still going; the next sync takes "
+                        "them up again", stopped)
+            for puller in self._pullers:  # each records its stopped run
+                puller.join(time.monotonic() + STOP_GRACE)
         self._indexer.stop(deadline)
         if self._status_written:
             self._mark_stopped()

@@ -29,6 +29,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -205,12 +206,41 @@ def trim_error(stderr: str, stdout: str = "") -> str:
     return text if len(text) <= ERROR_CHARS else "…" + text[-ERROR_CHARS:]
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+def _kill_group(proc: subprocess.Popen[str], sig: signal.Signals = signal.SIGKILL) -> None:
     # mbsync runs in its own session, so a PassCmd child goes down with it.
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
-        proc.kill()
+        proc.send_signal(sig)
+
+
+# The mbsync runs of this process still going, and those of them stop_running ended.  Each
+# runs in a session of its own, out of reach of a signal to the service's process group
+# (Ctrl-C, `kill -- -PGID`): without these, a run hung on a silent server (`Timeout 0`)
+# would outlive the service for good.
+_running: set[subprocess.Popen[str]] = set()
+_stopped: set[subprocess.Popen[str]] = set()
+_running_lock = threading.Lock()
+STOP_GRACE = 2.0  # seconds between SIGTERM and SIGKILL for a run stop_running ends
+
+
+def stop_running(grace: float = STOP_GRACE) -> int:
+    """End every mbsync run of this process still going -- the service's shutdown, once its
+    deadline has passed: SIGTERM to each run's session, SIGKILL to those still there after
+    ``grace`` seconds.  mbsync takes an interrupted run up again from its journal.  The
+    runs report that they were stopped.  Returns how many there were."""
+    with _running_lock:
+        procs = [proc for proc in _running if proc.poll() is None]
+        _stopped.update(procs)
+    for proc in procs:
+        _kill_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+    return len(procs)
 
 
 def execute(argv: list[str], timeout: float, *, keep_output: bool = False) -> tuple[int | None, str]:
@@ -224,6 +254,8 @@ def execute(argv: list[str], timeout: float, *, keep_output: bool = False) -> tu
         raise MbsyncNotInstalled(f"mbsync could not be started: {argv[0]} not found") from None
     except OSError as exc:
         return None, f"mbsync could not be started: {exc}"
+    with _running_lock:
+        _running.add(proc)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -232,6 +264,17 @@ def execute(argv: list[str], timeout: float, *, keep_output: bool = False) -> tu
         detail = trim_error(stderr, stdout)
         return proc.returncode, (f"mbsync did not finish within {timeout:g}s and was stopped"
                                  + (f"\n{detail}" if detail else ""))
+    except BaseException:  # Ctrl-C in `fmail-nm sync`: the run's own session would outlive us
+        _kill_group(proc)
+        proc.wait()
+        raise
+    finally:
+        with _running_lock:
+            _running.discard(proc)
+            stopped = proc in _stopped
+            _stopped.discard(proc)
+    if stopped:
+        return proc.returncode, "mbsync was stopped: fmail-nm was shutting down"
     if proc.returncode == 0:
         return 0, stdout if keep_output else ""
     error = trim_error(stderr, stdout) or f"mbsync exited with status {proc.returncode}"
