@@ -9,6 +9,9 @@ import os
 import signal
 import socket
 import stat
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -328,6 +331,49 @@ def test_empty_token_file_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     path.chmod(0o600)
     token = load_or_create_token(tmp_path)
     assert token and path.read_text().strip() == token
+
+
+def test_a_token_replaced_while_the_server_runs_is_the_one_it_accepts(
+        indexed: MailEnv) -> None:
+    """The documented way to replace the token is to delete the file; ``fmail-nm token``
+    then makes a new one.  A server already running must accept that one (the user's
+    clients get it) and refuse the old, without a restart; while the file is missing it
+    keeps the token it had."""
+    env = {k: v for k, v in {**os.environ, **indexed.env}.items() if k != "FMAIL_TOKEN"}
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fmail_nm", "serve", "--transport", "http",
+                             "--port", str(port), "--no-push"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    def initialize(token: str) -> int:
+        return httpx2.post(url, json=INITIALIZE, timeout=10.0,
+                           headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"}).status_code
+
+    def fmail_token() -> str:
+        return subprocess.run([sys.executable, "-m", "fmail_nm", "token"], env=env, text=True,
+                              capture_output=True, timeout=60, check=True).stdout.strip()
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "server did not start"
+                time.sleep(0.1)
+        first = fmail_token()
+        assert initialize(first) == 200
+        path = token_path(indexed.config().data_dir)
+        path.unlink()
+        assert initialize(first) == 200
+        second = fmail_token()
+        assert second != first and path.exists()
+        assert initialize(second) == 200
+        assert initialize(first) == 401
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 # --- client configs ----------------------------------------------------------------------

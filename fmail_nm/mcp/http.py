@@ -42,6 +42,14 @@ GRACEFUL_SHUTDOWN_SECONDS = 3  # uvicorn takes whole seconds
 _WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
 
 
+# The bearer token, or what gives it as it stands now (a token file a server follows).
+Token = str | Callable[[], str]
+
+
+def _token_source(token: Token) -> Callable[[], str]:
+    return (lambda: token) if isinstance(token, str) else token
+
+
 class BearerAuthMiddleware:
     """Pure ASGI middleware: HTTP (and websocket) requests must carry the bearer token.
 
@@ -49,11 +57,11 @@ class BearerAuthMiddleware:
     A missing or wrong token gets ``401`` with ``WWW-Authenticate: Bearer`` and a JSON body.
     """
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        if not token:
+    def __init__(self, app: ASGIApp, token: Token) -> None:
+        self._token = _token_source(token)
+        if not self._token():
             raise ValueError("BearerAuthMiddleware needs a non-empty token")
         self.app = app
-        self._expected = token.encode("utf-8")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -93,7 +101,7 @@ class BearerAuthMiddleware:
         scheme, _, credentials = values[0].strip().partition(b" ")
         if scheme.lower() != b"bearer" or not credentials.strip():
             return "invalid_request", "the Authorization header must be 'Bearer <token>'"
-        if not hmac.compare_digest(credentials.strip(), self._expected):
+        if not hmac.compare_digest(credentials.strip(), self._token().encode("utf-8")):
             return "invalid_token", "wrong token"
         return None
 
@@ -157,7 +165,7 @@ def allowed_hosts_and_origins(host: str, port: int,
     return hosts, origins
 
 
-def build_http_app(server: MCPServer, *, token: str, host: str, port: int,
+def build_http_app(server: MCPServer, *, token: Token, host: str, port: int,
                    path: str = DEFAULT_PATH, extra_hosts: Iterable[str] = ()) -> ASGIApp:
     """The ASGI app serving ``server`` at ``path``: bearer auth around the SDK's app.
 
@@ -212,7 +220,7 @@ def _check_host(host: str, allow_remote: bool) -> None:
             "--allow-remote (allow_remote=True) if you really mean it.")
 
 
-async def serve_http(server: MCPServer, *, host: str, port: int, token: str,
+async def serve_http(server: MCPServer, *, host: str, port: int, token: Token,
                      allow_remote: bool = False, path: str = DEFAULT_PATH,
                      ready: Callable[[], None] | None = None,
                      extra_hosts: Iterable[str] = ()) -> None:
@@ -227,7 +235,7 @@ async def serve_http(server: MCPServer, *, host: str, port: int, token: str,
     """
     import uvicorn
 
-    if not token:
+    if not _token_source(token)():
         raise ValueError("serve_http needs a non-empty bearer token")
     _check_host(host, allow_remote)
     if not is_loopback(host):

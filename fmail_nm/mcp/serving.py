@@ -95,12 +95,12 @@ def serve_http_forever(config: Config, *, host: str, port: int, allow_remote: bo
     import anyio
 
     from .http import check_listen, serve_http
-    from .token import load_or_create_token
+    from .token import server_token
 
     # Before the watcher, pulls and their status start: a start that cannot listen changes
     # nothing (it would have run an index and written over the last run's status).
     check_listen(host, port, allow_remote=allow_remote)
-    token = load_or_create_token(config.data_dir)
+    token = server_token(config.data_dir)
 
     def ready() -> None:
         print(f"fmail-nm: serving {len(config.accounts)} account(s) from {config.mail_root}",

@@ -2,7 +2,8 @@
 
 One random token per data directory, kept in ``<data_dir>/http-token`` with mode 0600.
 ``FMAIL_TOKEN`` in the environment overrides the file (for service managers and containers).
-The token itself is never logged.
+A running server follows the file (:class:`TokenFile`): a token replaced while it runs takes
+effect at once.  The token itself is never logged.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from ..private import private_dir
@@ -53,6 +55,45 @@ def load_or_create_token(data_dir: Path) -> str:
     return token
 
 
+class TokenFile:
+    """The token as ``<data_dir>/http-token`` stands now, for a server that runs for days:
+    the file is read again whenever it changes (one stat a request), so a token replaced
+    while the server runs -- the file deleted and a new one made by ``fmail-nm token``, or
+    edited -- is the one it accepts from then on, and the old one stops working.  While the
+    file is missing or empty the last token stays in force."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self._path = token_path(data_dir)
+        self._token = load_or_create_token(data_dir)
+        self._seen = self._stamp()
+
+    def __call__(self) -> str:
+        stamp = self._stamp()
+        if stamp is not None and stamp != self._seen:
+            self._seen = stamp
+            fresh = _read_token(self._path)
+            if fresh and fresh != self._token:
+                logger.info("%s changed: its new token is now the one accepted", self._path)
+                self._token = fresh
+        return self._token
+
+    def _stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = self._path.stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def server_token(data_dir: Path) -> Callable[[], str]:
+    """What a server checks requests against: ``$FMAIL_TOKEN`` when set (fixed for the
+    server's life), else the token file as it stands (:class:`TokenFile`)."""
+    from_env = os.environ.get(TOKEN_ENV, "").strip()
+    if from_env:
+        return lambda: from_env
+    return TokenFile(data_dir)
+
+
 def _read_token(path: Path) -> str | None:
     """The stripped token in ``path`` ('' when empty), None when there is no file."""
     try:
@@ -61,7 +102,8 @@ def _read_token(path: Path) -> str | None:
         return None
     if stat.S_IMODE(st.st_mode) & 0o077:
         logger.warning("%s was readable by other users (mode %o); tightened it to 0600 — "
-                       "consider replacing the token (delete the file and restart)",
+                       "consider replacing the token (delete the file, then `fmail-nm token` makes a "
+                       "new one; a running server takes it up)",
                        path, stat.S_IMODE(st.st_mode))
         os.chmod(path, 0o600)
     return path.read_text(encoding="utf-8").strip()
