@@ -226,3 +226,46 @@ DROP INDEX messages_excluded_date; ALTER TABLE messages DROP COLUMN is_excluded;
 DELETE FROM sync_state WHERE key = 'exclude_tags';
 PRAGMA user_version = 4;
 """
+
+
+# What `fmail-nm init` installed as post-new before the user's own hook was kept under its own
+# name (it was run as post-new.before-fmail-nm, beside ours): installations made then must keep
+# working, and the next init moves them.
+EARLIER_POST_NEW_HOOK = """#!/bin/sh
+# fmail-nm hook: post-new
+# Installed by `fmail-nm init`. notmuch runs it after `notmuch new`, with NOTMUCH_CONFIG set and
+# the database closed, so it may write. A post-new hook that was here before is kept next to
+# this file as post-new.before-fmail-nm and runs first; its exit status is kept.
+# `fmail-nm index` sets FMAIL_PASS_AFTER=1: it runs the pass itself once notmuch new is done,
+# so this hook does not start a second fmail-nm.
+here=$(dirname "$0")
+status=0
+if [ -x "$here/post-new.before-fmail-nm" ]; then
+    "$here/post-new.before-fmail-nm" "$@" || status=$?
+fi
+if [ "${FMAIL_PASS_AFTER:-}" != 1 ]; then
+    @FMAIL_NM@ hook post-new || status=$?
+fi
+exit "$status"
+"""
+
+# One script for both of notmuch's hooks, linked into the hook folder as pre-new and post-new,
+# telling them apart by the name it was run as (as many users' hook scripts do); each run
+# appends its branch to $HOOK_LOG.
+MULTICALL_HOOK = """#!/bin/sh
+case "$(basename "$0")" in
+    pre-new) echo pre-new >> "$HOOK_LOG" ;;
+    post-new) echo post-new >> "$HOOK_LOG" ;;
+    *) echo "run as $0" >> "$HOOK_LOG"; exit 1 ;;
+esac
+"""
+
+
+def link_multicall_hook(hook_dir: Path, script: Path, *, relative: bool = False) -> None:
+    """``script`` (written with MULTICALL_HOOK) linked into ``hook_dir`` as pre-new and post-new."""
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(MULTICALL_HOOK)
+    script.chmod(0o755)
+    hook_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("pre-new", "post-new"):
+        (hook_dir / name).symlink_to(os.path.relpath(script, hook_dir) if relative else script)

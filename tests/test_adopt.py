@@ -4,6 +4,7 @@ wrong with a setup and names the fix."""
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -11,13 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from fmail_nm.adopt.hooks import kept_hook, legacy_kept_hook
 from fmail_nm.adopt.identity import Identity, from_mbsync, from_msmtp
 from fmail_nm.app import load_config
+from fmail_nm.config import fmail_command, load_settings
 from fmail_nm.service import doctor
 from fmail_nm.store.notmuch import Reader
 from fmail_nm.tools import reads
 
-from .conftest import USER_ADDRESSES, MailEnv, damage_index, make_mail_env, run_init
+from .conftest import (EARLIER_POST_NEW_HOOK, USER_ADDRESSES, MailEnv, damage_index,
+                       link_multicall_hook, make_mail_env, run_init)
 
 
 def init_like_a_new_user(env: MailEnv) -> str:
@@ -220,7 +224,7 @@ def test_doctor_hook_checks(indexed: MailEnv) -> None:
     assert fixes(checks(indexed), "hook") == ["fmail-nm init (it keeps your hook and runs it first)"]
     indexed.fmail("init", "--mail-root", str(indexed.mail_root), "--no-index")
     assert fixes(checks(indexed), "hook") == []
-    assert (hook.parent / "post-new.before-fmail-nm").is_file()  # afew's hook, chained
+    assert kept_hook(hook.parent, "post-new").is_file()  # afew's hook, chained
 
 
 def test_doctor_identity_and_sidecar(mail_env: MailEnv) -> None:
@@ -337,3 +341,63 @@ def test_doctor_sends_a_broken_fmail_toml_to_the_editor_not_to_init(indexed: Mai
     indexed.fmail_config.unlink()
     [missing] = checks(indexed)
     assert missing.fix == "fmail-nm init"
+
+
+# ---------------------------------------------------------------------------------------------
+# A user's own post-new hook, through init, doctor and real notmuch new
+
+
+def users_notmuch_with_multicall_hook(env: MailEnv, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user's notmuch, indexed, with one hook script linked as both pre-new and post-new
+    (:data:`~tests.conftest.MULTICALL_HOOK`); the log its branches write to."""
+    env.notmuch_config.write_text(f"[database]\npath={env.mail_root}\n[new]\ntags=inbox;unread\n"
+                                  "[maildir]\nsynchronize_flags=true\n")
+    env.notmuch("new", "--no-hooks")
+    link_multicall_hook(env.mail_root / ".notmuch" / "hooks", env.base / "bin" / "nm-hooks")
+    log = env.base / "hook.log"
+    monkeypatch.setenv("HOOK_LOG", str(log))
+    return log
+
+
+def branches_run_by_notmuch_new(env: MailEnv, log: Path) -> tuple[int, list[str]]:
+    """notmuch new's exit status, and which branches of the user's hook script it ran."""
+    log.unlink(missing_ok=True)
+    done = env.notmuch("new", check=False)
+    return done.returncode, log.read_text().splitlines()
+
+
+def hook_findings(env: MailEnv) -> list[doctor.Finding]:
+    return [f for f in doctor.diagnose(str(env.fmail_config)) if f.check == "hook"]
+
+
+def test_init_keeps_a_multicall_hook_running_its_post_new_branch(
+        mail_env: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = users_notmuch_with_multicall_hook(mail_env, monkeypatch)
+    assert branches_run_by_notmuch_new(mail_env, log) == (0, ["pre-new", "post-new"])
+    mail_env.fmail("init", "--address", "alex@example.org")
+    assert branches_run_by_notmuch_new(mail_env, log) == (0, ["pre-new", "post-new"])
+    assert hook_findings(mail_env) == []
+
+
+def test_doctor_and_init_move_a_hook_chained_the_earlier_way(
+        mail_env: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = users_notmuch_with_multicall_hook(mail_env, monkeypatch)
+    hook_dir = mail_env.mail_root / ".notmuch" / "hooks"
+    hook, legacy = hook_dir / "post-new", legacy_kept_hook(hook_dir, "post-new")
+    # What an earlier init left: the user's link renamed, and its hook running it by that name.
+    hook.rename(legacy)
+    command = fmail_command(load_settings(str(mail_env.fmail_config)))
+    hook.write_text(EARLIER_POST_NEW_HOOK.replace("@FMAIL_NM@", shlex.join(command)))
+    hook.chmod(0o755)
+    assert branches_run_by_notmuch_new(mail_env, log) == (1, ["pre-new", f"run as {legacy}"])
+
+    [finding] = hook_findings(mail_env)
+    assert str(legacy) in finding.problem and "by its name" in finding.problem
+    assert finding.fix.startswith("fmail-nm init")
+    mail_env.fmail("init", "--address", "alex@example.org")
+    kept = kept_hook(hook_dir, "post-new")
+    assert not os.path.lexists(legacy)
+    assert kept.is_symlink() and os.readlink(kept) == str(mail_env.base / "bin" / "nm-hooks")
+    assert branches_run_by_notmuch_new(mail_env, log) == (0, ["pre-new", "post-new"])
+    assert hook_findings(mail_env) == []
+

@@ -11,6 +11,7 @@ from pathlib import Path
 import notmuch2
 import pytest
 
+from fmail_nm.adopt.hooks import kept_hook
 from fmail_nm.passes import first_index, indexing
 from fmail_nm.service.index import hook_in_the_way, run_index
 from fmail_nm.store import sidecar
@@ -240,7 +241,8 @@ def test_a_hook_of_the_users_keeps_the_first_index_notmuch_news(mail_env: MailEn
     init_without_index(mail_env)
     hook_dir = Path(mail_env.notmuch("config", "get", "database.hook_dir").stdout.strip())
     assert hook_in_the_way(str(hook_dir)) is None
-    (hook_dir / "post-new.before-fmail-nm").write_text("#!/bin/sh\n")
+    kept_hook(hook_dir, "post-new").parent.mkdir()
+    kept_hook(hook_dir, "post-new").write_text("#!/bin/sh\n")
     assert "post-new" in (hook_in_the_way(str(hook_dir)) or "")
     assert not run_index(mail_env.config(), show_progress=False).first_index
     assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())

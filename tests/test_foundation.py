@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fmail_nm.adopt.hooks import kept_hook
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import DatabaseBusy, Reader, Writer
 
@@ -106,7 +107,7 @@ def test_init_keeps_an_existing_notmuch_config_and_chains_its_hook(mail_env: Mai
     assert "left unchanged" in out
     assert "previous hook now runs first" in out
     assert mail_env.notmuch_config.read_bytes() == config_before
-    assert (hooks / "post-new.before-fmail-nm").read_text().startswith("#!/bin/sh\necho ran")
+    assert kept_hook(hooks, "post-new").read_text().startswith("#!/bin/sh\necho ran")
     runs_after_init = marker.read_text().count("ran")
     assert runs_after_init == 1  # init's notmuch new ran both hooks
     # Mail indexed before fmail-nm arrived has its recipients in the sidecar after init.

@@ -12,16 +12,20 @@ from pathlib import Path
 import pytest
 
 from fmail_nm.adopt.hooks import (
-    CHAINED_SUFFIX,
+    KEPT_DIR,
     MARKER,
     HookAction,
     hook_text,
     install_hook,
     install_hooks,
     is_ours,
+    kept_hook,
+    legacy_kept_hook,
 )
 
-CHAINED = "post-new" + CHAINED_SUFFIX
+from .conftest import EARLIER_POST_NEW_HOOK, MailEnv, link_multicall_hook
+
+LEGACY = "post-new.before-fmail-nm"  # where versions before this one kept the user's hook
 EXEC_BITS = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
 
 # A stand-in for fmail-nm: appends "fmail <NOTMUCH_CONFIG> <args...>" to $MARKER_FILE.
@@ -178,13 +182,14 @@ def test_a_users_hook_is_kept_byte_for_byte_and_chained(tmp_path: Path) -> None:
     hook_dir = tmp_path / "hooks"
     user_hook(hook_dir, 0o750)
     actions = install_hooks(hook_dir, ["fmail-nm"])
-    hook, chained = hook_dir / "post-new", hook_dir / CHAINED
+    hook, chained = hook_dir / "post-new", kept_hook(hook_dir, "post-new")
+    assert chained == hook_dir / KEPT_DIR / "post-new"  # under its own name
     assert actions == [HookAction("post-new", "chained", hook)]
-    assert CHAINED in actions[0].describe()
+    assert str(chained) in actions[0].describe()
     assert chained.read_bytes() == USER_HOOK
     assert stat.S_IMODE(chained.stat().st_mode) == 0o750
     assert is_ours(hook) and os.access(hook, os.X_OK)
-    assert sorted(p.name for p in hook_dir.iterdir()) == ["post-new", CHAINED]
+    assert sorted(p.name for p in hook_dir.iterdir()) == [KEPT_DIR, "post-new"]
 
     chained_before, hook_before = snapshot(chained), snapshot(hook)
     assert install_hooks(hook_dir, ["fmail-nm"]) == [HookAction("post-new", "unchanged", hook)]
@@ -225,30 +230,36 @@ def test_a_failing_users_hook_still_lets_ours_run_and_its_status_is_kept(tmp_pat
     assert [line.split("|")[0] for line in lines(marker)] == ["user", "fmail"]
 
 
-def test_an_existing_chained_hook_is_never_overwritten(tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", ["kept", "legacy"])
+def test_an_existing_chained_hook_is_never_overwritten(tmp_path: Path, layout: str) -> None:
     hook_dir = tmp_path / "hooks"
     user_hook(hook_dir)
-    chained = hook_dir / CHAINED
+    chained = (kept_hook if layout == "kept" else legacy_kept_hook)(hook_dir, "post-new")
+    chained.parent.mkdir(exist_ok=True)
     chained.write_bytes(b"#!/bin/sh\necho an older hook the user keeps\n")
     chained.chmod(0o700)
+    listing = sorted(p.name for p in hook_dir.iterdir())
     hook_before, chained_before = snapshot(hook_dir / "post-new"), snapshot(chained)
-    with pytest.raises(FileExistsError, match="merge them by hand"):
+    with pytest.raises(FileExistsError, match="merge them by hand") as refused:
         install_hooks(hook_dir, ["fmail-nm"])
+    assert str(hook_dir / "post-new") in str(refused.value) and str(chained) in str(refused.value)
     assert snapshot(hook_dir / "post-new") == hook_before
     assert snapshot(chained) == chained_before
-    assert sorted(p.name for p in hook_dir.iterdir()) == ["post-new", CHAINED]
+    assert sorted(p.name for p in hook_dir.iterdir()) == listing
 
 
 def test_a_leftover_chained_hook_without_post_new_is_kept_and_run(tmp_path: Path) -> None:
-    """No post-new but a post-new.before-fmail-nm (say the user deleted our hook): a plain
+    """No post-new but a kept before-fmail-nm/post-new (say the user deleted our hook): a plain
     install, which leaves the old file alone -- and the new hook runs it again."""
     hook_dir = tmp_path / "hooks"
     user_hook(hook_dir)
-    (hook_dir / "post-new").rename(hook_dir / CHAINED)
-    chained_before = snapshot(hook_dir / CHAINED)
+    chained = kept_hook(hook_dir, "post-new")
+    chained.parent.mkdir()
+    (hook_dir / "post-new").rename(chained)
+    chained_before = snapshot(chained)
     actions = install_hooks(hook_dir, fake_fmail(tmp_path))
     assert [a.action for a in actions] == ["installed"]
-    assert snapshot(hook_dir / CHAINED) == chained_before
+    assert snapshot(chained) == chained_before
     marker = tmp_path / "marker"
     assert run_hook(hook_dir / "post-new", marker).returncode == 0
     assert [line.split("|")[0] for line in lines(marker)] == ["user", "fmail"]
@@ -257,7 +268,8 @@ def test_a_leftover_chained_hook_without_post_new_is_kept_and_run(tmp_path: Path
 def test_a_dangling_chained_symlink_is_not_overwritten(tmp_path: Path) -> None:
     hook_dir = tmp_path / "hooks"
     user_hook(hook_dir)
-    chained = hook_dir / CHAINED
+    chained = kept_hook(hook_dir, "post-new")
+    chained.parent.mkdir()
     chained.symlink_to(tmp_path / "dotfiles" / "old-post-new")  # target not there (yet)
     try:
         install_hooks(hook_dir, ["fmail-nm"])
@@ -273,7 +285,7 @@ def test_a_non_executable_users_hook_is_kept_but_not_run(tmp_path: Path) -> None
     hook_dir = tmp_path / "hooks"
     user_hook(hook_dir, 0o644)
     actions = install_hooks(hook_dir, fake_fmail(tmp_path))
-    chained = hook_dir / CHAINED
+    chained = kept_hook(hook_dir, "post-new")
     assert [a.action for a in actions] == ["chained"]
     assert chained.read_bytes() == USER_HOOK
     assert stat.S_IMODE(chained.stat().st_mode) == 0o644
@@ -296,9 +308,12 @@ def test_a_symlinked_users_hook_is_chained_as_the_link_and_still_runs(
     link_text = "../dotfiles/post-new" if relative else str(target)
     (hook_dir / "post-new").symlink_to(link_text)
     actions = install_hooks(hook_dir, fake_fmail(tmp_path))
-    chained = hook_dir / CHAINED
+    chained = kept_hook(hook_dir, "post-new")
     assert [a.action for a in actions] == ["chained"]
-    assert chained.is_symlink() and os.readlink(chained) == link_text  # the link moved as is
+    # The link moved, still pointing at the same file: one folder down, a relative one gets a ..
+    assert chained.is_symlink()
+    assert os.readlink(chained) == (os.path.join("..", link_text) if relative else link_text)
+    assert chained.resolve() == target.resolve()
     assert target.read_bytes() == USER_HOOK  # the dotfile itself untouched
     hook = hook_dir / "post-new"
     assert not hook.is_symlink() and is_ours(hook)
@@ -313,7 +328,7 @@ def test_a_dangling_symlink_hook_is_chained_and_skipped(tmp_path: Path) -> None:
     (hook_dir / "post-new").symlink_to(tmp_path / "gone")
     actions = install_hooks(hook_dir, fake_fmail(tmp_path))
     assert [a.action for a in actions] == ["chained"]
-    assert os.readlink(hook_dir / CHAINED) == str(tmp_path / "gone")
+    assert os.readlink(kept_hook(hook_dir, "post-new")) == str(tmp_path / "gone")
     marker = tmp_path / "marker"
     done = run_hook(hook_dir / "post-new", marker)
     assert done.returncode == 0
@@ -339,4 +354,113 @@ def test_a_symlink_to_an_older_hook_of_ours_is_replaced_by_a_file(tmp_path: Path
     assert not hook.is_symlink()
     assert hook.read_text() == hook_text("post-new", ["/new/fmail-nm"])
     assert target.read_text() == hook_text("post-new", ["/old/fmail-nm"])
-    assert not (hook_dir / CHAINED).exists()
+    assert not (hook_dir / KEPT_DIR).exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# The user's hook runs under its own name, through real notmuch new
+
+
+def users_notmuch_with_multicall_hook(env: MailEnv, monkeypatch: pytest.MonkeyPatch, *,
+                                      relative: bool) -> tuple[Path, Path, Path]:
+    """A user's notmuch config and one hook script linked as pre-new and post-new; the hook
+    folder, the script, and the log its branches (and our stand-in for fmail-nm) write to."""
+    env.notmuch_config.write_text(f"[database]\npath={env.mail_root}\n")
+    hook_dir = env.mail_root / ".notmuch" / "hooks"
+    script = env.base / "bin" / "nm-hooks"
+    link_multicall_hook(hook_dir, script, relative=relative)
+    log = env.base / "hook.log"
+    monkeypatch.setenv("HOOK_LOG", str(log))
+    monkeypatch.setenv("MARKER_FILE", str(log))
+    return hook_dir, script, log
+
+
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
+def test_a_multicall_users_hook_still_runs_its_post_new_branch(
+        mail_env: MailEnv, monkeypatch: pytest.MonkeyPatch, relative: bool) -> None:
+    hook_dir, script, log = users_notmuch_with_multicall_hook(mail_env, monkeypatch,
+                                                             relative=relative)
+    assert [a.action for a in install_hooks(hook_dir, fake_fmail(mail_env.base))] == ["chained"]
+    assert kept_hook(hook_dir, "post-new").resolve() == script
+    done = mail_env.notmuch("new", check=False)
+    assert done.returncode == 0, done.stderr
+    assert lines(log) == ["pre-new", "post-new", f"fmail|{mail_env.notmuch_config}|hook post-new"]
+
+
+def chain_the_earlier_way(hook_dir: Path, command: list[str]) -> Path:
+    """What init did before: the user's post-new renamed post-new.before-fmail-nm and our hook
+    of then, running it under that name, in its place."""
+    legacy = legacy_kept_hook(hook_dir, "post-new")
+    assert legacy.name == LEGACY
+    (hook_dir / "post-new").rename(legacy)
+    (hook_dir / "post-new").write_text(EARLIER_POST_NEW_HOOK.replace("@FMAIL_NM@",
+                                                                     shlex.join(command)))
+    (hook_dir / "post-new").chmod(0o755)
+    return legacy
+
+
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
+def test_a_hook_chained_the_earlier_way_moves_to_run_under_its_own_name(
+        mail_env: MailEnv, monkeypatch: pytest.MonkeyPatch, relative: bool) -> None:
+    hook_dir, script, log = users_notmuch_with_multicall_hook(mail_env, monkeypatch,
+                                                             relative=relative)
+    command = fake_fmail(mail_env.base)
+    legacy = chain_the_earlier_way(hook_dir, command)
+    link = os.readlink(legacy)
+    mail_env.notmuch("new", check=False)
+    assert lines(log)[:2] == ["pre-new", f"run as {legacy}"]  # why it moves
+    log.unlink()
+
+    actions = install_hooks(hook_dir, command)
+    hook, kept = hook_dir / "post-new", kept_hook(hook_dir, "post-new")
+    assert actions == [HookAction("post-new", "updated", hook, moved_from=legacy)]
+    assert str(legacy) in actions[0].describe() and str(kept) in actions[0].describe()
+    assert not os.path.lexists(legacy)
+    assert kept.is_symlink()  # still a link, to the same script
+    assert os.readlink(kept) == (os.path.join("..", link) if relative else link)
+    assert kept.resolve() == script
+    assert sorted(p.name for p in hook_dir.iterdir()) == [KEPT_DIR, "post-new", "pre-new"]
+    done = mail_env.notmuch("new", check=False)
+    assert done.returncode == 0, done.stderr
+    assert lines(log) == ["pre-new", "post-new", f"fmail|{mail_env.notmuch_config}|hook post-new"]
+    assert install_hooks(hook_dir, command) == [HookAction("post-new", "unchanged", hook)]
+
+
+def test_a_file_chained_the_earlier_way_moves_as_it_is(tmp_path: Path) -> None:
+    hook_dir = tmp_path / "hooks"
+    user_hook(hook_dir, 0o700)
+    command = fake_fmail(tmp_path)
+    legacy = chain_the_earlier_way(hook_dir, command)
+    before = snapshot(legacy)
+    install_hooks(hook_dir, command)
+    assert snapshot(kept_hook(hook_dir, "post-new")) == before  # bytes, mtime, inode, mode
+    marker = tmp_path / "marker"
+    assert run_hook(hook_dir / "post-new", marker).returncode == 0
+    assert [line.split("|")[0] for line in lines(marker)] == ["user", "fmail"]
+
+
+@pytest.mark.parametrize("same", [True, False], ids=["same", "different"])
+def test_a_hook_kept_both_ways_is_dropped_only_when_it_is_the_same(
+        tmp_path: Path, same: bool) -> None:
+    target = tmp_path / "dotfiles" / "post-new"
+    target.parent.mkdir()
+    target.write_bytes(USER_HOOK)
+    target.chmod(0o755)
+    hook_dir = tmp_path / "hooks"
+    install_hooks(hook_dir, ["fmail-nm"])
+    kept, legacy = kept_hook(hook_dir, "post-new"), legacy_kept_hook(hook_dir, "post-new")
+    kept.parent.mkdir()
+    kept.symlink_to(target)
+    if same:
+        legacy.symlink_to(os.path.relpath(target, hook_dir))
+        install_hooks(hook_dir, ["fmail-nm"])
+        assert not os.path.lexists(legacy)
+        assert os.readlink(kept) == str(target)
+        return
+    legacy.write_bytes(b"#!/bin/sh\necho another hook\n")
+    with pytest.raises(FileExistsError, match="merge them by hand") as refused:
+        install_hooks(hook_dir, ["fmail-nm"])
+    assert str(kept) in str(refused.value) and str(legacy) in str(refused.value)
+    assert legacy.read_bytes() == b"#!/bin/sh\necho another hook\n"
+    assert os.readlink(kept) == str(target)
+

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from fmail_nm import progress
+from fmail_nm.adopt.hooks import kept_hook
 from fmail_nm.service.index import (
     LINE_WIDTH,
     ProgressDisplay,
@@ -359,7 +360,8 @@ def test_the_hooks_progress_reaches_the_bar_through_notmuch_new(mail_env: MailEn
     not asked."""
     init_without_index(mail_env)
     hook_dir = mail_env.mail_root / ".notmuch" / "hooks"
-    chained = hook_dir / "post-new.before-fmail-nm"
+    chained = kept_hook(hook_dir, "post-new")
+    chained.parent.mkdir()
     chained.write_text(HOOK_BEFORE.format(python=sys.executable), encoding="utf-8")
     chained.chmod(0o755)
     code, out = run_on_pty(mail_env, "index")

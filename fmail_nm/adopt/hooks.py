@@ -1,11 +1,16 @@
 """Install fmail-nm's notmuch hooks without losing the user's own.
 
-A hook already in place (afew, a shell script) is renamed to ``<hook>.before-fmail-nm`` and our
-hook runs it first.  Our hooks carry a marker line, so installing again only refreshes them.
+A hook already in place (afew, a shell script) is kept under its own name in a folder of its
+own, ``<hooks>/before-fmail-nm/<hook>``, and our hook runs it first: a script that tells what
+it was called as by its name (one script linked as both ``pre-new`` and ``post-new``) still
+sees ``post-new``.  Earlier versions kept it as ``<hooks>/<hook>.before-fmail-nm``; installing
+moves it.  Our hooks carry a marker line, so installing again only refreshes them.  Two
+different hooks of the user's are never merged, nor one dropped.
 """
 
 from __future__ import annotations
 
+import filecmp
 import os
 import shlex
 import stat
@@ -17,7 +22,9 @@ from ..passes import PASS_AFTER_ENV
 
 HOOK_NAMES = ("post-new",)
 MARKER = "# fmail-nm hook:"
-CHAINED_SUFFIX = ".before-fmail-nm"
+KEPT_DIR = "before-fmail-nm"
+# Where earlier versions kept the user's hook: <hook><LEGACY_SUFFIX>, beside ours.
+LEGACY_SUFFIX = ".before-fmail-nm"
 
 
 @dataclass(frozen=True)
@@ -25,12 +32,29 @@ class HookAction:
     hook: str
     action: str  # "installed", "chained", "updated", "unchanged"
     path: Path
+    moved_from: Path | None = None  # where an earlier version had kept the user's hook
 
     def describe(self) -> str:
+        kept = kept_hook(self.path.parent, self.hook)
         if self.action == "chained":
-            return (f"{self.hook}: installed at {self.path}; your previous hook now runs first "
-                    f"from {self.path.name}{CHAINED_SUFFIX}")
-        return f"{self.hook}: {self.action} at {self.path}"
+            text = (f"{self.hook}: installed at {self.path}; your previous hook now runs first "
+                    f"from {kept}")
+        else:
+            text = f"{self.hook}: {self.action} at {self.path}"
+        if self.moved_from is not None:
+            text += (f"; your own hook moved from {self.moved_from} to {kept}, where it runs "
+                     f"under its own name")
+        return text
+
+
+def kept_hook(hook_dir: Path, name: str) -> Path:
+    """Where the user's own hook ``name`` is kept, to run before ours."""
+    return hook_dir / KEPT_DIR / name
+
+
+def legacy_kept_hook(hook_dir: Path, name: str) -> Path:
+    """Where earlier versions kept it (run as ``<name>.before-fmail-nm``)."""
+    return hook_dir / (name + LEGACY_SUFFIX)
 
 
 def hook_text(name: str, command: list[str]) -> str:
@@ -58,6 +82,38 @@ def defers_pass(path: Path) -> bool:
     return MARKER in text[:512] and PASS_AFTER_ENV in text
 
 
+def same_hook(a: Path, b: Path) -> bool:
+    """Whether two entries are one hook: links (or a link and a file) to the same file, or
+    two files with the same bytes and mode -- dropping either loses nothing."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    if a.is_symlink() or b.is_symlink():
+        return False
+    try:
+        return (stat.S_IMODE(a.stat().st_mode) == stat.S_IMODE(b.stat().st_mode)
+                and filecmp.cmp(a, b, shallow=False))
+    except OSError:
+        return False
+
+
+def hooks_in_conflict(hook_dir: Path, name: str) -> tuple[Path, Path] | None:
+    """Two different hooks of the user's that would both have to run before ours, where
+    there is room for one: installing refuses rather than drop or merge either."""
+    path = hook_dir / name
+    found = [p for p in (kept_hook(hook_dir, name), legacy_kept_hook(hook_dir, name))
+             if os.path.lexists(p)]
+    if len(found) == 2 and not same_hook(*found):
+        return found[0], found[1]
+    if os.path.lexists(path) and not is_ours(path) and found:
+        return found[0], path
+    return None
+
+
+def conflict_advice(hook_dir: Path, name: str) -> str:
+    return (f"merge them by hand into one hook at {kept_hook(hook_dir, name)}, delete the "
+            f"other, then run `fmail-nm init` again")
+
+
 def _write_executable(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".fmail-nm-tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -65,26 +121,53 @@ def _write_executable(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _move_keeping_target(source: Path, target: Path) -> None:
+    """Move a hook into the keeping folder as it is: a file with its bytes and mode, a link
+    still pointing where it pointed (a relative link gets one ``..`` more, for the folder)."""
+    target.parent.mkdir(exist_ok=True)
+    if source.is_symlink() and not os.path.isabs(link := os.readlink(source)):
+        os.symlink(os.path.join("..", link), target)  # fails rather than overwrite
+        source.unlink()
+    else:
+        os.replace(source, target)
+
+
+def _move_legacy(hook_dir: Path, name: str) -> Path | None:
+    """The user's hook where an earlier version kept it, moved to where it runs under its own
+    name; that old place if there was one."""
+    legacy, kept = legacy_kept_hook(hook_dir, name), kept_hook(hook_dir, name)
+    if not os.path.lexists(legacy):
+        return None
+    if os.path.lexists(kept):  # the same hook, or hooks_in_conflict would have refused
+        legacy.unlink()
+    else:
+        _move_keeping_target(legacy, kept)
+    return legacy
+
+
 def install_hook(hook_dir: Path, name: str, command: list[str]) -> HookAction:
+    """Install our hook ``name``, keeping any hook of the user's to run first; FileExistsError
+    (nothing changed) when two different hooks of the user's compete for that place."""
+    pair = hooks_in_conflict(hook_dir, name)
+    if pair is not None:
+        raise FileExistsError(f"{pair[0]} and {pair[1]} are two different {name} hooks of "
+                              f"yours, and only one runs before fmail-nm's: "
+                              f"{conflict_advice(hook_dir, name)}")
     hook_dir.mkdir(parents=True, exist_ok=True)
     path = hook_dir / name
+    moved_from = _move_legacy(hook_dir, name)
     text = hook_text(name, command)
-    if path.exists() or path.is_symlink():
-        if is_ours(path):
-            if path.read_text(encoding="utf-8", errors="replace") == text:
-                return HookAction(name, "unchanged", path)
-            _write_executable(path, text)
-            return HookAction(name, "updated", path)
-        chained = hook_dir / (name + CHAINED_SUFFIX)
-        if chained.exists() or chained.is_symlink():  # a dangling link is the user's too
-            raise FileExistsError(
-                f"{path} is not fmail-nm's and {chained} already exists; merge them by hand"
-            )
-        os.replace(path, chained)
-        _write_executable(path, text)
-        return HookAction(name, "chained", path)
+    if not os.path.lexists(path):
+        action = "installed"
+    elif is_ours(path):
+        if path.read_text(encoding="utf-8", errors="replace") == text:
+            return HookAction(name, "unchanged", path, moved_from)
+        action = "updated"
+    else:
+        _move_keeping_target(path, kept_hook(hook_dir, name))
+        action = "chained"
     _write_executable(path, text)
-    return HookAction(name, "installed", path)
+    return HookAction(name, action, path, moved_from)
 
 
 def install_hooks(hook_dir: Path, command: list[str]) -> list[HookAction]:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import mbsyncrc, msmtprc
-from ..adopt.hooks import CHAINED_SUFFIX, is_ours
+from ..adopt.hooks import is_ours, kept_hook, legacy_kept_hook
 from ..adopt.identity import discover, missing_from_notmuch
 from ..adopt.initialize import Finding, notmuch_findings
 from ..app import load_config
@@ -140,16 +140,29 @@ def hook_findings(hook_dir: Path) -> list[Finding]:
         return [Finding("hook", f"{hook} is not fmail-nm's hook: new mail is not tagged",
                         "fmail-nm init (it keeps your hook and runs it first)")]
     found = []
-    for path in (hook, hook_dir / ("post-new" + CHAINED_SUFFIX)):
+    kept, legacy = kept_hook(hook_dir, "post-new"), legacy_kept_hook(hook_dir, "post-new")
+    for path in (hook, kept, legacy):
         if path.exists() and not os.access(path, os.X_OK):
             found.append(Finding("hook", f"{path} is not executable, so notmuch "
                                  f"{'skips it' if path == hook else 'never runs your own hook'}",
                                  f"chmod +x {shlex.quote(str(path))}"))
+    if os.path.lexists(legacy):
+        found.append(_legacy_finding(hook, kept, legacy))
     program = _hook_program(hook)
     if program and not Path(program).exists():
         found.append(Finding("hook", f"the post-new hook runs {program}, which is gone (a "
                              "virtualenv moved or removed)", "fmail-nm init"))
     return found
+
+
+def _legacy_finding(hook: Path, kept: Path, legacy: Path) -> Finding:
+    """The user's hook where an earlier version kept it: run under another name by that
+    version's hook (a script that dispatches on its name fails), by this one's not at all."""
+    fix = f"fmail-nm init (it moves your hook to {kept})"
+    if legacy.name in hook.read_text(encoding="utf-8", errors="replace"):
+        return Finding("hook", f"your own post-new hook runs as {legacy}: a script that tells "
+                       "pre-new from post-new by its name fails there", fix, serious=False)
+    return Finding("hook", f"your own post-new hook at {legacy} is never run", fix)
 
 
 def _hook_program(hook: Path) -> str | None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from .. import progress
-from ..adopt.hooks import CHAINED_SUFFIX, defers_pass, is_ours
+from ..adopt.hooks import defers_pass, is_ours, kept_hook, legacy_kept_hook
 from ..config import Config
 from ..passes import DELIVERY_MIN_FILES, NEW_SINCE_ENV, PASS_AFTER_ENV
 from ..passes.prefetch import Prefetch
@@ -423,7 +423,7 @@ def hook_in_the_way(hook_dir: str) -> str | None:
     hook = Path(hook_dir) / "post-new"
     if (hook.exists() or hook.is_symlink()) and not defers_pass(hook):
         return "a post-new hook other than fmail-nm's current one expects notmuch new"
-    if (Path(hook_dir) / ("post-new" + CHAINED_SUFFIX)).exists():
+    if any(kept(Path(hook_dir), "post-new").exists() for kept in (kept_hook, legacy_kept_hook)):
         return "a post-new hook of yours runs after notmuch new"
     return None
 
