@@ -401,3 +401,32 @@ def test_doctor_and_init_move_a_hook_chained_the_earlier_way(
     assert branches_run_by_notmuch_new(mail_env, log) == (0, ["pre-new", "post-new"])
     assert hook_findings(mail_env) == []
 
+
+def test_doctors_advice_chains_a_hook_a_dotfiles_manager_put_back(
+        mail_env: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = users_notmuch_with_multicall_hook(mail_env, monkeypatch)
+    mail_env.fmail("init", "--address", "alex@example.org")
+    hook_dir = mail_env.mail_root / ".notmuch" / "hooks"
+    hook, kept = hook_dir / "post-new", kept_hook(hook_dir, "post-new")
+    script = mail_env.base / "bin" / "nm-hooks"
+    hook.unlink()
+    hook.symlink_to(script)  # `stow -R`, `home-manager switch`
+    assert fixes(checks(mail_env), "hook") == [
+        "fmail-nm init (it keeps your hook and runs it first)"]
+    mail_env.fmail("init", "--address", "alex@example.org")
+    assert hook_findings(mail_env) == []
+    assert os.readlink(kept) == str(script)
+    assert branches_run_by_notmuch_new(mail_env, log) == (0, ["pre-new", "post-new"])
+
+    # Another hook put back: doctor and init name both, and keep both as they are.
+    hook.unlink()
+    hook.write_text("#!/bin/sh\necho another hook\n")
+    hook.chmod(0o755)
+    [finding] = hook_findings(mail_env)
+    assert str(hook) in finding.problem and str(kept) in finding.problem
+    assert finding.fix.startswith(f"merge them by hand into one hook at {kept}")
+    done = mail_env.fmail("init", "--address", "alex@example.org", check=False)
+    assert done.returncode != 0
+    assert str(hook) in done.stderr and str(kept) in done.stderr
+    assert hook.read_text() == "#!/bin/sh\necho another hook\n"
+    assert os.readlink(kept) == str(script)

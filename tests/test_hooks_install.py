@@ -464,3 +464,61 @@ def test_a_hook_kept_both_ways_is_dropped_only_when_it_is_the_same(
     assert legacy.read_bytes() == b"#!/bin/sh\necho another hook\n"
     assert os.readlink(kept) == str(target)
 
+
+# ---------------------------------------------------------------------------------------------
+# The user's hook put back in our hook's place (a dotfiles manager restoring its link)
+
+
+@pytest.mark.parametrize("how", ["absolute link", "relative link", "copy"])
+def test_a_users_hook_put_back_after_chaining_is_chained_again(tmp_path: Path, how: str) -> None:
+    target = tmp_path / "dotfiles" / "post-new"
+    target.parent.mkdir()
+    target.write_bytes(USER_HOOK)
+    target.chmod(0o755)
+    hook_dir = tmp_path / "hooks"
+    hook_dir.mkdir()
+    hook, kept = hook_dir / "post-new", kept_hook(hook_dir, "post-new")
+
+    def put_back() -> None:
+        if how == "copy":
+            hook.write_bytes(USER_HOOK)
+            hook.chmod(0o755)
+        else:
+            hook.symlink_to("../dotfiles/post-new" if how == "relative link" else target)
+
+    put_back()
+    command = fake_fmail(tmp_path)
+    assert [a.action for a in install_hooks(hook_dir, command)] == ["chained"]
+    kept_before = snapshot(kept)
+    hook.unlink()
+    put_back()  # `stow -R`, `home-manager switch`
+    actions = install_hooks(hook_dir, command)
+    assert actions == [HookAction("post-new", "rechained", hook)]
+    assert str(kept) in actions[0].describe()
+    assert snapshot(kept) == kept_before
+    assert target.read_bytes() == USER_HOOK
+    assert is_ours(hook) and not hook.is_symlink()
+    assert sorted(p.name for p in hook_dir.iterdir()) == [KEPT_DIR, "post-new"]
+    marker = tmp_path / "marker"
+    assert run_hook(hook, marker).returncode == 0
+    assert [line.split("|")[0] for line in lines(marker)] == ["user", "fmail"]  # once each
+
+
+def test_a_hook_put_back_over_one_chained_the_earlier_way_is_chained_again(
+        tmp_path: Path) -> None:
+    target = tmp_path / "dotfiles" / "post-new"
+    target.parent.mkdir()
+    target.write_bytes(USER_HOOK)
+    target.chmod(0o755)
+    hook_dir = tmp_path / "hooks"
+    hook_dir.mkdir()
+    hook = hook_dir / "post-new"
+    hook.symlink_to(target)
+    command = fake_fmail(tmp_path)
+    legacy = chain_the_earlier_way(hook_dir, command)
+    hook.unlink()
+    hook.symlink_to(target)
+    actions = install_hooks(hook_dir, command)
+    assert actions == [HookAction("post-new", "rechained", hook, moved_from=legacy)]
+    assert os.readlink(kept_hook(hook_dir, "post-new")) == str(target)
+    assert sorted(p.name for p in hook_dir.iterdir()) == [KEPT_DIR, "post-new"]

@@ -4,8 +4,9 @@ A hook already in place (afew, a shell script) is kept under its own name in a f
 own, ``<hooks>/before-fmail-nm/<hook>``, and our hook runs it first: a script that tells what
 it was called as by its name (one script linked as both ``pre-new`` and ``post-new``) still
 sees ``post-new``.  Earlier versions kept it as ``<hooks>/<hook>.before-fmail-nm``; installing
-moves it.  Our hooks carry a marker line, so installing again only refreshes them.  Two
-different hooks of the user's are never merged, nor one dropped.
+moves it.  Our hooks carry a marker line, so installing again only refreshes them.  A hook of
+the user's that comes back where ours was (a dotfiles manager restoring its link) is kept the
+same way; two different hooks of the user's are never merged, nor one dropped.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ LEGACY_SUFFIX = ".before-fmail-nm"
 @dataclass(frozen=True)
 class HookAction:
     hook: str
-    action: str  # "installed", "chained", "updated", "unchanged"
+    # "installed", "chained" (the user's hook moved aside and run first), "rechained" (the
+    # user's hook came back where ours was: it is the one already kept), "updated", "unchanged"
+    action: str
     path: Path
     moved_from: Path | None = None  # where an earlier version had kept the user's hook
 
@@ -39,6 +42,10 @@ class HookAction:
         if self.action == "chained":
             text = (f"{self.hook}: installed at {self.path}; your previous hook now runs first "
                     f"from {kept}")
+        elif self.action == "rechained":
+            text = (f"{self.hook}: installed at {self.path} again, over your hook put back there "
+                    f"(by a dotfiles manager?), the same one that runs first from {kept}; have "
+                    f"it install your hook at {kept} instead")
         else:
             text = f"{self.hook}: {self.action} at {self.path}"
         if self.moved_from is not None:
@@ -96,16 +103,24 @@ def same_hook(a: Path, b: Path) -> bool:
         return False
 
 
-def hooks_in_conflict(hook_dir: Path, name: str) -> tuple[Path, Path] | None:
-    """Two different hooks of the user's that would both have to run before ours, where
-    there is room for one: installing refuses rather than drop or merge either."""
+def users_hooks(hook_dir: Path, name: str) -> list[Path]:
+    """The user's own hooks called ``name`` in ``hook_dir``: the one kept to run before ours,
+    the one an earlier version kept, and one in our hook's place."""
     path = hook_dir / name
     found = [p for p in (kept_hook(hook_dir, name), legacy_kept_hook(hook_dir, name))
              if os.path.lexists(p)]
-    if len(found) == 2 and not same_hook(*found):
-        return found[0], found[1]
-    if os.path.lexists(path) and not is_ours(path) and found:
-        return found[0], path
+    if os.path.lexists(path) and not is_ours(path):
+        found.append(path)
+    return found
+
+
+def hooks_in_conflict(hook_dir: Path, name: str) -> tuple[Path, Path] | None:
+    """Two different hooks of the user's that would both have to run before ours, where
+    there is room for one: installing refuses rather than drop or merge either."""
+    found = users_hooks(hook_dir, name)
+    for other in found[1:]:
+        if not same_hook(found[0], other):
+            return found[0], other
     return None
 
 
@@ -163,6 +178,8 @@ def install_hook(hook_dir: Path, name: str, command: list[str]) -> HookAction:
         if path.read_text(encoding="utf-8", errors="replace") == text:
             return HookAction(name, "unchanged", path, moved_from)
         action = "updated"
+    elif os.path.lexists(kept_hook(hook_dir, name)):  # the same hook, as checked above
+        action = "rechained"
     else:
         _move_keeping_target(path, kept_hook(hook_dir, name))
         action = "chained"

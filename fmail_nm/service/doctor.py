@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import mbsyncrc, msmtprc
-from ..adopt.hooks import is_ours, kept_hook, legacy_kept_hook
+from ..adopt.hooks import (conflict_advice, hooks_in_conflict, is_ours, kept_hook,
+                           legacy_kept_hook)
 from ..adopt.identity import discover, missing_from_notmuch
 from ..adopt.initialize import Finding, notmuch_findings
 from ..app import load_config
@@ -133,6 +134,11 @@ def identity_findings(config: Config, nm: dict[str, str], reader: Reader, *,
 
 def hook_findings(hook_dir: Path) -> list[Finding]:
     hook = hook_dir / "post-new"
+    pair = hooks_in_conflict(hook_dir, "post-new")
+    if pair is not None:  # init refuses until the user has chosen
+        return [Finding("hook", f"{pair[0]} and {pair[1]} are two different post-new hooks of "
+                        "yours, and only one runs before fmail-nm's",
+                        conflict_advice(hook_dir, "post-new"))]
     if not hook.exists():
         return [Finding("hook", f"fmail-nm's post-new hook is not installed in {hook_dir}: new "
                         "mail is not tagged and the sidecar falls behind", "fmail-nm init")]
