@@ -430,3 +430,26 @@ def test_doctors_advice_chains_a_hook_a_dotfiles_manager_put_back(
     assert str(hook) in done.stderr and str(kept) in done.stderr
     assert hook.read_text() == "#!/bin/sh\necho another hook\n"
     assert os.readlink(kept) == str(script)
+
+
+@pytest.mark.parametrize("broken", ["[database\npath={root}\n", "[database]\npath={root}\nnew\n"],
+                         ids=["section", "line"])
+def test_a_notmuch_config_notmuch_cannot_parse_is_named_as_such(indexed: MailEnv,
+                                                                broken: str) -> None:
+    """notmuch loads nothing from it, says only "cannot load config file", and lists no
+    setting at all: init and doctor blamed a missing database.path."""
+    path = indexed.notmuch_config
+    path.write_text(broken.format(root=indexed.mail_root))
+    before = path.read_bytes()
+    said = f"notmuch could not parse its config file {path}"
+
+    done = indexed.fmail("init", check=False)
+    assert done.returncode != 0
+    assert said in done.stderr and "(notmuch: Error: cannot load config file.)" in done.stderr
+    assert "database" not in done.stderr.replace(str(path), "")
+    [finding] = checks(indexed)
+    assert finding.check == "config" and finding.problem.startswith(said)
+    assert "database.path" not in finding.problem
+    doctor = indexed.fmail("doctor", check=False)
+    assert doctor.returncode == 1 and said in doctor.stdout
+    assert path.read_bytes() == before  # the user's file, as they left it

@@ -61,6 +61,28 @@ class DatabaseMissing(NotmuchAccessError):
     """There is no notmuch database (or config) where libnotmuch looks."""
 
 
+class ConfigUnparsable(NotmuchAccessError):
+    """notmuch's config file is there, but notmuch cannot load it: a syntax error, or a file it
+    may not read.  notmuch itself says only "cannot load config file", naming no file, and its
+    ``notmuch config list`` prints nothing at all: without this, a setting it lacks is blamed."""
+
+    def __init__(self, path: Path, notmuch_says: str = "") -> None:
+        said = f" (notmuch: {notmuch_says})" if notmuch_says else ""
+        if os.access(path, os.R_OK):
+            problem = f"notmuch could not parse its config file {path}{said}: fix the line at " \
+                      "fault there (the syntax is in notmuch-config(1))"
+        else:
+            problem = f"notmuch may not read its config file {path}{said}: give it read access"
+        super().__init__(problem)
+
+
+def notmuch_message(output: str) -> str:
+    """notmuch's own words from its error output, without its advice to run `notmuch setup`
+    (which would write a new config over the user's)."""
+    return " ".join(line.strip() for line in output.splitlines()
+                    if line.strip() and "notmuch setup" not in line)
+
+
 class DatabaseDamaged(NotmuchAccessError):
     """libnotmuch found the database, but Xapian cannot read it: damaged (a disk error, a
     copy taken while it was written) or written by a newer Xapian."""
@@ -189,6 +211,9 @@ def _open(config_path: str | None, mode: notmuch2.Database.MODE) -> notmuch2.Dat
             raise _WriteLocked(reason) from None
         raise DatabaseDamaged(reason) from None
     except notmuch2.NotmuchError as exc:
+        found = find_notmuch_config(config_path)
+        if isinstance(exc, notmuch2.NoConfigError) and found is not None:
+            raise ConfigUnparsable(found, notmuch_message(str(exc))) from None
         raise DatabaseMissing(
             f"cannot open the notmuch database ({' '.join(str(exc).split())}); "
             "run `fmail-nm init` first"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from .notmuch import DatabaseMissing
+from .notmuch import ConfigUnparsable, DatabaseMissing, notmuch_message
 from .notmuch_config import find_notmuch_config
 
 CLI_TIMEOUT = 30.0
@@ -47,6 +47,10 @@ def notmuch_settings(config_path: str | os.PathLike[str] | None = None) -> dict[
         key, sep, value = line.partition("=")
         if sep:
             settings[key] = value
+    # A config it cannot load, notmuch lists as nothing at all, and exits 0.
+    found = find_notmuch_config(os.fspath(config_path) if config_path else None)
+    if not settings and found is not None:
+        raise ConfigUnparsable(found, notmuch_message(done.stderr))
     return settings
 
 
