@@ -861,6 +861,21 @@ def test_clean_text_html_signature_delimiter() -> None:
     assert clean_text("Thanks\n\n\\--\nBob\nACME") == "Thanks"
 
 
+def test_html_paragraph_beginning_with_gt_is_text_and_blockquote_is_quoted() -> None:
+    """Only <blockquote> quotes in HTML: "&gt; 40% growth" is a line of the message, which
+    clean kept neither in the read tools' rendering nor in the indexer's preview."""
+    from fmail_nm.message.text import preview_html_text
+    html = ("<p>Results for Q3:</p><p>&gt; 40% growth in EMEA</p>"
+            "<p>>= 3 new customers</p><p>Thanks, Jo</p>"
+            "<blockquote><p>What were the results?</p></blockquote>")
+    text = parse_message(message("Content-Type: text/html; charset=utf-8", body=html)).text
+    assert "> What were the results?" in text
+    assert clean_text(text) == ("Results for Q3:\n\n\\> 40% growth in EMEA\n\n"
+                                "\\>= 3 new customers\n\nThanks, Jo")
+    assert preview(preview_html_text(html)) == (
+        "Results for Q3: \\> 40% growth in EMEA \\>= 3 new customers Thanks, Jo")
+
+
 def test_clean_text_double_dash_in_prose_is_not_a_signature() -> None:
     text = "Options:\n--\n" + "\n".join(f"line {i}" for i in range(20))
     assert clean_text(text) == text

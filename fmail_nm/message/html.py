@@ -11,6 +11,7 @@ import re
 import html2text
 
 from .mime import BodyText, ParsedMessage, parse_body, parse_message
+from .text import QUOTE_MARK_ESCAPE
 
 __all__ = ["html_to_text", "read_body", "read_message"]
 
@@ -36,16 +37,37 @@ def _flattened(html: str) -> str:
     return _NESTING_TAG.sub(keep, html)
 
 
+# html2text writes a <blockquote> line and a paragraph that begins with a literal "&gt;" alike,
+# as "> ...", and clean_text would drop the paragraph as quoted history. So every ">" of the
+# text goes through html2text as this stand-in: a control character, which the input cannot
+# hold (it is removed first, as ``tidy`` would remove it anyway).
+_TEXT_GT = "\x1a"
+# The stand-in at the start of a line, after html2text's own "> " blockquote marks.
+_LEADING_TEXT_GT = re.compile(f"^((?:> ?)*[ \t]*){_TEXT_GT}", re.M)
+
+
+class _Converter(html2text.HTML2Text):
+    def handle_data(self, data: str, entity_char: bool = False) -> None:
+        super().handle_data(data.replace(">", _TEXT_GT), entity_char)
+
+
+def _restore_text_gt(text: str) -> str:
+    text = _LEADING_TEXT_GT.sub(lambda m: m.group(1) + QUOTE_MARK_ESCAPE, text)
+    return text.replace(_TEXT_GT, ">")
+
+
 def html_to_text(html: str) -> str:
-    """HTML as Markdown-ish text; an ``HtmlRenderer`` (``mime.html_text`` tidies the result)."""
-    converter = html2text.HTML2Text()
+    """HTML as Markdown-ish text; an ``HtmlRenderer`` (``mime.html_text`` tidies the result).
+    Only <blockquote> content comes out ``>``-quoted."""
+    converter = _Converter()
     converter.body_width = 0  # no hard wrapping: the reader wraps, and wrapping breaks URLs
     converter.images_to_alt = True  # tracking pixels vanish, meaningful alt text stays
     converter.unicode_snob = True  # keep “quotes” and é instead of ASCII approximations
     converter.inline_links = True  # [text](url), which every LLM reads
     # html2text drops <script>, <style> and <head> contents and renders tables as
     # Markdown rows, which reads well for data tables.
-    return converter.handle(_flattened(html))
+    text = converter.handle(_flattened(html.replace(_TEXT_GT, "")))
+    return _restore_text_gt(text)
 
 
 def read_message(raw: bytes) -> ParsedMessage:

@@ -13,8 +13,10 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "QUOTE_MARK_ESCAPE",
     "TextSlice",
     "clean_text",
+    "escape_quote_marks",
     "one_line",
     "preview",
     "preview_html_text",
@@ -67,6 +69,18 @@ def tidy(text: str) -> str:
 
 def one_line(text: str) -> str:
     return " ".join(sanitize(text).split())
+
+
+# A line that begins with ">" but is not quoted history -- literal text of an HTML paragraph,
+# a space-stuffed format=flowed line -- is written "\>", the Markdown escape (as html2text
+# writes "\-" and "\--"), so that clean_text keeps it.
+QUOTE_MARK_ESCAPE = "\\>"
+_LEADING_QUOTE_MARK = re.compile(r"^([ \t]*)>", re.M)
+
+
+def escape_quote_marks(text: str) -> str:
+    """``text`` with every line that begins with ">" escaped so it is not read as a quote."""
+    return _LEADING_QUOTE_MARK.sub(lambda m: m.group(1) + QUOTE_MARK_ESCAPE, text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -137,7 +151,8 @@ def _drop_hidden(html: str) -> str:
 def _inline_text(html: str) -> str:
     html = _BLOCK_TAG.sub("\n", html)
     html = _CELL_TAG.sub(" ", html)
-    return html_lib.unescape(_ANY_TAG.sub("", html))
+    # Only <blockquote> quotes in HTML: a paragraph that begins with "&gt;" is text.
+    return escape_quote_marks(html_lib.unescape(_ANY_TAG.sub("", html)))
 
 
 def _quoted(text: str, depth: int) -> str:
