@@ -334,6 +334,32 @@ HTML = """<html><head><title>Page title</title>
 <p>&nbsp;&zwnj;&nbsp;&zwnj;</p></body></html>"""
 
 
+def test_format_flowed_is_unflowed_in_clean_and_full() -> None:
+    """RFC 3676: soft breaks (a line ending in a space) join, DelSp=yes deletes that space,
+    the stuffing space goes, a space-stuffed ">=" is text and a ">" line is a quote, whose
+    flowed lines join within their depth."""
+    body = (b"A paragraph the sender's client wrapped at seventy-eight char \r\n"
+            b"acters, so the lines join. \r\n"
+            b"\r\n"
+            b" >= 3 customers signed\r\n"
+            b" From the start\r\n"
+            b"> a quoted para \r\n"
+            b"> graph\r\n"
+            b">> deeper\r\n"
+            b"-- \r\n"
+            b"Jo\r\n")
+    raw = message("Content-Type: text/plain; charset=utf-8; format=flowed; delsp=yes", body=body)
+    text = parse_message(raw).text
+    assert text == ("A paragraph the sender's client wrapped at seventy-eight characters, so the "
+                    "lines join.\n\n\\>= 3 customers signed\nFrom the start\n"
+                    "> a quoted paragraph\n>> deeper\n-- \nJo")
+    assert clean_text(text) == text.split("\n> ")[0]
+    plain = parse_message(message("Content-Type: text/plain; format=flowed", body=body)).text
+    assert plain.startswith("A paragraph the sender's client wrapped at seventy-eight char acters")
+    fixed = parse_message(message("Content-Type: text/plain", body=body)).text
+    assert fixed.startswith("A paragraph the sender's client wrapped at seventy-eight char\n")
+
+
 def test_alternative_prefers_plain() -> None:
     body = multipart(
         "ALT",

@@ -32,6 +32,7 @@ from email.message import Message
 from typing import TypeVar
 
 from .charset import decode_bytes, guess_decode
+from .formats import unflow
 from .headers import (
     Address,
     addresses,
@@ -483,7 +484,19 @@ def _leaf_text(entity: Entity, render_html: HtmlRenderer, defects: list[str]) ->
             charset = meta.group(1).decode("ascii")
         html = decode_bytes(data, charset, entity.where, defects)
         return html_text(html, render_html, entity.where, defects)
-    return tidy(decode_bytes(data, charset, entity.where, defects))
+    text = decode_bytes(data, charset, entity.where, defects)
+    if _param(entity, "format") == "flowed":
+        text = unflow(text, delsp=_param(entity, "delsp") == "yes")
+    return tidy(text)
+
+
+def _param(entity: Entity, name: str) -> str:
+    """A Content-Type parameter, lower-cased; "" when absent or unreadable."""
+    try:
+        value = entity.headers.get_param(name, header="content-type")
+    except Exception:  # noqa: BLE001 - untrusted parameters
+        return ""
+    return value.strip().lower() if isinstance(value, str) else ""
 
 
 def entity_charset(entity: Entity) -> str | None:
