@@ -135,7 +135,7 @@ def test_plain_message_headers_and_body() -> None:
     assert m.references == ["root@example.org", "prev@example.org"]
     assert m.list_id == "rust-users.lists.example.org"
     assert m.text == "Shall we meet at noon?"
-    assert not m.html_present
+    assert not m.from_html
     assert m.attachments == []
     assert m.defects == []
 
@@ -368,7 +368,7 @@ def test_alternative_prefers_plain() -> None:
     )
     m = parse_message(message("Content-Type: multipart/alternative; boundary=ALT", body=body))
     assert m.text == "Plain version."
-    assert m.html_present
+    assert not m.from_html  # the plain part is shown
     assert m.attachments == []
 
 
@@ -384,7 +384,7 @@ def test_alternative_with_empty_plain_uses_html() -> None:
 
 def test_html_only_keeps_links_drops_script_and_style() -> None:
     m = parse_message(message("Content-Type: text/html; charset=utf-8", body=HTML))
-    assert m.html_present
+    assert m.from_html
     assert "[the report](https://example.com/report?id=7&x=1)" in m.text
     assert "Hello **Alice**" in m.text
     for hidden in ("secretScript", "evil", "secret-css-rule", "color: red", "tracker.example", "Page title"):
@@ -429,7 +429,7 @@ def test_nested_structure_text_and_attachment_order() -> None:
     )
     m = parse_message(message("Content-Type: multipart/mixed; boundary=MIX", body=mixed))
     assert m.text == "plain body"
-    assert m.html_present
+    assert not m.from_html
     assert [(a.index, a.content_type, a.filename) for a in m.attachments] == [
         (0, "image/png", None),
         (1, "application/pdf", "r.pdf"),
@@ -1024,7 +1024,7 @@ def test_calendar_and_html_attachments() -> None:
     raw = message("Content-Type: multipart/mixed; boundary=M", body=body)
     m = parse_message(raw)
     assert m.text == "Invite attached."
-    assert not m.html_present  # the only HTML is an attachment
+    assert not m.from_html  # the only HTML is an attachment
     assert [a.content_type for a in m.attachments] == ["text/calendar", "text/html"]
     assert attachment_text(raw, 0, 100).text == "BEGIN:VCALENDAR\nEND:VCALENDAR"
     assert attachment_text(raw, 1, 100).text == "See [site](https://example.org/)"
@@ -1046,7 +1046,7 @@ def test_a_body_alone_is_the_body_of_the_whole_parse() -> None:
            b"Content-Type: multipart/alternative; boundary=x\n\n--x\nContent-Type: text/html\n\n"
            b"<p>Hello <b>there</b></p>\n--x--\n")
     whole, body = parse_message(raw), read_body(raw)
-    assert (body.text, body.html_present, body.defects) == (whole.text, True, whole.defects)
+    assert (body.text, body.from_html, body.defects) == (whole.text, True, whole.defects)
     assert "Hello **there**" in body.text
 
 
@@ -1062,7 +1062,7 @@ def test_a_parse_that_fails_anyway_shows_the_raw_text_and_says_why() -> None:
         raise RecursionError("too deep")
 
     parsed = mime._guarded(raw, failing, mime._fallback)
-    assert "café body" in parsed.text and not parsed.html_present
+    assert "café body" in parsed.text and not parsed.from_html
     assert parsed.subject == "" and parsed.from_ == []
     assert parsed.defects == ["seen first",
                               "internal error while parsing: RecursionError; body shown raw"]

@@ -190,7 +190,7 @@ def test_get_email_decodes_windows_1252(mb: reads.Mailbox) -> None:
 
 def test_html_only_mail_is_readable_text_with_links(mb: reads.Mailbox) -> None:
     mail = reads.get_email(mb, "<html-only-1@coop.example.com>", body_format="full")
-    assert mail.body.html_present
+    assert mail.body.from_html
     assert "https://coop.example.com/blog/winter-vegetables" in mail.body.text
     assert "Pumpkin soup box" in mail.body.text
     assert "css-marker-must-not-appear" not in mail.body.text
@@ -569,3 +569,17 @@ def test_clean_says_how_much_it_left_out() -> None:
     assert f"clean left out {clean.left_out} chars" in text.splitlines()[0]
     full = reads._body(read_message(raw), "full", 10_000, 0)
     assert "Invoice 4711" in full.text and full.left_out is None
+
+
+def test_body_label_says_from_html_only_when_html_was_shown() -> None:
+    """A multipart/alternative whose plain part was shown was labelled "from HTML"."""
+    from fmail_nm.message.html import read_message
+    alternative = (b"Content-Type: multipart/alternative; boundary=A\n\n--A\n"
+                   b"Content-Type: text/plain\n\nPLAIN version\n--A\n"
+                   b"Content-Type: text/html\n\n<p>HTML version</p>\n--A--\n")
+    html_only = b"Content-Type: text/html\n\n<p>HTML version</p>\n"
+
+    def label(raw: bytes) -> str:
+        return render._body(reads._body(read_message(raw), "full", 10_000, 0)).splitlines()[0]
+    assert label(alternative) == "body (full, chars 0-13 of 13):"
+    assert label(html_only) == "body (full, chars 0-12 of 12; from HTML):"

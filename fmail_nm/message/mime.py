@@ -95,7 +95,7 @@ class ParsedMessage:
     references: list[str]
     list_id: str | None
     text: str
-    html_present: bool
+    from_html: bool  # some of ``text`` was rendered from HTML
     attachments: list[AttachmentInfo]
     defects: list[str]
 
@@ -135,7 +135,8 @@ def _parse(raw: bytes, render_html: HtmlRenderer, defects: list[str]) -> ParsedM
         AttachmentInfo(i, entity_filename(e, defects), e.ctype, _entity_size(e, defects))
         for i, e in enumerate(attachment_entities(root))
     ]
-    text = _render(root, render_html, defects)
+    body = _Rendering(render_html, defects)
+    text = _render(root, body)
     return ParsedMessage(
         subject=one_line(decode_header_text(header(headers, "subject") or "", defects)),
         from_=addresses(headers, "from", defects),
@@ -148,7 +149,7 @@ def _parse(raw: bytes, render_html: HtmlRenderer, defects: list[str]) -> ParsedM
         references=msg_ids(header(headers, "references")),
         list_id=list_id(header(headers, "list-id")),
         text=text,
-        html_present=_has_html(root),
+        from_html=body.from_html,
         attachments=attachments,
         defects=list(dict.fromkeys(defects)),
     )
@@ -159,7 +160,7 @@ class BodyText:
     """The readable body alone (see parse_body)."""
 
     text: str
-    html_present: bool
+    from_html: bool
     defects: list[str]
 
 
@@ -169,8 +170,9 @@ def parse_body(raw: bytes, render_html: HtmlRenderer) -> BodyText:
     index's own header values).  Never raises."""
     def body(data: bytes, defects: list[str]) -> BodyText:
         root = parse_entity(data, defects)
-        text = _render(root, render_html, defects)
-        return BodyText(text, _has_html(root), list(dict.fromkeys(defects)))
+        rendering = _Rendering(render_html, defects)
+        text = _render(root, rendering)
+        return BodyText(text, rendering.from_html, list(dict.fromkeys(defects)))
 
     return _guarded(bytes(raw), body,
                     lambda data, defects: BodyText(_raw_text(data), False, defects))
@@ -180,7 +182,7 @@ def _fallback(raw: bytes, defects: list[str]) -> ParsedMessage:
     return ParsedMessage(
         subject="", from_=[], to=[], cc=[], reply_to=[], date=None, message_id=None,
         in_reply_to=None, references=[], list_id=None, text=_raw_text(raw),
-        html_present=False, attachments=[], defects=defects,
+        from_html=False, attachments=[], defects=defects,
     )  # fmt: skip
 
 
@@ -430,17 +432,6 @@ def attachment_entities(root: Entity) -> list[Entity]:
     return found
 
 
-def _has_html(root: Entity) -> bool:
-    stack = [root]
-    while stack:
-        entity = stack.pop()
-        if entity.is_multipart:
-            stack.extend(entity.children)
-        elif entity.ctype == "text/html" and not _is_attachment(entity):
-            return True
-    return False
-
-
 def _has_plain(entity: Entity) -> bool:
     if entity.is_multipart:
         return any(_has_plain(child) for child in entity.children)
@@ -451,24 +442,33 @@ def _has_plain(entity: Entity) -> bool:
 # Body text
 
 
-def _render(entity: Entity, render_html: HtmlRenderer, defects: list[str]) -> str:
+@dataclass
+class _Rendering:
+    """What rendering a body needs, and what it learns on the way about the text shown."""
+
+    render_html: HtmlRenderer
+    defects: list[str]
+    from_html: bool = False
+
+
+def _render(entity: Entity, body: _Rendering) -> str:
     """The readable text of an entity: plain preferred, HTML converted, attachments skipped."""
     if _is_attachment(entity):
         return ""
     if not entity.is_multipart:
-        return _leaf_text(entity, render_html, defects)
+        return _leaf_text(entity, body)
     if entity.ctype == "multipart/alternative":
-        return _render_alternative(entity.children, render_html, defects)
-    texts = (_render(child, render_html, defects) for child in entity.children)
+        return _render_alternative(entity.children, body)
+    texts = (_render(child, body) for child in entity.children)
     return "\n\n".join(text for text in texts if text)
 
 
-def _render_alternative(children: list[Entity], render_html: HtmlRenderer, defects: list[str]) -> str:
+def _render_alternative(children: list[Entity], body: _Rendering) -> str:
     for child in children:  # plain text is the cheapest and most faithful rendering
-        if _has_plain(child) and (text := _render(child, render_html, defects)):
+        if _has_plain(child) and (text := _render(child, body)):
             return text
     for child in reversed(children):  # RFC 2046: the last alternative is the richest
-        if text := _render(child, render_html, defects):
+        if text := _render(child, body):
             return text
     return ""
 
@@ -476,14 +476,18 @@ def _render_alternative(children: list[Entity], render_html: HtmlRenderer, defec
 _META_CHARSET = re.compile(rb"<meta[^>]{0,200}?charset\s*=\s*[\"']?\s*([A-Za-z0-9._:-]+)", re.I)
 
 
-def _leaf_text(entity: Entity, render_html: HtmlRenderer, defects: list[str]) -> str:
+def _leaf_text(entity: Entity, body: _Rendering) -> str:
+    defects = body.defects
     data = entity_payload(entity, defects)
     charset = entity_charset(entity)
     if entity.ctype == "text/html":
         if charset is None and (meta := _META_CHARSET.search(data, 0, 4096)):
             charset = meta.group(1).decode("ascii")
         html = decode_bytes(data, charset, entity.where, defects)
-        return html_text(html, render_html, entity.where, defects)
+        text = html_text(html, body.render_html, entity.where, defects)
+        # Only a rendering that is shown counts: an empty one leaves the plain text shown.
+        body.from_html = body.from_html or bool(text)
+        return text
     text = decode_bytes(data, charset, entity.where, defects)
     if _param(entity, "format") == "flowed":
         text = unflow(text, delsp=_param(entity, "delsp") == "yes")

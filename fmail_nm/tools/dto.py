@@ -118,7 +118,7 @@ class Body(Dto):
     total_chars: int
     next_offset: int | None = Field(default=None, description="body_offset to read on "
                                     "(set when the text was cut)")
-    html_present: bool = False
+    from_html: bool = False  # the text (or some of it) was rendered from an HTML part
     # clean: how many characters of quotes, signature and forwarded headers it left out
     left_out: int | None = None
 

@@ -674,7 +674,7 @@ def _body(parsed: BodyText | ParsedMessage, body_format: str, max_chars: int,
     left_out = len(parsed.text) - len(text)
     return dto.Body(untrusted=True, text=piece.text, format=body_format, offset=piece.offset,
                     total_chars=piece.total_chars, next_offset=piece.next_offset,
-                    html_present=parsed.html_present,
+                    from_html=parsed.from_html,
                     left_out=left_out if left_out >= MIN_LEFT_OUT else None)
 
 
