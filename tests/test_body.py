@@ -873,6 +873,16 @@ def test_clean_text_keeps_forwarded_content() -> None:
     assert "FYI, see below." in cleaned and "The database is down." in cleaned
 
 
+def test_clean_text_keeps_prose_about_header_fields() -> None:
+    """Outlook's history begins with From, Sent or Date, and To or Subject: a how-to with
+    "From:" and "Date:" lines is no such block, and clean cut the message there."""
+    how_to = ("Here is how to set up the filter:\n\nFrom: must match *@vendor.example\n"
+              "Date: any\nThen click Save.")
+    assert clean_text(how_to) == how_to
+    ruled = "Rules:\n____________\nFrom: must match *@vendor.example\nDate: any"
+    assert clean_text(ruled) == ruled
+
+
 def test_clean_text_all_quoted_returns_original() -> None:
     text = "> only\n> quoted\n"
     assert clean_text(text) == text

@@ -244,6 +244,10 @@ _FROM_FIELD = re.compile(r"^[ \t]*[*_]*(From|Von|De|Da|Van|Från|Od)[ \t]*:[*_]*
 _SENT_FIELD = re.compile(
     r"^[ \t]*[*_]*(Sent|Date|Gesendet|Datum|Envoyé|Enviado|Inviato|Verzonden|Skickat|Wysłano)[ \t]*:", re.I
 )
+_TO_OR_SUBJECT_FIELD = re.compile(
+    r"^[ \t]*[*_]*(To|Cc|Subject|An|Betreff|À|Objet|Para|Asunto|A|Oggetto|Aan|Onderwerp|"
+    r"Till|Ämne|Do|Temat|Assunto)[ \t]*:", re.I
+)
 _FORWARD_MARK = re.compile(r"forward|weitergeleitet|transféré|reenviado|inoltrato|doorgestuurd", re.I)
 _MOBILE_SIGNATURE = re.compile(
     r"^[ \t]*(Sent from my \S+( \S+)?|Sent from (Mail|Outlook) for \S+|Get Outlook for \S+|"
@@ -298,15 +302,21 @@ def _ends_new_content(lines: list[str], i: int) -> bool:
         return len(rest) <= 10
     if _RULE.match(line):
         following = _next_nonblank(lines, i + 1)
-        return following is not None and bool(_FROM_FIELD.match(lines[following]))
+        return following is not None and _is_reply_header_block(lines, following)
     return _is_reply_header_block(lines, i)
 
 
 def _is_reply_header_block(lines: list[str], i: int) -> bool:
-    """Outlook's "From: … Sent: … To: … Subject: …" block — unless it introduces a forward."""
+    """Outlook's "From: … Sent: … To: … Subject: …" block — unless it introduces a forward.
+    All of its shape is asked for (a From line, then a Sent or Date line and a To, Cc or
+    Subject line close below), or a how-to that says "From: must match …" would end the
+    new content."""
     if not _FROM_FIELD.match(lines[i]):
         return False
-    if not any(_SENT_FIELD.match(x) for x in lines[i + 1 : i + 5]):
+    block = lines[i + 1 : i + 6]
+    if not any(_SENT_FIELD.match(x) for x in block):
+        return False
+    if not any(_TO_OR_SUBJECT_FIELD.match(x) for x in block):
         return False
     before = [x for x in lines[max(0, i - 3) : i] if x.strip()]
     return not any(_FORWARD_MARK.search(x) for x in before)
