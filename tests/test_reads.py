@@ -554,20 +554,20 @@ def test_unanswered_threads_name_an_address_that_is_none(mb: reads.Mailbox) -> N
 
 
 def test_clean_says_how_much_it_left_out() -> None:
-    """An Outlook forward ("____" then From:/Sent:) came back as its first line alone, and
+    """An Outlook reply ("____" then From:/Sent:) came back as its first line alone, and
     "chars 0-29 of 29" told the model that was all."""
     from fmail_nm.message.html import read_message
-    raw = (b"From: Boss <boss@example.com>\nSubject: FW: invoice\n"
+    raw = (b"From: Boss <boss@example.com>\nSubject: RE: invoice\n"
            b"Content-Type: text/plain; charset=utf-8\n\nPlease handle this by Friday.\n\n"
            b"________________________________\nFrom: Supplier <s@example.net>\n"
            b"Sent: Monday\nSubject: invoice\n\nInvoice 4711 for 12,300 EUR is due.\n"
            b"Bank: DE00 1234 5678 9012 3456 78.\n")
-    clean = reads._body(read_message(raw), "clean", 10_000, 0)
+    clean = reads._body(read_message(raw), "RE: invoice", "clean", 10_000, 0)
     assert clean.text == "Please handle this by Friday." and clean.left_out is not None
     assert clean.left_out > 100
     text = render._body(clean)
     assert f"clean left out {clean.left_out} chars" in text.splitlines()[0]
-    full = reads._body(read_message(raw), "full", 10_000, 0)
+    full = reads._body(read_message(raw), "RE: invoice", "full", 10_000, 0)
     assert "Invoice 4711" in full.text and full.left_out is None
 
 
@@ -580,6 +580,23 @@ def test_body_label_says_from_html_only_when_html_was_shown() -> None:
     html_only = b"Content-Type: text/html\n\n<p>HTML version</p>\n"
 
     def label(raw: bytes) -> str:
-        return render._body(reads._body(read_message(raw), "full", 10_000, 0)).splitlines()[0]
+        return render._body(reads._body(read_message(raw), "", "full", 10_000, 0)).splitlines()[0]
     assert label(alternative) == "body (full, chars 0-13 of 13):"
     assert label(html_only) == "body (full, chars 0-12 of 12; from HTML):"
+
+
+@pytest.mark.parametrize("subject", ["FW: invoice", "Fwd: invoice", "WG: Rechnung", "TR: facture"])
+def test_clean_keeps_the_forwarded_message_of_a_forward(subject: str) -> None:
+    """The forwarded message is what the user asks about: clean cut it off as history."""
+    from fmail_nm.message.html import read_message
+    raw = (f"From: Boss <boss@example.com>\nSubject: {subject}\n".encode()
+           + b"Content-Type: text/plain; charset=utf-8\n\nPlease handle this by Friday.\n\n"
+           b"-----Original Message-----\nFrom: Supplier <s@example.net>\n"
+           b"Sent: Monday\nTo: Boss\nSubject: invoice\n\nInvoice 4711 is due.\n"
+           b"> an older quote\n")
+    parsed = read_message(raw)
+    clean = reads._body(parsed, parsed.subject, "clean", 10_000, 0)
+    assert clean.text.startswith("Please handle this by Friday.\n\n-----Original Message-----")
+    assert clean.text.endswith("Invoice 4711 is due.")
+    reply = reads._body(parsed, "Re: " + subject, "clean", 10_000, 0)
+    assert reply.text == "Please handle this by Friday."

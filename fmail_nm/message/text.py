@@ -17,6 +17,7 @@ __all__ = [
     "TextSlice",
     "clean_text",
     "escape_quote_marks",
+    "is_forward_subject",
     "one_line",
     "preview",
     "preview_html_text",
@@ -256,23 +257,33 @@ _MOBILE_SIGNATURE = re.compile(
 )
 
 
-def clean_text(text: str) -> str:
+# A subject that starts with a forward prefix, in the languages clients write it.
+_FORWARD_SUBJECT = re.compile(r"^[ \t]*(fwd?|wg|tr|rv|enc|vl|doorst|i)[ \t]*(\[\d+\])?[ \t]*:", re.I)
+
+
+def is_forward_subject(subject: str) -> bool:
+    """Whether ``subject`` is that of a forward ("Fwd:", "FW:", "WG:", "TR:", ...)."""
+    return bool(_FORWARD_SUBJECT.match(subject))
+
+
+def clean_text(text: str, forward: bool = False) -> str:
     """The new content of a message: quoted history, attributions and signature removed.
 
     Quoted (``>``) lines go wherever they are, so interleaved answers keep their new lines.
     A signature delimiter or an Outlook-style header block ends the new content, since
-    Outlook's history below it is not quoted. Never returns an empty string for text that had
-    unquoted content; text that is all quotes comes back unchanged.
+    Outlook's history below it is not quoted -- except in a ``forward``, where the message
+    below that block is the content the reader is after. Never returns an empty string for
+    text that had unquoted content; text that is all quotes comes back unchanged.
     """
     lines = sanitize(text).split("\n")
-    cleaned = tidy("\n".join(_new_content(lines)))
+    cleaned = tidy("\n".join(_new_content(lines, forward)))
     if cleaned:
         return cleaned
     unquoted = tidy("\n".join(line for line in lines if not _QUOTED.match(line)))
     return unquoted or text
 
 
-def _new_content(lines: list[str]) -> list[str]:
+def _new_content(lines: list[str], forward: bool) -> list[str]:
     kept: list[str] = []
     i = 0
     while i < len(lines):
@@ -280,7 +291,7 @@ def _new_content(lines: list[str]) -> list[str]:
         if _QUOTED.match(line):
             i += 1
             continue
-        if _ends_new_content(lines, i):
+        if _ends_new_content(lines, i, forward):
             break
         attribution_end = _attribution_end(lines, i)
         if attribution_end is not None:
@@ -293,13 +304,17 @@ def _new_content(lines: list[str]) -> list[str]:
     return kept
 
 
-def _ends_new_content(lines: list[str], i: int) -> bool:
+def _ends_new_content(lines: list[str], i: int, forward: bool) -> bool:
     line = lines[i]
-    if _SIG_STRICT.match(line) or _ORIGINAL_MESSAGE.match(line):
+    if _SIG_STRICT.match(line):
         return True
     if _SIG_LOOSE.match(line):  # "--" without its space: only if what follows is short
         rest = [x for x in lines[i + 1 :] if x.strip() and not _QUOTED.match(x)]
         return len(rest) <= 10
+    if forward:  # the forwarded message's own header block and separator are its content
+        return False
+    if _ORIGINAL_MESSAGE.match(line):
+        return True
     if _RULE.match(line):
         following = _next_nonblank(lines, i + 1)
         return following is not None and _is_reply_header_block(lines, following)

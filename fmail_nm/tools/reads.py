@@ -31,7 +31,7 @@ from ..message.attachments import attachment_text
 from ..message.headers import Address
 from ..message.html import read_body, read_message
 from ..message.mime import BodyText, ParsedMessage
-from ..message.text import clean_text, slice_text
+from ..message.text import clean_text, is_forward_subject, slice_text
 from ..store import maildir, sidecar
 from ..store.notmuch import IndexedMessage, Reader, ThreadNode
 from ..store.threads import ThreadSummary, sender, summarize
@@ -662,13 +662,16 @@ def _find(mb: Mailbox, message_id: str) -> IndexedMessage:
     return found
 
 
-def _body(parsed: BodyText | ParsedMessage, body_format: str, max_chars: int,
+def _body(parsed: BodyText | ParsedMessage, subject: str, body_format: str, max_chars: int,
           offset: int) -> dto.Body:
+    """The body to show; ``subject`` tells clean whether it is a forward (whose forwarded
+    message is kept)."""
     if body_format not in ("clean", "full"):
         raise ToolError("body_format must be clean or full")
     if max_chars < 1 or offset < 0:
         raise ToolError("max_body_chars must be positive and body_offset not negative")
-    text = clean_text(parsed.text) if body_format == "clean" else parsed.text
+    text = (clean_text(parsed.text, forward=is_forward_subject(subject))
+            if body_format == "clean" else parsed.text)
     piece = slice_text(text, max_chars, offset)
     # Said, so that a forward or a how-to that clean cut short is not read as all there is.
     left_out = len(parsed.text) - len(text)
@@ -694,7 +697,8 @@ def _email_full(mb: Mailbox, m: IndexedMessage, *, max_body_chars: int, body_off
         date=parsed.date.isoformat().replace("+00:00", "Z") if parsed.date else iso_from_epoch(m.date),
         list_id=parsed.list_id, in_reply_to=parsed.in_reply_to, references=parsed.references,
         folders=folders, tags=sorted(m.tags),
-        body=_body(parsed, body_format, max_body_chars, body_offset),
+        body=_body(parsed, parsed.subject or m.subject, body_format, max_body_chars,
+                   body_offset),
         attachments=[dto.Attachment(index=a.index, filename=a.filename,
                                     content_type=a.content_type, size=a.size)
                      for a in parsed.attachments],
@@ -743,7 +747,8 @@ def get_thread(mb: Mailbox, thread_id: str, include_bodies: bool = True,
         if include_bodies and budget > 0:
             # The body alone: the index has the header values a thread shows.
             parsed = read_body(read_file(mb, node.message))
-            body = _body(parsed, body_format, min(max_body_chars, budget), 0)
+            body = _body(parsed, node.message.subject, body_format,
+                         min(max_body_chars, budget), 0)
             budget -= len(body.text)
         elif include_bodies:
             truncated = True
