@@ -452,6 +452,41 @@ def test_mixed_concatenates_inline_text_parts() -> None:
     assert m.text == "First part.\n\nSecond é.\n\nThird, in **HTML**."
 
 
+def test_encrypted_bodies_say_so() -> None:
+    """PGP/MIME, S/MIME and inline PGP bodies came out empty or as armour, unexplained."""
+    pgp_mime = message(
+        'Content-Type: multipart/encrypted; protocol="application/pgp-encrypted"; boundary=E',
+        body=multipart("E", part("Content-Type: application/pgp-encrypted", body="Version: 1"),
+                       part("Content-Type: application/octet-stream; name=encrypted.asc",
+                            body="-----BEGIN PGP MESSAGE-----\nhQ\n-----END PGP MESSAGE-----")))
+    smime = message("Content-Type: application/pkcs7-mime; smime-type=enveloped-data; "
+                    "name=smime.p7m", "Content-Disposition: attachment; filename=smime.p7m",
+                    "Content-Transfer-Encoding: base64", body=b64(b"0\x82binary"))
+    inline = message("Content-Type: text/plain",
+                     body="-----BEGIN PGP MESSAGE-----\n\nhQEMA\n-----END PGP MESSAGE-----\n")
+    for raw, note in ((pgp_mime, "encrypted (PGP/MIME)"), (smime, "encrypted (S/MIME)"),
+                      (inline, "has an inline PGP-encrypted block")):
+        m = parse_message(raw)
+        assert m.body_notes == [note + ": fmail-nm does not decrypt mail"]
+        assert read_body(raw).body_notes == m.body_notes
+    attached = message("Content-Type: multipart/mixed; boundary=M", body=multipart(
+        "M", part("Content-Type: text/plain", body="The signed contract is attached."),
+        part("Content-Type: application/pkcs7-mime; name=c.p7m",
+             "Content-Disposition: attachment; filename=c.p7m", body="x")))
+    assert parse_message(attached).body_notes == []
+    assert parse_message(message("Content-Type: text/plain", body="Hi")).body_notes == []
+
+
+def test_text_enriched_is_read_as_text() -> None:
+    """RFC 1896: commands and their <param> data go, "<<" is "<", one newline is a space and
+    n newlines are n-1 line breaks, except inside <nofill>."""
+    body = ("<bold>Hi</bold> Jo,\r\nthe <color><param>red</param>plan</color> is a <<draft>.\r\n"
+            "\r\n\r\nSee:<nofill>\r\n  a\r\n  b</nofill>")
+    m = parse_message(message("Content-Type: text/enriched", body=body))
+    assert m.text == "Hi Jo, the plan is a <draft>.\n\nSee:\n  a\n  b"
+    assert m.attachments == []
+
+
 def test_digest_children_default_to_message_rfc822() -> None:
     inner = part("From: x@example.com", "Subject: digest item", body="item body")
     body = multipart("DIG", inner, inner)

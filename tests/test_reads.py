@@ -600,3 +600,13 @@ def test_clean_keeps_the_forwarded_message_of_a_forward(subject: str) -> None:
     assert clean.text.endswith("Invoice 4711 is due.")
     reply = reads._body(parsed, "Re: " + subject, "clean", 10_000, 0)
     assert reply.text == "Please handle this by Friday."
+
+
+def test_body_label_says_the_body_is_encrypted() -> None:
+    from fmail_nm.message.html import read_message
+    raw = (b'Content-Type: multipart/encrypted; protocol="application/pgp-encrypted"; '
+           b"boundary=E\n\n--E\nContent-Type: application/pgp-encrypted\n\nVersion: 1\n--E\n"
+           b"Content-Type: application/octet-stream\n\n-----BEGIN PGP MESSAGE-----\n--E--\n")
+    label = render._body(reads._body(read_message(raw), "", "clean", 10_000, 0)).splitlines()[0]
+    assert label == ("body (clean, chars 0-0 of 0; encrypted (PGP/MIME): fmail-nm does not "
+                     "decrypt mail):")

@@ -1,4 +1,5 @@
-"""Text formats undone before reading: format=flowed plain text (RFC 3676).
+"""Text formats undone before reading: format=flowed plain text (RFC 3676) and
+text/enriched (RFC 1896).
 
 Pure ``str`` functions over decoded, untrusted text; linear time, never raise.
 """
@@ -9,7 +10,7 @@ import re
 
 from .text import escape_quote_marks
 
-__all__ = ["unflow"]
+__all__ = ["enriched_to_text", "unflow"]
 
 
 _QUOTE_MARKS = re.compile(r">*")
@@ -58,3 +59,40 @@ def _logical_line(pieces: list[str], depth: int) -> str:
     if not depth:
         return content
     return ">" * depth + (" " + content if content else "")
+
+
+# A formatting command (RFC 1896: up to 60 letters, digits and hyphens), "<<" (a literal "<"),
+# or a run of newlines.
+_ENRICHED_TOKEN = re.compile(r"(<<)|<(/?)([A-Za-z0-9-]{1,60})>|(\n+)")
+
+
+def enriched_to_text(text: str) -> str:
+    """text/enriched as plain text: formatting commands and their <param> data dropped, "<<"
+    read as "<", and newlines as RFC 1896 has them: one is a space, n in a row are n-1 line
+    breaks (all of them inside <nofill>)."""
+    text = text.replace("\r\n", "\n")
+    out: list[str] = []
+    in_param = nofill = 0
+    pos = 0
+    for token in _ENRICHED_TOKEN.finditer(text):
+        if not in_param:
+            out.append(text[pos : token.start()])
+        pos = token.end()
+        literal_lt, closing, command, newlines = token.groups()
+        if command:
+            step = -1 if closing else 1
+            if command.lower() == "param":
+                in_param = max(0, in_param + step)
+            elif command.lower() == "nofill":
+                nofill = max(0, nofill + step)
+        elif in_param:
+            continue
+        elif literal_lt:
+            out.append("<")
+        elif nofill:
+            out.append(newlines)
+        else:
+            out.append(" " if len(newlines) == 1 else newlines[1:])
+    if not in_param:
+        out.append(text[pos:])
+    return "".join(out)

@@ -32,7 +32,7 @@ from email.message import Message
 from typing import TypeVar
 
 from .charset import decode_bytes, guess_decode
-from .formats import unflow
+from .formats import enriched_to_text, unflow
 from .headers import (
     Address,
     addresses,
@@ -98,6 +98,8 @@ class ParsedMessage:
     from_html: bool  # some of ``text`` was rendered from HTML
     attachments: list[AttachmentInfo]
     defects: list[str]
+    # What the reader must know of a body that is not all there, e.g. that it is encrypted.
+    body_notes: list[str] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,6 +154,7 @@ def _parse(raw: bytes, render_html: HtmlRenderer, defects: list[str]) -> ParsedM
         from_html=body.from_html,
         attachments=attachments,
         defects=list(dict.fromkeys(defects)),
+        body_notes=list(dict.fromkeys(body.notes)),
     )
 
 
@@ -162,6 +165,7 @@ class BodyText:
     text: str
     from_html: bool
     defects: list[str]
+    body_notes: list[str] = field(default_factory=list)
 
 
 def parse_body(raw: bytes, render_html: HtmlRenderer) -> BodyText:
@@ -172,7 +176,8 @@ def parse_body(raw: bytes, render_html: HtmlRenderer) -> BodyText:
         root = parse_entity(data, defects)
         rendering = _Rendering(render_html, defects)
         text = _render(root, rendering)
-        return BodyText(text, rendering.from_html, list(dict.fromkeys(defects)))
+        return BodyText(text, rendering.from_html, list(dict.fromkeys(defects)),
+                        list(dict.fromkeys(rendering.notes)))
 
     return _guarded(bytes(raw), body,
                     lambda data, defects: BodyText(_raw_text(data), False, defects))
@@ -389,7 +394,7 @@ def _entity_size(entity: Entity, defects: list[str]) -> int:
 # Which parts are body and which are attachments
 
 
-_BODY_TYPES = ("text/plain", "text/html")
+_BODY_TYPES = ("text/plain", "text/html", "text/enriched")
 
 
 def entity_filename(entity: Entity, defects: list[str]) -> str | None:
@@ -449,10 +454,14 @@ class _Rendering:
     render_html: HtmlRenderer
     defects: list[str]
     from_html: bool = False
+    notes: list[str] = field(default_factory=list)
 
 
 def _render(entity: Entity, body: _Rendering) -> str:
     """The readable text of an entity: plain preferred, HTML converted, attachments skipped."""
+    if note := _encrypted_body(entity):
+        body.notes.append(note)
+        return ""
     if _is_attachment(entity):
         return ""
     if not entity.is_multipart:
@@ -473,6 +482,23 @@ def _render_alternative(children: list[Entity], body: _Rendering) -> str:
     return ""
 
 
+_NOT_DECRYPTED = "fmail-nm does not decrypt mail"
+_SMIME_TYPES = ("application/pkcs7-mime", "application/x-pkcs7-mime")
+
+
+def _encrypted_body(entity: Entity) -> str | None:
+    """The note for an entity that stands where a body would and cannot be read without a
+    key (or, for opaque-signed S/MIME, without unpacking it); None for any other entity."""
+    if entity.ctype == "multipart/encrypted":
+        return f"encrypted (PGP/MIME): {_NOT_DECRYPTED}"
+    if entity.ctype not in _SMIME_TYPES or (entity.path and _disposition(entity) == "attachment"):
+        return None  # a .p7m file attached to a readable body is an attachment
+    if _param(entity, "smime-type") == "signed-data":
+        return "S/MIME signed in opaque form: fmail-nm does not unpack it"
+    return f"encrypted (S/MIME): {_NOT_DECRYPTED}"
+
+
+_INLINE_PGP = re.compile(r"^-----BEGIN PGP MESSAGE-----[ \t]*$", re.M)
 _META_CHARSET = re.compile(rb"<meta[^>]{0,200}?charset\s*=\s*[\"']?\s*([A-Za-z0-9._:-]+)", re.I)
 
 
@@ -489,8 +515,12 @@ def _leaf_text(entity: Entity, body: _Rendering) -> str:
         body.from_html = body.from_html or bool(text)
         return text
     text = decode_bytes(data, charset, entity.where, defects)
-    if _param(entity, "format") == "flowed":
+    if entity.ctype == "text/enriched":
+        text = enriched_to_text(text)
+    elif _param(entity, "format") == "flowed":
         text = unflow(text, delsp=_param(entity, "delsp") == "yes")
+    if _INLINE_PGP.search(text):
+        body.notes.append(f"has an inline PGP-encrypted block: {_NOT_DECRYPTED}")
     return tidy(text)
 
 

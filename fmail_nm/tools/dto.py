@@ -119,6 +119,8 @@ class Body(Dto):
     next_offset: int | None = Field(default=None, description="body_offset to read on "
                                     "(set when the text was cut)")
     from_html: bool = False  # the text (or some of it) was rendered from an HTML part
+    # what the reader must know of a body that is not all there (e.g. it is encrypted)
+    notes: list[str] = Field(default_factory=list)
     # clean: how many characters of quotes, signature and forwarded headers it left out
     left_out: int | None = None
 

@@ -677,7 +677,7 @@ def _body(parsed: BodyText | ParsedMessage, subject: str, body_format: str, max_
     left_out = len(parsed.text) - len(text)
     return dto.Body(untrusted=True, text=piece.text, format=body_format, offset=piece.offset,
                     total_chars=piece.total_chars, next_offset=piece.next_offset,
-                    from_html=parsed.from_html,
+                    from_html=parsed.from_html, notes=parsed.body_notes,
                     left_out=left_out if left_out >= MIN_LEFT_OUT else None)
 
 
