@@ -585,7 +585,8 @@ def test_body_label_says_from_html_only_when_html_was_shown() -> None:
     assert label(html_only) == "body (full, chars 0-12 of 12; from HTML):"
 
 
-@pytest.mark.parametrize("subject", ["FW: invoice", "Fwd: invoice", "WG: Rechnung", "TR: facture"])
+@pytest.mark.parametrize("subject", ["FW: invoice", "Fwd: invoice", "WG: Rechnung", "TR: facture",
+                                     "[EXTERNAL] Fw: invoice"])
 def test_clean_keeps_the_forwarded_message_of_a_forward(subject: str) -> None:
     """The forwarded message is what the user asks about: clean cut it off as history."""
     from fmail_nm.message.html import read_message

@@ -257,8 +257,11 @@ _MOBILE_SIGNATURE = re.compile(
 )
 
 
-# A subject that starts with a forward prefix, in the languages clients write it.
-_FORWARD_SUBJECT = re.compile(r"^[ \t]*(fwd?|wg|tr|rv|enc|vl|doorst|i)[ \t]*(\[\d+\])?[ \t]*:", re.I)
+# A subject that starts with a forward prefix, in the languages clients write it, perhaps
+# after tags such as "[EXTERNAL]" or a list's "[team]".
+_FORWARD_SUBJECT = re.compile(
+    r"^[ \t]*(\[[^\]]{0,40}\][ \t]*)*(fwd?|wg|tr|rv|enc|vl|doorst|i)[ \t]*(\[\d+\])?[ \t]*:", re.I
+)
 
 
 def is_forward_subject(subject: str) -> bool:
