@@ -918,6 +918,19 @@ def test_clean_text_keeps_prose_about_header_fields() -> None:
     assert clean_text(ruled) == ruled
 
 
+def test_clean_text_of_a_forward_skips_only_the_forwarders_signature() -> None:
+    """Thunderbird puts the forwarder's signature above the forwarded message: its "-- "
+    ended the clean text there, and the forwarded message was lost."""
+    text = ("Please see below.\n\n-- \nAlex Morgan\n\n-------- Forwarded Message --------\n"
+            "Subject: Invoice\nDate: Mon, 2 Mar 2026\nFrom: Vendor <v@example.net>\nTo: Alex\n\n"
+            "Invoice 4471 is overdue.\n\n-- \nVendor Billing\n")
+    assert clean_text(text, forward=True) == (
+        "Please see below.\n\n-------- Forwarded Message --------\nSubject: Invoice\n"
+        "Date: Mon, 2 Mar 2026\nFrom: Vendor <v@example.net>\nTo: Alex\n\n"
+        "Invoice 4471 is overdue.")
+    assert clean_text(text) == "Please see below."
+
+
 def test_clean_text_all_quoted_returns_original() -> None:
     text = "> only\n> quoted\n"
     assert clean_text(text) == text

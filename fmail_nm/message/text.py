@@ -295,7 +295,11 @@ def _new_content(lines: list[str], forward: bool) -> list[str]:
             i += 1
             continue
         if _ends_new_content(lines, i, forward):
-            break
+            forwarded = _forwarded_block(lines, i + 1) if forward else None
+            if forwarded is None:
+                break
+            i = forwarded  # the forwarder's signature goes, the message it forwards stays
+            continue
         attribution_end = _attribution_end(lines, i)
         if attribution_end is not None:
             i = attribution_end + 1
@@ -338,6 +342,27 @@ def _is_reply_header_block(lines: list[str], i: int) -> bool:
         return False
     before = [x for x in lines[max(0, i - 3) : i] if x.strip()]
     return not any(_FORWARD_MARK.search(x) for x in before)
+
+
+# How far below a signature delimiter the forwarded message may begin.
+_SIGNATURE_LINES = 20
+
+
+def _forwarded_block(lines: list[str], start: int) -> int | None:
+    """Where a forwarded message begins within a signature's length of ``start``: a
+    separator line ("---------- Forwarded message ---------", "Begin forwarded message:",
+    "-----Original Message-----"), or Outlook's rule above its header block."""
+    for j in range(start, min(start + _SIGNATURE_LINES, len(lines))):
+        line = lines[j].strip()
+        if _FORWARD_MARK.search(line) and (line.startswith("-") or line.endswith(":")):
+            return j
+        if _ORIGINAL_MESSAGE.match(line):
+            return j
+        if _RULE.match(line):
+            following = _next_nonblank(lines, j + 1)
+            if following is not None and _FROM_FIELD.match(lines[following]):
+                return j
+    return None
 
 
 def _attribution_end(lines: list[str], i: int) -> int | None:
