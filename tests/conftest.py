@@ -15,6 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Tests assert behaviour, never timing: no per-example deadline for property tests (a
+# loaded machine misses Hypothesis's default 200 ms, and CI would fail on speed).
+settings.register_profile("behaviour-only", deadline=None)
+settings.load_profile("behaviour-only")
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_MAILDIR = REPO / "fixtures" / "maildir"
