@@ -382,6 +382,34 @@ def test_alternative_with_empty_plain_uses_html() -> None:
     assert m.text == "Only the _HTML_ says it."
 
 
+@pytest.mark.parametrize("stub", [".", "To read this newsletter, open it in a browser."])
+def test_alternative_with_a_stub_plain_part_uses_html(stub: str) -> None:
+    html = ("<p>Your order 4471 has shipped. It leaves our warehouse in Leeds today and "
+            "arrives on Thursday; track it with the code PG-8326-5209.</p>"
+            "<p>Not at home? Choose a neighbour or a parcel shop on the tracking page, up to "
+            "the evening before delivery.</p><p>Questions? Reply to this mail.</p>")
+    body = multipart(
+        "ALT",
+        part("Content-Type: text/plain; charset=utf-8", body=stub + "\n"),
+        part("Content-Type: text/html; charset=utf-8", body=html + "\n"),
+    )
+    m = parse_message(message("Content-Type: multipart/alternative; boundary=ALT", body=body))
+    assert m.text.startswith("Your order 4471 has shipped.") and "PG-8326-5209" in m.text
+    assert m.from_html
+
+
+def test_alternative_keeps_a_short_plain_part_that_says_it_all() -> None:
+    body = multipart(
+        "ALT",
+        part("Content-Type: text/plain; charset=utf-8", body="Yes, Thursday works.\n"),
+        part("Content-Type: text/html; charset=utf-8",
+             body="<div style='font-family:Calibri'><p>Yes, Thursday works.</p></div>\n"),
+    )
+    m = parse_message(message("Content-Type: multipart/alternative; boundary=ALT", body=body))
+    assert m.text == "Yes, Thursday works."
+    assert not m.from_html
+
+
 def test_html_only_keeps_links_drops_script_and_style() -> None:
     m = parse_message(message("Content-Type: text/html; charset=utf-8", body=HTML))
     assert m.from_html

@@ -472,14 +472,40 @@ def _render(entity: Entity, body: _Rendering) -> str:
     return "\n\n".join(text for text in texts if text)
 
 
+# A plain alternative this short may be a stub ("." or "view this mail in a browser") beside
+# the real message in HTML: it stands only if the richest alternative says little more.
+STUB_PLAIN_CHARS = 80
+STUB_RATIO = 4
+
+
 def _render_alternative(children: list[Entity], body: _Rendering) -> str:
     for child in children:  # plain text is the cheapest and most faithful rendering
         if _has_plain(child) and (text := _render(child, body)):
+            if len(text) < STUB_PLAIN_CHARS:
+                return _unless_stub(text, [c for c in children if c is not child], body)
             return text
+    return _richest(children, body)
+
+
+def _richest(children: list[Entity], body: _Rendering) -> str:
     for child in reversed(children):  # RFC 2046: the last alternative is the richest
         if text := _render(child, body):
             return text
     return ""
+
+
+def _unless_stub(plain: str, others: list[Entity], body: _Rendering) -> str:
+    """A short plain text, or the richest other alternative where that says several times
+    more (the plain part was a stub); what rendering the other found is kept only if it is
+    shown."""
+    scratch = _Rendering(body.render_html, [])
+    richer = _richest(others, scratch)
+    if len(richer) < STUB_RATIO * len(plain):
+        return plain
+    body.defects.extend(scratch.defects)
+    body.notes.extend(scratch.notes)
+    body.from_html = body.from_html or scratch.from_html
+    return richer
 
 
 _NOT_DECRYPTED = "fmail-nm does not decrypt mail"
