@@ -190,6 +190,24 @@ def test_reply_honours_mail_followup_to_and_plain_reply(bed: Bed) -> None:
     assert one.to == ["dave@example.com"] and one.cc == []
 
 
+def test_a_reply_to_a_forward_quotes_the_forwarded_message(bed: Bed) -> None:
+    forward = (b"From: Priya Raman <priya.raman@acme.test>\r\nTo: alex@example.org\r\n"
+               b"Subject: FW: Invoice 4471 overdue\r\nDate: Mon, 02 Mar 2026 10:00:00 +0000\r\n"
+               b"Message-ID: <fw-4471@acme.test>\r\n\r\n"
+               b"Please handle this by Friday.\r\n\r\n________________________________\r\n"
+               b"From: Vendor Billing <billing@vendor.example>\r\n"
+               b"Sent: Monday, March 2, 2026 9:14 AM\r\nTo: Priya Raman <priya.raman@acme.test>\r\n"
+               b"Subject: Invoice 4471 overdue\r\n\r\n"
+               b"Your invoice 4471 for EUR 12,400 is 30 days overdue.\r\n")
+    deliver(bed.env, "1800000002.test_3.host", forward)
+    bed.env.notmuch("new")
+    draft = compose.reply_to_email(bed.ctx, "fw-4471@acme.test", "Paid today.")
+    body = body_text(parse(bed.files_with(bed.drafts, draft.id)[0].read_bytes()))
+    assert body.startswith("Paid today.\n\nOn Mon, 02 Mar 2026 at 10:00 UTC, Priya Raman "
+                           "wrote:\n> Please handle this by Friday.\n")
+    assert "> Your invoice 4471 for EUR 12,400 is 30 days overdue." in body
+
+
 def test_save_draft_again_replaces_the_file_and_keeps_the_threading(bed: Bed) -> None:
     first = compose.reply_to_email(bed.ctx, ORIGINAL, "v1")
     (old,) = bed.files_with(bed.drafts, first.id)
