@@ -75,6 +75,39 @@ async def test_blocking_through_manage_contacts_sql_hides_the_sender(indexed: Ma
         assert notes == [{"notes": "phishing lookalike"}]
 
 
+def tags_of(env: MailEnv, query: str) -> dict[str, list[str]]:
+    """Each message's tags, by Message-ID, as notmuch's CLI has them."""
+    ids = env.notmuch("search", "--output=messages", "--exclude=false", query).stdout.split()
+    return {mid.removeprefix("id:"): sorted(env.notmuch(
+        "search", "--output=tags", "--exclude=false", mid).stdout.split()) for mid in ids}
+
+
+@pytest.mark.anyio
+async def test_an_unblock_after_an_undone_unblock_puts_the_mail_back_as_before_the_block(
+        indexed: MailEnv) -> None:
+    """Block, unblock, undo the unblock (which blocks again), unblock again: every message
+    ends with exactly its tags from before the block.  What the block had changed was lost
+    with the first unblock, so the second took the user's own spam tag away and left the
+    mail out of the inbox."""
+    statement = "id:statement-2026-{:02}@northwind-bank.example.com"
+    indexed.notmuch("tag", "+spam", "--", statement.format(9))  # set by the user
+    indexed.notmuch("tag", "-inbox", "--", statement.format(8))  # archived by tag
+    before = tags_of(indexed, f"from:{BANK}")
+    assert len(before) == 23 and sum("inbox" in t for t in before.values()) > 1
+
+    def block_sql(flag: int) -> dict[str, Any]:
+        return {"sql_query": f"UPDATE contacts SET is_blocked={flag} WHERE email_address='{BANK}'"}
+
+    async with Client(server_params(indexed)) as client:
+        assert (await call(client, "manage_contacts_sql", block_sql(1)))["blocked"] == [BANK]
+        assert (await call(client, "manage_contacts_sql", block_sql(0)))["unblocked"] == [BANK]
+        assert tags_of(indexed, f"from:{BANK}") == before
+        await call(client, "undo_last_write")
+        assert all("blocked" in t for t in tags_of(indexed, f"from:{BANK}").values())
+        assert (await call(client, "manage_contacts_sql", block_sql(0)))["unblocked"] == [BANK]
+        assert tags_of(indexed, f"from:{BANK}") == before
+
+
 @pytest.mark.anyio
 async def test_writes_show_in_search_sql_and_files_and_undo_reverts(indexed: MailEnv) -> None:
     mid = "tom-hotfix@acme.test"  # unread, in work/INBOX/new

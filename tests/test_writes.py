@@ -973,6 +973,54 @@ def test_blocking_with_blocked_to_junk_is_one_undoable_entry(mail_env: MailEnv) 
         h.assert_in_step()
 
 
+def test_unblocking_with_blocked_to_junk_puts_every_message_back_as_it_was(
+        mail_env: MailEnv) -> None:
+    """Unblocking a sender whose mail blocking moved to Junk: every message gets exactly its
+    tags and folder from before the block -- a spam tag the user had set stays, mail archived
+    by taking its inbox tag away stays out of the inbox, and mail the user had junked before
+    stays in Junk -- and so again after the unblock is undone (blocking it again) and redone.
+    Moving mail back out of Junk gave it the place tags of the inbox folder, so the user's spam
+    tag was lost and archived mail came back to the inbox; a second unblock lost even more."""
+    from fmail_nm.tools.contacts import manage_contacts
+
+    toml = mail_env.fmail_config.read_text()
+    mail_env.fmail_config.write_text(
+        toml.replace('name = "personal"\n', 'name = "personal"\nblocked_to_junk = true\n', 1))
+    run_init(mail_env)
+    config = mail_env.config()
+    statement = "id:statement-2026-{:02}@northwind-bank.example.com"
+    mail_env.notmuch("tag", "+spam", "--", statement.format(9))
+    mail_env.notmuch("tag", "-inbox", "--", statement.format(8))
+    mail_env.notmuch("tag", "+taxes", "--", statement.format(7))
+    junked = statement.format(6).removeprefix("id:")
+
+    with Reader() as reader, Writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        h = Harness(mail_env, ctx)
+        assert writes.move_to_junk(ctx, [junked]).applied == [junked]
+        mids = sorted(mail_env.notmuch("search", "--output=messages", "--exclude=false",
+                                       f"from:{BANK}").stdout.replace("id:", "").split())
+        shapes = {mid: h.shape(mid) for mid in mids}
+        assert h.folders(junked) == ["personal/Junk"]
+
+        def set_blocked(flag: int) -> None:
+            manage_contacts(ctx, f"UPDATE contacts SET is_blocked = {flag} "
+                                 f"WHERE email_address = '{BANK}'")
+
+        def changed() -> dict[str, Any]:
+            return {mid: (shapes[mid], h.shape(mid)) for mid in mids if h.shape(mid) != shapes[mid]}
+
+        set_blocked(1)
+        assert h.count(f"from:{BANK} AND folder:personal/Junk AND tag:blocked") == len(mids)
+        set_blocked(0)
+        assert changed() == {}
+        assert not writes.undo_last_write(ctx).errors  # the unblock: blocked, in Junk again
+        assert h.count(f"from:{BANK} AND folder:personal/Junk AND tag:blocked") == len(mids)
+        set_blocked(0)
+        assert changed() == {}
+        h.assert_in_step()
+
+
 def test_broken_message_ids_are_found_as_notmuch_keeps_them(h: Harness) -> None:
     """notmuch keeps a broken Message-Id header's id as it stands (``<>`` is the id ``<>``,
     spaces before ``>`` stay): the tools take that id as notmuch has it, not only cleaned of

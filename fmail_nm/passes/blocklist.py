@@ -4,10 +4,12 @@ account wants it, the Junk folder) agree with the blocked addresses in the sidec
 The blocklist lives in the sidecar (``contact_info.is_blocked``); the notmuch tags follow it.
 :func:`apply_blocklist` makes them agree exactly: mail from a blocked address gets ``blocked``
 and ``spam`` (so it leaves default searches and the inbox), and mail tagged ``blocked`` whose
-sender is no longer blocked loses both again (``spam`` stays on mail that sits in a Junk
-folder).  It runs after every tagging pass, so new mail from a blocked sender is caught, and
-after every blocklist change.  Addresses are compared exactly, lower-cased: notmuch's
-``from:`` only preselects candidates, because it also matches names and longer addresses.
+sender is no longer blocked is put back as it was before the block -- from the sidecar's
+record of each message's tags and folders just before it (``blocked_mail``), written before
+the block's tags are.  It runs after every tagging pass, so new mail from a blocked sender is
+caught, and after every blocklist change.  Addresses are compared exactly, lower-cased:
+notmuch's ``from:`` only preselects candidates, because it also matches names and longer
+addresses.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from __future__ import annotations
 import email.utils
 import functools
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..config import Config
@@ -24,12 +27,14 @@ from ..store import maildir, sidecar
 from ..store.maildir import in_role
 from ..store.notmuch import IndexedMessage, Reader, Writer, WriteTxn
 from ..store.query import quote
-from ..store.sidecar import chunks
-from ..tags import BLOCK_HIDES, BLOCK_TAGS, BLOCKED
+from ..store.sidecar import PreBlock, chunks
+from ..tags import BLOCK_HIDES, BLOCK_TAGS, BLOCKED, FLAG_TAGS
 from . import changes
 from .changes import ORIGIN_PROPERTY, WriteContext, WriteOutcome
+from .tagging import place_tag_names
 
-# Message property: JSON {"added": [...], "removed": [...]}, the tags blocking changed.
+# Message property an earlier version kept what blocking changed in (JSON {"added": [...],
+# "removed": [...]}); still read for mail it blocked, and cleared on unblocking.
 BLOCK_PROPERTY = "fmail.blocked"
 QUERY_CHUNK = 100  # addresses per notmuch query, to keep queries short
 WRITE_BATCH = 200
@@ -69,45 +74,79 @@ def messages_from(reader: Reader, addresses: Sequence[str]) -> list[IndexedMessa
     return found
 
 
-def _in_batches(writer: Writer, ids: Sequence[str], one: Callable[[WriteTxn, str], None]) -> int:
-    """Run ``one`` per message in short write sessions, so a mail client never waits long;
-    returns the count."""
-    def batch(txn: WriteTxn, chunk: Sequence[str]) -> None:
-        for mid in chunk:
-            one(txn, mid)
+Batch = Callable[[Sequence[str], WriteTxn], None]
+
+
+def _in_batches(writer: Writer, ids: Sequence[str], batch: Batch) -> int:
+    """Run ``batch`` on the messages in short write sessions, so a mail client never waits
+    long; returns the count."""
     for chunk in chunks(ids, WRITE_BATCH):
-        writer.run(functools.partial(batch, chunk=chunk))
+        writer.run(functools.partial(batch, chunk))
     return len(ids)
 
 
-def _block_one(txn: WriteTxn, mid: str) -> None:
-    """Tag one message blocked+spam and take it out of the inbox (other notmuch clients may
-    not exclude spam), recording exactly which tags this changed, so unblocking undoes only
-    that -- a spam tag the user had set stays."""
-    message = txn.get(mid)
-    if message is None:
-        return
-    added = [t for t in BLOCK_TAGS if t not in message.tags]
-    removed = [t for t in BLOCK_HIDES if t in message.tags]
-    txn.update(mid, add=added, remove=removed, properties={
-        BLOCK_PROPERTY: json.dumps({"added": added, "removed": removed})})
+def _folders(config: Config, filenames: Iterable[str]) -> frozenset[str]:
+    return frozenset(f for name in filenames
+                     if (f := maildir.folder_of(config.mail_root, name)) is not None)
 
 
-def _release_one(config: Config, txn: WriteTxn, mid: str) -> None:
-    """Undo what :func:`_block_one` changed; mail in a Junk folder keeps spam and stays out
-    of the inbox.  Mail blocked before the change was recorded loses blocked and spam."""
-    message = txn.get(mid)
-    if message is None:
-        return
-    try:
-        recorded = json.loads(txn.get_property(mid, BLOCK_PROPERTY) or "null")
-        added, removed = list(recorded["added"]), list(recorded["removed"])
-    except (ValueError, TypeError, KeyError):
-        added, removed = list(BLOCK_TAGS), []
+def _block_batch(config: Config, sidecar_file: Path, ids: Sequence[str], txn: WriteTxn) -> None:
+    """Tag messages blocked+spam and take them out of the inbox (other notmuch clients may
+    not exclude spam).  How each was before is recorded first -- read inside the write
+    session, so no other writer changes it in between, and committed before notmuch commits
+    the tags, so no blocked message lacks its record."""
+    messages = [m for m in map(txn.get, ids) if m is not None]
+    with sidecar.opened(sidecar_file) as conn:
+        sidecar.save_pre_block(conn, {m.message_id: PreBlock(m.tags, _folders(config, m.filenames))
+                                      for m in messages})
+    for message in messages:
+        txn.update(message.message_id, add=[t for t in BLOCK_TAGS if t not in message.tags],
+                   remove=[t for t in BLOCK_HIDES if t in message.tags])
+
+
+def _released_tags(config: Config, message: IndexedMessage,
+                   before: PreBlock) -> tuple[set[str], set[str]]:
+    """The tags to add and remove to put a blocked message back as it was before the block.
+    Back in the folders it was in then (a Junk move undone), every tag the block or a move
+    sets is as it was then; the others -- unread, the user's own -- keep any change made
+    since.  Mail in a Junk folder keeps spam and stays out of the inbox; mail moved
+    elsewhere while blocked keeps the place tags of where it is, losing what the block added."""
     if in_role(config, message.filenames, "junk"):
-        added, removed = [BLOCKED], []
-    txn.update(mid, add=removed, remove=sorted({BLOCKED, *added}),
-               properties={BLOCK_PROPERTY: ""})
+        return set(), {BLOCKED}
+    if _folders(config, message.filenames) != before.folders:
+        return set(), {t for t in BLOCK_TAGS if t not in before.tags} | {BLOCKED}
+    managed = {*place_tag_names(config), *BLOCK_TAGS, *BLOCK_HIDES} - FLAG_TAGS
+    return (managed & before.tags) - message.tags, (managed & message.tags) - before.tags
+
+
+def _unrecorded_state(txn: WriteTxn, message: IndexedMessage, config: Config) -> PreBlock:
+    """How a message blocked without a record in the sidecar was before: its tags now, less
+    what the block added and with what it took away, as an earlier version's property says
+    (else: less blocked and spam), in the folders it is in now."""
+    try:
+        recorded = json.loads(txn.get_property(message.message_id, BLOCK_PROPERTY) or "null")
+        added, removed = set(recorded["added"]), set(recorded["removed"])
+    except (ValueError, TypeError, KeyError):
+        added, removed = set(BLOCK_TAGS), set()
+    return PreBlock((message.tags - added) | removed, _folders(config, message.filenames))
+
+
+def _release_batch(config: Config, states: Mapping[str, PreBlock], ids: Sequence[str],
+                   txn: WriteTxn) -> None:
+    for mid in ids:
+        message = txn.get(mid)
+        if message is None:
+            continue
+        before = states.get(mid) or _unrecorded_state(txn, message, config)
+        add, remove = _released_tags(config, message, before)
+        txn.update(mid, add=sorted(add), remove=sorted(remove), properties={BLOCK_PROPERTY: None})
+
+
+def _pre_block_states(sidecar_file: Path, ids: Sequence[str]) -> dict[str, PreBlock]:
+    if not ids:
+        return {}
+    with sidecar.opened(sidecar_file) as conn:
+        return sidecar.pre_block_states(conn, ids)
 
 
 def apply_blocklist(config: Config, reader: Reader, writer: Writer, blocked: Iterable[str], *,
@@ -125,14 +164,18 @@ def apply_blocklist(config: Config, reader: Reader, writer: Writer, blocked: Ite
     wanted = set(addresses)
     stale = [m for m in reader.messages(f"tag:{BLOCKED}", exclude_tags=(), sort="none")
              if sender_of(m) not in wanted]
-    report.tagged += _in_batches(writer, to_tag, _block_one)
     ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir), after_write)
+    report.tagged += _in_batches(writer, to_tag,
+                                 functools.partial(_block_batch, config, ctx.sidecar_file))
     report.moves += _junk_moves(ctx, to_tag, "junk", changes.move_to_role_step, audit)
-    report.moves += _junk_moves(ctx, [m.message_id for m in stale if _moved_to_junk(config, reader, m)],
-                                "restore", lambda _, account: changes.restore_step(account),
-                                audit)
-    report.untagged += _in_batches(writer, [m.message_id for m in stale],
-                                   lambda txn, mid: _release_one(config, txn, mid))
+    stale_ids = [m.message_id for m in stale]
+    states = _pre_block_states(ctx.sidecar_file, stale_ids)
+    back = [m.message_id for m in stale
+            if _moved_to_junk_by_block(config, reader, m, states.get(m.message_id))]
+    report.moves += _junk_moves(ctx, back, "restore",
+                                lambda _, account: changes.restore_step(account), audit)
+    report.untagged += _in_batches(writer, stale_ids,
+                                   functools.partial(_release_batch, config, states))
     return report
 
 
@@ -165,11 +208,16 @@ def _unrecorded(ctx: WriteContext, action: str, params: dict[str, Any], ids: Seq
     return report
 
 
-def _moved_to_junk(config: Config, reader: Reader, message: IndexedMessage) -> bool:
+def _moved_to_junk_by_block(config: Config, reader: Reader, message: IndexedMessage,
+                            before: PreBlock | None) -> bool:
     """In Junk because a move put it there (restore knows where from), not by the server's
-    own filter -- only those go back when their sender is unblocked."""
-    return (in_role(config, message.filenames, "junk")
-            and reader.property(message.message_id, ORIGIN_PROPERTY) is not None)
+    own filter, and -- as far as the record of the block says -- not in Junk before the
+    block: only those go back when their sender is unblocked."""
+    if not in_role(config, message.filenames, "junk"):
+        return False
+    if before is not None and any(maildir.role_of(config, f) == "junk" for f in before.folders):
+        return False
+    return reader.property(message.message_id, ORIGIN_PROPERTY) is not None
 
 
 def read_blocklist(config: Config) -> set[str]:

@@ -11,6 +11,7 @@ What is in it:
 * ``contact_info`` -- the user's own notes, names and blocklist: the only data that exists
   nowhere else (``fmail-nm contacts export`` saves it);
 * ``contact_stats`` -- figures harvested from the mirror (first/last seen, message counts);
+* ``blocked_mail`` -- how each blocked message was before the block, for unblocking;
 * ``sync_state`` and ``audit_log``;
 * what pages read from the mirror (``messages.is_excluded`` and its date index, the counts
   triggers keep in ``mirror_counts``, ``shown_days``, ``tag_counts`` and ``tag_pairs``).
@@ -28,7 +29,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -451,8 +452,18 @@ DELETE FROM thread_rows;
 CREATE INDEX thread_rows_last_word ON thread_rows(last_word_sender, last_word_date);
 """
 
+# Version 11: each blocked message as it was before its sender was blocked -- its tags and the
+# folders of its files -- so that unblocking puts it back exactly (passes.blocklist).
+_V11 = """
+CREATE TABLE blocked_mail (
+    message_id TEXT PRIMARY KEY,
+    tags       TEXT NOT NULL,   -- JSON list
+    folders    TEXT NOT NULL    -- JSON list, relative to the mail root
+) WITHOUT ROWID;
+"""
+
 # Index i holds the script that takes the schema from version i to i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -1065,6 +1076,40 @@ class MirrorReader:
 def blocked_addresses(conn: sqlite3.Connection) -> set[str]:
     return {row[0] for row in conn.execute(
         "SELECT email_address FROM contact_info WHERE is_blocked = 1")}
+
+
+@dataclass(frozen=True)
+class PreBlock:
+    """A message as it was just before its sender was blocked."""
+
+    tags: frozenset[str]
+    folders: frozenset[str]  # of its files, relative to the mail root
+
+
+def save_pre_block(conn: sqlite3.Connection, states: Mapping[str, PreBlock]) -> None:
+    """Record how these messages are before a block changes them.  A row stays after
+    unblocking -- an undone unblock blocks the message again, and its next unblock needs the
+    row -- and the message's next block replaces it."""
+    with transaction(conn):
+        conn.executemany(
+            "INSERT INTO blocked_mail (message_id, tags, folders) VALUES (?, ?, ?) "
+            "ON CONFLICT (message_id) DO UPDATE SET tags = excluded.tags, "
+            "folders = excluded.folders",
+            [(mid, json.dumps(sorted(state.tags), ensure_ascii=False),
+              json.dumps(sorted(state.folders), ensure_ascii=False))
+             for mid, state in states.items()])
+
+
+def pre_block_states(conn: sqlite3.Connection, message_ids: Sequence[str]) -> dict[str, PreBlock]:
+    """The recorded pre-block state of those of these messages that have one."""
+    found: dict[str, PreBlock] = {}
+    for chunk in chunks(message_ids):
+        marks = ", ".join("?" * len(chunk))
+        for mid, tags, folders in conn.execute(
+                f"SELECT message_id, tags, folders FROM blocked_mail WHERE message_id IN ({marks})",
+                chunk):
+            found[mid] = PreBlock(frozenset(json.loads(tags)), frozenset(json.loads(folders)))
+    return found
 
 
 _UID = re.compile(r"^[0-9a-f]{16}$")
