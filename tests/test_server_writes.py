@@ -108,6 +108,45 @@ async def test_an_unblock_after_an_undone_unblock_puts_the_mail_back_as_before_t
         assert tags_of(indexed, f"from:{BANK}") == before
 
 
+def deliver_offer(env: MailEnv, n: int, address: str) -> str:
+    """A message from ``address`` in personal/INBOX/new; its Message-ID."""
+    mid = f"idn-offer-{n}@shop.test"
+    (env.mail_root / "personal" / "INBOX" / "new" / f"179999990{n}.idn_{n}.host").write_bytes(
+        f"From: Buecher Shop <{address}>\nTo: alex@example.org\nSubject: offer {n}\n"
+        f"Date: Mon, 30 Nov 2026 10:0{n}:00 +0000\nMessage-ID: <{mid}>\n\nbuy\n".encode())
+    return mid
+
+
+@pytest.mark.anyio
+async def test_a_sender_whose_mail_writes_the_domain_in_ace_is_one_contact_and_blockable(
+        indexed: MailEnv) -> None:
+    """notmuch indexes a From address with its domain decoded from ACE (xn--), so blocking
+    news@xn--bcher-kva.example, as its mail writes it, found none of that mail; and contacts
+    listed the sender twice when mail wrote the domain both ways.  Contacts list it once, with
+    the domain in Unicode; blocked in either form, mail written in either form is caught, now
+    and when it arrives later."""
+    ace, unicode = "news@xn--bcher-kva.example", "news@b\u00fccher.example"
+    offers = [deliver_offer(indexed, 1, ace), deliver_offer(indexed, 2, unicode)]
+    indexed.fmail("index", "--quiet")
+    async with Client(server_params(indexed)) as client:
+        listed = await sql_rows(client, "SELECT email_address, messages_from FROM contacts "
+                                        "WHERE email_address LIKE 'news@%cher%'")
+        assert listed == [{"email_address": unicode, "messages_from": 2}]
+        done = await call(client, "manage_contacts_sql", {
+            "sql_query": f"UPDATE contacts SET is_blocked=1 WHERE email_address='{unicode}'"})
+        assert done["blocked"] == [unicode]
+        assert all("blocked" in tags_of(indexed, f"id:{mid}")[mid] for mid in offers)
+        offers += [deliver_offer(indexed, 3, ace), deliver_offer(indexed, 4, unicode)]
+        indexed.fmail("index", "--quiet")
+        assert all("blocked" in tags_of(indexed, f"id:{mid}")[mid] for mid in offers)
+        await call(client, "manage_contacts_sql", {
+            "sql_query": f"UPDATE contacts SET is_blocked=0 WHERE email_address='{unicode}'"})
+        assert not any("blocked" in tags_of(indexed, f"id:{mid}")[mid] for mid in offers)
+    blocked = indexed.fmail("contacts", "block", ace)
+    assert f"blocked: {unicode}" in blocked.stdout and "mail tagged blocked: 4" in blocked.stdout
+    assert all("blocked" in tags_of(indexed, f"id:{mid}")[mid] for mid in offers)
+
+
 @pytest.mark.anyio
 async def test_writes_show_in_search_sql_and_files_and_undo_reverts(indexed: MailEnv) -> None:
     mid = "tom-hotfix@acme.test"  # unread, in work/INBOX/new

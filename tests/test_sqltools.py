@@ -507,6 +507,16 @@ def test_an_address_with_capital_letters_beyond_ascii_is_one_contact(db: Path) -
     assert contact(db, "josé@example.net")["is_blocked"] == 1  # type: ignore[index]
 
 
+def test_the_users_own_address_is_not_blocked_in_its_other_domain_form(db: Path) -> None:
+    """A blocked address catches mail with its domain written in Unicode or in ACE (xn--),
+    so the user's own address is refused in either form."""
+    before = dump(db)
+    with pytest.raises(SqlError, match="own address"):
+        m(db, "INSERT INTO contacts (email_address, is_blocked) VALUES "
+              "('me@xn--bcher-kva.example', 1)", own_addresses=["me@b\u00fccher.example"])
+    assert dump(db) == before
+
+
 def test_delete_removes_notes_but_not_the_harvested_contact(db: Path) -> None:
     m(db, "UPDATE contacts SET is_blocked=1 WHERE email_address='bob@example.com'")
     result = m(db, "DELETE FROM contacts WHERE email_address='bob@example.com'")

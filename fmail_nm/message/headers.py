@@ -220,6 +220,29 @@ def addresses(headers: Message, name: str, defects: list[str]) -> list[Address]:
     return result
 
 
+ACE_PREFIX = "xn--"
+
+
+def canonical_address(address: str) -> str:
+    """One form of an address however its mail writes it: trimmed, lower-cased, its domain in
+    Unicode -- the form notmuch indexes a From address in, decoding ACE (``xn--``) labels.
+    The blocklist and the contacts compare and keep addresses in it.  A label that is not
+    valid ACE stays as written."""
+    local, at, domain = address.strip().lower().rpartition("@")
+    if not at:
+        return domain
+    return f"{local}@{'.'.join(_unicode_label(label) for label in domain.split('.'))}"
+
+
+def _unicode_label(label: str) -> str:
+    if not label.startswith(ACE_PREFIX):
+        return label
+    try:
+        return label.encode("ascii").decode("idna")
+    except UnicodeError:
+        return label
+
+
 _ANGLE_ID = re.compile(r"<([^<>\s]+)>")
 
 

@@ -7,9 +7,9 @@ and ``spam`` (so it leaves default searches and the inbox), and mail tagged ``bl
 sender is no longer blocked is put back as it was before the block -- from the sidecar's
 record of each message's tags and folders just before it (``blocked_mail``), written before
 the block's tags are.  It runs after every tagging pass, so new mail from a blocked sender is
-caught, and after every blocklist change.  Addresses are compared exactly, lower-cased:
-notmuch's ``from:`` only preselects candidates, because it also matches names and longer
-addresses.
+caught, and after every blocklist change.  Addresses are compared exactly, lower-cased, their
+domain in Unicode (:func:`canonical_address`): notmuch's ``from:`` only preselects
+candidates, because it also matches names and longer addresses.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config
+from ..message.headers import canonical_address
 from ..store import maildir, sidecar
 from ..store.maildir import in_role
 from ..store.notmuch import IndexedMessage, Reader, Writer, WriteTxn
@@ -50,7 +51,7 @@ class BlockReport:
 
 
 def sender_of(message: IndexedMessage) -> str:
-    return email.utils.parseaddr(message.from_header)[1].lower()
+    return canonical_address(email.utils.parseaddr(message.from_header)[1])
 
 
 def _blocked_candidates(reader: Reader, blocked: Sequence[str]) -> list[str]:
@@ -64,8 +65,9 @@ def _blocked_candidates(reader: Reader, blocked: Sequence[str]) -> list[str]:
 
 
 def messages_from(reader: Reader, addresses: Sequence[str]) -> list[IndexedMessage]:
-    """The messages whose sender is exactly one of these addresses."""
-    wanted = set(addresses)
+    """The messages whose sender is exactly one of these addresses (in any form of their
+    domain)."""
+    wanted = {canonical_address(a) for a in addresses}
     found: list[IndexedMessage] = []
     for chunk in chunks(sorted(wanted), QUERY_CHUNK):
         query = " OR ".join(f"from:{quote(a)}" for a in chunk)
@@ -159,7 +161,7 @@ def apply_blocklist(config: Config, reader: Reader, writer: Writer, blocked: Ite
     sync, push).  With ``audit`` each move batch is its own audit entry; without, the caller
     records ``report.moves`` in its own (a contacts edit is one undoable entry)."""
     report = BlockReport()
-    addresses = sorted({a.lower() for a in blocked})
+    addresses = sorted({canonical_address(a) for a in blocked})
     to_tag = _blocked_candidates(reader, addresses) if addresses else []
     wanted = set(addresses)
     stale = [m for m in reader.messages(f"tag:{BLOCKED}", exclude_tags=(), sort="none")

@@ -38,6 +38,7 @@ from .. import tags
 from ..clock import iso_from_epoch
 from ..config import Config
 from ..errors import BackendError
+from ..message.headers import canonical_address
 from ..message.mime import parse_message
 from ..message.text import preview, preview_html_text
 from ..private import private_dir
@@ -339,8 +340,11 @@ def _write_row(conn: sqlite3.Connection, row: dict[str, Any], parsed: Parsed, *,
                      [(mid, t) for t in row["_tags"]])
     conn.executemany("INSERT INTO message_folders (message_id, folder) VALUES (?, ?)",
                      [(mid, f) for f in row["_folders"]])
-    people = {(mid, "from", row["sender_email"], row["sender_name"])} if row["sender_email"] else set()
-    people.update((mid, r["kind"], r["email"], r["name"]) for r in parsed.recipients)
+    # Contacts count a person once whichever form of their domain (ACE or Unicode) mail wrote.
+    people = ({(mid, "from", canonical_address(row["sender_email"]), row["sender_name"])}
+              if row["sender_email"] else set())
+    people.update((mid, r["kind"], canonical_address(r["email"]), r["name"])
+                  for r in parsed.recipients)
     # One row per (address, role): a message that names someone twice counts once.
     unique = {(p[0], p[1], p[2]): p for p in people}
     conn.executemany("INSERT INTO message_addresses (message_id, role, email, name) "

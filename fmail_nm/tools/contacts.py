@@ -20,6 +20,7 @@ from typing import Any, TextIO, TypeVar
 
 from ..clock import utc_stamp
 from ..errors import BackendError, CallerError
+from ..message.headers import canonical_address
 from ..passes.blocklist import (
     BlockReport,
     apply_blocklist,
@@ -143,14 +144,16 @@ def edit_contacts(ctx: WriteContext, action: str, params: dict[str, Any],
 
 
 def normalize_address(text: str) -> str:
-    address = email.utils.parseaddr(text)[1].strip().lower()
+    """The address in ``text`` as contacts keep it: lower-cased, its domain in Unicode (see
+    :func:`message.headers.canonical_address`)."""
+    address = canonical_address(email.utils.parseaddr(text)[1])
     if "@" not in address or address.startswith("@") or address.endswith("@"):
         raise CallerError(f"not an email address: {text!r}")
     return address
 
 
 def _refuse_own(conn: sqlite3.Connection, blocked: Iterable[str]) -> None:
-    mine = {row[0] for row in conn.execute("SELECT email FROM me")}
+    mine = {canonical_address(row[0]) for row in conn.execute("SELECT email FROM me")}
     if own := sorted(set(blocked) & mine):
         raise CallerError(f"{', '.join(own)}: the user's own address(es) cannot be blocked; "
                           "nothing was changed")

@@ -34,6 +34,7 @@ from pydantic import Field, PrivateAttr
 from ..adopt.identity import looks_like_address
 from ..clock import utc_stamp
 from ..errors import CallerError
+from ..message.headers import canonical_address
 from ..store import sidecar
 from .dto import Dto
 
@@ -419,8 +420,9 @@ def _contacts_result(fetched: _Fetched, diff: list[dict[str, Any]]) -> ContactsR
 
 
 def _refuse_own(conn: sqlite3.Connection, blocked: Sequence[str], own: Sequence[str]) -> None:
-    mine = {a.lower() for a in own} | {row[0] for row in conn.execute("SELECT email FROM me")}
-    if hit := sorted(set(blocked) & mine):
+    mine = {canonical_address(a) for a in own} | {
+        canonical_address(row[0]) for row in conn.execute("SELECT email FROM me")}
+    if hit := sorted(a for a in set(blocked) if canonical_address(a) in mine):
         raise SqlError(f"refused: {', '.join(hit[:5])} {'is' if len(hit) == 1 else 'are'} the "
                        "user's own address(es) and can never be blocked; nothing was changed "
                        "(add AND is_me = 0 to the WHERE clause)")
