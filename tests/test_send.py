@@ -385,7 +385,7 @@ def test_refusals_change_nothing(bed: Bed, tmp_path: Path) -> None:
     (bed.attachments / "link.txt").symlink_to(tmp_path / "secret.txt")
     (bed.attachments / "big.bin").write_bytes(b"\xff" * (1024 * 1024))
     with sidecar.opened(bed.ctx.sidecar_file) as conn:
-        contacts.set_blocked(conn, ["bad@example.com"], True)
+        contacts.set_blocked(conn, ["bad@example.com", "news@b\u00fccher.example"], True)
     before = bed.state()
 
     cases: list[tuple[str, object]] = [
@@ -409,6 +409,9 @@ def test_refusals_change_nothing(bed: Bed, tmp_path: Path) -> None:
             bed.ctx, ["ok@example.com", "not-an-address"], subject="hi", body="")),
         ("blocklist: bad@example.com", lambda: compose.save_draft(
             bed.ctx, ["Bad <BAD@example.com>"], subject="hi", body="")),
+        # Blocked with its domain in Unicode, written in ACE (xn--): the same address.
+        ("blocklist: news@xn--bcher-kva.example", lambda: compose.save_draft(
+            bed.ctx, ["news@xn--bcher-kva.example"], subject="hi", body="")),
         ("outside the attachments folder", lambda: compose.save_draft(
             bed.ctx, ["x@example.com"], subject="hi", body="", attachments=["../secret.txt"])),
         ("outside the attachments folder", lambda: compose.save_draft(

@@ -42,7 +42,7 @@ from pydantic import Field
 from .. import tags
 from ..config import Account, Config, ConfigError
 from ..errors import BackendError
-from ..message.headers import Address, addresses, split_head
+from ..message.headers import Address, addresses, canonical_address, split_head
 from ..message.html import read_message
 from ..message.text import clean_text, is_forward_subject, one_line
 from ..passes import changes
@@ -149,8 +149,10 @@ def _unique(people: Sequence[Address], drop: set[str]) -> list[Address]:
 
 def check_not_blocked(config: Config, recipients: Sequence[Address]) -> None:
     with sidecar.opened(sidecar.sidecar_path(config.data_dir), readonly=True) as conn:
-        blocked = sidecar.blocked_addresses(conn)
-    hits = sorted({p.address.lower() for p in recipients} & blocked)
+        blocked = {canonical_address(a) for a in sidecar.blocked_addresses(conn)}
+    # Compared in one form: a block catches an address whichever form its domain is written in.
+    hits = sorted({p.address.lower() for p in recipients
+                   if canonical_address(p.address) in blocked})
     if hits:
         raise ComposeError(f"recipients on the blocklist: {', '.join(hits)}; nothing was "
                            "written (unblock them with manage_contacts_sql first if the user "
