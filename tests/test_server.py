@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from fmail_nm.store import sidecar
 
-from .conftest import MailEnv, search_rows
+from .conftest import BACK_TO_SCHEMA_4, MailEnv, search_rows
 from .imapbed import free_port
 
 # The tools of each profile (`serve --tools`); each holds the ones before it.
@@ -166,6 +167,26 @@ async def test_every_tool_of_the_all_profile(shared_indexed: MailEnv) -> None:
     async with Client(params) as client:
         await exercise_every_read_tool(
             client, tools=ALL_READS | TRIAGE_TOOLS | MORE_WRITE_TOOLS, profile="all")
+
+
+@pytest.mark.anyio
+async def test_a_server_started_on_an_older_sidecar_migrates_it(indexed: MailEnv) -> None:
+    """After an upgrade the sidecar has an older schema until something writes it; the read
+    tools only read it (and read every page from notmuch meanwhile), so the server brings it
+    up to date as it starts."""
+    path = sidecar.sidecar_path(indexed.config().data_dir)
+    with sqlite3.connect(path) as conn:
+        conn.executescript(BACK_TO_SCHEMA_4)
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "fmail_nm", "serve", "--transport", "stdio",
+                                         "--read-only"],
+                                   env={**os.environ, **indexed.env})
+    async with Client(params) as client:
+        with sqlite3.connect(path) as conn:  # before any tool call
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == sidecar.SCHEMA_VERSION
+        sql = await structured(client, "query_emails", {
+            "sql_query": "SELECT count(*) AS n FROM emails"})
+        assert sql["rows"][0][0] > 0
 
 
 def wait_for_port(proc: subprocess.Popen[str], port: int, timeout: float = 60) -> None:

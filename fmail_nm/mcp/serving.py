@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sqlite3
 from collections.abc import Iterator
 
 from mcp.server.mcpserver import MCPServer
@@ -13,6 +14,23 @@ from ..config import DEFAULT_TOOL_PROFILE, Config, fmail_command
 from .server import build_server
 
 log = logging.getLogger(__name__)
+
+
+def _migrate_sidecar(config: Config) -> None:
+    """Bring a sidecar an earlier version wrote up to this version's schema as the server
+    starts: the read tools open it read-only, and until an index run migrated it they would
+    refuse SQL and read every page from notmuch.  A sidecar that is not there yet, or that
+    cannot be migrated, is left for the tools to report."""
+    from ..store import sidecar
+
+    path = sidecar.sidecar_path(config.data_dir)
+    if not path.exists():
+        return
+    try:
+        with sidecar.opened(path):  # a read-write open migrates
+            pass
+    except (sidecar.SidecarError, sqlite3.Error) as exc:
+        log.warning("the sidecar was not migrated: %s", exc)
 
 
 @contextlib.contextmanager
@@ -28,6 +46,7 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
     from ..service.background import AlreadyRunning, Background
     from ..service.push import PushScheduler
 
+    _migrate_sidecar(config)
     push = push and not read_only
     background: Background | None = None
     pusher: PushScheduler | None = None
