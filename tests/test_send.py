@@ -208,6 +208,19 @@ def test_a_reply_to_a_forward_quotes_the_forwarded_message(bed: Bed) -> None:
     assert "> Your invoice 4471 for EUR 12,400 is 30 days overdue." in body
 
 
+def test_a_reply_to_html_mail_quotes_it_without_markdown_escapes(bed: Bed) -> None:
+    bed.receive(b"From: Jo <jo@example.net>\r\nTo: alex@example.org\r\nSubject: Q3\r\n"
+                b"Message-ID: <q3@example.net>\r\nMIME-Version: 1.0\r\n"
+                b"Content-Type: text/html; charset=utf-8\r\n\r\n"
+                b"<p>Results for Q3:</p><p>- EMEA up</p><p>1. ACME signed</p>"
+                b"<p>&gt; 40% growth</p>\r\n")
+    draft = compose.reply_to_email(bed.ctx, "q3@example.net", "Great.")
+    body = body_text(parse(bed.files_with(bed.drafts, draft.id)[0].read_bytes()))
+    assert body.endswith("> Results for Q3:\n>\n> - EMEA up\n>\n> 1. ACME signed\n>\n"
+                         "> > 40% growth\n")
+    assert "\\" not in body
+
+
 def test_save_draft_again_replaces_the_file_and_keeps_the_threading(bed: Bed) -> None:
     first = compose.reply_to_email(bed.ctx, ORIGINAL, "v1")
     (old,) = bed.files_with(bed.drafts, first.id)

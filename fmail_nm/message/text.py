@@ -84,6 +84,18 @@ def escape_quote_marks(text: str) -> str:
     return _LEADING_QUOTE_MARK.sub(lambda m: m.group(1) + QUOTE_MARK_ESCAPE, text)
 
 
+# The backslashes text rendered from HTML carries at the start of a line ("\-", "\+", "\>",
+# "1\."): marks that keep it from being read as Markdown lists or quotes.
+_LINE_START_ESCAPE = re.compile(r"^([ \t]*)\\([-+>])|^([ \t]*\d+)\\(\.)", re.M)
+
+
+def unescape_line_marks(text: str) -> str:
+    """Text rendered from HTML as a person reads it (a reply's quote): the escapes at the
+    start of lines taken off again."""
+    return _LINE_START_ESCAPE.sub(lambda m: (m.group(1) or m.group(3) or "")
+                                  + (m.group(2) or m.group(4)), text)
+
+
 # --------------------------------------------------------------------------------------------
 # Cheap HTML to text (no html2text)
 

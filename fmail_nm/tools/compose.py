@@ -44,7 +44,7 @@ from ..config import Account, Config, ConfigError
 from ..errors import BackendError
 from ..message.headers import Address, addresses, canonical_address, split_head
 from ..message.html import read_message
-from ..message.text import clean_text, is_forward_subject, one_line
+from ..message.text import clean_text, is_forward_subject, one_line, unescape_line_marks
 from ..passes import changes
 from ..passes.changes import NOT_UNDOABLE, WriteContext
 from ..passes.tagging import tag_added
@@ -642,8 +642,10 @@ def reply_to_email(ctx: WriteContext, id: str, body: str, *, reply_all: bool = F
     if quote and parsed.text.strip():
         # A forward's forwarded message is what the reply is about: quoted with the note.
         forward = is_forward_subject(parsed.subject or message.subject)
-        text += "\n\n" + _attribution(parsed.date, parsed.from_) + "\n" + quoted(
-            clean_text(parsed.text, forward=forward))
+        original = clean_text(parsed.text, forward=forward)
+        if parsed.from_html:  # the quote goes to people: no Markdown escapes
+            original = unescape_line_marks(original)
+        text += "\n\n" + _attribution(parsed.date, parsed.from_) + "\n" + quoted(original)
     refs = parsed.references or ([parsed.in_reply_to] if parsed.in_reply_to else [])
     c = Composition(
         account=account, sender=Address(user_name(mb), address), to=to, cc=cc, bcc=[],
