@@ -410,6 +410,22 @@ def test_alternative_keeps_a_short_plain_part_that_says_it_all() -> None:
     assert not m.from_html
 
 
+def test_a_message_with_no_body_text_says_its_content_is_in_its_attachments() -> None:
+    invite = message("Content-Type: text/calendar; method=REQUEST; charset=utf-8",
+                     body="BEGIN:VCALENDAR\nBEGIN:VEVENT\nSUMMARY:Board meeting\n"
+                          "END:VEVENT\nEND:VCALENDAR\n")
+    m = parse_message(invite)
+    assert m.text == ""
+    assert m.body_notes == ["no body text: its content is in its attachments (text/calendar)"]
+    assert read_body(invite).body_notes == m.body_notes
+    digest = message("Content-Type: multipart/digest; boundary=D", body=multipart(
+        "D", part("", body="Subject: one\n\nfirst\n"), part("", body="Subject: two\n\nsecond\n")))
+    assert parse_message(digest).body_notes == [
+        "no body text: its content is in its attachments (message/rfc822)"]
+    empty = parse_message(message("Content-Type: text/plain", body=""))
+    assert empty.text == "" and empty.body_notes == []
+
+
 def test_html_only_keeps_links_drops_script_and_style() -> None:
     m = parse_message(message("Content-Type: text/html; charset=utf-8", body=HTML))
     assert m.from_html

@@ -138,7 +138,7 @@ def _parse(raw: bytes, render_html: HtmlRenderer, defects: list[str]) -> ParsedM
         for i, e in enumerate(attachment_entities(root))
     ]
     body = _Rendering(render_html, defects)
-    text = _render(root, body)
+    text = _body_text(root, body)
     return ParsedMessage(
         subject=one_line(decode_header_text(header(headers, "subject") or "", defects)),
         from_=addresses(headers, "from", defects),
@@ -175,7 +175,7 @@ def parse_body(raw: bytes, render_html: HtmlRenderer) -> BodyText:
     def body(data: bytes, defects: list[str]) -> BodyText:
         root = parse_entity(data, defects)
         rendering = _Rendering(render_html, defects)
-        text = _render(root, rendering)
+        text = _body_text(root, rendering)
         return BodyText(text, rendering.from_html, list(dict.fromkeys(defects)),
                         list(dict.fromkeys(rendering.notes)))
 
@@ -455,6 +455,24 @@ class _Rendering:
     defects: list[str]
     from_html: bool = False
     notes: list[str] = field(default_factory=list)
+
+
+def _body_text(root: Entity, body: _Rendering) -> str:
+    """The body text of a message; a message with none but with attachments (a calendar
+    invitation alone, a digest, a photo) gets a note saying where its content is, so that
+    an empty body is not taken for an empty message."""
+    text = _render(root, body)
+    if not text and not body.notes:
+        kinds = list(dict.fromkeys(entity.ctype for entity in attachment_entities(root)))
+        if kinds:
+            extra = len(kinds) - MAX_KINDS_NAMED
+            more = f" and {extra} more" if extra > 0 else ""
+            body.notes.append(f"no body text: its content is in its attachments "
+                              f"({', '.join(kinds[:MAX_KINDS_NAMED])}{more})")
+    return text
+
+
+MAX_KINDS_NAMED = 3
 
 
 def _render(entity: Entity, body: _Rendering) -> str:
