@@ -286,7 +286,7 @@ def _kept_summary(config: Config, reader: Reader) -> tuple[int, dict[str, int]] 
 def run_index(config: Config, *, show_progress: bool | None = None,
               on_line: Callable[[str], None] | None = None,
               on_progress: progress.ProgressCallback | None = None,
-              timeout: float | None = None) -> IndexSummary:
+              timeout: float | None = None, full_scan: bool = False) -> IndexSummary:
     """The revision before ``notmuch new`` goes to the hook (``NEW_SINCE_ENV``), so that a
     first index tags what it adds and never re-tags mail indexed before.
 
@@ -297,7 +297,8 @@ def run_index(config: Config, *, show_progress: bool | None = None,
 
     ``timeout`` bounds ``notmuch new`` (hooks included): a run still going after that long --
     typically waiting silently for a write lock another program holds -- is stopped and
-    reported as :class:`IndexingFailed` instead of hanging the caller."""
+    reported as :class:`IndexingFailed` instead of hanging the caller.  ``full_scan``: see
+    :func:`~fmail_nm.store.notmuch_cli.run_notmuch_new`."""
     notmuch_config = config.settings.notmuch_config
     interactive = _isatty(sys.stderr) if show_progress is None else show_progress
     display = ProgressDisplay(sys.stderr, enabled=interactive)
@@ -344,7 +345,7 @@ def run_index(config: Config, *, show_progress: bool | None = None,
                PASS_AFTER_ENV: "1"}
         result = run_notmuch_new(notmuch_config, as_tty=as_tty,
                                  on_line=handle if (as_tty or on_line) else None,
-                                 timeout=timeout, env=env)
+                                 timeout=timeout, env=env, full_scan=full_scan)
         output = progress.strip_progress(result.output)
         if result.timed_out:
             raise IndexingFailed(

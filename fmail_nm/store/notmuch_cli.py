@@ -89,7 +89,8 @@ def _stop_new(proc: subprocess.Popen[bytes], timed_out: threading.Event) -> None
 def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
                     timeout: float | None = None, as_tty: bool = False,
                     on_line: Callable[[str], None] | None = None,
-                    env: Mapping[str, str] | None = None) -> NewResult:
+                    env: Mapping[str, str] | None = None,
+                    full_scan: bool = False) -> NewResult:
     """``notmuch new`` as a subprocess: it is the indexer every notmuch user already trusts,
     and it runs the user's pre-/post-new hooks (ours among them).
 
@@ -103,10 +104,18 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
     write lock (retry_lock prints nothing): notmuch new and its hooks are then stopped and the
     result says ``timed_out``.  With a timeout the child gets its own process group (so the
     hooks can be stopped with it); without one it stays in ours, so Ctrl-C reaches it.
+
+    ``full_scan`` lists every folder, not only those whose mtime changed since notmuch
+    recorded it: on kernels with fine-grained file times (Linux 6.13 on) a folder's mtime can
+    be a second ahead of ``time()`` for a few milliseconds after each second begins, and a
+    scan then records a second in which more mail can still land unseen (notmuch's guard
+    against that compares the two).  It costs ~0.2 s at 100,000 messages.
     """
     argv = ["notmuch", *config_arg(config_path), "new"]
     if not hooks:
         argv.append("--no-hooks")
+    if full_scan:
+        argv.append("--full-scan")
     own_group = timeout is not None
     child_env = {**os.environ, **env} if env else None
     if as_tty:
