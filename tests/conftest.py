@@ -39,6 +39,11 @@ class MailEnv:
     env: dict[str, str]
 
     def notmuch(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        if args[:1] == ("new",):
+            # Every folder listed: a delivery a test makes just after the last scan can land
+            # in the second notmuch recorded for its folder, and be passed over (see
+            # run_notmuch_new's full_scan): a race of the machine, not the behaviour tested.
+            args = ("new", "--full-scan", *args[1:])
         return subprocess.run(["notmuch", *args], env={**os.environ, **self.env}, text=True,
                               capture_output=True, timeout=120, check=check)
 

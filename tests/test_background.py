@@ -177,7 +177,7 @@ def test_mail_a_folder_scan_passes_over_is_indexed_by_a_full_scan(
     moment = _stale_folder_mtime(inbox / "new")
     deliver(inbox, "while-down@example.net")
     os.utime(inbox / "new", (moment, moment))
-    indexed.notmuch("new")
+    subprocess.run(["notmuch", "new"], check=True, capture_output=True)
     assert not known("while-down@example.net")  # notmuch new alone passes over it
     service()  # the startup run scans every folder
     assert known("while-down@example.net")
