@@ -79,7 +79,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     from .app import load_config
     from .service.index import run_index
 
-    print(run_index(load_config(args.config), show_progress=None if not args.quiet else False).describe())
+    print(run_index(load_config(args.config), show_progress=None if not args.quiet else False,
+                    full_scan=args.full_scan).describe())
     return 0
 
 
@@ -401,6 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("index", help="run notmuch new (with hooks) and the tagging pass")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--full-scan", action="store_true",
+                   help="list every folder, not only those whose mtime changed: finds mail "
+                        "notmuch new passed over (README, \"Run it as a service\")")
     p.set_defaults(func=cmd_index)
 
     p = command("hook", help="entry points for the notmuch hooks")

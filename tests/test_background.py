@@ -187,6 +187,17 @@ def test_mail_a_folder_scan_passes_over_is_indexed_by_a_full_scan(
              "the watched file notmuch new passed over to be indexed")
 
 
+def test_index_full_scan_finds_mail_notmuch_new_passed_over(indexed: MailEnv) -> None:
+    inbox = indexed.mail_root / "personal" / "INBOX"
+    moment = _stale_folder_mtime(inbox / "new")
+    deliver(inbox, "passed-over@example.net")
+    os.utime(inbox / "new", (moment, moment))
+    indexed.fmail("index", "--quiet")
+    assert not known("passed-over@example.net")
+    indexed.fmail("index", "--quiet", "--full-scan")
+    assert known("passed-over@example.net")
+
+
 def test_a_folder_created_after_start_is_watched(
         indexed: MailEnv, service: Callable[..., Background]) -> None:
     bg = service()
