@@ -189,6 +189,32 @@ async def test_a_server_started_on_an_older_sidecar_migrates_it(indexed: MailEnv
         assert sql["rows"][0][0] > 0
 
 
+@pytest.mark.anyio
+async def test_a_server_starts_on_a_sidecar_it_cannot_migrate(indexed: MailEnv) -> None:
+    """A sidecar the server may not write (immutable here; a read-only mount, a backup)
+    stays as it is, and the server serves: searches from notmuch, SQL with a clear error."""
+    path = sidecar.sidecar_path(indexed.config().data_dir)
+    with sqlite3.connect(path) as conn:
+        conn.executescript(BACK_TO_SCHEMA_4)
+        conn.execute("PRAGMA journal_mode = DELETE")  # no -wal/-shm files to write beside it
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("this file system cannot make a file immutable")
+    try:
+        params = StdioServerParameters(command=sys.executable,
+                                       args=["-m", "fmail_nm", "serve", "--transport", "stdio",
+                                             "--read-only"],
+                                       env={**os.environ, **indexed.env})
+        async with Client(params) as client:
+            found = await structured(client, "search_emails", {"query": "in:inbox", "limit": 3})
+            assert found["total"] > 0 and len(found["rows"]) == 3
+            sql = await client.call_tool("query_emails", {"sql_query": "SELECT 1"})
+            assert sql.is_error and "schema 4" in sql.content[0].text  # type: ignore[union-attr]
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+
+
 def wait_for_port(proc: subprocess.Popen[str], port: int, timeout: float = 60) -> None:
     """Wait until the server process listens on ``port``; fail if it exits first."""
     deadline = time.monotonic() + timeout

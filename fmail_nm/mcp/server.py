@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -149,6 +150,9 @@ class MailService:
             sync_sidecar(self.config, self._mailbox().reader, wait=wait)
         except SyncInProgress:
             log.debug("sidecar sync running elsewhere; reading it as it is")
+        except (sqlite3.Error, OSError) as exc:  # a sidecar we may not write: read-only files
+            log.warning("the sidecar could not be brought up to date (%s); reading it as it "
+                        "is", exc)
 
     async def _run(self, job: Callable[[], T]) -> T:
         """``job`` on the read thread, never while a write of ours commits."""

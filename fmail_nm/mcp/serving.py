@@ -29,7 +29,7 @@ def _migrate_sidecar(config: Config) -> None:
     try:
         with sidecar.opened(path):  # a read-write open migrates
             pass
-    except (sidecar.SidecarError, sqlite3.Error) as exc:
+    except (sidecar.SidecarError, sqlite3.Error, OSError) as exc:  # read-only files, say
         log.warning("the sidecar was not migrated: %s", exc)
 
 
