@@ -178,6 +178,15 @@ def user_hook(hook_dir: Path, mode: int = 0o750) -> Path:
     return path
 
 
+def dotfiles_hook(tmp_path: Path, data: bytes = USER_HOOK) -> Path:
+    """A hook kept in a dotfiles folder, as stow or home-manager link it into place."""
+    target = tmp_path / "dotfiles" / "post-new"
+    target.parent.mkdir()
+    target.write_bytes(data)
+    target.chmod(0o755)
+    return target
+
+
 def test_a_users_hook_is_kept_byte_for_byte_and_chained(tmp_path: Path) -> None:
     hook_dir = tmp_path / "hooks"
     user_hook(hook_dir, 0o750)
@@ -299,10 +308,7 @@ def test_a_non_executable_users_hook_is_kept_but_not_run(tmp_path: Path) -> None
 @pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
 def test_a_symlinked_users_hook_is_chained_as_the_link_and_still_runs(
         tmp_path: Path, relative: bool) -> None:
-    target = tmp_path / "dotfiles" / "post-new"
-    target.parent.mkdir()
-    target.write_bytes(USER_HOOK)
-    target.chmod(0o755)
+    target = dotfiles_hook(tmp_path)
     hook_dir = tmp_path / "hooks"
     hook_dir.mkdir()
     link_text = "../dotfiles/post-new" if relative else str(target)
@@ -338,10 +344,7 @@ def test_a_dangling_symlink_hook_is_chained_and_skipped(tmp_path: Path) -> None:
 def test_a_symlink_to_an_older_hook_of_ours_is_replaced_by_a_file(tmp_path: Path) -> None:
     """post-new a symlink to one of our hooks elsewhere (a dotfiles repo): refreshing it
     replaces the link with a regular file and leaves the link's target as it was."""
-    target = tmp_path / "dotfiles" / "post-new"
-    target.parent.mkdir()
-    target.write_text(hook_text("post-new", ["/old/fmail-nm"]))
-    target.chmod(0o755)
+    target = dotfiles_hook(tmp_path, hook_text("post-new", ["/old/fmail-nm"]).encode())
     hook_dir = tmp_path / "hooks"
     hook_dir.mkdir()
     (hook_dir / "post-new").symlink_to(target)
@@ -442,10 +445,7 @@ def test_a_file_chained_the_earlier_way_moves_as_it_is(tmp_path: Path) -> None:
 @pytest.mark.parametrize("same", [True, False], ids=["same", "different"])
 def test_a_hook_kept_both_ways_is_dropped_only_when_it_is_the_same(
         tmp_path: Path, same: bool) -> None:
-    target = tmp_path / "dotfiles" / "post-new"
-    target.parent.mkdir()
-    target.write_bytes(USER_HOOK)
-    target.chmod(0o755)
+    target = dotfiles_hook(tmp_path)
     hook_dir = tmp_path / "hooks"
     install_hooks(hook_dir, ["fmail-nm"])
     kept, legacy = kept_hook(hook_dir, "post-new"), legacy_kept_hook(hook_dir, "post-new")
@@ -471,10 +471,7 @@ def test_a_hook_kept_both_ways_is_dropped_only_when_it_is_the_same(
 
 @pytest.mark.parametrize("how", ["absolute link", "relative link", "copy"])
 def test_a_users_hook_put_back_after_chaining_is_chained_again(tmp_path: Path, how: str) -> None:
-    target = tmp_path / "dotfiles" / "post-new"
-    target.parent.mkdir()
-    target.write_bytes(USER_HOOK)
-    target.chmod(0o755)
+    target = dotfiles_hook(tmp_path)
     hook_dir = tmp_path / "hooks"
     hook_dir.mkdir()
     hook, kept = hook_dir / "post-new", kept_hook(hook_dir, "post-new")
@@ -506,10 +503,7 @@ def test_a_users_hook_put_back_after_chaining_is_chained_again(tmp_path: Path, h
 
 def test_a_hook_put_back_over_one_chained_the_earlier_way_is_chained_again(
         tmp_path: Path) -> None:
-    target = tmp_path / "dotfiles" / "post-new"
-    target.parent.mkdir()
-    target.write_bytes(USER_HOOK)
-    target.chmod(0o755)
+    target = dotfiles_hook(tmp_path)
     hook_dir = tmp_path / "hooks"
     hook_dir.mkdir()
     hook = hook_dir / "post-new"

@@ -153,8 +153,7 @@ def normalize_address(text: str) -> str:
 
 
 def _refuse_own(conn: sqlite3.Connection, blocked: Iterable[str]) -> None:
-    mine = {canonical_address(row[0]) for row in conn.execute("SELECT email FROM me")}
-    if own := sorted(set(blocked) & mine):
+    if own := sql.own_among(conn, blocked):
         raise CallerError(f"{', '.join(own)}: the user's own address(es) cannot be blocked; "
                           "nothing was changed")
 

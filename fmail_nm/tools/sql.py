@@ -23,7 +23,7 @@ import functools
 import re
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -419,10 +419,17 @@ def _contacts_result(fetched: _Fetched, diff: list[dict[str, Any]]) -> ContactsR
                           unblocked=unblocked)
 
 
-def _refuse_own(conn: sqlite3.Connection, blocked: Sequence[str], own: Sequence[str]) -> None:
-    mine = {canonical_address(a) for a in own} | {
+def own_among(conn: sqlite3.Connection, addresses: Iterable[str],
+              also: Sequence[str] = ()) -> list[str]:
+    """Those of ``addresses`` that are the user's own (the ``me`` view, and ``also``), in
+    whichever form their domain is written."""
+    mine = {canonical_address(a) for a in also} | {
         canonical_address(row[0]) for row in conn.execute("SELECT email FROM me")}
-    if hit := sorted(a for a in set(blocked) if canonical_address(a) in mine):
+    return sorted(a for a in set(addresses) if canonical_address(a) in mine)
+
+
+def _refuse_own(conn: sqlite3.Connection, blocked: Sequence[str], own: Sequence[str]) -> None:
+    if hit := own_among(conn, blocked, own):
         raise SqlError(f"refused: {', '.join(hit[:5])} {'is' if len(hit) == 1 else 'are'} the "
                        "user's own address(es) and can never be blocked; nothing was changed "
                        "(add AND is_me = 0 to the WHERE clause)")
