@@ -711,6 +711,65 @@ def test_attachment_text_forwarded_message() -> None:
     assert content.text.endswith("Forwarded body text.")
 
 
+def forward_of_an_invoice() -> bytes:
+    """A forward (as Outlook and Apple Mail send one: the original attached whole, base64)
+    whose original carries a PDF invoice and a forward of its own with a text file."""
+    notes = message("From: Erin <erin@example.org>", "Subject: Notes",
+                    "Content-Type: multipart/mixed; boundary=N",
+                    body=multipart("N", part("Content-Type: text/plain", body="Notes below."),
+                                   part('Content-Type: text/plain; name="n.txt"',
+                                        "Content-Disposition: attachment", body="Bring the keys.")))
+    original = message(
+        "From: Billing <billing@example.com>", "To: Dave <dave@example.org>",
+        "Subject: Invoice 77", "Date: Tue, 02 Jun 2026 09:30:00 +0000",
+        "Content-Type: multipart/mixed; boundary=INV",
+        body=multipart("INV", part("Content-Type: text/plain", body="Your invoice is attached."),
+                       part("Content-Type: application/pdf", "Content-Transfer-Encoding: base64",
+                            'Content-Disposition: attachment; filename="invoice-77.pdf"',
+                            body=b64(tiny_pdf("Invoice 77", "Amount due 120 EUR"))),
+                       part("Content-Type: message/rfc822", body=notes)))
+    body = multipart(
+        "FWD",
+        part("Content-Type: text/plain", body="FYI, see the invoice."),
+        part("Content-Type: message/rfc822", "Content-Transfer-Encoding: base64",
+             'Content-Disposition: attachment; filename="Invoice 77.eml"', body=b64(original)),
+    )
+    return message("From: Dave <dave@example.org>", "Subject: Fwd: Invoice 77",
+                   "Content-Type: multipart/mixed; boundary=FWD", body=body)
+
+
+def test_attachments_inside_a_forwarded_message_are_read_by_their_path() -> None:
+    raw = forward_of_an_invoice()
+    assert [a.content_type for a in parse_message(raw).attachments] == ["message/rfc822"]
+    forwarded = attachment_text(raw, 0, 10_000)
+    assert forwarded.text is not None
+    assert "Attachments: [0.0] invoice-77.pdf, [0.1] message/rfc822" in forwarded.text.splitlines()
+    invoice = attachment_text(raw, (0, 0), 10_000)
+    assert invoice.info == AttachmentInfo(0, "invoice-77.pdf", "application/pdf", invoice.info.size)
+    assert invoice.text is not None and "Amount due 120 EUR" in invoice.text
+    inner = attachment_text(raw, (0, 1), 10_000)
+    assert inner.text is not None and "Attachments: [0.1.0] n.txt" in inner.text.splitlines()
+    assert attachment_text(raw, (0, 1, 0), 10_000).text == "Bring the keys."
+
+
+@pytest.mark.parametrize(("path", "error"), [
+    ((0, 2), r"no attachment 0\.2: the message forwarded as attachment 0 has 0\.0\.\.0\.1"),
+    ((0, 1, 1), r"no attachment 0\.1\.1: .* attachment 0\.1 has 0\.1\.0\.\.0\.1\.0"),
+    ((0, 0, 0), r"attachment 0\.0 is application/pdf, not a forwarded message"),
+    ((1, 0), r"no attachment 1 in this message: valid indexes are 0\.\.0"),
+])
+def test_a_path_to_no_attachment_says_what_there_is(path: tuple[int, ...], error: str) -> None:
+    with pytest.raises(LookupError, match=error):
+        attachment_text(forward_of_an_invoice(), path, 100)
+
+
+def test_a_forward_without_attachments_says_so() -> None:
+    raw, _ = _attachment_message()
+    with pytest.raises(LookupError, match=r"no attachment 3\.0: the message forwarded as "
+                                          r"attachment 3 has no attachments"):
+        attachment_text(raw, (3, 0), 100)
+
+
 def test_attachment_text_truncates() -> None:
     raw, _ = _attachment_message()
     content = attachment_text(raw, 3, 20)

@@ -431,3 +431,31 @@ async def test_accounts_are_one_line_each(client: Client) -> None:
         "work: amorgan@acme.test; folder work; inbox=work/INBOX; sent=work/Sent; "
         "trash=work/Trash; mbsync work",
     ]
+
+
+@pytest.mark.anyio
+async def test_an_attachment_inside_a_forwarded_message_is_read_by_its_path(
+        indexed: MailEnv) -> None:
+    from .test_body import forward_of_an_invoice
+    raw = forward_of_an_invoice().replace(b"Subject: Fwd:", b"Message-ID: <fwd-invoice@x>\nSubject: Fwd:")
+    (indexed.mail_root / "personal" / "INBOX" / "new" / "1764666000.fwd.host").write_bytes(raw)
+    indexed.notmuch("new")
+    short = uid("fwd-invoice@x")
+    async with Client(server(indexed, "--read-only")) as c:
+        lines, _ = await call(c, "get_attachment", {"id": short, "index": 0})
+        assert "Attachments: [0.0] invoice-77.pdf, [0.1] message/rfc822" in lines
+        lines, data = await call(c, "get_attachment", {"id": short, "index": "0.0"})
+        assert lines[0].startswith(f"attachment [0.0] invoice-77.pdf (application/pdf, ")
+        assert lines[0].endswith(f" bytes) of {short}")
+        assert any("Amount due 120 EUR" in line for line in lines)
+        assert data["path"] == "0.0" and data["attachment"]["index"] == 0
+        _, whole = await call(c, "get_attachment", {"id": short, "index": "0"})
+        assert "path" not in whole and whole["attachment"]["content_type"] == "message/rfc822"
+        for index, error in [("0.2", "no attachment 0.2: the message forwarded as attachment 0 "
+                                     "has 0.0..0.1"),
+                             ("0.0.0", "attachment 0.0 is application/pdf, not a forwarded message"),
+                             ("0/1", "give a number from get_email (2), or for an attachment "
+                                     "inside a forwarded message its path (2.0)"),
+                             (-1, "an index is 0 or more")]:
+            bad = await c.call_tool("get_attachment", {"id": short, "index": index})
+            assert bad.is_error and error in bad.content[0].text, bad.content  # type: ignore[union-attr]

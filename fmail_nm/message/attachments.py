@@ -3,6 +3,7 @@ pypdf in a process of its own: :mod:`.pdftext`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .charset import decode_bytes
@@ -21,7 +22,7 @@ from .mime import (
 from .pdftext import pdf_text
 from .text import slice_text, tidy
 
-__all__ = ["AttachmentText", "attachment_text"]
+__all__ = ["AttachmentText", "attachment_text", "dotted"]
 
 
 _PDF_MAX_PAGES = 500
@@ -57,20 +58,46 @@ _EXTENSION_TYPES = {
 _TEXTUAL_APPLICATION = {"application/json", "application/xml", "application/x-sh", "application/javascript"}
 
 
-def attachment_text(raw: bytes, index: int, max_chars: int) -> AttachmentText:
-    """Text of attachment ``index`` (as numbered by ``parse_message``), cut to ``max_chars``."""
-    raw = bytes(raw)
-    defects: list[str] = []
-    entities = attachment_entities(parse_entity(raw, defects))
-    if not 0 <= index < len(entities):
-        count = len(entities)
+def attachment_text(raw: bytes, path: int | Sequence[int], max_chars: int) -> AttachmentText:
+    """Text of attachment ``path``, cut to ``max_chars``: an index as ``parse_message``
+    numbers them, or a path of indexes into forwarded messages (``(2, 0)``: attachment 0
+    of the message forwarded as attachment 2), so that an invoice inside a forward can be
+    read without changing how the outer message's attachments are numbered."""
+    steps = (path,) if isinstance(path, int) else tuple(path)
+    if not steps:
+        raise LookupError("no attachment index given")
+    data = bytes(raw)
+    for depth, index in enumerate(steps):
+        entities = attachment_entities(parse_entity(data, []))
+        if not 0 <= index < len(entities):
+            raise LookupError(_no_attachment(steps[:depth], index, len(entities)))
+        entity = entities[index]
+        problems: list[str] = []  # this attachment's own decoding problems become its note
+        data = entity_payload(entity, problems)
+        info = AttachmentInfo(index, entity_filename(entity, problems), entity.ctype, len(data))
+        if depth + 1 < len(steps) and _effective_type(info) not in _MESSAGE_TYPES:
+            raise LookupError(f"attachment {dotted(steps[:depth + 1])} is {info.content_type}, "
+                              f"not a forwarded message: nothing is attached inside it")
+    return _extract(info, entity, data, max_chars, problems, steps)
+
+
+def dotted(steps: Sequence[int]) -> str:
+    """An attachment's path as the tools write it: ``2.0``."""
+    return ".".join(map(str, steps))
+
+
+def _no_attachment(outer: Sequence[int], index: int, count: int) -> str:
+    if not outer:
         valid = f"valid indexes are 0..{count - 1}" if count else "it has no attachments"
-        raise LookupError(f"no attachment {index} in this message: {valid}")
-    entity = entities[index]
-    problems: list[str] = []  # this attachment's own decoding problems become its note
-    data = entity_payload(entity, problems)
-    info = AttachmentInfo(index, entity_filename(entity, problems), entity.ctype, len(data))
-    return _extract(info, entity, data, max_chars, problems)
+        return f"no attachment {index} in this message: {valid}"
+    where = f"the message forwarded as attachment {dotted(outer)}"
+    if not count:
+        return f"no attachment {dotted([*outer, index])}: {where} has no attachments"
+    return (f"no attachment {dotted([*outer, index])}: {where} has "
+            f"{dotted([*outer, 0])}..{dotted([*outer, count - 1])}")
+
+
+_MESSAGE_TYPES = ("message/rfc822", "message/global")
 
 
 def _effective_type(info: AttachmentInfo) -> str:
@@ -85,11 +112,12 @@ def _effective_type(info: AttachmentInfo) -> str:
 
 
 def _extract(
-    info: AttachmentInfo, entity: Entity, data: bytes, max_chars: int, problems: list[str]
+    info: AttachmentInfo, entity: Entity, data: bytes, max_chars: int, problems: list[str],
+    steps: Sequence[int],
 ) -> AttachmentText:
     kind = _effective_type(info)
-    if kind in ("message/rfc822", "message/global"):
-        return _sliced(info, _render_embedded(data), max_chars, "; ".join(problems) or None)
+    if kind in _MESSAGE_TYPES:
+        return _sliced(info, _render_embedded(data, steps), max_chars, "; ".join(problems) or None)
     if kind.startswith("text/") or kind in _TEXTUAL_APPLICATION or kind.startswith("message/"):
         text = decode_bytes(data, entity_charset(entity), entity.where, problems)
         text = html_text(text, html_to_text, entity.where, problems) if kind == "text/html" else tidy(text)
@@ -106,8 +134,9 @@ def _sliced(info: AttachmentInfo, text: str, max_chars: int, note: str | None = 
     return AttachmentText(info, part.text, part.truncated, note)
 
 
-def _render_embedded(data: bytes) -> str:
-    """A forwarded message as the headers a reader needs, then its body."""
+def _render_embedded(data: bytes, steps: Sequence[int]) -> str:
+    """A forwarded message as the headers a reader needs, then its body; its own
+    attachments with the paths that read them (``[2.0] invoice.pdf``)."""
     inner = read_message(data)
     lines = [
         f"From: {_format_addresses(inner.from_)}",
@@ -118,7 +147,8 @@ def _render_embedded(data: bytes) -> str:
     lines.append(f"Date: {inner.date.isoformat() if inner.date else ''}")
     lines.append(f"Subject: {inner.subject}")
     if inner.attachments:
-        names = ", ".join(a.filename or a.content_type for a in inner.attachments)
+        names = ", ".join(f"[{dotted([*steps, a.index])}] {a.filename or a.content_type}"
+                          for a in inner.attachments)
         lines.append(f"Attachments: {names}")
     return "\n".join(lines) + "\n\n" + inner.text
 

@@ -188,6 +188,7 @@ class UnansweredList(Dto):
 class AttachmentContent(Dto):
     id: str
     attachment: Attachment
+    path: str | None = Field(default=None, description="inside a forwarded message: e.g. 2.0")
     untrusted: Literal[True]
     text: str | None = Field(default=None, description="UNTRUSTED; null if binary")
     truncated: bool = False

@@ -27,7 +27,7 @@ from ..clock import iso_from_epoch, utc_now
 from ..config import Config
 from ..dsl import CompiledQuery, DslContext, DslError, compile_query, date_range_query
 from ..errors import CallerError
-from ..message.attachments import attachment_text
+from ..message.attachments import attachment_text, dotted
 from ..message.headers import Address
 from ..message.html import read_body, read_message
 from ..message.mime import BodyText, ParsedMessage
@@ -862,7 +862,8 @@ def _recipients(mb: Mailbox, message_id: str) -> list[str]:
     return [who(n, a) for n, a in pairs if a][:LISTED_RECIPIENTS]
 
 
-def get_attachment(mb: Mailbox, id: str, index: int, max_chars: int = 20000) -> dto.AttachmentContent:
+def get_attachment(mb: Mailbox, id: str, index: int | str,
+                   max_chars: int = 20000) -> dto.AttachmentContent:
     return attachment_content(*message_file(mb, id), index, max_chars)
 
 
@@ -873,10 +874,28 @@ def message_file(mb: Mailbox, id: str) -> tuple[str, bytes]:
     return m.message_id, read_file(mb, m)
 
 
-def attachment_content(message_id: str, raw: bytes, index: int,
+# An attachment's index, or its path through forwarded messages ("2.0"): a few levels at most.
+_ATTACHMENT_PATH = re.compile(r"\d{1,6}(?:\.\d{1,6}){0,7}")
+
+
+def attachment_path(index: int | str) -> tuple[int, ...]:
+    """``2`` or ``"2"`` -> ``(2,)``; ``"2.0"`` -> ``(2, 0)`` (attachment 0 of the message
+    forwarded as attachment 2)."""
+    if isinstance(index, int):
+        if index < 0:
+            raise ToolError(f"attachment index {index}: an index is 0 or more")
+        return (index,)
+    if not _ATTACHMENT_PATH.fullmatch(index):
+        raise ToolError(f"attachment index {index!r}: give a number from get_email (2), or "
+                        f"for an attachment inside a forwarded message its path (2.0)")
+    return tuple(int(step) for step in index.split("."))
+
+
+def attachment_content(message_id: str, raw: bytes, index: int | str,
                        max_chars: int) -> dto.AttachmentContent:
+    path = attachment_path(index)
     try:
-        content = attachment_text(raw, index, max_chars)
+        content = attachment_text(raw, path, max_chars)
     except LookupError as exc:
         raise ToolError(str(exc)) from None
     info = content.info
@@ -884,6 +903,7 @@ def attachment_content(message_id: str, raw: bytes, index: int,
         id=sidecar.uid_for(message_id), untrusted=True,
         attachment=dto.Attachment(index=info.index, filename=info.filename,
                                   content_type=info.content_type, size=info.size),
+        path=dotted(path) if len(path) > 1 else None,
         text=content.text, truncated=content.truncated, note=content.note)
 
 

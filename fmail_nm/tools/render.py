@@ -249,7 +249,7 @@ def accounts_text(r: dto.AccountList) -> str:
 
 def attachment_text(a: dto.AttachmentContent) -> str:
     info = a.attachment
-    head = (f"attachment [{info.index}] {one_line(info.filename or '(unnamed)')} "
+    head = (f"attachment [{a.path or info.index}] {one_line(info.filename or '(unnamed)')} "
             f"({one_line(info.content_type)}, {info.size} bytes) of {a.id}"
             + ("; truncated" if a.truncated else "") + (f"; {a.note}" if a.note else ""))
     return head if a.text is None else head + "\n" + untrusted(a.text, "attachment")
