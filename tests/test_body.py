@@ -440,6 +440,40 @@ def test_html_only_keeps_links_drops_script_and_style() -> None:
     assert all(line == line.rstrip() for line in lines)
 
 
+@pytest.mark.parametrize("html", [
+    # a stray closing tag first thing in the body (a list server's mail, as received)
+    "\n  </SCRIPT>\n<center><b>Appointment setting</b> for your sales team</center>",
+    # a <head> after <body> (a newsletter's), never closed
+    '<HTML><body bgcolor="#ffffff"><HEAD>\n<TITLE>News</TITLE>\n'
+    "<div>Appointment setting for your sales team</div></body></html>",
+    # a <head> left open before the content, no <body> tag anywhere
+    "<html>\n<head>\n<title>Campaign</title>\n<meta charset=utf-8>\n"
+    "<DIV align=center>Appointment setting for your sales team</DIV>",
+])
+def test_html_content_after_a_misplaced_head_or_script_tag_is_shown(html: str) -> None:
+    m = parse_message(message("Content-Type: text/html; charset=utf-8", body=html))
+    assert "Appointment setting" in m.text and "for your sales team" in m.text
+    assert m.body_notes == []
+
+
+@pytest.mark.parametrize("html", [
+    "<p>Shown</p><script>var secret = 1;</script></script><p>after</p><style>p{x:1}</style>",
+    "<head><style>p{x:1}</style><script>var secret = 1;</script></head><p>Shown</p><p>after</p>",
+    "<body><p>Shown</p><script>var secret = 1;",  # a script never closed hides to the end
+])
+def test_html_script_and_style_stay_hidden_however_their_tags_are_balanced(html: str) -> None:
+    text = parse_message(message("Content-Type: text/html; charset=utf-8", body=html)).text
+    assert "Shown" in text and "secret" not in text and "x:1" not in text
+
+
+def test_html_with_only_an_image_says_so() -> None:
+    html = "<html><body><img src='https://ads.example/t.gif' width=0><center><img src=x.gif></center></body></html>"
+    m = parse_message(message("Content-Type: text/html", body=html))
+    assert m.text == ""
+    assert m.body_notes == ["no body text: its HTML shows only images or frames"]
+    assert parse_message(message("Content-Type: text/html", body="  \n")).body_notes == []
+
+
 def test_html_charset_from_meta_tag() -> None:
     html = b'<html><head><meta charset="windows-1252"></head><body>\x93caf\xe9\x94</body></html>'
     assert parse_message(message("Content-Type: text/html", body=html)).text == "“café”"

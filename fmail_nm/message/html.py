@@ -46,7 +46,40 @@ _TEXT_GT = "\x1a"
 _LEADING_TEXT_GT = re.compile(f"^((?:> ?)*[ \t]*){_TEXT_GT}", re.M)
 
 
+# The elements whose content html2text leaves out, by a counter of them open.
+_HIDING = ("head", "style", "script")
+# What a <head> holds: any other element starts the body, as browsers read it (a <head>
+# left open, then the message's <div>s, with no <body> tag anywhere).
+_HEAD_CONTENT = frozenset({"title", "meta", "link", "base", "style", "script", "noscript",
+                           "template", "head", "html"})
+
+
 class _Converter(html2text.HTML2Text):
+    """html2text, with its hidden-content counter kept as a browser keeps those elements
+    open: a closing tag that closes nothing (``</SCRIPT>`` first thing in a body) drove the
+    counter below zero, and a ``<head>`` after ``<body>`` (a ZDNet newsletter's) opened one
+    that never closed; either hid the whole rest of the message, as did a <head> left open
+    before the content with no <body> tag."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._hiding: dict[str, int] = dict.fromkeys(_HIDING, 0)
+        self._in_body = False
+
+    def handle_tag(self, tag: str, attrs: dict[str, str | None], start: bool) -> None:
+        if tag == "body":  # html2text shows everything from here: nothing is open any more
+            self._in_body = True
+            self._hiding = dict.fromkeys(_HIDING, 0)
+        elif start and self._hiding["head"] and tag not in _HEAD_CONTENT:
+            self.handle_tag("body", {}, True)  # the head ends where its content does
+        if tag in self._hiding:
+            if start and tag == "head" and self._in_body:
+                return  # a <head> inside the body: browsers ignore it
+            if not start and not self._hiding[tag]:
+                return  # closes nothing: ignored, as browsers do
+            self._hiding[tag] += 1 if start else -1
+        super().handle_tag(tag, attrs, start)
+
     def handle_data(self, data: str, entity_char: bool = False) -> None:
         super().handle_data(data.replace(">", _TEXT_GT), entity_char)
 

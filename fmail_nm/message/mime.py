@@ -454,13 +454,14 @@ class _Rendering:
     render_html: HtmlRenderer
     defects: list[str]
     from_html: bool = False
+    blank_html: bool = False  # an HTML part with markup but no text (images, a frame)
     notes: list[str] = field(default_factory=list)
 
 
 def _body_text(root: Entity, body: _Rendering) -> str:
     """The body text of a message; a message with none but with attachments (a calendar
-    invitation alone, a digest, a photo) gets a note saying where its content is, so that
-    an empty body is not taken for an empty message."""
+    invitation alone, a digest, a photo) or HTML without words (an image) gets a note
+    saying where its content is, so that an empty body is not taken for an empty message."""
     text = _render(root, body)
     if not text and not body.notes:
         kinds = list(dict.fromkeys(entity.ctype for entity in attachment_entities(root)))
@@ -469,6 +470,8 @@ def _body_text(root: Entity, body: _Rendering) -> str:
             more = f" and {extra} more" if extra > 0 else ""
             body.notes.append(f"no body text: its content is in its attachments "
                               f"({', '.join(kinds[:MAX_KINDS_NAMED])}{more})")
+        elif body.blank_html:
+            body.notes.append("no body text: its HTML shows only images or frames")
     return text
 
 
@@ -557,6 +560,7 @@ def _leaf_text(entity: Entity, body: _Rendering) -> str:
         text = html_text(html, body.render_html, entity.where, defects)
         # Only a rendering that is shown counts: an empty one leaves the plain text shown.
         body.from_html = body.from_html or bool(text)
+        body.blank_html = body.blank_html or (not text and bool(html.strip()))
         return text
     text = decode_bytes(data, charset, entity.where, defects)
     if entity.ctype == "text/enriched":
