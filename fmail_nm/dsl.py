@@ -49,7 +49,7 @@ MAX_DEPTH = 32
 DSL_HELP = """\
 Search (Gmail-style; empty = all mail). Words and "exact phrases" (whole words, any case).
 from: to: (cc: bcc: = to:, all recipients) subject: body: filename: (attachment names);
-  from:(a OR b) applies to each word.
+  from:(a OR b) applies to each word; from:me to:me = the user's own addresses.
 is:unread is:read is:flagged(=starred) replied forwarded sent draft inbox archived list blocked
   spam deleted; has:attachment; tag:x = label:x; account:work; list:rust-users (List-Id)
 in:inbox sent drafts archive trash spam(=junk) anywhere, or a folder: in:Receipts in:work/Receipts
@@ -78,6 +78,7 @@ class DslContext:
     folder_roles: Mapping[str, Sequence[str]]
     folders: Sequence[str] = ()
     excluded_tags: Sequence[str] = ("deleted", "spam")
+    me: Sequence[str] = ()  # the user's addresses: from:me, to:me
 
     def __post_init__(self) -> None:
         # Day boundaries and relative periods are computed in now's zone: a naive clock
@@ -460,6 +461,7 @@ _PHRASE_FIELDS = {
     "body": "body",
     "filename": "attachment",
 }
+_ADDRESS_FIELDS = frozenset({"from", "to", "cc", "bcc"})
 # is:<word> -> the tag it means (Gmail's words and notmuch's own tag names).
 _IS_TAGS = {
     "unread": tags.UNREAD,
@@ -630,14 +632,14 @@ class _Parser:
         # Unknown `word:` is an error (it is almost always a mistyped operator), except URLs
         # (https://…) and things like times or ids whose "name" has digits (10:30, T10:30).
         if not m or m[2].startswith("//") or (name not in self.handlers and not m[1].isalpha()):
-            return self._term(default, tok.text, tok.pos)
+            return self._bare_value(default, tok.text, tok.pos)
         if name not in self.handlers:
             known = ", ".join(f"{op}:" for op in _OPERATORS)
             raise DslError(
                 tok.pos, f"a known operator ({known}) or quotes around text", _shown(m[1] + ":")
             )
         if m[2]:
-            return self._term(name, m[2], tok.pos + len(name) + 1)
+            return self._bare_value(name, m[2], tok.pos + len(name) + 1)
         return self._detached_value(name)
 
     def _detached_value(self, name: str) -> _Node:
@@ -653,9 +655,26 @@ class _Parser:
         if tok.kind not in (_WORD, _PHRASE) or is_op:
             raise DslError(tok.pos, f"a value after '{name}:'", _describe(tok))
         self._advance()
-        return self._term(name, tok.text, tok.pos)
+        if tok.kind == _PHRASE:
+            return self._term(name, tok.text, tok.pos)
+        return self._bare_value(name, tok.text, tok.pos)
 
     # -- terms
+
+    def _bare_value(self, name: str | None, value: str, pos: int) -> _Node:
+        """An unquoted value: Gmail's ``me`` after an address field is the user ("me" in
+        quotes is the word)."""
+        if name in _ADDRESS_FIELDS and value.lower() == "me":
+            return self._me(name, pos)
+        return self._term(name, value, pos)
+
+    def _me(self, name: str, pos: int) -> _Node:
+        if not self.ctx.me:
+            raise DslError(pos, f"addresses of the user's for '{name}:me' (addresses in "
+                                f"fmail.toml, or notmuch's user.primary_email)", "none set")
+        words = (_clean_phrase(address) for address in self.ctx.me)
+        return _mk_or([_phrase_atom(_PHRASE_FIELDS[name], text) for text in words
+                       if _has_word(text)])
 
     def _term(self, name: str | None, value: str, pos: int) -> _Node:
         if name is None:

@@ -898,3 +898,18 @@ def test_inputs_past_the_limits_are_refused_with_where_and_why() -> None:
     # The refusal of an oversized query costs nothing like its size.
     assert _profiled_calls(lambda: compile_query("a " * 51_200, CTX)) < 50
 
+
+
+def test_from_me_is_each_of_the_users_addresses() -> None:
+    ctx = DslContext(now=NOW, accounts={}, folder_roles={}, me=("alex@example.org", "a.m@work.test"))
+    assert q("from:me", ctx) == 'from:"alex@example.org" OR from:"a.m@work.test"'
+    assert q("to:ME is:unread", ctx) == '(to:"alex@example.org" OR to:"a.m@work.test") AND tag:"unread"'
+    assert q('from:"me"', ctx) == 'from:"me"'  # quoted: the word
+    assert q("me", ctx) == '"me"'  # alone: the word
+
+
+def test_from_me_without_addresses_says_where_to_set_them() -> None:
+    with pytest.raises(DslError) as raised:
+        compile_query("is:unread from:me", CTX)
+    assert raised.value.position == 15
+    assert "fmail.toml" in raised.value.expected and "user.primary_email" in raised.value.expected

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -307,6 +308,25 @@ ALL_VISIBLE = {m[0] for m in MESSAGES} - {"spam@t", "trash@t"}
 )
 def test_semantics(db: notmuch2.Database, text: str, expected: set[str]) -> None:
     assert search(db, text) == expected
+
+
+ME_CTX = replace(CTX, me=("me@ex.org", "Alice@EX.org"))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("from:me", {"sent@t", "at@t"}),
+        ("from: me is:replied", {"sent@t"}),
+        ("from:(me OR bob)", {"sent@t", "at@t", "before@t"}),
+        ("-from:me", ALL_VISIBLE - {"sent@t", "at@t"}),
+        ("to:me", ALL_VISIBLE - {"secret@t"}),
+        ("cc:me in:archive", {"weird@t"}),
+        ('from:"me"', {"sent@t"}),  # in quotes, the word: the sender named "Me"
+    ],
+)
+def test_me_is_the_users_addresses(db: notmuch2.Database, text: str, expected: set[str]) -> None:
+    assert search(db, text, ME_CTX) == expected
 
 
 @pytest.mark.parametrize(

@@ -81,6 +81,7 @@ class Mailbox:
             folder_roles=self.config.roles(),
             folders=self.config.folders,
             excluded_tags=self.reader.search_exclusions(),
+            me=self.config.addresses,
         )
 
     def compile(self, text: str, anchor: int | None = None) -> CompiledQuery:
