@@ -57,7 +57,7 @@ after:2026-03-01 (on or after) before:2026-04 (before) on:2026-03-15; dates YYYY
   YYYY/MM/DD, YYYY-MM, YYYY, unix seconds, local midnight; newer_than:3d older_than:1y
   (h d w m=months y)
 id:<message-id> thread:<thread-id>; raw:"<notmuch query>" passes notmuch syntax through.
-a b = AND; a OR b = a | b; -a = NOT a; ( ); NOT > AND > OR; lowercase or/and/not are words.
+a b = AND; a OR b = a | b = {a b}; -a = NOT a; ( ); NOT > AND > OR; lowercase or/and/not are words.
 Spam and deleted mail are hidden unless the query names them (is:spam, in:trash, ...) or
   says in:anywhere. Quote values with spaces: from:"Ann Lee" (\\" for a quote), and text
   with a colon: "Re: lunch". Up to 4096 chars, 200 terms, 32 nesting levels.
@@ -109,10 +109,14 @@ class CompiledQuery:
 
 # --------------------------------------------------------------------------- tokens
 
-_WORD, _PHRASE, _LPAREN, _RPAREN = "word", "phrase", "(", ")"
+_WORD, _PHRASE, _LPAREN, _RPAREN, _LBRACE, _RBRACE = "word", "phrase", "(", ")", "{", "}"
 _OR, _AND, _NOT, _MINUS, _EOF = "OR", "AND", "NOT", "-", "end"
 _KEYWORDS = {"OR": _OR, "AND": _AND, "NOT": _NOT}
 _DELIMS = '()"|'
+# Gmail's {a b} (any of them): "{" opens a group only where a term starts (or right after a
+# text field's colon: from:{a b}), "}" closes one only while one is open, so that a tag or
+# folder named "{y}" stays one word.
+_BRACE_FIELD = re.compile(r"(?i)(?:from|to|cc|bcc|subject|body|filename):")
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,7 @@ def _describe(tok: _Tok) -> str:
 def _lex(text: str) -> list[_Tok]:
     toks: list[_Tok] = []
     i = 0
+    braces = 0  # "{" groups open
     while i < len(text):
         ch = text[i]
         if ch.isspace():
@@ -143,7 +148,8 @@ def _lex(text: str) -> list[_Tok]:
         elif len(toks) >= MAX_TOKENS:
             raise DslError(i, f"at most {MAX_TOKENS} words, operators and parentheses",
                            "more; split the search or use fewer words")
-        elif ch in "()":
+        elif ch in "()" or ch == "{" or (ch == "}" and braces):
+            braces += {"{": 1, "}": -1}.get(ch, 0)
             toks.append(_Tok(ch, ch, i))
             i += 1
         elif ch == "|":
@@ -155,7 +161,7 @@ def _lex(text: str) -> list[_Tok]:
             toks.append(_Tok(_MINUS, "-", i))
             i += 1
         else:
-            i = _lex_word(text, i, toks)
+            i = _lex_word(text, i, toks, braces > 0)
     toks.append(_Tok(_EOF, "", len(text)))
     return toks
 
@@ -166,9 +172,13 @@ def _minus_is_not(text: str, i: int) -> bool:
     return not nxt.isspace() and nxt not in ")|"
 
 
-def _lex_word(text: str, i: int, toks: list[_Tok]) -> int:
+def _lex_word(text: str, i: int, toks: list[_Tok], in_braces: bool) -> int:
     start = i
     while i < len(text) and not text[i].isspace() and text[i] not in _DELIMS:
+        if text[i] == "}" and in_braces:
+            break
+        if text[i] == "{" and _BRACE_FIELD.fullmatch(text, start, i):
+            break  # from:{a b}: the field, then its group
         i += 1
     word = text[start:i]
     toks.append(_Tok(_KEYWORDS.get(word, _WORD), word, start))
@@ -501,6 +511,14 @@ _OPERATORS = sorted(
     [*_PHRASE_FIELDS, "is", "has", "in", "tag", "label", "list", "account", *_DATE_OPS]
     + ["newer_than", "older_than", "id", "rfc822msgid", "thread", "raw"]
 )
+# Gmail operators this mailbox cannot answer, and what to ask instead.
+_SIZES = ("sizes are not in the search index: query_emails has them (SELECT uid, subject, "
+          "size FROM emails WHERE size > 5000000 ORDER BY size DESC)")
+_GMAIL_ONLY = {
+    "larger": _SIZES, "smaller": _SIZES, "size": _SIZES,
+    "deliveredto": "to: (it matches To, Cc and Bcc)",
+    "category": "is:list or list:NAME (Gmail's categories do not exist here)",
+}
 _OP_RE = re.compile(r"([A-Za-z][A-Za-z0-9_]*):(.*)", re.DOTALL)
 _LIST_RE = re.compile(r"[a-z0-9][a-z0-9._+=-]*")
 
@@ -547,7 +565,7 @@ class _Parser:
         return tok
 
     def _starts_term(self) -> bool:
-        return self.tok.kind in (_WORD, _PHRASE, _LPAREN, _NOT, _MINUS)
+        return self.tok.kind in (_WORD, _PHRASE, _LPAREN, _LBRACE, _NOT, _MINUS)
 
     def _need_term(self, after: str) -> None:
         if not self._starts_term():
@@ -559,10 +577,10 @@ class _Parser:
         if self.tok.kind == _EOF:
             return _EMPTY  # empty query: all mail
         node = self._or_expr(None)
-        if self.tok.kind == _RPAREN:
-            raise DslError(
-                self.tok.pos, "a search term or the end of the query", "a ')' with no matching '('"
-            )
+        if self.tok.kind in (_RPAREN, _RBRACE):
+            opening = "(" if self.tok.kind == _RPAREN else "{"
+            raise DslError(self.tok.pos, "a search term or the end of the query",
+                           f"a '{self.tok.kind}' with no matching '{opening}'")
         return node
 
     def _or_expr(self, default: str | None) -> _Node:
@@ -574,7 +592,7 @@ class _Parser:
 
     def _and_expr(self, default: str | None) -> _Node:
         items = [self._unary(default)]
-        while self.tok.kind not in (_EOF, _RPAREN, _OR):
+        while self.tok.kind not in (_EOF, _RPAREN, _RBRACE, _OR):
             if self.tok.kind == _AND:
                 self._need_term(self._advance().text)
             items.append(self._unary(default))
@@ -603,6 +621,8 @@ class _Parser:
         tok = self.tok
         if tok.kind == _LPAREN:
             return self._group(default)
+        if tok.kind == _LBRACE:
+            return self._any_of(default)
         if tok.kind == _PHRASE:
             self._advance()
             return self._term(default, tok.text, tok.pos)
@@ -626,6 +646,26 @@ class _Parser:
         self._advance()
         return node
 
+    def _any_of(self, default: str | None) -> _Node:
+        """Gmail's ``{a b}``: any of the terms (``a OR b``)."""
+        open_tok = self._advance()
+        items: list[_Node] = []
+        with self._nested():
+            while self.tok.kind not in (_RBRACE, _EOF):
+                if self.tok.kind == _OR and items:
+                    self._need_term(self._advance().text)
+                elif self.tok.kind == _AND:
+                    raise DslError(self.tok.pos, "terms of which any may match inside '{ }'",
+                                   "'AND' (use ( ) for all of them)")
+                items.append(self._unary(default))
+        if self.tok.kind != _RBRACE:
+            raise DslError(self.tok.pos, f"'}}' to close the '{{' at position {open_tok.pos}",
+                           _describe(self.tok))
+        if not items:
+            raise DslError(self.tok.pos, "a search term inside '{ }'", "'}'")
+        self._advance()
+        return _mk_or(items)
+
     def _word(self, default: str | None, tok: _Tok) -> _Node:
         m = _OP_RE.fullmatch(tok.text)
         name = m[1].lower() if m else ""
@@ -633,6 +673,8 @@ class _Parser:
         # (https://…) and things like times or ids whose "name" has digits (10:30, T10:30).
         if not m or m[2].startswith("//") or (name not in self.handlers and not m[1].isalpha()):
             return self._bare_value(default, tok.text, tok.pos)
+        if name in _GMAIL_ONLY:
+            raise DslError(tok.pos, _GMAIL_ONLY[name], _shown(m[1] + ":"))
         if name not in self.handlers:
             known = ", ".join(f"{op}:" for op in _OPERATORS)
             raise DslError(
@@ -647,6 +689,8 @@ class _Parser:
         tok = self.tok
         if tok.kind == _LPAREN:
             return self._group(name)
+        if tok.kind == _LBRACE:
+            return self._any_of(name)
         is_op = (
             tok.kind == _WORD
             and (m := _OP_RE.fullmatch(tok.text)) is not None

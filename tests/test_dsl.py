@@ -681,7 +681,8 @@ def test_in_trash_without_trash_folders_lifts_deleted() -> None:
         ("after:2026-02-30", 6, "a real calendar date", "'2026-02-30'"),
         ("is:nope", 3, "one of is:", "'nope'"),
         ("in:nowhere", 3, "a known folder:", "'nowhere'"),
-        ("x size:10M", 2, "a known operator (", "'size:'"),
+        ("x size:10M", 2, "sizes are not in the search index", "'size:'"),
+        ("x sizzle:10M", 2, "a known operator (", "'sizzle:'"),
         ("Re: lunch", 0, "a known operator (", "'Re:'"),
         ("tag:x)OR(y", 5, "a search term or the end of the query", "a ')' with no matching '('"),
     ],
@@ -913,3 +914,40 @@ def test_from_me_without_addresses_says_where_to_set_them() -> None:
         compile_query("is:unread from:me", CTX)
     assert raised.value.position == 15
     assert "fmail.toml" in raised.value.expected and "user.primary_email" in raised.value.expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("{from:amy from:david}", 'from:"amy" OR from:"david"'),
+    ("from:{amy david}", 'from:"amy" OR from:"david"'),
+    ("from: {amy | david}", 'from:"amy" OR from:"david"'),
+    ("{a b} c", '("a" OR "b") AND "c"'),
+    ("-{from:amy from:david}", 'NOT (from:"amy" OR from:"david")'),
+    ("subject:{invoice receipt} has:attachment",
+     '(subject:"invoice" OR subject:"receipt") AND tag:"attachment"'),
+    ("tag:{y} x", 'sexp:"(tag ""{y}"")" AND "x"'),  # a tag named {y}: one word
+])
+def test_braces_are_any_of_their_terms(text: str, expected: str) -> None:
+    assert q(text) == expected
+
+
+@pytest.mark.parametrize(("text", "pos", "expected"), [
+    ("{a b", 4, "'}' to close the '{' at position 0"),
+    ("{a AND b}", 3, "terms of which any may match inside '{ }'"),
+    ("{}", 1, "a search term inside '{ }'"),
+])
+def test_braces_errors(text: str, pos: int, expected: str) -> None:
+    with pytest.raises(DslError) as raised:
+        compile_query(text, CTX)
+    assert (raised.value.position, raised.value.expected) == (pos, expected)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("larger:5M", "query_emails has them (SELECT uid, subject, size FROM emails WHERE size > "),
+    ("is:unread smaller:10k", "sizes are not in the search index"),
+    ("deliveredto:me@example.org", "to: (it matches To, Cc and Bcc)"),
+    ("category:promotions", "is:list or list:NAME"),
+])
+def test_gmail_operators_without_an_answer_here_say_what_to_use(text: str, expected: str) -> None:
+    with pytest.raises(DslError) as raised:
+        compile_query(text, CTX)
+    assert expected in raised.value.expected

@@ -301,6 +301,8 @@ ALL_VISIBLE = {m[0] for m in MESSAGES} - {"spam@t", "trash@t"}
         ("id:at@t", {"at@t"}),
         ("rfc822msgid:<at@t>", {"at@t"}),
         ("from:alice OR from:bob -is:unread", {"at@t"}),
+        ("{from:alice from:bob}", {"at@t", "before@t"}),
+        ("from:{alice bob} -is:unread", {"at@t"}),
         ("-is:unread -in:anywhere", set()),
         ('raw:"from:alice or from:carol"', {"at@t", "endmar@t"}),
         ('raw:"tag:spam"', {"spam@t"}),
