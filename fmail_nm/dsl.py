@@ -57,7 +57,8 @@ after:2026-03-01 (on or after) before:2026-04 (before) on:2026-03-15; dates YYYY
   YYYY/MM/DD, YYYY-MM, YYYY, unix seconds, local midnight; newer_than:3d older_than:1y
   (h d w m=months y)
 id:<message-id> thread:<thread-id>; raw:"<notmuch query>" passes notmuch syntax through.
-a b = AND; a OR b = a | b = {a b}; -a = NOT a; ( ); NOT > AND > OR; lowercase or/and/not are words.
+a b = AND; a OR b = a | b = {a b}; -a = NOT a; ( ); NOT > AND > OR; lowercase or/and/not are words;
+  a AROUND 5 b: within 5 words.
 Spam and deleted mail are hidden unless the query names them (is:spam, in:trash, ...) or
   says in:anywhere. Quote values with spaces: from:"Ann Lee" (\\" for a quote), and text
   with a colon: "Re: lunch". Up to 4096 chars, 200 terms, 32 nesting levels.
@@ -365,6 +366,28 @@ def _bounded_list(names: Sequence[str], limit: int = 30) -> str:
     return shown + (f", … ({len(names) - limit} more)" if len(names) > limit else "")
 
 
+# AROUND's largest distance; without one, a tenth of it (5, as Gmail reads a bare AROUND).
+MAX_AROUND = 50
+_AROUND = "AROUND"
+
+
+# Words notmuch's parser reads as its operators in any case: NEAR cannot take them.
+_XAPIAN_OPERATORS = frozenset({"and", "or", "not", "xor", "near", "adj"})
+
+
+def _near_word(tok: _Tok) -> str:
+    """A word NEAR can take: letters and digits Xapian indexes alone (it reads anything else
+    as query syntax), and none of its operators."""
+    word = tok.text.lower()
+    if not (word.isalnum() and all(unicodedata.ucd_3_2_0.category(c)[0] in "LN" for c in word)):
+        raise DslError(tok.pos, "a plain word (letters and digits) each side of AROUND",
+                       _shown(tok.text))
+    if word in _XAPIAN_OPERATORS:
+        raise DslError(tok.pos, "a word other than and, or, not, xor, near or adj each side of "
+                                "AROUND", _shown(tok.text))
+    return word
+
+
 # --------------------------------------------------------------------------- dates
 
 _DATE_RE = re.compile(r"(\d{4})(?:([-/])(\d{1,2})(?:\2(\d{1,2}))?)?")
@@ -591,12 +614,36 @@ class _Parser:
         return _mk_or(items)
 
     def _and_expr(self, default: str | None) -> _Node:
-        items = [self._unary(default)]
+        items = [self._near_or_unary(default)]
         while self.tok.kind not in (_EOF, _RPAREN, _RBRACE, _OR):
             if self.tok.kind == _AND:
                 self._need_term(self._advance().text)
-            items.append(self._unary(default))
+            items.append(self._near_or_unary(default))
         return _mk_and(items)
+
+    def _near_or_unary(self, default: str | None) -> _Node:
+        after = self.toks[self.i + 1] if self.tok.kind == _WORD else None
+        if default is None and after is not None and after.text == _AROUND:
+            return self._around()
+        return self._unary(default)
+
+    def _around(self) -> _Node:
+        """Gmail's ``a AROUND 5 b``: the two words at most 5 words apart, in either order
+        (notmuch's ``NEAR/5``, which takes bare words only)."""
+        first = self._advance()
+        self._advance()
+        distance = MAX_AROUND // 10
+        if self.tok.kind == _WORD and self.tok.text.isdigit():
+            number = self._advance()
+            distance = int(number.text)
+            if not 1 <= distance <= MAX_AROUND:
+                raise DslError(number.pos, f"a distance from 1 to {MAX_AROUND} after AROUND",
+                               _shown(number.text))
+        if self.tok.kind != _WORD:
+            raise DslError(self.tok.pos, "a word after AROUND", _describe(self.tok))
+        second = self._advance()
+        words = [_near_word(tok) for tok in (first, second)]
+        return _Atom(f"({words[0]} NEAR/{distance} {words[1]})")
 
     def _unary(self, default: str | None) -> _Node:
         if self.tok.kind in (_NOT, _MINUS):

@@ -951,3 +951,27 @@ def test_gmail_operators_without_an_answer_here_say_what_to_use(text: str, expec
     with pytest.raises(DslError) as raised:
         compile_query(text, CTX)
     assert expected in raised.value.expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("holiday AROUND 10 vacation", "(holiday NEAR/10 vacation)"),
+    ("Holiday AROUND vacation is:unread", '(holiday NEAR/5 vacation) AND tag:"unread"'),
+    ("Renewal AROUND 2 CONTRACT", "(renewal NEAR/2 contract)"),
+    ("from:(a AROUND b)", 'from:"a" AND from:"AROUND" AND from:"b"'),  # only between words
+])
+def test_around_is_near(text: str, expected: str) -> None:
+    assert q(text) == expected
+
+
+@pytest.mark.parametrize(("text", "pos", "expected"), [
+    ("a AROUND", 8, "a word after AROUND"),
+    ("a AROUND 0 b", 9, "a distance from 1 to 50 after AROUND"),
+    ("e-mail AROUND 2 b", 0, "a plain word (letters and digits) each side of AROUND"),
+    ("a AROUND 2 from:b", 11, "a plain word (letters and digits) each side of AROUND"),
+    ("and AROUND 2 b", 0, "a word other than and, or, not, xor, near or adj each side of AROUND"),
+    ("a AROUND Near", 9, "a word other than and, or, not, xor, near or adj each side of AROUND"),
+])
+def test_around_errors(text: str, pos: int, expected: str) -> None:
+    with pytest.raises(DslError) as raised:
+        compile_query(text, CTX)
+    assert (raised.value.position, raised.value.expected) == (pos, expected)
