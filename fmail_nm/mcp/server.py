@@ -451,7 +451,7 @@ def _write_tools(server: ToolList, service: MailService) -> None:
                                    dry_run=dry_run, account=account)
 
     @server.tool(profile="triage", report=True, annotations=UNDO)
-    async def undo_last_write() -> writes.WriteResult:
+    async def undo_last_write() -> writes.UndoResult:
         """Revert the latest write made through these tools (tags and folders)."""
         return await service.write(writes.undo_last_write)
 

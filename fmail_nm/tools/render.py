@@ -21,6 +21,10 @@ The formats are stable and described in the tool descriptions and the README:
   ``last=<id>`` of that message, ``to`` whom, ``|``, subject;
 * SQL results: a header line, the column names, then one line per row, cells tab-separated;
 * accounts: one line each, ``name: addresses; folder F; role=folder …; mbsync channel``;
+* tags: ``tag count`` per line; folders: ``folder (role): total, N unread``;
+* writes: how many messages were done and their uids (the first 20), the audit entry that
+  undo_last_write reverts, then ids not found and failures; drafts: what was saved, with
+  the id send_email takes;
 * one message (``get_email``) or a thread (``get_thread``): a short header block, then each
   body between marker lines that name it untrusted and carry a token derived from the text,
   so a body cannot fake its own end.
@@ -44,8 +48,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from .. import tags as T
+from ..store.sidecar import uid_for
 from . import dto
+from .compose import DraftResult
 from .sql import SqlResult
+from .writes import UndoResult, WriteResult
 
 # Tags a listing line shows as a letter; the rest follow as +tag unless implied or noise.
 FLAG_LETTERS = ((T.UNREAD, "U"), (T.FLAGGED, "F"), (T.REPLIED, "R"), (T.ATTACHMENT, "A"),
@@ -255,6 +262,68 @@ def attachment_text(a: dto.AttachmentContent) -> str:
     return head if a.text is None else head + "\n" + untrusted(a.text, "attachment")
 
 
+def tags_text(r: dto.TagList) -> str:
+    return "\n".join(f"{one_line(t.tag)} {t.count}" for t in r.tags) or "no tags"
+
+
+def folders_text(r: dto.FolderList) -> str:
+    lines = []
+    for f in r.folders:
+        role = f" ({f.role})" if f.role else ""
+        owner = f.account and not f.folder.startswith(f.account + "/")
+        lines.append(f"{one_line(f.folder)}{role}: {f.total}, {f.unread} unread"
+                     + (f"; account {f.account}" if owner else ""))
+    return "\n".join(lines) or "no folders"
+
+
+# A write's text names at most this many of the messages it changed (all are in the
+# structured content): a write by query changes up to 500.
+WRITE_IDS_SHOWN = 20
+
+
+def write_text(r: WriteResult) -> str:
+    """``2 done: <uid> <uid>; audit 4 (undo_last_write reverts it)``, then what was not
+    found or failed; a dry run says how many match and shows a few."""
+    if r.dry_run:
+        count = r.match_count or 0
+        lines = [f"dry run, nothing changed: {count} match"
+                 + (f"; e.g. {_short_ids(r.sample_ids)}" if r.sample_ids else "")]
+        if r.not_found:
+            lines.append("not found: " + " ".join(one_line(i) for i in r.not_found))
+        return "\n".join([*lines, f"(a search's write: call again with confirm_count={count})"])
+    head = f"{len(r.applied)} done" + (f": {_short_ids(r.applied)}" if r.applied else "")
+    if r.audit_id is not None:
+        head += f"; audit {r.audit_id} (undo_last_write reverts it)"
+    lines = [head]
+    if r.not_found:
+        lines.append("not found: " + " ".join(one_line(i) for i in r.not_found))
+    lines += [f"failed {uid_for(e.id)}: {one_line(e.error)}" for e in r.errors]
+    return "\n".join(lines)
+
+
+def undo_text(r: UndoResult) -> str:
+    put_back = f": {_short_ids(r.applied)}" if r.applied else ""
+    lines = [f"undid audit {r.audit_id}; {len(r.applied)} put back{put_back}"]
+    lines += [f"failed {uid_for(e.id)}: {one_line(e.error)}" for e in r.errors]
+    return "\n".join(lines)
+
+
+def _short_ids(message_ids: list[str]) -> str:
+    shown = " ".join(uid_for(m) for m in message_ids[:WRITE_IDS_SHOWN])
+    more = len(message_ids) - WRITE_IDS_SHOWN
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def draft_text(r: DraftResult) -> str:
+    """What was saved (or sent), with the id send_email takes."""
+    head = "sent" if r.sent else "draft saved"
+    people = "".join(f"; {field} {', '.join(one_line(a) for a in addresses)}"
+                     for field, addresses in (("to", r.to), ("cc", r.cc), ("bcc", r.bcc))
+                     if addresses)
+    return (f"{head}: id {one_line(r.id)}; from {one_line(r.from_)}{people}; "
+            f"subject {one_line(r.subject)}")
+
+
 # By exact type: a subclass (ContactsResult of SqlResult) carries fields the parent's
 # rendering would drop.
 RENDERINGS: dict[type[BaseModel], Callable[[Any], str]] = {
@@ -262,6 +331,8 @@ RENDERINGS: dict[type[BaseModel], Callable[[Any], str]] = {
     dto.UnansweredList: unanswered_text, SqlResult: sql_text, dto.EmailFull: email_text,
     dto.EmailsContent: emails_text, dto.ThreadFull: thread_text,
     dto.AttachmentContent: attachment_text, dto.AccountList: accounts_text,
+    dto.TagList: tags_text, dto.FolderList: folders_text, WriteResult: write_text,
+    UndoResult: undo_text, DraftResult: draft_text,
 }
 
 

@@ -146,10 +146,18 @@ def _preview(ctx: WriteContext, sel: Selection, target: Target) -> WriteResult |
 # Running a write
 
 
+class UndoResult(WriteResult):
+    """A write undone: ``applied`` are the messages put back, ``audit_id`` the entry undone."""
+
+
 def _result(report: BatchReport, match_count: int | None) -> WriteResult:
-    return WriteResult(applied=report.applied, not_found=report.not_found,
-                       errors=[WriteErrorItem(id=mid, error=why) for mid, why in report.errors],
-                       match_count=match_count, audit_id=report.audit_id)
+    return WriteResult(**_reported(report), match_count=match_count)
+
+
+def _reported(report: BatchReport) -> dict[str, Any]:
+    return {"applied": report.applied, "not_found": report.not_found,
+            "errors": [WriteErrorItem(id=mid, error=why) for mid, why in report.errors],
+            "audit_id": report.audit_id}
 
 
 def _write(ctx: WriteContext, action: str, sel: Selection, step: Step,
@@ -350,7 +358,7 @@ def restore(ctx: WriteContext, ids: Sequence[str] | None = None, *, query: str |
 # Undo
 
 
-def undo_last_write(ctx: WriteContext) -> WriteResult:
+def undo_last_write(ctx: WriteContext) -> UndoResult:
     """Revert the latest write not yet undone: its tags, and files moved back into the folders
     they came from (into ``cur/``, keeping the flags they have now).  Repeated calls walk back
     through older writes."""
@@ -358,4 +366,4 @@ def undo_last_write(ctx: WriteContext) -> WriteResult:
     if undone is None:
         raise ToolError("nothing to undo: no recorded write is left that has not been undone")
     _, report = undone
-    return _result(report, None)
+    return UndoResult(**_reported(report))
