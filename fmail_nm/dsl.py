@@ -61,7 +61,7 @@ a b = AND; a OR b = a | b = {a b}; -a = NOT a; ( ); NOT > AND > OR; lowercase or
   a AROUND 5 b: within 5 words.
 Spam and deleted mail are hidden unless the query names them (is:spam, in:trash, ...) or
   says in:anywhere. Quote values with spaces: from:"Ann Lee" (\\" for a quote), and text
-  with a colon: "Re: lunch". Up to 4096 chars, 200 terms, 32 nesting levels.
+  with a colon: "Re: lunch".
 Examples:
   from:alice is:unread newer_than:7d
   subject:(invoice OR receipt) has:attachment after:2026-01-01

@@ -131,13 +131,17 @@ async def exercise_every_read_tool(client: Client, *, tools: set[str], profile: 
     unknown = await client.call_tool("get_email", {"id": "nope@example.com"})
     assert unknown.is_error and "no message with id" in unknown.content[0].text  # type: ignore[union-attr]
     # Length caps are left out of the advertised schemas but still enforced by the server.
-    assert "maxLength" not in json.dumps([t.input_schema for t in (await client.list_tools()).tools])
+    advertised = json.dumps([t.input_schema for t in (await client.list_tools()).tools])
+    assert "maxLength" not in advertised and "maxItems" not in advertised
     huge = await client.call_tool("get_email", {"id": "x" * 1001})
     assert huge.is_error and huge.content[0].text.startswith("invalid arguments: id:")  # type: ignore[union-attr]
     assert "1000 characters" in huge.content[0].text  # type: ignore[union-attr]
 
     if "get_emails_content" not in tools:
         return
+    many = await client.call_tool("get_emails_content", {"ids": ["x@y"] * 51})
+    assert many.is_error and many.content[0].text.startswith("invalid arguments: ids:")  # type: ignore[union-attr]
+    assert "at most 50 items" in many.content[0].text  # type: ignore[union-attr]
     batch = await structured(client, "get_emails_content", {"ids": ["answered-2@example.com", "x@y"]})
     assert batch["not_found"] == ["x@y"]
     assert batch["emails"][0]["message_id"] == "answered-2@example.com"

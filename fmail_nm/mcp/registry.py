@@ -98,9 +98,10 @@ def _scalar(schema: Any) -> bool:
 _OUTPUT_ANNOTATIONS = frozenset({"title", "$defs", "description", "default", "format",
                                  "readOnly"})
 # Left out of the input schemas the client sees: a title repeats the property name, and the
-# length caps on strings are for hostile input, not guidance (the server still enforces them:
-# arguments are validated against the function's own model, not this schema).
-_INPUT_UNSHOWN = frozenset({"title", "maxLength"})
+# caps on string lengths and list sizes are for hostile input, not guidance (the server still
+# enforces them, with an error that says so: arguments are validated against the function's
+# own model, not this schema).
+_INPUT_UNSHOWN = frozenset({"title", "maxLength", "maxItems"})
 
 
 def _nullable(node: dict[str, Any]) -> dict[str, Any]:

@@ -171,7 +171,7 @@ _CONTACTS_TAIL = """\
 Addresses are lower-case. \
 DELETE removes your name, notes and block, not the harvested figures. Blocking tags the \
 sender's mail blocked+spam (out of the inbox and searches; is:blocked finds it); unblocking \
-restores it. The result lists addresses newly blocked/unblocked. A statement changing more than 10 contacts is a dry run (changed, sample) until repeated with confirm_count=changed. The user's own addresses cannot be blocked. undo_last_write reverts a contacts change, names, notes and mail tags included. SQL text: at most 100,000 characters.
+restores it. The result lists addresses newly blocked/unblocked. A statement changing more than 10 contacts is a dry run (changed, sample) until repeated with confirm_count=changed. The user's own addresses cannot be blocked. undo_last_write reverts a contacts change, names, notes and mail tags included.
 Examples:
 UPDATE contacts SET notes='met at PyCon' WHERE email_address='bob@example.com'
 INSERT INTO contacts (email_address, name, notes) VALUES ('carol@example.com', 'Carol', \
