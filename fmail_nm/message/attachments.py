@@ -13,6 +13,7 @@ from .mime import (
     AttachmentInfo,
     Entity,
     attachment_entities,
+    effective_type,
     entity_charset,
     entity_filename,
     entity_payload,
@@ -36,25 +37,6 @@ class AttachmentText:
     note: str | None
 
 
-# Types worth trusting the file name for when the sender said only "application/octet-stream".
-_EXTENSION_TYPES = {
-    ".pdf": "application/pdf",
-    ".txt": "text/plain",
-    ".text": "text/plain",
-    ".log": "text/plain",
-    ".md": "text/markdown",
-    ".csv": "text/csv",
-    ".tsv": "text/tab-separated-values",
-    ".json": "application/json",
-    ".xml": "text/xml",
-    ".html": "text/html",
-    ".htm": "text/html",
-    ".ics": "text/calendar",
-    ".vcf": "text/vcard",
-    ".eml": "message/rfc822",
-    ".diff": "text/x-diff",
-    ".patch": "text/x-diff",
-}
 _TEXTUAL_APPLICATION = {"application/json", "application/xml", "application/x-sh", "application/javascript"}
 
 
@@ -75,7 +57,8 @@ def attachment_text(raw: bytes, path: int | Sequence[int], max_chars: int) -> At
         problems: list[str] = []  # this attachment's own decoding problems become its note
         data = entity_payload(entity, problems)
         info = AttachmentInfo(index, entity_filename(entity, problems), entity.ctype, len(data))
-        if depth + 1 < len(steps) and _effective_type(info) not in _MESSAGE_TYPES:
+        inside = effective_type(info.content_type, info.filename)
+        if depth + 1 < len(steps) and inside not in _MESSAGE_TYPES:
             raise LookupError(f"attachment {dotted(steps[:depth + 1])} is {info.content_type}, "
                               f"not a forwarded message: nothing is attached inside it")
     return _extract(info, entity, data, max_chars, problems, steps)
@@ -100,22 +83,11 @@ def _no_attachment(outer: Sequence[int], index: int, count: int) -> str:
 _MESSAGE_TYPES = ("message/rfc822", "message/global")
 
 
-def _effective_type(info: AttachmentInfo) -> str:
-    if info.content_type in ("application/octet-stream", "application/x-download") and info.filename:
-        dot = info.filename.rfind(".")
-        return (
-            _EXTENSION_TYPES.get(info.filename[dot:].lower(), info.content_type)
-            if dot >= 0
-            else info.content_type
-        )
-    return info.content_type
-
-
 def _extract(
     info: AttachmentInfo, entity: Entity, data: bytes, max_chars: int, problems: list[str],
     steps: Sequence[int],
 ) -> AttachmentText:
-    kind = _effective_type(info)
+    kind = effective_type(info.content_type, info.filename)
     if kind in _MESSAGE_TYPES:
         return _sliced(info, _render_embedded(data, steps), max_chars, "; ".join(problems) or None)
     if kind.startswith("text/") or kind in _TEXTUAL_APPLICATION or kind.startswith("message/"):

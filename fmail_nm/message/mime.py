@@ -56,6 +56,7 @@ __all__ = [
     "ParsedMessage",
     "attachment_entities",
     "decoded_leaves",
+    "effective_type",
     "entity_charset",
     "entity_filename",
     "entity_payload",
@@ -395,6 +396,36 @@ def _entity_size(entity: Entity, defects: list[str]) -> int:
 
 
 _BODY_TYPES = ("text/plain", "text/html", "text/enriched")
+
+
+# Types worth trusting the file name for when the sender said only "application/octet-stream".
+_EXTENSION_TYPES = {
+    ".pdf": "application/pdf",
+    ".txt": "text/plain",
+    ".text": "text/plain",
+    ".log": "text/plain",
+    ".md": "text/markdown",
+    ".csv": "text/csv",
+    ".tsv": "text/tab-separated-values",
+    ".json": "application/json",
+    ".xml": "text/xml",
+    ".html": "text/html",
+    ".htm": "text/html",
+    ".ics": "text/calendar",
+    ".vcf": "text/vcard",
+    ".eml": "message/rfc822",
+    ".diff": "text/x-diff",
+    ".patch": "text/x-diff",
+}
+_UNTYPED = ("application/octet-stream", "application/x-download")
+
+
+def effective_type(content_type: str, filename: str | None) -> str:
+    """The type to read a part as: the declared one, or the file name's when the sender
+    declared only bytes."""
+    if content_type in _UNTYPED and filename and (dot := filename.rfind(".")) >= 0:
+        return _EXTENSION_TYPES.get(filename[dot:].lower(), content_type)
+    return content_type
 
 
 def entity_filename(entity: Entity, defects: list[str]) -> str | None:
