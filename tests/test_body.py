@@ -12,6 +12,7 @@ import subprocess
 import sys
 import zlib
 from datetime import UTC, datetime
+from textwrap import dedent
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -1223,6 +1224,333 @@ def test_calendar_and_html_attachments() -> None:
     assert [a.content_type for a in m.attachments] == ["text/calendar", "text/html"]
     assert attachment_text(raw, 0, 100).text == "BEGIN:VCALENDAR\nEND:VCALENDAR"
     assert attachment_text(raw, 1, 100).text == "See [site](https://example.org/)"
+
+
+# ------------------------------------------------------------------------------------------
+# Calendar invitations and Markdown mail
+
+
+def ics(text: str) -> str:
+    """iCalendar text as mailers send it: CRLF line ends (folded lines keep their fold)."""
+    return dedent(text).lstrip("\n").replace("\n", "\r\n")
+
+
+OUTLOOK_REQUEST = ics("""
+    BEGIN:VCALENDAR
+    METHOD:REQUEST
+    PRODID:Microsoft Exchange Server 2010
+    VERSION:2.0
+    BEGIN:VTIMEZONE
+    TZID:W. Europe Standard Time
+    BEGIN:STANDARD
+    DTSTART:16010101T030000
+    TZOFFSETFROM:+0200
+    TZOFFSETTO:+0100
+    RRULE:FREQ=YEARLY;INTERVAL=1;BYDAY=-1SU;BYMONTH=10
+    END:STANDARD
+    BEGIN:DAYLIGHT
+    DTSTART:16010101T020000
+    TZOFFSETFROM:+0100
+    TZOFFSETTO:+0200
+    RRULE:FREQ=YEARLY;INTERVAL=1;BYDAY=-1SU;BYMONTH=3
+    END:DAYLIGHT
+    END:VTIMEZONE
+    BEGIN:VEVENT
+    ORGANIZER;CN="Raman, Priya":mailto:priya.raman@acme.test
+    ATTENDEE;ROLE=REQ-PARTICIPANT;PARTSTAT=NEEDS-ACTION;RSVP=TRUE;CN=Alex Morgan:
+     mailto:amorgan@acme.test
+    ATTENDEE;ROLE=OPT-PARTICIPANT;PARTSTAT=NEEDS-ACTION;RSVP=TRUE;CN=tom@acme.te
+     st:MAILTO:tom@acme.test
+    ATTENDEE;CUTYPE=RESOURCE;ROLE=NON-PARTICIPANT;PARTSTAT=ACCEPTED;CN="Room Kep
+     ler; 4th floor: east":mailto:kepler@acme.test
+    DESCRIPTION;LANGUAGE=en-US:Agenda:\\n1. Q4 goals\\, budget\\n2. Northbridge re
+     newal\\; pricing\\N\\n____________________________\\nMicrosoft Teams meeting\\
+     nJoin: https://teams.example/l/meetup-join/19%3ameeting\\nC:\\\\shared\\\\q4\\n
+    UID:040000008200E00074C5B7101A82E00800000000
+    SUMMARY;LANGUAGE=en-US:Q4 planning
+    DTSTART;TZID=W. Europe Standard Time:20261119T140000
+    DTEND;TZID=W. Europe Standard Time:20261119T153000
+    CLASS:PUBLIC
+    DTSTAMP:20261112T090000Z
+    STATUS:CONFIRMED
+    SEQUENCE:0
+    LOCATION;LANGUAGE=en-US:Room Kepler\\; 4th floor
+    BEGIN:VALARM
+    DESCRIPTION:REMINDER
+    TRIGGER;RELATED=START:-PT15M
+    ACTION:DISPLAY
+    END:VALARM
+    END:VEVENT
+    END:VCALENDAR
+    """)
+OUTLOOK_SUMMARY = [
+    "Invitation: Q4 planning",
+    "When: Thu 2026-11-19 14:00 to 15:30 (W. Europe Standard Time)",
+    "Where: Room Kepler; 4th floor",
+    'Organizer: "Raman, Priya" <priya.raman@acme.test>',
+    'Attendees: Alex Morgan <amorgan@acme.test>, tom@acme.test (optional), '
+    '"Room Kepler; 4th floor: east" <kepler@acme.test> (resource, accepted)',
+    "Description: Agenda:",
+    "1. Q4 goals, budget",
+    "2. Northbridge renewal; pricing",
+    "",
+    "____________________________",
+    "Microsoft Teams meeting",
+    "Join: https://teams.example/l/meetup-join/19%3ameeting",
+    "C:\\shared\\q4",
+]
+
+GOOGLE_ALL_DAY = ics("""
+    BEGIN:VCALENDAR
+    PRODID:-//Google Inc//Google Calendar 70.9054//EN
+    VERSION:2.0
+    CALSCALE:GREGORIAN
+    METHOD:REQUEST
+    BEGIN:VEVENT
+    DTSTART;VALUE=DATE:20261224
+    DTEND;VALUE=DATE:20261227
+    DTSTAMP:20261201T101500Z
+    ORGANIZER;CN=Maria Lopez:mailto:maria.lopez@gmail.example
+    UID:6kq3bnt1c9h8gd0spa8k@google.com
+    ATTENDEE;CUTYPE=INDIVIDUAL;ROLE=REQ-PARTICIPANT;PARTSTAT=ACCEPTED;RSVP=TRUE
+     ;CN=Maria Lopez;X-NUM-GUESTS=0:mailto:maria.lopez@gmail.example
+    ATTENDEE;CUTYPE=INDIVIDUAL;ROLE=REQ-PARTICIPANT;PARTSTAT=NEEDS-ACTION;RSVP=
+     TRUE;CN=alex@example.net;X-NUM-GUESTS=0:mailto:alex@example.net
+    ATTENDEE;CUTYPE=INDIVIDUAL;ROLE=REQ-PARTICIPANT;PARTSTAT=TENTATIVE;CN=Sam L
+     opez;X-NUM-GUESTS=0:mailto:sam@example.org
+    CREATED:20261201T101418Z
+    DESCRIPTION:Bring the cookies!
+    LAST-MODIFIED:20261201T101514Z
+    LOCATION:
+    SEQUENCE:0
+    STATUS:CONFIRMED
+    SUMMARY:Family Christmas at Grandma's
+    TRANSP:TRANSPARENT
+    END:VEVENT
+    END:VCALENDAR
+    """)
+GOOGLE_SUMMARY = [
+    "Invitation: Family Christmas at Grandma's",
+    "When: Thu 2026-12-24 to Sat 2026-12-26 (all day)",
+    "Organizer: Maria Lopez <maria.lopez@gmail.example>",
+    "Attendees: Maria Lopez <maria.lopez@gmail.example> (accepted), alex@example.net, "
+    "Sam Lopez <sam@example.org> (tentative)",
+    "Description: Bring the cookies!",
+]
+
+CANCEL_ONE_OCCURRENCE = ics("""
+    BEGIN:VCALENDAR
+    METHOD:CANCEL
+    PRODID:-//Fastmail/2020.5/EN
+    VERSION:2.0
+    BEGIN:VEVENT
+    UID:weekly-sync@acme.test
+    RECURRENCE-ID;TZID=Europe/Berlin:20261126T100000
+    DTSTART;TZID=Europe/Berlin:20261126T100000
+    DURATION:PT45M
+    SEQUENCE:3
+    STATUS:CANCELLED
+    SUMMARY:Weekly sync
+    ORGANIZER;CN=Lena Vogel;SENT-BY="mailto:assistant@acme.test":mailto:lena@acme.test
+    ATTENDEE;CN=Alex Morgan;PARTSTAT=NEEDS-ACTION:mailto:amorgan@acme.test
+    END:VEVENT
+    END:VCALENDAR
+    """)
+CANCEL_SUMMARY = [
+    "Cancelled: Weekly sync",
+    "When: Thu 2026-11-26 10:00 to 10:45 (Europe/Berlin)",
+    "Occurrence: Thu 2026-11-26 10:00 (Europe/Berlin)",
+    "Organizer: Lena Vogel <lena@acme.test>",
+    "Attendees: Alex Morgan <amorgan@acme.test>",
+]
+
+REPLY_ACCEPTED = ics("""
+    BEGIN:VCALENDAR
+    METHOD:REPLY
+    PRODID:-//Apple Inc.//iPhone 17.4//EN
+    VERSION:2.0
+    BEGIN:VEVENT
+    UID:sprint-review-2026-11-19@acme.test
+    DTSTAMP:20261112T101500Z
+    DTSTART:20261119T130000Z
+    DTEND:20261119T140000Z
+    SUMMARY:Sprint review
+    ORGANIZER;CN=Priya Raman:mailto:priya.raman@acme.test
+    ATTENDEE;CN=Alex Morgan;PARTSTAT=ACCEPTED:mailto:amorgan@acme.test
+    COMMENT:I'll be 5 minutes late\\, sorry.
+    END:VEVENT
+    END:VCALENDAR
+    """)
+REPLY_SUMMARY = [
+    "Reply: Sprint review",
+    "When: Thu 2026-11-19 13:00 to 14:00 (UTC)",
+    "Organizer: Priya Raman <priya.raman@acme.test>",
+    "Answer: Alex Morgan <amorgan@acme.test> (accepted)",
+    "Comment: I'll be 5 minutes late, sorry.",
+]
+
+RECURRING = ics("""
+    BEGIN:VCALENDAR
+    VERSION:2.0
+    PRODID:-//Fastmail//EN
+    METHOD:PUBLISH
+    BEGIN:VEVENT
+    UID:standup@acme.test
+    DTSTART:20260105T083000Z
+    DURATION:PT15M
+    RRULE:FREQ=WEEKLY;BYDAY=MO,WE,FR;UNTIL=20261231T235959Z
+    SUMMARY:Stand-up
+    URL:https://meet.acme.test/standup
+    STATUS:TENTATIVE
+    END:VEVENT
+    BEGIN:VEVENT
+    UID:offsite@acme.test
+    DTSTART;TZID=Europe/Lisbon:20261130T220000
+    DTEND;TZID=Europe/Lisbon:20261201T013000
+    SUMMARY:Night train to the offsite
+    END:VEVENT
+    END:VCALENDAR
+    """)
+RECURRING_SUMMARY = [
+    "Event: Stand-up",
+    "When: Mon 2026-01-05 08:30 to 08:45 (UTC)",
+    "Repeats: FREQ=WEEKLY;BYDAY=MO,WE,FR;UNTIL=20261231T235959Z",
+    "Status: tentative",
+    "URL: https://meet.acme.test/standup",
+    "",
+    "Event: Night train to the offsite",
+    "When: Mon 2026-11-30 22:00 to Tue 2026-12-01 01:30 (Europe/Lisbon)",
+]
+
+
+def calendar_part(data: str | bytes, *headers: str) -> bytes:
+    return part(*(headers or ("Content-Type: text/calendar; charset=utf-8; method=REQUEST",)),
+                body=data)
+
+
+def with_calendar_attachment(data: str | bytes, *headers: str) -> bytes:
+    """A message whose body says little, with the calendar data as attachment 0."""
+    body = multipart("M", part("Content-Type: text/plain", body="Invitation attached."),
+                     calendar_part(data, *headers))
+    return message("Content-Type: multipart/mixed; boundary=M", body=body)
+
+
+@pytest.mark.parametrize(("data", "headers", "expected"), [
+    (OUTLOOK_REQUEST, (), OUTLOOK_SUMMARY),
+    (GOOGLE_ALL_DAY, ("Content-Type: application/ics; name=invite.ics",
+                      "Content-Disposition: attachment; filename=invite.ics"), GOOGLE_SUMMARY),
+    (CANCEL_ONE_OCCURRENCE, ("Content-Type: application/octet-stream",
+                             'Content-Disposition: attachment; filename="cancel.ICS"'),
+     CANCEL_SUMMARY),
+    (REPLY_ACCEPTED, ("Content-Type: text/calendar; method=REPLY",), REPLY_SUMMARY),
+    (RECURRING, (), RECURRING_SUMMARY),
+])
+def test_a_calendar_attachment_reads_as_a_summary(data: str, headers: tuple[str, ...],
+                                                  expected: list[str]) -> None:
+    content = attachment_text(with_calendar_attachment(data, *headers), 0, 10_000)
+    assert content.text is not None and content.text.split("\n") == expected
+    assert content.note is None and not content.truncated
+
+
+def test_a_base64_calendar_in_latin1_reads_as_a_summary() -> None:
+    data = ics("""
+        BEGIN:VCALENDAR
+        METHOD:REQUEST
+        BEGIN:VEVENT
+        DTSTART;VALUE=DATE:20270101
+        SUMMARY:Neujahrsempfang im Café
+        END:VEVENT
+        END:VCALENDAR
+        """).encode("latin-1")
+    raw = with_calendar_attachment(b64(data), "Content-Type: text/calendar; charset=iso-8859-1",
+                                   "Content-Transfer-Encoding: base64")
+    assert attachment_text(raw, 0, 1000).text == (
+        "Invitation: Neujahrsempfang im Café\nWhen: Fri 2027-01-01 (all day)")
+
+
+@pytest.mark.parametrize(("times", "when"), [
+    ("DTSTART;VALUE=DATE:20270101", "Fri 2027-01-01 (all day)"),
+    ("DTSTART;VALUE=DATE:20270101\nDURATION:P3D", "Fri 2027-01-01 to Sun 2027-01-03 (all day)"),
+    ("DTSTART;VALUE=DATE:99991231", "Fri 9999-12-31 (all day)"),
+    ("DTSTART;VALUE=DATE:99991231\nDTEND;VALUE=DATE:00010101", "Fri 9999-12-31 (all day)"),
+    ("DTSTART:20270101T090005\nDURATION:PT1H30M", "Fri 2027-01-01 09:00:05 to 10:30:05"),
+    ("DTSTART:99991231T230000\nDURATION:PT2H", "Fri 9999-12-31 23:00"),
+    ("DTSTART;TZID=America/New_York:20270101T090000\nDTEND;TZID=Europe/London:20270101T180000",
+     "Fri 2027-01-01 09:00 (America/New_York) to Fri 2027-01-01 18:00 (Europe/London)"),
+    ("DTSTART;VALUE=DATE:20270101\nDTEND:20270102T120000Z",
+     "Fri 2027-01-01 to Sat 2027-01-02 12:00 (UTC)"),
+    ("DTSTART:next Tuesday", "next Tuesday"),
+])
+def test_calendar_times_are_shown_as_written_in_their_zone(times: str, when: str) -> None:
+    data = f"BEGIN:VCALENDAR\nBEGIN:VEVENT\nSUMMARY:Trip\n{times}\nEND:VEVENT\nEND:VCALENDAR\n"
+    assert attachment_text(with_calendar_attachment(data), 0, 1000).text == (
+        f"Event: Trip\nWhen: {when}")
+
+
+def test_malformed_calendar_data_shows_what_could_be_read_with_a_note() -> None:
+    data = ics("""
+        BEGIN:VCALENDAR
+        METHOD:REQUEST
+        BEGIN:VEVENT
+        SUMMARY;LANGUAGE="en:Board\x1b[31m meeting \u202egnp.exe
+        DESCRIPTION:first line
+        this line lost its fold
+        SUMMARY:Board\x1b[2J meeting \u202egnp.exe
+        DTSTART:20261302T250000
+        DTEND;VALUE=DATE:20261201
+        ORGANIZER;CN="Chair:mailto:chair@example.org
+        ATTENDEE;CN=Pat:mailto:pat@example.org
+        BEGIN:VEVENT
+        SUMMARY:Second event
+        DTSTART:20261202T090000
+        ATTENDEE;CN=Kim
+        """)
+    content = attachment_text(with_calendar_attachment(data), 0, 10_000)
+    assert content.text == "\n".join([
+        "Invitation: Board[2J meeting gnp.exe",
+        "When: 20261302T250000 to Tue 2026-12-01",
+        "Attendees: Pat <pat@example.org>",
+        "Description: first line",
+        "",
+        "Invitation: Second event",
+        "When: Wed 2026-12-02 09:00",
+    ])
+    assert content.note == ("an event in the calendar data has no END; 4 calendar line(s) "
+                            "could not be read; calendar data ends inside VEVENT")
+    # With no event to summarize, the data is shown as it is.
+    for data in ("BEGIN:VCALENDAR\r\nBEGIN:VTODO\r\nSUMMARY:File taxes\r\nEND:VTODO\r\n"
+                 "END:VCALENDAR\r\n", "not calendar data at all"):
+        assert attachment_text(with_calendar_attachment(data), 0, 1000).text == tidy(data)
+
+
+def test_hostile_calendar_data_gives_a_capped_summary() -> None:
+    attendees = "".join(f"ATTENDEE;CN=Guest {i}:mailto:g{i}@example.org\n" for i in range(3000))
+    events = "".join(f"BEGIN:VEVENT\nSUMMARY:Spam {i}\nEND:VEVENT\n" for i in range(3000))
+    data = ("BEGIN:VCALENDAR\nMETHOD:REQUEST\nBEGIN:VEVENT\n"
+            f"SUMMARY:{'long title ' * 5000}\nDESCRIPTION:{'word ' * 20_000}\n{attendees}"
+            f"END:VEVENT\n{events}" + "BEGIN:X\n" * 10_000)
+    text = attachment_text(with_calendar_attachment(data), 0, 100_000).text or ""
+    lines = text.split("\n")
+    assert lines[0] == "Invitation: " + ("long title " * 20)[:199].rstrip() + "…"
+    assert lines[1].startswith("Attendees: Guest 0 <g0@example.org>, Guest 1 <g1@example.org>,")
+    assert lines[1].endswith(", Guest 11 <g11@example.org>, and 2988 more")
+    assert lines[2] == "Description: " + ("word " * 200)[:999].rstrip() + "…"
+    assert lines[-3:] == ["Invitation: Spam 8", "", "and 2991 more events"]
+    assert len(text) < 3000
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, len(OUTLOOK_REQUEST)), st.integers(0, 40),
+                          st.text(alphabet=';:,"\\\r\n\t =ABEGINVDTZ0123456789', max_size=12)),
+                max_size=8))
+def test_calendar_summaries_never_raise_on_mangled_data(edits: list[tuple[int, int, str]]) -> None:
+    from fmail_nm.message.calendar import summarize_calendar
+
+    data = OUTLOOK_REQUEST
+    for at, delete, insert in edits:
+        data = data[:at] + insert + data[at + delete:]
+    summary = summarize_calendar(data)
+    assert summary is None or (summary.text and len(summary.text) < 4000)
 
 
 # tidy's trailing-blank rule as a single multi-line regex (the form it had before it went

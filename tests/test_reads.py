@@ -245,6 +245,21 @@ def test_attachments_pdf_and_forwarded_message(mb: reads.Mailbox) -> None:
         reads.get_attachment(mb, fwd.id, 99)
 
 
+def test_a_calendar_invitation_attachment_reads_as_its_summary(mb: reads.Mailbox) -> None:
+    mail = reads.get_email(mb, "invite-1@acme.test", body_format="full")
+    assert mail.body.text.startswith("Sprint review, Thursday 19 November 2026")  # its own text
+    assert [(a.index, a.content_type) for a in mail.attachments] == [(0, "text/calendar")]
+    content = reads.get_attachment(mb, mail.id, 0)
+    assert content.text == "\n".join([
+        "Invitation: Sprint review",
+        "When: Thu 2026-11-19 13:00 to 14:00 (UTC)",
+        "Where: Room Kepler",
+        "Organizer: Priya Raman <priya.raman@acme.test>",
+        "Attendees: Alex Morgan <amorgan@acme.test>",
+    ])
+    assert content.note is None
+
+
 def test_tags_folders_accounts(mb: reads.Mailbox) -> None:
     tags = {t.tag: t.count for t in reads.list_tags(mb).tags}
     assert tags["inbox"] > 0 and tags["sent"] > 0 and tags["list"] > 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .calendar import CALENDAR_TYPES, summarize_calendar
 from .charset import decode_bytes
 from .headers import Address
 from .html import html_to_text, read_message
@@ -90,15 +91,27 @@ def _extract(
     kind = effective_type(info.content_type, info.filename)
     if kind in _MESSAGE_TYPES:
         return _sliced(info, _render_embedded(data, steps), max_chars, "; ".join(problems) or None)
-    if kind.startswith("text/") or kind in _TEXTUAL_APPLICATION or kind.startswith("message/"):
+    if (kind.startswith("text/") or kind in _TEXTUAL_APPLICATION or kind.startswith("message/")
+            or kind in CALENDAR_TYPES):
         text = decode_bytes(data, entity_charset(entity), entity.where, problems)
-        text = html_text(text, html_to_text, entity.where, problems) if kind == "text/html" else tidy(text)
-        return _sliced(info, text, max_chars, "; ".join(problems) or None)
+        return _sliced(info, _readable(kind, text, entity, problems), max_chars,
+                       "; ".join(problems) or None)
     if kind == "application/pdf":
         return _pdf_content(info, data, max_chars)
     return AttachmentText(
         info, None, False, f"binary attachment ({info.content_type}, {info.size} bytes); no text extracted"
     )
+
+
+def _readable(kind: str, text: str, entity: Entity, problems: list[str]) -> str:
+    """Decoded text as a reader wants it: HTML rendered, calendar data summarized (the raw
+    iCalendar text, folded and escaped, only where no event could be read from it)."""
+    if kind == "text/html":
+        return html_text(text, html_to_text, entity.where, problems)
+    if kind in CALENDAR_TYPES and (summary := summarize_calendar(text)) is not None:
+        problems.extend(summary.problems)
+        return summary.text
+    return tidy(text)
 
 
 def _sliced(info: AttachmentInfo, text: str, max_chars: int, note: str | None = None) -> AttachmentText:
