@@ -412,13 +412,13 @@ def test_alternative_keeps_a_short_plain_part_that_says_it_all() -> None:
 
 
 def test_a_message_with_no_body_text_says_its_content_is_in_its_attachments() -> None:
-    invite = message("Content-Type: text/calendar; method=REQUEST; charset=utf-8",
-                     body="BEGIN:VCALENDAR\nBEGIN:VEVENT\nSUMMARY:Board meeting\n"
-                          "END:VEVENT\nEND:VCALENDAR\n")
-    m = parse_message(invite)
+    todo = message("Content-Type: text/calendar; method=REQUEST; charset=utf-8",
+                   body="BEGIN:VCALENDAR\nBEGIN:VTODO\nSUMMARY:File taxes\n"
+                        "END:VTODO\nEND:VCALENDAR\n")  # no event to summarize
+    m = parse_message(todo)
     assert m.text == ""
     assert m.body_notes == ["no body text: its content is in its attachments (text/calendar)"]
-    assert read_body(invite).body_notes == m.body_notes
+    assert read_body(todo).body_notes == m.body_notes
     digest = message("Content-Type: multipart/digest; boundary=D", body=multipart(
         "D", part("", body="Subject: one\n\nfirst\n"), part("", body="Subject: two\n\nsecond\n")))
     assert parse_message(digest).body_notes == [
@@ -1537,6 +1537,75 @@ def test_hostile_calendar_data_gives_a_capped_summary() -> None:
     assert lines[2] == "Description: " + ("word " * 200)[:999].rstrip() + "…"
     assert lines[-3:] == ["Invitation: Spam 8", "", "and 2991 more events"]
     assert len(text) < 3000
+
+
+def test_a_calendar_invitation_alone_has_its_summary_as_body() -> None:
+    raw = message("Subject: Invitation: Q4 planning",
+                  "Content-Type: text/calendar; method=REQUEST; charset=utf-8",
+                  body=OUTLOOK_REQUEST)
+    m = parse_message(raw)
+    assert m.text.split("\n") == OUTLOOK_SUMMARY
+    assert m.body_notes == ["no body text: this is the summary of calendar attachment 0"]
+    assert m.attachments == [AttachmentInfo(0, None, "text/calendar", len(OUTLOOK_REQUEST))]
+    assert m.defects == []
+    body = read_body(raw)
+    assert (body.text, body.body_notes) == (m.text, m.body_notes)
+    # Beside body text, a calendar part is an attachment only.
+    beside = parse_message(with_calendar_attachment(OUTLOOK_REQUEST))
+    assert beside.text == "Invitation attached." and beside.body_notes == []
+
+
+def test_an_invitation_without_body_text_keeps_its_attachment_numbering() -> None:
+    """Fastmail-style: an empty alternative beside the calendar part, the .ics attached too,
+    and a photo before them: the body is the first calendar part's summary, and the
+    attachments are numbered as before."""
+    body = multipart(
+        "MIX",
+        part("Content-Type: image/png", "Content-Transfer-Encoding: base64", body=b64(PNG)),
+        part("Content-Type: multipart/alternative; boundary=ALT", body=multipart(
+            "ALT", part("Content-Type: text/plain", body="\n"),
+            calendar_part(CANCEL_ONE_OCCURRENCE, "Content-Type: text/calendar; method=CANCEL"))),
+        part("Content-Type: application/ics", 'Content-Disposition: attachment; filename="invite.ics"',
+             body=CANCEL_ONE_OCCURRENCE),
+    )
+    raw = message("Content-Type: multipart/mixed; boundary=MIX", body=body)
+    m = parse_message(raw)
+    assert m.text.split("\n") == CANCEL_SUMMARY
+    assert m.body_notes == ["no body text: this is the summary of calendar attachment 1"]
+    size = len(CANCEL_ONE_OCCURRENCE)
+    assert m.attachments == [AttachmentInfo(0, None, "image/png", len(PNG)),
+                             AttachmentInfo(1, None, "text/calendar", size),
+                             AttachmentInfo(2, "invite.ics", "application/ics", size)]
+    for index in (1, 2):
+        assert (attachment_text(raw, index, 1000).text or "").split("\n") == CANCEL_SUMMARY
+
+
+MARKDOWN = "# Release 2.4\n\n- faster *search*\n- `fmail-nm index --full-scan`\n"
+
+
+@pytest.mark.parametrize("ctype", ["text/markdown; charset=utf-8; variant=GFM", "text/x-markdown"])
+def test_markdown_mail_has_its_text_as_body(ctype: str) -> None:
+    raw = message("Subject: Release notes", f"Content-Type: {ctype}", body=MARKDOWN)
+    m = parse_message(raw)
+    assert m.text == MARKDOWN.strip()
+    assert m.body_notes == [f"no body text: this is attachment 0 ({ctype.split(';')[0]})"]
+    assert m.attachments == [AttachmentInfo(0, None, ctype.split(";")[0], len(MARKDOWN))]
+    assert read_body(raw).text == m.text
+    assert attachment_text(raw, 0, 1000).text == MARKDOWN.strip()
+
+
+def test_markdown_after_a_photo_keeps_the_attachment_numbering() -> None:
+    body = multipart(
+        "M",
+        part("Content-Type: image/png", "Content-Transfer-Encoding: base64", body=b64(PNG)),
+        part("Content-Type: application/octet-stream", 'Content-Disposition: attachment; filename="NOTES.md"',
+             body=MARKDOWN),
+    )
+    m = parse_message(message("Content-Type: multipart/mixed; boundary=M", body=body))
+    assert m.text == MARKDOWN.strip()
+    assert m.body_notes == ["no body text: this is attachment 1 (text/markdown)"]
+    assert [(a.index, a.filename, a.content_type) for a in m.attachments] == [
+        (0, None, "image/png"), (1, "NOTES.md", "application/octet-stream")]
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])

@@ -31,6 +31,7 @@ from datetime import datetime
 from email.message import Message
 from typing import TypeVar
 
+from .calendar import CALENDAR_TYPES, summarize_calendar
 from .charset import decode_bytes, guess_decode
 from .formats import enriched_to_text, unflow
 from .headers import (
@@ -490,19 +491,53 @@ class _Rendering:
 
 
 def _body_text(root: Entity, body: _Rendering) -> str:
-    """The body text of a message; a message with none but with attachments (a calendar
-    invitation alone, a digest, a photo) or HTML without words (an image) gets a note
-    saying where its content is, so that an empty body is not taken for an empty message."""
+    """The body text of a message. One with none but with attachments shows the first
+    calendar invitation (as its summary) or Markdown text among them, with a note saying
+    which attachment it is; failing that, a note saying where its content is (a digest, a
+    photo); HTML without words (an image) says so too, so that an empty body is not taken
+    for an empty message. The attachments, and their numbering, stay as they are."""
     text = _render(root, body)
-    if not text and not body.notes:
-        kinds = list(dict.fromkeys(entity.ctype for entity in attachment_entities(root)))
-        if kinds:
-            extra = len(kinds) - MAX_KINDS_NAMED
-            more = f" and {extra} more" if extra > 0 else ""
-            body.notes.append(f"no body text: its content is in its attachments "
-                              f"({', '.join(kinds[:MAX_KINDS_NAMED])}{more})")
-        elif body.blank_html:
-            body.notes.append("no body text: its HTML shows only images or frames")
+    if text or body.notes:
+        return text
+    attachments = attachment_entities(root)
+    for index, entity in enumerate(attachments):
+        if shown := _attachment_as_body(entity, index, body):
+            return shown
+    kinds = list(dict.fromkeys(entity.ctype for entity in attachments))
+    if kinds:
+        extra = len(kinds) - MAX_KINDS_NAMED
+        more = f" and {extra} more" if extra > 0 else ""
+        body.notes.append(f"no body text: its content is in its attachments "
+                          f"({', '.join(kinds[:MAX_KINDS_NAMED])}{more})")
+    elif body.blank_html:
+        body.notes.append("no body text: its HTML shows only images or frames")
+    return text
+
+
+_MARKDOWN_TYPES = ("text/markdown", "text/x-markdown")
+
+
+def _attachment_as_body(entity: Entity, index: int, body: _Rendering) -> str:
+    """The text of attachment ``index`` if it can stand for the body: a calendar
+    invitation's summary or Markdown text; else "". Its problems count only if it is shown."""
+    kind = effective_type(entity.ctype, entity_filename(entity, []))
+    if kind not in CALENDAR_TYPES and kind not in _MARKDOWN_TYPES:
+        return ""
+    problems: list[str] = []
+    text = decode_bytes(entity_payload(entity, problems), entity_charset(entity), entity.where,
+                        problems)
+    if kind in CALENDAR_TYPES:
+        summary = summarize_calendar(text)
+        if summary is None:
+            return ""
+        problems.extend(f"{entity.where}: {problem}" for problem in summary.problems)
+        text = summary.text
+        note = f"no body text: this is the summary of calendar attachment {index}"
+    else:
+        text, note = tidy(text), f"no body text: this is attachment {index} ({kind})"
+    if text:
+        body.defects.extend(problems)
+        body.notes.append(note)
     return text
 
 
