@@ -69,7 +69,8 @@ async def test_search_lines_for_named_messages(client: Client) -> None:
         f"{uid('list-rust-7@example.com')} 2026-11-26 19:00 U~rust-users.lists.example.org "
         "Mika Virtanen | [rust-users] Cargo workspace and feature "
         "unification",
-        f"{uid('draft-1@example.org')} 2026-11-21 21:40 UD Alex Morgan | "
+        # and so does a draft, whom it is for
+        f"{uid('draft-1@example.org')} 2026-11-21 21:40 UD to Anna Schmidt | "
         "Thank you for organising the school trip",
         f"{uid(PDF)} 2026-10-15 05:30 FA Brightline Internet | "
         "Your invoice 2026-0042",

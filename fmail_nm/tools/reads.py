@@ -153,9 +153,9 @@ LISTED_RECIPIENTS = 5
 
 
 def _listed_to(recipients_json: str | None, tags: Sequence[str]) -> list[str]:
-    """Whom a listed message went to: shown for the user's own messages only (for mail
-    received the recipient is the user, which says nothing)."""
-    if SENT not in tags or not recipients_json:
+    """Whom a listed message went (or, a draft, will go) to: shown for the user's own
+    messages only (for mail received the recipient is the user, which says nothing)."""
+    if (SENT not in tags and DRAFT not in tags) or not recipients_json:
         return []
     return [who(r["name"], r["email"]) for r in json.loads(recipients_json)[:LISTED_RECIPIENTS]]
 
