@@ -114,6 +114,13 @@ async def test_thread_and_unanswered_lines(client: Client, shared_indexed: MailE
                         f"2026-11-20 08:30 {days}d 2 "
                         f"last={uid('unanswered-2@example.org')} to Oliver Brandt "
                         "<oliver.brandt@example.com> | Re: Heating inspection in your flat")
+    # a message the user copied to themselves names the others it went to
+    lines, data = await call(client, "find_unanswered_threads", {"limit": 100})
+    cabin = next(line for line in lines if line.endswith("| Cabin: remaining payment"))
+    assert f"last={uid('self-cc-1@example.org')} to Ben Carter <ben.carter@example.net>, " \
+           "Chloe Dubois <chloe.dubois@example.net> | Cabin" in cabin
+    lines, _ = await call(client, "search_emails", {"query": "id:self-cc-1@example.org"})
+    assert lines[1].endswith(" - to Ben Carter, Chloe Dubois | Cabin: remaining payment")
 
 
 @pytest.mark.anyio
@@ -307,7 +314,7 @@ def test_a_page_is_right_while_the_mirror_lags(indexed: MailEnv, mailbox: reads.
     untouched = rows["Notes from the parents' evening"]
     assert untouched.id == uid("attach-txt-1@example.com")
     with Reader() as reader:  # what notmuch alone says, field by field
-        truth = [reads.email_ref(m, known=True) for m in reader.messages(
+        truth = [reads.email_ref(m, known=True, me=()) for m in reader.messages(
             "from:anna OR from:nadia", exclude_tags=("deleted", "spam"), limit=100)]
     assert [r.model_copy(update={"id": ""}) for r in page.results] == [
         r.model_copy(update={"id": ""}) for r in truth]

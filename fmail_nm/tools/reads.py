@@ -16,7 +16,7 @@ import hashlib
 import json
 import re
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timezone
 from pathlib import Path
@@ -152,40 +152,52 @@ def people(addresses: Sequence[Address]) -> list[str]:
 LISTED_RECIPIENTS = 5
 
 
-def _listed_to(recipients_json: str | None, tags: Sequence[str]) -> list[str]:
+def _listed_to(recipients_json: str | None, tags: Sequence[str],
+               me: Collection[str]) -> list[str]:
     """Whom a listed message went (or, a draft, will go) to: shown for the user's own
-    messages only (for mail received the recipient is the user, which says nothing)."""
+    messages only (for mail received the recipient is the user, which says nothing), and
+    without the user's own addresses unless it went to no one else (a copy to oneself)."""
     if (SENT not in tags and DRAFT not in tags) or not recipients_json:
         return []
-    return [who(r["name"], r["email"]) for r in json.loads(recipients_json)[:LISTED_RECIPIENTS]]
+    return _others(((r["name"], r["email"]) for r in json.loads(recipients_json)), me)
+
+
+def _others(people: Iterable[tuple[str, str]], me: Collection[str]) -> list[str]:
+    everyone = [(name, address) for name, address in people if address]
+    others = [p for p in everyone if p[1].lower() not in me] or everyone
+    return [who(name, address) for name, address in others[:LISTED_RECIPIENTS]]
 
 
 def listing(mb: Mailbox, message_ids: Sequence[str]) -> list[dto.EmailRef]:
     """These messages as listing rows, in the given order: from the mirror where it is
     current, from notmuch for the rest (see Mailbox.current_rows)."""
     rows, stale = mb.mirror_rows(message_ids)
+    me = frozenset(mb.config.addresses)
     refs: dict[str, dto.EmailRef] = {}
     for mid, uid, thread, date_, name, address, subject, tags_json, recipients in rows.values():
         if mid not in stale:
             tags = json.loads(tags_json)
             refs[mid] = dto.EmailRef(id=uid, thread=thread, date=date_, from_=who(name, address),
-                                     subject=subject, tags=tags, to=_listed_to(recipients, tags))
+                                     subject=subject, tags=tags,
+                                     to=_listed_to(recipients, tags, me))
     missing = [mid for mid in message_ids if mid not in refs]
     for mid, m in zip(missing, mb.reader.find_many(missing) if missing else ()):
         if m is not None:  # None: removed since the ids were read
             row = rows.get(mid)
-            refs[mid] = email_ref(m, known=row is not None, recipients=row[8] if row else None)
+            refs[mid] = email_ref(m, known=row is not None, me=me,
+                                  recipients=row[8] if row else None)
     return [refs[mid] for mid in message_ids if mid in refs]
 
 
-def email_ref(m: IndexedMessage, *, known: bool, recipients: str | None = None) -> dto.EmailRef:
+def email_ref(m: IndexedMessage, *, known: bool, me: Collection[str],
+              recipients: str | None = None) -> dto.EmailRef:
     """A listing row from the index itself; its id is the uid only when the mirror has the
     message (so the uid resolves), else the Message-ID."""
     tags = sorted(m.tags)
     return dto.EmailRef(
         id=sidecar.uid_for(m.message_id) if known else m.message_id, thread=m.thread_id,
         date=iso_from_epoch(m.date), from_=person(m.from_header), subject=m.subject, tags=tags,
-        to=_listed_to(recipients, tags))
+        to=_listed_to(recipients, tags, me))
 
 
 def clamp_limit(limit: int) -> int:
@@ -806,12 +818,13 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
     total, page = answer
     threads = []
     rows, _ = mb.mirror_rows([w.message_id for w in page])
+    me = frozenset(mb.config.addresses)
     for w in page:
         row = rows.get(w.message_id)
         threads.append(dto.UnansweredThread(
             thread=w.thread_id, subject=row[6] if row else _subject(mb, w.message_id),
             days_silent=max(0, (now - w.date) // 86400), messages=w.message_count,
-            to=_listed_to(row[8], (SENT,)) if row else _recipients(mb, w.message_id),
+            to=_listed_to(row[8], (SENT,), me) if row else _recipients(mb, w.message_id, me),
             last=row[1] if row else w.message_id, date=iso_from_epoch(w.date)))
     return dto.UnansweredList(threads=threads, total=total,
                               next_cursor=next_cursor(offset, len(page), total, fp,
@@ -856,11 +869,10 @@ def _subject(mb: Mailbox, message_id: str) -> str:
     return found.subject if found is not None else ""
 
 
-def _recipients(mb: Mailbox, message_id: str) -> list[str]:
+def _recipients(mb: Mailbox, message_id: str, me: Collection[str]) -> list[str]:
     # Not in the mirror yet (a sync in flight): read this page's rows only.
-    pairs = email.utils.getaddresses([mb.reader.header(message_id, "To"),
-                                      mb.reader.header(message_id, "Cc")])
-    return [who(n, a) for n, a in pairs if a][:LISTED_RECIPIENTS]
+    return _others(email.utils.getaddresses([mb.reader.header(message_id, "To"),
+                                             mb.reader.header(message_id, "Cc")]), me)
 
 
 def get_attachment(mb: Mailbox, id: str, index: int | str,
