@@ -467,6 +467,15 @@ def test_html_script_and_style_stay_hidden_however_their_tags_are_balanced(html:
     assert "Shown" in text and "secret" not in text and "x:1" not in text
 
 
+@pytest.mark.parametrize("html", [
+    "<body><p>Hi</p><title>Untitled Document</title><p>there</p></body>",
+    "<html><body><head><title>Untitled Document</title></head><p>Hi</p><p>there</p>",
+])
+def test_a_title_is_never_shown_as_text(html: str) -> None:
+    text = parse_message(message("Content-Type: text/html", body=html)).text
+    assert "Hi" in text and "there" in text and "Untitled" not in text
+
+
 def test_html_with_only_an_image_says_so() -> None:
     html = "<html><body><img src='https://ads.example/t.gif' width=0><center><img src=x.gif></center></body></html>"
     m = parse_message(message("Content-Type: text/html", body=html))

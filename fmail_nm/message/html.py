@@ -46,8 +46,9 @@ _TEXT_GT = "\x1a"
 _LEADING_TEXT_GT = re.compile(f"^((?:> ?)*[ \t]*){_TEXT_GT}", re.M)
 
 
-# The elements whose content html2text leaves out, by a counter of them open.
-_HIDING = ("head", "style", "script")
+# The elements whose content html2text leaves out, by a counter of them open; and <title>,
+# which html2text leaves out only inside <head>, while browsers never show it in the page.
+_HIDING = ("head", "style", "script", "title")
 # What a <head> holds: any other element starts the body, as browsers read it (a <head>
 # left open, then the message's <div>s, with no <body> tag anywhere).
 _HEAD_CONTENT = frozenset({"title", "meta", "link", "base", "style", "script", "noscript",
@@ -78,6 +79,9 @@ class _Converter(html2text.HTML2Text):
             if not start and not self._hiding[tag]:
                 return  # closes nothing: ignored, as browsers do
             self._hiding[tag] += 1 if start else -1
+            if tag == "title":  # html2text's counter, which it does not move for <title>
+                self.quiet += 1 if start else -1
+                return
         super().handle_tag(tag, attrs, start)
 
     def handle_data(self, data: str, entity_char: bool = False) -> None:
