@@ -30,7 +30,7 @@ import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import datetime, timedelta, tzinfo
 
 from . import tags
 from .config import THREAD_ID, folder_term
@@ -54,7 +54,7 @@ is:unread is:read is:flagged(=starred) replied forwarded sent draft inbox archiv
   spam deleted; has:attachment; tag:x = label:x; account:work; list:rust-users (List-Id)
 in:inbox sent drafts archive trash spam(=junk) anywhere, or a folder: in:Receipts in:work/Receipts
 after:2026-03-01 (on or after) before:2026-04 (before) on:2026-03-15; dates YYYY-MM-DD,
-  YYYY/MM/DD, YYYY-MM, YYYY, unix seconds, local midnight; newer_than:3d older_than:1y
+  YYYY/MM/DD, YYYY-MM, YYYY, today, yesterday, unix seconds, local midnight; newer_than:3d older_than:1y
   (h d w m=months y)
 id:<message-id> thread:<thread-id>; raw:"<notmuch query>" passes notmuch syntax through.
 a b = AND; a OR b = a | b = {a b}; -a = NOT a; ( ); NOT > AND > OR; lowercase or/and/not are words;
@@ -392,6 +392,7 @@ def _near_word(tok: _Tok) -> str:
 
 _DATE_RE = re.compile(r"(\d{4})(?:([-/])(\d{1,2})(?:\2(\d{1,2}))?)?")
 _EPOCH_RE = re.compile(r"\d{5,12}")
+_DAY_WORDS = {"today": 0, "yesterday": 1}
 _PERIOD_RE = re.compile(r"(\d{1,6})([hdwmy])", re.IGNORECASE)
 _MAX_EPOCH = 253402300800  # 10000-01-01T00:00:00Z, beyond anything notmuch stores
 _SECONDS = {"h": 3600, "d": 86400, "w": 7 * 86400}
@@ -408,7 +409,7 @@ def _parse_date(value: str, pos: int, tz: tzinfo | None) -> tuple[int, int]:
     if _EPOCH_RE.fullmatch(value):
         return int(value), int(value) + 1
     m = _DATE_RE.fullmatch(value)
-    expected = "a date like 2026-03-01, 2026/03/01, 2026-03, 2026 or unix seconds"
+    expected = "a date like 2026-03-01, 2026/03/01, 2026-03, 2026, today or unix seconds"
     if not m:
         raise DslError(pos, expected, _shown(value))
     year, month, day = int(m[1]), int(m[3] or 0), int(m[4] or 0)
@@ -869,6 +870,10 @@ class _Parser:
         return _term_atom("path", prefix, "/**") if prefix else _ALL
 
     def _date(self, name: str, value: str, pos: int) -> _Node:
+        days_back = _DAY_WORDS.get(value.lower())
+        if days_back is not None:  # notmuch's words for the days, in the user's zone
+            self.used_now = True
+            value = (self.ctx.now.date() - timedelta(days=days_back)).isoformat()
         start, end = _parse_date(value, pos, self.ctx.now.tzinfo)
         if name in ("after", "newer"):
             return _since(start)

@@ -475,7 +475,7 @@ def test_dates_use_the_clock_time_zone() -> None:
         ("2026-00-10", "a real calendar date"),
         ("0000", "a real calendar date"),
         ("2025-02-29", "a real calendar date"),
-        ("yesterday", "a date like"),
+        ("tomorrow", "a date like"),
         ("2026-03/01", "a date like"),
         ("26-03-01", "a date like"),
         ("2026-3-1x", "a date like"),
@@ -975,3 +975,15 @@ def test_around_errors(text: str, pos: int, expected: str) -> None:
     with pytest.raises(DslError) as raised:
         compile_query(text, CTX)
     assert (raised.value.position, raised.value.expected) == (pos, expected)
+
+
+@pytest.mark.parametrize(("text", "same_as"), [
+    ("on:today", "on:2026-03-15"),
+    ("on:Yesterday", "on:2026-03-14"),
+    ("after:yesterday is:unread", "after:2026-03-14 is:unread"),
+    ("before:today", "before:2026-03-15"),
+])
+def test_today_and_yesterday_are_days_of_the_users_zone(text: str, same_as: str) -> None:
+    compiled = compile_query(text, CTX)
+    assert compiled.query == q(same_as)
+    assert compiled.anchor == int(NOW.timestamp())  # later pages keep the same days
