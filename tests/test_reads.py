@@ -228,6 +228,13 @@ def test_every_fixture_message_comes_back_from_get_email(mb: reads.Mailbox) -> N
 def test_unknown_id_is_a_clear_error(mb: reads.Mailbox) -> None:
     with pytest.raises(reads.ToolError, match="no message with id"):
         reads.get_email(mb, "nope@example.com")
+    thread = reads.get_email(mb, "school-trip-1@example.com").thread
+    for ref in (thread, f"thread:{thread}"):
+        with pytest.raises(reads.ToolError, match="that is a thread's id: get_thread reads"):
+            reads.get_email(mb, ref)
+    with pytest.raises(reads.ToolError) as raised:
+        reads.get_email(mb, "0123456789abcdef")  # the shape of a uid and a thread id: neither
+    assert "thread" not in str(raised.value)
     batch = reads.get_emails_content(mb, ["nope@example.com", "school-trip-1@example.com"])
     assert batch.not_found == ["nope@example.com"]
     assert [e.message_id for e in batch.emails] == ["school-trip-1@example.com"]

@@ -24,7 +24,7 @@ from time import sleep
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..clock import iso_from_epoch, utc_now
-from ..config import Config
+from ..config import THREAD_ID, Config
 from ..dsl import CompiledQuery, DslContext, DslError, compile_query, date_range_query
 from ..errors import CallerError
 from ..message.attachments import attachment_text, dotted
@@ -670,9 +670,18 @@ def _find(mb: Mailbox, message_id: str) -> IndexedMessage:
         if mb.reader.is_ghost(clean_id(message_id)):
             why = (" (notmuch knows it only from replies that refer to it: it was never "
                    "received, or was deleted)")
+        elif _is_thread(mb, message_id):
+            why = " (that is a thread's id: get_thread reads the thread)"
         raise ToolError(f"no message with id {message_id!r}{why}; use an id from "
                         "search_emails or a uid from query_emails")
     return found
+
+
+def _is_thread(mb: Mailbox, ref: str) -> bool:
+    """Whether ``ref`` is a thread id (list_threads gives those; they look like uids)."""
+    thread = ref.strip().removeprefix("thread:")
+    return bool(THREAD_ID.fullmatch(thread)) and mb.reader.count(
+        f'thread:"{thread}"', exclude_tags=()) > 0
 
 
 def _body(parsed: BodyText | ParsedMessage, subject: str, body_format: str, max_chars: int,
