@@ -51,7 +51,7 @@ Search (Gmail-style; empty = all mail). Words and "exact phrases" (whole words, 
 from: to: (cc: bcc: = to:, all recipients) subject: body: filename: (attachment names);
   from:(a OR b) applies to each word; from:me to:me = the user's own addresses.
 is:unread is:read is:flagged(=starred) replied forwarded sent draft inbox archived list blocked
-  spam deleted; has:attachment; tag:x = label:x; account:work; list:rust-users (List-Id)
+  spam deleted; has:attachment (and any PDF); tag:x = label:x; account:work; list:rust-users (List-Id)
 in:inbox sent drafts archive trash spam(=junk) anywhere, or a folder: in:Receipts in:work/Receipts
 after:2026-03-01 (on or after) before:2026-04 (before) on:2026-03-15; dates YYYY-MM-DD,
   YYYY/MM/DD, YYYY-MM, YYYY, today, yesterday, unix seconds, local midnight; newer_than:3d older_than:1y
@@ -816,7 +816,9 @@ class _Parser:
     def _has(self, name: str, value: str, pos: int) -> _Node:
         if value.lower() not in ("attachment", "attachments"):
             raise DslError(pos, "has:attachment", _shown(value))
-        return self._tag_atom("attachment")
+        # notmuch tags only parts sent with "Content-Disposition: attachment"; Apple Mail
+        # sends files inline, so a PDF, which is never a message's text, counts by its type.
+        return _mk_or([self._tag_atom("attachment"), _Atom('mimetype:"application/pdf"')])
 
     def _in(self, name: str, value: str, pos: int) -> _Node:
         key = value.lower()

@@ -224,8 +224,8 @@ def test_is_unknown_lists_values() -> None:
 
 
 def test_has() -> None:
-    assert q("has:attachment") == 'tag:"attachment"'
-    assert q("has:attachments") == 'tag:"attachment"'
+    assert q("has:attachment") == 'tag:"attachment" OR mimetype:"application/pdf"'
+    assert q("has:attachments") == 'tag:"attachment" OR mimetype:"application/pdf"'
     e = err("has:drive")
     assert (e.position, e.expected) == (4, "has:attachment")
 
@@ -591,7 +591,7 @@ def test_logic_and_precedence(text: str, expected: str) -> None:
 def test_combination() -> None:
     got = q("from:alice (subject:invoice OR has:attachment) -is:list after:2026-01-01 account:work")
     assert got == (
-        'from:"alice" AND (subject:"invoice" OR tag:"attachment") AND '
+        'from:"alice" AND (subject:"invoice" OR tag:"attachment" OR mimetype:"application/pdf") AND '
         f'date:@{epoch(2026, 1, 1)}.. AND path:"work/**" AND NOT tag:"list"'
     )
 
@@ -923,7 +923,7 @@ def test_from_me_without_addresses_says_where_to_set_them() -> None:
     ("{a b} c", '("a" OR "b") AND "c"'),
     ("-{from:amy from:david}", 'NOT (from:"amy" OR from:"david")'),
     ("subject:{invoice receipt} has:attachment",
-     '(subject:"invoice" OR subject:"receipt") AND tag:"attachment"'),
+     '(subject:"invoice" OR subject:"receipt") AND (tag:"attachment" OR mimetype:"application/pdf")'),
     ("tag:{y} x", 'sexp:"(tag ""{y}"")" AND "x"'),  # a tag named {y}: one word
 ])
 def test_braces_are_any_of_their_terms(text: str, expected: str) -> None:

@@ -627,3 +627,29 @@ def test_every_compiled_query_is_accepted_by_notmuch(db: notmuch2.Database, text
     except DslError:
         return
     db.count_messages(compiled.query, exclude_tags=list(compiled.exclude_tags))
+
+
+INLINE_PDF = (
+    "From: Apple Mail <a@ex.org>\nTo: me@ex.org\nSubject: the invoice\nMessage-ID: <inline-pdf@t>\n"
+    "Date: Mon, 02 Mar 2026 10:00:00 +0000\nMIME-Version: 1.0\n"
+    'Content-Type: multipart/mixed; boundary="b1"\n\n--b1\nContent-Type: text/plain\n\nhere\n'
+    '--b1\nContent-Type: application/pdf; name="inv.pdf"\n'
+    'Content-Disposition: inline; filename="inv.pdf"\nContent-Transfer-Encoding: base64\n\n'
+    "JVBERi0xLjQK\n--b1--\n"
+)
+
+
+def test_has_attachment_finds_a_pdf_sent_inline(tmp_path: Path) -> None:
+    """Apple Mail sends files with "Content-Disposition: inline", which notmuch does not tag
+    attachment; a PDF is found by its type."""
+    (tmp_path / "mail" / "cur").mkdir(parents=True)
+    (tmp_path / "mail" / "cur" / "1.x:2,S").write_text(INLINE_PDF)
+    (tmp_path / "mail" / "cur" / "2.x:2,S").write_text(
+        "From: b@ex.org\nSubject: plain\nMessage-ID: <plain@t>\n\nno file\n")
+    config = tmp_path / "notmuch-config"
+    config.write_text(f"[database]\npath={tmp_path / 'mail'}\n")
+    subprocess.run([NOTMUCH or "notmuch", "new", "--quiet"], check=True, timeout=60,
+                   env={**os.environ, "NOTMUCH_CONFIG": str(config)})
+    with notmuch2.Database(str(tmp_path / "mail"), config=notmuch2.Database.CONFIG.EMPTY) as db:
+        assert ids(db, "tag:attachment") == set()
+        assert search(db, "has:attachment") == {"inline-pdf@t"}
