@@ -51,7 +51,7 @@ Search (Gmail-style; empty = all mail). Words and "exact phrases" (whole words, 
 from: to: (cc: bcc: = to:, all recipients) subject: body: filename: (attachment names);
   from:(a OR b) applies to each word; from:me to:me = the user's own addresses.
 is:unread is:read is:flagged(=starred) replied forwarded sent draft inbox archived list blocked
-  spam deleted; has:attachment (and any PDF); tag:x = label:x; account:work; list:rust-users (List-Id)
+  spam deleted; has:attachment (and any PDF), has:invitation (calendar); tag:x = label:x; account:work; list:rust-users (List-Id)
 in:inbox sent drafts archive trash spam(=junk) anywhere, or a folder: in:Receipts in:work/Receipts
 after:2026-03-01 (on or after) before:2026-04 (before) on:2026-03-15; dates YYYY-MM-DD,
   YYYY/MM/DD, YYYY-MM, YYYY, today, yesterday, unix seconds, local midnight; newer_than:3d older_than:1y
@@ -496,6 +496,9 @@ _PHRASE_FIELDS = {
     "filename": "attachment",
 }
 _ADDRESS_FIELDS = frozenset({"from", "to", "cc", "bcc"})
+# has:invitation: the iCalendar types (message.calendar reads the same ones; this layer
+# cannot import it).
+_INVITATION_TYPES = ("text/calendar", "application/ics")
 # is:<word> -> the tag it means (Gmail's words and notmuch's own tag names).
 _IS_TAGS = {
     "unread": tags.UNREAD,
@@ -814,8 +817,10 @@ class _Parser:
         return self._tag_atom(_IS_TAGS[key])
 
     def _has(self, name: str, value: str, pos: int) -> _Node:
+        if value.lower() in ("invitation", "invite"):
+            return _mk_or([_Atom(f'mimetype:"{kind}"') for kind in _INVITATION_TYPES])
         if value.lower() not in ("attachment", "attachments"):
-            raise DslError(pos, "has:attachment", _shown(value))
+            raise DslError(pos, "has:attachment or has:invitation", _shown(value))
         # notmuch tags only parts sent with "Content-Disposition: attachment"; Apple Mail
         # sends files inline, so a PDF, which is never a message's text, counts by its type.
         return _mk_or([self._tag_atom("attachment"), _Atom('mimetype:"application/pdf"')])

@@ -227,7 +227,8 @@ def test_has() -> None:
     assert q("has:attachment") == 'tag:"attachment" OR mimetype:"application/pdf"'
     assert q("has:attachments") == 'tag:"attachment" OR mimetype:"application/pdf"'
     e = err("has:drive")
-    assert (e.position, e.expected) == (4, "has:attachment")
+    assert (e.position, e.expected) == (4, "has:attachment or has:invitation")
+    assert q("has:invitation") == 'mimetype:"text/calendar" OR mimetype:"application/ics"'
 
 
 @pytest.mark.parametrize(

@@ -639,13 +639,17 @@ INLINE_PDF = (
 )
 
 
-def test_has_attachment_finds_a_pdf_sent_inline(tmp_path: Path) -> None:
+def test_has_finds_a_pdf_sent_inline_and_an_invitation(tmp_path: Path) -> None:
     """Apple Mail sends files with "Content-Disposition: inline", which notmuch does not tag
-    attachment; a PDF is found by its type."""
+    attachment; a PDF is found by its type. An invitation is found by its own."""
     (tmp_path / "mail" / "cur").mkdir(parents=True)
     (tmp_path / "mail" / "cur" / "1.x:2,S").write_text(INLINE_PDF)
     (tmp_path / "mail" / "cur" / "2.x:2,S").write_text(
         "From: b@ex.org\nSubject: plain\nMessage-ID: <plain@t>\n\nno file\n")
+    (tmp_path / "mail" / "cur" / "3.x:2,S").write_text(
+        "From: c@ex.org\nSubject: sprint review\nMessage-ID: <invite@t>\nMIME-Version: 1.0\n"
+        "Content-Type: text/calendar; method=REQUEST\n\nBEGIN:VCALENDAR\nBEGIN:VEVENT\n"
+        "SUMMARY:Review\nEND:VEVENT\nEND:VCALENDAR\n")
     config = tmp_path / "notmuch-config"
     config.write_text(f"[database]\npath={tmp_path / 'mail'}\n")
     subprocess.run([NOTMUCH or "notmuch", "new", "--quiet"], check=True, timeout=60,
@@ -653,3 +657,4 @@ def test_has_attachment_finds_a_pdf_sent_inline(tmp_path: Path) -> None:
     with notmuch2.Database(str(tmp_path / "mail"), config=notmuch2.Database.CONFIG.EMPTY) as db:
         assert ids(db, "tag:attachment") == set()
         assert search(db, "has:attachment") == {"inline-pdf@t"}
+        assert search(db, "has:invitation") == {"invite@t"}
