@@ -496,6 +496,10 @@ _PHRASE_FIELDS = {
     "filename": "attachment",
 }
 _ADDRESS_FIELDS = frozenset({"from", "to", "cc", "bcc"})
+# notmuch tags (and indexes the file names of) only parts sent with "Content-Disposition:
+# attachment"; Apple Mail sends files inline, so a PDF, which is never a message's own
+# text, is found by its type for has:attachment and filename:pdf.
+_INLINE_PDF = _Atom('mimetype:"application/pdf"')
 # has:invitation: the iCalendar types (message.calendar reads the same ones; this layer
 # cannot import it).
 _INVITATION_TYPES = ("text/calendar", "application/ics")
@@ -788,7 +792,10 @@ class _Parser:
         if not _has_word(text):
             raise DslError(pos, f"a value with letters or digits after '{name}:' "
                            f"({_NEW_LETTERS_NOTE})", _shown(value))
-        return _phrase_atom(_PHRASE_FIELDS[name], text)
+        atom = _phrase_atom(_PHRASE_FIELDS[name], text)
+        if name == "filename" and text.lower() in ("pdf", ".pdf"):
+            return _mk_or([atom, _INLINE_PDF])  # as has:attachment: PDFs sent inline too
+        return atom
 
     def _exact_value(self, name: str, value: str, pos: int) -> str:
         if _CONTROL.search(value):
@@ -821,9 +828,7 @@ class _Parser:
             return _mk_or([_Atom(f'mimetype:"{kind}"') for kind in _INVITATION_TYPES])
         if value.lower() not in ("attachment", "attachments"):
             raise DslError(pos, "has:attachment or has:invitation", _shown(value))
-        # notmuch tags only parts sent with "Content-Disposition: attachment"; Apple Mail
-        # sends files inline, so a PDF, which is never a message's text, counts by its type.
-        return _mk_or([self._tag_atom("attachment"), _Atom('mimetype:"application/pdf"')])
+        return _mk_or([self._tag_atom("attachment"), _INLINE_PDF])
 
     def _in(self, name: str, value: str, pos: int) -> _Node:
         key = value.lower()

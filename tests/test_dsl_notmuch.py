@@ -658,3 +658,5 @@ def test_has_finds_a_pdf_sent_inline_and_an_invitation(tmp_path: Path) -> None:
         assert ids(db, "tag:attachment") == set()
         assert search(db, "has:attachment") == {"inline-pdf@t"}
         assert search(db, "has:invitation") == {"invite@t"}
+        assert search(db, "filename:pdf") == search(db, "filename:.PDF") == {"inline-pdf@t"}
+        assert search(db, "filename:inv.pdf") == set()  # an inline file's name: not indexed
