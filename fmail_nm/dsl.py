@@ -51,14 +51,15 @@ Search (Gmail-style; empty = all mail). Words and "exact phrases" (whole words, 
 from: to: (cc: bcc: = to:, all recipients) subject: body: filename: (attachment names);
   from:(a OR b) applies to each word; from:me to:me = the user's own addresses.
 is:unread is:read is:flagged(=starred) replied forwarded sent draft inbox archived list blocked
-  spam deleted; has:attachment (and any PDF), has:invitation (calendar); tag:x = label:x; account:work; list:rust-users (List-Id)
+  spam deleted; has:attachment (and any PDF), has:invitation (calendar); tag:x = label:x;
+  account:work; list:rust-users (List-Id)
 in:inbox sent drafts archive trash spam(=junk) anywhere, or a folder: in:Receipts in:work/Receipts
 after:2026-03-01 (on or after) before:2026-04 (before) on:2026-03-15; dates YYYY-MM-DD,
-  YYYY/MM/DD, YYYY-MM, YYYY, today, yesterday, unix seconds, local midnight; newer_than:3d older_than:1y
-  (h d w m=months y)
+  YYYY/MM/DD, YYYY-MM, YYYY, today, yesterday, unix seconds, local midnight;
+  newer_than:3d older_than:1y (h d w m=months y)
 id:<message-id> thread:<thread-id>; raw:"<notmuch query>" passes notmuch syntax through.
-a b = AND; a OR b = a | b = {a b}; -a = NOT a; ( ); NOT > AND > OR; lowercase or/and/not are words;
-  a AROUND 5 b: within 5 words.
+a b = AND; a OR b = a | b = {a b}; -a = NOT a; ( ); NOT > AND > OR; lowercase or/and/not
+  are words; a AROUND 5 b: within 5 words.
 Spam and deleted mail are hidden unless the query names them (is:spam, in:trash, ...) or
   says in:anywhere. Quote values with spaces: from:"Ann Lee" (\\" for a quote), and text
   with a colon: "Re: lunch".
@@ -366,20 +367,26 @@ def _bounded_list(names: Sequence[str], limit: int = 30) -> str:
     return shown + (f", … ({len(names) - limit} more)" if len(names) > limit else "")
 
 
-# AROUND's largest distance; without one, a tenth of it (5, as Gmail reads a bare AROUND).
-MAX_AROUND = 50
+# AROUND's largest distance, and the one a bare AROUND means (as in Gmail).
+MAX_AROUND, DEFAULT_AROUND = 50, 5
 _AROUND = "AROUND"
+_DISTANCE = re.compile(r"[0-9]{1,6}")  # ASCII digits: str.isdigit() also takes "²"
 
 
 # Words notmuch's parser reads as its operators in any case: NEAR cannot take them.
 _XAPIAN_OPERATORS = frozenset({"and", "or", "not", "xor", "near", "adj"})
 
 
+def _near_char(c: str) -> bool:
+    category = unicodedata.ucd_3_2_0.category(c)
+    return category[0] == "L" or category == "Nd"
+
+
 def _near_word(tok: _Tok) -> str:
     """A word NEAR can take: letters and digits Xapian indexes alone (it reads anything else
     as query syntax), and none of its operators."""
     word = tok.text.lower()
-    if not (word.isalnum() and all(unicodedata.ucd_3_2_0.category(c)[0] in "LN" for c in word)):
+    if not word or not all(_near_char(c) for c in word):
         raise DslError(tok.pos, "a plain word (letters and digits) each side of AROUND",
                        _shown(tok.text))
     if word in _XAPIAN_OPERATORS:
@@ -640,8 +647,8 @@ class _Parser:
         (notmuch's ``NEAR/5``, which takes bare words only)."""
         first = self._advance()
         self._advance()
-        distance = MAX_AROUND // 10
-        if self.tok.kind == _WORD and self.tok.text.isdigit():
+        distance = DEFAULT_AROUND
+        if self.tok.kind == _WORD and _DISTANCE.fullmatch(self.tok.text):
             number = self._advance()
             distance = int(number.text)
             if not 1 <= distance <= MAX_AROUND:

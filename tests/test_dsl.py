@@ -971,6 +971,7 @@ def test_around_is_near(text: str, expected: str) -> None:
 @pytest.mark.parametrize(("text", "pos", "expected"), [
     ("a AROUND", 8, "a word after AROUND"),
     ("a AROUND 0 b", 9, "a distance from 1 to 50 after AROUND"),
+    ("a AROUND \u00b2 b", 9, "a plain word (letters and digits) each side of AROUND"),
     ("e-mail AROUND 2 b", 0, "a plain word (letters and digits) each side of AROUND"),
     ("a AROUND 2 from:b", 11, "a plain word (letters and digits) each side of AROUND"),
     ("and AROUND 2 b", 0, "a word other than and, or, not, xor, near or adj each side of AROUND"),
