@@ -95,7 +95,7 @@ def cmd_hook(args: argparse.Namespace) -> int:
     since = os.environ.get(NEW_SINCE_ENV, "")
     with Reader(config.settings.notmuch_config) as reader, Writer(config.settings.notmuch_config) as writer:
         report = post_new(config, reader, writer,
-                          new_since=int(since) if since.isdigit() else None,
+                          new_since=int(since) if since.isascii() and since.isdigit() else None,
                           on_progress=from_environment())
     log.info("tagged %d new messages in %d batches; blocklist: +%d -%d; sidecar: %d updated, "
              "%d removed", report.tagging.messages, report.tagging.batches,

@@ -231,6 +231,12 @@ def test_bad_accounts_are_refused_before_anything_is_written(
         accounts.added_entries() == []
 
 
+def test_a_port_that_is_not_ascii_digits_is_refused() -> None:
+    assert accounts.split_server("imap.example.net:993", "imap") == ("imap.example.net", 993, False)
+    with pytest.raises(accounts.AccountError, match="must be host or host:port"):
+        accounts.split_server("imap.example.net:\u00b2", "imap")
+
+
 def test_presets_fill_in_gmail() -> None:
     gmail = accounts.provider_for("someone@gmail.com", None)
     assert gmail is not None and gmail.name == "gmail"

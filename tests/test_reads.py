@@ -69,6 +69,10 @@ def test_cursor_of_another_search_is_refused(mb: reads.Mailbox) -> None:
         reads.search_emails(mb, "is:unread", limit=5, cursor=page.next_cursor)
     with pytest.raises(reads.ToolError, match="bad cursor"):
         reads.search_emails(mb, "", cursor="%%%not-a-cursor")
+    # digits str.isdigit() takes and int() does not: a clear error, not an internal one
+    for garbled in ("\u00b2.abc", f"{page.next_cursor.split('.')[0]}.abc.\u00b2"):
+        with pytest.raises(reads.ToolError, match="bad cursor"):
+            reads.search_emails(mb, "is:read", limit=5, cursor=garbled)
 
 
 def test_bad_dsl_is_a_tool_error_with_position(mb: reads.Mailbox) -> None:

@@ -140,7 +140,7 @@ def split_server(value: str | None, what: str) -> tuple[str | None, int | None, 
     host, colon, port = rest.rpartition(":")
     if not colon or "]" in port:
         return rest, None, plain
-    if not port.isdigit():
+    if not (port.isascii() and port.isdigit()):
         raise AccountError(f"{what} must be host or host:port, not {value!r}")
     return host.strip("[]"), int(port), plain
 

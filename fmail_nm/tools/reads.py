@@ -265,9 +265,14 @@ def cursor_anchor(cursor: str | None) -> int | None:
     Anything else is read_cursor's to judge: a forged anchor compiles to another query,
     whose fingerprint the cursor's does not match."""
     parts = (cursor or "").split(".")
-    if len(parts) != 3 or not parts[2].isdigit() or len(parts[2]) > MAX_ANCHOR_DIGITS:
+    if len(parts) != 3 or not _ascii_digits(parts[2]) or len(parts[2]) > MAX_ANCHOR_DIGITS:
         return None
     return int(parts[2])
+
+
+def _ascii_digits(text: str) -> bool:
+    # str.isdigit() also takes "²", which int() refuses: a garbled cursor gave an internal error.
+    return text.isascii() and text.isdigit()
 
 
 def read_cursor(cursor: str | None, fingerprint: str, anchor: int | None = None) -> int:
@@ -277,7 +282,7 @@ def read_cursor(cursor: str | None, fingerprint: str, anchor: int | None = None)
     if len(cursor) > MAX_CURSOR_CHARS:
         raise ToolError("bad cursor: pass next_cursor exactly as returned")
     text_offset, dot, rest = cursor.partition(".")
-    if not (dot and text_offset.lstrip("-").isdigit()):
+    if not (dot and _ascii_digits(text_offset.lstrip("-"))):
         raise ToolError("bad cursor: pass next_cursor exactly as returned")
     offset = int(text_offset)
     if offset < 0:
