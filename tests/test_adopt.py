@@ -8,6 +8,7 @@ import shlex
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -189,6 +190,35 @@ def test_doctor_reports_each_broken_part_with_its_fix(indexed: MailEnv, tmp_path
     done = env.fmail("doctor", check=False)
     assert done.returncode == 1 and "fix: notmuch config set maildir.synchronize_flags true" \
         in done.stdout
+
+
+def test_doctor_finds_mail_notmuch_new_passed_over(indexed: MailEnv) -> None:
+    """A file that lands in the second notmuch new recorded for its folder is passed over
+    until the folder changes (here: the folder's time put back, as after such a delivery)."""
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+    recorded = cur.stat().st_mtime_ns
+    passed_over = cur / "1700000000.race.host:2,S"
+    passed_over.write_bytes(b"From: Late <late@example.net>\nSubject: passed over\n"
+                            b"Message-ID: <passed-over@example.net>\n\nhello\n")
+    (cur / "1700000001.junk.host:2,S").write_bytes(b"\x00\x01 not mail")  # notmuch ignores it
+    hour_ago = time.time() - 3600
+    for name in ("1700000000.race.host:2,S", "1700000001.junk.host:2,S"):
+        os.utime(cur / name, (hour_ago, hour_ago))
+    (cur / "1700000002.fresh.host:2,S").write_bytes(  # a delivery the next run takes
+        b"From: a@example.net\nMessage-ID: <fresh@example.net>\n\nhi\n")
+    os.utime(cur, ns=(recorded, recorded))
+
+    indexed.fmail("index")  # notmuch new: the folder looks unchanged
+    assert indexed.notmuch("count", "id:passed-over@example.net").stdout.strip() == "0"
+    found = [f for f in checks(indexed) if f.check == "index"]
+    assert [(f.problem, f.fix) for f in found] == [(
+        "1 message file(s) in the mail root are not in the index (e.g. personal/INBOX/cur/"
+        "1700000000.race.host:2,S): notmuch new passed over them, and looks again only when "
+        "their folder changes", "fmail-nm index --full-scan")]
+
+    indexed.fmail("index", "--full-scan")
+    assert indexed.notmuch("count", "id:passed-over@example.net").stdout.strip() == "1"
+    assert not [f for f in checks(indexed) if f.check == "index"]
 
 
 def test_doctor_names_a_damaged_or_missing_database_and_its_fix(indexed: MailEnv) -> None:

@@ -5,19 +5,21 @@ exclusions, flag sync, ``new.tags``); that the notmuch database opens; that fmai
 the user's addresses; our post-new hook installed, executable and chained; each account's
 mbsync channel defined, syncing into the mail root, with ``Expunge``; an msmtp account for
 each address that sends through msmtp; the sidecar built from this notmuch database; the
-HTTP token file private; the inotify watch limit against the folders to watch.  Nothing is
-changed: the fixes are for the user to run.
+HTTP token file private; the inotify watch limit against the folders to watch; mail on disk
+that the index does not have.  Nothing is changed: the fixes are for the user to run.
 
 ``get_sync_status`` shows the same findings (:func:`diagnose_config` with ``quick``: without
-the Sent-folder scan and the directory walk).
+the Sent-folder scan and the directory walks).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sqlite3
 import stat
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,7 +30,9 @@ from ..adopt.identity import discover, missing_from_notmuch
 from ..adopt.initialize import Finding, notmuch_findings
 from ..app import load_config
 from ..config import Account, Config, ConfigError, default_config_path, load_settings
-from ..store import sidecar
+from ..passes.first_index import FirstIndexFailed, mail_files
+from ..passes.indexing import Ignored, unreadable_ignore
+from ..store import maildir, sidecar
 from ..store.notmuch import (DatabaseDamaged, DatabaseMissing, NotmuchAccessError, Reader,
                              xapian_folders)
 from ..store.notmuch_cli import notmuch_settings, user_settings_as_written
@@ -78,6 +82,8 @@ def diagnose_config(config: Config, *, quick: bool = False, token_file: Path | N
         found += msmtp_findings(config)
         if not unreadable:
             found += sidecar_findings(config, reader)
+            if not quick:
+                found += unindexed_findings(config, reader)
     if token_file is not None:
         found += token_findings(token_file)
     if not quick:
@@ -284,6 +290,53 @@ def sidecar_findings(config: Config, reader: Reader) -> list[Finding]:
         return [Finding("sidecar", f"the sidecar is at notmuch revision {done}, notmuch at "
                         f"{revision.number}", "fmail-nm sidecar sync", serious=False)]
     return []
+
+
+# A file younger than this may be a delivery the next index run is about to take.
+SETTLE_SECONDS = 60
+# The start of a message file: a header line, or an mbox "From " line.
+_MAIL_START = re.compile(rb"From |[!-9;-~]+:")
+
+
+def unindexed_findings(config: Config, reader: Reader) -> list[Finding]:
+    """Mail on disk that the index does not have.  ``notmuch new`` lists a folder only when
+    its modification time changed since the second it recorded; a file delivered later in
+    that second (a fine-grained file time can read a second ahead of the clock) is passed
+    over until the folder changes again.  Every file ``notmuch new`` would index is looked
+    up by name (1.6 s at 100,000 messages); files that do not start like mail, which
+    notmuch ignores, and files still settling are left out."""
+    setting = reader.setting("new.ignore")
+    if unreadable_ignore(setting):
+        return []  # which files notmuch new ignores is then notmuch's to know
+    mail_root = Path(reader.setting("database.mail_root") or config.mail_root)
+    try:
+        files = mail_files(mail_root, Ignored(setting))
+    except FirstIndexFailed:
+        return []  # an unreadable folder: notmuch new says so itself
+    settled = time.time() - SETTLE_SECONDS
+    missing = [f for f in reader.unknown_files([f for f in files if _settled(f, settled)])
+               if _starts_like_mail(f)]
+    if not missing:
+        return []
+    example = maildir.relative_path(mail_root, missing[0])
+    return [Finding("index", f"{len(missing)} message file(s) in the mail root are not in the "
+                    f"index (e.g. {example}): notmuch new passed over them, and looks again "
+                    "only when their folder changes", "fmail-nm index --full-scan")]
+
+
+def _settled(path: str, before: float) -> bool:
+    try:
+        return os.stat(path).st_mtime < before
+    except OSError:
+        return False  # gone since the listing: moved by mbsync or a mail client
+
+
+def _starts_like_mail(path: str) -> bool:
+    try:
+        with open(path, "rb") as file:
+            return bool(_MAIL_START.match(file.read(256)))
+    except OSError:
+        return False
 
 
 def token_findings(token_file: Path) -> list[Finding]:
