@@ -12,6 +12,7 @@ from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 
 from .conftest import MailEnv, search_rows
+from .test_server import text
 
 BANK = "no-reply@northwind-bank.example.com"
 
@@ -235,34 +236,29 @@ async def test_write_tag_and_folder_results_read_as_short_lines(indexed: MailEnv
     from fmail_nm.store.sidecar import uid_for
     mum = [uid_for("mum-visit-2026@example.net"), uid_for("mum-2026-11@example.net")]
     async with Client(server_params(indexed)) as client:
-        async def text(tool: str, args: dict[str, Any]) -> str:
-            result = await client.call_tool(tool, args)
-            assert not result.is_error, result.content
-            return result.content[0].text  # type: ignore[union-attr]
-
-        done = await text("mark_read", {"ids": [*mum, "nope@example.net"]})
+        done = await text(client, "mark_read", {"ids": [*mum, "nope@example.net"]})
         head, missing = done.split("\n")
         audit = head.rsplit("audit ", 1)[1].split(" ")[0]
         assert head == f"2 done: {mum[0]} {mum[1]}; audit {audit} (undo_last_write reverts it)"
         assert missing == "not found: nope@example.net"
-        assert await text("undo_last_write", {}) == f"undid audit {audit}; 2 put back: {mum[0]} {mum[1]}"
+        assert await text(client, "undo_last_write", {}) == f"undid audit {audit}; 2 put back: {mum[0]} {mum[1]}"
 
-        preview = (await text("tag_emails", {"query": "in:inbox", "add": ["later"]})).split("\n")
+        preview = (await text(client, "tag_emails", {"query": "in:inbox", "add": ["later"]})).split("\n")
         inbox = (await call(client, "search_emails", {"query": "in:inbox", "limit": 1}))["total"]
         assert preview[0].startswith(f"dry run, nothing changed: {inbox} match; e.g. ")
         assert preview[1] == f"(a search's write: call again with confirm_count={inbox})"
-        many = await text("tag_emails", {"query": "in:inbox", "add": ["later"],
+        many = await text(client, "tag_emails", {"query": "in:inbox", "add": ["later"],
                                          "confirm_count": inbox})
         shown = many.split("; audit ")[0].split(": ", 1)[1].split(" ")
         assert many.startswith(f"{inbox} done: ") and len(shown) == 20 + 3
         assert shown[20:] == ["and", str(inbox - 20), "more"]
 
-        tags = (await text("list_tags", {})).split("\n")
+        tags = (await text(client, "list_tags", {})).split("\n")
         assert "list/rust-users.lists.example.org 7" in tags and f"later {inbox}" in tags
-        folders = (await text("list_folders", {})).split("\n")
+        folders = (await text(client, "list_folders", {})).split("\n")
         assert "work/Sent (sent): 9, 0 unread" in folders
 
-        draft = await text("save_draft", {"to": ["Bob <bob@example.net>"], "cc": ["c@example.net"],
+        draft = await text(client, "save_draft", {"to": ["Bob <bob@example.net>"], "cc": ["c@example.net"],
                                           "subject": "Hi", "body": "Hello"})
         assert draft.startswith("draft saved: id ")
         assert draft.endswith("; from alex@example.org; to bob@example.net; cc c@example.net; "

@@ -30,7 +30,6 @@ from ..adopt.identity import discover, missing_from_notmuch
 from ..adopt.initialize import Finding, notmuch_findings
 from ..app import load_config
 from ..config import Account, Config, ConfigError, default_config_path, load_settings
-from ..passes.first_index import FirstIndexFailed, mail_files
 from ..passes.indexing import Ignored, unreadable_ignore
 from ..store import maildir, sidecar
 from ..store.notmuch import (DatabaseDamaged, DatabaseMissing, NotmuchAccessError, Reader,
@@ -305,6 +304,9 @@ def unindexed_findings(config: Config, reader: Reader) -> list[Finding]:
     over until the folder changes again.  Every file ``notmuch new`` would index is looked
     up by name (1.6 s at 100,000 messages); files that do not start like mail, which
     notmuch ignores, and files still settling are left out."""
+    # Here, not at the top: the server imports this module for its quick checks, which
+    # never walk the mail, and first_index brings multiprocessing with it.
+    from ..passes.first_index import FirstIndexFailed, mail_files
     setting = reader.setting("new.ignore")
     if unreadable_ignore(setting):
         return []  # which files notmuch new ignores is then notmuch's to know

@@ -288,24 +288,26 @@ def write_text(r: WriteResult) -> str:
         count = r.match_count or 0
         lines = [f"dry run, nothing changed: {count} match"
                  + (f"; e.g. {_short_ids(r.sample_ids)}" if r.sample_ids else "")]
-        if r.not_found:
-            lines.append("not found: " + " ".join(one_line(i) for i in r.not_found))
+        lines += _not_found(r)
         return "\n".join([*lines, f"(a search's write: call again with confirm_count={count})"])
     head = f"{len(r.applied)} done" + (f": {_short_ids(r.applied)}" if r.applied else "")
     if r.audit_id is not None:
         head += f"; audit {r.audit_id} (undo_last_write reverts it)"
-    lines = [head]
-    if r.not_found:
-        lines.append("not found: " + " ".join(one_line(i) for i in r.not_found))
-    lines += [f"failed {uid_for(e.id)}: {one_line(e.error)}" for e in r.errors]
-    return "\n".join(lines)
+    return "\n".join([head, *_not_found(r), *_failed(r)])
 
 
 def undo_text(r: UndoResult) -> str:
     put_back = f": {_short_ids(r.applied)}" if r.applied else ""
-    lines = [f"undid audit {r.audit_id}; {len(r.applied)} put back{put_back}"]
-    lines += [f"failed {uid_for(e.id)}: {one_line(e.error)}" for e in r.errors]
-    return "\n".join(lines)
+    return "\n".join([f"undid audit {r.audit_id}; {len(r.applied)} put back{put_back}",
+                      *_failed(r)])
+
+
+def _not_found(r: WriteResult) -> list[str]:
+    return ["not found: " + " ".join(one_line(i) for i in r.not_found)] if r.not_found else []
+
+
+def _failed(r: WriteResult) -> list[str]:
+    return [f"failed {uid_for(e.id)}: {one_line(e.error)}" for e in r.errors]
 
 
 def _short_ids(message_ids: list[str]) -> str:
