@@ -263,3 +263,14 @@ async def test_write_tag_and_folder_results_read_as_short_lines(indexed: MailEnv
         assert draft.startswith("draft saved: id ")
         assert draft.endswith("; from alex@example.org; to bob@example.net; cc c@example.net; "
                               "subject Hi")
+
+
+@pytest.mark.anyio
+async def test_draft_result_leaves_out_empty_and_default_fields(indexed: MailEnv) -> None:
+    async with Client(server_params(indexed)) as client:
+        result = await client.call_tool("save_draft", {"to": ["bob@example.net"],
+                                                       "subject": "Hi", "body": "Hello"})
+        assert not result.is_error, result.content
+        saved = result.structured_content
+        assert saved is not None and set(saved) == {"id", "from", "to", "subject"}
+        assert saved["to"] == ["bob@example.net"] and saved["from"] == "alex@example.org"

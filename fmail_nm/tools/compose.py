@@ -96,10 +96,11 @@ class DraftResult(Dto):
     id: str
     from_: str = Field(alias="from", serialization_alias="from")
     to: list[str]
-    cc: list[str]
-    bcc: list[str]
+    # Left out of the structured result when empty or false (results drop defaults).
+    cc: list[str] = Field(default_factory=list)
+    bcc: list[str] = Field(default_factory=list)
     subject: str
-    sent: bool
+    sent: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
