@@ -71,6 +71,8 @@ async def test_mail_dropped_into_the_maildir_is_served_and_sigterm_leaves_all_in
         async with Client(streamable_http_client(url, http_client=http)) as client:
             status = await call(client, "get_sync_status")
             assert status["running"] is True and status["status"]["service"]["pid"] == proc.pid
+            shown = (await client.call_tool("get_sync_status", {})).content[0].text  # type: ignore[union-attr]
+            assert shown.startswith(f"fmail-nm service: running (pid {proc.pid}, since ")
 
             (indexed.mail_root / "personal" / "INBOX" / "new" / "1796300000.1_1.host").write_bytes(ARRIVAL)
             deadline = time.monotonic() + 90

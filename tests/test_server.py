@@ -174,6 +174,22 @@ async def test_every_tool_of_the_all_profile(shared_indexed: MailEnv) -> None:
 
 
 @pytest.mark.anyio
+async def test_sync_status_reads_as_lines_with_the_setup_problems(indexed: MailEnv) -> None:
+    indexed.notmuch("config", "set", "maildir.synchronize_flags", "false")
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "fmail_nm", "serve", "--transport", "stdio",
+                                         "--tools", "all", "--read-only"],
+                                   env={**os.environ, **indexed.env})
+    async with Client(params) as client:
+        lines = (await text(client, "get_sync_status")).split("\n")
+    assert lines[0] == ("fmail-nm service: not running (no status recorded; start it with "
+                        "`fmail-nm run` or `fmail-nm serve --watch`)")
+    assert lines[1] == "setup problems:"
+    assert any(line.startswith("- ") and "notmuch config set maildir.synchronize_flags true"
+               in line for line in lines[2:])
+
+
+@pytest.mark.anyio
 async def test_a_server_started_on_an_older_sidecar_migrates_it(indexed: MailEnv) -> None:
     """After an upgrade the sidecar has an older schema until something writes it; the read
     tools only read it (and read every page from notmuch meanwhile), so the server brings it

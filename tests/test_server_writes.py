@@ -274,3 +274,27 @@ async def test_draft_result_leaves_out_empty_and_default_fields(indexed: MailEnv
         saved = result.structured_content
         assert saved is not None and set(saved) == {"id", "from", "to", "subject"}
         assert saved["to"] == ["bob@example.net"] and saved["from"] == "alex@example.org"
+
+
+@pytest.mark.anyio
+async def test_contacts_results_read_as_lines(indexed: MailEnv) -> None:
+    async with Client(server_params(indexed)) as client:
+        rows = await text(client, "manage_contacts_sql", {
+            "sql_query": f"SELECT email_address, messages_from FROM contacts WHERE email_address='{BANK}'"})
+        assert rows == f"1 rows\nemail_address\tmessages_from\n{BANK}\t23"
+
+        every = "UPDATE contacts SET notes='example' WHERE email_address LIKE '%example.com'"
+        preview = (await text(client, "manage_contacts_sql", {"sql_query": every})).split("\n")
+        count = int(preview[0].split(": ", 1)[1].split(" ")[0])
+        assert count > 10 and preview[0].startswith(
+            f"dry run, nothing changed: {count} contacts would change; e.g. ")
+        assert len(preview[0].split("e.g. ", 1)[1].split(" ")) == 5
+        assert preview[1] == f"(call again with confirm_count={count})"
+        done = await text(client, "manage_contacts_sql", {"sql_query": every, "confirm_count": count})
+        assert done.startswith(f"contacts changed: {count}; audit ")
+
+        blocked = await text(client, "manage_contacts_sql", {
+            "sql_query": f"UPDATE contacts SET is_blocked=1 WHERE email_address='{BANK}'"})
+        audit = blocked.rsplit("audit ", 1)[1].split(" ")[0]
+        assert blocked == (f"contacts changed: 1; blocked: {BANK}; audit {audit} "
+                           "(undo_last_write reverts it)")

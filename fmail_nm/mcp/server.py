@@ -33,10 +33,10 @@ from ..passes.mirror import SyncInProgress, sync_sidecar
 from ..service import doctor, send
 from ..service.index import REINDEX_TIMEOUT, run_index
 from ..service.onboard import AddedAccount, add_account
-from ..service.status import SyncStatus, sync_status
+from ..service.status import SyncStatus, sync_status, sync_status_text
 from ..store.notmuch import WRITE_LOCK_TIMEOUT, DatabaseBusy, Reader, Writer
 from ..store.sidecar import sidecar_path
-from ..tools import compose, contacts, dto, reads, writes
+from ..tools import compose, contacts, dto, reads, render, writes
 from ..tools import sql as sqltools
 from . import consent
 from .registry import DESTRUCTIVE, DRAFT, READ_ONLY, SEND, UNDO, WRITE, ToolList, tool_error
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+render.add_rendering(SyncStatus, sync_status_text)
 
 # How to read a message listing; the format is tools.render's.
 LISTING_NOTE = ("Text: a header line (count, total, next_cursor, index time), then one line per "

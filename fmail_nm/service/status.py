@@ -280,6 +280,16 @@ def render_text(status: ServiceStatus | None, *, now: datetime | None = None) ->
     return "\n".join(lines) + "\n"
 
 
+def sync_status_text(result: SyncStatus, *, now: datetime | None = None) -> str:
+    """``get_sync_status``'s text for the model: the status as ``fmail-nm status`` shows it,
+    then the setup problems with their fixes."""
+    lines = [render_text(result.status, now=now).rstrip("\n")]
+    if result.problems:
+        lines.append("setup problems:")
+        lines += [f"- {problem}" for problem in result.problems]
+    return "\n".join(lines)
+
+
 def to_json(status: ServiceStatus | None) -> str:
     """For ``fmail-nm status --json``: the status, or null."""
     return json.dumps(None) if status is None else status.model_dump_json(indent=2)

@@ -51,7 +51,7 @@ from .. import tags as T
 from ..store.sidecar import uid_for
 from . import dto
 from .compose import DraftResult
-from .sql import SqlResult
+from .sql import ContactsResult, SqlResult
 from .writes import UndoResult, WriteResult
 
 # Tags a listing line shows as a letter; the rest follow as +tag unless implied or noise.
@@ -302,6 +302,27 @@ def undo_text(r: UndoResult) -> str:
                       *_failed(r)])
 
 
+def contacts_text(r: ContactsResult) -> str:
+    """A SELECT's rows as query_emails shows them; a change as ``contacts changed: 2; blocked:
+    a@b.org; audit 5 (...)``; a dry run as a write's dry run."""
+    if r.dry_run:
+        return "\n".join([f"dry run, nothing changed: {r.changed} contacts would change; "
+                          f"e.g. {_addresses(r.sample)}",
+                          f"(call again with confirm_count={r.changed})"])
+    if r.columns:
+        return sql_text(r)
+    parts = [f"contacts changed: {r.changed}"]
+    parts += [f"{what}: {_addresses(found)}"
+              for what, found in (("blocked", r.blocked), ("unblocked", r.unblocked)) if found]
+    if r.audit_id is not None:
+        parts.append(f"audit {r.audit_id} (undo_last_write reverts it)")
+    return "; ".join(parts)
+
+
+def _addresses(addresses: list[str]) -> str:
+    return _first(addresses, one_line)
+
+
 def _not_found(r: WriteResult) -> list[str]:
     return ["not found: " + " ".join(one_line(i) for i in r.not_found)] if r.not_found else []
 
@@ -311,8 +332,13 @@ def _failed(r: WriteResult) -> list[str]:
 
 
 def _short_ids(message_ids: list[str]) -> str:
-    shown = " ".join(uid_for(m) for m in message_ids[:WRITE_IDS_SHOWN])
-    more = len(message_ids) - WRITE_IDS_SHOWN
+    return _first(message_ids, uid_for)
+
+
+def _first(items: list[str], show: Callable[[str], str]) -> str:
+    """The first WRITE_IDS_SHOWN items, each as ``show`` writes it, and how many more."""
+    shown = " ".join(show(item) for item in items[:WRITE_IDS_SHOWN])
+    more = len(items) - WRITE_IDS_SHOWN
     return shown + (f" and {more} more" if more > 0 else "")
 
 
@@ -334,8 +360,13 @@ RENDERINGS: dict[type[BaseModel], Callable[[Any], str]] = {
     dto.EmailsContent: emails_text, dto.ThreadFull: thread_text,
     dto.AttachmentContent: attachment_text, dto.AccountList: accounts_text,
     dto.TagList: tags_text, dto.FolderList: folders_text, WriteResult: write_text,
-    UndoResult: undo_text, DraftResult: draft_text,
+    UndoResult: undo_text, DraftResult: draft_text, ContactsResult: contacts_text,
 }
+
+
+def add_rendering(kind: type[BaseModel], rendering: Callable[[Any], str]) -> None:
+    """The rendering of a result type of a layer above this one (the service's status)."""
+    RENDERINGS[kind] = rendering
 
 
 def text_of(result: BaseModel, data: dict[str, Any]) -> str:
