@@ -308,8 +308,14 @@ async def test_add_email_account_over_mcp(bed: Bed) -> None:
         assert "password_command" in schema and not any(
             "password" in key and key != "password_command" for key in schema)
         assert set(schema).isdisjoint({"new", "answer"})  # filled by the server, not the model
-        added = await call(client, "add_email_account", tool_args(bed, bed.password_script))
+        result = await client.call_tool("add_email_account", tool_args(bed, bed.password_script))
+        assert not result.is_error, result.content
+        added = result.structured_content or {}
         assert added["pulled"] is True and added["added"] == 3
+        shown = result.content[0].text.split("\n")  # type: ignore[union-attr]
+        assert shown[0] == (f"account side added; {len(added['folders'])} folders on the "
+                            f"server: {', '.join(added['folders'])}; pulled, 3 messages indexed")
+        assert shown[1:] == [f"note: {note}" for note in added.get("notes", [])]
         [asked] = user.asked
         assert f"Password command: {bed.password_script}\n" in asked.message
         assert f"IMAP: {USER} at 127.0.0.1:{bed.server.port} (no TLS)" in asked.message

@@ -32,7 +32,7 @@ from ..passes.changes import WriteContext, WriteOutcome
 from ..passes.mirror import SyncInProgress, sync_sidecar
 from ..service import doctor, send
 from ..service.index import REINDEX_TIMEOUT, run_index
-from ..service.onboard import AddedAccount, add_account
+from ..service.onboard import AddedAccount, add_account, added_text
 from ..service.status import SyncStatus, sync_status, sync_status_text
 from ..store.notmuch import WRITE_LOCK_TIMEOUT, DatabaseBusy, Reader, Writer
 from ..store.sidecar import sidecar_path
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 render.add_rendering(SyncStatus, sync_status_text)
+render.add_rendering(AddedAccount, added_text)
 
 # How to read a message listing; the format is tools.render's.
 LISTING_NOTE = ("Text: a header line (count, total, next_cursor, index time), then one line per "
