@@ -1088,6 +1088,61 @@ def test_clean_text_never_empties_unquoted_content() -> None:
     assert clean_text("On Mon, Bob wrote:\n> x\n") == "On Mon, Bob wrote:"
 
 
+MAILMAN = ("Patch attached.\n\n_______________________________________________\n"
+           "Exmh-users mailing list\nExmh-users@example.com\n"
+           "https://lists.example.com/mailman/listinfo/exmh-users\n")
+MAILMAN_3 = ("Works for me.\n_______________________________________________\n"
+             "devel mailing list -- devel@lists.example.org\n"
+             "To unsubscribe send an email to devel-leave@lists.example.org\n")
+YAHOO_GROUPS = ("Best wishes\n\nJu\n\n------------------------ Yahoo! Groups Sponsor "
+                "---------------------~-->\n4 DVDs Free\nhttp://us.click.example.com/x\n"
+                "---------------------------------------------------------------------~->\n\n"
+                "To unsubscribe from this group, send an email to:\n"
+                "forteana-unsubscribe@example.com\n\n"
+                "Your use of Yahoo! Groups is subject to http://docs.example.com/terms/\n")
+GITHUB = ("LGTM, merging after CI.\n\n\u2014\nReply to this email directly, view it on GitHub "
+          "<https://github.com/o/r/pull/1#x>, or unsubscribe <https://github.com/n/u>.\n"
+          "You are receiving this because you were mentioned.Message ID: <o/r/pull/1/c2@github.com>\n")
+GROUPS_IO = ("See you there.\n-=-=-=-=-=-=-=-=-=-=-=-\nGroups.io Links: You receive all messages "
+             "sent to this group.\nView/Reply Online (#37): https://groups.io/g/x/message/37\n"
+             "Unsubscribe: https://groups.io/g/x/unsub [a@example.com]\n-=-=-=-=-=-=-=-=-=-=-=-\n")
+LIST_INFO_ONLY = "I agree with Tom.\n\nhttp://xent.example.com/mailman/listinfo/fork\n"
+STACKED = ("Meet at 5.\n\n------------------------\nhttp://www.example.org\n"
+           "------------------------\n\n" + MAILMAN.split("\n\n", 1)[1]
+           + "http://xent.example.com/mailman/listinfo/fork\n")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (MAILMAN, "Patch attached."), (MAILMAN_3, "Works for me."), (YAHOO_GROUPS, "Best wishes\n\nJu"),
+    (GITHUB, "LGTM, merging after CI."), (GROUPS_IO, "See you there."),
+    (LIST_INFO_ONLY, "I agree with Tom."),
+    (STACKED, "Meet at 5.\n\n------------------------\nhttp://www.example.org\n"
+              "------------------------"),
+    ("> Is it done?\n\n" + MAILMAN, "Patch attached."),  # with quotes
+])
+def test_clean_text_drops_list_and_notification_footers(text: str, expected: str) -> None:
+    assert clean_text(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    # A rule above content that is no footer.
+    "Totals:\n____________\nQ1 4\nQ2 5",
+    # Footer words far below a rule: the text is the message's own.
+    "Notes\n--------------\n" + "\n".join(f"point {i}" for i in range(12))
+    + "\nask the mailing list",
+    "Intro\n--------------\n" + "x " * 449 + "x\nunsubscribe from the newsletter here",
+    # A list's info page in the middle of the message.
+    "Join us:\nhttps://lists.example.com/mailman/listinfo/club\n\nThanks, Bob",
+])
+def test_clean_text_keeps_text_that_only_looks_like_a_footer(text: str) -> None:
+    assert clean_text(text) == text
+
+
+def test_clean_text_of_only_a_footer_keeps_it() -> None:
+    footer = MAILMAN.split("\n\n", 1)[1].strip()
+    assert clean_text(footer) == footer
+
+
 def test_clean_text_html_signature_delimiter() -> None:
     assert clean_text("Thanks\n\n\\--\nBob\nACME") == "Thanks"
 

@@ -291,11 +291,12 @@ def clean_text(text: str, forward: bool = False) -> str:
     text that had unquoted content; text that is all quotes comes back unchanged.
     """
     lines = sanitize(text).split("\n")
-    cleaned = tidy("\n".join(_new_content(lines, forward)))
+    cleaned = tidy("\n".join(_drop_footers(_new_content(lines, forward))))
     if cleaned:
         return cleaned
-    unquoted = tidy("\n".join(line for line in lines if not _QUOTED.match(line)))
-    return unquoted or text
+    unquoted = [line for line in lines if not _QUOTED.match(line)]
+    return (tidy("\n".join(_drop_footers(unquoted[:]))) or tidy("\n".join(unquoted))
+            or text)
 
 
 def _new_content(lines: list[str], forward: bool) -> list[str]:
@@ -318,9 +319,58 @@ def _new_content(lines: list[str], forward: bool) -> list[str]:
             continue
         kept.append(line)
         i += 1
+    _drop_trailing(kept)
+    return kept
+
+
+def _drop_trailing(kept: list[str]) -> list[str]:
     while kept and (not kept[-1].strip() or _MOBILE_SIGNATURE.match(kept[-1])):
         kept.pop()
     return kept
+
+
+def _drop_footers(kept: list[str]) -> list[str]:
+    """``kept`` without the list and notification footers at its end (stacked ones too)."""
+    _drop_trailing(kept)
+    while (start := _footer_start(kept)) is not None:
+        del kept[start:]
+        _drop_trailing(kept)
+    return kept
+
+
+# What a list server or a notification sender appends below the message: a separator (a rule
+# of underscores or dashes, GitHub's lone dash, groups.io's -=-=-), then a few lines on how to
+# leave the list or where the message came from.  Yahoo Groups' own lines need no separator.
+_FOOTER_SEPARATOR = re.compile(r"^[ \t]*(_{8,}|-{8,}|(-=){4,}-?|[\u2014\u2013])[ \t]*$")
+_FOOTER_HEAD = re.compile(
+    r"^[ \t]*(-{8,} ?Yahoo! Groups Sponsor ?-+~?-->|To unsubscribe from this group\b)", re.I)
+_FOOTER_WORDS = re.compile(
+    r"mailing list|maillist|/listinfo\b|/mailman/|unsubscribe|Yahoo! Groups|Groups\.io Links|"
+    r"view it on GitHub|You are receiving this because", re.I)
+# Some lists append only the address of their info page (Mailman's listinfo).
+_LIST_INFO_URL = re.compile(r"^[ \t]*<?https?://\S+/listinfo/\S*[ \t]*$")
+# A footer is short: more text below a separator is the message's own.
+_FOOTER_LINES = 10
+_FOOTER_CHARS = 800
+
+
+def _footer_start(lines: list[str]) -> int | None:
+    """Where a list or notification footer at the end of ``lines`` begins: the lowest
+    separator with footer words below it (the rule above a table is not one), or None."""
+    if lines and _LIST_INFO_URL.match(lines[-1]):
+        return len(lines) - 1
+    below = chars = 0
+    for j in range(len(lines) - 1, -1, -1):
+        if _FOOTER_HEAD.match(lines[j]):
+            return j
+        if _FOOTER_SEPARATOR.match(lines[j]) and any(
+                _FOOTER_WORDS.search(line) for line in lines[j + 1:]):
+            return j
+        below += bool(lines[j].strip())
+        chars += len(lines[j])
+        if below > _FOOTER_LINES or chars > _FOOTER_CHARS:
+            return None
+    return None
 
 
 def _ends_new_content(lines: list[str], i: int, forward: bool) -> bool:
