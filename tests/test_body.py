@@ -1143,6 +1143,36 @@ def test_clean_text_of_only_a_footer_keeps_it() -> None:
     assert clean_text(footer) == footer
 
 
+CLEARSIGNED = """-----BEGIN PGP SIGNED MESSAGE-----
+Hash: SHA1
+
+Try this:
+
+- - unzip -l each archive
+- - grep for the name
+
+Cheers,
+Waider.
+- --
+waider@example.ie
+-----BEGIN PGP SIGNATURE-----
+Version: GnuPG v1.0.6 (GNU/Linux)
+
+iQEVAwUBPW5AmaHbXyzZsAb3AQH+qQgA1vnUjJUwGDa1yCRQd3vZAnhkCF0KDBBA
+=KYCm
+-----END PGP SIGNATURE-----
+"""
+
+
+def test_clean_text_reads_an_inline_signed_message_as_written() -> None:
+    """An inline PGP signature's header and armor are no part of the message; the lines
+    it escaped ("- -") read as written, its signature delimiter included."""
+    assert clean_text(CLEARSIGNED) == ("Try this:\n\n- unzip -l each archive\n"
+                                       "- grep for the name\n\nCheers,\nWaider.")
+    unfinished = CLEARSIGNED.split("-----BEGIN PGP SIGNATURE-----")[0]
+    assert clean_text(unfinished).startswith("-----BEGIN PGP SIGNED MESSAGE-----\nHash: SHA1")
+
+
 def test_clean_text_html_signature_delimiter() -> None:
     assert clean_text("Thanks\n\n\\--\nBob\nACME") == "Thanks"
 

@@ -290,13 +290,62 @@ def clean_text(text: str, forward: bool = False) -> str:
     below that block is the content the reader is after. Never returns an empty string for
     text that had unquoted content; text that is all quotes comes back unchanged.
     """
-    lines = sanitize(text).split("\n")
+    lines = _without_clearsign_armor(sanitize(text).split("\n"))
     cleaned = tidy("\n".join(_drop_footers(_new_content(lines, forward))))
     if cleaned:
         return cleaned
     unquoted = [line for line in lines if not _QUOTED.match(line)]
     return (tidy("\n".join(_drop_footers(unquoted[:]))) or tidy("\n".join(unquoted))
             or text)
+
+
+# An inline ("cleartext") PGP signature (RFC 4880 7): a header, the text with lines that begin
+# with "-" escaped as "- -", then the armored signature.  clean keeps the text as written.
+_CLEARSIGN_BEGIN = "-----BEGIN PGP SIGNED MESSAGE-----"
+_SIGNATURE_BEGIN = "-----BEGIN PGP SIGNATURE-----"
+_SIGNATURE_END = "-----END PGP SIGNATURE-----"
+_ARMOR_HEADER = re.compile(r"^(Hash|Version|Comment|Charset):", re.I)
+# Signature armor is a few hundred bytes: an "end" further away is not this signature's.
+_SIGNATURE_LINES = 60
+
+
+def _without_clearsign_armor(lines: list[str]) -> list[str]:
+    """``lines`` with each inline-signed block's header and signature removed and its text
+    unescaped; a block without its signature is left as it is."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        if lines[i].strip() != _CLEARSIGN_BEGIN:
+            out.append(lines[i])
+            i += 1
+            continue
+        block = _clearsigned_block(lines, i)
+        if block is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        text_start, signature, end = block
+        out += [line[2:] if line.startswith("- ") else line
+                for line in lines[text_start:signature]]
+        i = end + 1
+    return out
+
+
+def _clearsigned_block(lines: list[str], begin: int) -> tuple[int, int, int] | None:
+    """(first text line, signature line, end line) of the block opening at ``begin``."""
+    text_start = begin + 1
+    while text_start < len(lines) and _ARMOR_HEADER.match(lines[text_start]):
+        text_start += 1
+    if text_start < len(lines) and not lines[text_start].strip():
+        text_start += 1
+    try:
+        signature = lines.index(_SIGNATURE_BEGIN, text_start)
+    except ValueError:
+        return None
+    for end in range(signature + 1, min(signature + _SIGNATURE_LINES, len(lines))):
+        if lines[end].strip() == _SIGNATURE_END:
+            return text_start, signature, end
+    return None
 
 
 def _new_content(lines: list[str], forward: bool) -> list[str]:
