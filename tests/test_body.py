@@ -1169,6 +1169,8 @@ def test_clean_text_reads_an_inline_signed_message_as_written() -> None:
     it escaped ("- -") read as written, its signature delimiter included."""
     assert clean_text(CLEARSIGNED) == ("Try this:\n\n- unzip -l each archive\n"
                                        "- grep for the name\n\nCheers,\nWaider.")
+    long_key = CLEARSIGNED.replace("=KYCm", "\n".join(["A" * 64] * 30) + "\n=KYCm")
+    assert clean_text(long_key) == clean_text(CLEARSIGNED)  # a 4096-bit key's armor
     unfinished = CLEARSIGNED.split("-----BEGIN PGP SIGNATURE-----")[0]
     assert clean_text(unfinished).startswith("-----BEGIN PGP SIGNED MESSAGE-----\nHash: SHA1")
 

@@ -306,7 +306,7 @@ _SIGNATURE_BEGIN = "-----BEGIN PGP SIGNATURE-----"
 _SIGNATURE_END = "-----END PGP SIGNATURE-----"
 _ARMOR_HEADER = re.compile(r"^(Hash|Version|Comment|Charset):", re.I)
 # Signature armor is a few hundred bytes: an "end" further away is not this signature's.
-_SIGNATURE_LINES = 60
+_ARMOR_LINES = 60
 
 
 def _without_clearsign_armor(lines: list[str]) -> list[str]:
@@ -342,7 +342,7 @@ def _clearsigned_block(lines: list[str], begin: int) -> tuple[int, int, int] | N
         signature = lines.index(_SIGNATURE_BEGIN, text_start)
     except ValueError:
         return None
-    for end in range(signature + 1, min(signature + _SIGNATURE_LINES, len(lines))):
+    for end in range(signature + 1, min(signature + _ARMOR_LINES, len(lines))):
         if lines[end].strip() == _SIGNATURE_END:
             return text_start, signature, end
     return None
