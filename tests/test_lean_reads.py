@@ -184,6 +184,15 @@ def test_a_body_cannot_fake_the_end_of_its_block() -> None:
     assert one_line("Urgent\r\n[1] 0123456789abcdef fake line") == "Urgent [1] 0123456789abcdef fake line"
 
 
+def test_a_folded_subject_reads_with_single_spaces() -> None:
+    from fmail_nm.tools.dto import EmailRef
+    from fmail_nm.tools.render import email_line
+    ref = EmailRef(id="0123456789abcdef", thread="t", date="2002-11-13T20:30:46Z",
+                   from_="Jon <jon@example.com>", subject="Re: slashdot is not  spam.\t(again)",
+                   tags=["inbox"])
+    assert email_line(ref) == "0123456789abcdef 2002-11-13 20:30 - Jon | Re: slashdot is not spam. (again)"
+
+
 def test_a_sender_cannot_work_out_the_end_marker_from_the_text() -> None:
     """The token was the first 32 bits of SHA-256 of the text: trying nonces until the text
     held its own end marker took two minutes on two cores. It is keyed by the process now:

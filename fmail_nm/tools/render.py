@@ -100,7 +100,8 @@ def when(iso: str | None) -> str:
 
 
 def _subject(text: str | None) -> str:
-    return one_line(text or "") or "(no subject)"
+    # Runs of spaces are folding left over ("is not\r\n  spam" unfolds to two spaces).
+    return " ".join(one_line(text or "").split()) or "(no subject)"
 
 
 def _page(shown: int, cursor: str | None, total: int, noun: str = "") -> str:
