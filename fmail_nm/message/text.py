@@ -8,6 +8,7 @@ uses for previews.
 
 from __future__ import annotations
 
+import bisect
 import html as html_lib
 import re
 from dataclasses import dataclass
@@ -312,14 +313,18 @@ _ARMOR_LINES = 60
 def _without_clearsign_armor(lines: list[str]) -> list[str]:
     """``lines`` with each inline-signed block's header and signature removed and its text
     unescaped; a block without its signature is left as it is."""
+    if _CLEARSIGN_BEGIN not in lines:  # the common case, at C speed
+        return lines
+    # Found once: a search from each "BEGIN" would take quadratic time on hostile text.
+    signatures = [j for j, line in enumerate(lines) if line == _SIGNATURE_BEGIN]
     out: list[str] = []
     i = 0
     while i < len(lines):
-        if lines[i].strip() != _CLEARSIGN_BEGIN:
+        if lines[i] != _CLEARSIGN_BEGIN:
             out.append(lines[i])
             i += 1
             continue
-        block = _clearsigned_block(lines, i)
+        block = _clearsigned_block(lines, i, signatures)
         if block is None:
             out.append(lines[i])
             i += 1
@@ -331,17 +336,19 @@ def _without_clearsign_armor(lines: list[str]) -> list[str]:
     return out
 
 
-def _clearsigned_block(lines: list[str], begin: int) -> tuple[int, int, int] | None:
-    """(first text line, signature line, end line) of the block opening at ``begin``."""
+def _clearsigned_block(lines: list[str], begin: int,
+                       signatures: list[int]) -> tuple[int, int, int] | None:
+    """(first text line, signature line, end line) of the block opening at ``begin``;
+    ``signatures``: where the signature armors begin, in order."""
     text_start = begin + 1
     while text_start < len(lines) and _ARMOR_HEADER.match(lines[text_start]):
         text_start += 1
     if text_start < len(lines) and not lines[text_start].strip():
         text_start += 1
-    try:
-        signature = lines.index(_SIGNATURE_BEGIN, text_start)
-    except ValueError:
+    after = bisect.bisect_left(signatures, text_start)
+    if after == len(signatures):
         return None
+    signature = signatures[after]
     for end in range(signature + 1, min(signature + _ARMOR_LINES, len(lines))):
         if lines[end].strip() == _SIGNATURE_END:
             return text_start, signature, end
