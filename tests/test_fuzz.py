@@ -315,8 +315,17 @@ def _qp_broken(data: bytes) -> bytes:
     return data.replace(b"a", b"=A").replace(b"e", b"=\n") + b"=F"
 
 
+# Lines clean_text treats specially (quotes, signatures, inline PGP armor, list footers).
+_MARKER_LINES = [b"-----BEGIN PGP SIGNED MESSAGE-----", b"Hash: SHA1", b"",
+                 b"-----BEGIN PGP SIGNATURE-----", b"-----END PGP SIGNATURE-----", b"- --",
+                 b"-- ", b"_" * 47, b"-" * 30, b"-=-=-=-=-=", b"\xe2\x80\x94", b"x mailing list",
+                 b"https://x.test/mailman/listinfo/x", b"To unsubscribe from this group",
+                 b"> quoted", b"On Mon, Bob wrote:", b"From: a", b"Sent: b", b"To: c"]
 _body = st.one_of(
     _noise,
+    st.builds(lambda lines, n: b"\n".join(lines) * n,
+              st.lists(st.sampled_from(_MARKER_LINES), min_size=1, max_size=8),
+              st.integers(1, 3000)),
     st.builds(_b64_truncated, _bytes, st.integers(0, 7)),
     st.builds(_qp_broken, _bytes),
     st.just(b"x" * 200_000),
