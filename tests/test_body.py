@@ -282,6 +282,44 @@ def test_cjk_and_other_charsets(label: str, codec: str, text: str) -> None:
     assert parse_message(raw).text == text
 
 
+@pytest.mark.parametrize(
+    ("label", "codec", "text"),
+    [
+        ("GB2312_CHARSET", "gb2312", "你好，世界"),
+        ("big5_charset", "big5", "繁體中文測試"),
+        ("SHIFTJIS_CHARSET", "shift_jis", "日本語のテキスト"),
+        ("HANGEUL_CHARSET", "euc_kr", "안녕하세요 세계"),
+        ("RUSSIAN_CHARSET", "cp1251", "Привет, мир"),
+        ("cp-850", "cp850", "Grüße aus Köln"),
+        ("win-1251", "cp1251", "Привет, мир"),
+        ("x-cp1252", "cp1252", "“Hi” – it costs €30"),
+        ("x-mac-ce", "mac_latin2", "Dobrý den z Łodzi"),
+        ('3D"utf-8"', "utf-8", "naïve café"),  # a header that went through quoted-printable
+    ],
+)
+def test_windows_and_misspelled_charset_labels(label: str, codec: str, text: str) -> None:
+    raw = message(f"Content-Type: text/plain; charset={label}",
+                  "Content-Transfer-Encoding: base64", body=b64(text.encode(codec)))
+    m = parse_message(raw)
+    assert (m.text, m.defects) == (text, [])
+
+
+@pytest.mark.parametrize("label", ["x-unknown", "unknown-8bit", "x-user-defined"])
+def test_labels_that_say_the_charset_is_unknown_are_guessed_quietly(label: str) -> None:
+    m = parse_message(message(f"Content-Type: text/plain; charset={label}",
+                              body=b"caf\xe9 cr\xe8me\n"))
+    assert (m.text, m.defects) == ("café crème", [])
+
+
+def test_utf8_labelled_latin1_is_read_as_utf8() -> None:
+    # Valid UTF-8 with 8-bit bytes is not Latin-1 text (see test_iso_8859_1 for real Latin-1).
+    for label in ("iso-8859-1", "windows-1252"):
+        raw = message(f"Content-Type: text/plain; charset={label}",
+                      body="Crème brûlée – 5 €\n".encode("utf-8"))
+        m = parse_message(raw)
+        assert (m.text, m.defects) == ("Crème brûlée – 5 €", [])
+
+
 def test_unknown_charset_decodes_and_records_defect() -> None:
     raw = message("Content-Type: text/plain; charset=x-klingon-7", body="naïve café\n")
     m = parse_message(raw)
@@ -289,9 +327,10 @@ def test_unknown_charset_decodes_and_records_defect() -> None:
     assert any("unknown charset" in d and "x-klingon-7" in d for d in m.defects)
 
 
-def test_non_charset_codec_labels_are_refused() -> None:
+@pytest.mark.parametrize("label", ["unicode_escape", "x-unicode-escape", "x-rot13", "x-hex"])
+def test_non_charset_codec_labels_are_refused(label: str) -> None:
     # "unicode_escape" is a Python text codec but must not be selectable by a sender.
-    raw = message("Content-Type: text/plain; charset=unicode_escape", body=b"a\\x41b\n")
+    raw = message(f"Content-Type: text/plain; charset={label}", body=b"a\\x41b\n")
     m = parse_message(raw)
     assert m.text == "a\\x41b"
     assert any("unknown charset" in d for d in m.defects)

@@ -12,20 +12,26 @@ import re
 __all__ = ["decode_bytes", "guess_decode"]
 
 
-# Labels Python does not know, or knows under a narrower codec than mail actually uses.
+# Labels Python does not know, or knows under a narrower codec than mail actually uses ("x-"
+# prefixes and "cp-850" spellings are handled by _known_label).
 _LABEL_ALIASES = {
-    "x-sjis": "cp932",
-    "sjis": "cp932",
-    "x-euc-jp": "euc_jp",
     "iso-8859-8-i": "iso8859_8",
-    "windows-874": "cp874",
-    "x-gbk": "gbk",
     "cn-gb": "gb18030",
-    "x-mac-roman": "mac_roman",
+    "mac-ce": "mac_latin2",
     "ks_c_5601": "cp949",
-    "x-windows-949": "cp949",
     "utf8mb4": "utf-8",
 }
+# Windows font charsets (GB2312_CHARSET, ...), which some Windows mailers write as the MIME
+# label: the code page each one stands for, by the name without "_charset".
+_WINDOWS_CHARSETS = {
+    "ansi": "cp1252", "easteurope": "cp1250", "russian": "cp1251", "greek": "cp1253",
+    "turkish": "cp1254", "hebrew": "cp1255", "arabic": "cp1256", "baltic": "cp1257",
+    "vietnamese": "cp1258", "thai": "cp874", "shiftjis": "cp932", "gb2312": "gb2312",
+    "chinesebig5": "big5", "big5": "big5", "hangeul": "cp949", "hangul": "cp949",
+    "johab": "johab", "mac": "mac_roman",
+}
+# A code page number however it is written: "cp-850", "win-1251", "ibm-437", "ms-936".
+_CODE_PAGE = re.compile(r"(?:cp|win|windows|ibm|ms)[-_ ]?(\d{3,5})")
 # WHATWG-style supersets: mail that says gb2312 routinely contains gbk/gb18030 characters, etc.
 _CODEC_UPGRADES = {
     "gb2312": "gb18030",
@@ -45,15 +51,38 @@ _CODEC_RETRIES = {
 # Text codecs that are not charsets: a hostile label must not select them.
 _NOT_CHARSETS = {"unicode-escape", "raw-unicode-escape", "idna", "punycode", "undefined"}
 _ASCII_LABELS = {"ascii", "us-ascii", "ansi_x3.4-1968", "us", "iso646-us"}
+# Labels that say the sender did not know the charset: read as if none were declared.
+_UNKNOWN_LABELS = {"unknown", "x-unknown", "unknown-8bit", "x-user-defined", "default",
+                   "default_charset"}
 _C1_BYTES = re.compile(rb"[\x80-\x9f]")
 
 
+def _clean_label(charset: str | None) -> str:
+    """A charset label lower-cased, without the quotes, spaces, RFC 2231 language
+    ("utf-8*en") or "3D" (a header that went through quoted-printable) around it."""
+    label = (charset or "").strip().lower()
+    label = label.removeprefix("3d")  # 3D"utf-8": no charset name begins with "3d"
+    return label.strip("\"' ").split("*", 1)[0]
+
+
+def _known_label(label: str) -> str:
+    """A label as Python's codecs know it: aliases, Windows font charsets and code page
+    spellings mapped, an "x-" prefix dropped."""
+    if label in _LABEL_ALIASES:
+        return _LABEL_ALIASES[label]
+    if label.endswith("_charset"):
+        return _WINDOWS_CHARSETS.get(label[:-len("_charset")], label)
+    label = label.removeprefix("x-")
+    if code_page := _CODE_PAGE.fullmatch(label):
+        return "cp" + code_page.group(1)
+    return _LABEL_ALIASES.get(label, label)
+
+
 def _codec_for(label: str) -> str | None:
-    """Map a MIME charset label to a Python codec name, or None when it is unknown/unsafe."""
-    label = label.strip().strip("\"'").lower().split("*", 1)[0]  # RFC 2231 "utf-8*en"
-    label = _LABEL_ALIASES.get(label, label)
+    """Map a cleaned MIME charset label to a Python codec name, or None when it is
+    unknown/unsafe."""
     try:
-        info = codecs.lookup(label)
+        info = codecs.lookup(_known_label(label))
     except (LookupError, ValueError):
         return None
     if info.name in _NOT_CHARSETS or not getattr(info, "_is_text_encoding", True):
@@ -99,8 +128,8 @@ _EIGHT_BIT = bytes(range(0x80, 0x100))
 
 def decode_bytes(data: bytes, charset: str | None, where: str, defects: list[str]) -> str:
     """Decode with the declared charset when it works, falling back without ever raising."""
-    label = (charset or "").strip().strip("\"'").lower()
-    if not label or label in _ASCII_LABELS:
+    label = _clean_label(charset)
+    if not label or label in _ASCII_LABELS or label in _UNKNOWN_LABELS:
         # Undeclared, or "us-ascii" over 8-bit bytes: the commonest lie in mail; it is nearly
         # always UTF-8 (modern clients) or windows-1252 (old ones). Not worth a defect.
         return guess_decode(data)[0]
@@ -109,6 +138,8 @@ def decode_bytes(data: bytes, charset: str | None, where: str, defects: list[str
         text, used = guess_decode(data)
         defects.append(f"{where}: unknown charset {charset!r}, decoded as {used}")
         return text
+    if codec in _WESTERN_CODECS and (utf8 := _utf8_in_disguise(data)) is not None:
+        return utf8
     if codec == "iso8859-1" and _C1_BYTES.search(data):
         codec = "cp1252"  # the WHATWG rule: "latin-1" with 0x80-0x9F means windows-1252
     for candidate in (codec, *_CODEC_RETRIES.get(codec, ())):
@@ -119,6 +150,23 @@ def decode_bytes(data: bytes, charset: str | None, where: str, defects: list[str
         except LookupError:  # pragma: no cover - codec vanished between lookup and use
             break
     return _decode_fallback(data, codec, charset, where, defects)
+
+
+# Single-byte codecs that decode any bytes, and that mailers write by default over UTF-8 text.
+_WESTERN_CODECS = {"iso8859-1", "cp1252", "iso8859-15"}
+
+
+def _utf8_in_disguise(data: bytes) -> str | None:
+    """Text labelled Latin-1 that is valid UTF-8 with some 8-bit bytes: UTF-8 ("cafÃ©" read
+    as Latin-1); else None. Not a statistical guess: in real Latin-1 text an accented letter
+    is followed by a letter or space, which UTF-8 never allows after its lead byte, so a
+    whole part that is valid UTF-8 (every 8-bit byte in a well-formed sequence) is UTF-8."""
+    if data.isascii():
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _decode_fallback(data: bytes, codec: str, label: str | None, where: str, defects: list[str]) -> str:
