@@ -6,6 +6,7 @@ Every message is built here, byte by byte, so each test shows exactly what it fe
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import re
 import subprocess
@@ -612,6 +613,39 @@ def test_text_enriched_is_read_as_text() -> None:
     m = parse_message(message("Content-Type: text/enriched", body=body))
     assert m.text == "Hi Jo, the plan is a <draft>.\n\nSee:\n  a\n  b"
     assert m.attachments == []
+
+
+def uuencoded(name: str, data: bytes, *, backtick: bool = True) -> str:
+    """A uuencoded block as uuencode(1) writes it: 45 bytes a line."""
+    lines = "".join(binascii.b2a_uu(data[i:i + 45], backtick=backtick).decode()
+                    for i in range(0, len(data), 45))
+    return f"begin 644 {name}\n{lines}{'`' if backtick else ' '}\nend\n"
+
+
+def test_a_uuencoded_file_in_the_body_is_one_line() -> None:
+    """Each well-formed block becomes a line naming the file (its size rounded up); text
+    that only looks like one stays, and the attachments are numbered as before."""
+    near_misses = [
+        "begin 644 is the mode we use\nTHE FILE IS BELOW\nend",  # prose
+        "begin 644 cut.bin\n" + uuencoded("x", PNG).split("\n")[1],  # no "end"
+        "begin 644 short.bin\nM" + "A" * 40 + "\n`\nend",  # a line shorter than it says
+        "begin 644 empty.bin\n`\nend",  # no data
+        "begin 644 after.bin\n#86)C\n`\n#86)C\nend",  # data after the zero-length line
+    ]
+    text = ("Here are the files.\n\n" + uuencoded("report.pdf", bytes(range(256)) * 12)
+            + "\n" + uuencoded("old style.txt", b"\0" * 90 + b"ab", backtick=False)
+            + "\n" + "\n\n".join(near_misses) + "\n\nBye.\n").replace("\n", "\r\n")
+    raw = message("Content-Type: multipart/mixed; boundary=M", body=multipart(
+        "M", part("Content-Type: text/plain", body=text),
+        part("Content-Type: image/png", "Content-Transfer-Encoding: base64", body=b64(PNG))))
+    m = parse_message(raw)
+    assert m.text.split("\n\n") == [
+        "Here are the files.",
+        "[uuencoded file report.pdf, ~3 KB, not shown]",
+        "[uuencoded file old style.txt, ~1 KB, not shown]",
+        *near_misses, "Bye."]
+    assert m.attachments == [AttachmentInfo(0, None, "image/png", len(PNG))]
+    assert read_body(raw).text == m.text
 
 
 def test_digest_children_default_to_message_rfc822() -> None:

@@ -46,7 +46,7 @@ from .headers import (
     split_head,
     to_bytes,
 )
-from .text import one_line, strip_tags, tidy
+from .text import hide_uuencoded, one_line, strip_tags, tidy
 from .transfer import decode_transfer, decoded_size, transfer_encoding
 
 __all__ = [
@@ -635,7 +635,7 @@ def _leaf_text(entity: Entity, body: _Rendering) -> str:
         text = unflow(text, delsp=_param(entity, "delsp") == "yes")
     if _INLINE_PGP.search(text):
         body.notes.append(f"has an inline PGP-encrypted block: {_NOT_DECRYPTED}")
-    return tidy(text)
+    return tidy(hide_uuencoded(text))
 
 
 def _param(entity: Entity, name: str) -> str:

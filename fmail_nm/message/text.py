@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import html as html_lib
+import math
 import re
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ __all__ = [
     "TextSlice",
     "clean_text",
     "escape_quote_marks",
+    "hide_uuencoded",
     "is_forward_subject",
     "one_line",
     "preview",
@@ -95,6 +97,74 @@ def unescape_line_marks(text: str) -> str:
     start of lines taken off again."""
     return _LINE_START_ESCAPE.sub(lambda m: (m.group(1) or m.group(3) or "")
                                   + (m.group(2) or m.group(4)), text)
+
+
+# --------------------------------------------------------------------------------------------
+# uuencoded files in a text body
+
+
+# Old mailers send a file inside the text: "begin 644 name", data lines, a zero-length line
+# ("`", or a space that transport may strip), "end". Read strictly, so that prose which starts
+# with "begin" is never taken for one.
+_UU_BEGIN = re.compile(r"^begin [0-7]{3,4} ([^\n]{1,255}?)[ \t\r]*$", re.M)
+# A data line: a length character, then that many bytes in groups of four characters (one
+# more character allowed: some encoders add a checksum). All from " " to "`".
+_UU_DATA = re.compile(r"[!-`][ -`]{4,85}")
+_UU_EMPTY = ("", " ", "`")
+UU_NAME_CHARS = 100
+
+
+def hide_uuencoded(text: str) -> str:
+    """``text`` with each well-formed uuencoded block replaced by one line naming the file:
+    its lines are noise to a reader. One pass: a walk stops at the first line that is not
+    data, and no line of data can begin another block."""
+    pieces: list[str] = []
+    pos = 0
+    for begin in _UU_BEGIN.finditer(text):
+        if begin.start() < pos:
+            continue
+        block = _uu_block(text, begin.end())
+        if block is None:
+            continue
+        end, size = block
+        name = one_line(begin.group(1))[:UU_NAME_CHARS]
+        pieces += [text[pos:begin.start()],
+                   f"[uuencoded file {name}, ~{math.ceil(size / 1024)} KB, not shown]"]
+        pos = end
+    return "".join(pieces) + text[pos:] if pieces else text
+
+
+def _uu_block(text: str, start: int) -> tuple[int, int] | None:
+    """Where the block whose begin line ends at ``start`` ends (after its "end"), and how
+    many bytes it encodes; None if what follows is not data lines, then "end"."""
+    size = 0
+    last_was_empty = False  # the zero-length line: only "end" may follow it
+    pos = start + 1
+    while pos <= len(text):
+        newline = text.find("\n", pos)
+        line_end = len(text) if newline == -1 else newline
+        line = text[pos:line_end].rstrip("\r")
+        if line.rstrip(" \t") == "end":
+            return (line_end, size) if size else None
+        count = None if last_was_empty else _uu_line_bytes(line)
+        if count is None or newline == -1:
+            return None
+        size += count
+        last_was_empty = count == 0
+        pos = newline + 1
+    return None
+
+
+def _uu_line_bytes(line: str) -> int | None:
+    """The bytes a data line holds, by its length character; None unless its length
+    agrees."""
+    if line in _UU_EMPTY:
+        return 0
+    if not _UU_DATA.fullmatch(line):
+        return None
+    count = (ord(line[0]) - 32) & 63
+    chars = (count + 2) // 3 * 4
+    return count if chars <= len(line) - 1 <= chars + 1 else None
 
 
 # --------------------------------------------------------------------------------------------
