@@ -1653,7 +1653,7 @@ def test_a_base64_calendar_in_latin1_reads_as_a_summary() -> None:
 def test_calendar_times_are_shown_as_written_in_their_zone(times: str, when: str) -> None:
     data = f"BEGIN:VCALENDAR\nBEGIN:VEVENT\nSUMMARY:Trip\n{times}\nEND:VEVENT\nEND:VCALENDAR\n"
     assert attachment_text(with_calendar_attachment(data), 0, 1000).text == (
-        f"Event: Trip\nWhen: {when}")
+        f"Invitation: Trip\nWhen: {when}")  # the method of the part's Content-Type
 
 
 def test_malformed_calendar_data_shows_what_could_be_read_with_a_note() -> None:
@@ -1747,6 +1747,16 @@ def test_an_invitation_without_body_text_keeps_its_attachment_numbering() -> Non
                              AttachmentInfo(2, "invite.ics", "application/ics", size)]
     for index in (1, 2):
         assert (attachment_text(raw, index, 1000).text or "").split("\n") == CANCEL_SUMMARY
+
+
+def test_the_method_of_the_calendar_part_titles_data_that_names_none() -> None:
+    data = CANCEL_ONE_OCCURRENCE.replace("METHOD:CANCEL\r\n", "")
+    raw = message("Content-Type: text/calendar; method=CANCEL; charset=utf-8", body=data)
+    assert parse_message(raw).text.split("\n") == CANCEL_SUMMARY
+    assert (attachment_text(raw, 0, 1000).text or "").split("\n") == CANCEL_SUMMARY
+    # The data's own METHOD stands over the parameter.
+    raw = message("Content-Type: text/calendar; method=PUBLISH", body=CANCEL_ONE_OCCURRENCE)
+    assert parse_message(raw).text.split("\n") == CANCEL_SUMMARY
 
 
 MARKDOWN = "# Release 2.4\n\n- faster *search*\n- `fmail-nm index --full-scan`\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .calendar import CALENDAR_TYPES, summarize_calendar
+from .calendar import CALENDAR_TYPES
 from .charset import decode_bytes
 from .headers import Address
 from .html import html_to_text, read_message
@@ -14,6 +14,7 @@ from .mime import (
     AttachmentInfo,
     Entity,
     attachment_entities,
+    calendar_summary,
     effective_type,
     entity_charset,
     entity_filename,
@@ -108,7 +109,7 @@ def _readable(kind: str, text: str, entity: Entity, problems: list[str]) -> str:
     iCalendar text, folded and escaped, only where no event could be read from it)."""
     if kind == "text/html":
         return html_text(text, html_to_text, entity.where, problems)
-    if kind in CALENDAR_TYPES and (summary := summarize_calendar(text)) is not None:
+    if kind in CALENDAR_TYPES and (summary := calendar_summary(entity, text)) is not None:
         problems.extend(summary.problems)
         return summary.text
     return tidy(text)

@@ -43,15 +43,17 @@ class CalendarSummary:
     problems: list[str]  # what could not be read, for the caller's notes or defects
 
 
-def summarize_calendar(data: str) -> CalendarSummary | None:
+def summarize_calendar(data: str, method: str = "") -> CalendarSummary | None:
     """A short summary of every event in ``data``; None when it holds no event to summarize
-    (the caller shows the raw text instead)."""
+    (the caller shows the raw text instead). ``method`` is the iTIP method of the MIME part
+    (its Content-Type parameter), for data that names none."""
     try:
         calendar = _read(data)
     except Exception:  # noqa: BLE001 - last line of defence for untrusted input
         return None
     if not calendar.events:
         return None
+    calendar.method = calendar.method or one_line(method).upper()[:FIELD_CHARS]
     try:
         return _summary(calendar)
     except Exception:  # noqa: BLE001

@@ -31,7 +31,7 @@ from datetime import datetime
 from email.message import Message
 from typing import TypeVar
 
-from .calendar import CALENDAR_TYPES, summarize_calendar
+from .calendar import CALENDAR_TYPES, CalendarSummary, summarize_calendar
 from .charset import decode_bytes, guess_decode
 from .formats import enriched_to_text, unflow
 from .headers import (
@@ -56,6 +56,7 @@ __all__ = [
     "HtmlRenderer",
     "ParsedMessage",
     "attachment_entities",
+    "calendar_summary",
     "decoded_leaves",
     "effective_type",
     "entity_charset",
@@ -527,7 +528,7 @@ def _attachment_as_body(entity: Entity, index: int, body: _Rendering) -> str:
     text = decode_bytes(entity_payload(entity, problems), entity_charset(entity), entity.where,
                         problems)
     if kind in CALENDAR_TYPES:
-        summary = summarize_calendar(text)
+        summary = calendar_summary(entity, text)
         if summary is None:
             return ""
         problems.extend(f"{entity.where}: {problem}" for problem in summary.problems)
@@ -542,6 +543,13 @@ def _attachment_as_body(entity: Entity, index: int, body: _Rendering) -> str:
 
 
 MAX_KINDS_NAMED = 3
+
+
+def calendar_summary(entity: Entity, text: str) -> CalendarSummary | None:
+    """The summary of calendar part ``entity``, whose decoded data is ``text``: with the
+    iTIP method of its Content-Type when the data names none (RFC 6047 asks for both, and
+    some mailers write only the parameter)."""
+    return summarize_calendar(text, _param(entity, "method"))
 
 
 def _render(entity: Entity, body: _Rendering) -> str:
