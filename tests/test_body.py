@@ -1759,6 +1759,25 @@ def test_the_method_of_the_calendar_part_titles_data_that_names_none() -> None:
     assert parse_message(raw).text.split("\n") == CANCEL_SUMMARY
 
 
+def test_caret_escapes_in_parameter_values_are_undone() -> None:
+    """RFC 6868: "^^" is a caret, "^n" a line break, "^'" a double quote."""
+    data = ics("""
+        BEGIN:VCALENDAR
+        METHOD:REQUEST
+        BEGIN:VEVENT
+        SUMMARY:Team lunch
+        ORGANIZER;CN="Caret ^^ Co^nFacilities":mailto:fac@acme.test
+        ATTENDEE;CN="Jo ^'JJ^' Smith";PARTSTAT=ACCEPTED:mailto:jo@acme.test
+        END:VEVENT
+        END:VCALENDAR
+        """)
+    assert attachment_text(with_calendar_attachment(data), 0, 1000).text == "\n".join([
+        "Invitation: Team lunch",
+        "Organizer: Caret ^ Co Facilities <fac@acme.test>",
+        'Attendees: "Jo JJ Smith" <jo@acme.test> (accepted)',
+    ])
+
+
 MARKDOWN = "# Release 2.4\n\n- faster *search*\n- `fmail-nm index --full-scan`\n"
 
 

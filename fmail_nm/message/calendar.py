@@ -133,11 +133,22 @@ def _content_line(line: str) -> tuple[str, Params, str] | None:
         param = _PARAM.match(line, pos)
         if param is None:
             return None
-        params.setdefault(param.group(1).upper(), param.group(2).replace('"', ""))
+        param_value = _caret_unescape(param.group(2).replace('"', ""))
+        params.setdefault(param.group(1).upper(), param_value)
         pos = param.end()
     if pos >= len(line) or line[pos] != ":":
         return None
     return name.group().upper(), params, line[pos + 1:]
+
+
+_CARET_ESCAPE = re.compile(r"\^([n^'])")
+_CARET_CHARS = {"n": "\n", "^": "^", "'": '"'}
+
+
+def _caret_unescape(value: str) -> str:
+    """A parameter value as meant: RFC 6868's ``^n`` is a line break, ``^^`` a caret and
+    ``^'`` a double quote (which a quoted value cannot hold otherwise)."""
+    return _CARET_ESCAPE.sub(lambda m: _CARET_CHARS[m.group(1)], value)
 
 
 def _nest(calendar: _Calendar, stack: list[str], begin_or_end: str, component: str,
