@@ -1695,15 +1695,19 @@ def test_malformed_calendar_data_shows_what_could_be_read_with_a_note() -> None:
 def test_hostile_calendar_data_gives_a_capped_summary() -> None:
     attendees = "".join(f"ATTENDEE;CN=Guest {i}:mailto:g{i}@example.org\n" for i in range(3000))
     events = "".join(f"BEGIN:VEVENT\nSUMMARY:Spam {i}\nEND:VEVENT\n" for i in range(3000))
+    dates = ("EXDATE:" + ",".join(["20270101"] * 5000) + "\nEXDATE:20270102,20270103\n"
+             "RDATE:" + ",".join(["x"] * 5000) + "\n")
     data = ("BEGIN:VCALENDAR\nMETHOD:REQUEST\nBEGIN:VEVENT\n"
             f"SUMMARY:{'long title ' * 5000}\nDESCRIPTION:{'word ' * 20_000}\n{attendees}"
-            f"END:VEVENT\n{events}" + "BEGIN:X\n" * 10_000)
+            f"{dates}END:VEVENT\n{events}" + "BEGIN:X\n" * 10_000)
     text = attachment_text(with_calendar_attachment(data), 0, 100_000).text or ""
     lines = text.split("\n")
     assert lines[0] == "Invitation: " + ("long title " * 20)[:199].rstrip() + "…"
-    assert lines[1].startswith("Attendees: Guest 0 <g0@example.org>, Guest 1 <g1@example.org>,")
-    assert lines[1].endswith(", Guest 11 <g11@example.org>, and 2988 more")
-    assert lines[2] == "Description: " + ("word " * 200)[:999].rstrip() + "…"
+    assert lines[1] == "Except: " + "Fri 2027-01-01, " * 8 + "and 4994 more"
+    assert lines[2] == "Also on: " + "x, " * 8 + "and 4992 more"
+    assert lines[3].startswith("Attendees: Guest 0 <g0@example.org>, Guest 1 <g1@example.org>,")
+    assert lines[3].endswith(", Guest 11 <g11@example.org>, and 2988 more")
+    assert lines[4] == "Description: " + ("word " * 200)[:999].rstrip() + "…"
     assert lines[-3:] == ["Invitation: Spam 8", "", "and 2991 more events"]
     assert len(text) < 3000
 
@@ -1776,6 +1780,52 @@ def test_caret_escapes_in_parameter_values_are_undone() -> None:
         "Organizer: Caret ^ Co Facilities <fac@acme.test>",
         'Attendees: "Jo JJ Smith" <jo@acme.test> (accepted)',
     ])
+
+
+REPEATS_WITH_EXCEPTIONS = ics("""
+    BEGIN:VCALENDAR
+    METHOD:REQUEST
+    BEGIN:VEVENT
+    SUMMARY:Team lunch
+    DTSTART;TZID=Europe/Berlin:20261105T120000
+    DTEND;TZID=Europe/Berlin:20261105T130000
+    RRULE:FREQ=WEEKLY;BYDAY=TH
+    EXDATE;TZID=Europe/Berlin:20261126T120000,20261224T120000
+    EXDATE;TZID=Europe/Berlin:20261231T120000
+    RDATE;TZID=Europe/Berlin:20261223T180000
+    END:VEVENT
+    BEGIN:VEVENT
+    SUMMARY:Stand-up
+    DTSTART:20260105T083000Z
+    RRULE:FREQ=DAILY;COUNT=30
+    EXDATE:20260106T083000Z,20260107T083000Z,20260108T083000Z,20260109T083000Z
+    EXDATE:20260112T083000Z,20260113T083000Z,20260114T090000Z,20260115T083000Z,2026011
+     6T083000Z,20260119T083000Z
+    RDATE;VALUE=PERIOD:20260117T100000Z/PT1H
+    END:VEVENT
+    END:VCALENDAR
+    """)
+
+
+def test_excepted_and_added_dates_follow_the_rule() -> None:
+    """EXDATE and RDATE after the rule, from all their lines: the date alone where the time
+    and zone are the start's, eight at most, the rest counted."""
+    text = attachment_text(with_calendar_attachment(REPEATS_WITH_EXCEPTIONS), 0, 10_000).text
+    assert (text or "").split("\n") == [
+        "Invitation: Team lunch",
+        "When: Thu 2026-11-05 12:00 to 13:00 (Europe/Berlin)",
+        "Repeats: FREQ=WEEKLY;BYDAY=TH",
+        "Except: Thu 2026-11-26, Thu 2026-12-24, Thu 2026-12-31",
+        "Also on: Wed 2026-12-23 18:00 (Europe/Berlin)",
+        "",
+        "Invitation: Stand-up",
+        "When: Mon 2026-01-05 08:30 (UTC)",
+        "Repeats: FREQ=DAILY;COUNT=30",
+        "Except: Tue 2026-01-06, Wed 2026-01-07, Thu 2026-01-08, Fri 2026-01-09, "
+        "Mon 2026-01-12, Tue 2026-01-13, Wed 2026-01-14 09:00 (UTC), Thu 2026-01-15, "
+        "and 2 more",
+        "Also on: 20260117T100000Z/PT1H",
+    ]
 
 
 MARKDOWN = "# Release 2.4\n\n- faster *search*\n- `fmail-nm index --full-scan`\n"

@@ -35,6 +35,7 @@ MAX_ATTENDEES = 12  # attendees shown per event; more are counted
 FIELD_CHARS = 200  # a one-line field (title, place, address, rule)
 URL_CHARS = 400
 DESCRIPTION_CHARS = 1000
+MAX_DATES = 8  # dates shown of an event's EXDATE or RDATE; more are counted
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,8 @@ class _Event:
     first: dict[str, tuple[Params, str]] = field(default_factory=dict)  # first of each name
     attendees: list[tuple[Params, str]] = field(default_factory=list)
     more_attendees: int = 0
+    dates: dict[str, list[tuple[Params, str]]] = field(default_factory=dict)  # _DATE_LISTS
+    more_dates: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -186,8 +189,24 @@ def _keep(event: _Event, name: str, params: Params, value: str) -> None:
             event.attendees.append((params, value))
         else:
             event.more_attendees += 1
+    elif name in _DATE_LISTS:
+        _keep_dates(event, name, params, value)
     else:
         event.first.setdefault(name, (params, value))
+
+
+# Dates left out of a repeating event, and dates it has besides its rule: each property may
+# come many times, each time with a list of dates.
+_DATE_LISTS = ("EXDATE", "RDATE")
+
+
+def _keep_dates(event: _Event, name: str, params: Params, value: str) -> None:
+    kept = event.dates.setdefault(name, [])
+    room = MAX_DATES - len(kept)
+    values = value.split(",", room) if room > 0 else [value]
+    if len(values) > room:  # the last item holds the rest of the list, unsplit
+        event.more_dates[name] = event.more_dates.get(name, 0) + values.pop().count(",") + 1
+    kept.extend((params, item) for item in values)
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,6 +235,8 @@ def _event_lines(method: str, event: _Event) -> list[str]:
         ("When", _when(event)),
         ("Occurrence", _moment_text(event, "RECURRENCE-ID")),
         ("Repeats", _capped(_one_line(event, "RRULE"), FIELD_CHARS)),
+        ("Except", _date_list(event, "EXDATE")),
+        ("Also on", _date_list(event, "RDATE")),
         ("Where", _text(event, "LOCATION", FIELD_CHARS)),
         ("Status", _status(event, method)),
         ("Organizer", _person(*event.first["ORGANIZER"]) if "ORGANIZER" in event.first else ""),
@@ -332,7 +353,10 @@ def _moment(event: _Event, name: str) -> _Moment | str | None:
     """A property's date or time; the value as written when it is not one; None if absent."""
     if name not in event.first:
         return None
-    params, value = event.first[name]
+    return _parsed_moment(*event.first[name])
+
+
+def _parsed_moment(params: Params, value: str) -> _Moment | str:
     value = value.strip()
     found = _DATE_TIME.fullmatch(value)
     try:
@@ -391,6 +415,25 @@ def _days(first: date, end: date) -> str:
     if end - first > timedelta(days=1):
         return f"{_date(first)} to {_date(end - timedelta(days=1))} (all day)"
     return f"{_date(first)} (all day)"
+
+
+def _date_list(event: _Event, name: str) -> str:
+    """The dates of an EXDATE or RDATE, briefly: the date alone where the time and zone are
+    the event's start's (as they are when an occurrence is left out)."""
+    start = _moment(event, "DTSTART")
+    shown = [_date_of(_parsed_moment(params, value), start)
+             for params, value in event.dates.get(name, [])]
+    if more := event.more_dates.get(name, 0):
+        shown.append(f"and {more} more")
+    return ", ".join(shown)
+
+
+def _date_of(moment: _Moment | str, start: _Moment | str | None) -> str:
+    if (isinstance(moment, _Moment) and isinstance(start, _Moment) and moment.zone == start.zone
+            and isinstance(moment.at, datetime) and isinstance(start.at, datetime)
+            and moment.at.time() == start.at.time()):
+        return _date(moment.at.date())
+    return _shown(moment)
 
 
 def _moment_text(event: _Event, name: str) -> str:
