@@ -1828,6 +1828,46 @@ def test_excepted_and_added_dates_follow_the_rule() -> None:
     ]
 
 
+HTML_ONLY_DESCRIPTION = ics("""
+    BEGIN:VCALENDAR
+    BEGIN:VEVENT
+    SUMMARY:Budget review
+    DTSTART:20261203T150000Z
+    DTEND:20261203T160000Z
+    X-ALT-DESC;FMTTYPE=text/html:<html><head><style>p {margin:0}</style></head><bo
+     dy><p>Agenda\\, in order:</p><ol><li>Budget</li><li>Hiring</li></ol><p>1. Not a
+      list</p><p><a href="https://meet.example/j/42">Join the call</a></p></body></html>
+    END:VEVENT
+    END:VCALENDAR
+    """)
+HTML_ONLY_SUMMARY = [
+    "Invitation: Budget review",
+    "When: Thu 2026-12-03 15:00 to 16:00 (UTC)",
+    "Description: Agenda, in order:",
+    "",
+    "  1. Budget",
+    "  2. Hiring",
+    "",
+    "1\\. Not a list",
+    "",
+    "[Join the call](https://meet.example/j/42)",
+]
+
+
+def test_an_event_described_only_in_html_shows_that_text() -> None:
+    raw = message("Content-Type: text/calendar; method=REQUEST; charset=utf-8",
+                  body=HTML_ONLY_DESCRIPTION)
+    m = parse_message(raw)
+    assert m.text.split("\n") == HTML_ONLY_SUMMARY
+    assert m.from_html and m.defects == []
+    assert (attachment_text(raw, 0, 1000).text or "").split("\n") == HTML_ONLY_SUMMARY
+    # A plain DESCRIPTION is preferred to the HTML one.
+    both = HTML_ONLY_DESCRIPTION.replace("X-ALT-DESC", "DESCRIPTION:Budget\\, hiring\r\nX-ALT-DESC")
+    assert parse_message(message("Content-Type: text/calendar; method=REQUEST", body=both)
+                         ).text.split("\n") == [
+        *HTML_ONLY_SUMMARY[:2], "Description: Budget, hiring"]
+
+
 MARKDOWN = "# Release 2.4\n\n- faster *search*\n- `fmail-nm index --full-scan`\n"
 
 

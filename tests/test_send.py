@@ -221,6 +221,24 @@ def test_a_reply_to_html_mail_quotes_it_without_markdown_escapes(bed: Bed) -> No
     assert "\\" not in body
 
 
+def test_a_reply_to_an_invitation_quotes_its_summary_as_people_read_it(bed: Bed) -> None:
+    """An invitation without body text: the reply quotes the event's summary (titled by the
+    part's method), its HTML-only description without Markdown escapes, and no notes."""
+    bed.receive(b"From: Jo <jo@example.net>\r\nTo: alex@example.org\r\n"
+                b"Subject: Invitation: Budget review\r\nMessage-ID: <inv@example.net>\r\n"
+                b"Date: Mon, 30 Nov 2026 09:00:00 +0000\r\nMIME-Version: 1.0\r\n"
+                b"Content-Type: text/calendar; method=REQUEST; charset=utf-8\r\n\r\n"
+                b"BEGIN:VCALENDAR\r\nBEGIN:VEVENT\r\nSUMMARY:Budget review\r\n"
+                b"DTSTART:20261203T150000Z\r\nDTEND:20261203T160000Z\r\n"
+                b"X-ALT-DESC;FMTTYPE=text/html:<p>Agenda:</p><p>1. Budget</p>\r\n"
+                b"END:VEVENT\r\nEND:VCALENDAR\r\n")
+    draft = compose.reply_to_email(bed.ctx, "inv@example.net", "I'll be there.")
+    body = body_text(parse(bed.files_with(bed.drafts, draft.id)[0].read_bytes()))
+    assert body == ("I'll be there.\n\nOn Mon, 30 Nov 2026 at 09:00 UTC, Jo wrote:\n"
+                    "> Invitation: Budget review\n> When: Thu 2026-12-03 15:00 to 16:00 (UTC)\n"
+                    "> Description: Agenda:\n>\n> 1. Budget\n")
+
+
 def test_save_draft_again_replaces_the_file_and_keeps_the_threading(bed: Bed) -> None:
     first = compose.reply_to_email(bed.ctx, ORIGINAL, "v1")
     (old,) = bed.files_with(bed.drafts, first.id)

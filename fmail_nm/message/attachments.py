@@ -109,7 +109,8 @@ def _readable(kind: str, text: str, entity: Entity, problems: list[str]) -> str:
     iCalendar text, folded and escaped, only where no event could be read from it)."""
     if kind == "text/html":
         return html_text(text, html_to_text, entity.where, problems)
-    if kind in CALENDAR_TYPES and (summary := calendar_summary(entity, text)) is not None:
+    if kind in CALENDAR_TYPES and (
+            summary := calendar_summary(entity, text, html_to_text)) is not None:
         problems.extend(summary.problems)
         return summary.text
     return tidy(text)

@@ -17,6 +17,7 @@ tidy helpers as the rest of a message's text.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
@@ -35,6 +36,7 @@ MAX_ATTENDEES = 12  # attendees shown per event; more are counted
 FIELD_CHARS = 200  # a one-line field (title, place, address, rule)
 URL_CHARS = 400
 DESCRIPTION_CHARS = 1000
+HTML_DESCRIPTION_CHARS = 16 * 1024  # of an HTML description rendered (html2text: ≈ 1.5 ms/KB)
 MAX_DATES = 8  # dates shown of an event's EXDATE or RDATE; more are counted
 
 
@@ -42,12 +44,19 @@ MAX_DATES = 8  # dates shown of an event's EXDATE or RDATE; more are counted
 class CalendarSummary:
     text: str
     problems: list[str]  # what could not be read, for the caller's notes or defects
+    from_html: bool = False  # a description was rendered from HTML
 
 
-def summarize_calendar(data: str, method: str = "") -> CalendarSummary | None:
+HtmlToText = Callable[[str], str]
+"""HTML in, tidy text out; never raises (``mime.html_text`` with a renderer)."""
+
+
+def summarize_calendar(data: str, method: str = "",
+                       render_html: HtmlToText | None = None) -> CalendarSummary | None:
     """A short summary of every event in ``data``; None when it holds no event to summarize
     (the caller shows the raw text instead). ``method`` is the iTIP method of the MIME part
-    (its Content-Type parameter), for data that names none."""
+    (its Content-Type parameter), for data that names none; ``render_html`` reads an event's
+    HTML description (X-ALT-DESC) when it has no plain one."""
     try:
         calendar = _read(data)
     except Exception:  # noqa: BLE001 - last line of defence for untrusted input
@@ -56,7 +65,7 @@ def summarize_calendar(data: str, method: str = "") -> CalendarSummary | None:
         return None
     calendar.method = calendar.method or one_line(method).upper()[:FIELD_CHARS]
     try:
-        return _summary(calendar)
+        return _summary(calendar, render_html)
     except Exception:  # noqa: BLE001
         return None
 
@@ -221,14 +230,18 @@ _TITLES = {
 }
 
 
-def _summary(calendar: _Calendar) -> CalendarSummary:
-    blocks = ["\n".join(_event_lines(calendar.method, event)) for event in calendar.events]
+def _summary(calendar: _Calendar, render_html: HtmlToText | None) -> CalendarSummary:
+    blocks = ["\n".join(_event_lines(calendar.method, event, render_html))
+              for event in calendar.events]
     if calendar.more_events:
         blocks.append(f"and {calendar.more_events} more events")
-    return CalendarSummary("\n\n".join(blocks), list(dict.fromkeys(calendar.problems)))
+    from_html = render_html is not None and any(
+        not _plain_description(event) and _html_description(event) for event in calendar.events)
+    return CalendarSummary("\n\n".join(blocks), list(dict.fromkeys(calendar.problems)),
+                           from_html)
 
 
-def _event_lines(method: str, event: _Event) -> list[str]:
+def _event_lines(method: str, event: _Event, render_html: HtmlToText | None) -> list[str]:
     title = _TITLES.get(method, f"Event (method {method})")
     lines = [f"{title}: {_text(event, 'SUMMARY', FIELD_CHARS) or '(no title)'}"]
     labelled = [
@@ -245,7 +258,7 @@ def _event_lines(method: str, event: _Event) -> list[str]:
         ("Comment", _text(event, "COMMENT", FIELD_CHARS)),
     ]
     lines.extend(f"{label}: {value}" for label, value in labelled if value)
-    if description := _description(event):
+    if description := _description(event, render_html):
         lines.append(f"Description: {description}")
     return lines
 
@@ -262,9 +275,25 @@ def _text(event: _Event, name: str, limit: int) -> str:
     return _capped(one_line(_unescape(_value(event, name)[:limit * 4])), limit)
 
 
-def _description(event: _Event) -> str:
-    return _capped(tidy(_unescape(_value(event, "DESCRIPTION")[:DESCRIPTION_CHARS * 4])),
-                   DESCRIPTION_CHARS)
+def _description(event: _Event, render_html: HtmlToText | None) -> str:
+    """The plain description, else (an event some clients describe only in HTML) the HTML
+    one rendered as text."""
+    text = _plain_description(event)
+    if not text and render_html is not None and (html := _html_description(event)):
+        text = render_html(_unescape(html))
+    return _capped(text, DESCRIPTION_CHARS)
+
+
+def _plain_description(event: _Event) -> str:
+    return tidy(_unescape(_value(event, "DESCRIPTION")[:DESCRIPTION_CHARS * 4]))
+
+
+def _html_description(event: _Event) -> str:
+    """The value of X-ALT-DESC;FMTTYPE=text/html (Outlook's), cut to what is rendered."""
+    params, value = event.first.get("X-ALT-DESC", ({}, ""))
+    if params.get("FMTTYPE", "").strip().lower() != "text/html":
+        return ""
+    return value[:HTML_DESCRIPTION_CHARS]
 
 
 _ESCAPE = re.compile(r"\\(.)", re.S)

@@ -528,11 +528,12 @@ def _attachment_as_body(entity: Entity, index: int, body: _Rendering) -> str:
     text = decode_bytes(entity_payload(entity, problems), entity_charset(entity), entity.where,
                         problems)
     if kind in CALENDAR_TYPES:
-        summary = calendar_summary(entity, text)
+        summary = calendar_summary(entity, text, body.render_html)
         if summary is None:
             return ""
         problems.extend(f"{entity.where}: {problem}" for problem in summary.problems)
         text = summary.text
+        body.from_html = body.from_html or summary.from_html
         note = f"no body text: this is the summary of calendar attachment {index}"
     else:
         text, note = tidy(text), f"no body text: this is attachment {index} ({kind})"
@@ -545,11 +546,18 @@ def _attachment_as_body(entity: Entity, index: int, body: _Rendering) -> str:
 MAX_KINDS_NAMED = 3
 
 
-def calendar_summary(entity: Entity, text: str) -> CalendarSummary | None:
+def calendar_summary(entity: Entity, text: str,
+                     render_html: HtmlRenderer) -> CalendarSummary | None:
     """The summary of calendar part ``entity``, whose decoded data is ``text``: with the
     iTIP method of its Content-Type when the data names none (RFC 6047 asks for both, and
-    some mailers write only the parameter)."""
-    return summarize_calendar(text, _param(entity, "method"))
+    some mailers write only the parameter), an HTML-only description rendered by
+    ``render_html``."""
+    problems: list[str] = []
+    summary = summarize_calendar(text, _param(entity, "method"), lambda html: html_text(
+        html, render_html, "calendar description", problems))
+    if summary is not None:
+        summary.problems.extend(problems)
+    return summary
 
 
 def _render(entity: Entity, body: _Rendering) -> str:
