@@ -25,6 +25,7 @@ from fmail_nm.passes import mirror
 from fmail_nm.store import maildir, sidecar
 from fmail_nm.store.notmuch import Reader
 from fmail_nm.tools import reads
+from fmail_nm.tools.contacts import search
 
 from .conftest import MailEnv
 
@@ -175,8 +176,9 @@ def test_contact_figures_are_harvested_from_headers(indexed: MailEnv) -> None:
                if email.utils.parseaddr(m["headers"]["From"])[1].lower() in mine
                and "anna.schmidt@example.com" in {a.lower() for _, a in email.utils.getaddresses(
                    [m["headers"].get("To", ""), m["headers"].get("Cc", "")])}]
+    sent_to_anna = [m for m in to_anna if "draft" not in m["tags"]]
     assert anna["messages_from"] == len(from_anna) > 0
-    assert anna["messages_to"] == len(to_anna) > 0
+    assert anna["messages_to"] == len(sent_to_anna) == len(to_anna) - 1 > 0  # not the draft
     assert anna["name"] == "Anna Schmidt" and anna["is_me"] == 0 and anna["is_blocked"] == 0
     assert me["is_me"] == 1
 
@@ -257,6 +259,96 @@ def test_contact_figures_added_up_for_new_mail_equal_a_recount(indexed: MailEnv,
     assert after["ben.carter@example.net"] == before["ben.carter@example.net"] + 1
     assert after["nobody-new@example.net"] == 0
     assert anna[0] == "Anna S."  # the newest message naming her
+
+
+ANNA, ZOE, ME = "anna.schmidt@example.com", "zoe.quinn@example.net", "alex@example.org"
+BAKE_SALE = """
+    From: Alex Morgan <alex@example.org>
+    To: Anna Schmidt <anna.schmidt@example.com>, Zoe Quinn <zoe.quinn@example.net>
+    Subject: Bake sale
+    Date: Fri, 31 Dec 2027 10:00:00 +0000
+    Message-ID: <bake-sale@example.org>
+    """
+BAKE_SALE_DATE = "2027-12-31T10:00:00Z"  # newer than any mail of the fixture
+
+
+def _figures(env: MailEnv) -> dict[str, tuple[Any, ...]]:
+    """Each contact's harvested figures: name, first and last seen, messages from and to."""
+    with sidecar.opened(sidecar_file(env)) as conn:
+        return {r[0]: r[1:] for r in conn.execute("SELECT * FROM contact_stats")}
+
+
+def _put(env: MailEnv, folder: str, name: str, headers: str) -> Path:
+    """A message file written straight into a Maildir folder's cur/, as a mail client does."""
+    path = env.mail_root / folder / "cur" / name
+    path.write_text(textwrap.dedent(headers).lstrip() + "\nA body.\n")
+    return path
+
+
+def _same_figures_as_a_rebuild(env: MailEnv, tmp_path: Path) -> bool:
+    return dump(sidecar_file(env))["contact_stats"] == rebuilt_copy(env, tmp_path)["contact_stats"]
+
+
+def test_a_draft_counts_in_no_figures_until_it_is_sent(indexed: MailEnv, tmp_path: Path) -> None:
+    """A draft is not mail to anyone: it raises no one's counts or last_seen, makes no
+    contact of an address it alone names, and is not offered by the contacts search; sent
+    (the Sent copy keeping the draft's Message-ID, the draft file gone), it counts once."""
+    before = _figures(indexed)
+    draft = _put(indexed, "personal/Drafts", "1796400000.1_1.host:2,DS", BAKE_SALE)
+    indexed.notmuch("new")  # runs our post-new hook, which syncs the sidecar
+    assert "draft" in indexed.notmuch("search", "--output=tags", "id:bake-sale@example.org").stdout
+    assert _figures(indexed) == before
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        assert search(conn, "quinn") == []
+
+    draft.unlink()
+    _put(indexed, "personal/Sent", "1796400001.1_1.host:2,S", BAKE_SALE)
+    indexed.notmuch("new")
+    after = _figures(indexed)
+    name, first, _, sent_from, sent_to = before[ANNA]
+    assert after[ANNA] == (name, first, BAKE_SALE_DATE, sent_from, sent_to + 1)
+    assert after[ZOE] == ("Zoe Quinn", BAKE_SALE_DATE, BAKE_SALE_DATE, 0, 1)
+    assert after[ME][2:4] == (BAKE_SALE_DATE, before[ME][3] + 1)
+    assert _same_figures_as_a_rebuild(indexed, tmp_path)
+
+
+def test_a_draft_deleted_or_sent_under_a_new_message_id_leaves_only_the_sent_mail(
+        indexed: MailEnv, tmp_path: Path) -> None:
+    """mutt and aerc send a draft as a new message and delete the draft: the figures are
+    those of the sent message alone; a draft deleted unsent leaves them as they were."""
+    before = _figures(indexed)
+    draft = _put(indexed, "personal/Drafts", "1796400000.1_1.host:2,DS", BAKE_SALE)
+    indexed.notmuch("new")
+    assert _figures(indexed) == before
+    draft.unlink()
+    indexed.notmuch("new")
+    assert _figures(indexed) == before
+
+    draft = _put(indexed, "personal/Drafts", "1796400002.1_1.host:2,DS", BAKE_SALE)
+    indexed.notmuch("new")
+    draft.unlink()
+    _put(indexed, "personal/Sent", "1796400003.1_1.host:2,S",
+         BAKE_SALE.replace("<bake-sale@", "<bake-sale-sent@"))
+    indexed.notmuch("new")
+    after = _figures(indexed)
+    assert after[ANNA][2:] == (BAKE_SALE_DATE, before[ANNA][3], before[ANNA][4] + 1)
+    assert after[ZOE][1:] == (BAKE_SALE_DATE, BAKE_SALE_DATE, 0, 1)
+    assert _same_figures_as_a_rebuild(indexed, tmp_path)
+
+
+def test_a_draft_tag_set_or_taken_off_recounts_the_messages_addresses(
+        indexed: MailEnv, tmp_path: Path) -> None:
+    """A tag-only change that makes a message a draft or no longer one recounts the
+    figures of its addresses -- those alone."""
+    before = _figures(indexed)
+    indexed.notmuch("tag", "-draft", "--", "id:draft-1@example.org")  # to Anna, from the user
+    assert sync(indexed).recounted == 2
+    assert _figures(indexed)[ANNA][4] == before[ANNA][4] + 1
+    assert _same_figures_as_a_rebuild(indexed, tmp_path)
+
+    indexed.notmuch("tag", "+draft", "--", "id:draft-1@example.org")
+    assert sync(indexed).recounted == 2
+    assert _figures(indexed) == before
 
 
 def test_sync_without_changes_parses_nothing(indexed: MailEnv) -> None:
@@ -381,6 +473,21 @@ def test_unblocking_keeps_spam_on_mail_in_a_junk_folder(indexed: MailEnv, mailbo
     tags = indexed.notmuch("search", "--output=tags", "--exclude=false",
                            f"from:{address} AND folder:personal/Junk").stdout.split()
     assert "spam" in tags and "blocked" not in tags
+
+
+def test_a_sidecar_from_before_drafts_were_left_out_is_recounted(
+        indexed: MailEnv, tmp_path: Path) -> None:
+    """Figures counted with drafts, as the previous schema's mirror did, are recounted by the
+    first sync after the migration."""
+    path = sidecar_file(indexed)
+    with sidecar.opened(path) as conn:
+        conn.execute("UPDATE contact_stats SET messages_to = messages_to + 1, last_seen = ? "
+                     "WHERE email_address = ?", (BAKE_SALE_DATE, ANNA))
+        conn.execute("PRAGMA user_version = 11")  # the schema before drafts were left out
+    with sidecar.opened(path) as conn:  # migrates
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sidecar.SCHEMA_VERSION
+    sync(indexed)
+    assert _same_figures_as_a_rebuild(indexed, tmp_path)
 
 
 def test_contacts_export_and_import_survive_a_rebuild(indexed: MailEnv, tmp_path: Path) -> None:

@@ -292,8 +292,9 @@ def _known(conn: sqlite3.Connection,
     return known
 
 
-# What of a message the contact figures read (contact_stats: names, dates, counts).
-_PEOPLE_COLUMNS = ("date", "sender_email", "sender_name", "is_sent", "recipients")
+# What of a message the contact figures read (contact_stats: names, dates, counts); a draft
+# is left out of them, so a draft tag coming or going changes them too.
+_PEOPLE_COLUMNS = ("date", "sender_email", "sender_name", "is_sent", "is_draft", "recipients")
 
 
 def _people(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -352,16 +353,20 @@ def _write_row(conn: sqlite3.Connection, row: dict[str, Any], parsed: Parsed, *,
     return {p[2] for p in unique.values()}
 
 
+# A contact's figures count the mail sent or received: not drafts, which are neither (a draft
+# to Anna is not mail to her, nor does an unsent draft make anyone seen).  An address named
+# only in drafts has no figures at all -- no row -- as for an address never written to.
 _STATS = """
 INSERT INTO contact_stats (email_address, name, first_seen, last_seen, messages_from, messages_to)
 SELECT a.email,
        (SELECT b.name FROM message_addresses b JOIN messages mb USING (message_id)
-        WHERE b.email = a.email AND b.name != '' ORDER BY mb.date DESC LIMIT 1),
+        WHERE b.email = a.email AND b.name != '' AND mb.is_draft = 0
+        ORDER BY mb.date DESC LIMIT 1),
        min(m.date), max(m.date),
        count(DISTINCT CASE WHEN a.role = 'from' THEN a.message_id END),
        count(DISTINCT CASE WHEN a.role != 'from' AND m.is_sent = 1 THEN a.message_id END)
 FROM message_addresses a JOIN messages m USING (message_id)
-WHERE {where}
+WHERE ({where}) AND m.is_draft = 0
 GROUP BY a.email
 ON CONFLICT (email_address) DO UPDATE SET
     name = excluded.name, first_seen = excluded.first_seen, last_seen = excluded.last_seen,
@@ -423,18 +428,18 @@ def _later(date: str | None, than: str | None) -> bool:
 
 def add_to_stats(conn: sqlite3.Connection, message_ids: Sequence[str], *,
                  skip: set[str]) -> set[str]:
-    """Add messages new to the mirror to their addresses' figures (all but ``skip``), which
-    stand for every other message of theirs; returns the addresses to recount instead: a
-    new address, or one whose name the new messages may or may not change (_STATS names a
-    contact after the newest message that names it, and a figure does not say how new its
-    name is unless the new message is newer than any)."""
+    """Add messages new to the mirror to their addresses' figures (all but ``skip``; drafts
+    add nothing, as in _STATS), which stand for every other message of theirs; returns the
+    addresses to recount instead: a new address, or one whose name the new messages may or
+    may not change (_STATS names a contact after the newest message that names it, and a
+    figure does not say how new its name is unless the new message is newer than any)."""
     added: dict[str, _Added] = {}
     for chunk in chunks(message_ids, 500):
         marks = ",".join("?" * len(chunk))
         for email, role, name, mid, date, is_sent in conn.execute(
                 f"SELECT a.email, a.role, a.name, a.message_id, m.date, m.is_sent "
                 f"FROM message_addresses a JOIN messages m USING (message_id) "
-                f"WHERE a.message_id IN ({marks})", chunk):
+                f"WHERE a.message_id IN ({marks}) AND m.is_draft = 0", chunk):
             if email not in skip:
                 added.setdefault(email, _Added()).add(role, name, mid, date, is_sent)
     recount: set[str] = set()
@@ -542,7 +547,7 @@ class Mirror:
         # (per batch, an address in every batch -- the user's own -- was recounted each time).
         self._touched: set[str] = set()
         self._fresh: list[str] = []  # messages this sync added (their figures are added up)
-        self._marked_dirty = False  # this sync set "stats_dirty" itself (not a crashed one)
+        self._marked_dirty = False  # this sync set STATS_DIRTY itself (not a crashed one)
 
     def sync(self, *, full: bool = False) -> MirrorReport:
         report = MirrorReport()
@@ -636,8 +641,8 @@ class Mirror:
                         else None)
             with sidecar.transaction(self.conn):
                 if not self._marked_dirty:
-                    dirty_before = sidecar.get_state(self.conn, "stats_dirty") is not None
-                    sidecar.set_state(self.conn, "stats_dirty", "1")
+                    dirty_before = sidecar.get_state(self.conn, sidecar.STATS_DIRTY) is not None
+                    sidecar.set_state(self.conn, sidecar.STATS_DIRTY, "1")
                     self._marked_dirty = not dirty_before
                 self._marked, self._moved = [], []
                 self._apply_batch(chunk, loaded, report)
@@ -689,9 +694,10 @@ class Mirror:
                 row["needs_tagging"] = 1
                 self._marked.append((mid, parsed.list_id))
             rows.append((row, parsed))
-        # Contact figures depend on a message's people and date, not on its tags or files: a
-        # message whose people changed is counted again for its old and new addresses; one
-        # new to the mirror is added to its addresses' figures (see _refresh_stats).
+        # Contact figures depend on a message's people, date and whether it is a draft, not on
+        # its other tags or its files: a message whose people changed (a draft sent, or a
+        # draft tag set or taken off) is counted again for its old and new addresses; one new
+        # to the mirror is added to its addresses' figures (see _refresh_stats).
         recount = {row["message_id"] for row, _ in rows if row["message_id"] in people_before
                    and _people(row) != people_before[row["message_id"]]}
         self._touched |= _addresses_of(self.conn, sorted(recount))
@@ -767,11 +773,12 @@ class Mirror:
 
     def _refresh_stats(self) -> int:
         """Bring the figures of the addresses this sync touched up to date -- all of them if
-        a sync died before its refresh (the "stats_dirty" mark, set with the first batch):
+        a sync died before its refresh or a migration changed what they count (the
+        STATS_DIRTY mark, which a sync sets with its first batch):
         recounted for the addresses of changed or removed messages, added up from the new
         messages alone for the others (their other messages did not change).  Returns how
         many were recounted."""
-        dirty = sidecar.get_state(self.conn, "stats_dirty") is not None
+        dirty = sidecar.get_state(self.conn, sidecar.STATS_DIRTY) is not None
         if not self._touched and not self._fresh and not dirty:
             return 0
         with sidecar.transaction(self.conn):
@@ -788,7 +795,7 @@ class Mirror:
                     recount |= add_to_stats(self.conn, self._fresh, skip=recount)
                 refresh_stats(self.conn, recount)
                 recounted = len(recount)
-            sidecar.set_state(self.conn, "stats_dirty", None)
+            sidecar.set_state(self.conn, sidecar.STATS_DIRTY, None)
         self._touched, self._fresh = set(), []
         return recounted
 

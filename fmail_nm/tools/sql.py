@@ -119,7 +119,8 @@ VIEW_NOTES: dict[str, str] = {
     "threads": "participants: senders, comma-separated",
     "tags": "per tag",
     "email_tags": "one row per message and tag",
-    "contacts": "is_me: the user's own; edit with manage_contacts_sql",
+    "contacts": "is_me: the user's own; seen dates and counts leave drafts out; "
+                "edit with manage_contacts_sql",
 }
 
 # How account_name scopes each published view: unqualified names are shadowed by TEMP views
