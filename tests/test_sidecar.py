@@ -475,17 +475,54 @@ def test_unblocking_keeps_spam_on_mail_in_a_junk_folder(indexed: MailEnv, mailbo
     assert "spam" in tags and "blocked" not in tags
 
 
-def test_a_sidecar_from_before_drafts_were_left_out_is_recounted(
+def _block_records(env: MailEnv) -> set[str]:
+    with sidecar.opened(sidecar_file(env)) as conn:
+        return {r[0] for r in conn.execute("SELECT message_id FROM blocked_mail")}
+
+
+def _ids_from(env: MailEnv, address: str) -> list[str]:
+    return sorted(env.notmuch("search", "--output=messages", "--exclude=false",
+                              f"from:{address}").stdout.replace("id:", "").split())
+
+
+def test_a_block_record_goes_with_its_message_and_stays_while_it_is_in_junk(
+        indexed: MailEnv, mailbox: reads.Mailbox) -> None:
+    """How a blocked message was before the block is kept for as long as it can be
+    unblocked -- in Junk or Trash too -- and dropped once the message is gone from notmuch."""
+    bank = "no-reply@northwind-bank.example.com"
+    indexed.fmail("contacts", "block", bank)
+    blocked = _ids_from(indexed, bank)
+    assert _block_records(indexed) == set(blocked)
+    gone, junked, trashed = blocked[:3]
+    os.unlink(_file_of(indexed, gone))  # expunged
+    for mid, folder in ((junked, "Junk"), (trashed, "Trash")):
+        file = _file_of(indexed, mid)
+        target = indexed.mail_root / "personal" / folder / "cur" / file.name.split(",U=")[0]
+        shutil.move(file, target)
+    indexed.notmuch("new")  # runs our post-new hook, which syncs the sidecar
+    assert _block_records(indexed) == set(blocked) - {gone}
+
+    indexed.fmail("contacts", "unblock", bank)
+    assert _search_ids(mailbox, "is:blocked") == set()
+    assert sidecar.uid_for(trashed) in _search_ids(mailbox, "in:trash")
+
+
+def test_a_sidecar_from_before_drafts_were_left_out_is_recounted_and_loses_stale_records(
         indexed: MailEnv, tmp_path: Path) -> None:
     """Figures counted with drafts, as the previous schema's mirror did, are recounted by the
-    first sync after the migration."""
+    first sync after the migration, and the block records of messages the mirror no longer
+    has (dropped before records went with them) are dropped; the others stay."""
     path = sidecar_file(indexed)
     with sidecar.opened(path) as conn:
         conn.execute("UPDATE contact_stats SET messages_to = messages_to + 1, last_seen = ? "
                      "WHERE email_address = ?", (BAKE_SALE_DATE, ANNA))
+        sidecar.save_pre_block(conn, {
+            "expunged-long-ago@example.com": sidecar.PreBlock(frozenset({"inbox"}), frozenset()),
+            "draft-1@example.org": sidecar.PreBlock(frozenset({"draft"}), frozenset())})
         conn.execute("PRAGMA user_version = 11")  # the schema before drafts were left out
     with sidecar.opened(path) as conn:  # migrates
         assert conn.execute("PRAGMA user_version").fetchone()[0] == sidecar.SCHEMA_VERSION
+    assert _block_records(indexed) == {"draft-1@example.org"}
     sync(indexed)
     assert _same_figures_as_a_rebuild(indexed, tmp_path)
 

@@ -807,6 +807,9 @@ class Mirror:
         for chunk in chunks(ids, 500):
             marks = ",".join("?" * len(chunk))
             self.conn.execute(f"DELETE FROM messages WHERE message_id IN ({marks})", chunk)
+        # Gone from notmuch (expunged from Trash or Junk, deleted): there is no mail left to
+        # unblock; a blocked message still in Junk or Trash is still in notmuch, and kept.
+        sidecar.forget_pre_block(self.conn, ids)
         sidecar.refresh_threads(self.conn, threads)
         report.removed += len(ids)
 

@@ -12,7 +12,8 @@ What is in it:
   nowhere else (``fmail-nm contacts export`` saves it);
 * ``contact_stats`` -- figures harvested from the mirror (first/last seen, message counts)
   over the mail sent or received, drafts left out;
-* ``blocked_mail`` -- how each blocked message was before the block, for unblocking;
+* ``blocked_mail`` -- how each blocked message was before the block, for unblocking (and
+  for unblocking again after an undone unblock): kept until the message leaves notmuch;
 * ``sync_state`` and ``audit_log``;
 * what pages read from the mirror (``messages.is_excluded`` and its date index, the counts
   triggers keep in ``mirror_counts``, ``shown_days``, ``tag_counts`` and ``tag_pairs``).
@@ -468,11 +469,17 @@ CREATE TABLE blocked_mail (
 STATS_DIRTY = "stats_dirty"
 
 # Version 12: contact figures leave drafts out (passes.mirror), so the figures counted before
-# are recounted (a sidecar that has none yet is counted by its first build).
+# are recounted (a sidecar that has none yet is counted by its first build); and a message's
+# blocked_mail record goes when the mirror drops the message, so those of messages dropped
+# before go now -- unless the mirror is being built, when a message may be missing from it
+# only because it is not mirrored yet.
 _V12 = f"""
 INSERT INTO sync_state (key, value) SELECT '{STATS_DIRTY}', '1'
     WHERE EXISTS (SELECT 1 FROM contact_stats)
     ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+DELETE FROM blocked_mail WHERE message_id NOT IN (SELECT message_id FROM messages)
+    AND EXISTS (SELECT 1 FROM sync_state WHERE key = 'notmuch_uuid')
+    AND NOT EXISTS (SELECT 1 FROM sync_state WHERE key IN ('window', 'full_build_new_since'));
 """
 
 # Index i holds the script that takes the schema from version i to i + 1.
@@ -1102,7 +1109,8 @@ class PreBlock:
 def save_pre_block(conn: sqlite3.Connection, states: Mapping[str, PreBlock]) -> None:
     """Record how these messages are before a block changes them.  A row stays after
     unblocking -- an undone unblock blocks the message again, and its next unblock needs the
-    row -- and the message's next block replaces it."""
+    row -- and the message's next block replaces it; it goes with the message
+    (:func:`forget_pre_block`)."""
     with transaction(conn):
         conn.executemany(
             "INSERT INTO blocked_mail (message_id, tags, folders) VALUES (?, ?, ?) "
@@ -1111,6 +1119,15 @@ def save_pre_block(conn: sqlite3.Connection, states: Mapping[str, PreBlock]) -> 
             [(mid, json.dumps(sorted(state.tags), ensure_ascii=False),
               json.dumps(sorted(state.folders), ensure_ascii=False))
              for mid, state in states.items()])
+
+
+def forget_pre_block(conn: sqlite3.Connection, message_ids: Sequence[str]) -> None:
+    """Drop the records of messages gone from notmuch: nothing is left to unblock.  Called by
+    the mirror when it drops them, not on every delete from ``messages`` -- a full rebuild
+    empties the mirror while the mail, blocked or not, is still there."""
+    for chunk in chunks(message_ids):
+        marks = ", ".join("?" * len(chunk))
+        conn.execute(f"DELETE FROM blocked_mail WHERE message_id IN ({marks})", chunk)
 
 
 def pre_block_states(conn: sqlite3.Connection, message_ids: Sequence[str]) -> dict[str, PreBlock]:
