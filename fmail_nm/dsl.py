@@ -510,6 +510,13 @@ _INLINE_PDF = _Atom('mimetype:"application/pdf"')
 # has:invitation: the iCalendar types (message.calendar reads the same ones; this layer
 # cannot import it).
 _INVITATION_TYPES = ("text/calendar", "application/ics")
+# has:attachment finds, besides the tag and a PDF, the other parts sent inline that get_email
+# lists as attachments and notmuch indexes by type: a forwarded message, an invitation.
+_INLINE_ATTACHMENT_TYPES = ("message/rfc822", *_INVITATION_TYPES)
+
+
+def _types_atoms(kinds: Sequence[str]) -> list[_Node]:
+    return [_Atom(f'mimetype:"{kind}"') for kind in kinds]
 # is:<word> -> the tag it means (Gmail's words and notmuch's own tag names).
 _IS_TAGS = {
     "unread": tags.UNREAD,
@@ -832,10 +839,11 @@ class _Parser:
 
     def _has(self, name: str, value: str, pos: int) -> _Node:
         if value.lower() in ("invitation", "invite"):
-            return _mk_or([_Atom(f'mimetype:"{kind}"') for kind in _INVITATION_TYPES])
+            return _mk_or(_types_atoms(_INVITATION_TYPES))
         if value.lower() not in ("attachment", "attachments"):
             raise DslError(pos, "has:attachment or has:invitation", _shown(value))
-        return _mk_or([self._tag_atom("attachment"), _INLINE_PDF])
+        return _mk_or([self._tag_atom("attachment"), _INLINE_PDF,
+                       *_types_atoms(_INLINE_ATTACHMENT_TYPES)])
 
     def _in(self, name: str, value: str, pos: int) -> _Node:
         key = value.lower()

@@ -639,11 +639,21 @@ INLINE_PDF = (
 )
 
 
+INLINE_FORWARD = (
+    "From: d@ex.org\nSubject: Fwd: minutes\nMessage-ID: <inline-forward@t>\nMIME-Version: 1.0\n"
+    'Content-Type: multipart/mixed; boundary="b1"\n\n--b1\nContent-Type: text/plain\n\nbelow\n'
+    "--b1\nContent-Type: message/rfc822\nContent-Disposition: inline\n\n"
+    "From: e@ex.org\nSubject: minutes\nMessage-ID: <minutes@t>\n\nthe minutes\n--b1--\n"
+)
+
+
 def test_has_finds_a_pdf_sent_inline_and_an_invitation(tmp_path: Path) -> None:
     """Apple Mail sends files with "Content-Disposition: inline", which notmuch does not tag
-    attachment; a PDF is found by its type. An invitation is found by its own."""
+    attachment; a PDF is found by its type, and so are a forward sent inline and an
+    invitation, which get_email lists as attachments too. An invitation is found by its own."""
     (tmp_path / "mail" / "cur").mkdir(parents=True)
     (tmp_path / "mail" / "cur" / "1.x:2,S").write_text(INLINE_PDF)
+    (tmp_path / "mail" / "cur" / "4.x:2,S").write_text(INLINE_FORWARD)
     (tmp_path / "mail" / "cur" / "2.x:2,S").write_text(
         "From: b@ex.org\nSubject: plain\nMessage-ID: <plain@t>\n\nno file\n")
     (tmp_path / "mail" / "cur" / "3.x:2,S").write_text(
@@ -656,7 +666,7 @@ def test_has_finds_a_pdf_sent_inline_and_an_invitation(tmp_path: Path) -> None:
                    env={**os.environ, "NOTMUCH_CONFIG": str(config)})
     with notmuch2.Database(str(tmp_path / "mail"), config=notmuch2.Database.CONFIG.EMPTY) as db:
         assert ids(db, "tag:attachment") == set()
-        assert search(db, "has:attachment") == {"inline-pdf@t"}
+        assert search(db, "has:attachment") == {"inline-pdf@t", "inline-forward@t", "invite@t"}
         assert search(db, "has:invitation") == {"invite@t"}
         assert search(db, "filename:pdf") == search(db, "filename:.PDF") == {"inline-pdf@t"}
         assert search(db, "filename:inv.pdf") == set()  # an inline file's name: not indexed
