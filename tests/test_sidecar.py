@@ -24,8 +24,9 @@ from fmail_nm.message.text import preview, preview_html_text
 from fmail_nm.passes import mirror
 from fmail_nm.store import maildir, sidecar
 from fmail_nm.store.notmuch import Reader
-from fmail_nm.tools import reads
+from fmail_nm.tools import reads, render
 from fmail_nm.tools.contacts import search
+from fmail_nm.tools.sql import query_emails
 
 from .conftest import MailEnv
 
@@ -105,7 +106,6 @@ def test_every_message_is_mirrored_with_the_fields_notmuch_and_the_file_give(ind
         assert json.loads(row["tags"]) == sorted(m["tags"]), m["id"]
         assert row["is_read"] == int("unread" not in m["tags"])
         assert row["is_flagged"] == int("flagged" in m["tags"])
-        assert row["has_attachment"] == int("attachment" in m["tags"])
         expected_date = iso_from_epoch(m["timestamp"]) if m["timestamp"] else None
         assert row["date"] == expected_date, m["id"]
         files = m["filename"] if isinstance(m["filename"], list) else [m["filename"]]
@@ -116,7 +116,10 @@ def test_every_message_is_mirrored_with_the_fields_notmuch_and_the_file_give(ind
         assert {r["email"] for r in json.loads(row["recipients"])} == recipients, m["id"]
         with open(files[0], "rb") as fh:
             raw = fh.read()
-        assert row["body_preview"] == preview(parse_message(raw, preview_html_text).text, 200)
+        parsed = parse_message(raw, preview_html_text)
+        assert row["body_preview"] == preview(parsed.text, 200)
+        # what get_email lists; notmuch's tag alone leaves out parts sent inline
+        assert row["has_attachment"] == int(bool(parsed.attachments)), m["id"]
         assert row["uid"] == sidecar.uid_for(m["id"])
         threads.setdefault(m["_thread"], set()).add(row["thread_id"])
     assert all(len(ids) == 1 for ids in threads.values())  # one thread id per notmuch thread
@@ -617,3 +620,118 @@ def test_a_file_name_that_is_not_utf8_is_mirrored_and_stops_nothing(indexed: Mai
     assert os.fsencode(name).endswith(b"-\xff\xfe:2,S")  # the name as it is on disk
     assert "later-1@example.com" in rows
     indexed.fmail("sidecar", "rebuild")
+
+
+# ---------------------------------------------------------------------------------------------
+# Attachments: the listing, SQL and has:attachment say what get_email lists
+
+
+def _message(mid: str, subject: str, body: str, content_type: str = "text/plain") -> bytes:
+    return (f"From: Sam Sender <sam@example.com>\nTo: alex@example.org\nSubject: {subject}\n"
+            f"Date: Tue, 01 Dec 2026 10:00:00 +0000\nMessage-ID: <{mid}>\nMIME-Version: 1.0\n"
+            f"Content-Type: {content_type}\n\n{body}").encode()
+
+
+def _mixed(*parts: str) -> str:
+    return "".join(f"--b1\n{part}\n" for part in parts) + "--b1--\n"
+
+
+# Message-ID: (the message, the types of what get_email lists as its attachments); none of
+# them has a part sent with "Content-Disposition: attachment", so notmuch tags none of them.
+ATTACHED = {
+    "inline-pdf@h1.example": (_message(
+        "inline-pdf@h1.example", "the invoice", _mixed(
+            "Content-Type: text/plain\n\nthe invoice, as Apple Mail sends it",
+            'Content-Type: application/pdf; name="inv.pdf"\nContent-Disposition: inline; '
+            'filename="inv.pdf"\nContent-Transfer-Encoding: base64\n\nJVBERi0xLjQK'),
+        'multipart/mixed; boundary="b1"'), ["application/pdf"]),
+    "inline-forward@h1.example": (_message(
+        "inline-forward@h1.example", "Fwd: minutes", _mixed(
+            "Content-Type: text/plain\n\nsee below",
+            "Content-Type: message/rfc822\nContent-Disposition: inline\n\n"
+            "From: Ola <ola@example.net>\nSubject: minutes\nMessage-ID: <minutes@h1.example>\n\n"
+            "the minutes"),
+        'multipart/mixed; boundary="b1"'), ["message/rfc822"]),
+    "invitation@h1.example": (_message(
+        "invitation@h1.example", "Invitation: sprint review",
+        "BEGIN:VCALENDAR\nMETHOD:REQUEST\nBEGIN:VEVENT\nUID:sprint-1\nSUMMARY:Sprint review\n"
+        "DTSTART:20261203T100000Z\nDTEND:20261203T110000Z\nEND:VEVENT\nEND:VCALENDAR\n",
+        "text/calendar; method=REQUEST"), ["text/calendar"]),
+    "no-attachment@h1.example": (_message(
+        "no-attachment@h1.example", "plain words", "nothing attached\n"), []),
+}
+
+
+def _deliver_attached(env: MailEnv) -> None:
+    for n, (raw, _) in enumerate(ATTACHED.values()):
+        (env.mail_root / "personal" / "INBOX" / "new" / f"1796400000.{n}.h1").write_bytes(raw)
+    env.notmuch("new")  # runs our post-new hook, which mirrors them
+
+
+def _attachment_answers(env: MailEnv, mb: reads.Mailbox) -> dict[str, dict[str, bool]]:
+    """Per message, whether each place says it has an attachment."""
+    ids = " OR ".join(f"id:{mid}" for mid in ATTACHED)
+    lines = render.search_text(reads.search_emails(mb, ids)).split("\n")[1:]
+    flags = {line.split(" ")[0]: line.split(" ")[3] for line in lines}
+    found = _search_ids(mb, f"has:attachment ({ids})")
+    marks = ", ".join(f"'{mid}'" for mid in ATTACHED)
+    sql = dict(query_emails(sidecar_file(env), f"SELECT message_id, has_attachment FROM emails "
+                                               f"WHERE message_id IN ({marks})").rows)
+    return {mid: {"get_email": bool(reads.get_email(mb, mid).attachments),
+                  "listing": "A" in flags[sidecar.uid_for(mid)],
+                  "sql": bool(sql[mid]),
+                  "search": sidecar.uid_for(mid) in found}
+            for mid in ATTACHED}
+
+
+def test_every_place_says_what_get_email_lists_as_attachments(indexed: MailEnv,
+                                                               mailbox: reads.Mailbox) -> None:
+    """A PDF sent inline, a forward sent inline, an invitation alone: notmuch does not tag
+    them "attachment", but get_email lists them, and so the listing's A, the SQL column and
+    has:attachment must say so; a plain message has none anywhere."""
+    _deliver_attached(indexed)
+    assert indexed.notmuch("count", "tag:attachment AND (" + " OR ".join(
+        f"id:{mid}" for mid in ATTACHED) + ")").stdout.strip() == "0"
+    for mid, (_, types) in ATTACHED.items():
+        assert [a.content_type for a in reads.get_email(mailbox, mid).attachments] == types
+    answers = _attachment_answers(indexed, mailbox)
+    assert answers == {mid: dict.fromkeys(answers[mid], bool(types))
+                       for mid, (_, types) in ATTACHED.items()}
+    # the invitation's summary is its body, so its preview
+    preview_of = dict(query_emails(sidecar_file(indexed), "SELECT message_id, body_preview "
+                                   "FROM emails WHERE message_id = 'invitation@h1.example'").rows)
+    assert "Sprint review" in preview_of["invitation@h1.example"]
+    assert problems(indexed) == []
+
+
+def test_a_tag_change_keeps_has_attachment(indexed: MailEnv, mailbox: reads.Mailbox) -> None:
+    """A tag change rewrites the row from notmuch without parsing the file again: the
+    attachment the parse found stays, while the mirror lags and after the sync."""
+    _deliver_attached(indexed)
+    retagged = [mid for mid, (_, types) in ATTACHED.items() if types]
+    indexed.notmuch("tag", "+later", "-inbox", "--", " OR ".join(f"id:{m}" for m in retagged))
+    lagging = _attachment_answers(indexed, mailbox)
+    assert all(lagging[mid]["listing"] for mid in retagged)
+    report = sync(indexed)
+    assert report.upserted == len(retagged) and report.parsed == 0
+    answers = _attachment_answers(indexed, mailbox)
+    assert all(answers[mid] == dict.fromkeys(answers[mid], True) for mid in retagged)
+    assert problems(indexed) == []
+
+
+
+def test_a_part_header_cut_by_the_parsed_head_is_no_attachment(tmp_path: Path) -> None:
+    """The mirror parses a file's first 64 KiB: a part whose Content-Type line that cut ends
+    in ("text/pl") must not count as an attachment of some other type."""
+    start = _message("long@h1.example", "long", "--b1\nContent-Type: text/plain\n\n",
+                     'multipart/mixed; boundary="b1"')
+    cut = b"\n--b1\nContent-Type: text/pl"
+    filler = b"words " * ((mirror.HEAD_BYTES - len(start) - len(cut)) // 6)
+    filler += b"w" * (mirror.HEAD_BYTES - len(start) - len(cut) - len(filler))
+    raw = start + filler + cut + b"ain\n\nmore words\n--b1--\n"
+    assert raw.rindex(b"text/pl") + len(b"text/pl") == mirror.HEAD_BYTES
+    path = tmp_path / "long.eml"
+    path.write_bytes(raw)
+    assert not parse_message(raw, preview_html_text).attachments  # as get_email reads it
+    parsed = mirror.parse_file([str(path)])
+    assert not parsed.has_attachment and parsed.body_preview.startswith("words words")

@@ -11,8 +11,8 @@ stamp cannot show are handled apart:
 
 Work is done in batches; each batch and the sync position are committed in one transaction, so
 a sync killed at any point leaves a state the next run simply continues.  Message files are
-opened only for messages the mirror has not seen (recipients, List-Id, a body preview); a tag
-change or a moved file costs no parsing.
+opened only for messages the mirror has not seen (recipients, List-Id, a body preview, whether
+it has attachments); a tag change or a moved file costs no parsing.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Se
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,9 @@ class Parsed:
     list_id: str | None
     body_preview: str
     size: int | None
+    # Some part is one get_email lists as an attachment: also a PDF sent inline, a forwarded
+    # message, an invitation, which notmuch's "attachment" tag leaves out.
+    has_attachment: bool = False
 
 
 @dataclass
@@ -136,7 +139,8 @@ class Layout:
 
 
 def parse_file(filenames: Sequence[str]) -> Parsed:
-    """Recipients, List-Id, preview and size from the first readable file."""
+    """Recipients, List-Id, preview, size and whether it has attachments, from the first
+    readable file."""
     for name in filenames:
         try:
             with open(name, "rb") as fh:
@@ -144,13 +148,23 @@ def parse_file(filenames: Sequence[str]) -> Parsed:
                 size = os.fstat(fh.fileno()).st_size
         except OSError:
             continue
-        parsed = parse_message(head, preview_html_text)
+        parsed = parse_message(_whole_lines(head, size), preview_html_text)
         recipients = [{"name": a.name, "email": a.address.lower(), "kind": kind}
                       for kind, people in (("to", parsed.to), ("cc", parsed.cc))
                       for a in people if a.address][:MAX_RECIPIENTS]
         return Parsed(recipients=recipients, list_id=parsed.list_id.lower() if parsed.list_id else None,
-                      body_preview=preview(parsed.text, PREVIEW_CHARS), size=size)
+                      body_preview=preview(parsed.text, PREVIEW_CHARS), size=size,
+                      has_attachment=bool(parsed.attachments))
     return Parsed(recipients=[], list_id=None, body_preview="", size=None)
+
+
+def _whole_lines(head: bytes, size: int) -> bytes:
+    """The head of a longer file cut after its last whole line: a part header cut mid-line
+    ("Content-Type: text/pl") would read as a part of another type, an attachment."""
+    if len(head) >= size:
+        return head
+    end = head.rfind(b"\n")
+    return head[:end + 1] if end >= 0 else head
 
 
 def parse_workers() -> int:
@@ -249,7 +263,8 @@ def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[s
         "is_replied": int("replied" in m.tags),
         "is_draft": int("draft" in m.tags),
         "is_sent": int(sender_email in me),
-        "has_attachment": int("attachment" in m.tags),
+        # The tag also covers a file attached past the head parse_file reads.
+        "has_attachment": int(parsed.has_attachment or "attachment" in m.tags),
         "is_excluded": int(not exclusions.isdisjoint(m.tags)),
         "tags": json.dumps(sorted(m.tags), ensure_ascii=False),
         "list_id": parsed.list_id,
@@ -284,10 +299,11 @@ def _known(conn: sqlite3.Connection,
     known: dict[str, tuple[Parsed, frozenset[str]]] = {}
     for chunk in chunks(ids, 500):
         marks = ",".join("?" * len(chunk))
-        for mid, recipients, list_id, body_preview, size, filenames in conn.execute(
-                f"SELECT message_id, recipients, list_id, body_preview, size, filenames "
-                f"FROM messages WHERE message_id IN ({marks})", chunk):
-            known[mid] = (Parsed(json.loads(recipients), list_id, body_preview, size),
+        for mid, recipients, list_id, body_preview, size, attached, filenames in conn.execute(
+                f"SELECT message_id, recipients, list_id, body_preview, size, has_attachment, "
+                f"filenames FROM messages WHERE message_id IN ({marks})", chunk):
+            known[mid] = (Parsed(json.loads(recipients), list_id, body_preview, size,
+                                 bool(attached)),
                           frozenset(json.loads(filenames)))
     return known
 
@@ -764,8 +780,7 @@ class Mirror:
             # report if the copy differs; keep the parsed fields, refresh the size cheaply.
             for name in message.filenames:
                 try:
-                    return Parsed(known.recipients, known.list_id, known.body_preview,
-                                  os.stat(name).st_size)
+                    return replace(known, size=os.stat(name).st_size)
                 except OSError:
                     continue
             return known
@@ -876,7 +891,8 @@ def check(config: Config, reader: Reader, conn: sqlite3.Connection, *,
                 continue
             have = dict(zip(_COLUMNS, row))
             parsed = parse_file(message.filenames) if parse_files else Parsed(
-                json.loads(have["recipients"]), have["list_id"], have["body_preview"], have["size"])
+                json.loads(have["recipients"]), have["list_id"], have["body_preview"], have["size"],
+                bool(have["has_attachment"]))
             want = build_row(message, parsed, layout, me, exclusions)
             for column in _COLUMNS:
                 if have[column] != want[column]:

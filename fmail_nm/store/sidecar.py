@@ -695,7 +695,7 @@ def chunks(items: Sequence[str], size: int = 500) -> Iterator[list[str]]:
 
 # What a listing shows of a message, in this order (see tools.reads).
 LISTING_COLUMNS = ("message_id", "uid", "thread_id", "date", "sender_name", "sender_email",
-                   "subject", "tags", "recipients")
+                   "subject", "tags", "recipients", "has_attachment")
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,9 @@ class EmailRef(Dto):
     tags: list[str]
     to: list[str] = Field(default_factory=list,
                           description="first recipients, on the user's own messages only")
+    # Some part get_email lists as an attachment (an inline PDF, a forward, an invitation
+    # too, which notmuch's "attachment" tag leaves out): the listing's A.
+    attachment: bool = False
 
 
 def split_person(person: str) -> tuple[str, str]:

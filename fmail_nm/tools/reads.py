@@ -38,7 +38,7 @@ from ..store.threads import ThreadSummary, sender, summarize
 from ..store.query import (Conjunction, all_of, clean_id, conjunction, folders_query,
                            id_forms, id_query, me_query, plain_addresses, quote,
                            sender_conjunction)
-from ..tags import DELETED, DRAFT, SENT, SPAM
+from ..tags import ATTACHMENT, DELETED, DRAFT, SENT, SPAM
 from . import dto
 
 MAX_LIMIT = 500
@@ -174,30 +174,36 @@ def listing(mb: Mailbox, message_ids: Sequence[str]) -> list[dto.EmailRef]:
     rows, stale = mb.mirror_rows(message_ids)
     me = frozenset(mb.config.addresses)
     refs: dict[str, dto.EmailRef] = {}
-    for mid, uid, thread, date_, name, address, subject, tags_json, recipients in rows.values():
+    for (mid, uid, thread, date_, name, address, subject, tags_json, recipients,
+         attached) in rows.values():
         if mid not in stale:
             tags = json.loads(tags_json)
             refs[mid] = dto.EmailRef(id=uid, thread=thread, date=date_, from_=who(name, address),
                                      subject=subject, tags=tags,
-                                     to=_listed_to(recipients, tags, me))
+                                     to=_listed_to(recipients, tags, me),
+                                     attachment=bool(attached))
     missing = [mid for mid in message_ids if mid not in refs]
     for mid, m in zip(missing, mb.reader.find_many(missing) if missing else ()):
         if m is not None:  # None: removed since the ids were read
             row = rows.get(mid)
             refs[mid] = email_ref(m, known=row is not None, me=me,
-                                  recipients=row[8] if row else None)
+                                  recipients=row[8] if row else None,
+                                  attachment=bool(row[9]) if row else None)
     return [refs[mid] for mid in message_ids if mid in refs]
 
 
 def email_ref(m: IndexedMessage, *, known: bool, me: Collection[str],
-              recipients: str | None = None) -> dto.EmailRef:
+              recipients: str | None = None, attachment: bool | None = None) -> dto.EmailRef:
     """A listing row from the index itself; its id is the uid only when the mirror has the
-    message (so the uid resolves), else the Message-ID."""
+    message (so the uid resolves), else the Message-ID.  ``attachment``: what the mirror's
+    parse of the file says (a tag change leaves it true); without it, notmuch's tag, the
+    best a listing can know without opening the file."""
     tags = sorted(m.tags)
     return dto.EmailRef(
         id=sidecar.uid_for(m.message_id) if known else m.message_id, thread=m.thread_id,
         date=iso_from_epoch(m.date), from_=person(m.from_header), subject=m.subject, tags=tags,
-        to=_listed_to(recipients, tags, me))
+        to=_listed_to(recipients, tags, me),
+        attachment=ATTACHMENT in m.tags if attachment is None else attachment)
 
 
 def clamp_limit(limit: int) -> int:

@@ -75,8 +75,13 @@ def one_line(text: str) -> str:
     return _CONTROL.sub(" ", text).strip()
 
 
-def flags(tags: Iterable[str]) -> str:
+def flags(tags: Iterable[str], *, attachment: bool | None = None) -> str:
+    """The flag letters and shown tags; ``attachment`` (when known) says whether to show A,
+    instead of notmuch's tag, which leaves out files sent inline."""
     present = set(tags)
+    if attachment is not None:
+        present.discard(T.ATTACHMENT)
+        present.update([T.ATTACHMENT] if attachment else [])
     letters = "".join(letter for tag, letter in FLAG_LETTERS if tag in present)
     has_list_id = any(t.startswith(_LIST_PREFIX) for t in present)
     extra = sorted(t for t in present if t not in _LETTER and t not in UNSHOWN_TAGS
@@ -137,7 +142,8 @@ def shown_name(name: str) -> str:
 
 def email_line(e: dto.EmailRef) -> str:
     who = ("to " + ", ".join(short_name(p) for p in e.to)) if e.to else short_name(e.from_)
-    return f"{e.id} {when(e.date)} {flags(e.tags)} {who} | {_subject(e.subject)}"
+    return (f"{e.id} {when(e.date)} {flags(e.tags, attachment=e.attachment)} {who} | "
+            f"{_subject(e.subject)}")
 
 
 def threads_text(r: dto.ThreadList) -> str:
