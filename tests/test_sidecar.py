@@ -735,3 +735,44 @@ def test_a_part_header_cut_by_the_parsed_head_is_no_attachment(tmp_path: Path) -
     assert not parse_message(raw, preview_html_text).attachments  # as get_email reads it
     parsed = mirror.parse_file([str(path)])
     assert not parsed.has_attachment and parsed.body_preview.startswith("words words")
+
+
+class Killed(Exception):
+    """Stands for the process dying just after a batch was committed."""
+
+
+def _killed(_: int) -> None:
+    raise Killed
+
+
+def test_a_mirror_written_before_the_upgrade_is_parsed_again_once(indexed: MailEnv,
+                                                                  mailbox: reads.Mailbox) -> None:
+    """A sidecar of schema 12 took has_attachment from notmuch's tag, and an invitation alone
+    had no preview: the upgrade parses the rows that can be wrong again, once; a sync killed
+    on the way leaves the rest to the next."""
+    _deliver_attached(indexed)
+    path = sidecar_file(indexed)
+    with sqlite3.connect(path) as conn:  # as the version before wrote the rows
+        conn.execute("UPDATE messages SET has_attachment = EXISTS (SELECT 1 FROM message_tags t "
+                     "WHERE t.message_id = messages.message_id AND t.tag = 'attachment')")
+        conn.execute("UPDATE messages SET body_preview = '' "
+                     "WHERE message_id = 'invitation@h1.example'")
+        conn.execute("PRAGMA user_version = 12")
+        # a row with the tag has it, and only an empty preview lacked text that now shows
+        candidates, total = conn.execute("SELECT count(*) FILTER (WHERE has_attachment = 0 "
+                                         "OR body_preview = ''), count(*) FROM messages").fetchone()
+    conn.close()
+    progress: list[tuple[str, int, int]] = []
+    with Reader() as reader, sidecar.opened(path) as conn:  # opening it migrates it
+        with pytest.raises(Killed):
+            mirror.Mirror(indexed.config(), reader, conn, batch_size=20, on_batch=_killed,
+                          on_progress=lambda *step: progress.append(step)).sync()
+    assert progress == [("sidecar", 0, candidates)]  # an upgrade of a large mailbox says so
+    report = sync(indexed)
+    # the rows not committed before, and no others: those with the tag are not parsed again
+    assert report.parsed == candidates - 20 and candidates < total
+    answers = _attachment_answers(indexed, mailbox)
+    assert answers == {mid: dict.fromkeys(answers[mid], bool(types))
+                       for mid, (_, types) in ATTACHED.items()}
+    assert problems(indexed) == []
+    assert sync(indexed).parsed == 0  # done once

@@ -12,7 +12,9 @@ stamp cannot show are handled apart:
 Work is done in batches; each batch and the sync position are committed in one transaction, so
 a sync killed at any point leaves a state the next run simply continues.  Message files are
 opened only for messages the mirror has not seen (recipients, List-Id, a body preview, whether
-it has attachments); a tag change or a moved file costs no parsing.
+it has attachments); a tag change or a moved file costs no parsing.  When what a parse yields
+changes, a schema migration asks the next sync to parse again, once, the rows that can differ
+(``Mirror._reparse``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -608,6 +610,8 @@ class Mirror:
             if commit is not None:
                 with sidecar.transaction(self.conn):
                     sidecar.set_state(self.conn, REMOVALS_CHECKED, commit)
+        if (after := sidecar.get_state(self.conn, sidecar.REPARSE_KEY)) is not None:
+            self._reparse(after, report)
         report.recounted = self._refresh_stats()
         report.prefetched = self._prefetch_used
         return report
@@ -626,6 +630,7 @@ class Mirror:
         sidecar.set_state(self.conn, "revision", None)
         sidecar.set_state(self.conn, "window", None)
         sidecar.set_state(self.conn, REMOVALS_CHECKED, None)
+        sidecar.set_state(self.conn, sidecar.REPARSE_KEY, None)  # every file is parsed anew
 
     def _next_window(self, current: int) -> _Window | None:
         pending = _Window.load(sidecar.get_state(self.conn, "window"))
@@ -728,6 +733,45 @@ class Mirror:
             report.upserted += 1
         self._delete(gone, report)
         sidecar.refresh_threads(self.conn, threads)
+
+    def _reparse(self, after: str, report: MirrorReport) -> None:
+        """Parse again the files of the rows a parse of an older version may have got wrong
+        (see sidecar.REPARSED_ROWS), after the Message-ID ``after``, updating only what the
+        parse changed; a batch at a time, so a killed run goes on from its last batch."""
+        rows = self.conn.execute(
+            f"SELECT message_id, filenames FROM messages WHERE message_id > ? "
+            f"AND ({sidecar.REPARSED_ROWS}) ORDER BY message_id", (after,)).fetchall()
+        names = [json.loads(filenames) for _, filenames in rows]
+        if self.on_progress is not None and rows:  # minutes at 100k: say so
+            self.on_progress(SIDECAR, 0, len(rows))
+        with closing(parse_in_order([files[0] if files else "" for files in names])) as parses:
+            self._write_reparsed(rows, names, parses, report)
+        with sidecar.transaction(self.conn):
+            sidecar.set_state(self.conn, sidecar.REPARSE_KEY, None)
+
+    def _write_reparsed(self, rows: Sequence[tuple[str, str]], names: Sequence[list[str]],
+                        parses: Iterator[Parsed], report: MirrorReport) -> None:
+        for start in range(0, len(rows), self.batch_size):
+            updates = []
+            for (mid, _), files, parsed in zip(rows[start:start + self.batch_size],
+                                               names[start:start + self.batch_size], parses):
+                if parsed.size is None and len(files) > 1:  # the first copy is gone
+                    parsed = parse_file(files[1:])
+                if parsed.size is not None:  # no file to read: the row stays as it was
+                    updates.append((int(parsed.has_attachment), parsed.body_preview, mid))
+            with sidecar.transaction(self.conn):
+                # max(): the tag's answer, already in the column, covers files attached past
+                # the head parse_file reads.
+                self.conn.executemany("UPDATE messages SET has_attachment = "
+                                      "max(has_attachment, ?), body_preview = ? "
+                                      "WHERE message_id = ?", updates)
+                last = rows[min(start + self.batch_size, len(rows)) - 1][0]
+                sidecar.set_state(self.conn, sidecar.REPARSE_KEY, last)
+            report.parsed += len(updates)
+            if self.on_batch is not None:
+                self.on_batch(len(updates))
+            if self.on_progress is not None:
+                self.on_progress(SIDECAR, min(start + self.batch_size, len(rows)), len(rows))
 
     def _folders(self, filenames: Iterable[str]) -> set[str | None]:
         return {notmuch_folder(name, self.config.mail_root) for name in filenames}

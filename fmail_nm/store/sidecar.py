@@ -482,8 +482,22 @@ DELETE FROM blocked_mail WHERE message_id NOT IN (SELECT message_id FROM message
     AND NOT EXISTS (SELECT 1 FROM sync_state WHERE key IN ('window', 'full_build_new_since'));
 """
 
+# Version 13: ``has_attachment`` says whether get_email lists an attachment (a PDF sent inline,
+# a forwarded message, an invitation), no longer only notmuch's "attachment" tag, and a
+# message whose only text is an invitation or Markdown has it as its preview: the mirror
+# parses again the files of the rows that can have changed -- those REPARSED_ROWS selects
+# (a row with the tag keeps it; only an empty preview was missing text) -- in Message-ID
+# order, REPARSE_KEY holding the last one done (passes.mirror).  An empty mirror has none.
+REPARSE_KEY = "reparse_after"
+REPARSED_ROWS = "has_attachment = 0 OR body_preview = ''"
+_V13 = f"""
+INSERT INTO sync_state (key, value) SELECT '{REPARSE_KEY}', '' WHERE EXISTS (SELECT 1 FROM messages)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+"""
+
 # Index i holds the script that takes the schema from version i to i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
+                               _V13)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
