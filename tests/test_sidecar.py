@@ -662,26 +662,47 @@ ATTACHED = {
 }
 
 
-def _deliver_attached(env: MailEnv) -> None:
-    for n, (raw, _) in enumerate(ATTACHED.values()):
+# Parts get_email lists that are no files to a reader: a PGP signature, a logo the HTML shows.
+NOT_FILES = {
+    "signed@h1.example": (_message(
+        "signed@h1.example", "signed words", _mixed(
+            "Content-Type: text/plain\n\nsigned words",
+            'Content-Type: application/pgp-signature; name="signature.asc"\n\n'
+            "-----BEGIN PGP SIGNATURE-----\n\niQEz\n-----END PGP SIGNATURE-----"),
+        'multipart/signed; protocol="application/pgp-signature"; micalg=pgp-sha256; '
+        'boundary="b1"'), ["application/pgp-signature"]),
+    "logo@h1.example": (_message(
+        "logo@h1.example", "newsletter", _mixed(
+            'Content-Type: text/html\n\n<p>News</p><img src="cid:logo@x" alt="">',
+            "Content-Type: image/png\nContent-ID: <logo@x>\nContent-Disposition: inline\n"
+            "Content-Transfer-Encoding: base64\n\niVBORw0KGgo="),
+        'multipart/related; boundary="b1"'), ["image/png"]),
+}
+
+
+def _deliver_attached(env: MailEnv, messages: dict[str, tuple[bytes, list[str]]] = ATTACHED
+                      ) -> None:
+    for n, (raw, _) in enumerate(messages.values()):
         (env.mail_root / "personal" / "INBOX" / "new" / f"1796400000.{n}.h1").write_bytes(raw)
     env.notmuch("new")  # runs our post-new hook, which mirrors them
 
 
-def _attachment_answers(env: MailEnv, mb: reads.Mailbox) -> dict[str, dict[str, bool]]:
+def _attachment_answers(env: MailEnv, mb: reads.Mailbox,
+                        messages: dict[str, tuple[bytes, list[str]]] = ATTACHED
+                        ) -> dict[str, dict[str, bool]]:
     """Per message, whether each place says it has an attachment."""
-    ids = " OR ".join(f"id:{mid}" for mid in ATTACHED)
+    ids = " OR ".join(f"id:{mid}" for mid in messages)
     lines = render.search_text(reads.search_emails(mb, ids)).split("\n")[1:]
     flags = {line.split(" ")[0]: line.split(" ")[3] for line in lines}
     found = _search_ids(mb, f"has:attachment ({ids})")
-    marks = ", ".join(f"'{mid}'" for mid in ATTACHED)
+    marks = ", ".join(f"'{mid}'" for mid in messages)
     sql = dict(query_emails(sidecar_file(env), f"SELECT message_id, has_attachment FROM emails "
                                                f"WHERE message_id IN ({marks})").rows)
     return {mid: {"get_email": bool(reads.get_email(mb, mid).attachments),
                   "listing": "A" in flags[sidecar.uid_for(mid)],
                   "sql": bool(sql[mid]),
                   "search": sidecar.uid_for(mid) in found}
-            for mid in ATTACHED}
+            for mid in messages}
 
 
 def test_every_place_says_what_get_email_lists_as_attachments(indexed: MailEnv,
@@ -702,6 +723,19 @@ def test_every_place_says_what_get_email_lists_as_attachments(indexed: MailEnv,
                                    "FROM emails WHERE message_id = 'invitation@h1.example'").rows)
     assert "Sprint review" in preview_of["invitation@h1.example"]
     assert problems(indexed) == []
+
+
+def test_a_signature_or_a_pictured_logo_is_no_attachment_to_flag(
+        indexed: MailEnv, mailbox: reads.Mailbox) -> None:
+    """get_email lists a PGP signature and an image the HTML shows in place, for whoever
+    wants them; but a signed message or a newsletter's logo is no mail "with attachments":
+    the listing's A, the SQL column and has:attachment say none."""
+    _deliver_attached(indexed, NOT_FILES)
+    for mid, (_, types) in NOT_FILES.items():
+        assert [a.content_type for a in reads.get_email(mailbox, mid).attachments] == types
+    answers = _attachment_answers(indexed, mailbox, NOT_FILES)
+    assert answers == {mid: {"get_email": True, "listing": False, "sql": False, "search": False}
+                       for mid in NOT_FILES}
 
 
 def test_a_tag_change_keeps_has_attachment(indexed: MailEnv, mailbox: reads.Mailbox) -> None:

@@ -103,6 +103,8 @@ class ParsedMessage:
     defects: list[str]
     # What the reader must know of a body that is not all there, e.g. that it is encrypted.
     body_notes: list[str] = field(default_factory=list)
+    # Some attachment is a file to the reader (see is_file), not only a signature or such.
+    has_files: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -136,9 +138,10 @@ def _guarded(raw: bytes, parse: Callable[[bytes, list[str]], T],
 def _parse(raw: bytes, render_html: HtmlRenderer, defects: list[str]) -> ParsedMessage:
     root = parse_entity(raw, defects)
     headers = root.headers
+    entities = attachment_entities(root)
     attachments = [
         AttachmentInfo(i, entity_filename(e, defects), e.ctype, _entity_size(e, defects))
-        for i, e in enumerate(attachment_entities(root))
+        for i, e in enumerate(entities)
     ]
     body = _Rendering(render_html, defects)
     text = _body_text(root, body)
@@ -158,6 +161,7 @@ def _parse(raw: bytes, render_html: HtmlRenderer, defects: list[str]) -> ParsedM
         attachments=attachments,
         defects=list(dict.fromkeys(defects)),
         body_notes=list(dict.fromkeys(body.notes)),
+        has_files=any(map(is_file, entities)),
     )
 
 
@@ -455,6 +459,24 @@ def _is_attachment(entity: Entity) -> bool:
     if _disposition(entity) == "attachment":
         return True
     return bool(entity_filename(entity, []))
+
+
+# Parts get_email lists that no mail reader calls attachments: a signature, the control part
+# of an encrypted message, the machine-readable parts of a delivery or read report.
+_NOT_FILES = frozenset({"application/pgp-signature", "application/pkcs7-signature",
+                        "application/x-pkcs7-signature", "application/pgp-encrypted",
+                        "message/delivery-status", "message/disposition-notification",
+                        "text/rfc822-headers"})
+
+
+def is_file(entity: Entity) -> bool:
+    """Whether an attachment is one to the reader (the listing's ``A``): not one of
+    _NOT_FILES, nor an image the HTML shows in its place (one with a Content-ID, not sent
+    as an attachment: a logo, a signature's picture)."""
+    if entity.ctype in _NOT_FILES:
+        return False
+    embedded = entity.ctype.startswith("image/") and _disposition(entity) != "attachment"
+    return not (embedded and header(entity.headers, "content-id"))
 
 
 def attachment_entities(root: Entity) -> list[Entity]:

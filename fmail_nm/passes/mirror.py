@@ -93,8 +93,9 @@ class Parsed:
     list_id: str | None
     body_preview: str
     size: int | None
-    # Some part is one get_email lists as an attachment: also a PDF sent inline, a forwarded
-    # message, an invitation, which notmuch's "attachment" tag leaves out.
+    # Some part is a file get_email lists as an attachment: also a PDF sent inline, a forwarded
+    # message, an invitation, which notmuch's "attachment" tag leaves out; not a signature or
+    # a picture the HTML shows in place (mime.is_file).
     has_attachment: bool = False
 
 
@@ -156,7 +157,7 @@ def parse_file(filenames: Sequence[str]) -> Parsed:
                       for a in people if a.address][:MAX_RECIPIENTS]
         return Parsed(recipients=recipients, list_id=parsed.list_id.lower() if parsed.list_id else None,
                       body_preview=preview(parsed.text, PREVIEW_CHARS), size=size,
-                      has_attachment=bool(parsed.attachments))
+                      has_attachment=parsed.has_files)
     return Parsed(recipients=[], list_id=None, body_preview="", size=None)
 
 
