@@ -698,8 +698,18 @@ def _attachment_answers(env: MailEnv, mb: reads.Mailbox,
     marks = ", ".join(f"'{mid}'" for mid in messages)
     sql = dict(query_emails(sidecar_file(env), f"SELECT message_id, has_attachment FROM emails "
                                                f"WHERE message_id IN ({marks})").rows)
+    threads = render.threads_text(reads.list_threads(mb, ids)).split("\n")[1:]
+    thread_flags = {line.split(" ")[0]: line.split(" ")[4] for line in threads}
+
+    def in_thread(mid: str) -> bool:  # the message's line in get_thread
+        full = reads.get_thread(mb, mid, include_bodies=False)
+        line = next(x for x in render.thread_text(full).split("\n")
+                    if x.startswith("[") and f" {sidecar.uid_for(mid)} " in x)
+        return "A" in line.split(" ")[4]
     return {mid: {"get_email": bool(reads.get_email(mb, mid).attachments),
                   "listing": "A" in flags[sidecar.uid_for(mid)],
+                  "threads": "A" in thread_flags[reads.get_email(mb, mid).thread],
+                  "thread": in_thread(mid),
                   "sql": bool(sql[mid]),
                   "search": sidecar.uid_for(mid) in found}
             for mid in messages}
@@ -734,7 +744,8 @@ def test_a_signature_or_a_pictured_logo_is_no_attachment_to_flag(
     for mid, (_, types) in NOT_FILES.items():
         assert [a.content_type for a in reads.get_email(mailbox, mid).attachments] == types
     answers = _attachment_answers(indexed, mailbox, NOT_FILES)
-    assert answers == {mid: {"get_email": True, "listing": False, "sql": False, "search": False}
+    assert answers == {mid: {"get_email": True, "listing": False, "threads": False,
+                             "thread": False, "sql": False, "search": False}
                        for mid in NOT_FILES}
 
 

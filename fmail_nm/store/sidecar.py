@@ -1030,19 +1030,32 @@ def day_at_rank(conn: sqlite3.Connection, rank: int) -> int | None:
     return None
 
 
-def unread_by_thread(conn: sqlite3.Connection, thread_ids: Sequence[str],
-                     excluded_tags: Sequence[str]) -> dict[str, int]:
-    """Unread messages per thread, leaving out those with an excluded tag (spam, deleted),
-    in one read for a page of threads."""
-    found: dict[str, int] = {}
+def thread_figures(conn: sqlite3.Connection, thread_ids: Sequence[str],
+                   excluded_tags: Sequence[str]) -> dict[str, tuple[int, bool]]:
+    """Per thread of a page, in one read: its unread messages, leaving out those with an
+    excluded tag (spam, deleted), and whether any message has a file attached."""
+    found: dict[str, tuple[int, bool]] = {}
     tag_marks = ",".join("?" * len(excluded_tags)) or "NULL"
     for chunk in chunks(thread_ids):
         marks = ",".join("?" * len(chunk))
-        found.update(conn.execute(
-            f"SELECT thread_id, count(*) FROM messages m WHERE thread_id IN ({marks}) "
-            f"AND is_read = 0 AND NOT EXISTS (SELECT 1 FROM message_tags t WHERE "
-            f"t.message_id = m.message_id AND t.tag IN ({tag_marks})) GROUP BY thread_id",
-            [*chunk, *excluded_tags]).fetchall())
+        for thread_id, unread, attached in conn.execute(
+                f"SELECT thread_id, sum(CASE WHEN is_read = 0 THEN NOT EXISTS (SELECT 1 FROM "
+                f"message_tags t WHERE t.message_id = m.message_id AND t.tag IN ({tag_marks})) "
+                f"ELSE 0 END), max(has_attachment) FROM messages m "
+                f"WHERE thread_id IN ({marks}) GROUP BY thread_id",
+                [*excluded_tags, *chunk]):
+            found[thread_id] = (unread, bool(attached))
+    return found
+
+
+def attached_messages(conn: sqlite3.Connection, message_ids: Sequence[str]) -> set[str]:
+    """Those of these messages the mirror found a file attached to."""
+    found: set[str] = set()
+    for chunk in chunks(message_ids):
+        marks = ",".join("?" * len(chunk))
+        found.update(row[0] for row in conn.execute(
+            f"SELECT message_id FROM messages WHERE message_id IN ({marks}) "
+            f"AND has_attachment = 1", chunk))
     return found
 
 

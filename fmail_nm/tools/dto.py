@@ -94,6 +94,7 @@ class ThreadRef(Dto):
     matched: int
     unread: int = 0
     tags: list[str]
+    attachment: bool = False  # a message has a file attached (see EmailRef): the line's A
 
 
 class ThreadList(Dto):
@@ -158,6 +159,7 @@ class ThreadMessage(Dto):
                                 "thread's")
     tags: list[str]
     body: Body | None = None
+    attachment: bool = False  # a file attached (see EmailRef): the line's A
 
 
 class ThreadFull(Dto):

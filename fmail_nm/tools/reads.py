@@ -596,14 +596,14 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
     matched = total_of()
     total = (mb.reader.count_threads(nm_query, exclude_tags=compiled.exclude_tags)
              if matched <= THREAD_COUNT_MAX_MESSAGES else None)
-    unread = unread_counts(mb, [t.thread_id for t in page], compiled.exclude_tags)
+    unread, attached = thread_figures(mb, [t.thread_id for t in page], compiled.exclude_tags)
     refs = []
     for t in page:
         refs.append(dto.ThreadRef(
             thread=t.thread_id, subject=t.subject, authors=list(t.authors),
             oldest=iso_from_epoch(t.oldest) or "", newest=iso_from_epoch(t.newest) or "",
             messages=t.message_count, matched=t.matched_count, unread=unread.get(t.thread_id, 0),
-            tags=sorted(t.tags)))
+            tags=sorted(t.tags), attachment=t.thread_id in attached or ATTACHMENT in t.tags))
     return dto.ThreadList(threads=refs, total=total, matched_messages=matched,
                           next_cursor=(make_cursor(offset + len(page), fp, compiled.anchor)
                                        if more else None))
@@ -633,22 +633,27 @@ def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
     return page[:limit], len(page) > limit
 
 
-def unread_counts(mb: Mailbox, thread_ids: Sequence[str],
-                  exclude_tags: Sequence[str]) -> dict[str, int]:
-    """Unread messages per thread of a page: one mirror read; a thread with a message the
-    mirror has not caught up with is counted by notmuch (one count for each such thread)."""
+def thread_figures(mb: Mailbox, thread_ids: Sequence[str],
+                   exclude_tags: Sequence[str]) -> tuple[dict[str, int], set[str]]:
+    """Unread messages per thread of a page, and the threads with a file attached to a
+    message (as the mirror's parse found: the caller adds those notmuch tagged): one mirror
+    read; a thread with a message the mirror has not caught up with is counted by notmuch
+    (one count for each such thread)."""
     mirror = mb.mirror_lag() if thread_ids else None
     counts: dict[str, int] = {}
+    attached: set[str] = set()
     lagging = set(thread_ids)
     if mirror is not None:
         conn, lag = mirror
-        counts = sidecar.unread_by_thread(conn, thread_ids, exclude_tags)
+        figures = sidecar.thread_figures(conn, thread_ids, exclude_tags)
+        counts = {tid: unread for tid, (unread, _) in figures.items() if unread}
+        attached = {tid for tid, (_, has_file) in figures.items() if has_file}
         lagging = set() if lag is None else {m.thread_id for m in mb.reader.messages(
             f"lastmod:{lag}.. AND ({' OR '.join(f'thread:{quote(t)}' for t in thread_ids)})",
             exclude_tags=())}
     for tid in lagging:
         counts[tid] = mb.reader.count(f"thread:{quote(tid)} AND tag:unread", exclude_tags=exclude_tags)
-    return counts
+    return counts, attached
 
 
 # A write (ours on the write thread, a mail client's, mbsync's) renames a file before it
@@ -775,6 +780,9 @@ def get_thread(mb: Mailbox, thread_id: str, include_bodies: bool = True,
     budget = max_total_chars
     truncated = False
     messages = []
+    mirror = mb.mirror_lag()
+    attached = (sidecar.attached_messages(mirror[0], [n.message.message_id for n in nodes])
+                if mirror is not None else set())
     for node in nodes:
         body = None
         if include_bodies and budget > 0:
@@ -785,19 +793,23 @@ def get_thread(mb: Mailbox, thread_id: str, include_bodies: bool = True,
             budget -= len(body.text)
         elif include_bodies:
             truncated = True
-        messages.append(_thread_message(node, body, nodes[0].message.subject))
+        messages.append(_thread_message(node, body, nodes[0].message.subject,
+                                        node.message.message_id in attached))
     return dto.ThreadFull(thread=tid, subject=nodes[0].message.subject, messages=messages,
                           truncated=truncated)
 
 
-def _thread_message(node: ThreadNode, body: dto.Body | None, subject: str) -> dto.ThreadMessage:
+def _thread_message(node: ThreadNode, body: dto.Body | None, subject: str,
+                    attached: bool) -> dto.ThreadMessage:
+    """``attached``: the mirror's parse found a file attached (notmuch's tag counts too)."""
     m = node.message
     return dto.ThreadMessage(
         id=sidecar.uid_for(m.message_id), depth=node.depth,
         parent=sidecar.uid_for(node.parent_id) if node.parent_id else None,
         subject=None if bare_subject(m.subject) == bare_subject(subject) else m.subject,
         from_=person(m.from_header),
-        date=iso_from_epoch(m.date), tags=sorted(m.tags), body=body)
+        date=iso_from_epoch(m.date), tags=sorted(m.tags), body=body,
+        attachment=attached or ATTACHMENT in m.tags)
 
 
 _REPLY_PREFIX = re.compile(r"^\s*((re|fwd?|aw|wg|sv|vs)\s*(\[\d+\])?\s*:\s*)+", re.IGNORECASE)

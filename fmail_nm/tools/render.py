@@ -156,7 +156,7 @@ def threads_text(r: dto.ThreadList) -> str:
     for t in r.threads:
         count = f"{t.matched}/{t.messages}" if t.matched < t.messages else str(t.messages)
         mark = (f"U{t.unread}" if t.unread else "") + flags(
-            x for x in t.tags if x != T.UNREAD).strip("-")
+            (x for x in t.tags if x != T.UNREAD), attachment=t.attachment).strip("-")
         lines.append(f"{t.thread} {when(t.newest)} {count} {mark or '-'} "
                      f"{', '.join(shown_name(a) for a in t.authors)} | {_subject(t.subject)}")
     return "\n".join(lines)
@@ -245,7 +245,7 @@ def thread_text(t: dto.ThreadFull) -> str:
              + ("; later bodies left out by max_total_chars)" if t.truncated else ")")]
     for n, m in enumerate(t.messages, 1):
         reply = f" reply to [{number[m.parent]}]" if m.parent in number else ""
-        lines.append(f"\n[{n}] {m.id} {when(m.date)} {flags(m.tags)} {one_line(m.from_)}{reply}")
+        lines.append(f"\n[{n}] {m.id} {when(m.date)} {flags(m.tags, attachment=m.attachment)} {one_line(m.from_)}{reply}")
         if m.subject is not None:
             lines.append(f"subject: {_subject(m.subject)}")
         if m.body is not None:
