@@ -1211,6 +1211,36 @@ def test_clean_text_keeps_text_that_only_looks_like_a_footer(text: str) -> None:
     assert clean_text(text) == text
 
 
+QUOTE_BODY = "Hi Alex,\n\nThe quote is attached.\n\nRegards,\nJo"
+M365_BANNER = ("CAUTION: This email originated from outside of the organization. Do not click "
+               "links or open attachments unless you recognize the sender and know the content "
+               "is safe.\n\n")
+FIRST_CONTACT = ("You don't often get email from jo@vendor.example. Learn why this is important"
+                 "<https://aka.ms/LearnAboutSenderIdentification>\n\n")
+NOTICE = ("\n\n=====================================\n\nE-MAIL DISCLAIMER\n\n"
+          "This e-mail and any files transmitted with it are confidential and may be legally\n"
+          "privileged. They are intended solely for the use of the intended recipient.\n\n"
+          "If you have received this e-mail in error please notify postmaster@vendor.example.")
+
+
+@pytest.mark.parametrize("text", [M365_BANNER + QUOTE_BODY, FIRST_CONTACT + QUOTE_BODY,
+                                  QUOTE_BODY + NOTICE, M365_BANNER + QUOTE_BODY + NOTICE])
+def test_clean_text_drops_sender_banners_and_confidentiality_notices(text: str) -> None:
+    assert clean_text(text) == QUOTE_BODY
+
+
+@pytest.mark.parametrize("text", [
+    # A message about an outside warning, and one about confidentiality: their own words.
+    "Warning: the backup drive is full.\n\nPlease clear space.",
+    "Caution: the new office is outside the ring road, plan your trip.\n\nSee you Monday.",
+    "Hi,\n\nThis message is confidential until Friday: the merger.\n\nThanks",
+    # A notice's words far above the end are the message's own.
+    "This email is confidential and intended only for the board.\n\n" + "Agenda item.\n" * 200,
+])
+def test_clean_text_keeps_text_that_only_looks_like_a_banner_or_notice(text: str) -> None:
+    assert clean_text(text) == text.strip()
+
+
 def test_clean_text_of_only_a_footer_keeps_it() -> None:
     footer = MAILMAN.split("\n\n", 1)[1].strip()
     assert clean_text(footer) == footer

@@ -362,11 +362,11 @@ def clean_text(text: str, forward: bool = False) -> str:
     text that had unquoted content; text that is all quotes comes back unchanged.
     """
     lines = _without_clearsign_armor(sanitize(text).split("\n"))
-    cleaned = tidy("\n".join(_drop_footers(_new_content(lines, forward))))
+    cleaned = tidy("\n".join(_without_boilerplate(_new_content(lines, forward))))
     if cleaned:
         return cleaned
     unquoted = [line for line in lines if not _QUOTED.match(line)]
-    return (tidy("\n".join(_drop_footers(unquoted[:]))) or tidy("\n".join(unquoted))
+    return (tidy("\n".join(_without_boilerplate(unquoted[:]))) or tidy("\n".join(unquoted))
             or text)
 
 
@@ -455,13 +455,83 @@ def _drop_trailing(kept: list[str]) -> list[str]:
     return kept
 
 
-def _drop_footers(kept: list[str]) -> list[str]:
-    """``kept`` without the list and notification footers at its end (stacked ones too)."""
+def _without_boilerplate(kept: list[str]) -> list[str]:
+    """``kept`` without what mail systems add around a message: an external-sender banner
+    at its top, list and notification footers and confidentiality notices at its end
+    (stacked ones too)."""
+    _drop_banner(kept)
     _drop_trailing(kept)
-    while (start := _footer_start(kept)) is not None:
+    while (start := _tail_start(kept)) is not None:
         del kept[start:]
         _drop_trailing(kept)
     return kept
+
+
+def _tail_start(lines: list[str]) -> int | None:
+    footer = _footer_start(lines)
+    return footer if footer is not None else _disclaimer_start(lines)
+
+
+# The banner a mail system puts above mail from outside (Microsoft 365, Mimecast, Proofpoint),
+# and Outlook's first-contact tip: a short first paragraph.
+_BANNER = re.compile(
+    r"^\W{0,5}(caution|warning|attention|notice|important|external( e-?mail| sender| message)?)"
+    r"\b.{0,60}?(originated (from )?outside|from an? external sender|outside (of )?(the|your|"
+    r"our) (organi[sz]ation|company|firm|network))|^\W{0,5}you don.t often get e-?mail from ",
+    re.I | re.S)
+_BANNER_CHARS = 600
+_BANNER_LINES = 4
+
+
+def _drop_banner(kept: list[str]) -> None:
+    first = next((i for i, line in enumerate(kept) if line.strip()), None)
+    if first is None:
+        return
+    end = next((i for i in range(first, len(kept)) if not kept[i].strip()), len(kept))
+    paragraph = "\n".join(kept[first:end])
+    if (end - first <= _BANNER_LINES and len(paragraph) <= _BANNER_CHARS
+            and _BANNER.search(paragraph)):
+        del kept[:end]
+
+
+# A confidentiality notice below the message: a paragraph that opens like one and says both
+# that the mail is confidential and whom it is for.  Within the last _NOTICE_CHARS.
+_NOTICE_OPENING = re.compile(
+    r"^\W{0,5}(confidentiality( notice)?|disclaimer|notice|privileged|this (e-?mail|message|"
+    r"communication|transmission)|the (information|contents?) (contained )?in this|any "
+    r"(views|opinions))\b", re.I)
+_NOTICE_CONFIDENTIAL = re.compile(r"confidential|privileged", re.I)
+_NOTICE_ADDRESSEE = re.compile(r"intended (solely |only )?(for|recipient)|addressee|in error|"
+                               r"named above", re.I)
+_NOTICE_CHARS = 2000
+# What may stand above a notice as its heading: "E-MAIL DISCLAIMER", a rule.
+_NOTICE_HEADING = re.compile(r"^\W*((e-?mail )?(disclaimer|confidentiality( notice)?|legal "
+                             r"notice)\W*|[=_*-]{8,}[ \t]*)$", re.I)
+
+
+def _disclaimer_start(lines: list[str]) -> int | None:
+    """Where a confidentiality notice at the end of ``lines`` begins (its first paragraph
+    within reach of the end), or None."""
+    chars = 0
+    found = None
+    for j in range(len(lines) - 1, -1, -1):
+        chars += len(lines[j]) + 1
+        if chars > _NOTICE_CHARS:
+            break
+        starts_paragraph = j == 0 or not lines[j - 1].strip()
+        if starts_paragraph and _NOTICE_OPENING.match(lines[j]):
+            end = next((i for i in range(j, len(lines)) if not lines[i].strip()), len(lines))
+            paragraph = " ".join(lines[j:end])
+            if _NOTICE_CONFIDENTIAL.search(paragraph) and _NOTICE_ADDRESSEE.search(paragraph):
+                found = j
+    while found and (above := _previous_nonblank(lines, found)) is not None \
+            and _NOTICE_HEADING.match(lines[above]):
+        found = above
+    return found
+
+
+def _previous_nonblank(lines: list[str], start: int) -> int | None:
+    return next((j for j in range(start - 1, -1, -1) if lines[j].strip()), None)
 
 
 # What a list server or a notification sender appends below the message: a separator (a rule

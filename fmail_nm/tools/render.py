@@ -205,7 +205,7 @@ def _body(b: dto.Body) -> str:
     more = f"; more: body_offset={b.next_offset}" if b.next_offset is not None else ""
     html = "; from HTML" if b.from_html else ""
     notes = "".join(f"; {one_line(note)}" for note in b.notes)
-    cut = (f"; clean left out {b.left_out} chars of quotes, signature, list footer or "
+    cut = (f"; clean left out {b.left_out} chars of quotes, signature, footers or "
            "forwarded text: body_format=full has them" if b.left_out else "")
     return f"body ({b.format}, {shown}{more}{html}{notes}{cut}):\n" + untrusted(b.text, "body")
 
