@@ -315,12 +315,16 @@ def _qp_broken(data: bytes) -> bytes:
     return data.replace(b"a", b"=A").replace(b"e", b"=\n") + b"=F"
 
 
-# Lines clean_text treats specially (quotes, signatures, inline PGP armor, list footers).
+# Lines clean_text treats specially (quotes, signatures, inline PGP armor, list footers,
+# banners, notices).
 _MARKER_LINES = [b"-----BEGIN PGP SIGNED MESSAGE-----", b"Hash: SHA1", b"",
                  b"-----BEGIN PGP SIGNATURE-----", b"-----END PGP SIGNATURE-----", b"- --",
                  b"-- ", b"_" * 47, b"-" * 30, b"-=-=-=-=-=", b"\xe2\x80\x94", b"x mailing list",
                  b"https://x.test/mailman/listinfo/x", b"To unsubscribe from this group",
-                 b"> quoted", b"On Mon, Bob wrote:", b"From: a", b"Sent: b", b"To: c"]
+                 b"> quoted", b"On Mon, Bob wrote:", b"From: a", b"Sent: b", b"To: c",
+                 b"CAUTION: This email originated from outside of the organization.",
+                 b"This e-mail is confidential and intended solely for the addressee.",
+                 b"E-MAIL DISCLAIMER", b"=" * 40]
 _body = st.one_of(
     _noise,
     st.builds(lambda lines, n: b"\n".join(lines) * n,
