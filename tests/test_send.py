@@ -77,6 +77,10 @@ class Bed:
     def sent(self) -> Path:
         return self.env.mail_root / "personal" / "Sent" / "cur"
 
+    def draft_body(self, mid: str) -> str:
+        """The body text of the (first) draft file with this Message-ID."""
+        return body_text(parse(self.files_with(self.drafts, mid)[0].read_bytes()))
+
     def files_with(self, folder: Path, mid: str) -> list[Path]:
         needle = f"<{mid}>".encode()
         return sorted(p for p in folder.iterdir()
@@ -184,7 +188,7 @@ def test_reply_honours_mail_followup_to_and_plain_reply(bed: Bed) -> None:
     everyone = compose.reply_to_email(bed.ctx, FOLLOWUP, "LGTM", reply_all=True, quote=False)
     assert everyone.to == ["dev@lists.example.com", "dave@example.com"] and everyone.cc == []
     assert everyone.subject == "Re: patch review"
-    assert body_text(parse(bed.files_with(bed.drafts, everyone.id)[0].read_bytes())) == "LGTM\n"
+    assert bed.draft_body(everyone.id) == "LGTM\n"
 
     one = compose.reply_to_email(bed.ctx, FOLLOWUP, "Thanks")
     assert one.to == ["dave@example.com"] and one.cc == []
@@ -202,7 +206,7 @@ def test_a_reply_to_a_forward_quotes_the_forwarded_message(bed: Bed) -> None:
     deliver(bed.env, "1800000002.test_3.host", forward)
     bed.env.notmuch("new")
     draft = compose.reply_to_email(bed.ctx, "fw-4471@acme.test", "Paid today.")
-    body = body_text(parse(bed.files_with(bed.drafts, draft.id)[0].read_bytes()))
+    body = bed.draft_body(draft.id)
     assert body.startswith("Paid today.\n\nOn Mon, 02 Mar 2026 at 10:00 UTC, Priya Raman "
                            "wrote:\n> Please handle this by Friday.\n")
     assert "> Your invoice 4471 for EUR 12,400 is 30 days overdue." in body
@@ -215,7 +219,7 @@ def test_a_reply_to_html_mail_quotes_it_without_markdown_escapes(bed: Bed) -> No
                 b"<p>Results for Q3:</p><p>- EMEA up</p><p>1. ACME signed</p>"
                 b"<p>&gt; 40% growth</p>\r\n")
     draft = compose.reply_to_email(bed.ctx, "q3@example.net", "Great.")
-    body = body_text(parse(bed.files_with(bed.drafts, draft.id)[0].read_bytes()))
+    body = bed.draft_body(draft.id)
     assert body.endswith("> Results for Q3:\n>\n> - EMEA up\n>\n> 1. ACME signed\n>\n"
                          "> > 40% growth\n")
     assert "\\" not in body
@@ -233,7 +237,7 @@ def test_a_reply_to_an_invitation_quotes_its_summary_as_people_read_it(bed: Bed)
                 b"X-ALT-DESC;FMTTYPE=text/html:<p>Agenda:</p><p>1. Budget</p>\r\n"
                 b"END:VEVENT\r\nEND:VCALENDAR\r\n")
     draft = compose.reply_to_email(bed.ctx, "inv@example.net", "I'll be there.")
-    body = body_text(parse(bed.files_with(bed.drafts, draft.id)[0].read_bytes()))
+    body = bed.draft_body(draft.id)
     assert body == ("I'll be there.\n\nOn Mon, 30 Nov 2026 at 09:00 UTC, Jo wrote:\n"
                     "> Invitation: Budget review\n> When: Thu 2026-12-03 15:00 to 16:00 (UTC)\n"
                     "> Description: Agenda:\n>\n> 1. Budget\n")

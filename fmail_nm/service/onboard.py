@@ -21,7 +21,7 @@ from ..config import Config
 from ..errors import CallerError
 from ..store.notmuch_cli import notmuch_settings
 from ..tools.dto import Dto
-from ..tools.render import one_line
+from ..tools.render import first_shown, one_line
 from .cycle import sync
 from .mbsync import MBSYNC_TIMEOUT, execute, find_mbsync
 
@@ -45,17 +45,10 @@ class AddedAccount(Dto):
     notes: list[str] = Field(default_factory=list)  # for the user
 
 
-# The added account's text names at most this many of its server folders (all are in the
-# structured content).
-FOLDERS_SHOWN = 20
-
-
 def added_text(r: AddedAccount) -> str:
     """``add_email_account``'s text for the model: the account, its folders, the pull, then
     the errors and the notes for the user, a line each."""
-    more = len(r.folders) - FOLDERS_SHOWN
-    folders = ", ".join(one_line(f) for f in r.folders[:FOLDERS_SHOWN]) + (
-        f" and {more} more" if more > 0 else "")
+    folders = first_shown(r.folders, one_line, ", ")  # (all are in the structured content)
     pull = f"pulled, {r.added} messages indexed" if r.pulled else "the first pull FAILED"
     lines = [f"account {r.name} added; {len(r.folders)} folders on the server: {folders}; "
              f"{pull}"]

@@ -75,13 +75,10 @@ def one_line(text: str) -> str:
     return _CONTROL.sub(" ", text).strip()
 
 
-def flags(tags: Iterable[str], *, attachment: bool | None = None) -> str:
-    """The flag letters and shown tags; ``attachment`` (when known) says whether to show A,
-    instead of notmuch's tag, which leaves out files sent inline."""
-    present = set(tags)
-    if attachment is not None:
-        present.discard(T.ATTACHMENT)
-        present.update([T.ATTACHMENT] if attachment else [])
+def flags(tags: Iterable[str], *, attachment: bool) -> str:
+    """The flag letters and shown tags; ``attachment`` says whether to show A, in place of
+    notmuch's tag, which leaves out files sent inline."""
+    present = (set(tags) - {T.ATTACHMENT}) | ({T.ATTACHMENT} if attachment else set())
     letters = "".join(letter for tag, letter in FLAG_LETTERS if tag in present)
     has_list_id = any(t.startswith(_LIST_PREFIX) for t in present)
     extra = sorted(t for t in present if t not in _LETTER and t not in UNSHOWN_TAGS
@@ -245,7 +242,8 @@ def thread_text(t: dto.ThreadFull) -> str:
              + ("; later bodies left out by max_total_chars)" if t.truncated else ")")]
     for n, m in enumerate(t.messages, 1):
         reply = f" reply to [{number[m.parent]}]" if m.parent in number else ""
-        lines.append(f"\n[{n}] {m.id} {when(m.date)} {flags(m.tags, attachment=m.attachment)} {one_line(m.from_)}{reply}")
+        lines.append(f"\n[{n}] {m.id} {when(m.date)} {flags(m.tags, attachment=m.attachment)} "
+                     f"{one_line(m.from_)}{reply}")
         if m.subject is not None:
             lines.append(f"subject: {_subject(m.subject)}")
         if m.body is not None:
@@ -284,7 +282,7 @@ def folders_text(r: dto.FolderList) -> str:
 
 
 # A write's text names at most this many of the messages it changed (all are in the
-# structured content): a write by query changes up to 500.
+# structured content): a write by query changes up to 500.  Other long lists the same.
 WRITE_IDS_SHOWN = 20
 
 
@@ -327,7 +325,7 @@ def contacts_text(r: ContactsResult) -> str:
 
 
 def _addresses(addresses: list[str]) -> str:
-    return _first(addresses, one_line)
+    return first_shown(addresses, one_line)
 
 
 def _not_found(r: WriteResult) -> list[str]:
@@ -339,12 +337,12 @@ def _failed(r: WriteResult) -> list[str]:
 
 
 def _short_ids(message_ids: list[str]) -> str:
-    return _first(message_ids, uid_for)
+    return first_shown(message_ids, uid_for)
 
 
-def _first(items: list[str], show: Callable[[str], str]) -> str:
+def first_shown(items: list[str], show: Callable[[str], str], sep: str = " ") -> str:
     """The first WRITE_IDS_SHOWN items, each as ``show`` writes it, and how many more."""
-    shown = " ".join(show(item) for item in items[:WRITE_IDS_SHOWN])
+    shown = sep.join(show(item) for item in items[:WRITE_IDS_SHOWN])
     more = len(items) - WRITE_IDS_SHOWN
     return shown + (f" and {more} more" if more > 0 else "")
 
