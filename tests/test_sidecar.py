@@ -510,6 +510,75 @@ def test_a_block_record_goes_with_its_message_and_stays_while_it_is_in_junk(
     assert sidecar.uid_for(trashed) in _search_ids(mailbox, "in:trash")
 
 
+MARKET_REPLY = """
+    From: Alex Morgan <alex@example.org>
+    To: Anna Schmidt <anna.schmidt@example.com>
+    Subject: Re: Christmas market stall
+    Date: Sat, 28 Nov 2026 08:00:00 +0100
+    Message-ID: <market-reply@example.org>
+    In-Reply-To: <anna-market@example.com>
+    References: <anna-market@example.com>
+    """
+
+
+def _market_thread(env: MailEnv) -> tuple[Any, ...]:
+    """The SQL view of the market thread: what it says was sent, by whom, who spoke last."""
+    with sidecar.opened(sidecar_file(env)) as conn:
+        return conn.execute(
+            "SELECT t.message_count, t.sent_count, t.last_sender_email, t.last_from_me, "
+            "t.participants FROM threads t JOIN emails e USING (thread_id) "
+            "WHERE e.message_id = 'anna-market@example.com'").fetchone()
+
+
+def _is_sent(env: MailEnv, message_id: str) -> int:
+    with sidecar.opened(sidecar_file(env)) as conn:
+        return conn.execute("SELECT is_sent FROM emails WHERE message_id = ?",
+                            (message_id,)).fetchone()[0]
+
+
+def test_a_draft_is_not_sent_mail_in_the_sql_views(indexed: MailEnv) -> None:
+    """A reply still in Drafts is in the thread, but not sent: emails.is_sent is 0, and the
+    thread's sent_count, last sender and participants are those of the mail exchanged, so
+    "threads where I had the last word" does not count a reply never sent.  Sent, it
+    counts."""
+    count, sent, last_sender, last_from_me, participants = _market_thread(indexed)
+    assert (last_sender, last_from_me) == (ANNA, 0)
+    draft = _put(indexed, "personal/Drafts", "1796400000.1_1.host:2,DS", MARKET_REPLY)
+    indexed.notmuch("new")  # runs our post-new hook, which syncs the sidecar
+    assert _is_sent(indexed, "market-reply@example.org") == 0
+    assert _market_thread(indexed) == (count + 1, sent, ANNA, 0, participants)
+    assert problems(indexed) == []
+
+    draft.unlink()
+    _put(indexed, "personal/Sent", "1796400001.1_1.host:2,S", MARKET_REPLY)
+    indexed.notmuch("new")
+    assert _is_sent(indexed, "market-reply@example.org") == 1
+    after = _market_thread(indexed)
+    assert after[:4] == (count + 1, sent + 1, ME, 1)
+    assert set(after[4].split(",")) == set(participants.split(",")) | {ME}
+    assert problems(indexed) == []
+
+
+def test_a_sidecar_that_counted_drafts_as_sent_is_corrected(indexed: MailEnv,
+                                                            tmp_path: Path) -> None:
+    """Until schema 14 a draft from the user was sent mail to SQL: the migration clears
+    is_sent of drafts and recomputes the thread rows, as a rebuild would have them."""
+    _put(indexed, "personal/Drafts", "1796400000.1_1.host:2,DS", MARKET_REPLY)
+    indexed.notmuch("new")
+    path = sidecar_file(indexed)
+    with sidecar.opened(path) as conn:
+        conn.execute("UPDATE messages SET is_sent = 1 WHERE is_draft = 1")
+        conn.execute("UPDATE thread_rows SET sent_count = sent_count + 1, last_from_me = 1 "
+                     "WHERE thread_id IN (SELECT thread_id FROM messages WHERE is_draft = 1)")
+        conn.execute("PRAGMA user_version = 13")  # the schema before drafts were not sent
+    with sidecar.opened(path) as conn:  # migrates
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sidecar.SCHEMA_VERSION
+        assert conn.execute("SELECT count(*) FROM emails WHERE is_draft = 1 AND is_sent = 1"
+                            ).fetchone()[0] == 0
+        assert sidecar.thread_problems(conn) == []
+    assert dump(path)["messages"] == rebuilt_copy(indexed, tmp_path)["messages"]
+
+
 def test_a_sidecar_from_before_drafts_were_left_out_is_recounted_and_loses_stale_records(
         indexed: MailEnv, tmp_path: Path) -> None:
     """Figures counted with drafts, as the previous schema's mirror did, are recounted by the

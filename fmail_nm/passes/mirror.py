@@ -265,7 +265,7 @@ def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[s
         "is_flagged": int("flagged" in m.tags),
         "is_replied": int("replied" in m.tags),
         "is_draft": int("draft" in m.tags),
-        "is_sent": int(sender_email in me),
+        "is_sent": int(sender_email in me and "draft" not in m.tags),
         # The tag also covers a file attached past the head parse_file reads.
         "has_attachment": int(parsed.has_attachment or "attachment" in m.tags),
         "is_excluded": int(not exclusions.isdisjoint(m.tags)),
@@ -494,7 +494,8 @@ def _set_me(conn: sqlite3.Connection, me: frozenset[str]) -> bool:
     conn.execute("DELETE FROM me")
     conn.executemany("INSERT INTO me (email) VALUES (?)", [(a,) for a in sorted(me)])
     marks = ",".join("?" * len(me)) or "NULL"
-    conn.execute(f"UPDATE messages SET is_sent = (sender_email IN ({marks}))", sorted(me))
+    conn.execute(f"UPDATE messages SET is_sent = (sender_email IN ({marks}) AND is_draft = 0)",
+                 sorted(me))
     sidecar.rebuild_threads(conn)
     return True
 

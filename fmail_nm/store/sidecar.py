@@ -438,11 +438,15 @@ _LAST_WORD = """(SELECT {value} FROM messages l WHERE l.thread_id = m.thread_id 
             AND t.tag IN ('deleted', 'spam', 'draft'))
         ORDER BY date DESC, message_id DESC LIMIT 1)"""
 _LAST_WORD_COLUMNS = ("last_word_id", "last_word_date", "last_word_sender")
-THREAD_ROWS = _THREAD_ROWS_V1.replace("\nFROM messages m\n", (
-    ",\n       " + _LAST_WORD.format(value="message_id") + " AS last_word_id"
-    ",\n       " + _LAST_WORD.format(value="coalesce(date_epoch, 0)") + " AS last_word_date"
-    ",\n       " + _LAST_WORD.format(value="sender_email") + " AS last_word_sender"
-    "\nFROM messages m\n"))
+
+def _with_last_word(thread_rows: str) -> str:
+    return thread_rows.replace("\nFROM messages m\n", (
+        ",\n       " + _LAST_WORD.format(value="message_id") + " AS last_word_id"
+        ",\n       " + _LAST_WORD.format(value="coalesce(date_epoch, 0)") + " AS last_word_date"
+        ",\n       " + _LAST_WORD.format(value="sender_email") + " AS last_word_sender"
+        "\nFROM messages m\n"))
+
+
 _THREAD_ROW_COLUMNS = (*_THREAD_COLUMNS, *_LAST_WORD_COLUMNS)
 _INSERT_THREADS = f"INSERT INTO thread_rows ({', '.join(_THREAD_ROW_COLUMNS)}) "
 _V10 = f"""
@@ -450,7 +454,7 @@ ALTER TABLE thread_rows ADD COLUMN last_word_id TEXT;
 ALTER TABLE thread_rows ADD COLUMN last_word_date INTEGER;
 ALTER TABLE thread_rows ADD COLUMN last_word_sender TEXT;
 DELETE FROM thread_rows;
-{_INSERT_THREADS}{THREAD_ROWS.format(where="1")};
+{_INSERT_THREADS}{_with_last_word(_THREAD_ROWS_V1).format(where="1")};
 CREATE INDEX thread_rows_last_word ON thread_rows(last_word_sender, last_word_date);
 """
 
@@ -495,9 +499,24 @@ INSERT INTO sync_state (key, value) SELECT '{REPARSE_KEY}', '' WHERE EXISTS (SEL
     ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 """
 
+# Version 14: a draft is not sent mail: ``is_sent`` (from one of the user's addresses) is 0 for
+# a draft, and a thread's last sender (``last_sender_email``, ``last_from_me``) and
+# ``participants`` are those of the mail exchanged -- a reply still in Drafts does not give
+# the user the last word.  The drafts' rows change and every thread row is computed again.
+_THREAD_ROWS_V14 = _THREAD_ROWS_V1.replace(
+    "WHERE l.thread_id = m.thread_id\n", "WHERE l.thread_id = m.thread_id AND l.is_draft = 0\n"
+).replace("group_concat(DISTINCT sender_email)",
+          "group_concat(DISTINCT CASE WHEN is_draft = 0 THEN sender_email END)")
+THREAD_ROWS = _with_last_word(_THREAD_ROWS_V14)
+_V14 = f"""
+UPDATE messages SET is_sent = 0 WHERE is_draft = 1 AND is_sent = 1;
+DELETE FROM thread_rows;
+{_INSERT_THREADS}{THREAD_ROWS.format(where="1")};
+"""
+
 # Index i holds the script that takes the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
-                               _V13)
+                               _V13, _V14)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
