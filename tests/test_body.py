@@ -1278,6 +1278,16 @@ def test_clean_text_reads_an_inline_signed_message_as_written() -> None:
     assert clean_text(unfinished).startswith("-----BEGIN PGP SIGNED MESSAGE-----\nHash: SHA1")
 
 
+def test_preview_of_an_inline_signed_message_whose_signature_lies_beyond_it() -> None:
+    """A preview reads the head of a long message (and the mirror parses the head of a long
+    file): an inline-signed block begun there is signed text although its signature is not
+    in sight, so the preview starts with the text, not with the armor header."""
+    long_text = CLEARSIGNED.replace("Try this:", "Try this:\n\n" + "A long advisory. " * 4000)
+    assert preview(long_text, 40) == "Try this: A long advisory. A long adviso"
+    head = CLEARSIGNED.split("Cheers,")[0]  # as a file head cut by the parse limit
+    assert preview(head) == "Try this: - unzip -l each archive - grep for the name"
+
+
 def test_clean_text_html_signature_delimiter() -> None:
     assert clean_text("Thanks\n\n\\--\nBob\nACME") == "Thanks"
 

@@ -296,7 +296,7 @@ def preview(text: str, chars: int = 200) -> str:
     """The first ``chars`` characters of the new content, on one line (for listings)."""
     # The head of the text is enough for a preview; don't clean megabytes to show 200 chars.
     window = text[: max(chars * 50, 50_000)]
-    return " ".join(clean_text(window).split())[:chars].rstrip()
+    return " ".join(clean_text(window, head=True).split())[:chars].rstrip()
 
 
 # --------------------------------------------------------------------------------------------
@@ -352,16 +352,18 @@ def is_forward_subject(subject: str) -> bool:
     return bool(_FORWARD_SUBJECT.match(subject))
 
 
-def clean_text(text: str, forward: bool = False) -> str:
+def clean_text(text: str, forward: bool = False, *, head: bool = False) -> str:
     """The new content of a message: quoted history, attributions and signature removed.
 
     Quoted (``>``) lines go wherever they are, so interleaved answers keep their new lines.
     A signature delimiter or an Outlook-style header block ends the new content, since
     Outlook's history below it is not quoted -- except in a ``forward``, where the message
     below that block is the content the reader is after. Never returns an empty string for
-    text that had unquoted content; text that is all quotes comes back unchanged.
+    text that had unquoted content; text that is all quotes comes back unchanged.  ``head``:
+    the text is the start of a longer one (a preview's), so an inline signature may lie
+    beyond its end.
     """
-    lines = _without_clearsign_armor(sanitize(text).split("\n"))
+    lines = _without_clearsign_armor(sanitize(text).split("\n"), head)
     cleaned = tidy("\n".join(_without_boilerplate(_new_content(lines, forward))))
     if cleaned:
         return cleaned
@@ -380,9 +382,10 @@ _ARMOR_HEADER = re.compile(r"^(Hash|Version|Comment|Charset):", re.I)
 _ARMOR_LINES = 60
 
 
-def _without_clearsign_armor(lines: list[str]) -> list[str]:
+def _without_clearsign_armor(lines: list[str], head: bool = False) -> list[str]:
     """``lines`` with each inline-signed block's header and signature removed and its text
-    unescaped; a block without its signature is left as it is."""
+    unescaped; a block without its signature is left as it is -- unless ``lines`` are the
+    ``head`` of a text, where the signature may be past their end."""
     if _CLEARSIGN_BEGIN not in lines:  # the common case, at C speed
         return lines
     # Found once: a search from each "BEGIN" would take quadratic time on hostile text.
@@ -394,7 +397,7 @@ def _without_clearsign_armor(lines: list[str]) -> list[str]:
             out.append(lines[i])
             i += 1
             continue
-        block = _clearsigned_block(lines, i, signatures)
+        block = _clearsigned_block(lines, i, signatures, head)
         if block is None:
             out.append(lines[i])
             i += 1
@@ -406,10 +409,11 @@ def _without_clearsign_armor(lines: list[str]) -> list[str]:
     return out
 
 
-def _clearsigned_block(lines: list[str], begin: int,
-                       signatures: list[int]) -> tuple[int, int, int] | None:
+def _clearsigned_block(lines: list[str], begin: int, signatures: list[int],
+                       head: bool) -> tuple[int, int, int] | None:
     """(first text line, signature line, end line) of the block opening at ``begin``;
-    ``signatures``: where the signature armors begin, in order."""
+    ``signatures``: where the signature armors begin, in order; ``head``: a block with no
+    signature runs to the end of ``lines``."""
     text_start = begin + 1
     while text_start < len(lines) and _ARMOR_HEADER.match(lines[text_start]):
         text_start += 1
@@ -417,7 +421,7 @@ def _clearsigned_block(lines: list[str], begin: int,
         text_start += 1
     after = bisect.bisect_left(signatures, text_start)
     if after == len(signatures):
-        return None
+        return (text_start, len(lines), len(lines) - 1) if head else None
     signature = signatures[after]
     for end in range(signature + 1, min(signature + _ARMOR_LINES, len(lines))):
         if lines[end].strip() == _SIGNATURE_END:
