@@ -131,3 +131,21 @@ async def test_allow_send_offers_send_email_and_refusals_change_nothing(
     assert "replied" in mail.notmuch("search", "--output=tags", f"id:{ORIGINAL}").stdout.split()
     check = mail.fmail("sidecar", "check", "--files")
     assert check.stdout.strip().endswith("sidecar matches notmuch")
+
+
+@pytest.mark.anyio
+async def test_save_draft_empties_the_cc_of_a_reply_all(mail: MailEnv, smtp: SmtpBed) -> None:
+    """A reply-all the user wants to go to the sender alone: cc=[] empties its Cc (an
+    omitted cc keeps it), and the draft stays a threaded reply."""
+    configure(mail, smtp)
+    async with Client(server_params(mail)) as client:
+        draft = await call(client, "reply_to_email", {"id": ORIGINAL, "body": "x",
+                                                      "reply_all": True})
+        assert draft["cc"] == ["bob@example.com", "carol@example.com"]
+        kept = await call(client, "save_draft", {"draft_id": draft["id"], "body": "y"})
+        assert kept["cc"] == draft["cc"]
+        alone = await call(client, "save_draft", {"draft_id": draft["id"], "cc": []})
+        assert "cc" not in alone and alone["to"] == ["team@example.net"]
+    threads = [mail.notmuch("search", "--output=threads", f"id:{mid}").stdout
+               for mid in (alone["id"], ORIGINAL)]
+    assert threads[0] == threads[1] != ""

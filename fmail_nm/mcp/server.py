@@ -480,12 +480,13 @@ def _draft_tools(server: ToolList, service: MailService) -> None:
 
     @server.tool(profile="triage", annotations=DRAFT, description=(
         "Save a plain-text draft in Drafts; with draft_id, replace that draft (given fields "
-        "only; threading kept)."))
-    async def save_draft(to: To = (), cc: Addresses = (), bcc: Addresses = (),
+        "only, cc=[] clears; threading kept)."))
+    async def save_draft(to: To = (), cc: Addresses | None = None, bcc: Addresses | None = None,
                          subject: Subject = "", body: Body = "", account: Name = None,
                          attachments: Files = (), draft_id: Ref = "") -> compose.DraftResult:
-        # Empty means "not given": a replaced draft keeps that part.
-        return await service.write(compose.save_draft, to or None, cc or None, bcc or None,
+        # Empty means "not given": a replaced draft keeps that part -- but cc and bcc can be
+        # emptied (a reply-all answered to the sender alone).
+        return await service.write(compose.save_draft, to or None, cc, bcc,
                                    subject or None, body or None, account=account,
                                    attachments=attachments, draft_id=draft_id or None)
 
