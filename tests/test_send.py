@@ -8,6 +8,7 @@ that nothing changed anywhere."""
 from __future__ import annotations
 
 import email
+import email.header
 import email.policy
 import email.utils
 import re
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -659,3 +661,148 @@ def test_send_settings_default_to_drafts_only(tmp_path: Path) -> None:
     send_settings = load_settings(path).send
     assert send_settings.enabled is False and send_settings.direct is False
     assert send_settings.attachments_dir is None and send_settings.command == ("msmtp",)
+
+
+# ---------------------------------------------------------------------------------------------
+# Drafts other clients wrote, and replies to unusual mail
+
+
+def rfc2047_phrase(data: bytes, name: str) -> str:
+    """A header as an RFC 2047 reader (mutt, GMime) decodes it: whitespace between two
+    encoded words is dropped, whitespace next to plain text is kept."""
+    raw = re.search(rb"(?msi)^" + name.encode() + rb":(.*?)\r\n(?![ \t])", data)
+    assert raw is not None
+    return str(email.header.make_header(email.header.decode_header(
+        raw[1].decode().replace("\r\n", "")))).strip()
+
+
+MUTT_POSTPONED = (
+    b"From: Alex Morgan <alex@example.org>\nTo: bob@example.com\nSubject: secret plans\n"
+    b"Message-ID: <mutt-1@example.org>\nDate: Sat, 05 Dec 2026 10:00:00 +0000\n"
+    b"X-Mutt-PGP: %s\nX-Mutt-Fcc: =Sent/2026\nMIME-Version: 1.0\n"
+    b"Content-Type: text/plain; charset=us-ascii\n\nthe launch code is 1234\n")
+
+
+@pytest.mark.parametrize("crypt", [b"E", b"S", b"ES", b"MS<0x12345678>", b"SE<0xABCDEF12>"])
+def test_a_draft_mutt_was_to_encrypt_or_sign_is_not_sent_plain(bed: Bed, crypt: bytes) -> None:
+    """mutt postpones a message with what it is to do on sending (X-Mutt-PGP: E encrypts,
+    S signs); fmail-nm can do neither, so it refuses rather than send it plain."""
+    (bed.drafts / "1800000800.mutt.host:2,DS").write_bytes(MUTT_POSTPONED % crypt)
+    bed.env.notmuch("new")
+    before = bed.state()
+    with pytest.raises(ComposeError, match="send it from mutt"):
+        send.send_draft(bed.ctx, "mutt-1@example.org")
+    assert bed.state() == before and bed.smtp.received == []
+
+
+def test_a_mutt_draft_goes_out_without_the_headers_mutt_keeps_for_itself(bed: Bed) -> None:
+    """What a client keeps in a postponed message for itself (mutt's X-Mutt-*, an Fcc,
+    Thunderbird's X-Mozilla-Draft-Info) goes neither to the recipients nor into Sent; a
+    draft mutt was only to encrypt opportunistically (O, no E) is sent."""
+    (bed.drafts / "1800000800.mutt.host:2,DS").write_bytes(
+        (MUTT_POSTPONED % b"O").replace(b"MIME-Version", b"Fcc: =Sent\nX-Mozilla-Draft-Info: "
+                                        b"internal/draft; vcard=0\nMIME-Version"))
+    bed.env.notmuch("new")
+    send.send_draft(bed.ctx, "mutt-1@example.org")
+    (got,) = bed.smtp.received
+    (copy,) = bed.files_with(bed.sent, "mutt-1@example.org")
+    for data in (got.data, copy.read_bytes()):
+        assert "launch code" in body_text(parse(data))
+        assert not re.search(r"(?mi)^(x-mutt-|fcc:|x-mozilla-)", header_block(data))
+
+
+def test_a_notmuch_emacs_draft_is_not_sent_as_its_markup(bed: Bed) -> None:
+    """notmuch-emacs saves a draft as MML, markup only Emacs turns into mail (attachments,
+    signing): sent as it is, the recipient would read the markup."""
+    (bed.drafts / "1800000801.emacs.host:2,DS").write_bytes(
+        b"From: Alex Morgan <alex@example.org>\nTo: bob@example.com\nSubject: report\n"
+        b"Message-ID: <emacs-1@example.org>\nX-Notmuch-Emacs-Draft: True\n\n"
+        b"<#secure method=pgpmime mode=sign>\nSee the report.\n"
+        b"<#part filename=\"/home/alex/report.pdf\" disposition=attachment>\n<#/part>\n")
+    bed.env.notmuch("new")
+    before = bed.state()
+    with pytest.raises(ComposeError, match="send it from Emacs"):
+        send.send_draft(bed.ctx, "emacs-1@example.org")
+    assert bed.state() == before and bed.smtp.received == []
+
+
+def test_a_draft_without_message_id_is_sent_and_filed_under_one(bed: Bed) -> None:
+    """A draft another client saved without a Message-ID gets one before sending, so the
+    recipients' copy and the Sent copy are one message (and replies thread with it)."""
+    (bed.drafts / "1800000801.x.host:2,DS").write_bytes(
+        b"From: Alex Morgan <alex@example.org>\r\nTo: bob@example.com\r\nSubject: no id\r\n"
+        b"\r\nhi\r\n")
+    bed.env.notmuch("new")
+    (mid,) = bed.ctx.reader.message_ids('subject:"no id"')
+    result = send.send_draft(bed.ctx, mid)
+    (got,) = bed.smtp.received
+    wire_id = got.message()["message-id"]
+    assert wire_id and wire_id.endswith("@example.org>")
+    (copy,) = [p for p in bed.sent.iterdir() if b"Subject: no id" in p.read_bytes()]
+    assert parse(copy.read_bytes())["message-id"] == wire_id
+    assert result.id == wire_id.strip("<>")
+    assert bed.ctx.reader.message_ids('subject:"no id"') == [result.id]
+    assert not [p for p in bed.drafts.iterdir() if b"Subject: no id" in p.read_bytes()]
+
+
+def test_a_flowed_draft_saved_again_keeps_its_paragraphs(bed: Bed) -> None:
+    """aerc and Thunderbird write format=flowed: a line ending in a space goes on in the
+    next. Saved again, the draft's paragraph stays one paragraph."""
+    (bed.drafts / "1800000802.aerc.host:2,DS").write_bytes(
+        b"From: Alex Morgan <alex@example.org>\r\nTo: bob@example.com\r\nSubject: flowed\r\n"
+        b"Message-ID: <aerc-1@example.org>\r\nMIME-Version: 1.0\r\n"
+        b"Content-Type: text/plain; charset=UTF-8; format=flowed\r\n\r\n"
+        b"This is one paragraph that \r\nwraps over two lines.\r\n\r\n> quoted \r\n> too\r\n")
+    bed.env.notmuch("new")
+    compose.save_draft(bed.ctx, cc=["carol@example.com"], draft_id="aerc-1@example.org")
+    assert bed.draft_body("aerc-1@example.org") == (
+        "This is one paragraph that wraps over two lines.\n\n> quoted too\n")
+
+
+def test_saving_a_draft_again_keeps_a_long_non_ascii_name(bed: Bed) -> None:
+    name = "Zoë Müller-Lüdenscheidt-Oberammergau-Partenkirchen-Garmisch-Berchtesgaden"
+    draft = compose.save_draft(bed.ctx, [f'"{name}" <zoe@example.net>'], subject="s", body="1")
+    (path,) = bed.files_with(bed.drafts, draft.id)
+    assert rfc2047_phrase(path.read_bytes(), "To") == f"{name} <zoe@example.net>"
+    compose.save_draft(bed.ctx, body="2", draft_id=draft.id)
+    (path,) = bed.files_with(bed.drafts, draft.id)
+    assert rfc2047_phrase(path.read_bytes(), "To") == f"{name} <zoe@example.net>"
+
+
+@pytest.mark.parametrize("cc", ["ops@intranet", '"john smith"@example.com',
+                                "taro.@docomo.ne.jp", "info@b\u00fccher.de"])
+def test_a_reply_is_not_refused_for_an_address_it_does_not_use(bed: Bed, cc: str) -> None:
+    """An address fmail-nm cannot send to, in the Cc of mail the user answers, stops a
+    reply-all (which names it, and how to go on) but not a reply to the sender."""
+    bed.receive((f"From: Bob <bob@example.com>\r\nTo: alex@example.org\r\nCc: {cc}\r\n"
+                 f"Subject: q\r\nMessage-ID: <oddcc@example.com>\r\n\r\nhi\r\n").encode())
+    draft = compose.reply_to_email(bed.ctx, "oddcc@example.com", "x")
+    assert draft.to == ["bob@example.com"] and draft.cc == []
+    with pytest.raises(ComposeError, match="without reply_all.*save_draft"):
+        compose.reply_to_email(bed.ctx, "oddcc@example.com", "x", reply_all=True)
+
+
+def test_a_reply_quotes_an_interleaved_answer_with_what_it_answers(bed: Bed) -> None:
+    """Quoting leaves out the history below a message, but not the quoted lines its writer
+    answered in between: without them "No." and "Yes." answer nothing."""
+    bed.receive(b"From: Bob <bob@example.com>\r\nTo: alex@example.org\r\nSubject: Re: plan\r\n"
+                b"Message-ID: <il-1@example.com>\r\nDate: Tue, 02 Jan 2024 09:01:00 +0000\r\n"
+                b"\r\nOn Mon, 1 Jan 2024, Alex wrote:\r\n> Can you do Monday?\r\nNo.\r\n\r\n"
+                b"> Tuesday then?\r\nYes.\r\n\r\n> Thanks,\r\n> Alex\r\n")
+    body = bed.draft_body(compose.reply_to_email(bed.ctx, "il-1@example.com", "ok").id)
+    assert body == ("ok\n\nOn Tue, 02 Jan 2024 at 09:01 UTC, Bob wrote:\n"
+                    "> On Mon, 1 Jan 2024, Alex wrote:\n> > Can you do Monday?\n> No.\n>\n"
+                    "> > Tuesday then?\n> Yes.\n")
+
+
+@pytest.mark.parametrize("command", [
+    ["msmtp", "-fbounce@example.org"], ["msmtp", "-f", "bounce@example.org"],
+    ["msmtp", "--from=bounce@example.org"], ["msmtp", "--read-envelope-from"]])
+def test_a_command_that_sets_the_envelope_sender_keeps_it(command: list[str]) -> None:
+    """msmtp takes the last -f it is given: one added after the user's would override it,
+    in whichever form the user wrote it (-fADDR is one argument)."""
+    out = SimpleNamespace(envelope_from="alex@example.org", recipients=("bob@example.com",))
+    assert send.argv_for(command, out) == [*command, "--", "bob@example.com"]  # type: ignore[arg-type]
+    out_of_mine = send.argv_for(["msmtp", "-a", "personal"], out)  # type: ignore[arg-type]
+    assert out_of_mine == ["msmtp", "-a", "personal", "-f", "alex@example.org", "--",
+                           "bob@example.com"]

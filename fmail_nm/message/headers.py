@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import binascii
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import Message
@@ -134,10 +135,6 @@ def header(headers: Message, name: str) -> str | None:
     return _FOLD.sub("", str(value))[:_MAX_HEADER_VALUE]
 
 
-def _header_all(headers: Message, name: str) -> list[str]:
-    return [_FOLD.sub("", str(v))[:_MAX_HEADER_VALUE] for v in headers.get_all(name) or []]
-
-
 def _undo_8bit(text: str) -> str:
     """Header bytes sent raw (RFC 6532 UTF-8, or legacy windows-1252) back to text."""
     if text.isascii():
@@ -203,7 +200,12 @@ def _decode_word(encoding: str, payload: str, defects: list[str]) -> bytes | Non
 
 
 def addresses(headers: Message, name: str, defects: list[str]) -> list[Address]:
-    values = _header_all(headers, name)
+    return parse_addresses(headers.get_all(name) or [], name, defects)
+
+
+def parse_addresses(raw_values: Iterable[object], name: str, defects: list[str]) -> list[Address]:
+    """The addresses in a header's raw values (folded, encoded-words as sent)."""
+    values = [_FOLD.sub("", str(v))[:_MAX_HEADER_VALUE] for v in raw_values]
     if not values:
         return []
     try:

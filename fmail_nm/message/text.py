@@ -352,7 +352,8 @@ def is_forward_subject(subject: str) -> bool:
     return bool(_FORWARD_SUBJECT.match(subject))
 
 
-def clean_text(text: str, forward: bool = False, *, head: bool = False) -> str:
+def clean_text(text: str, forward: bool = False, *, head: bool = False,
+               answered: bool = False) -> str:
     """The new content of a message: quoted history, attributions and signature removed.
 
     Quoted (``>``) lines go wherever they are, so interleaved answers keep their new lines.
@@ -361,10 +362,11 @@ def clean_text(text: str, forward: bool = False, *, head: bool = False) -> str:
     below that block is the content the reader is after. Never returns an empty string for
     text that had unquoted content; text that is all quotes comes back unchanged.  ``head``:
     the text is the start of a longer one (a preview's), so an inline signature may lie
-    beyond its end.
+    beyond its end.  ``answered``: quoted lines (and their attribution) that new lines
+    answer below them stay -- a reply's quote of an interleaved answer keeps the questions.
     """
     lines = _without_clearsign_armor(sanitize(text).split("\n"), head)
-    cleaned = tidy("\n".join(_without_boilerplate(_new_content(lines, forward))))
+    cleaned = tidy("\n".join(_without_boilerplate(_new_content(lines, forward, answered))))
     if cleaned:
         return cleaned
     unquoted = [line for line in lines if not _QUOTED.match(line)]
@@ -429,12 +431,17 @@ def _clearsigned_block(lines: list[str], begin: int, signatures: list[int],
     return None
 
 
-def _new_content(lines: list[str], forward: bool) -> list[str]:
+def _new_content(lines: list[str], forward: bool, answered: bool = False) -> list[str]:
     kept: list[str] = []
+    # With ``answered``: quoted lines and attributions read since the last new line, kept
+    # only if a new line follows them.
+    pending: list[str] = []
     i = 0
     while i < len(lines):
         line = lines[i]
         if _QUOTED.match(line):
+            if answered:
+                pending.append(line)
             i += 1
             continue
         if _ends_new_content(lines, i, forward):
@@ -445,9 +452,16 @@ def _new_content(lines: list[str], forward: bool) -> list[str]:
             continue
         attribution_end = _attribution_end(lines, i)
         if attribution_end is not None:
+            if answered:
+                pending += lines[i:attribution_end + 1]
             i = attribution_end + 1
             continue
-        kept.append(line)
+        if pending and not line.strip():
+            pending.append(line)
+        else:
+            kept += pending
+            pending = []
+            kept.append(line)
         i += 1
     _drop_trailing(kept)
     return kept

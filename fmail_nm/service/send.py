@@ -15,6 +15,7 @@ status and stderr are reported as they are; nothing is filed and the draft stays
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -29,6 +30,7 @@ from ..tools.compose import DraftResult, Outgoing
 
 # Options by which a command picks the envelope sender itself: then no -f is added.
 _CHOOSES_SENDER = ("-f", "--from", "--read-envelope-from")
+_GLUED_SENDER = re.compile(r"-f[^-]")  # -fADDR, one argument
 _READS_RECIPIENTS = ("-t", "--read-recipients")
 MAX_STDERR_CHARS = 2000
 
@@ -59,7 +61,8 @@ def command_for(config: Config, account: Account) -> tuple[str, ...]:
 
 
 def argv_for(command: Sequence[str], out: Outgoing) -> list[str]:
-    chooses = any(arg.split("=", 1)[0] in _CHOOSES_SENDER for arg in command)
+    chooses = any(arg.split("=", 1)[0] in _CHOOSES_SENDER or _GLUED_SENDER.match(arg)
+                  for arg in command)
     sender = [] if chooses else ["-f", out.envelope_from]
     return [*command, *sender, "--", *out.recipients]
 

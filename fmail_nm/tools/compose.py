@@ -42,7 +42,9 @@ from pydantic import Field
 from .. import tags
 from ..config import Account, Config, ConfigError
 from ..errors import BackendError
-from ..message.headers import Address, addresses, canonical_address, split_head
+from ..message.headers import (Address, addresses, canonical_address, parse_addresses,
+                                split_head)
+from ..message.formats import unflow
 from ..message.html import read_message
 from ..message.text import clean_text, is_forward_subject, one_line, unescape_line_marks
 from ..passes import changes
@@ -132,15 +134,22 @@ def check_addresses(values: Sequence[str], what: str) -> list[Address]:
     return found
 
 
-def _unique(people: Sequence[Address], drop: set[str]) -> list[Address]:
-    """Each address once, none of ``drop``; an address read from a message that is not one
-    is refused by name (mail content is untrusted)."""
+_WRITE_THEM = "write the recipients yourself with save_draft"
+_ADD_THEM = ("reply without reply_all, then add those to write to with save_draft (draft_id, "
+             "cc)")
+
+
+def _unique(people: Sequence[Address], drop: set[str], remedy: str = _WRITE_THEM
+            ) -> list[Address]:
+    """Each address once, none of ``drop``; an address read from a message that fmail-nm
+    cannot send to is refused by name, saying what to do instead (``remedy``) -- mail
+    content is untrusted."""
     seen = set(drop)
     out = []
     for person in people:
         if not _ADDR_SPEC.fullmatch(person.address):
             raise ComposeError(f"the original names {person.address!r}, which is not an email "
-                               "address; write the recipients yourself with save_draft")
+                               f"address fmail-nm sends to; {remedy}")
         key = person.address.lower()
         if key not in seen:
             seen.add(key)
@@ -260,9 +269,7 @@ def build(c: Composition, now: datetime) -> EmailMessage:
             msg[name] = [_header_address(p) for p in people]
     msg["Subject"] = check_header("subject", c.subject)
     msg["Date"] = email.utils.format_datetime(now.astimezone())
-    domain = c.sender.address.rpartition("@")[2]
-    msg["Message-ID"] = f"<{c.message_id}>" if c.message_id else email.utils.make_msgid(
-        domain=domain)
+    msg["Message-ID"] = f"<{c.message_id}>" if c.message_id else new_message_id(c.sender)
     if c.in_reply_to and _threadable(c.in_reply_to):
         msg["In-Reply-To"] = f"<{c.in_reply_to}>"
     refs = [r for r in c.references if _threadable(r)]
@@ -285,6 +292,11 @@ def build(c: Composition, now: datetime) -> EmailMessage:
             # MIME-Version header)
             msg.attach(cast(EmailMessage, part))
     return msg
+
+
+def new_message_id(sender: Address) -> str:
+    """``<unique@domain>`` in the sender's domain, as mail clients write them."""
+    return email.utils.make_msgid(domain=sender.address.rpartition("@")[2])
 
 
 def _threadable(message_id: str) -> bool:
@@ -448,8 +460,10 @@ def _existing_draft(ctx: WriteContext, draft_id: str) -> tuple[IndexedMessage, E
 
 
 def _people(msg: EmailMessage, name: str) -> list[Address]:
-    return [Address(name=str(a.display_name), address=str(a.addr_spec))
-            for value in msg.get_all(name) or [] for a in getattr(value, "addresses", ())]
+    # From the raw values: the email package's own parse puts a space between two adjacent
+    # encoded-words of a long name, which saving the draft again would make real.
+    return parse_addresses((value for key, value in msg.raw_items() if key.lower() == name),
+                           name, [])
 
 
 def save_draft(ctx: WriteContext, to: Sequence[str] | None = None,
@@ -509,6 +523,9 @@ def _read_draft(ctx: WriteContext, draft_id: str) -> tuple[Composition, EmailMes
         raise ComposeError(f"draft {draft_id!r} has no From address of the user's accounts")
     body_part = msg.get_body(preferencelist=("plain",))
     body = body_part.get_content() if isinstance(body_part, EmailMessage) else ""
+    if isinstance(body_part, EmailMessage) and body_part.get_param("format") == "flowed":
+        # aerc's or Thunderbird's draft: rebuilt as plain text, its lines are the logical ones
+        body = unescape_line_marks(unflow(body, delsp=body_part.get_param("delsp") == "yes"))
     return Composition(
         account=account, sender=senders[0], to=_people(msg, "to"), cc=_people(msg, "cc"),
         bcc=_people(msg, "bcc"), subject=str(msg.get("subject", "")), body=body,
@@ -604,16 +621,20 @@ def reply_recipients(config: Config, head: Message, reply_all: bool,
     own = bool(parsed_from) and parsed_from[0].address.lower() in mine
     followup = addresses(head, "mail-followup-to", defects)
     if reply_all and followup:
-        return _unique(followup, mine), []
+        return _unique(followup, mine, _ADD_THEM), []
     if own:
         to = _unique(parsed_to, mine)
-        others = _unique(parsed_cc, mine | {p.address.lower() for p in to})
+        rest = parsed_cc
     else:
         to = _unique(reply_to, mine) or _unique(parsed_from, mine)
-        others = _unique([*parsed_to, *parsed_cc], mine | {p.address.lower() for p in to})
+        rest = [*parsed_to, *parsed_cc]
+    if to and not reply_all:  # the others are not read: one of them cannot stop the reply
+        return to, []
+    others = _unique(rest, mine | {p.address.lower() for p in to},
+                     _ADD_THEM if to else _WRITE_THEM)
     if not to:  # e.g. the user's own mail to themselves, the others in Cc
         return others, []
-    return to, others if reply_all else []
+    return to, others
 
 
 def _attribution(date: datetime | None, author: list[Address]) -> str:
@@ -643,7 +664,7 @@ def reply_to_email(ctx: WriteContext, id: str, body: str, *, reply_all: bool = F
     if quote and parsed.text.strip():
         # A forward's forwarded message is what the reply is about: quoted with the note.
         forward = is_forward_subject(parsed.subject or message.subject)
-        original = clean_text(parsed.text, forward=forward)
+        original = clean_text(parsed.text, forward=forward, answered=True)
         if parsed.from_html:  # the quote goes to people: no Markdown escapes
             original = unescape_line_marks(original)
         text += "\n\n" + _attribution(parsed.date, parsed.from_) + "\n" + quoted(original)
@@ -689,6 +710,7 @@ class Outgoing:
     """A draft checked and ready for the sender: the bytes to send (no Bcc), the envelope."""
 
     composition: Composition
+    message_id: str  # as sent: the draft's, or one given to a draft saved without
     saved: bytes  # the draft as filed in Sent (with Bcc, as mutt's copy keeps it)
     sent_folder: Path | None  # None: the account's server files its own copy
     wire: bytes
@@ -696,11 +718,38 @@ class Outgoing:
     recipients: tuple[str, ...]
 
 
+# What a mail client keeps in a postponed message for its own sending, never sent nor filed:
+# mutt's X-Mutt-* (its Fcc, crypto, the message replied to), an Fcc (mutt, notmuch-emacs),
+# Thunderbird's X-Mozilla-* and identity.
+_CLIENT_HEADER = re.compile(r"x-mutt-|x-mozilla-|(fcc|x-identity-key|x-account-key)$", re.I)
+# mutt's crypto letters in X-Mutt-PGP / X-Mutt-SMIME (postpone.c): E encrypt, S sign, A
+# Autocrypt; <...> holds a key id or an algorithm.
+_MUTT_CRYPTO = re.compile(r"[ESA]", re.I)
+
+
+def _check_sendable(msg: EmailMessage, draft_id: str) -> None:
+    """Refuse a draft another client still has work to do on before it is mail."""
+    if msg["X-Notmuch-Emacs-Draft"] is not None:
+        raise ComposeError(f"draft {draft_id!r} was saved by notmuch-emacs as MML, markup only "
+                           "Emacs turns into mail (attachments, signing): send it from Emacs")
+    for name in ("X-Mutt-PGP", "X-Mutt-SMIME"):
+        letters = re.sub(r"<[^>]*>", "", str(msg.get(name, "")))
+        if _MUTT_CRYPTO.search(letters):
+            raise ComposeError(f"draft {draft_id!r} is to be encrypted or signed on sending "
+                               f"({name}: {letters.strip()}), which fmail-nm cannot do: send "
+                               "it from mutt")
+
+
 def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
     """A saved draft read back and checked again as if it were new, since the user may have
     edited it in a mail client: headers, addresses, blocklist, size.  Its Date becomes the
     time of sending, as mail clients do with a postponed message."""
     c, msg = _read_draft(ctx, draft_id)
+    _check_sendable(msg, draft_id)
+    for name in {name for name in msg.keys() if _CLIENT_HEADER.match(name)}:
+        del msg[name]
+    if msg["Message-ID"] is None:  # the recipients' copy and the Sent copy share one
+        msg["Message-ID"] = new_message_id(c.sender)
     for name, value in msg.items():
         check_header(name, str(value))
     everyone = [*c.to, *c.cc, *c.bcc]
@@ -716,6 +765,7 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
     saved = check_size(ctx.config, msg.as_bytes(policy=POLICY))
     del msg["Bcc"]
     return Outgoing(composition=c, saved=saved, sent_folder=_sent_folder(ctx, c.account),
+                    message_id=str(msg["Message-ID"]).strip().strip("<>"),
                     wire=msg.as_bytes(policy=POLICY),
                     envelope_from=c.sender.address,
                     # Each mailbox once: addresses differing in case only are one (as in mutt).
@@ -739,7 +789,8 @@ def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
     draft gone, the original marked replied or passed -- one write session, one audit entry
     that undo refuses (a sent message cannot be recalled)."""
     c = out.composition
-    mid = c.message_id or ""
+    mid = c.message_id or ""  # the draft's
+    sent_id = out.message_id
     sent_folder = out.sent_folder
     original = c.in_reply_to or c.forwarded
     mark = tags.REPLIED if c.in_reply_to else tags.PASSED
@@ -750,16 +801,16 @@ def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
             mover.add_new_file(txn, out.saved, sent_folder, SENT_FLAGS)
         for path in _drafts_of(txn, ctx.config, mid):
             mover.delete_file(txn, path)
-        if txn.get(mid) is not None:
-            txn.change_tags([mid], remove=[tags.DRAFT])
-            tag_added(txn, ctx.config, [mid])
+        if txn.get(sent_id) is not None:
+            txn.change_tags([sent_id], remove=[tags.DRAFT])
+            tag_added(txn, ctx.config, [sent_id])
         if known_original and original is not None:
             txn.change_tags([original], add=[mark])
 
-    ids = [mid, *([original] if known_original and original else [])]
+    ids = [*dict.fromkeys([mid, sent_id]), *([original] if known_original and original else [])]
     try:
         report = changes.apply_session(ctx, "send", {
-            "id": mid, "to": list(out.recipients), "subject": c.subject,
+            "id": sent_id, "to": list(out.recipients), "subject": c.subject,
             NOT_UNDOABLE: "a sent message cannot be recalled"}, ids, job)
     except DatabaseBusy as exc:
         raise FilingError(f"the message was sent, but it could not be filed ({exc}): it is "
@@ -767,5 +818,5 @@ def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
     if report.errors:  # sent all the same: say so, so nobody sends it twice
         raise FilingError(f"the message was sent, but filing it failed: {report.errors[0][1]}; "
                            "do not send it again")
-    _already_tagged(ctx, mid)
-    return _result(c, mid, sent=True)
+    _already_tagged(ctx, sent_id)
+    return _result(c, sent_id, sent=True)
