@@ -59,7 +59,7 @@ after:2026-03-01 (on or after) before:2026-04 (before) on:2026-03-15; dates YYYY
   newer_than:3d older_than:1y (h d w m=months y)
 id:<message-id> thread:<thread-id>; raw:"<notmuch query>" passes notmuch syntax through.
 a b = AND; a OR b = a | b = {a b}; -a = NOT a; ( ); NOT > AND > OR; lowercase or/and/not
-  are words; a AROUND 5 b: within 5 words.
+  are words; a AROUND 5 b: within 5 words ("a AROUND 5 b": a first).
 Spam and deleted mail are hidden unless the query names them (is:spam, in:trash, ...) or
   says in:anywhere. Quote values with spaces: from:"Ann Lee" (\\" for a quote), and text
   with a colon: "Re: lunch".
@@ -373,6 +373,23 @@ _AROUND = "AROUND"
 _DISTANCE = re.compile(r"[0-9]{1,6}")  # ASCII digits: str.isdigit() also takes "²"
 
 
+# Gmail's "a AROUND 5 b" in quotes: the first word stays first (notmuch's ADJ/5).
+_QUOTED_AROUND = re.compile(r"\s*(\S+)\s+AROUND(?:\s+([0-9]{1,6}))?\s+(\S+)\s*")
+
+
+def _proximity(first: _Tok, number: _Tok | None, second: _Tok, *, ordered: bool) -> _Node:
+    """``first`` and ``second`` at most ``number`` (DEFAULT_AROUND) words apart; with
+    ``ordered`` in that order."""
+    distance = DEFAULT_AROUND
+    if number is not None:
+        distance = int(number.text)
+        if not 1 <= distance <= MAX_AROUND:
+            raise DslError(number.pos, f"a distance from 1 to {MAX_AROUND} after AROUND",
+                           _shown(number.text))
+    words = [_near_word(tok) for tok in (first, second)]
+    return _Atom(f"({words[0]} {'ADJ' if ordered else 'NEAR'}/{distance} {words[1]})")
+
+
 # Words notmuch's parser reads as its operators in any case: NEAR cannot take them.
 _XAPIAN_OPERATORS = frozenset({"and", "or", "not", "xor", "near", "adj"})
 
@@ -654,18 +671,12 @@ class _Parser:
         (notmuch's ``NEAR/5``, which takes bare words only)."""
         first = self._advance()
         self._advance()
-        distance = DEFAULT_AROUND
+        number = None
         if self.tok.kind == _WORD and _DISTANCE.fullmatch(self.tok.text):
             number = self._advance()
-            distance = int(number.text)
-            if not 1 <= distance <= MAX_AROUND:
-                raise DslError(number.pos, f"a distance from 1 to {MAX_AROUND} after AROUND",
-                               _shown(number.text))
         if self.tok.kind != _WORD:
             raise DslError(self.tok.pos, "a word after AROUND", _describe(self.tok))
-        second = self._advance()
-        words = [_near_word(tok) for tok in (first, second)]
-        return _Atom(f"({words[0]} NEAR/{distance} {words[1]})")
+        return _proximity(first, number, self._advance(), ordered=False)
 
     def _unary(self, default: str | None) -> _Node:
         if self.tok.kind in (_NOT, _MINUS):
@@ -694,7 +705,13 @@ class _Parser:
             return self._any_of(default)
         if tok.kind == _PHRASE:
             self._advance()
-            return self._term(default, tok.text, tok.pos)
+            ordered = _QUOTED_AROUND.fullmatch(tok.text) if default is None else None
+            if ordered is None:
+                return self._term(default, tok.text, tok.pos)
+
+            def word(group: int) -> _Tok:  # positions inside the quotes
+                return _Tok(_WORD, ordered[group], tok.pos + 1 + ordered.start(group))
+            return _proximity(word(1), word(2) if ordered[2] else None, word(3), ordered=True)
         if tok.kind == _WORD:
             self._advance()
             return self._word(default, tok)

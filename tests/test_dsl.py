@@ -954,6 +954,11 @@ def test_gmail_operators_without_an_answer_here_say_what_to_use(text: str, expec
     ("Holiday AROUND vacation is:unread", '(holiday NEAR/5 vacation) AND tag:"unread"'),
     ("Renewal AROUND 2 CONTRACT", "(renewal NEAR/2 contract)"),
     ("from:(a AROUND b)", 'from:"a" AND from:"AROUND" AND from:"b"'),  # only between words
+    # Gmail: in quotes, the first word stays first
+    ('"secret AROUND 25 birthday"', "(secret ADJ/25 birthday)"),
+    ('" Secret  AROUND Birthday " is:unread', '(secret ADJ/5 birthday) AND tag:"unread"'),
+    ('"secret around 25 birthday"', '"secret around 25 birthday"'),  # a phrase: AROUND is upper-case
+    ('subject:"a AROUND b"', 'subject:"a AROUND b"'),
 ])
 def test_around_is_near(text: str, expected: str) -> None:
     assert q(text) == expected
@@ -970,6 +975,8 @@ def test_around_is_near(text: str, expected: str) -> None:
     ("a AROUND 2 from:b", 11, "a plain word (letters and digits) each side of AROUND"),
     ("and AROUND 2 b", 0, "a word other than and, or, not, xor, near or adj each side of AROUND"),
     ("a AROUND Near", 9, "a word other than and, or, not, xor, near or adj each side of AROUND"),
+    ('x "e-mail AROUND 2 b"', 3, "a plain word (letters and digits) each side of AROUND"),
+    ('"a AROUND 99 b"', 10, "a distance from 1 to 50 after AROUND"),
 ])
 def test_brace_and_around_errors(text: str, pos: int, expected: str) -> None:
     e = err(text)

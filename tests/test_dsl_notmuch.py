@@ -305,6 +305,9 @@ ALL_VISIBLE = {m[0] for m in MESSAGES} - {"spam@t", "trash@t"}
         ("plans AROUND 1 lunch", {"at@t"}),
         ("lunch AROUND plans -is:unread", {"at@t"}),
         ("lunch AROUND 3 status", set()),
+        ('"lunch AROUND 1 plans"', {"at@t"}),  # quoted: the first word stays first
+        ('"plans AROUND 1 lunch"', set()),
+        ('"plans AROUND lunch" OR "lunch plans"', {"at@t"}),
         ("from:{alice bob} -is:unread", {"at@t"}),
         ("-is:unread -in:anywhere", set()),
         ('raw:"from:alice or from:carol"', {"at@t", "endmar@t"}),
