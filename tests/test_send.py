@@ -806,3 +806,20 @@ def test_a_command_that_sets_the_envelope_sender_keeps_it(command: list[str]) ->
     out_of_mine = send.argv_for(["msmtp", "-a", "personal"], out)  # type: ignore[arg-type]
     assert out_of_mine == ["msmtp", "-a", "personal", "-f", "alex@example.org", "--",
                            "bob@example.com"]
+
+
+def test_a_draft_without_message_id_saved_again_gets_a_real_one(bed: Bed) -> None:
+    """notmuch names a message without a Message-ID by a hash of its file; saved again, the
+    draft gets a Message-ID of its own (the hash is no address anyone can reply to) and
+    replaces the old file."""
+    (bed.drafts / "1800000803.x.host:2,DS").write_bytes(
+        b"From: Alex Morgan <alex@example.org>\r\nTo: bob@example.com\r\nSubject: no id\r\n"
+        b"\r\nhi\r\n")
+    bed.env.notmuch("new")
+    (made_up,) = bed.ctx.reader.message_ids('subject:"no id"')
+    assert made_up.startswith("notmuch-sha1-")
+    saved = compose.save_draft(bed.ctx, body="hello", draft_id=made_up)
+    assert saved.id.endswith("@example.org")
+    assert bed.ctx.reader.message_ids('subject:"no id"') == [saved.id]
+    (path,) = [p for p in bed.drafts.iterdir() if b"Subject: no id" in p.read_bytes()]
+    assert parse(path.read_bytes())["message-id"] == f"<{saved.id}>"

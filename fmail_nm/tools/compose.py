@@ -29,7 +29,7 @@ import email.utils
 import mimetypes
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from email.headerregistry import Address as HeaderAddress
 from email.message import EmailMessage, Message, MIMEPart
@@ -420,6 +420,11 @@ def store_draft(ctx: WriteContext, c: Composition) -> DraftResult:
     if len(everyone) > MAX_RECIPIENTS:
         raise ComposeError(f"{len(everyone)} recipients; at most {MAX_RECIPIENTS}")
     check_not_blocked(ctx.config, everyone)
+    replaced = c.message_id
+    if replaced is not None and not _threadable(replaced):
+        # notmuch's name for a draft saved without a Message-ID (a hash of its file, which
+        # saving changes): the draft gets a Message-ID of its own.
+        c = replace(c, message_id=None)
     msg = build(c, ctx.clock())
     data = serialize(ctx.config, msg)
     mid = str(msg["Message-ID"]).strip().strip("<>")
@@ -428,8 +433,9 @@ def store_draft(ctx: WriteContext, c: Composition) -> DraftResult:
     def job(txn: WriteTxn) -> None:
         new = mover.add_new_file(txn, data, folder, DRAFT_FLAGS)
         # The new file is indexed first, so the message never leaves the index.
-        for path in _drafts_of(txn, ctx.config, mid, keep=new):
-            mover.delete_file(txn, path)
+        for draft in dict.fromkeys([mid, replaced or mid]):
+            for path in _drafts_of(txn, ctx.config, draft, keep=new):
+                mover.delete_file(txn, path)
         tag_added(txn, ctx.config, [mid])
 
     report = changes.apply_session(ctx, "save_draft", {
