@@ -201,6 +201,17 @@ def test_advice_for_an_existing_config_names_the_fix() -> None:
     assert good == []
 
 
+@pytest.mark.parametrize(("value", "off"), [
+    ("true", False), ("True", False), ("yes", False), ("YES", False), ("1", False),
+    ("false", True), ("no", True), ("No", True), ("0", True)])
+def test_synchronize_flags_reads_as_notmuch_reads_a_boolean(value: str, off: bool) -> None:
+    advice = advice_for_existing({"new.tags": "inbox;unread", "maildir.synchronize_flags": value,
+                                  "search.exclude_tags": "deleted;spam",
+                                  "new.ignore": ".mbsyncstate;.mbsyncstate.journal;"
+                                                ".mbsyncstate.new;.mbsyncstate.lock;.uidvalidity"})
+    assert any("synchronize_flags is off" in line for line in advice) is off
+
+
 def test_shipped_examples_parse(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parent.parent
     settings = load_settings(repo / "config" / "fmail.toml")

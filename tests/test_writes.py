@@ -8,7 +8,10 @@ finds nothing to correct -- index and Maildir in step.
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from fmail_nm.passes import changes
 from fmail_nm.passes.changes import ChangeError, WriteContext, WriteOutcome
 from fmail_nm.service.index import run_index
 from fmail_nm.store import sidecar
@@ -122,6 +126,20 @@ def test_read_and_unread_follow_in_tags_and_maildir_flags(h: Harness) -> None:
     h.assert_in_step()
 
 
+@pytest.mark.parametrize("spelling", ["yes", "YES", "1"])
+def test_synchronize_flags_spelled_another_way_notmuch_accepts_still_renames_files(
+        indexed: MailEnv, spelling: str) -> None:
+    """notmuch reads yes/true/1 in any case as on (`notmuch tag -unread` renames the file):
+    a write must too, or the Seen flag never reaches the file, nor the server."""
+    indexed.notmuch("config", "set", "maildir.synchronize_flags", spelling)
+    config = indexed.config()
+    with Reader() as reader, Writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        assert writes.set_read(ctx, [UNREAD_IN_CUR], True).applied == [UNREAD_IN_CUR]
+        [path] = Harness(indexed, ctx).files(UNREAD_IN_CUR)
+    assert "S" in flags_of(path)
+
+
 def test_mark_as_takes_only_read_or_unread(h: Harness) -> None:
     with pytest.raises(ToolError, match="'read' or 'unread'"):
         writes.update_email_status(h.ctx, [IN_INBOX], "seen")
@@ -224,6 +242,17 @@ def test_delete_then_restore_returns_to_the_origin_folder(h: Harness) -> None:
     assert_moved_name(back, "personal/Archive")
     tags = h.tags(IN_ARCHIVE)
     assert "archived" in tags and "deleted" not in tags and "inbox" not in tags
+    h.assert_in_step()
+
+
+def test_junk_from_trash_keeps_where_the_mail_came_from(h: Harness) -> None:
+    """Deleted from Archive, then marked as junk from Trash: restore puts it back in Archive
+    (Trash is no home to go back to)."""
+    writes.delete_messages(h.ctx, [IN_ARCHIVE])
+    writes.move_to_junk(h.ctx, [IN_ARCHIVE])
+    assert h.folders(IN_ARCHIVE) == ["personal/Junk"]
+    writes.restore(h.ctx, [IN_ARCHIVE])
+    assert h.folders(IN_ARCHIVE) == ["personal/Archive"]
     h.assert_in_step()
 
 
@@ -1072,3 +1101,81 @@ def test_a_block_while_notmuch_is_busy_says_it_is_saved_and_stays_undoable(
 def blocked_now(config: Any) -> set[str]:
     with sidecar.opened(sidecar.sidecar_path(config.data_dir)) as conn:
         return sidecar.blocked_addresses(conn)
+
+
+# ---------------------------------------------------------------------------------------------
+# Undo passes over what fmail-nm did by itself
+
+BANK = "no-reply@northwind-bank.example.com"
+BANK_FILE = (Path(__file__).parent.parent / "fixtures/maildir/personal/INBOX/cur"
+             / "1791008292.48213_60.fixturehost,U=60:2,S")
+FRESH_BANK = "fresh-bank-1@northwind-bank.example.com"
+
+
+def test_undo_reverts_the_users_write_not_the_hooks_move_of_blocked_mail(
+        mail_env: MailEnv) -> None:
+    """New mail from a blocked sender is moved to Junk by the post-new hook, after the user's
+    last write: undo_last_write undoes the user's write, and the blocked mail stays in Junk
+    (unblocking is how it comes back)."""
+    toml = mail_env.fmail_config.read_text()
+    mail_env.fmail_config.write_text(
+        toml.replace('name = "personal"\n', 'name = "personal"\nblocked_to_junk = true\n', 1))
+    run_init(mail_env)
+    config = mail_env.config()
+    with Reader() as reader, Writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        harness = Harness(mail_env, ctx)
+        from fmail_nm.tools.contacts import manage_contacts
+        manage_contacts(ctx, f"UPDATE contacts SET is_blocked = 1 WHERE email_address = '{BANK}'")
+        assert writes.archive(ctx, [IN_INBOX]).applied == [IN_INBOX]
+        text = re.sub(r"(?im)^Message-ID:.*$", f"Message-ID: <{FRESH_BANK}>",
+                      BANK_FILE.read_text(errors="replace"), count=1)
+        (mail_env.mail_root / "personal/INBOX/new/9999999999.1_1.host,U=999").write_text(text)
+        mail_env.notmuch("new")  # the hook's blocklist pass moves it to Junk
+        assert harness.folders(FRESH_BANK) == ["personal/Junk"]
+        undone = writes.undo_last_write(ctx)
+        assert undone.applied == [IN_INBOX]
+        assert harness.folders(IN_INBOX) == ["personal/INBOX"]
+        assert harness.folders(FRESH_BANK) == ["personal/Junk"]
+        harness.assert_in_step()
+
+
+# ---------------------------------------------------------------------------------------------
+# The audit record of a write notmuch has committed
+
+
+def _sidecar_writer(h: Harness) -> sqlite3.Connection:
+    """Another process's write transaction on the sidecar (a long mirror sync batch)."""
+    blocker = sqlite3.connect(h.ctx.sidecar_file, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    return blocker
+
+
+def test_a_write_waits_for_a_busy_sidecar_to_record_itself(h: Harness) -> None:
+    """The sidecar busy for longer than a read waits (5 s) once notmuch has committed: the
+    record waits, so the write stays undoable, and the follow-up (sync, push) is told."""
+    blocker = _sidecar_writer(h)
+    release = threading.Timer(6.5, lambda: blocker.execute("ROLLBACK"))
+    release.start()
+    try:
+        result = writes.archive(h.ctx, [IN_INBOX])
+    finally:
+        release.join()
+        blocker.close()
+    assert result.applied == [IN_INBOX] and result.audit_id
+    assert h.folders(IN_INBOX) == ["personal/Archive"] and h.outcomes
+    writes.undo_last_write(h.ctx)
+    assert h.folders(IN_INBOX) == ["personal/INBOX"]
+
+
+def test_a_write_that_cannot_be_recorded_says_it_was_done(h: Harness,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(changes, "RECORD_WAIT_S", 0)
+    blocker = _sidecar_writer(h)
+    try:
+        with pytest.raises(changes.UnrecordedWrite, match="was done, but the sidecar could not record it, so undo_last_write cannot"):
+            writes.archive(h.ctx, [IN_INBOX])
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert h.folders(IN_INBOX) == ["personal/Archive"] and h.outcomes  # pushed all the same

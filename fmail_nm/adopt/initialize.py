@@ -24,7 +24,7 @@ from ..passes.mirror import SETUP_REVISION, sync_sidecar
 from ..store import sidecar
 from ..store.notmuch import Reader, ensure_database
 from ..store.notmuch_cli import notmuch_settings, user_settings_as_written
-from ..store.notmuch_config import find_notmuch_config, new_config_path
+from ..store.notmuch_config import config_bool, find_notmuch_config, new_config_path
 from ..tags import DEFAULT_EXCLUDED
 from .hooks import HookAction, install_hooks
 from .identity import Identity, discover, missing_from_notmuch
@@ -107,7 +107,7 @@ def notmuch_findings(nm: dict[str, str]) -> list[Finding]:
         found.append(Finding("notmuch", "notmuch new will warn about mbsync's state files",
                              f"notmuch config set new.ignore "
                              f"{shlex.quote(';'.join(current + missing))}"))
-    if nm.get("maildir.synchronize_flags", "true") != "true":
+    if not config_bool(nm.get("maildir.synchronize_flags"), True):
         found.append(Finding("notmuch", "maildir.synchronize_flags is off: read/flagged changes "
                              "will not reach the server through mbsync",
                              "notmuch config set maildir.synchronize_flags true"))

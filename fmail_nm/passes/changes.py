@@ -30,15 +30,17 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..clock import utc_now
 from ..config import ROOT_FOLDER, Account, Config
-from ..errors import CallerError
+from ..errors import BackendError, CallerError
 from ..store import maildir, mover, sidecar
 from ..store.maildir import Copy
 from ..store.notmuch import (
@@ -65,8 +67,16 @@ def bin_folders(account: Account) -> set[str]:
     return {account.folders[r] for r in BIN_ROLES if r in account.folders}
 
 
+T = TypeVar("T")
+
+
 class ChangeError(CallerError):
     """One message could not be (fully) changed; the text says why and what to do."""
+
+
+class UnrecordedWrite(BackendError):
+    """A write notmuch committed whose audit record could not be written (undo cannot reach
+    it); the follow-up was told all the same."""
 
 
 class PartlyDone(ChangeError):
@@ -172,9 +182,12 @@ class MessageWork:
         new = mover.move_file(self.txn, copy.path, maildir.ensure_maildir(self.config, folder))
         self.moves.append((copy.path, new))
         origins = self.origins()
-        changed = origins.pop(maildir.file_key(copy.path), None) is not None
+        known = origins.pop(maildir.file_key(copy.path), None)
+        changed = known is not None
         if maildir.role_of(self.config, folder) in BIN_ROLES:
-            origins[maildir.file_key(new)] = copy.folder
+            # From one bin to the other (Trash to Junk), the home it had before the first.
+            from_bin = maildir.role_of(self.config, copy.folder) in BIN_ROLES
+            origins[maildir.file_key(new)] = known if from_bin and known else copy.folder
             changed = True
         if changed:
             self.txn.set_property(self.mid, ORIGIN_PROPERTY,
@@ -402,16 +415,41 @@ def record(ctx: WriteContext, action: str, params: dict[str, Any],
     """One audit entry for what a write changed (none when it changed nothing)."""
     if not changes:  # a call that changed nothing leaves nothing to undo
         return None
-    with sidecar.opened(ctx.sidecar_file) as conn:
-        return sidecar.record_write(conn, action, params, list(changes))
+    return _recorded(ctx, f"{action} was done, but the sidecar could not record it, so "
+                     "undo_last_write cannot revert it",
+                     lambda conn: sidecar.record_write(conn, action, params, list(changes)))
+
+
+def _recorded(ctx: WriteContext, failure: str, write: Callable[[sqlite3.Connection], T]) -> T:
+    """``write`` to the sidecar after a change notmuch has committed, waiting out another
+    process's writes up to RECORD_WAIT_S; else an UnrecordedWrite starting with ``failure``."""
+    deadline = time.monotonic() + RECORD_WAIT_S
+    while True:
+        try:
+            with sidecar.opened(ctx.sidecar_file) as conn:
+                return write(conn)
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc) or time.monotonic() >= deadline:
+                raise UnrecordedWrite(f"{failure} ({exc})") from None
+
+
+# How long the record of a committed write waits for a sidecar another process is writing
+# (each try waits sidecar.BUSY_TIMEOUT_MS): past a read's patience, since the write is done.
+RECORD_WAIT_S = 30
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
 
 
 def apply(ctx: WriteContext, action: str, params: dict[str, Any], message_ids: Sequence[str],
           step: Step, *, asked: dict[str, str] | None = None) -> BatchReport:
     """Run a write, record it in the audit log and tell the follow-up."""
     report = run(ctx, message_ids, step, asked=asked)
-    report.audit_id = record(ctx, action, params, report.changes)
-    notify(ctx, action, report.changes)
+    try:
+        report.audit_id = record(ctx, action, params, report.changes)
+    finally:  # done in notmuch and on disk: the follow-up pushes it, recorded or not
+        notify(ctx, action, report.changes)
     return report
 
 
@@ -448,8 +486,10 @@ def apply_session(ctx: WriteContext, action: str, params: dict[str, Any],
         return report
 
     report = ctx.writer.run(batch)
-    report.audit_id = record(ctx, action, params, report.changes)
-    notify(ctx, action, report.changes)
+    try:
+        report.audit_id = record(ctx, action, params, report.changes)
+    finally:
+        notify(ctx, action, report.changes)
     return report
 
 
@@ -559,10 +599,14 @@ def undo_last(ctx: WriteContext,
             f"{mid}: {text}" for mid, text in back.errors) + " failed")
         raise ChangeError(f"nothing was undone ({why}){left}; the write can be undone once "
                           "that is fixed")
-    with sidecar.opened(ctx.sidecar_file) as conn:
+    def undone(conn: sqlite3.Connection) -> None:
         if rows and restore_rows is not None:
             restore_rows(conn, rows)
         sidecar.mark_undone(conn, entry.id)
+    try:
+        _recorded(ctx, f"the {entry.action} was undone, but the sidecar could not record that: "
+                  "do not undo it again", undone)
+    finally:
+        notify(ctx, f"undo {entry.action}", report.changes)
     report.audit_id = entry.id
-    notify(ctx, f"undo {entry.action}", report.changes)
     return entry, report

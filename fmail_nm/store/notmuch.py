@@ -33,7 +33,7 @@ from notmuch2 import _capi
 from ..config import THREAD_ID
 from ..errors import BackendError, CallerError
 from ..tags import DEFAULT_EXCLUDED, FLAG_TAGS
-from .notmuch_config import find_notmuch_config
+from .notmuch_config import config_bool, find_notmuch_config
 from .query import all_of, id_query, quote
 from .threads import ThreadSummary, author_of, thread_authors
 
@@ -762,7 +762,7 @@ class WriteTxn:
 
     def __init__(self, db: notmuch2.Database) -> None:
         self._db = db
-        self.sync_flags = db.config.get("maildir.synchronize_flags", "true").lower() == "true"
+        self.sync_flags = config_bool(db.config.get("maildir.synchronize_flags"), True)
 
     def revision(self) -> int:
         """The database's revision as this session sees it (its own changes included)."""

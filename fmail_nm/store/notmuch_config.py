@@ -46,3 +46,14 @@ def config_chosen_by_environment() -> Path | None:
         found = find_notmuch_config()
         return found.absolute() if found is not None else new_config_path().absolute()
     return None
+
+
+def config_bool(value: str | None, default: bool) -> bool:
+    """A boolean setting as libnotmuch reads it: true/yes/1 and false/no/0 in any case;
+    anything else (or nothing) is ``default``."""
+    word = (value or "").strip().lower()
+    if word in ("true", "yes", "1"):
+        return True
+    if word in ("false", "no", "0"):
+        return False
+    return default

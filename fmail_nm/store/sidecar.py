@@ -1246,9 +1246,12 @@ def _entry(row: sqlite3.Row | tuple[Any, ...]) -> AuditEntry:
 
 
 def last_write(conn: sqlite3.Connection) -> AuditEntry | None:
-    """The latest write that has not been undone."""
+    """The latest write the user asked for that has not been undone: an entry whose params
+    name a pass it was made ``by`` (the blocklist moving new mail of a blocked sender) is
+    fmail-nm's own doing, which undo passes over."""
     row = conn.execute("SELECT id, at, action, params, changes, undone_at FROM audit_log "
-                       "WHERE undone_at IS NULL ORDER BY id DESC LIMIT 1").fetchone()
+                       "WHERE undone_at IS NULL AND json_extract(params, '$.by') IS NULL "
+                       "ORDER BY id DESC LIMIT 1").fetchone()
     return None if row is None else _entry(row)
 
 
