@@ -256,6 +256,25 @@ def test_junk_from_trash_keeps_where_the_mail_came_from(h: Harness) -> None:
     h.assert_in_step()
 
 
+def test_undo_does_not_make_again_a_folder_removed_since(h: Harness) -> None:
+    """Mail moved to a folder, deleted from it, and the folder removed (in another client):
+    undoing the delete puts the mail in the inbox, as restore does, and says so -- a folder
+    made again here, mbsync would make again on the server."""
+    projects = h.env.mail_root / "personal" / "Projects"
+    for sub in ("cur", "new", "tmp"):
+        (projects / sub).mkdir(parents=True)
+    assert writes.move_to_folder(h.ctx, [IN_INBOX], "Projects").applied == [IN_INBOX]
+    assert writes.delete_messages(h.ctx, [IN_INBOX]).applied == [IN_INBOX]
+    shutil.rmtree(projects)
+    h.env.notmuch("new", "--no-hooks")
+    undone = writes.undo_last_write(h.ctx)
+    assert not projects.exists()
+    assert h.folders(IN_INBOX) == ["personal/INBOX"]
+    assert "deleted" not in h.tags(IN_INBOX) and "inbox" in h.tags(IN_INBOX)
+    assert any("personal/Projects" in e.error and "removed" in e.error for e in undone.errors)
+    h.assert_in_step()
+
+
 def test_restore_remembers_the_origin_in_notmuch_not_the_sidecar(h: Harness) -> None:
     writes.delete_messages(h.ctx, [IN_ARCHIVE])
     h.ctx.sidecar_file.unlink()  # a rebuilt sidecar knows nothing of past writes

@@ -508,23 +508,37 @@ def _current_file(work: MessageWork, recorded: str) -> Copy | None:
     return None
 
 
-def _revert_plan(work: MessageWork, change: dict[str, Any]) -> tuple[list[tuple[Copy, str]],
-                                                                      list[str]]:
-    """The recorded moves to turn back, as (the file as it is named now, the folder it came
-    from), and the files no longer where the write put them.  Raises StaleFiles -- before
-    anything changed -- when the index names a file that is gone from disk."""
-    plan: list[tuple[Copy, str]] = []
-    missing: list[str] = []
+@dataclass
+class _RevertPlan:
+    """The recorded moves to turn back, as (the file as it is named now, the folder it goes
+    to); the files no longer where the write put them; the folders they came from that are
+    gone since, whose files go to the account's inbox instead (as restore sends them)."""
+
+    moves: list[tuple[Copy, str]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+def _revert_plan(work: MessageWork, change: dict[str, Any]) -> _RevertPlan:
+    """Raises StaleFiles -- before anything changed -- when the index names a file that is
+    gone from disk."""
+    plan = _RevertPlan()
     for source, dest in reversed(change["moves"]):
         copy = _current_file(work, dest)
         home = work.folder_of(work.config.mail_root / source)
         if copy is None or home is None:
-            missing.append(dest)
-        elif not copy.path.exists():
+            plan.missing.append(dest)
+            continue
+        if not copy.path.exists():
             raise StaleFiles.naming(copy.path)
-        else:
-            plan.append((copy, home))
-    return plan, missing
+        account = work.config.account_for_path(home)
+        # A folder made again here, mbsync would make again on the server.
+        if (not maildir.is_there_now(work.config, home) and account is not None
+                and "inbox" in account.folders):
+            plan.removed.append(home)
+            home = account.folder("inbox")
+        plan.moves.append((copy, home))
+    return plan
 
 
 def _put_back(work: MessageWork, origin: str | None) -> None:
@@ -542,10 +556,10 @@ def revert_step(changes: dict[str, dict[str, Any]]) -> Step:
     another program) is left out, and :class:`PartlyDone` says exactly what was done."""
     def step(work: MessageWork) -> None:
         change = changes[work.mid]
-        plan, missing = _revert_plan(work, change)
+        plan = _revert_plan(work, change)
         origin = work.txn.get_property(work.mid, ORIGIN_PROPERTY)
         try:
-            for copy, home in plan:
+            for copy, home in plan.moves:
                 work.move(copy, home)
         except Exception as exc:
             _put_back(work, origin)
@@ -555,12 +569,17 @@ def revert_step(changes: dict[str, dict[str, Any]]) -> Step:
         work.tag(add=sorted(before - after), remove=sorted(after - before))
         if change["origin_before"] != change["origin_after"]:
             work.txn.set_property(work.mid, ORIGIN_PROPERTY, change["origin_before"] or "{}")
-        if missing:
+        if plan.removed:
+            work.settle_place_tags()  # for the inbox it is in, not the folder it was in
+        if plan.missing:
             root = work.config.mail_root
             moved = ", ".join(maildir.relative_path(root, new) for _, new in work.moves)
-            raise PartlyDone(f"not moved back: {', '.join(missing)} (gone: no longer where "
-                             f"the write put it, moved or deleted since); moved back: "
+            raise PartlyDone(f"not moved back: {', '.join(plan.missing)} (gone: no longer "
+                             f"where the write put it, moved or deleted since); moved back: "
                              f"{moved or 'nothing'}; tags restored")
+        if plan.removed:
+            raise PartlyDone(f"moved to the inbox: {', '.join(plan.removed)} was removed "
+                             "since; tags restored")
     return step
 
 
