@@ -11,9 +11,11 @@ import json
 import re
 import shutil
 import sqlite3
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -1198,3 +1200,43 @@ def test_a_write_that_cannot_be_recorded_says_it_was_done(h: Harness,
         blocker.execute("ROLLBACK")
         blocker.close()
     assert h.folders(IN_INBOX) == ["personal/Archive"] and h.outcomes  # pushed all the same
+
+
+# ---------------------------------------------------------------------------------------------
+# A folder fmail-nm cannot write
+
+
+@contextmanager
+def _immutable(folder: Path) -> Iterator[None]:
+    """Renames in ``folder`` fail (EPERM), as in a read-only or failing filesystem."""
+    done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"this filesystem cannot make a folder immutable: {done.stderr!r}")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+def test_a_flag_rename_that_fails_leaves_the_tags_and_says_so(h: Harness) -> None:
+    """libnotmuch skips a file it cannot rename without a word: the tag would say read while
+    the file -- and so the server -- says unread. The write is refused for that message and
+    its tags stay as the file says."""
+    [path] = h.files(UNREAD_IN_CUR)
+    with _immutable((h.env.mail_root / path).parent):
+        result = writes.set_read(h.ctx, [UNREAD_IN_CUR], True)
+    assert result.applied == [] and "could not be renamed" in result.errors[0].error
+    assert "unread" in h.tags(UNREAD_IN_CUR) and h.files(UNREAD_IN_CUR) == [path]
+    h.assert_in_step()
+
+
+def test_a_move_that_fails_for_one_copy_moves_none(h: Harness) -> None:
+    """A message with two copies (INBOX and Sent) whose second cannot move: the first is put
+    back, so the message is where it was, with its tags, and the caller told it failed."""
+    files = h.ctx.reader.find(SELF_CC).filenames  # type: ignore[union-attr]
+    before = (h.folders(SELF_CC), h.tags(SELF_CC))
+    with _immutable(Path(files[1]).parent):
+        result = writes.delete_messages(h.ctx, [SELF_CC])
+    assert result.applied == [] and result.errors
+    assert (h.folders(SELF_CC), h.tags(SELF_CC)) == before
+    h.assert_in_step()

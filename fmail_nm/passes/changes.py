@@ -309,7 +309,14 @@ def _write_one(txn: WriteTxn, config: Config, before: IndexedMessage, step: Step
     # Any failure stays with its message: notmuch commits the atomic section even when an
     # exception escapes, so the batch must finish to record what the others did.
     except Exception as exc:
-        report.errors.append((before.message_id, str(exc) or type(exc).__name__))
+        why = str(exc) or type(exc).__name__
+        if work.moves:  # one message whole or not at all: the files it moved go back
+            try:
+                _put_back(work, origin_before)
+            except Exception as back:  # noqa: BLE001 - said in the error; tags follow files
+                work.settle_place_tags()
+                why += f" (and moving its files back failed: {back}; they stay where they are)"
+        report.errors.append((before.message_id, why))
         (report.stale if isinstance(exc, STALE) else report.failed).append(before.message_id)
     after = txn.get(before.message_id) or before
     change = change_record(config, before, after, work.moves, origin_before,

@@ -137,6 +137,10 @@ class StaleFiles(NotmuchAccessError):
                    "client since the last index); re-index (fmail-nm index) and try again")
 
 
+class FlagsNotWritten(NotmuchAccessError):
+    """A message file could not be renamed to carry the Maildir flags its tags call for."""
+
+
 class QueryError(CallerError):
     """notmuch could not parse a query (a ``raw:`` one, or a term it refuses)."""
 
@@ -804,6 +808,17 @@ class WriteTxn:
                 msg.tags.add(tag)
         if flag_change:
             msg.tags.to_maildir_flags()
+            behind = _file_behind(msg.filenames(), after)
+            if behind is not None:  # libnotmuch skips a file it cannot rename, without a word
+                with msg.frozen():
+                    for tag in after - before:
+                        msg.tags.discard(tag)
+                    for tag in before - after:
+                        msg.tags.add(tag)
+                msg.tags.to_maildir_flags()  # the files it did rename, back
+                raise FlagsNotWritten(f"{behind} could not be renamed to carry the Maildir "
+                                      "flags of the new tags (is its folder writable?); the "
+                                      "tags were left as they were")
         return True
 
     def change_tags(self, message_ids: Iterable[str], add: Sequence[str] = (),
@@ -950,6 +965,20 @@ _FLAG_TAGS = (("D", "draft", False), ("F", "flagged", False), ("P", "passed", Fa
               ("R", "replied", False), ("S", "unread", True))
 _MAILDIR_LEAVES = ("cur", "new")
 _INFO = ":2,"
+
+
+def _file_behind(filenames: Iterable[str | os.PathLike[str]], tags: frozenset[str]
+                 ) -> str | None:
+    """A file of the message in a ``cur``/``new`` directory whose Maildir flags do not say
+    what ``tags`` say (as to_maildir_flags would have renamed it), or None."""
+    want = {letter for letter, tag, inverted in _FLAG_TAGS if (tag in tags) != inverted}
+    for name in (os.fsdecode(f) for f in filenames):
+        if os.path.basename(os.path.dirname(name)) not in _MAILDIR_LEAVES:
+            continue
+        flags = os.path.basename(name).partition(_INFO)[2]
+        if {letter for letter, _, _ in _FLAG_TAGS if letter in flags} != want:
+            return name
+    return None
 
 
 def maildir_flags(filenames: Iterable[str]) -> str | None:
