@@ -7,6 +7,7 @@ disk, and the user's addresses from notmuch's ``user.*`` settings.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import os
 import re
@@ -39,12 +40,24 @@ THREAD_ID = re.compile(r"[0-9A-Za-z]{1,64}")
 # a folder's last path component.
 _ROLE_NAMES: dict[str, tuple[str, ...]] = {
     "inbox": ("inbox",),
-    "sent": ("sent", "sent mail", "sent items", "sent messages", "gesendet"),
-    "drafts": ("drafts", "draft", "entwürfe"),
-    "trash": ("trash", "deleted", "deleted items", "deleted messages", "bin", "papierkorb"),
-    "junk": ("junk", "spam", "junk e-mail", "junk email", "bulk mail"),
-    "archive": ("archive", "archives", "archiv"),
+    "sent": ("sent", "sent mail", "sent items", "sent messages", "gesendet",
+             "gesendete elemente", "gesendete objekte", "messages envoyés", "éléments envoyés",
+             "envoyés", "enviados", "elementos enviados", "verzonden", "verzonden items",
+             "posta inviata", "inviati", "skickat", "skickade objekt"),
+    "drafts": ("drafts", "draft", "entwürfe", "brouillons", "borradores", "concepten", "bozze",
+               "utkast"),
+    "trash": ("trash", "deleted", "deleted items", "deleted messages", "bin", "papierkorb",
+              "gelöschte elemente", "gelöschte objekte", "corbeille", "éléments supprimés",
+              "papelera", "elementos eliminados", "verwijderde items", "prullenbak",
+              "cestino", "posta eliminata", "papperskorgen", "borttagna objekt"),
+    "junk": ("junk", "spam", "junk e-mail", "junk email", "bulk mail", "junk-e-mail",
+             "courrier indésirable", "correo no deseado", "ongewenste e-mail",
+             "posta indesiderata", "skräppost"),
+    "archive": ("archive", "archives", "archiv", "archivio", "archivo", "archief", "arkiv"),
 }
+# Gmail's own folders ("[Google Mail]" in the UK and Germany): they are the roles, whatever
+# labels of the same names the user made.
+_SYSTEM_PREFIXES = ("[gmail]/", "[google mail]/")
 
 
 class ConfigError(CallerError):
@@ -346,19 +359,45 @@ def _leaf_name(folder: str, flatten: str | None) -> str:
     leaf = folder.rsplit("/", 1)[-1]
     if flatten:
         leaf = leaf.rsplit(flatten, 1)[-1]
-    return leaf.lstrip(".").lower()
+    return imap_utf7_decode(leaf.lstrip(".")).lower()
+
+
+_UTF7_RUN = re.compile(r"&([A-Za-z0-9+,]*)-")
+
+
+def imap_utf7_decode(name: str) -> str:
+    """An IMAP mailbox name as mbsync writes it to disk (modified UTF-7, RFC 3501 5.1.3:
+    "Entw&APw-rfe") in Unicode ("Entwürfe"); a malformed run stays as written."""
+    def run(match: re.Match[str]) -> str:
+        if not match[1]:
+            return "&"
+        data = match[1].replace(",", "/")
+        try:
+            return base64.b64decode(data + "=" * (-len(data) % 4)).decode("utf-16-be")
+        except (ValueError, UnicodeDecodeError):
+            return match[0]
+    return _UTF7_RUN.sub(run, name) if "&" in name else name
 
 
 def detect_roles(folders: list[str], account_dir: str, flatten: str | None = None) -> dict[str, str]:
-    """Guess folder roles from the usual names, among the folders directly in an account."""
+    """Guess folder roles from the usual names: Gmail's own folders first, then the folders
+    directly in the account, then those under its INBOX (servers that keep every folder
+    there: INBOX.Sent)."""
     roles: dict[str, str] = {}
     prefix = "" if account_dir == "." else account_dir + "/"
+    ranked: list[tuple[int, str]] = []
     for folder in folders:
         if prefix and not folder.startswith(prefix):
             continue
-        rest = folder[len(prefix):]
-        if "/" in rest.strip("/") and not rest.lower().startswith("[gmail]/"):
-            continue  # only top-level folders of the account (and Gmail's [Gmail]/ ones)
+        rest = folder[len(prefix):].strip("/")
+        lower = rest.lower()
+        if lower.startswith(_SYSTEM_PREFIXES):
+            ranked.append((0, folder))
+        elif "/" not in rest:
+            ranked.append((1, folder))
+        elif lower.startswith("inbox/") and rest.count("/") == 1:
+            ranked.append((2, folder))
+    for _, folder in sorted(ranked, key=lambda item: item[0]):  # stable: sorted names within
         leaf = _leaf_name(folder, flatten)
         for role, names in _ROLE_NAMES.items():
             if leaf in names and role not in roles:

@@ -78,24 +78,50 @@ def _store_ref(value: str) -> str:
     return parts[1] if len(parts) >= 3 else value
 
 
-def _sections(text: str) -> list[list[tuple[str, str]]]:
-    """Blank-line separated sections of ``Key value`` lines, comments dropped."""
+# Keywords that open a section; anything else before the first one (or after a blank line
+# ends a section) is a global option, e.g. a default ``Expunge`` for every channel.
+_SECTION_KINDS = frozenset({"imapaccount", "imapstore", "maildirstore", "channel", "group"})
+
+
+def _without_comment(line: str) -> str:
+    """``line`` up to a ``#`` that starts a word outside quotes: mbsync ends the line there."""
+    quoted = escaped = False
+    for i, c in enumerate(line):
+        if escaped:
+            escaped = False
+        elif quoted and c == "\\":
+            escaped = True
+        elif c == '"':
+            quoted = not quoted
+        elif c == "#" and not quoted and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip()
+    return line
+
+
+def _sections(text: str) -> tuple[list[tuple[str, str]], list[list[tuple[str, str]]]]:
+    """(global options, sections) of ``Keyword value`` lines (keyword and value apart by
+    spaces or tabs, comments dropped): a section opens at a section keyword and ends at a
+    blank line or the next section keyword."""
+    options: list[tuple[str, str]] = []
     sections: list[list[tuple[str, str]]] = []
-    current: list[tuple[str, str]] = []
+    current: list[tuple[str, str]] | None = None
     for raw in text.splitlines():
-        line = raw.strip()
+        if not raw.strip():
+            current = None
+            continue
+        line = _without_comment(raw.strip())
         if not line:
-            if current:
-                sections.append(current)
-                current = []
             continue
-        if line.startswith("#"):
-            continue
-        key, _, value = line.partition(" ")
-        current.append((key.lower(), value.strip()))
-    if current:
-        sections.append(current)
-    return sections
+        key, value = (line.split(None, 1) + [""])[:2]
+        key, value = key.lower(), value.strip()
+        if key in _SECTION_KINDS:
+            current = [(key, value)]
+            sections.append(current)
+        elif current is not None:
+            current.append((key, value))
+        else:
+            options.append((key, value))
+    return options, sections
 
 
 def _unquote(value: str) -> str:
@@ -111,7 +137,9 @@ def parse(path: Path) -> MbsyncConfig:
     text = path.read_text(encoding="utf-8", errors="replace")
     base = path.parent
     config = MbsyncConfig(path=path)
-    for section in _sections(text):
+    options, sections = _sections(text)
+    defaults = dict(options)  # mbsync's global channel options, e.g. Expunge
+    for section in sections:
         kind, name = section[0]
         values = {key: value for key, value in section[1:]}
         if kind == "maildirstore":
@@ -122,7 +150,8 @@ def parse(path: Path) -> MbsyncConfig:
                 subfolders=values.get("subfolders"),
                 flatten=_unquote(values["flatten"]) if "flatten" in values else None,
             )
-        elif kind == "imapaccount":
+        elif kind == "imapaccount" or (kind == "imapstore" and "user" in values):
+            # (an IMAPStore may hold the account's options itself, User included)
             config.imap_accounts[name] = ImapAccount(
                 name=name, host=_unquote(values["host"]) if "host" in values else None,
                 user=_unquote(values["user"]) if "user" in values else None)
@@ -139,6 +168,6 @@ def parse(path: Path) -> MbsyncConfig:
                 near_store=_store_ref(near) if near else None,
                 far_store=_store_ref(far) if far else None,
                 patterns=patterns,
-                expunge=values.get("expunge"),
+                expunge=values.get("expunge", defaults.get("expunge")),
             )
     return config

@@ -63,7 +63,7 @@ def parse(path: Path) -> MsmtpConfig:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        key, _, rest = line.partition(" ")
+        key, rest = (line.split(None, 1) + [""])[:2]  # apart by spaces or tabs
         rest = rest.strip()
         if key == "defaults":
             current = defaults

@@ -256,7 +256,7 @@ def test_a_gmail_plan_renders_its_folders_and_server_side_sent(indexed: MailEnv)
     assert entry["server_saves_sent"] is True and entry["folders"]["junk"] == "[Gmail]/Spam"
     msmtp = accounts.msmtp_block(plan)
     assert "host smtp.gmail.com" in msmtp and "tls_starttls on" in msmtp
-    assert 'passwordeval "/bin/echo"' in msmtp
+    assert 'passwordeval /bin/echo\n' in msmtp  # msmtp takes the rest of the line as it is
 
 
 def test_without_accounts_toml_the_accounts_are_those_of_fmail_toml(indexed: MailEnv) -> None:

@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
 import shlex
 import shutil
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from .. import mbsyncrc
 from ..config import ADDED_ACCOUNTS_FILE, ROLES, Config, ConfigError, own_config_dir
 from ..private import replace_private
 from .identity import looks_like_address
@@ -279,6 +282,7 @@ def plan(config: Config, new: NewAccount) -> AccountPlan:
     maildir = config.mail_root / name
     if maildir.exists() and any(maildir.iterdir()):
         raise AccountError(f"{maildir} exists and is not empty; choose another name")
+    _check_no_store_takes(config, maildir)
     return AccountPlan(
         name=name, address=address,
         password_command=check_password_command(new.password_command),
@@ -296,12 +300,59 @@ def plan(config: Config, new: NewAccount) -> AccountPlan:
         note=preset.note if preset else "", full_name=_clean(new.full_name, "full_name"))
 
 
+def _check_no_store_takes(config: Config, maildir: Path) -> None:
+    """Refuse a folder for the new account that a channel of the user's own mbsync config
+    syncs (a store whose Path holds it, with Patterns that take its folders): the user's
+    next sync would create its folders on that other server and upload the mail there."""
+    rc = (Path(config.settings.mbsync_config).expanduser() if config.settings.mbsync_config
+          else mbsyncrc.default_path())
+    if rc is None or not rc.is_file():
+        return
+    parsed = mbsyncrc.parse(rc)
+    for channel in parsed.channels.values():
+        store = parsed.channel_store(channel)
+        if store is None or store.path is None or not _inside(maildir, store.path):
+            continue
+        box = _relative(maildir, store.path)
+        if any(_synced(channel.patterns, b) for b in (box, f"{box}/INBOX")):
+            raise AccountError(
+                f"{maildir} lies in mbsync store {store.name!r} ({rc}), whose channel "
+                f"{channel.name!r} syncs {box}/ with Patterns {' '.join(channel.patterns)}: its "
+                "next sync would put this account's mail on that server. Leave it out there "
+                f"(Patterns ... !{box} !{box}/*) and add the account again")
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return Path(os.path.normpath(path.absolute())).is_relative_to(
+        Path(os.path.normpath(root.absolute())))
+
+
+def _relative(path: Path, root: Path) -> str:
+    return Path(os.path.normpath(path.absolute())).relative_to(
+        Path(os.path.normpath(root.absolute()))).as_posix()
+
+
+def _synced(patterns: Sequence[str], box: str) -> bool:
+    """Whether mbsync's ``Patterns`` take the mailbox ``box``: ``*`` matches anything, ``%``
+    anything but ``/``, ``!`` excludes; the last pattern that matches decides."""
+    taken = False
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        body = pattern[1:] if negated else pattern
+        regex = "".join(".*" if c == "*" else "[^/]*" if c == "%" else re.escape(c) for c in body)
+        if re.fullmatch(regex, box):
+            taken = not negated
+    return taken
+
+
 # ---------------------------------------------------------------------------------------------
 # The files
 
 
 def _rc_quote(value: str) -> str:
-    """A double-quoted value for mbsyncrc and msmtprc (both take backslash escapes)."""
+    """A double-quoted value for mbsyncrc (which takes backslash escapes) -- and for msmtprc
+    when the value holds no quote or backslash: msmtp drops the enclosing quotes but keeps
+    escapes as written, so a shell command goes to msmtp as it is (the rest of the line)."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -358,7 +409,7 @@ from {p.address}
 user {_rc_quote(p.smtp_user)}
 auth on
 {tls}
-passwordeval {_rc_quote(p.password_command)}
+passwordeval {p.password_command}
 {_end(p.name)}
 """
 

@@ -98,7 +98,9 @@ def from_msmtp(identity: Identity, path: Path | None) -> None:
     if path is None or not path.is_file():
         return
     for account in msmtprc.parse(path).accounts.values():
-        if account.from_address and "*" not in account.from_address:
+        # "*" is a wildcard, "%U"-like a substitution (msmtp fills in the user, host...):
+        # templates, not addresses.
+        if account.from_address and not set("*%") & set(account.from_address):
             identity.add(account.from_address,
                          f"msmtp config {_home(path)} (account {account.name})")
 
@@ -180,7 +182,7 @@ def missing_from_notmuch(identity: Identity, nm: dict[str, str]) -> list[str]:
     primary = nm.get("user.primary_email", "")
     if not primary and missing:
         primary = missing.pop(0)
-        commands.append(f"notmuch config set user.primary_email {primary}")
+        commands.append(f"notmuch config set user.primary_email {shlex.quote(primary)}")
     if missing:
         others = [a for a in nm.get("user.other_email", "").split(";") if a] + missing
         commands.append(f"notmuch config set user.other_email {shlex.quote(';'.join(others))}")
