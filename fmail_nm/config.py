@@ -532,9 +532,14 @@ def _mbsync_accounts(rc: mbsyncrc.MbsyncConfig, mail_root: Path, folders: list[s
     accounts = []
     for channel in rc.channels.values():
         store = rc.channel_store(channel)
-        if store is None or store.path is None:
+        # A Maildir++ store has no Path (mbsync refuses one): its Inbox is its root.
+        maildir_plus = (store is not None and store.path is None
+                        and (store.subfolders or "").lower() == "maildir++")
+        root = store.inbox if store is not None and maildir_plus else \
+            store.path if store is not None else None
+        if store is None or root is None:
             continue
-        maildir = _relative(store.path, mail_root)
+        maildir = _relative(root, mail_root)
         if maildir is None:
             continue
         roles = detect_roles(folders, maildir, store.flatten)

@@ -279,3 +279,19 @@ def test_global_channel_options(server, tmp_path, gap):
     config = resolve(Settings(mbsync_config=str(rc)), root)
     assert config.account("work").mbsync_channel == "work"
     assert [f.line() for f in mbsync_findings(config)] == []  # no "has no Expunge Both"
+
+
+def test_maildirpp_store_is_tied_to_its_channel(tmp_path):
+    """SubFolders Maildir++ forbids Path (mbsync: "Setting Path is incompatible with
+    'SubFolders Maildir++'"): the store's root is its Inbox, its folders .Sent etc."""
+    root = tmp_path / "Maildir"
+    for f in ("", ".Sent", ".Drafts", ".Trash"):
+        for leaf in ("cur", "new", "tmp"):
+            (root / f / leaf).mkdir(parents=True, exist_ok=True)
+    rc = tmp_path / "mbsyncrc"
+    rc.write_text(f"MaildirStore local\nInbox {root}/\nSubFolders Maildir++\n\n"
+                  "Channel main\nFar :remote:\nNear :local:\nExpunge Both\n")
+    config = resolve(Settings(mbsync_config=str(rc)), root)
+    [account] = config.accounts
+    assert account.mbsync_channel == "main", account  # None: never pulled nor pushed
+    assert account.folders["sent"] == ".Sent"
