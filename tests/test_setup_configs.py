@@ -295,3 +295,33 @@ def test_maildirpp_store_is_tied_to_its_channel(tmp_path):
     [account] = config.accounts
     assert account.mbsync_channel == "main", account  # None: never pulled nor pushed
     assert account.folders["sent"] == ".Sent"
+
+
+def test_init_advice_names_the_config_it_read(tmp_path):
+    """`init --notmuch-config X` on a config of the user's prints `notmuch config set …`
+    fixes without --config: run as printed, they change another config (here the user's
+    ~/.notmuch-config of another mailbox) and never X."""
+    import os
+    import shlex
+    import sys
+
+    from .conftest import isolated_env
+    env = {**os.environ, **isolated_env(tmp_path)}
+    del env["NOTMUCH_CONFIG"]
+    home = Path(env["HOME"])
+    mine, other = tmp_path / "mail", tmp_path / "other"
+    _tiny_maildir(mine)
+    _tiny_maildir(other)
+    custom = tmp_path / "nm-work"
+    custom.write_text(f"[database]\npath={mine}\n[user]\nprimary_email=alex@example.org\n")
+    (home / ".notmuch-config").write_text(f"[database]\npath={other}\n")
+    before = (home / ".notmuch-config").read_text()
+    done = subprocess.run([sys.executable, "-m", "fmail_nm", "init", "--notmuch-config",
+                           str(custom), "--no-index"], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)
+    fixes = [line.split("fix: ", 1)[1] for line in done.stdout.splitlines() if "fix: " in line]
+    assert fixes, done.stdout
+    for fix in fixes:
+        subprocess.run(shlex.split(fix), env=env, capture_output=True, timeout=30)
+    assert (home / ".notmuch-config").read_text() == before, "the other config was changed"
+    assert "mbsyncstate" in custom.read_text(), "the fix never reached the config init read"

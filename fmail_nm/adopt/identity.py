@@ -172,9 +172,10 @@ def discover(nm: dict[str, str], config: Config, reader: Reader | None,
     return identity
 
 
-def missing_from_notmuch(identity: Identity, nm: dict[str, str]) -> list[str]:
+def missing_from_notmuch(identity: Identity, nm: dict[str, str],
+                         notmuch: str = "notmuch") -> list[str]:
     """``notmuch config set`` commands that give notmuch the addresses it lacks (empty when
-    it knows them all)."""
+    it knows them all); ``notmuch``: how they run notmuch on that config."""
     known = {a.lower() for a in [nm.get("user.primary_email", ""),
                                  *nm.get("user.other_email", "").split(";")] if a}
     missing = [a for a in identity.addresses if a not in known]
@@ -182,10 +183,10 @@ def missing_from_notmuch(identity: Identity, nm: dict[str, str]) -> list[str]:
     primary = nm.get("user.primary_email", "")
     if not primary and missing:
         primary = missing.pop(0)
-        commands.append(f"notmuch config set user.primary_email {shlex.quote(primary)}")
+        commands.append(f"{notmuch} config set user.primary_email {shlex.quote(primary)}")
     if missing:
         others = [a for a in nm.get("user.other_email", "").split(";") if a] + missing
-        commands.append(f"notmuch config set user.other_email {shlex.quote(';'.join(others))}")
+        commands.append(f"{notmuch} config set user.other_email {shlex.quote(';'.join(others))}")
     if identity.name and not nm.get("user.name"):
-        commands.append(f"notmuch config set user.name {shlex.quote(identity.name)}")
+        commands.append(f"{notmuch} config set user.name {shlex.quote(identity.name)}")
     return commands

@@ -24,7 +24,8 @@ from ..passes.mirror import SETUP_REVISION, sync_sidecar
 from ..store import sidecar
 from ..store.notmuch import Reader, ensure_database
 from ..store.notmuch_cli import notmuch_settings, user_settings_as_written
-from ..store.notmuch_config import config_bool, find_notmuch_config, new_config_path
+from ..store.notmuch_config import (config_bool, find_notmuch_config, new_config_path,
+                                     notmuch_program)
 from ..tags import DEFAULT_EXCLUDED
 from .hooks import HookAction, install_hooks
 from .identity import Identity, discover, missing_from_notmuch
@@ -88,8 +89,9 @@ class Finding:
         return f"{self.problem}; fix: {self.fix}"
 
 
-def notmuch_findings(nm: dict[str, str]) -> list[Finding]:
-    """What differs from fmail-nm's expectations in a notmuch config, with the fix."""
+def notmuch_findings(nm: dict[str, str], notmuch: str = "notmuch") -> list[Finding]:
+    """What differs from fmail-nm's expectations in a notmuch config, with the fix
+    (``notmuch``: how the fix runs notmuch on that config, see notmuch_program)."""
     found = []
     new_tags = [t for t in nm.get("new.tags", "").split(";") if t]
     if "new" in new_tags:
@@ -99,31 +101,31 @@ def notmuch_findings(nm: dict[str, str]) -> list[Finding]:
             "notmuch", "new.tags includes 'new': fmail-nm's tagging pass works with it, but must "
             "rewrite every new message once to take 'new' off again; without it only the "
             "exceptions are rewritten (if no other tool of yours relies on 'new')",
-            f"notmuch config set new.tags {shlex.quote(';'.join(faster))}", serious=False))
+            f"{notmuch} config set new.tags {shlex.quote(';'.join(faster))}", serious=False))
     ignored = set(nm.get("new.ignore", "").split(";"))
     missing = [f for f in MBSYNC_STATE_FILES if f not in ignored]
     if missing:
         current = [t for t in nm.get("new.ignore", "").split(";") if t]
         found.append(Finding("notmuch", "notmuch new will warn about mbsync's state files",
-                             f"notmuch config set new.ignore "
+                             f"{notmuch} config set new.ignore "
                              f"{shlex.quote(';'.join(current + missing))}"))
     if not config_bool(nm.get("maildir.synchronize_flags"), True):
         found.append(Finding("notmuch", "maildir.synchronize_flags is off: read/flagged changes "
                              "will not reach the server through mbsync",
-                             "notmuch config set maildir.synchronize_flags true"))
+                             f"{notmuch} config set maildir.synchronize_flags true"))
     current_excluded = [t for t in nm.get("search.exclude_tags", "").split(";") if t]
     lacking = [t for t in EXCLUDE_TAGS if t not in current_excluded]
     if lacking:
         found.append(Finding("notmuch", "search.exclude_tags lacks deleted;spam: your mail "
                              "client shows deleted mail and spam (fmail-nm hides them regardless)",
-                             "notmuch config set search.exclude_tags "
+                             f"{notmuch} config set search.exclude_tags "
                              f"{shlex.quote(';'.join(current_excluded + lacking))}"))
     return found
 
 
-def advice_for_existing(nm: dict[str, str]) -> list[str]:
+def advice_for_existing(nm: dict[str, str], notmuch: str = "notmuch") -> list[str]:
     """What differs from fmail-nm's expectations in a user's own config, with the fix."""
-    return [f.line() for f in notmuch_findings(nm)]
+    return [f.line() for f in notmuch_findings(nm, notmuch)]
 
 
 def repair_maildirs(mail_root: Path, folders: list[str]) -> list[str]:
@@ -167,8 +169,9 @@ def prepare(settings: Settings, *, notmuch_config: str | None, mail_root: Path |
     mark_setup_revision(settings, str(config_path))
     nm = notmuch_settings(config_path)
     report = InitReport(notmuch_config=config_path, wrote_config=wrote)
+    notmuch = notmuch_program(config_path)
     if not wrote:
-        report.advice = advice_for_existing(nm)
+        report.advice = advice_for_existing(nm, notmuch)
     root = Path(nm["database.mail_root"])
     report.repaired_folders = repair_maildirs(root, maildir_folders(root))
     if not addresses:
@@ -178,12 +181,13 @@ def prepare(settings: Settings, *, notmuch_config: str | None, mail_root: Path |
             config_path.write_text(render_notmuch_config(
                 root, name or report.identity.name, report.identity.addresses), encoding="utf-8")
         else:
-            report.advice += missing_from_notmuch(report.identity, nm)
+            report.advice += missing_from_notmuch(report.identity, nm, notmuch)
     elif not wrote:  # given, for a config of the user's: notmuch is told how to learn them
         given = Identity()
         for address in addresses:
             given.add(address, "--address")
-        report.advice += missing_from_notmuch(given, user_settings_as_written(nm, config_path))
+        report.advice += missing_from_notmuch(given, user_settings_as_written(nm, config_path),
+                                              notmuch)
     report.hooks = install_hooks(Path(nm["database.hook_dir"]), fmail_command(settings))
     return report
 

@@ -35,7 +35,7 @@ from ..store import maildir, sidecar
 from ..store.notmuch import (DatabaseDamaged, DatabaseMissing, NotmuchAccessError, Reader,
                              xapian_folders)
 from ..store.notmuch_cli import notmuch_settings, user_settings_as_written
-from ..store.notmuch_config import find_notmuch_config, new_config_path
+from ..store.notmuch_config import find_notmuch_config, new_config_path, notmuch_program
 from .mbsync import mbsync_config_of
 from .watcher import WATCH_LIMIT_SYSCTL, count_dirs
 
@@ -68,7 +68,7 @@ def diagnose(config_path: str | None = None, *, token_file: Path | None = None,
 def diagnose_config(config: Config, *, quick: bool = False, token_file: Path | None = None,
                     watch_limit_file: Path = WATCH_LIMIT_FILE) -> list[Finding]:
     nm = notmuch_settings(config.settings.notmuch_config)
-    found = notmuch_findings(nm)
+    found = notmuch_findings(nm, notmuch_program(config.settings.notmuch_config))
     with Reader(config.settings.notmuch_config) as reader:
         unreadable = database_findings(reader, nm)
         # The identity and sidecar checks read the database, and notmuch names the hook
@@ -130,11 +130,12 @@ def identity_findings(config: Config, nm: dict[str, str], reader: Reader, *,
         return []
     nm = user_settings_as_written(nm, config.settings.notmuch_config)
     identity = discover(nm, config, reader) if not quick else None
-    commands = missing_from_notmuch(identity, nm) if identity else []
+    notmuch = notmuch_program(config.settings.notmuch_config)
+    commands = missing_from_notmuch(identity, nm, notmuch) if identity else []
     return [Finding("identity", "fmail-nm knows none of your addresses: your mail is not "
                     "tagged sent and find_unanswered_threads cannot answer",
                     " && ".join(commands) if commands else
-                    "notmuch config set user.primary_email you@example.org (your address)")]
+                    f"{notmuch} config set user.primary_email you@example.org (your address)")]
 
 
 def hook_findings(hook_dir: Path) -> list[Finding]:

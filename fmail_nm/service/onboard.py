@@ -20,6 +20,7 @@ from ..app import load_config
 from ..config import Config
 from ..errors import CallerError
 from ..store.notmuch_cli import notmuch_settings
+from ..store.notmuch_config import notmuch_program
 from ..tools.dto import Dto
 from ..tools.render import first_shown, one_line
 from .cycle import sync
@@ -102,4 +103,5 @@ def notmuch_commands(config: Config, address: str) -> list[str]:
     identity.add(address, "the new account")
     return [f"so that notmuch and your mail client know the address too: {command}"
             for command in missing_from_notmuch(
-                identity, notmuch_settings(config.settings.notmuch_config))]
+                identity, notmuch_settings(config.settings.notmuch_config),
+                notmuch_program(config.settings.notmuch_config))]

@@ -4,6 +4,7 @@ for the bindings, the ``notmuch`` program and the set-up alike."""
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 
@@ -28,6 +29,19 @@ def find_notmuch_config(explicit: str | None = None) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def notmuch_program(config: str | os.PathLike[str] | None) -> str:
+    """How a printed fix runs notmuch on ``config``: ``notmuch``, or ``notmuch --config=...``
+    when notmuch would find another config by itself (the fix must change the one it is
+    about)."""
+    if config is None:
+        return "notmuch"
+    path = Path(config).expanduser()
+    found = find_notmuch_config()
+    if found is not None and found.absolute() == path.absolute():
+        return "notmuch"
+    return f"notmuch --config={shlex.quote(str(path))}"
 
 
 def new_config_path(explicit: str | None = None) -> Path:
