@@ -346,10 +346,22 @@ def load_settings(path: Path | str | None = None) -> Settings:
 def maildir_folders(mail_root: Path) -> list[str]:
     """Every Maildir folder under the mail root, relative to it, sorted ("." for the root)."""
     found: list[str] = []
-    for dirpath, dirnames, _ in os.walk(mail_root):
+    seen: set[tuple[int, int]] = set()
+    # Symlinked folders are followed, as notmuch new follows them (mail kept on another
+    # disk); a link back into the tree is walked once.
+    for dirpath, dirnames, _ in os.walk(mail_root, followlinks=True):
+        here = Path(dirpath)
+        try:
+            stat = here.stat()
+        except OSError:
+            dirnames[:] = []
+            continue
+        if (stat.st_dev, stat.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((stat.st_dev, stat.st_ino))
         # .notmuch holds the database; tmp/new/cur are the Maildir's own, never folders.
         dirnames[:] = sorted(d for d in dirnames if d not in (".notmuch", "tmp", "new", "cur"))
-        here = Path(dirpath)
         if (here / "cur").is_dir() or (here / "new").is_dir():
             found.append(here.relative_to(mail_root).as_posix())
     return sorted(found)
@@ -465,12 +477,17 @@ class Config:
         return out
 
 
-def _relative(path: Path, mail_root: Path) -> str | None:
-    try:
-        rel = path.resolve().relative_to(mail_root.resolve()).as_posix()
-    except ValueError:
-        return None
-    return rel or "."
+def relative_to_root(path: Path, mail_root: Path) -> str | None:
+    """``path`` relative to the mail root as written (a symlinked folder under the root is
+    where notmuch sees it), else as the links resolve; None when it is outside."""
+    for a, b in ((Path(os.path.normpath(path.absolute())),
+                  Path(os.path.normpath(mail_root.absolute()))),
+                 (path.resolve(), mail_root.resolve())):
+        try:
+            return a.relative_to(b).as_posix() or "."
+        except ValueError:
+            continue
+    return None
 
 
 def _send_method(raw: Any, name: str) -> SendMethod | None:
@@ -539,12 +556,12 @@ def _mbsync_accounts(rc: mbsyncrc.MbsyncConfig, mail_root: Path, folders: list[s
             store.path if store is not None else None
         if store is None or root is None:
             continue
-        maildir = _relative(root, mail_root)
+        maildir = relative_to_root(root, mail_root)
         if maildir is None:
             continue
         roles = detect_roles(folders, maildir, store.flatten)
         if store.inbox is not None:
-            inbox = _relative(store.inbox, mail_root)
+            inbox = relative_to_root(store.inbox, mail_root)
             if inbox is not None:
                 roles["inbox"] = inbox
         accounts.append(Account(name=channel.name, addresses=addresses, maildir=maildir,

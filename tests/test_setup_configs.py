@@ -325,3 +325,25 @@ def test_init_advice_names_the_config_it_read(tmp_path):
         subprocess.run(shlex.split(fix), env=env, capture_output=True, timeout=30)
     assert (home / ".notmuch-config").read_text() == before, "the other config was changed"
     assert "mbsyncstate" in custom.read_text(), "the fix never reached the config init read"
+
+
+def test_symlinked_account_folder_is_seen(tmp_path):
+    """An account folder that is a symlink (mail kept on another disk): notmuch new follows
+    it and indexes the mail, fmail-nm's folder walk and mbsync store matching do not."""
+    data = tmp_path / "data" / "work"
+    for f in ("INBOX", "Sent", "Trash"):
+        for leaf in ("cur", "new", "tmp"):
+            (data / f / leaf).mkdir(parents=True, exist_ok=True)
+    root = tmp_path / "mail"
+    root.mkdir()
+    (root / "work").symlink_to(data)
+    config = resolve(Settings(), root)
+    assert "work/Sent" in config.folders, config.folders
+    assert config.account("work").folders["trash"] == "work/Trash"
+    rc = tmp_path / "mbsyncrc"
+    rc.write_text(f"MaildirStore work-local\nPath {root}/work/\nInbox {root}/work/INBOX\n\n"
+                  "Channel work\nFar :work-remote:\nNear :work-local:\n")
+    config = resolve(Settings(mbsync_config=str(rc)), root)
+    assert config.account("work").mbsync_channel == "work"
+    from fmail_nm.service.doctor import mbsync_findings
+    assert not [f for f in mbsync_findings(config) if "outside" in f.line()]

@@ -29,7 +29,8 @@ from ..adopt.hooks import (conflict_advice, hooks_in_conflict, is_ours, kept_hoo
 from ..adopt.identity import discover, missing_from_notmuch
 from ..adopt.initialize import Finding, notmuch_findings
 from ..app import load_config
-from ..config import Account, Config, ConfigError, default_config_path, load_settings
+from ..config import (Account, Config, ConfigError, default_config_path, load_settings,
+                      relative_to_root)
 from ..passes.indexing import Ignored, unreadable_ignore
 from ..store import maildir, sidecar
 from ..store.notmuch import (DatabaseDamaged, DatabaseMissing, NotmuchAccessError, Reader,
@@ -224,8 +225,8 @@ def _channel_findings(config: Config, path: Path, rc: mbsyncrc.MbsyncConfig,
     found = []
     store = rc.channel_store(channel)
     root = config.mail_root.resolve()
-    if store is not None and store.path is not None and not (
-            store.path.resolve() == root or store.path.resolve().is_relative_to(root)):
+    if (store is not None and store.path is not None
+            and relative_to_root(store.path, config.mail_root) is None):
         found.append(Finding("mbsync", f"channel {channel.name} syncs into {store.path}, outside "
                              f"notmuch's mail root {root}: notmuch never indexes that mail",
                              f"in {path}, put the Path of MaildirStore {store.name} under {root} "
