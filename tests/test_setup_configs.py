@@ -54,7 +54,7 @@ def test_mbsyncrc_real_world_syntax_is_understood(server, tmp_path, sep, comment
     assert parsed.stores["work-local"].path == root / "work"
     assert parsed.channels["work"].expunge == "Both"
     config = resolve(Settings(mbsync_config=str(rc)), root)
-    account = config.account("work")  # ConfigError: only a disk account 'work' w/o channel
+    account = config.account("work")  # tied to its channel, so pulled and pushed
     assert account.mbsync_channel == "work"
 
 
@@ -293,7 +293,7 @@ def test_maildirpp_store_is_tied_to_its_channel(tmp_path):
                   "Channel main\nFar :remote:\nNear :local:\nExpunge Both\n")
     config = resolve(Settings(mbsync_config=str(rc)), root)
     [account] = config.accounts
-    assert account.mbsync_channel == "main", account  # None: never pulled nor pushed
+    assert account.mbsync_channel == "main", account  # pulled and pushed
     assert account.folders["sent"] == ".Sent"
 
 
