@@ -101,7 +101,8 @@ def _without_comment(line: str) -> str:
 def _sections(text: str) -> tuple[list[tuple[str, str]], list[list[tuple[str, str]]]]:
     """(global options, sections) of ``Keyword value`` lines (keyword and value apart by
     spaces or tabs, comments dropped): a section opens at a section keyword and ends at a
-    blank line or the next section keyword."""
+    blank line or the next section keyword -- but in a ``Group``, ``Channel`` names a
+    member."""
     options: list[tuple[str, str]] = []
     sections: list[list[tuple[str, str]]] = []
     current: list[tuple[str, str]] | None = None
@@ -114,7 +115,8 @@ def _sections(text: str) -> tuple[list[tuple[str, str]], list[list[tuple[str, st
             continue
         key, value = (line.split(None, 1) + [""])[:2]
         key, value = key.lower(), value.strip()
-        if key in _SECTION_KINDS:
+        in_group = current is not None and current[0][0] == "group"
+        if key in _SECTION_KINDS and not (in_group and key == "channel"):  # a group's member
             current = [(key, value)]
             sections.append(current)
         elif current is not None:

@@ -347,3 +347,16 @@ def test_symlinked_account_folder_is_seen(tmp_path):
     assert config.account("work").mbsync_channel == "work"
     from fmail_nm.service.doctor import mbsync_findings
     assert not [f for f in mbsync_findings(config) if "outside" in f.line()]
+
+
+def test_a_group_names_its_channels_without_redefining_them(tmp_path):
+    """In a Group section, `Channel x` names a member (mbsync(1)); read as the start of a
+    section it would redefine channel x without its stores."""
+    rc = tmp_path / "mbsyncrc"
+    rc.write_text("MaildirStore local\nPath ~/Mail/\nInbox ~/Mail/INBOX\n\n"
+                  "Channel inbox\nFar :remote:\nNear :local:\nExpunge Both\n\n"
+                  "Channel sent\nFar :remote:Sent\nNear :local:Sent\n\n"
+                  "Group all\nChannel inbox\nChannel sent\n")
+    channels = mbsyncrc.parse(rc).channels
+    assert (channels["inbox"].near_store, channels["inbox"].expunge) == ("local", "Both")
+    assert channels["sent"].near_store == "local"
