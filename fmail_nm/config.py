@@ -546,8 +546,18 @@ def _configured_accounts(settings: Settings, mail_root: Path, folders: list[str]
 
 def _mbsync_accounts(rc: mbsyncrc.MbsyncConfig, mail_root: Path, folders: list[str],
                      addresses: tuple[str, ...], pull_interval: float = 0.0) -> list[Account]:
+    """One account per channel -- or per Group whose channels all sync into one store (one
+    channel per folder, the usual Gmail recipe): one account over that Maildir, synced by
+    the Group's name."""
     accounts = []
+    grouped = _store_groups(rc)
+    done: set[str] = set()
     for channel in rc.channels.values():
+        if channel.name in done:
+            continue
+        group = grouped.get(channel.name)
+        if group is not None:
+            done.update(rc.groups[group])
         store = rc.channel_store(channel)
         # A Maildir++ store has no Path (mbsync refuses one): its Inbox is its root.
         maildir_plus = (store is not None and store.path is None
@@ -564,10 +574,30 @@ def _mbsync_accounts(rc: mbsyncrc.MbsyncConfig, mail_root: Path, folders: list[s
             inbox = relative_to_root(store.inbox, mail_root)
             if inbox is not None:
                 roles["inbox"] = inbox
-        accounts.append(Account(name=channel.name, addresses=addresses, maildir=maildir,
-                                folders=roles, mbsync_channel=channel.name,
+        name = group or channel.name
+        accounts.append(Account(name=name, addresses=addresses, maildir=maildir,
+                                folders=roles, mbsync_channel=name,
                                 pull_interval_minutes=pull_interval))
     return accounts
+
+
+def _store_groups(rc: mbsyncrc.MbsyncConfig) -> dict[str, str]:
+    """channel -> the Group that holds it with the other channels of its store: a Group of
+    two or more defined channels that all sync into one store and are that store's only
+    channels."""
+    by_store: dict[str, set[str]] = {}
+    for channel in rc.channels.values():
+        store = rc.channel_store(channel)
+        if store is not None:
+            by_store.setdefault(store.name, set()).add(channel.name)
+    found: dict[str, str] = {}
+    for group, members in rc.groups.items():
+        stores = {store.name for m in members if m in rc.channels
+                  and (store := rc.channel_store(rc.channels[m])) is not None}
+        if (len(members) > 1 and len(stores) == 1 and all(m in rc.channels for m in members)
+                and by_store[next(iter(stores))] == set(members)):
+            found.update(dict.fromkeys(members, group))
+    return found
 
 
 def _disk_accounts(mail_root: Path, folders: list[str], addresses: tuple[str, ...]) -> list[Account]:

@@ -47,6 +47,7 @@ class MbsyncConfig:
     stores: dict[str, MaildirStore] = field(default_factory=dict)
     channels: dict[str, Channel] = field(default_factory=dict)
     imap_accounts: dict[str, ImapAccount] = field(default_factory=dict)
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> its channels
 
     def channel_store(self, channel: Channel) -> MaildirStore | None:
         """The local Maildir store a channel syncs into, whichever side it is on."""
@@ -126,6 +127,13 @@ def _sections(text: str) -> tuple[list[tuple[str, str]], list[list[tuple[str, st
     return options, sections
 
 
+def _words(value: str) -> list[str]:
+    try:
+        return shlex.split(value)
+    except ValueError:
+        return value.split()
+
+
 def _unquote(value: str) -> str:
     try:
         parts = shlex.split(value)
@@ -144,6 +152,13 @@ def parse(path: Path) -> MbsyncConfig:
     for section in sections:
         kind, name = section[0]
         values = {key: value for key, value in section[1:]}
+        if kind == "group":  # "Group name [channel ...]", then "Channel(s) name ..." lines
+            words = _words(name)
+            if words:
+                config.groups[words[0]] = tuple(words[1:]) + tuple(
+                    member for key, value in section[1:] if key in ("channel", "channels")
+                    for member in _words(value))
+            continue
         if kind == "maildirstore":
             config.stores[name] = MaildirStore(
                 name=name,

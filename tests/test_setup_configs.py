@@ -360,3 +360,30 @@ def test_a_group_names_its_channels_without_redefining_them(tmp_path):
     channels = mbsyncrc.parse(rc).channels
     assert (channels["inbox"].near_store, channels["inbox"].expunge) == ("local", "Both")
     assert channels["sent"].near_store == "local"
+
+
+def test_channels_per_folder_make_one_account(tmp_path):
+    """The common Gmail recipe: one Channel per folder, tied together by a Group."""
+    root = tmp_path / "mail"
+    for f in ("gmail/INBOX", "gmail/Sent", "gmail/Trash"):
+        for leaf in ("cur", "new", "tmp"):
+            (root / f / leaf).mkdir(parents=True, exist_ok=True)
+    rc = tmp_path / "mbsyncrc"
+    rc.write_text(f"MaildirStore gmail-local\nPath {root}/gmail/\nInbox {root}/gmail/INBOX\n\n"
+                  "Channel gmail-inbox\nFar :gmail-remote:\nNear :gmail-local:\n"
+                  "Patterns INBOX\n\n"
+                  "Channel gmail-sent\nFar :gmail-remote:\"[Gmail]/Sent Mail\"\n"
+                  "Near :gmail-local:Sent\n\n"
+                  "Channel gmail-trash\nFar :gmail-remote:\"[Gmail]/Trash\"\n"
+                  "Near :gmail-local:Trash\n\n"
+                  "Group gmail\nChannel gmail-inbox\nChannel gmail-sent\nChannel gmail-trash\n")
+    config = resolve(Settings(mbsync_config=str(rc)), root)
+    [account] = config.accounts  # not three accounts over one Maildir
+    assert (account.name, account.mbsync_channel, account.maildir) == ("gmail", "gmail", "gmail")
+    assert account.folders["trash"] == "gmail/Trash"
+    from fmail_nm.service.doctor import mbsync_findings
+    assert not [f for f in mbsync_findings(config) if "does not define" in f.line()]
+    # a Group spanning two stores, or leaving a channel of its store out, is not an account
+    rc.write_text(rc.read_text().removesuffix("Channel gmail-trash\n"))
+    config = resolve(Settings(mbsync_config=str(rc)), root)
+    assert sorted(a.name for a in config.accounts) == ["gmail-inbox", "gmail-sent", "gmail-trash"]

@@ -207,6 +207,11 @@ def mbsync_findings(config: Config) -> list[Finding]:
                                  "write it (see mbsync(1)), or fmail-nm account add"))
             continue
         rc = parsed.setdefault(path, mbsyncrc.parse(path))
+        if account.mbsync_channel in rc.groups:  # a Group's channels, one store
+            for member in rc.groups[account.mbsync_channel]:
+                if member in rc.channels:
+                    found += _channel_findings(config, path, rc, rc.channels[member])
+            continue
         channel = rc.channels.get(account.mbsync_channel)
         if channel is None:
             known = ", ".join(rc.channels) or "none"
