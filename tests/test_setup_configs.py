@@ -387,3 +387,22 @@ def test_channels_per_folder_make_one_account(tmp_path):
     rc.write_text(rc.read_text().removesuffix("Channel gmail-trash\n"))
     config = resolve(Settings(mbsync_config=str(rc)), root)
     assert sorted(a.name for a in config.accounts) == ["gmail-inbox", "gmail-sent", "gmail-trash"]
+
+
+def test_an_smtp_login_with_a_backslash_reaches_msmtp_as_written(tmp_path):
+    """Exchange logins are DOMAIN\\user: msmtp keeps a backslash escape as written, so the
+    msmtprc line carries the login unquoted (msmtp takes the rest of the line)."""
+    from fmail_nm.adopt import accounts
+    from fmail_nm.adopt.accounts import AccountPlan
+    (tmp_path / "cfg").mkdir()
+    plan = AccountPlan(
+        name="side", address="casey@example.com", password_command="/bin/echo pw",
+        imap_host="127.0.0.1", imap_port=993, imap_user="CORP\\casey", imap_tls="none",
+        smtp_host="127.0.0.1", smtp_port=587, smtp_user="CORP\\casey", smtp_tls="none",
+        maildir=tmp_path / "mail" / "side", mail_root=tmp_path / "mail",
+        config_dir=tmp_path / "cfg")
+    plan.msmtp_file.write_text(accounts.msmtp_block(plan))
+    plan.msmtp_file.chmod(0o600)
+    shown = subprocess.run(["msmtp", "-C", str(plan.msmtp_file), "-a", "side", "--pretend"],
+                           capture_output=True, text=True, timeout=20)
+    assert "user = CORP\\casey\n" in shown.stdout, shown.stdout + shown.stderr

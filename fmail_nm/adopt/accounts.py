@@ -350,9 +350,9 @@ def _synced(patterns: Sequence[str], box: str) -> bool:
 
 
 def _rc_quote(value: str) -> str:
-    """A double-quoted value for mbsyncrc (which takes backslash escapes) -- and for msmtprc
-    when the value holds no quote or backslash: msmtp drops the enclosing quotes but keeps
-    escapes as written, so a shell command goes to msmtp as it is (the rest of the line)."""
+    """A double-quoted value for mbsyncrc (which takes backslash escapes).  Not for msmtprc:
+    msmtp keeps escapes as written and takes the rest of the line as the value, so its
+    values (a shell command, a DOMAIN\\user login) are written as they are."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -406,7 +406,7 @@ account {p.name}
 host {p.smtp_host}
 port {p.smtp_port}
 from {p.address}
-user {_rc_quote(p.smtp_user)}
+user {p.smtp_user}
 auth on
 {tls}
 passwordeval {p.password_command}
