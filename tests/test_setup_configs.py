@@ -5,6 +5,7 @@ and the account fmail-nm adds kept out of the user's own stores."""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ USER, PASSWORD = "alex", "secret"
 
 
 @pytest.fixture
-def server(tmp_path: Path):
+def server(tmp_path: Path) -> Iterator[imapbed.ImapServer]:
     srv = imapbed.ImapServer(tmp_path / "imap", users={USER: PASSWORD}, cleanup=False)
     srv.start()
     yield srv
@@ -41,7 +42,8 @@ def _rc(server: imapbed.ImapServer, root: Path, sep: str, comment: str = "") -> 
 
 @pytest.mark.parametrize("sep,comment", [("\t", ""), (" ", "   # mbsync allows this")],
                          ids=["tab-separated", "trailing-comment"])
-def test_mbsyncrc_real_world_syntax_is_understood(server, tmp_path, sep, comment):
+def test_mbsyncrc_real_world_syntax_is_understood(server: imapbed.ImapServer, tmp_path: Path,
+                                                  sep: str, comment: str) -> None:
     """mbsync reads keyword<TAB>value and trailing '# comments'; fmail-nm must too."""
     imapbed.create_folder(server, USER, "Sent")
     root = tmp_path / "mail"
@@ -58,7 +60,8 @@ def test_mbsyncrc_real_world_syntax_is_understood(server, tmp_path, sep, comment
     assert account.mbsync_channel == "work"
 
 
-def test_role_of_non_ascii_folder_synced_by_mbsync(server, tmp_path):
+def test_role_of_non_ascii_folder_synced_by_mbsync(server: imapbed.ImapServer,
+                                                   tmp_path: Path) -> None:
     """German Outlook/Exchange names its folders "Gesendete Elemente", "Entwürfe",
     "Gelöschte Elemente": mbsync 1.4 writes the IMAP (modified UTF-7) name to disk, so
     the "entwürfe" in _ROLE_NAMES never matches, and neither do the Exchange names."""
@@ -76,7 +79,7 @@ def test_role_of_non_ascii_folder_synced_by_mbsync(server, tmp_path):
     assert roles.get("sent") == "work/Gesendete Elemente", roles
 
 
-def test_google_mail_prefix_roles():
+def test_google_mail_prefix_roles() -> None:
     """Gmail accounts from the UK and Germany have "[Google Mail]/…", not "[Gmail]/…"."""
     folders = ["g/INBOX", "g/[Google Mail]/Sent Mail", "g/[Google Mail]/Drafts",
                "g/[Google Mail]/Bin", "g/[Google Mail]/Spam"]
@@ -86,7 +89,7 @@ def test_google_mail_prefix_roles():
                      "junk": "g/[Google Mail]/Spam"}
 
 
-def test_identity_from_imapstore_user(tmp_path):
+def test_identity_from_imapstore_user(tmp_path: Path) -> None:
     """IMAPAccount options may stand directly in an IMAPStore (mbsync(1)); its User is an
     address of the user's just the same."""
     rc = tmp_path / "mbsyncrc"
@@ -98,7 +101,7 @@ def test_identity_from_imapstore_user(tmp_path):
     assert identity.addresses == ["alex@example.org"]
 
 
-def test_msmtprc_tab_separated(tmp_path):
+def test_msmtprc_tab_separated(tmp_path: Path) -> None:
     """msmtp splits a command from its argument at spaces or tabs."""
     rc = tmp_path / "msmtprc"
     rc.write_text("defaults\ntls\ton\n\naccount\twork\nhost\t127.0.0.1\n"
@@ -116,7 +119,8 @@ def _tiny_maildir(root: Path) -> None:
             (root / f / leaf).mkdir(parents=True, exist_ok=True)
 
 
-def test_password_command_with_quotes_runs_the_same_in_msmtp_as_in_mbsync(server, tmp_path):
+def test_password_command_with_quotes_runs_the_same_in_msmtp_as_in_mbsync(
+        server: imapbed.ImapServer, tmp_path: Path) -> None:
     """`_rc_quote` backslash-escapes '"' and '\\' for both files; mbsync undoes that, msmtp
     does not (it takes the argument verbatim, minus enclosing quotes), so a password command
     with double quotes (`secret-tool lookup service "my mail"`) passes the login check
@@ -147,7 +151,7 @@ def test_password_command_with_quotes_runs_the_same_in_msmtp_as_in_mbsync(server
     assert (tmp_path / "msmtp-ran").exists(), "msmtp ran another command than mbsync"
 
 
-def test_folders_under_inbox_get_their_roles(server, tmp_path):
+def test_folders_under_inbox_get_their_roles(server: imapbed.ImapServer, tmp_path: Path) -> None:
     """Courier/cPanel-style servers keep every folder under INBOX (INBOX.Sent, INBOX.Trash,
     …); mbsync (SubFolders Verbatim) puts them in <Inbox>/Sent etc., and their roles are
     never found: Trash and Junk mail stays in the inbox, the trash tool has no folder."""
@@ -164,7 +168,7 @@ def test_folders_under_inbox_get_their_roles(server, tmp_path):
     assert roles.get("junk") == "work/INBOX/spam", roles
 
 
-def test_msmtp_from_substitution_is_no_address(tmp_path):
+def test_msmtp_from_substitution_is_no_address(tmp_path: Path) -> None:
     """msmtp expands %U (user), %H/%C (host), %M (mail domain) in `from`: "%u@example.org"
     is a template, not an address to write into notmuch's user.primary_email."""
     from fmail_nm.adopt.identity import Identity, from_msmtp
@@ -179,7 +183,8 @@ def test_msmtp_from_substitution_is_no_address(tmp_path):
     assert not any("%" in a for a in identity.addresses), identity.addresses
 
 
-def test_an_added_account_never_lands_inside_the_users_own_store(tmp_path, monkeypatch):
+def test_an_added_account_never_lands_inside_the_users_own_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The mbsync(1) layout of a single account: `Path ~/Mail/`, `Inbox ~/Mail/INBOX`,
     Patterns *, Create Both, with notmuch's mail root ~/Mail.  An account added under
     ~/Mail/<name>/ would be inside that store: the user's next sync would create its folders
@@ -239,12 +244,12 @@ def test_an_added_account_never_lands_inside_the_users_own_store(tmp_path, monke
     (["w/&AMk-l&AOk-ments supprim&AOk-s"], "trash", "w/&AMk-l&AOk-ments supprim&AOk-s"),
 ], ids=["gmail-fr-trash", "gmail-fr-sent", "gmail-es-trash", "exchange-de-sent",
         "exchange-de-junk", "exchange-nl-trash", "exchange-fr-trash"])
-def test_role_names_in_other_languages(folders, role, expected):
+def test_role_names_in_other_languages(folders: list[str], role: str, expected: str) -> None:
     account = folders[0].split("/")[0]
     assert detect_roles(folders, account).get(role) == expected
 
 
-def test_gmail_system_folders_win_over_labels_of_the_same_name():
+def test_gmail_system_folders_win_over_labels_of_the_same_name() -> None:
     """A label "Trash" (imported from another client) is no trash in Gmail: deleting into
     it only relabels.  Sorted order makes "g/Trash" win over "g/[Gmail]/Trash"."""
     roles = detect_roles(["g/INBOX", "g/Sent", "g/Trash", "g/[Gmail]/Sent Mail",
@@ -252,7 +257,7 @@ def test_gmail_system_folders_win_over_labels_of_the_same_name():
     assert roles["trash"] == "g/[Gmail]/Trash" and roles["sent"] == "g/[Gmail]/Sent Mail"
 
 
-def test_primary_email_command_is_shell_quoted():
+def test_primary_email_command_is_shell_quoted() -> None:
     """An apostrophe is valid in an address (o'brien@…): the printed command must run."""
     import shlex
 
@@ -264,7 +269,7 @@ def test_primary_email_command_is_shell_quoted():
 
 
 @pytest.mark.parametrize("gap", ["\n", ""], ids=["blank-line", "no-blank-line"])
-def test_global_channel_options(server, tmp_path, gap):
+def test_global_channel_options(server: imapbed.ImapServer, tmp_path: Path, gap: str) -> None:
     """mbsync(1): "Sync, Create, Remove, Expunge, MaxMessages, and CopyArrivalDate can be used
     before any section for a global effect" -- and mbsync needs no blank line after them."""
     from fmail_nm.service.doctor import mbsync_findings
@@ -281,7 +286,7 @@ def test_global_channel_options(server, tmp_path, gap):
     assert [f.line() for f in mbsync_findings(config)] == []  # no "has no Expunge Both"
 
 
-def test_maildirpp_store_is_tied_to_its_channel(tmp_path):
+def test_maildirpp_store_is_tied_to_its_channel(tmp_path: Path) -> None:
     """SubFolders Maildir++ forbids Path (mbsync: "Setting Path is incompatible with
     'SubFolders Maildir++'"): the store's root is its Inbox, its folders .Sent etc."""
     root = tmp_path / "Maildir"
@@ -297,7 +302,7 @@ def test_maildirpp_store_is_tied_to_its_channel(tmp_path):
     assert account.folders["sent"] == ".Sent"
 
 
-def test_init_advice_names_the_config_it_read(tmp_path):
+def test_init_advice_names_the_config_it_read(tmp_path: Path) -> None:
     """`init --notmuch-config X` on a config of the user's prints `notmuch config set …`
     fixes without --config: run as printed, they change another config (here the user's
     ~/.notmuch-config of another mailbox) and never X."""
@@ -327,7 +332,7 @@ def test_init_advice_names_the_config_it_read(tmp_path):
     assert "mbsyncstate" in custom.read_text(), "the fix never reached the config init read"
 
 
-def test_symlinked_account_folder_is_seen(tmp_path):
+def test_symlinked_account_folder_is_seen(tmp_path: Path) -> None:
     """An account folder that is a symlink (mail kept on another disk): notmuch new follows
     it and indexes the mail, fmail-nm's folder walk and mbsync store matching do not."""
     data = tmp_path / "data" / "work"
@@ -349,7 +354,7 @@ def test_symlinked_account_folder_is_seen(tmp_path):
     assert not [f for f in mbsync_findings(config) if "outside" in f.line()]
 
 
-def test_a_group_names_its_channels_without_redefining_them(tmp_path):
+def test_a_group_names_its_channels_without_redefining_them(tmp_path: Path) -> None:
     """In a Group section, `Channel x` names a member (mbsync(1)); read as the start of a
     section it would redefine channel x without its stores."""
     rc = tmp_path / "mbsyncrc"
@@ -362,7 +367,7 @@ def test_a_group_names_its_channels_without_redefining_them(tmp_path):
     assert channels["sent"].near_store == "local"
 
 
-def test_channels_per_folder_make_one_account(tmp_path):
+def test_channels_per_folder_make_one_account(tmp_path: Path) -> None:
     """The common Gmail recipe: one Channel per folder, tied together by a Group."""
     root = tmp_path / "mail"
     for f in ("gmail/INBOX", "gmail/Sent", "gmail/Trash"):
@@ -389,7 +394,7 @@ def test_channels_per_folder_make_one_account(tmp_path):
     assert sorted(a.name for a in config.accounts) == ["gmail-inbox", "gmail-sent", "gmail-trash"]
 
 
-def test_an_smtp_login_with_a_backslash_reaches_msmtp_as_written(tmp_path):
+def test_an_smtp_login_with_a_backslash_reaches_msmtp_as_written(tmp_path: Path) -> None:
     """Exchange logins are DOMAIN\\user: msmtp keeps a backslash escape as written, so the
     msmtprc line carries the login unquoted (msmtp takes the rest of the line)."""
     from fmail_nm.adopt import accounts
