@@ -1172,11 +1172,14 @@ def _sidecar_writer(h: Harness) -> sqlite3.Connection:
     return blocker
 
 
-def test_a_write_waits_for_a_busy_sidecar_to_record_itself(h: Harness) -> None:
-    """The sidecar busy for longer than a read waits (5 s) once notmuch has committed: the
-    record waits, so the write stays undoable, and the follow-up (sync, push) is told."""
+def test_a_write_waits_for_a_busy_sidecar_to_record_itself(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sidecar busy for longer than a connection waits (sidecar.BUSY_TIMEOUT_MS, 5 s;
+    0.5 s here) once notmuch has committed: the record waits on, so the write stays
+    undoable, and the follow-up (sync, push) is told."""
+    monkeypatch.setattr(sidecar, "BUSY_TIMEOUT_MS", 500)
     blocker = _sidecar_writer(h)
-    release = threading.Timer(6.5, lambda: blocker.execute("ROLLBACK"))
+    release = threading.Timer(1.5, lambda: blocker.execute("ROLLBACK"))
     release.start()
     try:
         result = writes.archive(h.ctx, [IN_INBOX])
@@ -1192,6 +1195,7 @@ def test_a_write_waits_for_a_busy_sidecar_to_record_itself(h: Harness) -> None:
 def test_a_write_that_cannot_be_recorded_says_it_was_done(h: Harness,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(changes, "RECORD_WAIT_S", 0)
+    monkeypatch.setattr(sidecar, "BUSY_TIMEOUT_MS", 500)
     blocker = _sidecar_writer(h)
     try:
         with pytest.raises(changes.UnrecordedWrite, match="was done, but the sidecar could not record it, so undo_last_write cannot"):
