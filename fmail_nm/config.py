@@ -478,8 +478,9 @@ class Config:
 
 
 def relative_to_root(path: Path, mail_root: Path) -> str | None:
-    """``path`` relative to the mail root as written (a symlinked folder under the root is
-    where notmuch sees it), else as the links resolve; None when it is outside."""
+    """``path`` relative to the mail root (or another root) as written -- a symlinked
+    folder under the root is where notmuch sees it --, else as the links resolve; None when
+    it is outside."""
     for a, b in ((Path(os.path.normpath(path.absolute())),
                   Path(os.path.normpath(mail_root.absolute()))),
                  (path.resolve(), mail_root.resolve())):
@@ -559,12 +560,12 @@ def _mbsync_accounts(rc: mbsyncrc.MbsyncConfig, mail_root: Path, folders: list[s
         if group is not None:
             done.update(rc.groups[group])
         store = rc.channel_store(channel)
+        if store is None:
+            continue
         # A Maildir++ store has no Path (mbsync refuses one): its Inbox is its root.
-        maildir_plus = (store is not None and store.path is None
-                        and (store.subfolders or "").lower() == "maildir++")
-        root = store.inbox if store is not None and maildir_plus else \
-            store.path if store is not None else None
-        if store is None or root is None:
+        maildir_plus = store.path is None and (store.subfolders or "").lower() == "maildir++"
+        root = store.inbox if maildir_plus else store.path
+        if root is None:
             continue
         maildir = relative_to_root(root, mail_root)
         if maildir is None:

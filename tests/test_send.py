@@ -90,6 +90,18 @@ class Bed:
                       and re.search(rb"(?mi)^message-id:\s*" + re.escape(needle),
                                     p.read_bytes()))
 
+    def put_draft(self, name: str, data: bytes) -> None:
+        """A draft file another mail client saved in the personal Drafts, indexed."""
+        (self.drafts / name).write_bytes(data)
+        self.env.notmuch("new")
+
+    def refused_send(self, draft_id: str, match: str) -> None:
+        """send_draft refuses the draft, and nothing changed nor went out."""
+        before = self.state()
+        with pytest.raises(ComposeError, match=match):
+            send.send_draft(self.ctx, draft_id)
+        assert self.state() == before and self.smtp.received == []
+
     def receive(self, data: bytes) -> None:
         """One more message in the personal INBOX, indexed (hooks and all)."""
         deliver(self.env, f"1800000100.{zlib.crc32(data)}.test", data)
@@ -275,8 +287,7 @@ OTHER_CLIENTS_DRAFT = (
 
 
 def test_a_draft_from_another_client_keeps_its_headers_when_saved_again(bed: Bed) -> None:
-    (bed.drafts / "1800000700.phone.host:2,DS").write_bytes(OTHER_CLIENTS_DRAFT)
-    bed.env.notmuch("new")
+    bed.put_draft("1800000700.phone.host:2,DS", OTHER_CLIENTS_DRAFT)
     saved = compose.save_draft(bed.ctx, cc=["carol@example.com"], draft_id="phone-1@example.org")
     assert saved.cc == ["carol@example.com"]
     (path,) = bed.files_with(bed.drafts, "phone-1@example.org")
@@ -292,8 +303,7 @@ def test_a_draft_with_an_html_body_is_not_rebuilt_without_it(bed: Bed) -> None:
         b"\r\nMIME-Version: 1.0\r\nContent-Type: multipart/alternative; boundary=B\r\n\r\n"
         b"--B\r\nContent-Type: text/plain\r\n\r\nHello\r\n"
         b"--B\r\nContent-Type: text/html\r\n\r\n<p><b>Hello</b></p>\r\n--B--\r\n")
-    (bed.drafts / "1800000701.html.host:2,DS").write_bytes(html_draft)
-    bed.env.notmuch("new")
+    bed.put_draft("1800000701.html.host:2,DS", html_draft)
     before = bed.state()
     with pytest.raises(ComposeError, match="HTML body"):
         compose.save_draft(bed.ctx, cc=["carol@example.com"], draft_id="html-1@example.org")
@@ -350,8 +360,7 @@ def test_a_draft_sent_from_another_accounts_address_leaves_no_draft_behind(bed: 
     draft = (b"From: Alex Morgan <amorgan@acme.test>\r\nTo: client@example.com\r\n"
              b"Subject: cross account\r\nMessage-ID: <cross-1@acme.test>\r\n"
              b"Date: Sat, 05 Dec 2026 10:00:00 +0000\r\n\r\nHello\r\n")
-    (bed.drafts / "1800000600.cross.host:2,DS").write_bytes(draft)
-    bed.env.notmuch("new")
+    bed.put_draft("1800000600.cross.host:2,DS", draft)
 
     done = send.send_draft(bed.ctx, "cross-1@acme.test")
 
@@ -676,6 +685,9 @@ def rfc2047_phrase(data: bytes, name: str) -> str:
         raw[1].decode().replace("\r\n", "")))).strip()
 
 
+# A draft another client saved without a Message-ID (notmuch names it by a hash of the file).
+NO_ID_DRAFT = (b"From: Alex Morgan <alex@example.org>\r\nTo: bob@example.com\r\n"
+               b"Subject: no id\r\n\r\nhi\r\n")
 MUTT_POSTPONED = (
     b"From: Alex Morgan <alex@example.org>\nTo: bob@example.com\nSubject: secret plans\n"
     b"Message-ID: <mutt-1@example.org>\nDate: Sat, 05 Dec 2026 10:00:00 +0000\n"
@@ -687,22 +699,17 @@ MUTT_POSTPONED = (
 def test_a_draft_mutt_was_to_encrypt_or_sign_is_not_sent_plain(bed: Bed, crypt: bytes) -> None:
     """mutt postpones a message with what it is to do on sending (X-Mutt-PGP: E encrypts,
     S signs); fmail-nm can do neither, so it refuses rather than send it plain."""
-    (bed.drafts / "1800000800.mutt.host:2,DS").write_bytes(MUTT_POSTPONED % crypt)
-    bed.env.notmuch("new")
-    before = bed.state()
-    with pytest.raises(ComposeError, match="send it from mutt"):
-        send.send_draft(bed.ctx, "mutt-1@example.org")
-    assert bed.state() == before and bed.smtp.received == []
+    bed.put_draft("1800000800.mutt.host:2,DS", MUTT_POSTPONED % crypt)
+    bed.refused_send("mutt-1@example.org", "send it from mutt")
 
 
 def test_a_mutt_draft_goes_out_without_the_headers_mutt_keeps_for_itself(bed: Bed) -> None:
     """What a client keeps in a postponed message for itself (mutt's X-Mutt-*, an Fcc,
     Thunderbird's X-Mozilla-Draft-Info) goes neither to the recipients nor into Sent; a
     draft mutt was only to encrypt opportunistically (O, no E) is sent."""
-    (bed.drafts / "1800000800.mutt.host:2,DS").write_bytes(
-        (MUTT_POSTPONED % b"O").replace(b"MIME-Version", b"Fcc: =Sent\nX-Mozilla-Draft-Info: "
-                                        b"internal/draft; vcard=0\nMIME-Version"))
-    bed.env.notmuch("new")
+    bed.put_draft("1800000800.mutt.host:2,DS", (MUTT_POSTPONED % b"O").replace(
+        b"MIME-Version", b"Fcc: =Sent\nX-Mozilla-Draft-Info: internal/draft; vcard=0\n"
+                         b"MIME-Version"))
     send.send_draft(bed.ctx, "mutt-1@example.org")
     (got,) = bed.smtp.received
     (copy,) = bed.files_with(bed.sent, "mutt-1@example.org")
@@ -714,25 +721,19 @@ def test_a_mutt_draft_goes_out_without_the_headers_mutt_keeps_for_itself(bed: Be
 def test_a_notmuch_emacs_draft_is_not_sent_as_its_markup(bed: Bed) -> None:
     """notmuch-emacs saves a draft as MML, markup only Emacs turns into mail (attachments,
     signing): sent as it is, the recipient would read the markup."""
-    (bed.drafts / "1800000801.emacs.host:2,DS").write_bytes(
+    bed.put_draft(
+        "1800000801.emacs.host:2,DS",
         b"From: Alex Morgan <alex@example.org>\nTo: bob@example.com\nSubject: report\n"
         b"Message-ID: <emacs-1@example.org>\nX-Notmuch-Emacs-Draft: True\n\n"
         b"<#secure method=pgpmime mode=sign>\nSee the report.\n"
         b"<#part filename=\"/home/alex/report.pdf\" disposition=attachment>\n<#/part>\n")
-    bed.env.notmuch("new")
-    before = bed.state()
-    with pytest.raises(ComposeError, match="send it from Emacs"):
-        send.send_draft(bed.ctx, "emacs-1@example.org")
-    assert bed.state() == before and bed.smtp.received == []
+    bed.refused_send("emacs-1@example.org", "send it from Emacs")
 
 
 def test_a_draft_without_message_id_is_sent_and_filed_under_one(bed: Bed) -> None:
     """A draft another client saved without a Message-ID gets one before sending, so the
     recipients' copy and the Sent copy are one message (and replies thread with it)."""
-    (bed.drafts / "1800000801.x.host:2,DS").write_bytes(
-        b"From: Alex Morgan <alex@example.org>\r\nTo: bob@example.com\r\nSubject: no id\r\n"
-        b"\r\nhi\r\n")
-    bed.env.notmuch("new")
+    bed.put_draft("1800000801.x.host:2,DS", NO_ID_DRAFT)
     (mid,) = bed.ctx.reader.message_ids('subject:"no id"')
     result = send.send_draft(bed.ctx, mid)
     (got,) = bed.smtp.received
@@ -748,12 +749,12 @@ def test_a_draft_without_message_id_is_sent_and_filed_under_one(bed: Bed) -> Non
 def test_a_flowed_draft_saved_again_keeps_its_paragraphs(bed: Bed) -> None:
     """aerc and Thunderbird write format=flowed: a line ending in a space goes on in the
     next. Saved again, the draft's paragraph stays one paragraph."""
-    (bed.drafts / "1800000802.aerc.host:2,DS").write_bytes(
+    bed.put_draft(
+        "1800000802.aerc.host:2,DS",
         b"From: Alex Morgan <alex@example.org>\r\nTo: bob@example.com\r\nSubject: flowed\r\n"
         b"Message-ID: <aerc-1@example.org>\r\nMIME-Version: 1.0\r\n"
         b"Content-Type: text/plain; charset=UTF-8; format=flowed\r\n\r\n"
         b"This is one paragraph that \r\nwraps over two lines.\r\n\r\n> quoted \r\n> too\r\n")
-    bed.env.notmuch("new")
     compose.save_draft(bed.ctx, cc=["carol@example.com"], draft_id="aerc-1@example.org")
     assert bed.draft_body("aerc-1@example.org") == (
         "This is one paragraph that wraps over two lines.\n\n> quoted too\n")
@@ -812,10 +813,7 @@ def test_a_draft_without_message_id_saved_again_gets_a_real_one(bed: Bed) -> Non
     """notmuch names a message without a Message-ID by a hash of its file; saved again, the
     draft gets a Message-ID of its own (the hash is no address anyone can reply to) and
     replaces the old file."""
-    (bed.drafts / "1800000803.x.host:2,DS").write_bytes(
-        b"From: Alex Morgan <alex@example.org>\r\nTo: bob@example.com\r\nSubject: no id\r\n"
-        b"\r\nhi\r\n")
-    bed.env.notmuch("new")
+    bed.put_draft("1800000803.x.host:2,DS", NO_ID_DRAFT)
     (made_up,) = bed.ctx.reader.message_ids('subject:"no id"')
     assert made_up.startswith("notmuch-sha1-")
     saved = compose.save_draft(bed.ctx, body="hello", draft_id=made_up)

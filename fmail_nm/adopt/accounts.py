@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import re
 import shlex
 import shutil
@@ -31,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import mbsyncrc
-from ..config import ADDED_ACCOUNTS_FILE, ROLES, Config, ConfigError, own_config_dir
+from ..config import (ADDED_ACCOUNTS_FILE, ROLES, Config, ConfigError, own_config_dir,
+                      relative_to_root)
 from ..private import replace_private
 from .identity import looks_like_address
 
@@ -311,25 +311,15 @@ def _check_no_store_takes(config: Config, maildir: Path) -> None:
     parsed = mbsyncrc.parse(rc)
     for channel in parsed.channels.values():
         store = parsed.channel_store(channel)
-        if store is None or store.path is None or not _inside(maildir, store.path):
+        box = relative_to_root(maildir, store.path) if store and store.path else None
+        if store is None or box is None:
             continue
-        box = _relative(maildir, store.path)
         if any(_synced(channel.patterns, b) for b in (box, f"{box}/INBOX")):
             raise AccountError(
                 f"{maildir} lies in mbsync store {store.name!r} ({rc}), whose channel "
                 f"{channel.name!r} syncs {box}/ with Patterns {' '.join(channel.patterns)}: its "
                 "next sync would put this account's mail on that server. Leave it out there "
                 f"(Patterns ... !{box} !{box}/*) and add the account again")
-
-
-def _inside(path: Path, root: Path) -> bool:
-    return Path(os.path.normpath(path.absolute())).is_relative_to(
-        Path(os.path.normpath(root.absolute())))
-
-
-def _relative(path: Path, root: Path) -> str:
-    return Path(os.path.normpath(path.absolute())).relative_to(
-        Path(os.path.normpath(root.absolute()))).as_posix()
 
 
 def _synced(patterns: Sequence[str], box: str) -> bool:
