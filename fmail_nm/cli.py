@@ -35,8 +35,11 @@ def cmd_init(args: argparse.Namespace) -> int:
     if not fmail_toml.is_file():
         # A config $NOTMUCH_CONFIG or $NOTMUCH_PROFILE chose is written down: the server an
         # MCP client or systemd starts has no such environment.
-        chosen = args.notmuch_config or config_chosen_by_environment()
-        write_fmail_toml(fmail_toml, str(chosen) if chosen else None, args.address or ())
+        # Absolute: the hook reads fmail.toml from wherever notmuch new was started.
+        chosen = (Path(args.notmuch_config).expanduser().absolute() if args.notmuch_config
+                  else config_chosen_by_environment())
+        write_fmail_toml(fmail_toml, str(chosen) if chosen else None, args.address or (),
+                         os.environ.get("NOTMUCH_PROFILE") or None)
         print(f"wrote fmail-nm config (edit freely): {fmail_toml}"
               + (f"; it names the notmuch config {chosen}" if chosen else ""))
     settings = load_settings(fmail_toml)
@@ -72,6 +75,26 @@ def cmd_init(args: argparse.Namespace) -> int:
         return 0
     sys.stdout.flush()  # what init did, before the progress line on stderr
     print(run_index(config).describe())
+    return 0
+
+
+def cmd_uninstall(args: argparse.Namespace) -> int:
+    """Our hooks out of notmuch's hook folder, the user's own back in their place: what
+    removing fmail-nm needs, since a hook left behind fails every notmuch new once the
+    program is gone."""
+    from .adopt.hooks import uninstall_hooks
+    from .config import default_data_dir
+    from .store.notmuch_cli import notmuch_settings
+
+    settings = load_settings(args.config)
+    hook_dir = notmuch_settings(settings.notmuch_config).get("database.hook_dir")
+    if not hook_dir:
+        raise CallerError("notmuch names no hook folder (no database yet?): nothing to take out")
+    for action in uninstall_hooks(Path(hook_dir)):
+        print(f"hook {action.describe()}")
+    print("your notmuch config, mail and tags are as they were; fmail-nm's own files "
+          f"(fmail.toml, the sidecar in {settings.data_dir or default_data_dir()}) are left for "
+          "you to delete")
     return 0
 
 
@@ -399,6 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", action="append", help="one of your addresses (repeatable)")
     p.add_argument("--no-index", action="store_true", help="set up only; do not run notmuch new")
     p.set_defaults(func=cmd_init)
+
+    p = command("uninstall", help="take fmail-nm's notmuch hooks out and put your own back")
+    p.set_defaults(func=cmd_uninstall)
 
     p = command("index", help="run notmuch new (with hooks) and the tagging pass")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -163,6 +163,7 @@ class Settings:
 
     path: Path | None = None
     notmuch_config: str | None = None
+    notmuch_profile: str | None = None  # [notmuch] profile: $NOTMUCH_PROFILE init ran with
     mbsync_config: str | None = None
     pull_interval_minutes: float = 0.0  # [mbsync] default for accounts that set none
     safety_index_minutes: float = DEFAULT_SAFETY_INDEX_MINUTES  # [index] (0: none)
@@ -217,8 +218,10 @@ def default_data_dir() -> Path:
 
 def fmail_command(settings: Settings) -> list[str]:
     """The argv that runs fmail-nm from outside (our hooks, MCP client configs): this very
-    interpreter, so it works whether or not the virtualenv is on the caller's PATH."""
-    argv = [sys.executable, "-m", "fmail_nm"]
+    interpreter, so it works whether or not the virtualenv is on the caller's PATH.  ``-P``:
+    ``-m`` would put the caller's working directory first on ``sys.path`` -- a ``notmuch new``
+    started in a folder holding an ``email.py`` would run that file instead of the library."""
+    argv = [sys.executable, "-P", "-m", "fmail_nm"]
     if settings.path is not None:
         argv += ["--config", str(settings.path.resolve())]
     return argv
@@ -301,6 +304,30 @@ def _parse_send(raw: Any) -> SendSettings:
     )
 
 
+def _named_path(value: Any, config_path: Path, what: str) -> str | None:
+    """A file named in fmail.toml, as an absolute path: ``~`` expanded (notmuch and the
+    bindings take the name literally), a relative name taken from fmail.toml's folder -- not
+    from the working directory, which is wherever notmuch new runs our hook."""
+    if value is None or value == "":  # left empty: found the way libnotmuch finds it
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{config_path}: {what} must be a string")
+    return str((config_path.parent / Path(value).expanduser()).absolute())
+
+
+def _use_profile(value: Any, config_path: Path) -> str | None:
+    """Put fmail.toml's notmuch profile into the environment: libnotmuch and the notmuch
+    program take it only from $NOTMUCH_PROFILE, and it picks the hook folder (and, unset
+    in the config, the database) -- a service started without it would run notmuch new
+    without the user's hooks."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{config_path}: [notmuch] profile must be a string")
+    os.environ["NOTMUCH_PROFILE"] = value
+    return value
+
+
 def load_settings(path: Path | str | None = None) -> Settings:
     """Read fmail.toml. A missing file at the default place means defaults; a missing file that
     was asked for by name (``--config`` or ``$FMAIL_CONFIG``) is an error."""
@@ -324,7 +351,8 @@ def load_settings(path: Path | str | None = None) -> Settings:
     data_dir = data.get("data_dir")
     return Settings(
         path=config_path,
-        notmuch_config=notmuch.get("config"),
+        notmuch_config=_named_path(notmuch.get("config"), config_path, "[notmuch] config"),
+        notmuch_profile=_use_profile(notmuch.get("profile"), config_path),
         mbsync_config=mbsync.get("config"),
         pull_interval_minutes=_minutes(mbsync.get("pull_interval_minutes", 0), "[mbsync]"),
         safety_index_minutes=_minutes(

@@ -963,6 +963,18 @@ def test_a_pdf_slow_to_read_is_stopped_at_the_time_cap(monkeypatch: pytest.Monke
     assert good.text == "Still readable" and good.note is None
 
 
+def test_the_pdf_reader_runs_no_module_from_the_servers_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader is ``python -m`` in a process of its own, started where the server runs: a
+    ``json.py`` lying there must not run in place of the library's."""
+    marker = tmp_path / "planted-module-ran"
+    (tmp_path / "json.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    content = attachment_text(pdf_message(tiny_pdf("Read by the real reader")), 0, 1000)
+    assert not marker.exists()
+    assert content.text == "Read by the real reader" and content.note is None
+
+
 def test_attachment_text_octet_stream_named_txt_is_text() -> None:
     body = multipart(
         "M",

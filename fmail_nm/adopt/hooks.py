@@ -32,13 +32,18 @@ LEGACY_SUFFIX = ".before-fmail-nm"
 class HookAction:
     hook: str
     # "installed", "chained" (the user's hook moved aside and run first), "rechained" (the
-    # user's hook came back where ours was: it is the one already kept), "updated", "unchanged"
+    # user's hook came back where ours was: it is the one already kept), "updated", "unchanged";
+    # uninstalling: "restored", "removed", "not ours", "not installed"
     action: str
     path: Path
     moved_from: Path | None = None  # where an earlier version had kept the user's hook
 
     def describe(self) -> str:
         kept = kept_hook(self.path.parent, self.hook)
+        if self.action == "restored":
+            return f"{self.hook}: your own hook is back at {self.path} (from {self.moved_from})"
+        if self.action == "not ours":
+            return f"{self.hook}: {self.path} is not fmail-nm's hook; left as it is"
         if self.action == "chained":
             text = (f"{self.hook}: installed at {self.path}; your previous hook now runs first "
                     f"from {kept}")
@@ -190,3 +195,53 @@ def install_hook(hook_dir: Path, name: str, command: list[str]) -> HookAction:
 def install_hooks(hook_dir: Path, command: list[str]) -> list[HookAction]:
     """Install every hook we ship; ``command`` is the argv that runs fmail-nm."""
     return [install_hook(hook_dir, name, command) for name in HOOK_NAMES]
+
+
+def _put_back(source: Path, target: Path) -> None:
+    """Move the user's kept hook back to ``target`` in one step (over our hook, so notmuch
+    never finds no hook at all); a relative link gets back the ``..`` it lost."""
+    link = os.readlink(source) if source.is_symlink() else None
+    if link is None or os.path.isabs(link) or source.parent == target.parent:
+        os.replace(source, target)
+        return
+    tmp = target.with_name(target.name + ".fmail-nm-tmp")
+    tmp.unlink(missing_ok=True)
+    os.symlink(os.path.normpath(os.path.join(source.parent.name, link)), tmp)
+    os.replace(tmp, target)
+    source.unlink()
+
+
+def uninstall_hook(hook_dir: Path, name: str) -> HookAction:
+    """Take our hook ``name`` out and put the user's own back in its place ("restored"), or
+    just remove ours ("removed").  A hook in that place that is not ours is left alone
+    ("not ours"), and so is everything kept beside it."""
+    path = hook_dir / name
+    kept, legacy = kept_hook(hook_dir, name), legacy_kept_hook(hook_dir, name)
+    if os.path.lexists(path) and not is_ours(path):
+        # Put back by a dotfiles manager: the copy we kept is dropped only if it is that hook.
+        if os.path.lexists(kept) and same_hook(path, kept):
+            kept.unlink()
+            _drop_if_empty(kept.parent)
+        return HookAction(name, "not ours", path)
+    source = kept if os.path.lexists(kept) else legacy if os.path.lexists(legacy) else None
+    if source is not None:
+        _put_back(source, path)
+        action = "restored"
+    elif os.path.lexists(path):
+        path.unlink()
+        action = "removed"
+    else:
+        return HookAction(name, "not installed", path)
+    _drop_if_empty(kept.parent)
+    return HookAction(name, action, path, moved_from=source)
+
+
+def _drop_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()  # only when empty: anything else in it is the user's
+    except OSError:
+        pass
+
+
+def uninstall_hooks(hook_dir: Path) -> list[HookAction]:
+    return [uninstall_hook(hook_dir, name) for name in HOOK_NAMES]

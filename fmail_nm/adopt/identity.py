@@ -29,6 +29,7 @@ from ..config import Config
 from ..message.headers import addresses, date, header, split_head
 from ..store.maildir import folder_path
 from ..store.notmuch import Reader
+from ..store.notmuch_config import config_list
 from ..store.query import folders_query
 
 # An address with a dotted domain: an IMAP login like "alex" or "alex@localhost" is not one.
@@ -176,8 +177,8 @@ def missing_from_notmuch(identity: Identity, nm: dict[str, str],
                          notmuch: str = "notmuch") -> list[str]:
     """``notmuch config set`` commands that give notmuch the addresses it lacks (empty when
     it knows them all); ``notmuch``: how they run notmuch on that config."""
-    known = {a.lower() for a in [nm.get("user.primary_email", ""),
-                                 *nm.get("user.other_email", "").split(";")] if a}
+    known = {a.lower() for a in [nm.get("user.primary_email", "").strip(),
+                                 *config_list(nm.get("user.other_email"))] if a}
     missing = [a for a in identity.addresses if a not in known]
     commands = []
     primary = nm.get("user.primary_email", "")
@@ -185,7 +186,7 @@ def missing_from_notmuch(identity: Identity, nm: dict[str, str],
         primary = missing.pop(0)
         commands.append(f"{notmuch} config set user.primary_email {shlex.quote(primary)}")
     if missing:
-        others = [a for a in nm.get("user.other_email", "").split(";") if a] + missing
+        others = config_list(nm.get("user.other_email")) + missing
         commands.append(f"{notmuch} config set user.other_email {shlex.quote(';'.join(others))}")
     if identity.name and not nm.get("user.name"):
         commands.append(f"{notmuch} config set user.name {shlex.quote(identity.name)}")

@@ -14,18 +14,20 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import Config, Settings, default_data_dir, fmail_command, maildir_folders, resolve
+from ..passes.indexing import Ignored
 from ..passes.mirror import SETUP_REVISION, sync_sidecar
 from ..store import sidecar
 from ..store.notmuch import Reader, ensure_database
 from ..store.notmuch_cli import notmuch_settings, user_settings_as_written
-from ..store.notmuch_config import (config_bool, find_notmuch_config, new_config_path,
-                                     notmuch_program)
+from ..store.notmuch_config import (config_bool, config_list, find_notmuch_config,
+                                     new_config_path, notmuch_program)
 from ..tags import DEFAULT_EXCLUDED
 from .hooks import HookAction, install_hooks
 from .identity import Identity, discover, missing_from_notmuch
@@ -33,6 +35,8 @@ from .identity import Identity, discover, missing_from_notmuch
 MBSYNC_STATE_FILES = (".mbsyncstate", ".mbsyncstate.journal", ".mbsyncstate.new",
                       ".mbsyncstate.lock", ".uidvalidity")
 EXCLUDE_TAGS = DEFAULT_EXCLUDED
+# mbsync writes its state files into each mailbox's folder: where new.ignore must catch them.
+STATE_FILE_FOLDER = "INBOX"
 
 
 @dataclass
@@ -93,7 +97,7 @@ def notmuch_findings(nm: dict[str, str], notmuch: str = "notmuch") -> list[Findi
     """What differs from fmail-nm's expectations in a notmuch config, with the fix
     (``notmuch``: how the fix runs notmuch on that config, see notmuch_program)."""
     found = []
-    new_tags = [t for t in nm.get("new.tags", "").split(";") if t]
+    new_tags = config_list(nm.get("new.tags"))
     if "new" in new_tags:
         faster = [t for t in new_tags if t != "new"]
         faster += [t for t in ("inbox", "unread") if t not in faster]
@@ -102,10 +106,9 @@ def notmuch_findings(nm: dict[str, str], notmuch: str = "notmuch") -> list[Findi
             "rewrite every new message once to take 'new' off again; without it only the "
             "exceptions are rewritten (if no other tool of yours relies on 'new')",
             f"{notmuch} config set new.tags {shlex.quote(';'.join(faster))}", serious=False))
-    ignored = set(nm.get("new.ignore", "").split(";"))
-    missing = [f for f in MBSYNC_STATE_FILES if f not in ignored]
+    missing = state_files_not_ignored(nm.get("new.ignore", ""))
     if missing:
-        current = [t for t in nm.get("new.ignore", "").split(";") if t]
+        current = config_list(nm.get("new.ignore"))
         found.append(Finding("notmuch", "notmuch new will warn about mbsync's state files",
                              f"{notmuch} config set new.ignore "
                              f"{shlex.quote(';'.join(current + missing))}"))
@@ -113,7 +116,7 @@ def notmuch_findings(nm: dict[str, str], notmuch: str = "notmuch") -> list[Findi
         found.append(Finding("notmuch", "maildir.synchronize_flags is off: read/flagged changes "
                              "will not reach the server through mbsync",
                              f"{notmuch} config set maildir.synchronize_flags true"))
-    current_excluded = [t for t in nm.get("search.exclude_tags", "").split(";") if t]
+    current_excluded = config_list(nm.get("search.exclude_tags"))
     lacking = [t for t in EXCLUDE_TAGS if t not in current_excluded]
     if lacking:
         found.append(Finding("notmuch", "search.exclude_tags lacks deleted;spam: your mail "
@@ -121,6 +124,17 @@ def notmuch_findings(nm: dict[str, str], notmuch: str = "notmuch") -> list[Findi
                              f"{notmuch} config set search.exclude_tags "
                              f"{shlex.quote(';'.join(current_excluded + lacking))}"))
     return found
+
+
+def state_files_not_ignored(setting: str) -> list[str]:
+    """mbsync's state files that ``new.ignore`` lets notmuch new warn about: neither a name
+    it lists nor matched by one of its ``/regex/`` patterns in a mailbox folder."""
+    try:
+        ignored = Ignored(setting)
+    except re.error:  # a pattern only notmuch's regex dialect reads: judge by names alone
+        names = set(config_list(setting))
+        return [f for f in MBSYNC_STATE_FILES if f not in names]
+    return [f for f in MBSYNC_STATE_FILES if not ignored(f"{STATE_FILE_FOLDER}/{f}")]
 
 
 def advice_for_existing(nm: dict[str, str], notmuch: str = "notmuch") -> list[str]:
@@ -268,10 +282,12 @@ FMAIL_TOML = """\
 
 
 def write_fmail_toml(path: Path, notmuch_config: str | None,
-                     addresses: Sequence[str] = ()) -> None:
+                     addresses: Sequence[str] = (), profile: str | None = None) -> None:
     """A commented fmail.toml; it names the notmuch config when init was told one, or the
-    environment chose it, and the addresses init was given (--address)."""
-    notmuch = ("\n[notmuch]\nconfig = " + json.dumps(notmuch_config) + "\n" if notmuch_config
+    environment chose it, with the $NOTMUCH_PROFILE init ran with (it also picks notmuch's
+    hook folder), and the addresses init was given (--address)."""
+    notmuch = ("\n[notmuch]\nconfig = " + json.dumps(notmuch_config) + "\n"
+               + (f"profile = {json.dumps(profile)}\n" if profile else "") if notmuch_config
                else "\n# Which notmuch config to use (default: found as libnotmuch finds it).\n"
                     "# [notmuch]\n# config = \"~/.notmuch-config\"\n")
     if addresses:  # top-level keys go before the first table

@@ -38,7 +38,9 @@ class PdfText:
 
 def pdf_text(data: bytes, max_chars: int, max_pages: int) -> PdfText:
     """The PDF's page text until ``max_chars`` is exceeded or ``max_pages`` are read."""
-    argv = [sys.executable, "-m", __name__, str(max_chars), str(max_pages)]
+    # -P: -m would put the server's working directory first on sys.path, where a planted
+    # module would run in place of the library's.
+    argv = [sys.executable, "-P", "-m", __name__, str(max_chars), str(max_pages)]
     try:
         done = subprocess.run(argv, input=data, capture_output=True, timeout=SECONDS,
                               check=False)

@@ -24,13 +24,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import mbsyncrc, msmtprc
-from ..adopt.hooks import (conflict_advice, hooks_in_conflict, is_ours, kept_hook,
+from ..adopt.hooks import (conflict_advice, hook_text, hooks_in_conflict, is_ours, kept_hook,
                            legacy_kept_hook)
 from ..adopt.identity import discover, missing_from_notmuch
 from ..adopt.initialize import Finding, notmuch_findings
 from ..app import load_config
-from ..config import (Account, Config, ConfigError, default_config_path, load_settings,
-                      relative_to_root)
+from ..config import (Account, Config, ConfigError, default_config_path, fmail_command,
+                      load_settings, relative_to_root)
 from ..passes.indexing import Ignored, unreadable_ignore
 from ..store import maildir, sidecar
 from ..store.notmuch import (DatabaseDamaged, DatabaseMissing, NotmuchAccessError, Reader,
@@ -77,7 +77,8 @@ def diagnose_config(config: Config, *, quick: bool = False, token_file: Path | N
         found += unreadable
         if not unreadable:
             found += identity_findings(config, nm, reader, quick=quick)
-            found += hook_findings(Path(nm.get("database.hook_dir", "")))
+            found += hook_findings(Path(nm.get("database.hook_dir", "")),
+                                   fmail_command(config.settings))
         found += mbsync_findings(config)
         found += msmtp_findings(config)
         if not unreadable:
@@ -139,7 +140,8 @@ def identity_findings(config: Config, nm: dict[str, str], reader: Reader, *,
                     f"{notmuch} config set user.primary_email you@example.org (your address)")]
 
 
-def hook_findings(hook_dir: Path) -> list[Finding]:
+def hook_findings(hook_dir: Path, command: list[str]) -> list[Finding]:
+    """``command``: the argv init would write into the hook now (config.fmail_command)."""
     hook = hook_dir / "post-new"
     pair = hooks_in_conflict(hook_dir, "post-new")
     if pair is not None:  # init refuses until the user has chosen
@@ -165,6 +167,13 @@ def hook_findings(hook_dir: Path) -> list[Finding]:
     if program and not Path(program).exists():
         found.append(Finding("hook", f"the post-new hook runs {program}, which is gone (a "
                              "virtualenv moved or removed)", "fmail-nm init"))
+    elif not found and (hook.read_text(encoding="utf-8", errors="replace")
+                        != hook_text("post-new", command)):
+        # An earlier version's hook (e.g. one that imported modules from notmuch new's working
+        # directory), or one written for another fmail.toml: it runs, but not as init would.
+        found.append(Finding("hook", f"{hook} is not the hook this fmail-nm would install "
+                             "(an earlier version's, or another config's)", "fmail-nm init",
+                             serious=False))
     return found
 
 

@@ -71,3 +71,9 @@ def config_bool(value: str | None, default: bool) -> bool:
     if word in ("false", "no", "0"):
         return False
     return default
+
+
+def config_list(value: str | None) -> list[str]:
+    """A ``;``-separated setting as libnotmuch reads it: each item trimmed of spaces, empty
+    items dropped (``new.ignore=.uidvalidity; .mbsyncstate`` ignores both)."""
+    return [item.strip() for item in (value or "").split(";") if item.strip()]

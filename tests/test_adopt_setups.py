@@ -1,0 +1,228 @@
+"""Adopting a user's own setup as notmuch reads it: the hook's working directory, fmail.toml's
+paths, notmuch profiles, list settings with regexes and spaces, and giving the user's hook
+back on uninstall.  Real notmuch in an isolated HOME."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fmail_nm.adopt.initialize import notmuch_findings
+from fmail_nm.app import load_config
+from fmail_nm.service import doctor
+
+from .conftest import FIXTURE_MAILDIR, MailEnv, isolated_env, run_init
+
+
+def _notmuch_new_from(env: MailEnv, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``notmuch new`` (hooks included) started from ``cwd``, as a user's shell or mbsync's
+    PostSyncCmd would start it."""
+    return subprocess.run(["notmuch", "new"], env={**os.environ, **env.env}, cwd=cwd, text=True,
+                          capture_output=True, timeout=120, check=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# The hook must not import Python modules from the directory notmuch new was started in
+
+
+def test_the_hook_ignores_python_modules_in_the_directory_notmuch_new_runs_in(
+        indexed: MailEnv, tmp_path: Path) -> None:
+    project = tmp_path / "some project"
+    project.mkdir()
+    pwned = tmp_path / "pwned"
+    # A file of the user's that happens to share a standard module's name.
+    (project / "argparse.py").write_text(
+        f"open({str(pwned)!r}, 'w').close()\nraise SystemExit('not the real argparse')\n")
+    done = _notmuch_new_from(indexed, project)
+    assert not pwned.exists(), "the hook ran code from the current directory"
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "hook" not in (done.stdout + done.stderr).lower()
+
+
+# ---------------------------------------------------------------------------------------------
+# fmail.toml's [notmuch] config: "~" (the commented example init writes) and relative paths
+
+
+def test_a_notmuch_config_named_with_a_tilde_in_fmail_toml_is_found(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = Path(indexed.env["HOME"])
+    moved = home / ".notmuch-config"
+    indexed.notmuch_config.rename(moved)
+    text = indexed.fmail_config.read_text()
+    indexed.fmail_config.write_text('[notmuch]\nconfig = "~/.notmuch-config"\n\n' + text)
+    env = {k: v for k, v in indexed.env.items() if k != "NOTMUCH_CONFIG"}
+    monkeypatch.delenv("NOTMUCH_CONFIG")
+    assert load_config().mail_root == indexed.mail_root
+    assert [f for f in doctor.diagnose() if f.check in ("config", "notmuch")] == []
+    done = subprocess.run(["notmuch", f"--config={moved}", "new"], env={**os.environ, **env},
+                          text=True, capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0 and "hook" not in done.stderr.lower(), done.stderr
+
+
+def test_init_writes_a_relative_notmuch_config_into_fmail_toml_as_an_absolute_path(
+        mail_env: MailEnv) -> None:
+    mail_env.fmail_config.unlink()
+    base = mail_env.base
+    done = subprocess.run(
+        [*_fmail_argv(), "init", "--mail-root", "mail", "--notmuch-config", "notmuch-config",
+         "--address", "alex@example.org", "--no-index"],
+        env={**os.environ, **mail_env.env}, cwd=base, text=True, capture_output=True,
+        timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    # The hook runs where notmuch new was started: the path must not depend on that.
+    assert f'config = "{base / "notmuch-config"}"' in mail_env.fmail_config.read_text()
+
+
+def _fmail_argv() -> list[str]:
+    return [sys.executable, "-m", "fmail_nm"]
+
+
+# ---------------------------------------------------------------------------------------------
+# new.ignore / search.exclude_tags as notmuch reads them: /regex/ entries, spaces around ';'
+
+
+STATE_FILES_BY_REGEX = r"/\.mbsyncstate/;/\.uidvalidity$/"
+
+
+def test_mbsync_state_files_ignored_by_a_regex_are_not_a_problem() -> None:
+    nm = {"new.ignore": STATE_FILES_BY_REGEX, "search.exclude_tags": "deleted;spam",
+          "maildir.synchronize_flags": "true", "new.tags": "inbox;unread"}
+    assert notmuch_findings(nm) == []
+
+
+def test_lists_with_spaces_around_the_semicolons_read_as_notmuch_reads_them() -> None:
+    nm = {"new.ignore": ".mbsyncstate; .mbsyncstate.journal; .mbsyncstate.new; "
+                        ".mbsyncstate.lock; .uidvalidity",
+          "search.exclude_tags": "deleted; spam", "maildir.synchronize_flags": "true",
+          "new.tags": "inbox; unread"}
+    assert notmuch_findings(nm) == []
+
+
+def test_doctor_passes_a_regex_new_ignore_that_notmuch_new_honours(indexed: MailEnv) -> None:
+    indexed.notmuch("config", "set", "new.ignore", STATE_FILES_BY_REGEX)
+    (indexed.mail_root / "personal" / "INBOX" / ".mbsyncstate").write_text("FarUidValidity 1\n")
+    (indexed.mail_root / "personal" / "INBOX" / ".uidvalidity").write_text("1\n2\n")
+    quiet = indexed.notmuch("new")
+    assert "mbsyncstate" not in quiet.stdout + quiet.stderr  # notmuch new ignores them
+    assert [f for f in doctor.diagnose() if f.check == "notmuch"] == []
+
+
+def test_an_address_listed_after_a_space_is_one_notmuch_knows() -> None:
+    from fmail_nm.adopt.identity import Identity, missing_from_notmuch
+    identity = Identity()
+    for address in ("alex@example.org", "amorgan@acme.test"):
+        identity.add(address, "test")
+    nm = {"user.primary_email": "alex@example.org", "user.name": "Alex",
+          "user.other_email": "old@example.org; amorgan@acme.test"}
+    assert missing_from_notmuch(identity, nm) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# NOTMUCH_PROFILE: the profile picks the hook folder (and a default database) too
+
+
+PROFILE_CONFIG = """[database]
+mail_root=Mail
+path=.local/share/notmuch/work
+[user]
+primary_email=alex@example.org
+[new]
+tags=inbox;unread
+ignore=.mbsyncstate;.uidvalidity;.mbsyncstate.journal;.mbsyncstate.new;.mbsyncstate.lock
+[search]
+exclude_tags=deleted;spam
+"""
+
+USER_HOOK = '#!/bin/sh\necho "my hook ran" >> "{marker}"\n'
+
+
+def test_a_profile_init_was_run_with_still_holds_without_notmuch_profile_set(
+        tmp_path: Path) -> None:
+    """Set up under NOTMUCH_PROFILE=work; then fmail-nm runs as systemd or an MCP client
+    starts it, without that variable: notmuch must still run the profile's hooks."""
+    env = {**os.environ, **isolated_env(tmp_path)}
+    for name in ("NOTMUCH_CONFIG", "FMAIL_CONFIG", "NOTMUCH_PROFILE"):
+        env.pop(name, None)
+    home, xdg = Path(env["HOME"]), Path(env["XDG_CONFIG_HOME"])
+    shutil.copytree(FIXTURE_MAILDIR, home / "Mail", symlinks=True)
+    (home / ".local/share/notmuch/work").mkdir(parents=True)
+    hooks = xdg / "notmuch" / "work" / "hooks"
+    hooks.mkdir(parents=True)
+    (xdg / "notmuch" / "work" / "config").write_text(PROFILE_CONFIG)
+    marker = tmp_path / "marker"
+    (hooks / "post-new").write_text(USER_HOOK.format(marker=marker))
+    (hooks / "post-new").chmod(0o755)
+    profile = {**env, "NOTMUCH_PROFILE": "work"}
+    subprocess.run(["notmuch", "new"], env=profile, check=True, capture_output=True)
+    run = [*_fmail_argv()]
+    subprocess.run([*run, "init", "--no-index"], env=profile, check=True, capture_output=True)
+    marker.unlink(missing_ok=True)
+
+    done = subprocess.run([*run, "index"], env=env, text=True, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert marker.exists(), "notmuch new ran without the profile's hooks"
+    assert marker.read_text() == "my hook ran\n"
+    doctor_run = subprocess.run([*run, "doctor"], env=env, text=True, capture_output=True,
+                                timeout=300)
+    assert "[hook]" not in doctor_run.stdout, doctor_run.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Removing fmail-nm: the user's own hook goes back where it was
+
+
+@pytest.mark.parametrize("kind", ["relative link", "file"])
+def test_uninstall_puts_the_users_own_hook_back_as_it_was(mail_env: MailEnv, tmp_path: Path,
+                                                          kind: str) -> None:
+    from fmail_nm.adopt.hooks import KEPT_DIR, is_ours
+
+    hooks = mail_env.mail_root / ".notmuch" / "hooks"
+    hooks.mkdir(parents=True)
+    marker = tmp_path / "marker"
+    script = tmp_path / "dotfiles" / "post-new"
+    script.parent.mkdir()
+    script.write_text(USER_HOOK.format(marker=marker))
+    script.chmod(0o750)
+    hook = hooks / "post-new"
+    if kind == "file":
+        hook.write_bytes(script.read_bytes())
+        hook.chmod(0o750)
+    else:
+        hook.symlink_to(os.path.relpath(script, hooks))
+    before = os.readlink(hook) if hook.is_symlink() else hook.read_bytes()
+    run_init(mail_env)
+    assert is_ours(hook)
+
+    done = mail_env.fmail("uninstall", check=False)
+    assert done.returncode == 0, done.stderr
+    assert (os.readlink(hook) if hook.is_symlink() else hook.read_bytes()) == before
+    assert hook.is_symlink() == (kind != "file")
+    assert sorted(p.name for p in hooks.iterdir()) == ["post-new"]
+    assert not (hooks / KEPT_DIR).exists()
+    marker.unlink(missing_ok=True)
+    mail_env.notmuch("new")
+    assert marker.read_text() == "my hook ran\n"  # run by notmuch itself, from its place
+
+
+def test_doctor_names_a_hook_an_earlier_version_installed_and_init_renews_it(
+        mail_env: MailEnv) -> None:
+    run_init(mail_env)
+    hook = mail_env.mail_root / ".notmuch" / "hooks" / "post-new"
+    # The hook as versions before `-P` wrote it: it imports from notmuch new's directory.
+    hook.write_text(hook.read_text().replace(" -P -m fmail_nm", " -m fmail_nm"))
+
+    def hook_findings() -> list[doctor.Finding]:
+        return [f for f in doctor.diagnose(str(mail_env.fmail_config)) if f.check == "hook"]
+
+    found = hook_findings()
+    assert [(f.problem, f.fix, f.serious) for f in found] == [
+        (f"{hook} is not the hook this fmail-nm would install (an earlier version's, or "
+         "another config's)", "fmail-nm init", False)]
+    run_init(mail_env)
+    assert " -P -m fmail_nm" in hook.read_text()
+    assert hook_findings() == []
