@@ -15,9 +15,11 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from email.message import EmailMessage
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
@@ -821,3 +823,186 @@ def test_a_draft_without_message_id_saved_again_gets_a_real_one(bed: Bed) -> Non
     assert bed.ctx.reader.message_ids('subject:"no id"') == [saved.id]
     (path,) = [p for p in bed.drafts.iterdir() if b"Subject: no id" in p.read_bytes()]
     assert parse(path.read_bytes())["message-id"] == f"<{saved.id}>"
+
+
+# ---------------------------------------------------------------------------------------------
+# On the wire: lines of at most 998 bytes, headers only as written, ids folded whole
+
+LONG_TEXT = "Zoë's table: " + ", ".join(f"cell {i}" for i in range(200))  # one line, 1.4 kB
+LONG_CSV = ";".join(str(i) for i in range(400))  # one line, 1.5 kB, 7bit
+LONG_MAIL = (
+    "From: Zoe <zoe@example.net>\r\nTo: alex@example.org\r\nSubject: the table\r\n"
+    "Message-ID: <long-1@example.net>\r\nDate: Tue, 02 Jan 2024 09:01:00 +0000\r\n"
+    "X-Tokens: " + " ".join(f"t{i}" for i in range(300)) + "\r\n"  # one 1.3 kB header line
+    "MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=B\r\n\r\n"
+    "--B\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\n"
+    f"Hello,\r\n{LONG_TEXT}\r\nbye\r\n"
+    "--B\r\nContent-Type: text/csv\r\nContent-Disposition: attachment; filename=t.csv\r\n\r\n"
+    f"{LONG_CSV}\r\n"
+    "--B\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n"  # a lone CR is content too
+    f"carriage\rreturn {LONG_CSV}\r\n"
+    "--B--\r\n").encode()
+
+
+def parts(msg: EmailMessage) -> list[tuple[str, bytes]]:
+    """Each leaf part's type and decoded content, line ends as LF."""
+    return [(p.get_content_type(), cast(bytes, p.get_payload(decode=True)).replace(b"\r\n", b"\n"))
+            for p in msg.walk() if not p.is_multipart()]
+
+
+def attached(data: bytes) -> EmailMessage:
+    msg = email.message_from_bytes(data, policy=email.policy.default)
+    assert isinstance(msg, EmailMessage)
+    (part,) = list(msg.iter_attachments())
+    inner = part.get_content()
+    assert isinstance(inner, EmailMessage)
+    return inner
+
+
+def test_a_forward_of_mail_with_lines_over_998_bytes_goes_out_intact(bed: Bed) -> None:
+    """RFC 5322 2.1.1: no line over 998 bytes; the forwarded original had them (a text part,
+    a 7bit attachment, a header), so the server refused the forward. Re-encoded inside the
+    attached message, the content stays the same."""
+    bed.receive(LONG_MAIL)
+    draft = compose.forward_email(bed.ctx, "long-1@example.net", ["frank@example.com"], "FYI")
+    send.send_draft(bed.ctx, draft.id)
+
+    (got,) = bed.smtp.received
+    (copy,) = bed.files_with(bed.sent, draft.id)
+    original = email.message_from_bytes(LONG_MAIL, policy=email.policy.default)
+    assert isinstance(original, EmailMessage)
+    for data in (got.data, copy.read_bytes()):
+        assert max(len(line) for line in data.split(b"\r\n")) <= 998
+        inner = attached(data)
+        assert parts(inner) == parts(original)
+        for name in ("from", "subject", "message-id", "date", "x-tokens"):
+            assert str(inner[name]) == str(original[name])
+
+
+def test_a_forward_of_the_users_own_mail_does_not_reveal_its_bcc(bed: Bed) -> None:
+    """The Sent copy keeps its Bcc (as mutt's does); forwarded whole, that copy told the new
+    recipients who had been sent it blind."""
+    mine = compose.save_draft(bed.ctx, ["bob@example.com"], bcc=["Secret <secret@example.com>"],
+                              subject="plan", body="the plan")
+    send.send_draft(bed.ctx, mine.id)
+    forward = compose.forward_email(bed.ctx, mine.id, ["frank@example.com"], "FYI")
+    send.send_draft(bed.ctx, forward.id)
+
+    got = bed.smtp.received[-1]
+    (copy,) = bed.files_with(bed.sent, forward.id)
+    for data in (got.data, copy.read_bytes()):
+        assert b"secret@example.com" not in data
+        inner = attached(data)
+        assert (str(inner["to"]), str(inner["subject"])) == ("bob@example.com", "plan")
+        assert inner.get_content().replace("\r\n", "\n") == "the plan\n"
+
+
+# What mail decodes to: text that looks like an RFC 2047 word hiding a line break and a Bcc.
+HIDDEN_BCC = "=?utf-8?q?=0D=0ABcc:_spy@evil.example?="
+
+
+def q_word(text: str) -> str:
+    """``text`` as one Q-encoded word, every character but letters and digits encoded."""
+    return "=?utf-8?q?" + "".join(c if c.isalnum() else f"={ord(c):02X}" for c in text) + "?="
+
+
+def no_header_line(data: bytes, name: bytes) -> bool:
+    head = data.split(b"\r\n\r\n", 1)[0]
+    return not any(line.lower().startswith(name + b":") for line in head.split(b"\r\n"))
+
+
+def test_a_reply_to_hostile_mail_does_not_write_a_header_of_its_own(bed: Bed) -> None:
+    """A subject or sender name that decodes to text like an encoded word: the email package
+    decoded it a second time when writing the reply, so its line break started a header --
+    the reply went to spy@evil.example blind when sent."""
+    bed.receive((f"From: {q_word('Mallory ' + HIDDEN_BCC)} <mallory@example.com>\r\n"
+                 f"To: alex@example.org\r\nSubject: {q_word('Invoice ' + HIDDEN_BCC)}\r\n"
+                 "Message-ID: <hostile-1@example.com>\r\n\r\nPay now.\r\n").encode())
+    draft = compose.reply_to_email(bed.ctx, "hostile-1@example.com", "No.")
+    assert draft.subject == f"Re: Invoice {HIDDEN_BCC}"
+    send.send_draft(bed.ctx, draft.id)
+
+    (got,) = bed.smtp.received
+    assert got.rcpt_tos == ("mallory@example.com",)
+    (copy,) = bed.files_with(bed.sent, draft.id)
+    for data in (got.data, copy.read_bytes()):
+        assert no_header_line(data, b"bcc")
+        msg = email.message_from_bytes(data, policy=email.policy.default)
+        assert [a.addr_spec for a in msg["to"].addresses] == ["mallory@example.com"]
+        assert str(msg["subject"]) == f"Re: Invoice {HIDDEN_BCC}"
+
+
+def test_a_subject_the_model_writes_is_sent_as_written(bed: Bed) -> None:
+    """The same through save_draft: the subject is the caller's text, read back as it was."""
+    draft = compose.save_draft(bed.ctx, ["bob@example.com"], subject=f"hi {HIDDEN_BCC}",
+                               body="b")
+    send.send_draft(bed.ctx, draft.id)
+    (got,) = bed.smtp.received
+    assert got.rcpt_tos == ("bob@example.com",)
+    assert str(got.message()["subject"]) == f"hi {HIDDEN_BCC}"
+    assert no_header_line(got.data, b"bcc")
+
+
+# As Microsoft 365 and Amazon SES write them: longer than fits a 78-column line after
+# "In-Reply-To: ".
+LONG_ID = "DB9PR10MB7289F1B9C0C9E0E1A8F2C4E5B8A62@DB9PR10MB7289.EURPRD10.PROD.OUTLOOK.COM"
+SES_ID = "0100018c1a2b3c4d-5e6f7a8b-9c0d-1e2f-3a4b-5c6d7e8f9a0b-000000@email.amazonses.com"
+
+
+def test_a_reply_to_mail_with_a_long_message_id_threads_everywhere(bed: Bed) -> None:
+    """The email package folded In-Reply-To and References as RFC 2047 encoded words once an
+    id did not fit the line -- no msg-id in those for the recipients' mail clients, so the
+    reply did not thread there (notmuch, reading the draft, still threaded it)."""
+    bed.receive((f"From: Priya <priya@acme.test>\r\nTo: alex@example.org\r\nSubject: Q4\r\n"
+                 f"Message-ID: <{LONG_ID}>\r\nIn-Reply-To: <{SES_ID}>\r\n"
+                 f"References: <root@acme.test> <{SES_ID}>\r\n\r\nNumbers?\r\n").encode())
+    draft = compose.reply_to_email(bed.ctx, LONG_ID, "Attached.")
+    send.send_draft(bed.ctx, draft.id)
+
+    (got,) = bed.smtp.received
+    (copy,) = bed.files_with(bed.sent, draft.id)
+    for data in (got.data, copy.read_bytes()):
+        head = header_block(data).replace("\r\n ", " ")  # unfolded
+        assert f"\r\nIn-Reply-To: <{LONG_ID}>\r\n" in head
+        assert f"\r\nReferences: <root@acme.test> <{SES_ID}> <{LONG_ID}>\r\n" in head
+        assert "=?" not in head
+    assert max(len(line) for line in header_block(got.data).split("\r\n")) <= 998
+    sent = bed.ctx.reader.find(draft.id)
+    original = bed.ctx.reader.find(LONG_ID)
+    assert sent is not None and original is not None and sent.thread_id == original.thread_id
+
+
+def test_a_forward_names_a_long_message_id_as_it_is(bed: Bed) -> None:
+    bed.receive((f"From: Priya <priya@acme.test>\r\nTo: alex@example.org\r\nSubject: Q4\r\n"
+                 f"Message-ID: <{LONG_ID}>\r\n\r\nNumbers.\r\n").encode())
+    draft = compose.forward_email(bed.ctx, LONG_ID, ["frank@example.com"])
+    send.send_draft(bed.ctx, draft.id)
+    (got,) = bed.smtp.received
+    assert f"\r\nX-Forwarded-Message-Id: <{LONG_ID}>\r\n" in header_block(got.data)
+    assert "passed" in bed.tags(LONG_ID)
+
+
+def test_an_eml_file_attached_goes_out_as_a_message_readers_open(bed: Bed) -> None:
+    """A saved mail (.eml) is message/rfc822, which may not be base64 (RFC 2046 5.2.1); sent
+    base64, Python's parser read an empty message and notmuch a part it cannot show."""
+    saved = (b"From: Zoe <zoe@example.net>\r\nTo: alex@example.org\r\nSubject: inner\r\n"
+             b"Message-ID: <inner-1@example.net>\r\n\r\nhello inner\r\n")
+    (bed.attachments / "note.eml").write_bytes(saved)
+    draft = compose.save_draft(bed.ctx, ["bob@example.com"], subject="the mail", body="see",
+                               attachments=["note.eml"])
+    send.send_draft(bed.ctx, draft.id)
+
+    (got,) = bed.smtp.received
+    (copy,) = bed.files_with(bed.sent, draft.id)
+    for data in (got.data, copy.read_bytes()):
+        msg = email.message_from_bytes(data, policy=email.policy.default)
+        assert isinstance(msg, EmailMessage)
+        (part,) = list(msg.iter_attachments())
+        assert part.get_filename() == "note.eml"
+        assert part["content-transfer-encoding"] in (None, "7bit", "8bit")
+        inner = attached(data)
+        assert (str(inner["subject"]), str(inner["message-id"])) == ("inner",
+                                                                     "<inner-1@example.net>")
+        assert inner.get_content().replace("\r\n", "\n") == "hello inner\n"
+    shown = bed.env.notmuch("show", "--format=text", f"id:{draft.id}").stdout
+    assert "hello inner" in shown

@@ -22,6 +22,8 @@ goes; the original gets ``replied`` (forwarded: ``passed``), which renames its f
 
 from __future__ import annotations
 
+import base64
+import binascii
 import email.charset
 import email.header
 import email.policy
@@ -227,7 +229,11 @@ class Composition:
 
 def _header_address(person: Address) -> HeaderAddress:
     local, _, domain = person.address.rpartition("@")
-    return HeaderAddress(display_name=person.name, username=local, domain=domain)
+    # The email package reads "=?" in a name as the start of an encoded word and decodes it
+    # again when writing: a name that decoded to such text (untrusted, from the mail replied
+    # to) would write its line breaks into the header block. No real name has one: left out.
+    name = "" if "=?" in person.name else person.name
+    return HeaderAddress(display_name=name, username=local, domain=domain)
 
 
 def _text_part(target: MIMEPart, body: str) -> None:
@@ -243,6 +249,8 @@ def file_part(path: Path) -> MIMEPart:
     ctype, encoding = mimetypes.guess_type(path.name)
     if ctype is None or encoding is not None:  # .tar.gz is a gzip file, not a tar
         ctype = "application/octet-stream"
+    if ctype == "message/rfc822":  # a saved mail (.eml): never base64 (RFC 2046 5.2.1)
+        return message_part(path.read_bytes(), path.name)
     maintype, subtype = ctype.split("/", 1)
     part = MIMEPart(policy=POLICY)
     # As bytes, base64: the file goes out exactly as it is on disk, whatever its line ends.
@@ -252,11 +260,71 @@ def file_part(path: Path) -> MIMEPart:
 
 
 def message_part(raw: bytes, filename: str) -> MIMEPart:
-    """A message attached whole (message/rfc822), its source unchanged."""
+    """A message attached whole (message/rfc822), its source unchanged but for what must not
+    go out: its Bcc (the user's own Sent copy keeps one, which would tell the new recipients
+    who had it blind), and lines over 998 bytes, re-encoded (the same content)."""
+    original = BytesParser(policy=POLICY).parsebytes(raw)
+    del original["Bcc"]
+    for inner in original.walk():
+        _fold_long_headers(inner)
+        if not inner.is_multipart():
+            _encode_long_lines(inner)
     part = MIMEPart(policy=POLICY)
-    part.set_content(BytesParser(policy=POLICY).parsebytes(raw), disposition="attachment",
-                     filename=filename)
+    part.set_content(original, disposition="attachment", filename=filename)
     return part
+
+
+# RFC 5322 2.1.1: at most 998 bytes a line, CRLF not counted; SMTP servers refuse longer
+# lines (RFC 5321 4.5.3.1.6) or break them, and a message/rfc822 part may not be encoded
+# itself (RFC 2046 5.2.1): what has such lines is re-encoded inside it.
+MAX_LINE_BYTES = 998
+
+
+def _has_long_line(data: bytes) -> bool:
+    return any(len(line.rstrip(b"\r")) > MAX_LINE_BYTES for line in data.split(b"\n"))
+
+
+def _header_has_long_line(name: str, value: str) -> bool:
+    # The source's value as read: 8-bit bytes are kept as surrogates.
+    return _has_long_line(f"{name}: {value}".encode("ascii", "surrogateescape"))
+
+
+def _encode_long_lines(part: Message) -> None:
+    """A leaf part with a line over 998 bytes gets its content quoted-printable (text) or
+    base64 (anything else): the bytes it decodes to stay the same."""
+    # The part as it would be written (its headers are already short): get_payload() would
+    # give 8-bit text decoded, not the bytes that go out.
+    if not _has_long_line(part.as_bytes(policy=POLICY)):
+        return
+    data = cast(bytes, part.get_payload(decode=True))
+    text = data.replace(b"\r\n", b"\n")
+    # Text stays readable, its line breaks line breaks; quoted-printable would leave a lone CR
+    # as it is, which the writer turns into a line break: such text goes base64 too.
+    if part.get_content_maintype() == "text" and b"\r" not in text:
+        cte, encoded = "quoted-printable", binascii.b2a_qp(text)
+    else:
+        cte, encoded = "base64", base64.encodebytes(data)
+    part.set_payload(encoded.decode("ascii"))
+    if "Content-Transfer-Encoding" in part:
+        part.replace_header("Content-Transfer-Encoding", cte)
+    else:
+        part["Content-Transfer-Encoding"] = cte
+
+
+def _fold_long_headers(part: Message) -> None:
+    """Headers with a line over 998 bytes folded at their spaces (the others as they are,
+    in their order)."""
+    items = list(part.raw_items())
+    if not any(_header_has_long_line(name, value) for name, value in items):
+        return
+    for name in {name.lower() for name, _ in items}:
+        del part[name]
+    for name, value in items:
+        if _header_has_long_line(name, value):
+            # A header object is folded when written; the source's own folds undone first.
+            part.set_raw(*POLICY.header_store_parse(name, re.sub(r"\r?\n(?=[ \t])", "", value)))
+        else:
+            part.set_raw(name, value)
 
 
 def build(c: Composition, now: datetime) -> EmailMessage:
@@ -267,18 +335,21 @@ def build(c: Composition, now: datetime) -> EmailMessage:
     for name, people in (("To", c.to), ("Cc", c.cc), ("Bcc", c.bcc)):
         if people:
             msg[name] = [_header_address(p) for p in people]
-    msg["Subject"] = check_header("subject", c.subject)
+    _set_subject(msg, check_header("subject", c.subject))
     msg["Date"] = email.utils.format_datetime(now.astimezone())
     msg["Message-ID"] = f"<{c.message_id}>" if c.message_id else new_message_id(c.sender)
+    # Set as they are to be written: the email package folds a line an id does not fit into
+    # as RFC 2047 words, which no mail client reads a msg-id from (Microsoft 365's and Amazon
+    # SES's ids are that long), and the reply would not thread.
     if c.in_reply_to and _threadable(c.in_reply_to):
-        msg["In-Reply-To"] = f"<{c.in_reply_to}>"
+        msg.set_raw("In-Reply-To", f"<{c.in_reply_to}>")
     refs = [r for r in c.references if _threadable(r)]
     if refs:
         if len(refs) > MAX_REFERENCES:
             refs = refs[:1] + refs[-(MAX_REFERENCES - 1):]
-        msg["References"] = " ".join(f"<{r}>" for r in refs)
+        msg.set_raw("References", _id_list("References", refs))
     if c.forwarded and _threadable(c.forwarded):
-        msg[FORWARDED_HEADER] = f"<{c.forwarded}>"
+        msg.set_raw(FORWARDED_HEADER, f"<{c.forwarded}>")
     for name, value in c.kept_headers:
         try:
             msg[name] = check_header(name, value)
@@ -294,6 +365,20 @@ def build(c: Composition, now: datetime) -> EmailMessage:
     return msg
 
 
+def _id_list(name: str, ids: Sequence[str]) -> str:
+    """``<a> <b> ...`` folded between ids at 78 columns, never inside one (an id is at most
+    250 characters: a line stays under 998)."""
+    lines = [""]
+    room = 78 - len(name) - 2  # after "References: "
+    for mid in ids:
+        word = f"<{mid}>"
+        if lines[-1] and len(lines[-1]) + 1 + len(word) > room:
+            lines.append("")
+            room = 78 - 1  # after the folding space
+        lines[-1] = f"{lines[-1]} {word}" if lines[-1] else word
+    return "\r\n ".join(lines)
+
+
 def new_message_id(sender: Address) -> str:
     """``<unique@domain>`` in the sender's domain, as mail clients write them."""
     return email.utils.make_msgid(domain=sender.address.rpartition("@")[2])
@@ -307,7 +392,7 @@ def _threadable(message_id: str) -> bool:
 
 def serialize(config: Config, msg: EmailMessage) -> bytes:
     try:
-        data = _with_subject_field(msg.as_bytes(policy=POLICY), str(msg.get("Subject", "")))
+        data = msg.as_bytes(policy=POLICY)
     except (UnicodeError, ValueError) as exc:  # e.g. a non-ASCII address the policy refuses
         raise ComposeError(f"the message cannot be encoded: {exc}") from None
     return check_size(config, data)
@@ -319,15 +404,16 @@ def serialize(config: Config, msg: EmailMessage) -> bytes:
 # and the package's folding can also move a space between two words, where readers drop it.
 _SUBJECT_CHARSET = email.charset.Charset("utf-8")
 _SUBJECT_CHARSET.header_encoding = email.charset.QP
-_SUBJECT_FIELD = re.compile(rb"(?mi)^Subject:[^\r\n]*(?:\r\n[ \t][^\r\n]*)*")
 
 
-def _with_subject_field(data: bytes, subject: str) -> bytes:
-    if subject.isascii():
-        return data
-    head, blank, body = data.partition(b"\r\n\r\n")
-    field = "Subject: " + _subject_header(subject).encode(linesep="\r\n")
-    return _SUBJECT_FIELD.sub(lambda _: field.encode("ascii"), head, count=1) + blank + body
+def _set_subject(msg: EmailMessage, subject: str) -> None:
+    if subject.isascii() and "=?" not in subject:
+        msg["Subject"] = subject
+        return
+    # Encoded here and set as it is to be written: given the text, the email package would
+    # also read "=?" in it as an encoded word and decode it, and a line break in that (a
+    # subject taken from hostile mail) would start a header of its own, such as a Bcc.
+    msg.set_raw("Subject", _subject_header(subject).encode(linesep="\r\n"))
 
 
 def _subject_header(subject: str) -> email.header.Header:
@@ -335,7 +421,7 @@ def _subject_header(subject: str) -> email.header.Header:
     the rest encoded -- all of it encoded where a plain prefix would not read back exactly."""
     header = email.header.Header(header_name="Subject")
     words = subject.split(" ")
-    first = next(i for i, word in enumerate(words) if not word.isascii())
+    first = next(i for i, word in enumerate(words) if not word.isascii() or "=?" in word)
     prefix, rest = " ".join(words[:first]), " ".join(words[first:])
     # Header puts one space between the two parts; "=?" could read as an encoded word.
     if prefix and prefix.strip() == prefix and "  " not in prefix and "=?" not in prefix:
