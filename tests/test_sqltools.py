@@ -17,6 +17,8 @@ from fmail_nm.store import sidecar
 from fmail_nm.tools import sql as sqltools
 from fmail_nm.tools.sql import SqlError, manage_contacts_sql, query_emails
 
+from .conftest import MailEnv
+
 ACCOUNTS = ("personal", "work")
 ME = "me@example.org"
 
@@ -655,3 +657,142 @@ def test_the_authorizer_alone_refuses(db: Path, tool: str, sql: str,
     with pytest.raises(SqlError, match="refused|may not be modified"):
         (q if tool == "query" else m)(db, sql)
     assert dump(db) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Fences inside one call (the time limit, one wide row); is_sent for an ACE domain
+
+# A 240,000-character text of 'a' (printf caps a width at 100,000).
+BIG = ("printf('%.*c', 100000, 'a') || printf('%.*c', 100000, 'a') "
+       "|| printf('%.*c', 40000, 'a')")
+
+
+def test_printf_with_a_blob_format_is_checked_like_text(db: Path) -> None:
+    # SQLite reads a BLOB format as text: one '%.*c' loops two billion times (~3 s) inside
+    # one call, where the progress handler cannot stop it; a 100 KB format holds thousands.
+    with pytest.raises(SqlError, match="printf/format widths and precisions above"):
+        q(db, "SELECT printf(CAST('%.*c' AS BLOB), 2000000000, 'x')", time_limit=0.3)
+    with pytest.raises(SqlError, match="printf/format widths and precisions above"):
+        q(db, "SELECT format(x'25323030303030303030306300', 'x')", time_limit=0.3)
+
+
+# One call each, seconds long: SQLite compares character by character, inside one VM step.
+SLOW_CALLS = [
+    # trim's characters are scanned for every character of the text
+    f"WITH s(a, b) AS (SELECT {BIG}, printf('%.*c', 15000, 'b') || 'a') "
+    "SELECT length(ltrim(a, b)) FROM s",
+    # a pattern that almost matches at every position
+    f"WITH s(a, b) AS (SELECT {BIG}, '%' || printf('%.*c', 20000, 'a') || 'b') "
+    "SELECT a LIKE b FROM s",
+    # a GLOB character class scanned at every position
+    f"WITH s(a, b) AS (SELECT {BIG}, '*[' || printf('%.*c', 20000, 'b') || ']') "
+    "SELECT a GLOB b FROM s",
+    # memcmp at every position: fast per call, but 60 of them in one row
+    "WITH s(a, b) AS (SELECT printf('%.*c', 100000, 'a') || printf('%.*c', 20000, 'a'), "
+    "printf('%.*c', 60000, 'a') || 'b') SELECT " + " + ".join(["instr(a, b)"] * 60) + " FROM s",
+    # 200 calls of ~20 ms each in one row, with no VM step between them to check the time
+    "WITH s(a, b) AS (SELECT printf('%.*c', 50000, 'a'), '%' || printf('%.*c', 399, 'a') "
+    "|| 'b') SELECT " + ", ".join(["a LIKE b"] * 200) + " FROM s",
+]
+
+
+@pytest.mark.parametrize("sql", SLOW_CALLS)
+def test_slow_function_calls_do_not_outrun_the_time_limit(db: Path, sql: str) -> None:
+    with pytest.raises(SqlError, match=r"time limit|could run past the time limit"):
+        q(db, sql, time_limit=0.3)
+
+
+def test_guarded_functions_keep_their_results(db: Path) -> None:
+    result = q(db, "SELECT instr('hello', 'll'), instr(x'0102', x'02'), instr(NULL, 'a'), "
+                   "instr(12345, 3), replace('a-b-c', '-', '+'), replace(42, '', 'x'), "
+                   "typeof(replace(42, '', 'x')), trim('xxhixx', 'x'), ltrim('xxhi', 'x'), "
+                   "rtrim('hixx', 'x'), 'ABC' LIKE 'a%', 'a_c' LIKE 'a\\_c' ESCAPE '\\', "
+                   "'abc' GLOB 'a[a-c]?', 'abc' GLOB 'A*'")
+    assert result.rows == [[3, 2, None, 3, "a+b+c", 42, "integer", "hi", "hi", "hi", 1, 1,
+                            1, 0]]
+    result = q(db, "SELECT count(*) FROM emails WHERE subject LIKE '%e%' "
+                   "AND sender_email GLOB '*@*' AND instr(subject, 'e') > 0")
+    assert result.rows == [[18]]
+
+
+def test_one_wide_row_is_cut_to_the_result_budget(db: Path) -> None:
+    # 2000 columns of 1999 characters: 4 million characters in the one row kept "however
+    # wide", about 16 MB of structured content and as much text for four-byte characters.
+    columns = ", ".join(["x"] * 2000)
+    result = q(db, f"SELECT {columns} FROM (SELECT replace(printf('%.*c', 1999, 'x'), 'x', "
+                   "char(128512)) AS x)")
+    assert result.row_count == 1 and len(result.rows[0]) == 2000
+    total = sum(len(cell) for cell in result.rows[0])
+    assert total <= sqltools.MAX_RESULT_CHARS + 2000  # an ellipsis per cut cell at most
+    assert result.truncated_cells > 0
+
+
+# The user's address with a non-ASCII domain, as fmail.toml writes it and as mail often does.
+IDN_ME, ACE_ME = "alex@b\u00fccher.example", "alex@xn--bcher-kva.example"
+IDN_REPLY = """\
+From: Alex Morgan <{sender}>
+To: Anna <anna@example.net>
+Subject: Re: the books
+Date: Mon, 30 Nov 2026 10:00:00 +0000
+Message-ID: <{mid}>
+
+Here they are.
+"""
+
+
+def _sent_rows(env: MailEnv) -> list[list[object]]:
+    path = sidecar.sidecar_path(env.config().data_dir)
+    return query_emails(path, "SELECT e.message_id, e.is_sent, t.sent_count, t.last_from_me "
+                              "FROM emails e JOIN threads t USING (thread_id) "
+                              "WHERE e.message_id LIKE 'idn-%' ORDER BY 1").rows
+
+
+def test_my_mail_is_sent_whichever_form_its_domain_is_written_in(indexed: MailEnv) -> None:
+    """notmuch matches from:alex@bücher.example for mail written with the ACE domain too, and
+    tags it sent; the mirror's is_sent (and the threads' sent_count, last_from_me) must agree."""
+    config = indexed.fmail_config.read_text()
+    indexed.fmail_config.write_text(config.replace('"alex.morgan@example.org"]',
+                                                   f'"alex.morgan@example.org", "{IDN_ME}"]', 1))
+    sent = indexed.mail_root / "personal" / "Sent" / "cur"
+    for n, (mid, sender) in enumerate((("idn-ace@x", ACE_ME), ("idn-unicode@x", IDN_ME))):
+        (sent / f"179640000{n}.1_{n}.host:2,S").write_text(IDN_REPLY.format(sender=sender,
+                                                                            mid=mid))
+    indexed.fmail("index")
+    tagged = indexed.notmuch("search", "--output=messages", "tag:sent and (id:idn-ace@x or id:idn-unicode@x)").stdout
+    assert sorted(tagged.split()) == ["id:idn-ace@x", "id:idn-unicode@x"]
+    assert _sent_rows(indexed) == [["idn-ace@x", 1, 1, 1], ["idn-unicode@x", 1, 1, 1]]
+
+
+def test_a_mirror_that_missed_my_ace_mail_is_corrected(indexed: MailEnv) -> None:
+    """A sidecar that compared senders as written has is_sent = 0 for such mail already;
+    the schema migration makes the next sync recompute it."""
+    test_my_mail_is_sent_whichever_form_its_domain_is_written_in(indexed)
+    path = sidecar.sidecar_path(indexed.config().data_dir)
+    with sidecar.opened(path) as conn:  # as the mirror had it before
+        conn.execute("UPDATE messages SET is_sent = 0 WHERE message_id = 'idn-ace@x'")
+        sidecar.rebuild_threads(conn)
+        conn.execute(f"PRAGMA user_version = {sidecar.SCHEMA_VERSION - 1}")
+    indexed.fmail("index")
+    assert _sent_rows(indexed) == [["idn-ace@x", 1, 1, 1], ["idn-unicode@x", 1, 1, 1]]
+
+
+@pytest.mark.parametrize(("statement", "builds"), [
+    ("SELECT subject FROM emails WHERE subject LIKE '%linux%'", False),
+    ("SELECT subject FROM emails WHERE subject LIKE 'a || b' -- || printf(", False),
+    ('SELECT "format" FROM emails', False),  # a quoted name is no call
+    ("SELECT subject FROM emails WHERE subject LIKE '%' || 'x'", True),
+    ("SELECT PRINTF/**/('%.*c', 9, 'a') LIKE 'a%'", True),
+    ("SELECT group_concat(subject) LIKE '%a%' FROM emails", True),
+    ("SELECT 'x' LIKE '" + "a" * 2000 + "'", True),
+    ("SELECT x'" + "61" * 1000 + "' LIKE 'a%'", True),
+    ('SELECT subject LIKE "' + "a" * 2000 + '" FROM emails', True),
+    ("SELECT " + ", ".join(["recipients LIKE p"] * 20) + " FROM emails, (SELECT 'a' AS p)",
+     False),
+    ("SELECT " + ", ".join(["recipients LIKE p"] * 21) + " FROM emails, (SELECT 'a' AS p)",
+     True),  # thousands of calls in one row, each a recipient list against a long pattern
+])
+def test_like_is_guarded_in_every_statement_whose_calls_could_outrun_the_limit(
+        statement: str, builds: bool) -> None:
+    """LIKE is shadowed (a Python call per row, ~5x slower) only where text longer than the
+    views' own values can reach it, or calls are many: the rule must see every such way."""
+    assert sqltools._needs_guarded_like(statement) is builds

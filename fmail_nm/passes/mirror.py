@@ -265,7 +265,7 @@ def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[s
         "is_flagged": int("flagged" in m.tags),
         "is_replied": int("replied" in m.tags),
         "is_draft": int("draft" in m.tags),
-        "is_sent": int(sender_email in me and "draft" not in m.tags),
+        "is_sent": int(canonical_address(sender_email) in me and "draft" not in m.tags),
         # The tag also covers a file attached past the head parse_file reads.
         "has_attachment": int(parsed.has_attachment or "attachment" in m.tags),
         "is_excluded": int(not exclusions.isdisjoint(m.tags)),
@@ -486,6 +486,13 @@ def add_to_stats(conn: sqlite3.Connection, message_ids: Sequence[str], *,
     return recount
 
 
+def my_addresses(config: Config) -> frozenset[str]:
+    """The user's addresses as :func:`canonical_address` writes them, senders being compared
+    in that form: notmuch's ``from:`` (and so the ``sent`` tag) matches mail writing a domain
+    in ACE (``xn--``) or in Unicode alike."""
+    return frozenset(canonical_address(a) for a in config.addresses)
+
+
 def _set_me(conn: sqlite3.Connection, me: frozenset[str]) -> bool:
     """Store the user's addresses; True when they changed (is_sent must then be recomputed)."""
     before = {r[0] for r in conn.execute("SELECT email FROM me")}
@@ -494,8 +501,9 @@ def _set_me(conn: sqlite3.Connection, me: frozenset[str]) -> bool:
     conn.execute("DELETE FROM me")
     conn.executemany("INSERT INTO me (email) VALUES (?)", [(a,) for a in sorted(me)])
     marks = ",".join("?" * len(me)) or "NULL"
-    conn.execute(f"UPDATE messages SET is_sent = (sender_email IN ({marks}) AND is_draft = 0)",
-                 sorted(me))
+    conn.create_function("canonical_address", 1, canonical_address, deterministic=True)
+    conn.execute(f"UPDATE messages SET is_sent = (canonical_address(sender_email) IN ({marks}) "
+                 "AND is_draft = 0)", sorted(me))
     sidecar.rebuild_threads(conn)
     return True
 
@@ -549,7 +557,7 @@ class Mirror:
         self.on_moved = on_moved
         self._moved: list[str] = []
         self.layout = Layout(config)
-        self.me = frozenset(config.addresses)
+        self.me = my_addresses(config)
         self.exclusions = frozenset(reader.search_exclusions())
         # Which messages new to the mirror are new mail, to be tagged (passes.tagging): in an
         # incremental sync all of them; in a full build (first index, or the sidecar was
@@ -917,7 +925,7 @@ def check(config: Config, reader: Reader, conn: sqlite3.Connection, *,
     an empty list means the mirror is exact."""
     problems: list[str] = []
     layout = Layout(config)
-    me = frozenset(config.addresses)
+    me = my_addresses(config)
     exclusions = frozenset(reader.search_exclusions())
     rev = reader.revision()
     if sidecar.get_state(conn, "notmuch_uuid") != rev.uuid:

@@ -514,9 +514,17 @@ DELETE FROM thread_rows;
 {_INSERT_THREADS}{THREAD_ROWS.format(where="1")};
 """
 
+# Version 15: the user's own mail is told by the sender's canonical address (its domain in
+# ACE or in Unicode alike, passes.mirror.my_addresses); mail whose sender wrote the other form
+# was not ``is_sent``.  Emptying ``me`` makes the next sync store the addresses again and
+# recompute is_sent, the thread rows and the contact figures from them.
+_V15 = """
+DELETE FROM me;
+"""
+
 # Index i holds the script that takes the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
-                               _V13, _V14)
+                               _V13, _V14, _V15)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

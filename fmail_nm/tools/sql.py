@@ -10,8 +10,10 @@ statement runs behind several independent fences:
 * ``query_emails`` uses a read-only connection with ``PRAGMA query_only``;
 * one statement per call, checked before SQLite sees it (SQLite would silently stop at the
   first one; Python's sqlite3 refuses the rest, a second fence);
-* SQLite limits on value and SQL length, a wall-clock time limit through the progress handler,
-  and caps on rows, cell length and total result size.
+* SQLite limits on value and SQL length, a wall-clock time limit through the progress handler
+  (between VM steps) and in the functions that can take long inside one step (printf, LIKE,
+  GLOB, instr, replace, the trims: see _Guards), and caps on rows, cell length and total
+  result size (a single row's too).
 
 The ``account_name`` scope shadows the views with TEMP views of the same name; it is a
 convenience filter (``main.emails`` still sees every account), not a security boundary.
@@ -46,6 +48,28 @@ MAX_RESULT_CHARS = 300_000     # all cells together, so one call cannot return m
 # reach (two 1 MB strings take ~8 s; two of 250 KB ~0.5 s).
 MAX_VALUE_BYTES = 250_000
 MAX_PRINTF_WIDTH = 100_000     # printf('%.*c', n, 'x') loops n times, past any limit
+# Built-ins whose one call costs about the product of its first two arguments' lengths, inside
+# one VM step, where the progress handler cannot stop it -- and a row can hold thousands of
+# calls with no step between them.  Per function, the largest product allowed: ~20-40 ms at
+# worst (LIKE, GLOB and the trims compare character by character, ~1 ns per pair; instr and
+# replace use memcmp, ~50 times faster).
+GUARDED_CALL_COST: dict[str, tuple[tuple[int, ...], int]] = {
+    "like": ((2, 3), 25_000_000), "glob": ((2,), 25_000_000),
+    "trim": ((2,), 25_000_000), "ltrim": ((2,), 25_000_000), "rtrim": ((2,), 25_000_000),
+    "instr": ((2,), 1_000_000_000), "replace": ((3,), 1_000_000_000),
+}
+# LIKE is shadowed only where one row's calls could outrun the limit: a shadowed LIKE costs
+# a Python call per row (a prefix 'g%' over 20k messages: 0.8 -> 8 ms), while over the
+# views' own values (a recipient list is the longest, tens of KB) a pattern of at most
+# LONG_LITERAL_CHARS takes milliseconds a call.  Guarded: a statement that can build longer
+# text (these functions, the || operator, a longer literal) or has more than MAX_NATIVE_LIKES.
+TEXT_BUILDERS = frozenset(
+    "printf format replace zeroblob randomblob char group_concat string_agg concat concat_ws "
+    "hex quote unistr".split())
+LONG_LITERAL_CHARS = 1000
+MAX_NATIVE_LIKES = 20
+_SQL_TOKEN = re.compile(r"--[^\n]*|/\*.*?(?:\*/|\Z)|'(?:[^']|'')*'?|\"(?:[^\"]|\"\")*\"?"
+                        r"|`[^`]*`?|\[[^\]]*\]?|\|\||[A-Za-z_][A-Za-z0-9_$]*|.", re.S)
 MAX_SQL_CHARS = 100_000
 PROGRESS_STEPS = 1000          # VM instructions between time-limit checks
 
@@ -787,9 +811,8 @@ def _execute(conn: sqlite3.Connection, statement: str, policy: _Policy, limit: i
     if not time_limit > 0:
         raise SqlError("time_limit must be a positive number of seconds")
     deadline = _Deadline(float(time_limit))
-    printf = _GuardedPrintf(policy)
-    for name in ("printf", "format"):
-        conn.create_function(name, -1, printf)
+    guards = _Guards(policy, deadline)
+    guards.install(conn, like=_needs_guarded_like(statement))
     conn.set_authorizer(policy)
     conn.set_progress_handler(deadline, PROGRESS_STEPS)
     deadline.start()
@@ -805,40 +828,111 @@ def _execute(conn: sqlite3.Connection, statement: str, policy: _Policy, limit: i
         # Our own statements (COMMIT, ROLLBACK, blocklist) run without the fences.
         conn.set_authorizer(None)
         conn.set_progress_handler(None, 0)
-        printf.close()
+        guards.close()
 
 
 # A printf conversion's width and precision: "%-08.3f" -> ("08", "3"), "%.*c" -> ("", "*").
 _PRINTF_SPEC = re.compile(r"%[-+ 0#,!]*(\*|\d+)?(?:\.(\*|\d+))?")
 
 
-class _GuardedPrintf:
-    """printf() and format() with widths and precisions capped, shadowing the built-ins.
+class _Guards:
+    """printf() and format() with widths and precisions capped, and the built-ins of
+    GUARDED_CALL_COST with their cost capped, shadowing the built-ins; each call also checks
+    the time limit, which the progress handler only checks between VM steps.
 
     SQLite 3.40 formats ``printf('%.*c', 2000000000, 'x')`` by looping two billion times even
     after the length limit has turned the result into NULL, inside one function call where the
-    progress handler cannot stop it.  Checked calls go to the built-in printf of a private
-    in-memory connection with the same length limit.
+    progress handler cannot stop it.  Checked calls go to the built-in of a private in-memory
+    connection with the same length limit.
     """
 
-    def __init__(self, policy: _Policy) -> None:
+    def __init__(self, policy: _Policy, deadline: _Deadline) -> None:
         self.policy = policy
+        self.deadline = deadline
         self._builtin: sqlite3.Connection | None = None
+        self._cursor: sqlite3.Cursor | None = None
 
-    def __call__(self, *args: Any) -> Any:
-        if args and isinstance(args[0], str) and _too_wide(args[0], args[1:]):
-            self.policy.refusal = (f"refused: printf/format widths and precisions above "
-                                   f"{MAX_PRINTF_WIDTH:,} are not allowed")
-            raise ValueError(self.policy.refusal)
-        if self._builtin is None:
+    def install(self, conn: sqlite3.Connection, *, like: bool) -> None:
+        for name in ("printf", "format"):
+            conn.create_function(name, -1, self.printf)
+        for name, (arities, budget) in GUARDED_CALL_COST.items():
+            if name == "like" and not like:
+                continue
+            for arity in arities:
+                conn.create_function(name, arity, functools.partial(self.costly, name, budget),
+                                     deterministic=True)
+
+    def printf(self, *args: Any) -> Any:
+        # SQLite reads a BLOB (or number) format as text: check it as that text.
+        if args and _too_wide(_as_text(args[0]), args[1:]):
+            self._refuse(f"refused: printf/format widths and precisions above "
+                         f"{MAX_PRINTF_WIDTH:,} are not allowed")
+        return self._call("printf", args)
+
+    def costly(self, name: str, budget: int, *args: Any) -> Any:
+        cost = _size(args[0]) * _size(args[1])
+        if cost > budget:
+            self._refuse(f"refused: {name}() over text this long ({_size(args[0]):,} x "
+                         f"{_size(args[1]):,} characters) could run past the time limit; "
+                         "shorten one side, e.g. substr(x, 1, 1000)")
+        return self._call(name, args)
+
+    def _call(self, name: str, args: Sequence[Any]) -> Any:
+        if self.deadline():  # fired: _translate reports the time limit
+            raise sqlite3.OperationalError("interrupted")
+        if self._cursor is None:
             self._builtin = sqlite3.connect(":memory:")
             self._builtin.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
-        marks = ", ".join("?" * len(args))
-        return self._builtin.execute(f"SELECT printf({marks})", args).fetchone()[0]
+            self._builtin.text_factory = lambda raw: raw.decode("utf-8", "replace")
+            self._cursor = self._builtin.cursor()  # one cursor: LIKE may run once per row
+        try:
+            return self._cursor.execute(_builtin_call(name, len(args)), args).fetchone()[0]
+        except sqlite3.Error as exc:  # the caller's statement only sees "function raised"
+            if self.policy.refusal is None:
+                self.policy.refusal = str(_translate(exc, None, None))
+            raise
+
+    def _refuse(self, why: str) -> None:
+        if self.policy.refusal is None:
+            self.policy.refusal = why
+        raise ValueError(why)
 
     def close(self) -> None:
         if self._builtin is not None:
             self._builtin.close()
+
+
+def _needs_guarded_like(statement: str) -> bool:
+    """Whether LIKE must be shadowed in ``statement`` (see TEXT_BUILDERS): a word naming a
+    TEXT_BUILDERS function anywhere outside strings and comments (erring that way costs
+    speed only), ``||``, a long string or blob literal, or many LIKEs."""
+    likes = 0
+    for token in _SQL_TOKEN.findall(statement):
+        word = token.lower()
+        if token == "||" or word in TEXT_BUILDERS:
+            return True
+        # "..." is a string too where it names no column (SQLite's leniency)
+        if token[0] in "'\"" and len(token) > LONG_LITERAL_CHARS:
+            return True
+        likes += word == "like"
+    return likes > MAX_NATIVE_LIKES
+
+
+@functools.cache
+def _builtin_call(name: str, arity: int) -> str:
+    return f"SELECT {name}({', '.join('?' * arity)})"
+
+
+def _as_text(value: Any) -> str:
+    """A value as a format string: its text, a BLOB's bytes read as text (as SQLite does)."""
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    return "" if value is None else str(value)
+
+
+def _size(value: Any) -> int:
+    """The length a guarded built-in works through: characters of text, bytes of a BLOB."""
+    return len(value) if isinstance(value, (str, bytes)) else 32
 
 
 def _too_wide(spec: str, args: Sequence[Any]) -> bool:
@@ -877,13 +971,32 @@ def _fetch(cursor: sqlite3.Cursor, limit: int) -> _Fetched:
             truncated = True
             break
         cells = [_cell(value) for value in row]
-        budget -= sum(len(v) if isinstance(v, str) else 8 for v, _ in cells)
-        if budget < 0 and rows:  # keep at least one row, however wide
+        size = sum(_cell_size(v) for v, _ in cells)
+        if size > budget and rows:
             truncated = True
             break
+        if size > budget:  # the first row alone: kept, but no wider than the whole budget
+            cells = _fit(cells, budget)
+        budget -= size
         rows.append([v for v, _ in cells])
         cut += sum(c for _, c in cells)
     return _Fetched(columns, rows, truncated, cut)
+
+
+def _cell_size(value: Any) -> int:
+    return len(value) if isinstance(value, str) else 8
+
+
+def _fit(cells: Sequence[tuple[Any, int]], budget: int) -> list[tuple[Any, int]]:
+    """A row's cells with their text cut to share ``budget`` characters in column order (2000
+    columns of 2000 characters would be megabytes in one row)."""
+    fitted: list[tuple[Any, int]] = []
+    for value, cut in cells:
+        if isinstance(value, str) and len(value) > max(budget, 0):
+            value, cut = value[:max(budget, 0)] + "…", 1
+        budget -= _cell_size(value)
+        fitted.append((value, cut))
+    return fitted
 
 
 def _cell(value: Any) -> tuple[Any, int]:
