@@ -796,3 +796,27 @@ def test_like_is_guarded_in_every_statement_whose_calls_could_outrun_the_limit(
     """LIKE is shadowed (a Python call per row, ~5x slower) only where text longer than the
     views' own values can reach it, or calls are many: the rule must see every such way."""
     assert sqltools._needs_guarded_like(statement) is builds
+
+
+def test_an_address_configured_in_ace_is_mine_in_tags_and_search(indexed: MailEnv) -> None:
+    """fmail.toml writing the domain in ACE: notmuch indexes it in Unicode, so `from:` with
+    the ACE form matched nothing -- no `sent` tag, and `from:me` found none of it."""
+    from fmail_nm.store.notmuch import Reader
+    from fmail_nm.tools import reads
+    config = indexed.fmail_config.read_text()
+    indexed.fmail_config.write_text(config.replace('"alex.morgan@example.org"]',
+                                                   f'"alex.morgan@example.org", "{ACE_ME}"]', 1))
+    sent = indexed.mail_root / "personal" / "Sent" / "cur"
+    for n, (mid, sender) in enumerate((("idn-ace@x", ACE_ME), ("idn-unicode@x", IDN_ME))):
+        (sent / f"179640000{n}.1_{n}.host:2,S").write_text(IDN_REPLY.format(sender=sender,
+                                                                            mid=mid))
+    indexed.fmail("index")
+    tagged = indexed.notmuch("search", "--output=messages",
+                             "tag:sent and (id:idn-ace@x or id:idn-unicode@x)").stdout
+    assert sorted(tagged.split()) == ["id:idn-ace@x", "id:idn-unicode@x"]
+    assert _sent_rows(indexed) == [["idn-ace@x", 1, 1, 1], ["idn-unicode@x", 1, 1, 1]]
+    with Reader() as reader:
+        mb = reads.Mailbox(indexed.config(), reader)
+        found = reads.search_emails(mb, "from:me subject:books", limit=10)
+    assert sorted(item.id for item in found.results) == sorted(
+        sidecar.uid_for(mid) for mid in ("idn-ace@x", "idn-unicode@x"))

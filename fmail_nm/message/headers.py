@@ -236,6 +236,13 @@ def canonical_address(address: str) -> str:
     return f"{local}@{'.'.join(_unicode_label(label) for label in domain.split('.'))}"
 
 
+def search_forms(addresses: Iterable[str]) -> tuple[str, ...]:
+    """The user's addresses as notmuch indexes them (:func:`canonical_address`), each once, in
+    their order: ``from:alex@xn--bcher-kva.example`` matches nothing, since notmuch indexes
+    that domain as ``bücher.example`` however a mail writes it."""
+    return tuple(dict.fromkeys(canonical_address(a) for a in addresses))
+
+
 def _unicode_label(label: str) -> str:
     if not label.startswith(ACE_PREFIX):
         return label

@@ -40,7 +40,7 @@ from .. import tags
 from ..clock import iso_from_epoch
 from ..config import Config
 from ..errors import BackendError
-from ..message.headers import canonical_address
+from ..message.headers import canonical_address, search_forms
 from ..message.mime import parse_message
 from ..message.text import preview, preview_html_text
 from ..private import private_dir
@@ -490,7 +490,7 @@ def my_addresses(config: Config) -> frozenset[str]:
     """The user's addresses as :func:`canonical_address` writes them, senders being compared
     in that form: notmuch's ``from:`` (and so the ``sent`` tag) matches mail writing a domain
     in ACE (``xn--``) or in Unicode alike."""
-    return frozenset(canonical_address(a) for a in config.addresses)
+    return frozenset(search_forms(config.addresses))
 
 
 def _set_me(conn: sqlite3.Connection, me: frozenset[str]) -> bool:

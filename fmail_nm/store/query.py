@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..config import folder_term
+from ..message.headers import search_forms
 
 # notmuch 0.37 rejects "NOT *" as a whole query; this sexp is its spelling of "no message".
 MATCH_NOTHING = 'sexp:"(not ())"'
@@ -45,7 +46,7 @@ def plain_addresses(addresses: Sequence[str]) -> list[str]:
 
 def me_query(addresses: Sequence[str]) -> str:
     """A notmuch query for "from one of the user's addresses"; matches nothing without any."""
-    plain = plain_addresses(addresses)
+    plain = plain_addresses(search_forms(addresses))
     if not plain:
         return MATCH_NOTHING
     return "(" + " OR ".join(f"from:{quote(a)}" for a in plain) + ")"

@@ -28,7 +28,7 @@ from ..config import THREAD_ID, Config
 from ..dsl import CompiledQuery, DslContext, DslError, compile_query, date_range_query
 from ..errors import CallerError
 from ..message.attachments import attachment_text, dotted
-from ..message.headers import Address
+from ..message.headers import Address, search_forms
 from ..message.html import read_body, read_message
 from ..message.mime import BodyText, ParsedMessage
 from ..message.text import clean_text, is_forward_subject, slice_text
@@ -81,7 +81,7 @@ class Mailbox:
             folder_roles=self.config.roles(),
             folders=self.config.folders,
             excluded_tags=self.reader.search_exclusions(),
-            me=self.config.addresses,
+            me=search_forms(self.config.addresses),
         )
 
     def compile(self, text: str, anchor: int | None = None) -> CompiledQuery:
