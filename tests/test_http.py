@@ -141,12 +141,18 @@ async def test_refusals() -> None:
             assert r.status_code == 421
             r = await post({**ok, "Host": f"evil.example.com:{port}"})
             assert r.status_code == 421
-            r = await post({**ok, "Host": f"127.0.0.1:{port + 1}"})
+            r = await post({**ok, "Host": f"localhost.evil.example.com:{port}"})
             assert r.status_code == 421
+            # Another local web app's origin (another port): 403.
+            r = await post({**ok, "Origin": f"http://127.0.0.1:{port + 1}"})
+            assert r.status_code == 403
             # Our own names and origins are accepted.
             for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
                 r = await post({**ok, "Host": host, "Origin": f"http://{host}"})
                 assert r.status_code == 200, (host, r.status_code, r.text)
+            # A loopback name on another port (the far end of a tunnel): accepted as a Host.
+            r = await post({**ok, "Host": f"127.0.0.1:{port + 1}"})
+            assert r.status_code == 200
             # Paths other than the endpoint: still behind the token, then 404.
             r = await http.get(url.replace("/mcp", "/other"))
             assert r.status_code == 401
@@ -274,7 +280,8 @@ def test_is_loopback() -> None:
 
 def test_allowed_hosts_and_origins() -> None:
     hosts, origins = allowed_hosts_and_origins("127.0.0.1", 8765)
-    assert hosts == ["127.0.0.1:8765", "localhost:8765", "[::1]:8765"]
+    assert hosts == ["127.0.0.1:8765", "localhost:8765", "[::1]:8765",
+                     "127.0.0.1:*", "localhost:*", "[::1]:*"]
     assert origins == ["http://127.0.0.1:8765", "http://localhost:8765", "http://[::1]:8765"]
     hosts, _ = allowed_hosts_and_origins("192.168.1.10", 8765, extra_hosts=["mail.lan", "fd00::1"])
     assert "192.168.1.10:8765" in hosts and "mail.lan:8765" in hosts and "[fd00::1]:8765" in hosts

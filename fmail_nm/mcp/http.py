@@ -40,6 +40,7 @@ GRACEFUL_SHUTDOWN_SECONDS = 3  # uvicorn takes whole seconds
 """How long uvicorn waits for open responses (a client's SSE stream) before cancelling them."""
 
 _WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 
 # The bearer token, or what gives it as it stands now (a token file a server follows).
@@ -134,11 +135,12 @@ def allowed_hosts_and_origins(host: str, port: int,
                               extra_hosts: Iterable[str] = ()) -> tuple[list[str], list[str]]:
     """The ``Host`` values and ``Origin`` values the server accepts.
 
-    Always the three loopback names on ``port``; plus the bind address when it is a real,
-    non-loopback address; plus this machine's names when bound to a wildcard address; plus
-    ``extra_hosts`` (a name or ``name:port``; without a port, ``port`` is assumed).
+    Always the three loopback names on ``port`` (as a ``Host``, on any port: see below);
+    plus the bind address when it is a real, non-loopback address; plus this machine's names
+    when bound to a wildcard address; plus ``extra_hosts`` (a name or ``name:port``; without a
+    port, ``port`` is assumed).
     """
-    names = ["127.0.0.1", "localhost", "::1"]
+    names = list(_LOOPBACK_NAMES)
     if not is_loopback(host):
         if host.strip() in _WILDCARD_HOSTS:
             for name in (socket.gethostname(), socket.getfqdn()):
@@ -162,6 +164,10 @@ def allowed_hosts_and_origins(host: str, port: int,
         hosts.append(extra if has_port else _host_port(extra.strip("[]"), port))
     hosts = list(dict.fromkeys(hosts))
     origins = [f"http://{h}" for h in hosts]
+    # A loopback name on another port: a client at the far end of a tunnel (ssh -L 9000:...)
+    # or a local proxy.  No rebinding risk (that needs a name the attacker resolves), so the
+    # Host may name any port; origins stay exact (another port is another local web app).
+    hosts += [_host_port(name, 0).removesuffix(":0") + ":*" for name in _LOOPBACK_NAMES]
     return hosts, origins
 
 

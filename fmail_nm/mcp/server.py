@@ -77,6 +77,11 @@ the user, and call send_email(draft_id) after they agree. A sent message cannot 
 
 
 
+# How long closing waits for a tool call in progress on each thread (a write waits for the
+# notmuch lock at most WRITE_LOCK_TIMEOUT).
+CLOSE_TIMEOUT = 30 + WRITE_LOCK_TIMEOUT
+
+
 class MailService:
     """Runs read tools on one dedicated thread and write tools on another, each owning its
     notmuch Reader (libnotmuch is not thread-safe), so a write waiting for the notmuch write
@@ -226,15 +231,25 @@ class MailService:
         return await self._run_write(job)
 
     def close(self) -> None:
+        """Close the handles once the calls in progress end -- waiting at most
+        ``CLOSE_TIMEOUT`` for each thread: a call bounded by its own, longer limit (a send,
+        adding an account) is left to finish on its thread, and the shutdown goes on."""
         def shut() -> None:
             mailbox = getattr(self._local, "mailbox", None)
             if mailbox is not None:
                 mailbox.reader.close()
+        busy = False
         for executor in (self._executor, self._write_executor):
-            executor.submit(shut).result(timeout=30 + WRITE_LOCK_TIMEOUT)
+            try:
+                executor.submit(shut).result(timeout=CLOSE_TIMEOUT)
+            except concurrent.futures.TimeoutError:
+                busy = True
+                log.warning("a tool call was still running at shutdown; it is left to finish")
+                executor.shutdown(wait=False, cancel_futures=True)
+                continue
             executor.shutdown(wait=True)
         self._side_executor.shutdown(wait=True)
-        if self._writer is not None:
+        if self._writer is not None and not busy:  # a call still running may be using it
             self._writer.close()
 
 

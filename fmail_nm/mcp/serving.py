@@ -65,12 +65,15 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
     try:
         yield server
     finally:
-        # Tool calls move files on the service's thread: stop it before the background stops.
-        service.close()
-        if background is not None:
-            background.stop()
-        if pusher is not None:
-            pusher.close(flush=True)
+        # Tool calls move files on the service's thread: stop it before the background stops
+        # -- and stop the background whatever closing the service ran into.
+        try:
+            service.close()
+        finally:
+            if background is not None:
+                background.stop()
+            if pusher is not None:
+                pusher.close(flush=True)
 
 
 def _reindex(config: Config) -> None:

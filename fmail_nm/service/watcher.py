@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -111,15 +112,42 @@ def _inotify_watch_count() -> int | None:
 
 
 def count_dirs(root: str) -> int:
-    """Directories a recursive inotify watch covers: symlinks and unreadable ones are skipped
-    (watchdog skips them too, so they must not look like a shortfall)."""
-    total = 1
-    for here, dirnames, _ in os.walk(root):
+    """Directories a recursive inotify watch covers: symlinked ones followed, as the watch
+    and notmuch new follow them, each directory once (inotify has one watch per inode);
+    unreadable ones are skipped (watchdog skips them too, so they must not look like a
+    shortfall)."""
+    seen: set[tuple[int, int]] = set()
+    for here, dirnames, _ in os.walk(root, followlinks=True):
+        try:
+            st = os.stat(here)
+        except OSError:
+            dirnames[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in seen:  # a link back into the tree: counted once
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        dirnames[:] = [d for d in dirnames
+                       if os.access(os.path.join(here, d), os.R_OK | os.X_OK)]
+    return max(len(seen), 1)
+
+
+def linked_trees(root: str) -> list[str]:
+    """The symlinked directories in the tree whose target lies outside it (each target
+    once): notmuch new indexes through them, a recursive inotify watch does not.  A link
+    back into the tree is left out -- its folders are watched already."""
+    real_root = os.path.realpath(root)
+    found: list[str] = []
+    targets: set[str] = set()
+    for here, dirnames, _ in os.walk(root):  # links are listed, not entered
         for name in dirnames:
             path = os.path.join(here, name)
-            if not os.path.islink(path) and os.access(path, os.R_OK | os.X_OK):
-                total += 1
-    return total
+            target = os.path.realpath(path)
+            if (os.path.islink(path) and not _inside(target, real_root)
+                    and target not in targets and os.path.isdir(target)):
+                targets.add(target)
+                found.append(path)
+    return found
 
 
 class _Handler(FileSystemEventHandler):
@@ -187,8 +215,9 @@ class MailWatcher:
 
     ``force_polling`` skips inotify (and is how the polling path is tested); ``ignore`` lists
     further trees to leave out (e.g. a notmuch database kept inside the mail root under
-    another name than ``.notmuch``); ``on_overflow`` is called (on the observer's thread) when
-    inotify lost events, which only a full index run can make up for, and ``on_folder_gone``
+    another name than ``.notmuch``); ``on_overflow`` is called when inotify lost events
+    (its queue overflowed, or the mail root was removed and is watched anew), which only a
+    full index run can make up for, and ``on_folder_gone``
     (with the folder) when a folder left the tree -- moved elsewhere, which tells nothing of
     the files it took along.
     """
@@ -210,6 +239,8 @@ class MailWatcher:
         self.mode: str | None = None  # "inotify" or "polling" once started
         self._debouncer: Debouncer[str] | None = None  # the delivering thread, once started
         self._observer: BaseObserver | None = None
+        self._stopping = threading.Event()
+        self._observer_lock = threading.Lock()  # the observer is replaced when the root is
 
     # -- public ------------------------------------------------------------------------------
 
@@ -238,9 +269,12 @@ class MailWatcher:
             dropped = self._debouncer.close(flush=False, timeout=0)
             if dropped:
                 log.debug("watcher stopped with %d event(s) not handed over", len(dropped))
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(max(0.0, deadline - time.monotonic()))
+        self._stopping.set()
+        with self._observer_lock:
+            observer = self._observer
+        if observer is not None:
+            observer.stop()
+            observer.join(max(0.0, deadline - time.monotonic()))
         if self._debouncer is not None:
             self._debouncer.join(max(0.0, deadline - time.monotonic()))
 
@@ -258,8 +292,15 @@ class MailWatcher:
 
     # -- the observer --------------------------------------------------------------------------
 
-    def _schedule(self, observer: BaseObserver) -> None:
-        observer.schedule(_Handler(self), self.mail_root, recursive=True, event_filter=_EVENTS)
+    def _schedule(self, observer: BaseObserver, *, linked: bool = False) -> None:
+        handler = _Handler(self)
+        observer.schedule(handler, self.mail_root, recursive=True, event_filter=_EVENTS)
+        # inotify does not follow symlinks, but notmuch new does: a folder kept on another
+        # disk and linked into the tree gets a watch of its own, under its path in the tree.
+        # (Polling stats through links already.)
+        for path in linked_trees(self.mail_root) if linked else ():
+            observer.schedule(handler, path, recursive=True, event_filter=_EVENTS,
+                              follow_symlink=True)
 
     def _start_observer(self) -> BaseObserver:
         if not self.force_polling:
@@ -279,7 +320,7 @@ class MailWatcher:
         expected = count_dirs(self.mail_root)
         try:
             observer = _native_observer(self._overflowed)
-            self._schedule(observer)
+            self._schedule(observer, linked=True)
             observer.start()
         except OSError as exc:
             log.warning("cannot watch %s with inotify (%s); polling every %gs instead. %s",
@@ -311,6 +352,9 @@ class MailWatcher:
     def _folder_left(self, folder: str, moved_to: str) -> None:
         """A folder of the tree removed or moved: moved within the tree, its files' own
         events tell; moved out, nothing else does."""
+        if folder == self.mail_root and not moved_to:
+            self._root_gone()
+            return
         if not _in_mail_tree(folder, self.mail_root, self.ignore) or _inside(moved_to,
                                                                              self.mail_root):
             return
@@ -319,6 +363,37 @@ class MailWatcher:
             self.on_folder_gone(folder)
         except Exception:  # the observer thread must keep running
             log.exception("handling a folder that left the mail tree failed")
+
+    def _root_gone(self) -> None:
+        """The mail root itself was removed (replaced by a restored backup, ``rm -rf`` and a
+        fresh pull): the watches went with it.  Watch again once it is back -- on a thread of
+        its own, as the observer is replaced -- and have everything indexed."""
+        log.warning("the mail root %s was removed; watching it again once it is back",
+                    self.mail_root)
+        threading.Thread(target=self._rewatch, name="mail-rewatch", daemon=True).start()
+
+    def _rewatch(self) -> None:
+        with self._observer_lock:
+            old, self._observer = self._observer, None
+        if old is not None:
+            old.stop()
+            old.join(5)
+        while not os.path.isdir(self.mail_root):
+            if self._stopping.wait(self.poll_interval):
+                return
+        with self._observer_lock:
+            if self._stopping.is_set():
+                return
+            try:
+                self._observer = self._start_observer()
+            except Exception:  # the safety index still runs; the log says why
+                log.exception("cannot watch %s again", self.mail_root)
+                return
+        log.info("watching %s again (%s); indexing everything", self.mail_root, self.mode)
+        try:
+            self.on_overflow()  # what landed meanwhile was seen by no watch
+        except Exception:
+            log.exception("asking for an index after watching anew failed")
 
     def _overflowed(self) -> None:
         log.warning("inotify lost events under %s (its queue overflowed, see "

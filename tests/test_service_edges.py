@@ -1,0 +1,155 @@
+"""The always-on service and the HTTP transport where setups differ: a symlinked account
+folder, a mail root replaced, a shutdown during a hanging send, a client through a tunnel.
+Real parts: the watcher, notmuch, msmtp, uvicorn and the SDK's client."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import TextContent
+
+from fmail_nm.mcp import server as server_module
+from fmail_nm.mcp.serving import serving
+from fmail_nm.service.background import Background
+from fmail_nm.service.status import StatusStore
+
+from .conftest import MailEnv
+from .imapbed import HOST, free_port
+from .smtpbed import SmtpBed
+from .test_background import FAST, WAIT, deliver, known, service, wait_for  # noqa: F401
+from .test_http import TOKEN, authed_client, make_server
+from .test_http import serving as serving_http
+from .test_send import PERSONAL, configure
+
+
+def test_mail_delivered_into_a_symlinked_folder_is_indexed(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    """An account folder kept on another disk and linked into the mail root: notmuch new (and
+    fmail-nm's folder listing) follow the link, so the watcher must too -- else new mail there
+    waits for the safety index (15 minutes by default) while the status says "inotify"."""
+    work = indexed.mail_root / "work"
+    elsewhere = indexed.base / "other-disk" / "work"
+    elsewhere.parent.mkdir()
+    shutil.move(work, elsewhere)
+    work.symlink_to(elsewhere, target_is_directory=True)
+    indexed.notmuch("new")
+    assert indexed.notmuch("count", "folder:work/INBOX").stdout.strip() != "0"  # still indexed
+
+    bg = service()
+    assert bg.watch_mode == "inotify"
+    deliver(work / "INBOX", "via-link@example.net", "delivered through a link")
+
+    wait_for(lambda: known("via-link@example.net"), "the message in the linked folder")
+
+
+@pytest.mark.anyio
+async def test_stopping_while_a_send_hangs_still_stops_the_background_service(
+        indexed: MailEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server is stopped (SIGTERM, the client quits) while send_email waits on an SMTP
+    server that never answers (the send's own limit is minutes): the shutdown must still stop
+    the watcher, flush pushes and mark the status stopped -- not give up half-way with a
+    TimeoutError that skips all of that."""
+    monkeypatch.setattr(server_module, "CLOSE_TIMEOUT", 2)  # 40 s in use
+    smtp = SmtpBed(tmp_path / "smtp", PERSONAL).start()
+    smtp.stop()  # its msmtprc stays; a server that accepts and never greets takes the port
+    silent = socket.create_server((HOST, smtp.port))
+    silent.settimeout(WAIT)
+    configure(indexed, smtp, direct=True, timeout_seconds=900)
+    config = indexed.config()
+    served = serving(config, read_only=False, push=False, watch=True)
+    server = served.__enter__()
+    try:
+        async with Client(server) as client, anyio.create_task_group() as tg:
+            tg.start_soon(lambda: client.call_tool("send_email", {
+                "to": ["bob@example.com"], "subject": "stalled", "body": "hello"}))
+            conn, _ = await anyio.to_thread.run_sync(silent.accept)  # msmtp is waiting now
+            try:
+                await anyio.to_thread.run_sync(served.__exit__, None, None, None)
+            finally:
+                conn.close()  # msmtp fails at once; the tool call ends
+    finally:
+        silent.close()
+    status = StatusStore(config.data_dir).load()
+    assert status is not None and not status.service.running
+
+
+def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def _forward(listener: socket.socket, target: tuple[str, int]) -> None:
+    """What ``ssh -L <port>:127.0.0.1:<target port>`` does on this end: relay each connection."""
+    while True:
+        try:
+            client, _ = listener.accept()
+        except OSError:  # closed: the tunnel is down
+            return
+        upstream = socket.create_connection(target)
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+
+
+@pytest.mark.anyio
+async def test_a_client_through_an_ssh_tunnel_on_another_port_is_served() -> None:
+    """The way to reach the loopback-only server from another machine is a tunnel (the
+    remote-bind warning says so), e.g. ``ssh -L 9000:127.0.0.1:8765``: the client then sends
+    ``Host: 127.0.0.1:9000``.  A loopback address is no DNS-rebinding vector (rebinding needs
+    a name the attacker resolves), so its port must not matter -- refusing it with 421 makes
+    the tunnel unusable unless both ends happen to use the same port."""
+    async with serving_http(make_server()) as url:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        local = free_port()
+        listener = socket.create_server((HOST, local))
+        threading.Thread(target=_forward, args=(listener, (HOST, port)), daemon=True).start()
+        try:
+            async with authed_client(TOKEN) as http, Client(streamable_http_client(
+                    f"http://{HOST}:{local}/mcp", http_client=http)) as client:
+                with anyio.fail_after(WAIT):
+                    result = await client.call_tool("echo", {"text": "through the tunnel"})
+            text = result.content[0]
+            assert not result.is_error and isinstance(text, TextContent)
+            assert text.text == "through the tunnel"
+        finally:
+            listener.close()
+
+
+def test_mail_is_still_watched_after_the_mail_root_was_replaced(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    """The mail root removed and put back while the service runs (restored from a backup,
+    ``rm -rf`` and a fresh copy): inotify's watches went with the old directory, so without
+    watching anew no delivery is noticed again -- until the safety index, minutes later --
+    while the status still says "inotify"."""
+    bg = service()
+    root = indexed.mail_root
+    backup, old = indexed.base / "backup", indexed.base / "old"
+    shutil.copytree(root, backup, symlinks=True)
+    root.rename(old)  # the copy takes the old one's place, which is then removed
+    backup.rename(root)
+    shutil.rmtree(old)
+    time.sleep(FAST["watch_quiet"] * 3)  # the events of the removal are handed over ...
+    assert bg.wait_idle(WAIT)  # ... and handled: what comes next is a delivery of its own
+
+    deliver(root / "personal" / "INBOX", "after-restore@example.net", "after the restore")
+
+    wait_for(lambda: known("after-restore@example.net"), "the delivery after the restore")
+    assert bg.wait_idle(WAIT)
+    assert bg.status().index.last_ok
