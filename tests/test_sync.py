@@ -31,6 +31,7 @@ from fmail_nm.config import ConfigError
 from fmail_nm.service import cycle, mbsync
 from fmail_nm.service.push import PushScheduler
 
+from .conftest import MailEnv, notmuch_lock_held
 from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
     ACCOUNT,
     ADDRESS,
@@ -367,3 +368,14 @@ def test_what_cannot_sync_is_reported_and_indexing_still_runs(
     assert synced_bed.find(synced_bed.mid(6)) is None
     with pytest.raises(ConfigError, match="unknown account"):
         cycle.sync(config, "nope")
+
+
+def test_a_sync_stops_waiting_for_a_write_lock_held_elsewhere(indexed: MailEnv) -> None:
+    """notmuch new waits silently for the write lock another program holds; a sync (behind
+    add_email_account and `fmail-nm sync`) reports that instead of hanging with it."""
+    config = indexed.config()
+    with notmuch_lock_held():
+        report = cycle.sync(config, index_timeout=2)
+    assert report.index is None and not report.ok
+    assert report.index_error is not None
+    assert report.index_error.startswith("notmuch new did not finish within 2s and was stopped")

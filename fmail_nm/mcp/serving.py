@@ -77,9 +77,10 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
 
 
 def _reindex(config: Config) -> None:
-    from ..service.index import run_index
+    from ..service.index import REINDEX_TIMEOUT, run_index
     try:
-        run_index(config, show_progress=False)
+        # bounded: a lock held elsewhere would hold the pusher's thread with it
+        run_index(config, show_progress=False, timeout=REINDEX_TIMEOUT)
     except Exception:  # logged; the next write or sync indexes again
         log.exception("re-indexing after mbsync push failed")
 

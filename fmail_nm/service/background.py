@@ -36,7 +36,7 @@ from ..errors import BackendError
 from ..private import private_dir
 from ..store.notmuch import Reader
 from ..store.notmuch_cli import notmuch_settings
-from .index import run_index
+from .index import INDEX_TIMEOUT, run_index
 from .mbsync import (MBSYNC_TIMEOUT, STOP_GRACE, MbsyncNotInstalled, MbsyncRun, run_mbsync,
                      stop_running)
 from .push import PushScheduler
@@ -53,9 +53,6 @@ from .watcher import MailWatcher
 
 log = logging.getLogger(__name__)
 
-# A run that takes longer is stopped and reported: almost always a write lock another program
-# holds (notmuch new waits silently for it).  Generous, because a big first pull takes a while.
-INDEX_TIMEOUT = 1200.0
 MAX_BACKOFF = 1800.0  # seconds between pulls of a failing account, at most
 BUSY_RETRY = 30.0  # a channel busy with another mbsync: try again this soon (or the interval)
 PULL_LOCK_WAIT = 10.0  # how long a scheduled pull waits for a busy channel

@@ -16,7 +16,7 @@ from datetime import datetime
 from ..clock import utc_now
 from ..config import Config
 from ..store.notmuch import NotmuchAccessError
-from .index import IndexSummary, run_index
+from .index import INDEX_TIMEOUT, IndexSummary, run_index
 from .mbsync import (
     LOCK_TIMEOUT,
     MBSYNC_TIMEOUT,
@@ -72,13 +72,15 @@ def _mbsync_or_report(config: Config, account: str | None, direction: Direction,
 
 def sync(config: Config, account: str | None = None, direction: Direction = "both", *,
          after_index: Callable[[], None] | None = None,
-         timeout: float = MBSYNC_TIMEOUT, lock_timeout: float = LOCK_TIMEOUT) -> SyncReport:
+         timeout: float = MBSYNC_TIMEOUT, lock_timeout: float = LOCK_TIMEOUT,
+         index_timeout: float = INDEX_TIMEOUT) -> SyncReport:
     """mbsync, then ``notmuch new`` with hooks and the post-new pass, then ``after_index()``.
 
     mbsync failures (server down, bad password, busy channel) are in the report with mbsync's
     own words; indexing and ``after_index`` run regardless, on whatever the Maildir holds --
     a push also renames files (a new message gets its ``,U=<n>``), so it needs indexing too.
-    An unknown account or a bad direction raises before anything runs.
+    An unknown account or a bad direction raises before anything runs.  ``index_timeout``
+    bounds ``notmuch new``, which waits silently while another program holds the write lock.
     """
     if account is not None:
         config.account(account)
@@ -86,7 +88,7 @@ def sync(config: Config, account: str | None = None, direction: Direction = "bot
     report = SyncReport(runs=_mbsync_or_report(config, account, direction, timeout, lock_timeout),
                         started=started, finished=started)
     try:
-        report.index = run_index(config, show_progress=False)
+        report.index = run_index(config, show_progress=False, timeout=index_timeout)
     except (NotmuchAccessError, OSError, subprocess.SubprocessError) as exc:
         report.index_error = str(exc)
     if after_index is not None:

@@ -79,6 +79,9 @@ class IndexingFailed(NotmuchAccessError):
 
 # How long a write waits for the re-index it asks for (mbsync renamed a file it names).
 REINDEX_TIMEOUT = 60.0
+# A run that takes longer is stopped and reported: almost always a write lock another program
+# holds (notmuch new waits silently for it).  Generous, because a big first pull takes a while.
+INDEX_TIMEOUT = 1200.0
 
 UNITS = {progress.COUNTING: "files", progress.INDEXING: "files"}  # any other phase: messages
 
