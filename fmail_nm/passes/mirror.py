@@ -829,7 +829,8 @@ class Mirror:
             self._pool = None
 
     def _parse(self, message: IndexedMessage, known: Parsed | None) -> Parsed:
-        if known is not None:
+        # A draft's new file is the draft saved again under its Message-ID: new content.
+        if known is not None and tags.DRAFT not in message.tags:
             # Same Message-ID, same content: a moved or renamed file changes only the size we
             # report if the copy differs; keep the parsed fields, refresh the size cheaply.
             for name in message.filenames:

@@ -1,4 +1,4 @@
-"""``notmuch`` run as a program: its resolved configuration and ``notmuch new``.
+"""``notmuch`` run as a program: its resolved configuration, ``notmuch new`` and ``notmuch reindex``.
 
 The indexer is ``notmuch new`` itself -- the program every notmuch user already trusts, which
 runs their pre-/post-new hooks (ours among them).  Everything else goes through the bindings
@@ -53,6 +53,18 @@ def notmuch_settings(config_path: str | os.PathLike[str] | None = None) -> dict[
         raise ConfigUnparsable(found, notmuch_message(done.stderr))
     return settings
 
+
+def reindex(config_path: str | os.PathLike[str] | None, query: str) -> str | None:
+    """``notmuch reindex`` of the messages ``query`` finds: their subject, date, sender and
+    words read again from their files, thread and tags kept (the bindings cannot).  None
+    when done, else what went wrong."""
+    argv = ["notmuch", *config_arg(config_path), "reindex", query]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=CLI_TIMEOUT,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if done.returncode == 0 else notmuch_message(done.stderr) or "failed"
 
 
 # ---------------------------------------------------------------------------------------------

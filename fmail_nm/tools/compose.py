@@ -28,6 +28,7 @@ import email.charset
 import email.header
 import email.policy
 import email.utils
+import logging
 import mimetypes
 import re
 from collections.abc import Sequence
@@ -52,10 +53,13 @@ from ..message.text import clean_text, is_forward_subject, one_line, unescape_li
 from ..passes import changes
 from ..passes.changes import NOT_UNDOABLE, WriteContext
 from ..passes.tagging import tag_added
-from ..store import maildir, mover, sidecar
+from ..store import maildir, mover, notmuch_cli, sidecar
 from ..store.notmuch import DatabaseBusy, IndexedMessage, WriteTxn
+from ..store.query import id_query
 from .dto import Dto
 from .reads import Mailbox, ToolError
+
+log = logging.getLogger(__name__)
 
 # SMTP lines end in CRLF and fold at 78; the source of a forwarded message is kept byte for
 # byte (refold_source="none"), only headers written here are folded.
@@ -531,7 +535,21 @@ def store_draft(ctx: WriteContext, c: Composition) -> DraftResult:
     if report.errors:
         raise ComposeError(f"the draft could not be saved: {report.errors[0][1]}")
     _already_tagged(ctx, mid)
+    if replaced == mid:
+        _read_again(ctx, mid)
     return _result(c, mid)
+
+
+def _read_again(ctx: WriteContext, message_id: str) -> None:
+    """A draft saved again under its Message-ID: notmuch keeps the subject, date and sender
+    (and the words) of the file it first indexed -- a later file of the same id only adds
+    words -- so listings would show the first save.  Reindexed, and the mirror told."""
+    failed = notmuch_cli.reindex(ctx.writer.config_path, id_query([message_id]))
+    if failed is not None:  # saved all the same; the next `fmail-nm index` shows it right
+        log.warning("draft %s saved, but not reindexed: %s", message_id, failed)
+        return
+    if ctx.after_write is not None:  # no file changed: nothing more to push
+        ctx.after_write(changes.WriteOutcome("save_draft", (message_id,), frozenset()))
 
 
 def _existing_draft(ctx: WriteContext, draft_id: str) -> tuple[IndexedMessage, EmailMessage]:

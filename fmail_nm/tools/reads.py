@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timezone
 from pathlib import Path
 from time import sleep
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from ..clock import iso_from_epoch, utc_now
 from ..config import THREAD_ID, Config
@@ -256,10 +256,19 @@ def _fingerprint(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:8]
 
 
-def make_cursor(offset: int, fingerprint: str, anchor: int | None = None) -> str:
-    """``<offset>.<fingerprint of the search>``, and ``.<anchor>`` for a search with relative
-    dates (see CompiledQuery.anchor): short, since the model reads and repeats it."""
-    return f"{offset}.{fingerprint}" + ("" if anchor is None else f".{anchor}")
+def make_cursor(offset: int, fingerprint: str, anchor: int | None = None,
+                last: str | None = None) -> str:
+    """``<offset>.<fingerprint of the search>``, the uid of the page's ``last`` message right
+    after the fingerprint when given, and ``.<anchor>`` for a search with relative dates (see
+    CompiledQuery.anchor): short, since the model reads and repeats it."""
+    return f"{offset}.{fingerprint}{last or ''}" + ("" if anchor is None else f".{anchor}")
+
+
+def cursor_last(cursor: str | None, fingerprint: str) -> str | None:
+    """The uid of the last message the cursor's page showed, if it names one (read_cursor
+    has checked the rest)."""
+    tail = (cursor or "").partition(".")[2].split(".")[0].removeprefix(fingerprint)
+    return tail if sidecar.looks_like_uid(tail) else None
 
 
 # An anchor is epoch seconds: more digits than this are no cursor of ours.
@@ -293,7 +302,8 @@ def read_cursor(cursor: str | None, fingerprint: str, anchor: int | None = None)
     offset = int(text_offset)
     if offset < 0:
         raise ToolError("bad cursor: its offset is negative; pass next_cursor exactly as returned")
-    if f"{offset}.{rest}" != make_cursor(offset, fingerprint, anchor):
+    if f"{offset}.{rest}" != make_cursor(offset, fingerprint, anchor,
+                                         cursor_last(cursor, fingerprint)):
         raise ToolError("bad cursor: it belongs to a different search; start again without a cursor")
     return offset
 
@@ -331,34 +341,97 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
     compiled = mb.compile(query, cursor_anchor(cursor))
     nm_query = scoped_query(mb, compiled, since=since, until=until, account=account)
     fp = _fingerprint("search", nm_query, compiled.exclude_tags, sort)
-    offset = read_cursor(cursor, fp, compiled.anchor)
     mirror = answerable(mb, nm_query, compiled.exclude_tags)
-    answer = _page_from_mirror(mirror, sort, offset, limit)
-    if answer is not None:
-        ids, total, excluded = answer
-    else:
-        kept = _kept_counts(mirror)
-        total_of = _total_of(mb, nm_query, compiled.exclude_tags, kept)
-        tagged = _tagged_page_from_mirror(mirror, sort, offset, limit)
-        if tagged is not None:
-            ids = tagged
-        elif mirror is not None and mirror.groups:  # other pages may be the mirror's
-            ids = _page_in_mirror_order(mb, mirror, nm_query, compiled.exclude_tags, sort,
-                                        offset, limit)
-        else:
-            ids = _page_ids(mb, nm_query, compiled.exclude_tags, sort, offset, limit)
-        total = total_of()
 
-        def excluded() -> int:
-            if kept is not None:
-                return kept[1]
-            return mb.reader.count(nm_query, exclude_tags=()) - total
+    def fetch(offset: int, limit: int) -> tuple[list[str], int, Callable[[], int]]:
+        return _search_page(mb, mirror, nm_query, compiled.exclude_tags, sort, offset, limit)
+
+    start, last = read_cursor(cursor, fp, compiled.anchor), cursor_last(cursor, fp)
+    offset, (ids, total, excluded) = _resumed_page(
+        fetch, start, limit, last, lambda found: sidecar.uid_for(found) == last,
+        lambda: _resumed_offset(mb, nm_query, compiled.exclude_tags, sort, start, last))
     changed = mb.reader.changed_at()
-    cursor_out = next_cursor(offset, len(ids), total, fp, compiled.anchor)
+    cursor_out = (make_cursor(offset + len(ids), fp, compiled.anchor, sidecar.uid_for(ids[-1]))
+                  if ids and offset + len(ids) < total else None)
     return dto.SearchResult(results=listing(mb, ids), total=total,
                             next_cursor=cursor_out, query=echoed_query(nm_query),
                             hidden=_hidden(compiled, cursor_out, excluded),
                             indexed_at=iso_from_epoch(int(changed)) if changed else None)
+
+
+def _search_page(mb: Mailbox, mirror: Answerable | None, nm_query: str,
+                 exclude_tags: Sequence[str], sort: str, offset: int, limit: int
+                 ) -> tuple[list[str], int, Callable[[], int]]:
+    """Ids, total and (a function counting) the excluded matches of one page, from the
+    mirror where it can answer, else from notmuch."""
+    answer = _page_from_mirror(mirror, sort, offset, limit)
+    if answer is not None:
+        return answer
+    kept = _kept_counts(mirror)
+    total_of = _total_of(mb, nm_query, exclude_tags, kept)
+    tagged = _tagged_page_from_mirror(mirror, sort, offset, limit)
+    if tagged is not None:
+        ids = tagged
+    elif mirror is not None and mirror.groups:  # other pages may be the mirror's
+        ids = _page_in_mirror_order(mb, mirror, nm_query, exclude_tags, sort, offset, limit)
+    else:
+        ids = _page_ids(mb, nm_query, exclude_tags, sort, offset, limit)
+    total = total_of()
+
+    def excluded() -> int:
+        if kept is not None:
+            return kept[1]
+        return mb.reader.count(nm_query, exclude_tags=()) - total
+    return ids, total, excluded
+
+
+Page = TypeVar("Page", bound=tuple[Any, ...])
+
+
+def _resumed_page(fetch: Callable[[int, int], Page], start: int, limit: int, last: str | None,
+                  is_last: Callable[[Any], bool], resumed: Callable[[], int]) -> tuple[int, Page]:
+    """The page a cursor asks for, and its offset.  A page whose cursor names its last item
+    is read from one item earlier: that item still there, nothing before it left and the
+    offset stands (the usual case, at the cost of one more row); else the offset is worked
+    out again (``resumed``: a few counts) -- triage between pages took items out."""
+    if last is None or start == 0:
+        return start, fetch(start, limit)
+    page = fetch(start - 1, limit + 1)
+    items = page[0]
+    if items and is_last(items[0]):
+        return start, cast(Page, (items[1:], *page[1:]))
+    offset = resumed()
+    return offset, fetch(offset, limit)
+
+
+def _resumed_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sort: str,
+                    offset: int, last: str | None) -> int:
+    """Where the page after the message ``last`` starts now.  Triage changes the search
+    between pages (mail marked read or archived leaves ``is:unread`` or ``in:inbox``): the
+    cursor's bare offset would then skip as many messages as left.  So the page resumes after
+    the matches dated before ``last`` (after, oldest first); the bare offset when ``last``
+    or its date is unknown."""
+    found = mb.find(last) if last else None
+    if found is None or found.date <= 0:
+        return offset
+    day = found.date
+    ahead = (date_range_query(day + 1, 2**63) if sort == "newest"
+             else date_range_query(0, day))
+    count = functools.partial(mb.reader.count, exclude_tags=exclude_tags)
+    return _resumed(offset, count(all_of(nm_query, ahead)),
+                    count(all_of(nm_query, date_range_query(day, day + 1))),
+                    count(all_of(nm_query, id_query([found.message_id]))) > 0)
+
+
+def _resumed(offset: int, before: int, same_second: int, still_listed: bool) -> int:
+    """The offset after the last item shown, from how many items now sort before its second
+    (``before``), how many share that second, and whether it is still listed.  Where the
+    offset still falls in that second, nothing before it left: the offset stands (the page
+    sources may order one second's items differently).  Else the items of that second are
+    listed again (bar a lone last item): a repeat, never a skip."""
+    if still_listed and before <= offset - 1 < before + same_second:
+        return offset
+    return before + (1 if still_listed and same_second == 1 else 0)
 
 
 @dataclass(frozen=True)
@@ -589,10 +662,16 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
     nm_query = scoped_query(mb, compiled, since=since, until=until,
                             extra="tag:unread" if unread_only else None)
     fp = _fingerprint("threads", nm_query, compiled.exclude_tags)
-    offset = read_cursor(cursor, fp, compiled.anchor)
     mirror = answerable(mb, nm_query, compiled.exclude_tags)
     total_of = _total_of(mb, nm_query, compiled.exclude_tags, _kept_counts(mirror))
-    page, more = _thread_page(mb, nm_query, compiled.exclude_tags, mirror, offset, limit)
+
+    def fetch(offset: int, limit: int) -> tuple[list[ThreadSummary], bool]:
+        return _thread_page(mb, nm_query, compiled.exclude_tags, mirror, offset, limit)
+
+    start, last = read_cursor(cursor, fp, compiled.anchor), cursor_last(cursor, fp)
+    offset, (page, more) = _resumed_page(
+        fetch, start, limit, last, lambda found: found.thread_id == last,
+        lambda: _resumed_thread_offset(mb, nm_query, compiled.exclude_tags, start, last))
     matched = total_of()
     total = (mb.reader.count_threads(nm_query, exclude_tags=compiled.exclude_tags)
              if matched <= THREAD_COUNT_MAX_MESSAGES else None)
@@ -605,8 +684,27 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
             messages=t.message_count, matched=t.matched_count, unread=unread.get(t.thread_id, 0),
             tags=sorted(t.tags), attachment=t.thread_id in attached or ATTACHMENT in t.tags))
     return dto.ThreadList(threads=refs, total=total, matched_messages=matched,
-                          next_cursor=(make_cursor(offset + len(page), fp, compiled.anchor)
-                                       if more else None))
+                          next_cursor=(make_cursor(offset + len(page), fp, compiled.anchor,
+                                                   page[-1].thread_id)
+                                       if more and page else None))
+
+
+def _resumed_thread_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
+                           offset: int, last: str | None) -> int:
+    """:func:`_resumed_offset` for threads, which rank by their newest match.  A thread the
+    write took out of the search is placed by its newest message, which is no older than
+    its match was: a thread may show again, none is skipped."""
+    if last is None:
+        return offset
+    scope = f"thread:{quote(last)}"
+    matched = mb.reader.messages(all_of(nm_query, scope), exclude_tags=exclude_tags, limit=1)
+    newest = matched or mb.reader.messages(scope, exclude_tags=(), limit=1)
+    if not newest or newest[0].date <= 0:
+        return offset
+    day = newest[0].date
+    count = functools.partial(mb.reader.count_threads, exclude_tags=exclude_tags)
+    return _resumed(offset, count(all_of(nm_query, date_range_query(day + 1, 2**63))),
+                    count(all_of(nm_query, date_range_query(day, day + 1))), bool(matched))
 
 
 def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],

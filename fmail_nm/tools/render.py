@@ -5,10 +5,11 @@ The formats are stable and described in the tool descriptions and the README:
 
 * message listings (``search_emails``): a header line, then one line per message::
 
-      50 of 2896; next_cursor=50.3f9a0c1e; indexed 2026-12-03 14:00
+      50 of 2896; next_cursor=50.3f9a0c1e3f2a9c0e1b7d4a65; indexed 2026-12-03 14:00
       3f2a9c0e1b7d4a65 2026-03-02 09:15 UA~school.example.org Anna Schmidt | School trip
 
-  id (a uid, or the Message-ID while the mirror catches up), date and time (UTC), flags,
+  id (a uid, or the Message-ID while the mirror catches up), date and time (the machine's
+  clock, named in the header when it is not UTC), flags,
   sender (the name alone when there is one), ``|``, subject.  Flags: U unread, F flagged,
   R replied, A attachment, D draft, then ``~name`` for the mailing list ``list/name``,
   ``+tag`` for every other tag worth showing, ``-`` for none.  On the user's own messages
@@ -43,6 +44,7 @@ import json
 import re
 import secrets
 from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
 from typing import Any
 
 from pydantic import BaseModel
@@ -97,8 +99,32 @@ def _shown_tag(tag: str) -> str:
 
 
 def when(iso: str | None) -> str:
-    """``2026-03-02 09:15`` from an ISO 8601 UTC value."""
-    return iso[:16].replace("T", " ") if iso else "(no date)"
+    """``2026-03-02 09:15`` from an ISO 8601 UTC value, on the machine's clock: the search
+    language counts its days (on:, after:, today) there, so a line shows its message on the
+    day a search found it on (see clock_note)."""
+    if not iso:
+        return "(no date)"
+    try:
+        return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M")
+    except (ValueError, OverflowError, OSError):  # not ours to read: shown as it is
+        return iso[:16].replace("T", " ")
+
+
+def clock_note() -> str:
+    """``local times (UTC+09:00 now)`` for a header when the machine's clock is not UTC, so
+    the lines are not read as get_email's UTC dates; nothing when it is UTC."""
+    offset = datetime.now(timezone.utc).astimezone().utcoffset()
+    if not offset:
+        return ""
+    minutes = int(offset.total_seconds()) // 60
+    sign = "-" if minutes < 0 else "+"
+    return f"local times (UTC{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d} now)"
+
+
+def _noted(head: str, shown: int) -> str:
+    """The header, with the clock its ``shown`` lines read (when they read one)."""
+    note = clock_note() if shown else ""
+    return f"{head}; {note}" if note else head
 
 
 def _subject(text: str | None) -> str:
@@ -119,7 +145,7 @@ def search_text(r: dto.SearchResult) -> str:
         head.append(f"{r.hidden} more hidden as spam/deleted (in:anywhere shows them)")
     if r.indexed_at:
         head.append(f"indexed {when(r.indexed_at)}")
-    return "\n".join(["; ".join(head), *(email_line(e) for e in r.results)])
+    return "\n".join([_noted("; ".join(head), len(r.results)), *(email_line(e) for e in r.results)])
 
 
 def short_name(person: str) -> str:
@@ -149,7 +175,7 @@ def threads_text(r: dto.ThreadList) -> str:
     else:  # too many matches to count their threads
         head = (f"{len(r.threads)} threads of {r.matched_messages} matching messages"
                 + (f"; next_cursor={r.next_cursor}" if r.next_cursor else ""))
-    lines = [head]
+    lines = [_noted(head, len(r.threads))]
     for t in r.threads:
         count = f"{t.matched}/{t.messages}" if t.matched < t.messages else str(t.messages)
         mark = (f"U{t.unread}" if t.unread else "") + flags(
@@ -160,7 +186,8 @@ def threads_text(r: dto.ThreadList) -> str:
 
 
 def unanswered_text(r: dto.UnansweredList) -> str:
-    lines = [_page(len(r.threads), r.next_cursor, r.total, "threads")]
+    lines = [_noted(_page(len(r.threads), r.next_cursor, r.total, "threads"),
+                    len(r.threads))]
     lines += [f"{t.thread} {when(t.date)} {t.days_silent}d {t.messages} last={t.last} to "
               f"{', '.join(shown_name(p) for p in t.to) or '?'} | {_subject(t.subject)}"
               for t in r.threads]
@@ -238,8 +265,9 @@ def emails_text(r: dto.EmailsContent) -> str:
 
 def thread_text(t: dto.ThreadFull) -> str:
     number = {m.id: n for n, m in enumerate(t.messages, 1)}
-    lines = [f"thread {t.thread}: {_subject(t.subject)} ({len(t.messages)} messages"
-             + ("; later bodies left out by max_total_chars)" if t.truncated else ")")]
+    lines = [_noted(f"thread {t.thread}: {_subject(t.subject)} ({len(t.messages)} messages"
+                    + ("; later bodies left out by max_total_chars)" if t.truncated else ")"),
+                    len(t.messages))]
     for n, m in enumerate(t.messages, 1):
         reply = f" reply to [{number[m.parent]}]" if m.parent in number else ""
         lines.append(f"\n[{n}] {m.id} {when(m.date)} {flags(m.tags, attachment=m.attachment)} "

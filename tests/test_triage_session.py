@@ -1,0 +1,148 @@
+"""An assistant's triage session through the real server and the `mcp` SDK client: what the
+model is told after each step must match notmuch and the Maildir files."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import pytest
+from mcp.client.client import Client
+
+from fmail_nm.store import sidecar
+
+from .conftest import MailEnv
+from .test_server import text
+from .test_server_writes import call, server_params
+
+
+def _ids(page: dict[str, Any]) -> list[str]:
+    return [row[0] for row in page["rows"]]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("query", "write", "args"), [
+    ("is:unread", "update_email_status", {"mark_as": "read"}),  # a page the mirror answers
+    ("in:inbox -subject:zzzznothing", "archive", {}),  # a page notmuch answers
+])
+async def test_the_next_page_after_triaging_the_first_skips_nothing(
+        indexed: MailEnv, query: str, write: str, args: dict[str, Any]) -> None:
+    """Mark read or archive what the first page showed, then ask for the next page: it goes
+    on right after the last message shown, not a page's worth further on."""
+    async with Client(server_params(indexed)) as client:
+        first = await call(client, "search_emails", {"query": query, "limit": 4})
+        shown = _ids(first)
+        personal = [uid for uid in shown if uid != "896d38ca504084ce"]  # work has no Archive
+        done = await call(client, write, {"ids": personal[:2], **args})
+        assert len(done["applied"]) == 2
+        second = await call(client, "search_emails",
+                            {"query": query, "limit": 4, "cursor": first["next_cursor"]})
+        now = _ids(await call(client, "search_emails", {"query": query, "limit": 100}))
+        still_shown = [uid for uid in shown if uid in now]
+        assert _ids(second) == now[len(still_shown):len(still_shown) + 4]
+
+
+def _row(page: dict[str, Any], uid: str) -> dict[str, Any]:
+    return next(dict(zip(page["columns"], row)) for row in page["rows"] if row[0] == uid)
+
+
+@pytest.mark.anyio
+async def test_an_edited_draft_is_listed_as_it_now_reads(indexed: MailEnv) -> None:
+    """save_draft(draft_id=...) keeps the Message-ID: the listings, their search terms and
+    the SQL mirror must show the new subject, recipients and date, not the first save's."""
+    async with Client(server_params(indexed)) as client:
+        saved = await call(client, "reply_to_email", {"id": "mum-visit-2026@example.net",
+                                                      "body": "Yes, the 5th works."})
+        edited = await call(client, "save_draft", {
+            "draft_id": saved["id"], "subject": "Coffee on Saturday",
+            "to": ["Margaret Morgan <margaret.morgan@example.net>", "Dad <dad@example.net>"],
+            "body": "Yes, the 5th works. I'll bake."})
+        assert edited["id"] == saved["id"]
+        uid = sidecar.uid_for(saved["id"])
+        mail = await call(client, "get_email", {"id": uid})
+        assert mail["subject"] == "Coffee on Saturday"
+        drafts = await call(client, "search_emails", {"query": "in:drafts"})
+        row = _row(drafts, uid)
+        assert row["subject"] == "Coffee on Saturday"
+        assert row["to"] == ["margaret.morgan@example.net", "dad@example.net"]
+        assert row["timestamp"] == int(datetime.fromisoformat(mail["date"]).timestamp())
+        line = next(li for li in (await text(client, "search_emails", {"query": "in:drafts"}))
+                    .splitlines() if li.startswith(uid))
+        assert line.endswith("D to Margaret Morgan, Dad | Coffee on Saturday")
+        # its words are the new text's: the old subject no longer finds it
+        assert (await call(client, "search_emails", {"query": "subject:visiting in:drafts"}))["total"] == 0
+        sql = await call(client, "query_emails", {"sql_query": (
+            f"SELECT subject, recipients, body_preview FROM emails WHERE uid = '{uid}'")})
+        subject, recipients, preview = sql["rows"][0]
+        assert subject == "Coffee on Saturday" and "dad@example.net" in recipients
+        assert preview.startswith("Yes, the 5th works. I'll bake.")
+        # the thread it answers is still its thread
+        assert mail["thread"] == (await call(client, "get_email", {
+            "id": "mum-visit-2026@example.net", "max_body_chars": 1}))["thread"]
+
+
+@pytest.mark.anyio
+async def test_the_next_page_of_threads_after_reading_the_first_skips_nothing(
+        indexed: MailEnv) -> None:
+    async with Client(server_params(indexed)) as client:
+        first = await call(client, "list_threads", {"query": "is:unread", "limit": 4})
+        shown = [t["thread"] for t in first["threads"]]
+        read = {"query": f"thread:{shown[0]} OR thread:{shown[1]}"}
+        dry = await call(client, "mark_read", read)
+        await call(client, "mark_read", {**read, "confirm_count": dry["match_count"]})
+        second = await call(client, "list_threads", {"query": "is:unread", "limit": 4,
+                                                     "cursor": first["next_cursor"]})
+        now = [t["thread"] for t in (await call(client, "list_threads", {
+            "query": "is:unread", "limit": 100}))["threads"]]
+        assert [t["thread"] for t in second["threads"]] == now[2:6]
+
+
+@pytest.mark.anyio
+async def test_listed_times_are_on_the_days_the_search_language_counts(
+        indexed: MailEnv) -> None:
+    """on:/after:/today count the user's (the machine's) days: a line must show its message
+    on the day the search found it on, and say which clock it reads."""
+    params = server_params(indexed)
+    params.env = {**(params.env or {}), "TZ": "Asia/Tokyo"}
+    async with Client(params) as client:
+        found = await call(client, "search_emails", {"query": "on:2026-11-30"})
+        # Tom's mail of 2026-11-29 19:05 UTC is 2026-11-30 04:05 in Tokyo
+        assert _ids(found) == ["896d38ca504084ce"] and found["rows"][0][1] == 1795979100
+        lines = (await text(client, "search_emails", {"query": "on:2026-11-30"})).splitlines()
+        assert "UTC+09:00" in lines[0]
+        assert lines[1].startswith("896d38ca504084ce 2026-11-30 04:05 U ")
+        threads = (await text(client, "list_threads", {"query": "on:2026-11-30"})).splitlines()
+        assert "UTC+09:00" in threads[0] and " 2026-11-30 04:05 " in threads[1]
+
+
+NEWEST = """\
+From: Someone <someone@example.net>
+To: Alex Morgan <alex.morgan@example.org>
+Subject: {subject}
+Date: Sun, 06 Dec 2026 10:00:00 +0000
+Message-ID: <{mid}>
+
+Hello.
+"""
+
+
+def test_the_next_page_after_new_mail_arrived_repeats_nothing(indexed: MailEnv) -> None:
+    """New mail lands on top of a newest-first listing between two pages: the next page goes
+    on after the last message shown, not a page's worth down (which repeated the last ones)."""
+    from fmail_nm.store.notmuch import Reader
+    from fmail_nm.tools import reads
+    with Reader() as reader:
+        first = reads.search_emails(reads.Mailbox(indexed.config(), reader), "in:inbox", limit=3)
+    inbox = indexed.mail_root / "personal" / "INBOX" / "new"
+    for n in range(2):
+        (inbox / f"1796500000.{n}_new{n}.host").write_text(
+            NEWEST.format(subject=f"new {n}", mid=f"newest-{n}@example.net"))
+    indexed.fmail("index")
+    with Reader() as reader:
+        mb = reads.Mailbox(indexed.config(), reader)
+        second = reads.search_emails(mb, "in:inbox", limit=3, cursor=first.next_cursor)
+        now = [e.id for e in reads.search_emails(mb, "in:inbox", limit=100).results]
+    shown = [e.id for e in first.results]
+    assert set(now[:2]) == {sidecar.uid_for(f"newest-{n}@example.net") for n in (0, 1)}
+    after = now.index(shown[-1]) + 1
+    assert [e.id for e in second.results] == now[after:after + 3]
