@@ -810,6 +810,9 @@ class Reads:
     notmuch_floor: dict[str, Latency] = field(default_factory=dict)
     # ... and its count alone: the least any exact total of the search costs.
     notmuch_count: dict[str, Latency] = field(default_factory=dict)
+    # The second page of each search (50) and thread listing (20), by its cursor: a later
+    # page checks that the item before it is still there (reads._resumed_page).
+    later_pages: dict[str, Latency] = field(default_factory=dict)
 
 
 def page_ids(mb: Any, n: int) -> list[str]:
@@ -879,10 +882,28 @@ def reads_in_process(env: BenchEnv, n: int) -> Reads:
         threads = {q: latencies(partial(reads.list_threads, mb, q, limit=20), n)
                    for q in THREAD_LISTINGS}
         unanswered = latencies(lambda: reads.find_unanswered_threads(mb, limit=20), n)
+        later = later_pages(mb, n)
         side = sidecar_path(config.data_dir)  # data_dir follows $XDG_DATA_HOME
     sql, tool, notes = sql_latencies(side, n, [a.name for a in config.accounts])
     return Reads(search, totals, compiled, got, sql, tool, notes, threads, unanswered, floor,
-                 counted)
+                 counted, later)
+
+
+def later_pages(mb: Any, n: int) -> dict[str, Latency]:
+    """The second page of each search and thread listing that has one, by its cursor."""
+    from fmail_nm.tools import reads
+    out = {}
+    for q in SEARCHES:
+        cursor = reads.search_emails(mb, q, limit=50).next_cursor
+        if cursor:
+            out[f"search_emails {q or '(all)'!r}"] = latencies(
+                partial(reads.search_emails, mb, q, limit=50, cursor=cursor), n)
+    for q in THREAD_LISTINGS:
+        cursor = reads.list_threads(mb, q, limit=20).next_cursor
+        if cursor:
+            out[f"list_threads {q!r}, 20"] = latencies(
+                partial(reads.list_threads, mb, q, limit=20, cursor=cursor), n)
+    return out
 
 
 def sql_latencies(path: Path, n: int, accounts: Sequence[str]
@@ -1309,6 +1330,8 @@ def read_rows(r: SizeResult) -> list[tuple[str, str]]:
         out.append((f"in-process list_threads {q!r}, 20", ms(lat)))
     if r.reads.unanswered is not None:
         out.append(("in-process find_unanswered_threads, 20", ms(r.reads.unanswered)))
+    for label, lat in r.reads.later_pages.items():
+        out.append((f"in-process page 2: {label}", ms(lat)))
     for label, lat in r.reads.sql.items():
         out.append((f"sqlite3 {label}", ms(lat)))
     for label, lat in (r.reads.query_emails_tool or {}).items():
