@@ -226,3 +226,18 @@ def test_doctor_names_a_hook_an_earlier_version_installed_and_init_renews_it(
     run_init(mail_env)
     assert " -P -m fmail_nm" in hook.read_text()
     assert hook_findings() == []
+
+
+def test_a_hook_kept_already_is_never_overwritten(tmp_path: Path) -> None:
+    """Two inits at once: between one's check and its move, the other may have kept the
+    user's hook already; moving a second hook there must fail, not replace it."""
+    from fmail_nm.adopt.hooks import _move_keeping_target
+    kept = tmp_path / "before-fmail-nm" / "post-new"
+    kept.parent.mkdir()
+    kept.write_text("#!/bin/sh\necho the user's hook\n")
+    other = tmp_path / "post-new"
+    other.write_text("#!/bin/sh\necho another hook\n")
+    with pytest.raises(FileExistsError):
+        _move_keeping_target(other, kept)
+    assert kept.read_text() == "#!/bin/sh\necho the user's hook\n"
+    assert other.read_text() == "#!/bin/sh\necho another hook\n"

@@ -747,26 +747,33 @@ def _sent_rows(env: MailEnv) -> list[list[object]]:
                               "WHERE e.message_id LIKE 'idn-%' ORDER BY 1").rows
 
 
-def test_my_mail_is_sent_whichever_form_its_domain_is_written_in(indexed: MailEnv) -> None:
-    """notmuch matches from:alex@bücher.example for mail written with the ACE domain too, and
-    tags it sent; the mirror's is_sent (and the threads' sent_count, last_from_me) must agree."""
-    config = indexed.fmail_config.read_text()
-    indexed.fmail_config.write_text(config.replace('"alex.morgan@example.org"]',
-                                                   f'"alex.morgan@example.org", "{IDN_ME}"]', 1))
-    sent = indexed.mail_root / "personal" / "Sent" / "cur"
+def _my_idn_mail_indexed(env: MailEnv, configured: str) -> None:
+    """The user's address ``configured`` in fmail.toml; mail from it sent with the domain in
+    ACE and in Unicode, indexed; both tagged sent, as notmuch's from: matches both."""
+    config = env.fmail_config.read_text()
+    env.fmail_config.write_text(config.replace('"alex.morgan@example.org"]',
+                                               f'"alex.morgan@example.org", "{configured}"]', 1))
+    sent = env.mail_root / "personal" / "Sent" / "cur"
     for n, (mid, sender) in enumerate((("idn-ace@x", ACE_ME), ("idn-unicode@x", IDN_ME))):
         (sent / f"179640000{n}.1_{n}.host:2,S").write_text(IDN_REPLY.format(sender=sender,
                                                                             mid=mid))
-    indexed.fmail("index")
-    tagged = indexed.notmuch("search", "--output=messages", "tag:sent and (id:idn-ace@x or id:idn-unicode@x)").stdout
+    env.fmail("index")
+    tagged = env.notmuch("search", "--output=messages",
+                         "tag:sent and (id:idn-ace@x or id:idn-unicode@x)").stdout
     assert sorted(tagged.split()) == ["id:idn-ace@x", "id:idn-unicode@x"]
+
+
+def test_my_mail_is_sent_whichever_form_its_domain_is_written_in(indexed: MailEnv) -> None:
+    """notmuch matches from:alex@bücher.example for mail written with the ACE domain too, and
+    tags it sent; the mirror's is_sent (and the threads' sent_count, last_from_me) must agree."""
+    _my_idn_mail_indexed(indexed, IDN_ME)
     assert _sent_rows(indexed) == [["idn-ace@x", 1, 1, 1], ["idn-unicode@x", 1, 1, 1]]
 
 
 def test_a_mirror_that_missed_my_ace_mail_is_corrected(indexed: MailEnv) -> None:
     """A sidecar that compared senders as written has is_sent = 0 for such mail already;
     the schema migration makes the next sync recompute it."""
-    test_my_mail_is_sent_whichever_form_its_domain_is_written_in(indexed)
+    _my_idn_mail_indexed(indexed, IDN_ME)
     path = sidecar.sidecar_path(indexed.config().data_dir)
     with sidecar.opened(path) as conn:  # as the mirror had it before
         conn.execute("UPDATE messages SET is_sent = 0 WHERE message_id = 'idn-ace@x'")
@@ -803,17 +810,7 @@ def test_an_address_configured_in_ace_is_mine_in_tags_and_search(indexed: MailEn
     the ACE form matched nothing -- no `sent` tag, and `from:me` found none of it."""
     from fmail_nm.store.notmuch import Reader
     from fmail_nm.tools import reads
-    config = indexed.fmail_config.read_text()
-    indexed.fmail_config.write_text(config.replace('"alex.morgan@example.org"]',
-                                                   f'"alex.morgan@example.org", "{ACE_ME}"]', 1))
-    sent = indexed.mail_root / "personal" / "Sent" / "cur"
-    for n, (mid, sender) in enumerate((("idn-ace@x", ACE_ME), ("idn-unicode@x", IDN_ME))):
-        (sent / f"179640000{n}.1_{n}.host:2,S").write_text(IDN_REPLY.format(sender=sender,
-                                                                            mid=mid))
-    indexed.fmail("index")
-    tagged = indexed.notmuch("search", "--output=messages",
-                             "tag:sent and (id:idn-ace@x or id:idn-unicode@x)").stdout
-    assert sorted(tagged.split()) == ["id:idn-ace@x", "id:idn-unicode@x"]
+    _my_idn_mail_indexed(indexed, ACE_ME)
     assert _sent_rows(indexed) == [["idn-ace@x", 1, 1, 1], ["idn-unicode@x", 1, 1, 1]]
     with Reader() as reader:
         mb = reads.Mailbox(indexed.config(), reader)

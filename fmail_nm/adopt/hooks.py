@@ -11,6 +11,7 @@ same way; two different hooks of the user's are never merged, nor one dropped.
 
 from __future__ import annotations
 
+import errno
 import filecmp
 import os
 import shlex
@@ -20,6 +21,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from ..passes import PASS_AFTER_ENV
+from ..store.mover import NO_HARDLINKS
 
 HOOK_NAMES = ("post-new",)
 MARKER = "# fmail-nm hook:"
@@ -145,11 +147,22 @@ def _move_keeping_target(source: Path, target: Path) -> None:
     """Move a hook into the keeping folder as it is: a file with its bytes and mode, a link
     still pointing where it pointed (a relative link gets one ``..`` more, for the folder)."""
     target.parent.mkdir(exist_ok=True)
+    # Never over a hook kept there already (two inits at once: the other may have moved the
+    # user's hook in between): both ways fail with FileExistsError instead.
     if source.is_symlink() and not os.path.isabs(link := os.readlink(source)):
-        os.symlink(os.path.join("..", link), target)  # fails rather than overwrite
-        source.unlink()
+        os.symlink(os.path.join("..", link), target)
     else:
-        os.replace(source, target)
+        try:
+            os.link(source, target, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno not in NO_HARDLINKS:
+                raise
+            if os.path.lexists(target):  # no atomic way here: check, then move
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST),
+                                      str(target)) from None
+            os.replace(source, target)
+            return
+    source.unlink()
 
 
 def _move_legacy(hook_dir: Path, name: str) -> Path | None:

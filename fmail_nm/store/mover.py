@@ -52,7 +52,7 @@ from .maildir import MaildirName, on_disk
 from .notmuch import WriteTxn
 
 # Errors from os.link that mean "this filesystem has no hard links", not "this move is wrong".
-_NO_HARDLINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK}
+NO_HARDLINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK}
 # renameat2(2) (Linux 3.15, glibc 2.28): a rename that fails with EEXIST instead of replacing.
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
@@ -170,7 +170,7 @@ def _place(source: Path, cur: Path, name: MaildirName) -> Path:
             if exc.errno == errno.EXDEV:
                 raise MoveError(f"{cur} is on another filesystem than {source}; moves must "
                                 "stay on one filesystem") from None
-            if exc.errno not in _NO_HARDLINKS:
+            if exc.errno not in NO_HARDLINKS:
                 raise MoveError(f"cannot move {source.name} to {cur}: {exc.strerror}") from None
             return _rename_unless_taken(source, candidate, name)
         os.unlink(source)
