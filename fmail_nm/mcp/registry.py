@@ -158,11 +158,48 @@ def plain_validation_error(exc: ValidationError) -> str:
     return "invalid arguments: " + "; ".join(problems)
 
 
+def argument_problem(arguments: dict[str, Any], parameters: dict[str, Any]) -> str | None:
+    """What the server cannot take as given in these arguments, or None.  The SDK drops an
+    argument the tool does not have, so a misspelt ``dry_run`` or ``is_read`` would write, or
+    write the opposite; and the values end up in libnotmuch's C strings, which a NUL cuts
+    short (``flagged\\0x`` is the tag ``flagged``; ``<id>\\0x`` acts on ``<id>``).  Checked
+    here rather than in the schema: every byte of the tool list is read by the model."""
+    known = parameters.get("properties", {})
+    if unknown := [name for name in arguments if name not in known]:
+        return (f"unknown argument {', '.join(map(repr, unknown))}: this tool takes "
+                f"{', '.join(known) or 'no arguments'}")
+    for name, value in arguments.items():
+        if _holds_nul(value):
+            return f"{name}: holds a NUL character (\\x00); remove it"
+    return None
+
+
+def _holds_nul(value: Any) -> bool:
+    """Whether a JSON value holds a NUL in any string, however deeply nested (a loop, not
+    recursion: the nesting is the caller's)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, dict):
+            pending.extend(item)
+            pending.extend(item.values())
+    return False
+
+
 class _Tool(Tool):
-    """A tool whose argument errors read as plain sentences (see plain_validation_error)."""
+    """A tool whose argument errors read as plain sentences (see plain_validation_error), and
+    that refuses arguments it would otherwise drop or cut short (see argument_problem)."""
 
     async def run(self, arguments: dict[str, Any], context: Any,
                   convert_result: bool = False) -> Any:
+        problem = argument_problem(arguments, self.parameters)
+        if problem is not None:
+            raise McpToolError(f"invalid arguments: {problem}")
         try:
             return await super().run(arguments, context, convert_result)
         except McpToolError as exc:

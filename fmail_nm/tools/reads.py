@@ -48,6 +48,11 @@ DEFAULT_LIMIT = 50
 MAX_ECHOED_QUERY = 500
 MAX_CURSOR_CHARS = 200
 MAX_DATE_CHARS = 40
+# Bounds on integers that reach SQLite (64-bit) and islice (sys.maxsize): a cursor's offset
+# counts messages, and no mail is older than the Unix epoch by a million days -- past these a
+# call would crash with no word of what to fix.
+MAX_CURSOR_OFFSET = 2**31 - 1
+MAX_DAYS_SILENT = 1_000_000
 SORTS = ("newest", "oldest")
 
 
@@ -302,6 +307,9 @@ def read_cursor(cursor: str | None, fingerprint: str, anchor: int | None = None)
     offset = int(text_offset)
     if offset < 0:
         raise ToolError("bad cursor: its offset is negative; pass next_cursor exactly as returned")
+    if offset > MAX_CURSOR_OFFSET:
+        raise ToolError("bad cursor: its offset is too large; pass next_cursor exactly as "
+                        "returned")
     if f"{offset}.{rest}" != make_cursor(offset, fingerprint, anchor,
                                          cursor_last(cursor, fingerprint)):
         raise ToolError("bad cursor: it belongs to a different search; start again without a cursor")
@@ -924,6 +932,9 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
                             cursor: str | None = None) -> dto.UnansweredList:
     """Threads whose newest message is the user's, with nothing from anyone after it."""
     limit = clamp_limit(limit)
+    if not 0 <= min_days_silent <= MAX_DAYS_SILENT:
+        raise ToolError(f"min_days_silent must be 0 to {MAX_DAYS_SILENT:,} (got "
+                        f"{min_days_silent}); 365 is a year")
     mine = plain_addresses([address.lower()] if address else list(mb.config.addresses))
     if not mine and address:
         raise ToolError(f"address {address!r} is not an e-mail address")

@@ -204,14 +204,20 @@ def set_flagged(ctx: WriteContext, ids: Sequence[str] | None, flagged: bool, *,
                   flagged=flagged)
 
 
-def check_tag(tag: str) -> str:
+def check_tag(tag: str, *, removing: bool = False) -> str:
     """A tag name as notmuch and its query syntax take it, or a ToolError saying what is wrong."""
     if not tag:
         raise ToolError("tag names must not be empty")
     if any(c.isspace() for c in tag):
         raise ToolError(f"tag {tag!r} contains whitespace")
+    # A control or invisible character: listings cannot show the tag as it is, so the model
+    # could not name it again (and libnotmuch ends the tag at a NUL).
+    if not tag.isprintable():
+        raise ToolError(f"tag {tag!r} contains a control or invisible character")
     if tag.startswith("-"):
-        raise ToolError(f"tag {tag!r} starts with '-' (list it under remove instead)")
+        raise ToolError(f"tag {tag!r} starts with '-': " + (
+            f"name the tag itself ({tag.lstrip('-')!r})" if removing
+            else "list it under remove instead"))
     if len(tag) > MAX_TAG_LENGTH:
         raise ToolError(f"tag {tag[:20]!r}... is longer than {MAX_TAG_LENGTH} characters")
     return tag
@@ -230,7 +236,7 @@ def tag_emails(ctx: WriteContext, ids: Sequence[str] | None = None, add: Sequenc
                confirm_count: int | None = None, dry_run: bool = False) -> WriteResult:
     """Add and remove tags; flag tags (unread, flagged, replied, ...) rename files to match."""
     adds = [check_added_tag(t) for t in add]
-    removes = [check_tag(t) for t in remove]
+    removes = [check_tag(t, removing=True) for t in remove]
     if not adds and not removes:
         raise ToolError("give at least one tag to add or remove")
     if both := sorted(set(adds) & set(removes)):
