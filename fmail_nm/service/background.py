@@ -37,8 +37,8 @@ from ..private import private_dir
 from ..store.notmuch import Reader
 from ..store.notmuch_cli import notmuch_settings
 from .index import INDEX_TIMEOUT, run_index
-from .mbsync import (MBSYNC_TIMEOUT, STOP_GRACE, MbsyncNotInstalled, MbsyncRun, run_mbsync,
-                     stop_running)
+from .mbsync import (MBSYNC_TIMEOUT, STOP_GRACE, MbsyncNotInstalled, MbsyncRun,
+                     run_mbsync, stop_running, wait_for_channels)
 from .push import PushScheduler
 from .status import (
     AccountStatus,
@@ -226,6 +226,7 @@ class _Indexer:
                 self.bg.store.update(skipped)
                 return
             log.debug("not yet indexed: %s", ", ".join(changed[:10]))
+        self._wait_for_mbsync()
         timeout = self.bg.index_timeout
         if last:
             remaining = self._deadline - time.monotonic() - 1.0
@@ -244,6 +245,14 @@ class _Indexer:
             log.info("notmuch new left %d changed file(s) out (%s); scanning every folder",
                      len(missed), missed[0])
             self._index(reader, "files a folder scan missed", timeout, full_scan=True)
+
+    def _wait_for_mbsync(self) -> None:
+        """Hold the run while an mbsync of ours syncs (at most its timeout; see
+        wait_for_channels): the run that ends the sync asks for an index anyway."""
+        def stopping() -> bool:
+            with self._cond:  # stop() ended the runs: what is left is indexed now
+                return self._stopping
+        wait_for_channels(self.config, self.bg.mbsync_timeout, stop=stopping)
 
     def _index(self, reader: Reader, reason: str, timeout: float, *,
                full_scan: bool = False) -> None:

@@ -31,7 +31,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -165,6 +165,41 @@ def channel_lock(config: Config, channel: str, timeout: float = LOCK_TIMEOUT) ->
             yield time.monotonic() - began
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def busy_channels(config: Config) -> list[str]:
+    """The accounts' channels an mbsync run of ours (in any process) holds right now."""
+    busy = []
+    for channel in sorted({a.mbsync_channel for a in config.accounts if a.mbsync_channel}):
+        try:
+            fh = open(lock_path(config, channel), encoding="utf-8")
+        except FileNotFoundError:  # never synced: nobody holds it
+            continue
+        with fh:
+            try:  # shared: fails only while a run holds it exclusively
+                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                busy.append(channel)
+            else:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+    return busy
+
+
+def wait_for_channels(config: Config, timeout: float,
+                      stop: Callable[[], bool] = lambda: False) -> bool:
+    """Wait until no mbsync run of ours holds a channel; False if ``timeout`` ran out (or
+    ``stop()`` said so) first.  mbsync syncs one folder after another, so in the middle of a
+    run a message another client moved is gone from its old folder and not yet in its new
+    one: ``notmuch new`` then would drop it, and every tag only notmuch keeps with it."""
+    deadline = time.monotonic() + max(timeout, 0.0)
+    while busy_channels(config):
+        if stop() or time.monotonic() >= deadline:
+            return False
+        time.sleep(CHANNEL_POLL)
+    return True
+
+
+CHANNEL_POLL = 0.2  # how often a wait for a busy channel looks again
 
 
 # ---------------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from ..passes import changes
 from ..passes.changes import NOT_UNDOABLE, WriteContext
 from ..passes.tagging import tag_added
 from ..store import maildir, mover, notmuch_cli, sidecar
-from ..store.notmuch import DatabaseBusy, IndexedMessage, WriteTxn
+from ..store.notmuch import DatabaseBusy, IndexedMessage, StaleFiles, WriteTxn
 from ..store.query import id_query
 from .dto import Dto
 from .reads import Mailbox, ToolError
@@ -894,6 +894,17 @@ def _sent_folder(ctx: WriteContext, account: Account) -> Path | None:
                            "files sent mail itself); nothing was sent") from None
 
 
+def _mark_original(ctx: WriteContext, original: list[str], mark: str) -> None:
+    """Mark the original replied/passed after the index caught up with a rename another
+    program made (``changes.run`` re-indexes once), so the flag still reaches the server.
+    Part of the send, which undo refuses: not an audit entry of its own."""
+    done = changes.run(ctx, original, changes.tag_step(add=[mark]))
+    changes.notify(ctx, "send", done.changes)
+    if done.errors:
+        raise FilingError(f"the message was sent and filed, but the original could not be "
+                          f"marked {mark}: {done.errors[0][1]}; do not send it again")
+
+
 def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
     """After the sender took the message: the Sent copy (unless the server keeps one), the
     draft gone, the original marked replied or passed -- one write session, one audit entry
@@ -905,6 +916,7 @@ def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
     original = c.in_reply_to or c.forwarded
     mark = tags.REPLIED if c.in_reply_to else tags.PASSED
     known_original = original is not None and ctx.reader.find(original) is not None
+    stale_original: list[str] = []
 
     def job(txn: WriteTxn) -> None:
         if sent_folder is not None:
@@ -915,7 +927,10 @@ def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
             txn.change_tags([sent_id], remove=[tags.DRAFT])
             tag_added(txn, ctx.config, [sent_id])
         if known_original and original is not None:
-            txn.change_tags([original], add=[mark])
+            try:
+                txn.change_tags([original], add=[mark])
+            except StaleFiles:  # a pull renamed its file (read elsewhere): marked below
+                stale_original.append(original)
 
     ids = [*dict.fromkeys([mid, sent_id]), *([original] if known_original and original else [])]
     try:
@@ -928,5 +943,7 @@ def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
     if report.errors:  # sent all the same: say so, so nobody sends it twice
         raise FilingError(f"the message was sent, but filing it failed: {report.errors[0][1]}; "
                            "do not send it again")
+    if stale_original:
+        _mark_original(ctx, stale_original, mark)
     _already_tagged(ctx, sent_id)
     return _result(c, sent_id, sent=True)

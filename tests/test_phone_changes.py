@@ -1,0 +1,160 @@
+"""Files, index, sidecar and server in step when another IMAP client changes the mail too.
+
+Real Dovecot, mbsync and notmuch (tests/syncbed.py); the "phone" is imaplib against the test
+Dovecot, acting between fmail-nm's writes and the next sync.
+"""
+
+from __future__ import annotations
+
+import imaplib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fmail_nm.passes.changes import WriteContext
+from fmail_nm.service import mbsync, send
+from fmail_nm.service.background import Background
+from fmail_nm.store import sidecar
+from fmail_nm.tools import compose, writes
+
+from . import imapbed
+from .smtpbed import SmtpBed
+from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
+    ACCOUNT,
+    ADDRESS,
+    IMAP_USER,
+    SEEN,
+    SyncBed,
+    sync_bed,
+    synced_bed,
+)
+from .test_background import wait_for
+from .test_writes_imap import ctx  # noqa: F401  (pytest fixture, used by name)
+
+pytestmark = pytest.mark.imap
+
+# The service with its watcher only: no scheduled pull and no push of its own.
+WATCH_ONLY = {"watch": True, "schedule": False, "push": False, "watch_quiet": 0.3,
+              "watch_max_delay": 3.0, "poll_interval": 0.5}
+
+
+def _uid(client: imaplib.IMAP4, message_id: str) -> str:
+    typ, data = client.uid("SEARCH", "HEADER", "Message-ID", f'"<{message_id}>"')
+    assert typ == "OK", data
+    (uid,) = (data[0] or b"").split()
+    return uid.decode()
+
+
+def phone_moves(bed: SyncBed, message_id: str, source: str, dest: str) -> None:
+    """Another IMAP client moves a message (UID MOVE), as a phone's delete or archive does."""
+    with bed.server.imap(IMAP_USER) as client:
+        assert client.select(f'"{source}"')[0] == "OK"
+        typ, data = client.uid("MOVE", _uid(client, message_id), f'"{dest}"')
+        assert typ == "OK", data
+        client.close()
+
+
+def test_a_move_on_the_server_keeps_local_tags_through_a_pull_the_watcher_sees(
+        synced_bed: SyncBed, ctx: WriteContext) -> None:
+    """mbsync syncs one folder after the other: a message the phone moved from INBOX to
+    Trash is gone from the local INBOX before its Trash copy arrives.  A ``notmuch new`` in
+    that gap drops the message -- and with it every tag only notmuch keeps (``todo``), since
+    the Trash copy then comes back as new mail.  The service's watcher sees the INBOX file go
+    and must not index while an mbsync run holds the channel."""
+    bed = synced_bed
+    mid = bed.mid(1)
+    assert writes.tag_emails(ctx, [mid], add=["todo"]).applied == [mid]
+    phone_moves(bed, mid, "INBOX", "Trash")
+    config = bed.config()
+    bg = Background(config, **WATCH_ONLY)
+    bg.start()
+    try:
+        assert bg.wait_idle(60), "the startup index run did not finish"
+        runs = bg.status().index.runs
+        # A sync of ours that has done INBOX and not yet Trash (mbsync's order).
+        with mbsync.channel_lock(config, ACCOUNT):
+            imapbed.run_mbsync(bed.mbsync_config, f"{ACCOUNT}:INBOX")
+            assert bed.files(mid) == []
+            # The watcher hands the removal to the index thread (which may run it or wait).
+            wait_for(lambda: bg.queue_length() == 0 and (
+                bg.status().index.runs > runs or not bg._indexer.idle()),
+                "the watcher's batch to reach the index thread")
+            imapbed.run_mbsync(bed.mbsync_config, f"{ACCOUNT}:Trash")
+
+        def in_trash() -> bool:
+            found = bed.find(mid)
+            return found is not None and all("/Trash/" in f for f in found.filenames)
+        wait_for(in_trash, "the index to have the Trash copy")
+        assert bg.wait_idle(60)
+    finally:
+        bg.stop()
+    assert bed.tags(mid) == {"todo", "deleted", "unread"}
+
+
+def test_a_write_during_a_pull_does_not_reindex_a_message_out_of_the_index(
+        synced_bed: SyncBed) -> None:
+    """The same gap, reached by a write: the phone moved the message to Trash and a pull has
+    done INBOX only.  The archive finds its file gone and asks for a re-index -- which then
+    would drop the message (and its ``todo``), answer "not found", and let the Trash copy
+    come back as new mail.  While the sync holds the channel the write must leave the index
+    alone and say the message could not be written; once the pull is done it works."""
+    from fmail_nm.mcp.server import MailService
+
+    bed = synced_bed
+    mid = bed.mid(1)
+    config = bed.config()
+    service = MailService(config)
+    try:
+        assert writes.tag_emails(service._writes(), [mid], add=["todo"]).applied == [mid]
+        phone_moves(bed, mid, "INBOX", "Trash")
+        with mbsync.channel_lock(config, ACCOUNT):
+            imapbed.run_mbsync(bed.mbsync_config, f"{ACCOUNT}:INBOX")
+            writer = service._the_writer()
+            with writer.deadline(time.monotonic() + 1.0):  # the write's bound, shortened
+                result = writes.archive(service._writes(), [mid])
+            assert result.applied == [] and [e.id for e in result.errors] == [mid], result
+            assert bed.find(mid) is not None  # still indexed, with its tags
+            imapbed.run_mbsync(bed.mbsync_config, f"{ACCOUNT}:Trash")
+        bed.index()
+        assert bed.tags(mid) == {"todo", "deleted", "unread"}
+    finally:
+        service.close()
+
+
+@pytest.fixture
+def smtp(tmp_path: Path) -> Iterator[SmtpBed]:
+    bed = SmtpBed(tmp_path / "smtp", {ACCOUNT: ADDRESS}).start()
+    try:
+        yield bed
+    finally:
+        bed.stop()
+
+
+def test_a_reply_to_mail_read_on_the_phone_marks_the_original_answered(
+        synced_bed: SyncBed, smtp: SmtpBed) -> None:
+    """The phone read the original and a pull renamed its file (``:2,S``) before the index
+    ran; then the reply drafted here is sent.  The send must still file it and mark the
+    original replied (``\\Answered`` on the server) -- not report the filing as failed and
+    leave the original unanswered everywhere."""
+    bed = synced_bed
+    bed.mail_env.fmail_config.write_text(bed.mail_env.fmail_config.read_text() +
+                                         'drafts = "Drafts"\n\n' + smtp.send_settings())
+    config = bed.reload()
+    original = bed.mid(1)
+    with bed.reader() as reader, bed.writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir),
+                           reindex=bed.index)  # what the server and the CLI give a write
+        draft = compose.reply_to_email(ctx, original, "Thanks, will do.")
+        bed.store(original, "+FLAGS", [SEEN])
+        (run,) = bed.mbsync("pull")
+        assert run.ok, run.error
+
+        assert send.send_draft(ctx, draft.id).sent
+        assert len(smtp.received) == 1
+        assert bed.tags(original) == {"replied", "inbox"}  # read on the phone, answered here
+    report = bed.sync()
+    assert report.ok, report.errors()
+    assert bed.server_flags(original) == {SEEN, "\\Answered"}
+    assert bed.server_flags(draft.id, folder="Sent") == {SEEN}
