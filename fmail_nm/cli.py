@@ -32,7 +32,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     from .service.index import run_index
 
     fmail_toml = Path(args.config).expanduser() if args.config else default_config_path()
-    if not fmail_toml.is_file():
+    wrote_toml = not fmail_toml.is_file()
+    if wrote_toml:
         # A config $NOTMUCH_CONFIG or $NOTMUCH_PROFILE chose is written down: the server an
         # MCP client or systemd starts has no such environment.
         # Absolute: the hook reads fmail.toml from wherever notmuch new was started.
@@ -43,13 +44,22 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"wrote fmail-nm config (edit freely): {fmail_toml}"
               + (f"; it names the notmuch config {chosen}" if chosen else ""))
     settings = load_settings(fmail_toml)
-    report = prepare(
-        settings,
-        notmuch_config=args.notmuch_config or settings.notmuch_config,
-        mail_root=Path(args.mail_root).expanduser() if args.mail_root else None,
-        name=args.name,
-        addresses=list(args.address or settings.addresses),
-    )
+    try:
+        report = prepare(
+            settings,
+            notmuch_config=args.notmuch_config or settings.notmuch_config,
+            mail_root=Path(args.mail_root).expanduser() if args.mail_root else None,
+            name=args.name,
+            addresses=list(args.address or settings.addresses),
+        )
+    except BaseException:
+        # Nothing names the fmail.toml of a run that failed before its hooks went in (they
+        # are prepare's last step); left behind, it would keep this run's --address and
+        # notmuch config for the corrected run, which reads it instead of its own arguments.
+        if wrote_toml:
+            fmail_toml.unlink(missing_ok=True)
+            print(f"removed {fmail_toml} again: init did not finish", file=sys.stderr)
+        raise
     if report.identity is not None:
         found = report.identity.describe()
         print("who you are:" if found else
@@ -74,8 +84,16 @@ def cmd_init(args: argparse.Namespace) -> int:
     if args.no_index:
         return 0
     sys.stdout.flush()  # what init did, before the progress line on stderr
-    print(run_index(config).describe())
+    print(run_index(config, on_lock_wait=say_lock_wait).describe())
     return 0
+
+
+def say_lock_wait() -> None:
+    """notmuch new waits for a write lock held elsewhere without a word, and without a bound
+    when run from here: the user must know what the command is waiting for."""
+    print("fmail-nm: waiting for the notmuch write lock: another program (a mail client, "
+          "another notmuch new) holds it; indexing starts once it is free (Ctrl-C stops "
+          "waiting; nothing is lost)", file=sys.stderr, flush=True)
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
@@ -103,7 +121,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     from .service.index import run_index
 
     print(run_index(load_config(args.config), show_progress=None if not args.quiet else False,
-                    full_scan=args.full_scan).describe())
+                    full_scan=args.full_scan, on_lock_wait=say_lock_wait).describe())
     return 0
 
 
@@ -133,7 +151,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from .service.mbsync import Direction
 
     direction: Direction = "pull" if args.pull else "push" if args.push else "both"
-    report = sync(load_config(args.config), args.account, direction)
+    report = sync(load_config(args.config), args.account, direction,
+                  on_lock_wait=say_lock_wait)
     for run in report.runs:
         print(run.describe())
     if report.index is not None:
@@ -462,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def server_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
-        p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+        p.add_argument("--port", type=tcp_port, default=8765, help="HTTP port (default 8765)")
         p.add_argument("--allow-remote", action="store_true",
                        help="allow binding a non-loopback address (mail then leaves this "
                             "machine, protected only by the token)")
@@ -497,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("client-config", help="print MCP client configuration to paste")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--port", type=tcp_port, default=8765)
     p.add_argument("--show-token", action="store_true", help="include the token itself")
     p.set_defaults(func=cmd_client_config)
 
@@ -526,13 +545,39 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("demo", help="index a copy of the bundled sample mail and serve it")
     p.add_argument("--dir", default=".demo", help="where the copy and its config live")
     p.add_argument("--no-serve", action="store_true", help="index and print a summary only")
-    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--port", type=tcp_port, default=8765)
     p.set_defaults(func=cmd_demo)
     return parser
 
 
+def tcp_port(text: str) -> int:
+    """A --port value: 1-65535 (a bigger one failed deep in the socket call with a traceback)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: 1 to 65535")
+    return port
+
+
+def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line as parse_args reads it, except that words after an option go to a
+    command's ``args`` too: argparse ends a ``nargs="*"`` positional at the first option, so
+    `contacts block --no-push ADDR` failed with "unrecognized arguments: ADDR" -- naming the
+    address as the mistake.  (parse_intermixed_args does not take subcommands.)"""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and isinstance(getattr(args, "args", None), list) and not any(
+            word.startswith("-") for word in extra):
+        args.args.extend(extra)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_arguments(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="fmail-nm: %(levelname)s: %(message)s", stream=sys.stderr)
     func: Callable[[argparse.Namespace], int] = args.func
@@ -552,5 +597,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except sqlite3.Error as exc:
         log.debug("details", exc_info=True)
-        print(f"fmail-nm: {exc}", file=sys.stderr)
+        print(f"fmail-nm: {sidecar_failure(exc, args.config)}", file=sys.stderr)
         return 1
+
+
+def sidecar_failure(exc: sqlite3.Error, config: str | None) -> str:
+    """What an SQLite error means to the user: the sidecar is the only SQLite file a command
+    opens, and SQLite's bare words ("database disk image is malformed") read as if the notmuch
+    database were broken -- whose rebuild would lose tags.  Names the file and the way out."""
+    from .config import default_data_dir
+    from .store.sidecar import sidecar_path
+
+    try:
+        where = f"the sidecar {sidecar_path(load_settings(config).data_dir or default_data_dir())}"
+    except CallerError:  # fmail.toml unreadable now: still say which database it is
+        where = "fmail-nm's sidecar database"
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF  # the primary result code
+    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return (f"{where} is busy ({exc}): another fmail-nm (the service, the notmuch post-new "
+                "hook, another command) is writing to it; retry in a moment (a later "
+                "`fmail-nm index` takes up any mail this run indexed but did not mirror)")
+    if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        return (f"{where} cannot be read ({exc}); your mail and the notmuch index are not "
+                "affected: `fmail-nm sidecar rebuild` moves the damaged file aside and builds "
+                "it again from notmuch (`fmail-nm doctor` says more)")
+    return f"{where}: {exc}"

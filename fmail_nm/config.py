@@ -315,6 +315,23 @@ def _named_path(value: Any, config_path: Path, what: str) -> str | None:
     return str((config_path.parent / Path(value).expanduser()).absolute())
 
 
+def _table(data: dict[str, Any], key: str, config_path: Path) -> dict[str, Any]:
+    """The ``[key]`` table of fmail.toml ({} when left out).  ``key = "..."`` in its place is
+    an easy slip in TOML; it must be named, not fail later as a Python AttributeError."""
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{config_path}: {key} must be a table -- a line [{key}] with its "
+                          f"settings below it -- not {key} = {value!r}")
+    return value
+
+
+def _text(value: Any, config_path: Path, what: str) -> str | None:
+    """A path or name fmail.toml gives as is (None when left out)."""
+    if value is None or isinstance(value, str):
+        return value
+    raise ConfigError(f"{config_path}: {what} must be a string, not {value!r}")
+
+
 def _use_profile(value: Any, config_path: Path) -> str | None:
     """Put fmail.toml's notmuch profile into the environment: libnotmuch and the notmuch
     program take it only from $NOTMUCH_PROFILE, and it picks the hook folder (and, unset
@@ -342,18 +359,19 @@ def load_settings(path: Path | str | None = None) -> Settings:
         data = tomllib.loads(config_path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{config_path}: {exc}") from None
-    notmuch = data.get("notmuch", {})
-    mbsync = data.get("mbsync", {})
-    index = data.get("index", {})
+    notmuch = _table(data, "notmuch", config_path)
+    mbsync = _table(data, "mbsync", config_path)
+    index = _table(data, "index", config_path)
+    tagging = _table(data, "tagging", config_path)
     accounts = data.get("accounts", [])
     if not isinstance(accounts, list) or not all(isinstance(a, dict) for a in accounts):
         raise ConfigError(f"{config_path}: [[accounts]] must be a list of tables")
-    data_dir = data.get("data_dir")
+    data_dir = _text(data.get("data_dir"), config_path, "data_dir")
     return Settings(
         path=config_path,
         notmuch_config=_named_path(notmuch.get("config"), config_path, "[notmuch] config"),
         notmuch_profile=_use_profile(notmuch.get("profile"), config_path),
-        mbsync_config=mbsync.get("config"),
+        mbsync_config=_text(mbsync.get("config"), config_path, "[mbsync] config"),
         pull_interval_minutes=_minutes(mbsync.get("pull_interval_minutes", 0), "[mbsync]"),
         safety_index_minutes=_minutes(
             index.get("safety_interval_minutes", DEFAULT_SAFETY_INDEX_MINUTES), "[index]",
@@ -362,7 +380,7 @@ def load_settings(path: Path | str | None = None) -> Settings:
         addresses=_str_tuple(data.get("addresses"), "addresses"),
         accounts=tuple(accounts),
         added_accounts=load_added_accounts(),
-        rules=_parse_rules(data.get("tagging", {}).get("rules")),
+        rules=_parse_rules(tagging.get("rules")),
         send=_parse_send(data.get("send")),
     )
 

@@ -73,14 +73,16 @@ def _mbsync_or_report(config: Config, account: str | None, direction: Direction,
 def sync(config: Config, account: str | None = None, direction: Direction = "both", *,
          after_index: Callable[[], None] | None = None,
          timeout: float = MBSYNC_TIMEOUT, lock_timeout: float = LOCK_TIMEOUT,
-         index_timeout: float = INDEX_TIMEOUT) -> SyncReport:
+         index_timeout: float = INDEX_TIMEOUT,
+         on_lock_wait: Callable[[], None] | None = None) -> SyncReport:
     """mbsync, then ``notmuch new`` with hooks and the post-new pass, then ``after_index()``.
 
     mbsync failures (server down, bad password, busy channel) are in the report with mbsync's
     own words; indexing and ``after_index`` run regardless, on whatever the Maildir holds --
     a push also renames files (a new message gets its ``,U=<n>``), so it needs indexing too.
     An unknown account or a bad direction raises before anything runs.  ``index_timeout``
-    bounds ``notmuch new``, which waits silently while another program holds the write lock.
+    bounds ``notmuch new``, which waits silently while another program holds the write lock;
+    ``on_lock_wait`` is told when it is about to (see :func:`run_index`).
     """
     if account is not None:
         config.account(account)
@@ -88,7 +90,8 @@ def sync(config: Config, account: str | None = None, direction: Direction = "bot
     report = SyncReport(runs=_mbsync_or_report(config, account, direction, timeout, lock_timeout),
                         started=started, finished=started)
     try:
-        report.index = run_index(config, show_progress=False, timeout=index_timeout)
+        report.index = run_index(config, show_progress=False, timeout=index_timeout,
+                                 on_lock_wait=on_lock_wait)
     except (NotmuchAccessError, OSError, subprocess.SubprocessError) as exc:
         report.index_error = str(exc)
     if after_index is not None:

@@ -33,7 +33,7 @@ from ..config import Config
 from ..passes import DELIVERY_MIN_FILES, NEW_SINCE_ENV, PASS_AFTER_ENV
 from ..passes.prefetch import Prefetch
 from ..store import sidecar
-from ..store.notmuch import AddedFiles, NotmuchAccessError, Reader, Writer
+from ..store.notmuch import AddedFiles, NotmuchAccessError, Reader, Writer, write_lock_held
 from ..store.notmuch_cli import run_notmuch_new
 
 if TYPE_CHECKING:  # the passes are imported while notmuch new runs (see run_index)
@@ -289,7 +289,8 @@ def _kept_summary(config: Config, reader: Reader) -> tuple[int, dict[str, int]] 
 def run_index(config: Config, *, show_progress: bool | None = None,
               on_line: Callable[[str], None] | None = None,
               on_progress: progress.ProgressCallback | None = None,
-              timeout: float | None = None, full_scan: bool = False) -> IndexSummary:
+              timeout: float | None = None, full_scan: bool = False,
+              on_lock_wait: Callable[[], None] | None = None) -> IndexSummary:
     """The revision before ``notmuch new`` goes to the hook (``NEW_SINCE_ENV``), so that a
     first index tags what it adds and never re-tags mail indexed before.
 
@@ -301,7 +302,9 @@ def run_index(config: Config, *, show_progress: bool | None = None,
     ``timeout`` bounds ``notmuch new`` (hooks included): a run still going after that long --
     typically waiting silently for a write lock another program holds -- is stopped and
     reported as :class:`IndexingFailed` instead of hanging the caller.  ``full_scan``: see
-    :func:`~fmail_nm.store.notmuch_cli.run_notmuch_new`."""
+    :func:`~fmail_nm.store.notmuch_cli.run_notmuch_new`.  ``on_lock_wait`` is called when
+    another program holds the write lock as notmuch new is about to start (it would wait for
+    it without a word): a person at a terminal is told what the command waits for."""
     notmuch_config = config.settings.notmuch_config
     interactive = _isatty(sys.stderr) if show_progress is None else show_progress
     display = ProgressDisplay(sys.stderr, enabled=interactive)
@@ -346,6 +349,8 @@ def run_index(config: Config, *, show_progress: bool | None = None,
         hooked = hook is not None and is_ours(hook) and not defers_pass(hook)
         env = {NEW_SINCE_ENV: str(before), progress.ENV: "1" if as_tty else "",
                PASS_AFTER_ENV: "1"}
+        if on_lock_wait is not None and write_lock_held(notmuch_config):
+            on_lock_wait()
         result = run_notmuch_new(notmuch_config, as_tty=as_tty,
                                  on_line=handle if (as_tty or on_line) else None,
                                  timeout=timeout, env=env, full_scan=full_scan)

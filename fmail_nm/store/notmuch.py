@@ -1080,9 +1080,12 @@ class Writer:
         self._thread = threading.Thread(target=self._loop, name="notmuch-writer", daemon=True)
         self._thread.start()
 
-    def close(self) -> None:
+    def close(self, *, join: bool = True) -> None:
+        """Stop the writer thread; ``join=False`` does not wait for it (a thread still blocked
+        in a read-write open ends once it gets the lock, writing nothing)."""
         self._jobs.put(None)
-        self._thread.join(timeout=self.lock_timeout + 5)
+        if join:
+            self._thread.join(timeout=self.lock_timeout + 5)
 
     def __enter__(self) -> Writer:
         return self
@@ -1186,3 +1189,23 @@ class Writer:
                 _close_reporting(db, job)
             job.opened.set()
             job.done.set()
+
+
+# How long write_lock_held tries to open the database read-write: a free lock is had at once.
+LOCK_PROBE_WAIT = 1.0
+
+
+def write_lock_held(config_path: str | None, wait: float = LOCK_PROBE_WAIT) -> bool:
+    """Whether another program (a mail client, a notmuch new) holds the write lock now: a
+    read-write session that writes nothing, given up after ``wait`` seconds.  For telling
+    the user what a ``notmuch new`` about to start will wait for -- it waits silently."""
+    writer = Writer(config_path, lock_timeout=wait)
+    try:
+        writer.run(lambda txn: None)
+    except DatabaseBusy:
+        writer.close(join=False)  # its open may block until the lock is free
+        return True
+    except NotmuchAccessError:  # a full disk, a damaged index: notmuch new says it itself
+        pass
+    writer.close()
+    return False
