@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import imaplib
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -31,6 +29,7 @@ from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
     synced_bed,
 )
 from .test_background import wait_for
+from .test_send_imap import smtp  # noqa: F401  (pytest fixture, used by name)
 from .test_writes_imap import ctx  # noqa: F401  (pytest fixture, used by name)
 
 pytestmark = pytest.mark.imap
@@ -121,15 +120,6 @@ def test_a_write_during_a_pull_does_not_reindex_a_message_out_of_the_index(
         assert bed.tags(mid) == {"todo", "deleted", "unread"}
     finally:
         service.close()
-
-
-@pytest.fixture
-def smtp(tmp_path: Path) -> Iterator[SmtpBed]:
-    bed = SmtpBed(tmp_path / "smtp", {ACCOUNT: ADDRESS}).start()
-    try:
-        yield bed
-    finally:
-        bed.stop()
 
 
 def test_a_reply_to_mail_read_on_the_phone_marks_the_original_answered(
