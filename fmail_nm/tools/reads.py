@@ -317,8 +317,11 @@ def read_cursor(cursor: str | None, fingerprint: str, anchor: int | None = None)
 
 
 def next_cursor(offset: int, page: int, total: int, fingerprint: str,
-                anchor: int | None = None) -> str | None:
-    return make_cursor(offset + page, fingerprint, anchor) if offset + page < total else None
+                anchor: int | None = None, last: str | None = None) -> str | None:
+    """The cursor of the page after ``page`` items from ``offset``; None at the end."""
+    if offset + page >= total:
+        return None
+    return make_cursor(offset + page, fingerprint, anchor, last)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,8 +362,8 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
         fetch, start, limit, last, lambda found: sidecar.uid_for(found) == last,
         lambda: _resumed_offset(mb, nm_query, compiled.exclude_tags, sort, start, last))
     changed = mb.reader.changed_at()
-    cursor_out = (make_cursor(offset + len(ids), fp, compiled.anchor, sidecar.uid_for(ids[-1]))
-                  if ids and offset + len(ids) < total else None)
+    cursor_out = (next_cursor(offset, len(ids), total, fp, compiled.anchor,
+                              sidecar.uid_for(ids[-1])) if ids else None)
     return dto.SearchResult(results=listing(mb, ids), total=total,
                             next_cursor=cursor_out, query=echoed_query(nm_query),
                             hidden=_hidden(compiled, cursor_out, excluded),
