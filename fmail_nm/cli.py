@@ -215,8 +215,12 @@ def cmd_contacts(args: argparse.Namespace) -> int:
         if len(args.args) != 1:
             raise CallerError("usage: fmail-nm contacts import FILE.csv")
         # utf-8-sig: a spreadsheet's "CSV UTF-8" starts with a byte-order mark.
-        with open(args.args[0], newline="", encoding="utf-8-sig") as source:
-            text = source.read()
+        try:
+            with open(args.args[0], newline="", encoding="utf-8-sig") as source:
+                text = source.read()
+        except UnicodeDecodeError:
+            raise CallerError(f"{args.args[0]} is not UTF-8 text: save it as CSV UTF-8, "
+                              "then import it again") from None
         n, effect = _edit_contacts(config, args, lambda conn: contacts.import_csv(
             conn, io.StringIO(text)))
         print(f"imported {n} contacts")

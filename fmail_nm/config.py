@@ -571,6 +571,9 @@ def _configured_accounts(settings: Settings, mail_root: Path, folders: list[str]
         for role, folder in explicit.items():
             if role not in ROLES:
                 raise ConfigError(f"account {name!r}: unknown folder role {role!r} (roles: {', '.join(ROLES)})")
+            if not isinstance(folder, str) or not folder:
+                raise ConfigError(f"account {name!r}: folder for {role} must be a folder name "
+                                  f'in quotes (e.g. {role} = "INBOX"), not {folder!r}')
             roles[role] = folder if maildir == "." else f"{maildir}/{folder}"
         accounts.append(Account(
             name=name,

@@ -139,3 +139,14 @@ def test_a_port_out_of_range_is_named(indexed: MailEnv, port: str) -> None:
     done = indexed.fmail("serve", "--transport", "http", "--port", port, check=False)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "--port" in done.stderr and "port" in done.stderr.split("--port", 1)[1]
+
+
+def test_a_folder_role_given_a_number_is_named(indexed: MailEnv) -> None:
+    """`inbox = 5` under [accounts.folders] (quotes forgotten) was read as the folder 5."""
+    text = indexed.fmail_config.read_text()
+    assert 'inbox = "INBOX"' in text
+    indexed.fmail_config.write_text(text.replace('inbox = "INBOX"', "inbox = 5", 1))
+    done = indexed.fmail("index", "--quiet", check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert 'folder for inbox must be a folder name in quotes (e.g. inbox = "INBOX"), not 5' \
+        in done.stderr

@@ -391,6 +391,10 @@ def test_cli_import_of_a_bad_file_changes_nothing(indexed: MailEnv, tmp_path: Pa
     no_column.write_text("email,is_blocked\nx@example.com,1\n")
     assert cli.main(["contacts", "import", str(no_column), "--no-push"]) == 2
     assert "email_address" in capsys.readouterr().err
+    latin1 = tmp_path / "latin1.csv"  # a spreadsheet's plain "CSV": the local code page
+    latin1.write_bytes("email_address,name\nx@example.com,Zoë\n".encode("latin-1"))
+    assert cli.main(["contacts", "import", str(latin1), "--no-push"]) == 2
+    assert f"{latin1} is not UTF-8 text: save it as CSV UTF-8" in capsys.readouterr().err
     with sidecar.opened(sidecar_of(indexed)) as conn:
         assert table(conn) == before
     assert "blocked" in tags_of(indexed, f"from:{BANK}")
