@@ -101,7 +101,6 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
     removing fmail-nm needs, since a hook left behind fails every notmuch new once the
     program is gone."""
     from .adopt.hooks import uninstall_hooks
-    from .config import default_data_dir
     from .store.notmuch_cli import notmuch_settings
 
     settings = load_settings(args.config)
@@ -111,7 +110,7 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
     for action in uninstall_hooks(Path(hook_dir)):
         print(f"hook {action.describe()}")
     print("your notmuch config, mail and tags are as they were; fmail-nm's own files "
-          f"(fmail.toml, the sidecar in {settings.data_dir or default_data_dir()}) are left for "
+          f"(fmail.toml, the sidecar in {settings.data_dir_or_default()}) are left for "
           "you to delete")
     return 0
 
@@ -314,11 +313,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .config import default_data_dir
     from .service.status import StatusStore, render_text, service_alive, to_json
 
     settings = load_settings(args.config)
-    status = StatusStore(settings.data_dir or default_data_dir()).load()
+    status = StatusStore(settings.data_dir_or_default()).load()
     print(to_json(status) if args.json else render_text(status))
     return 0 if service_alive(status) else 3
 
@@ -403,7 +401,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from .service.doctor import diagnose
 
     try:
-        data_dir = load_settings(args.config).data_dir or default_data_dir()
+        data_dir = load_settings(args.config).data_dir_or_default()
     except CallerError:  # diagnose reports it
         data_dir = default_data_dir()
     findings = diagnose(args.config, token_file=token_path(data_dir))
@@ -609,11 +607,10 @@ def sidecar_failure(exc: sqlite3.Error, config: str | None) -> str:
     """What an SQLite error means to the user: the sidecar is the only SQLite file a command
     opens, and SQLite's bare words ("database disk image is malformed") read as if the notmuch
     database were broken -- whose rebuild would lose tags.  Names the file and the way out."""
-    from .config import default_data_dir
     from .store.sidecar import sidecar_path
 
     try:
-        where = f"the sidecar {sidecar_path(load_settings(config).data_dir or default_data_dir())}"
+        where = f"the sidecar {sidecar_path(load_settings(config).data_dir_or_default())}"
     except CallerError:  # fmail.toml unreadable now: still say which database it is
         where = "fmail-nm's sidecar database"
     code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF  # the primary result code

@@ -14,6 +14,7 @@ import re
 import sys
 import tomllib
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,10 @@ class Settings:
     rules: tuple[TagRule, ...] = DEFAULT_RULES
     send: SendSettings = SendSettings()
 
+    def data_dir_or_default(self) -> Path:
+        """Where the sidecar and the service's state live: ``data_dir``, else the default."""
+        return self.data_dir or default_data_dir()
+
 
 def _xdg(var: str, fallback: str) -> Path:
     value = os.environ.get(var)
@@ -304,15 +309,21 @@ def _parse_send(raw: Any) -> SendSettings:
     )
 
 
+def _text(value: Any, config_path: Path, what: str) -> str | None:
+    """A path or name fmail.toml gives as is (None when left out)."""
+    if value is None or isinstance(value, str):
+        return value
+    raise ConfigError(f"{config_path}: {what} must be a string, not {value!r}")
+
+
 def _named_path(value: Any, config_path: Path, what: str) -> str | None:
     """A file named in fmail.toml, as an absolute path: ``~`` expanded (notmuch and the
     bindings take the name literally), a relative name taken from fmail.toml's folder -- not
     from the working directory, which is wherever notmuch new runs our hook."""
-    if value is None or value == "":  # left empty: found the way libnotmuch finds it
+    name = _text(value, config_path, what)
+    if not name:  # left out or empty: found the way libnotmuch finds it
         return None
-    if not isinstance(value, str):
-        raise ConfigError(f"{config_path}: {what} must be a string")
-    return str((config_path.parent / Path(value).expanduser()).absolute())
+    return str((config_path.parent / Path(name).expanduser()).absolute())
 
 
 def _table(data: dict[str, Any], key: str, config_path: Path) -> dict[str, Any]:
@@ -325,24 +336,16 @@ def _table(data: dict[str, Any], key: str, config_path: Path) -> dict[str, Any]:
     return value
 
 
-def _text(value: Any, config_path: Path, what: str) -> str | None:
-    """A path or name fmail.toml gives as is (None when left out)."""
-    if value is None or isinstance(value, str):
-        return value
-    raise ConfigError(f"{config_path}: {what} must be a string, not {value!r}")
-
-
 def _use_profile(value: Any, config_path: Path) -> str | None:
     """Put fmail.toml's notmuch profile into the environment: libnotmuch and the notmuch
     program take it only from $NOTMUCH_PROFILE, and it picks the hook folder (and, unset
     in the config, the database) -- a service started without it would run notmuch new
     without the user's hooks."""
-    if value is None or value == "":
+    profile = _text(value, config_path, "[notmuch] profile")
+    if not profile:
         return None
-    if not isinstance(value, str):
-        raise ConfigError(f"{config_path}: [notmuch] profile must be a string")
-    os.environ["NOTMUCH_PROFILE"] = value
-    return value
+    os.environ["NOTMUCH_PROFILE"] = profile
+    return profile
 
 
 def load_settings(path: Path | str | None = None) -> Settings:
@@ -389,23 +392,30 @@ def load_settings(path: Path | str | None = None) -> Settings:
 # Folders on disk
 
 
-def maildir_folders(mail_root: Path) -> list[str]:
-    """Every Maildir folder under the mail root, relative to it, sorted ("." for the root)."""
-    found: list[str] = []
+def each_directory_once(root: str | Path) -> Iterator[tuple[str, list[str]]]:
+    """``os.walk`` of ``root`` following symlinked folders, as notmuch new follows them (mail
+    kept on another disk), each directory once (a link back into the tree is not walked
+    again) and unreadable ones left out.  The caller may prune the names it is given, as
+    with ``os.walk``."""
     seen: set[tuple[int, int]] = set()
-    # Symlinked folders are followed, as notmuch new follows them (mail kept on another
-    # disk); a link back into the tree is walked once.
-    for dirpath, dirnames, _ in os.walk(mail_root, followlinks=True):
-        here = Path(dirpath)
+    for dirpath, dirnames, _ in os.walk(root, followlinks=True):
         try:
-            stat = here.stat()
+            st = os.stat(dirpath)
         except OSError:
             dirnames[:] = []
             continue
-        if (stat.st_dev, stat.st_ino) in seen:
+        if (st.st_dev, st.st_ino) in seen:
             dirnames[:] = []
             continue
-        seen.add((stat.st_dev, stat.st_ino))
+        seen.add((st.st_dev, st.st_ino))
+        yield dirpath, dirnames
+
+
+def maildir_folders(mail_root: Path) -> list[str]:
+    """Every Maildir folder under the mail root, relative to it, sorted ("." for the root)."""
+    found: list[str] = []
+    for dirpath, dirnames in each_directory_once(mail_root):
+        here = Path(dirpath)
         # .notmuch holds the database; tmp/new/cur are the Maildir's own, never folders.
         dirnames[:] = sorted(d for d in dirnames if d not in (".notmuch", "tmp", "new", "cur"))
         if (here / "cur").is_dir() or (here / "new").is_dir():
@@ -484,7 +494,7 @@ class Config:
 
     @property
     def data_dir(self) -> Path:
-        return self.settings.data_dir or default_data_dir()
+        return self.settings.data_dir_or_default()
 
     @property
     def addresses(self) -> tuple[str, ...]:

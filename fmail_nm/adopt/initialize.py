@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import Config, Settings, default_data_dir, fmail_command, maildir_folders, resolve
+from ..config import Config, Settings, fmail_command, maildir_folders, resolve
 from ..passes.indexing import Ignored
 from ..passes.mirror import SETUP_REVISION, sync_sidecar
 from ..store import sidecar
@@ -221,7 +221,7 @@ def mark_setup_revision(settings: Settings, config_path: str) -> None:
     """Record the notmuch revision fmail-nm was set up at, unless the sidecar is built already:
     the first post-new pass then tags what is indexed after it -- whoever runs that first
     ``notmuch new`` -- and never the mail that was there before."""
-    with sidecar.opened(sidecar.sidecar_path(settings.data_dir or default_data_dir())) as conn:
+    with sidecar.opened(sidecar.sidecar_path(settings.data_dir_or_default())) as conn:
         if sidecar.get_state(conn, "notmuch_uuid") is not None:
             return
         with Reader(config_path) as reader, sidecar.transaction(conn):

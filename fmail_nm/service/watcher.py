@@ -57,7 +57,7 @@ try:  # watchdog 7's recursive watch, which handles IN_Q_OVERFLOW (older ones dr
 except ImportError:  # then only the service's safety interval makes up for lost events
     InotifyWatchGroup = None  # type: ignore[assignment,misc]
 
-from ..config import Config
+from ..config import Config, each_directory_once
 from .debounce import Debouncer
 
 log = logging.getLogger(__name__)
@@ -116,20 +116,12 @@ def count_dirs(root: str) -> int:
     and notmuch new follow them, each directory once (inotify has one watch per inode);
     unreadable ones are skipped (watchdog skips them too, so they must not look like a
     shortfall)."""
-    seen: set[tuple[int, int]] = set()
-    for here, dirnames, _ in os.walk(root, followlinks=True):
-        try:
-            st = os.stat(here)
-        except OSError:
-            dirnames[:] = []
-            continue
-        if (st.st_dev, st.st_ino) in seen:  # a link back into the tree: counted once
-            dirnames[:] = []
-            continue
-        seen.add((st.st_dev, st.st_ino))
+    total = 0
+    for here, dirnames in each_directory_once(root):
+        total += 1
         dirnames[:] = [d for d in dirnames
                        if os.access(os.path.join(here, d), os.R_OK | os.X_OK)]
-    return max(len(seen), 1)
+    return max(total, 1)
 
 
 def linked_trees(root: str) -> list[str]:
