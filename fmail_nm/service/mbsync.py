@@ -167,6 +167,9 @@ def channel_lock(config: Config, channel: str, timeout: float = LOCK_TIMEOUT) ->
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+CHANNEL_POLL = 0.2  # how often a wait for a busy channel looks again
+
+
 def busy_channels(config: Config) -> list[str]:
     """The accounts' channels an mbsync run of ours (in any process) holds right now."""
     busy = []
@@ -197,9 +200,6 @@ def wait_for_channels(config: Config, timeout: float,
             return False
         time.sleep(CHANNEL_POLL)
     return True
-
-
-CHANNEL_POLL = 0.2  # how often a wait for a busy channel looks again
 
 
 # ---------------------------------------------------------------------------------------------
