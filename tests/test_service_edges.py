@@ -1,5 +1,5 @@
 """The always-on service and the HTTP transport where setups differ: a symlinked account
-folder, a mail root replaced, a shutdown during a hanging send, a client through a tunnel.
+folder, a mail root replaced or moved away, a shutdown during a hanging send, a client through a tunnel.
 Real parts: the watcher, notmuch, msmtp, uvicorn and the SDK's client."""
 
 from __future__ import annotations
@@ -151,5 +151,26 @@ def test_mail_is_still_watched_after_the_mail_root_was_replaced(
     deliver(root / "personal" / "INBOX", "after-restore@example.net", "after the restore")
 
     wait_for(lambda: known("after-restore@example.net"), "the delivery after the restore")
+    assert bg.wait_idle(WAIT)
+    assert bg.status().index.last_ok
+
+
+def test_mail_is_still_watched_after_the_mail_root_was_moved_away(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    """The mail root moved aside and a copy put in its place (``mv ~/Mail ~/Mail.old``):
+    inotify tells nothing of the move -- its watches follow the old directory -- so only a
+    look at the root itself shows the deliveries now land where nothing watches."""
+    bg = service()
+    root = indexed.mail_root
+    copy, aside = indexed.base / "copy", indexed.base / "aside"
+    shutil.copytree(root, copy, symlinks=True)
+    root.rename(aside)
+    copy.rename(root)
+    time.sleep(FAST["poll_interval"] * 3)  # the move is noticed and the root watched again ...
+    assert bg.wait_idle(WAIT)  # ... and indexed: what comes next is a delivery of its own
+
+    deliver(root / "personal" / "INBOX", "after-move@example.net", "after the move")
+
+    wait_for(lambda: known("after-move@example.net"), "the delivery after the move")
     assert bg.wait_idle(WAIT)
     assert bg.status().index.last_ok

@@ -233,6 +233,8 @@ class MailWatcher:
         self._observer: BaseObserver | None = None
         self._stopping = threading.Event()
         self._observer_lock = threading.Lock()  # the observer is replaced when the root is
+        self._root_id: tuple[int, int] | None = None  # the watched root's (device, inode)
+        self._rewatching = False  # a rewatch is waiting for the root (under _observer_lock)
 
     # -- public ------------------------------------------------------------------------------
 
@@ -251,6 +253,7 @@ class MailWatcher:
         except BaseException:
             self._debouncer.close()
             raise
+        threading.Thread(target=self._guard_root, name="mail-root-guard", daemon=True).start()
         log.info("watching %s for new mail (%s)", self.mail_root, self.mode)
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -295,6 +298,7 @@ class MailWatcher:
                               follow_symlink=True)
 
     def _start_observer(self) -> BaseObserver:
+        self._root_id = _identity(self.mail_root)
         if not self.force_polling:
             observer = self._start_native()
             if observer is not None:
@@ -322,8 +326,9 @@ class MailWatcher:
         if before is not None and after is not None and _is_inotify(observer):
             added = after - before
             # watchdog skips (silently) a subfolder it could not watch; a shortfall that is not
-            # explained by folders removed meanwhile means the watch limit was hit.
-            if added < min(expected, count_dirs(self.mail_root)):
+            # explained by folders removed meanwhile means the watch limit was hit (counted
+            # again only then: each count walks the whole tree).
+            if added < expected and added < count_dirs(self.mail_root):
                 observer.stop()
                 observer.join(5)
                 log.warning("inotify could watch only %d of %d folders under %s; polling every "
@@ -356,15 +361,36 @@ class MailWatcher:
         except Exception:  # the observer thread must keep running
             log.exception("handling a folder that left the mail tree failed")
 
+    def _guard_root(self) -> None:
+        """Notice a mail root moved away (``mv ~/Mail ~/Mail.old``, a backup put in its place):
+        inotify says nothing of it -- the watches follow the moved directory, whose events
+        then pass for the root's -- so its identity is compared every poll interval."""
+        while not self._stopping.wait(self.poll_interval):
+            with self._observer_lock:
+                watched, rewatching = self._root_id, self._rewatching
+            if not rewatching and watched is not None and _identity(self.mail_root) != watched:
+                self._root_gone()
+
     def _root_gone(self) -> None:
-        """The mail root itself was removed (replaced by a restored backup, ``rm -rf`` and a
-        fresh pull): the watches went with it.  Watch again once it is back -- on a thread of
-        its own, as the observer is replaced -- and have everything indexed."""
-        log.warning("the mail root %s was removed; watching it again once it is back",
-                    self.mail_root)
+        """The mail root itself was removed or moved away (replaced by a restored backup,
+        ``rm -rf`` and a fresh pull): the watches went with it.  Watch again once it is back --
+        on a thread of its own, as the observer is replaced -- and have everything indexed."""
+        with self._observer_lock:
+            if self._rewatching:  # the removal's event and the guard may both tell
+                return
+            self._rewatching = True
+        log.warning("the mail root %s was removed or moved; watching it again once it is "
+                    "back", self.mail_root)
         threading.Thread(target=self._rewatch, name="mail-rewatch", daemon=True).start()
 
     def _rewatch(self) -> None:
+        try:
+            self._watch_again()
+        finally:
+            with self._observer_lock:
+                self._rewatching = False
+
+    def _watch_again(self) -> None:
         with self._observer_lock:
             old, self._observer = self._observer, None
         if old is not None:
@@ -400,6 +426,15 @@ class MailWatcher:
             self.on_batch([Path(p) for p in batch])
         except Exception:  # keep watching; the next batch or index run catches up
             log.exception("handling %d changed mail file(s) failed", len(batch))
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """A directory's (device, inode), or None when it is not there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _inside(path: str, tree: str) -> bool:
