@@ -242,6 +242,12 @@ async def test_write_tag_and_folder_results_read_as_short_lines(indexed: MailEnv
         assert head == f"2 done: {mum[0]} {mum[1]}; audit {audit} (undo_last_write reverts it)"
         assert missing == "not found: nope@example.net"
         assert await text(client, "undo_last_write", {}) == f"undid audit {audit}; 2 put back: {mum[0]} {mum[1]}"
+        # A message with a copy in each account is moved in both; the answer names them.
+        both = uid_for("both-accounts-1@example.com")
+        deleted = await text(client, "delete_messages", {"ids": [both]})
+        assert deleted.startswith(f"1 done: {both} (in accounts personal, work); audit ")
+        assert (await text(client, "undo_last_write", {})).endswith(
+            f"; 1 put back: {both} (in accounts personal, work)")
 
         preview = (await text(client, "tag_emails", {"query": "in:inbox", "add": ["later"]})).split("\n")
         inbox = (await call(client, "search_emails", {"query": "in:inbox", "limit": 1}))["total"]

@@ -503,16 +503,94 @@ def test_archive_moves_only_the_inbox_copy(h: Harness) -> None:
     h.assert_in_step()
 
 
-def test_only_the_target_accounts_copy_moves(h: Harness) -> None:
-    assert h.folders(BOTH_ACCOUNTS) == ["personal/INBOX", "work/INBOX"]
-    writes.delete_messages(h.ctx, [BOTH_ACCOUNTS])  # the primary file is personal's
-    assert h.folders(BOTH_ACCOUNTS) == ["personal/Trash", "work/INBOX"]
-    assert h.outcomes[-1].accounts == frozenset({"personal"})
-    writes.delete_messages(h.ctx, [BOTH_ACCOUNTS], account="work")
+def test_a_delete_moves_each_accounts_copy_to_its_own_trash_and_restore_brings_each_back(
+        h: Harness) -> None:
+    """Tags are per message: deleting moved the primary account's copy to its Trash and left
+    the other account's in its INBOX -- tagged deleted, out of step, and still on that
+    server's inbox -- while the answer said "1 done"."""
+    writes.move_to_folder(h.ctx, [BOTH_ACCOUNTS], "Archive", account="personal")
+    assert h.folders(BOTH_ACCOUNTS) == ["personal/Archive", "work/INBOX"]
+    result = writes.delete_messages(h.ctx, [BOTH_ACCOUNTS])
+    assert result.applied == [BOTH_ACCOUNTS] and not result.errors
+    assert result.accounts == ["personal", "work"]
+    assert h.outcomes[-1].accounts == frozenset({"personal", "work"})  # both are pushed
+    personal, work = h.files(BOTH_ACCOUNTS)
+    assert_moved_name(personal, "personal/Trash")
+    assert_moved_name(work, "work/Trash")
+    assert "deleted" in h.tags(BOTH_ACCOUNTS) and "inbox" not in h.tags(BOTH_ACCOUNTS)
+    h.assert_in_step()
+
+    restored = writes.restore(h.ctx, [BOTH_ACCOUNTS])  # each copy back where it was
+    assert restored.applied == [BOTH_ACCOUNTS] and restored.accounts == ["personal", "work"]
+    assert h.folders(BOTH_ACCOUNTS) == ["personal/Archive", "work/INBOX"]
+    assert {"deleted", "archived"} & h.tags(BOTH_ACCOUNTS) == {"archived"}
+    h.assert_in_step()
+
+
+def test_undo_of_a_delete_in_two_accounts_puts_both_copies_back(h: Harness) -> None:
+    before = h.shape(BOTH_ACCOUNTS)
+    writes.delete_messages(h.ctx, [BOTH_ACCOUNTS])
     assert h.folders(BOTH_ACCOUNTS) == ["personal/Trash", "work/Trash"]
-    assert h.outcomes[-1].accounts == frozenset({"work"})
+    undone = writes.undo_last_write(h.ctx)
+    assert undone.applied == [BOTH_ACCOUNTS] and not undone.errors
+    assert undone.accounts == ["personal", "work"]
+    assert h.shape(BOTH_ACCOUNTS) == before
+    h.assert_in_step()
+
+
+def test_an_account_without_the_folder_keeps_its_copy_and_the_answer_says_so(
+        h: Harness) -> None:
+    """work has no Junk folder: its copy stays in work/INBOX, named in the answer, while
+    personal's goes to personal/Junk; undo puts that one back."""
+    before = h.shape(BOTH_ACCOUNTS)
+    result = writes.move_to_junk(h.ctx, [BOTH_ACCOUNTS])
+    assert result.applied == [BOTH_ACCOUNTS]
+    [error] = result.errors
+    assert error.error.startswith("not moved: work/INBOX (account 'work' has no junk folder")
+    assert h.folders(BOTH_ACCOUNTS) == ["personal/Junk", "work/INBOX"]
+    assert "spam" in h.tags(BOTH_ACCOUNTS)
+    h.assert_in_step()
+    writes.undo_last_write(h.ctx)
+    assert h.shape(BOTH_ACCOUNTS) == before
+
+
+def test_archive_moves_each_accounts_inbox_copy_to_its_own_archive(mail_env: MailEnv) -> None:
+    with mail_env.fmail_config.open("a") as fh:  # work's folder table is the file's last one
+        fh.write('archive = "Archive"\n')
+    run_init(mail_env)
+    config = mail_env.config()
+    with Reader() as reader, Writer() as writer:
+        hh = Harness(mail_env, WriteContext(config, reader, writer,
+                                            sidecar.sidecar_path(config.data_dir)))
+        before = hh.shape(BOTH_ACCOUNTS)
+        result = writes.archive(hh.ctx, [BOTH_ACCOUNTS])
+        assert result.applied == [BOTH_ACCOUNTS] and not result.errors
+        personal, work = hh.files(BOTH_ACCOUNTS)
+        assert_moved_name(personal, "personal/Archive")
+        assert_moved_name(work, "work/Archive")
+        assert {"archived", "inbox"} & hh.tags(BOTH_ACCOUNTS) == {"archived"}
+        hh.assert_in_step()
+        writes.undo_last_write(hh.ctx)
+        assert hh.shape(BOTH_ACCOUNTS) == before
+        hh.assert_in_step()
+
+
+def test_a_write_naming_an_account_moves_only_that_accounts_copy(h: Harness) -> None:
+    assert h.folders(BOTH_ACCOUNTS) == ["personal/INBOX", "work/INBOX"]
+    result = writes.delete_messages(h.ctx, [BOTH_ACCOUNTS], account="work")
+    assert h.folders(BOTH_ACCOUNTS) == ["personal/INBOX", "work/Trash"]
+    assert h.outcomes[-1].accounts == frozenset({"work"}) and result.accounts == []
     with pytest.raises(ToolError, match="unknown account"):
         writes.delete_messages(h.ctx, [BOTH_ACCOUNTS], account="nope")
+    h.assert_in_step()
+
+
+def test_flag_changes_rename_the_files_in_every_account(h: Harness) -> None:
+    result = writes.set_read(h.ctx, [BOTH_ACCOUNTS], False)
+    assert result.accounts == ["personal", "work"]
+    writes.set_flagged(h.ctx, [BOTH_ACCOUNTS], True)
+    writes.tag_emails(h.ctx, [BOTH_ACCOUNTS], add=["replied"])
+    assert [flags_of(f) for f in h.files(BOTH_ACCOUNTS)] == ["FR", "FR"]
     h.assert_in_step()
 
 

@@ -9,7 +9,8 @@ the server.
 
 The bed (tests/syncbed.py): account ``acct`` with INBOX, Sent, Trash, Junk, Archive; mbsync with
 ``Expunge Both``, ``Create Both``.  Seeded: 1 unread, 2 read, 3 unread+flagged, 4 read+flagged
-in INBOX, 5 read in Archive.
+in INBOX, 5 read in Archive.  The two-account tests add ``work``, a second login on the same
+server with its own channel.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 
 from fmail_nm.passes.changes import WriteContext
+from fmail_nm.service import cycle
 from fmail_nm.store import sidecar
 from fmail_nm.store.maildir import MaildirName
 from fmail_nm.store.notmuch import DatabaseBusy, Writer
@@ -41,8 +43,12 @@ from .conftest import notmuch_lock_held, search_rows
 from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
     ACCOUNT,
     FLAGGED,
+    IMAP_USER,
+    MBSYNC_TIMEOUT,
     SEEN,
     SyncBed,
+    message,
+    require_tools,
     sync_bed,
     synced_bed,
 )
@@ -423,3 +429,65 @@ async def test_the_server_pushes_a_delete_by_itself(synced_bed: SyncBed) -> None
     assert bed.tags(mid) == {"deleted"}
     local_file(bed, mid, "Trash")
     assert_settled(bed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Two accounts
+
+
+OTHER = "work"  # a second account on the same server: its own IMAP login, channel and folder
+OTHER_TOML = f"""
+[[accounts]]
+name = "{OTHER}"
+addresses = ["alex@work.example"]
+maildir = "{OTHER}"
+mbsync_channel = "{OTHER}"
+
+[accounts.folders]
+inbox = "INBOX"
+trash = "Trash"
+"""
+
+
+@pytest.fixture
+def two_account_bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SyncBed]:
+    """The bed with a second account, ``work`` (IMAP login ``work``); nothing seeded."""
+    require_tools()
+    bed = SyncBed(tmp_path)
+    bed.server.users[OTHER] = "secret"
+    for key, value in bed.env.items():
+        monkeypatch.setenv(key, value)
+    bed.start()
+    try:
+        imapbed.write_mbsync_config(bed.mbsync_config, bed.server, OTHER, bed.mail_root,
+                                    append=True)
+        with bed.mail_env.fmail_config.open("a") as fh:
+            fh.write(OTHER_TOML)
+        yield bed
+        assert not bed.dovecot_problems(), "\n".join(bed.dovecot_problems())
+    finally:
+        bed.close()
+
+
+def test_a_delete_reaches_the_trash_of_both_accounts_servers(two_account_bed: SyncBed) -> None:
+    """The same mail delivered to both accounts is one notmuch message: deleting it left the
+    second account's copy in that server's INBOX."""
+    bed = two_account_bed
+    for user in (IMAP_USER, OTHER):
+        imapbed.append(bed.server, user, "INBOX", message(1))
+    bed.init()
+    config = bed.config()
+    assert cycle.sync(config, None, timeout=MBSYNC_TIMEOUT).ok
+    mid = bed.mid(1)
+    with bed.reader() as reader, bed.writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        result = writes.delete_messages(ctx, [mid])
+    assert result.applied == [mid] and not result.errors
+    report = cycle.sync(config, None, timeout=MBSYNC_TIMEOUT)
+    assert report.ok, report.errors()
+    for user in (IMAP_USER, OTHER):
+        state = imapbed.fetch_state(bed.server, user)
+        assert [(folder, m.message_id) for folder, found in state.items() for m in found] == [
+            ("Trash", f"<{mid}>")], (user, state)
+    assert "deleted" in bed.tags(mid) and "inbox" not in bed.tags(mid)
+    assert result.accounts == [ACCOUNT, OTHER]  # the answer names both

@@ -151,20 +151,20 @@ class MessageWork:
     def folder_of(self, filename: str | Path) -> str | None:
         return maildir.folder_of(self.config.mail_root, filename)
 
-    def account(self, name: str | None) -> Account:
-        """The account the write acts in: the one asked for, else the primary file's."""
-        if name is not None:
-            return self.config.account(name)
-        account = maildir.primary_account(self.config, self.message)
-        if account is None:
-            raise ChangeError("the message's file is in no configured account")
-        return account
-
-    def copies(self, account: Account) -> list[Copy]:
-        found = maildir.copies_in(self.config, self.current(), account)
-        if not found:
-            raise ChangeError(f"the message has no file in account {account.name!r}")
-        return found
+    def accounts(self, name: str | None) -> list[tuple[Account, list[Copy]]]:
+        """The accounts a folder change acts in, each with the message's copies there: the
+        one asked for, else every account holding a copy -- tags belong to the message, so a
+        move in one account alone would leave the other accounts' copies out of step."""
+        groups = maildir.copies_by_account(self.config, self.current())
+        if name is None:
+            if not groups:
+                raise ChangeError("the message's file is in no configured account")
+            return groups
+        account = self.config.account(name)
+        for group in groups:
+            if group[0].name == account.name:
+                return [group]
+        raise ChangeError(f"the message has no file in account {account.name!r}")
 
     def tag(self, add: Sequence[str] = (), remove: Sequence[str] = ()) -> None:
         self.txn.change_tags([self.mid], add=add, remove=remove)
@@ -210,64 +210,96 @@ def tag_step(add: Sequence[str] = (), remove: Sequence[str] = ()) -> Step:
     return lambda work: work.tag(add, remove)
 
 
+# The moves a write makes in one account: (copy, the folder it goes to).  Raises CallerError
+# when the account cannot take them (it has no folder for the role, or no such folder).
+Plan = Callable[[Account, list[Copy]], list[tuple[Copy, str]]]
+
+
+def _move_in_each_account(work: MessageWork, groups: Sequence[tuple[Account, list[Copy]]],
+                          plan: Plan) -> None:
+    """Make the moves ``plan`` gives in each account, then set the place tags.  An account
+    that cannot take its moves keeps its copies and PartlyDone names them; when no account
+    has anything to move, nothing changes and the first such account's error stands."""
+    moves: list[tuple[Copy, str]] = []
+    left: list[tuple[list[Copy], CallerError]] = []
+    for acct, copies in groups:
+        try:
+            moves += plan(acct, copies)
+        except CallerError as exc:
+            left.append((copies, exc))
+    if left and not moves:
+        raise left[0][1]
+    for copy, dest in moves:
+        work.move(copy, dest)
+    work.settle_place_tags()
+    if left:
+        raise PartlyDone("; ".join(f"not moved: {', '.join(c.folder for c in copies)} ({exc})"
+                                   for copies, exc in left))
+
+
+def _into(dest: Callable[[Account], str], moving: Callable[[Account, Copy], bool]) -> Plan:
+    """A plan: the account's copies ``moving`` picks go to its folder ``dest`` names.  The
+    folder is asked for only when a copy is picked: an account without it that has nothing
+    to move there (a Sent copy when archiving) is no error."""
+    def plan(acct: Account, copies: list[Copy]) -> list[tuple[Copy, str]]:
+        picked = [copy for copy in copies if moving(acct, copy)]
+        folder = dest(acct) if picked else ""
+        return [(copy, folder) for copy in picked if copy.folder != folder]
+    return plan
+
+
 def move_to_role_step(role: str, account: str | None) -> Step:
-    """Trash / Junk: every copy in the account that is not yet in the role's folder."""
-    def step(work: MessageWork) -> None:
-        acct = work.account(account)
-        dest = acct.folder(role)
-        for copy in work.copies(acct):
-            if copy.folder != dest:
-                work.move(copy, dest)
-        work.settle_place_tags()
-    return step
+    """Trash / Junk: in each account, every copy not yet in that account's folder of the
+    role."""
+    return move_to_folder_step(lambda acct: acct.folder(role), account)
 
 
 def archive_step(account: str | None) -> Step:
-    """The copies in the account's inbox folder go to its Archive folder.  Mail only in
+    """In each account, the copies in its inbox folder go to its Archive folder.  Mail only in
     Trash or Junk is refused: archiving takes nothing out of those (restore does)."""
     def step(work: MessageWork) -> None:
-        acct = work.account(account)
-        dest, inbox = acct.folder("archive"), acct.folder("inbox")
-        copies = work.copies(acct)
-        bins = bin_folders(acct)
-        if copies and all(copy.folder in bins for copy in copies):
-            raise ChangeError(f"it is in {copies[0].folder}: archive moves mail out of the "
+        groups = work.accounts(account)
+        binned = [copy for acct, copies in groups for copy in copies
+                  if copy.folder in bin_folders(acct)]
+        if binned and len(binned) == sum(len(copies) for _, copies in groups):  # all of them
+            raise ChangeError(f"it is in {binned[0].folder}: archive moves mail out of the "
                               "inbox only; restore it first")
-        for copy in copies:
-            if copy.folder == inbox:
-                work.move(copy, dest)
-        work.settle_place_tags()
+        _move_in_each_account(work, groups, _ARCHIVE)
     return step
+
+
+_ARCHIVE = _into(lambda acct: acct.folder("archive"),
+                 lambda acct, copy: copy.folder == acct.folders.get("inbox"))
 
 
 def move_to_folder_step(destination: Callable[[Account], str], account: str | None) -> Step:
-    """Every copy in the account to the folder ``destination`` names for that account."""
-    def step(work: MessageWork) -> None:
-        acct = work.account(account)
-        dest = destination(acct)
-        for copy in work.copies(acct):
-            if copy.folder != dest:
-                work.move(copy, dest)
-        work.settle_place_tags()
-    return step
+    """In each account, every copy to the folder ``destination`` names for that account."""
+    plan = _into(destination, lambda acct, copy: True)
+    return lambda work: _move_in_each_account(work, work.accounts(account), plan)
 
 
 def restore_step(account: str | None) -> Step:
-    """Copies in Trash/Junk go back where they came from (else to the inbox)."""
-    def step(work: MessageWork) -> None:
-        acct = work.account(account)
+    """In each account, the copies in its Trash/Junk go back where they came from (else to
+    its inbox)."""
+    return lambda work: _move_in_each_account(work, work.accounts(account),
+                                              _back_home(work.config, work.origins()))
+
+
+def _back_home(config: Config, origins: dict[str, str]) -> Plan:
+    """A plan: the account's copies in its bins to the folders ``origins`` names for them."""
+    def plan(acct: Account, copies: list[Copy]) -> list[tuple[Copy, str]]:
         bins = bin_folders(acct)
-        origins = work.origins()
-        for copy in work.copies(acct):
+        moves = []
+        for copy in copies:
             if copy.folder not in bins:
                 continue
             dest = origins.get(maildir.file_key(copy.path))
             # A folder removed since (even if the config still lists it) is not made again.
-            if dest is None or dest in bins or not maildir.is_there_now(work.config, dest):
+            if dest is None or dest in bins or not maildir.is_there_now(config, dest):
                 dest = acct.folder("inbox")
-            work.move(copy, dest)
-        work.settle_place_tags()
-    return step
+            moves.append((copy, dest))
+        return moves
+    return plan
 
 
 # ---------------------------------------------------------------------------------------------

@@ -206,11 +206,14 @@ def primary_account(config: Config, message: IndexedMessage) -> Account | None:
     return None
 
 
-def copies_in(config: Config, message: IndexedMessage, account: Account) -> list[Copy]:
-    """The message's files inside one account (nested accounts are told apart)."""
-    found = []
+def copies_by_account(config: Config, message: IndexedMessage
+                      ) -> list[tuple[Account, list[Copy]]]:
+    """The message's files grouped by account (nested accounts are told apart), the primary
+    file's account first; a file in no account is left out."""
+    groups: dict[str, tuple[Account, list[Copy]]] = {}
     for name in message.filenames:
         folder = folder_of(config.mail_root, name)
-        if folder is not None and config.account_for_path(folder) == account:
-            found.append(Copy(Path(name), folder))
-    return found
+        account = config.account_for_path(folder) if folder is not None else None
+        if folder is not None and account is not None:
+            groups.setdefault(account.name, (account, []))[1].append(Copy(Path(name), folder))
+    return list(groups.values())

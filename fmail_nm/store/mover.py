@@ -19,14 +19,17 @@ a new one appear in another).  Three rules make that safe:
 Several files per Message-ID (a Sent copy plus the copy the user cc'd to themself, the same
 mail delivered to two accounts) -- the policy:
 
-* A write acts only on the copies inside one account: the one given by the caller, else the
-  account of the message's primary file (the first file notmuch lists).  Copies in other
-  accounts are left alone, since each account is a separate mailbox on a separate server.
+* Tags belong to the message, so a write acts on its copies in every account (or only in the
+  account the caller names), each copy within its own account: an account is a separate
+  mailbox on a separate server, so a copy moves to its own account's folder for the role, and
+  never into another account.  An account without that folder keeps its copy, and the write
+  says so (the message is then done in part).
 * Files are moved, never unlinked, so no copy is ever lost and the last copy is never removed.
-* delete, junk and move-to-folder move every copy of the account that is not already in the
-  destination folder; archive moves only the copy (or copies) in the account's inbox folder;
-  restore moves the copies in the account's Trash and Junk folders back to where they came from
+* delete, junk and move-to-folder move every copy that is not already in its account's
+  destination folder; archive moves only the copies in their account's inbox folder; restore
+  moves the copies in their account's Trash and Junk folders back to where they came from
   (the writer keeps that per file in the message property ``fmail.origin``), else to the inbox.
+* Maildir flags (read, flagged, replied) are renamed on every file of the message by notmuch.
 * Tags belong to the message, not to a file: after a move, the message's place tags are what
   the user's tagging rules give for the folders its files are now in
   (:func:`fmail_nm.passes.tagging.place_tags`).

@@ -324,6 +324,7 @@ def write_text(r: WriteResult) -> str:
         lines += _not_found(r)
         return "\n".join([*lines, f"(a search's write: call again with confirm_count={count})"])
     head = f"{len(r.applied)} done" + (f": {_short_ids(r.applied)}" if r.applied else "")
+    head += _in_accounts(r)
     if r.audit_id is not None:
         head += f"; audit {r.audit_id} (undo_last_write reverts it)"
     return "\n".join([head, *_not_found(r), *_failed(r)])
@@ -331,8 +332,12 @@ def write_text(r: WriteResult) -> str:
 
 def undo_text(r: UndoResult) -> str:
     put_back = f": {_short_ids(r.applied)}" if r.applied else ""
-    return "\n".join([f"undid audit {r.audit_id}; {len(r.applied)} put back{put_back}",
-                      *_failed(r)])
+    return "\n".join([f"undid audit {r.audit_id}; {len(r.applied)} put back{put_back}"
+                      + _in_accounts(r), *_failed(r)])
+
+
+def _in_accounts(r: WriteResult) -> str:
+    return f" (in accounts {', '.join(one_line(a) for a in r.accounts)})" if r.accounts else ""
 
 
 def contacts_text(r: ContactsResult) -> str:

@@ -55,6 +55,8 @@ class WriteResult(Dto):
                                   description="a few of the selected Message-IDs (dry runs)")
     audit_id: int | None = Field(default=None,
                                  description="audit log entry; undo_last_write reverts it")
+    accounts: list[str] = Field(default_factory=list,
+                                description="accounts whose files changed, when more than one")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,14 +152,17 @@ class UndoResult(WriteResult):
     """A write undone: ``applied`` are the messages put back, ``audit_id`` the entry undone."""
 
 
-def _result(report: BatchReport, match_count: int | None) -> WriteResult:
-    return WriteResult(**_reported(report), match_count=match_count)
+def _result(config: Config, report: BatchReport, match_count: int | None) -> WriteResult:
+    return WriteResult(**_reported(config, report), match_count=match_count)
 
 
-def _reported(report: BatchReport) -> dict[str, Any]:
+def _reported(config: Config, report: BatchReport) -> dict[str, Any]:
+    # The accounts whose servers get this change (a message may have a copy in each), named
+    # only when there are several: one account is the usual case, not worth the words.
+    accounts = sorted(changes.touched_accounts(config, report.changes))
     return {"applied": report.applied, "not_found": report.not_found,
             "errors": [WriteErrorItem(id=mid, error=why) for mid, why in report.errors],
-            "audit_id": report.audit_id}
+            "audit_id": report.audit_id, "accounts": accounts if len(accounts) > 1 else []}
 
 
 def _write(ctx: WriteContext, action: str, sel: Selection, step: Step,
@@ -168,7 +173,7 @@ def _write(ctx: WriteContext, action: str, sel: Selection, step: Step,
         return preview
     report = changes.apply(ctx, action, {**sel.params(), **params}, target.message_ids, step,
                            asked=target.asked)
-    return _result(report, target.match_count)
+    return _result(ctx.config, report, target.match_count)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,7 +265,7 @@ def _check_account(ctx: WriteContext, account: str | None) -> None:
 def delete_messages(ctx: WriteContext, ids: Sequence[str] | None = None, *,
                     query: str | None = None, confirm_count: int | None = None,
                     dry_run: bool = False, account: str | None = None) -> WriteResult:
-    """Move messages to their account's Trash folder (tags: +deleted -inbox)."""
+    """Move each copy of messages to its account's Trash folder (tags: +deleted -inbox)."""
     _check_account(ctx, account)
     return _write(ctx, "delete", Selection(ids, query, confirm_count, dry_run),
                   changes.move_to_role_step("trash", account), account=account)
@@ -269,7 +274,7 @@ def delete_messages(ctx: WriteContext, ids: Sequence[str] | None = None, *,
 def move_to_junk(ctx: WriteContext, ids: Sequence[str] | None = None, *,
                  query: str | None = None, confirm_count: int | None = None,
                  dry_run: bool = False, account: str | None = None) -> WriteResult:
-    """Move messages to their account's Junk folder (tags: +spam -inbox)."""
+    """Move each copy of messages to its account's Junk folder (tags: +spam -inbox)."""
     _check_account(ctx, account)
     return _write(ctx, "junk", Selection(ids, query, confirm_count, dry_run),
                   changes.move_to_role_step("junk", account), account=account)
@@ -278,7 +283,7 @@ def move_to_junk(ctx: WriteContext, ids: Sequence[str] | None = None, *,
 def archive(ctx: WriteContext, ids: Sequence[str] | None = None, *, query: str | None = None,
             confirm_count: int | None = None, dry_run: bool = False,
             account: str | None = None) -> WriteResult:
-    """Move the inbox copy of messages to their account's Archive folder (+archived -inbox)."""
+    """Move the inbox copies of messages to their accounts' Archive folders (+archived -inbox)."""
     _check_account(ctx, account)
     return _write(ctx, "archive", Selection(ids, query, confirm_count, dry_run),
                   changes.archive_step(account), account=account)
@@ -311,7 +316,7 @@ def resolve_folder(config: Config, account: Account, folder: str) -> str:
         # Another account's folder is another server's mailbox: mail never moves there.
         raise WriteError(f"folder {candidate!r} is in account "
                          f"{owner.name if owner else '(none)'!r}; messages move only within "
-                         f"their own account ({account.name!r}); nothing was changed")
+                         f"their own account ({account.name!r})")
     known = [f for f in config.folders if config.account_for_path(f) == account]
     shown = ", ".join(known[:_FOLDER_LIST_LIMIT])
     if len(known) > _FOLDER_LIST_LIMIT:
@@ -322,7 +327,7 @@ def resolve_folder(config: Config, account: Account, folder: str) -> str:
 
 def _check_folder_exists(config: Config, folder: str, account: str | None) -> None:
     """Refuse a folder that exists in no account the write may act in, before selecting
-    anything (per message it is checked again, for the message's own account)."""
+    anything (per message it is checked again, for each account holding a copy)."""
     accounts = [config.account(account)] if account else list(config.accounts)
     for acct in accounts:
         try:
@@ -341,7 +346,8 @@ def _check_folder_exists(config: Config, folder: str, account: str | None) -> No
 def move_to_folder(ctx: WriteContext, ids: Sequence[str] | None, folder: str, *,
                    query: str | None = None, confirm_count: int | None = None,
                    dry_run: bool = False, account: str | None = None) -> WriteResult:
-    """Move messages' files (in their account) to a folder; place tags follow its role."""
+    """Move messages' files to a folder, each within its own account; place tags follow its
+    role."""
     _check_account(ctx, account)
     _check_folder_exists(ctx.config, folder, account)
     return _write(ctx, "move_to_folder", Selection(ids, query, confirm_count, dry_run),
@@ -372,4 +378,4 @@ def undo_last_write(ctx: WriteContext) -> UndoResult:
     if undone is None:
         raise ToolError("nothing to undo: no recorded write is left that has not been undone")
     _, report = undone
-    return UndoResult(**_reported(report))
+    return UndoResult(**_reported(ctx.config, report))
