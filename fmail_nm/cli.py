@@ -18,6 +18,7 @@ from .errors import BackendError, CallerError
 
 if TYPE_CHECKING:
     from .config import Config
+    from .service.cycle import SyncReport
     from .tools.contacts import MailEffect
 
 log = logging.getLogger("fmail_nm")
@@ -100,18 +101,28 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
     """Our hooks out of notmuch's hook folder, the user's own back in their place: what
     removing fmail-nm needs, since a hook left behind fails every notmuch new once the
     program is gone."""
-    from .adopt.hooks import uninstall_hooks
+    from .adopt.hooks import KEPT_DIR, MARKER, uninstall_hooks
+    from .app import notmuch_config_not_found
     from .store.notmuch_cli import notmuch_settings
 
     settings = load_settings(args.config)
+    left = (f"fmail-nm's own files (fmail.toml, the sidecar in "
+            f"{settings.data_dir_or_default()}) are left for you to delete")
     hook_dir = notmuch_settings(settings.notmuch_config).get("database.hook_dir")
+    if not hook_dir and (missing := notmuch_config_not_found(settings)):
+        # Our hook is in the hook folder that config names: without it there is no telling
+        # where, and nothing else we installed can be taken out.
+        raise CallerError(
+            f"{missing}: it names notmuch's hook folder, so fmail-nm's hook was not looked "
+            "for and nothing was taken out or changed.  Put the config back and run "
+            "`fmail-nm uninstall` again, or delete fmail-nm's post-new hook (its second line "
+            f"is '{MARKER} post-new') from that folder yourself; a hook of yours it kept is "
+            f"in {KEPT_DIR}/ beside it, to move back.  {left}")
     if not hook_dir:
         raise CallerError("notmuch names no hook folder (no database yet?): nothing to take out")
     for action in uninstall_hooks(Path(hook_dir)):
         print(f"hook {action.describe()}")
-    print("your notmuch config, mail and tags are as they were; fmail-nm's own files "
-          f"(fmail.toml, the sidecar in {settings.data_dir_or_default()}) are left for "
-          "you to delete")
+    print(f"your notmuch config, mail and tags are as they were; {left}")
     return 0
 
 
@@ -152,13 +163,21 @@ def cmd_sync(args: argparse.Namespace) -> int:
     direction: Direction = "pull" if args.pull else "push" if args.push else "both"
     report = sync(load_config(args.config), args.account, direction,
                   on_lock_wait=say_lock_wait)
-    for run in report.runs:
-        print(run.describe())
+    print_runs(report)
     if report.index is not None:
         print(report.index.describe())
     for line in report.errors():
         print(f"fmail-nm: {line}", file=sys.stderr)
     return 0 if report.ok else 1
+
+
+def print_runs(report: SyncReport) -> None:
+    """The mbsync runs that did not fail, a line each: a failed one is among
+    ``report.errors()``, which go to stderr, and is said once."""
+    failed = report.failed()
+    for run in report.runs:
+        if run not in failed:
+            print(run.describe())
 
 
 def cmd_sidecar(args: argparse.Namespace) -> int:
@@ -240,7 +259,7 @@ def _edit_contacts(config: Config, args: argparse.Namespace,
     the accounts whose files moved pushed with mbsync (unless --no-push)."""
     from .passes.changes import WriteContext, WriteOutcome
     from .passes.mirror import sync_sidecar
-    from .service.index import REINDEX_TIMEOUT, run_index
+    from .service.index import reindex_for_write
     from .store.notmuch import Reader, Writer
     from .store.sidecar import sidecar_path
     from .tools.contacts import edit_contacts
@@ -253,8 +272,7 @@ def _edit_contacts(config: Config, args: argparse.Namespace,
     notmuch_config = config.settings.notmuch_config
     with Reader(notmuch_config) as reader, Writer(notmuch_config) as writer:
         ctx = WriteContext(config, reader, writer, sidecar_path(config.data_dir), after_write,
-                           reindex=lambda: run_index(config, show_progress=False,
-                                                     timeout=REINDEX_TIMEOUT))
+                           reindex=lambda: reindex_for_write(config))
         value, effect = edit_contacts(ctx, f"contacts {args.action}", {"args": args.args}, edit)
         sync_sidecar(config, reader)
     if moved and not args.no_push:
@@ -271,8 +289,7 @@ def _push(config: Config, accounts: Sequence[str]) -> None:
         if not config.account(name).mbsync_channel:
             continue
         report = sync(config, name, "push")
-        for run in report.runs:
-            print(run.describe())
+        print_runs(report)
         for line in report.errors():
             print(f"fmail-nm: push of {name} failed, the next sync retries it: {line}",
                   file=sys.stderr)
@@ -385,7 +402,8 @@ def _account_add(args: argparse.Namespace, config_path: Path | None) -> int:
     missing = [f"--{k.replace('_', '-')}" for k, _ in ACCOUNT_PROMPTS if not values[k]]
     if missing:
         raise CallerError(f"fmail-nm account add needs {', '.join(missing)}")
-    result, _ = add_account(load_config(config_path), accounts.NewAccount(**values))
+    result, _ = add_account(load_config(config_path), accounts.NewAccount(**values),
+                            config_path=config_path)
     print(f"added account {result.name} ({values['address']}): {len(result.folders)} folders on "
           f"the server, {result.added} messages indexed")
     for line in result.errors:

@@ -165,7 +165,7 @@ class Settings:
     path: Path | None = None
     notmuch_config: str | None = None
     notmuch_profile: str | None = None  # [notmuch] profile: $NOTMUCH_PROFILE init ran with
-    mbsync_config: str | None = None
+    mbsync_config: str | None = None  # absolute, as _named_path resolves it
     pull_interval_minutes: float = 0.0  # [mbsync] default for accounts that set none
     safety_index_minutes: float = DEFAULT_SAFETY_INDEX_MINUTES  # [index] (0: none)
     data_dir: Path | None = None
@@ -178,6 +178,12 @@ class Settings:
     def data_dir_or_default(self) -> Path:
         """Where the sidecar and the service's state live: ``data_dir``, else the default."""
         return self.data_dir or default_data_dir()
+
+
+def users_mbsync_config(settings: Settings) -> Path | None:
+    """The user's own mbsync config: fmail.toml's ``[mbsync] config``, else the file mbsync
+    itself reads (None: there is none)."""
+    return Path(settings.mbsync_config) if settings.mbsync_config else mbsyncrc.default_path()
 
 
 def _xdg(var: str, fallback: str) -> Path:
@@ -317,9 +323,10 @@ def _text(value: Any, config_path: Path, what: str) -> str | None:
 
 
 def _named_path(value: Any, config_path: Path, what: str) -> str | None:
-    """A file named in fmail.toml, as an absolute path: ``~`` expanded (notmuch and the
-    bindings take the name literally), a relative name taken from fmail.toml's folder -- not
-    from the working directory, which is wherever notmuch new runs our hook."""
+    """A file named in fmail.toml (the notmuch and the mbsync config), as an absolute path,
+    resolved once here: ``~`` expanded (notmuch, the bindings and ``mbsync -c`` take the name
+    literally), a relative name taken from fmail.toml's folder -- not from the working
+    directory, which is wherever notmuch new runs our hook or the service was started."""
     name = _text(value, config_path, what)
     if not name:  # left out or empty: found the way libnotmuch finds it
         return None
@@ -374,7 +381,7 @@ def load_settings(path: Path | str | None = None) -> Settings:
         path=config_path,
         notmuch_config=_named_path(notmuch.get("config"), config_path, "[notmuch] config"),
         notmuch_profile=_use_profile(notmuch.get("profile"), config_path),
-        mbsync_config=_text(mbsync.get("config"), config_path, "[mbsync] config"),
+        mbsync_config=_named_path(mbsync.get("config"), config_path, "[mbsync] config"),
         pull_interval_minutes=_minutes(mbsync.get("pull_interval_minutes", 0), "[mbsync]"),
         safety_index_minutes=_minutes(
             index.get("safety_interval_minutes", DEFAULT_SAFETY_INDEX_MINUTES), "[index]",
@@ -689,7 +696,7 @@ def resolve(settings: Settings, mail_root: Path, notmuch_addresses: tuple[str, .
         accounts = _configured_accounts(settings, mail_root, folders, addresses,
                                         settings.accounts)
     else:
-        rc_path = Path(settings.mbsync_config).expanduser() if settings.mbsync_config else mbsyncrc.default_path()
+        rc_path = users_mbsync_config(settings)
         accounts = []
         if rc_path is not None and rc_path.is_file():
             accounts = _mbsync_accounts(mbsyncrc.parse(rc_path), mail_root, folders, addresses,

@@ -49,15 +49,16 @@ def tighten(path: Path, mode: int = FILE_MODE) -> None:
         os.chmod(path, mode)
 
 
-def replace_private(path: Path, text: str) -> None:
-    """Write ``path`` whole, mode 0600, atomically: a reader sees the old text or the new."""
+def replace_private(path: Path, text: str | bytes) -> None:
+    """Write ``path`` whole, mode 0600, atomically: a reader sees the old text or the new.
+    Bytes are written as they are (a file put back exactly as it was)."""
     private_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, FILE_MODE)
     try:
         os.fchmod(fd, FILE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
+        with os.fdopen(fd, "wb") as out:
+            out.write(text.encode("utf-8") if isinstance(text, str) else text)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

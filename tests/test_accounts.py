@@ -177,9 +177,46 @@ def test_a_refused_login_leaves_nothing_behind(bed: Bed) -> None:
     with pytest.raises(AccountCheckFailed, match="refused"):
         add_account(config, new_account(bed, password_command=str(wrong)), timeout=60)
     assert accounts.added_entries() == []
-    assert "side" not in (own_config_dir() / "mbsyncrc").read_text()
+    assert not (own_config_dir() / "mbsyncrc").exists()
     assert not (config.mail_root / "side").exists()
     assert [a.name for a in load_config().accounts] == [a.name for a in config.accounts]
+
+
+def own_files() -> dict[str, bytes]:
+    """fmail-nm's own config folder, file name -> bytes ({} when the folder is not there)."""
+    own = own_config_dir()
+    return {p.name: p.read_bytes() for p in own.iterdir()} if own.is_dir() else {}
+
+
+def test_a_refused_cli_add_leaves_fmail_nms_files_as_they_were(bed: Bed) -> None:
+    """`fmail-nm account add` refused -- by the server, or by a file of ours it cannot read
+    once it has begun writing -- left accounts.toml, mbsyncrc and msmtprc holding only their
+    headers, or an earlier file changed: each must be as it was, an absent one absent."""
+    wrong = bed.env.base / "secrets" / "wrong-password"
+    wrong.write_text("#!/bin/sh\necho not-the-password\n")
+    wrong.chmod(0o700)
+    mail_root = load_config().mail_root
+
+    def add(password_command: Path) -> None:
+        refused = bed.env.fmail(
+            "account", "add", "--name", "side", "--address", "casey@example.com",
+            "--password-command", str(password_command), "--imap-host", "127.0.0.1",
+            "--imap-port", str(bed.server.port), "--imap-user", USER, "--imap-tls", "none",
+            "--smtp-host", "127.0.0.1", "--smtp-tls", "none", check=False)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        assert not (mail_root / "side").exists()
+
+    assert own_files() == {}
+    add(wrong)  # the login is refused
+    assert own_files() == {}
+    own_config_dir().mkdir(parents=True)
+    (own_config_dir() / "mbsyncrc").write_bytes(b"# hand-made, kept as it is\n")
+    (own_config_dir() / "msmtprc").write_bytes(b"# \xe9crit en latin-1\n")  # not UTF-8
+    before = own_files()
+    add(wrong)
+    assert own_files() == before
+    add(bed.password_script)  # mbsyncrc written, then msmtprc cannot be read
+    assert own_files() == before
 
 
 def test_remove_undoes_an_add_and_keeps_the_mail(bed: Bed) -> None:

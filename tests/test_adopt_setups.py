@@ -209,6 +209,32 @@ def test_uninstall_puts_the_users_own_hook_back_as_it_was(mail_env: MailEnv, tmp
     assert marker.read_text() == "my hook ran\n"  # run by notmuch itself, from its place
 
 
+def test_uninstall_without_the_notmuch_config_names_it_and_changes_nothing(
+        mail_env: MailEnv, tmp_path: Path) -> None:
+    """The notmuch config gone (moved, deleted before fmail-nm): uninstall said "notmuch names
+    no hook folder (no database yet?): nothing to take out" -- as if no hook of ours were
+    left.  It must name the missing config and say that the hook was not taken out."""
+    from fmail_nm.adopt.hooks import is_ours
+
+    run_init(mail_env)
+    hook = mail_env.mail_root / ".notmuch" / "hooks" / "post-new"
+    assert is_ours(hook)
+    aside = tmp_path / "notmuch-config.aside"
+    mail_env.notmuch_config.rename(aside)
+
+    done = mail_env.fmail("uninstall", check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    said = " ".join(done.stderr.split())
+    assert f"notmuch config not found: {mail_env.notmuch_config}" in said
+    assert "nothing was taken out" in said and "nothing to take out" not in said
+    assert "fmail-nm uninstall" in said  # what to do about it
+    assert is_ours(hook) and not mail_env.notmuch_config.exists()
+
+    aside.rename(mail_env.notmuch_config)  # with the config back, uninstall finds the hook
+    assert mail_env.fmail("uninstall").returncode == 0
+    assert not hook.exists()
+
+
 def test_doctor_names_a_hook_an_earlier_version_installed_and_init_renews_it(
         mail_env: MailEnv) -> None:
     run_init(mail_env)

@@ -89,6 +89,23 @@ def test_accounts_come_from_mbsyncrc_when_fmail_toml_has_none(tmp_path: Path) ->
     assert config.addresses == ("alex@example.org",)
 
 
+def test_a_relative_mbsync_config_is_read_from_fmail_tomls_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[mbsync] config`` is resolved once, as ``[notmuch] config`` is: a relative name from
+    fmail.toml's own folder, not from wherever the command or the service was started."""
+    root = tmp_path / "mail"
+    make_maildir(root, "personal/INBOX", "work/INBOX")
+    (tmp_path / "mbsyncrc").write_text(MBSYNCRC.format(root=root))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    settings = load_settings(_toml(tmp_path, '[mbsync]\nconfig = "mbsyncrc"\n'))
+    assert settings.mbsync_config == str(tmp_path / "mbsyncrc")
+    config = resolve(settings, root)
+    assert {a.name: a.mbsync_channel for a in config.accounts} == {"personal": "personal",
+                                                                  "work": "work"}
+
+
 def _toml(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "fmail.toml"
     path.write_text(text)

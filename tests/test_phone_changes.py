@@ -122,6 +122,37 @@ def test_a_write_during_a_pull_does_not_reindex_a_message_out_of_the_index(
         service.close()
 
 
+def test_a_cli_contacts_block_during_a_pull_does_not_reindex_a_message_out_of_the_index(
+        synced_bed: SyncBed, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The same gap, reached by `fmail-nm contacts block` on an account that moves blocked
+    mail to Junk: its re-index did not wait for the channel the way the server's does, and
+    dropped the message the phone had moved (and its ``todo``) in the middle of a pull."""
+    from fmail_nm import cli
+    from fmail_nm.service import index
+
+    bed = synced_bed
+    toml = bed.mail_env.fmail_config
+    toml.write_text(toml.read_text().replace(f'mbsync_channel = "{ACCOUNT}"\n',
+                                             f'mbsync_channel = "{ACCOUNT}"\n'
+                                             "blocked_to_junk = true\n"))
+    config = bed.reload()
+    mid = bed.mid(1)
+    with bed.reader() as reader, bed.writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        assert writes.tag_emails(ctx, [mid], add=["todo"]).applied == [mid]
+    phone_moves(bed, mid, "INBOX", "Trash")
+    monkeypatch.setattr(index, "REINDEX_TIMEOUT", 1.0)  # the wait for the channel, shortened
+    with mbsync.channel_lock(config, ACCOUNT):
+        imapbed.run_mbsync(bed.mbsync_config, f"{ACCOUNT}:INBOX")
+        assert cli.main(["contacts", "block", "--no-push", "sender1@example.net"]) == 0
+        assert bed.find(mid) is not None  # still indexed, with its tags
+        assert "mbsync is syncing this mail right now" in caplog.text
+        imapbed.run_mbsync(bed.mbsync_config, f"{ACCOUNT}:Trash")
+    bed.index()
+    assert {"todo", "deleted"} <= bed.tags(mid)
+
+
 def test_a_reply_to_mail_read_on_the_phone_marks_the_original_answered(
         synced_bed: SyncBed, smtp: SmtpBed) -> None:
     """The phone read the original and a pull renamed its file (``:2,S``) before the index

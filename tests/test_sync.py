@@ -18,7 +18,9 @@ These tests fail -- never skip -- when Dovecot or mbsync is missing: CI installs
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -207,9 +209,66 @@ def test_sync_command_pulls_and_reports_an_outage(synced_bed: SyncBed) -> None:
     synced_bed.server.stop()
     failed = synced_bed.mail_env.fmail("sync", check=False)
     assert failed.returncode == 1 and "Connection refused" in failed.stderr
+    # Said once, on stderr: not also among the runs listed on stdout.
+    said = f"{ACCOUNT} (channel {ACCOUNT}): both failed"
+    assert failed.stderr.count(said) == 1 and said not in failed.stdout
     assert "indexed:" in failed.stdout  # the local index is still brought up to date
     unknown = synced_bed.mail_env.fmail("sync", "nosuchaccount", check=False)
     assert unknown.returncode == 2 and "unknown account" in unknown.stderr
+
+
+# Stands in for an mbsync whose password command left a helper running in a session of its
+# own (out of reach of the kill of mbsync's session), holding mbsync's stdout and stderr.
+LEAVES_A_HOLDER = """#!/bin/sh
+setsid sh -c 'echo $$ > "$0"; exec sleep 600' "{pid_file}" &
+echo "Error: stuck before the kill" >&2
+exec sleep 600
+"""
+
+
+def test_a_run_killed_at_its_timeout_does_not_wait_for_a_child_holding_its_pipes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the timeout's kill, execute read the killed run's pipes until they closed:
+    never, while a child that escaped the kill still held them."""
+    monkeypatch.setattr(mbsync, "KILLED_OUTPUT_WAIT", 0.5, raising=False)
+    pid_file = tmp_path / "holder.pid"
+    script = tmp_path / "hangs"
+    script.write_text(LEAVES_A_HOLDER.format(pid_file=pid_file))
+    script.chmod(0o755)
+    result: list[tuple[int | None, str]] = []
+    worker = threading.Thread(target=lambda: result.append(mbsync.execute([str(script)], 2)),
+                              daemon=True)
+    worker.start()
+    try:
+        worker.join(60)  # without the bound: until the holder ends (600 s)
+        assert result, "execute still reading the pipes the holder keeps open"
+        code, error = result[0]
+        assert code is not None and code < 0  # killed
+        assert error.startswith("mbsync did not finish within 2s and was stopped")
+    finally:
+        if pid_file.is_file():
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        worker.join(30)
+
+
+def test_a_relative_mbsync_config_is_found_from_another_directory(
+        synced_bed: SyncBed, tmp_path: Path) -> None:
+    """A relative ``[mbsync] config`` is fmail.toml's neighbour: `fmail-nm sync` run from
+    another directory (a service's, a shell's) passed it to ``mbsync -c`` as written, and
+    mbsync looked for it there."""
+    toml = synced_bed.mail_env.fmail_config
+    assert synced_bed.mbsync_config.parent == toml.parent
+    toml.write_text(toml.read_text().replace(f'config = "{synced_bed.mbsync_config}"',
+                                             f'config = "{synced_bed.mbsync_config.name}"'))
+    synced_bed.seed(8)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, "-m", "fmail_nm", "sync", "--pull"],
+                          env={**os.environ, **synced_bed.env}, cwd=elsewhere, text=True,
+                          capture_output=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "pull ok" in done.stdout
+    assert synced_bed.mid(8) in synced_bed.search("*")
 
 
 def client_written_message(n: int) -> bytes:

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
 import shlex
 import shutil
+import stat
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -31,7 +34,7 @@ from typing import Any
 
 from .. import mbsyncrc
 from ..config import (ADDED_ACCOUNTS_FILE, ROLES, Config, ConfigError, own_config_dir,
-                      relative_to_root)
+                      relative_to_root, users_mbsync_config)
 from ..private import replace_private
 from .identity import looks_like_address
 
@@ -304,8 +307,7 @@ def _check_no_store_takes(config: Config, maildir: Path) -> None:
     """Refuse a folder for the new account that a channel of the user's own mbsync config
     syncs (a store whose Path holds it, with Patterns that take its folders): the user's
     next sync would create its folders on that other server and upload the mail there."""
-    rc = (Path(config.settings.mbsync_config).expanduser() if config.settings.mbsync_config
-          else mbsyncrc.default_path())
+    rc = users_mbsync_config(config.settings)
     if rc is None or not rc.is_file():
         return
     parsed = mbsyncrc.parse(rc)
@@ -477,6 +479,46 @@ def added_entries(config_dir: Path | None = None) -> list[dict[str, Any]]:
     path = (config_dir or own_config_dir()) / ADDED_ACCOUNTS_FILE
     text = _read(path)
     return list(tomllib.loads(text).get("accounts", [])) if text else []
+
+
+@contextmanager
+def written(p: AccountPlan) -> Iterator[None]:
+    """The account written (:func:`write`) for the ``with`` block that checks it.  If the
+    write or the block fails, the add is refused and leaves nothing behind: fmail-nm's files
+    are put back byte for byte (one that was not there is removed, not left holding only
+    its header), the folders made for them removed, the account's folder dropped if empty."""
+    before = {path: _saved(path) for path in (p.mbsync_file, p.msmtp_file, p.accounts_file)}
+    made = [d for d in (p.config_dir, *p.config_dir.parents) if not d.exists()]  # deepest first
+    try:
+        write(p)
+        yield
+    except BaseException:
+        for path, saved in before.items():
+            _put_back(path, saved)
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:  # something else is in it now: it stays
+                break
+        drop_empty_maildir(p)
+        raise
+
+
+def _saved(path: Path) -> tuple[bytes, int] | None:
+    """A file's bytes and mode, None when it is not there."""
+    try:
+        return path.read_bytes(), stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return None
+
+
+def _put_back(path: Path, saved: tuple[bytes, int] | None) -> None:
+    """``path`` as :func:`_saved` found it; left alone when it did not change."""
+    if saved is None:
+        path.unlink(missing_ok=True)
+    elif _saved(path) != saved:
+        replace_private(path, saved[0])
+        os.chmod(path, saved[1])
 
 
 def write(p: AccountPlan) -> None:

@@ -25,7 +25,7 @@ from email.utils import parseaddr
 from pathlib import Path
 
 from .. import mbsyncrc, msmtprc
-from ..config import Config
+from ..config import Config, users_mbsync_config
 from ..message.headers import addresses, date, header, split_head
 from ..store.maildir import folder_path
 from ..store.notmuch import Reader
@@ -165,8 +165,7 @@ def discover(nm: dict[str, str], config: Config, reader: Reader | None,
     ``reader`` None: nothing is indexed yet, the Sent folders are read from their files."""
     identity = Identity()
     from_notmuch(identity, nm)
-    rc = mbsync_path or (Path(config.settings.mbsync_config).expanduser()
-                         if config.settings.mbsync_config else mbsyncrc.default_path())
+    rc = mbsync_path or users_mbsync_config(config.settings)
     from_mbsync(identity, rc)
     from_msmtp(identity, msmtp_path or msmtprc.default_path())
     from_sent_folders(identity, config, reader)

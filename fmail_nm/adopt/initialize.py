@@ -251,7 +251,8 @@ FMAIL_TOML = """\
 # msmtp configs fmail-nm writes for them, in $XDG_CONFIG_HOME/fmail-nm/.
 {notmuch}
 # Which mbsync config describes your Maildir stores (default: ~/.mbsyncrc, else
-# $XDG_CONFIG_HOME/isyncrc), and how often `fmail-nm run` pulls each channel (0: never).
+# $XDG_CONFIG_HOME/isyncrc; a relative path is read from this file's folder), and how often
+# `fmail-nm run` pulls each channel (0: never).
 # [mbsync]
 # config = "~/.mbsyncrc"
 # pull_interval_minutes = 10

@@ -31,8 +31,7 @@ from ..errors import FmailError
 from ..passes.changes import WriteContext, WriteOutcome
 from ..passes.mirror import SyncInProgress, sync_sidecar
 from ..service import doctor, send
-from ..service.index import REINDEX_TIMEOUT, run_index
-from ..service.mbsync import ChannelBusy, wait_for_channels
+from ..service.index import REINDEX_TIMEOUT, reindex_for_write
 from ..service.onboard import AddedAccount, add_account, added_text
 from ..service.status import SyncStatus, sync_status, sync_status_text
 from ..store.notmuch import WRITE_LOCK_TIMEOUT, DatabaseBusy, Reader, Writer
@@ -138,12 +137,7 @@ class MailService:
         timeout = REINDEX_TIMEOUT if left is None else min(REINDEX_TIMEOUT, left)
         if timeout <= 0:
             raise DatabaseBusy(0.0)
-        # Not in the middle of a sync: a message moved on the server would leave the index.
-        began = time.monotonic()
-        if not wait_for_channels(self.config, timeout):
-            raise ChannelBusy("mbsync is syncing this mail right now; try again when it is done")
-        run_index(self.config, show_progress=False,
-                  timeout=max(timeout - (time.monotonic() - began), 0.1))
+        reindex_for_write(self.config, timeout)
 
     def _after_write(self, outcome: WriteOutcome) -> None:
         self.refresh_sidecar(wait=True)

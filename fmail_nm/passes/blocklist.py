@@ -153,20 +153,24 @@ def _pre_block_states(sidecar_file: Path, ids: Sequence[str]) -> dict[str, PreBl
 
 def apply_blocklist(config: Config, reader: Reader, writer: Writer, blocked: Iterable[str], *,
                     after_write: Callable[[WriteOutcome], None] | None = None,
-                    audit: bool = True) -> BlockReport:
+                    audit: bool = True,
+                    reindex: Callable[[], object] | None = None) -> BlockReport:
     """Make the ``blocked``/``spam`` tags agree with the blocklist; returns what changed.
 
     In accounts with ``blocked_to_junk``, newly blocked mail is also moved to the Junk folder
     and, once unblocked, moved back: the write engine's moves, told to ``after_write`` (sidecar
-    sync, push).  With ``audit`` each move batch is its own audit entry; without, the caller
-    records ``report.moves`` in its own (a contacts edit is one undoable entry)."""
+    sync, push), and tried again after ``reindex`` where the index named a file mbsync has
+    renamed (see :class:`~fmail_nm.passes.changes.WriteContext`).  With ``audit`` each move
+    batch is its own audit entry; without, the caller records ``report.moves`` in its own (a
+    contacts edit is one undoable entry)."""
     report = BlockReport()
     addresses = sorted({canonical_address(a) for a in blocked})
     to_tag = _blocked_candidates(reader, addresses) if addresses else []
     wanted = set(addresses)
     stale = [m for m in reader.messages(f"tag:{BLOCKED}", exclude_tags=(), sort="none")
              if sender_of(m) not in wanted]
-    ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir), after_write)
+    ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir), after_write,
+                       reindex=reindex)
     report.tagged += _in_batches(writer, to_tag,
                                  functools.partial(_block_batch, config, ctx.sidecar_file))
     report.moves += _junk_moves(ctx, to_tag, "junk", changes.move_to_role_step, audit)

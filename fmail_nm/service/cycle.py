@@ -44,15 +44,19 @@ class SyncReport:
 
     @property
     def mbsync_ok(self) -> bool:
-        return all(r.ok for r in self.runs if r.channel)
+        return not self.failed()
 
     @property
     def ok(self) -> bool:
         return self.mbsync_ok and self.index_error is None and self.after_index_error is None
 
+    def failed(self) -> list[MbsyncRun]:
+        """The mbsync runs that failed (an account without a channel is not a failure)."""
+        return [r for r in self.runs if r.channel and not r.ok]
+
     def errors(self) -> list[str]:
-        """What went wrong, one line each (accounts without a channel are not errors)."""
-        out = [r.describe() for r in self.runs if r.channel and not r.ok]
+        """What went wrong, one line each: the failed runs, then indexing."""
+        out = [r.describe() for r in self.failed()]
         if self.index_error:
             out.append(f"indexing failed: {self.index_error}")
         if self.after_index_error:

@@ -35,6 +35,7 @@ from ..passes.prefetch import Prefetch
 from ..store import sidecar
 from ..store.notmuch import AddedFiles, NotmuchAccessError, Reader, Writer, write_lock_held
 from ..store.notmuch_cli import run_notmuch_new
+from .mbsync import ChannelBusy, wait_for_channels
 
 if TYPE_CHECKING:  # the passes are imported while notmuch new runs (see run_index)
     from ..passes.first_index import FirstIndex
@@ -389,6 +390,20 @@ def run_index(config: Config, *, show_progress: bool | None = None,
         if prefetch is not None:
             prefetch.take()  # stopped, whatever happened (a no-op once taken)
         display.finish()
+
+
+def reindex_for_write(config: Config, timeout: float | None = None) -> IndexSummary:
+    """The re-index a write asks for (mbsync renamed a file it names), within ``timeout``
+    (default ``REINDEX_TIMEOUT``) in all -- once no mbsync run of ours is syncing: in the
+    middle of one, a message moved on the server would leave the index (see
+    :func:`~fmail_nm.service.mbsync.wait_for_channels`).
+    :class:`~fmail_nm.service.mbsync.ChannelBusy` when the wait took all of ``timeout``."""
+    timeout = REINDEX_TIMEOUT if timeout is None else timeout
+    began = time.monotonic()
+    if not wait_for_channels(config, timeout):
+        raise ChannelBusy("mbsync is syncing this mail right now; try again when it is done")
+    return run_index(config, show_progress=False,
+                     timeout=max(timeout - (time.monotonic() - began), 0.1))
 
 
 def _index_first(config: Config, reader: Reader,

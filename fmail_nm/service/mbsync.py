@@ -213,9 +213,11 @@ def valid_channel(channel: str) -> bool:
 
 def mbsync_config_of(config: Config, account: Account) -> str | None:
     """The mbsync config an account's channel is in: its own (accounts fmail-nm added have
-    theirs), else fmail.toml's ``[mbsync] config``; None means mbsync's default file."""
-    path = account.mbsync_config or config.settings.mbsync_config
-    return os.path.expanduser(path) if path else None
+    theirs), else fmail.toml's ``[mbsync] config`` (absolute already: see
+    :func:`~fmail_nm.config.load_settings`); None means mbsync's default file."""
+    if account.mbsync_config:
+        return os.path.expanduser(account.mbsync_config)
+    return config.settings.mbsync_config
 
 
 def mbsync_argv(program: str, config: Config, account: Account, direction: Direction) -> list[str]:
@@ -278,6 +280,24 @@ def stop_running(grace: float = STOP_GRACE) -> int:
     return len(procs)
 
 
+KILLED_OUTPUT_WAIT = 5.0  # seconds to read what a run killed at its timeout wrote
+
+
+def _output_of_killed(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """(stdout, stderr) of a run just killed: read until its pipes close, but for at most
+    ``KILLED_OUTPUT_WAIT`` seconds -- a child that left its session (a PassCmd helper that
+    daemonises) outlives the kill holding them open, and reading would never end.  Then
+    the output is given up on: the run is reported without it."""
+    try:
+        return proc.communicate(timeout=KILLED_OUTPUT_WAIT)
+    except subprocess.TimeoutExpired:
+        proc.wait()  # mbsync itself is gone: only the pipes are held
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        return "", ""
+
+
 def execute(argv: list[str], timeout: float, *, keep_output: bool = False) -> tuple[int | None, str]:
     """Run mbsync; return (exit status or None if it did not start, what went wrong) -- or,
     with ``keep_output``, what it printed when it succeeded (``--list``)."""
@@ -295,7 +315,7 @@ def execute(argv: list[str], timeout: float, *, keep_output: bool = False) -> tu
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        stdout, stderr = proc.communicate()
+        stdout, stderr = _output_of_killed(proc)
         detail = trim_error(stderr, stdout)
         return proc.returncode, (f"mbsync did not finish within {timeout:g}s and was stopped"
                                  + (f"\n{detail}" if detail else ""))
@@ -336,12 +356,14 @@ def _run_channel(program: str, config: Config, account: Account, direction: Dire
             code, error = execute(argv, timeout)
             finished = utc_now()
     except ChannelBusy as exc:
-        log.warning("mbsync %s for %s skipped: %s", direction, account.name, exc)
+        log.debug("mbsync %s for %s skipped: %s", direction, account.name, exc)
         return not_run(account, direction, str(exc), busy=True, lock_wait=lock_timeout)
     run = MbsyncRun(account=account.name, channel=channel, direction=direction, ok=code == 0,
                     returncode=code, started=started, finished=finished, error=error,
                     lock_wait=waited)
-    log.log(logging.INFO if run.ok else logging.WARNING, "mbsync %s", run.describe())
+    # A failure is its caller's to say (`fmail-nm sync` prints it, the service logs it): a
+    # warning here as well put it on a command's stderr twice.
+    log.log(logging.INFO if run.ok else logging.DEBUG, "mbsync %s", run.describe())
     return run
 
 

@@ -4,7 +4,7 @@
 mbsync/msmtp config and accounts.toml, asks the server for its folder list with
 ``mbsync -c <own file> --list`` (the login and the password command are proven before any
 mail moves), then pulls and indexes with :func:`fmail_nm.service.cycle.sync`.  When the
-check fails everything written is taken out again, so a typo leaves no half account behind.
+check fails the files are put back as they were, so a typo leaves no half account behind.
 """
 
 from __future__ import annotations
@@ -74,14 +74,9 @@ def add_account(config: Config, new: accounts.NewAccount, *, config_path: Path |
     """Add, check, pull and index an account; returns what happened and the config that has
     it.  ``config_path`` is the fmail.toml ``config`` was loaded from."""
     plan = accounts.plan(config, new)
-    accounts.write(plan)
-    try:
+    with accounts.written(plan):  # refused (a failed check, a config that no longer loads): undone
         folders = server_folders(plan, min(timeout, CHECK_TIMEOUT))
-    except Exception:
-        accounts.remove(plan.name, config_dir=plan.config_dir)
-        accounts.drop_empty_maildir(plan)
-        raise
-    updated = load_config(config_path)
+        updated = load_config(config_path)
     report = sync(updated, plan.name, "pull", timeout=timeout)
     result = AddedAccount(name=plan.name, folders=folders,
                           pulled=report.mbsync_ok,

@@ -122,6 +122,9 @@ class PushScheduler:
 
     def _run_batch(self, batch: list[str]) -> None:
         runs = self._push(sorted(batch))
+        for run in runs:
+            if run.channel and not run.ok:  # run_mbsync leaves saying so to its caller
+                log.warning("mbsync %s", run.describe())
         # While the batch still counts as running, so wait_idle() also covers the callback
         # (e.g. a re-index) and a busy channel's retry.
         if self.after_push is not None:

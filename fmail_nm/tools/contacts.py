@@ -80,7 +80,7 @@ def apply_contacts_change(ctx: WriteContext, action: str, params: dict[str, Any]
         try:
             report = apply_blocklist(ctx.config, ctx.reader, ctx.writer,
                                      read_blocklist(ctx.config), after_write=ctx.after_write,
-                                     audit=False)
+                                     audit=False, reindex=ctx.reindex)
         except NotmuchAccessError as exc:  # the contacts are saved: say so, keep them undoable
             with sidecar.opened(ctx.sidecar_file) as conn:
                 sidecar.record_write(conn, action, params, list(rows))
