@@ -321,6 +321,41 @@ def test_utf8_labelled_latin1_is_read_as_utf8() -> None:
         assert (m.text, m.defects) == ("Crème brûlée – 5 €", [])
 
 
+CHINESE = "你好，王先生。会议改到明天下午三点，请准时参加。"
+
+
+@pytest.mark.parametrize("label", ["iso-8859-1", "windows-1252", None])
+def test_gbk_labelled_latin1_or_unlabelled_reads_as_chinese(label: str | None) -> None:
+    """Read as Latin-1 it was "Äãºã£¬Íõ..." -- symbols among accented letters."""
+    headers = [f"Content-Type: text/plain; charset={label}"] if label else []
+    raw = message(*headers, body=CHINESE.encode("gbk") + b"\n")
+    m = parse_message(b"Subject: " + CHINESE.encode("gbk") + b"\n" + raw)
+    assert (m.subject, m.text) == (CHINESE, CHINESE)
+
+
+@pytest.mark.parametrize("text", [
+    "Ça a été créé à Noël ; déjà vu. L’été où j’ai lu « Les Misérables ».",
+    "Factures créées et agréées",  # é pairs: each valid GBK, no two ideographs in a row
+    "Trèèèès bien",  # two pairs in a row, all of them letters
+    "Grüße aus München, schöne Grüße an Jürgen und Björn",
+    "Größe: 5 m², Preis: 200 £ (½ Anzahlung) – °C ±",
+])
+@pytest.mark.parametrize("label", ["iso-8859-1", None])
+def test_latin1_text_is_not_taken_for_gbk(text: str, label: str | None) -> None:
+    headers = [f"Content-Type: text/plain; charset={label}"] if label else []
+    data = text.encode("cp1252")
+    m = parse_message(b"Subject: " + data + b"\n" + message(*headers, body=data + b"\n"))
+    assert (m.subject, m.text) == (text, text)
+
+
+def test_korean_labelled_latin1_is_not_taken_for_chinese() -> None:
+    """EUC-KR's Hangul rows are hanzi in GB2312: such text could be either, and stays as
+    labelled."""
+    data = "안녕하세요 세계".encode("euc_kr")
+    m = parse_message(message("Content-Type: text/plain; charset=iso-8859-1", body=data))
+    assert m.text == data.decode("latin-1")
+
+
 def test_unknown_charset_decodes_and_records_defect() -> None:
     raw = message("Content-Type: text/plain; charset=x-klingon-7", body="naïve café\n")
     m = parse_message(raw)

@@ -247,6 +247,17 @@ async def test_structured_content_matches_the_output_schema_and_the_shape(client
 
 
 @pytest.mark.anyio
+async def test_an_infinite_sql_value_reads_the_same_in_text_and_structured_content(
+        client: Client) -> None:
+    """JSON has no infinity: the structured content said null (an SQL NULL) and the text
+    Infinity."""
+    lines, data = await call(client, "query_emails",
+                             {"sql_query": "SELECT 1e999 AS big, -1e999 AS small, 1.5 AS x"})
+    assert lines[1:] == ["big\tsmall\tx", "Infinity\t-Infinity\t1.5"]
+    assert data["rows"] == [["Infinity", "-Infinity", 1.5]]
+
+
+@pytest.mark.anyio
 async def test_short_ids_work_in_every_tool_that_takes_an_id(indexed: MailEnv) -> None:
     async with Client(server(indexed)) as c:
         lines, found = await call(c, "search_emails", {"query": f"id:{SCHOOL_1} OR id:{PDF}"})

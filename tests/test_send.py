@@ -299,6 +299,43 @@ def test_a_draft_from_another_client_keeps_its_headers_when_saved_again(bed: Bed
     assert body_text(msg) == "Draft from the phone.\n"
 
 
+# Headers another client kept in a draft, as its source has them: one that decodes to text
+# like an encoded word hiding a Bcc, one that decodes to a line break, 8-bit bytes, a fold.
+KEPT_SOURCE = [
+    b"X-Note: =?utf-8?q?=3D=3Futf-8=3Fq=3F=3D0D=3D0ABcc:_spy@evil.example=3F=3D?=",
+    b"X-Comment: =?utf-8?q?Example=0D=0AX-Injected:_1?=",
+    b"X-Label: caf\xe9 \xc3\xa9t\xc3\xa9",
+    b"X-Folded: first part\r\n\tsecond part",
+]
+
+
+def test_a_draft_saved_again_writes_the_headers_it_keeps_as_they_were(bed: Bed) -> None:
+    """A kept header went back through the email package as decoded text: decoded a second
+    time, a line break hidden in it started a header of its own (a Bcc when sent), one that
+    decoded to a line break stopped the save, 8-bit bytes became U+FFFD."""
+    draft = OTHER_CLIENTS_DRAFT.replace(b"phone-1@", b"kept-1@").replace(
+        b"X-Priority: 1\r\n", b"".join(line + b"\r\n" for line in KEPT_SOURCE))
+    bed.put_draft("1800000702.kept.host:2,DS", draft)
+    compose.save_draft(bed.ctx, cc=["carol@example.com"], draft_id="kept-1@example.org")
+    (path,) = bed.files_with(bed.drafts, "kept-1@example.org")
+    data = path.read_bytes()
+    for line in KEPT_SOURCE:
+        assert b"\r\n" + line + b"\r\n" in data
+    head = data.split(b"\r\n\r\n", 1)[0]
+    names = [line.split(b":", 1)[0].lower() for line in head.split(b"\r\n")
+             if line[:1] not in (b" ", b"\t")]
+    assert sorted(names) == sorted([b"from", b"to", b"cc", b"subject", b"date", b"message-id",
+                                    b"reply-to", b"organization", b"x-note", b"x-comment",
+                                    b"x-label", b"x-folded", b"content-type",
+                                    b"content-transfer-encoding", b"mime-version"])
+    # and so they go out: as written, to the recipients only
+    send.send_draft(bed.ctx, "kept-1@example.org")
+    (got,) = bed.smtp.received
+    assert sorted(got.rcpt_tos) == ["bob@example.com", "carol@example.com"]
+    for line in KEPT_SOURCE:
+        assert b"\r\n" + line + b"\r\n" in got.data
+
+
 def test_a_draft_with_an_html_body_is_not_rebuilt_without_it(bed: Bed) -> None:
     html_draft = OTHER_CLIENTS_DRAFT.replace(b"phone-1@", b"html-1@").replace(
         b"\r\n\r\nDraft from the phone.\r\n",
@@ -877,6 +914,24 @@ def test_a_forward_of_mail_with_lines_over_998_bytes_goes_out_intact(bed: Bed) -
         assert parts(inner) == parts(original)
         for name in ("from", "subject", "message-id", "date", "x-tokens"):
             assert str(inner[name]) == str(original[name])
+
+
+def test_a_forward_folds_a_long_header_without_decoding_it(bed: Bed) -> None:
+    """A header line over 998 bytes was written again from its decoded value: an encoded line
+    break in it started a header of its own in the forwarded message."""
+    words = " ".join(f"w{i}" for i in range(300))
+    hidden = "=?utf-8?q?Example=0D=0AX-Injected:_1?="
+    bed.receive(("From: Zoe <zoe@example.net>\r\nTo: alex@example.org\r\nSubject: long\r\n"
+                 "Message-ID: <long-2@example.net>\r\n"
+                 f"X-Long: {hidden} {words}\r\n\r\nHello.\r\n").encode())
+    draft = compose.forward_email(bed.ctx, "long-2@example.net", ["frank@example.com"], "FYI")
+    (path,) = bed.files_with(bed.drafts, draft.id)
+    data = path.read_bytes()
+    assert max(len(line) for line in data.split(b"\r\n")) <= 998
+    assert no_header_line(data.split(b"message/rfc822", 1)[1].split(b"\r\n\r\n", 1)[1],
+                          b"x-injected")
+    long = re.search(rb"\r\nX-Long: (.*?)\r\n(?![ \t])", data, re.S)
+    assert long is not None and long[1].replace(b"\r\n", b"") == f"{hidden} {words}".encode()
 
 
 def test_a_forward_of_the_users_own_mail_does_not_reveal_its_bcc(bed: Bed) -> None:

@@ -10,10 +10,13 @@ import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fmail_nm.store import sidecar
+from fmail_nm.store.notmuch import Reader
+from fmail_nm.tools import reads
 from fmail_nm.tools import sql as sqltools
 from fmail_nm.tools.sql import SqlError, manage_contacts_sql, query_emails
 
@@ -424,7 +427,19 @@ def test_result_size_is_capped(db: Path) -> None:
     result = q(db, sql, limit=1000)
     assert result.truncated
     assert 0 < result.row_count < 1000
-    assert result.row_count * 2 * 1999 <= sqltools.MAX_RESULT_CHARS
+    assert result.row_count * 2 * 1999 <= sqltools.MAX_RESULT_BYTES
+
+
+def result_bytes(result: sqltools.SqlResult) -> int:
+    return sum(len(cell.encode()) for row in result.rows for cell in row)
+
+
+def test_result_size_is_capped_in_bytes(db: Path) -> None:
+    """The cap counted characters: four-byte characters made a result four times as big."""
+    sql = "SELECT replace(printf('%.*c', 1999, 'x'), 'x', char(128512)) FROM emails a, emails b"
+    result = q(db, sql, limit=1000)
+    assert result.truncated and result.row_count > 0
+    assert result_bytes(result) <= sqltools.MAX_RESULT_BYTES
 
 
 # ---------------------------------------------------------------------------------------------
@@ -722,9 +737,12 @@ def test_one_wide_row_is_cut_to_the_result_budget(db: Path) -> None:
     result = q(db, f"SELECT {columns} FROM (SELECT replace(printf('%.*c', 1999, 'x'), 'x', "
                    "char(128512)) AS x)")
     assert result.row_count == 1 and len(result.rows[0]) == 2000
-    total = sum(len(cell) for cell in result.rows[0])
-    assert total <= sqltools.MAX_RESULT_CHARS + 2000  # an ellipsis per cut cell at most
+    # an ellipsis (3 bytes) per cut cell at most
+    assert result_bytes(result) <= sqltools.MAX_RESULT_BYTES + 3 * 2000
     assert result.truncated_cells > 0
+    assert result.rows[0][0] == "\U0001f600" * 1999  # cut between characters, not inside one
+    cut = next(cell for cell in result.rows[0] if cell.endswith("…") and cell != "…")
+    assert set(cut[:-1]) == {"\U0001f600"}
 
 
 # The user's address with a non-ASCII domain, as fmail.toml writes it and as mail often does.
@@ -778,9 +796,47 @@ def test_a_mirror_that_missed_my_ace_mail_is_corrected(indexed: MailEnv) -> None
     with sidecar.opened(path) as conn:  # as the mirror had it before
         conn.execute("UPDATE messages SET is_sent = 0 WHERE message_id = 'idn-ace@x'")
         sidecar.rebuild_threads(conn)
-        conn.execute(f"PRAGMA user_version = {sidecar.SCHEMA_VERSION - 1}")
+        conn.execute("PRAGMA user_version = 14")  # before version 15 compared canonically
     indexed.fmail("index")
     assert _sent_rows(indexed) == [["idn-ace@x", 1, 1, 1], ["idn-unicode@x", 1, 1, 1]]
+
+
+def _unanswered(env: MailEnv, **kwargs: Any) -> list[str]:
+    """The last words find_unanswered_threads names, read from the mirror (which is current)."""
+    with Reader() as reader:
+        mb = reads.Mailbox(env.config(), reader)
+        assert reads.current_mirror(mb, ("deleted", "spam")) is not None
+        found = reads.find_unanswered_threads(mb, limit=500, **kwargs)
+    return sorted(t.last for t in found.threads
+                  if t.last in (sidecar.uid_for("idn-ace@x"), sidecar.uid_for("idn-unicode@x")))
+
+
+IDN_LAST_WORDS = sorted([sidecar.uid_for("idn-ace@x"), sidecar.uid_for("idn-unicode@x")])
+
+
+@pytest.mark.parametrize("configured", [IDN_ME, ACE_ME])
+def test_my_last_word_is_mine_whichever_form_its_domain_is_written_in(
+        indexed: MailEnv, configured: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mirror kept a thread's last sender as written and find_unanswered_threads compared
+    it so (notmuch's answer too): the user's reply written with the domain in the other form
+    was not theirs."""
+    _my_idn_mail_indexed(indexed, configured)
+    assert _unanswered(indexed) == IDN_LAST_WORDS
+    assert _unanswered(indexed, address=ACE_ME) == _unanswered(indexed, address=IDN_ME) == \
+        IDN_LAST_WORDS
+    monkeypatch.setattr(reads, "_unanswered_from_mirror", lambda *args: None)
+    assert _unanswered(indexed) == IDN_LAST_WORDS
+
+
+def test_a_mirror_with_last_words_as_written_is_corrected(indexed: MailEnv) -> None:
+    _my_idn_mail_indexed(indexed, IDN_ME)
+    path = sidecar.sidecar_path(indexed.config().data_dir)
+    with sidecar.opened(path) as conn:  # as the mirror had it before
+        conn.execute(f"UPDATE thread_rows SET last_word_sender = '{ACE_ME}' "
+                     "WHERE last_word_id = 'idn-ace@x'")
+        conn.execute("PRAGMA user_version = 15")  # before version 16 kept it canonical
+    indexed.fmail("index")
+    assert _unanswered(indexed) == IDN_LAST_WORDS
 
 
 @pytest.mark.parametrize(("statement", "builds"), [

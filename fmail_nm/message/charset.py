@@ -102,6 +102,8 @@ def guess_decode(data: bytes) -> tuple[str, str]:
     mixed = _mostly_utf8(data)
     if mixed is not None:
         return mixed, "utf-8 with some windows-1252 bytes"
+    if (gbk := _gbk_in_disguise(data)) is not None:
+        return gbk, "gb18030"
     # windows-1252 is latin-1 plus printable 0x80-0x9F; its 5 undefined bytes become U+FFFD.
     return data.decode("cp1252", "replace"), "windows-1252"
 
@@ -138,8 +140,10 @@ def decode_bytes(data: bytes, charset: str | None, where: str, defects: list[str
         text, used = guess_decode(data)
         defects.append(f"{where}: unknown charset {charset!r}, decoded as {used}")
         return text
-    if codec in _WESTERN_CODECS and (utf8 := _utf8_in_disguise(data)) is not None:
-        return utf8
+    if codec in _WESTERN_CODECS and (
+            (found := _utf8_in_disguise(data)) is not None
+            or (found := _gbk_in_disguise(data)) is not None):
+        return found
     if codec == "iso8859-1" and _C1_BYTES.search(data):
         codec = "cp1252"  # the WHATWG rule: "latin-1" with 0x80-0x9F means windows-1252
     for candidate in (codec, *_CODEC_RETRIES.get(codec, ())):
@@ -167,6 +171,48 @@ def _utf8_in_disguise(data: bytes) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return None
+
+
+# A run of 8-bit bytes: in GBK text (the characters of two 8-bit bytes; those with an ASCII
+# trail byte, 0x40-0x7E, not taken) each is whole characters, an even number of bytes; in
+# Latin-1 text most are a single accented letter.
+_HIGH_RUN = re.compile(rb"[\x80-\xff]+")
+# The lead bytes of EUC-KR's Hangul syllables, rows which GB2312 has hanzi in: Korean text
+# in them is just as valid GBK.
+_HANGUL_LEADS = bytes(range(0xB0, 0xC9))
+# Latin-1's symbols (¡ to ¿): a third of GB2312's trail bytes and many of its lead bytes are
+# in this range, so GBK read as Latin-1 has them among its letters; Latin-1 text hardly ever
+# has one next to an accented letter.
+_LATIN1_SYMBOL = re.compile(rb"[\xa1-\xbf]")
+_IDEOGRAPH = re.compile("[\u4e00-\u9fff]")
+_IDEOGRAPH_PAIR = re.compile("[\u4e00-\u9fff]{2}")
+
+
+def _gbk_in_disguise(data: bytes) -> str | None:
+    """Chinese text in GBK under a Latin-1 label, or none (mojibake like "ÄãºÃ" read as
+    Latin-1): the text, decoded as GB18030; else None.  Only where Latin-1 text cannot be:
+    every 8-bit byte in a pair of 8-bit bytes (real Latin-1 has a lone accented letter in
+    nearly every word: "café", "Müller"), a Latin-1 symbol in one of the pairs ("Trèèèès"
+    is all letters), and the pairs decoding to ideographs -- two in a row at least, and most
+    of the non-ASCII text.  Text whose pairs all lie in the Hangul rows may be Korean
+    (EUC-KR) as well, and stays as it was."""
+    runs = []
+    for run in _HIGH_RUN.finditer(data):  # Latin-1 text mostly stops at its first accent
+        if len(run.group()) % 2:
+            return None
+        runs.append(run.group())
+    pairs = b"".join(runs)
+    if not _LATIN1_SYMBOL.search(pairs) or not pairs[::2].translate(None, _HANGUL_LEADS):
+        return None
+    try:
+        text = data.decode("gb18030")
+    except UnicodeDecodeError:
+        return None
+    characters = len(pairs) // 2
+    ideographs = len(text) - len(_IDEOGRAPH.sub("", text))
+    if not _IDEOGRAPH_PAIR.search(text) or 2 * ideographs < characters:
+        return None
+    return text
 
 
 def _decode_fallback(data: bytes, codec: str, label: str | None, where: str, defects: list[str]) -> str:

@@ -501,7 +501,6 @@ def _set_me(conn: sqlite3.Connection, me: frozenset[str]) -> bool:
     conn.execute("DELETE FROM me")
     conn.executemany("INSERT INTO me (email) VALUES (?)", [(a,) for a in sorted(me)])
     marks = ",".join("?" * len(me)) or "NULL"
-    conn.create_function("canonical_address", 1, canonical_address, deterministic=True)
     conn.execute(f"UPDATE messages SET is_sent = (canonical_address(sender_email) IN ({marks}) "
                  "AND is_draft = 0)", sorted(me))
     sidecar.rebuild_threads(conn)

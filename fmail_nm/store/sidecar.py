@@ -31,7 +31,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +39,7 @@ from typing import Any
 
 from ..clock import utc_stamp
 from ..errors import BackendError
+from ..message.headers import canonical_address
 from ..private import private_dir, private_file, tighten
 from .threads import ThreadMember, author
 
@@ -439,11 +440,11 @@ _LAST_WORD = """(SELECT {value} FROM messages l WHERE l.thread_id = m.thread_id 
         ORDER BY date DESC, message_id DESC LIMIT 1)"""
 _LAST_WORD_COLUMNS = ("last_word_id", "last_word_date", "last_word_sender")
 
-def _with_last_word(thread_rows: str) -> str:
+def _with_last_word(thread_rows: str, sender: str = "sender_email") -> str:
     return thread_rows.replace("\nFROM messages m\n", (
         ",\n       " + _LAST_WORD.format(value="message_id") + " AS last_word_id"
         ",\n       " + _LAST_WORD.format(value="coalesce(date_epoch, 0)") + " AS last_word_date"
-        ",\n       " + _LAST_WORD.format(value="sender_email") + " AS last_word_sender"
+        ",\n       " + _LAST_WORD.format(value=sender) + " AS last_word_sender"
         "\nFROM messages m\n"))
 
 
@@ -507,11 +508,10 @@ _THREAD_ROWS_V14 = _THREAD_ROWS_V1.replace(
     "WHERE l.thread_id = m.thread_id\n", "WHERE l.thread_id = m.thread_id AND l.is_draft = 0\n"
 ).replace("group_concat(DISTINCT sender_email)",
           "group_concat(DISTINCT CASE WHEN is_draft = 0 THEN sender_email END)")
-THREAD_ROWS = _with_last_word(_THREAD_ROWS_V14)
 _V14 = f"""
 UPDATE messages SET is_sent = 0 WHERE is_draft = 1 AND is_sent = 1;
 DELETE FROM thread_rows;
-{_INSERT_THREADS}{THREAD_ROWS.format(where="1")};
+{_INSERT_THREADS}{_with_last_word(_THREAD_ROWS_V14).format(where="1")};
 """
 
 # Version 15: the user's own mail is told by the sender's canonical address (its domain in
@@ -522,10 +522,24 @@ _V15 = """
 DELETE FROM me;
 """
 
+# Version 16: a thread's last word keeps its sender's canonical address (SQL_FUNCTIONS), the
+# form find_unanswered_threads compares the user's addresses in, as is_sent does: the user's
+# reply written with the domain in the other form (ACE or Unicode) is the user's last word.
+THREAD_ROWS = _with_last_word(_THREAD_ROWS_V14, sender="canonical_address(sender_email)")
+_V16 = f"""
+DELETE FROM thread_rows;
+{_INSERT_THREADS}{THREAD_ROWS.format(where="1")};
+"""
+
 # Index i holds the script that takes the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
-                               _V13, _V14, _V15)
+                               _V13, _V14, _V15, _V16)
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+# Python functions the schema's SQL calls: its migrations, every write of thread rows and
+# their check (query_emails' authorizer lets no caller use them).
+SQL_FUNCTIONS: dict[str, Callable[[str], str]] = {"canonical_address": canonical_address}
 
 
 class SidecarError(BackendError):
@@ -582,6 +596,7 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
+    add_functions(conn)
     if readonly:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version != SCHEMA_VERSION:
@@ -593,6 +608,12 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous = NORMAL")
     migrate(conn, path)
     return conn
+
+
+def add_functions(conn: sqlite3.Connection) -> None:
+    """The Python functions the schema's SQL calls, on a new connection."""
+    for name, function in SQL_FUNCTIONS.items():
+        conn.create_function(name, 1, function, deterministic=True)
 
 
 def migrate(conn: sqlite3.Connection, path: Path) -> None:
@@ -1026,9 +1047,10 @@ class LastWord:
 
 def last_words(conn: sqlite3.Connection, addresses: Sequence[str], *, since: int | None,
                until: int | None, offset: int, limit: int) -> tuple[int, list[LastWord]]:
-    """The threads whose last word is from one of ``addresses``, dated within ``since`` ..
-    ``until``: how many, and one page of them, newest first.  Read along the index of the
-    last words the mirror keeps with each thread (schema version 10)."""
+    """The threads whose last word is from one of ``addresses`` (canonical, see
+    :func:`canonical_address`), dated within ``since`` .. ``until``: how many, and one page of
+    them, newest first.  Read along the index of the last words the mirror keeps with each
+    thread (schema versions 10 and 16)."""
     where = (f"last_word_sender IN ({','.join('?' * len(addresses)) or 'NULL'})"
              " AND last_word_date >= ? AND last_word_date <= ?")
     args = [*addresses, -2**63 if since is None else since, 2**63 - 1 if until is None else until]

@@ -227,7 +227,8 @@ class Composition:
     forwarded: str | None = None
     attached: list[MIMEPart] = field(default_factory=list)
     # A saved draft's other headers (Reply-To, Organization, X-...), kept when it is saved
-    # again: another mail client may have written them.
+    # again: another mail client may have written them.  Their source values (folded, 8-bit
+    # bytes as surrogates), written back as they are: see _keep_header.
     kept_headers: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -284,6 +285,21 @@ def message_part(raw: bytes, filename: str) -> MIMEPart:
 MAX_LINE_BYTES = 998
 
 
+# A fold in a header's source: a line break (as the parser splits lines) before whitespace.
+_SOURCE_FOLD = re.compile(r"(\r\n|\r|\n)(?=[ \t])")
+
+
+def _unfold(value: str) -> str:
+    return _SOURCE_FOLD.sub("", value)
+
+
+def _check_source_header(name: str, source: str) -> None:
+    """A header value as read from a file, to be written as it is: a ComposeError when the
+    writer, which breaks the line at every line break str.splitlines() knows, would start a
+    line of the value's own (only its folds may break it)."""
+    check_header(name, _unfold(source))
+
+
 def _has_long_line(data: bytes) -> bool:
     return any(len(line.rstrip(b"\r")) > MAX_LINE_BYTES for line in data.split(b"\n"))
 
@@ -324,11 +340,50 @@ def _fold_long_headers(part: Message) -> None:
     for name in {name.lower() for name, _ in items}:
         del part[name]
     for name, value in items:
-        if _header_has_long_line(name, value):
-            # A header object is folded when written; the source's own folds undone first.
-            part.set_raw(*POLICY.header_store_parse(name, re.sub(r"\r?\n(?=[ \t])", "", value)))
-        else:
+        if not _header_has_long_line(name, value):
             part.set_raw(name, value)
+        elif (folded := _folded_source(name, _unfold(value))) is not None:
+            part.set_raw(name, folded)
+        else:
+            # A word longer than a line: the email package writes the value again, as RFC 2047
+            # words -- decoded first, so a line break it decodes to would start a header.
+            header = POLICY.header_store_parse(name, _unfold(value))[1]
+            part.set_raw(name, check_header(name, header))
+
+
+# Folded headers' lines: at most 78 columns where the words allow (RFC 5322 2.1.1).
+_FOLD_WIDTH = 78
+_SOURCE_WORD = re.compile(r"[ \t]*[^ \t]+|[ \t]+")
+
+
+def _folded_source(name: str, value: str) -> str | None:
+    """An unfolded source value folded before the whitespace between its words, its words as
+    they are (folding adds nothing a reader sees, and an encoded word holds no whitespace);
+    None when a word is too long for a line of 998 bytes (8-bit bytes are one character each
+    in a source value)."""
+    lines = [""]
+    width = len(name) + 2
+    for word in _SOURCE_WORD.findall(value):
+        if lines[-1] and width + len(word) > _FOLD_WIDTH:
+            lines.append("")
+            width = 0
+        lines[-1] += word
+        width += len(word)
+        if width > MAX_LINE_BYTES:
+            return None
+    return "\r\n".join(lines)
+
+
+def _keep_header(msg: EmailMessage, name: str, source: str) -> None:
+    """A header of a saved draft written back as its file has it (its line ends CRLF).  Given
+    as text, the email package would parse it again: decode its encoded words a second time
+    (text from hostile mail that decodes to an encoded word hiding a line break would start a
+    header of its own) and put U+FFFD for 8-bit bytes."""
+    _check_source_header(name, source)
+    limit = POLICY.header_max_count(name)
+    if limit is not None and sum(k.lower() == name.lower() for k in msg.keys()) >= limit:
+        return  # a second Reply-To or Sender: the draft's first one stands
+    msg.set_raw(name, source)
 
 
 def build(c: Composition, now: datetime) -> EmailMessage:
@@ -354,11 +409,8 @@ def build(c: Composition, now: datetime) -> EmailMessage:
         msg.set_raw("References", _id_list("References", refs))
     if c.forwarded and _threadable(c.forwarded):
         msg.set_raw(FORWARDED_HEADER, f"<{c.forwarded}>")
-    for name, value in c.kept_headers:
-        try:
-            msg[name] = check_header(name, value)
-        except ValueError:  # a second Reply-To or Sender: the draft's first one stands
-            continue
+    for name, source in c.kept_headers:
+        _keep_header(msg, name, source)
     _text_part(msg, c.body)
     if c.attached:
         msg.make_mixed()
@@ -642,7 +694,7 @@ def _read_draft(ctx: WriteContext, draft_id: str) -> tuple[Composition, EmailMes
         message_id=found.message_id, in_reply_to=_first_id(msg.get("in-reply-to")),
         references=_ids(msg.get("references")), forwarded=_first_id(msg.get(FORWARDED_HEADER)),
         attached=[p for p in msg.iter_attachments() if isinstance(p, MIMEPart)],
-        kept_headers=[(name, str(value)) for name, value in msg.items()
+        kept_headers=[(name, value) for name, value in msg.raw_items()
                       if name.lower() not in _BUILT_HEADERS]), msg
 
 
@@ -860,8 +912,9 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
         del msg[name]
     if msg["Message-ID"] is None:  # the recipients' copy and the Sent copy share one
         msg["Message-ID"] = new_message_id(c.sender)
-    for name, value in msg.items():
-        check_header(name, str(value))
+    # As they go out: the source values (a kept header's encoded words are not decoded).
+    for name, value in msg.raw_items():
+        _check_source_header(name, value)
     everyone = [*c.to, *c.cc, *c.bcc]
     for person in [c.sender, *everyone]:
         check_addresses([person.address], "address")

@@ -28,7 +28,7 @@ from ..config import THREAD_ID, Config
 from ..dsl import CompiledQuery, DslContext, DslError, compile_query, date_range_query
 from ..errors import CallerError
 from ..message.attachments import attachment_text, dotted
-from ..message.headers import Address, search_forms
+from ..message.headers import Address, canonical_address, search_forms
 from ..message.html import read_body, read_message
 from ..message.mime import BodyText, ParsedMessage
 from ..message.text import clean_text, is_forward_subject, slice_text
@@ -938,7 +938,8 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
     if not 0 <= min_days_silent <= MAX_DAYS_SILENT:
         raise ToolError(f"min_days_silent must be 0 to {MAX_DAYS_SILENT:,} (got "
                         f"{min_days_silent}); 365 is a year")
-    mine = plain_addresses([address.lower()] if address else list(mb.config.addresses))
+    # Compared in canonical form, as the mirror keeps a last word's sender (and as is_sent).
+    mine = plain_addresses(search_forms([address] if address else mb.config.addresses))
     if not mine and address:
         raise ToolError(f"address {address!r} is not an e-mail address")
     if not mine:
@@ -1002,7 +1003,7 @@ def _unanswered_from_notmuch(mb: Mailbox, nm_query: str,
         if not live:
             continue
         last = max(live, key=lambda m: (m.date, m.message_id))  # as the mirror picks it
-        if sender(last.from_header)[1] in mine:
+        if canonical_address(sender(last.from_header)[1]) in mine:
             found.append(sidecar.LastWord(thread_id, last.message_id, last.date, len(nodes)))
     found.sort(key=lambda w: w.date, reverse=True)
     return found

@@ -22,6 +22,7 @@ convenience filter (``main.emails`` still sees every account), not a security bo
 from __future__ import annotations
 
 import functools
+import math
 import re
 import sqlite3
 import time
@@ -42,7 +43,7 @@ from .dto import Dto
 
 MAX_ROWS = 1000
 MAX_CELL_CHARS = 2000
-MAX_RESULT_CHARS = 300_000     # all cells together, so one call cannot return megabytes
+MAX_RESULT_BYTES = 300_000     # all cells together, in UTF-8: one call cannot return megabytes
 # SQLITE_LIMIT_LENGTH: bigger strings/blobs fail instead of allocating.  Kept well below 1 MB
 # because instr() and replace() are quadratic inside one call, where the time limit cannot
 # reach (two 1 MB strings take ~8 s; two of 250 KB ~0.5 s).
@@ -258,6 +259,7 @@ def _published_columns() -> dict[str, tuple[str, ...]]:
     """The published views' columns in a freshly migrated in-memory sidecar (~2 ms, once)."""
     conn = sqlite3.connect(":memory:", isolation_level=None)
     try:
+        sidecar.add_functions(conn)
         sidecar.migrate(conn, Path(":memory:"))
         return view_columns(conn, sidecar.PUBLISHED_VIEWS)
     finally:
@@ -961,7 +963,7 @@ def _fetch(cursor: sqlite3.Cursor, limit: int) -> _Fetched:
     columns = [d[0] for d in cursor.description or ()]
     rows: list[list[Any]] = []
     cut = 0
-    budget = MAX_RESULT_CHARS
+    budget = MAX_RESULT_BYTES
     truncated = False
     while columns:
         row = cursor.fetchone()
@@ -984,16 +986,21 @@ def _fetch(cursor: sqlite3.Cursor, limit: int) -> _Fetched:
 
 
 def _cell_size(value: Any) -> int:
-    return len(value) if isinstance(value, str) else 8
+    """A cell's size in the result, in UTF-8 bytes (a character can take four)."""
+    if not isinstance(value, str):
+        return 8
+    return len(value) if value.isascii() else len(value.encode("utf-8"))
 
 
 def _fit(cells: Sequence[tuple[Any, int]], budget: int) -> list[tuple[Any, int]]:
-    """A row's cells with their text cut to share ``budget`` characters in column order (2000
+    """A row's cells with their text cut to share ``budget`` bytes in column order (2000
     columns of 2000 characters would be megabytes in one row)."""
     fitted: list[tuple[Any, int]] = []
     for value, cut in cells:
-        if isinstance(value, str) and len(value) > max(budget, 0):
-            value, cut = value[:max(budget, 0)] + "…", 1
+        if isinstance(value, str) and _cell_size(value) > max(budget, 0):
+            # Cut at a character's start: a character cut in two is dropped whole.
+            head = value.encode("utf-8")[:max(budget, 0)].decode("utf-8", "ignore")
+            value, cut = head + "…", 1
         budget -= _cell_size(value)
         fitted.append((value, cut))
     return fitted
@@ -1001,6 +1008,10 @@ def _fit(cells: Sequence[tuple[Any, int]], budget: int) -> list[tuple[Any, int]]
 
 def _cell(value: Any) -> tuple[Any, int]:
     """A JSON-safe cell, cut to MAX_CELL_CHARS; second item 1 when it was cut."""
+    if isinstance(value, float) and not math.isfinite(value):
+        # JSON has no infinity: the structured result would say null (an SQL NULL to the
+        # reader) and the text Infinity.  Named as text in both.
+        return ("Infinity" if value > 0 else "-Infinity" if value < 0 else "NaN"), 0
     if isinstance(value, bytes):
         # Blobs as SQL hex literals; the mirror holds none, but zeroblob() and friends do.
         text = "x'" + value[:MAX_CELL_CHARS].hex() + "'"
