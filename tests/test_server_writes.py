@@ -248,6 +248,12 @@ async def test_write_tag_and_folder_results_read_as_short_lines(indexed: MailEnv
         assert deleted.startswith(f"1 done: {both} (in accounts personal, work); audit ")
         assert (await text(client, "undo_last_write", {})).endswith(
             f"; 1 put back: {both} (in accounts personal, work)")
+        # work has no Junk folder: its copy stays, and the message reads as done in part.
+        junked = (await text(client, "move_to_junk", {"ids": [both]})).split("\n")
+        assert junked[0].startswith(f"1 done: {both}; audit ")
+        assert junked[1].startswith(f"in part {both}: not moved: work/INBOX (account 'work' "
+                                    "has no junk folder")
+        await text(client, "undo_last_write", {})
 
         preview = (await text(client, "tag_emails", {"query": "in:inbox", "add": ["later"]})).split("\n")
         inbox = (await call(client, "search_emails", {"query": "in:inbox", "limit": 1}))["total"]

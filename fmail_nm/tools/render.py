@@ -366,7 +366,11 @@ def _not_found(r: WriteResult) -> list[str]:
 
 
 def _failed(r: WriteResult) -> list[str]:
-    return [f"failed {uid_for(e.id)}: {one_line(e.error)}" for e in r.errors]
+    # A message both applied and in error was done in part (a copy its account has no folder
+    # for, a file gone since): "failed" would tell the model nothing happened to it.
+    done = set(r.applied)
+    return [f"{'in part' if e.id in done else 'failed'} {uid_for(e.id)}: {one_line(e.error)}"
+            for e in r.errors]
 
 
 def _short_ids(message_ids: list[str]) -> str:
