@@ -6,8 +6,9 @@ seed.  Nothing here goes through fmail-nm's own readers: the files are read from
 index through notmuch2, the server through IMAP.
 
 * **Copies**: every message file, as bytes, per account (moves and flag renames keep the
-  bytes; a Message-ID may have several files).  Nothing lost, nothing duplicated means the same
-  multiset of (account, content digest) as before the fault.
+  bytes; a Message-ID may have several files; a copy a write took out of its folder into the
+  folder's hold is still a copy).  Nothing lost, nothing duplicated means the same multiset of
+  (account, content digest) as before the fault.
 * **Index**: notmuch knows exactly the files on disk and exactly the Message-IDs it knew.
 * **Flags**: each message's flag tags are what its files' Maildir flags say, the way notmuch
   reads them (a flag counts when any file with a ``:2,`` part has it): unread/S (inverted),
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import notmuch2
+
+from fmail_nm.store.maildir import is_held
 
 # (account directory, sha1 of the file's bytes)
 Copy = tuple[str, str]
@@ -62,6 +65,11 @@ def message_files(mail_root: Path) -> list[Path]:
                   and p.is_file() and ".notmuch" not in p.parts)
 
 
+def held_files(mail_root: Path) -> list[Path]:
+    """Every file in a folder's hold: out of the index and of mbsync's sight, kept for undo."""
+    return sorted(p for p in mail_root.rglob("*") if is_held(p) and p.is_file())
+
+
 def content_digest(data: bytes) -> str:
     """The digest of a message's bytes, line ends made alike (mbsync may store CRLF as LF)."""
     return hashlib.sha1(data.replace(b"\r\n", b"\n")).hexdigest()
@@ -70,7 +78,7 @@ def content_digest(data: bytes) -> str:
 def disk_copies(mail_root: Path) -> tuple[Counter[Copy], dict[str, str]]:
     copies: Counter[Copy] = Counter()
     names: dict[str, str] = {}
-    for path in message_files(mail_root):
+    for path in message_files(mail_root) + held_files(mail_root):
         data = path.read_bytes()
         digest = content_digest(data)
         copies[(path.relative_to(mail_root).parts[0], digest)] += 1

@@ -668,6 +668,35 @@ def test_blocked_to_junk_moves_the_mail_and_unblocking_moves_it_back(indexed: Ma
     assert "No new mail" in indexed.notmuch("new", "--no-hooks").stdout
 
 
+def test_blocked_mail_delivered_to_two_accounts_moves_to_each_accounts_junk_and_back(
+        indexed: MailEnv) -> None:
+    """The block's spam tag is the whole message's, but only the primary file's account moved
+    its copy to Junk: the other account's stayed in its INBOX, tagged spam, and on that
+    server's inbox."""
+    toml = indexed.fmail_config.read_text()
+    for name in ("personal", "work"):
+        toml = toml.replace(f'name = "{name}"\n', f'name = "{name}"\nblocked_to_junk = true\n')
+    indexed.fmail_config.write_text(toml + 'junk = "Junk"\n')  # work's folders come last
+    for sub in maildir.MAILDIR_SUBDIRS:
+        (indexed.mail_root / "work" / "Junk" / sub).mkdir(parents=True)
+    mid = "both-accounts-1@example.com"
+
+    def folders() -> list[str]:
+        out = indexed.notmuch("search", "--output=files", "--exclude=false", f"id:{mid}").stdout
+        return sorted(str(maildir.notmuch_folder(name, indexed.mail_root))
+                      for name in out.split())
+    assert folders() == ["personal/INBOX", "work/INBOX"]
+
+    indexed.fmail("contacts", "block", "register@devconf.example.com")
+    assert folders() == ["personal/Junk", "work/Junk"]
+
+    indexed.fmail("contacts", "unblock", "register@devconf.example.com")
+    assert folders() == ["personal/INBOX", "work/INBOX"]
+    tags = indexed.notmuch("search", "--output=tags", "--exclude=false", f"id:{mid}").stdout
+    assert {"blocked", "spam"} & set(tags.split()) == set()
+    assert "No new mail" in indexed.notmuch("new", "--no-hooks").stdout
+
+
 def test_a_file_name_that_is_not_utf8_is_mirrored_and_stops_nothing(indexed: MailEnv) -> None:
     """Linux allows any bytes in a name, and notmuch indexes such a file: the mirror stored
     the name as text and failed on it ("surrogates not allowed") on every later run, so no

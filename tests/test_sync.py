@@ -210,7 +210,7 @@ def test_sync_command_pulls_and_reports_an_outage(synced_bed: SyncBed) -> None:
     failed = synced_bed.mail_env.fmail("sync", check=False)
     assert failed.returncode == 1 and "Connection refused" in failed.stderr
     # Said once, on stderr: not also among the runs listed on stdout.
-    said = f"{ACCOUNT} (channel {ACCOUNT}): both failed"
+    said = f"{ACCOUNT} (channel {ACCOUNT}): mbsync sync failed"
     assert failed.stderr.count(said) == 1 and said not in failed.stdout
     assert "indexed:" in failed.stdout  # the local index is still brought up to date
     unknown = synced_bed.mail_env.fmail("sync", "nosuchaccount", check=False)

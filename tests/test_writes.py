@@ -24,7 +24,7 @@ import pytest
 from fmail_nm.passes import changes
 from fmail_nm.passes.changes import ChangeError, WriteContext, WriteOutcome
 from fmail_nm.service.index import run_index
-from fmail_nm.store import sidecar
+from fmail_nm.store import maildir, sidecar
 from fmail_nm.store.maildir import MaildirName
 from fmail_nm.store.notmuch import DatabaseBusy, Reader, Writer
 from fmail_nm.tools import reads, writes
@@ -500,6 +500,91 @@ def test_archive_of_mail_in_trash_says_so_and_changes_nothing(h: Harness) -> Non
 def test_archive_moves_only_the_inbox_copy(h: Harness) -> None:
     writes.archive(h.ctx, [SELF_CC])
     assert h.folders(SELF_CC) == ["personal/Archive", "personal/Sent"]
+    h.assert_in_step()
+
+
+@pytest.mark.parametrize(("write", "folder", "tag"), [
+    pytest.param(writes.archive, "personal/Archive", "archived", id="archive"),
+    pytest.param(writes.delete_messages, "personal/Trash", "deleted", id="delete"),
+    pytest.param(writes.move_to_junk, "personal/Junk", "spam", id="junk"),
+])
+def test_a_copy_bound_where_the_message_already_is_leaves_without_a_second_copy(
+        h: Harness, write: Callable[..., writes.WriteResult], folder: str, tag: str) -> None:
+    """Gmail keeps every message in "[Gmail]/All Mail" too: archiving into it moved the
+    INBOX file there, a second file of the message that mbsync uploads (a true duplicate on a
+    server that does not merge by Message-ID).  The INBOX copy leaves INBOX -- out of the
+    index, kept on disk in INBOX's hold -- and undo brings it back."""
+    [inbox_file] = h.files(IN_INBOX)
+    there = _second_file(h, IN_INBOX, folder)
+    before = h.shape(IN_INBOX)
+    assert h.folders(IN_INBOX) == sorted(["personal/INBOX", folder])
+
+    result = write(h.ctx, [IN_INBOX])
+    assert result.applied == [IN_INBOX] and not result.errors
+    assert h.files(IN_INBOX) == [there.relative_to(h.env.mail_root).as_posix()]
+    assert {tag, "inbox"} & h.tags(IN_INBOX) == {tag}
+    assert h.outcomes[-1].accounts == frozenset({"personal"})  # INBOX lost it: pushed
+    key = MaildirName.parse(Path(inbox_file).name).key
+    assert not [p for p in (h.env.mail_root / folder).glob("*/*")
+                if MaildirName.parse(p.name).key == key]  # no second file there
+    [held] = (h.env.mail_root / "personal/INBOX/tmp" / maildir.HOLD).iterdir()
+    assert MaildirName.parse(held.name).key == key
+    h.assert_in_step()  # notmuch new leaves the held copy alone
+
+    undone = writes.undo_last_write(h.ctx)
+    assert undone.applied == [IN_INBOX] and not undone.errors
+    assert h.shape(IN_INBOX) == before
+    assert not held.exists()
+    h.assert_in_step()
+
+
+def test_a_held_copy_is_kept_for_a_while_then_removed_by_an_index_run(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every message a Gmail user archives leaves its INBOX file in the hold: kept for
+    undo, but not for ever (it would double the archive on disk).  An index run removes the
+    held copies older than HOLD_DAYS; the undo of that write then names the copy gone."""
+    _second_file(h, IN_INBOX, "personal/Archive")
+    writes.archive(h.ctx, [IN_INBOX])
+    [held] = (h.env.mail_root / "personal/INBOX/tmp" / maildir.HOLD).iterdir()
+    run_index(h.ctx.config, show_progress=False, timeout=120)
+    assert held.exists()  # a fresh one stays
+
+    monkeypatch.setattr(maildir, "HOLD_DAYS", 0)
+    run_index(h.ctx.config, show_progress=False, timeout=120)
+    assert not held.exists()
+    assert h.folders(IN_INBOX) == ["personal/Archive"]  # the message keeps its other file
+    undone = writes.undo_last_write(h.ctx)
+    [error] = undone.errors
+    assert error.id == IN_INBOX and "not moved back" in error.error
+    h.assert_in_step()
+
+
+def _second_file(h: Harness, mid: str, folder: str) -> Path:
+    """Another file of the message's one file, in ``folder``, indexed."""
+    [first] = h.files(mid)
+    there = h.env.mail_root / folder / "cur" / "1796400000.M1P1.there:2,S"
+    shutil.copyfile(h.env.mail_root / first, there)
+    h.env.notmuch("new", "--no-hooks")
+    return there
+
+
+def test_an_undo_rolled_back_puts_a_held_copy_back_in_the_hold(h: Harness) -> None:
+    _second_file(h, IN_INBOX, "personal/Archive")
+    writes.archive(h.ctx, [IN_INBOX, SELF_CC])
+    archived = h.shape(IN_INBOX)
+    hold = h.env.mail_root / "personal/INBOX/tmp" / maildir.HOLD
+    [held] = hold.iterdir()
+    _vanish(h, SELF_CC)  # its Archive file: its undo cannot start, so none may
+
+    with pytest.raises(ChangeError, match="nothing was undone"):
+        writes.undo_last_write(h.ctx)
+    assert h.shape(IN_INBOX) == archived
+    assert [p.name for p in hold.iterdir()] == [held.name]
+    h.env.notmuch("new", "--no-hooks")  # the vanished file: notmuch is told now
+    result = writes.undo_last_write(h.ctx)
+    assert IN_INBOX in result.applied
+    assert h.folders(IN_INBOX) == ["personal/Archive", "personal/INBOX"]
+    assert not list(hold.iterdir())
     h.assert_in_step()
 
 

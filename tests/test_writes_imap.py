@@ -325,6 +325,40 @@ def test_undo_of_a_delete_puts_the_server_back(synced_bed: SyncBed,
     assert_settled(bed)
 
 
+def test_archiving_mail_the_archive_holds_already_leaves_one_copy_there(
+        sync_bed: SyncBed) -> None:
+    """Gmail keeps every message in "[Gmail]/All Mail" too; with that as the archive folder
+    (or an Archive holding the same message), archiving moved the INBOX file there and mbsync
+    uploaded it: a second copy.  Now the server's INBOX loses it, its Archive keeps exactly
+    one, and undo puts it back in INBOX."""
+    bed = sync_bed
+    mid = bed.seed(1)
+    bed.seed(1, folder="Archive")
+    bed.init()
+    both = {mid: [("Archive", frozenset()), ("INBOX", frozenset())]}
+    assert bed.sync().ok
+    assert server_snapshot(bed) == both
+    tags = bed.tags(mid)
+    config = bed.config()
+    with bed.reader() as reader, bed.writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        assert writes.archive(ctx, [mid]).applied == [mid]
+        report = bed.sync()
+        assert report.ok, report.errors()
+        assert server_snapshot(bed) == {mid: [("Archive", frozenset())]}
+        assert {"archived", "inbox"} & bed.tags(mid) == {"archived"}
+        assert [f.parent.parent.name for f in bed.files(mid)] == ["Archive"]
+        assert notmuch_new(bed) == "No new mail."  # the held copy stays out of the index
+
+        undone = writes.undo_last_write(ctx)
+        assert undone.applied == [mid] and not undone.errors
+    report = bed.sync()
+    assert report.ok, report.errors()
+    assert server_snapshot(bed) == both
+    assert bed.tags(mid) == tags
+    assert notmuch_new(bed) == "No new mail."
+
+
 # ---------------------------------------------------------------------------------------------
 # Another program holds the notmuch lock
 

@@ -173,36 +173,39 @@ def apply_blocklist(config: Config, reader: Reader, writer: Writer, blocked: Ite
                        reindex=reindex)
     report.tagged += _in_batches(writer, to_tag,
                                  functools.partial(_block_batch, config, ctx.sidecar_file))
-    report.moves += _junk_moves(ctx, to_tag, "junk", changes.move_to_role_step, audit)
+    report.moves += _junk_moves(ctx, to_tag, "junk",
+                                functools.partial(changes.move_to_role_step, "junk"), audit)
     stale_ids = [m.message_id for m in stale]
     states = _pre_block_states(ctx.sidecar_file, stale_ids)
     back = [m.message_id for m in stale
             if _moved_to_junk_by_block(config, reader, m, states.get(m.message_id))]
-    report.moves += _junk_moves(ctx, back, "restore",
-                                lambda _, account: changes.restore_step(account), audit)
+    report.moves += _junk_moves(ctx, back, "restore", changes.restore_step, audit)
     report.untagged += _in_batches(writer, stale_ids,
                                    functools.partial(_release_batch, config, states))
     return report
 
 
 def _junk_moves(ctx: WriteContext, ids: Sequence[str], action: str,
-                step: Callable[[str, str | None], changes.Step],
+                step: Callable[[changes.Accounts], changes.Step],
                 audit: bool) -> list[dict[str, Any]]:
-    """Move the messages of accounts that keep blocked mail in Junk, per account, in short
-    write sessions; returns the audit records of what moved."""
-    by_account: dict[str, list[str]] = {}
+    """Move the messages in the accounts that keep blocked mail in Junk -- every such account
+    holding a copy, since the block's tags are the whole message's -- in short write sessions,
+    each message in one; returns the audit records of what moved."""
+    by_accounts: dict[frozenset[str], list[str]] = {}
     for message in ctx.reader.find_many(list(ids)):
         if message is None:
             continue
-        account = maildir.primary_account(ctx.config, message)
-        if account is not None and account.blocked_to_junk and "junk" in account.folders:
-            by_account.setdefault(account.name, []).append(message.message_id)
+        names = frozenset(account.name for account, _ in
+                          maildir.copies_by_account(ctx.config, message)
+                          if account.blocked_to_junk and "junk" in account.folders)
+        if names:
+            by_accounts.setdefault(names, []).append(message.message_id)
     moved: list[dict[str, Any]] = []
-    for name, account_ids in by_account.items():
+    for names, account_ids in by_accounts.items():
         for chunk in chunks(account_ids, WRITE_BATCH):
             run = changes.apply if audit else _unrecorded
-            report = run(ctx, action, {"ids": chunk, "account": name, "by": "blocklist"},
-                         chunk, step("junk", name))
+            report = run(ctx, action, {"ids": chunk, "accounts": sorted(names),
+                                       "by": "blocklist"}, chunk, step(names))
             moved += report.changes
     return moved
 

@@ -129,6 +129,10 @@ class BatchReport:
 # One message inside a write session
 
 
+# The accounts a folder change acts in: these, or (None) every account holding a copy.
+Accounts = frozenset[str] | None
+
+
 @dataclass
 class MessageWork:
     """One message inside a write session, with the moves done to it so far."""
@@ -151,20 +155,20 @@ class MessageWork:
     def folder_of(self, filename: str | Path) -> str | None:
         return maildir.folder_of(self.config.mail_root, filename)
 
-    def accounts(self, name: str | None) -> list[tuple[Account, list[Copy]]]:
-        """The accounts a folder change acts in, each with the message's copies there: the
-        one asked for, else every account holding a copy -- tags belong to the message, so a
-        move in one account alone would leave the other accounts' copies out of step."""
+    def accounts(self, names: Accounts) -> list[tuple[Account, list[Copy]]]:
+        """The accounts a folder change acts in, each with the message's copies there: those
+        asked for, else every account holding a copy -- tags belong to the message, so a move
+        in one account alone would leave the other accounts' copies out of step."""
         groups = maildir.copies_by_account(self.config, self.current())
-        if name is None:
+        if names is None:
             if not groups:
                 raise ChangeError("the message's file is in no configured account")
             return groups
-        account = self.config.account(name)
-        for group in groups:
-            if group[0].name == account.name:
-                return [group]
-        raise ChangeError(f"the message has no file in account {account.name!r}")
+        chosen = [group for group in groups if group[0].name in names]
+        if not chosen:
+            raise ChangeError("the message has no file in account "
+                              + " or ".join(repr(name) for name in sorted(names)))
+        return chosen
 
     def tag(self, add: Sequence[str] = (), remove: Sequence[str] = ()) -> None:
         self.txn.change_tags([self.mid], add=add, remove=remove)
@@ -177,14 +181,15 @@ class MessageWork:
             return {}
         return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
-    def move(self, copy: Copy, folder: str) -> Path:
-        """Move one file into a folder; remember its origin when it goes to Trash or Junk."""
-        new = mover.move_file(self.txn, copy.path, maildir.ensure_maildir(self.config, folder))
+    def move(self, copy: Copy, folder: str | None) -> Path:
+        """Move one file into a folder (None: into its own folder's hold); remember its origin
+        when it goes to Trash or Junk."""
+        new = _relocate(self.txn, self.config, copy.path, folder)
         self.moves.append((copy.path, new))
         origins = self.origins()
         known = origins.pop(maildir.file_key(copy.path), None)
         changed = known is not None
-        if maildir.role_of(self.config, folder) in BIN_ROLES:
+        if folder is not None and maildir.role_of(self.config, folder) in BIN_ROLES:
             # From one bin to the other (Trash to Junk), the home it had before the first.
             from_bin = maildir.role_of(self.config, copy.folder) in BIN_ROLES
             origins[maildir.file_key(new)] = known if from_bin and known else copy.folder
@@ -199,6 +204,13 @@ class MessageWork:
         place_tags(self.txn, self.config, self.mid)
 
 
+def _relocate(txn: WriteTxn, config: Config, path: Path, folder: str | None) -> Path:
+    """Move one file into a folder, or (None) into the hold of the folder it is in."""
+    if folder is None:
+        return mover.hold_file(txn, path)
+    return mover.move_file(txn, path, maildir.ensure_maildir(config, folder))
+
+
 Step = Callable[[MessageWork], None]
 
 
@@ -210,9 +222,11 @@ def tag_step(add: Sequence[str] = (), remove: Sequence[str] = ()) -> Step:
     return lambda work: work.tag(add, remove)
 
 
-# The moves a write makes in one account: (copy, the folder it goes to).  Raises CallerError
-# when the account cannot take them (it has no folder for the role, or no such folder).
-Plan = Callable[[Account, list[Copy]], list[tuple[Copy, str]]]
+# A move: a copy and the folder it goes to -- None: its own folder's hold (see _no_second_copy).
+Move = tuple[Copy, str | None]
+# The moves a write makes in one account.  Raises CallerError when the account cannot take
+# them (it has no folder for the role, or no such folder).
+Plan = Callable[[Account, list[Copy]], list[Move]]
 
 
 def _move_in_each_account(work: MessageWork, groups: Sequence[tuple[Account, list[Copy]]],
@@ -220,7 +234,7 @@ def _move_in_each_account(work: MessageWork, groups: Sequence[tuple[Account, lis
     """Make the moves ``plan`` gives in each account, then set the place tags.  An account
     that cannot take its moves keeps its copies and PartlyDone names them; when no account
     has anything to move, nothing changes and the first such account's error stands."""
-    moves: list[tuple[Copy, str]] = []
+    moves: list[Move] = []
     left: list[tuple[list[Copy], CallerError]] = []
     for acct, copies in groups:
         try:
@@ -241,24 +255,34 @@ def _into(dest: Callable[[Account], str], moving: Callable[[Account, Copy], bool
     """A plan: the account's copies ``moving`` picks go to its folder ``dest`` names.  The
     folder is asked for only when a copy is picked: an account without it that has nothing
     to move there (a Sent copy when archiving) is no error."""
-    def plan(acct: Account, copies: list[Copy]) -> list[tuple[Copy, str]]:
+    def plan(acct: Account, copies: list[Copy]) -> list[Move]:
         picked = [copy for copy in copies if moving(acct, copy)]
         folder = dest(acct) if picked else ""
-        return [(copy, folder) for copy in picked if copy.folder != folder]
+        return _no_second_copy(copies, [(copy, folder) for copy in picked
+                                        if copy.folder != folder])
     return plan
 
 
-def move_to_role_step(role: str, account: str | None) -> Step:
+def _no_second_copy(copies: list[Copy], moves: list[tuple[Copy, str]]) -> list[Move]:
+    """The moves, except that a copy bound for a folder where the account already has a file
+    of the message goes to its own folder's hold instead: moved there, it would be uploaded
+    as a second copy (on Gmail, archiving into "[Gmail]/All Mail" made one of every message
+    archived).  It leaves its folder all the same, and undo brings it back."""
+    present = {copy.folder for copy in copies}
+    return [(copy, None if dest in present else dest) for copy, dest in moves]
+
+
+def move_to_role_step(role: str, accounts: Accounts) -> Step:
     """Trash / Junk: in each account, every copy not yet in that account's folder of the
     role."""
-    return move_to_folder_step(lambda acct: acct.folder(role), account)
+    return move_to_folder_step(lambda acct: acct.folder(role), accounts)
 
 
-def archive_step(account: str | None) -> Step:
+def archive_step(accounts: Accounts) -> Step:
     """In each account, the copies in its inbox folder go to its Archive folder.  Mail only in
     Trash or Junk is refused: archiving takes nothing out of those (restore does)."""
     def step(work: MessageWork) -> None:
-        groups = work.accounts(account)
+        groups = work.accounts(accounts)
         binned = [copy for acct, copies in groups for copy in copies
                   if copy.folder in bin_folders(acct)]
         if binned and len(binned) == sum(len(copies) for _, copies in groups):  # all of them
@@ -272,22 +296,22 @@ _ARCHIVE = _into(lambda acct: acct.folder("archive"),
                  lambda acct, copy: copy.folder == acct.folders.get("inbox"))
 
 
-def move_to_folder_step(destination: Callable[[Account], str], account: str | None) -> Step:
+def move_to_folder_step(destination: Callable[[Account], str], accounts: Accounts) -> Step:
     """In each account, every copy to the folder ``destination`` names for that account."""
     plan = _into(destination, lambda acct, copy: True)
-    return lambda work: _move_in_each_account(work, work.accounts(account), plan)
+    return lambda work: _move_in_each_account(work, work.accounts(accounts), plan)
 
 
-def restore_step(account: str | None) -> Step:
+def restore_step(accounts: Accounts) -> Step:
     """In each account, the copies in its Trash/Junk go back where they came from (else to
     its inbox)."""
-    return lambda work: _move_in_each_account(work, work.accounts(account),
+    return lambda work: _move_in_each_account(work, work.accounts(accounts),
                                               _back_home(work.config, work.origins()))
 
 
 def _back_home(config: Config, origins: dict[str, str]) -> Plan:
     """A plan: the account's copies in its bins to the folders ``origins`` names for them."""
-    def plan(acct: Account, copies: list[Copy]) -> list[tuple[Copy, str]]:
+    def plan(acct: Account, copies: list[Copy]) -> list[Move]:
         bins = bin_folders(acct)
         moves = []
         for copy in copies:
@@ -298,7 +322,7 @@ def _back_home(config: Config, origins: dict[str, str]) -> Plan:
             if dest is None or dest in bins or not maildir.is_there_now(config, dest):
                 dest = acct.folder("inbox")
             moves.append((copy, dest))
-        return moves
+        return _no_second_copy(copies, moves)
     return plan
 
 
@@ -540,6 +564,9 @@ def _current_file(work: MessageWork, recorded: str) -> Copy | None:
     """The file a recorded move produced, as it is named now (flag changes and mbsync's
     ``,U=`` may have renamed it since; its unique part stays)."""
     path = work.config.mail_root / recorded
+    if maildir.is_held(path):  # not in the index, and nothing renames it
+        folder = maildir.held_folder(work.config.mail_root, path)
+        return Copy(path, folder) if folder is not None and path.exists() else None
     folder, key = work.folder_of(path), maildir.file_key(path)
     for name in work.current().filenames:
         if work.folder_of(name) == folder and maildir.file_key(name) == key:
@@ -550,10 +577,11 @@ def _current_file(work: MessageWork, recorded: str) -> Copy | None:
 @dataclass
 class _RevertPlan:
     """The recorded moves to turn back, as (the file as it is named now, the folder it goes
-    to); the files no longer where the write put them; the folders they came from that are
-    gone since, whose files go to the account's inbox instead (as restore sends them)."""
+    to, None for the hold it came out of); the files no longer where the write put them; the
+    folders they came from that are gone since, whose files go to the account's inbox instead
+    (as restore sends them)."""
 
-    moves: list[tuple[Copy, str]] = field(default_factory=list)
+    moves: list[Move] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
 
@@ -564,12 +592,16 @@ def _revert_plan(work: MessageWork, change: dict[str, Any]) -> _RevertPlan:
     plan = _RevertPlan()
     for source, dest in reversed(change["moves"]):
         copy = _current_file(work, dest)
+        held = maildir.is_held(work.config.mail_root / source)
         home = work.folder_of(work.config.mail_root / source)
-        if copy is None or home is None:
+        if copy is None or (home is None and not held):
             plan.missing.append(dest)
             continue
         if not copy.path.exists():
             raise StaleFiles.naming(copy.path)
+        if home is None:  # an undo's move out of the hold, rolled back: into the hold again
+            plan.moves.append((copy, None))
+            continue
         account = work.config.account_for_path(home)
         # A folder made again here, mbsync would make again on the server.
         if (not maildir.is_there_now(work.config, home) and account is not None
@@ -583,8 +615,8 @@ def _revert_plan(work: MessageWork, change: dict[str, Any]) -> _RevertPlan:
 def _put_back(work: MessageWork, origin: str | None) -> None:
     """Undo the moves made so far to this message, and its origin property."""
     for old, new in reversed(work.moves):
-        home = work.folder_of(old) or ROOT_FOLDER
-        mover.move_file(work.txn, new, maildir.ensure_maildir(work.config, home))
+        home = None if maildir.is_held(old) else work.folder_of(old) or ROOT_FOLDER
+        _relocate(work.txn, work.config, new, home)
     work.moves.clear()
     work.txn.update(work.mid, properties={ORIGIN_PROPERTY: origin})
 

@@ -32,7 +32,7 @@ from ..adopt.hooks import defers_pass, is_ours, kept_hook, legacy_kept_hook
 from ..config import Config
 from ..passes import DELIVERY_MIN_FILES, NEW_SINCE_ENV, PASS_AFTER_ENV
 from ..passes.prefetch import Prefetch
-from ..store import sidecar
+from ..store import maildir, sidecar
 from ..store.notmuch import AddedFiles, NotmuchAccessError, Reader, Writer, write_lock_held
 from ..store.notmuch_cli import run_notmuch_new
 from .mbsync import ChannelBusy, wait_for_channels
@@ -385,6 +385,7 @@ def run_index(config: Config, *, show_progress: bool | None = None,
                                    first_index=first is not None,
                                    delivered=len(delivered_ids))
         prefetch.done()
+        maildir.prune_holds(config)
         return summary
     finally:
         if prefetch is not None:

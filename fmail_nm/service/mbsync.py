@@ -103,7 +103,9 @@ class MbsyncRun:
         if self.ok:
             return f"{target}: {self.direction} ok in {self.seconds:.1f}s"
         state = "skipped" if self.skipped else f"failed (exit {self.returncode})"
-        return f"{target}: {self.direction} {state}: {self.error}"
+        # The tool named: the error that follows is mbsync's (or the server's, through it).
+        action = "sync" if self.direction == "both" else self.direction
+        return f"{target}: mbsync {action} {state}: {self.error}"
 
 
 def find_mbsync() -> str:

@@ -139,10 +139,69 @@ def is_there_now(config: Config, folder: str) -> bool:
 def ensure_maildir(config: Config, folder: str) -> Path:
     """The folder's directory, with ``cur/ new/ tmp/`` created when missing (a fresh clone or
     a role folder nobody has used yet)."""
-    base = folder_path(config, folder)
+    return _made_whole(folder_path(config, folder))
+
+
+def _made_whole(base: Path) -> Path:
     for sub in MAILDIR_SUBDIRS:
         (base / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
     return base
+
+
+# ---------------------------------------------------------------------------------------------
+# The hold: where a copy goes that leaves its folder without going anywhere
+
+# A directory inside a folder's tmp/.  notmuch new does not index a Maildir's tmp/, nor does
+# the watcher count it, and mbsync neither syncs it nor clears it (it removes only stale
+# files lying directly in tmp/, not directories), so a file moved there has left the folder
+# -- for the index and, after the next push, for the server -- and is still on disk.
+HOLD = "fmail-held"
+
+
+def ensure_hold(path: Path) -> Path:
+    """The hold of the folder a message file is in, created when missing -- with the folder's
+    ``cur/ new/ tmp/``: notmuch new leaves ``tmp/`` alone only in a whole Maildir."""
+    hold = _made_whole(path.parent.parent) / "tmp" / HOLD
+    hold.mkdir(mode=0o700, exist_ok=True)
+    return hold
+
+
+def is_held(path: Path) -> bool:
+    """Whether a file lies in a folder's hold (and so is in no folder and not indexed)."""
+    return path.parent.name == HOLD and path.parent.parent.name == "tmp"
+
+
+def held_folder(mail_root: Path, path: Path) -> str | None:
+    """The folder whose hold a held file is in."""
+    return folder_of(mail_root, path.parent)  # the hold lies in the folder's tmp/
+
+
+# How long a held copy is kept for undo_last_write; then it is removed.  Its message had
+# another file where the copy was bound (a Gmail user's every archived message: All Mail
+# holds it), so keeping each one for ever would double the archive on disk.  A copy whose
+# other file went since (deleted on the server) was mail the user had put away twice.
+HOLD_DAYS = 30
+
+
+def prune_holds(config: Config, now: float | None = None) -> int:
+    """Remove the held copies that came into a hold more than ``HOLD_DAYS`` ago (a rename
+    sets a file's ctime); returns how many.  An undo of an older write names them gone."""
+    cutoff = (time.time() if now is None else now) - HOLD_DAYS * 86400
+    removed = 0
+    for folder in config.folders:  # a stat each where there is no hold
+        try:
+            entries = list(os.scandir(folder_path(config, folder) / "tmp" / HOLD))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if (entry.is_file(follow_symlinks=False)
+                        and entry.stat(follow_symlinks=False).st_ctime < cutoff):
+                    os.unlink(entry.path)
+                    removed += 1
+            except OSError:  # gone meanwhile (an undo took it back), or not ours to remove
+                continue
+    return removed
 
 
 # ---------------------------------------------------------------------------------------------

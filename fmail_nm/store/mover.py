@@ -29,6 +29,11 @@ mail delivered to two accounts) -- the policy:
   destination folder; archive moves only the copies in their account's inbox folder; restore
   moves the copies in their account's Trash and Junk folders back to where they came from
   (the writer keeps that per file in the message property ``fmail.origin``), else to the inbox.
+* A copy bound for a folder where its account already has a file of the message is not moved
+  there but into its own folder's hold (:func:`hold_file`): a second file there would be a
+  second copy on the server (Gmail keeps every message in ``[Gmail]/All Mail``, so archiving
+  into it doubled each one).  The copy still leaves its folder, on the server too; it stays on
+  disk, out of the index and of mbsync's sight, and undo brings it back.
 * Maildir flags (read, flagged, replied) are renamed on every file of the message by notmuch.
 * Tags belong to the message, not to a file: after a move, the message's place tags are what
   the user's tagging rules give for the folders its files are now in
@@ -51,7 +56,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import BackendError
-from .maildir import MaildirName, on_disk
+from .maildir import MaildirName, ensure_hold, is_held, on_disk
 from .notmuch import WriteTxn
 
 # Errors from os.link that mean "this filesystem has no hard links", not "this move is wrong".
@@ -101,6 +106,8 @@ def move_file(txn: WriteTxn, source: Path, dest_folder: Path) -> Path:
     except Exception as exc:
         _put_back(target, source)
         raise MoveError(f"notmuch could not index {target.name}: {exc}") from exc
+    if is_held(source):  # out of the index while held: only its new name is added
+        return target
     try:
         txn.remove_file(source)
     except Exception as exc:
@@ -108,6 +115,20 @@ def move_file(txn: WriteTxn, source: Path, dest_folder: Path) -> Path:
             txn.remove_file(target)
         finally:
             _put_back(target, source)
+        raise MoveError(f"notmuch could not forget {source}: {exc}") from exc
+    return target
+
+
+def hold_file(txn: WriteTxn, source: Path) -> Path:
+    """Move one message file into its folder's hold (:func:`maildir.ensure_hold`) and forget
+    it; returns the new path.  The caller keeps another file of the message indexed, so the
+    message stays.  Raises MoveError (and leaves file and index as they were) when it cannot
+    be done."""
+    target = _place(source, ensure_hold(source), MaildirName.parse(source.name))
+    try:
+        txn.remove_file(source)
+    except Exception as exc:
+        _put_back(target, source)
         raise MoveError(f"notmuch could not forget {source}: {exc}") from exc
     return target
 
@@ -155,8 +176,8 @@ def delete_file(txn: WriteTxn, path: Path) -> None:
 
 
 def _place(source: Path, cur: Path, name: MaildirName) -> Path:
-    """Rename ``source`` into ``cur`` under ``name`` (or a fresh name if taken), never
-    overwriting anything."""
+    """Rename ``source`` into ``cur`` (or a hold) under ``name`` (or a fresh name if taken),
+    never overwriting anything."""
     candidate = cur / name.filename()
     for _ in range(100):
         try:

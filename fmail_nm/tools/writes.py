@@ -254,39 +254,39 @@ def tag_emails(ctx: WriteContext, ids: Sequence[str] | None = None, add: Sequenc
 # Moves
 
 
-def _check_account(ctx: WriteContext, account: str | None) -> None:
-    if account is not None:
-        try:
-            ctx.config.account(account)
-        except ConfigError as exc:
-            raise ToolError(str(exc)) from None
+def _only(ctx: WriteContext, account: str | None) -> changes.Accounts:
+    """The accounts a move acts in: the one the caller named (which must exist), else every
+    account holding a copy."""
+    if account is None:
+        return None
+    try:
+        return frozenset({ctx.config.account(account).name})
+    except ConfigError as exc:
+        raise ToolError(str(exc)) from None
 
 
 def delete_messages(ctx: WriteContext, ids: Sequence[str] | None = None, *,
                     query: str | None = None, confirm_count: int | None = None,
                     dry_run: bool = False, account: str | None = None) -> WriteResult:
     """Move each copy of messages to its account's Trash folder (tags: +deleted -inbox)."""
-    _check_account(ctx, account)
     return _write(ctx, "delete", Selection(ids, query, confirm_count, dry_run),
-                  changes.move_to_role_step("trash", account), account=account)
+                  changes.move_to_role_step("trash", _only(ctx, account)), account=account)
 
 
 def move_to_junk(ctx: WriteContext, ids: Sequence[str] | None = None, *,
                  query: str | None = None, confirm_count: int | None = None,
                  dry_run: bool = False, account: str | None = None) -> WriteResult:
     """Move each copy of messages to its account's Junk folder (tags: +spam -inbox)."""
-    _check_account(ctx, account)
     return _write(ctx, "junk", Selection(ids, query, confirm_count, dry_run),
-                  changes.move_to_role_step("junk", account), account=account)
+                  changes.move_to_role_step("junk", _only(ctx, account)), account=account)
 
 
 def archive(ctx: WriteContext, ids: Sequence[str] | None = None, *, query: str | None = None,
             confirm_count: int | None = None, dry_run: bool = False,
             account: str | None = None) -> WriteResult:
     """Move the inbox copies of messages to their accounts' Archive folders (+archived -inbox)."""
-    _check_account(ctx, account)
     return _write(ctx, "archive", Selection(ids, query, confirm_count, dry_run),
-                  changes.archive_step(account), account=account)
+                  changes.archive_step(_only(ctx, account)), account=account)
 
 
 def _folder_name(folder: str) -> str:
@@ -348,11 +348,12 @@ def move_to_folder(ctx: WriteContext, ids: Sequence[str] | None, folder: str, *,
                    dry_run: bool = False, account: str | None = None) -> WriteResult:
     """Move messages' files to a folder, each within its own account; place tags follow its
     role."""
-    _check_account(ctx, account)
+    only = _only(ctx, account)
     _check_folder_exists(ctx.config, folder, account)
     return _write(ctx, "move_to_folder", Selection(ids, query, confirm_count, dry_run),
                   changes.move_to_folder_step(
-                      lambda acct: resolve_folder(ctx.config, acct, folder), account), folder=folder, account=account)
+                      lambda acct: resolve_folder(ctx.config, acct, folder), only),
+                  folder=folder, account=account)
 
 
 def restore(ctx: WriteContext, ids: Sequence[str] | None = None, *, query: str | None = None,
@@ -361,9 +362,8 @@ def restore(ctx: WriteContext, ids: Sequence[str] | None = None, *, query: str |
     """Move messages out of Trash/Junk back to the folder they were deleted from (else the
     inbox); tags: -deleted -spam, +inbox when back in the inbox (unless it is the user's own
     mail, a draft or list mail, which the post-new rules keep out of the inbox too)."""
-    _check_account(ctx, account)
     return _write(ctx, "restore", Selection(ids, query, confirm_count, dry_run),
-                  changes.restore_step(account), account=account)
+                  changes.restore_step(_only(ctx, account)), account=account)
 
 
 # ---------------------------------------------------------------------------------------------
