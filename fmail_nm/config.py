@@ -110,7 +110,7 @@ class Account:
     maildir: str  # the account's folder, relative to the mail root ("." for the root itself)
     folders: dict[str, str] = field(default_factory=dict)  # role -> folder relative to mail root
     mbsync_channel: str | None = None
-    mbsync_config: str | None = None  # the channel's mbsync config, if not [mbsync] config
+    mbsync_config: str | None = None  # the channel's own mbsync config (absolute), if any
     send: SendMethod | None = None
     pull_interval_minutes: float = 0.0  # scheduled pulls by `fmail-nm run` (0: none)
     blocked_to_junk: bool = False  # move mail from blocked senders into the Junk folder
@@ -208,19 +208,17 @@ def own_config_dir() -> Path:
 ADDED_ACCOUNTS_FILE = "accounts.toml"
 
 
-def load_added_accounts() -> tuple[dict[str, Any], ...]:
-    """The [[accounts]] of accounts.toml (none when there is no such file)."""
-    path = own_config_dir() / ADDED_ACCOUNTS_FILE
+def load_added_accounts(config_dir: Path | None = None) -> tuple[dict[str, Any], ...]:
+    """The [[accounts]] of accounts.toml in ``config_dir`` (default: :func:`own_config_dir`);
+    none when there is no such file."""
+    path = (config_dir or own_config_dir()) / ADDED_ACCOUNTS_FILE
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return ()
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    accounts = data.get("accounts", [])
-    if not isinstance(accounts, list) or not all(isinstance(a, dict) for a in accounts):
-        raise ConfigError(f"{path}: [[accounts]] must be a list of tables")
-    return tuple(accounts)
+    return _account_tables(data.get("accounts", []), path)
 
 
 def default_data_dir() -> Path:
@@ -323,14 +321,31 @@ def _text(value: Any, config_path: Path, what: str) -> str | None:
 
 
 def _named_path(value: Any, config_path: Path, what: str) -> str | None:
-    """A file named in fmail.toml (the notmuch and the mbsync config), as an absolute path,
-    resolved once here: ``~`` expanded (notmuch, the bindings and ``mbsync -c`` take the name
-    literally), a relative name taken from fmail.toml's folder -- not from the working
-    directory, which is wherever notmuch new runs our hook or the service was started."""
+    """A file named in fmail.toml or accounts.toml (the notmuch config, an mbsync config), as
+    an absolute path, resolved once here: ``~`` expanded (notmuch, the bindings and ``mbsync
+    -c`` take the name literally), a relative name taken from that file's folder -- not from
+    the working directory, which is wherever notmuch new runs our hook or the service was
+    started."""
     name = _text(value, config_path, what)
-    if not name:  # left out or empty: found the way libnotmuch finds it
+    if not name:  # left out or empty: none named (found the way the tool finds it)
         return None
     return str((config_path.parent / Path(name).expanduser()).absolute())
+
+
+def _account_tables(value: Any, config_path: Path) -> tuple[dict[str, Any], ...]:
+    """The ``[[accounts]]`` tables of fmail.toml or accounts.toml, each one's own
+    ``mbsync_config`` resolved as :func:`_named_path` resolves a file fmail.toml names:
+    against the folder of the file it is written in, not wherever fmail-nm runs."""
+    if not isinstance(value, list) or not all(isinstance(a, dict) for a in value):
+        raise ConfigError(f"{config_path}: [[accounts]] must be a list of tables")
+    return tuple(_with_mbsync_config_resolved(table, config_path) for table in value)
+
+
+def _with_mbsync_config_resolved(table: dict[str, Any], config_path: Path) -> dict[str, Any]:
+    if "mbsync_config" not in table:
+        return table
+    what = f"account {table.get('name')!r} mbsync_config"
+    return {**table, "mbsync_config": _named_path(table["mbsync_config"], config_path, what)}
 
 
 def _table(data: dict[str, Any], key: str, config_path: Path) -> dict[str, Any]:
@@ -373,9 +388,6 @@ def load_settings(path: Path | str | None = None) -> Settings:
     mbsync = _table(data, "mbsync", config_path)
     index = _table(data, "index", config_path)
     tagging = _table(data, "tagging", config_path)
-    accounts = data.get("accounts", [])
-    if not isinstance(accounts, list) or not all(isinstance(a, dict) for a in accounts):
-        raise ConfigError(f"{config_path}: [[accounts]] must be a list of tables")
     data_dir = _text(data.get("data_dir"), config_path, "data_dir")
     return Settings(
         path=config_path,
@@ -388,7 +400,7 @@ def load_settings(path: Path | str | None = None) -> Settings:
             "safety_interval_minutes", "no safety index"),
         data_dir=Path(data_dir).expanduser() if data_dir else None,
         addresses=_str_tuple(data.get("addresses"), "addresses"),
-        accounts=tuple(accounts),
+        accounts=_account_tables(data.get("accounts", []), config_path),
         added_accounts=load_added_accounts(),
         rules=_parse_rules(tagging.get("rules")),
         send=_parse_send(data.get("send")),

@@ -6,12 +6,19 @@ The local side says where mail lives on disk: each ``MaildirStore`` gives a ``Pa
 pushes its changes, and whether deletions reach the server (``Expunge``).  Of the far side only
 each ``IMAPAccount``'s ``User`` and ``Host`` are kept: a login that looks like an address is
 one of the user's (:mod:`fmail_nm.adopt.identity`).  Passwords and ``PassCmd`` are never read.
+
+Which file mbsync reads when it is not given one depends on its version
+(:func:`default_path`): fmail-nm always gives it the one it parsed (``mbsync -c``).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shlex
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,13 +65,47 @@ class MbsyncConfig:
 
 
 def default_path() -> Path | None:
-    """The file mbsync itself would read: ``~/.mbsyncrc``, else ``$XDG_CONFIG_HOME/isyncrc``."""
-    home_rc = Path.home() / ".mbsyncrc"
+    """The file mbsync itself reads when not given one: ``~/.mbsyncrc`` or
+    ``$XDG_CONFIG_HOME/isyncrc``, whichever is there.  When both are, the installed mbsync's
+    choice: isync 1.5 reads isyncrc first, 1.4 knows only ``~/.mbsyncrc``."""
+    legacy = Path.home() / ".mbsyncrc"
     xdg = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "isyncrc"
-    for candidate in (home_rc, xdg):
-        if candidate.is_file():
-            return candidate
-    return None
+    present = [candidate for candidate in (legacy, xdg) if candidate.is_file()]
+    if len(present) == 2:
+        return xdg if reads_isyncrc_first(installed_version()) else legacy
+    return present[0] if present else None
+
+
+def reads_isyncrc_first(version: tuple[int, int] | None) -> bool:
+    """Whether this mbsync version prefers ``$XDG_CONFIG_HOME/isyncrc`` to ``~/.mbsyncrc``
+    (isync 1.5 and later).  An unknown version is taken for 1.4, which reads only the
+    latter."""
+    return version is not None and version >= (1, 5)
+
+
+VERSION_TIMEOUT = 10.0
+
+
+@functools.cache
+def installed_version() -> tuple[int, int] | None:
+    """(major, minor) of the mbsync on ``$PATH``, asked once (``mbsync --version`` prints
+    ``isync 1.4.4``); None when there is none or it does not say."""
+    program = shutil.which("mbsync")
+    if program is None:
+        return None
+    try:
+        done = subprocess.run([program, "--version"], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, errors="replace",
+                              timeout=VERSION_TIMEOUT, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_version(done.stdout)
+
+
+def parse_version(text: str) -> tuple[int, int] | None:
+    """(major, minor) from ``mbsync --version``'s output, or None."""
+    found = re.search(r"(\d+)\.(\d+)", text)
+    return (int(found[1]), int(found[2])) if found else None
 
 
 def _expand(value: str, base: Path) -> Path:

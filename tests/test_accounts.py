@@ -219,6 +219,29 @@ def test_a_refused_cli_add_leaves_fmail_nms_files_as_they_were(bed: Bed) -> None
     assert own_files() == before
 
 
+def test_a_file_of_ours_that_is_not_utf8_is_named_and_left_as_it_is(bed: Bed) -> None:
+    """fmail-nm's own msmtprc with a byte that is not UTF-8 (a hand edit: msmtp and mbsync
+    take bytes) stopped `account add` and `account remove` with Python's bare words, naming
+    no file -- and the remove had taken the account out of accounts.toml and mbsyncrc by
+    then."""
+    add_account(load_config(), new_account(bed), timeout=60)
+    msmtprc = own_config_dir() / "msmtprc"
+    msmtprc.write_bytes(msmtprc.read_bytes() + b"# \xe9crit en latin-1\n")
+    before = own_files()
+    refused = bed.env.fmail("account", "remove", "--name", "side", check=False)
+    assert refused.returncode == 2, refused.stderr
+    assert f"{msmtprc} is not UTF-8 text (byte 0xe9 at offset" in refused.stderr
+    assert own_files() == before
+    refused = bed.env.fmail(
+        "account", "add", "--name", "other", "--address", "casey@example.com",
+        "--password-command", str(bed.password_script), "--imap-host", "127.0.0.1",
+        "--imap-port", str(bed.server.port), "--imap-user", USER, "--imap-tls", "none",
+        "--smtp-host", "127.0.0.1", "--smtp-tls", "none", check=False)
+    assert refused.returncode == 2, refused.stderr
+    assert f"{msmtprc} is not UTF-8 text" in refused.stderr
+    assert own_files() == before
+
+
 def test_remove_undoes_an_add_and_keeps_the_mail(bed: Bed) -> None:
     before_mbsync = (own_config_dir() / "mbsyncrc")
     config = load_config()

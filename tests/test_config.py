@@ -106,6 +106,42 @@ def test_a_relative_mbsync_config_is_read_from_fmail_tomls_folder(
                                                                   "work": "work"}
 
 
+def test_an_accounts_own_mbsync_config_is_read_from_its_files_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An account's ``mbsync_config`` is resolved once, at load, as ``[mbsync] config`` is:
+    a relative name from the folder of the file it is written in (fmail.toml, or
+    accounts.toml), ``~`` expanded -- not left for ``mbsync -c`` to look up from wherever
+    the command or the service was started."""
+    root = tmp_path / "mail"
+    make_maildir(root, "a/INBOX", "b/INBOX", "c/INBOX")
+    home, xdg = tmp_path / "home", tmp_path / "xdg"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    (xdg / "fmail-nm").mkdir(parents=True)
+    (xdg / "fmail-nm" / "accounts.toml").write_text(
+        '[[accounts]]\nname = "c"\nmbsync_channel = "c"\nmbsync_config = "added.rc"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    settings = load_settings(_toml(tmp_path, """
+[[accounts]]
+name = "a"
+mbsync_channel = "a"
+mbsync_config = "rc/a.mbsyncrc"
+
+[[accounts]]
+name = "b"
+mbsync_channel = "b"
+mbsync_config = "~/b.mbsyncrc"
+"""))
+    config = resolve(settings, root)
+    assert {a.name: a.mbsync_config for a in config.accounts} == {
+        "a": str(tmp_path / "rc" / "a.mbsyncrc"), "b": str(home / "b.mbsyncrc"),
+        "c": str(xdg / "fmail-nm" / "added.rc")}
+    with pytest.raises(ConfigError, match="account 'a' mbsync_config must be a string"):
+        load_settings(_toml(tmp_path, '[[accounts]]\nname = "a"\nmbsync_config = 1\n'))
+
+
 def _toml(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "fmail.toml"
     path.write_text(text)

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from fmail_nm.passes.changes import WriteContext
-from fmail_nm.service import mbsync, send
+from fmail_nm.service import cycle, mbsync, send
 from fmail_nm.service.background import Background
 from fmail_nm.store import sidecar
 from fmail_nm.tools import compose, writes
@@ -150,6 +150,40 @@ def test_a_cli_contacts_block_during_a_pull_does_not_reindex_a_message_out_of_th
         assert "mbsync is syncing this mail right now" in caplog.text
         imapbed.run_mbsync(bed.mbsync_config, f"{ACCOUNT}:Trash")
     bed.index()
+    assert {"todo", "deleted"} <= bed.tags(mid)
+
+
+def test_a_sync_of_another_account_does_not_index_in_the_middle_of_a_pull(
+        synced_bed: SyncBed) -> None:
+    """The same gap, reached by `fmail-nm sync` of another account (the CLI's push and an
+    account being added run the same cycle): its own mbsync run was done, and the index at
+    its end ran while the service's pull of this account was half-way -- dropping the
+    message the phone had moved, and its ``todo``."""
+    bed = synced_bed
+    other = "other"  # a second account with a channel of its own (one empty folder)
+    imapbed.write_mbsync_config(bed.mbsync_config, bed.server, IMAP_USER, bed.mail_root,
+                                account=other, patterns="Junk", append=True)
+    (bed.mail_root / other).mkdir(exist_ok=True)
+    toml = bed.mail_env.fmail_config
+    toml.write_text(toml.read_text() + f'\n[[accounts]]\nname = "{other}"\n'
+                    f'maildir = "{other}"\nmbsync_channel = "{other}"\n')
+    config = bed.reload()
+    mid = bed.mid(1)
+    with bed.reader() as reader, bed.writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        assert writes.tag_emails(ctx, [mid], add=["todo"]).applied == [mid]
+    phone_moves(bed, mid, "INBOX", "Trash")
+    with mbsync.channel_lock(config, ACCOUNT):  # the service's pull: INBOX done, Trash not
+        imapbed.run_mbsync(bed.mbsync_config, f"{ACCOUNT}:INBOX")
+        report = cycle.sync(config, other, "pull", timeout=60, index_timeout=1.0)
+        (run,) = report.runs
+        assert run.ok, run.error
+        assert report.index is None and report.index_error is not None
+        assert "mbsync is syncing this mail right now" in report.index_error
+        assert bed.find(mid) is not None  # still indexed, with its tags
+        imapbed.run_mbsync(bed.mbsync_config, f"{ACCOUNT}:Trash")
+    report = cycle.sync(config, other, "pull", timeout=60)
+    assert report.ok, report.errors()
     assert {"todo", "deleted"} <= bed.tags(mid)
 
 

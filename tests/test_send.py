@@ -14,7 +14,7 @@ import email.utils
 import re
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from email.message import EmailMessage
 from datetime import datetime, timezone
 from pathlib import Path
@@ -673,6 +673,80 @@ def test_a_reply_to_mail_bcc_d_to_an_alias_is_written_from_that_address(bed: Bed
                 b"Message-ID: <bcc-1@example.com>\r\n\r\nHi.\r\n")
     draft = compose.reply_to_email(bed.ctx, "bcc-1@example.com", "Hello")
     assert draft.from_ == "alex.morgan@example.org" and draft.to == ["erin@example.com"]
+
+
+# The user's address with a non-ASCII domain: fmail.toml and each mail may write the domain in
+# Unicode or in ACE (xn--), and either way it is the user's.
+IDN_ME, ACE_ME = "alex@b\u00fccher.example", "alex@xn--bcher-kva.example"
+OTHER_FORM = {IDN_ME: ACE_ME, ACE_ME: IDN_ME}
+
+
+def add_my_address(bed: Bed, address: str, account: str) -> None:
+    """``address`` one more of the user's, last of ``account``'s addresses in fmail.toml."""
+    last = {"personal": PERSONAL["personal2"], "work": PERSONAL["work"]}[account]
+    text = bed.env.fmail_config.read_text()
+    assert f'"{last}"]' in text
+    bed.env.fmail_config.write_text(text.replace(f'"{last}"]', f'"{last}", "{address}"]', 1))
+    bed.ctx = replace(bed.ctx, config=bed.env.config())
+
+
+@pytest.mark.parametrize("configured", [IDN_ME, ACE_ME])
+def test_a_reply_leaves_out_my_address_whichever_form_its_domain_is_written_in(
+        bed: Bed, configured: str) -> None:
+    """Mail writing the user's domain in the other form than fmail.toml: reply-all sends the
+    user no copy, and a reply to the user's own mail goes to its recipients."""
+    add_my_address(bed, configured, "personal")
+    written = OTHER_FORM[configured]
+    bed.receive("From: Carol <carol@example.com>\r\nTo: alex@example.org\r\n"
+                f"Cc: Alex <{written}>, bob@example.com\r\nSubject: books\r\n"
+                "Message-ID: <idn-in-1@example.com>\r\n\r\nHi.\r\n".encode())
+    bed.receive(f"From: Alex <{written}>\r\nTo: Bob <bob@example.com>\r\n"
+                "Cc: carol@example.com, alex@example.org\r\nSubject: plans\r\n"
+                "Message-ID: <idn-own-1@example.com>\r\n\r\nSee below.\r\n".encode())
+
+    everyone = compose.reply_to_email(bed.ctx, "idn-in-1@example.com", "x", reply_all=True)
+    assert (everyone.to, everyone.cc) == (["carol@example.com"], ["bob@example.com"])
+    one = compose.reply_to_email(bed.ctx, "idn-own-1@example.com", "Any news?")
+    assert (one.to, one.cc) == (["bob@example.com"], [])
+    everyone = compose.reply_to_email(bed.ctx, "idn-own-1@example.com", "Any news?",
+                                      reply_all=True)
+    assert (everyone.to, everyone.cc) == (["bob@example.com"], ["carol@example.com"])
+
+
+def test_a_reply_is_from_my_address_as_configured_whichever_form_the_mail_wrote(
+        bed: Bed) -> None:
+    """The original sent to the user's address with its domain in Unicode, fmail.toml
+    writing it in ACE: the reply is From that address, as configured."""
+    add_my_address(bed, ACE_ME, "personal")
+    bed.receive(f"From: Carol <carol@example.com>\r\nTo: Alex <{IDN_ME}>\r\n"
+                "Subject: books\r\nMessage-ID: <idn-in-2@example.com>\r\n\r\nHi.\r\n"
+                .encode())
+    draft = compose.reply_to_email(bed.ctx, "idn-in-2@example.com", "x")
+    assert (draft.from_, draft.to) == (ACE_ME, ["carol@example.com"])
+    head = header_block(bed.files_with(bed.drafts, draft.id)[0].read_bytes())
+    assert f"From: Alex Morgan <{ACE_ME}>" in head
+
+
+def test_a_draft_from_my_address_in_ace_is_sent_through_its_account(bed: Bed) -> None:
+    """fmail.toml lists an address of the work account with its domain in Unicode; a draft
+    saved in personal/Drafts whose From mutt wrote in ACE is that account's: sent From the
+    address as the draft writes it, and filed in work/Sent."""
+    add_my_address(bed, IDN_ME, "work")
+    with bed.smtp.rc.open("a") as rc:  # msmtp picks the account by the envelope sender
+        rc.write(f"account idn\nfrom {ACE_ME}\n")
+    bed.put_draft("1800000700.idn.host:2,DS", (
+        f"From: Alex Morgan <{ACE_ME}>\r\nTo: client@example.com\r\n"
+        "Subject: idn account\r\nMessage-ID: <idn-draft-1@example.com>\r\n"
+        "Date: Sat, 05 Dec 2026 10:00:00 +0000\r\n\r\nHello\r\n").encode())
+
+    send.send_draft(bed.ctx, "idn-draft-1@example.com")
+
+    (got,) = bed.smtp.received
+    assert got.mail_from == ACE_ME and got.message()["from"].addresses[0].domain == \
+        "xn--bcher-kva.example"
+    work_sent = bed.env.mail_root / "work" / "Sent" / "cur"
+    assert len(bed.files_with(work_sent, "idn-draft-1@example.com")) == 1
+    assert bed.files_with(bed.sent, "idn-draft-1@example.com") == []
 
 
 @pytest.mark.parametrize(("subject", "reply", "forward"), [

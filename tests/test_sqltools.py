@@ -765,12 +765,17 @@ def _sent_rows(env: MailEnv) -> list[list[object]]:
                               "WHERE e.message_id LIKE 'idn-%' ORDER BY 1").rows
 
 
+def _add_my_address(env: MailEnv, address: str) -> None:
+    """``address`` one more of the user's, in the personal account in fmail.toml."""
+    config = env.fmail_config.read_text()
+    env.fmail_config.write_text(config.replace('"alex.morgan@example.org"]',
+                                               f'"alex.morgan@example.org", "{address}"]', 1))
+
+
 def _my_idn_mail_indexed(env: MailEnv, configured: str) -> None:
     """The user's address ``configured`` in fmail.toml; mail from it sent with the domain in
     ACE and in Unicode, indexed; both tagged sent, as notmuch's from: matches both."""
-    config = env.fmail_config.read_text()
-    env.fmail_config.write_text(config.replace('"alex.morgan@example.org"]',
-                                               f'"alex.morgan@example.org", "{configured}"]', 1))
+    _add_my_address(env, configured)
     sent = env.mail_root / "personal" / "Sent" / "cur"
     for n, (mid, sender) in enumerate((("idn-ace@x", ACE_ME), ("idn-unicode@x", IDN_ME))):
         (sent / f"179640000{n}.1_{n}.host:2,S").write_text(IDN_REPLY.format(sender=sender,
@@ -873,3 +878,34 @@ def test_an_address_configured_in_ace_is_mine_in_tags_and_search(indexed: MailEn
         found = reads.search_emails(mb, "from:me subject:books", limit=10)
     assert sorted(item.id for item in found.results) == sorted(
         sidecar.uid_for(mid) for mid in ("idn-ace@x", "idn-unicode@x"))
+
+
+@pytest.mark.parametrize("configured", [IDN_ME, ACE_ME])
+def test_my_address_in_the_other_form_is_not_listed_as_a_recipient(
+        indexed: MailEnv, configured: str) -> None:
+    """The user's own mail lists whom it went to, the user left out: a copy to the user's
+    address with the domain in the other form than fmail.toml's was listed as a recipient --
+    in search results, and in unanswered threads from the mirror or (no mirror) notmuch."""
+    _add_my_address(indexed, configured)
+    other = ACE_ME if configured == IDN_ME else IDN_ME
+    (indexed.mail_root / "personal" / "Sent" / "cur" / "1796400009.1_9.host:2,S").write_text(
+        f"From: Alex Morgan <{configured}>\nTo: Anna <anna@example.net>\n"
+        f"Cc: Alex Morgan <{other}>\nSubject: the shelves\n"
+        "Date: Mon, 30 Nov 2026 11:00:00 +0000\nMessage-ID: <idn-cc@x>\n\nMeasured.\n")
+    indexed.fmail("index")
+    anna, uid = ["Anna <anna@example.net>"], sidecar.uid_for("idn-cc@x")
+
+    def unanswered() -> list[tuple[str, list[str]]]:
+        with Reader() as reader:
+            found = reads.find_unanswered_threads(reads.Mailbox(indexed.config(), reader),
+                                                  limit=500)
+        return [(t.last, t.to) for t in found.threads if t.last in ("idn-cc@x", uid)]
+
+    with Reader() as reader:
+        found = reads.search_emails(reads.Mailbox(indexed.config(), reader),
+                                    'subject:"the shelves"', limit=10)
+    assert [(item.id, item.to) for item in found.results] == [(uid, anna)]
+    assert unanswered() == [(uid, anna)]
+    path = sidecar.sidecar_path(indexed.config().data_dir)
+    path.rename(path.with_name("moved-away"))  # no mirror: notmuch answers, To/Cc read there
+    assert unanswered() == [("idn-cc@x", anna)]

@@ -251,6 +251,81 @@ def test_a_run_killed_at_its_timeout_does_not_wait_for_a_child_holding_its_pipes
         worker.join(30)
 
 
+def test_a_run_stopped_at_shutdown_does_not_wait_for_a_child_holding_its_pipes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """stop_running ended the run, but execute went on reading its pipes until they closed
+    -- or the run's whole timeout was over -- while a child that escaped the kill still held
+    them: the service's shutdown waited up to 600 s for it."""
+    monkeypatch.setattr(mbsync, "KILLED_OUTPUT_WAIT", 0.5)
+    monkeypatch.setattr(mbsync, "EXIT_CHECK", 0.1, raising=False)
+    pid_file = tmp_path / "holder.pid"
+    script = tmp_path / "hangs"
+    script.write_text(LEAVES_A_HOLDER.format(pid_file=pid_file))
+    script.chmod(0o755)
+    result: list[tuple[int | None, str]] = []
+    worker = threading.Thread(target=lambda: result.append(mbsync.execute([str(script)], 600)),
+                              daemon=True)
+    worker.start()
+    try:
+        while not (pid_file.is_file() and pid_file.read_text().strip()):
+            worker.join(0.05)  # the holder is there before the run is stopped
+        while not mbsync.stop_running(grace=5.0):
+            worker.join(0.05)
+        worker.join(60)  # without the bound: until the holder ends (600 s)
+        assert result, "execute still reading the pipes the holder keeps open"
+        code, error = result[0]
+        assert code is not None and code < 0  # ended by the signal
+        assert error == "mbsync was stopped: fmail-nm was shutting down"
+    finally:
+        if pid_file.is_file() and pid_file.read_text().strip():
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        worker.join(30)
+
+
+def test_a_config_only_at_xdg_isyncrc_is_the_one_mbsync_is_given(synced_bed: SyncBed) -> None:
+    """Without ``[mbsync] config``, fmail-nm found the user's channels in
+    ``$XDG_CONFIG_HOME/isyncrc`` but ran mbsync without ``-c``: isync 1.4 reads only
+    ``~/.mbsyncrc``, found none, and every sync failed."""
+    toml = synced_bed.mail_env.fmail_config
+    toml.write_text(toml.read_text().replace(
+        f'[mbsync]\nconfig = "{synced_bed.mbsync_config}"\n', ""))
+    assert "[mbsync]" not in toml.read_text()
+    isyncrc = Path(synced_bed.env["XDG_CONFIG_HOME"]) / "isyncrc"
+    isyncrc.parent.mkdir(parents=True, exist_ok=True)
+    synced_bed.mbsync_config.rename(isyncrc)
+    assert not (Path(synced_bed.env["HOME"]) / ".mbsyncrc").exists()
+    synced_bed.seed(8)
+    done = synced_bed.mail_env.fmail("sync", "--pull", check=False)
+    assert done.returncode == 0, done.stderr
+    assert "pull ok" in done.stdout
+    assert synced_bed.mid(8) in synced_bed.search("*")
+
+
+def test_the_default_mbsync_config_is_the_one_the_installed_mbsync_reads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With both ``~/.mbsyncrc`` and ``$XDG_CONFIG_HOME/isyncrc``, isync 1.5 reads the
+    latter and 1.4 the former."""
+    from fmail_nm import mbsyncrc
+
+    home, xdg = tmp_path / "home", tmp_path / "xdg"
+    xdg.mkdir(parents=True)
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    assert mbsyncrc.default_path() is None
+    (xdg / "isyncrc").write_text("# isyncrc\n")
+    assert mbsyncrc.default_path() == xdg / "isyncrc"  # whatever the version: the only one
+    (home / ".mbsyncrc").write_text("# mbsyncrc\n")
+    installed = mbsyncrc.installed_version()
+    assert installed is not None
+    assert mbsyncrc.default_path() == (xdg / "isyncrc" if installed >= (1, 5)
+                                       else home / ".mbsyncrc")
+    assert mbsyncrc.parse_version("isync 1.4.4\n") == (1, 4)
+    assert mbsyncrc.reads_isyncrc_first(mbsyncrc.parse_version("isync 1.5.1\n"))
+    assert not mbsyncrc.reads_isyncrc_first(mbsyncrc.parse_version("isync 1.4.4\n"))
+    assert not mbsyncrc.reads_isyncrc_first(None)
+
+
 def test_a_relative_mbsync_config_is_found_from_another_directory(
         synced_bed: SyncBed, tmp_path: Path) -> None:
     """A relative ``[mbsync] config`` is fmail.toml's neighbour: `fmail-nm sync` run from
@@ -260,6 +335,28 @@ def test_a_relative_mbsync_config_is_found_from_another_directory(
     assert synced_bed.mbsync_config.parent == toml.parent
     toml.write_text(toml.read_text().replace(f'config = "{synced_bed.mbsync_config}"',
                                              f'config = "{synced_bed.mbsync_config.name}"'))
+    synced_bed.seed(8)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, "-m", "fmail_nm", "sync", "--pull"],
+                          env={**os.environ, **synced_bed.env}, cwd=elsewhere, text=True,
+                          capture_output=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "pull ok" in done.stdout
+    assert synced_bed.mid(8) in synced_bed.search("*")
+
+
+def test_an_accounts_relative_mbsync_config_is_found_from_another_directory(
+        synced_bed: SyncBed, tmp_path: Path) -> None:
+    """The same for an account's own ``mbsync_config``: it was given to ``mbsync -c`` as
+    written, and mbsync looked for it in the directory `fmail-nm sync` was run from."""
+    toml = synced_bed.mail_env.fmail_config
+    assert synced_bed.mbsync_config.parent == toml.parent
+    toml.write_text(toml.read_text().replace(
+        f'[mbsync]\nconfig = "{synced_bed.mbsync_config}"\n', "").replace(
+        f'mbsync_channel = "{ACCOUNT}"\n',
+        f'mbsync_channel = "{ACCOUNT}"\nmbsync_config = "{synced_bed.mbsync_config.name}"\n'))
+    assert "[mbsync]" not in toml.read_text()
     synced_bed.seed(8)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -438,3 +535,22 @@ def test_a_sync_stops_waiting_for_a_write_lock_held_elsewhere(indexed: MailEnv) 
     assert report.index is None and not report.ok
     assert report.index_error is not None
     assert report.index_error.startswith("notmuch new did not finish within 2s and was stopped")
+
+
+def test_a_push_that_breaks_is_logged_once(indexed: MailEnv,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    """An unexpected error in a push was logged with its traceback, then the failed run it
+    became was logged again."""
+    config = indexed.config()
+    (config.data_dir / "locks").parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(config.data_dir / "locks", ignore_errors=True)
+    (config.data_dir / "locks").write_text("not a folder\n")  # no channel lock can be taken
+    caplog.set_level(logging.INFO, logger="fmail_nm")
+    with PushScheduler(config, quiet_period=0) as scheduler:
+        scheduler.request(["personal"])
+        assert scheduler.wait_idle(30)
+        run = scheduler.status().last["personal"]
+    assert not run.ok and run.returncode is None and not run.skipped
+    said = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    assert "personal" in said[0].getMessage() and said[0].exc_info is not None

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import mbsyncrc
-from ..config import (ADDED_ACCOUNTS_FILE, ROLES, Config, ConfigError, own_config_dir,
-                      relative_to_root, users_mbsync_config)
+from ..config import (ADDED_ACCOUNTS_FILE, ROLES, Config, ConfigError, load_added_accounts,
+                      own_config_dir, relative_to_root, users_mbsync_config)
 from ..private import replace_private
 from .identity import looks_like_address
 
@@ -423,10 +423,18 @@ def _without_block(text: str, name: str) -> tuple[str, bool]:
 
 
 def _read(path: Path) -> str:
+    """One of fmail-nm's own config files, read to be rewritten ("" when there is none).
+    mbsync and msmtp read bytes, so a hand edit may have left some that are not UTF-8; read
+    with ``errors="replace"`` (as the parsers read the user's files) they would be written
+    back changed.  Such a file is refused, named."""
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return ""
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                          f"offset {exc.start}); fmail-nm rewrites this file: save it as "
+                          "UTF-8 and try again") from None
 
 
 def _header(kind: str) -> str:
@@ -476,9 +484,7 @@ def render_accounts(entries: list[dict[str, Any]]) -> str:
 
 
 def added_entries(config_dir: Path | None = None) -> list[dict[str, Any]]:
-    path = (config_dir or own_config_dir()) / ADDED_ACCOUNTS_FILE
-    text = _read(path)
-    return list(tomllib.loads(text).get("accounts", [])) if text else []
+    return list(load_added_accounts(config_dir))
 
 
 @contextmanager
@@ -547,13 +553,14 @@ def remove(name: str, mail_root: Path | None = None, config_dir: Path | None = N
         known = ", ".join(str(e.get("name")) for e in entries) or "none"
         raise AccountError(f"{name!r} is not an account fmail-nm added (added: {known}); "
                            "accounts of your own setup are edited in your own config files")
+    # Every file read before any is written: one that is refused leaves all as they were.
+    blocks = {config_dir / filename: _without_block(_read(config_dir / filename), name)
+              for filename in (MBSYNC_FILE, MSMTP_FILE)}
     changed = []
     replace_private(config_dir / ADDED_ACCOUNTS_FILE,
                     render_accounts([e for e in entries if e.get("name") != name]))
     changed.append(config_dir / ADDED_ACCOUNTS_FILE)
-    for filename in (MBSYNC_FILE, MSMTP_FILE):
-        path = config_dir / filename
-        text, found = _without_block(_read(path), name)
+    for path, (text, found) in blocks.items():
         if found:
             replace_private(path, text)
             changed.append(path)

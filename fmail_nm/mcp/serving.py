@@ -77,10 +77,13 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
 
 
 def _reindex(config: Config) -> None:
-    from ..service.index import REINDEX_TIMEOUT, run_index
+    from ..service.index import reindex_for_write
+    from ..service.mbsync import ChannelBusy
     try:
         # bounded: a lock held elsewhere would hold the pusher's thread with it
-        run_index(config, show_progress=False, timeout=REINDEX_TIMEOUT)
+        reindex_for_write(config)
+    except ChannelBusy as exc:  # the index that follows that run takes the renames in too
+        log.info("not re-indexing after mbsync push: %s", exc)
     except Exception:  # logged; the next write or sync indexes again
         log.exception("re-indexing after mbsync push failed")
 

@@ -1,8 +1,9 @@
 """A sync cycle: mbsync, then index -- what ``fmail-nm sync`` and a push from the CLI run.
 
 :func:`sync` chains :func:`fmail_nm.service.mbsync.run_mbsync` with
-:func:`fmail_nm.service.index.run_index` (``notmuch new`` with hooks and the post-new pass),
-then a caller's ``after_index``.  Indexing runs even when mbsync failed: local mail is the truth.
+:func:`fmail_nm.service.index.index_between_syncs` (``notmuch new`` with hooks and the post-new
+pass, once no other mbsync run of ours is half-way), then a caller's ``after_index``.  Indexing
+runs even when mbsync failed: local mail is the truth.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from datetime import datetime
 from ..clock import utc_now
 from ..config import Config
 from ..store.notmuch import NotmuchAccessError
-from .index import INDEX_TIMEOUT, IndexSummary, run_index
+from .index import INDEX_TIMEOUT, IndexSummary, index_between_syncs
 from .mbsync import (
     LOCK_TIMEOUT,
     MBSYNC_TIMEOUT,
+    ChannelBusy,
     Direction,
     MbsyncNotInstalled,
     MbsyncRun,
@@ -85,8 +87,9 @@ def sync(config: Config, account: str | None = None, direction: Direction = "bot
     own words; indexing and ``after_index`` run regardless, on whatever the Maildir holds --
     a push also renames files (a new message gets its ``,U=<n>``), so it needs indexing too.
     An unknown account or a bad direction raises before anything runs.  ``index_timeout``
-    bounds ``notmuch new``, which waits silently while another program holds the write lock;
-    ``on_lock_wait`` is told when it is about to (see :func:`run_index`).
+    bounds the index: the wait for another mbsync run of ours (another account's, the
+    service's) to end, then ``notmuch new``, which waits silently while another program holds
+    the write lock; ``on_lock_wait`` is told when it is about to (see :func:`run_index`).
     """
     if account is not None:
         config.account(account)
@@ -94,9 +97,9 @@ def sync(config: Config, account: str | None = None, direction: Direction = "bot
     report = SyncReport(runs=_mbsync_or_report(config, account, direction, timeout, lock_timeout),
                         started=started, finished=started)
     try:
-        report.index = run_index(config, show_progress=False, timeout=index_timeout,
-                                 on_lock_wait=on_lock_wait)
-    except (NotmuchAccessError, OSError, subprocess.SubprocessError) as exc:
+        # Our own runs are done; another account's may be half-way (the service's pull).
+        report.index = index_between_syncs(config, index_timeout, on_lock_wait=on_lock_wait)
+    except (ChannelBusy, NotmuchAccessError, OSError, subprocess.SubprocessError) as exc:
         report.index_error = str(exc)
     if after_index is not None:
         try:

@@ -199,7 +199,7 @@ def _hook_program(hook: Path) -> str | None:
 
 def _mbsync_file(config: Config, account: Account) -> Path | None:
     path = mbsync_config_of(config, account)
-    return Path(path) if path else mbsyncrc.default_path()
+    return Path(path) if path else None
 
 
 def mbsync_findings(config: Config) -> list[Finding]:
@@ -210,9 +210,10 @@ def mbsync_findings(config: Config) -> list[Finding]:
             continue
         path = _mbsync_file(config, account)
         if path is None or not path.is_file():
+            where = f"at {path}" if path else "(~/.mbsyncrc or $XDG_CONFIG_HOME/isyncrc)"
             found.append(Finding("mbsync", f"account {account.name} syncs with mbsync channel "
-                                 f"{account.mbsync_channel}, but there is no mbsync config "
-                                 f"{'at ' + str(path) if path else '(~/.mbsyncrc)'}",
+                                 f"{account.mbsync_channel}, but there is no mbsync "
+                                 f"config {where}",
                                  "write it (see mbsync(1)), or fmail-nm account add"))
             continue
         rc = parsed.setdefault(path, mbsyncrc.parse(path))

@@ -393,18 +393,26 @@ def run_index(config: Config, *, show_progress: bool | None = None,
         display.finish()
 
 
-def reindex_for_write(config: Config, timeout: float | None = None) -> IndexSummary:
-    """The re-index a write asks for (mbsync renamed a file it names), within ``timeout``
-    (default ``REINDEX_TIMEOUT``) in all -- once no mbsync run of ours is syncing: in the
-    middle of one, a message moved on the server would leave the index (see
+def index_between_syncs(config: Config, timeout: float, *,
+                        on_lock_wait: Callable[[], None] | None = None) -> IndexSummary:
+    """:func:`run_index` (no progress line) once no mbsync run of ours is syncing, within
+    ``timeout`` seconds in all: in the middle of a run -- of any account, in any process -- a
+    message moved on the server would leave the index, with the tags only notmuch keeps (see
     :func:`~fmail_nm.service.mbsync.wait_for_channels`).
-    :class:`~fmail_nm.service.mbsync.ChannelBusy` when the wait took all of ``timeout``."""
-    timeout = REINDEX_TIMEOUT if timeout is None else timeout
-    began = time.monotonic()
-    if not wait_for_channels(config, timeout):
+    :class:`~fmail_nm.service.mbsync.ChannelBusy` when the wait took all of ``timeout``:
+    nothing is lost, every run of ours is followed by an index of its own."""
+    waited = wait_for_channels(config, timeout)
+    if waited is None:
         raise ChannelBusy("mbsync is syncing this mail right now; try again when it is done")
-    return run_index(config, show_progress=False,
-                     timeout=max(timeout - (time.monotonic() - began), 0.1))
+    return run_index(config, show_progress=False, on_lock_wait=on_lock_wait,
+                     timeout=max(timeout - waited, 0.1))
+
+
+def reindex_for_write(config: Config, timeout: float | None = None) -> IndexSummary:
+    """The re-index a write asks for (mbsync renamed a file it names), or the one after a
+    push (mbsync renamed what it uploaded): :func:`index_between_syncs` within ``timeout``
+    (default ``REINDEX_TIMEOUT``)."""
+    return index_between_syncs(config, REINDEX_TIMEOUT if timeout is None else timeout)
 
 
 def _index_first(config: Config, reader: Reader,

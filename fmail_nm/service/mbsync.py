@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from ..clock import utc_now
-from ..config import Account, Config, ConfigError
+from ..config import Account, Config, ConfigError, users_mbsync_config
 from ..errors import BackendError, CallerError
 
 log = logging.getLogger(__name__)
@@ -191,17 +191,20 @@ def busy_channels(config: Config) -> list[str]:
 
 
 def wait_for_channels(config: Config, timeout: float,
-                      stop: Callable[[], bool] = lambda: False) -> bool:
-    """Wait until no mbsync run of ours holds a channel; False if ``timeout`` ran out (or
-    ``stop()`` said so) first.  mbsync syncs one folder after another, so in the middle of a
-    run a message another client moved is gone from its old folder and not yet in its new
-    one: ``notmuch new`` then would drop it, and every tag only notmuch keeps with it."""
-    deadline = time.monotonic() + max(timeout, 0.0)
+                      stop: Callable[[], bool] = lambda: False) -> float | None:
+    """Wait until no mbsync run of ours holds a channel; the seconds waited (0.0 when none
+    did), None if ``timeout`` ran out (or ``stop()`` said so) first.  mbsync syncs one
+    folder after another, so in the middle of a run a message another client moved is gone
+    from its old folder and not yet in its new one: ``notmuch new`` then would drop it, and
+    every tag only notmuch keeps with it."""
+    began = time.monotonic()
+    waited = 0.0
     while busy_channels(config):
-        if stop() or time.monotonic() >= deadline:
-            return False
+        if stop() or time.monotonic() - began >= max(timeout, 0.0):
+            return None
         time.sleep(CHANNEL_POLL)
-    return True
+        waited = time.monotonic() - began
+    return waited
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,11 +218,14 @@ def valid_channel(channel: str) -> bool:
 
 def mbsync_config_of(config: Config, account: Account) -> str | None:
     """The mbsync config an account's channel is in: its own (accounts fmail-nm added have
-    theirs), else fmail.toml's ``[mbsync] config`` (absolute already: see
-    :func:`~fmail_nm.config.load_settings`); None means mbsync's default file."""
+    theirs; absolute, as :func:`~fmail_nm.config.load_settings` resolves it), else the user's
+    (:func:`~fmail_nm.config.users_mbsync_config`) -- always named to mbsync with ``-c``:
+    left to itself, mbsync may read another file than the one parsed here (isync 1.4 reads
+    no isyncrc).  None: there is none."""
     if account.mbsync_config:
-        return os.path.expanduser(account.mbsync_config)
-    return config.settings.mbsync_config
+        return account.mbsync_config
+    users = users_mbsync_config(config.settings)
+    return str(users) if users is not None else None
 
 
 def mbsync_argv(program: str, config: Config, account: Account, direction: Direction) -> list[str]:
@@ -282,14 +288,16 @@ def stop_running(grace: float = STOP_GRACE) -> int:
     return len(procs)
 
 
-KILLED_OUTPUT_WAIT = 5.0  # seconds to read what a run killed at its timeout wrote
+KILLED_OUTPUT_WAIT = 5.0  # seconds to read what a run wrote once mbsync itself has ended
+EXIT_CHECK = 1.0  # how often a read of a run's output looks whether mbsync has ended
 
 
 def _output_of_killed(proc: subprocess.Popen[str]) -> tuple[str, str]:
-    """(stdout, stderr) of a run just killed: read until its pipes close, but for at most
-    ``KILLED_OUTPUT_WAIT`` seconds -- a child that left its session (a PassCmd helper that
-    daemonises) outlives the kill holding them open, and reading would never end.  Then
-    the output is given up on: the run is reported without it."""
+    """(stdout, stderr) of a run that has ended (killed, stopped, or exited): read until its
+    pipes close, but for at most ``KILLED_OUTPUT_WAIT`` seconds -- a child that left its
+    session (a PassCmd helper that daemonises) outlives mbsync holding them open, and
+    reading would never end.  Then the output is given up on: the run is reported without
+    it."""
     try:
         return proc.communicate(timeout=KILLED_OUTPUT_WAIT)
     except subprocess.TimeoutExpired:
@@ -298,6 +306,22 @@ def _output_of_killed(proc: subprocess.Popen[str]) -> tuple[str, str]:
             if pipe is not None:
                 pipe.close()
         return "", ""
+
+
+def _output(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """(stdout, stderr) of a run, read until its pipes close; :class:`TimeoutExpired` when
+    mbsync is still running after ``timeout`` seconds.  Once mbsync has ended (stop_running
+    ended it, or it exited) the pipes may still be held by a child that left its session:
+    from then on the read is :func:`_output_of_killed`'s, bounded, not the run's."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:  # retried after a timeout, communicate() loses nothing it read
+            return proc.communicate(timeout=min(EXIT_CHECK, max(deadline - time.monotonic(), 0)))
+        except subprocess.TimeoutExpired:
+            if proc.poll() is not None:
+                return _output_of_killed(proc)
+            if time.monotonic() >= deadline:
+                raise
 
 
 def execute(argv: list[str], timeout: float, *, keep_output: bool = False) -> tuple[int | None, str]:
@@ -314,7 +338,7 @@ def execute(argv: list[str], timeout: float, *, keep_output: bool = False) -> tu
     with _running_lock:
         _running.add(proc)
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
+        stdout, stderr = _output(proc, timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         stdout, stderr = _output_of_killed(proc)

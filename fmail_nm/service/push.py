@@ -107,24 +107,27 @@ class PushScheduler:
     # -- on the debouncer's thread -------------------------------------------------------------
 
     def _push(self, batch: list[str]) -> list[MbsyncRun]:
+        """The batch's runs, each failure logged once."""
         runs: list[MbsyncRun] = []
         for name in batch:
             try:
-                runs += run_mbsync(self.config, name, "push", timeout=self.timeout,
-                                   lock_timeout=self.lock_timeout)
+                done = run_mbsync(self.config, name, "push", timeout=self.timeout,
+                                  lock_timeout=self.lock_timeout)
             except MbsyncNotInstalled as exc:
-                runs.append(not_run(self.config.account(name), "push", str(exc), skipped=False))
+                done = [not_run(self.config.account(name), "push", str(exc), skipped=False)]
             except Exception as exc:  # keep the thread alive; the status shows what broke
-                log.exception("push for %s failed", name)
+                log.exception("mbsync push for %s failed", name)  # said here, with its traceback
                 runs.append(not_run(self.config.account(name), "push",
                                     f"{type(exc).__name__}: {exc}", skipped=False))
+                continue
+            for run in done:
+                if run.channel and not run.ok:  # run_mbsync leaves saying so to its caller
+                    log.warning("mbsync %s", run.describe())
+            runs += done
         return runs
 
     def _run_batch(self, batch: list[str]) -> None:
         runs = self._push(sorted(batch))
-        for run in runs:
-            if run.channel and not run.ok:  # run_mbsync leaves saying so to its caller
-                log.warning("mbsync %s", run.describe())
         # While the batch still counts as running, so wait_idle() also covers the callback
         # (e.g. a re-index) and a busy channel's retry.
         if self.after_push is not None:

@@ -31,7 +31,7 @@ import email.utils
 import logging
 import mimetypes
 import re
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from email.headerregistry import Address as HeaderAddress
@@ -52,6 +52,7 @@ from ..message.html import read_message
 from ..message.text import clean_text, is_forward_subject, one_line, unescape_line_marks
 from ..passes import changes
 from ..passes.changes import NOT_UNDOABLE, WriteContext
+from ..passes.mirror import my_addresses
 from ..passes.tagging import tag_added
 from ..store import maildir, mover, notmuch_cli, sidecar
 from ..store.notmuch import DatabaseBusy, IndexedMessage, StaleFiles, WriteTxn
@@ -145,21 +146,24 @@ _ADD_THEM = ("reply without reply_all, then add those to write to with save_draf
              "cc)")
 
 
-def _unique(people: Sequence[Address], drop: set[str], remedy: str = _WRITE_THEM
+def _unique(people: Sequence[Address], drop: Set[str], remedy: str = _WRITE_THEM
             ) -> list[Address]:
-    """Each address once, none of ``drop``; an address read from a message that fmail-nm
-    cannot send to is refused by name, saying what to do instead (``remedy``) -- mail
-    content is untrusted."""
+    """Each address once, none of ``drop`` (canonical forms: see :func:`canonical_address`),
+    each as written; an address read from a message that fmail-nm cannot send to is refused
+    by name, saying what to do instead (``remedy``) -- mail content is untrusted."""
     seen = set(drop)
     out = []
     for person in people:
+        # One mailbox however its domain is written (Unicode or ACE) and in whatever case;
+        # one left out (the user's own, in Unicode say) need not be one fmail-nm sends to.
+        key = canonical_address(person.address)
+        if key in seen:
+            continue
         if not _ADDR_SPEC.fullmatch(person.address):
             raise ComposeError(f"the original names {person.address!r}, which is not an email "
                                f"address fmail-nm sends to; {remedy}")
-        key = person.address.lower()
-        if key not in seen:
-            seen.add(key)
-            out.append(person)
+        seen.add(key)
+        out.append(person)
     return out
 
 
@@ -513,11 +517,25 @@ def own_address(account: Account, config: Config) -> str:
     return found[0]
 
 
-def _account_of_address(config: Config, address: str) -> Account | None:
+def _configured_address(config: Config, address: str) -> tuple[Account | None, str] | None:
+    """The user's address ``address`` is, as fmail.toml writes it, and the account it is of
+    (None: a top-level address no account lists); None when it is not the user's.  Compared
+    in canonical form: mail may write the domain in ACE where the config has Unicode, or the
+    other way round."""
+    wanted = canonical_address(address)
     for account in config.accounts:
-        if address.lower() in (a.lower() for a in account.addresses):
-            return account
+        for own in account.addresses:
+            if canonical_address(own) == wanted:
+                return account, own
+    for own in config.settings.addresses:
+        if canonical_address(own) == wanted:
+            return None, own
     return None
+
+
+def _account_of_address(config: Config, address: str) -> Account | None:
+    found = _configured_address(config, address)
+    return found[0] if found else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -751,14 +769,14 @@ def _original(mb: Mailbox, ref: str) -> tuple[IndexedMessage, bytes]:
 def _writer_of_reply(config: Config, message: IndexedMessage,
                      seen: Sequence[Address]) -> tuple[Account, str]:
     """The account and address a reply is written from: the user's address the original was
-    sent to, else the address of the account that holds it."""
-    mine = set(config.addresses)
+    sent to (as configured, whichever form the original wrote it in), else the address of
+    the account that holds it."""
     for person in seen:
-        if person.address.lower() in mine:
-            account = _account_of_address(config, person.address) or \
-                maildir.primary_account(config, message)
+        found = _configured_address(config, person.address)
+        if found is not None:
+            account = found[0] or maildir.primary_account(config, message)
             if account is not None:
-                return account, person.address
+                return account, found[1]
     account = maildir.primary_account(config, message) or config.accounts[0]
     return account, own_address(account, config)
 
@@ -779,8 +797,8 @@ def reply_recipients(config: Config, head: Message, reply_all: bool,
     recipients).  When that leaves To empty but not Cc, Cc becomes To; a Reply-To naming
     only the user gives way to From."""
     defects: list[str] = []
-    mine = set(config.addresses)
-    own = bool(parsed_from) and parsed_from[0].address.lower() in mine
+    mine = my_addresses(config)
+    own = bool(parsed_from) and canonical_address(parsed_from[0].address) in mine
     followup = addresses(head, "mail-followup-to", defects)
     if reply_all and followup:
         return _unique(followup, mine, _ADD_THEM), []
@@ -792,7 +810,7 @@ def reply_recipients(config: Config, head: Message, reply_all: bool,
         rest = [*parsed_to, *parsed_cc]
     if to and not reply_all:  # the others are not read: one of them cannot stop the reply
         return to, []
-    others = _unique(rest, mine | {p.address.lower() for p in to},
+    others = _unique(rest, mine | {canonical_address(p.address) for p in to},
                      _ADD_THEM if to else _WRITE_THEM)
     if not to:  # e.g. the user's own mail to themselves, the others in Cc
         return others, []
@@ -931,7 +949,8 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
                     message_id=str(msg["Message-ID"]).strip().strip("<>"),
                     wire=msg.as_bytes(policy=POLICY),
                     envelope_from=c.sender.address,
-                    # Each mailbox once: addresses differing in case only are one (as in mutt).
+                    # Each mailbox once: addresses differing in case (as in mutt) or in their
+                    # domain's form (Unicode or ACE) only are one.
                     recipients=tuple(p.address for p in _unique(everyone, set())))
 
 

@@ -32,6 +32,7 @@ from ..message.headers import Address, canonical_address, search_forms
 from ..message.html import read_body, read_message
 from ..message.mime import BodyText, ParsedMessage
 from ..message.text import clean_text, is_forward_subject, slice_text
+from ..passes.mirror import my_addresses
 from ..store import maildir, sidecar
 from ..store.notmuch import IndexedMessage, Reader, ThreadNode
 from ..store.threads import ThreadSummary, sender, summarize
@@ -168,8 +169,10 @@ def _listed_to(recipients_json: str | None, tags: Sequence[str],
 
 
 def _others(people: Iterable[tuple[str, str]], me: Collection[str]) -> list[str]:
+    """``me``: the user's addresses in canonical form (:func:`my_addresses`), as a recipient
+    is compared -- mail may write the user's domain in ACE where the config has Unicode."""
     everyone = [(name, address) for name, address in people if address]
-    others = [p for p in everyone if p[1].lower() not in me] or everyone
+    others = [p for p in everyone if canonical_address(p[1]) not in me] or everyone
     return [who(name, address) for name, address in others[:LISTED_RECIPIENTS]]
 
 
@@ -177,7 +180,7 @@ def listing(mb: Mailbox, message_ids: Sequence[str]) -> list[dto.EmailRef]:
     """These messages as listing rows, in the given order: from the mirror where it is
     current, from notmuch for the rest (see Mailbox.current_rows)."""
     rows, stale = mb.mirror_rows(message_ids)
-    me = frozenset(mb.config.addresses)
+    me = my_addresses(mb.config)
     refs: dict[str, dto.EmailRef] = {}
     for (mid, uid, thread, date_, name, address, subject, tags_json, recipients,
          attached) in rows.values():
@@ -963,7 +966,7 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
     total, page = answer
     threads = []
     rows, _ = mb.mirror_rows([w.message_id for w in page])
-    me = frozenset(mb.config.addresses)
+    me = my_addresses(mb.config)
     for w in page:
         row = rows.get(w.message_id)
         threads.append(dto.UnansweredThread(
