@@ -749,6 +749,34 @@ def test_a_draft_from_my_address_in_ace_is_sent_through_its_account(bed: Bed) ->
     assert bed.files_with(bed.sent, "idn-draft-1@example.com") == []
 
 
+def test_a_domain_in_unicode_goes_out_in_ace(bed: Bed) -> None:
+    """fmail.toml writes the user's address with its domain in Unicode, and the model a
+    recipient's: headers and the SMTP envelope (no SMTPUTF8) carry ASCII only, so the reply
+    to mail sent there could not be written (\"cannot be encoded\") and the recipient was
+    refused as not an address.  Both go out with the domain in ACE, the same address."""
+    add_my_address(bed, IDN_ME, "personal")
+    bed.receive(f"From: Carol <carol@example.com>\r\nTo: Alex <{ACE_ME}>\r\n"
+                "Subject: books\r\nMessage-ID: <idn-in-3@example.com>\r\n\r\nHi.\r\n"
+                .encode())
+    bed.receive("From: Bob <bob@example.com>\r\nTo: alex@example.org\r\n"
+                "Cc: info@b\u00fccher.de\r\nSubject: q\r\nMessage-ID: <idn-cc@example.com>"
+                "\r\n\r\nhi\r\n".encode())
+    everyone = compose.reply_to_email(bed.ctx, "idn-cc@example.com", "x", reply_all=True)
+    assert everyone.cc == ["info@xn--bcher-kva.de"]
+    reply = compose.reply_to_email(bed.ctx, "idn-in-3@example.com", "x")
+    assert reply.from_ == ACE_ME
+    head = header_block(bed.files_with(bed.drafts, reply.id)[0].read_bytes())
+    assert f"From: Alex Morgan <{ACE_ME}>" in head
+
+    new = compose.save_draft(bed.ctx, to=["Bob <bob@b\u00fccher.example>"], subject="s",
+                             body="b")
+    assert new.to == ["bob@xn--bcher-kva.example"]
+    send.send_draft(bed.ctx, new.id)
+    (got,) = bed.smtp.received
+    assert got.rcpt_tos == ("bob@xn--bcher-kva.example",)
+    assert got.message()["to"].addresses[0].domain == "xn--bcher-kva.example"
+
+
 @pytest.mark.parametrize(("subject", "reply", "forward"), [
     ("Hello", "Re: Hello", "Fwd: Hello"),
     ("RE: re[2]: AW: Hello", "Re: Hello", "Fwd: RE: re[2]: AW: Hello"),
@@ -884,7 +912,7 @@ def test_saving_a_draft_again_keeps_a_long_non_ascii_name(bed: Bed) -> None:
 
 
 @pytest.mark.parametrize("cc", ["ops@intranet", '"john smith"@example.com',
-                                "taro.@docomo.ne.jp", "info@b\u00fccher.de"])
+                                "taro.@docomo.ne.jp", "j\u00f6rg@example.de"])
 def test_a_reply_is_not_refused_for_an_address_it_does_not_use(bed: Bed, cc: str) -> None:
     """An address fmail-nm cannot send to, in the Cc of mail the user answers, stops a
     reply-all (which names it, and how to go on) but not a reply to the sender."""

@@ -236,6 +236,19 @@ def canonical_address(address: str) -> str:
     return f"{local}@{'.'.join(_unicode_label(label) for label in domain.split('.'))}"
 
 
+def ascii_address(address: str) -> str:
+    """The address with its domain in ACE (``xn--`` labels), the form a header or an SMTP
+    envelope without SMTPUTF8 carries: ``alex@bücher.example`` is ``alex@xn--bcher-kva.example``
+    on the wire.  Unchanged when the domain is ASCII or not a name IDNA can encode."""
+    local, at, domain = address.rpartition("@")
+    if not at or domain.isascii():
+        return address
+    try:
+        return f"{local}@{domain.encode('idna').decode('ascii')}"
+    except UnicodeError:
+        return address
+
+
 def search_forms(addresses: Iterable[str]) -> tuple[str, ...]:
     """The user's addresses as notmuch indexes them (:func:`canonical_address`), each once, in
     their order: ``from:alex@xn--bcher-kva.example`` matches nothing, since notmuch indexes

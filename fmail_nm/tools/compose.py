@@ -45,8 +45,8 @@ from pydantic import Field
 from .. import tags
 from ..config import Account, Config, ConfigError
 from ..errors import BackendError
-from ..message.headers import (Address, addresses, canonical_address, parse_addresses,
-                                split_head)
+from ..message.headers import (Address, addresses, ascii_address, canonical_address,
+                                parse_addresses, split_head)
 from ..message.formats import unflow
 from ..message.html import read_message
 from ..message.text import clean_text, is_forward_subject, one_line, unescape_line_marks
@@ -134,10 +134,11 @@ def check_addresses(values: Sequence[str], what: str) -> list[Address]:
             raise ComposeError(f"{what}: {value[:40]!r}... is longer than {MAX_ADDRESS_CHARS} "
                                "characters")
         pairs = email.utils.getaddresses([value])
-        if len(pairs) != 1 or not _ADDR_SPEC.fullmatch(pairs[0][1]):
+        wire = ascii_address(pairs[0][1]) if len(pairs) == 1 else ""
+        if not _ADDR_SPEC.fullmatch(wire):
             raise ComposeError(f"{what}: {value!r} is not an email address (give one address "
                                "per item: a@example.org or Name <a@example.org>)")
-        found.append(Address(name=pairs[0][0], address=pairs[0][1]))
+        found.append(Address(name=pairs[0][0], address=wire))
     return found
 
 
@@ -149,7 +150,7 @@ _ADD_THEM = ("reply without reply_all, then add those to write to with save_draf
 def _unique(people: Sequence[Address], drop: Set[str], remedy: str = _WRITE_THEM
             ) -> list[Address]:
     """Each address once, none of ``drop`` (canonical forms: see :func:`canonical_address`),
-    each as written; an address read from a message that fmail-nm cannot send to is refused
+    each as it goes on the wire (:func:`ascii_address`); an address read from a message that fmail-nm cannot send to is refused
     by name, saying what to do instead (``remedy``) -- mail content is untrusted."""
     seen = set(drop)
     out = []
@@ -159,11 +160,12 @@ def _unique(people: Sequence[Address], drop: Set[str], remedy: str = _WRITE_THEM
         key = canonical_address(person.address)
         if key in seen:
             continue
-        if not _ADDR_SPEC.fullmatch(person.address):
+        wire = ascii_address(person.address)
+        if not _ADDR_SPEC.fullmatch(wire):
             raise ComposeError(f"the original names {person.address!r}, which is not an email "
                                f"address fmail-nm sends to; {remedy}")
         seen.add(key)
-        out.append(person)
+        out.append(Address(person.name, wire))
     return out
 
 
@@ -514,7 +516,7 @@ def own_address(account: Account, config: Config) -> str:
     if not found:
         raise ComposeError(f"account {account.name!r} has no address: set addresses in its "
                            "[[accounts]] entry in fmail.toml")
-    return found[0]
+    return ascii_address(found[0])  # as it goes on the wire
 
 
 def _configured_address(config: Config, address: str) -> tuple[Account | None, str] | None:
@@ -776,7 +778,7 @@ def _writer_of_reply(config: Config, message: IndexedMessage,
         if found is not None:
             account = found[0] or maildir.primary_account(config, message)
             if account is not None:
-                return account, found[1]
+                return account, ascii_address(found[1])
     account = maildir.primary_account(config, message) or config.accounts[0]
     return account, own_address(account, config)
 
