@@ -19,6 +19,7 @@ from .errors import BackendError, CallerError
 if TYPE_CHECKING:
     from .config import Config
     from .service.cycle import SyncReport
+    from .service.index import IndexSummary
     from .tools.contacts import MailEffect
 
 log = logging.getLogger("fmail_nm")
@@ -30,7 +31,6 @@ def cmd_init(args: argparse.Namespace) -> int:
     from .store.notmuch_config import config_chosen_by_environment
     from .app import load_config
     from .config import default_config_path
-    from .service.index import run_index
 
     fmail_toml = Path(args.config).expanduser() if args.config else default_config_path()
     wrote_toml = not fmail_toml.is_file()
@@ -85,8 +85,32 @@ def cmd_init(args: argparse.Namespace) -> int:
     if args.no_index:
         return 0
     sys.stdout.flush()  # what init did, before the progress line on stderr
-    print(run_index(config, on_lock_wait=say_lock_wait).describe())
+    # A database init adopts, or one a re-run finds, holds tags only notmuch keeps, and the
+    # service may be pulling into it: init's index waits as `fmail-nm index` does.
+    print(index_after_syncs(config).describe())
     return 0
+
+
+def index_after_syncs(config: Config, *, show_progress: bool | None = None,
+                      full_scan: bool = False) -> IndexSummary:
+    """:func:`~fmail_nm.service.index.run_index` once no mbsync run of ours is half-way: in
+    the middle of one (the service's pull) notmuch new would drop a message moved on the
+    server, with the tags only notmuch keeps.  The wait is bounded, and said on stderr, as
+    the wait for the notmuch write lock is."""
+    from .service.index import SYNC_WAIT_TIMEOUT, run_index, wait_between_syncs
+
+    wait_between_syncs(config, SYNC_WAIT_TIMEOUT, on_channel_wait=say_channel_wait)
+    return run_index(config, show_progress=show_progress, full_scan=full_scan,
+                     on_lock_wait=say_lock_wait)
+
+
+def say_channel_wait(channels: Sequence[str]) -> None:
+    """The wait for our own mbsync runs, said once: without it the command sat silent."""
+    names = ", ".join(repr(channel) for channel in channels)
+    print(f"fmail-nm: waiting for mbsync to finish syncing {names} (a sync of fmail-nm's, "
+          "the service's or another command's, is half-way: indexing now could drop mail "
+          "moved on the server, with its tags); indexing starts once it is done (Ctrl-C "
+          "stops waiting; nothing is lost)", file=sys.stderr, flush=True)
 
 
 def say_lock_wait() -> None:
@@ -128,10 +152,10 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
 
 def cmd_index(args: argparse.Namespace) -> int:
     from .app import load_config
-    from .service.index import run_index
 
-    print(run_index(load_config(args.config), show_progress=None if not args.quiet else False,
-                    full_scan=args.full_scan, on_lock_wait=say_lock_wait).describe())
+    print(index_after_syncs(load_config(args.config),
+                            show_progress=None if not args.quiet else False,
+                            full_scan=args.full_scan).describe())
     return 0
 
 
@@ -162,7 +186,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
     direction: Direction = "pull" if args.pull else "push" if args.push else "both"
     report = sync(load_config(args.config), args.account, direction,
-                  on_lock_wait=say_lock_wait)
+                  on_lock_wait=say_lock_wait, on_channel_wait=say_channel_wait)
     print_runs(report)
     if report.index is not None:
         print(report.index.describe())
@@ -288,7 +312,7 @@ def _push(config: Config, accounts: Sequence[str]) -> None:
     for name in accounts:
         if not config.account(name).mbsync_channel:
             continue
-        report = sync(config, name, "push")
+        report = sync(config, name, "push", on_channel_wait=say_channel_wait)
         print_runs(report)
         for line in report.errors():
             print(f"fmail-nm: push of {name} failed, the next sync retries it: {line}",

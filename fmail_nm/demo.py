@@ -49,6 +49,8 @@ def run_demo(base: Path, *, serve: bool, port: int) -> int:
                      addresses=["alex@example.org", "alex.morgan@example.org", "amorgan@acme.test"])
     for action in report.hooks:
         print(f"hook {action.describe()}")
+    # No wait for mbsync runs (as `fmail-nm index` has): nothing of fmail-nm's syncs the
+    # demo's copy -- it has no server, and serve_demo neither pulls nor pushes.
     print(run_index(load_config()).describe())
     if not serve:
         return 0

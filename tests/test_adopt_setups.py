@@ -122,6 +122,49 @@ def test_an_address_listed_after_a_space_is_one_notmuch_knows() -> None:
     assert missing_from_notmuch(identity, nm) == []
 
 
+ACE = "alex@xn--bcher-kva.example"  # alex@bücher.example, its domain as mail carries it
+
+
+def test_one_address_with_its_domain_in_unicode_and_in_ace_is_found_once(
+        tmp_path: Path) -> None:
+    """The mbsync login wrote the domain in ACE, the msmtp from in Unicode: init wrote both
+    into the notmuch config, and advised adding to notmuch an address it had already."""
+    from fmail_nm.adopt.identity import Identity, from_mbsync, from_msmtp, missing_from_notmuch
+    mbsync = tmp_path / "mbsyncrc"
+    mbsync.write_text(f"IMAPAccount books\nHost imap.example.org\nUser {ACE}\n")
+    msmtp = tmp_path / "msmtprc"
+    msmtp.write_text("account books\nhost smtp.example.org\nfrom Alex@Bücher.example\n",
+                     encoding="utf-8")
+    identity = Identity()
+    from_mbsync(identity, mbsync)
+    from_msmtp(identity, msmtp)
+    assert identity.addresses == [ACE]  # the first form found, as written
+    nm = {"user.primary_email": "alex@bücher.example", "user.name": "Alex"}
+    assert missing_from_notmuch(identity, nm) == []
+
+
+def test_a_sent_folder_counts_one_address_however_its_domain_is_written(
+        indexed: MailEnv) -> None:
+    """Each form was counted apart, so an address the user wrote half of its mail from in
+    each form could fall short of the share either form needs."""
+    from fmail_nm.adopt.identity import SENT_SHARE, Identity, from_sent_folders
+    sent = indexed.mail_root / "personal" / "Sent" / "cur"
+    total = len(list(sent.iterdir())) + 2
+    while SENT_SHARE * total <= 1:  # each form alone falls short of the share
+        total += 1
+    for n in range(total - len(list(sent.iterdir()))):
+        sender = ACE if n == 0 else "alex@bücher.example" if n == 1 else "alex@example.org"
+        year = 2025 if n == 0 else 2024  # the newest message is read first
+        (sent / f"170000{n:04d}.idn_{n}.host:2,S").write_text(
+            f"From: Alex <{sender}>\nTo: someone@example.net\nSubject: {n}\n"
+            f"Date: Mon, 1 Jan {year} 10:00:00 +0000\nMessage-ID: <idn-{n}@example.org>\n"
+            "\ntext\n", encoding="utf-8")
+    identity = Identity()
+    from_sent_folders(identity, load_config(), None)
+    books = [a for a in identity.addresses if a.endswith(("bücher.example", "kva.example"))]
+    assert books == [ACE], identity.found
+
+
 # ---------------------------------------------------------------------------------------------
 # NOTMUCH_PROFILE: the profile picks the hook folder (and a default database) too
 

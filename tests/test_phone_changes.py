@@ -7,7 +7,9 @@ Dovecot, acting between fmail-nm's writes and the next sync.
 from __future__ import annotations
 
 import imaplib
+import threading
 import time
+from collections.abc import Sequence
 
 import pytest
 
@@ -153,6 +155,18 @@ def test_a_cli_contacts_block_during_a_pull_does_not_reindex_a_message_out_of_th
     assert {"todo", "deleted"} <= bed.tags(mid)
 
 
+def with_other_account(bed: SyncBed) -> str:
+    """A second account with a channel of its own (one empty folder); its name."""
+    other = "other"
+    imapbed.write_mbsync_config(bed.mbsync_config, bed.server, IMAP_USER, bed.mail_root,
+                                account=other, patterns="Junk", append=True)
+    (bed.mail_root / other).mkdir(exist_ok=True)
+    toml = bed.mail_env.fmail_config
+    toml.write_text(toml.read_text() + f'\n[[accounts]]\nname = "{other}"\n'
+                    f'maildir = "{other}"\nmbsync_channel = "{other}"\n')
+    return other
+
+
 def test_a_sync_of_another_account_does_not_index_in_the_middle_of_a_pull(
         synced_bed: SyncBed) -> None:
     """The same gap, reached by `fmail-nm sync` of another account (the CLI's push and an
@@ -160,13 +174,7 @@ def test_a_sync_of_another_account_does_not_index_in_the_middle_of_a_pull(
     its end ran while the service's pull of this account was half-way -- dropping the
     message the phone had moved, and its ``todo``."""
     bed = synced_bed
-    other = "other"  # a second account with a channel of its own (one empty folder)
-    imapbed.write_mbsync_config(bed.mbsync_config, bed.server, IMAP_USER, bed.mail_root,
-                                account=other, patterns="Junk", append=True)
-    (bed.mail_root / other).mkdir(exist_ok=True)
-    toml = bed.mail_env.fmail_config
-    toml.write_text(toml.read_text() + f'\n[[accounts]]\nname = "{other}"\n'
-                    f'maildir = "{other}"\nmbsync_channel = "{other}"\n')
+    other = with_other_account(bed)
     config = bed.reload()
     mid = bed.mid(1)
     with bed.reader() as reader, bed.writer() as writer:
@@ -185,6 +193,75 @@ def test_a_sync_of_another_account_does_not_index_in_the_middle_of_a_pull(
     report = cycle.sync(config, other, "pull", timeout=60)
     assert report.ok, report.errors()
     assert {"todo", "deleted"} <= bed.tags(mid)
+
+
+def test_fmail_nm_index_and_init_do_not_index_in_the_middle_of_a_pull(
+        synced_bed: SyncBed, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The same gap, reached by `fmail-nm index` (or init run again, whose database holds
+    tags too) while the service pulls: they ran notmuch new at once, without a word, and
+    dropped the message the phone had moved, and its ``todo``.  They wait for the pull, say
+    so and for which channel, and give up -- indexing nothing -- when it takes too long."""
+    from fmail_nm import cli
+    from fmail_nm.service import index
+
+    bed = synced_bed
+    config = bed.config()
+    mid = bed.mid(1)
+    with bed.reader() as reader, bed.writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        assert writes.tag_emails(ctx, [mid], add=["todo"]).applied == [mid]
+    phone_moves(bed, mid, "INBOX", "Trash")
+    monkeypatch.setattr(index, "SYNC_WAIT_TIMEOUT", 1.0)  # the wait for the pull, shortened
+    with mbsync.channel_lock(config, ACCOUNT):  # the service's pull: INBOX done, Trash not
+        imapbed.run_mbsync(bed.mbsync_config, f"{ACCOUNT}:INBOX")
+        for command in (["index", "--quiet"], ["init"]):
+            capsys.readouterr()
+            assert cli.main(command) == 1, command
+            err = capsys.readouterr().err
+            assert err.count(f"waiting for mbsync to finish syncing '{ACCOUNT}'") == 1, err
+            assert "mbsync is syncing this mail right now" in err
+            assert bed.find(mid) is not None, command  # still indexed, with its tags
+        imapbed.run_mbsync(bed.mbsync_config, f"{ACCOUNT}:Trash")
+    assert cli.main(["index", "--quiet"]) == 0
+    assert "waiting for mbsync" not in capsys.readouterr().err
+    assert {"todo", "deleted"} <= bed.tags(mid)
+
+
+def test_fmail_nm_sync_says_which_pull_its_index_waits_for(
+        synced_bed: SyncBed, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`fmail-nm sync` of one account waits, before its index, for the service's pull of
+    another: it sat silent meanwhile.  It says once that it waits, and for which channel."""
+    from fmail_nm import cli
+
+    bed = synced_bed
+    other = with_other_account(bed)
+    config = bed.reload()
+    told = threading.Event()
+    holding = threading.Event()
+    said = cli.say_channel_wait
+
+    def say(channels: Sequence[str]) -> None:
+        said(channels)
+        told.set()  # the pull ends once the wait is said (or after a while, if it never is)
+    monkeypatch.setattr(cli, "say_channel_wait", say)
+
+    def pull() -> None:  # the service's pull of the first account, holding its channel
+        with mbsync.channel_lock(config, ACCOUNT):
+            holding.set()
+            told.wait(5.0)
+    puller = threading.Thread(target=pull)
+    puller.start()
+    try:
+        assert holding.wait(30)
+        assert cli.main(["sync", "--pull", other]) == 0
+    finally:
+        told.set()
+        puller.join()
+    err = capsys.readouterr().err
+    assert err.count("waiting for mbsync to finish syncing") == 1, err
+    assert f"waiting for mbsync to finish syncing '{ACCOUNT}' (" in err, err
 
 
 def test_a_reply_to_mail_read_on_the_phone_marks_the_original_answered(

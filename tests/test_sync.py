@@ -45,6 +45,7 @@ from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
     sync_bed,
     synced_bed,
 )
+from .test_background import wait_for
 
 pytestmark = pytest.mark.imap
 
@@ -554,3 +555,31 @@ def test_a_push_that_breaks_is_logged_once(indexed: MailEnv,
     said = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(said) == 1, [r.getMessage() for r in said]
     assert "personal" in said[0].getMessage() and said[0].exc_info is not None
+
+
+def test_a_pull_that_breaks_is_logged_once(indexed: MailEnv,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    """An unexpected error in a scheduled pull was logged with its traceback, then the
+    failed pull it became was warned about again."""
+    from fmail_nm.service.background import Background
+
+    toml = indexed.fmail_config
+    toml.write_text(toml.read_text().replace('mbsync_channel = "personal"\n',
+                                             'mbsync_channel = "personal"\n'
+                                             "pull_interval_minutes = 60\n"))
+    config = indexed.config()
+    mbsync.lock_path(config, "personal").mkdir(parents=True)  # the channel lock cannot be opened
+    caplog.set_level(logging.INFO, logger="fmail_nm")
+    bg = Background(config, watch=False, schedule=True, push=False)
+    bg.start()
+    try:
+        def failed() -> bool:
+            acct = bg.status().account("personal")
+            return acct is not None and acct.consecutive_failures >= 1
+        wait_for(failed, "the first pull to fail")
+    finally:
+        bg.stop()
+    said = [r for r in caplog.records
+            if r.levelno >= logging.WARNING and "pull for personal" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    assert said[0].exc_info is not None and "IsADirectoryError" in said[0].getMessage()

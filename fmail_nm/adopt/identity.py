@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .. import mbsyncrc, msmtprc
 from ..config import Config, users_mbsync_config
-from ..message.headers import addresses, date, header, split_head
+from ..message.headers import addresses, canonical_address, date, header, split_head
 from ..store.maildir import folder_path
 from ..store.notmuch import Reader
 from ..store.notmuch_config import config_list
@@ -45,7 +45,7 @@ def looks_like_address(value: str | None) -> bool:
 
 @dataclass(frozen=True)
 class Found:
-    address: str  # lower-cased
+    address: str  # lower-cased, its domain as first found (Unicode or ACE)
     source: str  # where it was found, for people: "msmtp config ~/.msmtprc (account work)"
 
 
@@ -60,8 +60,11 @@ class Identity:
         return [f.address for f in self.found]
 
     def add(self, address: str, source: str) -> None:
+        """The address, unless it is one found already -- compared in canonical form, since
+        ``alex@bücher.example`` and ``alex@xn--bcher-kva.example`` are one address."""
         address = address.strip().lower()
-        if looks_like_address(address) and address not in self.addresses:
+        known = {canonical_address(a) for a in self.addresses}
+        if looks_like_address(address) and canonical_address(address) not in known:
             self.found.append(Found(address, source))
 
     def describe(self) -> list[str]:
@@ -116,15 +119,19 @@ def from_sent_folders(identity: Identity, config: Config, reader: Reader | None)
                 folders_query([folder]), exclude_tags=(), limit=SENT_SAMPLE)]
         else:
             senders = senders_on_disk(folder_path(config, folder))
-        counts: Counter[str] = Counter()
+        counts: Counter[str] = Counter()  # by canonical form: one address however written
+        written: dict[str, str] = {}  # each address as its newest message writes it
         for display, address in senders:
             if looks_like_address(address):
-                counts[address.lower()] += 1
+                canonical = canonical_address(address)
+                counts[canonical] += 1
+                written.setdefault(canonical, address)
                 if display:
                     names[display.strip()] += 1
-        for address, n in counts.most_common(MAX_SENT_ADDRESSES):
+        for canonical, n in counts.most_common(MAX_SENT_ADDRESSES):
             if n >= max(1.0, SENT_SHARE * len(senders)):
-                identity.add(address, f"Sent folder {folder} ({n} of {len(senders)} messages)")
+                identity.add(written[canonical],
+                             f"Sent folder {folder} ({n} of {len(senders)} messages)")
     if names and not identity.name:
         identity.name = names.most_common(1)[0][0]
         identity.name_source = "the From of your Sent folders"
@@ -176,9 +183,9 @@ def missing_from_notmuch(identity: Identity, nm: dict[str, str],
                          notmuch: str = "notmuch") -> list[str]:
     """``notmuch config set`` commands that give notmuch the addresses it lacks (empty when
     it knows them all); ``notmuch``: how they run notmuch on that config."""
-    known = {a.lower() for a in [nm.get("user.primary_email", "").strip(),
-                                 *config_list(nm.get("user.other_email"))] if a}
-    missing = [a for a in identity.addresses if a not in known]
+    known = {canonical_address(a) for a in [nm.get("user.primary_email", "").strip(),
+                                            *config_list(nm.get("user.other_email"))] if a}
+    missing = [a for a in identity.addresses if canonical_address(a) not in known]
     commands = []
     primary = nm.get("user.primary_email", "")
     if not primary and missing:

@@ -326,7 +326,7 @@ class _Puller:
         failures = 0
         delay = 0.0  # pull once at start: mail may have come while the service was down
         while not self.bg._stopping.wait(delay):
-            run = self._pull()
+            run, broke = self._pull()
             if run.returncode is not None:
                 # Even a failed mbsync may have fetched part of the mail.
                 self.bg.request_index(f"pull {self.account.name}")
@@ -340,26 +340,31 @@ class _Puller:
             else:
                 failures += 1
                 delay = backoff_delay(self.interval, failures)
+                # Said once, with the traceback of an unexpected error (None otherwise).
                 log.warning("pull for %s failed (%d in a row), next try in %.0fs: %s",
-                            self.account.name, failures, delay, first_line(run.error))
+                            self.account.name, failures, delay, first_line(run.error),
+                            exc_info=broke)
             self._record(run, failures, None if self.bg._stopping.is_set() else delay)
 
-    def _pull(self) -> MbsyncRun:
+    def _pull(self) -> tuple[MbsyncRun, Exception | None]:
+        """The run, and the unexpected error it failed with (for :meth:`_loop` to log with
+        the failure, not a second time apart from it)."""
         now = utc_now()
+        broke: Exception | None = None
         try:
             # Both ways: the scheduled run also carries changes no write tool announced -- a
             # mail client's flag renames, blocked mail the tagging pass moved to Junk.
             (run,) = run_mbsync(self.bg.config, self.account.name, "both",
                                 timeout=self.bg.mbsync_timeout, lock_timeout=PULL_LOCK_WAIT)
-            return run
+            return run, None
         except MbsyncNotInstalled as exc:
             error = str(exc)
         except Exception as exc:  # keep pulling later; the status says what broke
-            log.exception("pull for %s failed", self.account.name)
+            broke = exc
             error = f"{type(exc).__name__}: {exc}"
         return MbsyncRun(account=self.account.name, channel=self.account.mbsync_channel,
                          direction="both", ok=False, returncode=None, started=now,
-                         finished=utc_now(), error=error)
+                         finished=utc_now(), error=error), broke
 
     def _record(self, run: MbsyncRun, failures: int, delay: float | None) -> None:
         next_at = None if delay is None else utc_now() + timedelta(seconds=delay)

@@ -80,7 +80,8 @@ def sync(config: Config, account: str | None = None, direction: Direction = "bot
          after_index: Callable[[], None] | None = None,
          timeout: float = MBSYNC_TIMEOUT, lock_timeout: float = LOCK_TIMEOUT,
          index_timeout: float = INDEX_TIMEOUT,
-         on_lock_wait: Callable[[], None] | None = None) -> SyncReport:
+         on_lock_wait: Callable[[], None] | None = None,
+         on_channel_wait: Callable[[list[str]], None] | None = None) -> SyncReport:
     """mbsync, then ``notmuch new`` with hooks and the post-new pass, then ``after_index()``.
 
     mbsync failures (server down, bad password, busy channel) are in the report with mbsync's
@@ -89,7 +90,9 @@ def sync(config: Config, account: str | None = None, direction: Direction = "bot
     An unknown account or a bad direction raises before anything runs.  ``index_timeout``
     bounds the index: the wait for another mbsync run of ours (another account's, the
     service's) to end, then ``notmuch new``, which waits silently while another program holds
-    the write lock; ``on_lock_wait`` is told when it is about to (see :func:`run_index`).
+    the write lock; ``on_lock_wait`` is told when it is about to (see :func:`run_index`),
+    ``on_channel_wait`` which channels it waits for first, if any (see
+    :func:`~fmail_nm.service.index.wait_between_syncs`).
     """
     if account is not None:
         config.account(account)
@@ -98,7 +101,8 @@ def sync(config: Config, account: str | None = None, direction: Direction = "bot
                         started=started, finished=started)
     try:
         # Our own runs are done; another account's may be half-way (the service's pull).
-        report.index = index_between_syncs(config, index_timeout, on_lock_wait=on_lock_wait)
+        report.index = index_between_syncs(config, index_timeout, on_lock_wait=on_lock_wait,
+                                           on_channel_wait=on_channel_wait)
     except (ChannelBusy, NotmuchAccessError, OSError, subprocess.SubprocessError) as exc:
         report.index_error = str(exc)
     if after_index is not None:

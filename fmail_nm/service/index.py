@@ -35,7 +35,7 @@ from ..passes.prefetch import Prefetch
 from ..store import maildir, sidecar
 from ..store.notmuch import AddedFiles, NotmuchAccessError, Reader, Writer, write_lock_held
 from ..store.notmuch_cli import run_notmuch_new
-from .mbsync import ChannelBusy, wait_for_channels
+from .mbsync import MBSYNC_TIMEOUT, ChannelBusy, wait_for_channels
 
 if TYPE_CHECKING:  # the passes are imported while notmuch new runs (see run_index)
     from ..passes.first_index import FirstIndex
@@ -80,6 +80,9 @@ class IndexingFailed(NotmuchAccessError):
 
 # How long a write waits for the re-index it asks for (mbsync renamed a file it names).
 REINDEX_TIMEOUT = 60.0
+# How long `fmail-nm index` and init wait for an mbsync run of ours before indexing: as long
+# as such a run may last before it is stopped, so a big pull is waited out, not given up on.
+SYNC_WAIT_TIMEOUT = MBSYNC_TIMEOUT
 # A run that takes longer is stopped and reported: almost always a write lock another program
 # holds (notmuch new waits silently for it).  Generous, because a big first pull takes a while.
 INDEX_TIMEOUT = 1200.0
@@ -393,17 +396,28 @@ def run_index(config: Config, *, show_progress: bool | None = None,
         display.finish()
 
 
-def index_between_syncs(config: Config, timeout: float, *,
-                        on_lock_wait: Callable[[], None] | None = None) -> IndexSummary:
-    """:func:`run_index` (no progress line) once no mbsync run of ours is syncing, within
-    ``timeout`` seconds in all: in the middle of a run -- of any account, in any process -- a
-    message moved on the server would leave the index, with the tags only notmuch keeps (see
-    :func:`~fmail_nm.service.mbsync.wait_for_channels`).
-    :class:`~fmail_nm.service.mbsync.ChannelBusy` when the wait took all of ``timeout``:
-    nothing is lost, every run of ours is followed by an index of its own."""
-    waited = wait_for_channels(config, timeout)
+def wait_between_syncs(config: Config, timeout: float, *,
+                       on_channel_wait: Callable[[list[str]], None] | None = None) -> float:
+    """Wait, at most ``timeout`` seconds, until no mbsync run of ours is syncing; the seconds
+    waited.  In the middle of a run -- of any account, in any process -- an index would drop
+    a message moved on the server, with the tags only notmuch keeps (see
+    :func:`~fmail_nm.service.mbsync.wait_for_channels`); ``on_channel_wait`` gets the busy
+    channels once, when there are any.  :class:`~fmail_nm.service.mbsync.ChannelBusy` when
+    the wait took all of ``timeout``: nothing is lost, every run of ours is followed by an
+    index of its own."""
+    waited = wait_for_channels(config, timeout, on_wait=on_channel_wait)
     if waited is None:
         raise ChannelBusy("mbsync is syncing this mail right now; try again when it is done")
+    return waited
+
+
+def index_between_syncs(config: Config, timeout: float, *,
+                        on_lock_wait: Callable[[], None] | None = None,
+                        on_channel_wait: Callable[[list[str]], None] | None = None
+                        ) -> IndexSummary:
+    """:func:`run_index` (no progress line) after :func:`wait_between_syncs`, within
+    ``timeout`` seconds in all."""
+    waited = wait_between_syncs(config, timeout, on_channel_wait=on_channel_wait)
     return run_index(config, show_progress=False, on_lock_wait=on_lock_wait,
                      timeout=max(timeout - waited, 0.1))
 

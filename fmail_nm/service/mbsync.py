@@ -191,19 +191,25 @@ def busy_channels(config: Config) -> list[str]:
 
 
 def wait_for_channels(config: Config, timeout: float,
-                      stop: Callable[[], bool] = lambda: False) -> float | None:
+                      stop: Callable[[], bool] = lambda: False,
+                      on_wait: Callable[[list[str]], None] | None = None) -> float | None:
     """Wait until no mbsync run of ours holds a channel; the seconds waited (0.0 when none
     did), None if ``timeout`` ran out (or ``stop()`` said so) first.  mbsync syncs one
     folder after another, so in the middle of a run a message another client moved is gone
     from its old folder and not yet in its new one: ``notmuch new`` then would drop it, and
-    every tag only notmuch keeps with it."""
+    every tag only notmuch keeps with it.  ``on_wait`` gets the busy channels once, when
+    there are any: a person waiting is told for what."""
     began = time.monotonic()
     waited = 0.0
-    while busy_channels(config):
+    busy = busy_channels(config)
+    if busy and on_wait is not None:
+        on_wait(busy)
+    while busy:
         if stop() or time.monotonic() - began >= max(timeout, 0.0):
             return None
         time.sleep(CHANNEL_POLL)
         waited = time.monotonic() - began
+        busy = busy_channels(config)
     return waited
 
 
