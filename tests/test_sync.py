@@ -583,3 +583,13 @@ def test_a_pull_that_breaks_is_logged_once(indexed: MailEnv,
             if r.levelno >= logging.WARNING and "pull for personal" in r.getMessage()]
     assert len(said) == 1, [r.getMessage() for r in said]
     assert said[0].exc_info is not None and "IsADirectoryError" in said[0].getMessage()
+
+
+def test_a_channel_lock_that_cannot_be_opened_does_not_stop_indexing(indexed: MailEnv) -> None:
+    """A lock path that is no file (a directory left there) holds no run of ours: every
+    index step of the service, and `fmail-nm index`, failed on it before indexing."""
+    config = indexed.config()
+    mbsync.lock_path(config, "personal").mkdir(parents=True)
+    assert mbsync.busy_channels(config) == []
+    done = indexed.fmail("index", "--quiet", check=False)
+    assert done.returncode == 0 and "indexed:" in done.stdout, done.stderr

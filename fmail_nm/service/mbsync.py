@@ -178,8 +178,8 @@ def busy_channels(config: Config) -> list[str]:
     for channel in sorted({a.mbsync_channel for a in config.accounts if a.mbsync_channel}):
         try:
             fh = open(lock_path(config, channel), encoding="utf-8")
-        except FileNotFoundError:  # never synced: nobody holds it
-            continue
+        except OSError:  # never synced, or not a file we can open: no run of ours holds it
+            continue  # (channel_lock could not open it either; that run says why it failed)
         with fh:
             try:  # shared: fails only while a run holds it exclusively
                 fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
