@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import os
 import re
 import sys
 import tomllib
 from dataclasses import dataclass, field
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,16 @@ class SendSettings:
 
 
 @dataclass(frozen=True)
+class FolderLayout:
+    """How a store spells mailbox names on disk: mbsync's ``SubFolders`` (lower-cased;
+    None is Verbatim's spelling, which every Maildir tree without mbsync has too) and
+    ``Flatten``."""
+
+    subfolders: str | None = None
+    flatten: str | None = None
+
+
+@dataclass(frozen=True)
 class Account:
     name: str
     addresses: tuple[str, ...]
@@ -115,6 +126,22 @@ class Account:
     pull_interval_minutes: float = 0.0  # scheduled pulls by `fmail-nm run` (0: none)
     blocked_to_junk: bool = False  # move mail from blocked senders into the Junk folder
     server_saves_sent: bool = False  # the SMTP server files sent mail in Sent (Gmail)
+    layout: FolderLayout = FolderLayout()
+
+    def mailbox(self, folder: str) -> str | None:
+        """The server's name of one of this account's folders (relative to the mail root),
+        as the user knows it: "[Gmail]/All Mail" for Maildir++'s ".[Gmail].All Mail",
+        "Entwürfe" for "Entw&APw-rfe"; None for a folder outside the account."""
+        if self.maildir == ".":
+            rest = "" if folder == ROOT_FOLDER else folder
+        elif folder == self.maildir:
+            rest = ""
+        elif folder.startswith(self.maildir + "/"):
+            rest = folder[len(self.maildir) + 1:]
+        else:
+            return None
+        # Only Maildir++ keeps a mailbox (INBOX) in the store's root itself.
+        return mailbox_name(rest, self.layout) or None
 
     def folder(self, role: str) -> str:
         """The folder for a role, or a ConfigError naming the account and role."""
@@ -442,11 +469,29 @@ def maildir_folders(mail_root: Path) -> list[str]:
     return sorted(found)
 
 
-def _leaf_name(folder: str, flatten: str | None) -> str:
-    leaf = folder.rsplit("/", 1)[-1]
-    if flatten:
-        leaf = leaf.rsplit(flatten, 1)[-1]
-    return imap_utf7_decode(leaf.lstrip(".")).lower()
+def mailbox_name(rest: str, layout: FolderLayout) -> str:
+    """The mailbox name ("/" between levels, modified UTF-7 decoded) of a folder spelled
+    ``rest`` on disk below its store's root, as mbsync lays it out: Maildir++ writes
+    "INBOX/Sub" as "..Sub" and "[Gmail]/Sent Mail" as ".[Gmail].Sent Mail", Legacy as
+    "[Gmail]/.Sent Mail", ``Flatten .`` as "[Gmail].Sent Mail".  The store's root is the
+    INBOX of a Maildir++ store (its only folder without a leading dot)."""
+    if layout.subfolders == "maildir++":
+        if not rest:
+            return "INBOX"
+        parts = rest.removeprefix(".").split(".")
+        if parts and not parts[0]:  # "..Sub": below INBOX, whose own name is ""
+            parts[0] = "INBOX"
+    else:
+        parts = rest.split("/")
+        if layout.subfolders == "legacy":
+            parts = parts[:1] + [p.removeprefix(".") for p in parts[1:]]
+        if layout.flatten:
+            parts = [level for p in parts for level in p.split(layout.flatten)]
+    return imap_utf7_decode("/".join(parts))
+
+
+def _leaf_name(name: str) -> str:
+    return name.rsplit("/", 1)[-1].lstrip(".").lower()
 
 
 _UTF7_RUN = re.compile(r"&([A-Za-z0-9+,]*)-")
@@ -466,26 +511,34 @@ def imap_utf7_decode(name: str) -> str:
     return _UTF7_RUN.sub(run, name) if "&" in name else name
 
 
-def detect_roles(folders: list[str], account_dir: str, flatten: str | None = None) -> dict[str, str]:
+def detect_roles(folders: list[str], account_dir: str,
+                 layout: FolderLayout = FolderLayout()) -> dict[str, str]:
     """Guess folder roles from the usual names: Gmail's own folders first, then the folders
     directly in the account, then those under its INBOX (servers that keep every folder
-    there: INBOX.Sent)."""
+    there: INBOX.Sent).  Names are the server's (see mailbox_name), so Gmail's folders are
+    found whichever way mbsync lays them out on disk."""
     roles: dict[str, str] = {}
     prefix = "" if account_dir == "." else account_dir + "/"
-    ranked: list[tuple[int, str]] = []
+    ranked: list[tuple[int, str, str]] = []
     for folder in folders:
-        if prefix and not folder.startswith(prefix):
+        if folder == account_dir:
+            rest = ""  # the store's root: INBOX itself in Maildir++, else no mailbox
+        elif prefix and not folder.startswith(prefix):
             continue
-        rest = folder[len(prefix):].strip("/")
-        lower = rest.lower()
+        else:
+            rest = folder[len(prefix):].strip("/")
+        name = mailbox_name(rest, layout)
+        if not name:
+            continue
+        lower = name.lower()
         if lower.startswith(_SYSTEM_PREFIXES):
-            ranked.append((0, folder))
+            ranked.append((0, folder, name))
         elif "/" not in rest:
-            ranked.append((1, folder))
-        elif lower.startswith("inbox/") and rest.count("/") == 1:
-            ranked.append((2, folder))
-    for _, folder in sorted(ranked, key=lambda item: item[0]):  # stable: sorted names within
-        leaf = _leaf_name(folder, flatten)
+            ranked.append((1, folder, name))
+        elif lower.startswith("inbox/") and name.count("/") == 1:
+            ranked.append((2, folder, name))
+    for _, folder, name in sorted(ranked, key=lambda item: item[0]):  # stable: sorted names within
+        leaf = _leaf_name(name)
         for role, names in _ROLE_NAMES.items():
             if leaf in names and role not in roles:
                 roles[role] = folder
@@ -543,6 +596,19 @@ class Config:
                     best = account
         return best
 
+    @functools.cached_property
+    def mailbox_names(self) -> Mapping[str, str]:
+        """Folder (relative to the mail root) -> the server's name for it in its account
+        (Account.mailbox), for every folder some account holds.  Worked out once: every
+        search's DSL context reads it."""
+        names: dict[str, str] = {}
+        for folder in self.folders:
+            owner = self.account_for_path(folder)
+            name = owner.mailbox(folder) if owner is not None else None
+            if name is not None:
+                names[folder] = name
+        return names
+
     def roles(self) -> dict[str, list[str]]:
         """Role -> folders of that role across all accounts."""
         out: dict[str, list[str]] = {role: [] for role in ROLES}
@@ -593,7 +659,9 @@ def _configured_accounts(settings: Settings, mail_root: Path, folders: list[str]
         maildir = str(raw.get("maildir", name)).strip("/") or "."
         if not (mail_root / maildir).is_dir():
             raise ConfigError(f"account {name!r}: folder {maildir!r} not found under {mail_root}")
-        roles = detect_roles(folders, maildir)
+        layout = _channel_layout(raw.get("mbsync_channel"),
+                                 raw.get("mbsync_config") or users_mbsync_config(settings))
+        roles = detect_roles(folders, maildir, layout)
         explicit = raw.get("folders", {})
         if not isinstance(explicit, dict):
             raise ConfigError(f"account {name!r}: folders must be a table of role = folder")
@@ -619,8 +687,31 @@ def _configured_accounts(settings: Settings, mail_root: Path, folders: list[str]
                                   "blocked_to_junk"),
             server_saves_sent=_flag(raw.get("server_saves_sent", False), f"account {name!r}",
                                     "server_saves_sent"),
+            layout=layout,
         ))
     return accounts
+
+
+def _store_layout(store: mbsyncrc.MaildirStore) -> FolderLayout:
+    return FolderLayout((store.subfolders or "").lower() or None, store.flatten)
+
+
+def _channel_layout(channel: object, rc_path: object) -> FolderLayout:
+    """The layout of the store an account's mbsync channel (or Group) syncs into, so that
+    an account written out in fmail.toml knows its folders' server names too; Verbatim's
+    when there is no such channel.  (fmail.toml's values are not checked here.)"""
+    if (not isinstance(channel, str) or not isinstance(rc_path, str | Path)
+            or not Path(rc_path).is_file()):
+        return FolderLayout()
+    try:
+        rc = mbsyncrc.parse(Path(rc_path))
+    except OSError:
+        return FolderLayout()
+    for name in (channel, *rc.groups.get(channel, ())):
+        store = rc.channel_store(rc.channels[name]) if name in rc.channels else None
+        if store is not None:
+            return _store_layout(store)
+    return FolderLayout()
 
 
 def _mbsync_accounts(rc: mbsyncrc.MbsyncConfig, mail_root: Path, folders: list[str],
@@ -648,7 +739,8 @@ def _mbsync_accounts(rc: mbsyncrc.MbsyncConfig, mail_root: Path, folders: list[s
         maildir = relative_to_root(root, mail_root)
         if maildir is None:
             continue
-        roles = detect_roles(folders, maildir, store.flatten)
+        layout = _store_layout(store)
+        roles = detect_roles(folders, maildir, layout)
         if store.inbox is not None:
             inbox = relative_to_root(store.inbox, mail_root)
             if inbox is not None:
@@ -656,7 +748,7 @@ def _mbsync_accounts(rc: mbsyncrc.MbsyncConfig, mail_root: Path, folders: list[s
         name = group or channel.name
         accounts.append(Account(name=name, addresses=addresses, maildir=maildir,
                                 folders=roles, mbsync_channel=name,
-                                pull_interval_minutes=pull_interval))
+                                pull_interval_minutes=pull_interval, layout=layout))
     return accounts
 
 

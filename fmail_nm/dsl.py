@@ -29,7 +29,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 
 from . import tags
@@ -79,6 +79,9 @@ class DslContext:
     accounts: Mapping[str, str]
     folder_roles: Mapping[str, Sequence[str]]
     folders: Sequence[str] = ()
+    # folder -> the server's name for it in its account ("[Gmail]/All Mail" for a Maildir++
+    # store's ".[Gmail].All Mail"): what the user and the model call it.
+    folder_names: Mapping[str, str] = field(default_factory=dict)
     excluded_tags: Sequence[str] = ("deleted", "spam")
     me: Sequence[str] = ()  # the user's addresses: from:me, to:me
 
@@ -882,7 +885,7 @@ class _Parser:
 
     def _folders(self, value: str, pos: int) -> _Node:
         key = value.lower().strip("/")
-        hits = [f for f in self.ctx.folders if key in (f.lower(), f.lower().rsplit("/", 1)[-1])]
+        hits = [f for f in self.ctx.folders if key in self._folder_keys(f)]
         if not hits:
             names = _bounded_list([f"in:{k}" for k in _IN_KEYWORDS] + list(self.ctx.folders))
             raise DslError(pos, f"a known folder: {names}", _shown(value))
@@ -890,6 +893,15 @@ class _Parser:
             if set(hits) & set(self._role_folders(keys)):
                 self.lifted.add(tag)  # in:personal/Trash must show the deleted mail in it
         return _mk_or([_folder_atom(f) for f in hits])
+
+    def _folder_keys(self, folder: str) -> set[str]:
+        """What in: finds a folder by, lower-cased: its path under the mail root, its
+        server name within its account (the layout on disk aside), and the last level of
+        each."""
+        names = {folder.lower()}
+        if (mailbox := self.ctx.folder_names.get(folder)) is not None:
+            names.add(mailbox.lower())
+        return names | {n.rsplit("/", 1)[-1] for n in names}
 
     def _list(self, name: str, value: str, pos: int) -> _Node:
         # The tagging pass tags list mail `list/<list-id>` (lowercased, from List-Id's <…>).

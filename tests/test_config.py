@@ -14,6 +14,7 @@ from fmail_nm.adopt.initialize import (
 )
 from fmail_nm.config import (
     ConfigError,
+    FolderLayout,
     detect_roles,
     load_settings,
     maildir_folders,
@@ -189,7 +190,7 @@ def test_role_detection_handles_gmail_and_flatten() -> None:
     folders = ["g/[Gmail]/Sent Mail", "g/[Gmail]/Trash", "g/INBOX", "f/Lists.Sent", "f/INBOX"]
     assert detect_roles(folders, "g") == {"sent": "g/[Gmail]/Sent Mail", "trash": "g/[Gmail]/Trash",
                                           "inbox": "g/INBOX"}
-    assert detect_roles(folders, "f", flatten=".")["sent"] == "f/Lists.Sent"
+    assert detect_roles(folders, "f", FolderLayout(flatten="."))["sent"] == "f/Lists.Sent"
 
 
 @pytest.mark.parametrize("text, message", [

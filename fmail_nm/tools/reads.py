@@ -86,6 +86,7 @@ class Mailbox:
             accounts={a.name: a.maildir for a in self.config.accounts},
             folder_roles=self.config.roles(),
             folders=self.config.folders,
+            folder_names=self.config.mailbox_names,
             excluded_tags=self.reader.search_exclusions(),
             me=search_forms(self.config.addresses),
         )

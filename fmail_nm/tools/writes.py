@@ -303,8 +303,9 @@ def _folder_name(folder: str) -> str:
 
 def resolve_folder(config: Config, account: Account, folder: str) -> str:
     """A folder relative to the account ('Archive', 'Projects/2026') or to the mail root
-    ('work/INBOX'), as a folder relative to the mail root; it must exist in the config or on
-    disk.  "." is a mail root that is itself a Maildir, as list_folders names it."""
+    ('work/INBOX'), or the server's name for it ('Entwürfe' for 'Entw&APw-rfe' on disk), as
+    a folder relative to the mail root; it must exist in the config or on disk.  "." is a
+    mail root that is itself a Maildir, as list_folders names it."""
     name = ROOT_FOLDER if folder.strip() == ROOT_FOLDER else _folder_name(folder)
     inside = name if account.maildir == "." or name == ROOT_FOLDER else f"{account.maildir}/{name}"
     for candidate in dict.fromkeys((inside, name)):
@@ -317,6 +318,10 @@ def resolve_folder(config: Config, account: Account, folder: str) -> str:
         raise WriteError(f"folder {candidate!r} is in account "
                          f"{owner.name if owner else '(none)'!r}; messages move only within "
                          f"their own account ({account.name!r})")
+    # The server's name ("[Gmail]/All Mail", "Entwürfe"), however the store spells it on disk.
+    for candidate, mailbox in config.mailbox_names.items():
+        if mailbox == name and config.account_for_path(candidate) == account:
+            return candidate
     known = [f for f in config.folders if config.account_for_path(f) == account]
     shown = ", ".join(known[:_FOLDER_LIST_LIMIT])
     if len(known) > _FOLDER_LIST_LIMIT:
