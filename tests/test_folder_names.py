@@ -6,8 +6,6 @@ that name reaches the server."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +14,7 @@ from fmail_nm.store import sidecar
 from fmail_nm.tools import reads, writes
 
 from . import imapbed
-from .syncbed import ACCOUNT, IMAP_USER, SyncBed, require_tools
+from .syncbed import ACCOUNT, IMAP_USER, SyncBed, sync_bed  # noqa: F401  (a fixture)
 
 DRAFTS = "Entw&APw-rfe"  # "Entwürfe" as IMAP (and mbsync 1.4 on disk) spells it
 SERVER_FOLDERS = ("[Gmail]/All Mail", "[Gmail]/Sent Mail", "[Gmail]/Trash", "[Gmail]/Spam",
@@ -50,38 +48,29 @@ def _fmail_toml(bed: SyncBed, account: bool) -> str:
 
 
 @pytest.fixture(params=[*LAYOUTS, f"maildir++ {IN_FMAIL_TOML}"])
-def gmail_bed(request: pytest.FixtureRequest, tmp_path: Path,
-              monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[SyncBed, str]]:
+def gmail_bed(request: pytest.FixtureRequest, sync_bed: SyncBed) -> tuple[SyncBed, str]:
     """A Gmail-like server synced by mbsync in one layout: message 1 in "[Gmail]/All Mail",
-    2 in INBOX; initialised and synced.  Yields the bed and the layout's name."""
-    require_tools()
-    bed = SyncBed(tmp_path)
-    for key, value in bed.env.items():
-        monkeypatch.setenv(key, value)
-    bed.start()
-    try:
-        for folder in bed.account_dir.iterdir():  # the bed's own Verbatim folders
-            for sub in ("cur", "new", "tmp"):
-                (folder / sub).rmdir()
-            folder.rmdir()
-        text = imapbed.mbsync_section(bed.server, IMAP_USER, bed.mail_root, account=ACCOUNT)
-        verbatim = LAYOUTS["verbatim"].format(root=bed.account_dir)
-        assert verbatim in text
-        layout = request.param.removesuffix(f" {IN_FMAIL_TOML}")
-        bed.mbsync_config.write_text(
-            text.replace(verbatim, LAYOUTS[layout].format(root=bed.account_dir)))
-        bed.mail_env.fmail_config.write_text(_fmail_toml(bed, layout != request.param))
-        for folder in SERVER_FOLDERS:
-            imapbed.create_folder(bed.server, IMAP_USER, folder)
-        bed.seed(1, folder="[Gmail]/All Mail")
-        bed.seed(2)
-        bed.init()
-        report = bed.sync()
-        assert report.ok, report.errors()
-        yield bed, layout
-        assert not bed.dovecot_problems(), "\n".join(bed.dovecot_problems())
-    finally:
-        bed.close()
+    2 in INBOX; initialised and synced.  The bed and the layout's name."""
+    bed = sync_bed
+    for folder in bed.account_dir.iterdir():  # the bed's own Verbatim folders
+        for sub in ("cur", "new", "tmp"):
+            (folder / sub).rmdir()
+        folder.rmdir()
+    text = imapbed.mbsync_section(bed.server, IMAP_USER, bed.mail_root, account=ACCOUNT)
+    verbatim = LAYOUTS["verbatim"].format(root=bed.account_dir)
+    assert verbatim in text
+    layout = request.param.removesuffix(f" {IN_FMAIL_TOML}")
+    bed.mbsync_config.write_text(
+        text.replace(verbatim, LAYOUTS[layout].format(root=bed.account_dir)))
+    bed.mail_env.fmail_config.write_text(_fmail_toml(bed, layout != request.param))
+    for folder in SERVER_FOLDERS:
+        imapbed.create_folder(bed.server, IMAP_USER, folder)
+    bed.seed(1, folder="[Gmail]/All Mail")
+    bed.seed(2)
+    bed.init()
+    report = bed.sync()
+    assert report.ok, report.errors()
+    return bed, layout
 
 
 def _where(bed: SyncBed, mid: str) -> list[str]:

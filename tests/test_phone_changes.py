@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from fmail_nm.config import Config
 from fmail_nm.passes.changes import WriteContext
 from fmail_nm.service import cycle, mbsync, send
 from fmail_nm.service.background import Background
@@ -124,6 +125,17 @@ def test_a_write_during_a_pull_does_not_reindex_a_message_out_of_the_index(
         service.close()
 
 
+def tagged_then_moved_by_the_phone(bed: SyncBed, config: Config) -> str:
+    """Message 1 tagged ``todo`` (a tag only notmuch keeps), then moved by the phone from
+    INBOX to Trash on the server; its Message-ID."""
+    mid = bed.mid(1)
+    with bed.reader() as reader, bed.writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        assert writes.tag_emails(ctx, [mid], add=["todo"]).applied == [mid]
+    phone_moves(bed, mid, "INBOX", "Trash")
+    return mid
+
+
 def test_a_cli_contacts_block_during_a_pull_does_not_reindex_a_message_out_of_the_index(
         synced_bed: SyncBed, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
@@ -139,11 +151,7 @@ def test_a_cli_contacts_block_during_a_pull_does_not_reindex_a_message_out_of_th
                                              f'mbsync_channel = "{ACCOUNT}"\n'
                                              "blocked_to_junk = true\n"))
     config = bed.reload()
-    mid = bed.mid(1)
-    with bed.reader() as reader, bed.writer() as writer:
-        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
-        assert writes.tag_emails(ctx, [mid], add=["todo"]).applied == [mid]
-    phone_moves(bed, mid, "INBOX", "Trash")
+    mid = tagged_then_moved_by_the_phone(bed, config)
     monkeypatch.setattr(index, "REINDEX_TIMEOUT", 1.0)  # the wait for the channel, shortened
     with mbsync.channel_lock(config, ACCOUNT):
         imapbed.run_mbsync(bed.mbsync_config, f"{ACCOUNT}:INBOX")
@@ -176,11 +184,7 @@ def test_a_sync_of_another_account_does_not_index_in_the_middle_of_a_pull(
     bed = synced_bed
     other = with_other_account(bed)
     config = bed.reload()
-    mid = bed.mid(1)
-    with bed.reader() as reader, bed.writer() as writer:
-        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
-        assert writes.tag_emails(ctx, [mid], add=["todo"]).applied == [mid]
-    phone_moves(bed, mid, "INBOX", "Trash")
+    mid = tagged_then_moved_by_the_phone(bed, config)
     with mbsync.channel_lock(config, ACCOUNT):  # the service's pull: INBOX done, Trash not
         imapbed.run_mbsync(bed.mbsync_config, f"{ACCOUNT}:INBOX")
         report = cycle.sync(config, other, "pull", timeout=60, index_timeout=1.0)
@@ -207,11 +211,7 @@ def test_fmail_nm_index_and_init_do_not_index_in_the_middle_of_a_pull(
 
     bed = synced_bed
     config = bed.config()
-    mid = bed.mid(1)
-    with bed.reader() as reader, bed.writer() as writer:
-        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
-        assert writes.tag_emails(ctx, [mid], add=["todo"]).applied == [mid]
-    phone_moves(bed, mid, "INBOX", "Trash")
+    mid = tagged_then_moved_by_the_phone(bed, config)
     monkeypatch.setattr(index, "SYNC_WAIT_TIMEOUT", 1.0)  # the wait for the pull, shortened
     with mbsync.channel_lock(config, ACCOUNT):  # the service's pull: INBOX done, Trash not
         imapbed.run_mbsync(bed.mbsync_config, f"{ACCOUNT}:INBOX")

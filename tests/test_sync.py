@@ -227,15 +227,26 @@ exec sleep 600
 """
 
 
+def _leaving_a_holder(tmp_path: Path) -> tuple[Path, Path]:
+    """The stand-in mbsync (LEAVES_A_HOLDER) and the file its holder writes its pid to."""
+    pid_file = tmp_path / "holder.pid"
+    script = tmp_path / "hangs"
+    script.write_text(LEAVES_A_HOLDER.format(pid_file=pid_file))
+    script.chmod(0o755)
+    return script, pid_file
+
+
+def _end_holder(pid_file: Path) -> None:
+    if pid_file.is_file() and pid_file.read_text().strip():
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
 def test_a_run_killed_at_its_timeout_does_not_wait_for_a_child_holding_its_pipes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """After the timeout's kill, execute read the killed run's pipes until they closed:
     never, while a child that escaped the kill still held them."""
     monkeypatch.setattr(mbsync, "KILLED_OUTPUT_WAIT", 0.5, raising=False)
-    pid_file = tmp_path / "holder.pid"
-    script = tmp_path / "hangs"
-    script.write_text(LEAVES_A_HOLDER.format(pid_file=pid_file))
-    script.chmod(0o755)
+    script, pid_file = _leaving_a_holder(tmp_path)
     result: list[tuple[int | None, str]] = []
     worker = threading.Thread(target=lambda: result.append(mbsync.execute([str(script)], 2)),
                               daemon=True)
@@ -247,8 +258,7 @@ def test_a_run_killed_at_its_timeout_does_not_wait_for_a_child_holding_its_pipes
         assert code is not None and code < 0  # killed
         assert error.startswith("mbsync did not finish within 2s and was stopped")
     finally:
-        if pid_file.is_file():
-            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        _end_holder(pid_file)
         worker.join(30)
 
 
@@ -259,10 +269,7 @@ def test_a_run_stopped_at_shutdown_does_not_wait_for_a_child_holding_its_pipes(
     them: the service's shutdown waited up to 600 s for it."""
     monkeypatch.setattr(mbsync, "KILLED_OUTPUT_WAIT", 0.5)
     monkeypatch.setattr(mbsync, "EXIT_CHECK", 0.1, raising=False)
-    pid_file = tmp_path / "holder.pid"
-    script = tmp_path / "hangs"
-    script.write_text(LEAVES_A_HOLDER.format(pid_file=pid_file))
-    script.chmod(0o755)
+    script, pid_file = _leaving_a_holder(tmp_path)
     result: list[tuple[int | None, str]] = []
     worker = threading.Thread(target=lambda: result.append(mbsync.execute([str(script)], 600)),
                               daemon=True)
@@ -278,8 +285,7 @@ def test_a_run_stopped_at_shutdown_does_not_wait_for_a_child_holding_its_pipes(
         assert code is not None and code < 0  # ended by the signal
         assert error == "mbsync was stopped: fmail-nm was shutting down"
     finally:
-        if pid_file.is_file() and pid_file.read_text().strip():
-            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        _end_holder(pid_file)
         worker.join(30)
 
 
@@ -327,6 +333,19 @@ def test_the_default_mbsync_config_is_the_one_the_installed_mbsync_reads(
     assert not mbsyncrc.reads_isyncrc_first(None)
 
 
+def _pulls_new_mail_from_another_directory(bed: SyncBed, tmp_path: Path) -> None:
+    """`fmail-nm sync --pull` run from a directory of its own brings a new message in."""
+    bed.seed(8)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, "-m", "fmail_nm", "sync", "--pull"],
+                          env={**os.environ, **bed.env}, cwd=elsewhere, text=True,
+                          capture_output=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "pull ok" in done.stdout
+    assert bed.mid(8) in bed.search("*")
+
+
 def test_a_relative_mbsync_config_is_found_from_another_directory(
         synced_bed: SyncBed, tmp_path: Path) -> None:
     """A relative ``[mbsync] config`` is fmail.toml's neighbour: `fmail-nm sync` run from
@@ -336,15 +355,7 @@ def test_a_relative_mbsync_config_is_found_from_another_directory(
     assert synced_bed.mbsync_config.parent == toml.parent
     toml.write_text(toml.read_text().replace(f'config = "{synced_bed.mbsync_config}"',
                                              f'config = "{synced_bed.mbsync_config.name}"'))
-    synced_bed.seed(8)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    done = subprocess.run([sys.executable, "-m", "fmail_nm", "sync", "--pull"],
-                          env={**os.environ, **synced_bed.env}, cwd=elsewhere, text=True,
-                          capture_output=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr
-    assert "pull ok" in done.stdout
-    assert synced_bed.mid(8) in synced_bed.search("*")
+    _pulls_new_mail_from_another_directory(synced_bed, tmp_path)
 
 
 def test_an_accounts_relative_mbsync_config_is_found_from_another_directory(
@@ -358,15 +369,7 @@ def test_an_accounts_relative_mbsync_config_is_found_from_another_directory(
         f'mbsync_channel = "{ACCOUNT}"\n',
         f'mbsync_channel = "{ACCOUNT}"\nmbsync_config = "{synced_bed.mbsync_config.name}"\n'))
     assert "[mbsync]" not in toml.read_text()
-    synced_bed.seed(8)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    done = subprocess.run([sys.executable, "-m", "fmail_nm", "sync", "--pull"],
-                          env={**os.environ, **synced_bed.env}, cwd=elsewhere, text=True,
-                          capture_output=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr
-    assert "pull ok" in done.stdout
-    assert synced_bed.mid(8) in synced_bed.search("*")
+    _pulls_new_mail_from_another_directory(synced_bed, tmp_path)
 
 
 def client_written_message(n: int) -> bytes:
