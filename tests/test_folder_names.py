@@ -11,7 +11,7 @@ import pytest
 
 from fmail_nm.passes.changes import WriteContext
 from fmail_nm.store import sidecar
-from fmail_nm.tools import reads, writes
+from fmail_nm.tools import reads, render, writes
 
 from . import imapbed
 from .syncbed import ACCOUNT, IMAP_USER, SyncBed, sync_bed  # noqa: F401  (a fixture)
@@ -82,6 +82,7 @@ def _where(bed: SyncBed, mid: str) -> list[str]:
 def test_folders_by_their_server_names_in_every_layout(gmail_bed: tuple[SyncBed, str]) -> None:
     """One bed per layout (a Dovecot and a first sync each), three checks on it in turn."""
     _roles(gmail_bed)
+    _listed(gmail_bed)
     _in_finds(gmail_bed)
     _moves(gmail_bed)
 
@@ -99,6 +100,22 @@ def _roles(gmail_bed: tuple[SyncBed, str]) -> None:
     inbox = ACCOUNT if layout == "maildir++" else f"{ACCOUNT}/INBOX"
     roles = ("inbox", *gmail)
     assert {role: account.folders.get(role) for role in roles} == {"inbox": inbox, **gmail}
+
+
+def _listed(gmail_bed: tuple[SyncBed, str]) -> None:
+    """list_folders names each folder as the server does where the disk spells it otherwise:
+    the model showed the user "Entw&APw-rfe" and ".[Gmail].All Mail"."""
+    bed, layout = gmail_bed
+    with bed.reader() as reader:
+        listed = reads.list_folders(reads.Mailbox(bed.reload(), reader))
+    names = {f.folder.removeprefix(f"{ACCOUNT}/"): f.name for f in listed.folders}
+    all_mail = GMAIL_SPELLED[layout].format("All Mail")
+    assert names[all_mail] == (None if layout == "verbatim" else "[Gmail]/All Mail")
+    # mbsync 1.4 keeps IMAP's modified UTF-7 on disk, in every layout.
+    assert next(n for f, n in names.items() if DRAFTS in f) == "Entwürfe"
+    shown = "" if layout == "verbatim" else ' "[Gmail]/All Mail"'
+    lines = render.folders_text(listed).splitlines()
+    assert any(line.startswith(f"{ACCOUNT}/{all_mail}{shown}: 1, ") for line in lines), lines
 
 
 def _in_finds(gmail_bed: tuple[SyncBed, str]) -> None:

@@ -211,6 +211,9 @@ class TagList(Dto):
 
 class FolderInfo(Dto):
     folder: str
+    # The server's name, where the disk spells it otherwise ("[Gmail]/All Mail" for
+    # ".[Gmail].All Mail", "Entwürfe" for "Entw&APw-rfe"): what the user calls it.
+    name: str | None = None
     account: str | None = None
     role: str | None = None
     total: int

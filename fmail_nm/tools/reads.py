@@ -1092,7 +1092,10 @@ def list_folders(mb: Mailbox, account: str | None = None) -> dto.FolderList:
             continue
         role = next((r for r, f in owner.folders.items() if f == folder), None)
         q = folders_query([folder])
+        name = mb.config.mailbox_names.get(folder)
+        spelled = folder.removeprefix(f"{owner.maildir}/") if owner.maildir != "." else folder
         folders.append(dto.FolderInfo(folder=folder, account=owner.name, role=role,
+                                      name=name if name != spelled else None,
                                       total=mb.reader.count(q, exclude_tags=()),
                                       unread=mb.reader.count(f"{q} AND tag:unread", exclude_tags=())))
     return dto.FolderList(folders=folders)

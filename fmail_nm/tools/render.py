@@ -303,8 +303,9 @@ def folders_text(r: dto.FolderList) -> str:
     lines = []
     for f in r.folders:
         role = f" ({f.role})" if f.role else ""
+        name = f' "{one_line(f.name)}"' if f.name else ""
         owner = f.account and not f.folder.startswith(f.account + "/")
-        lines.append(f"{one_line(f.folder)}{role}: {f.total}, {f.unread} unread"
+        lines.append(f"{one_line(f.folder)}{name}{role}: {f.total}, {f.unread} unread"
                      + (f"; account {f.account}" if owner else ""))
     return "\n".join(lines) or "no folders"
 
