@@ -652,6 +652,8 @@ def _configured_accounts(settings: Settings, mail_root: Path, folders: list[str]
                          default_addresses: tuple[str, ...],
                          entries: tuple[dict[str, Any], ...]) -> list[Account]:
     accounts = []
+    # Accounts usually share one mbsyncrc: read it once for all of them, not once each.
+    parsed: dict[Path, mbsyncrc.MbsyncConfig | None] = {}
     for raw in entries:
         name = raw.get("name")
         if not isinstance(name, str) or not name:
@@ -660,7 +662,8 @@ def _configured_accounts(settings: Settings, mail_root: Path, folders: list[str]
         if not (mail_root / maildir).is_dir():
             raise ConfigError(f"account {name!r}: folder {maildir!r} not found under {mail_root}")
         layout = _channel_layout(raw.get("mbsync_channel"),
-                                 raw.get("mbsync_config") or users_mbsync_config(settings))
+                                 raw.get("mbsync_config") or users_mbsync_config(settings),
+                                 parsed)
         roles = detect_roles(folders, maildir, layout)
         explicit = raw.get("folders", {})
         if not isinstance(explicit, dict):
@@ -696,16 +699,22 @@ def _store_layout(store: mbsyncrc.MaildirStore) -> FolderLayout:
     return FolderLayout((store.subfolders or "").lower() or None, store.flatten)
 
 
-def _channel_layout(channel: object, rc_path: object) -> FolderLayout:
+def _channel_layout(channel: object, rc_path: object,
+                    parsed: dict[Path, mbsyncrc.MbsyncConfig | None]) -> FolderLayout:
     """The layout of the store an account's mbsync channel (or Group) syncs into, so that
     an account written out in fmail.toml knows its folders' server names too; Verbatim's
-    when there is no such channel.  (fmail.toml's values are not checked here.)"""
-    if (not isinstance(channel, str) or not isinstance(rc_path, str | Path)
-            or not Path(rc_path).is_file()):
+    when there is no such channel.  ``parsed`` keeps each file read during this load.
+    (fmail.toml's values are not checked here.)"""
+    if not isinstance(channel, str) or not isinstance(rc_path, str | Path):
         return FolderLayout()
-    try:
-        rc = mbsyncrc.parse(Path(rc_path))
-    except OSError:
+    path = Path(rc_path)
+    if path not in parsed:
+        try:
+            parsed[path] = mbsyncrc.parse(path) if path.is_file() else None
+        except OSError:
+            parsed[path] = None
+    rc = parsed[path]
+    if rc is None:
         return FolderLayout()
     for name in (channel, *rc.groups.get(channel, ())):
         store = rc.channel_store(rc.channels[name]) if name in rc.channels else None
