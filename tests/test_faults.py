@@ -370,7 +370,7 @@ def assert_whole(env: MailEnv, tree: Tree, baseline: Baseline, where: str) -> in
 @SUITE_BOUND
 @pytest.mark.anyio
 async def test_sigkill_server_during_writes(live: Template, reliability: Any) -> None:
-    trials = reliability.trials(14, 140)
+    trials = reliability.trials(9, 140)
     mids = sorted(live.baseline.message_ids)
     faults = hangs = lost = 0
     for seed, rng in seeded(0, trials):
@@ -434,7 +434,7 @@ def with_arrivals(baseline: Baseline, arrived: dict[str, bytes]) -> Baseline:
 @SUITE_BOUND
 @pytest.mark.anyio
 async def test_sigkill_run_during_index(live: Template, reliability: Any) -> None:
-    trials = reliability.trials(10, 100)
+    trials = reliability.trials(6, 100)
     mids = sorted(live.baseline.message_ids)
     faults = hangs = lost = 0
     for seed, rng in seeded(500, trials):
@@ -541,7 +541,7 @@ def converge(t: ImapTrials, where: str) -> int:
 async def test_sigkill_server_and_run_during_mbsync_push(imap_trials: ImapTrials,
                                                          reliability: Any) -> None:
     t = imap_trials
-    trials = reliability.trials(10, 100)
+    trials = reliability.trials(7, 100)
     faults = hangs = lost = during_mbsync = 0
     for seed, rng in seeded(700, trials):
         service = rng.choice(["serve", "run"])
@@ -629,7 +629,7 @@ def kill_dovecot(server: imapbed.ImapServer) -> None:
 @pytest.mark.imap
 def test_imap_server_killed_mid_push(imap_trials: ImapTrials, reliability: Any) -> None:
     t = imap_trials
-    trials = reliability.trials(8, 80)
+    trials = reliability.trials(5, 80)
     faults = lost = hangs = failed_pushes = 0
     for seed, rng in seeded(900, trials):
         changed = local_writes(t, rng)
@@ -750,7 +750,7 @@ async def test_disk_full_during_writes_and_indexing(small_disk: Path, tmp_path: 
     tree = tree_of(env)
     baseline = take_baseline(tree)
     mids = sorted(baseline.message_ids)
-    trials = reliability.trials(8, 80)
+    trials = reliability.trials(5, 80)
     faults = lost = hangs = refused = 0
     for seed, rng in seeded(300, trials):
         shutil.rmtree(env.base)
