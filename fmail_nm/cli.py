@@ -427,7 +427,8 @@ def _account_add(args: argparse.Namespace, config_path: Path | None) -> int:
     if missing:
         raise CallerError(f"fmail-nm account add needs {', '.join(missing)}")
     result, _ = add_account(load_config(config_path), accounts.NewAccount(**values),
-                            config_path=config_path)
+                            config_path=config_path, on_pull=say_pull_starts,
+                            on_lock_wait=say_lock_wait, on_channel_wait=say_channel_wait)
     print(f"added account {result.name} ({values['address']}): {len(result.folders)} folders on "
           f"the server, {result.added} messages indexed")
     for line in result.errors:
@@ -435,6 +436,13 @@ def _account_add(args: argparse.Namespace, config_path: Path | None) -> int:
     for note in result.notes:
         print(f"  note: {note}")
     return 0 if result.pulled else 1
+
+
+def say_pull_starts(folders: Sequence[str]) -> None:
+    """The server took the login; the first pull can take long (every message of the
+    account), and the command said nothing meanwhile."""
+    print(f"fmail-nm: the server took the login ({len(folders)} folders); pulling its mail "
+          "now, which takes a while for a large mailbox", file=sys.stderr, flush=True)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

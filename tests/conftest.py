@@ -7,8 +7,11 @@ the machine's nor the developer's own mail setup is ever read or changed.
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -82,6 +85,29 @@ class LockHolder:
         if self.proc.poll() is None:
             self.proc.stdin.close()  # type: ignore[union-attr]
             self.proc.wait(timeout=30)
+
+
+def stderr_lines(proc: subprocess.Popen[str], n: int, *, within: float) -> list[str]:
+    """The first ``n`` lines ``proc`` writes to stderr, as many as came within ``within``
+    seconds and "" for the rest: a command that waits without a word must fail its test, not
+    hang it."""
+    lines: queue.Queue[str] = queue.Queue()
+    stream = proc.stderr
+    assert stream is not None
+
+    def read() -> None:
+        for _ in range(n):
+            lines.put(stream.readline())
+
+    threading.Thread(target=read, daemon=True).start()
+    got: list[str] = []
+    deadline = time.monotonic() + within
+    try:
+        while len(got) < n:
+            got.append(lines.get(timeout=max(deadline - time.monotonic(), 0.01)))
+    except queue.Empty:
+        pass
+    return got + [""] * (n - len(got))
 
 
 @contextmanager

@@ -8,6 +8,8 @@ import logging
 import os
 import shlex
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ from fmail_nm.store.notmuch import Reader
 from fmail_nm.tools import reads
 
 from . import imapbed
-from .conftest import MailEnv, search_rows
+from .conftest import MailEnv, notmuch_lock_held, search_rows, stderr_lines
 from .syncbed import require_tools
 
 pytestmark = pytest.mark.imap
@@ -259,14 +261,24 @@ def test_remove_undoes_an_add_and_keeps_the_mail(bed: Bed) -> None:
     assert refused.returncode == 2 and "not an account fmail-nm added" in refused.stderr
 
 
-def test_cli_add_with_flags(bed: Bed) -> None:
-    done = bed.env.fmail("account", "add", "--name", "side", "--address", "casey@example.com",
-                         "--password-command", str(bed.password_script),
-                         "--imap-host", "127.0.0.1", "--imap-port", str(bed.server.port),
-                         "--imap-user", USER, "--imap-tls", "none", check=False)
-    assert done.returncode == 0, done.stderr
-    assert "side" in done.stdout and "3 messages" in done.stdout
-    assert_password_nowhere(bed, done.stdout, done.stderr)
+def test_cli_add_with_flags_says_what_it_waits_for(bed: Bed) -> None:
+    """The first pull and a notmuch write lock held elsewhere are said on stderr as they
+    start: the command sat silent through both."""
+    argv = [sys.executable, "-m", "fmail_nm", "account", "add", "--name", "side",
+            "--address", "casey@example.com", "--password-command", str(bed.password_script),
+            "--imap-host", "127.0.0.1", "--imap-port", str(bed.server.port),
+            "--imap-user", USER, "--imap-tls", "none"]
+    with notmuch_lock_held(bed.env.env) as holder:
+        add = subprocess.Popen(argv, env={**os.environ, **bed.env.env}, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        said = stderr_lines(add, 2, within=60)
+        holder.release()  # the index waited for it, and said so (or the wait is over): go on
+        out, rest = add.communicate(timeout=120)
+    assert add.returncode == 0, said + [rest]
+    assert "the server took the login (" in said[0] and "pulling its mail" in said[0], said
+    assert "waiting for the notmuch write lock" in said[1], said
+    assert "side" in out and "3 messages" in out
+    assert_password_nowhere(bed, out, "".join(said), rest)
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -7,31 +7,17 @@ the environment of the test's own temp dir (conftest.isolated_env).
 from __future__ import annotations
 
 import os
-import queue
 import sqlite3
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
-from .conftest import MailEnv, notmuch_lock_held
+from .conftest import MailEnv, notmuch_lock_held, stderr_lines
 
 # Generous: no machine is this slow at printing one line; a wait without notice never ends.
 NOTICE_WAIT = 60.0
-
-
-def _first_stderr_line(proc: subprocess.Popen[str], timeout: float) -> str | None:
-    """The first line the process writes to stderr within ``timeout`` seconds, or None."""
-    lines: queue.Queue[str] = queue.Queue()
-    assert proc.stderr is not None
-    threading.Thread(target=lambda: lines.put(proc.stderr.readline()),  # type: ignore[union-attr]
-                     daemon=True).start()
-    try:
-        return lines.get(timeout=timeout)
-    except queue.Empty:
-        return None
 
 
 def test_index_says_it_is_waiting_for_a_write_lock_held_elsewhere(indexed: MailEnv) -> None:
@@ -42,8 +28,8 @@ def test_index_says_it_is_waiting_for_a_write_lock_held_elsewhere(indexed: MailE
                                 env={**os.environ, **indexed.env}, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            line = _first_stderr_line(proc, NOTICE_WAIT)
-            assert line is not None and "write lock" in line, line
+            [line] = stderr_lines(proc, 1, within=NOTICE_WAIT)
+            assert "write lock" in line, line
             holder.release()  # once the lock is free, the index goes on and finishes
             out, err = proc.communicate(timeout=120)
             assert proc.returncode == 0, err

@@ -10,6 +10,7 @@ check fails the files are put back as they were, so a typo leaves no half accoun
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import Field
@@ -70,14 +71,23 @@ def server_folders(plan: accounts.AccountPlan, timeout: float = CHECK_TIMEOUT) -
 
 
 def add_account(config: Config, new: accounts.NewAccount, *, config_path: Path | None = None,
-                timeout: float = MBSYNC_TIMEOUT) -> tuple[AddedAccount, Config]:
+                timeout: float = MBSYNC_TIMEOUT,
+                on_pull: Callable[[list[str]], None] | None = None,
+                on_lock_wait: Callable[[], None] | None = None,
+                on_channel_wait: Callable[[list[str]], None] | None = None
+                ) -> tuple[AddedAccount, Config]:
     """Add, check, pull and index an account; returns what happened and the config that has
-    it.  ``config_path`` is the fmail.toml ``config`` was loaded from."""
+    it.  ``config_path`` is the fmail.toml ``config`` was loaded from.  ``on_pull`` is told
+    the server's folders once the check passed and the first pull (which may take long)
+    starts; the index's waits are told as :func:`~fmail_nm.service.cycle.sync` tells them."""
     plan = accounts.plan(config, new)
     with accounts.written(plan):  # refused (a failed check, a config that no longer loads): undone
         folders = server_folders(plan, min(timeout, CHECK_TIMEOUT))
         updated = load_config(config_path)
-    report = sync(updated, plan.name, "pull", timeout=timeout)
+    if on_pull is not None:
+        on_pull(folders)
+    report = sync(updated, plan.name, "pull", timeout=timeout, on_lock_wait=on_lock_wait,
+                  on_channel_wait=on_channel_wait)
     result = AddedAccount(name=plan.name, folders=folders,
                           pulled=report.mbsync_ok,
                           added=report.index.added if report.index else 0,
