@@ -15,7 +15,7 @@ import re
 import sys
 import tomllib
 from dataclasses import dataclass, field
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -663,7 +663,7 @@ def _configured_accounts(settings: Settings, mail_root: Path, folders: list[str]
             raise ConfigError(f"account {name!r}: folder {maildir!r} not found under {mail_root}")
         layout = _channel_layout(raw.get("mbsync_channel"),
                                  raw.get("mbsync_config") or users_mbsync_config(settings),
-                                 parsed)
+                                 parsed) or _disk_layout(folders, maildir)
         roles = detect_roles(folders, maildir, layout)
         explicit = raw.get("folders", {})
         if not isinstance(explicit, dict):
@@ -700,13 +700,13 @@ def _store_layout(store: mbsyncrc.MaildirStore) -> FolderLayout:
 
 
 def _channel_layout(channel: object, rc_path: object,
-                    parsed: dict[Path, mbsyncrc.MbsyncConfig | None]) -> FolderLayout:
+                    parsed: dict[Path, mbsyncrc.MbsyncConfig | None]) -> FolderLayout | None:
     """The layout of the store an account's mbsync channel (or Group) syncs into, so that
-    an account written out in fmail.toml knows its folders' server names too; Verbatim's
-    when there is no such channel.  ``parsed`` keeps each file read during this load.
+    an account written out in fmail.toml knows its folders' server names too; None when
+    there is no such channel.  ``parsed`` keeps each file read during this load.
     (fmail.toml's values are not checked here.)"""
     if not isinstance(channel, str) or not isinstance(rc_path, str | Path):
-        return FolderLayout()
+        return None
     path = Path(rc_path)
     if path not in parsed:
         try:
@@ -715,11 +715,25 @@ def _channel_layout(channel: object, rc_path: object,
             parsed[path] = None
     rc = parsed[path]
     if rc is None:
-        return FolderLayout()
+        return None
     for name in (channel, *rc.groups.get(channel, ())):
         store = rc.channel_store(rc.channels[name]) if name in rc.channels else None
         if store is not None:
             return _store_layout(store)
+    return None
+
+
+def _disk_layout(folders: Sequence[str], account_dir: str) -> FolderLayout:
+    """The layout of a store no mbsync channel describes, read from the disk: Maildir++ (as
+    Dovecot, Courier and the tools delivering for them lay mail out: the store's root is
+    INBOX, every other folder a dot-named directory in it, ".Sent", ".Lists.Linux") when the
+    account's folder is a Maildir with subfolders, all of them dot-named at its top level;
+    Verbatim otherwise."""
+    prefix = "" if account_dir == "." else account_dir + "/"
+    below = [f[len(prefix):] for f in folders if f != account_dir and f.startswith(prefix)]
+    if (account_dir in folders and below
+            and all(f.startswith(".") and "/" not in f for f in below)):
+        return FolderLayout("maildir++")
     return FolderLayout()
 
 
@@ -783,17 +797,16 @@ def _store_groups(rc: mbsyncrc.MbsyncConfig) -> dict[str, str]:
 def _disk_accounts(mail_root: Path, folders: list[str], addresses: tuple[str, ...]) -> list[Account]:
     """One account per top-level directory holding Maildir folders; the root itself if it is one."""
     tops = sorted({f.split("/", 1)[0] for f in folders if f != "."})
-    if "." in folders or not tops:
-        return [Account(name="mail", addresses=addresses, maildir=".",
-                        folders=detect_roles(folders, "."))]
+    if "." in folders or not tops or any(
+            (mail_root / top / "cur").is_dir() and top.lower() != "inbox" for top in tops):
+        # A top-level folder that is itself a Maildir (e.g. "Sent") means a single account.
+        tops = ["."]
     accounts = []
     for top in tops:
-        if (mail_root / top / "cur").is_dir() and top.lower() not in ("inbox",):
-            # A top-level folder that is itself a Maildir (e.g. "Sent") means a single account.
-            return [Account(name="mail", addresses=addresses, maildir=".",
-                            folders=detect_roles(folders, "."))]
-        accounts.append(Account(name=top, addresses=addresses, maildir=top,
-                                folders=detect_roles(folders, top)))
+        layout = _disk_layout(folders, top)
+        accounts.append(Account(name="mail" if top == "." else top, addresses=addresses,
+                                maildir=top, folders=detect_roles(folders, top, layout),
+                                layout=layout))
     return accounts
 
 

@@ -119,3 +119,32 @@ def test_a_mirror_from_before_names_the_root_dot_once_migrated(
     with sidecar.opened(ctx.sidecar_file) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == sidecar.SCHEMA_VERSION
         assert mirror.check(ctx.config, ctx.reader, conn) == []
+
+
+def test_a_maildir_plus_plus_tree_found_on_disk_has_its_roles_and_server_names(
+        root_env: MailEnv) -> None:
+    """Without an account in fmail.toml or mbsync's config, a root Maildir whose folders are
+    all dot-named (Dovecot's and Courier's Maildir++, as a delivery agent fills it) is read as
+    Maildir++: the root is the INBOX, ".Trash" the Trash.  Read as plain folders it had no
+    role at all, so delete, junk and archive were refused and ".Archive" was listed as is."""
+    root_env.fmail_config.write_text('addresses = ["alex@example.org"]\n')
+    (root_env.mail_root / ".Sent Messages" / "cur").mkdir(parents=True)
+    config = root_env.config()
+    [account] = config.accounts
+    assert (account.maildir, account.layout.subfolders) == (".", "maildir++")
+    assert {role: account.folders.get(role) for role in ("inbox", "archive", "trash", "sent")} \
+        == {"inbox": ".", "archive": ".Archive", "trash": ".Trash", "sent": ".Sent Messages"}
+    with Reader() as reader:
+        mb = reads.Mailbox(config, reader)
+        names = {f.folder: f.name for f in reads.list_folders(mb).folders}
+        assert names == {".": "INBOX", ".Archive": "Archive", ".Trash": "Trash",
+                         ".Sent Messages": "Sent Messages"}
+        assert reads.search_emails(mb, "in:Archive in:anywhere").total == \
+            reader.count(folders_query([".Archive"]), exclude_tags=())
+    with Reader() as reader, Writer() as writer:
+        ctx = WriteContext(config=config, reader=reader, writer=writer,
+                           sidecar_file=sidecar.sidecar_path(config.data_dir))
+        assert writes.delete_messages(ctx, [IN_ROOT]).applied == [IN_ROOT]
+    out = root_env.notmuch("search", "--exclude=false", "--output=files",
+                           f"id:{IN_ROOT}").stdout.split()
+    assert [Path(p).parent.parent.name for p in out] == [".Trash"]
