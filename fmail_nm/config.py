@@ -674,7 +674,9 @@ def _configured_accounts(settings: Settings, mail_root: Path, folders: list[str]
             if not isinstance(folder, str) or not folder:
                 raise ConfigError(f"account {name!r}: folder for {role} must be a folder name "
                                   f'in quotes (e.g. {role} = "INBOX"), not {folder!r}')
-            roles[role] = folder if maildir == "." else f"{maildir}/{folder}"
+            # "." is the account's own folder (a Maildir++ store's INBOX), not "<maildir>/.".
+            roles[role] = folder if maildir == "." else (
+                maildir if folder.strip("/") == "." else f"{maildir}/{folder}")
         accounts.append(Account(
             name=name,
             addresses=_str_tuple(raw.get("addresses"), f"account {name!r} addresses") or default_addresses,

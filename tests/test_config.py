@@ -169,6 +169,23 @@ archive = "Old Stuff"
         config.account("b")
 
 
+def test_an_accounts_own_folder_is_a_role_folder_as_dot(tmp_path: Path) -> None:
+    """An account whose folder is itself a Maildir++ store (INBOX at its root): `inbox = "."`
+    named "a/.", which is no folder; a dot-named folder of it is found as a Maildir++ one."""
+    root = tmp_path / "mail"
+    make_maildir(root, "a", "a/.Sent", "a/.Papierkorb")
+    settings = load_settings(_toml(tmp_path, """
+[[accounts]]
+name = "a"
+[accounts.folders]
+inbox = "."
+trash = ".Papierkorb"
+"""))
+    account = resolve(settings, root).account("a")
+    assert account.folders == {"inbox": "a", "sent": "a/.Sent", "trash": "a/.Papierkorb"}
+    assert account.mailbox("a/.Papierkorb") == "Papierkorb"
+
+
 def test_disk_discovery_without_any_config(tmp_path: Path) -> None:
     root = tmp_path / "mail"
     make_maildir(root, "one/INBOX", "one/Junk", "two/INBOX", "two/Archive")
