@@ -584,6 +584,14 @@ _GMAIL_ONLY = {
     "deliveredto": "to: (it matches To, Cc and Bcc)",
     "category": "is:list or list:NAME (Gmail's categories do not exist here)",
 }
+# notmuch's own prefixes, which a model that knows notmuch writes: the operator meant here.
+_NOTMUCH_ONLY = {
+    "folder": "in:NAME (a folder as list_folders names it)",
+    "path": "in:NAME (a folder as list_folders names it)",
+    "date": "after:, before: or on: (YYYY/MM/DD), or newer_than:/older_than: (7d, 2m, 1y)",
+    "mimetype": "has:attachment or filename:EXT",
+}
+_RAW_HINT = ', or raw:"<notmuch query>" for notmuch\'s own {}:'
 _OP_RE = re.compile(r"([A-Za-z][A-Za-z0-9_]*):(.*)", re.DOTALL)
 _LIST_RE = re.compile(r"[a-z0-9][a-z0-9._+=-]*")
 
@@ -764,6 +772,9 @@ class _Parser:
             return self._bare_value(default, tok.text, tok.pos)
         if name in _GMAIL_ONLY:
             raise DslError(tok.pos, _GMAIL_ONLY[name], _shown(m[1] + ":"))
+        if name in _NOTMUCH_ONLY:
+            raise DslError(tok.pos, _NOTMUCH_ONLY[name] + _RAW_HINT.format(name),
+                           _shown(m[1] + ":"))
         if name not in self.handlers:
             known = ", ".join(f"{op}:" for op in _OPERATORS)
             raise DslError(

@@ -944,6 +944,11 @@ def test_braces_are_any_of_their_terms(text: str, expected: str) -> None:
     ("is:unread smaller:10k", "sizes are not in the search index"),
     ("deliveredto:me@example.org", "to: (it matches To, Cc and Bcc)"),
     ("category:promotions", "is:list or list:NAME"),
+    # notmuch's own, as a model that knows notmuch writes them
+    ("folder:work/INBOX", 'in:NAME (a folder as list_folders names it), or raw:"<notmuch '
+                          "query>\" for notmuch's own folder:"),
+    ("is:unread date:2026-01-01..", "after:, before: or on: (YYYY/MM/DD)"),
+    ("mimetype:text/calendar", "has:attachment or filename:EXT, or raw:"),
 ])
 def test_gmail_operators_without_an_answer_here_say_what_to_use(text: str, expected: str) -> None:
     assert expected in err(text).expected
