@@ -6,13 +6,13 @@ from pathlib import Path
 
 from .config import Config, ConfigError, Settings, load_settings, resolve
 from .store.notmuch_cli import notmuch_settings, user_settings_as_written
-from .store.notmuch_config import find_notmuch_config, new_config_path
+from .store.notmuch_config import config_list, find_notmuch_config, new_config_path
 
 
 def notmuch_addresses(nm: dict[str, str]) -> tuple[str, ...]:
     primary = nm.get("user.primary_email", "")
-    others = [a for a in nm.get("user.other_email", "").split(";") if a]
-    return tuple(a for a in [primary, *others] if a)
+    # A list as notmuch reads it: `other_email=a@x; b@y` names b@y, not " b@y".
+    return tuple(a for a in [primary.strip(), *config_list(nm.get("user.other_email"))] if a)
 
 
 def notmuch_config_not_found(settings: Settings) -> str | None:

@@ -112,6 +112,29 @@ def test_doctor_passes_a_regex_new_ignore_that_notmuch_new_honours(indexed: Mail
     assert [f for f in doctor.diagnose() if f.check == "notmuch"] == []
 
 
+def test_a_regex_with_a_posix_class_is_left_to_notmuch_new(indexed: MailEnv) -> None:
+    """``/Old[[:digit:]]+/`` is a POSIX bracket expression to notmuch, a set of characters
+    to Python: the folder notmuch new passes over is not "mail it missed" to the doctor."""
+    from fmail_nm.passes.indexing import unreadable_ignore
+
+    ignore = indexed.notmuch("config", "get", "new.ignore").stdout.split()
+    setting = ";".join([*ignore, "/Old[[:digit:]]+/"])
+    indexed.notmuch("config", "set", "new.ignore", setting)
+    old = indexed.mail_root / "personal" / "Old2019"
+    for sub in ("cur", "new", "tmp"):
+        (old / sub).mkdir(parents=True)
+    (old / "cur" / "1.host:2,S").write_bytes(
+        b"From: Old <old@example.net>\nTo: alex@example.org\nSubject: ancient\n"
+        b"Message-ID: <old-1@example.net>\nDate: Sat, 30 Nov 2019 10:00:00 +0000\n\nold\n")
+    os.utime(old / "cur" / "1.host:2,S", (1_500_000_000, 1_500_000_000))  # settled long ago
+    indexed.notmuch("new")
+    assert indexed.notmuch("count", "--exclude=false", "id:old-1@example.net").stdout == "0\n"
+    assert [f for f in doctor.diagnose() if f.check == "index"] == []
+    assert unreadable_ignore(setting) is not None  # the first index leaves it to notmuch new
+    assert unreadable_ignore("/[^a[:space:]]/") is not None
+    assert unreadable_ignore(r"/.*[.]mbsyncstate/;/\[:/") is None  # a dot, a bracket: alike
+
+
 def test_an_address_listed_after_a_space_is_one_notmuch_knows() -> None:
     from fmail_nm.adopt.identity import Identity, missing_from_notmuch
     identity = Identity()

@@ -272,6 +272,22 @@ def test_advice_for_an_existing_config_names_the_fix() -> None:
     assert good == []
 
 
+@pytest.mark.parametrize(("excluded", "shown"), [
+    ("", False), ("deleted", True), ("killed; muted", True)])
+def test_advice_on_exclude_tags_says_whether_fmail_nm_shows_spam(excluded: str,
+                                                                  shown: bool) -> None:
+    """fmail-nm hides deleted mail and spam itself only where notmuch's config names no tag to
+    hide; where it names others (afew's killed), its searches hide those, as notmuch does."""
+    advice = advice_for_existing({"new.tags": "inbox;unread", "maildir.synchronize_flags": "true",
+                                  "search.exclude_tags": excluded,
+                                  "new.ignore": ".mbsyncstate;.mbsyncstate.journal;"
+                                                ".mbsyncstate.new;.mbsyncstate.lock;.uidvalidity"})
+    [line] = advice
+    assert ("fmail-nm hides them regardless" in line) is not shown
+    assert ("fmail-nm's searches show" in line) is shown
+    assert ("deleted mail" in line) is (excluded != "deleted")
+
+
 @pytest.mark.parametrize(("value", "off"), [
     ("true", False), ("True", False), ("yes", False), ("YES", False), ("1", False),
     ("false", True), ("no", True), ("No", True), ("0", True)])

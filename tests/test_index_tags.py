@@ -206,14 +206,21 @@ def test_rule_tag_terms_are_answered_from_the_expected_tags() -> None:
 
 
 def test_expected_tags_keep_what_new_tags_meant() -> None:
-    from fmail_nm.passes.tagging import expected_tags
+    from fmail_nm.config import DEFAULT_RULES
+    from fmail_nm.passes.tagging import expected_tags, ruled_new_tags
+
+    def expected(current: set[str], new_tags: set[str], list_id: str | None) -> set[str]:
+        ruled = ruled_new_tags(frozenset(new_tags), DEFAULT_RULES)
+        return expected_tags(frozenset(current), ruled, list_id)
 
     # new.tags without `new`: as if it had been `new` -- inbox is the rules' to give
-    assert expected_tags(frozenset({"inbox", "unread", "attachment"}),
-                         frozenset({"inbox", "unread"}), None) == {"unread", "attachment"}
+    assert expected({"inbox", "unread", "attachment"}, {"inbox", "unread"}, None) == {
+        "unread", "attachment"}
+    # ... but a tag of the user's own that no rule gives stays
+    assert expected({"inbox", "unread", "work"}, {"inbox", "unread", "work"}, None) == {
+        "unread", "work"}
     # with `new`: only `new` goes, as it always did (here inbox came with new.tags)
-    assert expected_tags(frozenset({"new", "inbox"}), frozenset({"new", "inbox"}),
-                         "Rust.Users.lists.example.com") == {
+    assert expected({"new", "inbox"}, {"new", "inbox"}, "Rust.Users.lists.example.com") == {
         "inbox", "list", "list/rust.users.lists.example.com"}
 
 

@@ -28,7 +28,7 @@ from ..store.notmuch import Reader, ensure_database
 from ..store.notmuch_cli import notmuch_settings, user_settings_as_written
 from ..store.notmuch_config import (config_bool, config_list, find_notmuch_config,
                                      new_config_path, notmuch_program)
-from ..tags import DEFAULT_EXCLUDED
+from ..tags import DEFAULT_EXCLUDED, DELETED
 from .hooks import HookAction, install_hooks
 from .identity import Identity, discover, missing_from_notmuch
 
@@ -119,8 +119,13 @@ def notmuch_findings(nm: dict[str, str], notmuch: str = "notmuch") -> list[Findi
     current_excluded = config_list(nm.get("search.exclude_tags"))
     lacking = [t for t in EXCLUDE_TAGS if t not in current_excluded]
     if lacking:
-        found.append(Finding("notmuch", "search.exclude_tags lacks deleted;spam: your mail "
-                             "client shows deleted mail and spam (fmail-nm hides them regardless)",
+        # fmail-nm's searches hide what notmuch's do, and deleted;spam only where it names none
+        # (Reader.search_exclusions).
+        shown = " and ".join("deleted mail" if t == DELETED else t for t in lacking)
+        who = (f"your mail client shows {shown} (fmail-nm hides them regardless)"
+               if not current_excluded else
+               f"your mail client and fmail-nm's searches show {shown}")
+        found.append(Finding("notmuch", f"search.exclude_tags lacks deleted;spam: {who}",
                              f"{notmuch} config set search.exclude_tags "
                              f"{shlex.quote(';'.join(current_excluded + lacking))}"))
     return found

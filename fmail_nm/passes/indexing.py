@@ -27,7 +27,7 @@ class Ignored:
     def __init__(self, setting: str) -> None:
         entries = [e.strip() for e in setting.split(";") if e.strip()]
         self.names = frozenset(e for e in entries if not _is_regex(e))
-        self.patterns = [re.compile(e[1:-1]) for e in entries if _is_regex(e)]
+        self.patterns = [_posix_readable(e[1:-1]) for e in entries if _is_regex(e)]
 
     def __call__(self, relative: str) -> bool:
         return os.path.basename(relative) in self.names or any(
@@ -48,6 +48,21 @@ def unreadable_ignore(setting: str) -> str | None:
     except re.error as exc:
         return f"new.ignore has a pattern Python cannot read ({exc})"
     return None
+
+
+# A POSIX class, collating element or equivalence class inside brackets (``[[:digit:]]``,
+# ``[^a[:space:]]``, ``[[.-.]]``, ``[[=e=]]``): a class to notmuch's regcomp, a set of
+# characters to Python.  (``[.]`` is a dot to both.)
+_POSIX_BRACKET = re.compile(r"(?<!\\)\[[^]]*\[[:.=]")
+
+
+def _posix_readable(pattern: str) -> re.Pattern[str]:
+    """A ``/regex/`` of ``new.ignore`` as Python reads it, if notmuch (POSIX extended regular
+    expressions) reads it the same way; else ``re.error``."""
+    if _POSIX_BRACKET.search(pattern):
+        raise re.error("a POSIX class such as [[:digit:]] is a set of characters to Python",
+                       pattern)
+    return re.compile(pattern)
 
 
 def _is_regex(entry: str) -> bool:

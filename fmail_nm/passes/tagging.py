@@ -14,7 +14,8 @@ rewritten once.  With the notmuch default ``new.tags=inbox;unread`` most new mai
 its final tags and is not touched at all; with ``new`` every message is rewritten once, since
 ``new`` must go.  Defaults: mail from the user gets ``sent``; mail in a Trash, Junk or Archive
 folder gets ``deleted``, ``spam`` or ``archived``; all of those leave the inbox, and everything
-else that is not list mail is in the inbox.
+else that is not list mail is in the inbox.  A tag of the user's own in ``new.tags`` that no
+rule gives (``work`` in ``unread;inbox;work``) stays.
 
 Each batch is one short write session, so a mail client or ``notmuch tag`` never waits long.
 """
@@ -34,6 +35,7 @@ from ..progress import TAGGING, ProgressCallback
 from ..store import sidecar
 from ..store.maildir import in_role
 from ..store.notmuch import Reader, Writer, WriteTxn
+from ..store.notmuch_config import config_list
 from ..store.query import MATCH_NOTHING, all_of, folders_query, id_query, me_query
 
 BATCH_SIZE = 200
@@ -166,14 +168,23 @@ def _answered_from(query: str, ids: Sequence[str], expected: Mapping[str, set[st
     return "".join(out)
 
 
-def expected_tags(current: frozenset[str], new_tags: frozenset[str],
+def ruled_new_tags(new_tags: frozenset[str], rules: Sequence[TagRule]) -> frozenset[str]:
+    """The tags of ``new.tags`` that a new message is worked out without.  With ``new`` among
+    them, ``new`` alone (as it always was); otherwise those the rules give, as if ``new.tags``
+    had been ``new``: which mail is in the inbox is the rules' to say.  A tag of the user's own
+    that no rule gives (``new.tags=unread;inbox;work``) stays as notmuch gave it, and so do the
+    flag tags (the files' flags give those)."""
+    if tags.NEW in new_tags:
+        return frozenset({tags.NEW})
+    given_by_rules = {tag for rule in rules for tag in rule.add}
+    return (new_tags & given_by_rules) - tags.FLAG_TAGS
+
+
+def expected_tags(current: frozenset[str], ruled: frozenset[str],
                   list_id: str | None) -> set[str]:
-    """A new message's tags before the rules, plus its list tags.  With ``new`` in ``new.tags``
-    that is what notmuch gave it less ``new`` (as it always was); otherwise what it would have
-    had with ``new.tags=new``: its flag tags, ``attachment``, ... without the configured new
-    tags."""
-    given = {tags.NEW} if tags.NEW in new_tags else set(new_tags - tags.FLAG_TAGS)
-    expected = set(current - given)
+    """A new message's tags before the rules, plus its list tags: what notmuch gave it less
+    the ``ruled`` tags of ``new.tags`` (:func:`ruled_new_tags`)."""
+    expected = set(current - ruled)
     if (lid := list_tag_id(list_id)) is not None:
         expected |= {tags.LIST, f"{tags.LIST}/{lid}"}
     return expected
@@ -186,7 +197,8 @@ def final_tags(txn: WriteTxn, given: Mapping[str, frozenset[str]],
     list tags, then every rule in order -- a rule's tag terms answered from the tags worked
     out so far, its other terms by notmuch over these messages."""
     ids = sorted(given)
-    expected = {mid: expected_tags(given[mid], new_tags, list_ids.get(mid)) for mid in ids}
+    ruled = ruled_new_tags(new_tags, config.rules)
+    expected = {mid: expected_tags(given[mid], ruled, list_ids.get(mid)) for mid in ids}
     scope = id_query(ids)
     for rule in config.rules:
         if not ids:
@@ -224,8 +236,7 @@ def tag_added(txn: WriteTxn, config: Config, message_ids: Sequence[str]) -> None
 
 def configured_new_tags(reader: Reader) -> frozenset[str]:
     """notmuch's ``new.tags``: what ``notmuch new`` gives every new message."""
-    return frozenset(t.strip() for t in reader.setting("new.tags", "unread;inbox").split(";")
-                     if t.strip())
+    return frozenset(config_list(reader.setting("new.tags", "unread;inbox")))
 
 
 def tag_pending(config: Config, writer: Writer, pending: Sequence[tuple[str, str | None]],

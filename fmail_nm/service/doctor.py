@@ -242,10 +242,13 @@ def _channel_findings(config: Config, path: Path, rc: mbsyncrc.MbsyncConfig,
     root = config.mail_root.resolve()
     if (store is not None and store.path is not None
             and relative_to_root(store.path, config.mail_root) is None):
+        # With the database apart from the mail (notmuch 0.32's database.mail_root, the XDG
+        # layout), database.path would move only the database.
+        setting = "database.path" if (root / ".notmuch").is_dir() else "database.mail_root"
         found.append(Finding("mbsync", f"channel {channel.name} syncs into {store.path}, outside "
                              f"notmuch's mail root {root}: notmuch never indexes that mail",
                              f"in {path}, put the Path of MaildirStore {store.name} under {root} "
-                             f"(or notmuch config set database.path to a folder holding both)"))
+                             f"(or notmuch config set {setting} to a folder holding both)"))
     if (channel.expunge or "none").lower() not in ("both", "far"):
         found.append(Finding("expunge", f"channel {channel.name} in {path} has no Expunge Both: "
                              "mail moved to Trash or Junk stays in the server's folder as well, "

@@ -33,7 +33,7 @@ from notmuch2 import _capi
 from ..config import THREAD_ID
 from ..errors import BackendError, CallerError
 from ..tags import DEFAULT_EXCLUDED, FLAG_TAGS
-from .notmuch_config import config_bool, find_notmuch_config
+from .notmuch_config import config_bool, config_list, find_notmuch_config
 from .query import all_of, id_query, quote
 from .threads import ThreadSummary, author_of, thread_authors
 
@@ -501,8 +501,9 @@ class Reader:
         return self._retrying(get)
 
     def exclude_tags(self) -> tuple[str, ...]:
-        """``search.exclude_tags`` from the config (the bindings do not apply it themselves)."""
-        return tuple(t for t in self.setting("search.exclude_tags").split(";") if t)
+        """``search.exclude_tags`` from the config (the bindings do not apply it themselves),
+        read as notmuch reads a list: ``deleted; spam`` hides spam too."""
+        return tuple(config_list(self.setting("search.exclude_tags")))
 
     def search_exclusions(self) -> tuple[str, ...]:
         """The tags a search leaves out unless it names them: ``search.exclude_tags``, or

@@ -594,6 +594,9 @@ def store_draft(ctx: WriteContext, c: Composition) -> DraftResult:
 
     def job(txn: WriteTxn) -> None:
         new = mover.add_new_file(txn, data, folder, DRAFT_FLAGS)
+        # With maildir.synchronize_flags off no tag follows the D flag: without the tag the
+        # rules would take the draft for mail the user sent, and no tool would find it again.
+        txn.change_tags([mid], add=[tags.DRAFT])
         # The new file is indexed first, so the message never leaves the index.
         for draft in dict.fromkeys([mid, replaced or mid]):
             for path in _drafts_of(txn, ctx.config, draft, keep=new):
