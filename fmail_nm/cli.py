@@ -470,7 +470,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fmail-nm", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="fmail-nm", description="Your offline mail (mbsync + notmuch) for an LLM, over MCP.")
     parser.add_argument("--version", action="version", version=f"fmail-nm {__version__}")
     parser.add_argument("--config", help="fmail.toml to use (default: $FMAIL_CONFIG, else "
                         "$XDG_CONFIG_HOME/fmail-nm/fmail.toml)")
@@ -526,7 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["search", "block", "unblock", "export", "import"])
     p.add_argument("args", nargs="*", help="search text, addresses, or a CSV file")
     p.add_argument("--blocked", action="store_true", help="search: blocked contacts only")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=int, default=50,
+                   help="search: at most this many contacts (default 50)")
     p.add_argument("--no-push", action="store_true",
                    help="block/unblock/import: do not run mbsync for mail moved to or from Junk")
     p.set_defaults(func=cmd_contacts)
@@ -538,17 +540,20 @@ def build_parser() -> argparse.ArgumentParser:
                        help="allow binding a non-loopback address (mail then leaves this "
                             "machine, protected only by the token)")
         p.add_argument("--read-only", action="store_true",
-                       help="offer no tool that changes mail or contacts")
+                       help="offer no tool that changes mail, drafts, contacts or accounts")
         p.add_argument("--tools", choices=TOOL_PROFILES, default=DEFAULT_TOOL_PROFILE,
                        help="which tools to offer: read (reading and search), triage (also "
-                            "tags, archive, delete, undo; the default) or all")
+                            "read/unread, tags, archive, delete, junk, undo, drafts and, "
+                            "with sending on, send_email; the default) or all")
         p.add_argument("--no-push", action="store_true",
                        help="do not run mbsync after writes (you push yourself)")
         p.add_argument("--allow-send", action="store_true",
                        help="offer send_email, as [send] enabled = true does (see README)")
 
     p = command("serve", help="serve the mail over MCP (stdio or Streamable HTTP)")
-    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                   help="stdio (the default: the client starts the server) or http "
+                        "(Streamable HTTP at http://HOST:PORT/mcp, bearer token)")
     p.add_argument("--watch", action="store_true",
                    help="also index new mail as it lands and pull on schedule (as `run`)")
     server_options(p)
@@ -559,7 +564,8 @@ def build_parser() -> argparse.ArgumentParser:
     server_options(p)
     p.set_defaults(func=cmd_run)
 
-    p = command("status", help="what the service did last: pulls, pushes, index runs")
+    p = command("status", help="what the service did last: pulls, pushes, index runs "
+                               "(exit 3 when it is not running)")
     p.add_argument("--json", action="store_true", help="the status as JSON")
     p.set_defaults(func=cmd_status)
 
@@ -567,8 +573,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_token)
 
     p = command("client-config", help="print MCP client configuration to paste")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=tcp_port, default=8765)
+    p.add_argument("--host", default="127.0.0.1",
+                   help="the HTTP server's address, as given to serve (default 127.0.0.1)")
+    p.add_argument("--port", type=tcp_port, default=8765,
+                   help="the HTTP server's port (default 8765)")
     p.add_argument("--show-token", action="store_true", help="include the token itself")
     p.set_defaults(func=cmd_client_config)
 
@@ -597,7 +605,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("demo", help="index a copy of the bundled sample mail and serve it")
     p.add_argument("--dir", default=".demo", help="where the copy and its config live")
     p.add_argument("--no-serve", action="store_true", help="index and print a summary only")
-    p.add_argument("--port", type=tcp_port, default=8765)
+    p.add_argument("--port", type=tcp_port, default=8765, help="HTTP port (default 8765)")
     p.set_defaults(func=cmd_demo)
     return parser
 

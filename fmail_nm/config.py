@@ -838,7 +838,8 @@ def resolve(settings: Settings, mail_root: Path, notmuch_addresses: tuple[str, .
     if clash:
         raise ConfigError(f"account {sorted(clash)[0]!r} is both in "
                           f"{own_config_dir() / ADDED_ACCOUNTS_FILE} and your own setup; "
-                          f"`fmail-nm account remove {sorted(clash)[0]}` drops the added one")
+                          f"`fmail-nm account remove --name {sorted(clash)[0]}` drops the "
+                          "added one")
     accounts = [*accounts, *added]
     return Config(settings=settings, mail_root=mail_root, accounts=tuple(accounts),
                   folders=tuple(folders))

@@ -16,10 +16,13 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def demo_environment(base: Path) -> dict[str, str]:
+    # XDG_CONFIG_HOME too: the accounts `fmail-nm account add` wrote for the user
+    # (accounts.toml) are none of the demo's.
     return {
         "NOTMUCH_CONFIG": str(base / "notmuch-config"),
         "FMAIL_CONFIG": str(base / "fmail.toml"),
         "XDG_DATA_HOME": str(base / "data"),
+        "XDG_CONFIG_HOME": str(base / "config"),
     }
 
 

@@ -336,3 +336,24 @@ mbsync_channel = "b"
     with pytest.raises(ConfigError, match="pull_interval_minutes must be a number"):
         resolve(load_settings(_toml(tmp_path, '[[accounts]]\nname = "a"\n'
                                               'pull_interval_minutes = "often"\n')), root)
+
+
+def test_an_account_both_added_and_in_fmail_toml_names_a_command_that_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The clash of an added account with one of the user's own names the way out: that
+    command line must be one `fmail-nm` takes (`account remove` wants `--name`)."""
+    from fmail_nm.cli import parse_arguments
+
+    root = tmp_path / "mail"
+    make_maildir(root, "work/INBOX")
+    xdg = tmp_path / "xdg"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    (xdg / "fmail-nm").mkdir(parents=True)
+    (xdg / "fmail-nm" / "accounts.toml").write_text('[[accounts]]\nname = "work"\n')
+    settings = load_settings(_toml(tmp_path, '[[accounts]]\nname = "work"\n'))
+    with pytest.raises(ConfigError, match="account 'work' is both in") as failure:
+        resolve(settings, root)
+    command = str(failure.value).split("`")[1]
+    assert command.startswith("fmail-nm account remove")
+    args = parse_arguments(command.split()[1:])
+    assert (args.action, args.name) == ("remove", "work")

@@ -373,6 +373,17 @@ def test_demo_indexes_its_own_copy_of_the_sample_mail(mail_env: MailEnv) -> None
     assert "indexed: 0 new, 169 messages in all" in again
 
 
+def test_the_demo_leaves_out_the_accounts_fmail_nm_added_for_the_user(mail_env: MailEnv) -> None:
+    """An account `fmail-nm account add` wrote into the user's own accounts.toml is no account
+    of the demo's: read against the sample mail, its folder is not there and the demo failed."""
+    own = Path(mail_env.env["XDG_CONFIG_HOME"]) / "fmail-nm"
+    own.mkdir(parents=True)
+    (own / "accounts.toml").write_text('[[accounts]]\nname = "side"\nmaildir = "side"\n')
+    demo_dir = mail_env.base / "demo"
+    out = mail_env.fmail("demo", "--dir", str(demo_dir), "--no-serve").stdout
+    assert "indexed: 169 new, 169 messages in all" in out
+
+
 def test_rule_placeholders_expand_to_queries_notmuch_accepts(shared_indexed: MailEnv) -> None:
     from fmail_nm.store.query import folders_query, me_query
     with Reader() as reader:

@@ -392,6 +392,25 @@ def test_send_goes_through_msmtp_and_files_the_message(bed: Bed) -> None:
     assert "replied" in bed.tags(ORIGINAL) and bed.files_with(bed.sent, draft.id) == [copy]
 
 
+def test_an_account_whose_server_saves_sent_mail_gets_no_sent_copy_from_us(bed: Bed) -> None:
+    """``server_saves_sent = true`` on an account (what `fmail-nm account add` writes for
+    Gmail) is ``send = { server_stores_sent = true }``: the server files what it sends, so a
+    copy of ours would be a second one in Sent."""
+    text = bed.env.fmail_config.read_text()
+    channel = 'mbsync_channel = "personal"\n'
+    assert channel in text
+    bed.env.fmail_config.write_text(
+        text.replace(channel, channel + "server_saves_sent = true\n", 1))
+    bed.ctx = replace(bed.ctx, config=bed.env.config())
+    draft = compose.reply_to_email(bed.ctx, ORIGINAL, "Here they are.")
+
+    assert send.send_draft(bed.ctx, draft.id).sent is True
+
+    assert len(bed.smtp.received) == 1
+    assert bed.files_with(bed.sent, draft.id) == [] and bed.files_with(bed.drafts, draft.id) == []
+    assert "replied" in bed.tags(ORIGINAL)
+
+
 def test_a_draft_sent_from_another_accounts_address_leaves_no_draft_behind(bed: Bed) -> None:
     """A draft saved in personal/Drafts whose From the user changed (in mutt) to the work
     address: sent through the work account, filed in work/Sent, and gone from the Drafts

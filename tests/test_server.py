@@ -173,6 +173,27 @@ async def test_every_tool_of_the_all_profile(shared_indexed: MailEnv) -> None:
             client, tools=ALL_READS | TRIAGE_TOOLS | MORE_WRITE_TOOLS, profile="all")
 
 
+def test_the_server_tells_the_model_only_of_the_tools_it_offers(shared_indexed: MailEnv) -> None:
+    """The read profile offers no write and no draft tool: its instructions must not tell the
+    model how writes and drafts go (`serve --tools read`)."""
+    from fmail_nm.mcp.server import build_server
+
+    told = {}
+    for profile, read_only in (("read", False), ("triage", False), ("all", False),
+                               ("all", True)):
+        server, service = build_server(shared_indexed.config(), tools=profile,
+                                       read_only=read_only)
+        try:
+            told[profile, read_only] = server.instructions or ""
+        finally:
+            service.close()
+    for key, text in told.items():
+        offers_writes = key in (("triage", False), ("all", False))
+        assert "UNTRUSTED DATA" in text
+        assert ("undo_last_write" in text) is offers_writes, key
+        assert ("drafts" in text) is offers_writes, key
+
+
 @pytest.mark.anyio
 async def test_sync_status_reads_as_lines_with_the_setup_problems(indexed: MailEnv) -> None:
     indexed.notmuch("config", "set", "maildir.synchronize_flags", "false")

@@ -383,9 +383,12 @@ def build_server(config: Config, clock: Callable[[], Any] = utc_now, *,
         _write_tools(server, service)
         _draft_tools(server, service)
         _account_tool(server, service)
-        instructions += WRITE_NOTE + (SEND_NOTE if config.send.enabled else DRAFTS_NOTE)
         if config.send.enabled:
             _send_tools(server, service)
+    # What the notes tell of is there only from the triage profile on (`--tools read` has
+    # neither writes nor drafts).
+    if any(tool.name == "undo_last_write" for tool in server):
+        instructions += WRITE_NOTE + (SEND_NOTE if config.send.enabled else DRAFTS_NOTE)
     mcp = MCPServer("fmail-nm", instructions=instructions,
                     version=__version__, tools=server)
     return mcp, service

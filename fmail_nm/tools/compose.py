@@ -961,8 +961,10 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
 
 def _sent_folder(ctx: WriteContext, account: Account) -> Path | None:
     """Where the Sent copy goes -- found before sending, so a missing folder role stops the
-    send instead of failing after it."""
-    if account.send is not None and account.send.server_stores_sent:
+    send instead of failing after it.  None when the server files it itself: the account's
+    ``server_saves_sent`` (as `fmail-nm account add` writes it) or ``send.server_stores_sent``."""
+    if account.server_saves_sent or (account.send is not None
+                                     and account.send.server_stores_sent):
         return None
     try:
         return maildir.ensure_maildir(ctx.config, account.folder("sent"))
