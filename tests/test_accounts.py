@@ -22,6 +22,7 @@ from fmail_nm.store.sidecar import uid_for
 from fmail_nm.adopt import accounts
 from fmail_nm.app import load_config
 from fmail_nm.config import own_config_dir
+from fmail_nm.service import send
 from fmail_nm.service.onboard import AccountCheckFailed, add_account
 from fmail_nm.store.notmuch import Reader
 from fmail_nm.tools import reads
@@ -150,6 +151,12 @@ def test_an_added_account_is_checked_pulled_indexed_and_searchable(
     side = updated.account("side")
     assert side.send is not None and list(side.send.command[:3]) == ["msmtp", "-C",
                                                                      str(own / "msmtprc")]
+    # A command fmail-nm sends with (it refused the -t it was written with), and one msmtp
+    # takes: --pretend reads the file and the account without sending.
+    command = send.command_for(updated, side)
+    pretend = subprocess.run([*command, "--pretend"], capture_output=True, text=True,
+                             timeout=30, env={**os.environ, **bed.env.env})
+    assert pretend.returncode == 0 and "from = casey@example.com" in pretend.stdout, pretend
     assert side.folders.get("sent") == "side/Sent"
 
     # Through the read tools: found by search and listed as an account.

@@ -329,6 +329,31 @@ def test_a_notmuch_config_the_environment_chose_is_written_into_fmail_toml(
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
 
 
+@pytest.mark.parametrize("notmuch_config", [None, "/home/me/.notmuch-config"])
+def test_every_key_of_the_written_fmail_toml_works_once_uncommented(
+        tmp_path: Path, notmuch_config: str | None) -> None:
+    """The user uncomments what they need: data_dir and addresses sat below the [notmuch]
+    table init writes when it names a config, so they became the table's and did nothing; the
+    send example had the -t sending refuses."""
+    import re
+    import tomllib
+
+    from fmail_nm.adopt.initialize import write_fmail_toml
+    from fmail_nm.config import load_settings
+
+    path = tmp_path / "fmail.toml"
+    write_fmail_toml(path, notmuch_config)
+    uncommented = "\n".join(re.sub(r"^# (?=\[|[a-z_]+ = )", "", line)
+                            for line in path.read_text().splitlines())
+    path.write_text(uncommented)
+    parsed = tomllib.loads(uncommented)
+    assert {"data_dir", "addresses"} <= set(parsed) and set(parsed["notmuch"]) == {"config"}
+    settings = load_settings(str(path))
+    assert settings.addresses == ("me@example.org",) and settings.data_dir is not None
+    [account] = settings.accounts
+    assert "-t" not in account["send"]["command"]
+
+
 def test_a_damaged_sidecar_is_a_doctor_finding_and_rebuild_sets_it_aside(
         indexed: MailEnv) -> None:
     """doctor, `sidecar rebuild` and init all stopped at "file is not a database"."""

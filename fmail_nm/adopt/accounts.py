@@ -439,7 +439,7 @@ def _read(path: Path) -> str:
 
 def _header(kind: str) -> str:
     return (f"# {kind} for the accounts `fmail-nm account add` created; fmail-nm rewrites this "
-            "file.\n# `fmail-nm account remove NAME` takes an account out. Your own config "
+            "file.\n# `fmail-nm account remove --name NAME` takes an account out. Your own config "
             "is never touched.\n\n")
 
 
@@ -455,8 +455,8 @@ def account_entry(p: AccountPlan) -> dict[str, Any]:
         "mbsync_channel": p.name, "mbsync_config": str(p.mbsync_file),
     }
     if p.smtp_host:
-        entry["send"] = {"command": ["msmtp", "-C", str(p.msmtp_file), "-a", p.name,
-                                     "--read-envelope-from", "-t"]}
+        # No -t: fmail-nm gives msmtp the recipients (Bcc included) and the sender (-f).
+        entry["send"] = {"command": ["msmtp", "-C", str(p.msmtp_file), "-a", p.name]}
     if p.server_saves_sent:
         entry["server_saves_sent"] = True
     if p.folders:

@@ -254,6 +254,13 @@ FMAIL_TOML = """\
 # config, then from the folders on disk; your addresses from notmuch's user.* settings.
 # Accounts added with `fmail-nm account add` live in accounts.toml beside the mbsync and
 # msmtp configs fmail-nm writes for them, in $XDG_CONFIG_HOME/fmail-nm/.
+
+# Top-level keys go above every [table]: below one, TOML reads them as the table's.
+# Where fmail-nm keeps its own state (sidecar database, HTTP token, status).
+# data_dir = "~/.local/share/fmail-nm"
+
+# Addresses of yours not tied to one account.
+# addresses = ["me@example.org"]
 {notmuch}
 # Which mbsync config describes your Maildir stores (default: ~/.mbsyncrc, else
 # $XDG_CONFIG_HOME/isyncrc; a relative path is read from this file's folder), and how often
@@ -268,12 +275,6 @@ FMAIL_TOML = """\
 # [index]
 # safety_interval_minutes = 15
 
-# Where fmail-nm keeps its own state (sidecar database, HTTP token, status).
-# data_dir = "~/.local/share/fmail-nm"
-
-# Addresses of yours not tied to one account.
-# addresses = ["me@example.org"]
-
 # An account by hand (folders relative to its folder under the mail root; the usual names
 # Sent, Sent Items, Trash, Junk, Spam, Archive, [Gmail]/... are found without them):
 # [[accounts]]
@@ -281,7 +282,7 @@ FMAIL_TOML = """\
 # addresses = ["me@example.org"]
 # maildir = "personal"
 # mbsync_channel = "personal"
-# send = {{ command = ["msmtp", "-a", "personal", "--read-envelope-from", "-t"] }}
+# send = {{ command = ["msmtp", "-a", "personal"] }}
 # [accounts.folders]
 # sent = "Sent"
 """
