@@ -472,20 +472,62 @@ def test_a_vanished_file_is_an_error_for_that_message_only(h: Harness) -> None:
 # Several files per Message-ID
 
 
-def test_delete_moves_every_copy_in_the_account_and_keeps_both(h: Harness) -> None:
+@pytest.mark.parametrize(("write", "folder", "tag"), [
+    pytest.param(writes.delete_messages, "personal/Trash", "deleted", id="delete"),
+    pytest.param(writes.move_to_junk, "personal/Junk", "spam", id="junk"),
+])
+def test_a_message_in_two_folders_goes_into_the_bin_once_and_restore_brings_both_back(
+        h: Harness, write: Callable[..., writes.WriteResult], folder: str, tag: str) -> None:
+    """Mail cc'd to oneself has a file in INBOX and one in Sent: deleting it moved both into
+    Trash, two copies there (and on the server), and restore had two to bring back.  One
+    goes; the other leaves its folder into that folder's hold; restore -- and undo -- put
+    each back where it was."""
+    before = h.shape(SELF_CC)
     assert h.folders(SELF_CC) == ["personal/INBOX", "personal/Sent"]
-    writes.delete_messages(h.ctx, [SELF_CC])
-    files = h.files(SELF_CC)
-    assert len(files) == 2
-    for f in files:
-        assert_moved_name(f, "personal/Trash")
-        assert (h.env.mail_root / f).is_file()
-    restored = writes.restore(h.ctx, [SELF_CC])
-    assert restored.applied == [SELF_CC]
-    assert h.folders(SELF_CC) == ["personal/INBOX", "personal/Sent"]
-    # The user's own mail stays out of the inbox, as the post-new rules have it.
-    assert "inbox" not in h.tags(SELF_CC) and "deleted" not in h.tags(SELF_CC)
+    result = write(h.ctx, [SELF_CC])
+    assert result.applied == [SELF_CC] and not result.errors
+    [binned] = h.files(SELF_CC)
+    assert_moved_name(binned, folder)
+    homes = {key: home for home, key, _ in before[1]}  # unique part -> folder
+    [held] = _held(h)
+    held_key = MaildirName.parse(held.name).key
+    assert held.parent == h.env.mail_root / homes[held_key] / "tmp" / maildir.HOLD
+    assert set(homes) == {held_key, MaildirName.parse(Path(binned).name).key}
+    assert {tag, "inbox"} & h.tags(SELF_CC) == {tag}
     h.assert_in_step()
+
+    restored = writes.restore(h.ctx, [SELF_CC])
+    assert restored.applied == [SELF_CC] and not restored.errors
+    assert h.shape(SELF_CC) == before and not _held(h)
+    h.assert_in_step()
+    assert not writes.undo_last_write(h.ctx).errors  # the restore: back in the bin and hold
+    assert h.folders(SELF_CC) == [folder] and [p.name for p in _held(h)] == [held.name]
+    assert not writes.undo_last_write(h.ctx).errors  # the write
+    assert h.shape(SELF_CC) == before and not _held(h)
+    h.assert_in_step()
+
+
+@pytest.mark.parametrize("way_back", ["restore", "undo"])
+def test_a_held_copy_comes_back_with_the_flags_the_message_has_now(
+        h: Harness, way_back: str) -> None:
+    """A held copy keeps the Maildir flags it had; marked unread and flagged meanwhile (here
+    by another notmuch client), the message's Trash file was renamed and the held one came
+    back saying read: mbsync uploads that, and notmuch new, seeing mbsync's rename of the
+    upload, reads it back into the tags -- unread gone."""
+    writes.delete_messages(h.ctx, [SELF_CC])
+    h.env.notmuch("tag", "+unread", "+flagged", "--", f"id:{SELF_CC}")
+    back = (writes.restore(h.ctx, [SELF_CC]) if way_back == "restore"
+            else writes.undo_last_write(h.ctx))
+    assert back.applied == [SELF_CC] and not back.errors
+    assert h.folders(SELF_CC) == ["personal/INBOX", "personal/Sent"]
+    assert [flags_of(f) for f in h.files(SELF_CC)] == ["F", "F"]
+    assert {"unread", "flagged"} <= h.tags(SELF_CC)
+    h.assert_in_step()
+
+
+def _held(h: Harness) -> list[Path]:
+    """Every held copy under the mail root."""
+    return sorted(h.env.mail_root.glob(f"*/*/tmp/{maildir.HOLD}/*"))
 
 
 def test_archive_of_mail_in_trash_says_so_and_changes_nothing(h: Harness) -> None:
@@ -535,6 +577,37 @@ def test_a_copy_bound_where_the_message_already_is_leaves_without_a_second_copy(
     assert undone.applied == [IN_INBOX] and not undone.errors
     assert h.shape(IN_INBOX) == before
     assert not held.exists()
+    h.assert_in_step()
+
+
+@pytest.mark.parametrize(("write", "folder"), [
+    pytest.param(writes.delete_messages, "personal/Trash", id="delete"),
+    pytest.param(writes.move_to_junk, "personal/Junk", id="junk"),
+])
+def test_restore_brings_back_the_copy_a_write_held(
+        h: Harness, write: Callable[..., writes.WriteResult], folder: str) -> None:
+    """Deleting mail that Trash holds already put its INBOX copy in the hold; restore took
+    the Trash file to INBOX and left the held copy to be pruned.  Restore puts the held copy
+    back, as undo does; the bin's file, bound for the folder that has the message again,
+    leaves the bin into the bin's hold."""
+    _second_file(h, IN_INBOX, folder)
+    before = h.shape(IN_INBOX)
+    write(h.ctx, [IN_INBOX])
+    [held] = _held(h)
+
+    restored = writes.restore(h.ctx, [IN_INBOX])
+    assert restored.applied == [IN_INBOX] and not restored.errors
+    [back] = h.files(IN_INBOX)
+    assert back.startswith("personal/INBOX/cur/") and not held.exists()
+    assert MaildirName.parse(Path(back).name).key == MaildirName.parse(held.name).key
+    [binned] = _held(h)
+    assert binned.parent == h.env.mail_root / folder / "tmp" / maildir.HOLD
+    assert {"inbox", "deleted", "spam"} & h.tags(IN_INBOX) == {"inbox"}
+    h.assert_in_step()
+    assert not writes.undo_last_write(h.ctx).errors  # the restore
+    assert [p.name for p in _held(h)] == [held.name]
+    assert not writes.undo_last_write(h.ctx).errors  # the write
+    assert h.shape(IN_INBOX) == before and not _held(h)
     h.assert_in_step()
 
 
@@ -626,14 +699,17 @@ def test_undo_of_a_delete_in_two_accounts_puts_both_copies_back(h: Harness) -> N
 def test_an_account_without_the_folder_keeps_its_copy_and_the_answer_says_so(
         h: Harness) -> None:
     """work has no Junk folder: its copy stays in work/INBOX, named in the answer, while
-    personal's goes to personal/Junk; undo puts that one back."""
+    personal's goes to personal/Junk; undo puts that one back.  Tags are the message's: spam
+    and out of the inbox, as the tagging rules give mail with a file in a Junk folder,
+    wherever its other files are; that work's server still shows it in INBOX, the answer
+    says."""
     before = h.shape(BOTH_ACCOUNTS)
     result = writes.move_to_junk(h.ctx, [BOTH_ACCOUNTS])
     assert result.applied == [BOTH_ACCOUNTS]
     [error] = result.errors
     assert error.error.startswith("not moved: work/INBOX (account 'work' has no junk folder")
     assert h.folders(BOTH_ACCOUNTS) == ["personal/Junk", "work/INBOX"]
-    assert "spam" in h.tags(BOTH_ACCOUNTS)
+    assert {"spam", "inbox"} & h.tags(BOTH_ACCOUNTS) == {"spam"}
     h.assert_in_step()
     writes.undo_last_write(h.ctx)
     assert h.shape(BOTH_ACCOUNTS) == before
@@ -778,24 +854,24 @@ def _vanish(h: Harness, mid: str, index: int = 0) -> str:
 def test_undo_of_a_move_whose_file_vanished_restores_the_rest_and_says_exactly_what(
         h: Harness) -> None:
     reindexed = _reindexing(h)
-    writes.delete_messages(h.ctx, [SELF_CC, IN_INBOX])  # SELF_CC: its Sent and INBOX copies
-    before = {mid: h.shape(mid) for mid in (SELF_CC, IN_INBOX)}
-    gone = _vanish(h, SELF_CC)
-    [kept] = [f for f in h.files(SELF_CC) if f != gone]
+    writes.delete_messages(h.ctx, [BOTH_ACCOUNTS, IN_INBOX])  # a copy in each account
+    before = {mid: h.shape(mid) for mid in (BOTH_ACCOUNTS, IN_INBOX)}
+    gone = _vanish(h, BOTH_ACCOUNTS)
+    [kept] = [f for f in h.files(BOTH_ACCOUNTS) if f != gone]
 
     result = writes.undo_last_write(h.ctx)
 
     assert reindexed == [1]  # the index named a file no longer on disk: indexed once first
-    assert sorted(result.applied) == sorted([SELF_CC, IN_INBOX])
+    assert sorted(result.applied) == sorted([BOTH_ACCOUNTS, IN_INBOX])
     [error] = result.errors
-    assert error.id == SELF_CC, result
+    assert error.id == BOTH_ACCOUNTS, result
     assert f"not moved back: {gone} (gone" in error.error, error.error
-    assert "moved back: personal/" in error.error and "tags restored" in error.error
+    assert "moved back: work/" in error.error and "tags restored" in error.error
     assert h.folders(IN_INBOX) == ["personal/INBOX"]
     assert h.tags(IN_INBOX) == before[IN_INBOX][0] - {"deleted"} | {"inbox"}
-    [back] = h.files(SELF_CC)
+    [back] = h.files(BOTH_ACCOUNTS)
     assert back != kept and not back.startswith("personal/Trash/")
-    assert "deleted" not in h.tags(SELF_CC)
+    assert "deleted" not in h.tags(BOTH_ACCOUNTS)
     h.assert_in_step()
     with pytest.raises(ToolError, match="nothing to undo"):
         writes.undo_last_write(h.ctx)
@@ -803,9 +879,9 @@ def test_undo_of_a_move_whose_file_vanished_restores_the_rest_and_says_exactly_w
 
 def test_an_undo_that_cannot_finish_undoes_nothing_and_can_be_tried_again(h: Harness) -> None:
     # No re-index at hand (h.ctx has none): a file the index names is gone from disk.
-    writes.delete_messages(h.ctx, [SELF_CC, IN_INBOX])
-    trashed = {mid: h.shape(mid) for mid in (SELF_CC, IN_INBOX)}
-    _vanish(h, SELF_CC, index=1)
+    writes.delete_messages(h.ctx, [BOTH_ACCOUNTS, IN_INBOX])
+    trashed = {mid: h.shape(mid) for mid in (BOTH_ACCOUNTS, IN_INBOX)}
+    _vanish(h, BOTH_ACCOUNTS, index=1)
 
     with pytest.raises(ChangeError, match="nothing was undone.*no longer on disk"):
         writes.undo_last_write(h.ctx)
@@ -814,7 +890,7 @@ def test_an_undo_that_cannot_finish_undoes_nothing_and_can_be_tried_again(h: Har
     assert h.audit()[-1][4] is None  # not marked undone
     h.env.notmuch("new", "--no-hooks")
     result = writes.undo_last_write(h.ctx)
-    assert sorted(result.applied) == sorted([SELF_CC, IN_INBOX])
+    assert sorted(result.applied) == sorted([BOTH_ACCOUNTS, IN_INBOX])
     assert h.folders(IN_INBOX) == ["personal/INBOX"]
     h.assert_in_step()
 
@@ -878,7 +954,7 @@ def test_a_move_of_two_copies_one_in_the_rename_window_is_one_undoable_record(
     deleted = writes.delete_messages(h.ctx, [SELF_CC])
     assert deleted.applied == [SELF_CC] and not deleted.errors, deleted
     assert runs == [1]
-    assert h.folders(SELF_CC) == ["personal/Trash", "personal/Trash"]
+    assert h.folders(SELF_CC) == ["personal/Trash"] and len(_held(h)) == 1  # one copy each
     [entry] = h.audit()
     [record] = json.loads(entry[3])
     assert len(record["moves"]) == 2

@@ -325,17 +325,21 @@ def test_undo_of_a_delete_puts_the_server_back(synced_bed: SyncBed,
     assert_settled(bed)
 
 
-def test_archiving_mail_the_archive_holds_already_leaves_one_copy_there(
+def test_a_message_in_two_folders_leaves_one_copy_where_it_goes_and_comes_back_whole(
         sync_bed: SyncBed) -> None:
     """Gmail keeps every message in "[Gmail]/All Mail" too; with that as the archive folder
     (or an Archive holding the same message), archiving moved the INBOX file there and mbsync
     uploaded it: a second copy.  Now the server's INBOX loses it, its Archive keeps exactly
-    one, and undo puts it back in INBOX."""
+    one, and undo puts it back in INBOX.  Deleting (or junking) mail in two folders put both
+    files into Trash, two copies on the server: now one goes, the other is held, and restore
+    or undo puts each back in its folder, on the server too -- the held one with the flags
+    the message has now, not those it had when it was held."""
     bed = sync_bed
-    mid = bed.seed(1)
+    mid = bed.mid(1)
+    both = {mid: [("Archive", frozenset()), ("INBOX", frozenset())]}
+    bed.seed(1)
     bed.seed(1, folder="Archive")
     bed.init()
-    both = {mid: [("Archive", frozenset()), ("INBOX", frozenset())]}
     assert bed.sync().ok
     assert server_snapshot(bed) == both
     tags = bed.tags(mid)
@@ -343,20 +347,46 @@ def test_archiving_mail_the_archive_holds_already_leaves_one_copy_there(
     with bed.reader() as reader, bed.writer() as writer:
         ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
         assert writes.archive(ctx, [mid]).applied == [mid]
-        report = bed.sync()
-        assert report.ok, report.errors()
-        assert server_snapshot(bed) == {mid: [("Archive", frozenset())]}
+        assert synced_once(bed) == {mid: [("Archive", frozenset())]}
         assert {"archived", "inbox"} & bed.tags(mid) == {"archived"}
-        assert [f.parent.parent.name for f in bed.files(mid)] == ["Archive"]
         assert notmuch_new(bed) == "No new mail."  # the held copy stays out of the index
 
         undone = writes.undo_last_write(ctx)
         assert undone.applied == [mid] and not undone.errors
+        assert synced_once(bed) == both
+        assert bed.tags(mid) == tags
+
+        assert not writes.delete_messages(ctx, [mid]).errors
+        assert synced_once(bed) == {mid: [("Trash", frozenset())]}
+        assert notmuch_new(bed) == "No new mail."
+        assert not writes.set_flagged(ctx, [mid], True).errors  # the held copy is not renamed
+        restored = writes.restore(ctx, [mid])
+        assert restored.applied == [mid] and not restored.errors
+        flagged = [(folder, frozenset({FLAGGED})) for folder, _ in both[mid]]
+        assert synced_once(bed) == {mid: flagged}
+        assert bed.tags(mid) == tags | {"flagged"}
+
+        assert not writes.set_flagged(ctx, [mid], False).errors
+        assert not writes.move_to_junk(ctx, [mid]).errors
+        assert synced_once(bed) == {mid: [("Junk", frozenset())]}
+        undone = writes.undo_last_write(ctx)
+        assert undone.applied == [mid] and not undone.errors
+        assert synced_once(bed) == both
+        assert bed.tags(mid) == tags
+    assert notmuch_new(bed) == "No new mail."
+
+
+def synced_once(bed: SyncBed) -> Snapshot:
+    """Sync; then what the server holds, which must be what the local folders hold: each
+    message once per folder at most, on both sides."""
     report = bed.sync()
     assert report.ok, report.errors()
-    assert server_snapshot(bed) == both
-    assert bed.tags(mid) == tags
-    assert notmuch_new(bed) == "No new mail."
+    snapshot = server_snapshot(bed)
+    for mid, places in snapshot.items():
+        folders = sorted(folder for folder, _ in places)
+        assert len(set(folders)) == len(folders), (mid, places)
+        assert folders == sorted(path.parent.parent.name for path in bed.files(mid)), mid
+    return snapshot
 
 
 # ---------------------------------------------------------------------------------------------

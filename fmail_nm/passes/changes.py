@@ -56,7 +56,8 @@ from .tagging import place_tags
 log = logging.getLogger(__name__)
 
 # Message property: JSON {file key: folder it was moved from}, for files we moved into Trash or
-# Junk.  It lives in notmuch, so restore still knows the way back after a sidecar rebuild.
+# Junk -- and for copies held on their way there, which lie in that folder's hold.  It lives
+# in notmuch, so restore still knows the way back after a sidecar rebuild.
 ORIGIN_PROPERTY = "fmail.origin"
 # Roles whose folders remember where a file came from, so restore can bring it back.
 BIN_ROLES = ("trash", "junk")
@@ -181,18 +182,26 @@ class MessageWork:
             return {}
         return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
-    def move(self, copy: Copy, folder: str | None) -> Path:
-        """Move one file into a folder (None: into its own folder's hold); remember its origin
-        when it goes to Trash or Junk."""
-        new = _relocate(self.txn, self.config, copy.path, folder)
+    def move(self, copy: Copy, folder: str | None, bound_for: str | None = None) -> Path:
+        """Move one file into a folder (None: into its own folder's hold, on its way to
+        ``bound_for``); remember its origin when it goes to Trash or Junk -- held on its way
+        there too, so restore brings it back as well as the copy that went."""
+        # A held copy's name kept the flags it had then; it comes back with the message's.
+        tags = self.current().tags if maildir.is_held(copy.path) else None
+        new = _relocate(self.txn, self.config, copy.path, folder, tags)
         self.moves.append((copy.path, new))
         origins = self.origins()
         known = origins.pop(maildir.file_key(copy.path), None)
         changed = known is not None
-        if folder is not None and maildir.role_of(self.config, folder) in BIN_ROLES:
+        from_bin = _is_bin(self.config, copy.folder)
+        if folder is not None and _is_bin(self.config, folder):
             # From one bin to the other (Trash to Junk), the home it had before the first.
-            from_bin = maildir.role_of(self.config, copy.folder) in BIN_ROLES
             origins[maildir.file_key(new)] = known if from_bin and known else copy.folder
+            changed = True
+        elif folder is None and _is_bin(self.config, bound_for) and not from_bin:
+            # Held in the hold of the folder it left, which is where restore looks for it.  A
+            # copy held in a bin's own hold stays there: restore takes mail out of the bins.
+            origins[maildir.file_key(new)] = copy.folder
             changed = True
         if changed:
             self.txn.set_property(self.mid, ORIGIN_PROPERTY,
@@ -204,11 +213,17 @@ class MessageWork:
         place_tags(self.txn, self.config, self.mid)
 
 
-def _relocate(txn: WriteTxn, config: Config, path: Path, folder: str | None) -> Path:
-    """Move one file into a folder, or (None) into the hold of the folder it is in."""
+def _is_bin(config: Config, folder: str | None) -> bool:
+    return folder is not None and maildir.role_of(config, folder) in BIN_ROLES
+
+
+def _relocate(txn: WriteTxn, config: Config, path: Path, folder: str | None,
+              tags: frozenset[str] | None = None) -> Path:
+    """Move one file into a folder, or (None) into the hold of the folder it is in; a file
+    out of a hold takes the flags ``tags`` say (see mover.move_file)."""
     if folder is None:
         return mover.hold_file(txn, path)
-    return mover.move_file(txn, path, maildir.ensure_maildir(config, folder))
+    return mover.move_file(txn, path, maildir.ensure_maildir(config, folder), tags)
 
 
 Step = Callable[[MessageWork], None]
@@ -224,9 +239,9 @@ def tag_step(add: Sequence[str] = (), remove: Sequence[str] = ()) -> Step:
 
 # A move: a copy and the folder it goes to -- None: its own folder's hold (see _no_second_copy).
 Move = tuple[Copy, str | None]
-# The moves a write makes in one account.  Raises CallerError when the account cannot take
-# them (it has no folder for the role, or no such folder).
-Plan = Callable[[Account, list[Copy]], list[Move]]
+# The folders a write sends an account's copies to.  Raises CallerError when the account
+# cannot take them (it has no folder for the role, or no such folder).
+Plan = Callable[[Account, list[Copy]], list[tuple[Copy, str]]]
 
 
 def _move_in_each_account(work: MessageWork, groups: Sequence[tuple[Account, list[Copy]]],
@@ -234,7 +249,7 @@ def _move_in_each_account(work: MessageWork, groups: Sequence[tuple[Account, lis
     """Make the moves ``plan`` gives in each account, then set the place tags.  An account
     that cannot take its moves keeps its copies and PartlyDone names them; when no account
     has anything to move, nothing changes and the first such account's error stands."""
-    moves: list[Move] = []
+    moves: list[tuple[Copy, str]] = []
     left: list[tuple[list[Copy], CallerError]] = []
     for acct, copies in groups:
         try:
@@ -243,33 +258,38 @@ def _move_in_each_account(work: MessageWork, groups: Sequence[tuple[Account, lis
             left.append((copies, exc))
     if left and not moves:
         raise left[0][1]
-    for copy, dest in moves:
-        work.move(copy, dest)
+    _no_second_copy(work, {copy.folder for _, copies in groups for copy in copies}, moves)
     work.settle_place_tags()
     if left:
         raise PartlyDone("; ".join(f"not moved: {', '.join(c.folder for c in copies)} ({exc})"
                                    for copies, exc in left))
 
 
+def _no_second_copy(work: MessageWork, present: set[str],
+                    moves: Sequence[tuple[Copy, str]]) -> None:
+    """Make the moves, except that a copy bound for a folder ``present`` names or another
+    copy has just gone to goes to its own folder's hold instead: moved there, it would be
+    uploaded as a second copy (on Gmail, archiving into "[Gmail]/All Mail" made one of every
+    message archived; deleting a message cc'd to oneself, from INBOX and Sent, put two in
+    Trash).  It leaves its folder all the same, and undo brings it back.  A held copy bound
+    for such a folder (one restore found) stays where it is."""
+    for copy, dest in moves:
+        if dest not in present:
+            work.move(copy, dest)
+            present.add(dest)
+        elif not maildir.is_held(copy.path):
+            work.move(copy, None, bound_for=dest)
+
+
 def _into(dest: Callable[[Account], str], moving: Callable[[Account, Copy], bool]) -> Plan:
     """A plan: the account's copies ``moving`` picks go to its folder ``dest`` names.  The
     folder is asked for only when a copy is picked: an account without it that has nothing
     to move there (a Sent copy when archiving) is no error."""
-    def plan(acct: Account, copies: list[Copy]) -> list[Move]:
+    def plan(acct: Account, copies: list[Copy]) -> list[tuple[Copy, str]]:
         picked = [copy for copy in copies if moving(acct, copy)]
         folder = dest(acct) if picked else ""
-        return _no_second_copy(copies, [(copy, folder) for copy in picked
-                                        if copy.folder != folder])
+        return [(copy, folder) for copy in picked if copy.folder != folder]
     return plan
-
-
-def _no_second_copy(copies: list[Copy], moves: list[tuple[Copy, str]]) -> list[Move]:
-    """The moves, except that a copy bound for a folder where the account already has a file
-    of the message goes to its own folder's hold instead: moved there, it would be uploaded
-    as a second copy (on Gmail, archiving into "[Gmail]/All Mail" made one of every message
-    archived).  It leaves its folder all the same, and undo brings it back."""
-    present = {copy.folder for copy in copies}
-    return [(copy, None if dest in present else dest) for copy, dest in moves]
 
 
 def move_to_role_step(role: str, accounts: Accounts) -> Step:
@@ -310,10 +330,12 @@ def restore_step(accounts: Accounts) -> Step:
 
 
 def _back_home(config: Config, origins: dict[str, str]) -> Plan:
-    """A plan: the account's copies in its bins to the folders ``origins`` names for them."""
-    def plan(acct: Account, copies: list[Copy]) -> list[Move]:
+    """A plan: the account's copies held on their way into its bins, then its copies in its
+    bins, to the folders ``origins`` names for them.  Held copies first: each goes back where
+    it was, as undo puts it, and a file from a bin bound for the same folder is held instead."""
+    def plan(acct: Account, copies: list[Copy]) -> list[tuple[Copy, str]]:
         bins = bin_folders(acct)
-        moves = []
+        moves = _held_on_the_way(config, acct, copies, origins)
         for copy in copies:
             if copy.folder not in bins:
                 continue
@@ -322,8 +344,23 @@ def _back_home(config: Config, origins: dict[str, str]) -> Plan:
             if dest is None or dest in bins or not maildir.is_there_now(config, dest):
                 dest = acct.folder("inbox")
             moves.append((copy, dest))
-        return _no_second_copy(copies, moves)
+        return moves
     return plan
+
+
+def _held_on_the_way(config: Config, acct: Account, copies: list[Copy],
+                     origins: dict[str, str]) -> list[tuple[Copy, str]]:
+    """The account's copies held on their way into a bin (see MessageWork.move), each back to
+    the folder whose hold it is in; a copy pruned from the hold since is left out."""
+    indexed = {maildir.file_key(copy.path) for copy in copies}
+    found = []
+    for key, folder in origins.items():
+        if key in indexed or config.account_for_path(folder) != acct:
+            continue
+        held = maildir.held_copy(config, folder, key)
+        if held is not None:
+            found.append((Copy(held, folder), folder))
+    return found
 
 
 # ---------------------------------------------------------------------------------------------

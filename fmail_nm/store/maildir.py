@@ -176,6 +176,16 @@ def held_folder(mail_root: Path, path: Path) -> str | None:
     return folder_of(mail_root, path.parent)  # the hold lies in the folder's tmp/
 
 
+def held_copy(config: Config, folder: str, key: str) -> Path | None:
+    """The file with this unique part in the folder's hold; None when there is none (never
+    held, taken back, or pruned)."""
+    try:
+        entries = list(os.scandir(folder_path(config, folder) / "tmp" / HOLD))
+    except OSError:
+        return None
+    return next((Path(e.path) for e in entries if file_key(e.name) == key), None)
+
+
 # How long a held copy is kept for undo_last_write; then it is removed.  Its message had
 # another file where the copy was bound (a Gmail user's every archived message: All Mail
 # holds it), so keeping each one for ever would double the archive on disk.  A copy whose

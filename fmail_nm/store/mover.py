@@ -29,11 +29,13 @@ mail delivered to two accounts) -- the policy:
   destination folder; archive moves only the copies in their account's inbox folder; restore
   moves the copies in their account's Trash and Junk folders back to where they came from
   (the writer keeps that per file in the message property ``fmail.origin``), else to the inbox.
-* A copy bound for a folder where its account already has a file of the message is not moved
-  there but into its own folder's hold (:func:`hold_file`): a second file there would be a
-  second copy on the server (Gmail keeps every message in ``[Gmail]/All Mail``, so archiving
-  into it doubled each one).  The copy still leaves its folder, on the server too; it stays on
-  disk, out of the index and of mbsync's sight, and undo brings it back.
+* A copy bound for a folder where its account already has a file of the message -- or where
+  another of its copies goes in the same write -- is not moved there but into its own
+  folder's hold (:func:`hold_file`): a second file there would be a second copy on the server
+  (Gmail keeps every message in ``[Gmail]/All Mail``, so archiving into it doubled each one;
+  deleting mail cc'd to oneself put its INBOX and Sent files both in Trash).  The copy still
+  leaves its folder, on the server too; it stays on disk, out of the index and of mbsync's
+  sight, and undo brings it back -- restore too, when it was bound for Trash or Junk.
 * Maildir flags (read, flagged, replied) are renamed on every file of the message by notmuch.
 * Tags belong to the message, not to a file: after a move, the message's place tags are what
   the user's tagging rules give for the folders its files are now in
@@ -52,12 +54,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import BackendError
 from .maildir import MaildirName, ensure_hold, is_held, on_disk
-from .notmuch import WriteTxn
+from .notmuch import WriteTxn, flags_saying
 
 # Errors from os.link that mean "this filesystem has no hard links", not "this move is wrong".
 NO_HARDLINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK}
@@ -94,12 +96,20 @@ class SourceGone(MoveError):
 # The move itself
 
 
-def move_file(txn: WriteTxn, source: Path, dest_folder: Path) -> Path:
+def move_file(txn: WriteTxn, source: Path, dest_folder: Path,
+              tags: Iterable[str] | None = None) -> Path:
     """Move one message file into ``dest_folder/cur/`` and tell notmuch; returns the new path.
+    A file out of a hold comes with the Maildir flags the message's ``tags`` say (with
+    ``maildir.synchronize_flags``): notmuch renamed its other files while it was held, not
+    this one, and the flags it kept would go to the server -- and, once mbsync renames the
+    upload, back into the tags.
 
     Raises MoveError (and leaves file and index as they were) when it cannot be done.
     """
-    target = _place(source, dest_folder / "cur", MaildirName.parse(source.name))
+    name = MaildirName.parse(source.name)
+    if is_held(source) and tags is not None and txn.sync_flags:
+        name = MaildirName(key=name.key, flags=flags_saying(tags, name.flags))
+    target = _place(source, dest_folder / "cur", name)
     try:
         # Tags stay as they are: a move is not a flag change, and the caller sets place tags.
         txn.add_file(target, sync_flags=False)

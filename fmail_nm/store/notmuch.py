@@ -968,11 +968,24 @@ _MAILDIR_LEAVES = ("cur", "new")
 _INFO = ":2,"
 
 
+def _flags_of_tags(tags: Iterable[str]) -> set[str]:
+    """The letters of notmuch's flag table that these tags stand for."""
+    have = set(tags)
+    return {letter for letter, tag, inverted in _FLAG_TAGS if (tag in have) != inverted}
+
+
+def flags_saying(tags: Iterable[str], flags: str) -> str:
+    """A file's Maildir flags made to say what ``tags`` say, as to_maildir_flags would
+    rename it: the letters of notmuch's table set from the tags, any others kept."""
+    table = {letter for letter, _, _ in _FLAG_TAGS}
+    return "".join(sorted({c for c in flags if c not in table} | _flags_of_tags(tags)))
+
+
 def _file_behind(filenames: Iterable[str | os.PathLike[str]], tags: frozenset[str]
                  ) -> str | None:
     """A file of the message in a ``cur``/``new`` directory whose Maildir flags do not say
     what ``tags`` say (as to_maildir_flags would have renamed it), or None."""
-    want = {letter for letter, tag, inverted in _FLAG_TAGS if (tag in tags) != inverted}
+    want = _flags_of_tags(tags)
     for name in (os.fsdecode(f) for f in filenames):
         if os.path.basename(os.path.dirname(name)) not in _MAILDIR_LEAVES:
             continue
