@@ -273,6 +273,20 @@ def _str_tuple(value: Any, what: str) -> tuple[str, ...]:
     raise ConfigError(f"{what} must be a string or a list of strings")
 
 
+# A rule's "in a folder of this role" placeholder; anything else spelled {folder:...} is a typo.
+FOLDER_PLACEHOLDER = re.compile(r"\{folder:([a-z]+)\}")
+_ANY_FOLDER_PLACEHOLDER = re.compile(r"\{\s*folder\s*:([^}]*)\}", re.IGNORECASE)
+
+
+def _check_placeholders(query: str, n: int) -> None:
+    """A {folder:ROLE} naming no role matched no mail without a word (notmuch takes the
+    braces as text): refused when the config is read."""
+    for m in _ANY_FOLDER_PLACEHOLDER.finditer(query):
+        if not FOLDER_PLACEHOLDER.fullmatch(m[0]) or m[1] not in ROLES:
+            raise ConfigError(f"tagging rule #{n}: {m[0]} names no folder role (one of "
+                              f"{', '.join(ROLES)}, as {{folder:trash}})")
+
+
 def _parse_rules(raw: Any) -> tuple[TagRule, ...]:
     if raw is None:
         return DEFAULT_RULES
@@ -282,6 +296,7 @@ def _parse_rules(raw: Any) -> tuple[TagRule, ...]:
     for i, item in enumerate(raw):
         if not isinstance(item, dict) or not isinstance(item.get("query"), str):
             raise ConfigError(f"tagging rule #{i + 1} needs a query string")
+        _check_placeholders(item["query"], i + 1)
         rules.append(
             TagRule(
                 query=item["query"],

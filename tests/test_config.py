@@ -215,6 +215,11 @@ def test_role_detection_handles_gmail_and_flatten() -> None:
     ("[[tagging.rules]]\nadd = ['x']", "needs a query string"),
     ("addresses = [1]", "must be a string or a list of strings"),
     ("= broken", "fmail.toml"),
+    # a {folder:ROLE} naming no role matched nothing, without a word
+    ("[[tagging.rules]]\nquery = '{folder:archived}'\nadd = ['x']",
+     r"rule #1: \{folder:archived\} names no folder role"),
+    ("[[tagging.rules]]\nquery = 'tag:a'\n[[tagging.rules]]\nquery = 'not {Folder:Trash}'",
+     r"rule #2: \{Folder:Trash\} names no folder role \(one of inbox, sent"),
 ])
 def test_bad_fmail_toml_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

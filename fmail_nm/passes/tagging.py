@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .. import tags
-from ..config import Config, TagRule
+from ..config import FOLDER_PLACEHOLDER, Config, TagRule
 from ..progress import TAGGING, ProgressCallback
 from ..store import sidecar
 from ..store.maildir import in_role
@@ -54,14 +54,13 @@ class TaggingReport:
             self.tagged[tag] = self.tagged.get(tag, 0) + n
 
 
-_FOLDER_PLACEHOLDER = re.compile(r"\{folder:([a-z]+)\}")
 
 
 def rule_query(rule: TagRule, config: Config) -> str:
     """A rule's query with ``{me}`` and ``{folder:ROLE}`` expanded for this setup."""
     roles = config.roles()
     query = rule.query.replace("{me}", me_query(config.addresses))
-    return _FOLDER_PLACEHOLDER.sub(lambda m: folders_query(roles.get(m.group(1), [])), query)
+    return FOLDER_PLACEHOLDER.sub(lambda m: folders_query(roles.get(m.group(1), [])), query)
 
 
 # notmuch refuses tags over 200 bytes (and the whole batch with them); a List-Id is untrusted.
@@ -78,7 +77,7 @@ def list_tag_id(list_id: str | None) -> str | None:
 
 def _folder_rule(rule: TagRule) -> bool:
     """A rule that says something about where a message lives (it names a folder)."""
-    return bool(_FOLDER_PLACEHOLDER.search(rule.query)) or any(
+    return bool(FOLDER_PLACEHOLDER.search(rule.query)) or any(
         term in rule.query for term in ("folder:", "path:"))
 
 
