@@ -296,6 +296,7 @@ def _parse_rules(raw: Any) -> tuple[TagRule, ...]:
     for i, item in enumerate(raw):
         if not isinstance(item, dict) or not isinstance(item.get("query"), str):
             raise ConfigError(f"tagging rule #{i + 1} needs a query string")
+        _known_keys(item, _RULE_KEYS, f"tagging rule #{i + 1}")
         _check_placeholders(item["query"], i + 1)
         rules.append(
             TagRule(
@@ -331,11 +332,7 @@ def _parse_send(raw: Any) -> SendSettings:
         return SendSettings()
     if not isinstance(raw, dict):
         raise ConfigError("[send] must be a table")
-    known = {"enabled", "direct", "command", "max_per_hour", "max_message_mb",
-             "attachments_dir", "timeout_seconds"}
-    if unknown := sorted(set(raw) - known):
-        raise ConfigError(f"[send]: unknown keys {', '.join(unknown)} (known: "
-                          f"{', '.join(sorted(known))})")
+    _known_keys(raw, _SEND_KEYS, "[send]")
     limit = raw.get("max_per_hour", DEFAULT_MAX_SENDS_PER_HOUR)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ConfigError("[send] max_per_hour must be a whole number >= 0 (0: no sends)")
@@ -380,6 +377,11 @@ def _account_tables(value: Any, config_path: Path) -> tuple[dict[str, Any], ...]
     against the folder of the file it is written in, not wherever fmail-nm runs."""
     if not isinstance(value, list) or not all(isinstance(a, dict) for a in value):
         raise ConfigError(f"{config_path}: [[accounts]] must be a list of tables")
+    for table in value:
+        where = f"{config_path}: account {table.get('name')!r}"
+        _known_keys(table, _ACCOUNT_KEYS, where)
+        if isinstance(table.get("send"), dict):
+            _known_keys(table["send"], _ACCOUNT_SEND_KEYS, f"{where} send")
     return tuple(_with_mbsync_config_resolved(table, config_path) for table in value)
 
 
@@ -390,6 +392,26 @@ def _with_mbsync_config_resolved(table: dict[str, Any], config_path: Path) -> di
     return {**table, "mbsync_config": _named_path(table["mbsync_config"], config_path, what)}
 
 
+_TOP_KEYS = ("data_dir", "addresses", "accounts", "notmuch", "mbsync", "index", "tagging",
+             "send")
+_TABLE_KEYS = {"notmuch": ("config", "profile"), "mbsync": ("config", "pull_interval_minutes"),
+               "index": ("safety_interval_minutes",), "tagging": ("rules",)}
+_ACCOUNT_KEYS = ("name", "addresses", "maildir", "folders", "mbsync_channel", "mbsync_config",
+                 "send", "pull_interval_minutes", "blocked_to_junk", "server_saves_sent")
+_ACCOUNT_SEND_KEYS = ("command", "server_stores_sent", "smtp_host", "smtp_port", "smtp_user",
+                      "smtp_starttls")
+_RULE_KEYS = ("query", "add", "remove")
+_SEND_KEYS = ("enabled", "direct", "command", "max_per_hour", "max_message_mb",
+              "attachments_dir", "timeout_seconds")
+
+
+def _known_keys(table: Mapping[str, Any], known: Sequence[str], where: str) -> None:
+    """A misspelt key (data-dir, pull_interval) did nothing without a word: named instead."""
+    if unknown := sorted(set(table) - set(known)):
+        raise ConfigError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(unknown)} (known: {', '.join(sorted(known))})")
+
+
 def _table(data: dict[str, Any], key: str, config_path: Path) -> dict[str, Any]:
     """The ``[key]`` table of fmail.toml ({} when left out).  ``key = "..."`` in its place is
     an easy slip in TOML; it must be named, not fail later as a Python AttributeError."""
@@ -397,6 +419,7 @@ def _table(data: dict[str, Any], key: str, config_path: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{config_path}: {key} must be a table -- a line [{key}] with its "
                           f"settings below it -- not {key} = {value!r}")
+    _known_keys(value, _TABLE_KEYS[key], f"{config_path}: [{key}]")
     return value
 
 
@@ -426,6 +449,7 @@ def load_settings(path: Path | str | None = None) -> Settings:
         data = tomllib.loads(config_path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{config_path}: {exc}") from None
+    _known_keys(data, _TOP_KEYS, str(config_path))
     notmuch = _table(data, "notmuch", config_path)
     mbsync = _table(data, "mbsync", config_path)
     index = _table(data, "index", config_path)

@@ -215,6 +215,12 @@ def test_role_detection_handles_gmail_and_flatten() -> None:
     ("[[tagging.rules]]\nadd = ['x']", "needs a query string"),
     ("addresses = [1]", "must be a string or a list of strings"),
     ("= broken", "fmail.toml"),
+    # a misspelt key did nothing, without a word
+    ("data-dir = '/x'", r"fmail.toml: unknown key data-dir \(known: accounts, addresses, data_dir"),
+    ("[mbsync]\npull_interval = 5", r"\[mbsync\]: unknown key pull_interval \(known: config"),
+    ("[[accounts]]\nname = 'a'\nmail_dir = 'a'", "account 'a': unknown key mail_dir"),
+    ("[[accounts]]\nname = 'a'\nsend = { comand = ['msmtp'] }", "account 'a' send: unknown key"),
+    ("[[tagging.rules]]\nquery = 'x'\nadds = ['y']", "tagging rule #1: unknown key adds"),
     # a {folder:ROLE} naming no role matched nothing, without a word
     ("[[tagging.rules]]\nquery = '{folder:archived}'\nadd = ['x']",
      r"rule #1: \{folder:archived\} names no folder role"),

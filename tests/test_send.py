@@ -811,7 +811,7 @@ def test_subject_prefixes_do_not_stack(subject: str, reply: str, forward: str) -
     ("enabled = 1", "enabled must be true or false"),
     ("max_per_hour = -1", "max_per_hour must be a whole number"),
     ("max_message_mb = 0", "max_message_mb must be a number > 0"),
-    ("attachments = '~/x'", "unknown keys attachments"),
+    ("attachments = '~/x'", "unknown key attachments"),
 ])
 def test_send_settings_are_checked(tmp_path: Path, table: str, error: str) -> None:
     from fmail_nm.config import ConfigError, load_settings
