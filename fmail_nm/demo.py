@@ -36,7 +36,10 @@ def setup_demo(base: Path) -> Path:
     mail = base / "mail"
     if not mail.exists():
         shutil.copytree(FIXTURES / "maildir", mail, symlinks=True)
-    shutil.copyfile(FIXTURES / "fmail.toml", base / "fmail.toml")
+    # An mbsync config of the demo's own (there is none: the sample has no server), not the
+    # user's ~/.mbsyncrc, whose channels of the sample's account names would set its layout.
+    (base / "fmail.toml").write_text((FIXTURES / "fmail.toml").read_text(encoding="utf-8")
+                                     + '\n[mbsync]\nconfig = "mbsyncrc"\n', encoding="utf-8")
     os.environ.update(demo_environment(base))
     return mail
 

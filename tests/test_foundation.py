@@ -6,6 +6,9 @@ from __future__ import annotations
 import email
 import email.policy
 import json
+import os
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -14,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from fmail_nm.adopt.hooks import kept_hook
+from fmail_nm.demo import demo_environment
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import DatabaseBusy, Reader, Writer
 
@@ -373,15 +377,26 @@ def test_demo_indexes_its_own_copy_of_the_sample_mail(mail_env: MailEnv) -> None
     assert "indexed: 0 new, 169 messages in all" in again
 
 
-def test_the_demo_leaves_out_the_accounts_fmail_nm_added_for_the_user(mail_env: MailEnv) -> None:
+def test_the_demo_reads_none_of_the_users_own_account_files(mail_env: MailEnv) -> None:
     """An account `fmail-nm account add` wrote into the user's own accounts.toml is no account
-    of the demo's: read against the sample mail, its folder is not there and the demo failed."""
+    of the demo's: read against the sample mail, its folder is not there and the demo failed.
+    Nor is the user's ~/.mbsyncrc the demo's: a channel of the sample's account name set the
+    layout its folders were read with."""
     own = Path(mail_env.env["XDG_CONFIG_HOME"]) / "fmail-nm"
     own.mkdir(parents=True)
     (own / "accounts.toml").write_text('[[accounts]]\nname = "side"\nmaildir = "side"\n')
+    (Path(mail_env.env["HOME"]) / ".mbsyncrc").write_text(
+        "MaildirStore mine\nInbox ~/Maildir/\nSubFolders Maildir++\n\n"
+        "Channel personal\nNear :mine:\nFar :remote:\n")
     demo_dir = mail_env.base / "demo"
     out = mail_env.fmail("demo", "--dir", str(demo_dir), "--no-serve").stdout
     assert "indexed: 169 new, 169 messages in all" in out
+    layout = subprocess.run(
+        [sys.executable, "-c", "from fmail_nm.app import load_config; "
+         "print(load_config().account('personal').layout)"],
+        env={**os.environ, **mail_env.env, **demo_environment(demo_dir)},
+        capture_output=True, text=True, timeout=60, check=True).stdout
+    assert layout.strip() == "FolderLayout(subfolders=None, flatten=None)"
 
 
 def test_rule_placeholders_expand_to_queries_notmuch_accepts(shared_indexed: MailEnv) -> None:
