@@ -30,6 +30,9 @@ PLACE_TAGS = (INBOX, *ROLE_TAGS.values())
 # Mail that is never in the inbox, wherever its file is: the user's own, drafts, list mail.
 NEVER_INBOX = (SENT, DRAFT, LIST)
 
+# The tags of the vocabulary above: a list of tags cut short keeps these (see tools.dto).
+STANDARD = FLAG_TAGS | {INBOX, SENT, LIST, ATTACHMENT, DELETED, SPAM, ARCHIVED, BLOCKED}
+
 # Hidden from searches unless asked for: notmuch's search.exclude_tags as fmail-nm writes it,
 # and what a search excludes when the user's notmuch config names none.
 DEFAULT_EXCLUDED = (DELETED, SPAM)

@@ -4,9 +4,12 @@ and pages that stay right while the sidecar mirror lags the index."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -15,13 +18,16 @@ from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 from pydantic import BaseModel
 
+from fmail_nm.message import mime
+from fmail_nm.message.html import html_to_text
 from fmail_nm.passes import mirror
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader
-from fmail_nm.tools import dto, reads
+from fmail_nm.tools import dto, reads, render
+from fmail_nm.tools import sql as sqltools
 from fmail_nm.tools.sql import SqlResult
 
-from .conftest import MailEnv, search_rows
+from .conftest import MailEnv, make_mail_env, run_init, search_rows
 
 SCHOOL_1, SCHOOL_2, SCHOOL_3 = ("school-trip-1@example.com", "school-trip-2@example.org",
                                 "school-trip-3@example.com")
@@ -487,3 +493,176 @@ async def test_an_attachment_inside_a_forwarded_message_is_read_by_its_path(
                              (-1, "an index is 0 or more")]:
             bad = await c.call_tool("get_attachment", {"id": short, "index": index})
             assert bad.is_error and error in bad.content[0].text, bad.content  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------------------------------------
+# Answers bounded at a real mailbox's extremes: every list and value of a message capped,
+# with the rest named; a thread, the tags and the folders cut to their busiest part.
+
+CHAIN = 400  # replies deep: past Python's recursion limit for a walk through replies()
+MANY = 300  # recipients, tags, folders
+
+
+def _extreme_mail(root: Path) -> None:
+    """A reply chain of CHAIN messages by a dozen people, one message with everything
+    (recipients, attachments, headers past every bound), a 1.1 MB plain-text body, and
+    MANY folders."""
+    inbox = root / "personal" / "INBOX" / "cur"
+    for i in range(CHAIN):
+        parent = f"In-Reply-To: <chain-{i - 1}@x.example>\n" if i else ""
+        (inbox / f"1770000000.chain{i}.host:2,S").write_text(
+            f"From: Person {i % 12} <p{i % 12}@x.example>\nTo: alex@example.org\n"
+            f"Subject: Chain\nDate: Mon, 02 Nov 2026 {i // 60 % 24:02d}:{i % 60:02d}:00 +0000\n"
+            f"Message-ID: <chain-{i}@x.example>\n{parent}\nmessage {i}\n")
+    people = ",\n ".join(f"Person {i} <r{i}@many.example>" for i in range(MANY))
+    parts = "".join(f"--B\nContent-Type: text/plain\nContent-Disposition: attachment; "
+                    f'filename="{i:02d}{"a" * 500}.txt"\n\nfile {i}\n' for i in range(60))
+    (inbox / "1770000001.everything.host:2,S").write_text(
+        f"From: {'N' * 2000} <everything@x.example>\nTo: {people}\nCc: {people}\n"
+        f"Subject: {'S' * 5000}\nDate: Tue, 03 Nov 2026 09:00:00 +0000\n"
+        "Message-ID: <everything@x.example>\nReferences: "
+        + "\n ".join(f"<ref-{i}@x.example>" for i in range(MANY))
+        + "\nMIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=B\n\n"
+        f"--B\nContent-Type: text/plain\n\nsee attached\n{parts}--B--\n")
+    (inbox / "1770000002.huge.host:2,S").write_text(
+        "From: Log <log@x.example>\nSubject: Log\nDate: Wed, 04 Nov 2026 09:00:00 +0000\n"
+        "Message-ID: <huge@x.example>\n\n" + "> quoted log line\n" * 60_000)
+    for i in range(MANY):
+        for sub in ("cur", "new", "tmp"):
+            (root / "personal" / f"Label{i:03d}" / sub).mkdir(parents=True)
+
+
+@pytest.fixture(scope="module")
+def extreme(tmp_path_factory: pytest.TempPathFactory) -> Iterator[reads.Mailbox]:
+    env = make_mail_env(tmp_path_factory.mktemp("extreme"))
+    _extreme_mail(env.mail_root)
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.env.items():
+            mp.setenv(key, value)
+        run_init(env)
+        # MANY tags on one message, one of them on few: a tag per mailing list
+        env.notmuch("tag", *(f"+list/l{i:03d}" for i in range(MANY)), "+unread", "--",
+                    "id:everything@x.example")
+        env.notmuch("tag", "+rare", "--", "id:huge@x.example")
+        env.fmail("index")  # the mirror follows the tags
+        with Reader() as reader:
+            yield reads.Mailbox(env.config(), reader)
+
+
+def answer(result: BaseModel) -> tuple[str, dict[str, Any], int]:
+    """What a tool call returns: its text, its structured content and their bytes."""
+    data = result.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    text = render.text_of(result, data)
+    return text, data, len(text.encode()) + len(json.dumps(data).encode())
+
+
+def test_a_thread_of_hundreds_is_read_capped_and_the_rest_is_listed(
+        extreme: reads.Mailbox) -> None:
+    for bodies in (True, False):
+        thread = reads.get_thread(extreme, uid("chain-0@x.example"), include_bodies=bodies)
+        text, data, size = answer(thread)
+        assert len(thread.messages) == reads.MAX_THREAD_MESSAGES and size < 60_000
+        assert data["more_messages"] == CHAIN - reads.MAX_THREAD_MESSAGES
+        assert thread.messages[-1].depth == reads.MAX_THREAD_MESSAGES - 1  # in reply order
+        assert f"(100 of {CHAIN} messages" in text.split("\n")[0]
+        assert text.endswith(f"… {CHAIN - 100} more messages: search_emails "
+                             f"query=thread:{thread.thread} (sort=oldest) lists them, "
+                             "get_email reads one")
+    rest = reads.search_emails(extreme, f"thread:{thread.thread}", sort="oldest", limit=500)
+    assert rest.total == CHAIN and rest.results[100].id == uid("chain-100@x.example")
+    threads = reads.list_threads(extreme, "id:chain-0@x.example")
+    authors = threads.threads[0].authors
+    assert len(authors) == dto.MAX_AUTHORS + 1 and authors[-1] == "… 2 more: get_thread"
+
+
+def test_one_message_with_everything_past_every_bound_reads_in_a_few_kilobytes(
+        extreme: reads.Mailbox) -> None:
+    email = reads.get_email(extreme, uid("everything@x.example"))
+    text, data, size = answer(email)
+    assert size < 40_000, size
+    assert len(data["to"]) == len(data["cc"]) == dto.MAX_LISTED + 1
+    assert data["to"][-1] == (f"… {MANY - dto.MAX_LISTED} more: query_emails "
+                              "emails.recipients (the first 500)")
+    assert data["from"][0] == "N" * 100 + "… (2000 characters) <everything@x.example>"
+    assert data["subject"] == "S" * 2000 + "… (5000 characters)"
+    assert data["references"][0] == f"… {MANY - 20} more: get_thread"
+    assert data["references"][-1] == f"ref-{MANY - 1}@x.example"
+    assert len(data["attachments"]) == dto.MAX_LISTED and data["more_attachments"] == 10
+    assert "; … 10 more: get_attachment index=50 to 59" in text
+    found = extreme.reader.find("everything@x.example")
+    assert found is not None
+    tagged = len(found.tags)
+    assert len(data["tags"]) == dto.MAX_LISTED + 1 and "unread" in data["tags"]
+    assert data["tags"][-1] == f"… {tagged - dto.MAX_LISTED} more: query_emails email_tags"
+    last = reads.get_attachment(extreme, email.id, 59)
+    assert last.text == "file 59"
+    assert last.attachment.filename == "59" + "a" * 98 + "… (506 characters)"
+    # the rest of the recipients and tags are where the answer says
+    sidecar_file = sidecar.sidecar_path(extreme.config.data_dir)
+    every = sqltools.query_emails(sidecar_file, "SELECT count(*) FROM email_tags WHERE uid = "
+                                  f"'{email.id}'")
+    assert every.rows == [[tagged]]
+
+
+def test_listing_lines_keep_their_flags_and_stay_short(extreme: reads.Mailbox) -> None:
+    page = reads.search_emails(extreme, "id:everything@x.example")
+    text, data, size = answer(page)
+    assert size < 2_000, size
+    row = page.results[0]
+    found = extreme.reader.find("everything@x.example")
+    assert found is not None
+    more = len(found.tags) - dto.MAX_TAGS_LISTED
+    assert len(row.tags) == dto.MAX_TAGS_LISTED + 1 and "unread" in row.tags
+    assert row.tags[-1] == f"… {more} more: query_emails email_tags"
+    assert row.subject == "S" * dto.MAX_LISTED_SUBJECT + "… (2000 characters)"  # as mirrored
+    line = text.split("\n")[1]
+    assert " UA~l000~l001" in line and f"~l016…+{more} " in line
+    threads = reads.list_threads(extreme, "id:everything@x.example")
+    assert answer(threads)[2] < 2_000 and threads.threads[0].tags == row.tags
+
+
+def test_tags_and_folders_list_the_busiest_and_say_where_the_rest_are(
+        extreme: reads.Mailbox) -> None:
+    tags = reads.list_tags(extreme)
+    text, data, size = answer(tags)
+    assert len(tags.tags) == reads.MAX_TAGS and size < 30_000
+    assert data["more"] > 0 and "rare" not in {t.tag for t in tags.tags}  # on one message
+    assert {"inbox", "unread"} <= {t.tag for t in tags.tags}
+    assert text.endswith(f"… {data['more']} more tags, each on fewer messages: query_emails "
+                         "tags lists every tag")
+    every = sqltools.query_emails(sidecar.sidecar_path(extreme.config.data_dir),
+                                  "SELECT count(*) FROM tags WHERE tag = 'rare'")
+    assert every.rows == [[1]]
+    folders = reads.list_folders(extreme)
+    text, data, size = answer(folders)
+    assert len(folders.folders) == reads.MAX_FOLDERS and size < 60_000
+    assert data["more"] == len(extreme.config.folders) - reads.MAX_FOLDERS
+    assert "personal/INBOX" in {f.folder for f in folders.folders}  # roles kept
+    assert text.split("\n")[-1].startswith(f"… {data['more']} more folders, each with less mail")
+
+
+def test_a_body_of_megabytes_is_shown_in_full_without_cleaning(extreme: reads.Mailbox) -> None:
+    started = time.monotonic()
+    email = reads.get_email(extreme, uid("huge@x.example"), body_offset=540_000)
+    assert time.monotonic() - started < 1.0  # clean would read all of it first
+    assert email.body.format == "full" and email.body.text.startswith("> quoted log line")
+    assert email.body.notes == ["too long to clean (1,079,999 characters): shown in full"]
+
+
+def test_html_past_its_bound_is_rendered_in_part() -> None:
+    html = "<p>para</p>\n" * (mime.MAX_HTML_CHARS // 12 + 1000)
+    defects: list[str] = []
+    text = mime.html_text(html, html_to_text, "part 1", defects)
+    assert text.count("para") == mime.MAX_HTML_CHARS // 12 + 1
+    assert defects == [f"part 1: HTML of {len(html):,} characters; only the first "
+                       f"{mime.MAX_HTML_CHARS:,} rendered"]
+
+
+def test_several_bodies_share_one_bound(extreme: reads.Mailbox) -> None:
+    huge = uid("huge@x.example")
+    emails = reads.get_emails_content(extreme, [huge, huge, huge], max_body_chars=150_000).emails
+    sizes = [len(e.body.text) for e in emails]  # (cut at a line's end)
+    assert sizes[0] <= 150_000 and sum(sizes) <= reads.MAX_CONTENT_CHARS + 10 and sizes[2] < 10
+    offset = emails[2].body.next_offset  # where get_email reads on
+    assert offset is not None
+    assert reads.get_email(extreme, huge, body_offset=offset).body.offset == offset

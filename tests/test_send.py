@@ -1182,3 +1182,26 @@ def test_an_eml_file_attached_goes_out_as_a_message_readers_open(bed: Bed) -> No
         assert inner.get_content().replace("\r\n", "\n") == "hello inner\n"
     shown = bed.env.notmuch("show", "--format=text", f"id:{draft.id}").stdout
     assert "hello inner" in shown
+
+
+def test_a_reply_to_a_huge_message_quotes_its_start_and_says_so(bed: Bed) -> None:
+    lines = "".join(f"log line {i:06d}\r\n" for i in range(20_000))  # 320 KB
+    bed.receive(b"From: Jo <jo@example.net>\r\nTo: alex@example.org\r\nSubject: Log\r\n"
+                b"Message-ID: <log@example.net>\r\n\r\n" + lines.encode())
+    draft = compose.reply_to_email(bed.ctx, "log@example.net", "Seen.")
+    body = bed.draft_body(draft.id)
+    assert body.startswith("Seen.\n\nJo wrote:\n> log line 000000\n")
+    quoted_lines = compose.MAX_QUOTED_CHARS // len("log line 000000\n")
+    assert f"> log line {quoted_lines - 1:06d}\n" in body
+    assert f"line {quoted_lines + 1:06d}" not in body
+    left = 20_000 * len("log line 000000\n") - 1 - compose.MAX_QUOTED_CHARS  # (the last \n)
+    assert body.endswith(f">\n> [… {left:,} more characters of the original not quoted]\n")
+
+
+def test_a_reply_to_a_subject_of_kilobytes_keeps_it_and_answers_in_short(bed: Bed) -> None:
+    bed.receive(b"From: Jo <jo@example.net>\r\nTo: alex@example.org\r\nSubject: " + b"S" * 5000
+                + b"\r\nMessage-ID: <long@example.net>\r\n\r\nHi\r\n")
+    draft = compose.reply_to_email(bed.ctx, "long@example.net", "Hi.")
+    assert draft.subject == "Re: " + "S" * 1996 + "… (5004 characters)"
+    saved = parse(bed.files_with(bed.drafts, draft.id)[0].read_bytes())
+    assert str(saved["Subject"]) == "Re: " + "S" * 5000

@@ -196,6 +196,8 @@ def _gbk_in_disguise(data: bytes) -> str | None:
     is all letters), and the pairs decoding to ideographs -- two in a row at least, and most
     of the non-ASCII text.  Text whose pairs all lie in the Hangul rows may be Korean
     (EUC-KR) as well, and stays as it was."""
+    if data.isascii():  # no 8-bit byte, no pair: said at C speed, not by scanning for runs
+        return None
     runs = []
     for run in _HIGH_RUN.finditer(data):  # Latin-1 text mostly stops at its first accent
         if len(run.group()) % 2:

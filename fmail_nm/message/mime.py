@@ -692,8 +692,19 @@ def entity_charset(entity: Entity) -> str | None:
         return None
 
 
+# HTML rendered of one part, in characters: html2text takes about 0.8 s a megabyte, and a
+# body or an attachment of 30 MB of HTML (a report, an exported log) would hold up every
+# read; newsletters stay far below (Gmail clips a message's HTML at 102 KB).
+MAX_HTML_CHARS = 500_000
+
+
 def html_text(html: str, render_html: HtmlRenderer, where: str, defects: list[str]) -> str:
-    """``render_html(html)``, tidied; on any failure, the tags stripped and a defect noted."""
+    """``render_html(html)``, tidied, of the first MAX_HTML_CHARS (the rest noted as a
+    defect); on any failure, the tags stripped and a defect noted."""
+    if len(html) > MAX_HTML_CHARS:
+        defects.append(f"{where}: HTML of {len(html):,} characters; only the first "
+                       f"{MAX_HTML_CHARS:,} rendered")
+        html = html[:MAX_HTML_CHARS]
     try:
         return tidy(render_html(html))
     except Exception as exc:  # noqa: BLE001 - a renderer on hostile markup; degrade, don't fail

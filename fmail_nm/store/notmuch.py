@@ -673,15 +673,23 @@ class Reader:
                                                     exclude_tags=())))
             if not threads:
                 return []
+            # Each message read from the thread's flat list, its replies' ids with it: a
+            # handle reached through replies() of replies() checks every handle above it
+            # on each use, recursing once per level, so a chain of replies some hundreds
+            # deep (a long list discussion) would exhaust Python's recursion limit.
+            found: dict[str, tuple[IndexedMessage, list[str]]] = {}
+            for msg in threads[0]:
+                found[str(msg.messageid)] = (_indexed(msg),
+                                             [str(r.messageid) for r in msg.replies()])
             nodes: list[ThreadNode] = []
-
-            def visit(msg: notmuch2.Message, depth: int, parent: str | None) -> None:
-                mid = str(msg.messageid)
-                nodes.append(ThreadNode(_indexed(msg), depth, parent))
-                for reply in msg.replies():
-                    visit(reply, depth + 1, mid)
-            for top in threads[0].toplevel():
-                visit(top, 0, None)
+            stack: list[tuple[str, int, str | None]] = [
+                (str(top.messageid), 0, None) for top in reversed(list(threads[0].toplevel()))]
+            while stack:  # depth first, replies in libnotmuch's order
+                mid, depth, parent = stack.pop()
+                if mid in found:
+                    message, replies = found.pop(mid)  # popped: each message once
+                    nodes.append(ThreadNode(message, depth, parent))
+                    stack += [(reply, depth + 1, mid) for reply in reversed(replies)]
             return nodes
         return self._query(walk)
 

@@ -57,7 +57,8 @@ from ..passes.tagging import tag_added
 from ..store import maildir, mover, notmuch_cli, sidecar
 from ..store.notmuch import DatabaseBusy, IndexedMessage, StaleFiles, WriteTxn
 from ..store.query import id_query
-from .dto import Dto
+from .dto import MAX_SUBJECT_CHARS as MAX_SUBJECT_CHARS_SHOWN
+from .dto import Dto, cut
 from .reads import Mailbox, ToolError
 
 log = logging.getLogger(__name__)
@@ -554,7 +555,8 @@ def _draft_folder(ctx: WriteContext, account: Account) -> Path:
 def _result(c: Composition, message_id: str, sent: bool = False) -> DraftResult:
     return DraftResult(id=message_id, from_=c.sender.address, to=[p.address for p in c.to],
                        cc=[p.address for p in c.cc], bcc=[p.address for p in c.bcc],
-                       subject=c.subject, sent=sent)
+                       # (a reply keeps an original's subject of kilobytes: the draft has it)
+                       subject=cut(c.subject, MAX_SUBJECT_CHARS_SHOWN), sent=sent)
 
 
 def _drafts_of(txn: WriteTxn, config: Config, message_id: str,
@@ -829,6 +831,11 @@ def _attribution(date: datetime | None, author: list[Address]) -> str:
     return f"On {when}, {name} wrote:" if when else f"{name} wrote:"
 
 
+# Of the original a reply quotes, in characters: quoting a log of megabytes took seconds to
+# clean and build, and made a draft too big to send ([send] max_message_mb).
+MAX_QUOTED_CHARS = MAX_BODY_CHARS
+
+
 def reply_to_email(ctx: WriteContext, id: str, body: str, *, reply_all: bool = False,
                    quote: bool = True) -> DraftResult:
     """A reply saved as a draft: threading headers, Re: subject, From the address the mail
@@ -849,10 +856,15 @@ def reply_to_email(ctx: WriteContext, id: str, body: str, *, reply_all: bool = F
     if quote and parsed.text.strip():
         # A forward's forwarded message is what the reply is about: quoted with the note.
         forward = is_forward_subject(parsed.subject or message.subject)
-        original = clean_text(parsed.text, forward=forward, answered=True)
+        whole = parsed.text
+        original = clean_text(whole[:MAX_QUOTED_CHARS], forward=forward, answered=True,
+                              head=len(whole) > MAX_QUOTED_CHARS)
         if parsed.from_html:  # the quote goes to people: no Markdown escapes
             original = unescape_line_marks(original)
         text += "\n\n" + _attribution(parsed.date, parsed.from_) + "\n" + quoted(original)
+        if len(whole) > MAX_QUOTED_CHARS:
+            text += (f"\n>\n> [… {len(whole) - MAX_QUOTED_CHARS:,} more characters of the "
+                     "original not quoted]")
     refs = parsed.references or ([parsed.in_reply_to] if parsed.in_reply_to else [])
     c = Composition(
         account=account, sender=Address(user_name(mb), address), to=to, cc=cc, bcc=[],

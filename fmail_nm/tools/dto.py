@@ -10,15 +10,58 @@ fields with a default left out of the answer when they hold it (``mcp.registry``
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from ..tags import STANDARD
+
 
 class Dto(BaseModel):
     # "from" is a keyword: fields are built as from_ and serialised under their alias.
     model_config = ConfigDict(populate_by_name=True)
+
+
+# Bounds on what one value or list of a message can add to an answer: mail can carry
+# thousands of recipients, tags or attachments and headers of megabytes.  A list cut short
+# ends with one item ``… N more: <where the rest is>`` (its items keep their type, so the
+# output schemas stay as they are); a value cut short ends ``… (N characters)``.
+MORE = "… "
+MAX_LISTED = 50  # people in one header, folders, tags, problems of one message
+MAX_TAGS_LISTED = 20  # tags of one listing line (a message, a thread)
+MAX_AUTHORS = 10  # authors of one thread line
+MAX_NAME_CHARS = 100  # a person's name or address, a file name
+MAX_LISTED_SUBJECT = 300  # a subject on a listing line; get_email shows MAX_SUBJECT_CHARS
+MAX_SUBJECT_CHARS = 2000  # as much as the mirror keeps (passes.mirror)
+MAX_VALUE_CHARS = 1000  # any other header value (a Message-ID, a List-Id)
+TAGS_REST = "query_emails email_tags"
+
+
+def cut(text: str, most: int) -> str:
+    """``text``, or its first ``most`` characters and how long it was."""
+    return text if len(text) <= most else f"{text[:most]}{MORE}({len(text)} characters)"
+
+
+def capped(items: Sequence[str], most: int = MAX_LISTED, rest: str = "") -> list[str]:
+    """The first ``most`` items and, for the others, one saying how many and where (``rest``)."""
+    if len(items) <= most:
+        return list(items)
+    return [*items[:most], f"{MORE}{len(items) - most} more" + (f": {rest}" if rest else "")]
+
+
+def shown_tags(tags: Iterable[str], most: int = MAX_TAGS_LISTED) -> list[str]:
+    """Tags sorted, at most ``most`` (the standard ones always: a listing's flags are read
+    from them) and the rest counted."""
+    ordered = sorted(tags)
+    if len(ordered) <= most:
+        return ordered
+    standard = [t for t in ordered if t in STANDARD]
+    others = [t for t in ordered if t not in STANDARD]
+    room = max(most - len(standard), 0)
+    return capped(sorted(standard + others[:room]) + others[room:], len(standard) + room,
+                  TAGS_REST)
 
 
 class EmailRef(Dto):
@@ -146,6 +189,7 @@ class EmailFull(Dto):
     tags: list[str]
     body: Body
     attachments: list[Attachment] = Field(default_factory=list)
+    more_attachments: int = 0  # past the MAX_LISTED listed (get_attachment reads each)
     problems: list[str] = Field(default_factory=list, description="MIME defects")
 
 
@@ -167,6 +211,7 @@ class ThreadFull(Dto):
     subject: str
     messages: list[ThreadMessage]
     truncated: bool = Field(default=False, description="bodies left out by max_total_chars")
+    more_messages: int = 0  # in the thread after the MAX_THREAD_MESSAGES shown
 
 
 class EmailsContent(Dto):
@@ -207,6 +252,7 @@ class TagCount(Dto):
 
 class TagList(Dto):
     tags: list[TagCount]
+    more: int = 0  # tags left out: those on the fewest messages
 
 
 class FolderInfo(Dto):
@@ -222,6 +268,7 @@ class FolderInfo(Dto):
 
 class FolderList(Dto):
     folders: list[FolderInfo]
+    more: int = 0  # folders left out: those holding the least mail
 
 
 class AccountInfo(Dto):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import email.utils
 import functools
 import hashlib
+import heapq
 import json
 import re
 import sqlite3
@@ -30,9 +31,9 @@ from ..errors import CallerError
 from ..message.attachments import attachment_text, dotted
 from ..message.headers import Address, canonical_address, search_forms
 from ..message.html import read_body, read_message
-from ..message.mime import BodyText, ParsedMessage
+from ..message.mime import AttachmentInfo, BodyText, ParsedMessage
 from ..message.text import clean_text, is_forward_subject, slice_text
-from ..passes.mirror import my_addresses
+from ..passes.mirror import MAX_RECIPIENTS, my_addresses
 from ..store import maildir, sidecar
 from ..store.notmuch import IndexedMessage, Reader, ThreadNode
 from ..store.threads import ThreadSummary, sender, summarize
@@ -142,8 +143,10 @@ class Mailbox:
 
 
 def who(name: str, address: str) -> str:
-    """A person as one string, ``Name <address>`` or the bare address."""
-    address = address.lower()
+    """A person as one string, ``Name <address>`` or the bare address; each part at most
+    MAX_NAME_CHARS (a name of kilobytes would fill a listing)."""
+    name = dto.cut(name, dto.MAX_NAME_CHARS)
+    address = dto.cut(address.lower(), dto.MAX_NAME_CHARS)
     return f"{name} <{address}>" if name and name != address else address
 
 
@@ -188,7 +191,8 @@ def listing(mb: Mailbox, message_ids: Sequence[str]) -> list[dto.EmailRef]:
         if mid not in stale:
             tags = json.loads(tags_json)
             refs[mid] = dto.EmailRef(id=uid, thread=thread, date=date_, from_=who(name, address),
-                                     subject=subject, tags=tags,
+                                     subject=dto.cut(subject, dto.MAX_LISTED_SUBJECT),
+                                     tags=dto.shown_tags(tags),
                                      to=_listed_to(recipients, tags, me),
                                      attachment=bool(attached))
     missing = [mid for mid in message_ids if mid not in refs]
@@ -210,7 +214,8 @@ def email_ref(m: IndexedMessage, *, known: bool, me: Collection[str],
     tags = sorted(m.tags)
     return dto.EmailRef(
         id=sidecar.uid_for(m.message_id) if known else m.message_id, thread=m.thread_id,
-        date=iso_from_epoch(m.date), from_=person(m.from_header), subject=m.subject, tags=tags,
+        date=iso_from_epoch(m.date), from_=person(m.from_header),
+        subject=dto.cut(m.subject, dto.MAX_LISTED_SUBJECT), tags=dto.shown_tags(tags),
         to=_listed_to(recipients, tags, me),
         attachment=ATTACHMENT in m.tags if attachment is None else attachment)
 
@@ -646,9 +651,7 @@ def _recent_window(mb: Mailbox, nm_query: str, size: int, need: int) -> str | No
 
 
 def echoed_query(nm_query: str) -> str:
-    if len(nm_query) <= MAX_ECHOED_QUERY:
-        return nm_query
-    return nm_query[:MAX_ECHOED_QUERY] + f"… ({len(nm_query)} characters)"
+    return dto.cut(nm_query, MAX_ECHOED_QUERY)
 
 
 def _hidden(compiled: CompiledQuery, cursor: str | None,
@@ -694,10 +697,13 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
     refs = []
     for t in page:
         refs.append(dto.ThreadRef(
-            thread=t.thread_id, subject=t.subject, authors=list(t.authors),
+            thread=t.thread_id, subject=dto.cut(t.subject, dto.MAX_LISTED_SUBJECT),
+            authors=dto.capped([dto.cut(a, dto.MAX_NAME_CHARS) for a in t.authors],
+                               dto.MAX_AUTHORS, "get_thread"),
             oldest=iso_from_epoch(t.oldest) or "", newest=iso_from_epoch(t.newest) or "",
             messages=t.message_count, matched=t.matched_count, unread=unread.get(t.thread_id, 0),
-            tags=sorted(t.tags), attachment=t.thread_id in attached or ATTACHMENT in t.tags))
+            tags=dto.shown_tags(t.tags),
+            attachment=t.thread_id in attached or ATTACHMENT in t.tags))
     return dto.ThreadList(threads=refs, total=total, matched_messages=matched,
                           next_cursor=(make_cursor(offset + len(page), fp, compiled.anchor,
                                                    page[-1].thread_id)
@@ -821,6 +827,10 @@ def _body(parsed: BodyText | ParsedMessage, subject: str, body_format: str, max_
         raise ToolError("body_format must be clean or full")
     if max_chars < 1 or offset < 0:
         raise ToolError("max_body_chars must be positive and body_offset not negative")
+    notes = parsed.body_notes
+    if body_format == "clean" and len(parsed.text) > MAX_CLEAN_CHARS:
+        body_format = "full"
+        notes = [*notes, f"too long to clean ({len(parsed.text):,} characters): shown in full"]
     text = (clean_text(parsed.text, forward=is_forward_subject(subject))
             if body_format == "clean" else parsed.text)
     piece = slice_text(text, max_chars, offset)
@@ -828,33 +838,66 @@ def _body(parsed: BodyText | ParsedMessage, subject: str, body_format: str, max_
     left_out = len(parsed.text) - len(text)
     return dto.Body(untrusted=True, text=piece.text, format=body_format, offset=piece.offset,
                     total_chars=piece.total_chars, next_offset=piece.next_offset,
-                    from_html=parsed.from_html, notes=parsed.body_notes,
+                    from_html=parsed.from_html, notes=notes,
                     left_out=left_out if left_out >= MIN_LEFT_OUT else None)
 
 
 # Less than this left out by clean (trailing blanks, a short signature) goes unsaid.
 MIN_LEFT_OUT = 40
+# Past this a body is shown as it is: clean reads it all, line by line, for every page of it
+# (2.5 s for 30 MB of text); a body this long is a log or a dump, with no quotes to drop.
+MAX_CLEAN_CHARS = 1_000_000
+
+
+# Where the rest of a long To and Cc is: the mirror keeps a message's first recipients.
+RECIPIENTS_REST = f"query_emails emails.recipients (the first {MAX_RECIPIENTS})"
+# References kept: the newest, nearest the message (get_thread has the whole thread).
+MAX_REFERENCES = 20
 
 
 def _email_full(mb: Mailbox, m: IndexedMessage, *, max_body_chars: int, body_offset: int,
                 body_format: str) -> dto.EmailFull:
+    """One message, every header list and value bounded (see dto.capped)."""
     parsed = read_message(read_file(mb, m))
-    folders = mb.folders_of(m)
+    attachments = [attachment_info(a) for a in parsed.attachments]
+    subject = parsed.subject or m.subject
     return dto.EmailFull(
         id=sidecar.uid_for(m.message_id), message_id=m.message_id, thread=m.thread_id,
-        subject=parsed.subject or m.subject,
-        from_=people(parsed.from_) or [person(m.from_header)], to=people(parsed.to),
-        cc=people(parsed.cc), reply_to=people(parsed.reply_to),
+        subject=dto.cut(subject, dto.MAX_SUBJECT_CHARS),
+        from_=dto.capped(people(parsed.from_) or [person(m.from_header)]),
+        to=dto.capped(people(parsed.to), rest=RECIPIENTS_REST),
+        cc=dto.capped(people(parsed.cc), rest=RECIPIENTS_REST),
+        reply_to=dto.capped(people(parsed.reply_to)),
         date=parsed.date.isoformat().replace("+00:00", "Z") if parsed.date else iso_from_epoch(m.date),
-        list_id=parsed.list_id, in_reply_to=parsed.in_reply_to, references=parsed.references,
-        folders=folders, tags=sorted(m.tags),
-        body=_body(parsed, parsed.subject or m.subject, body_format, max_body_chars,
-                   body_offset),
-        attachments=[dto.Attachment(index=a.index, filename=a.filename,
-                                    content_type=a.content_type, size=a.size)
-                     for a in parsed.attachments],
-        problems=parsed.defects,
+        list_id=_value(parsed.list_id), in_reply_to=_value(parsed.in_reply_to),
+        references=_references(parsed.references),
+        folders=dto.capped(mb.folders_of(m)), tags=dto.shown_tags(m.tags, dto.MAX_LISTED),
+        body=_body(parsed, subject, body_format, max_body_chars, body_offset),
+        attachments=attachments[:dto.MAX_LISTED],
+        more_attachments=max(len(attachments) - dto.MAX_LISTED, 0),
+        problems=dto.capped(parsed.defects),
     )
+
+
+def _value(text: str | None) -> str | None:
+    return None if text is None else dto.cut(text, dto.MAX_VALUE_CHARS)
+
+
+def _references(ids: Sequence[str]) -> list[str]:
+    """The last MAX_REFERENCES, after one item counting those left out."""
+    kept = [dto.cut(i, dto.MAX_VALUE_CHARS) for i in ids[-MAX_REFERENCES:]]
+    left = len(ids) - len(kept)
+    return [f"{dto.MORE}{left} more: get_thread", *kept] if left else kept
+
+
+def attachment_info(a: AttachmentInfo) -> dto.Attachment:
+    """An attachment's metadata, its file name bounded (a name can be kilobytes)."""
+    return dto.Attachment(index=a.index, filename=_name(a.filename),
+                          content_type=dto.cut(a.content_type, dto.MAX_NAME_CHARS), size=a.size)
+
+
+def _name(filename: str | None) -> str | None:
+    return None if filename is None else dto.cut(filename, dto.MAX_NAME_CHARS)
 
 
 def get_email(mb: Mailbox, id: str, max_body_chars: int = 8000, body_offset: int = 0,
@@ -868,15 +911,29 @@ def get_emails_content(mb: Mailbox, ids: Sequence[str], max_body_chars: int = 40
     if len(ids) > 50:
         raise ToolError("at most 50 ids per call")
     emails, missing = [], []
+    budget = MAX_CONTENT_CHARS
     for mid in ids:
         try:
             m = _find(mb, mid)
         except ToolError:
             missing.append(mid)
             continue
-        emails.append(_email_full(mb, m, max_body_chars=max_body_chars, body_offset=0,
-                                  body_format=body_format))
+        # past the budget a body is one character, its next_offset where get_email reads on
+        email = _email_full(mb, m, max_body_chars=min(max_body_chars, max(budget, 1)),
+                            body_offset=0, body_format=body_format)
+        budget -= len(email.body.text)
+        emails.append(email)
     return dto.EmailsContent(emails=emails, not_found=missing)
+
+
+# Body characters one get_emails_content answer holds in all (50 bodies of the default
+# 4,000): 50 of the largest max_body_chars would be 10 MB.
+MAX_CONTENT_CHARS = 200_000
+
+
+# Messages get_thread shows, in reply order: a thread of thousands would be an answer of
+# megabytes even without bodies; the text says how to list the rest (search_emails thread:).
+MAX_THREAD_MESSAGES = 100
 
 
 def get_thread(mb: Mailbox, thread_id: str, include_bodies: bool = True,
@@ -893,10 +950,11 @@ def get_thread(mb: Mailbox, thread_id: str, include_bodies: bool = True,
     budget = max_total_chars
     truncated = False
     messages = []
+    shown = nodes[:MAX_THREAD_MESSAGES]
     mirror = mb.mirror_lag()
-    attached = (sidecar.attached_messages(mirror[0], [n.message.message_id for n in nodes])
+    attached = (sidecar.attached_messages(mirror[0], [n.message.message_id for n in shown])
                 if mirror is not None else set())
-    for node in nodes:
+    for node in shown:
         body = None
         if include_bodies and budget > 0:
             # The body alone: the index has the header values a thread shows.
@@ -908,8 +966,10 @@ def get_thread(mb: Mailbox, thread_id: str, include_bodies: bool = True,
             truncated = True
         messages.append(_thread_message(node, body, nodes[0].message.subject,
                                         node.message.message_id in attached))
-    return dto.ThreadFull(thread=tid, subject=nodes[0].message.subject, messages=messages,
-                          truncated=truncated)
+    return dto.ThreadFull(thread=tid, subject=dto.cut(nodes[0].message.subject,
+                                                       dto.MAX_SUBJECT_CHARS),
+                          messages=messages, truncated=truncated,
+                          more_messages=len(nodes) - len(shown))
 
 
 def _thread_message(node: ThreadNode, body: dto.Body | None, subject: str,
@@ -919,9 +979,10 @@ def _thread_message(node: ThreadNode, body: dto.Body | None, subject: str,
     return dto.ThreadMessage(
         id=sidecar.uid_for(m.message_id), depth=node.depth,
         parent=sidecar.uid_for(node.parent_id) if node.parent_id else None,
-        subject=None if bare_subject(m.subject) == bare_subject(subject) else m.subject,
+        subject=(None if bare_subject(m.subject) == bare_subject(subject)
+                 else dto.cut(m.subject, dto.MAX_LISTED_SUBJECT)),
         from_=person(m.from_header),
-        date=iso_from_epoch(m.date), tags=sorted(m.tags), body=body,
+        date=iso_from_epoch(m.date), tags=dto.shown_tags(m.tags), body=body,
         attachment=attached or ATTACHMENT in m.tags)
 
 
@@ -971,7 +1032,8 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
     for w in page:
         row = rows.get(w.message_id)
         threads.append(dto.UnansweredThread(
-            thread=w.thread_id, subject=row[6] if row else _subject(mb, w.message_id),
+            thread=w.thread_id, subject=dto.cut(row[6] if row else _subject(mb, w.message_id),
+                                                dto.MAX_LISTED_SUBJECT),
             days_silent=max(0, (now - w.date) // 86400), messages=w.message_count,
             to=_listed_to(row[8], (SENT,), me) if row else _recipients(mb, w.message_id, me),
             last=row[1] if row else w.message_id, date=iso_from_epoch(w.date)))
@@ -1060,11 +1122,8 @@ def attachment_content(message_id: str, raw: bytes, index: int | str,
         content = attachment_text(raw, path, max_chars)
     except LookupError as exc:
         raise ToolError(str(exc)) from None
-    info = content.info
     return dto.AttachmentContent(
-        id=sidecar.uid_for(message_id), untrusted=True,
-        attachment=dto.Attachment(index=info.index, filename=info.filename,
-                                  content_type=info.content_type, size=info.size),
+        id=sidecar.uid_for(message_id), untrusted=True, attachment=attachment_info(content.info),
         path=dotted(path) if len(path) > 1 else None,
         text=content.text, truncated=content.truncated, note=content.note)
 
@@ -1080,7 +1139,24 @@ def list_tags(mb: Mailbox) -> dto.TagList:
         if kept is not None:
             return kept.get(tag, 0)
         return mb.reader.count(f"tag:{quote(tag)}", exclude_tags=())
-    return dto.TagList(tags=[dto.TagCount(tag=t, count=count(t)) for t in mb.reader.all_tags()])
+    counted = [dto.TagCount(tag=t, count=count(t)) for t in mb.reader.all_tags()]
+    shown = _most(counted, MAX_TAGS, lambda t: t.count)
+    return dto.TagList(tags=shown, more=len(counted) - len(shown))
+
+
+# Tags and folders a listing shows: those with the most mail (a tag per mailing list, a
+# folder per label, run to thousands); the text says where the rest are.
+MAX_TAGS = 300
+MAX_FOLDERS = 300
+Item = TypeVar("Item")
+
+
+def _most(items: Sequence[Item], most: int, key: Callable[[Item], Any]) -> list[Item]:
+    """The ``most`` items of the highest ``key``, in their own order."""
+    if len(items) <= most:
+        return list(items)
+    chosen = set(heapq.nlargest(most, range(len(items)), key=lambda i: key(items[i])))
+    return [item for i, item in enumerate(items) if i in chosen]
 
 
 def list_folders(mb: Mailbox, account: str | None = None) -> dto.FolderList:
@@ -1098,7 +1174,8 @@ def list_folders(mb: Mailbox, account: str | None = None) -> dto.FolderList:
                                       name=name if name != spelled else None,
                                       total=mb.reader.count(q, exclude_tags=()),
                                       unread=mb.reader.count(f"{q} AND tag:unread", exclude_tags=())))
-    return dto.FolderList(folders=folders)
+    shown = _most(folders, MAX_FOLDERS, lambda f: (f.role is not None, f.total))
+    return dto.FolderList(folders=shown, more=len(folders) - len(shown))
 
 
 def list_available_accounts(config: Config) -> dto.AccountList:

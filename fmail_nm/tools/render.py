@@ -30,6 +30,11 @@ The formats are stable and described in the tool descriptions and the README:
   body between marker lines that name it untrusted and carry a token derived from the text,
   so a body cannot fake its own end.
 
+Every answer is bounded whatever the mail (see ``dto.capped``): a list cut short ends with
+``… N more: <where the rest is>`` (a listing line's flags with ``…+N`` for its tags left out),
+a value cut short with ``… (N characters)``; a thread shows its first 100 messages, tags and
+folders the 300 with the most mail, each with a last line saying where the rest are.
+
 Every value that comes from mail is untrusted and kept on its line: control characters,
 line breaks and bidirectional formatting characters in subjects and names become spaces, and
 a name that could pass for the line's form (``to …``, a ``|``) is quoted.  Results without a rendering of their own
@@ -83,8 +88,10 @@ def flags(tags: Iterable[str], *, attachment: bool) -> str:
     present = (set(tags) - {T.ATTACHMENT}) | ({T.ATTACHMENT} if attachment else set())
     letters = "".join(letter for tag, letter in FLAG_LETTERS if tag in present)
     has_list_id = any(t.startswith(_LIST_PREFIX) for t in present)
-    extra = sorted(t for t in present if t not in _LETTER and t not in UNSHOWN_TAGS
-                   and not (t == T.LIST and has_list_id))
+    # (the count of tags left out sorts last: "…" follows every letter a tag starts with)
+    extra = sorted((t for t in present if t not in _LETTER and t not in UNSHOWN_TAGS
+                    and not (t == T.LIST and has_list_id)),
+                   key=lambda t: (t.startswith(dto.MORE), t))
     return letters + "".join(_shown_tag(t) for t in extra) or "-"
 
 
@@ -92,7 +99,10 @@ _LIST_PREFIX = T.LIST + "/"
 
 
 def _shown_tag(tag: str) -> str:
-    """``~name`` for the mailing-list tag ``list/name`` (list:name finds it), else ``+tag``."""
+    """``~name`` for the mailing-list tag ``list/name`` (list:name finds it), ``…+N`` for
+    the N tags a listing left out (see dto.shown_tags), else ``+tag``."""
+    if tag.startswith(dto.MORE):
+        return "…+" + one_line(tag.removeprefix(dto.MORE).partition(" ")[0])
     if tag.startswith(_LIST_PREFIX):
         return "~" + one_line(tag.removeprefix(_LIST_PREFIX))
     return "+" + one_line(tag)
@@ -250,7 +260,10 @@ def email_text(e: dto.EmailFull) -> str:
         lines.append("attachments: " + "; ".join(
             f"[{a.index}] {one_line(a.filename or '(unnamed)')} ({one_line(a.content_type)}, "
             f"{a.size} bytes)"
-            for a in e.attachments))
+            for a in e.attachments)
+            + (f"; {dto.MORE}{e.more_attachments} more: get_attachment index="
+               f"{len(e.attachments)} to {len(e.attachments) + e.more_attachments - 1}"
+               if e.more_attachments else ""))
     if e.problems:
         lines.append("problems: " + one_line("; ".join(e.problems)))
     return "\n".join([*lines, _body(e.body)])
@@ -265,7 +278,9 @@ def emails_text(r: dto.EmailsContent) -> str:
 
 def thread_text(t: dto.ThreadFull) -> str:
     number = {m.id: n for n, m in enumerate(t.messages, 1)}
-    lines = [_noted(f"thread {t.thread}: {_subject(t.subject)} ({len(t.messages)} messages"
+    count = (f"{len(t.messages)} of {len(t.messages) + t.more_messages}" if t.more_messages
+             else str(len(t.messages)))
+    lines = [_noted(f"thread {t.thread}: {_subject(t.subject)} ({count} messages"
                     + ("; later bodies left out by max_total_chars)" if t.truncated else ")"),
                     len(t.messages))]
     for n, m in enumerate(t.messages, 1):
@@ -276,6 +291,9 @@ def thread_text(t: dto.ThreadFull) -> str:
             lines.append(f"subject: {_subject(m.subject)}")
         if m.body is not None:
             lines.append(_body(m.body))
+    if t.more_messages:
+        lines.append(f"\n{dto.MORE}{t.more_messages} more messages: search_emails "
+                     f"query=thread:{t.thread} (sort=oldest) lists them, get_email reads one")
     return "\n".join(lines)
 
 
@@ -296,7 +314,9 @@ def attachment_text(a: dto.AttachmentContent) -> str:
 
 
 def tags_text(r: dto.TagList) -> str:
-    return "\n".join(f"{one_line(t.tag)} {t.count}" for t in r.tags) or "no tags"
+    more = ([f"{dto.MORE}{r.more} more tags, each on fewer messages: query_emails "
+             "tags lists every tag"] if r.more else [])
+    return "\n".join([*(f"{one_line(t.tag)} {t.count}" for t in r.tags), *more]) or "no tags"
 
 
 def folders_text(r: dto.FolderList) -> str:
@@ -307,6 +327,10 @@ def folders_text(r: dto.FolderList) -> str:
         owner = f.account and not f.folder.startswith(f.account + "/")
         lines.append(f"{one_line(f.folder)}{name}{role}: {f.total}, {f.unread} unread"
                      + (f"; account {f.account}" if owner else ""))
+    if r.more:
+        lines.append(f"{dto.MORE}{r.more} more folders, each with less mail: list_folders "
+                     "account=<name> for one account; query_emails emails (account_name, "
+                     "folder) for those with mail")
     return "\n".join(lines) or "no folders"
 
 
