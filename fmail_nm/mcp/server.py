@@ -444,7 +444,7 @@ def _write_tools(server: ToolList, service: MailService) -> None:
     @server.tool(profile="triage", report=True, annotations=DESTRUCTIVE)
     async def delete_messages(ids: Ids = None, query: Query = None, confirm_count: Confirm = None,
                               dry_run: bool = False, account: Name = None) -> writes.WriteResult:
-        """Move messages to the account's Trash (restore or undo_last_write bring them back)."""
+        """Move messages to the account's Trash (undo_last_write brings them back)."""
         return await service.write(writes.delete_messages, ids, query=query,
                                    confirm_count=confirm_count, dry_run=dry_run, account=account)
 

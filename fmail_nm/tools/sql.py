@@ -144,8 +144,8 @@ VIEW_NOTES: dict[str, str] = {
     "threads": "participants: senders, comma-separated",
     "tags": "per tag",
     "email_tags": "one row per message and tag",
-    "contacts": "is_me: the user's own; seen dates and counts leave drafts out; "
-                "edit with manage_contacts_sql",
+    # (not "edit with manage_contacts_sql": only --tools all offers it)
+    "contacts": "is_me: the user's own; seen dates and counts leave drafts out",
 }
 
 # How account_name scopes each published view: unqualified names are shadowed by TEMP views
@@ -197,7 +197,7 @@ _CONTACTS_TAIL = """\
 Addresses are lower-case. \
 DELETE removes your name, notes and block, not the harvested figures. Blocking tags the \
 sender's mail blocked+spam (out of the inbox and searches; is:blocked finds it); unblocking \
-restores it. The result lists addresses newly blocked/unblocked. A statement changing more than 10 contacts is a dry run (changed, sample) until repeated with confirm_count=changed. The user's own addresses cannot be blocked. undo_last_write reverts a contacts change, names, notes and mail tags included.
+restores it. A statement changing more than 10 contacts is a dry run (changed, sample) until repeated with confirm_count=changed. The user's own addresses cannot be blocked. undo_last_write reverts a contacts change, names, notes and mail tags included.
 Examples:
 UPDATE contacts SET notes='met at PyCon' WHERE email_address='bob@example.com'
 INSERT INTO contacts (email_address, name, notes) VALUES ('carol@example.com', 'Carol', \
