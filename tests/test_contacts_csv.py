@@ -157,6 +157,20 @@ def test_a_bad_address_aborts_the_whole_import_naming_its_line(
     assert import_text(conn, "email_address\nok@example.com\n") == 1
 
 
+def test_an_address_named_twice_aborts_the_import_naming_both_lines(
+        conn: sqlite3.Connection) -> None:
+    """The later row silently won: a block on line 2 undone by a row further down (the same
+    address in capitals, or its domain in ACE), and the count said two contacts."""
+    add(conn, "a@example.com", "Anna", 1, "notes")
+    before = table(conn)
+    with pytest.raises(CallerError, match=r"line 4: .*b\u00fccher.example.*line 2"):
+        import_text(conn, "email_address,is_blocked\n"
+                          "spam@b\u00fccher.example,1\n"
+                          "a@example.com,1\n"
+                          "SPAM@xn--bcher-kva.example,0\n")
+    assert table(conn) == before
+
+
 def test_a_csv_without_an_email_address_column_is_refused(conn: sqlite3.Connection) -> None:
     add(conn, "a@example.com", "Anna", 1)
     before = table(conn)
@@ -324,6 +338,26 @@ def test_search_and_format_rows(conn: sqlite3.Connection) -> None:
         "<junk@prizes.example.net> [blocked]  from 0, to 0, last -\n")
 
 
+@pytest.mark.parametrize(("text", "found"), [
+    ("müller", ["jm@example.de"]),  # SQLite's lower() left 'MÜLLER' as it was
+    ("Muller", ["jm@example.de"]),  # a keyboard without umlauts, as mutt users type
+    ("JURGEN", ["jm@example.de"]),
+    ("strasse", ["hs@example.de"]),  # ß is ss
+    ("ZOË", ["zoe@example.net"]),
+    ("a_b", ["a_b@example.com"]),  # _ and % are what they are, not LIKE's wildcards
+    ("100%", ["p@example.com"]),
+])
+def test_search_ignores_case_and_accents_and_takes_the_text_literally(
+        conn: sqlite3.Connection, text: str, found: list[str]) -> None:
+    add(conn, "jm@example.de", "JÜRGEN MÜLLER")
+    add(conn, "hs@example.de", "Hans Straße")
+    add(conn, "zoe@example.net", "Zoë")
+    add(conn, "a_b@example.com")
+    add(conn, "axb@example.com", "100 percent")
+    add(conn, "p@example.com", "100% Deals")
+    assert [r["email_address"] for r in search(conn, text)] == found
+
+
 # ---------------------------------------------------------------------------------------------
 # The CLI: `fmail-nm contacts export|import FILE` on the indexed fixture mail
 
@@ -424,6 +458,20 @@ def test_a_cell_a_spreadsheet_would_run_is_exported_inert_and_imported_as_it_was
     before = kept(conn)
     with sidecar.opened(tmp_path / "fresh.sqlite3") as fresh:
         assert import_text(fresh, text) == 2
+        assert kept(fresh) == before
+
+
+def test_an_address_or_quoted_cell_a_spreadsheet_would_run_comes_back_as_it_was(
+        conn: sqlite3.Connection, tmp_path: Path) -> None:
+    """An address may start with - + or = too: export made it inert ('-…) and import kept the
+    quote, so a round trip turned the block of -offers@… into one of an address no mail has;
+    and a cell starting with a quote before such a character lost its quote."""
+    add(conn, "-offers@shop.example", blocked=1)
+    add(conn, "+1@sms.example", notes="text gateway")
+    add(conn, "q@example.com", name="'-'", notes="''=quoted formula")  # lost a quote
+    before = kept(conn)
+    with sidecar.opened(tmp_path / "fresh.sqlite3") as fresh:
+        assert import_text(fresh, exported(conn)) == 3
         assert kept(fresh) == before
 
 

@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
+from fmail_nm import cli
 from fmail_nm.clock import iso_from_epoch
 from fmail_nm.message.mime import parse_message
 from fmail_nm.message.text import preview, preview_html_text
 from fmail_nm.passes import mirror
-from fmail_nm.store import maildir, sidecar
+from fmail_nm.store import maildir, sidecar, threads
 from fmail_nm.store.notmuch import Reader
 from fmail_nm.tools import reads, render
 from fmail_nm.tools.contacts import search
@@ -184,6 +185,71 @@ def test_contact_figures_are_harvested_from_headers(indexed: MailEnv) -> None:
     assert anna["messages_to"] == len(sent_to_anna) == len(to_anna) - 1 > 0  # not the draft
     assert anna["name"] == "Anna Schmidt" and anna["is_me"] == 0 and anna["is_blocked"] == 0
     assert me["is_me"] == 1
+
+
+@pytest.mark.parametrize(("header", "expected"), [
+    # notmuch hands the From header decoded: an encoded name's comma has lost its quotes
+    ("Smith, Bob <Bob.Smith@corp.test>", ("Smith, Bob", "bob.smith@corp.test")),
+    ("M\u00fcller, J\u00fcrgen (Sales) <j@x.de>", ("M\u00fcller, J\u00fcrgen (Sales)", "j@x.de")),
+    ('"Smith, Bob" <bob@corp.test>', ("Smith, Bob", "bob@corp.test")),
+    ("bob@corp.test (Bob)", ("Bob", "bob@corp.test")),
+    ("Bob <bob@corp.test>", ("Bob", "bob@corp.test")),
+    ("undisclosed", ("", "undisclosed")),
+])
+def test_the_sender_of_a_decoded_from_header(header: str, expected: tuple[str, str]) -> None:
+    assert threads.sender(header) == expected
+
+
+def test_a_sender_named_last_comma_first_in_an_encoded_word_is_a_contact_and_blockable(
+        indexed: MailEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    """Exchange writes "Müller, Jürgen" as one encoded word; decoded by notmuch, the comma
+    split the From header: the mirror took "smith" for the sender (a contact no mail has),
+    and blocking bob.smith@… tagged none of his mail."""
+    (indexed.mail_root / "personal" / "INBOX" / "new" / "1799999901.enc_1.host").write_bytes(
+        b"From: =?utf-8?q?Smith=2C_Bob?= <bob.smith@corp.test>\nTo: alex@example.org\n"
+        b"Subject: enc\nDate: Mon, 30 Nov 2026 10:01:00 +0000\nMessage-ID: <enc-1@corp.test>\n"
+        b"\nhi\n")
+    indexed.fmail("index", "--quiet")
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        assert conn.execute("SELECT email_address, name, messages_from FROM contacts "
+                            "WHERE email_address LIKE '%smith%'").fetchall() == [
+            ("bob.smith@corp.test", "Smith, Bob", 1)]
+    cli.main(["contacts", "block", "bob.smith@corp.test", "--no-push"])
+    assert "mail tagged blocked: 1" in capsys.readouterr().out
+    # Newer mail naming him by his address (as Outlook writes it) does not rename him so.
+    (indexed.mail_root / "personal" / "INBOX" / "new" / "1799999902.enc_2.host").write_bytes(
+        b'From: "bob.smith@corp.test" <bob.smith@corp.test>\nTo: alex@example.org\n'
+        b"Subject: enc\nDate: Tue, 1 Dec 2026 10:01:00 +0000\nMessage-ID: <enc-2@corp.test>\n"
+        b"\nhi\n")
+    indexed.fmail("index", "--quiet")
+    for full in (False, True):  # added up, and counted anew
+        sync(indexed, full=full)
+        with sidecar.opened(sidecar_file(indexed)) as conn:
+            assert conn.execute("SELECT name, messages_from FROM contacts WHERE email_address "
+                                "= 'bob.smith@corp.test'").fetchone() == ("Smith, Bob", 2)
+    # Mirrors an earlier version built so: contacts named by an address are named anew, and
+    # messages whose sender is no address are read again from the index.
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        conn.execute("UPDATE contact_stats SET name = email_address "
+                     "WHERE email_address = 'bob.smith@corp.test'")
+        conn.execute("PRAGMA user_version = 16")
+    sync(indexed)
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        assert conn.execute("SELECT name FROM contacts WHERE email_address "
+                            "= 'bob.smith@corp.test'").fetchone() == ("Smith, Bob",)
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        conn.execute("UPDATE messages SET sender_email = 'smith', sender_name = '' "
+                     "WHERE message_id = 'enc-1@corp.test'")
+        conn.execute("UPDATE message_addresses SET email = 'smith', name = '' "
+                     "WHERE message_id = 'enc-1@corp.test' AND role = 'from'")
+        mirror.refresh_stats(conn, ["smith", "bob.smith@corp.test"])
+        conn.execute("PRAGMA user_version = 16")
+    assert problems(indexed, parse_files=False) != []
+    sync(indexed)
+    assert problems(indexed, parse_files=False) == []
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        assert conn.execute("SELECT count(*) FROM contacts WHERE email_address = 'smith'"
+                            ).fetchone() == (0,)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -502,9 +502,8 @@ def test_insert_blocked_contact_reports_it(db: Path) -> None:
     assert result.blocked == ["x@spam.test"]
 
 
-@pytest.mark.parametrize("address", ["NULL", "'Bank <no-reply@bank.test>'",
-                                     "char(9) || 'x@spam.test'", "'x@spam.test' || char(10)",
-                                     "'not an address'"])
+@pytest.mark.parametrize("address", ["NULL", "'Bank <no-reply@bank.test>'", "42",
+                                     "'x@spam.test' || char(10) || 'y'", "'not an address'"])
 def test_a_contact_is_one_address_or_nothing_is_written(db: Path, address: str) -> None:
     """A NULL address was stored and broke every later contacts write; text that is no
     address was 'blocked' although no mail could ever match it."""
@@ -516,12 +515,47 @@ def test_a_contact_is_one_address_or_nothing_is_written(db: Path, address: str) 
              ).changed == 1
 
 
+def test_whitespace_around_an_inserted_address_is_trimmed(db: Path) -> None:
+    """As the CLI and the mail's own headers have it: a tab or line end around the address."""
+    result = m(db, "INSERT INTO contacts (email_address, is_blocked) VALUES "
+                   "(char(9) || 'X@spam.test' || char(10), 1)")
+    assert result.blocked == ["x@spam.test"]
+
+
 def test_an_address_with_capital_letters_beyond_ascii_is_one_contact(db: Path) -> None:
     """SQLite's lower() lowers ASCII only: 'JOSÉ@…' stayed a contact apart from 'josé@…'."""
     result = m(db, "INSERT INTO contacts (email_address, is_blocked) VALUES "
                    "('JOSÉ@example.net', 1)")
     assert result.blocked == ["josé@example.net"]
     assert contact(db, "josé@example.net")["is_blocked"] == 1  # type: ignore[index]
+
+
+def test_an_address_inserted_with_its_domain_in_ace_is_kept_in_unicode(db: Path) -> None:
+    """Contacts keep a domain in Unicode, as notmuch indexes it and the harvested figures
+    name it: an INSERT in ACE (xn--) kept a second contact beside the harvested one, which
+    an UPDATE of the contact the model sees could not unblock."""
+    ace, unicode = "Bob@XN--BCHER-KVA.example", "bob@b\u00fccher.example"
+    result = m(db, f"INSERT INTO contacts (email_address, is_blocked) VALUES ('{ace}', 1)")
+    assert result.blocked == [unicode]
+    assert contact(db, unicode)["is_blocked"] == 1  # type: ignore[index]
+    assert q(db, "SELECT count(*) FROM contacts WHERE email_address LIKE '%xn--%'").rows == [[0]]
+    with pytest.raises(SqlError, match="already has notes or a block"):
+        m(db, f"INSERT INTO contacts (email_address, notes) VALUES ('{ace}', 'again')")
+    assert m(db, f"UPDATE contacts SET is_blocked=0 WHERE email_address='{unicode}'"
+             ).unblocked == [unicode]
+
+
+def test_contacts_kept_in_ace_before_version_17_are_kept_in_unicode(db: Path) -> None:
+    """Unless that form has a row of its own: then both stay, as they were."""
+    with sidecar.opened(db) as conn:
+        for address in ("a@xn--bcher-kva.example", "b@xn--bcher-kva.example",
+                        "b@b\u00fccher.example"):
+            conn.execute("INSERT INTO contact_info (email_address, is_blocked, updated_at) "
+                         "VALUES (?, 1, 'x')", (address,))
+        conn.execute("PRAGMA user_version = 16")
+    with sidecar.opened(db) as conn:
+        assert sorted(sidecar.blocked_addresses(conn)) == [
+            "a@b\u00fccher.example", "b@b\u00fccher.example", "b@xn--bcher-kva.example"]
 
 
 def test_the_users_own_address_is_not_blocked_in_its_other_domain_form(db: Path) -> None:

@@ -14,7 +14,6 @@ candidates, because it also matches names and longer addresses.
 
 from __future__ import annotations
 
-import email.utils
 import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,6 +28,7 @@ from ..store.maildir import in_role
 from ..store.notmuch import IndexedMessage, Reader, Writer, WriteTxn
 from ..store.query import quote
 from ..store.sidecar import PreBlock, chunks
+from ..store.threads import sender
 from ..tags import BLOCK_HIDES, BLOCK_TAGS, BLOCKED, FLAG_TAGS
 from . import changes
 from .changes import ORIGIN_PROPERTY, WriteContext, WriteOutcome
@@ -51,7 +51,8 @@ class BlockReport:
 
 
 def sender_of(message: IndexedMessage) -> str:
-    return canonical_address(email.utils.parseaddr(message.from_header)[1])
+    """The sender's address as the mirror reads it (:func:`store.threads.sender`)."""
+    return canonical_address(sender(message.from_header)[1])
 
 
 def _blocked_candidates(reader: Reader, blocked: Sequence[str]) -> list[str]:

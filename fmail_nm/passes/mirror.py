@@ -374,12 +374,15 @@ def _write_row(conn: sqlite3.Connection, row: dict[str, Any], parsed: Parsed, *,
 
 # A contact's figures count the mail sent or received: not drafts, which are neither (a draft
 # to Anna is not mail to her, nor does an unsent draft make anyone seen).  An address named
-# only in drafts has no figures at all -- no row -- as for an address never written to.
+# only in drafts has no figures at all -- no row -- as for an address never written to.  A
+# contact is named after the newest mail naming it; a "name" holding an @ is an address (as
+# Outlook writes "bob@x" <bob@x>), which would hide the name other mail gives (_Added.add).
 _STATS = """
 INSERT INTO contact_stats (email_address, name, first_seen, last_seen, messages_from, messages_to)
 SELECT a.email,
        (SELECT b.name FROM message_addresses b JOIN messages mb USING (message_id)
-        WHERE b.email = a.email AND b.name != '' AND mb.is_draft = 0
+        WHERE b.email = a.email AND b.name != '' AND instr(b.name, '@') = 0
+              AND mb.is_draft = 0
         ORDER BY mb.date DESC LIMIT 1),
        min(m.date), max(m.date),
        count(DISTINCT CASE WHEN a.role = 'from' THEN a.message_id END),
@@ -428,7 +431,7 @@ class _Added:
         elif is_sent:
             self.sent_to.add(mid)
         self.first, self.last = _edge(min, self.first, date), _edge(max, self.last, date)
-        if name:
+        if name and "@" not in name:  # as _STATS names contacts
             if self.named is None or _later(date, self.named[0]):
                 self.named, self.unsure = (date, name), False
             elif date == self.named[0] and name != self.named[1]:

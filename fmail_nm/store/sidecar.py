@@ -531,15 +531,49 @@ DELETE FROM thread_rows;
 {_INSERT_THREADS}{THREAD_ROWS.format(where="1")};
 """
 
+# Version 17: a contact inserted through the view keeps its address canonical (its domain in
+# Unicode, as the harvested figures and the CLI name it): one written in ACE (xn--) stayed a
+# second contact beside the harvested one.  Those kept so far follow, unless that form has a
+# row of its own already (the two rows stay as they were; the blocklist reads either).  And a
+# sender named 'Last, First' in an encoded word was mirrored as 'last' (store.threads.sender):
+# where the mirror holds a sender that is no address, the next sync reads every message from
+# the index again (the files are not parsed again) -- as its first build did, from revision 0.
+# A contact named by an address ("bob@x" <bob@x>) is named anew (passes.mirror._STATS).
+_V17 = f"""
+INSERT INTO sync_state (key, value) SELECT '{STATS_DIRTY}', '1'
+    WHERE EXISTS (SELECT 1 FROM contact_stats WHERE instr(name, '@') > 0)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+DELETE FROM sync_state WHERE key IN ('revision', 'window')
+    AND EXISTS (SELECT 1 FROM messages WHERE sender_email != '' AND instr(sender_email, '@') = 0);
+DROP TRIGGER contacts_insert;
+CREATE TRIGGER contacts_insert INSTEAD OF INSERT ON contacts
+BEGIN
+    SELECT raise(ABORT, 'contact already has notes or a block entry; use UPDATE')
+    WHERE EXISTS (SELECT 1 FROM contact_info
+                  WHERE email_address = canonical_address(NEW.email_address));
+    INSERT INTO contact_info (email_address, name, is_blocked, notes, updated_at)
+    VALUES (canonical_address(NEW.email_address), NEW.name, coalesce(NEW.is_blocked, 0),
+            NEW.notes, strftime('%Y-%m-%dT%H:%M:%SZ', 'now'));
+END;
+UPDATE OR IGNORE contact_info SET email_address = canonical_address(email_address)
+    WHERE email_address != canonical_address(email_address);
+"""
+
 # Index i holds the script that takes the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
-                               _V13, _V14, _V15, _V16)
+                               _V13, _V14, _V15, _V16, _V17)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+def _sql_canonical_address(value: Any) -> Any:
+    """canonical_address for SQL: what is not text (a NULL a caller's INSERT gives the contacts
+    view) goes through as it is, for the constraints and checks after it to refuse."""
+    return canonical_address(value) if isinstance(value, str) else value
+
+
 # Python functions the schema's SQL calls: its migrations, every write of thread rows and
-# their check (query_emails' authorizer lets no caller use them).
-SQL_FUNCTIONS: dict[str, Callable[[str], str]] = {"canonical_address": canonical_address}
+# their check, the contacts view's INSERT trigger (no caller's SQL may call them).
+SQL_FUNCTIONS: dict[str, Callable[[Any], Any]] = {"canonical_address": _sql_canonical_address}
 
 
 class SidecarError(BackendError):

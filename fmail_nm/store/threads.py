@@ -62,7 +62,22 @@ CACHED_SENDERS = 4096
 
 def _parse_sender(from_header: str) -> tuple[str, str]:
     name, address = email.utils.parseaddr(from_header)
+    if "@" not in address and (named := _name_and_angle_address(from_header)) is not None:
+        # notmuch decodes the header: 'Smith, Bob <bob@x>' (an encoded word's comma, its
+        # quotes gone) reads to parseaddr as two addresses, the first 'Smith'.
+        name, address = named
     return name[:MAX_NAME_CHARS], address.lower()
+
+
+def _name_and_angle_address(header: str) -> tuple[str, str] | None:
+    """(name, address) of a header that is one name and one ``<address>``, the name all
+    before it, commas included; else None.  String scans, no regex: headers are hostile."""
+    name, lt, tail = header.partition("<")
+    address, gt, after = tail.partition(">")
+    if not (lt and gt) or after.strip() or ">" in name or "<" in address or "@" not in address \
+            or any(c.isspace() for c in address):
+        return None
+    return name.strip().strip('"'), address
 
 
 _cached_sender = functools.lru_cache(maxsize=CACHED_SENDERS)(_parse_sender)

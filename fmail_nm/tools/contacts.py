@@ -13,6 +13,7 @@ import csv
 import email.utils
 import io
 import sqlite3
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -174,16 +175,25 @@ def set_blocked(conn: sqlite3.Connection, addresses: Iterable[str], blocked: boo
 
 def search(conn: sqlite3.Connection, text: str = "", *, blocked_only: bool = False,
            limit: int = 50) -> list[sqlite3.Row]:
+    """Contacts whose address or name contains ``text``, compared :func:`folded` (SQLite's
+    lower() and LIKE fold ASCII only, and LIKE would read ``_`` and ``%`` as wildcards)."""
     conn.row_factory = sqlite3.Row
+    conn.create_function("fmail_folded", 1, folded, deterministic=True)
     try:
-        pattern = f"%{text.lower()}%"
         return list(conn.execute(
-            "SELECT * FROM contacts WHERE (email_address LIKE ? OR lower(coalesce(name, '')) LIKE ?) "
-            "AND (? = 0 OR is_blocked = 1) "
+            "SELECT * FROM contacts WHERE (instr(fmail_folded(email_address), ?) "
+            "OR instr(fmail_folded(coalesce(name, '')), ?)) AND (? = 0 OR is_blocked = 1) "
             "ORDER BY messages_from + messages_to DESC, email_address LIMIT ?",
-            (pattern, pattern, int(blocked_only), limit)))
+            (folded(text), folded(text), int(blocked_only), limit)))
     finally:
         conn.row_factory = None
+
+
+def folded(text: str) -> str:
+    """``text`` case-folded and without accents, as one types a name on any keyboard:
+    "Muller" finds "MÜLLER", "strasse" finds "Straße"."""
+    decomposed = unicodedata.normalize("NFKD", text.casefold())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
 
 
 def export_csv(conn: sqlite3.Connection, out: TextIO) -> int:
@@ -199,18 +209,21 @@ def export_csv(conn: sqlite3.Connection, out: TextIO) -> int:
 
 
 # A cell a spreadsheet would run as a formula (notes and names may come from mail, through
-# the model): written with a leading ' (OWASP's advice), which import_csv takes off again.
+# the model): written with a leading ' (OWASP's advice), which import_csv takes off again --
+# also before quotes that precede such a character, so that a cell starting '= keeps its own.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _cell_out(value: object) -> object:
-    return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
+    return "'" + value if isinstance(value, str) and _quotable(value) else value
 
 
 def _cell_in(value: str | None) -> str | None:
-    if value and value.startswith("'") and value[1:].startswith(_FORMULA_START):
-        return value[1:]
-    return value
+    return value[1:] if value and value.startswith("'") and _quotable(value) else value
+
+
+def _quotable(value: str) -> bool:
+    return value.lstrip("'").startswith(_FORMULA_START)
 
 
 def import_csv(conn: sqlite3.Connection, source: TextIO) -> int:
@@ -224,13 +237,14 @@ def import_csv(conn: sqlite3.Connection, source: TextIO) -> int:
     missing = [f for f in ("email_address",) if f not in fields]
     if missing:
         raise CallerError("the CSV has no email_address column (expected: " + ",".join(CSV_FIELDS) + ")")
-    count = 0
+    lines: dict[str, int] = {}  # address -> the line of its row
     newly_blocked = []
     with sidecar.transaction(conn):
         for row in _rows(reader):
             try:
-                address = normalize_address(row.get("email_address") or "")
+                address = normalize_address(_cell_in(row.get("email_address")) or "")
                 blocked = _flag(row.get("is_blocked"))
+                _once(lines, address, reader.line_num)
             except ValueError as exc:  # the line the row ends on, as an editor shows it
                 raise CallerError(f"line {reader.line_num}: {exc}") from None
             if blocked:
@@ -242,9 +256,16 @@ def import_csv(conn: sqlite3.Connection, source: TextIO) -> int:
                 "updated_at = excluded.updated_at",
                 (address, _cell_in(row.get("name")) or None, int(blocked),
                  _cell_in(row.get("notes")) or None, utc_stamp()))
-            count += 1
         _refuse_own(conn, newly_blocked)  # inside the transaction: refused means none applied
-    return count
+    return len(lines)
+
+
+def _once(lines: dict[str, int], address: str, line: int) -> None:
+    """Note the address's line; a second row for it is a bad row: which of the two the user
+    meant (a block, or its undoing) is not for the import to guess."""
+    if address in lines:
+        raise ValueError(f"{address} is on line {lines[address]} already; keep one row for it")
+    lines[address] = line
 
 
 def _rows(reader: csv.DictReader[str]) -> Iterator[dict[str, str]]:

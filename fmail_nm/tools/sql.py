@@ -396,9 +396,6 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
     try:
         with _session(sidecar_file, account_name, known_accounts, readonly=False) as conn:
             policy = _policy(conn, CONTACTS_HINT, edits_contacts=True)
-            # The view's triggers lower-case addresses with lower(): SQLite's own lowers ASCII
-            # only ('JOSÉ@x' would stay beside 'josé@x'); Python's lowers every letter.
-            conn.create_function("lower", 1, _lower, deterministic=True)
             with _write_transaction(conn):
                 rows_before = contact_rows(conn)
                 fetched = _execute(conn, statement, policy, _clamp(limit), time_limit)
@@ -413,10 +410,6 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
         return stop.result
     result._contact_changes = diff
     return result
-
-
-def _lower(value: Any) -> Any:
-    return value.lower() if isinstance(value, str) else value
 
 
 def _refuse_non_addresses(diff: Sequence[dict[str, Any]]) -> None:
@@ -703,7 +696,7 @@ class _Policy:
         if action == sqlite3.SQLITE_READ:
             return self._read(arg1.lower(), arg2.lower(), db, context)
         if action == sqlite3.SQLITE_FUNCTION:
-            ok = arg2.lower() in SAFE_FUNCTIONS
+            ok = arg2.lower() in SAFE_FUNCTIONS or self._trigger_function(arg2.lower(), context)
             return None if ok else self._refuse(f"the function {arg2}()")
         if action == sqlite3.SQLITE_PRAGMA:
             ok = arg1.lower() in SCHEMA_PRAGMAS
@@ -756,6 +749,12 @@ class _Policy:
         if table == "contacts" and db in (None, "main") and context is None:
             return self._contacts_write(action, column)
         return self._refuse(f"{verb} on {table}")
+
+    def _trigger_function(self, name: str, context: str | None) -> bool:
+        """The schema's own functions (canonical addresses), called by the contacts view's
+        triggers; never by the caller's SQL."""
+        return (self.edits_contacts and context in sidecar.CONTACT_TRIGGERS
+                and name in sidecar.SQL_FUNCTIONS)
 
     def _contacts_write(self, action: int, column: str) -> str | None:
         if action != sqlite3.SQLITE_UPDATE or column in sidecar.EDITABLE_CONTACT_COLUMNS:
