@@ -472,4 +472,4 @@ def test_a_write_on_an_account_the_push_scheduler_does_not_know_yet_stands(
         finally:
             service.close()
         assert scheduler.status().pending == set()
-    assert "restart the service to push that account" in caplog.text
+    assert "the next `fmail-nm sync` pushes it" in caplog.text

@@ -10,6 +10,7 @@ import dataclasses
 import errno
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -42,7 +43,13 @@ from fmail_nm.store.notmuch import Reader, Writer
 from fmail_nm.tools import reads, writes
 
 from .conftest import MailEnv, notmuch_lock_held
-from .syncbed import ACCOUNT, SyncBed, sync_bed  # noqa: F401  (pytest fixture, used by name)
+from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
+    ACCOUNT,
+    SEEN,
+    SyncBed,
+    sync_bed,
+    synced_bed,
+)
 
 WAIT = 60.0
 # Quick debounce and polling so the tests do not idle; the logic is the same as in production.
@@ -429,12 +436,40 @@ def test_one_service_per_data_dir(indexed: MailEnv, service: Callable[..., Backg
     assert first.status().service.running
 
 
+def test_the_service_follows_fmail_toml_edited_while_it_runs(
+        indexed: MailEnv, service: Callable[..., Background],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The hook loads fmail.toml on every run, `fmail-nm index` too: the service, which runs
+    the post-new pass itself, must not go on with the rules and accounts it started with."""
+    bg = service()
+    inbox = indexed.mail_root / "personal" / "INBOX"
+    toml = indexed.fmail_config.read_text()
+    assert bg.status().account("work") is not None
+    # A half-written edit keeps the configuration in use, and says why.
+    indexed.fmail_config.write_text(toml + "\n[[tagging.rules]]\nquery = \n")
+    deliver(inbox, "mid-edit@example.net", "during the edit")
+    wait_for(lambda: known("mid-edit@example.net"), "mail delivered during a broken edit")
+    assert bg.wait_idle(WAIT) and bg.status().index.last_ok
+    assert "does not load" in caplog.text
+
+    without_work = toml.split('[[accounts]]\nname = "work"')[0]
+    indexed.fmail_config.write_text(without_work + '\n[[tagging.rules]]\n'
+                                    'query = "subject:reloaded"\nadd = ["followed-edit"]\n')
+    deliver(inbox, "after-edit@example.net", "reloaded rules")
+    wait_for(lambda: known("after-edit@example.net"), "the message delivered after the edit")
+    assert bg.wait_idle(WAIT)
+    with Reader() as reader:
+        found = reader.find("after-edit@example.net")
+        assert found is not None and "followed-edit" in found.tags, found
+    assert [a.name for a in bg.status().accounts] == ["personal"]  # the status follows too
+
+
 # ---------------------------------------------------------------------------------------------
 # Scheduled pulls against Dovecot
 
 
 def _with_pull_interval(bed: SyncBed, minutes: float) -> None:
-    toml = bed.mail_env.fmail_config.read_text()
+    toml = re.sub(r"pull_interval_minutes = .*\n", "", bed.mail_env.fmail_config.read_text())
     marker = f'mbsync_channel = "{ACCOUNT}"\n'
     assert marker in toml
     bed.mail_env.fmail_config.write_text(
@@ -445,12 +480,14 @@ def _with_pull_interval(bed: SyncBed, minutes: float) -> None:
 def test_scheduled_pulls_bring_mail_in_and_outages_show_in_the_status(
         sync_bed: SyncBed) -> None:  # noqa: F811
     bed = sync_bed
-    _with_pull_interval(bed, 0.05)  # every 3 s
     bed.seed(1)
     bed.init()
     bg = Background(bed.reload(), **{**FAST, "schedule": True, "push": True})
     bg.start()
     try:
+        # No schedule at start; one set in fmail.toml while the service runs is followed.
+        assert bg.status().account(ACCOUNT).pull_interval_minutes == 0  # type: ignore[union-attr]
+        _with_pull_interval(bed, 0.05)  # every 3 s
         wait_for(lambda: bed.find(bed.mid(1)), "the first pull to bring message 1")
         bed.seed(2)
         wait_for(lambda: bed.find(bed.mid(2)), "a later pull to bring message 2")
@@ -487,8 +524,63 @@ def test_scheduled_pulls_bring_mail_in_and_outages_show_in_the_status(
                         and a.last_push is not None and a.last_push.ok and a,
                         "a two-way run to stand as the last push")
         assert "FAILED" not in render_text(bg.status())
+
+        # The schedule taken out again: no more pulls, and the status says so.
+        _with_pull_interval(bed, 0)
+        wait_for(lambda: (a := bg.status().account(ACCOUNT)) is not None
+                 and a.pull_interval_minutes == 0 and a.next_pull_at is None,
+                 "the status to show no scheduled pull")
+        assert "no scheduled pull" in render_text(bg.status())
+        wait_for(lambda: not _mbsync_runs_with(bed.mbsync_config), "a last pull to end")
+        bed.seed(4)
+        time.sleep(4)  # more than the old interval
+        assert bed.find(bed.mid(4)) is None
     finally:
         bg.stop()
+
+
+def _push_state(bg: Background) -> tuple[bool, bool | None]:
+    """(writes waiting to be pushed, whether the last push went well: None before any)."""
+    acct = bg.status().account(ACCOUNT)
+    assert acct is not None
+    return acct.push_pending, None if acct.last_push is None else acct.last_push.ok
+
+
+@pytest.mark.imap
+def test_writes_a_failed_push_left_go_out_once_the_server_is_back(
+        synced_bed: SyncBed) -> None:  # noqa: F811
+    """Without scheduled pulls (the default) only a write asks for a push: one that failed
+    while the server was down, or that a stop came before, must still go out -- retried,
+    and at the next start -- and the status must say it waits."""
+    bed = synced_bed
+    settings: dict[str, Any] = {**FAST, "push": True, "push_quiet": 0.1, "push_retry": 0.5}
+    bg = Background(bed.reload(), **settings)
+    bg.start()
+    try:
+        assert bg.wait_idle(WAIT)
+        bed.server.stop()
+        bed.rename_flags(bed.mid(1), "S")  # read here while the server is down
+        bg.request_push([ACCOUNT])
+        wait_for(lambda: _push_state(bg) == (True, False), "the failed push in the status")
+        assert "waiting to be pushed" in render_text(bg.status())
+        bed.server.start()
+        wait_for(lambda: SEEN in bed.server_flags(bed.mid(1)), "the failed push retried")
+        wait_for(lambda: _push_state(bg) == (False, True), "the status to show it pushed")
+
+        bed.server.stop()
+        bed.rename_flags(bed.mid(3), "FS")  # another write; the service stops before it goes
+        bg.request_push([ACCOUNT])
+    finally:
+        bg.stop(timeout=10.0)
+    assert _push_state(bg)[0], "a write not pushed must be kept for the next start"
+    bed.server.start()
+    again = Background(bed.reload(), **settings)
+    again.start()
+    try:
+        wait_for(lambda: SEEN in bed.server_flags(bed.mid(3)), "the next start to push it")
+        wait_for(lambda: _push_state(again) == (False, True), "the status to show it pushed")
+    finally:
+        again.stop()
 
 
 def _mbsync_runs_with(config_path: Path) -> list[int]:

@@ -95,6 +95,30 @@ async def test_mail_dropped_into_the_maildir_is_served_and_sigterm_leaves_all_in
             runs = (await call(client, "get_sync_status"))["status"]["index"]["runs"]
             assert runs >= 1
 
+            # An account added to fmail.toml while the service runs: its mail is indexed,
+            # the tools know it and the status lists it, without a restart.
+            extra = indexed.mail_root / "extra" / "INBOX"
+            for sub in ("cur", "new", "tmp"):
+                (extra / sub).mkdir(parents=True)
+            (extra / "new" / "1796400000.1_1.host").write_bytes(
+                ARRIVAL.replace(b"arrival-1@", b"extra-1@"))
+            with indexed.fmail_config.open("a") as toml:
+                toml.write('\n[[accounts]]\nname = "extra"\naddresses = ["alex@extra.example"]\n'
+                           'maildir = "extra"\n\n[accounts.folders]\ninbox = "INBOX"\n')
+            deadline = time.monotonic() + 60
+            while True:
+                names = [a["name"] for a in
+                         (await call(client, "list_available_accounts"))["accounts"]]
+                found = await call(client, "search_emails", {"query": "in:inbox",
+                                                             "account": "extra"}) \
+                    if "extra" in names else {"total": 0}
+                if found["total"] == 1 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            assert "extra" in names and found["total"] == 1, (names, found)
+            status = (await call(client, "get_sync_status"))["status"]
+            assert [a["name"] for a in status["accounts"]] == ["personal", "work", "extra"]
+
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0
     stopped = indexed.fmail("status", check=False)

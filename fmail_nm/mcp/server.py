@@ -23,6 +23,7 @@ from pydantic import Field
 
 from .. import __version__
 from ..adopt import accounts
+from ..app import CONFIG_CHECK_INTERVAL, LiveConfig
 from ..adopt.accounts import AccountPlan, NewAccount
 from ..clock import utc_now
 from ..config import DEFAULT_TOOL_PROFILE, Config, ConfigError
@@ -91,8 +92,11 @@ class MailService:
     changed, a push request (``on_push``: the account names to push)."""
 
     def __init__(self, config: Config, clock: Callable[[], Any] = utc_now, *,
-                 on_push: Callable[[frozenset[str]], None] | None = None) -> None:
-        self.config = config
+                 on_push: Callable[[frozenset[str]], None] | None = None,
+                 live: LiveConfig | None = None) -> None:
+        # The configuration follows fmail.toml and accounts.toml as they change (an account
+        # added in another terminal, a tagging rule): shared with the background service.
+        self._live = live or LiveConfig(config)
         self.clock = clock
         self.on_push = on_push
         self.sidecar_file = sidecar_path(config.data_dir)
@@ -109,14 +113,19 @@ class MailService:
         # has one of our commits land under it (store.notmuch.Reader says why).
         self._commits = threading.Lock()
 
+    @property
+    def config(self) -> Config:
+        return self._live.current(max_age=CONFIG_CHECK_INTERVAL)
+
     def _mailbox(self) -> reads.Mailbox:
         mailbox = getattr(self._local, "mailbox", None)
-        if mailbox is not None and mailbox.config is not self.config:  # an account was added
+        config = self.config
+        if mailbox is not None and mailbox.config is not config:  # the configuration changed
             mailbox.reader.close()
             mailbox = None
         if mailbox is None:
-            reader = Reader(self.config.settings.notmuch_config)
-            mailbox = self._local.mailbox = reads.Mailbox(self.config, reader, self.clock)
+            reader = Reader(config.settings.notmuch_config)
+            mailbox = self._local.mailbox = reads.Mailbox(config, reader, self.clock)
         return mailbox
 
     def _the_writer(self) -> Writer:
@@ -145,9 +154,10 @@ class MailService:
             try:
                 self.on_push(outcome.accounts)
             except ConfigError as exc:
-                # An account add_email_account added after the push scheduler started: the
-                # write is made; the next `fmail-nm sync` (or a restarted service) pushes it.
-                log.warning("no push after %s: %s; restart the service to push that account",
+                # An account the push scheduler does not know (taken out of fmail.toml since,
+                # or a scheduler that does not follow the configuration): the write is made;
+                # the next `fmail-nm sync` pushes it.
+                log.warning("no push after %s: %s; the next `fmail-nm sync` pushes it",
                             outcome.action, exc)
 
     def refresh_sidecar(self, *, wait: bool = False) -> None:
@@ -214,8 +224,9 @@ class MailService:
         """Add an account; later calls see it (each thread's reader is reopened with the new
         config, see _mailbox)."""
         def job() -> AddedAccount:
-            result, self.config = add_account(self.config, new,
-                                              config_path=self.config.settings.path)
+            config = self.config
+            result, added = add_account(config, new, config_path=config.settings.path)
+            self._live.replace(added)
             return result
         return await self._run_write(job)
 
@@ -270,10 +281,11 @@ BodyFormat = Annotated[str, Field(pattern="^(clean|full)$",
 def build_server(config: Config, clock: Callable[[], Any] = utc_now, *,
                  read_only: bool = False, tools: str = DEFAULT_TOOL_PROFILE,
                  on_push: Callable[[frozenset[str]], None] | None = None,
-                 background: Background | None = None) -> tuple[MCPServer, MailService]:
+                 background: Background | None = None,
+                 live: LiveConfig | None = None) -> tuple[MCPServer, MailService]:
     """The MCP server offering the tools of profile ``tools`` (registry.PROFILES);
     ``read_only`` leaves out every tool that changes mail or contacts."""
-    service = MailService(config, clock, on_push=on_push)
+    service = MailService(config, clock, on_push=on_push, live=live)
     server = ToolList(tools)
 
     @server.tool(profile="read", annotations=READ_ONLY, description=(

@@ -6,12 +6,17 @@ import contextlib
 import logging
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from mcp.server.mcpserver import MCPServer
 
 from ..config import DEFAULT_TOOL_PROFILE, Config, fmail_command
 from .server import build_server
+
+if TYPE_CHECKING:
+    from ..app import LiveConfig
+    from ..service.push import PushScheduler
 
 log = logging.getLogger(__name__)
 
@@ -43,25 +48,28 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
     pushes: writes are sent by mbsync shortly after they are made (for accounts with an mbsync
     channel), then re-indexed, because mbsync renames the files it uploads.
     """
+    from ..app import LiveConfig
     from ..service.background import AlreadyRunning, Background
     from ..service.push import PushScheduler
 
     _migrate_sidecar(config)
     push = push and not read_only
+    live = LiveConfig(config)  # the tools and the background follow the user's edits alike
     background: Background | None = None
     pusher: PushScheduler | None = None
     if watch:
-        background = Background(config, push=push)
+        background = Background(config, push=push, live=live)
         try:
             background.start()
         except AlreadyRunning as exc:  # e.g. `fmail-nm run` already watches this mail
             log.warning("%s; serving without watching", exc)
             background = None
     if background is None and push and any(a.mbsync_channel for a in config.accounts):
-        pusher = PushScheduler(config, after_push=lambda runs: _reindex(config))
-    on_push = background.request_push if background else pusher.request if pusher else None
+        pusher = PushScheduler(config, after_push=lambda runs: _reindex(live.current()))
+    on_push = (background.request_push if background else
+               _following(live, pusher) if pusher else None)
     server, service = build_server(config, read_only=read_only, tools=tools, on_push=on_push,
-                                   background=background)
+                                   background=background, live=live)
     try:
         yield server
     finally:
@@ -74,6 +82,15 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
                 background.stop()
             if pusher is not None:
                 pusher.close(flush=True)
+
+
+def _following(live: LiveConfig, pusher: PushScheduler) -> Callable[[Iterable[str]], None]:
+    """The pusher's request, with the accounts as the configuration has them now (an
+    account added since the server started is pushed too)."""
+    def request(accounts: Iterable[str]) -> None:
+        pusher.config = live.current()
+        pusher.request(accounts)
+    return request
 
 
 def _reindex(config: Config) -> None:

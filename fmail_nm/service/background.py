@@ -11,7 +11,12 @@ Threads, each with one job, none blocking another (or the MCP server):
   a watcher batch it asks the index whether the batch is already reflected: the write tools
   move and rename files and tell notmuch themselves, so their events need no ``notmuch new``;
 * one pull thread per account with ``mbsync_channel`` and ``pull_interval_minutes > 0``;
-* the :class:`~fmail_nm.service.push.PushScheduler` for pushes the write tools ask for.
+* the :class:`~fmail_nm.service.push.PushScheduler` for pushes the write tools ask for; a
+  failed push is tried again (backing off), and one not done by the stop is marked in
+  ``status.json`` and done by the next start.
+
+The configuration is followed as the user edits it (:class:`~fmail_nm.app.LiveConfig`): each
+index run, push request and heartbeat looks, and a change reschedules the pulls.
 
 Call :meth:`Background.stop` only after the MCP server stopped taking calls: the write tools
 move files on the server's thread, and stop() should not race a move.
@@ -30,15 +35,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import IO
 
+from ..app import LiveConfig
 from ..clock import utc_now
-from ..config import Account, Config
+from ..config import Account, Config, ConfigError
 from ..errors import BackendError
 from ..private import private_dir
 from ..store.notmuch import Reader
 from ..store.notmuch_cli import notmuch_settings
 from .index import INDEX_TIMEOUT, run_index
 from .mbsync import (MBSYNC_TIMEOUT, STOP_GRACE, MbsyncNotInstalled, MbsyncRun,
-                     run_mbsync, stop_running, wait_for_channels)
+                     mbsync_config_of, run_mbsync, stop_running, wait_for_channels)
 from .push import PushScheduler
 from .status import (
     AccountStatus,
@@ -57,6 +63,7 @@ MAX_BACKOFF = 1800.0  # seconds between pulls of a failing account, at most
 BUSY_RETRY = 30.0  # a channel busy with another mbsync: try again this soon (or the interval)
 PULL_LOCK_WAIT = 10.0  # how long a scheduled pull waits for a busy channel
 HEARTBEAT = 5.0  # the index thread refreshes the queue length and revision this often
+PUSH_RETRY = 60.0  # a failed push is tried again after twice this, doubling up to MAX_BACKOFF
 
 
 class AlreadyRunning(BackendError):
@@ -69,6 +76,34 @@ def backoff_delay(interval: float, failures: int) -> float:
     if failures <= 0:
         return interval
     return max(interval, min(interval * 2 ** min(failures, 30), MAX_BACKOFF))
+
+
+PullKey = tuple[str | None, str | None, float]
+
+
+def _pull_key(config: Config, account: Account) -> PullKey:
+    """What a scheduled pull of an account depends on: a change means a new schedule."""
+    return account.mbsync_channel, mbsync_config_of(config, account), account.pull_interval_minutes
+
+
+def _account_status(account: Account) -> AccountStatus:
+    return AccountStatus(name=account.name, channel=account.mbsync_channel,
+                         pull_interval_minutes=account.pull_interval_minutes)
+
+
+def _follow_accounts(status: ServiceStatus, config: Config) -> None:
+    """The status's accounts as the configuration has them now, each one's history kept
+    while its channel stays the same."""
+    accounts = []
+    for account in config.accounts:
+        known = status.account(account.name)
+        if known is None or known.channel != account.mbsync_channel:
+            known = _account_status(account)
+        known.pull_interval_minutes = account.pull_interval_minutes
+        if account.pull_interval_minutes <= 0:
+            known.next_pull_at = None
+        accounts.append(known)
+    status.accounts = accounts
 
 
 def _run_info(run: MbsyncRun) -> RunInfo:
@@ -107,18 +142,20 @@ class _Indexer:
 
     def __init__(self, bg: Background) -> None:
         self.bg = bg
-        self.config = bg.config
         self._work = _Work()
         self._running = False
         self._stopping = False
         self._deadline = 0.0
-        self._safety = bg.config.settings.safety_index_minutes * 60.0  # 0: no safety index
+        self.set_safety(bg._applied)
         self._last_index = time.monotonic()  # the startup run is asked for at once
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._loop, name="fmail-index", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+
+    def set_safety(self, config: Config) -> None:
+        self._safety = config.settings.safety_index_minutes * 60.0  # 0: no safety index
 
     def request(self, reason: str) -> None:
         with self._cond:
@@ -172,7 +209,7 @@ class _Indexer:
         return self._last_index + self._safety - time.monotonic()
 
     def _loop(self) -> None:
-        reader = Reader(self.config.settings.notmuch_config)
+        reader = Reader(self.bg.config.settings.notmuch_config)
         try:
             while (taken := self._take()) is not None:
                 work, last = taken
@@ -193,6 +230,7 @@ class _Indexer:
             reader.close()
 
     def _heartbeat(self, reader: Reader) -> None:
+        self.bg.follow_config()  # an edit shows in pulls and the status without other work
         queue = self.bg.queue_length()
         revision = _revision(reader)
 
@@ -252,7 +290,7 @@ class _Indexer:
         def stopping() -> bool:
             with self._cond:  # stop() ended the runs: what is left is indexed now
                 return self._stopping
-        wait_for_channels(self.config, self.bg.mbsync_timeout, stop=stopping)
+        wait_for_channels(self.bg.config, self.bg.mbsync_timeout, stop=stopping)
 
     def _index(self, reader: Reader, reason: str, timeout: float, *,
                full_scan: bool = False) -> None:
@@ -261,7 +299,8 @@ class _Indexer:
         error: str | None = None
         added: int | None = None
         try:
-            summary = run_index(self.config, show_progress=False, timeout=timeout,
+            # The configuration as it is now: the pass tags by the rules the hook would read.
+            summary = run_index(self.bg.config, show_progress=False, timeout=timeout,
                                 full_scan=full_scan)
         except Exception as exc:  # notmuch new failed or timed out, a busy lock, the sidecar
             error = str(exc) or type(exc).__name__
@@ -305,15 +344,27 @@ def _revision(reader: Reader) -> int | None:
 class _Puller:
     """Pulls one account every ``interval`` seconds (backing off while it fails)."""
 
-    def __init__(self, bg: Background, account: Account, interval_minutes: float) -> None:
+    def __init__(self, bg: Background, account: Account, key: PullKey) -> None:
         self.bg = bg
         self.account = account
-        self.interval = interval_minutes * 60.0
+        self.key = key
+        self.interval = account.pull_interval_minutes * 60.0
+        self.retired = False  # the account left the configuration, or its schedule changed
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"pull-{account.name}",
                                         daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, *, retire: bool = False) -> None:
+        """End the schedule; a run in progress finishes.  ``retire``: another puller (or
+        none) takes over the account, so this one's status is no longer the account's."""
+        self.retired = self.retired or retire
+        self._stop.set()
 
     def join(self, deadline: float) -> None:
         if self._thread.ident is None:  # never started
@@ -325,7 +376,7 @@ class _Puller:
     def _loop(self) -> None:
         failures = 0
         delay = 0.0  # pull once at start: mail may have come while the service was down
-        while not self.bg._stopping.wait(delay):
+        while not self._stop.wait(delay):
             run, broke = self._pull()
             if run.returncode is not None:
                 # Even a failed mbsync may have fetched part of the mail.
@@ -333,6 +384,7 @@ class _Puller:
             if run.ok:
                 failures = 0
                 delay = self.interval
+                self.bg._pushed(self.account.name)  # it synced both ways
             elif run.busy:
                 delay = min(self.interval, BUSY_RETRY)
                 log.info("pull for %s: channel busy with another mbsync; trying again in %.0fs",
@@ -344,7 +396,7 @@ class _Puller:
                 log.warning("pull for %s failed (%d in a row), next try in %.0fs: %s",
                             self.account.name, failures, delay, first_line(run.error),
                             exc_info=broke)
-            self._record(run, failures, None if self.bg._stopping.is_set() else delay)
+            self._record(run, failures, None if self._stop.is_set() else delay)
 
     def _pull(self) -> tuple[MbsyncRun, Exception | None]:
         """The run, and the unexpected error it failed with (for :meth:`_loop` to log with
@@ -377,6 +429,8 @@ class _Puller:
                 acct.last_pull = _run_info(run)
                 if run.direction == "both":  # it pushed too: an older push failure is past
                     acct.last_push = _run_info(run)
+            if self.retired:  # the schedule is its successor's to say
+                return
             acct.consecutive_failures = failures
             acct.next_pull_at = next_at
         self.bg.store.update(record)
@@ -398,12 +452,16 @@ class Background:
                  watch_max_delay: float = 10.0, status_store: StatusStore | None = None,
                  force_polling: bool = False, poll_interval: float = 2.0,
                  index_timeout: float = INDEX_TIMEOUT,
-                 mbsync_timeout: float = MBSYNC_TIMEOUT) -> None:
-        self.config = config
+                 mbsync_timeout: float = MBSYNC_TIMEOUT, push_retry: float = PUSH_RETRY,
+                 live: LiveConfig | None = None) -> None:
+        self._started = False
+        self._status_written = False
+        self._live = live or LiveConfig(config)  # shared with the MCP server's tools
+        self._applied = config  # the configuration the pullers, pusher and status follow
+        self._config_lock = threading.RLock()
         self.store = status_store or StatusStore(config.data_dir)
         self.index_timeout = index_timeout
         self.mbsync_timeout = mbsync_timeout
-        self.intervals = {a.name: a.pull_interval_minutes for a in config.accounts}
         self._stopping = threading.Event()
         self._indexer = _Indexer(self)
         self._watcher: MailWatcher | None = None
@@ -413,16 +471,69 @@ class Background:
                                         poll_interval=poll_interval, ignore=self._ignored(),
                                         on_overflow=self._overflowed,
                                         on_folder_gone=self._folder_gone)
-        self._pullers = [
-            _Puller(self, a, self.intervals[a.name]) for a in config.accounts
-            if schedule and a.mbsync_channel and self.intervals[a.name] > 0
-        ]
-        self._push_enabled = push and any(a.mbsync_channel for a in config.accounts)
+        self._schedule = schedule
+        self._pullers: dict[str, _Puller] = {}
+        self._retired: list[_Puller] = []  # stopped on a configuration change; joined at stop
+        self._schedule_pulls(config)
+        self._push_wanted = push
         self._push_quiet = push_quiet
         self._pusher: PushScheduler | None = None
+        self._push_retry = push_retry
+        self._push_failures: dict[str, int] = {}  # failed pushes in a row, per account
+        self._push_timers: dict[str, threading.Timer] = {}  # the retry due, per account
         self._lock_file: IO[str] | None = None
-        self._started = False
-        self._status_written = False
+
+    # -- the configuration ---------------------------------------------------------------------
+
+    @property
+    def config(self) -> Config:
+        return self.follow_config()
+
+    def follow_config(self) -> Config:
+        """The configuration as the files say now (see :class:`~fmail_nm.app.LiveConfig`);
+        a change is applied on the way: pulls scheduled, moved or ended, the status's
+        accounts, the safety interval, the pusher's accounts."""
+        fresh = self._live.current()
+        with self._config_lock:
+            if fresh is not self._applied and not self._stopping.is_set():
+                self._apply(fresh)
+            return fresh
+
+    def _apply(self, config: Config) -> None:
+        self._applied = config
+        self._schedule_pulls(config)
+        self._indexer.set_safety(config)
+        if self._started:
+            self._start_pusher(config)
+            if self._pusher is not None:
+                self._pusher.config = config
+        if self._status_written:
+            self.store.update(lambda s: _follow_accounts(s, config))
+
+    def _schedule_pulls(self, config: Config) -> None:
+        """A puller for each account with a channel and an interval; one whose account left
+        or whose schedule changed is stopped, its successor pulls at once."""
+        wanted = {a.name: a for a in config.accounts
+                  if self._schedule and a.mbsync_channel and a.pull_interval_minutes > 0}
+        self._retired = [p for p in self._retired if p.alive()]
+        for name, puller in list(self._pullers.items()):
+            account = wanted.get(name)
+            if account is None or _pull_key(config, account) != puller.key:
+                puller.stop(retire=True)
+                self._retired.append(self._pullers.pop(name))
+                log.info("configuration changed: scheduled pulls for %s %s", name,
+                         "end" if account is None else "follow the new settings")
+        for name, account in wanted.items():
+            if name not in self._pullers:
+                puller = self._pullers[name] = _Puller(self, account, _pull_key(config, account))
+                if self._started:
+                    puller.start()
+
+    def _start_pusher(self, config: Config) -> None:
+        if self._pusher is None and self._push_wanted and any(
+                a.mbsync_channel for a in config.accounts):
+            self._pusher = PushScheduler(config, quiet_period=self._push_quiet,
+                                         timeout=self.mbsync_timeout, after_push=self._after_push)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -440,6 +551,8 @@ class Background:
             raise
 
     def _start_parts(self) -> None:
+        # Writes the last run could not push (server down, stopped first): pushed now.
+        unpushed = self._unpushed(self.store.load())
         self.store.write(self._initial_status())
         self._status_written = True
         self._indexer.start()
@@ -447,16 +560,19 @@ class Background:
             # Before the first index run, so nothing that lands in between is missed.
             self._watcher.start()
         self.request_index(STARTUP_INDEX)
-        if self._push_enabled:
-            self._pusher = PushScheduler(self.config, quiet_period=self._push_quiet,
-                                         timeout=self.mbsync_timeout, after_push=self._after_push)
-        for puller in self._pullers:
-            puller.start()
+        with self._config_lock:
+            self._start_pusher(self._applied)
+            for puller in self._pullers.values():
+                puller.start()
         mode = self._watcher.mode if self._watcher is not None else "off"
 
         def started(s: ServiceStatus) -> None:
             s.service.watcher = mode or "off"
         self.store.update(started)
+        if unpushed:
+            log.info("writes the last run left unpushed: %s", ", ".join(unpushed))
+            self._set_push_pending(unpushed, True)  # kept for a later start (--no-push now)
+            self.request_push(unpushed)
         log.info("background service started: watching %s, %d scheduled pull(s), push %s",
                  mode, len(self._pullers), "on" if self._pusher else "off")
 
@@ -470,8 +586,15 @@ class Background:
         self._stopping.set()
         if self._watcher is not None:
             self._watcher.stop(timeout=min(5.0, timeout))
-        for puller in self._pullers:
+        with self._config_lock:  # no configuration change starts a puller from here on
+            pullers = [*self._pullers.values(), *self._retired]
+        for puller in pullers:
+            puller.stop()
+        for puller in pullers:
             puller.join(deadline)
+        with self._config_lock:
+            for timer in self._push_timers.values():  # status.json keeps them for next start
+                timer.cancel()
         if self._pusher is not None:
             pending = self._pusher.status().pending
             self._pusher.close(flush=True, timeout=max(0.0, deadline - time.monotonic()))
@@ -484,7 +607,7 @@ class Background:
         if stopped := stop_running():  # past the deadline: not left running after we exit
             log.warning("shutdown: stopped %d mbsync run(s) still going; the next sync takes "
                         "them up again", stopped)
-            for puller in self._pullers:  # each records its stopped run
+            for puller in pullers:  # each records its stopped run
                 puller.join(time.monotonic() + STOP_GRACE)
         self._indexer.stop(deadline)
         if self._status_written:
@@ -528,14 +651,28 @@ class Background:
     def request_push(self, accounts: Iterable[str]) -> None:
         """Push these accounts shortly (debounced); what the write tools call after a move."""
         names = list(accounts)
+        if self._stopping.is_set():
+            log.warning("shutting down: push for %s not queued; the next start pushes it",
+                        ", ".join(names))
+            self._set_push_pending(names, True)
+            return
+        self.follow_config()  # an account added since the last look is the pusher's too
         if self._pusher is None or not names:
             log.debug("push not enabled; not pushing %s", ", ".join(names))
             return
-        if self._stopping.is_set():
-            log.warning("shutting down: push for %s not queued; the next sync pushes it",
-                        ", ".join(names))
-            return
+        # Marked first: the push may be over before request() returns.  (An unknown name,
+        # which request() refuses, is in no status to mark.)
+        self._set_push_pending(names, True)
         self._pusher.request(names)
+
+    def _set_push_pending(self, names: Iterable[str], pending: bool) -> None:
+        wanted = set(names)
+
+        def mark(s: ServiceStatus) -> None:
+            for acct in s.accounts:
+                if acct.name in wanted:
+                    acct.push_pending = pending
+        self.store.update(mark)
 
     def _after_push(self, runs: list[MbsyncRun]) -> None:
         # mbsync renames the files it uploaded (,U=<uid>): index so notmuch has the new names.
@@ -545,8 +682,52 @@ class Background:
                 if acct is not None and not run.skipped:
                     acct.last_push = _run_info(run)
         self.store.update(record)
+        for run in runs:
+            if run.ok or (run.skipped and not run.busy):  # pushed, or nothing to push with
+                self._pushed(run.account)
+            elif not run.busy:  # a busy channel is queued again by the pusher itself
+                self._retry_push(run.account)
         if any(run.returncode is not None for run in runs):
             self.request_index("push " + ", ".join(sorted({r.account for r in runs})))
+
+    def _pushed(self, name: str) -> None:
+        """The account's writes are on the server (a push, or a pull that synced both ways)
+        -- unless a later write's push waits: that one settles the mark."""
+        if self._pusher is not None and name in self._pusher.status().pending:
+            return
+        with self._config_lock:
+            self._push_failures.pop(name, None)
+            if (timer := self._push_timers.pop(name, None)) is not None:
+                timer.cancel()
+        self._set_push_pending([name], False)
+
+    def _retry_push(self, name: str) -> None:
+        """A push failed (the server down, say): only a write would ask again, so the
+        service does, backing off as pulls do."""
+        with self._config_lock:
+            if self._stopping.is_set() or name in self._push_timers:
+                return
+            failures = self._push_failures[name] = self._push_failures.get(name, 0) + 1
+            delay = backoff_delay(self._push_retry, failures)
+            timer = self._push_timers[name] = threading.Timer(delay, self._push_again, [name])
+        timer.daemon = True
+        timer.start()
+        log.info("push for %s failed (%d in a row); trying again in %.0fs", name, failures,
+                 delay)
+
+    def _push_again(self, name: str) -> None:
+        with self._config_lock:
+            self._push_timers.pop(name, None)
+        try:
+            self.request_push([name])
+        except ConfigError:  # the account left the configuration: nothing to push it to
+            log.info("not pushing %s again: the account is no longer configured", name)
+
+    def _unpushed(self, last: ServiceStatus | None) -> list[str]:
+        if last is None:
+            return []
+        names = {a.name for a in self.config.accounts if a.mbsync_channel}
+        return [a.name for a in last.accounts if a.push_pending and a.name in names]
 
     # -- looking in ----------------------------------------------------------------------------
 
@@ -581,9 +762,7 @@ class Background:
         now = utc_now()
         return ServiceStatus(
             service=ServiceInfo(pid=os.getpid(), started_at=now, running=running),
-            accounts=[AccountStatus(name=a.name, channel=a.mbsync_channel,
-                                    pull_interval_minutes=self.intervals[a.name])
-                      for a in self.config.accounts],
+            accounts=[_account_status(a) for a in self.config.accounts],
             index=IndexStatus(),
         )
 

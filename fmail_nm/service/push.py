@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ..config import Config
+from ..config import Config, ConfigError
 from ..errors import BackendError
 from .debounce import Debouncer
 from .mbsync import (
@@ -109,16 +109,22 @@ class PushScheduler:
     def _push(self, batch: list[str]) -> list[MbsyncRun]:
         """The batch's runs, each failure logged once."""
         runs: list[MbsyncRun] = []
+        config = self.config  # one configuration for the batch (the service may replace it)
         for name in batch:
             try:
-                done = run_mbsync(self.config, name, "push", timeout=self.timeout,
+                account = config.account(name)
+            except ConfigError:  # taken out of fmail.toml since the write asked for it
+                log.info("not pushing %s: the account is no longer configured", name)
+                continue
+            try:
+                done = run_mbsync(config, name, "push", timeout=self.timeout,
                                   lock_timeout=self.lock_timeout)
             except MbsyncNotInstalled as exc:
-                done = [not_run(self.config.account(name), "push", str(exc), skipped=False)]
+                done = [not_run(account, "push", str(exc), skipped=False)]
             except Exception as exc:  # keep the thread alive; the status shows what broke
                 log.exception("mbsync push for %s failed", name)  # said here, with its traceback
-                runs.append(not_run(self.config.account(name), "push",
-                                    f"{type(exc).__name__}: {exc}", skipped=False))
+                runs.append(not_run(account, "push", f"{type(exc).__name__}: {exc}",
+                                    skipped=False))
                 continue
             for run in done:
                 if run.channel and not run.ok:  # run_mbsync leaves saying so to its caller

@@ -54,6 +54,9 @@ class AccountStatus(Dto):
     last_push: RunInfo | None = None
     next_pull_at: datetime | None = None
     consecutive_failures: int = Field(default=0, description="failed pulls in a row")
+    push_pending: bool = Field(
+        default=False, description="writes not pushed yet (a push failed or the service "
+        "stopped first): retried, and pushed by the next start")
 
 
 class IndexStatus(Dto):
@@ -242,6 +245,8 @@ def _account_line(acct: AccountStatus, now: datetime) -> str:
             parts.append(_run_text("pull", acct.last_pull, now))
     if acct.last_push is not None:
         parts.append(_run_text("push", acct.last_push, now))
+    if acct.push_pending:
+        parts.append("writes waiting to be pushed (retried)")
     return head + (": " + "; ".join(parts) if parts else "")
 
 
