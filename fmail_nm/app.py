@@ -11,7 +11,8 @@ from pathlib import Path
 from .config import (ADDED_ACCOUNTS_FILE, Config, ConfigError, Settings, default_config_path,
                      load_settings, own_config_dir, resolve, users_mbsync_config)
 from .store.notmuch_cli import notmuch_settings, user_settings_as_written
-from .store.notmuch_config import config_list, find_notmuch_config, new_config_path
+from .store.notmuch_config import (config_list, file_stamp, find_notmuch_config,
+                                   new_config_path)
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +49,7 @@ def load_config(path: str | Path | None = None) -> Config:
 CONFIG_CHECK_INTERVAL = 1.0
 
 # A file's identity and version as far as a reload cares; None: it is not there.
-_Stamp = tuple[int, int, int, int] | None
-
-
-def _stamp(path: Path | None) -> _Stamp:
-    if path is None:
-        return None
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+_Stamp = tuple[int, int, int] | None
 
 
 def config_files(config: Config) -> tuple[Path | None, ...]:
@@ -94,7 +85,7 @@ class LiveConfig:
 
     @staticmethod
     def _read_stamps(config: Config) -> tuple[_Stamp, ...]:
-        return tuple(_stamp(path) for path in config_files(config))
+        return tuple(file_stamp(path) for path in config_files(config))
 
     def current(self, max_age: float = 0.0) -> Config:
         """The configuration, its files looked at again unless that was done less than

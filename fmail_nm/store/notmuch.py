@@ -33,7 +33,7 @@ from notmuch2 import _capi
 from ..config import THREAD_ID
 from ..errors import BackendError, CallerError
 from ..tags import DEFAULT_EXCLUDED, FLAG_TAGS
-from .notmuch_config import config_bool, config_list, find_notmuch_config
+from .notmuch_config import config_bool, config_list, file_stamp, find_notmuch_config
 from .query import all_of, id_query, quote
 from .threads import ThreadSummary, author_of, thread_authors
 
@@ -320,17 +320,6 @@ def _check_thread(owner: int) -> None:
 # Reads
 
 
-def _file_stamp(path: Path | None) -> tuple[int, int, int] | None:
-    """What changes when a file is rewritten or replaced; None when it is not there."""
-    if path is None:
-        return None
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
 # File times come from a clock that ticks every few milliseconds (the kernel's coarse
 # clock): a marker stamped this close to an open may have been written during it.
 MARKER_CLOCK_SLACK_NS = 20_000_000
@@ -390,7 +379,7 @@ class Reader:
     def _marker_stamp(self) -> tuple[int, int, int] | None:
         # Xapian rewrites "iamglass" (by rename) on every commit: a stat tells us cheaply
         # whether our snapshot is stale, without reopening on every call.
-        return _file_stamp(self._xapian_marker)
+        return file_stamp(self._xapian_marker)
 
     def _find_marker(self, db: notmuch2.Database) -> Path | None:
         for folder in xapian_folders(Path(os.fsdecode(db.path))):
@@ -404,7 +393,7 @@ class Reader:
         if self._db is not None:
             stamp = self._marker_stamp()
             if (stamp is None or stamp != self._stamp
-                    or _file_stamp(self._config_file) != self._config_stamp):
+                    or file_stamp(self._config_file) != self._config_stamp):
                 self._release()
         if self._db is None:
             self._open_snapshot()
@@ -417,7 +406,7 @@ class Reader:
         # and keep the older snapshot until the one after it.  The first open cannot know
         # where the marker is; a marker written while it ran is not trusted.
         stamp, started = self._marker_stamp(), time.time_ns()
-        self._config_stamp = _file_stamp(self._config_file)
+        self._config_stamp = file_stamp(self._config_file)
         self._db = _open(self.config_path, notmuch2.Database.MODE.READ_ONLY)
         if self._xapian_marker is None:
             self._xapian_marker = self._find_marker(self._db)

@@ -77,3 +77,14 @@ def config_list(value: str | None) -> list[str]:
     """A ``;``-separated setting as libnotmuch reads it: each item trimmed of spaces, empty
     items dropped (``new.ignore=.uidvalidity; .mbsyncstate`` ignores both)."""
     return [item.strip() for item in (value or "").split(";") if item.strip()]
+
+
+def file_stamp(path: Path | None) -> tuple[int, int, int] | None:
+    """What changes when a file is rewritten or replaced; None when it is not there."""
+    if path is None:
+        return None
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
