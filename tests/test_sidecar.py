@@ -214,6 +214,10 @@ def test_a_sender_named_last_comma_first_in_an_encoded_word_is_a_contact_and_blo
         assert conn.execute("SELECT email_address, name, messages_from FROM contacts "
                             "WHERE email_address LIKE '%smith%'").fetchall() == [
             ("bob.smith@corp.test", "Smith, Bob", 1)]
+    with Reader() as reader:  # and the read tools name him so, where notmuch's header is read
+        [read] = reads.get_thread(reads.Mailbox(indexed.config(), reader),
+                                  "enc-1@corp.test").messages
+        assert read.from_ == "Smith, Bob <bob.smith@corp.test>"
     cli.main(["contacts", "block", "bob.smith@corp.test", "--no-push"])
     assert "mail tagged blocked: 1" in capsys.readouterr().out
     # Newer mail naming him by his address (as Outlook writes it) does not rename him so.

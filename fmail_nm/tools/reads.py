@@ -151,7 +151,9 @@ def who(name: str, address: str) -> str:
 
 
 def person(header: str) -> str:
-    return who(*email.utils.parseaddr(header))
+    """The sender of a From header as notmuch gives it (decoded: "Smith, Bob <b@x>" from
+    Exchange's encoded word is one person, see store.threads.sender)."""
+    return who(*sender(header))
 
 
 def people(addresses: Sequence[Address]) -> list[str]:
