@@ -508,11 +508,21 @@ def test_a_contact_is_one_address_or_nothing_is_written(db: Path, address: str) 
     """A NULL address was stored and broke every later contacts write; text that is no
     address was 'blocked' although no mail could ever match it."""
     before = dump(db)
-    with pytest.raises(SqlError, match="is not an e-mail address|CHECK constraint failed"):
+    with pytest.raises(SqlError, match="is not an e-mail address|a contact is one e-mail"):
         m(db, f"INSERT INTO contacts (email_address, is_blocked) VALUES ({address}, 1)")
     assert dump(db) == before
     assert m(db, "UPDATE contacts SET notes='still fine' WHERE email_address='bob@example.com'"
              ).changed == 1
+
+
+@pytest.mark.parametrize("address", ["@spam.test", "spam.test"])
+def test_a_domain_block_is_refused_saying_what_a_contact_is(db: Path, address: str) -> None:
+    """A model blocking a whole domain got SQLite's CHECK constraint, quoted over two lines."""
+    with pytest.raises(SqlError) as refused:
+        m(db, f"INSERT INTO contacts (email_address, is_blocked) VALUES ('{address}', 1)")
+    assert str(refused.value) == (
+        "a contact is one e-mail address (name@example.com): a domain or a pattern cannot be "
+        "a contact nor be blocked; block each sender's address (the statement changed nothing)")
 
 
 def test_whitespace_around_an_inserted_address_is_trimmed(db: Path) -> None:

@@ -1045,6 +1045,11 @@ def _translate(exc: BaseException, policy: _Policy | None,
                         "retry in a moment")
     if primary == sqlite3.SQLITE_READONLY:
         return SqlError(f"refused: writing is not allowed; {READ_HINT}")
+    if primary == sqlite3.SQLITE_CONSTRAINT and "email_address like" in low:
+        # The contacts table's CHECK, quoted as SQL over two lines: what it means instead.
+        return SqlError("a contact is one e-mail address (name@example.com): a domain or a "
+                        "pattern cannot be a contact nor be blocked; block each sender's "
+                        "address (the statement changed nothing)")
     if primary == sqlite3.SQLITE_CONSTRAINT:
         return SqlError(f"{message} (the statement changed nothing)")
     if "cannot modify" in low:
