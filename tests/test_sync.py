@@ -236,6 +236,17 @@ def _leaving_a_holder(tmp_path: Path) -> tuple[Path, Path]:
     return script, pid_file
 
 
+def _executing(script: Path, timeout: float
+               ) -> tuple[threading.Thread, list[tuple[int | None, str]]]:
+    """``mbsync.execute`` of the script on a thread of its own, started; its result lands in
+    the list."""
+    result: list[tuple[int | None, str]] = []
+    worker = threading.Thread(
+        target=lambda: result.append(mbsync.execute([str(script)], timeout)), daemon=True)
+    worker.start()
+    return worker, result
+
+
 def _end_holder(pid_file: Path) -> None:
     if pid_file.is_file() and pid_file.read_text().strip():
         os.kill(int(pid_file.read_text()), signal.SIGKILL)
@@ -247,10 +258,7 @@ def test_a_run_killed_at_its_timeout_does_not_wait_for_a_child_holding_its_pipes
     never, while a child that escaped the kill still held them."""
     monkeypatch.setattr(mbsync, "KILLED_OUTPUT_WAIT", 0.5, raising=False)
     script, pid_file = _leaving_a_holder(tmp_path)
-    result: list[tuple[int | None, str]] = []
-    worker = threading.Thread(target=lambda: result.append(mbsync.execute([str(script)], 2)),
-                              daemon=True)
-    worker.start()
+    worker, result = _executing(script, 2)
     try:
         worker.join(60)  # without the bound: until the holder ends (600 s)
         assert result, "execute still reading the pipes the holder keeps open"
@@ -270,10 +278,7 @@ def test_a_run_stopped_at_shutdown_does_not_wait_for_a_child_holding_its_pipes(
     monkeypatch.setattr(mbsync, "KILLED_OUTPUT_WAIT", 0.5)
     monkeypatch.setattr(mbsync, "EXIT_CHECK", 0.1, raising=False)
     script, pid_file = _leaving_a_holder(tmp_path)
-    result: list[tuple[int | None, str]] = []
-    worker = threading.Thread(target=lambda: result.append(mbsync.execute([str(script)], 600)),
-                              daemon=True)
-    worker.start()
+    worker, result = _executing(script, 600)
     try:
         while not (pid_file.is_file() and pid_file.read_text().strip()):
             worker.join(0.05)  # the holder is there before the run is stopped
