@@ -28,6 +28,7 @@ T = TypeVar("T")
 
 def cmd_init(args: argparse.Namespace) -> int:
     from .adopt.initialize import mirror_existing_mail, prepare, write_fmail_toml
+    from .store.notmuch_cli import database_located_by_environment
     from .store.notmuch_config import config_chosen_by_environment
     from .app import load_config
     from .config import default_config_path
@@ -35,13 +36,15 @@ def cmd_init(args: argparse.Namespace) -> int:
     fmail_toml = Path(args.config).expanduser() if args.config else default_config_path()
     wrote_toml = not fmail_toml.is_file()
     if wrote_toml:
-        # A config $NOTMUCH_CONFIG or $NOTMUCH_PROFILE chose is written down: the server an
-        # MCP client or systemd starts has no such environment.
+        # A config $NOTMUCH_CONFIG or $NOTMUCH_PROFILE chose, and a database $NOTMUCH_DATABASE
+        # or $MAILDIR located, are written down: the server an MCP client or systemd starts
+        # has no such environment.
         # Absolute: the hook reads fmail.toml from wherever notmuch new was started.
         chosen = (Path(args.notmuch_config).expanduser().absolute() if args.notmuch_config
                   else config_chosen_by_environment())
         write_fmail_toml(fmail_toml, str(chosen) if chosen else None, args.address or (),
-                         os.environ.get("NOTMUCH_PROFILE") or None)
+                         os.environ.get("NOTMUCH_PROFILE") or None,
+                         database_located_by_environment(chosen))
         print(f"wrote fmail-nm config (edit freely): {fmail_toml}"
               + (f"; it names the notmuch config {chosen}" if chosen else ""))
     settings = load_settings(fmail_toml)

@@ -168,6 +168,9 @@ class TagRule:
 
 
 DEFAULT_RULES: tuple[TagRule, ...] = (
+    # Mail in a Drafts folder is a draft (a draft written on a phone, pulled by mbsync), whether
+    # or not notmuch follows the D flag (maildir.synchronize_flags) or the server set \Draft.
+    TagRule(query="{folder:drafts}", add=(tags.DRAFT,), remove=(tags.INBOX,)),
     # A draft is from the user too, but it was never sent.
     TagRule(query=f"{{me}} AND NOT tag:{tags.DRAFT}", add=(tags.SENT,), remove=(tags.INBOX,)),
     # Mail that arrives already in Trash, Junk or Archive (moved there on another device) carries
@@ -192,6 +195,8 @@ class Settings:
     path: Path | None = None
     notmuch_config: str | None = None
     notmuch_profile: str | None = None  # [notmuch] profile: $NOTMUCH_PROFILE init ran with
+    notmuch_database: str | None = None  # [notmuch] database: $NOTMUCH_DATABASE init ran with
+    notmuch_maildir: str | None = None  # [notmuch] maildir: $MAILDIR init ran with
     mbsync_config: str | None = None  # absolute, as _named_path resolves it
     pull_interval_minutes: float = 0.0  # [mbsync] default for accounts that set none
     safety_index_minutes: float = DEFAULT_SAFETY_INDEX_MINUTES  # [index] (0: none)
@@ -394,7 +399,8 @@ def _with_mbsync_config_resolved(table: dict[str, Any], config_path: Path) -> di
 
 _TOP_KEYS = ("data_dir", "addresses", "accounts", "notmuch", "mbsync", "index", "tagging",
              "send")
-_TABLE_KEYS = {"notmuch": ("config", "profile"), "mbsync": ("config", "pull_interval_minutes"),
+_TABLE_KEYS = {"notmuch": ("config", "profile", "database", "maildir"),
+               "mbsync": ("config", "pull_interval_minutes"),
                "index": ("safety_interval_minutes",), "tagging": ("rules",)}
 _ACCOUNT_KEYS = ("name", "addresses", "maildir", "folders", "mbsync_channel", "mbsync_config",
                  "send", "pull_interval_minutes", "blocked_to_junk", "server_saves_sent")
@@ -428,11 +434,29 @@ def _use_profile(value: Any, config_path: Path) -> str | None:
     program take it only from $NOTMUCH_PROFILE, and it picks the hook folder (and, unset
     in the config, the database) -- a service started without it would run notmuch new
     without the user's hooks."""
-    profile = _text(value, config_path, "[notmuch] profile")
-    if not profile:
-        return None
-    os.environ["NOTMUCH_PROFILE"] = profile
-    return profile
+    return _export("NOTMUCH_PROFILE", _text(value, config_path, "[notmuch] profile"))
+
+
+# The variables besides NOTMUCH_CONFIG and NOTMUCH_PROFILE by which libnotmuch and the notmuch
+# program find the database (notmuch-config(1), "DATABASE LOCATION"), as fmail.toml names them.
+NOTMUCH_LOCATION_VARIABLES = {"database": "NOTMUCH_DATABASE", "maildir": "MAILDIR"}
+
+
+def _use_location(notmuch: dict[str, Any], key: str, config_path: Path) -> str | None:
+    """Put fmail.toml's ``[notmuch] database`` (as $NOTMUCH_DATABASE: the database, before
+    database.path) or ``maildir`` (as $MAILDIR: the database when the config and the XDG
+    data folder name none) into the environment, which is the only place notmuch reads them
+    from: a service started without them would open another database, or none."""
+    path = _named_path(notmuch.get(key), config_path, f"[notmuch] {key}")
+    return _export(NOTMUCH_LOCATION_VARIABLES[key], path)
+
+
+def _export(variable: str, value: str | None) -> str | None:
+    """``value`` set as the environment variable ``variable`` (for this process, libnotmuch
+    in it and every notmuch it starts); nothing for none."""
+    if value:
+        os.environ[variable] = value
+    return value or None
 
 
 def load_settings(path: Path | str | None = None) -> Settings:
@@ -459,6 +483,8 @@ def load_settings(path: Path | str | None = None) -> Settings:
         path=config_path,
         notmuch_config=_named_path(notmuch.get("config"), config_path, "[notmuch] config"),
         notmuch_profile=_use_profile(notmuch.get("profile"), config_path),
+        notmuch_database=_use_location(notmuch, "database", config_path),
+        notmuch_maildir=_use_location(notmuch, "maildir", config_path),
         mbsync_config=_named_path(mbsync.get("config"), config_path, "[mbsync] config"),
         pull_interval_minutes=_minutes(mbsync.get("pull_interval_minutes", 0), "[mbsync]"),
         safety_index_minutes=_minutes(

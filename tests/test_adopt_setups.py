@@ -239,6 +239,81 @@ def test_a_profile_init_was_run_with_still_holds_without_notmuch_profile_set(
 
 
 # ---------------------------------------------------------------------------------------------
+# NOTMUCH_DATABASE and MAILDIR: where notmuch finds the database, from the environment only
+
+
+def _small_mail(root: Path, mid: str) -> None:
+    inbox = root / "INBOX" / "cur"
+    inbox.mkdir(parents=True, exist_ok=True)
+    (root / "INBOX" / "new").mkdir(exist_ok=True)
+    (root / "INBOX" / "tmp").mkdir(exist_ok=True)
+    (inbox / f"{mid}:2,S").write_text(
+        f"From: Nia <nia@example.com>\nTo: alex@example.org\nSubject: {mid}\n"
+        f"Message-ID: <{mid}@example.com>\nDate: Tue, 01 Dec 2026 10:00:00 +0000\n\nhi\n")
+
+
+@pytest.mark.parametrize("variable", ["NOTMUCH_DATABASE", "MAILDIR"])
+def test_a_database_the_environment_located_at_init_is_found_without_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    """init under $NOTMUCH_DATABASE (the database, apart from the config's mail_root) or
+    $MAILDIR (the mail, database inside, for a config naming neither); then fmail-nm runs as
+    an MCP client or systemd starts it, without that variable: it must reach that database,
+    not another one or none."""
+    env = {**os.environ, **isolated_env(tmp_path)}
+    env.pop("NOTMUCH_DATABASE", None), env.pop("MAILDIR", None)
+    mail = tmp_path / "mail"
+    _small_mail(mail, "first")
+    config = Path(env["NOTMUCH_CONFIG"])
+    where = {"NOTMUCH_DATABASE": str(tmp_path / "db"), "MAILDIR": str(mail)}[variable]
+    Path(where).mkdir(exist_ok=True)  # notmuch makes no database folder of its own
+    config.write_text(("[database]\nmail_root=" + str(mail) + "\n" if variable == "NOTMUCH_DATABASE"
+                       else "") + "[user]\nprimary_email=alex@example.org\n")
+    located = {**env, variable: where}
+    subprocess.run([*_fmail_argv(), "init"], env=located, check=True, capture_output=True,
+                   timeout=300)
+    assert "[notmuch]" in Path(env["FMAIL_CONFIG"]).read_text()
+    without = subprocess.run(["notmuch", "count", "*"], env=env, text=True, capture_output=True,
+                             timeout=60)
+    assert without.stdout.strip() != "1"  # notmuch alone, unset: another database, or none
+
+    _small_mail(mail, "later")
+    done = subprocess.run([*_fmail_argv(), "index", "--quiet"], env=env, text=True,
+                          capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    count = subprocess.run(["notmuch", "count", "*"], env=located, text=True,
+                           capture_output=True, timeout=60, check=True)
+    assert count.stdout == "2\n"  # the index run reached the database init set up
+    for name in ("NOTMUCH_DATABASE", "MAILDIR", "NOTMUCH_CONFIG", "NOTMUCH_PROFILE"):
+        monkeypatch.setenv(name, "")  # so that what the loader sets is undone after the test
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", env["HOME"])
+    monkeypatch.setenv("FMAIL_CONFIG", env["FMAIL_CONFIG"])
+    loaded = load_config()  # puts the variable back, for libnotmuch in this process
+    from fmail_nm.store.notmuch import Reader
+    with Reader(loaded.settings.notmuch_config) as reader:
+        assert set(reader.message_ids("*")) == {"first@example.com", "later@example.com"}
+
+
+def test_maildir_is_recorded_only_where_it_locates_the_database(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$MAILDIR is the user's shell's, read by other programs too: fmail.toml pins it only when
+    notmuch would find the database elsewhere without it."""
+    from fmail_nm.store.notmuch_cli import database_located_by_environment
+    for name, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("NOTMUCH_DATABASE", raising=False)
+    monkeypatch.delenv("NOTMUCH_PROFILE", raising=False)
+    monkeypatch.setenv("MAILDIR", str(tmp_path / "mail"))
+    config = tmp_path / "notmuch-config"
+    config.write_text("[user]\nprimary_email=alex@example.org\n")
+    assert database_located_by_environment(config) == {"maildir": str(tmp_path / "mail")}
+    config.write_text(f"[database]\npath={tmp_path / 'db'}\n")  # the config decides
+    assert database_located_by_environment(config) == {}
+    monkeypatch.setenv("NOTMUCH_DATABASE", str(tmp_path / "elsewhere"))  # decides over both
+    assert database_located_by_environment(config) == {"database": str(tmp_path / "elsewhere")}
+
+
+# ---------------------------------------------------------------------------------------------
 # Removing fmail-nm: the user's own hook goes back where it was
 
 

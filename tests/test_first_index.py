@@ -88,6 +88,10 @@ def test_the_first_index_equals_notmuch_new_and_the_pass(mail_env: MailEnv, tmp_
     assert mail_env.notmuch("count", "id:dot-file@x").stdout.strip() == "1"
     tags = set(mail_env.notmuch("search", "--output=tags", "id:two-copies@x").stdout.split())
     assert "unread" not in tags and ("flagged" in tags) == (sync_flags == "true")
+    # the drafts are drafts, never sent mail, whether or not the D flag gives the tag
+    for query in ("folder:personal/Drafts and tag:draft", "folder:personal/Drafts"):
+        assert mail_env.notmuch("count", "--exclude=false", query).stdout.strip() == "2"
+    assert mail_env.notmuch("count", "--exclude=false", "tag:draft and tag:sent").stdout == "0\n"
     # the files are what notmuch knows: nothing left for notmuch new, nothing missing
     assert "No new mail" in mail_env.notmuch("new").stdout
     check = mail_env.fmail("sidecar", "check", check=False)

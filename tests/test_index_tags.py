@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader, Writer, WriteTxn
 
@@ -290,3 +292,47 @@ def test_a_rule_for_all_mail_tags_all_new_mail(mail_env: MailEnv) -> None:
     everything = int(mail_env.notmuch("count", "--exclude=false", "*").stdout)
     tagged = int(mail_env.notmuch("count", "--exclude=false", "tag:seen-by-rules").stdout)
     assert tagged == everything > 100
+
+
+def tags_of(env: MailEnv, mid: str) -> set[str]:
+    found = env.notmuch("search", "--output=tags", "--exclude=false", f"id:{mid}")
+    return set(found.stdout.split())
+
+
+@pytest.mark.parametrize("sync_flags", ["true", "false"])
+def test_a_draft_from_the_server_is_a_draft_until_it_is_sent(mail_env: MailEnv,
+                                                             sync_flags: str) -> None:
+    """Drafts pulled into the Drafts folder (written on a phone) are drafts, never sent mail,
+    whether or not notmuch follows the D flag; sent from the phone, the draft leaves Drafts
+    and its Sent copy (the same Message-ID, another file) is sent mail and no draft."""
+    args = ["init", "--no-index", "--mail-root", str(mail_env.mail_root), "--name", "Alex Morgan"]
+    for address in USER_ADDRESSES:
+        args += ["--address", address]
+    mail_env.fmail(*args)
+    mail_env.notmuch("config", "set", "maildir.synchronize_flags", sync_flags)
+    drafts = mail_env.mail_root / "personal" / "Drafts" / "cur"
+    # a draft the server holds without the \Draft flag, which flag sync cannot see either
+    (drafts / "1796000001.unflagged.host:2,S").write_bytes(
+        b"From: Alex Morgan <alex@example.org>\nTo: nia@example.com\nSubject: unflagged\n"
+        b"Message-ID: <unflagged-draft@example.org>\nDate: Tue, 01 Dec 2026 10:00:00 +0000\n"
+        b"\nnot yet\n")
+    mail_env.notmuch("new")  # the hook's post-new pass tags
+    in_drafts = mail_env.notmuch("search", "--output=messages", "--exclude=false",
+                                 "folder:personal/Drafts").stdout.split()
+    assert len(in_drafts) == 3
+    for mid in in_drafts:
+        got = tags_of(mail_env, mid.removeprefix("id:"))
+        assert "draft" in got and not got & {"sent", "inbox"}, (mid, got)
+
+    [draft] = [f for f in drafts.iterdir() if b"<draft-2@example.org>" in f.read_bytes()]
+    (mail_env.mail_root / "personal" / "Sent" / "cur" / "1796000002.sent.host:2,S").write_bytes(
+        draft.read_bytes())
+    draft.unlink()
+    # and a draft thrown away on the phone, which is still no sent mail
+    [other] = [f for f in drafts.iterdir() if b"<unflagged-draft@example.org>" in f.read_bytes()]
+    other.rename(mail_env.mail_root / "personal" / "Trash" / "cur" / other.name)
+    mail_env.notmuch("new")
+    got = tags_of(mail_env, "draft-2@example.org")
+    assert "sent" in got and not got & {"draft", "inbox"}, got
+    got = tags_of(mail_env, "unflagged-draft@example.org")
+    assert "deleted" in got and not got & {"sent", "inbox"}, got

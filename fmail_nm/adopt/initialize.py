@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -289,12 +289,17 @@ FMAIL_TOML = """\
 
 
 def write_fmail_toml(path: Path, notmuch_config: str | None,
-                     addresses: Sequence[str] = (), profile: str | None = None) -> None:
+                     addresses: Sequence[str] = (), profile: str | None = None,
+                     locations: Mapping[str, str] | None = None) -> None:
     """A commented fmail.toml; it names the notmuch config when init was told one, or the
     environment chose it, with the $NOTMUCH_PROFILE init ran with (it also picks notmuch's
-    hook folder), and the addresses init was given (--address)."""
-    notmuch = ("\n[notmuch]\nconfig = " + json.dumps(notmuch_config) + "\n"
-               + (f"profile = {json.dumps(profile)}\n" if profile else "") if notmuch_config
+    hook folder), the database ``locations`` the environment gave notmuch
+    ($NOTMUCH_DATABASE, $MAILDIR: config.NOTMUCH_LOCATION_VARIABLES's keys) and the
+    addresses init was given (--address)."""
+    named = {"config": notmuch_config, "profile": profile if notmuch_config else None,
+             **(locations or {})}
+    written = "".join(f"{key} = {json.dumps(value)}\n" for key, value in named.items() if value)
+    notmuch = ("\n[notmuch]\n" + written if written
                else "\n# Which notmuch config to use (default: found as libnotmuch finds it).\n"
                     "# [notmuch]\n# config = \"~/.notmuch-config\"\n")
     if addresses:  # top-level keys go before the first table

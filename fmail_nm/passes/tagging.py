@@ -12,9 +12,10 @@ rule in order: a rule's ``tag:`` terms are answered from those expected tags, it
 by notmuch), and each message whose final tags differ from what ``notmuch new`` gave it is
 rewritten once.  With the notmuch default ``new.tags=inbox;unread`` most new mail already has
 its final tags and is not touched at all; with ``new`` every message is rewritten once, since
-``new`` must go.  Defaults: mail from the user gets ``sent``; mail in a Trash, Junk or Archive
-folder gets ``deleted``, ``spam`` or ``archived``; all of those leave the inbox, and everything
-else that is not list mail is in the inbox.  A tag of the user's own in ``new.tags`` that no
+``new`` must go.  Defaults: mail in a Drafts folder gets ``draft``; other mail from the user
+gets ``sent``; mail in a Trash, Junk or Archive folder gets ``deleted``, ``spam`` or
+``archived``; all of those leave the inbox, and everything else that is not list mail is in
+the inbox.  A tag of the user's own in ``new.tags`` that no
 rule gives (``work`` in ``unread;inbox;work``) stays.
 
 Each batch is one short write session, so a mail client or ``notmuch tag`` never waits long.
@@ -91,6 +92,36 @@ def place_tag_names(config: Config) -> frozenset[str]:
     return frozenset(names)
 
 
+def _sent_draft(config: Config, filenames: Sequence[str]) -> bool:
+    """Whether these are the files of a draft that was sent elsewhere (a phone, a webmail): its
+    copy is in a Sent folder now and none is left in a Drafts folder."""
+    return in_role(config, filenames, "sent") and not in_role(config, filenames, "drafts")
+
+
+def _draft_tags(config: Config) -> frozenset[str]:
+    """The tags the rules give or take because a message is (not) a draft: ``sent`` and
+    ``inbox`` by default."""
+    names: set[str] = set()
+    for rule in config.rules:
+        if any((quoted or plain) == tags.DRAFT
+               for quoted, _regex, plain in _TAG_TERM.findall(rule.query)):
+            names.update(rule.add, rule.remove)
+    return frozenset(names)
+
+
+def _retagged_on_move(config: Config,
+                      filenames: Sequence[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """The tags a move takes off before the rules run again, and those it lets the rules
+    change (:func:`place_tags`).  ``draft`` is not among them: a draft thrown in the Trash is
+    still one that was never sent (its D flag stays too).  But a draft whose copy moved to Sent
+    was sent: it is no draft any more -- with flag sync off nothing else takes the tag off --
+    and the rules may give it what sent mail gets (a ``sent`` it has already stays)."""
+    place = place_tag_names(config)
+    if _sent_draft(config, filenames):
+        return place | {tags.DRAFT}, place | {tags.DRAFT} | _draft_tags(config)
+    return place - {tags.DRAFT}, place - {tags.DRAFT}
+
+
 def place_tags(txn: WriteTxn, config: Config, message_id: str) -> bool:
     """Give a message whose files were just moved the place tags the rules give mail arriving
     where its files are now -- the user's rules from fmail.toml, not a copy of the defaults,
@@ -99,15 +130,16 @@ def place_tags(txn: WriteTxn, config: Config, message_id: str) -> bool:
 
     Only place tags change (:func:`place_tag_names`): the rules run on the message with those
     taken off, and what they add or remove among them is kept; other tags (sent, unread, the
-    user's own) stay as they are.  One exception: a move into a folder that is no account's
+    user's own) stay as they are -- but a draft sent elsewhere is retagged as sent mail (see
+    :func:`_retagged_on_move`).  One more exception: a move into a folder that is no account's
     inbox files the message, so it leaves the inbox whatever a catch-all rule says."""
     message = txn.get(message_id)
     if message is None:
         return False
-    place = place_tag_names(config)
+    taken_off, place = _retagged_on_move(config, message.filenames)
     # The rules' tag terms are answered from the tags worked out so far (as in _tag_batch),
     # their other terms by notmuch: nothing is written until the outcome is known.
-    expected = {message_id: set(message.tags - place)}
+    expected = {message_id: set(message.tags - taken_off)}
     only = id_query([message_id])
     for rule in config.rules:
         add = {t for t in rule.add if t in place}

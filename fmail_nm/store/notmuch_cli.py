@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+from ..config import NOTMUCH_LOCATION_VARIABLES
 from .notmuch import ConfigUnparsable, DatabaseMissing, notmuch_message
 from .notmuch_config import find_notmuch_config
 
@@ -32,12 +33,15 @@ def config_arg(config_path: str | os.PathLike[str] | None) -> list[str]:
     return [f"--config={os.fspath(config_path)}"] if config_path else []
 
 
-def notmuch_settings(config_path: str | os.PathLike[str] | None = None) -> dict[str, str]:
+def notmuch_settings(config_path: str | os.PathLike[str] | None = None,
+                     env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Every setting notmuch resolves (config file, database, defaults), via ``notmuch config
-    list`` -- it works before a database exists, which the bindings cannot do."""
+    list`` -- it works before a database exists, which the bindings cannot do.  ``env``: the
+    environment notmuch runs in (default: this process's)."""
     argv = ["notmuch", *config_arg(config_path), "config", "list"]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=CLI_TIMEOUT, check=False)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=CLI_TIMEOUT,
+                              check=False, env=env)
     except FileNotFoundError:
         raise DatabaseMissing("the notmuch program is not installed") from None
     if done.returncode != 0:
@@ -52,6 +56,32 @@ def notmuch_settings(config_path: str | os.PathLike[str] | None = None) -> dict[
     if not settings and found is not None:
         raise ConfigUnparsable(found, notmuch_message(done.stderr))
     return settings
+
+
+def database_located_by_environment(
+        config_path: str | os.PathLike[str] | None) -> dict[str, str]:
+    """The variables besides the config that decide where notmuch finds its database, as
+    fmail.toml's ``[notmuch]`` names them (config.NOTMUCH_LOCATION_VARIABLES): ``database``
+    from $NOTMUCH_DATABASE, which always does; ``maildir`` from $MAILDIR, only when notmuch
+    would find the database elsewhere without it (notmuch-config(1), "DATABASE LOCATION":
+    a config's database.path comes first) -- it is a variable of the user's shell that other
+    programs read too.  notmuch reads both from the environment alone, so a program started
+    without it (by an MCP client, by systemd) would open another database, or none."""
+    located = {key: os.environ[variable] for key, variable in NOTMUCH_LOCATION_VARIABLES.items()
+               if os.environ.get(variable)}
+    if "maildir" in located and ("database" in located
+                                 or not _maildir_locates_database(config_path)):
+        del located["maildir"]
+    return located
+
+
+def _maildir_locates_database(config_path: str | os.PathLike[str] | None) -> bool:
+    without = {name: value for name, value in os.environ.items() if name != "MAILDIR"}
+    try:
+        return (notmuch_settings(config_path).get("database.path")
+                != notmuch_settings(config_path, without).get("database.path"))
+    except (DatabaseMissing, ConfigUnparsable):
+        return True  # cannot tell: keep it, as the environment had it
 
 
 def reindex(config_path: str | os.PathLike[str] | None, query: str) -> str | None:

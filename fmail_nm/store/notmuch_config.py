@@ -7,7 +7,6 @@ import os
 import shlex
 from pathlib import Path
 
-
 def _profile() -> str:
     return os.environ.get("NOTMUCH_PROFILE", "")
 
