@@ -30,7 +30,9 @@ import anyio.to_thread
 import pytest
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
+from fmail_nm.mcp.serving import serving
 from fmail_nm.passes.changes import WriteContext
 from fmail_nm.service import cycle
 from fmail_nm.store import sidecar
@@ -52,7 +54,9 @@ from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
     sync_bed,
     synced_bed,
 )
-from .test_server import READ_TOOLS, TRIAGE_TOOLS, check_tool_list
+from .test_http import authed_client
+from .test_http import serving as http_serving
+from .test_server import READ_TOOLS, TRIAGE_TOOLS, check_tool_list, text
 
 pytestmark = pytest.mark.imap
 
@@ -493,6 +497,58 @@ async def test_the_server_pushes_a_delete_by_itself(synced_bed: SyncBed) -> None
     assert bed.tags(mid) == {"deleted"}
     local_file(bed, mid, "Trash")
     assert_settled(bed)
+
+
+async def push_shown(client: Client) -> tuple[bool, bool | None]:
+    """What get_sync_status says of the account's pushes: (writes waiting to be pushed,
+    whether the last push went well: None before any)."""
+    result = await client.call_tool("get_sync_status", {})
+    assert not result.is_error and result.structured_content is not None, result.content
+    status = result.structured_content["status"]
+    (acct,) = [a for a in (status or {}).get("accounts", []) if a["name"] == ACCOUNT] or [{}]
+    last = acct.get("last_push")
+    return acct.get("push_pending", False), None if last is None else last["ok"]
+
+
+async def until_shown(client: Client, wanted: tuple[bool, bool | None], what: str,
+                      timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while (shown := await push_shown(client)) != wanted:
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: get_sync_status still says {shown} after {timeout:g}s")
+        await anyio.sleep(0.1)
+
+
+@pytest.mark.anyio
+async def test_a_server_without_watch_retries_a_push_that_failed(synced_bed: SyncBed) -> None:
+    """`serve` without --watch (what a client that starts it over stdio gets) pushed a write
+    once: made while the IMAP server was down, it stayed local until another write or a
+    sync by hand.  The failed push is retried, backing off as the service's are, and
+    get_sync_status says the write waits, then that it went out.  (The server runs in this
+    process, over HTTP, for retry intervals of a fraction of a second.)"""
+    bed = synced_bed
+    mid = bed.mid(1)  # unread here and on the server
+    with serving(bed.config(), read_only=False, push=True, tools="all", push_quiet=0.1,
+                 push_retry=0.1) as server:
+        async with http_serving(server) as url, authed_client() as http, \
+                Client(streamable_http_client(url, http_client=http)) as client:
+            bed.server.stop()
+            result = await client.call_tool("update_email_status",
+                                            {"ids": [f"<{mid}>"], "mark_as": "read"})
+            assert not result.is_error and result.structured_content is not None
+            assert result.structured_content["applied"] == [mid]
+            await until_shown(client, (True, False), "the failed push")
+            head, line = (await text(client, "get_sync_status")).split("\n")[:2]
+            assert head.startswith("fmail-nm service: not running")  # nothing watches or pulls
+            assert "this server pushes its own writes" in head
+            assert line.startswith(f"account {ACCOUNT} (channel {ACCOUNT}): last push ")
+            assert "FAILED: " in line and "Connection refused" in line
+            assert line.endswith("; writes waiting to be pushed (retried)")
+
+            bed.server.start()  # no write, no sync by hand from here on
+            await eventually(lambda: SEEN in bed.server_flags(mid), "the push retried")
+            await until_shown(client, (False, True), "the retried push")
+    assert "unread" not in bed.tags(mid)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from .token import token_path
 
 if TYPE_CHECKING:
     from ..service.background import Background
+    from ..service.push import PushScheduler
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -281,10 +282,12 @@ BodyFormat = Annotated[str, Field(pattern="^(clean|full)$",
 def build_server(config: Config, clock: Callable[[], Any] = utc_now, *,
                  read_only: bool = False, tools: str = DEFAULT_TOOL_PROFILE,
                  on_push: Callable[[frozenset[str]], None] | None = None,
-                 background: Background | None = None,
+                 background: Background | None = None, pusher: PushScheduler | None = None,
                  live: LiveConfig | None = None) -> tuple[MCPServer, MailService]:
     """The MCP server offering the tools of profile ``tools`` (registry.PROFILES);
-    ``read_only`` leaves out every tool that changes mail or contacts."""
+    ``read_only`` leaves out every tool that changes mail or contacts.  ``get_sync_status``
+    tells ``background``'s status, or the status file's, with ``pusher``'s pushes (a
+    server's own, without ``--watch``) in it."""
     service = MailService(config, clock, on_push=on_push, live=live)
     server = ToolList(tools)
 
@@ -388,7 +391,8 @@ def build_server(config: Config, clock: Callable[[], Any] = utc_now, *,
         watching; mail arrives only when the user syncs."""
         live = background.status() if background is not None else None
         return await service.call(lambda mb: sync_status(config.data_dir, live,
-                                                         setup_problems(mb.config)))
+                                                         setup_problems(mb.config),
+                                                         pusher=pusher))
 
     instructions = INSTRUCTIONS
     if not read_only:

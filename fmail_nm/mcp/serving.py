@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING
 from mcp.server.mcpserver import MCPServer
 
 from ..config import DEFAULT_TOOL_PROFILE, Config, fmail_command
+from ..service.push import PUSH_QUIET, PUSH_RETRY, mbsync_ran
 from .server import build_server
 
 if TYPE_CHECKING:
     from ..app import LiveConfig
+    from ..service.mbsync import MbsyncRun
     from ..service.push import PushScheduler
 
 log = logging.getLogger(__name__)
@@ -40,13 +42,16 @@ def _migrate_sidecar(config: Config) -> None:
 
 @contextlib.contextmanager
 def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
-            tools: str = DEFAULT_TOOL_PROFILE) -> Iterator[MCPServer]:
+            tools: str = DEFAULT_TOOL_PROFILE, push_quiet: float = PUSH_QUIET,
+            push_retry: float = PUSH_RETRY) -> Iterator[MCPServer]:
     """The server with what runs beside it.
 
     With ``watch``, the always-on part (:class:`~fmail_nm.service.background.Background`): a watcher
     that indexes new mail as it lands, scheduled pulls, pushes after writes.  Without it, only
-    pushes: writes are sent by mbsync shortly after they are made (for accounts with an mbsync
-    channel), then re-indexed, because mbsync renames the files it uploads.
+    pushes: writes are sent by mbsync ``push_quiet`` seconds after they are made (for accounts
+    with an mbsync channel), then re-indexed, because mbsync renames the files it uploads.
+    Either way a push that failed is tried again after ``push_retry`` seconds, backing off
+    (:class:`~fmail_nm.service.push.PushScheduler`).
     """
     from ..app import LiveConfig
     from ..service.background import AlreadyRunning, Background
@@ -58,18 +63,20 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
     background: Background | None = None
     pusher: PushScheduler | None = None
     if watch:
-        background = Background(config, push=push, live=live)
+        background = Background(config, push=push, live=live, push_quiet=push_quiet,
+                                push_retry=push_retry)
         try:
             background.start()
         except AlreadyRunning as exc:  # e.g. `fmail-nm run` already watches this mail
             log.warning("%s; serving without watching", exc)
             background = None
     if background is None and push and any(a.mbsync_channel for a in config.accounts):
-        pusher = PushScheduler(config, after_push=lambda runs: _reindex(live.current()))
+        pusher = PushScheduler(config, quiet_period=push_quiet, retry=push_retry,
+                               after_push=lambda runs: _reindex(live.current(), runs))
     on_push = (background.request_push if background else
                _following(live, pusher) if pusher else None)
     server, service = build_server(config, read_only=read_only, tools=tools, on_push=on_push,
-                                   background=background, live=live)
+                                   background=background, pusher=pusher, live=live)
     try:
         yield server
     finally:
@@ -80,8 +87,9 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
         finally:
             if background is not None:
                 background.stop()
-            if pusher is not None:
-                pusher.close(flush=True)
+            if pusher is not None and (unpushed := pusher.close(flush=True)):
+                log.warning("stopping with writes a failed push left local (%s): the next "
+                            "push or `fmail-nm sync` sends them", ", ".join(sorted(unpushed)))
 
 
 def _following(live: LiveConfig, pusher: PushScheduler) -> Callable[[Iterable[str]], None]:
@@ -93,9 +101,11 @@ def _following(live: LiveConfig, pusher: PushScheduler) -> Callable[[Iterable[st
     return request
 
 
-def _reindex(config: Config) -> None:
+def _reindex(config: Config, runs: list[MbsyncRun]) -> None:
     from ..service.index import reindex_for_write
     from ..service.mbsync import ChannelBusy
+    if not mbsync_ran(runs):  # nothing renamed (a busy channel: the run holding it indexes)
+        return
     try:
         # bounded: a lock held elsewhere would hold the pusher's thread with it
         reindex_for_write(config)

@@ -37,7 +37,7 @@ from typing import IO
 
 from ..app import LiveConfig
 from ..clock import utc_now
-from ..config import Account, Config, ConfigError
+from ..config import Account, Config
 from ..errors import BackendError
 from ..private import private_dir
 from ..store.notmuch import Reader
@@ -45,37 +45,27 @@ from ..store.notmuch_cli import notmuch_settings
 from .index import INDEX_TIMEOUT, run_index
 from .mbsync import (MBSYNC_TIMEOUT, STOP_GRACE, MbsyncNotInstalled, MbsyncRun,
                      mbsync_config_of, run_mbsync, stop_running, wait_for_channels)
-from .push import PushScheduler
+from .push import PUSH_QUIET, PUSH_RETRY, PushScheduler, backoff_delay, mbsync_ran
 from .status import (
-    AccountStatus,
     IndexStatus,
-    RunInfo,
     ServiceInfo,
     ServiceStatus,
     StatusStore,
+    account_status,
     first_line,
+    run_info,
 )
 from .watcher import MailWatcher
 
 log = logging.getLogger(__name__)
 
-MAX_BACKOFF = 1800.0  # seconds between pulls of a failing account, at most
 BUSY_RETRY = 30.0  # a channel busy with another mbsync: try again this soon (or the interval)
 PULL_LOCK_WAIT = 10.0  # how long a scheduled pull waits for a busy channel
 HEARTBEAT = 5.0  # the index thread refreshes the queue length and revision this often
-PUSH_RETRY = 60.0  # a failed push is tried again after twice this, doubling up to MAX_BACKOFF
 
 
 class AlreadyRunning(BackendError):
     """Another fmail-nm service (watcher/scheduler) runs for the same data directory."""
-
-
-def backoff_delay(interval: float, failures: int) -> float:
-    """Seconds to the next pull after ``failures`` failed pulls in a row: the interval doubled
-    per failure, at most :data:`MAX_BACKOFF` -- but never less than the interval itself."""
-    if failures <= 0:
-        return interval
-    return max(interval, min(interval * 2 ** min(failures, 30), MAX_BACKOFF))
 
 
 PullKey = tuple[str | None, str | None, float]
@@ -86,11 +76,6 @@ def _pull_key(config: Config, account: Account) -> PullKey:
     return account.mbsync_channel, mbsync_config_of(config, account), account.pull_interval_minutes
 
 
-def _account_status(account: Account) -> AccountStatus:
-    return AccountStatus(name=account.name, channel=account.mbsync_channel,
-                         pull_interval_minutes=account.pull_interval_minutes)
-
-
 def _follow_accounts(status: ServiceStatus, config: Config) -> None:
     """The status's accounts as the configuration has them now, each one's history kept
     while its channel stays the same."""
@@ -98,16 +83,12 @@ def _follow_accounts(status: ServiceStatus, config: Config) -> None:
     for account in config.accounts:
         known = status.account(account.name)
         if known is None or known.channel != account.mbsync_channel:
-            known = _account_status(account)
+            known = account_status(account)
         known.pull_interval_minutes = account.pull_interval_minutes
         if account.pull_interval_minutes <= 0:
             known.next_pull_at = None
         accounts.append(known)
     status.accounts = accounts
-
-
-def _run_info(run: MbsyncRun) -> RunInfo:
-    return RunInfo(at=run.started, ok=run.ok, error=run.error or None, seconds=run.seconds)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,9 +407,9 @@ class _Puller:
             if acct is None:
                 return
             if not run.busy:
-                acct.last_pull = _run_info(run)
+                acct.last_pull = run_info(run)
                 if run.direction == "both":  # it pushed too: an older push failure is past
-                    acct.last_push = _run_info(run)
+                    acct.last_push = run_info(run)
             if self.retired:  # the schedule is its successor's to say
                 return
             acct.consecutive_failures = failures
@@ -448,7 +429,7 @@ class Background:
     """
 
     def __init__(self, config: Config, *, watch: bool = True, schedule: bool = True,
-                 push: bool = True, push_quiet: float = 2.0, watch_quiet: float = 1.0,
+                 push: bool = True, push_quiet: float = PUSH_QUIET, watch_quiet: float = 1.0,
                  watch_max_delay: float = 10.0, status_store: StatusStore | None = None,
                  force_polling: bool = False, poll_interval: float = 2.0,
                  index_timeout: float = INDEX_TIMEOUT,
@@ -479,8 +460,6 @@ class Background:
         self._push_quiet = push_quiet
         self._pusher: PushScheduler | None = None
         self._push_retry = push_retry
-        self._push_failures: dict[str, int] = {}  # failed pushes in a row, per account
-        self._push_timers: dict[str, threading.Timer] = {}  # the retry due, per account
         self._lock_file: IO[str] | None = None
 
     # -- the configuration ---------------------------------------------------------------------
@@ -533,7 +512,8 @@ class Background:
         if self._pusher is None and self._push_wanted and any(
                 a.mbsync_channel for a in config.accounts):
             self._pusher = PushScheduler(config, quiet_period=self._push_quiet,
-                                         timeout=self.mbsync_timeout, after_push=self._after_push)
+                                         retry=self._push_retry, timeout=self.mbsync_timeout,
+                                         after_push=self._after_push)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -592,11 +572,10 @@ class Background:
             puller.stop()
         for puller in pullers:
             puller.join(deadline)
-        with self._config_lock:
-            for timer in self._push_timers.values():  # status.json keeps them for next start
-                timer.cancel()
         if self._pusher is not None:
             pending = self._pusher.status().pending
+            # Failed pushes waiting for their retry stay marked in status.json: the next
+            # start pushes them.
             self._pusher.close(flush=True, timeout=max(0.0, deadline - time.monotonic()))
             left = self._pusher.status()
             if left.pending or left.running:
@@ -680,48 +659,24 @@ class Background:
             for run in runs:
                 acct = s.account(run.account)
                 if acct is not None and not run.skipped:
-                    acct.last_push = _run_info(run)
+                    acct.last_push = run_info(run)
         self.store.update(record)
         for run in runs:
+            # A busy channel is queued again by the pusher, a failed push retried by it: the
+            # account stays marked until a push goes through.
             if run.ok or (run.skipped and not run.busy):  # pushed, or nothing to push with
                 self._pushed(run.account)
-            elif not run.busy:  # a busy channel is queued again by the pusher itself
-                self._retry_push(run.account)
-        if any(run.returncode is not None for run in runs):
+        if mbsync_ran(runs):
             self.request_index("push " + ", ".join(sorted({r.account for r in runs})))
 
     def _pushed(self, name: str) -> None:
         """The account's writes are on the server (a push, or a pull that synced both ways)
         -- unless a later write's push waits: that one settles the mark."""
-        if self._pusher is not None and name in self._pusher.status().pending:
-            return
-        with self._config_lock:
-            self._push_failures.pop(name, None)
-            if (timer := self._push_timers.pop(name, None)) is not None:
-                timer.cancel()
-        self._set_push_pending([name], False)
-
-    def _retry_push(self, name: str) -> None:
-        """A push failed (the server down, say): only a write would ask again, so the
-        service does, backing off as pulls do."""
-        with self._config_lock:
-            if self._stopping.is_set() or name in self._push_timers:
+        if self._pusher is not None:
+            if name in self._pusher.status().pending:
                 return
-            failures = self._push_failures[name] = self._push_failures.get(name, 0) + 1
-            delay = backoff_delay(self._push_retry, failures)
-            timer = self._push_timers[name] = threading.Timer(delay, self._push_again, [name])
-        timer.daemon = True
-        timer.start()
-        log.info("push for %s failed (%d in a row); trying again in %.0fs", name, failures,
-                 delay)
-
-    def _push_again(self, name: str) -> None:
-        with self._config_lock:
-            self._push_timers.pop(name, None)
-        try:
-            self.request_push([name])
-        except ConfigError:  # the account left the configuration: nothing to push it to
-            log.info("not pushing %s again: the account is no longer configured", name)
+            self._pusher.synced(name)  # a retry due is no longer needed
+        self._set_push_pending([name], False)
 
     def _unpushed(self, last: ServiceStatus | None) -> list[str]:
         if last is None:
@@ -762,7 +717,7 @@ class Background:
         now = utc_now()
         return ServiceStatus(
             service=ServiceInfo(pid=os.getpid(), started_at=now, running=running),
-            accounts=[_account_status(a) for a in self.config.accounts],
+            accounts=[account_status(a) for a in self.config.accounts],
             index=IndexStatus(),
         )
 

@@ -2,7 +2,10 @@
 
 A write (flag rename, move) asks for a push of its accounts; requests pile up in a
 :class:`~fmail_nm.service.debounce.Debouncer` and one ``mbsync --push`` per account runs once
-they stop coming for a moment.
+they stop coming for a moment.  A push that fails (the server down) is tried again, backing
+off: only a write would ask again otherwise, and the change would stay local.  The MCP server
+pushes, and retries, through this one scheduler, with ``--watch`` (the background service's)
+and without (its own).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from ..clock import utc_now
 from ..config import Config, ConfigError
 from ..errors import BackendError
 from .debounce import Debouncer
@@ -26,18 +30,44 @@ from .mbsync import (
 
 log = logging.getLogger(__name__)
 
+PUSH_QUIET = 2.0  # seconds without a new write before the push runs
+PUSH_RETRY = 60.0  # a failed push is tried again after twice this, doubling up to MAX_BACKOFF
+MAX_BACKOFF = 1800.0  # seconds between tries of a failing pull or push, at most
+
+
+def backoff_delay(interval: float, failures: int) -> float:
+    """Seconds to the next try after ``failures`` failed runs in a row (pulls, pushes): the
+    interval doubled per failure, at most :data:`MAX_BACKOFF` -- but never less than the
+    interval itself."""
+    if failures <= 0:
+        return interval
+    return max(interval, min(interval * 2 ** min(failures, 30), MAX_BACKOFF))
+
 
 class PushSchedulerClosed(BackendError):
     """A push was requested after the scheduler was closed (the service is shutting down)."""
+
+
+def mbsync_ran(runs: Iterable[MbsyncRun]) -> bool:
+    """Whether mbsync ran for any of these pushes: only then may it have renamed files (a
+    failed run too, for what it uploaded before it broke), which the index must follow.  A
+    push skipped for a busy channel leaves that to the other run's index."""
+    return any(run.returncode is not None for run in runs)
 
 
 @dataclass(frozen=True)
 class PushStatus:
     pending: frozenset[str]
     running: frozenset[str]
+    retrying: frozenset[str]  # the last push failed; another is due after a back-off
     last: dict[str, MbsyncRun]
     batches: int  # pushes completed since the scheduler started
     closed: bool
+
+    def unpushed(self, name: str) -> bool:
+        """Whether the account has writes not on the server yet, as far as this scheduler
+        knows: a push waits, runs, or failed and waits for its retry."""
+        return name in self.pending or name in self.running or name in self.retrying
 
 
 class PushScheduler:
@@ -46,24 +76,34 @@ class PushScheduler:
     :meth:`request` adds accounts and returns at once.  Once no request has come for
     ``quiet_period`` seconds (or ``max_delay`` after the first one, so a steady stream of
     writes still gets pushed), one background thread runs ``mbsync --push`` for every account
-    that piled up.  A push that found its channel busy is queued again.  ``after_push`` (if
-    given) gets each batch's results on that thread -- e.g. to re-index, since mbsync renames
-    a file it uploaded.  :meth:`close` drops what is pending (or runs it, with ``flush=True``)
-    and waits a bounded time for a push in flight; mbsync's own ``timeout`` bounds that push.
+    that piled up.  A push that found its channel busy is queued again; one that failed is
+    queued again after :func:`backoff_delay` of ``retry`` seconds (None: not at all) -- on the
+    same thread, so a retry is a push like any other: one at a time, serialised with every
+    mbsync of fmail-nm's by the channel lock, waiting for it at most ``lock_timeout``.
+    ``after_push`` (if given) gets each batch's results on that thread -- e.g. to re-index,
+    since mbsync renames a file it uploaded.  :meth:`close` drops what is pending (or runs
+    it, with ``flush=True``) and the retries due, and waits a bounded time for a push in
+    flight; mbsync's own ``timeout`` bounds that push.
     """
 
-    def __init__(self, config: Config, *, quiet_period: float = 2.0, max_delay: float = 30.0,
+    def __init__(self, config: Config, *, quiet_period: float = PUSH_QUIET,
+                 max_delay: float = 30.0, retry: float | None = PUSH_RETRY,
                  timeout: float = MBSYNC_TIMEOUT, lock_timeout: float = LOCK_TIMEOUT,
                  after_push: Callable[[list[MbsyncRun]], None] | None = None) -> None:
         self.config = config
         self.quiet_period = quiet_period
         self.max_delay = max(max_delay, quiet_period)
+        self.retry = retry
         self.timeout = timeout
         self.lock_timeout = lock_timeout
         self.after_push = after_push
         self._lock = threading.Lock()
         self._last: dict[str, MbsyncRun] = {}
         self._batches = 0
+        self._failures: dict[str, int] = {}  # failed pushes in a row, per account
+        self._retries: dict[str, threading.Timer] = {}  # the retry due, per account
+        self._closing = False
+        self.started = utc_now()
         self._debouncer: Debouncer[str] = Debouncer(
             self._run_batch, quiet=quiet_period, max_wait=self.max_delay, name="mbsync-push")
 
@@ -84,12 +124,21 @@ class PushScheduler:
         """Start what is pending now instead of after the quiet period (returns at once)."""
         self._debouncer.flush()
 
-    def status(self) -> PushStatus:
+    def synced(self, name: str) -> None:
+        """The account's changes reached the server by another run (a two-way sync that
+        succeeded): a retry due for it is no longer needed."""
         with self._lock:
-            last, batches = dict(self._last), self._batches
-        state = self._debouncer.state()
+            self._failures.pop(name, None)
+            timer = self._retries.pop(name, None)
+        if timer is not None:
+            timer.cancel()
+
+    def status(self) -> PushStatus:
+        with self._lock:  # with the debouncer's state: an account moves between them under it
+            last, batches, retrying = dict(self._last), self._batches, frozenset(self._retries)
+            state = self._debouncer.state()
         return PushStatus(pending=frozenset(state.pending), running=frozenset(state.in_flight),
-                          last=last, batches=batches, closed=state.closed)
+                          retrying=retrying, last=last, batches=batches, closed=state.closed)
 
     def last_results(self) -> dict[str, MbsyncRun]:
         return self.status().last
@@ -99,10 +148,17 @@ class PushScheduler:
         ``timeout`` ran out first."""
         return self._debouncer.wait_idle(timeout)
 
-    def close(self, *, flush: bool = False, timeout: float = 10.0) -> None:
+    def close(self, *, flush: bool = False, timeout: float = 10.0) -> frozenset[str]:
         """Stop: pending pushes are dropped (``flush=True``: run now), a push in flight may
-        finish; waits at most ``timeout`` seconds for the thread."""
+        finish; waits at most ``timeout`` seconds for the thread.  Returns the accounts whose
+        failed push waited for a retry, now dropped (their writes are still local)."""
+        with self._lock:
+            self._closing = True
+            timers, self._retries = self._retries, {}
+        for timer in timers.values():
+            timer.cancel()
         self._debouncer.close(flush=flush, timeout=timeout)
+        return frozenset(timers)
 
     # -- on the debouncer's thread -------------------------------------------------------------
 
@@ -115,6 +171,7 @@ class PushScheduler:
                 account = config.account(name)
             except ConfigError:  # taken out of fmail.toml since the write asked for it
                 log.info("not pushing %s: the account is no longer configured", name)
+                self.synced(name)  # no retry either: there is no server to push to
                 continue
             try:
                 done = run_mbsync(config, name, "push", timeout=self.timeout,
@@ -145,8 +202,37 @@ class PushScheduler:
             for run in runs:
                 self._last[run.account] = run
             self._batches += 1
+        # Still in flight here, so status() shows the account unpushed throughout.
+        for run in runs:
+            if run.ok or (run.skipped and not run.busy):  # pushed, or nothing to push with
+                self.synced(run.account)
+            elif not run.busy:
+                self._retry_later(run.account)
         # The other run may have started before this change was made: go again.  (Refused,
         # and so dropped, once the scheduler is closed.)
         busy = [run.account for run in runs if run.busy]
         if busy:
             self._debouncer.add(busy)
+
+    def _retry_later(self, name: str) -> None:
+        """A push failed (the server down, say): only a write would ask again, so the
+        scheduler does, backing off as scheduled pulls do."""
+        if self.retry is None:
+            return
+        with self._lock:
+            if self._closing or name in self._retries:
+                return
+            failures = self._failures[name] = self._failures.get(name, 0) + 1
+            delay = backoff_delay(self.retry, failures)
+            timer = self._retries[name] = threading.Timer(delay, self._retry_now, [name])
+        timer.daemon = True
+        timer.start()
+        log.info("push for %s failed (%d in a row); trying again in %.0fs", name, failures,
+                 delay)
+
+    def _retry_now(self, name: str) -> None:
+        with self._lock:
+            if self._retries.pop(name, None) is None:  # cancelled meanwhile
+                return
+            # Queued while still counted as retrying: status() never shows it pushed.
+            self._debouncer.add([name])

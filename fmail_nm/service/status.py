@@ -1,7 +1,9 @@
 """The background service's status, shared with other processes through ``status.json``.
 
 The service (``fmail-nm run`` / ``serve --watch``) writes the file whenever something it did
-changes; ``fmail-nm status`` and the ``get_sync_status`` tool read it.  Writes are atomic
+changes; ``fmail-nm status`` and the ``get_sync_status`` tool read it.  An MCP server without
+``--watch`` writes none (several may run side by side): its ``get_sync_status`` adds the
+pushes it made itself (:func:`with_own_pushes`).  Writes are atomic
 (temporary file, then rename), so a reader sees the old status or the new one, never half;
 reads tolerate a missing or damaged file (no service has run, or a crash mid-way).
 """
@@ -14,15 +16,18 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 
-from pydantic import Field, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError
 
 from ..clock import utc_now
+from ..config import Account
 from ..private import private_dir
 from ..tools.dto import Dto
+from .mbsync import MbsyncRun
+from .push import PushScheduler, PushStatus
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +82,49 @@ class ServiceStatus(Dto):
     notmuch_revision: int | None = None
     indexed_at: datetime | None = Field(default=None,
                                         description="end of the last successful index run")
+    # No service's: an MCP server's without --watch, for its own pushes (server_only_status).
+    # Not in the answer's schema: service.running=false tells a client as much.
+    _server_only: bool = PrivateAttr(default=False)
+
+    @property
+    def server_only(self) -> bool:
+        return self._server_only
 
     def account(self, name: str) -> AccountStatus | None:
         return next((a for a in self.accounts if a.name == name), None)
+
+
+def run_info(run: MbsyncRun) -> RunInfo:
+    return RunInfo(at=run.started, ok=run.ok, error=run.error or None, seconds=run.seconds)
+
+
+def account_status(account: Account) -> AccountStatus:
+    return AccountStatus(name=account.name, channel=account.mbsync_channel,
+                         pull_interval_minutes=account.pull_interval_minutes)
+
+
+def server_only_status(accounts: Iterable[Account], started_at: datetime) -> ServiceStatus:
+    """The status of an MCP server without ``--watch`` where no service ever wrote one: it
+    pushes (and retries) its own writes, and nothing watches, indexes or pulls."""
+    status = ServiceStatus(service=ServiceInfo(pid=os.getpid(), started_at=started_at,
+                                               running=False),
+                           accounts=[account_status(a) for a in accounts])
+    status._server_only = True
+    return status
+
+
+def with_own_pushes(status: ServiceStatus, pushes: PushStatus) -> ServiceStatus:
+    """The status with this process's own pushes in it (an MCP server without ``--watch``
+    pushes its writes itself, which no service's status.json tells): an account waits while
+    either side has writes to push; its last push is the later of the two."""
+    shown = status.model_copy(deep=True)
+    for acct in shown.accounts:
+        run = pushes.last.get(acct.name)
+        if run is not None and not run.skipped and (
+                acct.last_push is None or run.started >= acct.last_push.at):
+            acct.last_push = run_info(run)
+        acct.push_pending = acct.push_pending or pushes.unpushed(acct.name)
+    return shown
 
 
 class SyncStatus(Dto):
@@ -91,10 +136,20 @@ class SyncStatus(Dto):
 
 
 def sync_status(data_dir: Path, live: ServiceStatus | None = None,
-                problems: list[str] | None = None) -> SyncStatus:
-    """``live`` (this process's :meth:`Background.status`) if given, else the status file."""
+                problems: list[str] | None = None, *,
+                pusher: PushScheduler | None = None) -> SyncStatus:
+    """``live`` (this process's :meth:`Background.status`) if given, else the status file --
+    with the pushes of ``pusher`` in it, this process's own (an MCP server without
+    ``--watch``) once it was asked for one: the writes it could not push yet are said to
+    wait, whether or not a service ever ran."""
     status = live if live is not None else StatusStore(data_dir).load()
-    return SyncStatus(running=service_alive(status), status=status, problems=problems or [])
+    running = service_alive(status)
+    if pusher is not None:
+        pushes = pusher.status()
+        if status is not None or pushes.last or pushes.pending or pushes.running:
+            status = with_own_pushes(
+                status or server_only_status(pusher.config.accounts, pusher.started), pushes)
+    return SyncStatus(running=running, status=status, problems=problems or [])
 
 
 def status_path(data_dir: Path) -> Path:
@@ -228,9 +283,22 @@ def _run_text(what: str, run: RunInfo | None, now: datetime) -> str:
     return f"last {what} {_when(run.at, now)} FAILED: {first_line(run.error)}"
 
 
+def _account_head(acct: AccountStatus) -> str:
+    return f"account {acct.name}" + (f" (channel {acct.channel})" if acct.channel else
+                                       " (no mbsync channel)")
+
+
+def _push_parts(acct: AccountStatus, now: datetime) -> list[str]:
+    parts = []
+    if acct.last_push is not None:
+        parts.append(_run_text("push", acct.last_push, now))
+    if acct.push_pending:
+        parts.append("writes waiting to be pushed (retried)")
+    return parts
+
+
 def _account_line(acct: AccountStatus, now: datetime) -> str:
-    head = f"account {acct.name}" + (f" (channel {acct.channel})" if acct.channel else
-                                     " (no mbsync channel)")
+    head = _account_head(acct)
     parts = []
     if acct.channel and acct.pull_interval_minutes > 0:
         parts.append(f"pull every {acct.pull_interval_minutes:g} min")
@@ -243,11 +311,19 @@ def _account_line(acct: AccountStatus, now: datetime) -> str:
         parts.append("no scheduled pull (set pull_interval_minutes)")
         if acct.last_pull is not None:
             parts.append(_run_text("pull", acct.last_pull, now))
-    if acct.last_push is not None:
-        parts.append(_run_text("push", acct.last_push, now))
-    if acct.push_pending:
-        parts.append("writes waiting to be pushed (retried)")
+    parts += _push_parts(acct, now)
     return head + (": " + "; ".join(parts) if parts else "")
+
+
+def _server_only_text(status: ServiceStatus, now: datetime) -> str:
+    """:func:`server_only_status` for people: no service, and what this server pushed."""
+    lines = ["fmail-nm service: not running (no status recorded; start it with `fmail-nm run` "
+             "or `fmail-nm serve --watch`); this server pushes its own writes"]
+    for acct in status.accounts:
+        if acct.channel:
+            parts = _push_parts(acct, now) or ["no push yet"]
+            lines.append(f"{_account_head(acct)}: {'; '.join(parts)}")
+    return "\n".join(lines) + "\n"
 
 
 def render_text(status: ServiceStatus | None, *, now: datetime | None = None) -> str:
@@ -256,6 +332,8 @@ def render_text(status: ServiceStatus | None, *, now: datetime | None = None) ->
     if status is None:
         return ("fmail-nm service: not running (no status recorded; start it with "
                 "`fmail-nm run` or `fmail-nm serve --watch`)\n")
+    if status.server_only:
+        return _server_only_text(status, now)
     svc = status.service
     if svc.running and pid_alive(svc.pid):
         head = (f"fmail-nm service: running (pid {svc.pid}, since {_when(svc.started_at, now)}, "
