@@ -15,6 +15,7 @@ import pytest
 from fmail_nm.adopt.initialize import notmuch_findings
 from fmail_nm.app import load_config
 from fmail_nm.service import doctor
+from fmail_nm.store.notmuch import Reader
 
 from .conftest import FIXTURE_MAILDIR, MailEnv, isolated_env, run_init
 
@@ -186,6 +187,36 @@ def test_a_sent_folder_counts_one_address_however_its_domain_is_written(
     from_sent_folders(identity, load_config(), None)
     books = [a for a in identity.addresses if a.endswith(("bücher.example", "kva.example"))]
     assert books == [ACE], identity.found
+
+
+def test_a_sent_folder_finds_the_user_named_last_comma_first(indexed: MailEnv) -> None:
+    """Exchange and Outlook write the user's name "Doe, Jane": quoted, or in an encoded word,
+    which notmuch's From decodes to an unquoted 'Doe, Jane <jane@…>' -- read as two
+    addresses, the first "Doe", it gave no address; from the index or from the files, both
+    forms give the user's address and name."""
+    from fmail_nm.adopt.identity import Identity, from_sent_folders
+    forms = {"personal/Sent": ('"Doe, Jane" <jane@example.com>', "jane@example.com"),
+             "work/Sent": ("=?utf-8?q?Doe=2C_Jane?= <jane.doe@corp.example>",
+                           "jane.doe@corp.example")}
+    for folder, (sender, _) in forms.items():
+        cur = indexed.mail_root / folder / "cur"
+        for old in cur.iterdir():  # Jane's mail alone: her name is the most common
+            old.unlink()
+        for n in range(2):
+            (cur / f"170000{n:04d}.doe_{n}.host:2,S").write_text(
+                f"From: {sender}\nTo: someone@example.net\nSubject: {n}\n"
+                f"Date: Mon, 1 Jan 2024 10:00:0{n} +0000\n"
+                f"Message-ID: <doe-{n}@{folder.replace('/', '.')}>\n\ntext\n")
+    indexed.notmuch("new", "--no-hooks")
+    config = load_config()
+    from_files = Identity()
+    from_sent_folders(from_files, config, None)
+    with Reader(config.settings.notmuch_config) as reader:
+        from_index = Identity()
+        from_sent_folders(from_index, config, reader)
+    for identity in (from_files, from_index):
+        assert identity.addresses == [address for _, address in forms.values()], identity.found
+        assert identity.name == "Doe, Jane"
 
 
 # ---------------------------------------------------------------------------------------------

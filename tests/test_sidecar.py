@@ -424,6 +424,76 @@ def test_a_draft_tag_set_or_taken_off_recounts_the_messages_addresses(
     assert _figures(indexed) == before
 
 
+HELPER, LEAKED = "hidden.helper@example.net", "leaked.bcc@example.net"
+BEN = "ben.carter@example.net"
+# The user's Sent copy keeps its Bcc (mutt, aerc and fmail-nm's own sending file it so).
+BCC_SENT = """
+    From: Alex Morgan <alex@example.org>
+    To: Anna Schmidt <anna.schmidt@example.com>
+    Bcc: Hidden Helper <hidden.helper@example.net>
+    Subject: Bake sale helpers
+    Date: Fri, 31 Dec 2027 10:00:00 +0000
+    Message-ID: <bcc-sent@example.org>
+    """
+# Mail received whose sender's client leaked its Bcc (naming a known contact otherwise, too).
+BCC_RECEIVED = """
+    From: Anna Schmidt <anna.schmidt@example.com>
+    To: Alex Morgan <alex@example.org>
+    Bcc: Leaked Stranger <leaked.bcc@example.net>, Not Ben <ben.carter@example.net>
+    Subject: Bake sale list
+    Date: Fri, 31 Dec 2027 11:00:00 +0000
+    Message-ID: <bcc-received@example.com>
+    """
+
+
+def test_the_bcc_of_the_users_sent_mail_are_contacts_written_to_and_no_other_bcc_is(
+        indexed: MailEnv, tmp_path: Path) -> None:
+    """Whom the user wrote to in Bcc is someone the user wrote to; a Bcc that mail received
+    from others shows makes no contact, nor names one.  A mirror written before Bcc was
+    kept gets it by parsing again the files of the user's own mail alone, once."""
+    ben = _figures(indexed)[BEN]
+    _put(indexed, "personal/Sent", "1796400010.1_1.host:2,S", BCC_SENT)
+    _put(indexed, "personal/INBOX", "1796400011.1_1.host:2,", BCC_RECEIVED)
+    indexed.notmuch("new")  # runs our post-new hook, which syncs the sidecar
+    assert _figures(indexed)[HELPER] == ("Hidden Helper", BAKE_SALE_DATE, BAKE_SALE_DATE, 0, 1)
+    assert LEAKED not in _figures(indexed) and _figures(indexed)[BEN] == ben
+    assert _same_figures_as_a_rebuild(indexed, tmp_path)
+
+    path = sidecar_file(indexed)
+    with sidecar.opened(path) as conn:  # as schema 17 mirrored it: To and Cc alone
+        for mid in ("bcc-sent@example.org", "bcc-received@example.com"):
+            [recipients] = conn.execute("SELECT recipients FROM messages WHERE message_id = ?",
+                                        (mid,)).fetchone()
+            kept = [r for r in json.loads(recipients) if r["kind"] != "bcc"]
+            conn.execute("UPDATE messages SET recipients = ? WHERE message_id = ?",
+                         (json.dumps(kept, ensure_ascii=False), mid))
+        conn.execute("DELETE FROM message_addresses WHERE role NOT IN ('from', 'to', 'cc')")
+        mirror.refresh_stats(conn, [HELPER])
+        own, mailbox = conn.execute(
+            "SELECT count(*) FILTER (WHERE is_sent = 1 OR is_draft = 1 OR message_id IN "
+            "(SELECT message_id FROM message_tags WHERE tag = 'sent')), count(*) "
+            "FROM messages").fetchone()
+        conn.execute("PRAGMA user_version = 17")
+    assert HELPER not in _figures(indexed)
+    report = sync(indexed)
+    assert report.parsed == own < mailbox / 4  # the user's own mail, not the mailbox
+    assert _figures(indexed)[HELPER] == ("Hidden Helper", BAKE_SALE_DATE, BAKE_SALE_DATE, 0, 1)
+    assert LEAKED not in _figures(indexed) and _figures(indexed)[BEN] == ben
+    assert dump(path)["contact_stats"] == rebuilt_copy(indexed, tmp_path)["contact_stats"]
+    # Mail received keeps the recipients it was mirrored with (no figure counts its Bcc).
+    assert [p[:p.index(" is ")] for p in problems(indexed)] == [
+        "bcc-received@example.com: recipients"]
+    assert sync(indexed).parsed == 0  # done once
+
+    with sidecar.opened(path) as conn:  # as before the user's address was configured
+        conn.execute("DELETE FROM me WHERE email = ?", (ME,))
+        conn.execute("UPDATE messages SET is_sent = 0 WHERE sender_email = ?", (ME,))
+        mirror.refresh_stats(conn, [HELPER])
+    assert HELPER not in _figures(indexed)
+    sync(indexed)  # the user's mail from it is the user's again: so is its Bcc
+    assert _figures(indexed)[HELPER] == ("Hidden Helper", BAKE_SALE_DATE, BAKE_SALE_DATE, 0, 1)
+
+
 def test_sync_without_changes_parses_nothing(indexed: MailEnv) -> None:
     report = sync(indexed)
     assert (report.full, report.upserted, report.parsed, report.removed) == (False, 0, 0, 0)
@@ -974,6 +1044,9 @@ def test_a_mirror_written_before_the_upgrade_is_parsed_again_once(indexed: MailE
         # a row with the tag has it, and only an empty preview lacked text that now shows
         candidates, total = conn.execute("SELECT count(*) FILTER (WHERE has_attachment = 0 "
                                          "OR body_preview = ''), count(*) FROM messages").fetchone()
+        # and schema 18 reads the Bcc of the user's own mail
+        own = conn.execute(f"SELECT count(*) FROM messages WHERE {sidecar.BCC_REPARSED_ROWS}"
+                           ).fetchone()[0]
     conn.close()
     progress: list[tuple[str, int, int]] = []
     with Reader() as reader, sidecar.opened(path) as conn:  # opening it migrates it
@@ -983,7 +1056,7 @@ def test_a_mirror_written_before_the_upgrade_is_parsed_again_once(indexed: MailE
     assert progress == [("sidecar", 0, candidates)]  # an upgrade of a large mailbox says so
     report = sync(indexed)
     # the rows not committed before, and no others: those with the tag are not parsed again
-    assert report.parsed == candidates - 20 and candidates < total
+    assert report.parsed == candidates - 20 + own and candidates < total
     answers = _attachment_answers(indexed, mailbox)
     assert answers == {mid: dict.fromkeys(answers[mid], bool(types))
                        for mid, (_, types) in ATTACHED.items()}

@@ -21,7 +21,6 @@ import re
 import shlex
 from collections import Counter
 from dataclasses import dataclass, field
-from email.utils import parseaddr
 from pathlib import Path
 
 from .. import mbsyncrc, msmtprc
@@ -31,6 +30,7 @@ from ..store.maildir import folder_path
 from ..store.notmuch import Reader
 from ..store.notmuch_config import config_list
 from ..store.query import folders_query
+from ..store.threads import sender
 
 # An address with a dotted domain: an IMAP login like "alex" or "alex@localhost" is not one.
 _ADDRESS = re.compile(r"^[^\s@\"<>()\\,;:*]+@[^\s@\"<>()\\,;:*]+\.[A-Za-z0-9-]{2,}$")
@@ -115,7 +115,9 @@ def from_sent_folders(identity: Identity, config: Config, reader: Reader | None)
     names: Counter[str] = Counter()
     for folder in config.roles().get("sent", []):
         if reader is not None:
-            senders = [parseaddr(m.from_header) for m in reader.messages(
+            # notmuch's From is decoded: the mirror's parser reads an encoded "Doe, Jane"
+            # (Exchange, Outlook) that lost its quotes as one name, not as two addresses.
+            senders = [sender(m.from_header) for m in reader.messages(
                 folders_query([folder]), exclude_tags=(), limit=SENT_SAMPLE)]
         else:
             senders = senders_on_disk(folder_path(config, folder))
@@ -156,12 +158,12 @@ def senders_on_disk(folder: Path) -> list[tuple[str, str]]:
         try:
             with open(path, "rb") as fh:
                 headers, _ = split_head(fh.read(HEAD_BYTES))
-            sender = addresses(headers, "from", [])[:1]
+            first = addresses(headers, "from", [])[:1]
             when = date(header(headers, "date"))
         except Exception:  # untrusted files: one we cannot read tells us nothing
             continue
-        if sender:
-            dated.append((when.timestamp() if when else 0.0, sender[0].name, sender[0].address))
+        if first:
+            dated.append((when.timestamp() if when else 0.0, first[0].name, first[0].address))
     dated.sort(key=lambda d: d[0], reverse=True)
     return [(name, address) for _, name, address in dated[:SENT_SAMPLE]]
 

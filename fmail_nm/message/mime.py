@@ -105,6 +105,8 @@ class ParsedMessage:
     body_notes: list[str] = field(default_factory=list)
     # Some attachment is a file to the reader (see is_file), not only a signature or such.
     has_files: bool = False
+    # Bcc is in the user's own copies of mail sent (mutt, aerc and fmail-nm file it so).
+    bcc: list[Address] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------
@@ -162,6 +164,7 @@ def _parse(raw: bytes, render_html: HtmlRenderer, defects: list[str]) -> ParsedM
         defects=list(dict.fromkeys(defects)),
         body_notes=list(dict.fromkeys(body.notes)),
         has_files=any(map(is_file, entities)),
+        bcc=addresses(headers, "bcc", defects),
     )
 
 

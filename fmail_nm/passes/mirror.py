@@ -11,10 +11,10 @@ stamp cannot show are handled apart:
 
 Work is done in batches; each batch and the sync position are committed in one transaction, so
 a sync killed at any point leaves a state the next run simply continues.  Message files are
-opened only for messages the mirror has not seen (recipients, List-Id, a body preview, whether
-it has attachments); a tag change or a moved file costs no parsing.  When what a parse yields
-changes, a schema migration asks the next sync to parse again, once, the rows that can differ
-(``Mirror._reparse``).
+opened only for messages the mirror has not seen (recipients, Bcc included, List-Id, a body
+preview, whether it has attachments); a tag change or a moved file costs no parsing.  When
+what a parse yields changes, a schema migration asks the next sync to parse again, once, the
+rows that can differ (``Mirror._reparse``).
 """
 
 from __future__ import annotations
@@ -152,8 +152,11 @@ def parse_file(filenames: Sequence[str]) -> Parsed:
         except OSError:
             continue
         parsed = parse_message(_whole_lines(head, size), preview_html_text)
+        # Bcc too, whoever sent the message: whether it counts (only on the user's own mail,
+        # see _STATS) can change with the user's addresses, and then no file is read again.
         recipients = [{"name": a.name, "email": a.address.lower(), "kind": kind}
-                      for kind, people in (("to", parsed.to), ("cc", parsed.cc))
+                      for kind, people in (("to", parsed.to), ("cc", parsed.cc),
+                                           ("bcc", parsed.bcc))
                       for a in people if a.address][:MAX_RECIPIENTS]
         return Parsed(recipients=recipients, list_id=parsed.list_id.lower() if parsed.list_id else None,
                       body_preview=preview(parsed.text, PREVIEW_CHARS), size=size,
@@ -354,17 +357,26 @@ def _write_row(conn: sqlite3.Connection, row: dict[str, Any], parsed: Parsed, *,
     mid = row["message_id"]
     conn.execute(_UPSERT, [row[c] for c in _COLUMNS])
     if not fresh:
-        for table in ("message_tags", "message_folders", "message_addresses"):
+        for table in ("message_tags", "message_folders"):
             conn.execute(f"DELETE FROM {table} WHERE message_id = ?", (mid,))
     conn.executemany("INSERT INTO message_tags (message_id, tag) VALUES (?, ?)",
                      [(mid, t) for t in row["_tags"]])
     conn.executemany("INSERT INTO message_folders (message_id, folder) VALUES (?, ?)",
                      [(mid, f) for f in row["_folders"]])
+    return _write_addresses(conn, mid, row["sender_email"], row["sender_name"],
+                            parsed.recipients, fresh=fresh)
+
+
+def _write_addresses(conn: sqlite3.Connection, mid: str, sender_email: str, sender_name: str,
+                     recipients: Sequence[dict[str, str]], *, fresh: bool = False) -> set[str]:
+    """A message's rows of message_addresses, in place of those it had (``fresh``: none);
+    returns its addresses."""
+    if not fresh:
+        conn.execute("DELETE FROM message_addresses WHERE message_id = ?", (mid,))
     # Contacts count a person once whichever form of their domain (ACE or Unicode) mail wrote.
-    people = ({(mid, "from", canonical_address(row["sender_email"]), row["sender_name"])}
-              if row["sender_email"] else set())
-    people.update((mid, r["kind"], canonical_address(r["email"]), r["name"])
-                  for r in parsed.recipients)
+    people = ({(mid, "from", canonical_address(sender_email), sender_name)}
+              if sender_email else set())
+    people.update((mid, r["kind"], canonical_address(r["email"]), r["name"]) for r in recipients)
     # One row per (address, role): a message that names someone twice counts once.
     unique = {(p[0], p[1], p[2]): p for p in people}
     conn.executemany("INSERT INTO message_addresses (message_id, role, email, name) "
@@ -372,23 +384,28 @@ def _write_row(conn: sqlite3.Connection, row: dict[str, Any], parsed: Parsed, *,
     return {p[2] for p in unique.values()}
 
 
-# A contact's figures count the mail sent or received: not drafts, which are neither (a draft
-# to Anna is not mail to her, nor does an unsent draft make anyone seen).  An address named
-# only in drafts has no figures at all -- no row -- as for an address never written to.  A
-# contact is named after the newest mail naming it; a "name" holding an @ is an address (as
-# Outlook writes "bob@x" <bob@x>), which would hide the name other mail gives (_Added.add).
+# What of the mirror a contact's figures count (a message ``m``, one of its addresses ``a``):
+# the mail sent or received, not drafts, which are neither (a draft to Anna is not mail to
+# her, nor does an unsent draft make anyone seen); and a Bcc only on the user's own mail (the
+# Sent copy keeps whom the user wrote to in Bcc), not the Bcc a sender's client left in mail
+# the user received.
+_COUNTED = "{m}.is_draft = 0 AND ({a}.role != 'bcc' OR {m}.is_sent = 1)"
+# An address named only where nothing counts has no figures at all -- no row -- as for an
+# address never written to.  A contact is named after the newest mail naming it; a "name"
+# holding an @ is an address (as Outlook writes "bob@x" <bob@x>), which would hide the name
+# other mail gives (_Added.add).
 _STATS = """
 INSERT INTO contact_stats (email_address, name, first_seen, last_seen, messages_from, messages_to)
 SELECT a.email,
        (SELECT b.name FROM message_addresses b JOIN messages mb USING (message_id)
         WHERE b.email = a.email AND b.name != '' AND instr(b.name, '@') = 0
-              AND mb.is_draft = 0
+              AND """ + _COUNTED.format(m="mb", a="b") + """
         ORDER BY mb.date DESC LIMIT 1),
        min(m.date), max(m.date),
        count(DISTINCT CASE WHEN a.role = 'from' THEN a.message_id END),
        count(DISTINCT CASE WHEN a.role != 'from' AND m.is_sent = 1 THEN a.message_id END)
 FROM message_addresses a JOIN messages m USING (message_id)
-WHERE ({where}) AND m.is_draft = 0
+WHERE ({where}) AND """ + _COUNTED.format(m="m", a="a") + """
 GROUP BY a.email
 ON CONFLICT (email_address) DO UPDATE SET
     name = excluded.name, first_seen = excluded.first_seen, last_seen = excluded.last_seen,
@@ -450,18 +467,20 @@ def _later(date: str | None, than: str | None) -> bool:
 
 def add_to_stats(conn: sqlite3.Connection, message_ids: Sequence[str], *,
                  skip: set[str]) -> set[str]:
-    """Add messages new to the mirror to their addresses' figures (all but ``skip``; drafts
-    add nothing, as in _STATS), which stand for every other message of theirs; returns the
-    addresses to recount instead: a new address, or one whose name the new messages may or
-    may not change (_STATS names a contact after the newest message that names it, and a
-    figure does not say how new its name is unless the new message is newer than any)."""
+    """Add messages new to the mirror to their addresses' figures (all but ``skip``; what
+    _STATS does not count adds nothing), which stand for every other message of theirs;
+    returns the addresses to recount instead: a new address, or one whose name the new
+    messages may or may not change (_STATS names a contact after the newest message that
+    names it, and a figure does not say how new its name is unless the new message is newer
+    than any)."""
     added: dict[str, _Added] = {}
     for chunk in chunks(message_ids, 500):
         marks = ",".join("?" * len(chunk))
         for email, role, name, mid, date, is_sent in conn.execute(
                 f"SELECT a.email, a.role, a.name, a.message_id, m.date, m.is_sent "
                 f"FROM message_addresses a JOIN messages m USING (message_id) "
-                f"WHERE a.message_id IN ({marks}) AND m.is_draft = 0", chunk):
+                f"WHERE a.message_id IN ({marks}) AND {_COUNTED.format(m='m', a='a')}",
+                chunk):
             if email not in skip:
                 added.setdefault(email, _Added()).add(role, name, mid, date, is_sent)
     recount: set[str] = set()
@@ -607,8 +626,10 @@ class Mirror:
             if sidecar.follow_exclusions(self.conn, sorted(self.exclusions)):
                 log.info("sidecar: searches now leave out %s", ", ".join(sorted(self.exclusions)))
             if _set_me(self.conn, self.me):
+                # A Bcc counts on the user's own mail alone: one that had no figures may now.
                 refresh_stats(self.conn, [r[0] for r in self.conn.execute(
-                    "SELECT email_address FROM contact_stats")])
+                    "SELECT email_address FROM contact_stats "
+                    "UNION SELECT email FROM message_addresses WHERE role = 'bcc'")])
         while (window := self._next_window(rev.number)) is not None:
             self._apply_window(window, report)
         with sidecar.transaction(self.conn):
@@ -622,8 +643,9 @@ class Mirror:
             if commit is not None:
                 with sidecar.transaction(self.conn):
                     sidecar.set_state(self.conn, REMOVALS_CHECKED, commit)
-        if (after := sidecar.get_state(self.conn, sidecar.REPARSE_KEY)) is not None:
-            self._reparse(after, report)
+        for reparse in sidecar.REPARSES:
+            if (after := sidecar.get_state(self.conn, reparse.key)) is not None:
+                self._reparse(reparse, after, report)
         report.recounted = self._refresh_stats()
         report.prefetched = self._prefetch_used
         return report
@@ -642,7 +664,8 @@ class Mirror:
         sidecar.set_state(self.conn, "revision", None)
         sidecar.set_state(self.conn, "window", None)
         sidecar.set_state(self.conn, REMOVALS_CHECKED, None)
-        sidecar.set_state(self.conn, sidecar.REPARSE_KEY, None)  # every file is parsed anew
+        for reparse in sidecar.REPARSES:  # every file is parsed anew
+            sidecar.set_state(self.conn, reparse.key, None)
 
     def _next_window(self, current: int) -> _Window | None:
         pending = _Window.load(sidecar.get_state(self.conn, "window"))
@@ -673,10 +696,7 @@ class Mirror:
             upcoming = (self._load_batch(batches[number + 1]) if number + 1 < len(batches)
                         else None)
             with sidecar.transaction(self.conn):
-                if not self._marked_dirty:
-                    dirty_before = sidecar.get_state(self.conn, sidecar.STATS_DIRTY) is not None
-                    sidecar.set_state(self.conn, sidecar.STATS_DIRTY, "1")
-                    self._marked_dirty = not dirty_before
+                self._mark_stats_dirty()
                 self._marked, self._moved = [], []
                 self._apply_batch(chunk, loaded, report)
                 window.after = chunk[-1]
@@ -693,6 +713,14 @@ class Mirror:
         with sidecar.transaction(self.conn):
             sidecar.set_state(self.conn, "revision", str(window.stop))
             sidecar.set_state(self.conn, "window", None)
+
+    def _mark_stats_dirty(self) -> None:
+        """Within a transaction that changes what figures count: should the process die
+        before _refresh_stats, the next sync recounts them all."""
+        if not self._marked_dirty:
+            dirty_before = sidecar.get_state(self.conn, sidecar.STATS_DIRTY) is not None
+            sidecar.set_state(self.conn, sidecar.STATS_DIRTY, "1")
+            self._marked_dirty = not dirty_before
 
     def _load_batch(self, ids: Sequence[str]) -> _Loaded:
         known = _known(self.conn, ids)
@@ -746,39 +774,53 @@ class Mirror:
         self._delete(gone, report)
         sidecar.refresh_threads(self.conn, threads)
 
-    def _reparse(self, after: str, report: MirrorReport) -> None:
+    def _reparse(self, reparse: sidecar.Reparse, after: str, report: MirrorReport) -> None:
         """Parse again the files of the rows a parse of an older version may have got wrong
-        (see sidecar.REPARSED_ROWS), after the Message-ID ``after``, updating only what the
+        (see sidecar.REPARSES), after the Message-ID ``after``, updating only what the
         parse changed; a batch at a time, so a killed run goes on from its last batch."""
         rows = self.conn.execute(
-            f"SELECT message_id, filenames FROM messages WHERE message_id > ? "
-            f"AND ({sidecar.REPARSED_ROWS}) ORDER BY message_id", (after,)).fetchall()
-        names = [json.loads(filenames) for _, filenames in rows]
+            f"SELECT message_id, filenames, sender_email, sender_name, recipients FROM messages "
+            f"WHERE message_id > ? AND ({reparse.rows}) ORDER BY message_id", (after,)).fetchall()
+        names = [json.loads(row[1]) for row in rows]
         if self.on_progress is not None and rows:  # minutes at 100k: say so
             self.on_progress(SIDECAR, 0, len(rows))
         with closing(parse_in_order([files[0] if files else "" for files in names])) as parses:
-            self._write_reparsed(rows, names, parses, report)
+            self._write_reparsed(reparse.key, rows, names, parses, report)
         with sidecar.transaction(self.conn):
-            sidecar.set_state(self.conn, sidecar.REPARSE_KEY, None)
+            sidecar.set_state(self.conn, reparse.key, None)
 
-    def _write_reparsed(self, rows: Sequence[tuple[str, str]], names: Sequence[list[str]],
-                        parses: Iterator[Parsed], report: MirrorReport) -> None:
+    def _write_reparsed(self, key: str, rows: Sequence[tuple[str, str, str, str, str]],
+                        names: Sequence[list[str]], parses: Iterator[Parsed],
+                        report: MirrorReport) -> None:
         for start in range(0, len(rows), self.batch_size):
             updates = []
-            for (mid, _), files, parsed in zip(rows[start:start + self.batch_size],
-                                               names[start:start + self.batch_size], parses):
+            people = []  # rows whose recipients the parse changed
+            for (mid, _, sender_email, sender_name, recipients), files, parsed in zip(
+                    rows[start:start + self.batch_size], names[start:start + self.batch_size],
+                    parses):
                 if parsed.size is None and len(files) > 1:  # the first copy is gone
                     parsed = parse_file(files[1:])
-                if parsed.size is not None:  # no file to read: the row stays as it was
-                    updates.append((int(parsed.has_attachment), parsed.body_preview, mid))
+                if parsed.size is None:  # no file to read: the row stays as it was
+                    continue
+                updates.append((int(parsed.has_attachment), parsed.body_preview, mid))
+                if parsed.recipients != json.loads(recipients):
+                    people.append((mid, sender_email, sender_name, parsed.recipients))
             with sidecar.transaction(self.conn):
                 # max(): the tag's answer, already in the column, covers files attached past
                 # the head parse_file reads.
                 self.conn.executemany("UPDATE messages SET has_attachment = "
                                       "max(has_attachment, ?), body_preview = ? "
                                       "WHERE message_id = ?", updates)
+                if people:  # their old and new addresses are recounted
+                    self._mark_stats_dirty()
+                    self._touched |= _addresses_of(self.conn, [p[0] for p in people])
+                for mid, sender_email, sender_name, parsed_recipients in people:
+                    self.conn.execute("UPDATE messages SET recipients = ? WHERE message_id = ?",
+                                      (json.dumps(parsed_recipients, ensure_ascii=False), mid))
+                    self._touched |= _write_addresses(self.conn, mid, sender_email, sender_name,
+                                                      parsed_recipients)
                 last = rows[min(start + self.batch_size, len(rows)) - 1][0]
-                sidecar.set_state(self.conn, sidecar.REPARSE_KEY, last)
+                sidecar.set_state(self.conn, key, last)
             report.parsed += len(updates)
             if self.on_batch is not None:
                 self.on_batch(len(updates))

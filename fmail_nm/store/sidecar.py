@@ -11,7 +11,7 @@ What is in it:
 * ``contact_info`` -- the user's own notes, names and blocklist: the only data that exists
   nowhere else (``fmail-nm contacts export`` saves it);
 * ``contact_stats`` -- figures harvested from the mirror (first/last seen, message counts)
-  over the mail sent or received, drafts left out;
+  over the mail sent or received, drafts left out, a Bcc counted on the user's own mail only;
 * ``blocked_mail`` -- how each blocked message was before the block, for unblocking (and
   for unblocking again after an undone unblock): kept until the message leaves notmuch;
 * ``sync_state`` and ``audit_log``;
@@ -86,7 +86,7 @@ CREATE TABLE messages (
     subject        TEXT NOT NULL,
     sender_email   TEXT NOT NULL,
     sender_name    TEXT NOT NULL,
-    recipients     TEXT NOT NULL,    -- JSON [{"name", "email", "kind": "to"|"cc"}]
+    recipients     TEXT NOT NULL,    -- JSON [{"name", "email", "kind": "to"|"cc"|"bcc"}]
     date           TEXT,             -- ISO 8601 UTC, NULL when the message has no usable Date
     date_epoch     INTEGER,
     body_preview   TEXT NOT NULL,
@@ -559,9 +559,50 @@ UPDATE OR IGNORE contact_info SET email_address = canonical_address(email_addres
     WHERE email_address != canonical_address(email_address);
 """
 
+# Version 18: the mirror keeps a message's Bcc (``recipients`` kind "bcc", ``message_addresses``
+# role 'bcc'): those the user wrote to in Bcc are contacts the user wrote to, while the Bcc of
+# mail received makes no contact (passes.mirror._STATS).  The table is made again to let its
+# role be 'bcc'.  Only the user's own mail -- sent, tagged sent, or a draft, which may be sent
+# later under its Message-ID -- has its files parsed again (BCC_REPARSED_ROWS), not the
+# mailbox: mail received that was mirrored before keeps its recipients without a Bcc (which no
+# figure counts) until a rebuild, and ``sidecar check --files`` names it.
+BCC_REPARSE_KEY = "reparse_bcc_after"
+BCC_REPARSED_ROWS = ("is_sent = 1 OR is_draft = 1 OR message_id IN "
+                     "(SELECT message_id FROM message_tags WHERE tag = 'sent')")
+_V18 = f"""
+CREATE TABLE message_addresses_v18 (
+    message_id TEXT NOT NULL REFERENCES messages(message_id) ON DELETE CASCADE,
+    role       TEXT NOT NULL CHECK (role IN ('from', 'to', 'cc', 'bcc')),
+    email      TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    PRIMARY KEY (email, role, message_id)
+) WITHOUT ROWID;
+INSERT INTO message_addresses_v18 (message_id, role, email, name)
+    SELECT message_id, role, email, name FROM message_addresses;
+DROP TABLE message_addresses;
+ALTER TABLE message_addresses_v18 RENAME TO message_addresses;
+CREATE INDEX message_addresses_message ON message_addresses(message_id);
+INSERT INTO sync_state (key, value) SELECT '{BCC_REPARSE_KEY}', ''
+    WHERE EXISTS (SELECT 1 FROM messages)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+"""
+
+
+@dataclass(frozen=True)
+class Reparse:
+    """Rows of the mirror that a migration has parsed again from their files: ``rows``
+    selects them (SQL on ``messages``), in Message-ID order; ``key`` (in sync_state) holds
+    the last one done, '' before the first, and goes when all are (passes.mirror)."""
+
+    key: str
+    rows: str
+
+
+REPARSES = (Reparse(REPARSE_KEY, REPARSED_ROWS), Reparse(BCC_REPARSE_KEY, BCC_REPARSED_ROWS))
+
 # Index i holds the script that takes the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
-                               _V13, _V14, _V15, _V16, _V17)
+                               _V13, _V14, _V15, _V16, _V17, _V18)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
