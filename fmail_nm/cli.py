@@ -599,6 +599,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--smtp-host")
     p.add_argument("--smtp-port", type=int)
     p.add_argument("--smtp-tls", choices=["tls", "starttls", "none"])
+    p.add_argument("--auth", choices=["password", "oauth2"],
+                   help="how it signs in (default password; oauth2 for outlook): oauth2 means "
+                   "the password command prints an OAuth2 access token, sent with XOAUTH2 "
+                   "(mbsync needs the SASL plugin: libsasl2-modules-kdexoauth2)")
     p.set_defaults(func=cmd_account)
 
     p = command("doctor", help="check the whole setup; each problem with the command that fixes "

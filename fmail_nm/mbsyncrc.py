@@ -4,8 +4,9 @@ The local side says where mail lives on disk: each ``MaildirStore`` gives a ``Pa
 ``Inbox`` and the way sub-folders are named on disk (``SubFolders``, ``Flatten``); each
 ``Channel`` names the store it syncs into, which is how an account is tied to the channel that
 pushes its changes, and whether deletions reach the server (``Expunge``).  Of the far side only
-each ``IMAPAccount``'s ``User`` and ``Host`` are kept: a login that looks like an address is
-one of the user's (:mod:`fmail_nm.adopt.identity`).  Passwords and ``PassCmd`` are never read.
+each ``IMAPAccount``'s ``User`` and ``Host`` are kept -- a login that looks like an address is
+one of the user's (:mod:`fmail_nm.adopt.identity`) -- and its ``AuthMechs`` (XOAUTH2 needs a
+SASL plugin that doctor looks for).  Passwords and ``PassCmd`` are never read.
 
 Which file mbsync reads when it is not given one depends on its version
 (:func:`default_path`): fmail-nm always gives it the one it parsed (``mbsync -c``).
@@ -46,6 +47,7 @@ class ImapAccount:
     name: str
     host: str | None
     user: str | None
+    auth_mechs: tuple[str, ...] = ()  # upper case; () means mbsync's default (*)
 
 
 @dataclass(frozen=True)
@@ -55,12 +57,22 @@ class MbsyncConfig:
     channels: dict[str, Channel] = field(default_factory=dict)
     imap_accounts: dict[str, ImapAccount] = field(default_factory=dict)
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> its channels
+    store_accounts: dict[str, str] = field(default_factory=dict)  # IMAPStore -> its Account
 
     def channel_store(self, channel: Channel) -> MaildirStore | None:
         """The local Maildir store a channel syncs into, whichever side it is on."""
         for side in (channel.near_store, channel.far_store):
             if side and side in self.stores:
                 return self.stores[side]
+        return None
+
+    def channel_imap_account(self, channel: Channel) -> ImapAccount | None:
+        """The IMAP account a channel logs in with: its IMAPStore's ``Account``, or the
+        store itself when it holds the account's options."""
+        for side in (channel.far_store, channel.near_store):
+            name = self.store_accounts.get(side or "", side)
+            if name and name in self.imap_accounts:
+                return self.imap_accounts[name]
         return None
 
 
@@ -208,11 +220,16 @@ def parse(path: Path) -> MbsyncConfig:
                 subfolders=values.get("subfolders"),
                 flatten=_unquote(values["flatten"]) if "flatten" in values else None,
             )
-        elif kind == "imapaccount" or (kind == "imapstore" and "user" in values):
+        if kind == "imapstore" and "account" in values:
+            config.store_accounts[name] = _unquote(values["account"])
+        if kind == "imapaccount" or (kind == "imapstore" and "user" in values):
             # (an IMAPStore may hold the account's options itself, User included)
             config.imap_accounts[name] = ImapAccount(
                 name=name, host=_unquote(values["host"]) if "host" in values else None,
-                user=_unquote(values["user"]) if "user" in values else None)
+                user=_unquote(values["user"]) if "user" in values else None,
+                # (mbsync takes the old singular spelling too)
+                auth_mechs=tuple(m.upper() for m in _words(
+                    values.get("authmechs", values.get("authmech", "")))))
         elif kind == "channel":
             near = values.get("near") or values.get("slave")
             far = values.get("far") or values.get("master")

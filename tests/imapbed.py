@@ -54,6 +54,11 @@ What mbsync (isync 1.4.4) does with this configuration -- pinned by ``test_imapb
 * ``SSLType`` (not ``TLSType``, which is isync 1.5) and an explicit ``AuthMechs PLAIN LOGIN``:
   the default ``*`` excludes cleartext mechanisms on an unencrypted connection.
 
+OAuth2: ``ImapServer(..., tokens={user: token})`` also takes SASL ``XOAUTH2`` and
+``OAUTHBEARER`` with that access token, the way a provider does: Dovecot's ``oauth2`` passdb asks
+a small introspection endpoint the bed serves on loopback (:class:`_Introspection`) whether the
+bearer token is active and whose it is.  Passwords then serve ``PLAIN``/``LOGIN`` only.
+
 Only Dovecot 2.3 is supported (2.4 changed the configuration format); a 2.4 binary gives a
 clear :class:`ImapBedError`.
 """
@@ -62,7 +67,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import grp
+import http.server
 import imaplib
+import json
 import os
 import pwd
 import re
@@ -71,6 +78,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -192,6 +200,7 @@ class ImapServer:
         cleanup: delete ``workdir`` when the ``with`` block ends without an exception.  Pass
             False from pytest fixtures: a failed test does not raise through a fixture, and
             pytest prunes its own tmp dirs anyway -- so the log survives for inspection.
+        tokens: login name -> the OAuth2 access token accepted for it (XOAUTH2, OAUTHBEARER).
     """
 
     host: str = HOST
@@ -203,6 +212,7 @@ class ImapServer:
         port: int | None = None,
         start_timeout: float = 15.0,
         cleanup: bool = True,
+        tokens: Mapping[str, str] | None = None,
     ) -> None:
         self.workdir = Path(workdir).absolute()
         if re.search(r'[\s"%#\\]', str(self.workdir)):
@@ -226,6 +236,8 @@ class ImapServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._base_dir: Path | None = None
         self._base_dir_is_private = False
+        self.tokens: dict[str, str] = dict(tokens or {})
+        self._introspection: _Introspection | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -258,6 +270,8 @@ class ImapServer:
         dovecot = find_program("dovecot")
         self._check_version(dovecot)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.tokens and self._introspection is None:
+            self._introspection = _Introspection(self.tokens)
         self._prepare_dirs()
         self.config_path.write_text(self._render_config())
         pid_file = self._runtime_dir() / "master.pid"
@@ -302,6 +316,9 @@ class ImapServer:
         the configuration stay in ``workdir``, so :meth:`start` resumes on the same port.
         """
         self._terminate(timeout)
+        if self._introspection is not None:
+            self._introspection.stop()
+            self._introspection = None
         if self._base_dir is not None and self._base_dir_is_private:
             shutil.rmtree(self._base_dir, ignore_errors=True)
             self._base_dir = None
@@ -420,6 +437,14 @@ class ImapServer:
         passwd = self.workdir / "passwd"
         passwd.write_text("".join(f"{u}:{{PLAIN}}{p}::::::\n" for u, p in self.users.items()))
         passwd.chmod(0o600)
+        if self._introspection is not None:
+            oauth2 = self.workdir / "oauth2.conf.ext"
+            # mode "auth": a GET with "Authorization: Bearer <token>", as for Microsoft's
+            # endpoint; the answer's username must be the one the client logged in as.
+            oauth2.write_text(f"introspection_mode = auth\n"
+                              f"introspection_url = {self._introspection.url}\n"
+                              "force_introspection = yes\nusername_attribute = username\n"
+                              "active_attribute = active\nactive_value = true\n")
 
     def _render_config(self) -> str:
         ids = self._identities()
@@ -452,8 +477,8 @@ log_path = {self.log_path}
 info_log_path = {self.log_path}
 ssl = no
 disable_plaintext_auth = no
-auth_mechanisms = plain login
-shutdown_clients = yes
+auth_mechanisms = plain login{" xoauth2 oauthbearer" if self.tokens else ""}
+{self._oauth2_settings()}shutdown_clients = yes
 default_internal_user = {ids["internal_user"]}
 default_internal_group = {ids["internal_group"]}
 default_login_user = {ids["login_user"]}
@@ -465,8 +490,8 @@ mail_fsync = never
 passdb {{
   driver = passwd-file
   args = scheme=PLAIN username_format=%u {self.workdir / "passwd"}
-}}
-userdb {{
+{"  mechanisms = plain login" + chr(10) if self.tokens else ""}}}
+{self._oauth2_passdb()}userdb {{
   driver = static
   args = uid={ids["mail_uid"]} gid={ids["mail_gid"]} home={home}
 }}
@@ -490,6 +515,58 @@ service imap-login {{
   }}
 {login_chroot}}}
 {no_chroot}"""
+
+    def _oauth2_settings(self) -> str:
+        if not self.tokens:
+            return ""
+        # Refused tokens are what the OAuth2 tests try: answer them without the delay that
+        # slows down password guessing.  (Dovecot's per-IP penalty still delays every login
+        # after a failure, 2 s and more, until one succeeds: try refused tokens last.)
+        return "auth_failure_delay = 0\n"
+
+    def _oauth2_passdb(self) -> str:
+        if not self.tokens:
+            return ""
+        return f"""passdb {{
+  driver = oauth2
+  mechanisms = xoauth2 oauthbearer
+  args = {self.workdir / "oauth2.conf.ext"}
+}}
+"""
+
+
+class _Introspection:
+    """An OAuth2 token introspection endpoint on loopback (a thread): a GET with
+    ``Authorization: Bearer <token>`` answers ``{"active": true, "username": <its user>}``
+    for a known token, ``{"active": false}`` for any other."""
+
+    def __init__(self, tokens: Mapping[str, str]) -> None:
+        owners = {token: user for user, token in tokens.items()}
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                token = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                user = owners.get(token)
+                body = json.dumps({"active": True, "username": user} if user
+                                  else {"active": False}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass  # quiet: Dovecot's log says what it concluded
+
+        self.server = http.server.ThreadingHTTPServer((HOST, 0), Handler)
+        self.url = f"http://{HOST}:{self.server.server_address[1]}/introspect"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
 
 
 def _die_with_parent() -> None:

@@ -5,12 +5,19 @@
 ``[send]`` table that points fmail-nm's send command at it.  Every message the server takes
 is kept in ``received`` with its envelope and exact bytes; ``reject`` makes it refuse the
 next ones with an SMTP error, as a server refusing a recipient does.
+
+``tokens={user: token}`` makes it a server that takes mail only after ``AUTH XOAUTH2`` with
+that OAuth2 access token (over plain TCP: loopback), and answers any other token as Gmail
+does: a 334 challenge holding a JSON error, then 535 once the client answered it.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import email
 import email.policy
+import json
 import threading
 from dataclasses import dataclass
 from email.message import EmailMessage
@@ -18,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import MISSING, AuthResult
 
 from .imapbed import HOST, free_port
 
@@ -40,10 +48,33 @@ class _Handler:
 
     async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str,
                           rcpt_options: Any) -> str:
+        if self.bed.tokens and not session.authenticated:
+            return "530 5.7.0 Authentication required"
         if self.bed.reject is not None:
             return self.bed.reject
         envelope.rcpt_tos.append(address)
         return "250 OK"
+
+    async def auth_XOAUTH2(self, server: Any, args: list[str]) -> AuthResult:
+        """SASL XOAUTH2: ``user=<user>^Aauth=Bearer <token>^A^A``, base64, as the initial
+        response or after an empty challenge."""
+        try:
+            blob = (base64.b64decode(args[1], validate=True) if len(args) == 2
+                    else await server.challenge_auth(""))
+        except binascii.Error:
+            blob = b""
+        if blob is MISSING:  # the client gave up (and was answered)
+            return AuthResult(success=False, handled=True)
+        fields = dict(part.split("=", 1) for part in bytes(blob).decode("utf-8", "replace")
+                      .split("\x01") if "=" in part)
+        user, token = fields.get("user", ""), fields.get("auth", "").removeprefix("Bearer ")
+        if token and self.bed.tokens.get(user) == token:
+            return AuthResult(success=True, auth_data=user)
+        error = json.dumps({"status": "401", "schemes": "bearer", "scope": "mail"})
+        if await server.challenge_auth(error) is MISSING:
+            return AuthResult(success=False, handled=True)
+        return AuthResult(success=False, handled=False,
+                          message="535 5.7.8 Authentication unsuccessful")
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         with self.bed.lock:
@@ -53,8 +84,10 @@ class _Handler:
 
 
 class SmtpBed:
-    def __init__(self, base: Path, addresses: dict[str, str]) -> None:
-        """``addresses``: msmtp account name -> its from address."""
+    def __init__(self, base: Path, addresses: dict[str, str],
+                 tokens: dict[str, str] | None = None) -> None:
+        """``addresses``: msmtp account name -> its from address; ``tokens``: login ->
+        the OAuth2 access token it must sign in with (XOAUTH2) before it may send."""
         self.base = Path(base)
         self.addresses = addresses
         self.port = free_port()
@@ -62,7 +95,11 @@ class SmtpBed:
         self.received: list[Received] = []
         self.reject: str | None = None
         self.lock = threading.Lock()
-        self.controller = Controller(_Handler(self), hostname=HOST, port=self.port)
+        self.tokens = dict(tokens or {})
+        # AUTH is offered without TLS only when asked for (loopback, test tokens); that it is
+        # required then is _Handler's to say (aiosmtpd warns about auth_required without TLS).
+        self.controller = Controller(_Handler(self), hostname=HOST, port=self.port,
+                                     auth_require_tls=not self.tokens)
 
     def start(self) -> SmtpBed:
         self.base.mkdir(parents=True, exist_ok=True)

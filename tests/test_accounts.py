@@ -23,18 +23,22 @@ from fmail_nm.adopt import accounts
 from fmail_nm.app import load_config
 from fmail_nm.config import own_config_dir
 from fmail_nm.service import send
+from fmail_nm.service.doctor import mbsync_findings, xoauth2_plugin
+from fmail_nm.service.mbsync import execute, find_mbsync
 from fmail_nm.service.onboard import AccountCheckFailed, add_account
 from fmail_nm.store.notmuch import Reader
 from fmail_nm.tools import reads
 
 from . import imapbed
 from .conftest import MailEnv, notmuch_lock_held, search_rows, stderr_lines
+from .smtpbed import SmtpBed
 from .syncbed import require_tools
 
 pytestmark = pytest.mark.imap
 
 USER = "casey"
 PASSWORD = "pw-Qx7vR2kLm9"  # unique, so any copy of it can be found
+TOKEN = "tok-Hq4mZ8wPc3"  # the OAuth2 access token the test servers take for USER
 USER_MBSYNCRC = b"""# my own mbsync config; fmail-nm must never rewrite it
 IMAPAccount personal
 Host imap.example.org
@@ -88,7 +92,8 @@ def bed(indexed: MailEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
         shim.write_text(RECORD.format(log=argv_log, real=imapbed.find_program(program)))
         shim.chmod(0o755)
     monkeypatch.setenv("PATH", f"{shims}{os.pathsep}{os.environ['PATH']}")
-    server = imapbed.ImapServer(tmp_path / "imap", users={USER: PASSWORD}, cleanup=False)
+    server = imapbed.ImapServer(tmp_path / "imap", users={USER: PASSWORD},
+                                tokens={USER: TOKEN}, cleanup=False)
     server.start()
     try:
         imapbed.append(server, USER, "INBOX", message(1, "Dana Lee <dana@example.net>",
@@ -296,6 +301,7 @@ def test_cli_add_with_flags_says_what_it_waits_for(bed: Bed) -> None:
     ({"imap_user": "casey\nPassCmd evil"}, "one line"),
     ({"address": "not-an-address"}, "not an e-mail address"),
     ({"provider": "aol"}, "unknown provider"),
+    ({"auth": "kerberos"}, "auth must be one of password, oauth2"),
 ])
 def test_bad_accounts_are_refused_before_anything_is_written(
         indexed: MailEnv, tmp_path: Path, changes: dict[str, object], message: str) -> None:
@@ -336,6 +342,94 @@ def test_a_gmail_plan_renders_its_folders_and_server_side_sent(indexed: MailEnv)
     msmtp = accounts.msmtp_block(plan)
     assert "host smtp.gmail.com" in msmtp and "tls_starttls on" in msmtp
     assert 'passwordeval /bin/echo\n' in msmtp  # msmtp takes the rest of the line as it is
+    assert "auth on\n" in msmtp and "AuthMechs" not in block  # a password, as mbsync likes
+
+
+def test_an_outlook_plan_signs_in_with_oauth2(indexed: MailEnv) -> None:
+    """Outlook.com and Microsoft 365 take no password over IMAP or SMTP: the preset's account
+    must ask both tools for XOAUTH2, or it cannot sign in at all."""
+    plan = accounts.plan(load_config(), accounts.NewAccount(
+        name="o", address="someone@outlook.com", password_command="/bin/echo"))
+    assert plan.auth == "oauth2" and "oama" in plan.note
+    block, msmtp = accounts.mbsync_block(plan), accounts.msmtp_block(plan)
+    assert "AuthMechs XOAUTH2\n" in block and 'PassCmd "/bin/echo"' in block
+    assert "auth xoauth2\n" in msmtp and "passwordeval /bin/echo\n" in msmtp
+    asked = accounts.plan(load_config(), accounts.NewAccount(
+        name="p", address="someone@outlook.com", password_command="/bin/echo", auth="password"))
+    assert "AuthMechs" not in accounts.mbsync_block(asked)
+    assert "auth on\n" in accounts.msmtp_block(asked)
+    assert "--auth password" in accounts.add_command(accounts.NewAccount(
+        name="p", address="someone@outlook.com", password_command="/bin/echo", auth="password"))
+
+
+def token_command(bed: Bed, token: str) -> Path:
+    """A command that prints an access token, as a token helper (oama, mutt_oauth2.py) does."""
+    script = bed.password_script.parent / "print-token"
+    script.write_text(f"#!/bin/sh\nprintf '%s\\n' '{token}'\n")
+    script.chmod(0o700)
+    return script
+
+
+def test_an_oauth2_account_signs_in_to_imap_and_smtp_with_the_token_its_command_prints(
+        bed: Bed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`account add --auth oauth2` wrote an account that a real mbsync and msmtp sign in with
+    by XOAUTH2 (the servers take the token with no other mechanism); a token they refuse is a
+    clear error from fmail-nm, and doctor names a missing SASL plugin, as mbsync then fails."""
+    if xoauth2_plugin() is None:
+        pytest.skip("no Cyrus SASL XOAUTH2 plugin: apt-get install libsasl2-modules-kdexoauth2")
+    smtp = SmtpBed(tmp_path / "smtp", {}, tokens={USER: TOKEN}).start()
+    try:
+        tokens = token_command(bed, TOKEN)
+
+        def add(name: str) -> subprocess.CompletedProcess[str]:
+            return bed.env.fmail(
+                "account", "add", "--name", name, "--address", "casey@example.com",
+                "--password-command", str(tokens), "--auth", "oauth2", "--imap-host", "127.0.0.1",
+                "--imap-port", str(bed.server.port), "--imap-user", USER, "--imap-tls", "none",
+                "--smtp-host", "127.0.0.1", "--smtp-port", str(smtp.port), "--smtp-tls", "none",
+                check=False)
+
+        added = add("ms")
+        assert added.returncode == 0 and "3 messages indexed" in added.stdout, added.stderr
+        assert "user=<casey>, method=XOAUTH2" in bed.server.log()
+        assert "AuthMechs XOAUTH2\n" in (own_config_dir() / "mbsyncrc").read_text()
+        assert "auth xoauth2\n" in (own_config_dir() / "msmtprc").read_text()
+        config = load_config()
+        argv = [*send.command_for(config, config.account("ms")), "-f", "casey@example.com",
+                "--", "dana@example.net"]
+        raw = message(4, "Casey <casey@example.com>", "dana@example.net", "Figures attached")
+        send.run_command(argv, raw, 30)
+        assert [r.rcpt_tos for r in smtp.received] == [("dana@example.net",)]
+
+        # Without the plugin mbsync cannot offer XOAUTH2: doctor says so, and why.
+        def xoauth2_findings() -> list[str]:
+            return [f.line() for f in mbsync_findings(config) if "XOAUTH2" in f.problem]
+
+        assert xoauth2_findings() == []
+        monkeypatch.setenv("SASL_PATH", str(tmp_path))  # libsasl2 loads plugins from here
+        missing = xoauth2_findings()
+        assert len(missing) == 1 and "no Cyrus SASL plugin for XOAUTH2" in missing[0], missing
+        assert "libsasl2-modules-kdexoauth2" in missing[0]
+        code, error = execute([find_mbsync(), "-c", str(own_config_dir() / "mbsyncrc"),
+                               "--list", "ms"], 30)
+        assert code == 1 and "SASL mechanism(s) not available" in error, error
+        monkeypatch.delenv("SASL_PATH")
+
+        # An expired or revoked token: refused, said, nothing sent (Dovecot delays every
+        # login after a refused one, so the IMAP refusal comes last).
+        tokens.write_text("#!/bin/sh\necho tok-expired\n")
+        with pytest.raises(send.SendFailed, match="authentication failed"):
+            send.run_command(argv, raw, 30)
+        assert len(smtp.received) == 1
+        refused = add("ms2")
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        assert "the IMAP server refused account 'ms2'" in refused.stderr, refused.stderr
+        # (mbsync itself gives up on the refused sign-in and then waits for good: not a
+        # timeout after a minute, but this.)
+        assert "an access token that is expired, revoked" in refused.stderr, refused.stderr
+        assert [e["name"] for e in accounts.added_entries()] == ["ms"]
+    finally:
+        smtp.stop()
 
 
 def test_without_accounts_toml_the_accounts_are_those_of_fmail_toml(indexed: MailEnv) -> None:

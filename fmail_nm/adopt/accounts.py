@@ -10,6 +10,9 @@ the user's own ``~/.mbsyncrc``, ``~/.msmtprc`` or fmail.toml:
 
 The password is never asked for and never written: mbsync's ``PassCmd`` and msmtp's
 ``passwordeval`` run the user's command (``pass show …``, ``secret-tool lookup …``) each time.
+With ``auth = "oauth2"`` (Outlook.com and Microsoft 365 take nothing else) that command prints
+an OAuth2 access token instead, which both tools hand to the server with SASL ``XOAUTH2``
+(mbsync through the Cyrus SASL plugin that provides it, msmtp by itself).
 Each account's block in the two rc files sits between marker lines, so removing it takes out
 exactly what adding it put in.  Checking the login and pulling the mail is
 :mod:`fmail_nm.service.onboard`.
@@ -42,6 +45,8 @@ MBSYNC_FILE = "mbsyncrc"
 MSMTP_FILE = "msmtprc"
 IMAP_TLS = ("imaps", "starttls", "none")
 SMTP_TLS = ("tls", "starttls", "none")
+# How the account signs in: the command prints a password, or an OAuth2 access token (XOAUTH2).
+AUTH = ("password", "oauth2")
 _DEFAULT_PORTS = {"imaps": 993, "starttls": 143, "none": 143, "tls": 465}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$")
@@ -68,7 +73,8 @@ def providers() -> dict[str, Provider]:
     """The presets in providers.toml, by name."""
     data = tomllib.loads((files("fmail_nm.adopt") / "providers.toml").read_text(encoding="utf-8"))
     return {name: Provider(name=name, domains=tuple(raw.get("domains", ())),
-                           settings={k: v for k, v in raw.items() if k.startswith(("imap_", "smtp_"))},
+                           settings={k: v for k, v in raw.items()
+                                     if k.startswith(("imap_", "smtp_")) or k == "auth"},
                            folders=dict(raw.get("folders", {})),
                            patterns=tuple(raw.get("patterns", ("*",))),
                            server_saves_sent=bool(raw.get("server_saves_sent", False)),
@@ -104,6 +110,7 @@ class NewAccount:
     smtp_host: str | None = None
     smtp_port: int | None = None
     smtp_tls: str | None = None
+    auth: str | None = None  # one of AUTH; left out: the preset's, else "password"
     full_name: str = ""
 
     @classmethod
@@ -123,7 +130,7 @@ class NewAccount:
 
 # What `fmail-nm account add` takes as --flags: every field but full_name.
 CLI_FIELDS = ("name", "address", "password_command", "provider", "imap_host", "imap_port",
-              "imap_user", "imap_tls", "smtp_host", "smtp_port", "smtp_tls")
+              "imap_user", "imap_tls", "smtp_host", "smtp_port", "smtp_tls", "auth")
 
 
 def add_command(new: NewAccount) -> str:
@@ -174,6 +181,7 @@ class AccountPlan:
     server_saves_sent: bool = False
     note: str = ""
     full_name: str = ""
+    auth: str = "password"  # one of AUTH
 
     @property
     def mbsync_file(self) -> Path:
@@ -286,6 +294,9 @@ def plan(config: Config, new: NewAccount) -> AccountPlan:
     if maildir.exists() and any(maildir.iterdir()):
         raise AccountError(f"{maildir} exists and is not empty; choose another name")
     _check_no_store_takes(config, maildir)
+    auth = values.get("auth", "password")
+    if auth not in AUTH:
+        raise AccountError(f"auth must be one of {', '.join(AUTH)}, not {auth!r}")
     return AccountPlan(
         name=name, address=address,
         password_command=check_password_command(new.password_command),
@@ -300,7 +311,8 @@ def plan(config: Config, new: NewAccount) -> AccountPlan:
         folders={r: f for r, f in (preset.folders if preset else {}).items() if r in ROLES},
         patterns=preset.patterns if preset else ("*",),
         server_saves_sent=preset.server_saves_sent if preset else False,
-        note=preset.note if preset else "", full_name=_clean(new.full_name, "full_name"))
+        note=preset.note if preset else "", full_name=_clean(new.full_name, "full_name"),
+        auth=auth)
 
 
 def _check_no_store_takes(config: Config, maildir: Path) -> None:
@@ -358,8 +370,10 @@ def _end(name: str) -> str:
 
 def mbsync_block(p: AccountPlan) -> str:
     ssl = {"imaps": "IMAPS", "starttls": "STARTTLS", "none": "None"}[p.imap_tls]
+    # PassCmd prints a token, which only XOAUTH2 takes: no other mechanism may be tried with it.
     # Without TLS (loopback only, see _tls) mbsync offers no cleartext mechanism unless named.
-    auth = "AuthMechs PLAIN LOGIN\n" if p.imap_tls == "none" else ""
+    auth = ("AuthMechs XOAUTH2\n" if p.auth == "oauth2" else
+            "AuthMechs PLAIN LOGIN\n" if p.imap_tls == "none" else "")
     root = p.maildir
     return f"""{_begin(p.name)}
 IMAPAccount {p.name}
@@ -399,7 +413,7 @@ host {p.smtp_host}
 port {p.smtp_port}
 from {p.address}
 user {p.smtp_user}
-auth on
+auth {"xoauth2" if p.auth == "oauth2" else "on"}
 {tls}
 passwordeval {p.password_command}
 {_end(p.name)}

@@ -3,7 +3,8 @@
 Checks, in order: the config files exist and parse; notmuch's settings (``new.ignore``,
 exclusions, flag sync, ``new.tags``); that the notmuch database opens; that fmail-nm knows
 the user's addresses; our post-new hook installed, executable and chained; each account's
-mbsync channel defined, syncing into the mail root, with ``Expunge``; an msmtp account for
+mbsync channel defined, syncing into the mail root, with ``Expunge``, and the SASL plugin
+its IMAP account needs when it signs in with ``AuthMechs XOAUTH2``; an msmtp account for
 each address that sends through msmtp; the sidecar built from this notmuch database; the
 HTTP token file private; the inotify watch limit against the folders to watch; mail on disk
 that the index does not have.  Nothing is changed: the fixes are for the user to run.
@@ -14,6 +15,7 @@ the Sent-folder scan and the directory walks).
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shlex
@@ -43,6 +45,13 @@ from .watcher import WATCH_LIMIT_SYSCTL, count_dirs
 WATCH_LIMIT_FILE = Path("/proc/sys/fs/inotify/max_user_watches")
 # The watch limit is per user, shared with editors, IDEs and file managers: leave them room.
 WATCH_SHARE = 0.5
+# Where Cyrus SASL, which mbsync signs in with, loads its plugins from when $SASL_PATH does not
+# say: its library's folder's sasl2/ -- lib/<multiarch>/ on Debian and Ubuntu, lib64/ on Fedora.
+SASL_PLUGIN_DIRS = ("/usr/lib/sasl2", "/usr/lib/*/sasl2", "/usr/lib64/sasl2",
+                    "/usr/local/lib/sasl2", "/usr/local/lib/*/sasl2", "/opt/homebrew/lib/sasl2")
+# KDE's XOAUTH2 plugin (libkdexoauth2.so) or cyrus-sasl-xoauth2's (libxoauth2.so).
+XOAUTH2_PLUGIN = "lib*xoauth2.so*"
+XOAUTH2_PACKAGE = "libsasl2-modules-kdexoauth2"
 
 
 def diagnose(config_path: str | None = None, *, token_file: Path | None = None,
@@ -232,7 +241,7 @@ def mbsync_findings(config: Config) -> list[Finding]:
                                  "to one of them"))
             continue
         found += _channel_findings(config, path, rc, channel)
-    return found
+    return list(dict.fromkeys(found))  # a Group's channels share one IMAP account
 
 
 def _channel_findings(config: Config, path: Path, rc: mbsyncrc.MbsyncConfig,
@@ -254,7 +263,33 @@ def _channel_findings(config: Config, path: Path, rc: mbsyncrc.MbsyncConfig,
                              "mail moved to Trash or Junk stays in the server's folder as well, "
                              "marked deleted", f"add `Expunge Both` to Channel {channel.name} "
                              f"in {path}"))
+    imap = rc.channel_imap_account(channel)
+    if imap is not None and "XOAUTH2" in imap.auth_mechs and xoauth2_plugin() is None:
+        found.append(Finding("mbsync", f"IMAP account {imap.name} in {path} signs in with "
+                             "OAuth2 (AuthMechs XOAUTH2), but no Cyrus SASL plugin for XOAUTH2 "
+                             f"is installed (none in {_sasl_dirs_text()}): mbsync cannot log "
+                             "in", f"sudo apt-get install {XOAUTH2_PACKAGE} (elsewhere: the "
+                             "package with the XOAUTH2 SASL plugin, e.g. cyrus-sasl-xoauth2)"))
     return found
+
+
+def sasl_plugin_dirs() -> list[Path]:
+    """The folders Cyrus SASL loads plugins from: ``$SASL_PATH`` (colon-separated) when set,
+    as libsasl2 reads it, else the usual install folders that exist."""
+    given = os.environ.get("SASL_PATH")
+    if given:
+        return [Path(d) for d in given.split(":") if d]
+    return [Path(d) for pattern in SASL_PLUGIN_DIRS for d in sorted(glob.glob(pattern))]
+
+
+def xoauth2_plugin() -> Path | None:
+    """The installed SASL plugin that gives mbsync XOAUTH2, None without one."""
+    return next((plugin for folder in sasl_plugin_dirs()
+                 for plugin in sorted(folder.glob(XOAUTH2_PLUGIN))), None)
+
+
+def _sasl_dirs_text() -> str:
+    return ", ".join(str(d) for d in sasl_plugin_dirs()) or "any SASL plugin folder"
 
 
 def _msmtp_file(account: Account) -> Path | None:

@@ -56,10 +56,12 @@ MBSYNC_TIMEOUT = 600.0
 LOCK_TIMEOUT = 60.0
 ERROR_LINES = 12
 ERROR_CHARS = 2000
-# Lines that say nothing about why a run failed: notices, progress counters, -V chatter.
+# Lines that say nothing about why a run failed: notices, progress counters, -V chatter, and
+# what KDE's XOAUTH2 SASL plugin says at every sign-in.
 _NOISE = re.compile(
     r"^(?:\S+ notice: |Notice: |C: \d|B: \d|Processing |Opening |Connecting |Resolving |"
-    r"Logging in|Selecting |Synchronizing|Loading |Channel |Mailbox |Authenticating)"
+    r"Logging in|Selecting |Synchronizing|Loading |Channel |Mailbox |Authenticating|"
+    r"\[SASL-XOAUTH2\] )"
 )
 
 
@@ -296,6 +298,17 @@ def stop_running(grace: float = STOP_GRACE) -> int:
 
 KILLED_OUTPUT_WAIT = 5.0  # seconds to read what a run wrote once mbsync itself has ended
 EXIT_CHECK = 1.0  # how often a read of a run's output looks whether mbsync has ended
+# mbsync 1.4 with a SASL plugin that is done after one step (KDE's XOAUTH2): a server that
+# refuses the token answers with a challenge holding the error; mbsync says this, gives the
+# sign-in up -- and then waits on that connection for good.
+_GAVE_UP_SIGN_IN = "IMAP wants more steps despite successful SASL authentication"
+SIGN_IN_REFUSED = ("mbsync gave up signing in: the server did not take what the password command "
+                   "printed -- for an OAuth2 (XOAUTH2) account, an access token that is expired, "
+                   "revoked or another account's (renew it with your token helper)")
+
+
+class _SignInAbandoned(Exception):
+    """mbsync gave the sign-in up and hangs (see ``_GAVE_UP_SIGN_IN``)."""
 
 
 def _output_of_killed(proc: subprocess.Popen[str]) -> tuple[str, str]:
@@ -323,11 +336,20 @@ def _output(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
     while True:
         try:  # retried after a timeout, communicate() loses nothing it read
             return proc.communicate(timeout=min(EXIT_CHECK, max(deadline - time.monotonic(), 0)))
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as exc:
             if proc.poll() is not None:
                 return _output_of_killed(proc)
+            if _GAVE_UP_SIGN_IN in _text(exc.stderr):
+                raise _SignInAbandoned from None
             if time.monotonic() >= deadline:
                 raise
+
+
+def _text(partial: str | bytes | None) -> str:
+    # What communicate() read before its timeout: bytes, even for a text-mode run.
+    if isinstance(partial, bytes):
+        return partial.decode("utf-8", "replace")
+    return partial or ""
 
 
 def execute(argv: list[str], timeout: float, *, keep_output: bool = False) -> tuple[int | None, str]:
@@ -351,6 +373,10 @@ def execute(argv: list[str], timeout: float, *, keep_output: bool = False) -> tu
         detail = trim_error(stderr, stdout)
         return proc.returncode, (f"mbsync did not finish within {timeout:g}s and was stopped"
                                  + (f"\n{detail}" if detail else ""))
+    except _SignInAbandoned:
+        _kill_group(proc)
+        _output_of_killed(proc)
+        return proc.returncode, SIGN_IN_REFUSED
     except BaseException:  # Ctrl-C in `fmail-nm sync`: the run's own session would outlive us
         _kill_group(proc)
         proc.wait()
