@@ -142,6 +142,22 @@ def test_plain_message_headers_and_body() -> None:
     assert m.defects == []
 
 
+def test_a_long_recipient_list_is_read_whole_up_to_a_bound_that_is_named() -> None:
+    """Thousands of visible recipients, commas in their quoted names and comments, past the
+    64 KB one parse is given: every one is read.  Past the bound on all of a header's
+    addresses the rest is not read -- no address cut in two -- and a problem says so."""
+    people = [f'"Doe, Jo {i}" <jo{i}@example.org> (desk, {i})' for i in range(3000)]
+    m = parse_message(message(f"To: {', '.join(people)}", "Subject: s", body="hi\n"))
+    assert m.to == [Address(f"Doe, Jo {i}", f"jo{i}@example.org") for i in range(3000)]
+    assert m.defects == []
+    many = ", ".join(f"someone.with.a.long.name{i}@example.org" for i in range(14_000))
+    m = parse_message(message(f"Cc: {many}", "Subject: s", body="hi\n"))
+    assert 12_000 < len(m.cc) < 14_000
+    assert m.cc[-1] == Address("", f"someone.with.a.long.name{len(m.cc) - 1}@example.org")
+    assert m.defects == [f"header cc: {len(many):,} characters, more than the 512 KB of "
+                         "addresses read; the rest was not read"]
+
+
 def test_crlf_line_endings_are_normalised() -> None:
     raw = message("Subject: x", "Content-Type: text/plain", body=b"one\ntwo\n").replace(b"\n", b"\r\n")
     m = parse_message(raw)

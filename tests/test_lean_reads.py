@@ -501,6 +501,12 @@ async def test_an_attachment_inside_a_forwarded_message_is_read_by_its_path(
 
 CHAIN = 400  # replies deep: past Python's recursion limit for a walk through replies()
 MANY = 300  # recipients, tags, folders
+WIDE = 1000  # messages of a thread that branches: runs of replies, and replies to older ones
+
+
+def wide_parent(i: int) -> int:
+    """The message ``wide-{i}`` replies to (i > 0): mostly the one before, else an older one."""
+    return i - 1 if i % 4 else (i * 2654435761 >> 8) % i
 
 
 def _extreme_mail(root: Path) -> None:
@@ -514,6 +520,12 @@ def _extreme_mail(root: Path) -> None:
             f"From: Person {i % 12} <p{i % 12}@x.example>\nTo: alex@example.org\n"
             f"Subject: Chain\nDate: Mon, 02 Nov 2026 {i // 60 % 24:02d}:{i % 60:02d}:00 +0000\n"
             f"Message-ID: <chain-{i}@x.example>\n{parent}\nmessage {i}\n")
+    for i in range(WIDE):  # dated in order: libnotmuch lists a message's replies by date
+        parent = f"In-Reply-To: <wide-{wide_parent(i)}@x.example>\n" if i else ""
+        (inbox / f"1770000003.wide{i}.host:2,S").write_text(
+            f"From: Person {i % 12} <p{i % 12}@x.example>\nTo: alex@example.org\n"
+            f"Subject: Wide\nDate: Tue, 03 Nov 2026 {i // 3600:02d}:{i // 60 % 60:02d}:"
+            f"{i % 60:02d} +0000\nMessage-ID: <wide-{i}@x.example>\n{parent}\nmessage {i}\n")
     people = ",\n ".join(f"Person {i} <r{i}@many.example>" for i in range(MANY))
     parts = "".join(f"--B\nContent-Type: text/plain\nContent-Disposition: attachment; "
                     f'filename="{i:02d}{"a" * 500}.txt"\n\nfile {i}\n' for i in range(60))
@@ -573,6 +585,36 @@ def test_a_thread_of_hundreds_is_read_capped_and_the_rest_is_listed(
     threads = reads.list_threads(extreme, "id:chain-0@x.example")
     authors = threads.threads[0].authors
     assert len(authors) == dto.MAX_AUTHORS + 1 and authors[-1] == "… 2 more: get_thread"
+
+
+def test_a_thread_of_thousands_shows_its_first_hundred_in_reply_order_and_counts_the_rest(
+        extreme: reads.Mailbox) -> None:
+    """get_thread reads the first MAX_THREAD_MESSAGES of a branching thread depth first, as
+    the reply tree orders them, and counts the others; the reader's start of a thread is the
+    start of its whole walk, for this thread and the others."""
+    replies: dict[int, list[int]] = {i: [] for i in range(WIDE)}
+    for i in range(1, WIDE):
+        replies[wide_parent(i)].append(i)
+    order: list[tuple[int, int, int | None]] = []
+    stack: list[tuple[int, int, int | None]] = [(0, 0, None)]
+    while stack:
+        i, depth, parent = stack.pop()
+        order.append((i, depth, parent))
+        stack += [(r, depth + 1, i) for r in reversed(replies[i])]
+    shown = order[:reads.MAX_THREAD_MESSAGES]
+    # Not the first hundred by date, nor one chain: the order is the tree's.
+    assert [i for i, _, _ in shown] != list(range(len(shown))) and shown[-1][1] < len(shown) - 1
+
+    thread = reads.get_thread(extreme, uid("wide-7@x.example"), include_bodies=False)
+    assert [(m.id, m.depth, m.parent) for m in thread.messages] == [
+        (uid(f"wide-{i}@x.example"), depth, None if p is None else uid(f"wide-{p}@x.example"))
+        for i, depth, p in shown]
+    assert thread.more_messages == WIDE - reads.MAX_THREAD_MESSAGES
+    for first in ("wide-0@x.example", "chain-0@x.example", "everything@x.example"):
+        tid = reads.get_email(extreme, uid(first)).thread
+        whole = extreme.reader.thread(tid)
+        assert extreme.reader.thread_start(tid, 100) == (whole[:100], len(whole))
+    assert extreme.reader.thread_start("{bad}", 100) == ([], 0)
 
 
 def test_one_message_with_everything_past_every_bound_reads_in_a_few_kilobytes(

@@ -28,7 +28,7 @@ from fmail_nm.passes.changes import ChangeError, WriteContext
 from fmail_nm.service import send
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader, Writer
-from fmail_nm.tools import compose, contacts, writes
+from fmail_nm.tools import compose, contacts, reads, writes
 from fmail_nm.tools.compose import ComposeError
 
 from .conftest import MailEnv
@@ -1205,3 +1205,44 @@ def test_a_reply_to_a_subject_of_kilobytes_keeps_it_and_answers_in_short(bed: Be
     assert draft.subject == "Re: " + "S" * 1996 + "… (5004 characters)"
     saved = parse(bed.files_with(bed.drafts, draft.id)[0].read_bytes())
     assert str(saved["Subject"]) == "Re: " + "S" * 5000
+
+
+def _mass_mailing(mid: str, to: str, cc: str = "", padding: int = 0) -> bytes:
+    """Mail from boss@example.com, To and Cc last after ``padding`` bytes of other headers."""
+    pad = "".join(f"X-Pad: {'x' * 990}\r\n" for _ in range(padding // 1000))
+    return (f"From: Boss <boss@example.com>\r\nSubject: all hands\r\n"
+            f"Message-ID: <{mid}>\r\n{pad}To: {to}\r\n"
+            + (f"Cc: {cc}\r\n" if cc else "") + "\r\nhi\r\n").encode()
+
+
+def test_recipients_past_64_kb_all_count_and_a_reply_to_everyone_is_refused_saying_why(
+        bed: Bed) -> None:
+    """A mass mailing's visible To/Cc runs past 64 KB: every recipient counts in get_email,
+    a reply to everyone is refused for its size (not for an address cut in two) and changes
+    nothing, a reply to the sender goes; a header too long to read whole stops reply_all by
+    name and size -- nobody is left out of a reply unsaid."""
+    people = [f'"Person {i}, Team {i % 7}" <person{i}@example.com>' for i in range(2600)]
+    bed.receive(_mass_mailing("mass-1@example.com", ", ".join(people[:2000]),
+                              ", ".join(["alex@example.org", *people[2000:]])))
+    # A To running past the end of a header block of more than 1 MB:
+    bed.receive(_mass_mailing("mass-2@example.com", ", ".join(people[:1000]), padding=1_030_000))
+    quoted = '"' + ", ".join(f"q{i}@example.com" for i in range(5000))  # a quote never closed
+    bed.receive(_mass_mailing("mass-3@example.com", "bob@example.com", quoted))
+
+    shown = reads.get_email(reads.Mailbox(bed.ctx.config, bed.ctx.reader), "mass-1@example.com")
+    assert shown.to[0] == "Person 0, Team 0 <person0@example.com>"
+    assert shown.to[-1].startswith("… 1950 more: ") and shown.cc[-1].startswith("… 551 more: ")
+
+    before = bed.state()
+    with pytest.raises(ComposeError, match=r"to 2,601 people.*at most 100 recipients.*"
+                                           r"without reply_all"):
+        compose.reply_to_email(bed.ctx, "mass-1@example.com", "x", reply_all=True)
+    with pytest.raises(ComposeError, match=r"header to: the header block is longer than "
+                                           r"1024 KB.*without reply_all"):
+        compose.reply_to_email(bed.ctx, "mass-2@example.com", "x", reply_all=True)
+    with pytest.raises(ComposeError, match=r"header cc: [\d,]+ characters without a comma"):
+        compose.reply_to_email(bed.ctx, "mass-3@example.com", "x", reply_all=True)
+    assert bed.state() == before
+    for mid in ("mass-1@example.com", "mass-2@example.com", "mass-3@example.com"):
+        draft = compose.reply_to_email(bed.ctx, mid, "x")
+        assert (draft.to, draft.cc) == (["boss@example.com"], [])

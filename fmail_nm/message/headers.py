@@ -39,7 +39,12 @@ __all__ = [
 
 
 _MAX_HEADER_BLOCK = 1 << 20  # a header block larger than this is not a header block
-_MAX_HEADER_VALUE = 64 * 1024  # address parsing is superlinear on some inputs: cap its work
+# Address parsing is superlinear on some inputs: it is given at most this much at a time.  A
+# longer address header is parsed in pieces cut at the commas between addresses, so that a mass
+# mailing's thousands of visible recipients all count while the work stays linear in the
+# header's length, up to a bound: thousands of people in one header, not a megabyte of them.
+_MAX_HEADER_VALUE = 64 * 1024
+_MAX_ADDRESS_HEADER = 512 * 1024
 
 
 @dataclass(frozen=True)
@@ -84,18 +89,27 @@ class _RawHeaderPolicy(Compat32):
         return value
 
 
+class _Head(Message):
+    """A header block, knowing whether :func:`split_head` cut it (its last header may be
+    missing its end)."""
+
+    cut = False
+
+
 _POLICY = _RawHeaderPolicy()
-_HEADER_PARSER = BytesParser(policy=_POLICY)
+_HEADER_PARSER = BytesParser(_Head, policy=_POLICY)
 _BLANK_LINE = re.compile(rb"\n\r?\n")
 
 
 def split_head(raw: bytes) -> tuple[Message, bytes]:
     """Parse the header block with the stdlib; return (headers, body bytes)."""
     if raw.startswith(b"\n") or raw.startswith(b"\r\n"):
-        return Message(policy=_POLICY), raw[raw.index(b"\n") + 1 :]
+        return _Head(policy=_POLICY), raw[raw.index(b"\n") + 1 :]
     match = _BLANK_LINE.search(raw, 0, _MAX_HEADER_BLOCK)
     end, start = (match.start() + 1, match.end()) if match else (min(len(raw), _MAX_HEADER_BLOCK),) * 2
     headers = _HEADER_PARSER.parsebytes(raw[:end], headersonly=True)
+    if isinstance(headers, _Head):
+        headers.cut = match is None and len(raw) > _MAX_HEADER_BLOCK
     # Lines the stdlib did not accept as headers (no blank line, bare-CR mail) begin the body.
     leftover = _raw_payload(headers)
     headers.set_payload("")
@@ -199,27 +213,109 @@ def _decode_word(encoding: str, payload: str, defects: list[str]) -> bytes | Non
 # Fields
 
 
-def addresses(headers: Message, name: str, defects: list[str]) -> list[Address]:
-    return parse_addresses(headers.get_all(name) or [], name, defects)
+def addresses(headers: Message, name: str, defects: list[str],
+              unread: list[str] | None = None) -> list[Address]:
+    """The addresses in the ``name`` headers; what of them could not be read is a defect
+    and, when ``unread`` is given, one more item of it (see :func:`parse_addresses`)."""
+    found = parse_addresses(headers.get_all(name) or [], name, defects, unread)
+    if _cut_last(headers, name):
+        problem = (f"header {name}: the header block is longer than "
+                   f"{_MAX_HEADER_BLOCK // 1024} KB and was cut inside this header")
+        defects.append(problem)
+        if unread is not None:
+            unread.append(problem)
+    return found
 
 
-def parse_addresses(raw_values: Iterable[object], name: str, defects: list[str]) -> list[Address]:
-    """The addresses in a header's raw values (folded, encoded-words as sent)."""
-    values = [_FOLD.sub("", str(v))[:_MAX_HEADER_VALUE] for v in raw_values]
-    if not values:
+def parse_addresses(raw_values: Iterable[object], name: str, defects: list[str],
+                    unread: list[str] | None = None) -> list[Address]:
+    """The addresses in a header's raw values (folded, encoded-words as sent).
+
+    Never raises: a part that cannot be read is left out, saying so in ``defects`` and --
+    for a caller that must not go on without it (a reply to everyone) -- in ``unread``."""
+    joined = ", ".join(_FOLD.sub("", str(v)) for v in raw_values)
+    if not joined:
         return []
-    try:
-        # Parse before decoding: an encoded-word may hide a comma inside a display name.
-        pairs = getaddresses(values)
-    except Exception:  # noqa: BLE001 - untrusted header; report rather than fail
-        defects.append(f"header {name}: could not parse addresses")
-        return []
+    problems: list[str] = []
+    cut = len(joined) > _MAX_ADDRESS_HEADER
+    pieces = _pieces(joined[:_MAX_ADDRESS_HEADER], _MAX_HEADER_VALUE, cut=cut)
+    if cut:
+        problems.append(f"header {name}: {len(joined):,} characters, more than the "
+                        f"{_MAX_ADDRESS_HEADER // 1024} KB of addresses read; the rest was not "
+                        "read")
+    pairs: list[tuple[str, str]] = []
+    for piece in pieces:
+        if len(piece) > _MAX_HEADER_VALUE:  # one "address" this long: read what fits
+            problems.append(f"header {name}: {len(piece):,} characters without a comma "
+                            "between addresses; only the start was read")
+            piece = piece[:_MAX_HEADER_VALUE]
+        try:
+            # Parse before decoding: an encoded-word may hide a comma inside a display name.
+            pairs += getaddresses([piece])
+        except Exception:  # noqa: BLE001 - untrusted header; report rather than fail
+            problems.append(f"header {name}: could not parse {len(piece):,} characters of "
+                            "addresses")
+    defects += problems
+    if unread is not None:
+        unread += problems
     result: list[Address] = []
     for display, addr in pairs:
         address = one_line(_undo_8bit(addr))
         if address:
             result.append(Address(one_line(decode_header_text(display, defects)), address))
     return result
+
+
+# What ends a run of ordinary text in an address list, a quoted string, a comment.
+_LIST_STOPS = re.compile(r'[,"(]')
+_QUOTE_STOPS = re.compile(r'["\\]')
+_COMMENT_STOPS = re.compile(r'[()\\]')
+
+
+def _pieces(value: str, most: int, *, cut: bool = False) -> list[str]:
+    """``value`` cut at commas between addresses (not in a quoted string or a comment, as
+    the stdlib's parser reads them) into pieces of at most ``most`` characters where the
+    addresses allow; the whole value when it is that short.  A value that was ``cut`` loses
+    what follows its last comma, which may be part of an address.  Linear: each stop is
+    found by one regex search from the last."""
+    if len(value) <= most and not cut:
+        return [value]
+    pieces: list[str] = []
+    start = last_comma = pos = 0
+    depth, quoted = 0, False
+    while True:
+        stops = _QUOTE_STOPS if quoted else _COMMENT_STOPS if depth else _LIST_STOPS
+        match = stops.search(value, pos)
+        end = match.start() if match else len(value)
+        if end - start > most and last_comma > start:  # the piece is full: cut at its last comma
+            pieces.append(value[start:last_comma])
+            start = last_comma + 1
+            continue
+        if match is None:
+            break
+        char, pos = match.group(), match.end()
+        if char == "\\":
+            pos += 1  # the next character is quoted, whatever it is
+        elif char == ",":
+            last_comma = match.start()
+        elif char == '"':
+            quoted = not quoted
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+    if not cut:
+        pieces.append(value[start:])
+    elif last_comma > start:
+        pieces.append(value[start:last_comma])
+    return pieces
+
+
+def _cut_last(headers: Message, name: str) -> bool:
+    """Whether the last header of a block :func:`split_head` had to cut is ``name``."""
+    keys = headers.keys()
+    return (isinstance(headers, _Head) and headers.cut and bool(keys)
+            and keys[-1].lower() == name.lower())
 
 
 ACE_PREFIX = "xn--"

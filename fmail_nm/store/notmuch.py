@@ -654,32 +654,22 @@ class Reader:
     def thread(self, thread_id: str) -> list[ThreadNode]:
         """A whole thread in reply order (depth-first), excluded messages included; none for
         what cannot be a thread id (notmuch would read `{...}` as a query)."""
-        if not THREAD_ID.fullmatch(thread_id):
-            return []
+        return self.thread_start(thread_id, None)[0]
 
-        def walk(db: notmuch2.Database) -> list[ThreadNode]:
+    def thread_start(self, thread_id: str, most: int | None) -> tuple[list[ThreadNode], int]:
+        """The first ``most`` messages of a thread (all for None) as :meth:`thread` has them,
+        and how many the thread has (libnotmuch counts them as it builds the thread): of the
+        others only the Message-ID is read, so showing the start of a thread of 20,000 does
+        not read every message of it."""
+        if not THREAD_ID.fullmatch(thread_id):
+            return [], 0
+
+        def walk(db: notmuch2.Database) -> tuple[list[ThreadNode], int]:
             threads = list(self._threads(db.threads(f"thread:{quote(thread_id)}",
                                                     exclude_tags=())))
             if not threads:
-                return []
-            # Each message read from the thread's flat list, its replies' ids with it: a
-            # handle reached through replies() of replies() checks every handle above it
-            # on each use, recursing once per level, so a chain of replies some hundreds
-            # deep (a long list discussion) would exhaust Python's recursion limit.
-            found: dict[str, tuple[IndexedMessage, list[str]]] = {}
-            for msg in threads[0]:
-                found[str(msg.messageid)] = (_indexed(msg),
-                                             [str(r.messageid) for r in msg.replies()])
-            nodes: list[ThreadNode] = []
-            stack: list[tuple[str, int, str | None]] = [
-                (str(top.messageid), 0, None) for top in reversed(list(threads[0].toplevel()))]
-            while stack:  # depth first, replies in libnotmuch's order
-                mid, depth, parent = stack.pop()
-                if mid in found:
-                    message, replies = found.pop(mid)  # popped: each message once
-                    nodes.append(ThreadNode(message, depth, parent))
-                    stack += [(reply, depth + 1, mid) for reply in reversed(replies)]
-            return nodes
+                return [], 0
+            return _reply_order(threads[0], most), len(threads[0])
         return self._query(walk)
 
     def all_tags(self) -> list[str]:
@@ -708,6 +698,28 @@ class Reader:
                 found.add(path)
             return frozenset(found)
         return self._retrying(lookup)
+
+
+def _reply_order(thread: notmuch2.Thread, most: int | None) -> list[ThreadNode]:
+    """The first ``most`` messages of ``thread`` (all for None) depth first, replies in
+    libnotmuch's order; of the others only the Message-ID is read."""
+    # Each message's handle taken from the thread's flat list, by id: a handle reached
+    # through replies() of replies() checks every handle above it on each use, recursing
+    # once per level, so a chain of replies some hundreds deep (a long list discussion)
+    # would exhaust Python's recursion limit.  Of replies() only the ids are read.
+    handles = {str(msg.messageid): msg for msg in thread}
+    nodes: list[ThreadNode] = []
+    stack: list[tuple[str, int, str | None]] = [
+        (str(top.messageid), 0, None) for top in reversed(list(thread.toplevel()))]
+    while stack and (most is None or len(nodes) < most):
+        mid, depth, parent = stack.pop()
+        msg = handles.pop(mid, None)  # popped: each message once
+        if msg is None:
+            continue
+        nodes.append(ThreadNode(_indexed(msg), depth, parent))
+        replies = [str(reply.messageid) for reply in msg.replies()]
+        stack += [(reply, depth + 1, mid) for reply in reversed(replies)]
+    return nodes
 
 
 def _summary(thread: notmuch2.Thread) -> ThreadSummary:

@@ -795,6 +795,19 @@ def _delivered_to(head: Message) -> list[Address]:
             for a in addresses(head, name, defects)]
 
 
+def _check_read_whole(head: Message, reply_all: bool) -> None:
+    """A ComposeError when an address header the reply takes its recipients from could not
+    be read whole (a recipient left out of a reply unsaid is worse than no reply)."""
+    names = ("from", "reply-to", *(("to", "cc", "mail-followup-to") if reply_all else ()))
+    unread: list[str] = []
+    for name in names:
+        addresses(head, name, [], unread)
+    if unread:
+        raise ComposeError(f"the original's addresses could not all be read "
+                           f"({'; '.join(unread)}); "
+                           + (_ADD_THEM if reply_all else _WRITE_THEM))
+
+
 def reply_recipients(config: Config, head: Message, reply_all: bool,
                      parsed_from: list[Address], parsed_to: list[Address],
                      parsed_cc: list[Address], reply_to: list[Address]
@@ -845,8 +858,12 @@ def reply_to_email(ctx: WriteContext, id: str, body: str, *, reply_all: bool = F
     message, raw = _original(mb, id)
     parsed = read_message(raw)
     head, _ = split_head(raw)
+    _check_read_whole(head, reply_all)
     to, cc = reply_recipients(ctx.config, head, reply_all, parsed.from_, parsed.to, parsed.cc,
                               parsed.reply_to)
+    if reply_all and len(to) + len(cc) > MAX_RECIPIENTS:
+        raise ComposeError(f"a reply to everyone would go to {len(to) + len(cc):,} people, "
+                           f"and a draft has at most {MAX_RECIPIENTS} recipients; {_ADD_THEM}")
     if not to:
         raise ComposeError("the reply has no recipient left (the original is from and to the "
                            "user only); use save_draft with to")

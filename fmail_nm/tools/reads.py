@@ -942,17 +942,16 @@ def get_thread(mb: Mailbox, thread_id: str, include_bodies: bool = True,
                max_body_chars: int = 8000, body_format: str = "clean",
                max_total_chars: int = 60000) -> dto.ThreadFull:
     tid = thread_id.removeprefix("thread:")
-    nodes = mb.reader.thread(tid)
-    if not nodes and (member := mb.find(thread_id)) is not None:  # a message id or uid
+    shown, total = mb.reader.thread_start(tid, MAX_THREAD_MESSAGES)
+    if not shown and (member := mb.find(thread_id)) is not None:  # a message id or uid
         tid = member.thread_id
-        nodes = mb.reader.thread(tid)
-    if not nodes:
+        shown, total = mb.reader.thread_start(tid, MAX_THREAD_MESSAGES)
+    if not shown:
         raise ToolError(f"no thread with id {thread_id!r}; use a thread from a search, or the "
                         "id of one of its messages")
     budget = max_total_chars
     truncated = False
     messages = []
-    shown = nodes[:MAX_THREAD_MESSAGES]
     mirror = mb.mirror_lag()
     attached = (sidecar.attached_messages(mirror[0], [n.message.message_id for n in shown])
                 if mirror is not None else set())
@@ -966,12 +965,12 @@ def get_thread(mb: Mailbox, thread_id: str, include_bodies: bool = True,
             budget -= len(body.text)
         elif include_bodies:
             truncated = True
-        messages.append(_thread_message(node, body, nodes[0].message.subject,
+        messages.append(_thread_message(node, body, shown[0].message.subject,
                                         node.message.message_id in attached))
-    return dto.ThreadFull(thread=tid, subject=dto.cut(nodes[0].message.subject,
+    return dto.ThreadFull(thread=tid, subject=dto.cut(shown[0].message.subject,
                                                        dto.MAX_SUBJECT_CHARS),
                           messages=messages, truncated=truncated,
-                          more_messages=len(nodes) - len(shown))
+                          more_messages=total - len(shown))
 
 
 def _thread_message(node: ThreadNode, body: dto.Body | None, subject: str,
