@@ -10,7 +10,7 @@ import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import __version__
 from .config import DEFAULT_TOOL_PROFILE, TOOL_PROFILES, load_settings
@@ -386,6 +386,8 @@ ACCOUNT_PROMPTS = (
     ("name", "account name (a word, e.g. work)"), ("address", "e-mail address"),
     ("password_command", "command that prints the password (e.g. pass show mail/work)"),
 )
+# An OAuth2 account's command prints an access token, which a token helper renews.
+TOKEN_PROMPT = "command that prints an OAuth2 access token (e.g. oama access you@outlook.com)"
 
 
 def cmd_account(args: argparse.Namespace) -> int:
@@ -411,6 +413,15 @@ def cmd_account(args: argparse.Namespace) -> int:
     return _account_add(args, settings.path)
 
 
+def _signs_in_with_oauth2(values: dict[str, Any]) -> bool:
+    """Whether the account being added signs in with OAuth2: --auth, else its preset's."""
+    from .adopt import accounts
+    if values.get("auth"):
+        return bool(values["auth"] == "oauth2")
+    preset = accounts.provider_for(values.get("address") or "", values.get("provider"))
+    return preset is not None and preset.settings.get("auth") == "oauth2"
+
+
 def _account_add(args: argparse.Namespace, config_path: Path | None) -> int:
     from .adopt import accounts
     from .app import load_config
@@ -419,6 +430,8 @@ def _account_add(args: argparse.Namespace, config_path: Path | None) -> int:
     values = {key: getattr(args, key) for key in accounts.CLI_FIELDS}
     if sys.stdin.isatty():  # on a terminal, ask for what the flags left out
         for key, prompt in ACCOUNT_PROMPTS:
+            if key == "password_command" and _signs_in_with_oauth2(values):
+                prompt = TOKEN_PROMPT
             while not values[key]:
                 values[key] = input(f"{prompt}: ").strip()
         preset = accounts.provider_for(values["address"] or "", values["provider"])

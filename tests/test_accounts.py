@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import shlex
 import stat
 import subprocess
@@ -22,6 +23,7 @@ from fmail_nm.store.sidecar import uid_for
 from fmail_nm.adopt import accounts
 from fmail_nm.app import load_config
 from fmail_nm.config import own_config_dir
+from fmail_nm.mcp.consent import account_question
 from fmail_nm.service import send
 from fmail_nm.service.doctor import mbsync_findings, xoauth2_plugin
 from fmail_nm.service.mbsync import execute, find_mbsync
@@ -360,6 +362,34 @@ def test_an_outlook_plan_signs_in_with_oauth2(indexed: MailEnv) -> None:
     assert "auth on\n" in accounts.msmtp_block(asked)
     assert "--auth password" in accounts.add_command(accounts.NewAccount(
         name="p", address="someone@outlook.com", password_command="/bin/echo", auth="password"))
+
+
+def test_an_oauth2_account_asks_for_a_token_command(indexed: MailEnv) -> None:
+    """The user is told it is a token, not a password, that the command prints -- on the
+    terminal `account add` asks, and in what an MCP client puts to the user."""
+    plan = accounts.plan(load_config(), accounts.NewAccount(
+        name="o", address="someone@outlook.com", password_command="/bin/echo"))
+    question = account_question(plan)
+    assert "Token command: /bin/echo\n" in question and "as an OAuth2 access token" in question
+    assert "password" not in question.lower()
+    main, terminal = os.openpty()
+    run = subprocess.Popen(  # on a terminal, what the flags leave out is asked for
+        [sys.executable, "-m", "fmail_nm", "account", "add", "--name", "o", "--address",
+         "someone@outlook.com"], stdin=terminal, stdout=terminal, stderr=terminal,
+        env={**os.environ, **indexed.env})
+    os.close(terminal)
+    try:
+        shown = b""
+        while b": " not in shown:
+            ready, _, _ = select.select([main], [], [], 60)
+            assert ready, shown
+            shown += os.read(main, 1024)
+        assert shown.decode().strip() == (
+            "command that prints an OAuth2 access token (e.g. oama access you@outlook.com):")
+    finally:
+        run.kill()
+        run.wait(10)
+        os.close(main)
 
 
 def token_command(bed: Bed, token: str) -> Path:

@@ -53,9 +53,11 @@ def account_question(plan: AccountPlan) -> str:
     if plan.smtp_host:
         lines.append(f"SMTP: {plan.smtp_user} at {plan.smtp_host}:{plan.smtp_port} "
                      f"({_tls(plan.smtp_tls)})")
-    lines += [f"Password command: {plan.password_command}",
-              "It runs now and at every sync, and what it prints is sent to these servers as "
-              "the password. Say yes only if you asked for this account."]
+    secret = ("an OAuth2 access token (XOAUTH2)" if plan.auth == "oauth2" else "the password")
+    lines += [f"{'Token' if plan.auth == 'oauth2' else 'Password'} command: "
+              f"{plan.password_command}",
+              f"It runs now and at every sync, and what it prints is sent to these servers as "
+              f"{secret}. Say yes only if you asked for this account."]
     return "\n".join(lines)
 
 
