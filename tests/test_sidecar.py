@@ -494,6 +494,25 @@ def test_the_bcc_of_the_users_sent_mail_are_contacts_written_to_and_no_other_bcc
     assert _figures(indexed)[HELPER] == ("Hidden Helper", BAKE_SALE_DATE, BAKE_SALE_DATE, 0, 1)
 
 
+def test_a_listing_names_whom_the_users_mail_went_to_openly_not_its_bcc(
+        indexed: MailEnv) -> None:
+    """The mirror keeps the Bcc of the user's Sent copy for contacts, but a listing's ``to``
+    (search, unanswered threads) names the open recipients alone, as get_email does and as
+    the listing did when the mirror is behind: a Bcc shown there as a recipient is one a
+    follow-up written from it would give away."""
+    _put(indexed, "personal/Sent", "1796400010.1_1.host:2,S", BCC_SENT)
+    indexed.notmuch("new")  # runs our post-new hook, which syncs the sidecar
+    anna = ["Anna Schmidt <anna.schmidt@example.com>"]
+    with Reader() as reader:
+        mb = reads.Mailbox(indexed.config(), reader)
+        [row] = reads.search_emails(mb, "id:bcc-sent@example.org").results
+        assert row.to == anna
+        assert reads.get_email(mb, row.id).to == anna
+        unanswered = reads.find_unanswered_threads(mb, limit=500).threads
+        [thread] = [t for t in unanswered if t.last == row.id]
+        assert thread.to == anna
+
+
 def test_sync_without_changes_parses_nothing(indexed: MailEnv) -> None:
     report = sync(indexed)
     assert (report.full, report.upserted, report.parsed, report.removed) == (False, 0, 0, 0)

@@ -520,6 +520,10 @@ def test_what_cannot_sync_is_reported_and_indexing_still_runs(
             scheduler.request({ACCOUNT})
             assert scheduler.wait_idle(30)
             assert "not installed" in scheduler.status().last[ACCOUNT].error
+        # A push the closing flush runs that fails is named: its writes are still local.
+        scheduler = PushScheduler(synced_bed.config(), quiet_period=300)
+        scheduler.request({ACCOUNT})
+        assert scheduler.close(flush=True, timeout=30) == {ACCOUNT}
 
     # An account without a channel is skipped, with the reason; that is not a sync failure.
     toml = synced_bed.mail_env.fmail_config

@@ -551,6 +551,40 @@ async def test_a_server_without_watch_retries_a_push_that_failed(synced_bed: Syn
     assert "unread" not in bed.tags(mid)
 
 
+@pytest.mark.anyio
+async def test_a_push_by_a_server_without_watch_settles_what_a_stopped_service_left(
+        synced_bed: SyncBed) -> None:
+    """A service stopped with a write its failed push left (status.json marks the account,
+    for the next start to push).  A server without --watch then pushes the account itself:
+    mbsync --push sends every local change of the channel, so once that push went through
+    get_sync_status no longer says writes wait."""
+    from fmail_nm.service.background import Background
+    bed = synced_bed
+    bg = Background(bed.reload(), watch=False, schedule=False, push=True, push_quiet=0.1,
+                    push_retry=30.0)
+    bg.start()
+    try:
+        bed.server.stop()
+        bed.rename_flags(bed.mid(1), "S")  # read here while the server is down
+        bg.request_push([ACCOUNT])
+        await eventually(lambda: (acct := bg.status().account(ACCOUNT)) is not None
+                         and acct.last_push is not None, "the failed push")
+    finally:
+        bg.stop(timeout=10.0)
+    bed.server.start()
+    with serving(bed.reload(), read_only=False, push=True, tools="all",
+                 push_quiet=0.1) as server:
+        async with http_serving(server) as url, authed_client() as http, \
+                Client(streamable_http_client(url, http_client=http)) as client:
+            assert await push_shown(client) == (True, False)  # as the service left it
+            result = await client.call_tool("update_email_status",
+                                            {"ids": [f"<{bed.mid(3)}>"], "mark_as": "read"})
+            assert not result.is_error
+            await eventually(lambda: SEEN in bed.server_flags(bed.mid(3)), "the server's push")
+            assert SEEN in bed.server_flags(bed.mid(1))  # the service's write went with it
+            await until_shown(client, (False, True), "the push that sent both", timeout=10.0)
+
+
 # ---------------------------------------------------------------------------------------------
 # Two accounts
 

@@ -103,6 +103,7 @@ class PushScheduler:
         self._failures: dict[str, int] = {}  # failed pushes in a row, per account
         self._retries: dict[str, threading.Timer] = {}  # the retry due, per account
         self._closing = False
+        self._failed_at_close: set[str] = set()  # pushes that failed once closing began
         self.started = utc_now()
         self._debouncer: Debouncer[str] = Debouncer(
             self._run_batch, quiet=quiet_period, max_wait=self.max_delay, name="mbsync-push")
@@ -151,14 +152,16 @@ class PushScheduler:
     def close(self, *, flush: bool = False, timeout: float = 10.0) -> frozenset[str]:
         """Stop: pending pushes are dropped (``flush=True``: run now), a push in flight may
         finish; waits at most ``timeout`` seconds for the thread.  Returns the accounts whose
-        failed push waited for a retry, now dropped (their writes are still local)."""
+        writes are still local: a failed push waited for its retry, now dropped, or a push
+        run by ``flush`` failed."""
         with self._lock:
             self._closing = True
             timers, self._retries = self._retries, {}
         for timer in timers.values():
             timer.cancel()
         self._debouncer.close(flush=flush, timeout=timeout)
-        return frozenset(timers)
+        with self._lock:  # with what a push of the flush left unpushed
+            return frozenset(timers) | frozenset(self._failed_at_close)
 
     # -- on the debouncer's thread -------------------------------------------------------------
 
@@ -220,7 +223,10 @@ class PushScheduler:
         if self.retry is None:
             return
         with self._lock:
-            if self._closing or name in self._retries:
+            if self._closing:
+                self._failed_at_close.add(name)
+                return
+            if name in self._retries:
                 return
             failures = self._failures[name] = self._failures.get(name, 0) + 1
             delay = backoff_delay(self.retry, failures)

@@ -116,14 +116,21 @@ def server_only_status(accounts: Iterable[Account], started_at: datetime) -> Ser
 def with_own_pushes(status: ServiceStatus, pushes: PushStatus) -> ServiceStatus:
     """The status with this process's own pushes in it (an MCP server without ``--watch``
     pushes its writes itself, which no service's status.json tells): an account waits while
-    either side has writes to push; its last push is the later of the two."""
+    either side has writes to push; its last push is the later of the two.  A service that
+    stopped marked writes made before it stopped: a push of this process's that started
+    later and went through sent them too (``mbsync --push`` sends every local change of the
+    channel), so they wait no more."""
     shown = status.model_copy(deep=True)
+    stopped = shown.service.stopped_at if not shown.service.running else None
     for acct in shown.accounts:
         run = pushes.last.get(acct.name)
         if run is not None and not run.skipped and (
                 acct.last_push is None or run.started >= acct.last_push.at):
             acct.last_push = run_info(run)
-        acct.push_pending = acct.push_pending or pushes.unpushed(acct.name)
+        sent_since = (run is not None and run.ok and not run.skipped and stopped is not None
+                      and run.started >= stopped)
+        acct.push_pending = ((acct.push_pending and not sent_since)
+                             or pushes.unpushed(acct.name))
     return shown
 
 

@@ -775,7 +775,8 @@ def mark_tagged(conn: sqlite3.Connection, message_ids: Sequence[str]) -> None:
 
 
 def recipients_of(data_dir: Path, message_ids: Sequence[str]) -> dict[str, list[dict[str, str]]]:
-    """The mirrored To/Cc recipients of these messages (those the mirror has), for listings."""
+    """The mirrored recipients of these messages (those the mirror has): To, Cc and Bcc,
+    each with its ``kind``."""
     path = sidecar_path(data_dir)
     if not message_ids or not path.exists():
         return {}

@@ -168,10 +168,13 @@ def _listed_to(recipients_json: str | None, tags: Sequence[str],
                me: Collection[str]) -> list[str]:
     """Whom a listed message went (or, a draft, will go) to: shown for the user's own
     messages only (for mail received the recipient is the user, which says nothing), and
-    without the user's own addresses unless it went to no one else (a copy to oneself)."""
+    without the user's own addresses unless it went to no one else (a copy to oneself).
+    To and Cc alone, as get_email shows them: the mirror keeps the Bcc of the user's Sent
+    copy for contacts, and a Bcc named as a recipient here is one a follow-up would reveal."""
     if (SENT not in tags and DRAFT not in tags) or not recipients_json:
         return []
-    return _others(((r["name"], r["email"]) for r in json.loads(recipients_json)), me)
+    return _others(((r["name"], r["email"]) for r in json.loads(recipients_json)
+                    if r.get("kind") != "bcc"), me)
 
 
 def _others(people: Iterable[tuple[str, str]], me: Collection[str]) -> list[str]:
