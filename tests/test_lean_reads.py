@@ -358,6 +358,50 @@ def test_a_page_is_right_while_the_mirror_lags(indexed: MailEnv, mailbox: reads.
     assert reads.list_threads(mailbox, f"id:{SCHOOL_1}").threads[0].unread == 1
 
 
+SENT_MAIL = b"""\
+From: Alex Morgan <alex@example.org>
+To: =?utf-8?q?Smith=2C_Bob?= <bob.smith@example.com>, Alex Morgan <alex@example.org>
+Cc: Chloe Dubois <chloe.dubois@example.net>
+Bcc: dan@example.net
+Subject: Lagging sent mail
+Date: Wed, 02 Dec 2026 10:00:00 +0000
+Message-ID: <lag-sent-1@example.org>
+
+Sent, not mirrored yet.
+"""
+
+
+def test_the_users_own_mail_lists_the_same_recipients_while_the_mirror_lags(
+        indexed: MailEnv, mailbox: reads.Mailbox) -> None:
+    """The user's own mail lists whom it went to -- To and Cc, never its Bcc, read by one
+    parser -- the same before the mirror has it (read from its file) as after; and a draft
+    saved again, whose row the mirror will parse again, lists whom it is for now."""
+    (indexed.mail_root / "personal" / "Sent" / "cur" / "1764669600.lag.host:2,S").write_bytes(
+        SENT_MAIL)
+    drafts = indexed.mail_root / "personal" / "Drafts" / "cur"
+    draft = next(drafts.glob("1795297202.*"))
+    (drafts / "1795297300.lag.host:2,DS").write_bytes(draft.read_bytes().replace(
+        b"To: Anna Schmidt <anna.schmidt@example.com>", b"To: Ben Carter <ben@example.net>"))
+    draft.unlink()
+    indexed.notmuch("new", "--no-hooks")
+    indexed.notmuch("tag", "+sent", "--", "id:lag-sent-1@example.org")  # as the hook tags it
+
+    def listed() -> tuple[list[str], list[str], list[str]]:
+        sent, saved = (reads.search_emails(mailbox, f"id:{mid}").results[0]
+                       for mid in ("lag-sent-1@example.org", "draft-1@example.org"))
+        unanswered = reads.find_unanswered_threads(mailbox, limit=reads.MAX_LIMIT).threads
+        return (sent.to, next(t.to for t in unanswered if t.subject == "Lagging sent mail"),
+                saved.to)
+
+    assert not mailbox.mirror_rows(["lag-sent-1@example.org"])[0]
+    assert mailbox.mirror_rows(["draft-1@example.org"])[1] == {"draft-1@example.org"}
+    lagging = listed()
+    mirror.sync_sidecar(indexed.config(), mailbox.reader)
+    assert mailbox.mirror_rows(["lag-sent-1@example.org"])[0]
+    everyone = ["Smith, Bob <bob.smith@example.com>", "Chloe Dubois <chloe.dubois@example.net>"]
+    assert lagging == listed() == (everyone, everyone, ["Ben Carter <ben@example.net>"])
+
+
 class PinnedReader(Reader):
     """A Reader that keeps its first snapshot, as one opened just before a commit would."""
 

@@ -1039,6 +1039,59 @@ def test_a_part_header_cut_by_the_parsed_head_is_no_attachment(tmp_path: Path) -
     assert not parsed.has_attachment and parsed.body_preview.startswith("words words")
 
 
+def _folded_people(count: int, name_chars: int) -> list[str]:
+    """Recipients folded as Outlook folds them: a quoted name on one line, its address on
+    the next (a header cut between the two leaves a name that reads as an address)."""
+    return [f' "Doe, Jo {i} {"x" * name_chars}"\n <jo{i}@example.org>' for i in range(count)]
+
+
+def _stored(recipients: list[dict[str, str]]) -> list[tuple[str, str, str]]:
+    return [(r["kind"], r["name"], r["email"]) for r in recipients]
+
+
+def _padded_to(start: bytes, to: bytes, rest: bytes, at: bytes, where: int) -> bytes:
+    """``start``, a padding header, ``to`` and ``rest``, with the padding sized so that the
+    end of ``at`` (in ``to``) is byte ``where`` of the message."""
+    pad = where - len(start) - len(b"X-Pad: \n") - to.index(at) - len(at)
+    raw = start + b"X-Pad: " + b"p" * pad + b"\n" + to + rest
+    assert raw[where - len(at):where] == at
+    return raw
+
+
+def test_recipients_past_the_parsed_head_are_read_whole(tmp_path: Path) -> None:
+    """A To running past the 64 KiB the mirror parses, cut there between a quoted name and
+    its address: the mirror reads the header block whole, as get_email does -- every
+    recipient, the Cc after them, and no name stored as an address."""
+    start = b"From: Sam Sender <sam@example.com>\nSubject: many\n"
+    to = ("To:" + ",\n".join(_folded_people(400, 150)) + "\n").encode()
+    raw = _padded_to(start, to, b"Cc: Chloe Dubois <chloe@example.net>\n\nhello\n",
+                     b"<jo300@exa", mirror.HEAD_BYTES)
+    path = tmp_path / "long-to.eml"
+    path.write_bytes(raw)
+    whole = parse_message(raw, preview_html_text)  # as get_email reads it
+    assert len(whole.to) == 400 and whole.defects == []
+    expected = ([("to", a.name, a.address) for a in whole.to]
+                + [("cc", "Chloe Dubois", "chloe@example.net")])
+    stored = mirror.parse_file([str(path)]).recipients
+    assert _stored(stored) == expected
+    assert mirror.file_recipients([str(path)]) == stored  # what a lagging listing reads
+
+
+def test_a_header_block_cut_at_its_bound_keeps_no_half_address(tmp_path: Path) -> None:
+    """A hostile header block longer than the 1 MiB any parse reads of one, cut inside the
+    To's last address there: that address is dropped, not stored in half."""
+    filler = b"\n".join(b" " + b"f" * 998 for _ in range(900))
+    start = b"From: Sam Sender <sam@example.com>\nSubject: huge\nX-Filler:" + filler + b"\n"
+    to = ("To:" + ",\n".join(_folded_people(300, 200)) + "\n").encode()
+    raw = _padded_to(start, to, b"Cc: chloe@example.net\n\nhello\n", b"<jo250@exa", 1 << 20)
+    path = tmp_path / "huge-head.eml"
+    path.write_bytes(raw)
+    stored = mirror.parse_file([str(path)]).recipients
+    assert _stored(stored) == [
+        ("to", f"Doe, Jo {i} {'x' * 200}", f"jo{i}@example.org") for i in range(250)]
+    assert mirror.file_recipients([str(path)]) == stored
+
+
 class Killed(Exception):
     """Stands for the process dying just after a batch was committed."""
 

@@ -17,6 +17,7 @@ from email.message import Message
 from email.parser import BytesParser
 from email.policy import Compat32
 from email.utils import getaddresses, parsedate_to_datetime
+from typing import BinaryIO
 
 from .charset import decode_bytes, guess_decode
 from .text import one_line
@@ -28,11 +29,13 @@ __all__ = [
     "addresses",
     "date",
     "decode_header_text",
+    "ends_head",
     "header",
     "list_id",
     "msg_id",
     "msg_ids",
     "parse_headers",
+    "read_head",
     "split_head",
     "to_bytes",
 ]
@@ -114,6 +117,24 @@ def split_head(raw: bytes) -> tuple[Message, bytes]:
     leftover = _raw_payload(headers)
     headers.set_payload("")
     return headers, leftover + raw[start:]
+
+
+def read_head(file: BinaryIO, most: int) -> bytes:
+    """The first ``most`` bytes of a message file -- or, when its header block goes on past
+    them (thousands of recipients), through the end of that block, up to the bound
+    :func:`split_head` reads one to: a header cut at ``most`` would lose the headers after
+    it and could end in half an address.  Past the bound, split_head knows the block was
+    cut."""
+    head = file.read(most)
+    if len(head) == most and not ends_head(head):
+        head += file.read(_MAX_HEADER_BLOCK + 1 - len(head))
+    return head
+
+
+def ends_head(raw: bytes) -> bool:
+    """Whether ``raw`` holds the end of its header block, as :func:`split_head` finds it."""
+    return (raw.startswith((b"\n", b"\r\n"))
+            or _BLANK_LINE.search(raw, 0, _MAX_HEADER_BLOCK) is not None)
 
 
 def _raw_payload(msg: Message) -> bytes:
@@ -216,11 +237,15 @@ def _decode_word(encoding: str, payload: str, defects: list[str]) -> bytes | Non
 def addresses(headers: Message, name: str, defects: list[str],
               unread: list[str] | None = None) -> list[Address]:
     """The addresses in the ``name`` headers; what of them could not be read is a defect
-    and, when ``unread`` is given, one more item of it (see :func:`parse_addresses`)."""
-    found = parse_addresses(headers.get_all(name) or [], name, defects, unread)
-    if _cut_last(headers, name):
+    and, when ``unread`` is given, one more item of it (see :func:`parse_addresses`).  In
+    a header the header block was cut inside, the last address may be half of one: it is
+    left out."""
+    cut = _cut_last(headers, name)
+    found = parse_addresses(headers.get_all(name) or [], name, defects, unread, cut=cut)
+    if cut:
         problem = (f"header {name}: the header block is longer than "
-                   f"{_MAX_HEADER_BLOCK // 1024} KB and was cut inside this header")
+                   f"{_MAX_HEADER_BLOCK // 1024} KB and was cut inside this header; its "
+                   "last address was not read")
         defects.append(problem)
         if unread is not None:
             unread.append(problem)
@@ -228,8 +253,10 @@ def addresses(headers: Message, name: str, defects: list[str],
 
 
 def parse_addresses(raw_values: Iterable[object], name: str, defects: list[str],
-                    unread: list[str] | None = None) -> list[Address]:
-    """The addresses in a header's raw values (folded, encoded-words as sent).
+                    unread: list[str] | None = None, *, cut: bool = False) -> list[Address]:
+    """The addresses in a header's raw values (folded, encoded-words as sent); ``cut``: the
+    last value does not end where the header did, so what follows its last comma is left
+    out.
 
     Never raises: a part that cannot be read is left out, saying so in ``defects`` and --
     for a caller that must not go on without it (a reply to everyone) -- in ``unread``."""
@@ -237,9 +264,9 @@ def parse_addresses(raw_values: Iterable[object], name: str, defects: list[str],
     if not joined:
         return []
     problems: list[str] = []
-    cut = len(joined) > _MAX_ADDRESS_HEADER
-    pieces = _pieces(joined[:_MAX_ADDRESS_HEADER], _MAX_HEADER_VALUE, cut=cut)
-    if cut:
+    too_long = len(joined) > _MAX_ADDRESS_HEADER
+    pieces = _pieces(joined[:_MAX_ADDRESS_HEADER], _MAX_HEADER_VALUE, cut=cut or too_long)
+    if too_long:
         problems.append(f"header {name}: {len(joined):,} characters, more than the "
                         f"{_MAX_ADDRESS_HEADER // 1024} KB of addresses read; the rest was not "
                         "read")

@@ -31,7 +31,7 @@ import os
 from pathlib import Path
 
 from ..config import Config
-from ..message.headers import header, list_id, split_head
+from ..message.headers import header, list_id, read_head, split_head
 from ..progress import INDEXING, ProgressCallback
 from ..store.notmuch import AddedFiles, Reader, Writer, WriteTxn
 from . import DELIVERY_MIN_FILES
@@ -58,7 +58,7 @@ def file_list_id(path: str) -> str | None:
     """A file's List-Id, lower case, or None (none, or the file cannot be read)."""
     try:
         with open(path, "rb") as fh:
-            head = fh.read(HEAD_BYTES)
+            head = read_head(fh, HEAD_BYTES)  # all of the headers, as the mirror reads them
         found = list_id(header(split_head(head)[0], "list-id"))
     except Exception:  # noqa: BLE001 - untrusted input: unreadable is as good as none
         return None

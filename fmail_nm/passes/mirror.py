@@ -40,7 +40,8 @@ from .. import tags
 from ..clock import iso_from_epoch
 from ..config import Config
 from ..errors import BackendError
-from ..message.headers import canonical_address, search_forms
+from ..message.headers import (Address, addresses, canonical_address, ends_head, read_head,
+                               search_forms, split_head)
 from ..message.mime import parse_message
 from ..message.text import preview, preview_html_text
 from ..private import private_dir
@@ -55,7 +56,7 @@ from ..store.threads import sender
 log = logging.getLogger(__name__)
 
 BATCH_SIZE = 500
-HEAD_BYTES = 64 * 1024  # headers and the start of the text: enough for a 200-character preview
+HEAD_BYTES = 64 * 1024  # all the headers (read_head) and text enough for a 200-character preview
 PREVIEW_CHARS = 200
 # Past this many unseen messages in a batch (a first index, a big delivery) their files are
 # parsed by worker processes, one per core up to MAX_PARSE_WORKERS; below it, starting the
@@ -145,29 +146,58 @@ def parse_file(filenames: Sequence[str]) -> Parsed:
     """Recipients, List-Id, preview, size and whether it has attachments, from the first
     readable file."""
     for name in filenames:
-        try:
-            with open(name, "rb") as fh:
-                head = fh.read(HEAD_BYTES)
-                size = os.fstat(fh.fileno()).st_size
-        except OSError:
+        if (read := _read_head(name)) is None:
             continue
-        parsed = parse_message(_whole_lines(head, size), preview_html_text)
-        # Bcc too, whoever sent the message: whether it counts (only on the user's own mail,
-        # see _STATS) can change with the user's addresses, and then no file is read again.
-        recipients = [{"name": a.name, "email": a.address.lower(), "kind": kind}
-                      for kind, people in (("to", parsed.to), ("cc", parsed.cc),
-                                           ("bcc", parsed.bcc))
-                      for a in people if a.address][:MAX_RECIPIENTS]
-        return Parsed(recipients=recipients, list_id=parsed.list_id.lower() if parsed.list_id else None,
+        head, size = read
+        parsed = parse_message(head, preview_html_text)
+        return Parsed(recipients=_recipient_rows(parsed.to, parsed.cc, parsed.bcc),
+                      list_id=parsed.list_id.lower() if parsed.list_id else None,
                       body_preview=preview(parsed.text, PREVIEW_CHARS), size=size,
                       has_attachment=parsed.has_files)
     return Parsed(recipients=[], list_id=None, body_preview="", size=None)
 
 
+def file_recipients(filenames: Sequence[str]) -> list[dict[str, str]]:
+    """The recipients :func:`parse_file` finds, from the first readable file's header block
+    alone (the same bytes, read by the same parser): what a listing shows of the user's own
+    mail the mirror does not have yet is what it shows once the mirror has it."""
+    for name in filenames:
+        if (read := _read_head(name)) is None:
+            continue
+        headers, _ = split_head(read[0])
+        defects: list[str] = []
+        return _recipient_rows(*(addresses(headers, kind, defects)
+                                 for kind in ("to", "cc", "bcc")))
+    return []
+
+
+def _recipient_rows(to: Sequence[Address], cc: Sequence[Address],
+                    bcc: Sequence[Address]) -> list[dict[str, str]]:
+    # Bcc too, whoever sent the message: whether it counts (only on the user's own mail,
+    # see _STATS) can change with the user's addresses, and then no file is read again.
+    return [{"name": a.name, "email": a.address.lower(), "kind": kind}
+            for kind, people in (("to", to), ("cc", cc), ("bcc", bcc))
+            for a in people if a.address][:MAX_RECIPIENTS]
+
+
+def _read_head(name: str) -> tuple[bytes, int] | None:
+    """What is parsed of a message file (see :func:`read_head`: at least its header block,
+    up to a bound) and the file's size; None when it cannot be read."""
+    try:
+        with open(name, "rb") as fh:
+            head = read_head(fh, HEAD_BYTES)
+            size = os.fstat(fh.fileno()).st_size
+    except OSError:
+        return None
+    return _whole_lines(head, size), size
+
+
 def _whole_lines(head: bytes, size: int) -> bytes:
     """The head of a longer file cut after its last whole line: a part header cut mid-line
-    ("Content-Type: text/pl") would read as a part of another type, an attachment."""
-    if len(head) >= size:
+    ("Content-Type: text/pl") would read as a part of another type, an attachment.  A head
+    that ends inside its header block (one past the bound on header blocks) stays as read,
+    so that the parser sees the block was cut (and drops the half address it may end in)."""
+    if len(head) >= size or not ends_head(head):
         return head
     end = head.rfind(b"\n")
     return head[:end + 1] if end >= 0 else head

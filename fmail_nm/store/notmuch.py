@@ -616,11 +616,6 @@ class Reader:
                 return None
         return self._retrying(get)
 
-    def header(self, message_id: str, name: str) -> str:
-        """A header of one message ("" when missing); headers beyond From/Subject/Message-ID
-        parse the file, so keep this off listing paths."""
-        return self._retrying(lambda db: _header(_find(db, message_id), name))
-
     def count_threads(self, query: str, exclude_tags: Sequence[str] | None = None) -> int:
         excl = self.exclude_tags() if exclude_tags is None else exclude_tags
         return self._query(lambda db: db.count_threads(query, exclude_tags=excl))

@@ -3,14 +3,14 @@
 A listing page takes its ids, order and total from notmuch and every other field from the
 sidecar mirror, in one indexed read for the page; a message the mirror does not have, or has
 in an older state than the index (a sync in flight, tags changed by a mail client), is read
-from notmuch instead, so a page is always the index's truth.  No message file is opened for a
-listing; only tools that return a body or an attachment read a file, and only the files of the
-messages they return.
+from notmuch instead, so a page is always the index's truth.  A listing opens no message file
+but the header block of the user's own mail the mirror does not have yet, for whom it went to
+(read as the mirror will read it); only tools that return a body or an attachment read a file,
+and only the files of the messages they return.
 """
 
 from __future__ import annotations
 
-import email.utils
 import functools
 import hashlib
 import heapq
@@ -33,7 +33,7 @@ from ..message.headers import Address, canonical_address, search_forms
 from ..message.html import read_body, read_message
 from ..message.mime import AttachmentInfo, BodyText, ParsedMessage
 from ..message.text import clean_text, is_forward_subject, slice_text
-from ..passes.mirror import MAX_RECIPIENTS, my_addresses
+from ..passes.mirror import MAX_RECIPIENTS, file_recipients, my_addresses
 from ..store import maildir, sidecar
 from ..store.notmuch import IndexedMessage, Reader, ThreadNode
 from ..store.threads import ThreadSummary, sender, summarize
@@ -164,17 +164,36 @@ def people(addresses: Sequence[Address]) -> list[str]:
 LISTED_RECIPIENTS = 5
 
 
-def _listed_to(recipients_json: str | None, tags: Sequence[str],
+def _listed_to(recipients_json: str | None, tags: Collection[str],
                me: Collection[str]) -> list[str]:
-    """Whom a listed message went (or, a draft, will go) to: shown for the user's own
-    messages only (for mail received the recipient is the user, which says nothing), and
-    without the user's own addresses unless it went to no one else (a copy to oneself).
-    To and Cc alone, as get_email shows them: the mirror keeps the Bcc of the user's Sent
-    copy for contacts, and a Bcc named as a recipient here is one a follow-up would reveal."""
-    if (SENT not in tags and DRAFT not in tags) or not recipients_json:
+    """Whom a listed message went (or, a draft, will go) to, from its mirror row: shown for
+    the user's own messages only (for mail received the recipient is the user, which says
+    nothing), and without the user's own addresses unless it went to no one else (a copy to
+    oneself).  To and Cc alone, as get_email shows them: the mirror keeps the Bcc of the
+    user's Sent copy for contacts, and a Bcc named as a recipient here is one a follow-up
+    would reveal."""
+    if not _lists_recipients(tags) or not recipients_json:
         return []
-    return _others(((r["name"], r["email"]) for r in json.loads(recipients_json)
-                    if r.get("kind") != "bcc"), me)
+    return _shown_recipients(json.loads(recipients_json), me)
+
+
+def _unmirrored_to(m: IndexedMessage, tags: Collection[str], me: Collection[str]) -> list[str]:
+    """:func:`_listed_to` of a message the mirror does not have yet (a sync in flight): its
+    file's header block read as the mirror will read it, so that the listing does not change
+    when the mirror catches up.  Only the user's own mail lists its recipients, so no other
+    file is opened."""
+    if not _lists_recipients(tags):
+        return []
+    files = [str(path) for name in m.filenames for path in maildir.on_disk(Path(name))]
+    return _shown_recipients(file_recipients(files), me)
+
+
+def _lists_recipients(tags: Collection[str]) -> bool:
+    return SENT in tags or DRAFT in tags
+
+
+def _shown_recipients(recipients: Iterable[dict[str, str]], me: Collection[str]) -> list[str]:
+    return _others(((r["name"], r["email"]) for r in recipients if r.get("kind") != "bcc"), me)
 
 
 def _others(people: Iterable[tuple[str, str]], me: Collection[str]) -> list[str]:
@@ -204,8 +223,9 @@ def listing(mb: Mailbox, message_ids: Sequence[str]) -> list[dto.EmailRef]:
     for mid, m in zip(missing, mb.reader.find_many(missing) if missing else ()):
         if m is not None:  # None: removed since the ids were read
             row = rows.get(mid)
+            # A draft saved again is parsed again by the next sync: its file says whom to.
             refs[mid] = email_ref(m, known=row is not None, me=me,
-                                  recipients=row[8] if row else None,
+                                  recipients=row[8] if row and DRAFT not in m.tags else None,
                                   attachment=bool(row[9]) if row else None)
     return [refs[mid] for mid in message_ids if mid in refs]
 
@@ -213,15 +233,17 @@ def listing(mb: Mailbox, message_ids: Sequence[str]) -> list[dto.EmailRef]:
 def email_ref(m: IndexedMessage, *, known: bool, me: Collection[str],
               recipients: str | None = None, attachment: bool | None = None) -> dto.EmailRef:
     """A listing row from the index itself; its id is the uid only when the mirror has the
-    message (so the uid resolves), else the Message-ID.  ``attachment``: what the mirror's
-    parse of the file says (a tag change leaves it true); without it, notmuch's tag, the
-    best a listing can know without opening the file."""
+    message (so the uid resolves), else the Message-ID.  ``recipients``: the mirror's
+    (JSON); without them, the user's own mail lists those its file names.  ``attachment``:
+    what the mirror's parse of the file says (a tag change leaves it true); without it,
+    notmuch's tag, the best a listing can know without opening the file."""
     tags = sorted(m.tags)
     return dto.EmailRef(
         id=sidecar.uid_for(m.message_id) if known else m.message_id, thread=m.thread_id,
         date=iso_from_epoch(m.date), from_=person(m.from_header),
         subject=dto.cut(m.subject, dto.MAX_LISTED_SUBJECT), tags=dto.shown_tags(tags),
-        to=_listed_to(recipients, tags, me),
+        to=(_listed_to(recipients, tags, me) if recipients is not None
+            else _unmirrored_to(m, tags, me)),
         attachment=ATTACHMENT in m.tags if attachment is None else attachment)
 
 
@@ -1035,12 +1057,16 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
     me = my_addresses(mb.config)
     for w in page:
         row = rows.get(w.message_id)
+        # Not in the mirror yet (a sync in flight): notmuch and the file tell.
+        last = None if row else mb.reader.find(w.message_id)
+        subject = row[6] if row else last.subject if last else ""
+        # A last word is the user's and no draft.
+        to = (_listed_to(row[8], (SENT,), me) if row
+              else _unmirrored_to(last, (SENT,), me) if last else [])
         threads.append(dto.UnansweredThread(
-            thread=w.thread_id, subject=dto.cut(row[6] if row else _subject(mb, w.message_id),
-                                                dto.MAX_LISTED_SUBJECT),
+            thread=w.thread_id, subject=dto.cut(subject, dto.MAX_LISTED_SUBJECT),
             days_silent=max(0, (now - w.date) // 86400), messages=w.message_count,
-            to=_listed_to(row[8], (SENT,), me) if row else _recipients(mb, w.message_id, me),
-            last=row[1] if row else w.message_id, date=iso_from_epoch(w.date)))
+            to=to, last=row[1] if row else w.message_id, date=iso_from_epoch(w.date)))
     return dto.UnansweredList(threads=threads, total=total,
                               next_cursor=next_cursor(offset, len(page), total, fp,
                                                       now if until_epoch is not None else None))
@@ -1077,17 +1103,6 @@ def _unanswered_from_notmuch(mb: Mailbox, nm_query: str,
             found.append(sidecar.LastWord(thread_id, last.message_id, last.date, len(nodes)))
     found.sort(key=lambda w: w.date, reverse=True)
     return found
-
-
-def _subject(mb: Mailbox, message_id: str) -> str:
-    found = mb.reader.find(message_id)
-    return found.subject if found is not None else ""
-
-
-def _recipients(mb: Mailbox, message_id: str, me: Collection[str]) -> list[str]:
-    # Not in the mirror yet (a sync in flight): read this page's rows only.
-    return _others(email.utils.getaddresses([mb.reader.header(message_id, "To"),
-                                             mb.reader.header(message_id, "Cc")]), me)
 
 
 def get_attachment(mb: Mailbox, id: str, index: int | str,
