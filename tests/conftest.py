@@ -173,10 +173,59 @@ def mail_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MailEnv:
     return env
 
 
+@pytest.fixture(scope="session")
+def indexed_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The fixture mail after one real ``fmail-nm init``, for :func:`indexed` to copy (a copy
+    costs a few ms; an init, with its index run, most of a second).  Do not write to it."""
+    base = tmp_path_factory.mktemp("indexed-template")
+    env = make_mail_env(base)
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.env.items():
+            mp.setenv(key, value)
+        run_init(env)
+    # Every file that names the tree's own place is one copy_indexed moves along: a new one
+    # (init writing its path somewhere else) must be added there, not shared by every copy.
+    naming = {str(path.relative_to(base)) for path in base.rglob("*")
+              if path.is_file() and not path.is_symlink()
+              and str(base).encode() in path.read_bytes()}
+    sidecar = "home/.local/share/fmail-nm/sidecar.sqlite3"
+    moved = {"notmuch-config", "mail/.notmuch/hooks/post-new", sidecar, sidecar + "-wal"}
+    assert "notmuch-config" in naming and naming <= moved, naming
+    yield base
+
+
+def copy_indexed(template: Path, env: MailEnv) -> None:
+    """Put ``template`` (a tree :func:`run_init` made) at ``env.base`` as init would have left
+    it there: the files as they are, and the places init wrote the tree's own absolute path
+    (notmuch's database path, the hook's --config, the sidecar's file names) moved along."""
+    import json
+    import sqlite3
+
+    old, new = str(template), str(env.base)
+    shutil.rmtree(env.mail_root)
+    shutil.copytree(template, env.base, symlinks=True, dirs_exist_ok=True)
+    hooks = env.mail_root / ".notmuch" / "hooks"
+    for text_file in [env.notmuch_config, *(p for p in hooks.iterdir() if p.is_file())]:
+        text = text_file.read_text()
+        if old in text:
+            text_file.write_text(text.replace(old + "/", new + "/"))
+    sidecar = Path(env.env["XDG_DATA_HOME"]) / "fmail-nm" / "sidecar.sqlite3"
+    db = sqlite3.connect(sidecar)
+    try:
+        with db:
+            db.execute("UPDATE messages SET filenames = replace(filenames, ?, ?)",
+                       (json.dumps(old + "/")[1:-1], json.dumps(new + "/")[1:-1]))
+        assert db.execute("SELECT count(*) FROM messages WHERE instr(filenames, ?)",
+                          (json.dumps(old)[1:-1],)).fetchone() == (0,)
+    finally:
+        db.close()
+
+
 @pytest.fixture
-def indexed(mail_env: MailEnv) -> MailEnv:
-    """The fixture mail after ``fmail-nm init``: config written, hooks installed, indexed."""
-    run_init(mail_env)
+def indexed(mail_env: MailEnv, indexed_template: Path) -> MailEnv:
+    """The fixture mail after ``fmail-nm init``: config written, hooks installed, indexed
+    (a copy of one init's tree: see :func:`copy_indexed`)."""
+    copy_indexed(indexed_template, mail_env)
     return mail_env
 
 

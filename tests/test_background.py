@@ -487,7 +487,7 @@ def test_scheduled_pulls_bring_mail_in_and_outages_show_in_the_status(
     try:
         # No schedule at start; one set in fmail.toml while the service runs is followed.
         assert bg.status().account(ACCOUNT).pull_interval_minutes == 0  # type: ignore[union-attr]
-        _with_pull_interval(bed, 0.05)  # every 3 s
+        _with_pull_interval(bed, 0.02)  # every 1.2 s
         wait_for(lambda: bed.find(bed.mid(1)), "the first pull to bring message 1")
         bed.seed(2)
         wait_for(lambda: bed.find(bed.mid(2)), "a later pull to bring message 2")
@@ -533,7 +533,7 @@ def test_scheduled_pulls_bring_mail_in_and_outages_show_in_the_status(
         assert "no scheduled pull" in render_text(bg.status())
         wait_for(lambda: not _mbsync_runs_with(bed.mbsync_config), "a last pull to end")
         bed.seed(4)
-        time.sleep(4)  # more than the old interval
+        time.sleep(2.5)  # more than twice the old interval
         assert bed.find(bed.mid(4)) is None
     finally:
         bg.stop()
