@@ -58,9 +58,13 @@ def add_cases(env: MailEnv) -> None:
     (inbox / "cur" / "2.a:2,FRS").write_bytes(mail("flagged-replied@x"))
     (inbox / "cur" / "3.a").write_bytes(mail("no-info-in-cur@x"))  # no flags said: no change
     (inbox / "new" / "4.a").write_bytes(mail("delivered@x"))
-    # one message, two copies whose flags differ: unread only if neither copy is Seen
-    (inbox / "cur" / "5.a:2,").write_bytes(mail("two-copies@x"))
-    (archive / "cur" / "5.b:2,SF").write_bytes(mail("two-copies@x"))
+    # one message, two copies whose flags differ: unread only if neither copy is Seen -- or,
+    # with flag sync off, if the copy read first is not.  notmuch reads a folder's entries by
+    # inode number, which the file system chose for INBOX and Archive; so that both trees of a
+    # test agree, the copy without flags goes in the folder read first.
+    first, second = sorted((inbox, archive), key=lambda folder: folder.stat().st_ino)
+    (first / "cur" / "5.a:2,").write_bytes(mail("two-copies@x"))
+    (second / "cur" / "5.b:2,SF").write_bytes(mail("two-copies@x"))
     # a later reply threads with its parent, whichever file is read first
     (inbox / "cur" / "0.a:2,S").write_bytes(mail("reply@x", b"In-Reply-To: <seen@x>\n"))
     (inbox / "cur" / ".hidden:2,").write_bytes(mail("dot-file@x"))  # notmuch reads these too
@@ -87,7 +91,7 @@ def test_the_first_index_equals_notmuch_new_and_the_pass(mail_env: MailEnv, tmp_
     assert threads(mail_env) == threads(other)
     assert mail_env.notmuch("count", "id:dot-file@x").stdout.strip() == "1"
     tags = set(mail_env.notmuch("search", "--output=tags", "id:two-copies@x").stdout.split())
-    assert "unread" not in tags and ("flagged" in tags) == (sync_flags == "true")
+    assert ("unread" in tags) == ("flagged" not in tags) == (sync_flags == "false")
     # the drafts are drafts, never sent mail, whether or not the D flag gives the tag
     for query in ("folder:personal/Drafts and tag:draft", "folder:personal/Drafts"):
         assert mail_env.notmuch("count", "--exclude=false", query).stdout.strip() == "2"
