@@ -402,6 +402,30 @@ def test_the_users_own_mail_lists_the_same_recipients_while_the_mirror_lags(
     assert lagging == listed() == (everyone, everyone, ["Ben Carter <ben@example.net>"])
 
 
+def test_a_long_sent_mail_without_a_blank_line_lists_all_its_recipients(
+        indexed: MailEnv, mailbox: reads.Mailbox) -> None:
+    """Sent mail of more than a megabyte whose text follows its headers without the blank
+    line (a malformed client's): its header block was never cut, so every recipient is
+    listed -- read from the file while the mirror lags, from the mirror after -- and
+    get_email names the same."""
+    lines = SENT_MAIL.split(b"\n\n")[0].replace(b"lag-sent-1@", b"lag-long-1@").split(b"\n")
+    head = b"\n".join(sorted(lines, key=lambda line: line.startswith(b"Cc:")))  # Cc last
+    raw = head + b"\nthe text begins at once\n" + (b"w" * 70 + b"\n") * 20000
+    assert len(raw) > 1 << 20
+    (indexed.mail_root / "personal" / "Sent" / "cur" / "1764669700.long.host:2,S").write_bytes(raw)
+    indexed.notmuch("new", "--no-hooks")
+    indexed.notmuch("tag", "+sent", "--", "id:lag-long-1@example.org")  # as the hook tags it
+    everyone = ["Smith, Bob <bob.smith@example.com>", "Chloe Dubois <chloe.dubois@example.net>"]
+    assert not mailbox.mirror_rows(["lag-long-1@example.org"])[0]
+    assert reads.search_emails(mailbox, "id:lag-long-1@example.org").results[0].to == everyone
+    mirror.sync_sidecar(indexed.config(), mailbox.reader)
+    [row] = reads.search_emails(mailbox, "id:lag-long-1@example.org").results
+    assert row.to == everyone
+    email = reads.get_email(mailbox, row.id)
+    assert [*email.to, *email.cc] == [*everyone[:1], "Alex Morgan <alex@example.org>",
+                                      *everyone[1:]]
+
+
 class PinnedReader(Reader):
     """A Reader that keeps its first snapshot, as one opened just before a commit would."""
 

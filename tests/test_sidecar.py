@@ -1092,6 +1092,44 @@ def test_a_header_block_cut_at_its_bound_keeps_no_half_address(tmp_path: Path) -
     assert mirror.file_recipients([str(path)]) == stored
 
 
+def test_a_header_block_whose_bound_falls_between_two_headers_keeps_the_last_address(
+        tmp_path: Path) -> None:
+    """A header block longer than its bound, the bound falling just after the To's line
+    ends and before another header begins: the To was read whole, and so is its last
+    address."""
+    filler = b"\n".join(b" " + b"f" * 998 for _ in range(900))
+    start = b"From: Sam Sender <sam@example.com>\nSubject: huge\nX-Filler:" + filler + b"\n"
+    to = b"To: Ann <ann@example.org>, Ben <ben@example.org>\n"
+    raw = _padded_to(start, to, b"Cc: chloe@example.net\n\nhello\n", b"ben@example.org>\n",
+                     1 << 20)
+    path = tmp_path / "huge-head.eml"
+    path.write_bytes(raw)
+    stored = mirror.parse_file([str(path)]).recipients
+    assert _stored(stored) == [("to", "Ann", "ann@example.org"), ("to", "Ben", "ben@example.org")]
+    assert mirror.file_recipients([str(path)]) == stored
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r"], ids=["no-blank-line", "bare-cr"])
+def test_a_long_message_whose_header_block_the_parser_ends_early_keeps_the_last_address(
+        tmp_path: Path, newline: bytes) -> None:
+    """A message of more than the 1 MiB bound on header blocks whose headers end without the
+    blank line split_head looks for -- its body follows the To directly, or its lines end in
+    a bare CR -- was not cut inside its To: every recipient is read, as get_email reads them."""
+    head = newline.join([b"From: Sam Sender <sam@example.com>", b"Subject: big",
+                         b"To: Ann <ann@example.org>, Ben <ben@example.org>", b""])
+    body = b"no header, the text begins" + newline if newline == b"\n" else newline
+    raw = head + body + (b"QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=" * 2 + newline) * 20000
+    assert len(raw) > 1 << 20
+    path = tmp_path / "big.eml"
+    path.write_bytes(raw)
+    expected = [("to", "Ann", "ann@example.org"), ("to", "Ben", "ben@example.org")]
+    whole = parse_message(raw, preview_html_text)
+    assert [("to", a.name, a.address) for a in whole.to] == expected
+    stored = mirror.parse_file([str(path)]).recipients
+    assert _stored(stored) == expected
+    assert mirror.file_recipients([str(path)]) == stored
+
+
 class Killed(Exception):
     """Stands for the process dying just after a batch was committed."""
 

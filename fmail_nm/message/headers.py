@@ -111,10 +111,15 @@ def split_head(raw: bytes) -> tuple[Message, bytes]:
     match = _BLANK_LINE.search(raw, 0, _MAX_HEADER_BLOCK)
     end, start = (match.start() + 1, match.end()) if match else (min(len(raw), _MAX_HEADER_BLOCK),) * 2
     headers = _HEADER_PARSER.parsebytes(raw[:end], headersonly=True)
-    if isinstance(headers, _Head):
-        headers.cut = match is None and len(raw) > _MAX_HEADER_BLOCK
     # Lines the stdlib did not accept as headers (no blank line, bare-CR mail) begin the body.
     leftover = _raw_payload(headers)
+    if isinstance(headers, _Head):
+        # Cut inside its last header: not when the stdlib found the block's end before the
+        # bound (a line no header, bare-CR mail), nor when the bound falls at the end of a
+        # line the next line does not continue.
+        line_ended = raw[end - 1:end] == b"\n" and raw[end:end + 1] not in (b" ", b"\t")
+        headers.cut = (match is None and len(raw) > _MAX_HEADER_BLOCK and not leftover
+                       and not line_ended)
     headers.set_payload("")
     return headers, leftover + raw[start:]
 
