@@ -212,6 +212,7 @@ def parse(path: Path) -> MbsyncConfig:
                     member for key, value in section[1:] if key in ("channel", "channels")
                     for member in _words(value))
             continue
+        name = _unquote(name)  # mbsync takes the name quoted, too: IMAPAccount "work"
         if kind == "maildirstore":
             config.stores[name] = MaildirStore(
                 name=name,
@@ -222,8 +223,9 @@ def parse(path: Path) -> MbsyncConfig:
             )
         if kind == "imapstore" and "account" in values:
             config.store_accounts[name] = _unquote(values["account"])
-        if kind == "imapaccount" or (kind == "imapstore" and "user" in values):
-            # (an IMAPStore may hold the account's options itself, User included)
+        if kind == "imapaccount" or (kind == "imapstore" and "account" not in values):
+            # (an IMAPStore without Account holds the account's options itself -- its login
+            # given by User, or by UserCmd, or asked for)
             config.imap_accounts[name] = ImapAccount(
                 name=name, host=_unquote(values["host"]) if "host" in values else None,
                 user=_unquote(values["user"]) if "user" in values else None,

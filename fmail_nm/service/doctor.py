@@ -275,9 +275,10 @@ def _channel_findings(config: Config, path: Path, rc: mbsyncrc.MbsyncConfig,
 
 def sasl_plugin_dirs() -> list[Path]:
     """The folders Cyrus SASL loads plugins from: ``$SASL_PATH`` (colon-separated) when set,
-    as libsasl2 reads it, else the usual install folders that exist."""
+    as libsasl2 reads it -- set but empty, it names no folder and mbsync gets no plugin at
+    all --, else the usual install folders that exist."""
     given = os.environ.get("SASL_PATH")
-    if given:
+    if given is not None:
         return [Path(d) for d in given.split(":") if d]
     return [Path(d) for pattern in SASL_PLUGIN_DIRS for d in sorted(glob.glob(pattern))]
 
@@ -289,7 +290,9 @@ def xoauth2_plugin() -> Path | None:
 
 
 def _sasl_dirs_text() -> str:
-    return ", ".join(str(d) for d in sasl_plugin_dirs()) or "any SASL plugin folder"
+    return ", ".join(str(d) for d in sasl_plugin_dirs()) or (
+        "$SASL_PATH, which names no folder" if "SASL_PATH" in os.environ
+        else "any SASL plugin folder")
 
 
 def _msmtp_file(account: Account) -> Path | None:

@@ -1,0 +1,120 @@
+"""Doctor's XOAUTH2 plugin check reads the IMAP account a channel signs in with as mbsync
+itself does: a real mbsync against a real Dovecot says whether it could sign in, and doctor
+must say the same."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fmail_nm.config import Config, load_settings, resolve
+from fmail_nm.service.doctor import mbsync_findings, xoauth2_plugin
+
+from . import imapbed
+from .syncbed import require_tools
+
+pytestmark = pytest.mark.imap
+
+# An IMAPStore that holds its account's options itself, its login given by UserCmd.
+STORE_HOLDS_ACCOUNT = """IMAPStore ms-remote
+Host 127.0.0.1
+Port {port}
+UserCmd "echo casey"
+PassCmd "echo tok"
+SSLType None
+AuthMechs XOAUTH2
+
+MaildirStore ms-local
+Path {root}/ms/
+Inbox {root}/ms/INBOX
+
+Channel ms
+Far :ms-remote:
+Near :ms-local:
+Patterns *
+Expunge Both
+"""
+
+# A quoted IMAPAccount name, and the old singular AuthMech.
+QUOTED_ACCOUNT = """IMAPAccount "ms"
+Host 127.0.0.1
+Port {port}
+User casey
+PassCmd "echo tok"
+SSLType None
+AuthMech XOAUTH2
+
+IMAPStore ms-remote
+Account ms
+
+MaildirStore ms-local
+Path {root}/ms/
+Inbox {root}/ms/INBOX
+
+Channel ms
+Far :ms-remote:
+Near :ms-local:
+Patterns *
+Expunge Both
+"""
+
+
+def _mbsync_and_doctor(tmp_path: Path, rc_text: str) -> tuple[subprocess.CompletedProcess[str],
+                                                              list[str]]:
+    """What a real mbsync says signing in with ``rc_text``, and doctor's XOAUTH2 findings,
+    both under the caller's $SASL_PATH."""
+    require_tools()
+    root = tmp_path / "mail"
+    (root / "ms" / "INBOX").mkdir(parents=True)
+    rc = tmp_path / "mbsyncrc"
+    with imapbed.ImapServer(tmp_path / "imap", users={"casey": "pw"},
+                            tokens={"casey": "tok"}) as server:
+        rc.write_text(rc_text.format(root=root, port=server.port))
+        run = subprocess.run([shutil.which("mbsync") or "mbsync", "-c", str(rc), "--list", "ms"],
+                             capture_output=True, text=True, timeout=30)
+    toml = tmp_path / "fmail.toml"
+    toml.write_text(f'[mbsync]\nconfig = "{rc}"\n')
+    config: Config = resolve(load_settings(toml), root)
+    assert [a.mbsync_channel for a in config.accounts] == ["ms"]
+    return run, [f.line() for f in mbsync_findings(config) if "XOAUTH2" in f.problem]
+
+
+@pytest.mark.parametrize("rc_text", [STORE_HOLDS_ACCOUNT, QUOTED_ACCOUNT],
+                         ids=["store-with-usercmd", "quoted-account-name"])
+def test_doctor_names_the_missing_plugin_whichever_way_the_account_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rc_text: str) -> None:
+    """Without the XOAUTH2 plugin mbsync cannot sign in -- for an IMAPStore that holds its
+    account itself with UserCmd (no User), and for ``IMAPAccount "ms"`` that ``Account ms``
+    names: doctor must say so for both."""
+    monkeypatch.setenv("SASL_PATH", str(tmp_path))  # no plugins at all
+    run, missing = _mbsync_and_doctor(tmp_path, rc_text)
+    assert run.returncode == 1 and "SASL mechanism(s) not available" in run.stderr, run.stderr
+    assert len(missing) == 1 and "no Cyrus SASL plugin for XOAUTH2" in missing[0], missing
+
+
+@pytest.mark.parametrize("sasl_path", ["", ":"])
+def test_doctor_looks_for_the_plugin_where_libsasl2_does_when_sasl_path_is_empty(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sasl_path: str) -> None:
+    """libsasl2 reads a set $SASL_PATH as it is, even empty: set to "" (or only empty
+    entries) it names no folder and mbsync has no plugin -- doctor must not find one in the
+    default folders."""
+    if xoauth2_plugin() is None:
+        pytest.skip("no Cyrus SASL XOAUTH2 plugin: apt-get install libsasl2-modules-kdexoauth2")
+    monkeypatch.setenv("SASL_PATH", sasl_path)
+    run, missing = _mbsync_and_doctor(tmp_path, QUOTED_ACCOUNT.replace('"ms"', "ms"))
+    assert run.returncode == 1 and "SASL mechanism(s) not available" in run.stderr, run.stderr
+    assert len(missing) == 1 and "no Cyrus SASL plugin for XOAUTH2" in missing[0], missing
+
+
+def test_doctor_finds_the_installed_plugin_mbsync_signs_in_with(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the plugin where libsasl2 looks, mbsync signs in and doctor says nothing."""
+    if xoauth2_plugin() is None:
+        pytest.skip("no Cyrus SASL XOAUTH2 plugin: apt-get install libsasl2-modules-kdexoauth2")
+    monkeypatch.delenv("SASL_PATH", raising=False)
+    run, missing = _mbsync_and_doctor(tmp_path, STORE_HOLDS_ACCOUNT)
+    assert run.returncode == 0, run.stderr
+    assert missing == []
