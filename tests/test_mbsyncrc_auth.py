@@ -18,15 +18,8 @@ from .syncbed import require_tools
 
 pytestmark = pytest.mark.imap
 
-# An IMAPStore that holds its account's options itself, its login given by UserCmd.
-STORE_HOLDS_ACCOUNT = """IMAPStore ms-remote
-Host 127.0.0.1
-Port {port}
-UserCmd "echo casey"
-PassCmd "echo tok"
-SSLType None
-AuthMechs XOAUTH2
-
+# The local side and the channel, after each way of writing the far side below.
+LOCAL_AND_CHANNEL = """
 MaildirStore ms-local
 Path {root}/ms/
 Inbox {root}/ms/INBOX
@@ -37,6 +30,16 @@ Near :ms-local:
 Patterns *
 Expunge Both
 """
+
+# An IMAPStore that holds its account's options itself, its login given by UserCmd.
+STORE_HOLDS_ACCOUNT = """IMAPStore ms-remote
+Host 127.0.0.1
+Port {port}
+UserCmd "echo casey"
+PassCmd "echo tok"
+SSLType None
+AuthMechs XOAUTH2
+""" + LOCAL_AND_CHANNEL
 
 # A quoted IMAPAccount name, and the old singular AuthMech.
 QUOTED_ACCOUNT = """IMAPAccount "ms"
@@ -49,17 +52,7 @@ AuthMech XOAUTH2
 
 IMAPStore ms-remote
 Account ms
-
-MaildirStore ms-local
-Path {root}/ms/
-Inbox {root}/ms/INBOX
-
-Channel ms
-Far :ms-remote:
-Near :ms-local:
-Patterns *
-Expunge Both
-"""
+""" + LOCAL_AND_CHANNEL
 
 
 def _mbsync_and_doctor(tmp_path: Path, rc_text: str) -> tuple[subprocess.CompletedProcess[str],
