@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -400,6 +401,46 @@ def test_the_users_own_mail_lists_the_same_recipients_while_the_mirror_lags(
     assert mailbox.mirror_rows(["lag-sent-1@example.org"])[0]
     everyone = ["Smith, Bob <bob.smith@example.com>", "Chloe Dubois <chloe.dubois@example.net>"]
     assert lagging == listed() == (everyone, everyone, ["Ben Carter <ben@example.net>"])
+
+
+def _fail_folder(monkeypatch: pytest.MonkeyPatch, folder: Path, how: str) -> None:
+    """``"vanishes"``: ``folder`` is removed as it is listed (mbsync dropping a folder the
+    server lost, the user deleting one).  ``"unreadable"``: nothing in it can be looked at or
+    listed, as with its permissions taken away (a chmod would not stop root)."""
+    def failing(real: Any) -> Any:
+        def call(path: Any, *args: Any, **kwargs: Any) -> Any:
+            if Path(path).is_relative_to(folder):
+                if how == "unreadable":
+                    raise PermissionError(13, "Permission denied", str(path))
+                shutil.rmtree(folder, ignore_errors=True)
+            return real(path, *args, **kwargs)
+        return call
+    monkeypatch.setattr(os, "listdir", failing(os.listdir))
+    if how == "unreadable":
+        monkeypatch.setattr(os, "stat", failing(os.stat))
+
+
+@pytest.mark.parametrize("how", ["vanishes", "unreadable"])
+def test_a_page_and_a_read_survive_a_folder_that_vanishes_or_cannot_be_read(
+        indexed: MailEnv, mailbox: reads.Mailbox, monkeypatch: pytest.MonkeyPatch,
+        how: str) -> None:
+    """The user's own mail the mirror does not have yet, renamed by mbsync and then its
+    folder gone (or unreadable): it is listed without recipients, as a file that is gone,
+    and get_email says it is gone."""
+    folder = indexed.mail_root / "personal" / "Dropped"
+    for sub in ("cur", "new", "tmp"):
+        (folder / sub).mkdir(parents=True)
+    indexed_name = folder / "cur" / "1764669800.drop.host:2,S"
+    indexed_name.write_bytes(SENT_MAIL.replace(b"lag-sent-1@", b"lag-drop-1@"))
+    indexed.notmuch("new", "--no-hooks")
+    indexed.notmuch("tag", "+sent", "--", "id:lag-drop-1@example.org")  # as the hook tags it
+    indexed_name.rename(folder / "cur" / "1764669800.drop.host,U=7:2,S")  # notmuch not told
+    assert not mailbox.mirror_rows(["lag-drop-1@example.org"])[0]
+    _fail_folder(monkeypatch, folder, how)
+    [row] = reads.search_emails(mailbox, "id:lag-drop-1@example.org").results
+    assert row.subject == "Lagging sent mail" and row.to == []
+    with pytest.raises(reads.ToolError, match="gone from disk"):
+        reads.get_email(mailbox, "lag-drop-1@example.org")
 
 
 def test_a_long_sent_mail_without_a_blank_line_lists_all_its_recipients(

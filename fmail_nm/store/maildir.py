@@ -65,12 +65,22 @@ def file_key(path: str | os.PathLike[str]) -> str:
 def on_disk(path: Path) -> list[Path]:
     """The file as it is named now: ``path`` itself, or -- after mbsync renamed it behind
     notmuch's back (adding ``,U=``) or a client changed its flags -- the file in the same
-    folder with the same unique part.  Empty when it is gone."""
-    if path.exists():
+    folder with the same unique part.  Empty when it is gone, also with its folder."""
+    if os.path.exists(path):  # unlike Path.exists, False also in a folder it cannot search
         return [path]
     key, folder = file_key(path), path.parent.parent
-    return [candidate for sub in ("cur", "new") if (folder / sub).is_dir()
-            for candidate in (folder / sub).iterdir() if file_key(candidate) == key]
+    return [candidate for sub in ("cur", "new")
+            for candidate in _entries(folder / sub) if file_key(candidate) == key]
+
+
+def _entries(directory: Path) -> list[Path]:
+    """What ``directory`` holds; nothing when it is not there or cannot be read -- checking
+    first would not do: mbsync removes a folder the server dropped, the user deletes one,
+    at any moment."""
+    try:
+        return list(directory.iterdir())
+    except OSError:  # FileNotFoundError, NotADirectoryError, PermissionError
+        return []
 
 
 # ---------------------------------------------------------------------------------------------
