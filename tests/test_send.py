@@ -1207,10 +1207,11 @@ def test_a_reply_to_a_subject_of_kilobytes_keeps_it_and_answers_in_short(bed: Be
     assert str(saved["Subject"]) == "Re: " + "S" * 5000
 
 
-def _mass_mailing(mid: str, to: str, cc: str = "", padding: int = 0) -> bytes:
-    """Mail from boss@example.com, To and Cc last after ``padding`` bytes of other headers."""
+def _mass_mailing(mid: str, to: str, cc: str = "", padding: int = 0,
+                  sender: str = "Boss <boss@example.com>") -> bytes:
+    """Mail from ``sender``, To and Cc last after ``padding`` bytes of other headers."""
     pad = "".join(f"X-Pad: {'x' * 990}\r\n" for _ in range(padding // 1000))
-    return (f"From: Boss <boss@example.com>\r\nSubject: all hands\r\n"
+    return (f"From: {sender}\r\nSubject: all hands\r\n"
             f"Message-ID: <{mid}>\r\n{pad}To: {to}\r\n"
             + (f"Cc: {cc}\r\n" if cc else "") + "\r\nhi\r\n").encode()
 
@@ -1246,3 +1247,27 @@ def test_recipients_past_64_kb_all_count_and_a_reply_to_everyone_is_refused_sayi
     for mid in ("mass-1@example.com", "mass-2@example.com", "mass-3@example.com"):
         draft = compose.reply_to_email(bed.ctx, mid, "x")
         assert (draft.to, draft.cc) == (["boss@example.com"], [])
+
+
+def test_a_reply_to_the_users_own_mail_whose_recipients_were_cut_is_refused_saying_why(
+        bed: Bed) -> None:
+    """Even without reply_all, a reply to the user's own mail goes to its To (to its Cc when
+    the To names only the user): one of those not read whole -- the header block cut inside
+    it, a quote never closed -- stops the reply by name, saying what to do, and changes
+    nothing."""
+    me = "Alex Morgan <alex@example.org>"
+    people = ", ".join(f"p{i}@example.com" for i in range(120))  # 90 read before 1 MB
+    bed.receive(_mass_mailing("own-cut-1@example.org", people, padding=1_048_000, sender=me))
+    quoted = '"' + ", ".join(f"q{i}@example.com" for i in range(5000))
+    bed.receive(_mass_mailing("own-cut-2@example.org", f"bob@example.com, {quoted}",
+                              sender=me))
+    bed.receive(_mass_mailing("own-cut-3@example.org", "alex@example.org",
+                              f"bob@example.com, {quoted}", sender=me))
+    before = bed.state()
+    for mid, why in (("own-cut-1", "to: the header block is longer than 1024 KB"),
+                     ("own-cut-2", r"to: [\d,]+ characters without a comma"),
+                     ("own-cut-3", r"cc: [\d,]+ characters without a comma")):
+        with pytest.raises(ComposeError, match=rf"header {why}.*write the recipients "
+                                               r"yourself with save_draft"):
+            compose.reply_to_email(bed.ctx, f"{mid}@example.org", "x")
+    assert bed.state() == before

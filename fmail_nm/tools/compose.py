@@ -795,10 +795,13 @@ def _delivered_to(head: Message) -> list[Address]:
             for a in addresses(head, name, defects)]
 
 
-def _check_read_whole(head: Message, reply_all: bool) -> None:
+def _check_read_whole(head: Message, reply_all: bool, own: bool) -> None:
     """A ComposeError when an address header the reply takes its recipients from could not
-    be read whole (a recipient left out of a reply unsaid is worse than no reply)."""
-    names = ("from", "reply-to", *(("to", "cc", "mail-followup-to") if reply_all else ()))
+    be read whole (a recipient left out of a reply unsaid is worse than no reply).  ``own``:
+    the original is the user's, so even a reply to one goes to its To -- to its Cc when the
+    To names only the user."""
+    names = ("from", "reply-to", *(("to", "cc", "mail-followup-to") if reply_all
+                                   else ("to", "cc") if own else ()))
     unread: list[str] = []
     for name in names:
         addresses(head, name, [], unread)
@@ -815,10 +818,11 @@ def reply_recipients(config: Config, head: Message, reply_all: bool,
     """(To, Cc) of a reply: Reply-To over From; for reply-all Mail-Followup-To over
     everyone; the user's own addresses left out (a reply to one's own mail goes to its
     recipients).  When that leaves To empty but not Cc, Cc becomes To; a Reply-To naming
-    only the user gives way to From."""
+    only the user gives way to From.  Refused when a header it reads was not read whole."""
     defects: list[str] = []
     mine = my_addresses(config)
     own = bool(parsed_from) and canonical_address(parsed_from[0].address) in mine
+    _check_read_whole(head, reply_all, own)
     followup = addresses(head, "mail-followup-to", defects)
     if reply_all and followup:
         return _unique(followup, mine, _ADD_THEM), []
@@ -858,7 +862,6 @@ def reply_to_email(ctx: WriteContext, id: str, body: str, *, reply_all: bool = F
     message, raw = _original(mb, id)
     parsed = read_message(raw)
     head, _ = split_head(raw)
-    _check_read_whole(head, reply_all)
     to, cc = reply_recipients(ctx.config, head, reply_all, parsed.from_, parsed.to, parsed.cc,
                               parsed.reply_to)
     if reply_all and len(to) + len(cc) > MAX_RECIPIENTS:
