@@ -7,6 +7,7 @@ after ``fmail-nm init``, taken from the version that tagged every new message th
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -336,3 +337,22 @@ def test_a_draft_from_the_server_is_a_draft_until_it_is_sent(mail_env: MailEnv,
     assert "sent" in got and not got & {"draft", "inbox"}, got
     got = tags_of(mail_env, "unflagged-draft@example.org")
     assert "deleted" in got and not got & {"sent", "inbox"}, got
+
+
+@pytest.mark.parametrize("sync_flags", ["true", "false"])
+def test_mail_moved_into_drafts_by_another_client_is_a_draft(indexed: MailEnv,
+                                                            sync_flags: str) -> None:
+    """Mail another client moved into Drafts is tagged as mail that arrived there: a draft,
+    out of the inbox, and the user's own no sent mail -- whether or not notmuch follows the
+    D flag, which the moved files do not have."""
+    indexed.notmuch("config", "set", "maildir.synchronize_flags", sync_flags)
+    personal = indexed.mail_root / "personal"
+    moved = {"school-trip-3@example.com": "INBOX", "wedding-2@example.org": "Sent"}
+    for mid, folder in moved.items():
+        [path] = [f for f in (personal / folder / "cur").iterdir()
+                  if f"<{mid}>".encode() in f.read_bytes()]
+        path.rename(personal / "Drafts" / "cur" / re.sub(r",U=\d+", "", path.name))
+    indexed.notmuch("new")  # the hook's post-new pass settles the place tags
+    for mid in moved:
+        got = tags_of(indexed, mid)
+        assert "draft" in got and not got & {"sent", "inbox"}, (mid, got)

@@ -372,6 +372,23 @@ def test_move_to_folder_by_account_relative_or_full_path(h: Harness) -> None:
     h.assert_in_step()
 
 
+def test_mail_moved_into_drafts_is_a_draft_and_stays_one_filed_elsewhere(h: Harness) -> None:
+    """Mail moved into Drafts is tagged as mail that arrived there: a draft (D flag too, so
+    the server shows it as one), out of the inbox, and the user's own no sent mail.  Filed on
+    in the Archive it stays a draft: only a copy in Sent makes a draft sent mail."""
+    sent = "wedding-2@example.org"  # personal/Sent, tagged sent
+    assert "sent" in h.tags(sent)
+    assert writes.move_to_folder(h.ctx, [IN_INBOX, sent], "Drafts").applied == [IN_INBOX, sent]
+    for mid in (IN_INBOX, sent):
+        assert "draft" in h.tags(mid) and not h.tags(mid) & {"inbox", "sent"}, h.tags(mid)
+        [moved] = h.files(mid)
+        assert_moved_name(moved, "personal/Drafts")
+        assert "D" in flags_of(moved)
+    writes.move_to_folder(h.ctx, [IN_INBOX], "Archive")
+    assert {"draft", "archived"} <= h.tags(IN_INBOX) and "inbox" not in h.tags(IN_INBOX)
+    h.assert_in_step()
+
+
 def test_tag_emails_refuses_the_new_tag(h: Harness) -> None:
     with pytest.raises(ToolError, match="reserved"):
         writes.tag_emails(h.ctx, [IN_INBOX], add=["new"])

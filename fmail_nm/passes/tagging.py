@@ -112,14 +112,20 @@ def _draft_tags(config: Config) -> frozenset[str]:
 def _retagged_on_move(config: Config,
                       filenames: Sequence[str]) -> tuple[frozenset[str], frozenset[str]]:
     """The tags a move takes off before the rules run again, and those it lets the rules
-    change (:func:`place_tags`).  ``draft`` is not among them: a draft thrown in the Trash is
-    still one that was never sent (its D flag stays too).  But a draft whose copy moved to Sent
-    was sent: it is no draft any more -- with flag sync off nothing else takes the tag off --
-    and the rules may give it what sent mail gets (a ``sent`` it has already stays)."""
+    change (:func:`place_tags`).  ``draft`` is not taken off: a draft thrown in the Trash or
+    filed in the Archive or the Inbox is still one that was never sent (its D flag stays too).
+    But a draft whose copy moved to Sent was sent: it is no draft any more -- with flag sync
+    off nothing else takes the tag off -- and the rules may give it what sent mail gets (a
+    ``sent`` it has already stays).  And mail with a copy in a Drafts folder is a draft, as
+    if it had arrived there: the rules may give it ``draft``, and what they give or take
+    because it is one (``sent`` and ``inbox`` by default) is theirs to say again."""
     place = place_tag_names(config)
     if _sent_draft(config, filenames):
         return place | {tags.DRAFT}, place | {tags.DRAFT} | _draft_tags(config)
-    return place - {tags.DRAFT}, place - {tags.DRAFT}
+    kept = place - {tags.DRAFT}
+    if in_role(config, filenames, "drafts"):
+        return kept | _draft_tags(config), place | _draft_tags(config)
+    return kept, kept
 
 
 def place_tags(txn: WriteTxn, config: Config, message_id: str) -> bool:
@@ -130,9 +136,10 @@ def place_tags(txn: WriteTxn, config: Config, message_id: str) -> bool:
 
     Only place tags change (:func:`place_tag_names`): the rules run on the message with those
     taken off, and what they add or remove among them is kept; other tags (sent, unread, the
-    user's own) stay as they are -- but a draft sent elsewhere is retagged as sent mail (see
-    :func:`_retagged_on_move`).  One more exception: a move into a folder that is no account's
-    inbox files the message, so it leaves the inbox whatever a catch-all rule says."""
+    user's own) stay as they are -- but a draft sent elsewhere is retagged as sent mail, and
+    mail moved into Drafts as a draft (see :func:`_retagged_on_move`).  One more exception: a
+    move into a folder that is no account's inbox files the message, so it leaves the inbox
+    whatever a catch-all rule says."""
     message = txn.get(message_id)
     if message is None:
         return False
