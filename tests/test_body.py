@@ -2046,7 +2046,7 @@ def test_a_parse_that_fails_anyway_shows_the_raw_text_and_says_why() -> None:
 
     parsed = mime._guarded(raw, failing, mime._fallback)
     assert "café body" in parsed.text and not parsed.from_html
-    assert parsed.subject == "" and parsed.from_ == []
+    assert parsed.subject == "" and parsed.from_ == [] and parsed.failed
     assert parsed.defects == ["seen first",
                               "internal error while parsing: RecursionError; body shown raw"]
 

@@ -20,6 +20,7 @@ import pytest
 
 from fmail_nm import cli
 from fmail_nm.clock import iso_from_epoch
+from fmail_nm.message import mime
 from fmail_nm.message.mime import parse_message
 from fmail_nm.message.text import preview, preview_html_text
 from fmail_nm.passes import mirror
@@ -1128,6 +1129,46 @@ def test_a_long_message_whose_header_block_the_parser_ends_early_keeps_the_last_
     stored = mirror.parse_file([str(path)]).recipients
     assert _stored(stored) == expected
     assert mirror.file_recipients([str(path)]) == stored
+
+
+PARSE_FAILS = (b"From: Alex Morgan <alex@example.org>\nTo: Ann <ann@example.org>, ben@example.net\n"
+               b"Cc: Chloe Dubois <chloe@example.net>\nBcc: dan@example.com\n"
+               b"List-Id: Plans <plans.lists.example.org>\nSubject: plans\n"
+               b"Message-ID: <parse-fails-1@example.org>\n"
+               b"Content-Type: multipart/mixed; boundary=B\n\n--B\n\nnever closed\n")
+
+
+def test_a_message_its_whole_parse_fails_on_is_mirrored_with_its_header_blocks_recipients(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the whole parse of a message fails (what it gives then has no header), the
+    mirror keeps the recipients and the List-Id its header block names: the recipients a
+    listing reads of the file while the mirror lags, so the row does not change when the
+    mirror catches up.  No mail is known to make the parse raise: here it raises on this
+    message."""
+    whole_parse = mime._parse
+
+    def failing(raw: bytes, render_html: mime.HtmlRenderer,
+                defects: list[str]) -> mime.ParsedMessage:
+        if b"<parse-fails-1@" in raw:
+            raise RecursionError("too deep")
+        return whole_parse(raw, render_html, defects)
+
+    monkeypatch.setattr(mime, "_parse", failing)
+    assert parse_message(PARSE_FAILS, preview_html_text).to == []
+    path = indexed.mail_root / "personal" / "Sent" / "cur" / "1796000100.fails.host:2,S"
+    path.write_bytes(PARSE_FAILS)
+    indexed.notmuch("new", "--no-hooks")
+    lagging = _stored(mirror.file_recipients([str(path)]))
+    assert len(lagging) == 4
+    sync(indexed)
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        stored = conn.execute("SELECT role, name, email FROM message_addresses WHERE "
+                              "message_id = 'parse-fails-1@example.org' AND role <> 'from'"
+                              ).fetchall()
+        [(list_id,)] = conn.execute("SELECT list_id FROM messages "
+                                    "WHERE message_id = 'parse-fails-1@example.org'")
+    assert sorted(stored) == sorted(lagging)
+    assert list_id == "plans.lists.example.org"
 
 
 class Killed(Exception):

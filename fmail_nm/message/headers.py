@@ -62,19 +62,21 @@ class HeaderInfo:
 
     to: list[Address]
     cc: list[Address]
+    bcc: list[Address]
     list_id: str | None
 
 
 def parse_headers(head: bytes) -> HeaderInfo:
     """Recipients and List-Id from a message's header block (the start of the file is
-    enough); never raises."""
+    enough), read as the whole parse reads them; never raises."""
     defects: list[str] = []
     try:
         headers, _ = split_head(bytes(head))
         return HeaderInfo(to=addresses(headers, "to", defects), cc=addresses(headers, "cc", defects),
+                          bcc=addresses(headers, "bcc", defects),
                           list_id=list_id(header(headers, "list-id")))
     except Exception:  # untrusted input: a header we cannot read is a header we do not have
-        return HeaderInfo(to=[], cc=[], list_id=None)
+        return HeaderInfo(to=[], cc=[], bcc=[], list_id=None)
 
 
 # --------------------------------------------------------------------------------------------

@@ -107,6 +107,8 @@ class ParsedMessage:
     has_files: bool = False
     # Bcc is in the user's own copies of mail sent (mutt, aerc and fmail-nm file it so).
     bcc: list[Address] = field(default_factory=list)
+    # The parse raised and only the raw text is kept (see _guarded): no header was read.
+    failed: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,7 +199,7 @@ def _fallback(raw: bytes, defects: list[str]) -> ParsedMessage:
     return ParsedMessage(
         subject="", from_=[], to=[], cc=[], reply_to=[], date=None, message_id=None,
         in_reply_to=None, references=[], list_id=None, text=_raw_text(raw),
-        from_html=False, attachments=[], defects=defects,
+        from_html=False, attachments=[], defects=defects, failed=True,
     )  # fmt: skip
 
 

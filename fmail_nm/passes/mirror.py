@@ -40,9 +40,9 @@ from .. import tags
 from ..clock import iso_from_epoch
 from ..config import Config
 from ..errors import BackendError
-from ..message.headers import (Address, addresses, canonical_address, ends_head, read_head,
-                               search_forms, split_head)
-from ..message.mime import parse_message
+from ..message.headers import (HeaderInfo, canonical_address, ends_head, parse_headers,
+                               read_head, search_forms)
+from ..message.mime import ParsedMessage, parse_message
 from ..message.text import preview, preview_html_text
 from ..private import private_dir
 from ..progress import SIDECAR, ProgressCallback
@@ -150,11 +150,22 @@ def parse_file(filenames: Sequence[str]) -> Parsed:
             continue
         head, size = read
         parsed = parse_message(head, preview_html_text)
-        return Parsed(recipients=_recipient_rows(parsed.to, parsed.cc, parsed.bcc),
-                      list_id=parsed.list_id.lower() if parsed.list_id else None,
+        fields = _header_fields(parsed, head)
+        return Parsed(recipients=_recipient_rows(fields),
+                      list_id=fields.list_id.lower() if fields.list_id else None,
                       body_preview=preview(parsed.text, PREVIEW_CHARS), size=size,
                       has_attachment=parsed.has_files)
     return Parsed(recipients=[], list_id=None, body_preview="", size=None)
+
+
+def _header_fields(parsed: ParsedMessage, head: bytes) -> HeaderInfo:
+    """Recipients and List-Id as the whole parse read them -- or, when it failed (what it
+    gives then has no header), as the header block alone reads them: the same a listing
+    shows while the mirror lags (:func:`file_recipients`), and a list's mail still gets
+    its list tags."""
+    if parsed.failed:
+        return parse_headers(head)
+    return HeaderInfo(to=parsed.to, cc=parsed.cc, bcc=parsed.bcc, list_id=parsed.list_id)
 
 
 def file_recipients(filenames: Sequence[str]) -> list[dict[str, str]]:
@@ -162,21 +173,16 @@ def file_recipients(filenames: Sequence[str]) -> list[dict[str, str]]:
     alone (the same bytes, read by the same parser): what a listing shows of the user's own
     mail the mirror does not have yet is what it shows once the mirror has it."""
     for name in filenames:
-        if (read := _read_head(name)) is None:
-            continue
-        headers, _ = split_head(read[0])
-        defects: list[str] = []
-        return _recipient_rows(*(addresses(headers, kind, defects)
-                                 for kind in ("to", "cc", "bcc")))
+        if (read := _read_head(name)) is not None:
+            return _recipient_rows(parse_headers(read[0]))
     return []
 
 
-def _recipient_rows(to: Sequence[Address], cc: Sequence[Address],
-                    bcc: Sequence[Address]) -> list[dict[str, str]]:
+def _recipient_rows(fields: HeaderInfo) -> list[dict[str, str]]:
     # Bcc too, whoever sent the message: whether it counts (only on the user's own mail,
     # see _STATS) can change with the user's addresses, and then no file is read again.
     return [{"name": a.name, "email": a.address.lower(), "kind": kind}
-            for kind, people in (("to", to), ("cc", cc), ("bcc", bcc))
+            for kind, people in (("to", fields.to), ("cc", fields.cc), ("bcc", fields.bcc))
             for a in people if a.address][:MAX_RECIPIENTS]
 
 
