@@ -47,7 +47,7 @@ MAX_TOKENS = 200
 MAX_DEPTH = 32
 
 DSL_HELP = """\
-Search (Gmail-style; empty = all mail). Words and "exact phrases" (whole words, any case).
+Query syntax (empty = all mail). Words and "exact phrases" (whole words, any case).
 from: to: (cc: bcc: = to:, all recipients) subject: body: filename: (attachment names);
   from:(a OR b) applies to each word; from:me to:me = the user's own addresses.
 is:unread is:read is:flagged(=starred) replied forwarded sent draft inbox archived list blocked

@@ -531,6 +531,43 @@ async def test_add_email_account_over_mcp(bed: Bed) -> None:
 
 
 @pytest.mark.anyio
+async def test_add_email_account_over_mcp_with_oauth2(bed: Bed, tmp_path: Path) -> None:
+    """auth oauth2 over MCP makes the account `account add --auth oauth2` makes: the user is
+    asked about a token command, mbsync and msmtp sign in by XOAUTH2 with what it prints.
+    An auth that is neither password nor oauth2 is refused, named, before anyone is asked."""
+    from mcp.client.client import Client
+
+    from .test_server_writes import error_text, server_params
+
+    if xoauth2_plugin() is None:
+        pytest.skip("no Cyrus SASL XOAUTH2 plugin: apt-get install libsasl2-modules-kdexoauth2")
+    smtp = SmtpBed(tmp_path / "smtp", {}, tokens={USER: TOKEN}).start()
+    try:
+        args = {**tool_args(bed, token_command(bed, TOKEN)),
+                "smtp": f"smtp://127.0.0.1:{smtp.port}"}
+        user = UserAnswers(("accept", {"add": True}))
+        async with Client(server_params(bed.env), elicitation_callback=user) as client:
+            text = await error_text(client, "add_email_account", {**args, "auth": "kerberos"})
+            assert "auth must be one of password, oauth2, not 'kerberos'" in text, text
+            assert user.asked == []
+            result = await client.call_tool("add_email_account", {**args, "auth": "oauth2"})
+            assert not result.is_error, result.content
+            assert (result.structured_content or {})["added"] == 3
+        [asked] = user.asked
+        assert "Token command: " in asked.message and "OAuth2 access token" in asked.message
+        assert "user=<casey>, method=XOAUTH2" in bed.server.log()
+        assert "AuthMechs XOAUTH2\n" in (own_config_dir() / "mbsyncrc").read_text()
+        assert "auth xoauth2\n" in (own_config_dir() / "msmtprc").read_text()
+        config = load_config()
+        send.run_command([*send.command_for(config, config.account("side")),
+                          "-f", "casey@example.com", "--", "dana@example.net"],
+                         message(4, "Casey <casey@example.com>", "dana@example.net", "Hi"), 30)
+        assert [r.rcpt_tos for r in smtp.received] == [("dana@example.net",)]
+    finally:
+        smtp.stop()
+
+
+@pytest.mark.anyio
 async def test_without_the_users_yes_no_account_is_added_and_no_command_runs(bed: Bed) -> None:
     """A declined, cancelled or unticked answer: an error that says so, nothing written, the
     password command never run, mbsync never started.  A bad value is not put to the user."""

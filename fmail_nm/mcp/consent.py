@@ -66,13 +66,14 @@ def _tls(mode: str) -> str:
 
 
 def account_of_arguments(name: str, address: str, password_command: str, provider: str | None,
-                         imap: str | None, imap_user: str | None, smtp: str | None
-                         ) -> NewAccount:
-    """The account ``add_email_account``'s arguments describe."""
+                         imap: str | None, imap_user: str | None, smtp: str | None,
+                         auth: str | None) -> NewAccount:
+    """The account ``add_email_account``'s arguments describe (``auth`` left out: the
+    preset's, as for ``fmail-nm account add``; accounts.plan checks it)."""
     try:
         return NewAccount.with_servers(name=name, address=address,
                                        password_command=password_command, provider=provider,
-                                       imap=imap, imap_user=imap_user, smtp=smtp)
+                                       imap=imap, imap_user=imap_user, smtp=smtp, auth=auth)
     except FmailError as exc:
         raise tool_error(exc) from None
 

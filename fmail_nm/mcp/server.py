@@ -579,9 +579,10 @@ def setup_problems(config: Config) -> list[str]:
 
 
 ADD_ACCOUNT_HELP = (
-    "Add a mail account (the user confirms; login checked, mail pulled). Never ask for the "
-    "password: ask for a command printing it (pass show mail/work). provider "
-    "gmail|fastmail|icloud|outlook, or imap/smtp as host[:port].")
+    "Add a mail account (user confirms; login checked, mail pulled). Never ask for the "
+    "password: ask for a command printing it (pass show mail/work) or, if auth=oauth2 "
+    "(outlook's default), an access token. provider gmail|fastmail|icloud|outlook, or "
+    "imap/smtp as host[:port].")
 Server = Annotated[str | None, Field(max_length=262)]
 # Adding an account reaches the network (the login is checked); it changes no mail.
 ADDS_ACCOUNT = ToolAnnotations(destructive_hint=False, open_world_hint=True)
@@ -592,7 +593,9 @@ def _account_tool(server: ToolList, service: MailService) -> None:
                                 password_command: Annotated[str, Field(max_length=1000)],
                                 provider: Annotated[str | None, Field(max_length=40)] = None,
                                 imap: Server = None, imap_user: Name = None,
-                                smtp: Server = None, *, new: consent.AccountOfArguments,
+                                smtp: Server = None,
+                                auth: Annotated[str | None, Field(max_length=20)] = None, *,
+                                new: consent.AccountOfArguments,
                                 answer: Any) -> AddedAccount:
         consent.require_yes(answer, new.name)
         return await service.add_account(new)
