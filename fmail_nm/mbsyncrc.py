@@ -66,6 +66,12 @@ class MbsyncConfig:
                 return self.stores[side]
         return None
 
+    def group_channels(self, group: str) -> list[Channel]:
+        """The channels of a Group that this file defines (a member ``channel:box`` syncs
+        only those boxes of its channel)."""
+        names = (member.partition(":")[0] for member in self.groups.get(group, ()))
+        return [self.channels[name] for name in names if name in self.channels]
+
     def channel_imap_account(self, channel: Channel) -> ImapAccount | None:
         """The IMAP account a channel logs in with: its IMAPStore's ``Account``, or the
         store itself when it holds the account's options."""

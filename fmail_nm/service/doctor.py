@@ -227,9 +227,8 @@ def mbsync_findings(config: Config) -> list[Finding]:
             continue
         rc = parsed.setdefault(path, mbsyncrc.parse(path))
         if account.mbsync_channel in rc.groups:  # a Group's channels, one store
-            for member in rc.groups[account.mbsync_channel]:
-                if member in rc.channels:
-                    found += _channel_findings(config, path, rc, rc.channels[member])
+            for member in rc.group_channels(account.mbsync_channel):
+                found += _channel_findings(config, path, rc, member)
             continue
         channel = rc.channels.get(account.mbsync_channel)
         if channel is None:
@@ -265,12 +264,25 @@ def _channel_findings(config: Config, path: Path, rc: mbsyncrc.MbsyncConfig,
                              f"in {path}"))
     imap = rc.channel_imap_account(channel)
     if imap is not None and "XOAUTH2" in imap.auth_mechs and xoauth2_plugin() is None:
-        found.append(Finding("mbsync", f"IMAP account {imap.name} in {path} signs in with "
-                             "OAuth2 (AuthMechs XOAUTH2), but no Cyrus SASL plugin for XOAUTH2 "
-                             f"is installed (none in {_sasl_dirs_text()}): mbsync cannot log "
-                             "in", f"sudo apt-get install {XOAUTH2_PACKAGE} (elsewhere: the "
-                             "package with the XOAUTH2 SASL plugin, e.g. cyrus-sasl-xoauth2)"))
+        found.append(_no_xoauth2_plugin(path, imap))
     return found
+
+
+def _no_xoauth2_plugin(path: Path, imap: mbsyncrc.ImapAccount) -> Finding:
+    """An account that asks for XOAUTH2 without the plugin.  mbsync signs in with the best
+    mechanism that AuthMechs, the server and the installed plugins all have: with XOAUTH2
+    alone it cannot sign in; with others listed too (or ``*``) it takes one of them."""
+    others = " ".join(m for m in imap.auth_mechs if m != "XOAUTH2")
+    missing = (f"IMAP account {imap.name} in {path} asks for OAuth2 (AuthMechs "
+               f"{' '.join(imap.auth_mechs)}), but no Cyrus SASL plugin for XOAUTH2 is "
+               f"installed (none in {_sasl_dirs_text()})")
+    fix = (f"sudo apt-get install {XOAUTH2_PACKAGE} (elsewhere: the package with the XOAUTH2 "
+           "SASL plugin, e.g. cyrus-sasl-xoauth2)")
+    if not others:
+        return Finding("mbsync", f"{missing}: mbsync cannot log in", fix)
+    return Finding("mbsync", f"{missing}: mbsync can log in only with another of them "
+                   f"({others}), never with OAuth2", f"{fix}, or take XOAUTH2 out of AuthMechs",
+                   serious=False)
 
 
 def sasl_plugin_dirs() -> list[Path]:

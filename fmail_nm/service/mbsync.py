@@ -38,6 +38,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Literal
 
+from .. import mbsyncrc
 from ..clock import utc_now
 from ..config import Account, Config, ConfigError, users_mbsync_config
 from ..errors import BackendError, CallerError
@@ -302,9 +303,15 @@ EXIT_CHECK = 1.0  # how often a read of a run's output looks whether mbsync has 
 # refuses the token answers with a challenge holding the error; mbsync says this, gives the
 # sign-in up -- and then waits on that connection for good.
 _GAVE_UP_SIGN_IN = "IMAP wants more steps despite successful SASL authentication"
-SIGN_IN_REFUSED = ("mbsync gave up signing in: the server did not take what the password command "
-                   "printed -- for an OAuth2 (XOAUTH2) account, an access token that is expired, "
-                   "revoked or another account's (renew it with your token helper)")
+
+
+def _sign_in_refused(to: str = "") -> str:
+    return (f"mbsync gave up signing in{to}: the server did not take what the password command "
+            "printed -- for an OAuth2 (XOAUTH2) account, an access token that is expired, "
+            "revoked or another account's (renew it with your token helper)")
+
+
+SIGN_IN_REFUSED = _sign_in_refused()
 
 
 class _SignInAbandoned(Exception):
@@ -416,6 +423,8 @@ def _run_channel(program: str, config: Config, account: Account, direction: Dire
     except ChannelBusy as exc:
         log.debug("mbsync %s for %s skipped: %s", direction, account.name, exc)
         return not_run(account, direction, str(exc), busy=True, lock_wait=lock_timeout)
+    if error == SIGN_IN_REFUSED:
+        error = _sign_in_refused(_group_sign_in(config, account))
     run = MbsyncRun(account=account.name, channel=channel, direction=direction, ok=code == 0,
                     returncode=code, started=started, finished=finished, error=error,
                     lock_wait=waited)
@@ -423,6 +432,25 @@ def _run_channel(program: str, config: Config, account: Account, direction: Dire
     # warning here as well put it on a command's stderr twice.
     log.log(logging.INFO if run.ok else logging.DEBUG, "mbsync %s", run.describe())
     return run
+
+
+def _group_sign_in(config: Config, account: Account) -> str:
+    """Which IMAP account of the account's Group mbsync gave up signing in to, as
+    `` to IMAP account A (channel a)``: mbsync does not say, but only one that asks for
+    XOAUTH2 gets there (see ``_GAVE_UP_SIGN_IN``).  "" for a channel that is no Group: the
+    run names it (MbsyncRun.describe)."""
+    path = mbsync_config_of(config, account)
+    if not path or not Path(path).is_file():
+        return ""
+    rc = mbsyncrc.parse(Path(path))
+    channels: dict[str, list[str]] = {}
+    for channel in rc.group_channels(account.mbsync_channel or ""):
+        imap = rc.channel_imap_account(channel)
+        if imap is not None and "XOAUTH2" in imap.auth_mechs:
+            channels.setdefault(imap.name, []).append(channel.name)
+    named = [f"IMAP account {name} (channel{'s' if len(names) > 1 else ''} {', '.join(names)})"
+             for name, names in channels.items()]
+    return f" to {' or '.join(named)}" if named else ""
 
 
 def selected_accounts(config: Config, account: str | None) -> list[Account]:
