@@ -357,11 +357,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .service.status import StatusStore, render_text, service_alive, to_json
+    from .service.status import (StatusStore, render_text, server_statuses, servers_text,
+                                 service_alive, to_json)
 
-    settings = load_settings(args.config)
-    status = StatusStore(settings.data_dir_or_default()).load()
-    print(to_json(status) if args.json else render_text(status))
+    data_dir = load_settings(args.config).data_dir_or_default()
+    status = StatusStore(data_dir).load()
+    if args.json:
+        print(to_json(status))
+    else:  # then the pushes of MCP servers without --watch, which push their own writes
+        print(render_text(status) + servers_text(server_statuses(data_dir, status)))
     return 0 if service_alive(status) else 3
 
 
@@ -580,8 +584,9 @@ def build_parser() -> argparse.ArgumentParser:
     server_options(p)
     p.set_defaults(func=cmd_run)
 
-    p = command("status", help="what the service did last: pulls, pushes, index runs "
-                               "(exit 3 when it is not running)")
+    p = command("status", help="what the service did last: pulls, pushes, index runs; the "
+                               "pushes of MCP servers without --watch (exit 3 when the "
+                               "service is not running)")
     p.add_argument("--json", action="store_true", help="the status as JSON")
     p.set_defaults(func=cmd_status)
 

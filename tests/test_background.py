@@ -30,11 +30,16 @@ from fmail_nm.passes.changes import WriteContext
 from fmail_nm.service import watcher
 from fmail_nm.service.background import AlreadyRunning, Background, backoff_delay
 from fmail_nm.service.status import (
+    AccountStatus,
+    RunInfo,
     ServiceInfo,
     ServiceStatus,
     StatusStore,
     SyncStatus,
     render_text,
+    server_status_path,
+    server_statuses,
+    servers_text,
     sync_status,
 )
 from fmail_nm.service.status import first_line as status_first_line
@@ -710,6 +715,42 @@ def test_status_text_says_whether_the_service_runs() -> None:
     dead_pid = 2**22 + 12345  # above pid_max defaults: no such process
     assert "NOT running" in render_text(_status(dead_pid, True))
     assert "stopped" in render_text(_status(os.getpid(), False))
+
+
+def _server_file(data_dir: Path, pid: int, *, running: bool, waiting: bool) -> Path:
+    """The file an MCP server without --watch left: its account's writes waiting or not."""
+    status = _status(pid, running)
+    status.service.stopped_at = None if running else datetime.now(UTC) - timedelta(minutes=1)
+    status.accounts = [AccountStatus(name="personal", channel="personal",
+                                     pull_interval_minutes=0, push_pending=waiting)]
+    path = server_status_path(data_dir, pid)
+    StatusStore(data_dir, path).write(status)
+    return path
+
+
+def test_status_shows_what_stopped_servers_left_unpushed_until_a_later_push(
+        tmp_path: Path) -> None:
+    """A server without --watch that died, or stopped while its push failed, leaves its file:
+    `fmail-nm status` names the writes waiting until a later push went through; a file with
+    nothing waiting is stale and removed."""
+    dead = 2**22 + 12345  # above pid_max defaults: no such process
+    crashed = _server_file(tmp_path, dead, running=True, waiting=True)
+    stopped = _server_file(tmp_path, os.getpid(), running=False, waiting=True)
+    idle = _server_file(tmp_path, dead + 1, running=True, waiting=False)
+    shown = server_statuses(tmp_path)
+    assert {s.service.pid for s in shown} == {dead, os.getpid()}
+    assert not idle.exists()
+    text = servers_text(shown)
+    assert f"NOT running -- pid {dead} is gone without a clean stop" in text
+    assert f"NOT running -- pid {os.getpid()} stopped " in text
+    assert text.count("account personal (channel personal): writes waiting to be pushed\n") == 2
+
+    service = _status(os.getpid(), False)
+    service.accounts = [AccountStatus(
+        name="personal", channel="personal", pull_interval_minutes=0,
+        last_push=RunInfo(at=datetime.now(UTC) + timedelta(seconds=1), ok=True, seconds=1.0))]
+    assert server_statuses(tmp_path, service) == []  # the service's push sent them
+    assert not crashed.exists() and not stopped.exists()
 
 
 def test_backoff_doubles_within_bounds() -> None:

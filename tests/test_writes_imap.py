@@ -519,13 +519,33 @@ async def until_shown(client: Client, wanted: tuple[bool, bool | None], what: st
         await anyio.sleep(0.1)
 
 
+def status_lines(bed: SyncBed) -> list[str]:
+    """What `fmail-nm status`, run as the command, prints."""
+    done = subprocess.run([sys.executable, "-m", "fmail_nm", "status"], capture_output=True,
+                          text=True, env={**os.environ, **bed.env}, timeout=60, check=False)
+    assert done.returncode == 3, done.stderr  # no service runs
+    return done.stdout.splitlines()
+
+
+def server_push_line(bed: SyncBed, wanted: str) -> str | None:
+    """The account's line under this process's server in `fmail-nm status`, once it has
+    ``wanted`` in it."""
+    lines = status_lines(bed)
+    head = f"MCP server without --watch: running (pid {os.getpid()}, since "
+    heads = [n for n, line in enumerate(lines) if line.startswith(head)]
+    line = lines[heads[0] + 1] if heads and heads[0] + 1 < len(lines) else ""
+    return line if line.startswith(f"account {ACCOUNT} ") and wanted in line else None
+
+
 @pytest.mark.anyio
 async def test_a_server_without_watch_retries_a_push_that_failed(synced_bed: SyncBed) -> None:
     """`serve` without --watch (what a client that starts it over stdio gets) pushed a write
     once: made while the IMAP server was down, it stayed local until another write or a
     sync by hand.  The failed push is retried, backing off as the service's are, and
-    get_sync_status says the write waits, then that it went out.  (The server runs in this
-    process, over HTTP, for retry intervals of a fraction of a second.)"""
+    get_sync_status says the write waits, then that it went out -- and so does
+    `fmail-nm status` in a terminal, which knew only the service's pushes: the server keeps
+    a file of its own, gone once it closed.  (The server runs in this process, over HTTP,
+    for retry intervals of a fraction of a second.)"""
     bed = synced_bed
     mid = bed.mid(1)  # unread here and on the server
     with serving(bed.config(), read_only=False, push=True, tools="all", push_quiet=0.1,
@@ -544,11 +564,57 @@ async def test_a_server_without_watch_retries_a_push_that_failed(synced_bed: Syn
             assert line.startswith(f"account {ACCOUNT} (channel {ACCOUNT}): last push ")
             assert "FAILED: " in line and "Connection refused" in line
             assert line.endswith("; writes waiting to be pushed (retried)")
+            waiting = await eventually(
+                lambda: server_push_line(bed, "writes waiting to be pushed (retried)"),
+                "fmail-nm status naming the waiting write")
+            assert "FAILED: " in waiting and "Connection refused" in waiting
 
             bed.server.start()  # no write, no sync by hand from here on
             await eventually(lambda: SEEN in bed.server_flags(mid), "the push retried")
             await until_shown(client, (False, True), "the retried push")
+            pushed = await eventually(lambda: server_push_line(bed, " ok in "),
+                                      "fmail-nm status naming the push that went through")
+            assert "waiting" not in pushed
     assert "unread" not in bed.tags(mid)
+    assert not list((bed.config().data_dir / "servers").iterdir())  # closed cleanly
+    assert not any(line.startswith("MCP server") for line in status_lines(bed))
+
+
+@pytest.mark.anyio
+async def test_a_write_a_server_without_watch_stopped_with_stays_in_the_status(
+        synced_bed: SyncBed) -> None:
+    """A server without --watch closed while its push failed: nothing retries the write, and
+    `fmail-nm status` names it after the server is gone -- until a later push went through
+    (here another server's, a process of its own), which sent it too."""
+    bed = synced_bed
+    bed.server.stop()
+    with serving(bed.config(), read_only=False, push=True, tools="all", push_quiet=0.1,
+                 push_retry=30.0) as server:
+        async with http_serving(server) as url, authed_client() as http, \
+                Client(streamable_http_client(url, http_client=http)) as client:
+            result = await client.call_tool("update_email_status",
+                                            {"ids": [f"<{bed.mid(1)}>"], "mark_as": "read"})
+            assert not result.is_error
+            await until_shown(client, (True, False), "the failed push")
+    lines = status_lines(bed)
+    head = f"MCP server without --watch: NOT running -- pid {os.getpid()} stopped "
+    heads = [n for n, line in enumerate(lines) if line.startswith(head)]
+    assert heads, lines
+    account = lines[heads[0] + 1]
+    assert account.startswith(f"account {ACCOUNT} (channel {ACCOUNT}): last push ")
+    assert "FAILED: " in account and "Connection refused" in account
+    assert account.endswith("; writes waiting to be pushed")  # not retried: the server is gone
+
+    bed.server.start()
+    async with Client(serve_params(bed)) as client:
+        result = await client.call_tool("update_email_status",
+                                        {"ids": [f"<{bed.mid(3)}>"], "mark_as": "read"})
+        assert not result.is_error
+        await eventually(lambda: SEEN in bed.server_flags(bed.mid(3)), "the other server's push")
+        assert SEEN in bed.server_flags(bed.mid(1))  # the stopped server's write went with it
+        await eventually(lambda: not any(line.startswith(head) for line in status_lines(bed)),
+                         "fmail-nm status no longer naming the stopped server's write")
+    assert not list((bed.config().data_dir / "servers").iterdir())  # both files gone
 
 
 @pytest.mark.anyio

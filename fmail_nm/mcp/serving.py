@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ..app import LiveConfig
     from ..service.mbsync import MbsyncRun
     from ..service.push import PushScheduler
+    from ..service.status import ServerPushRecord
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +57,14 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
     from ..app import LiveConfig
     from ..service.background import AlreadyRunning, Background
     from ..service.push import PushScheduler
+    from ..service.status import ServerPushRecord
 
     _migrate_sidecar(config)
     push = push and not read_only
     live = LiveConfig(config)  # the tools and the background follow the user's edits alike
     background: Background | None = None
     pusher: PushScheduler | None = None
+    record: ServerPushRecord | None = None
     if watch:
         background = Background(config, push=push, live=live, push_quiet=push_quiet,
                                 push_retry=push_retry)
@@ -73,6 +76,9 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
     if background is None and push and any(a.mbsync_channel for a in config.accounts):
         pusher = PushScheduler(config, quiet_period=push_quiet, retry=push_retry,
                                after_push=lambda runs: _reindex(live.current(), runs))
+        # for `fmail-nm status`, which knows no other way of this server's pushes
+        record = ServerPushRecord(pusher)
+        pusher.on_change = record.record
     on_push = (background.request_push if background else
                _following(live, pusher) if pusher else None)
     server, service = build_server(config, read_only=read_only, tools=tools, on_push=on_push,
@@ -87,9 +93,16 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
         finally:
             if background is not None:
                 background.stop()
-            if pusher is not None and (unpushed := pusher.close(flush=True)):
-                log.warning("stopping with writes a failed push left local (%s): the next "
-                            "push or `fmail-nm sync` sends them", ", ".join(sorted(unpushed)))
+            if pusher is not None and record is not None:
+                _close_pusher(pusher, record)
+
+
+def _close_pusher(pusher: PushScheduler, record: ServerPushRecord) -> None:
+    unpushed = pusher.close(flush=True)
+    record.close(unpushed)
+    if unpushed:
+        log.warning("stopping with writes a failed push left local (%s): the next "
+                    "push or `fmail-nm sync` sends them", ", ".join(sorted(unpushed)))
 
 
 def _following(live: LiveConfig, pusher: PushScheduler) -> Callable[[Iterable[str]], None]:

@@ -53,6 +53,7 @@ from .status import (
     StatusStore,
     account_status,
     first_line,
+    mark_stopped,
     run_info,
 )
 from .watcher import MailWatcher
@@ -590,20 +591,11 @@ class Background:
                 puller.join(time.monotonic() + STOP_GRACE)
         self._indexer.stop(deadline)
         if self._status_written:
-            self._mark_stopped()
+            self.store.update(mark_stopped)
         if self._lock_file is not None:
             self._lock_file.close()  # releases the flock
             self._lock_file = None
         log.info("background service stopped")
-
-    def _mark_stopped(self) -> None:
-        def stopped(s: ServiceStatus) -> None:
-            s.service.running = False
-            s.service.stopped_at = utc_now()
-            s.queue_length = 0
-            for acct in s.accounts:
-                acct.next_pull_at = None
-        self.store.update(stopped)
 
     def __enter__(self) -> Background:
         self.start()

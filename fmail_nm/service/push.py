@@ -10,6 +10,7 @@ and without (its own).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -81,9 +82,11 @@ class PushScheduler:
     same thread, so a retry is a push like any other: one at a time, serialised with every
     mbsync of fmail-nm's by the channel lock, waiting for it at most ``lock_timeout``.
     ``after_push`` (if given) gets each batch's results on that thread -- e.g. to re-index,
-    since mbsync renames a file it uploaded.  :meth:`close` drops what is pending (or runs
-    it, with ``flush=True``) and the retries due, and waits a bounded time for a push in
-    flight; mbsync's own ``timeout`` bounds that push.
+    since mbsync renames a file it uploaded; ``on_change`` (once set) gets the status on
+    that thread as a batch starts and once it is settled (retry due or not), never on the
+    requester's.  :meth:`close` drops what is pending (or runs it, with ``flush=True``) and
+    the retries due, and waits a bounded time for a push in flight; mbsync's own
+    ``timeout`` bounds that push.
     """
 
     def __init__(self, config: Config, *, quiet_period: float = PUSH_QUIET,
@@ -97,6 +100,7 @@ class PushScheduler:
         self.timeout = timeout
         self.lock_timeout = lock_timeout
         self.after_push = after_push
+        self.on_change: Callable[[PushStatus], None] | None = None  # set by its recorder
         self._lock = threading.Lock()
         self._last: dict[str, MbsyncRun] = {}
         self._batches = 0
@@ -193,6 +197,7 @@ class PushScheduler:
         return runs
 
     def _run_batch(self, batch: list[str]) -> None:
+        self._changed(self.status())
         runs = self._push(sorted(batch))
         # While the batch still counts as running, so wait_idle() also covers the callback
         # (e.g. a re-index) and a busy channel's retry.
@@ -216,6 +221,16 @@ class PushScheduler:
         busy = [run.account for run in runs if run.busy]
         if busy:
             self._debouncer.add(busy)
+        # The batch is settled: what it left unpushed is retrying or pending again.
+        self._changed(dataclasses.replace(self.status(), running=frozenset()))
+
+    def _changed(self, status: PushStatus) -> None:
+        if self.on_change is None:
+            return
+        try:
+            self.on_change(status)
+        except Exception:  # keep the thread alive; the pushes matter more than their record
+            log.exception("push status callback failed")
 
     def _retry_later(self, name: str) -> None:
         """A push failed (the server down, say): only a write would ask again, so the

@@ -3,7 +3,8 @@
 The service (``fmail-nm run`` / ``serve --watch``) writes the file whenever something it did
 changes; ``fmail-nm status`` and the ``get_sync_status`` tool read it.  An MCP server without
 ``--watch`` writes none (several may run side by side): its ``get_sync_status`` adds the
-pushes it made itself (:func:`with_own_pushes`).  Writes are atomic
+pushes it made itself (:func:`with_own_pushes`), and it keeps them in a file of its own,
+``servers/<pid>.json``, for ``fmail-nm status`` (:class:`ServerPushRecord`).  Writes are atomic
 (temporary file, then rename), so a reader sees the old status or the new one, never half;
 reads tolerate a missing or damaged file (no service has run, or a crash mid-way).
 """
@@ -17,7 +18,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import Field, PrivateAttr, ValidationError
@@ -32,6 +33,7 @@ from .push import PushScheduler, PushStatus
 log = logging.getLogger(__name__)
 
 STATUS_FILE = "status.json"
+SERVERS_DIR = "servers"  # one file per MCP server without --watch, named by its pid
 
 
 class ServiceInfo(Dto):
@@ -113,6 +115,22 @@ def server_only_status(accounts: Iterable[Account], started_at: datetime) -> Ser
     return status
 
 
+def mark_stopped(status: ServiceStatus) -> None:
+    """Mark a status as its process's last: stopped cleanly now, nothing queued or due."""
+    status.service.running = False
+    status.service.stopped_at = utc_now()
+    status.queue_length = 0
+    for acct in status.accounts:
+        acct.next_pull_at = None
+
+
+def _sent_since(push: RunInfo | None, stopped: datetime | None) -> bool:
+    """Whether ``push`` sent the writes a process that stopped at ``stopped`` left waiting:
+    it started later and went through (``mbsync --push`` sends every local change of the
+    channel)."""
+    return push is not None and push.ok and stopped is not None and push.at >= stopped
+
+
 def with_own_pushes(status: ServiceStatus, pushes: PushStatus) -> ServiceStatus:
     """The status with this process's own pushes in it (an MCP server without ``--watch``
     pushes its writes itself, which no service's status.json tells): an account waits while
@@ -127,9 +145,8 @@ def with_own_pushes(status: ServiceStatus, pushes: PushStatus) -> ServiceStatus:
         if run is not None and not run.skipped and (
                 acct.last_push is None or run.started >= acct.last_push.at):
             acct.last_push = run_info(run)
-        sent_since = (run is not None and run.ok and not run.skipped and stopped is not None
-                      and run.started >= stopped)
-        acct.push_pending = ((acct.push_pending and not sent_since)
+        pushed = run_info(run) if run is not None and not run.skipped else None
+        acct.push_pending = ((acct.push_pending and not _sent_since(pushed, stopped))
                              or pushes.unpushed(acct.name))
     return shown
 
@@ -163,6 +180,10 @@ def status_path(data_dir: Path) -> Path:
     return Path(data_dir) / STATUS_FILE
 
 
+def server_status_path(data_dir: Path, pid: int) -> Path:
+    return Path(data_dir) / SERVERS_DIR / f"{pid}.json"
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process with this id exists (signal 0 checks without signalling)."""
     if pid <= 0:
@@ -182,13 +203,14 @@ def service_alive(status: ServiceStatus | None) -> bool:
 
 
 class StatusStore:
-    """``<data_dir>/status.json``: the current status in memory, mirrored atomically on disk.
+    """``<data_dir>/status.json`` (or ``path``): the current status in memory, mirrored
+    atomically on disk.
 
     :meth:`update` is safe from any thread of this process; other processes only read.
     """
 
-    def __init__(self, data_dir: Path) -> None:
-        self.path = status_path(data_dir)
+    def __init__(self, data_dir: Path, path: Path | None = None) -> None:
+        self.path = path or status_path(data_dir)
         self._lock = threading.Lock()
         self._current: ServiceStatus | None = None
 
@@ -233,6 +255,14 @@ class StatusStore:
                 self._save(self._current)
             return self._current.model_copy(deep=True)
 
+    def remove(self) -> None:
+        """Delete the file (a process that leaves nothing to tell)."""
+        with self._lock:
+            try:
+                self.path.unlink(missing_ok=True)
+            except OSError as exc:
+                log.warning("cannot remove %s: %s", self.path, exc)
+
     def _save(self, status: ServiceStatus) -> None:
         # Same directory as the target, so the rename is atomic; a failure leaves the old file.
         try:
@@ -248,6 +278,97 @@ class StatusStore:
                 raise
         except OSError as exc:  # a full disk must not stop indexing; the log says why
             log.warning("cannot write %s: %s", self.path, exc)
+
+
+# ---------------------------------------------------------------------------------------------
+# The pushes of MCP servers without --watch, for `fmail-nm status`
+
+
+class ServerPushRecord:
+    """``<data_dir>/servers/<pid>.json``: this process's pushes (an MCP server without
+    ``--watch``) as a :func:`server_only_status` with ``service.running`` true, for
+    ``fmail-nm status`` in another process.
+
+    :meth:`record` is the pusher's ``on_change``: the file is written only when what it says
+    changed (a push starts, fails, goes through), on the pusher's thread.  :meth:`close`
+    removes it, or, when writes stayed local, marks it stopped with them waiting, as a
+    stopped service's status.json does.
+    """
+
+    def __init__(self, pusher: PushScheduler) -> None:
+        self.pusher = pusher
+        self.store = StatusStore(pusher.config.data_dir,
+                                 server_status_path(pusher.config.data_dir, os.getpid()))
+        self._lock = threading.Lock()
+        self._closed = False
+        status = server_only_status(pusher.config.accounts, pusher.started)
+        status.service.running = True
+        self.store.write(status)
+
+    def record(self, pushes: PushStatus) -> None:
+        own = with_own_pushes(server_only_status(self.pusher.config.accounts,
+                                                 self.pusher.started), pushes)
+
+        def follow(s: ServiceStatus) -> None:
+            s.accounts = own.accounts
+        with self._lock:
+            if not self._closed:  # a push outliving close() must not write the file again
+                self.store.update(follow)
+
+    def close(self, unpushed: frozenset[str]) -> None:
+        """After the pusher's close, with what it returned."""
+        def stopped(s: ServiceStatus) -> None:
+            mark_stopped(s)
+            for acct in s.accounts:
+                acct.push_pending = acct.name in unpushed
+        with self._lock:
+            self._closed = True
+            if unpushed:
+                self.store.update(stopped)
+            else:
+                self.store.remove()
+
+
+def server_statuses(data_dir: Path, service: ServiceStatus | None = None
+                    ) -> list[ServiceStatus]:
+    """The files of MCP servers without ``--watch``: each running server's, and each
+    stopped one's with writes it left local that no later push (the service's in
+    ``service``, another server's) sent.  A file left with nothing waiting is removed."""
+    files = sorted((Path(data_dir) / SERVERS_DIR).glob("*.json"))
+    loaded = [(path, StatusStore(data_dir, path).load()) for path in files]
+    alive = [s for _, s in loaded if s is not None and service_alive(s)]
+    others = [*alive, *([service] if service is not None else [])]
+    shown = []
+    for path, status in loaded:
+        if status is not None and not service_alive(status):
+            status = _settled(status, _stopped_at(status, path), others)
+        if status is None or not (service_alive(status)
+                                  or any(a.push_pending for a in status.accounts)):
+            StatusStore(data_dir, path).remove()
+            continue
+        shown.append(status)
+    return shown
+
+
+def _stopped_at(status: ServiceStatus, path: Path) -> datetime | None:
+    """When a server stopped: as it marked, or, gone without a clean stop, when it last
+    wrote its file (its waiting writes were made before)."""
+    if status.service.stopped_at is not None:
+        return status.service.stopped_at
+    try:
+        return datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
+    except OSError:
+        return None
+
+
+def _settled(status: ServiceStatus, stopped: datetime | None,
+             others: list[ServiceStatus]) -> ServiceStatus:
+    """A stopped server's status, less the waiting writes a later push of ``others`` sent."""
+    for acct in status.accounts:
+        pushes = [other.account(acct.name) for other in others]
+        if any(_sent_since(o.last_push, stopped) for o in pushes if o is not None):
+            acct.push_pending = False
+    return status
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,12 +416,12 @@ def _account_head(acct: AccountStatus) -> str:
                                        " (no mbsync channel)")
 
 
-def _push_parts(acct: AccountStatus, now: datetime) -> list[str]:
+def _push_parts(acct: AccountStatus, now: datetime, *, retried: bool = True) -> list[str]:
     parts = []
     if acct.last_push is not None:
         parts.append(_run_text("push", acct.last_push, now))
     if acct.push_pending:
-        parts.append("writes waiting to be pushed (retried)")
+        parts.append("writes waiting to be pushed" + (" (retried)" if retried else ""))
     return parts
 
 
@@ -322,15 +443,45 @@ def _account_line(acct: AccountStatus, now: datetime) -> str:
     return head + (": " + "; ".join(parts) if parts else "")
 
 
+def _own_push_lines(status: ServiceStatus, now: datetime, *, retried: bool = True
+                    ) -> list[str]:
+    """The pushes of a server without ``--watch``, one line per account it pushes;
+    ``retried``: the server runs, and retries a failed one."""
+    return [f"{_account_head(acct)}: "
+            f"{'; '.join(_push_parts(acct, now, retried=retried) or ['no push yet'])}"
+            for acct in status.accounts if acct.channel]
+
+
 def _server_only_text(status: ServiceStatus, now: datetime) -> str:
     """:func:`server_only_status` for people: no service, and what this server pushed."""
     lines = ["fmail-nm service: not running (no status recorded; start it with `fmail-nm run` "
              "or `fmail-nm serve --watch`); this server pushes its own writes"]
-    for acct in status.accounts:
-        if acct.channel:
-            parts = _push_parts(acct, now) or ["no push yet"]
-            lines.append(f"{_account_head(acct)}: {'; '.join(parts)}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _own_push_lines(status, now)) + "\n"
+
+
+def _server_head(status: ServiceStatus, now: datetime) -> str:
+    svc = status.service
+    if service_alive(status):
+        return (f"MCP server without --watch: running (pid {svc.pid}, since "
+                f"{_when(svc.started_at, now)}); it pushes its own writes")
+    gone = (f"pid {svc.pid} is gone without a clean stop (started {_when(svc.started_at, now)})"
+            if svc.running else f"pid {svc.pid} stopped {_when(svc.stopped_at, now)}")
+    return (f"MCP server without --watch: NOT running -- {gone}; the writes it left local "
+            f"go out with the next push or `fmail-nm sync`")
+
+
+def servers_text(servers: list[ServiceStatus], *, now: datetime | None = None) -> str:
+    """:func:`server_statuses` for people: each server, then its accounts' pushes (a stopped
+    one's: those with writes waiting)."""
+    now = now or utc_now()
+    lines = []
+    for status in servers:
+        if not service_alive(status):
+            status = status.model_copy(update={
+                "accounts": [a for a in status.accounts if a.push_pending]})
+        lines += [_server_head(status, now),
+                  *_own_push_lines(status, now, retried=service_alive(status))]
+    return "".join(line + "\n" for line in lines)
 
 
 def render_text(status: ServiceStatus | None, *, now: datetime | None = None) -> str:
