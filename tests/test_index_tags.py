@@ -356,3 +356,13 @@ def test_mail_moved_into_drafts_by_another_client_is_a_draft(indexed: MailEnv,
     for mid in moved:
         got = tags_of(indexed, mid)
         assert "draft" in got and not got & {"sent", "inbox"}, (mid, got)
+    # Dragged back where they came from (by mistake into Drafts): mail like any other again.
+    for mid, folder in moved.items():
+        [path] = [f for f in (personal / "Drafts" / "cur").iterdir()
+                  if f"<{mid}>".encode() in f.read_bytes()]
+        path.rename(personal / folder / "cur" / path.name)
+    indexed.notmuch("new")
+    back = {mid: tags_of(indexed, mid) for mid in moved}
+    assert "inbox" in back["school-trip-3@example.com"], back
+    assert "sent" in back["wedding-2@example.org"], back
+    assert not any("draft" in got for got in back.values()), back

@@ -372,10 +372,11 @@ def test_move_to_folder_by_account_relative_or_full_path(h: Harness) -> None:
     h.assert_in_step()
 
 
-def test_mail_moved_into_drafts_is_a_draft_and_stays_one_filed_elsewhere(h: Harness) -> None:
+def test_mail_moved_into_drafts_is_a_draft_until_it_leaves(h: Harness) -> None:
     """Mail moved into Drafts is tagged as mail that arrived there: a draft (D flag too, so
-    the server shows it as one), out of the inbox, and the user's own no sent mail.  Filed on
-    in the Archive it stays a draft: only a copy in Sent makes a draft sent mail."""
+    the server shows it as one), out of the inbox, and the user's own no sent mail.  Moved on
+    (back to the Inbox, to the Archive) it is mail like any other again, D flag gone; thrown
+    in the Trash it stays a draft, which restoring brings back to Drafts."""
     sent = "wedding-2@example.org"  # personal/Sent, tagged sent
     assert "sent" in h.tags(sent)
     assert writes.move_to_folder(h.ctx, [IN_INBOX, sent], "Drafts").applied == [IN_INBOX, sent]
@@ -384,8 +385,15 @@ def test_mail_moved_into_drafts_is_a_draft_and_stays_one_filed_elsewhere(h: Harn
         [moved] = h.files(mid)
         assert_moved_name(moved, "personal/Drafts")
         assert "D" in flags_of(moved)
-    writes.move_to_folder(h.ctx, [IN_INBOX], "Archive")
-    assert {"draft", "archived"} <= h.tags(IN_INBOX) and "inbox" not in h.tags(IN_INBOX)
+    writes.move_to_folder(h.ctx, [IN_INBOX], "INBOX")
+    assert "inbox" in h.tags(IN_INBOX) and "draft" not in h.tags(IN_INBOX)
+    assert "D" not in flags_of(h.files(IN_INBOX)[0])
+    writes.move_to_folder(h.ctx, [sent], "Archive")
+    assert {"archived", "sent"} <= h.tags(sent) and "draft" not in h.tags(sent), h.tags(sent)
+    assert "D" not in flags_of(h.files(sent)[0])
+    writes.move_to_folder(h.ctx, [IN_INBOX], "Drafts")
+    writes.delete_messages(h.ctx, [IN_INBOX])
+    assert {"draft", "deleted"} <= h.tags(IN_INBOX), h.tags(IN_INBOX)
     h.assert_in_step()
 
 

@@ -92,10 +92,10 @@ def place_tag_names(config: Config) -> frozenset[str]:
     return frozenset(names)
 
 
-def _sent_draft(config: Config, filenames: Sequence[str]) -> bool:
-    """Whether these are the files of a draft that was sent elsewhere (a phone, a webmail): its
-    copy is in a Sent folder now and none is left in a Drafts folder."""
-    return in_role(config, filenames, "sent") and not in_role(config, filenames, "drafts")
+def _thrown_away(config: Config, filenames: Sequence[str]) -> bool:
+    """Whether these files are in the Trash or Junk: a draft there is still one that was never
+    sent, and restoring it brings it back to Drafts."""
+    return any(in_role(config, filenames, role) for role in ("trash", "junk"))
 
 
 def _draft_tags(config: Config) -> frozenset[str]:
@@ -109,22 +109,23 @@ def _draft_tags(config: Config) -> frozenset[str]:
     return frozenset(names)
 
 
-def _retagged_on_move(config: Config,
-                      filenames: Sequence[str]) -> tuple[frozenset[str], frozenset[str]]:
+def _retagged_on_move(config: Config, filenames: Sequence[str],
+                      was_draft: bool) -> tuple[frozenset[str], frozenset[str]]:
     """The tags a move takes off before the rules run again, and those it lets the rules
-    change (:func:`place_tags`).  ``draft`` is not taken off: a draft thrown in the Trash or
-    filed in the Archive or the Inbox is still one that was never sent (its D flag stays too).
-    But a draft whose copy moved to Sent was sent: it is no draft any more -- with flag sync
-    off nothing else takes the tag off -- and the rules may give it what sent mail gets (a
-    ``sent`` it has already stays).  And mail with a copy in a Drafts folder is a draft, as
-    if it had arrived there: the rules may give it ``draft``, and what they give or take
-    because it is one (``sent`` and ``inbox`` by default) is theirs to say again."""
+    change (:func:`place_tags`).  Mail in a Drafts folder is a draft, as mail arriving there
+    is: the rules may give it ``draft``, and say again what they give or take because it is
+    one (``sent`` and ``inbox`` by default).  A draft that left Drafts is no draft any more
+    -- moved to Sent it was sent elsewhere (a phone, a webmail), filed in the Inbox or the
+    Archive it is mail like any other, and with flag sync off nothing else takes the tag off
+    -- unless it was thrown away (:func:`_thrown_away`; its D flag stays too)."""
     place = place_tag_names(config)
-    if _sent_draft(config, filenames):
-        return place | {tags.DRAFT}, place | {tags.DRAFT} | _draft_tags(config)
     kept = place - {tags.DRAFT}
+    retold = place | {tags.DRAFT} | _draft_tags(config)
     if in_role(config, filenames, "drafts"):
-        return kept | _draft_tags(config), place | _draft_tags(config)
+        return kept | _draft_tags(config), retold
+    if in_role(config, filenames, "sent") or (was_draft
+                                              and not _thrown_away(config, filenames)):
+        return place | {tags.DRAFT}, retold
     return kept, kept
 
 
@@ -143,7 +144,8 @@ def place_tags(txn: WriteTxn, config: Config, message_id: str) -> bool:
     message = txn.get(message_id)
     if message is None:
         return False
-    taken_off, place = _retagged_on_move(config, message.filenames)
+    taken_off, place = _retagged_on_move(config, message.filenames,
+                                          tags.DRAFT in message.tags)
     # The rules' tag terms are answered from the tags worked out so far (as in _tag_batch),
     # their other terms by notmuch: nothing is written until the outcome is known.
     expected = {message_id: set(message.tags - taken_off)}
