@@ -1271,3 +1271,22 @@ def test_a_reply_to_the_users_own_mail_whose_recipients_were_cut_is_refused_sayi
                                                r"yourself with save_draft"):
             compose.reply_to_email(bed.ctx, f"{mid}@example.org", "x")
     assert bed.state() == before
+
+
+def test_a_reply_to_the_users_own_mail_is_not_stopped_by_a_cc_it_does_not_use(bed: Bed) -> None:
+    """The Cc of the user's own mail is whom a plain reply goes to only when the To names
+    the user alone: a Cc cut or never closed, beside a To naming someone, stops no reply;
+    nor does such a To stop a reply to mail from someone else."""
+    me = "Alex Morgan <alex@example.org>"
+    quoted = '"' + ", ".join(f"q{i}@example.com" for i in range(5000))
+    people = ", ".join(f"p{i}@example.com" for i in range(120))
+    bed.receive(_mass_mailing("own-cc-1@example.org", "bob@example.com",
+                              f"carol@example.com, {quoted}", sender=me))
+    bed.receive(_mass_mailing("own-cc-2@example.org", "bob@example.com", people,
+                              padding=1_048_000, sender=me))
+    bed.receive(_mass_mailing("their-to@example.org", f"alex@example.org, {quoted}"))
+    for mid in ("own-cc-1", "own-cc-2"):
+        draft = compose.reply_to_email(bed.ctx, f"{mid}@example.org", "x")
+        assert (draft.to, draft.cc) == (["bob@example.com"], [])
+    draft = compose.reply_to_email(bed.ctx, "their-to@example.org", "x")
+    assert draft.to and not draft.cc

@@ -795,20 +795,16 @@ def _delivered_to(head: Message) -> list[Address]:
             for a in addresses(head, name, defects)]
 
 
-def _check_read_whole(head: Message, reply_all: bool, own: bool) -> None:
-    """A ComposeError when an address header the reply takes its recipients from could not
-    be read whole (a recipient left out of a reply unsaid is worse than no reply).  ``own``:
-    the original is the user's, so even a reply to one goes to its To -- to its Cc when the
-    To names only the user."""
-    names = ("from", "reply-to", *(("to", "cc", "mail-followup-to") if reply_all
-                                   else ("to", "cc") if own else ()))
+def _check_read_whole(head: Message, names: Sequence[str], advice: str) -> None:
+    """A ComposeError when one of these address headers, which the reply takes its
+    recipients from, could not be read whole (a recipient left out of a reply unsaid is worse
+    than no reply)."""
     unread: list[str] = []
     for name in names:
         addresses(head, name, [], unread)
     if unread:
         raise ComposeError(f"the original's addresses could not all be read "
-                           f"({'; '.join(unread)}); "
-                           + (_ADD_THEM if reply_all else _WRITE_THEM))
+                           f"({'; '.join(unread)}); {advice}")
 
 
 def reply_recipients(config: Config, head: Message, reply_all: bool,
@@ -818,15 +814,20 @@ def reply_recipients(config: Config, head: Message, reply_all: bool,
     """(To, Cc) of a reply: Reply-To over From; for reply-all Mail-Followup-To over
     everyone; the user's own addresses left out (a reply to one's own mail goes to its
     recipients).  When that leaves To empty but not Cc, Cc becomes To; a Reply-To naming
-    only the user gives way to From.  Refused when a header it reads was not read whole."""
+    only the user gives way to From.  Refused when a header it takes recipients from was not
+    read whole -- only those it takes them from."""
     defects: list[str] = []
     mine = my_addresses(config)
     own = bool(parsed_from) and canonical_address(parsed_from[0].address) in mine
-    _check_read_whole(head, reply_all, own)
+    advice = _ADD_THEM if reply_all else _WRITE_THEM
+    _check_read_whole(head, ("from", "reply-to", *(("to", "cc", "mail-followup-to")
+                                                   if reply_all else ())), advice)
     followup = addresses(head, "mail-followup-to", defects)
     if reply_all and followup:
         return _unique(followup, mine, _ADD_THEM), []
     if own:
+        if not reply_all:
+            _check_read_whole(head, ("to",), advice)
         to = _unique(parsed_to, mine)
         rest = parsed_cc
     else:
@@ -834,6 +835,8 @@ def reply_recipients(config: Config, head: Message, reply_all: bool,
         rest = [*parsed_to, *parsed_cc]
     if to and not reply_all:  # the others are not read: one of them cannot stop the reply
         return to, []
+    if not reply_all:  # the others are whom the reply goes to
+        _check_read_whole(head, ("cc",) if own else ("to", "cc"), advice)
     others = _unique(rest, mine | {canonical_address(p.address) for p in to},
                      _ADD_THEM if to else _WRITE_THEM)
     if not to:  # e.g. the user's own mail to themselves, the others in Cc
