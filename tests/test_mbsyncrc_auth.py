@@ -117,18 +117,21 @@ def test_doctor_finds_the_installed_plugin_mbsync_signs_in_with(
     assert missing == []
 
 
-def test_without_the_plugin_another_listed_mechanism_signs_in_and_doctor_only_notes_it(
+def test_without_the_plugin_an_account_asking_for_oauth2_is_a_failure_whatever_else_it_lists(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """mbsync takes a mechanism that AuthMechs, the server and the installed plugins all
-    have: with LOGIN listed beside XOAUTH2 it signs in without the plugin, so doctor's
-    finding is no failure -- it says mbsync will not use OAuth2."""
+    have: with LOGIN listed beside XOAUTH2 it signs in without the plugin -- with a password,
+    and fails with a token.  Doctor cannot tell which the command prints: a failure, saying
+    OAuth2 is never used and what mbsync tries instead."""
     monkeypatch.setenv("SASL_PATH", str(tmp_path))  # no plugins at all
-    run, missing = _mbsync_and_doctor(tmp_path, QUOTED_ACCOUNT.replace(
-        "AuthMech XOAUTH2", "AuthMechs XOAUTH2 LOGIN").replace("echo tok", "echo pw"))
+    listed = QUOTED_ACCOUNT.replace("AuthMech XOAUTH2", "AuthMechs XOAUTH2 LOGIN")
+    run, missing = _mbsync_and_doctor(tmp_path, listed.replace("echo tok", "echo pw"))
     assert run.returncode == 0, run.stderr
-    assert len(missing) == 1 and not missing[0].serious, missing
-    assert "no Cyrus SASL plugin for XOAUTH2" in missing[0].problem
-    assert "log in only with another of them (LOGIN), never with OAuth2" in missing[0].problem
+    assert len(missing) == 1 and missing[0].serious, missing
+    assert "never signs in with OAuth2; it tries LOGIN instead" in missing[0].problem
+    assert "take XOAUTH2 out of AuthMechs" in missing[0].fix
+    run, missing = _mbsync_and_doctor(tmp_path / "token", listed)
+    assert run.returncode != 0 and len(missing) == 1 and missing[0].serious, missing
 
 
 # A Group over two IMAP accounts of one server: one signs in with a password (LOGIN), the

@@ -271,7 +271,9 @@ def _channel_findings(config: Config, path: Path, rc: mbsyncrc.MbsyncConfig,
 def _no_xoauth2_plugin(path: Path, imap: mbsyncrc.ImapAccount) -> Finding:
     """An account that asks for XOAUTH2 without the plugin.  mbsync signs in with the best
     mechanism that AuthMechs, the server and the installed plugins all have: with XOAUTH2
-    alone it cannot sign in; with others listed too (or ``*``) it takes one of them."""
+    alone it cannot sign in; with others listed too (or ``*``) it tries one of them, with a
+    token where the password command prints one -- whether that works no file tells, so it
+    is a failure either way."""
     others = " ".join(m for m in imap.auth_mechs if m != "XOAUTH2")
     missing = (f"IMAP account {imap.name} in {path} asks for OAuth2 (AuthMechs "
                f"{' '.join(imap.auth_mechs)}), but no Cyrus SASL plugin for XOAUTH2 is "
@@ -280,9 +282,10 @@ def _no_xoauth2_plugin(path: Path, imap: mbsyncrc.ImapAccount) -> Finding:
            "SASL plugin, e.g. cyrus-sasl-xoauth2)")
     if not others:
         return Finding("mbsync", f"{missing}: mbsync cannot log in", fix)
-    return Finding("mbsync", f"{missing}: mbsync can log in only with another of them "
-                   f"({others}), never with OAuth2", f"{fix}, or take XOAUTH2 out of AuthMechs",
-                   serious=False)
+    return Finding("mbsync", f"{missing}: mbsync never signs in with OAuth2; it tries "
+                   f"{others} instead, which fails unless the password command prints a "
+                   "password", f"{fix}; or, to sign in with a password, take XOAUTH2 out of "
+                   "AuthMechs")
 
 
 def sasl_plugin_dirs() -> list[Path]:
