@@ -392,6 +392,28 @@ def test_send_goes_through_msmtp_and_files_the_message(bed: Bed) -> None:
     assert "replied" in bed.tags(ORIGINAL) and bed.files_with(bed.sent, draft.id) == [copy]
 
 
+def test_a_text_attachment_names_its_charset_and_goes_out_byte_for_byte(bed: Bed) -> None:
+    """Text without a charset is read as US-ASCII: a UTF-8 file says utf-8; a file in a
+    charset not known (Latin-1 here) claims none, and goes as a file to save."""
+    (bed.attachments / "résumé ü.txt").write_text("hello attachment ü")
+    latin1 = "Grüße aus Köln\r\n".encode("latin-1")
+    (bed.attachments / "old.txt").write_bytes(latin1)
+    draft = compose.save_draft(bed.ctx, ["zoe@example.net"], subject="cv", body="see attached",
+                               attachments=["résumé ü.txt", "old.txt"])
+    (saved,) = bed.files_with(bed.drafts, draft.id)
+    saved_draft = parse(saved.read_bytes())  # before sending takes it out of Drafts
+    send.send_draft(bed.ctx, draft.id)
+    (got,) = bed.smtp.received
+    for msg in (saved_draft, got.message()):
+        utf8, unknown = msg.iter_attachments()
+        assert utf8.get_content_type() == "text/plain"
+        assert utf8.get_content_charset() == "utf-8"
+        assert utf8.get_content() == "hello attachment ü"
+        assert unknown.get_content_type() == "application/octet-stream"
+        assert unknown.get_param("charset") is None and unknown.get_filename() == "old.txt"
+        assert unknown.get_payload(decode=True) == latin1  # exactly as on disk
+
+
 def test_an_account_whose_server_saves_sent_mail_gets_no_sent_copy_from_us(bed: Bed) -> None:
     """``server_saves_sent = true`` on an account (what `fmail-nm account add` writes for
     Gmail) is ``send = { server_stores_sent = true }``: the server files what it sends, so a
@@ -548,6 +570,11 @@ def test_refusals_change_nothing(bed: Bed, tmp_path: Path) -> None:
     assert bed.state() == before
 
 
+def draft_named(error: BaseException) -> str:
+    """The draft_id a refused or failed direct send names, "... (draft_id ID)"."""
+    return str(error).rpartition("draft_id ")[2].rstrip(")")
+
+
 def test_sending_off_and_the_hourly_limit(bed: Bed) -> None:
     configure(bed.env, bed.smtp, max_per_hour=1, direct=True)
     bed.ctx.config = bed.env.config()
@@ -567,6 +594,28 @@ def test_sending_off_and_the_hourly_limit(bed: Bed) -> None:
     assert bed.state() == before
 
 
+def test_a_direct_send_refused_by_the_limit_or_sending_off_keeps_the_draft_it_names(
+        bed: Bed) -> None:
+    """The refusal says the draft is kept: it is, under the id the refusal names."""
+    configure(bed.env, bed.smtp, max_per_hour=1, direct=True)
+    bed.ctx.config = bed.env.config()
+    send.send_new(bed.ctx, ["x@example.com"], "one", "1")
+    with pytest.raises(send.SendRefused, match=r"limit is 1.*draft is kept \(draft_id ") as refused:
+        send.send_new(bed.ctx, ["y@example.com"], "two", "The words to keep.")
+    draft_id = draft_named(refused.value)
+    assert bed.draft_body(draft_id) == "The words to keep.\n"
+
+    bed.env.fmail_config.write_text(bed.env.fmail_config.read_text().replace(
+        "enabled = true", "enabled = false"))
+    bed.ctx.config = bed.env.config()
+    with pytest.raises(send.SendRefused,
+                       match=r"sending is off.*draft is saved.*\(draft_id ") as refused:
+        send.save_and_send(bed.ctx, lambda c: compose.reply_to_email(c, ORIGINAL, "Later."))
+    draft_id = draft_named(refused.value)
+    assert bed.draft_body(draft_id).startswith("Later.\n")
+    assert len(bed.smtp.received) == 1
+
+
 def test_a_command_that_reads_recipients_from_the_mail_is_refused(bed: Bed) -> None:
     text = bed.env.fmail_config.read_text().replace(
         '"-C", ', '"-t", "-C", ')
@@ -584,7 +633,7 @@ def test_direct_sending_saves_first_so_a_failure_leaves_the_draft(bed: Bed) -> N
     bed.smtp.reject = "550 no such user"
     with pytest.raises(send.SendFailed, match="550 no such user") as failed:
         send.save_and_send(bed.ctx, lambda c: compose.reply_to_email(c, ORIGINAL, "x"))
-    draft_id = str(failed.value).rpartition("draft_id ")[2].rstrip(")")
+    draft_id = draft_named(failed.value)
     assert len(bed.files_with(bed.drafts, draft_id)) == 1 and bed.smtp.received == []
 
     bed.smtp.reject = None

@@ -121,9 +121,10 @@ def send_draft(ctx: WriteContext, draft_id: str) -> DraftResult:
 
 def save_and_send(ctx: WriteContext, save: Callable[[WriteContext], DraftResult]) -> DraftResult:
     """A message sent without a draft the user saw first (``[send] direct``): ``save`` writes
-    it as a draft, which a failed send leaves there for the user (its id in the error)."""
+    it as a draft, which a failed or refused send leaves there for the user (its id in the
+    error).  Sending off or over its limit is found after the save, by ``send_draft``: the
+    user's words are kept, as the refusal says."""
     check_direct(ctx.config)
-    check_allowed(ctx.config)
     draft = save(ctx)
     try:
         return send_draft(ctx, draft.id)

@@ -263,12 +263,31 @@ def file_part(path: Path) -> MIMEPart:
         ctype = "application/octet-stream"
     if ctype == "message/rfc822":  # a saved mail (.eml): never base64 (RFC 2046 5.2.1)
         return message_part(path.read_bytes(), path.name)
+    data = path.read_bytes()
     maintype, subtype = ctype.split("/", 1)
+    params: dict[str, str] = {}
+    if maintype == "text":
+        # Text without a charset is read as US-ASCII (RFC 2046 4.1.2), a UTF-8 "ü" as two
+        # other letters.  Bytes that are not UTF-8 are in a charset nothing here can tell for
+        # sure, and a wrong one garbles them just the same: those go as a file to save, which
+        # its extension still names.
+        if _is_utf8(data):
+            params["charset"] = "utf-8"
+        else:
+            maintype, subtype = "application", "octet-stream"
     part = MIMEPart(policy=POLICY)
     # As bytes, base64: the file goes out exactly as it is on disk, whatever its line ends.
-    part.set_content(path.read_bytes(), maintype=maintype, subtype=subtype,
-                     disposition="attachment", filename=path.name)
+    part.set_content(data, maintype=maintype, subtype=subtype, disposition="attachment",
+                     filename=path.name, params=params)
     return part
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def message_part(raw: bytes, filename: str) -> MIMEPart:
