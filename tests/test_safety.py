@@ -75,6 +75,9 @@ async def test_smaller_holes_are_closed(indexed: MailEnv) -> None:
 
         mid = "tom-hotfix@acme.test"
         assert "reserved" in await error_text(client, "tag_emails", {"ids": [mid], "add": ["new"]})
+        # Tagged deleted, it would vanish here and stay in the server's inbox.
+        assert "delete_messages" in await error_text(client, "tag_emails",
+                                                     {"ids": [mid], "add": ["deleted"]})
 
         query = "from:anna.schmidt@example.com"
         preview = await call(client, "mark_read", {"query": query})
@@ -127,7 +130,7 @@ async def test_a_mass_block_needs_confirmation_spares_the_user_and_undoes_exactl
         indexed: MailEnv) -> None:
     hand_spam = "tom-hotfix@acme.test"
     async with Client(server_params(indexed)) as client:
-        await call(client, "tag_emails", {"ids": [hand_spam], "add": ["spam"]})
+        indexed.notmuch("tag", "+spam", "--", f"id:{hand_spam}")  # by hand, in another client
         await call(client, "manage_contacts_sql", {
             "sql_query": f"UPDATE contacts SET notes='my bank' WHERE email_address='{BANK}'"})
         original = tag_dump(indexed)

@@ -259,6 +259,9 @@ async def test_write_tag_and_folder_results_read_as_short_lines(indexed: MailEnv
         inbox = (await call(client, "search_emails", {"query": "in:inbox", "limit": 1}))["total"]
         assert preview[0].startswith(f"dry run, nothing changed: {inbox} match; e.g. ")
         assert preview[1] == f"(a search's write: call again with confirm_count={inbox})"
+        by_ids = await text(client, "archive", {"ids": [mum[0]], "dry_run": True})
+        assert by_ids == (f"dry run, nothing changed: 1 match; e.g. {mum[0]}\n"
+                          "(call again without dry_run to make the change)")
         many = await text(client, "tag_emails", {"query": "in:inbox", "add": ["later"],
                                          "confirm_count": inbox})
         shown = many.split("; audit ")[0].split(": ", 1)[1].split(" ")

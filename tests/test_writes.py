@@ -166,10 +166,11 @@ def test_flagging_sets_and_clears_f(h: Harness) -> None:
 
 
 def test_tag_emails_adds_and_removes(h: Harness) -> None:
+    writes.tag_emails(h.ctx, [IN_INBOX], add=["old"])
     result = writes.tag_emails(h.ctx, [IN_INBOX, IN_ARCHIVE], add=["todo", "project/x"],
-                               remove=["inbox"])
+                               remove=["old"])
     assert sorted(result.applied) == sorted([IN_INBOX, IN_ARCHIVE])
-    assert {"todo", "project/x"} <= h.tags(IN_INBOX) and "inbox" not in h.tags(IN_INBOX)
+    assert {"todo", "project/x"} <= h.tags(IN_INBOX) and "old" not in h.tags(IN_INBOX)
     assert h.count("tag:todo") == 2
     # Tags alone touch no file: the follow-up needs a sidecar sync but no mbsync push.
     assert h.outcomes[-1].accounts == frozenset()
@@ -401,6 +402,36 @@ def test_tag_emails_refuses_the_new_tag(h: Harness) -> None:
     with pytest.raises(ToolError, match="reserved"):
         writes.tag_emails(h.ctx, [IN_INBOX], add=["new"])
     assert "new" not in h.shape(IN_INBOX)[0]
+
+
+@pytest.mark.parametrize(("change", "tool"), [
+    ({"add": ["deleted"]}, "delete_messages"), ({"add": ["spam"]}, "move_to_junk"),
+    ({"add": ["archived"]}, "archive"), ({"remove": ["inbox"]}, "archive"),
+    ({"add": ["inbox"]}, "restore"), ({"remove": ["deleted"]}, "restore"),
+    ({"add": ["blocked"]}, "manage_contacts_sql"), ({"remove": ["blocked"]}, "manage_contacts_sql"),
+])
+def test_tag_emails_refuses_tags_another_tool_owns_and_names_it(
+        h: Harness, change: dict[str, list[str]], tool: str) -> None:
+    """A place tag by hand would leave the file where it is: tagged deleted, a message in
+    INBOX vanished from every search yet stayed in the server's (and the phone's) inbox."""
+    before = h.shape(IN_INBOX)
+    with pytest.raises(ToolError, match=f"{tool}.*nothing was changed"):
+        writes.tag_emails(h.ctx, [IN_INBOX], **change)
+    assert h.shape(IN_INBOX) == before and h.audit() == []
+
+
+def test_tag_emails_refuses_the_tags_the_users_folder_rules_give(mail_env: MailEnv) -> None:
+    """`filed` is what this user's rules give mail in Archive: a move sets it, not a tag."""
+    mail_env.fmail_config.write_text(mail_env.fmail_config.read_text() + CUSTOM_RULES)
+    run_init(mail_env)
+    config = mail_env.config()
+    with Reader() as reader, Writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        with pytest.raises(ToolError, match="'filed'.*rule.*move_to_folder"):
+            writes.tag_emails(ctx, [IN_INBOX], add=["filed"])
+        with pytest.raises(ToolError, match="'todo'.*move_to_folder"):  # the inbox rule's
+            writes.tag_emails(ctx, [IN_INBOX], remove=["todo"])
+        assert writes.tag_emails(ctx, [IN_INBOX], add=["sent"]).applied == [IN_INBOX]
 
 
 def test_move_to_folder_refuses_unknown_and_escaping_folders(h: Harness) -> None:
@@ -788,7 +819,7 @@ UNDOABLE: dict[str, tuple[str, Callable[[WriteContext, str], writes.WriteResult]
     "read": (UNREAD_IN_CUR, lambda ctx, mid: writes.set_read(ctx, [mid], True)),
     "unread": (IN_INBOX, lambda ctx, mid: writes.set_read(ctx, [mid], False)),
     "flag": (IN_INBOX, lambda ctx, mid: writes.set_flagged(ctx, [mid], True)),
-    "tag": (IN_INBOX, lambda ctx, mid: writes.tag_emails(ctx, [mid], add=["x"], remove=["inbox"])),
+    "tag": (IN_INBOX, lambda ctx, mid: writes.tag_emails(ctx, [mid], add=["x", "unread"])),
     "archive": (IN_INBOX, lambda ctx, mid: writes.archive(ctx, [mid])),
     "archive-from-new": (IN_NEW_NO_INFO, lambda ctx, mid: writes.archive(ctx, [mid])),
     "delete": (SELF_CC, lambda ctx, mid: writes.delete_messages(ctx, [mid])),
@@ -853,20 +884,51 @@ def test_undo_finds_a_moved_file_renamed_since(h: Harness) -> None:
     assert flags_of(back) == "FS"
 
 
-def test_undo_reports_a_file_moved_away_since_and_still_reverts_tags(h: Harness) -> None:
-    writes.delete_messages(h.ctx, [IN_INBOX])
-    [trashed] = h.files(IN_INBOX)
-    # Another client moves it on (a plain rename, as mutt does), and notmuch picks that up.
-    elsewhere = h.env.mail_root / "personal" / "Archive" / "cur" / "elsewhere-1:2,S"
-    (h.env.mail_root / trashed).rename(elsewhere)
+def _moved_on_by_another_client(h: Harness, mid: str, folder: str) -> None:
+    """A plain rename, as mutt does, which notmuch picks up (without the hook's place tags)."""
+    [moved] = h.files(mid)
+    (h.env.mail_root / moved).rename(h.env.mail_root / folder / "cur" / Path(moved).name)
     h.env.notmuch("new", "--no-hooks")
+
+
+def test_undo_reports_a_file_moved_away_since_and_tags_it_for_where_it_is(h: Harness) -> None:
+    writes.delete_messages(h.ctx, [IN_INBOX])
+    _moved_on_by_another_client(h, IN_INBOX, "personal/Archive")
     result = writes.undo_last_write(h.ctx)
     [error] = result.errors
     assert error.id == IN_INBOX and "no longer where the write put it" in error.error
-    assert h.files(IN_INBOX) == ["personal/Archive/cur/elsewhere-1:2,S"]
-    assert "deleted" not in h.tags(IN_INBOX) and "inbox" in h.tags(IN_INBOX)
+    assert error.error.endswith("tags restored, except inbox: place tags follow where its "
+                                "files are now"), error.error
+    assert h.folders(IN_INBOX) == ["personal/Archive"]
+    assert {"deleted", "inbox"}.isdisjoint(h.tags(IN_INBOX)) and "archived" in h.tags(IN_INBOX)
     with pytest.raises(ToolError, match="nothing to undo"):
         writes.undo_last_write(h.ctx)
+
+
+def test_undo_of_an_archive_trashed_since_leaves_it_out_of_the_inbox(h: Harness) -> None:
+    """The file stays in Trash, so the message does not get `inbox` back: tagged deleted and
+    inbox it was in no folder the tags name."""
+    writes.archive(h.ctx, [IN_INBOX])
+    _moved_on_by_another_client(h, IN_INBOX, "personal/Trash")
+    [error] = writes.undo_last_write(h.ctx).errors
+    tags = h.tags(IN_INBOX)
+    assert "deleted" in tags and {"inbox", "archived"}.isdisjoint(tags), tags
+    assert "not moved back" in error.error and "except inbox" in error.error
+
+
+def test_undo_not_moving_a_file_back_still_restores_the_other_tags(h: Harness) -> None:
+    """Sent mail moved into Drafts became a draft and lost `sent`; thrown away from there by
+    another client, then undone: no draft, sent again -- and `deleted`, since only the tags
+    saying where it is follow the file."""
+    sent = "wedding-2@example.org"  # personal/Sent, tagged sent
+    writes.move_to_folder(h.ctx, [sent], "Drafts")
+    assert "draft" in h.tags(sent) and "sent" not in h.tags(sent)
+    _moved_on_by_another_client(h, sent, "personal/Trash")
+    writes.undo_last_write(h.ctx)
+    tags = h.tags(sent)
+    assert {"sent", "deleted"} <= tags and {"draft", "inbox"}.isdisjoint(tags), tags
+    assert "D" not in flags_of(h.files(sent)[0])
+    h.assert_in_step()
 
 
 def _vanish(h: Harness, mid: str, index: int = 0) -> str:

@@ -415,7 +415,7 @@ Ids = Annotated[list[Ref] | None, Field(max_length=writes.MAX_BATCH,
 Tags = Annotated[list[Annotated[str, Field(max_length=writes.MAX_TAG_LENGTH)]] | None,
                  Field(max_length=50)]
 Query = Annotated[str | None, Field(description="instead of ids: a search; needs confirm_count")]
-Confirm = Annotated[int | None, Field(description="the match count a dry run reported")]
+Confirm = Annotated[int | None, Field(description="the count a dry run reported")]
 
 
 def _write_tools(server: ToolList, service: MailService) -> None:
@@ -446,7 +446,7 @@ def _write_tools(server: ToolList, service: MailService) -> None:
     @server.tool(profile="triage", report=True, annotations=WRITE)
     async def tag_emails(ids: Ids = None, add: Tags = None, remove: Tags = None, query: Query = None,
                          confirm_count: Confirm = None, dry_run: bool = False) -> writes.WriteResult:
-        """Add and remove notmuch tags (unread/flagged also set the server's flags)."""
+        """Add/remove tags (unread/flagged set server flags); not inbox/archived/deleted/spam: move instead."""
         return await service.write(writes.tag_emails, ids, add or (), remove or (), query=query,
                                    confirm_count=confirm_count, dry_run=dry_run)
 

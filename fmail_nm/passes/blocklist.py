@@ -29,10 +29,10 @@ from ..store.notmuch import IndexedMessage, Reader, Writer, WriteTxn
 from ..store.query import quote
 from ..store.sidecar import PreBlock, chunks
 from ..store.threads import sender
-from ..tags import BLOCK_HIDES, BLOCK_TAGS, BLOCKED, FLAG_TAGS
+from ..tags import BLOCK_HIDES, BLOCK_TAGS, BLOCKED
 from . import changes
 from .changes import ORIGIN_PROPERTY, WriteContext, WriteOutcome
-from .tagging import place_tag_names
+from .tagging import folder_place_tags
 
 # Message property an earlier version kept what blocking changed in (JSON {"added": [...],
 # "removed": [...]}); still read for mail it blocked, and cleared on unblocking.
@@ -118,7 +118,7 @@ def _released_tags(config: Config, message: IndexedMessage,
         return set(), {BLOCKED}
     if _folders(config, message.filenames) != before.folders:
         return set(), {t for t in BLOCK_TAGS if t not in before.tags} | {BLOCKED}
-    managed = {*place_tag_names(config), *BLOCK_TAGS, *BLOCK_HIDES} - FLAG_TAGS
+    managed = {*folder_place_tags(config), *BLOCK_TAGS, *BLOCK_HIDES}
     return (managed & before.tags) - message.tags, (managed & message.tags) - before.tags
 
 

@@ -51,7 +51,7 @@ from ..store.notmuch import (
     Writer,
     WriteTxn,
 )
-from .tagging import place_tags
+from .tagging import folder_place_tags, place_tags
 
 log = logging.getLogger(__name__)
 
@@ -672,23 +672,37 @@ def revert_step(changes: dict[str, dict[str, Any]]) -> Step:
         except Exception as exc:
             _put_back(work, origin)
             raise ChangeError(f"nothing of this message was undone: {exc}") from exc
-        before, after = set(change["tags_before"]), set(change["tags_after"])
-        # Only what the write changed is turned back, so later changes by others survive.
-        work.tag(add=sorted(before - after), remove=sorted(after - before))
+        left = _revert_tags(work, change, placed=bool(plan.missing or plan.removed))
         if change["origin_before"] != change["origin_after"]:
             work.txn.set_property(work.mid, ORIGIN_PROPERTY, change["origin_before"] or "{}")
-        if plan.removed:
-            work.settle_place_tags()  # for the inbox it is in, not the folder it was in
+        restored = "tags restored" + (f", except {', '.join(left)}: place tags follow where "
+                                      "its files are now" if left else "")
         if plan.missing:
             root = work.config.mail_root
             moved = ", ".join(maildir.relative_path(root, new) for _, new in work.moves)
             raise PartlyDone(f"not moved back: {', '.join(plan.missing)} (gone: no longer "
                              f"where the write put it, moved or deleted since); moved back: "
-                             f"{moved or 'nothing'}; tags restored")
+                             f"{moved or 'nothing'}; {restored}")
         if plan.removed:
             raise PartlyDone(f"moved to the inbox: {', '.join(plan.removed)} was removed "
-                             "since; tags restored")
+                             f"since; {restored}")
     return step
+
+
+def _revert_tags(work: MessageWork, change: dict[str, Any], *, placed: bool) -> list[str]:
+    """Turn back the tag changes ``change`` recorded -- only those, so later changes by others
+    survive.  With ``placed`` (files not back where the write found them) the place tags are
+    not turned back but set for where the files are now, as a move sets them: a message left
+    in Trash must not be tagged inbox.  Returns the place tags the write changed that are
+    not as they were before it."""
+    before, after = set(change["tags_before"]), set(change["tags_after"])
+    place = folder_place_tags(work.config) if placed else frozenset()
+    work.tag(add=sorted(before - after - place), remove=sorted(after - before - place))
+    if not placed:
+        return []
+    work.settle_place_tags()
+    now = work.current().tags
+    return sorted(t for t in (before ^ after) & place if (t in now) != (t in before))
 
 
 def _roll_back(ctx: WriteContext, undone: BatchReport) -> BatchReport:

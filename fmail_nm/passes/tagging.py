@@ -92,6 +92,12 @@ def place_tag_names(config: Config) -> frozenset[str]:
     return frozenset(names)
 
 
+def folder_place_tags(config: Config) -> frozenset[str]:
+    """The place tags only where a message's files are says: :func:`place_tag_names` less
+    the flag tags (``draft``), which the files' own flags say too."""
+    return place_tag_names(config) - tags.FLAG_TAGS
+
+
 def _thrown_away(config: Config, filenames: Sequence[str]) -> bool:
     """Whether these files are in the Trash or Junk: a draft there is still one that was never
     sent, and restoring it brings it back to Drafts."""

@@ -20,6 +20,7 @@ from .. import tags
 from ..config import ROOT_FOLDER, Account, Config, ConfigError
 from ..passes import changes
 from ..passes.changes import BatchReport, Step, WriteContext
+from ..passes.tagging import folder_place_tags
 from ..store import maildir, sidecar
 from ..store.query import id_forms
 from . import sql as sqltools
@@ -57,6 +58,8 @@ class WriteResult(Dto):
                                  description="audit log entry; undo_last_write reverts it")
     accounts: list[str] = Field(default_factory=list,
                                 description="accounts whose files changed, when more than one")
+    # A search's write previewed: it runs only when confirm_count repeats match_count.
+    needs_confirm: bool = Field(default=False, exclude=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,7 +137,7 @@ def _preview(ctx: WriteContext, sel: Selection, target: Target) -> WriteResult |
                          f"{target.match_count} if that is what the user wants")
     if sel.query and sel.confirm_count is None:
         return WriteResult(dry_run=True, match_count=target.match_count,
-                           sample_ids=target.message_ids[:SAMPLE_SIZE])
+                           sample_ids=target.message_ids[:SAMPLE_SIZE], needs_confirm=True)
     if not sel.dry_run:
         return None
     found = [m for m in target.message_ids if ctx.reader.find(m) is not None]
@@ -236,12 +239,37 @@ def check_added_tag(tag: str) -> str:
     return tag
 
 
+# The tools that change what a place tag or ``blocked`` says, for tag_emails to name.
+_OWNING_TOOLS = {
+    tags.INBOX: "archive takes mail out of the inbox; restore or move_to_folder brings it back",
+    tags.DELETED: "delete_messages moves mail to Trash; restore brings it back",
+    tags.SPAM: "move_to_junk moves mail to Junk; restore brings it back",
+    tags.ARCHIVED: "archive moves mail to Archive; move_to_folder moves it elsewhere",
+}
+_FOLDER_RULE_TOOL = "a tagging rule in fmail.toml gives it to mail in a folder: move_to_folder"
+
+
+def _check_not_owned(config: Config, tag: str) -> str:
+    """Refuse a tag that says where a message lives (its place tags follow its files, see
+    passes.tagging.folder_place_tags) or that the blocklist keeps: set by hand it would leave
+    the file where it is -- still in the server's inbox, say -- while the tags say otherwise."""
+    if tag == tags.BLOCKED:
+        raise ToolError("tag 'blocked' is the blocklist's: block or unblock the sender with "
+                        "manage_contacts_sql (is_blocked); nothing was changed")
+    if tag in folder_place_tags(config):
+        raise ToolError(f"tag {tag!r} says which folder a message is in, and a tag alone "
+                        f"leaves its file where it is: {_OWNING_TOOLS.get(tag, _FOLDER_RULE_TOOL)}"
+                        "; nothing was changed")
+    return tag
+
+
 def tag_emails(ctx: WriteContext, ids: Sequence[str] | None = None, add: Sequence[str] = (),
                remove: Sequence[str] = (), *, query: str | None = None,
                confirm_count: int | None = None, dry_run: bool = False) -> WriteResult:
-    """Add and remove tags; flag tags (unread, flagged, replied, ...) rename files to match."""
-    adds = [check_added_tag(t) for t in add]
-    removes = [check_tag(t, removing=True) for t in remove]
+    """Add and remove tags; flag tags (unread, flagged, replied, ...) rename files to match.
+    Place tags and ``blocked`` are refused (:func:`_check_not_owned`)."""
+    adds = [_check_not_owned(ctx.config, check_added_tag(t)) for t in add]
+    removes = [_check_not_owned(ctx.config, check_tag(t, removing=True)) for t in remove]
     if not adds and not removes:
         raise ToolError("give at least one tag to add or remove")
     if both := sorted(set(adds) & set(removes)):
