@@ -661,6 +661,11 @@ class Config:
                     best = account
         return best
 
+    def account_name_for_path(self, relative_folder: str) -> str | None:
+        """The name of :meth:`account_for_path`'s account, None for none."""
+        owner = self.account_for_path(relative_folder)
+        return owner.name if owner is not None else None
+
     @functools.cached_property
     def mailbox_names(self) -> Mapping[str, str]:
         """Folder (relative to the mail root) -> the server's name for it in its account

@@ -265,6 +265,21 @@ async def test_an_infinite_sql_value_reads_the_same_in_text_and_structured_conte
 
 
 @pytest.mark.anyio
+async def test_sql_account_scope_counts_mail_in_every_account_holding_a_file(
+        client: Client) -> None:
+    """both-accounts-1 has files in personal/INBOX and work/INBOX: search_emails and
+    list_folders count it in work, and so does query_emails scoped to work."""
+    both = "both-accounts-1@example.com"
+    _, found = await call(client, "search_emails", {"query": f"id:{both}", "account": "work"})
+    assert found["total"] == 1
+    for account in ("work", "personal"):
+        _, data = await call(client, "query_emails", {"account_name": account, "sql_query": (
+            f"SELECT uid, (SELECT count(*) FROM threads t WHERE t.thread_id = e.thread_id) "
+            f"FROM emails e WHERE message_id = '{both}'")})
+        assert data["rows"] == [[uid(both), 1]], account
+
+
+@pytest.mark.anyio
 async def test_short_ids_work_in_every_tool_that_takes_an_id(indexed: MailEnv) -> None:
     async with Client(server(indexed)) as c:
         lines, found = await call(c, "search_emails", {"query": f"id:{SCHOOL_1} OR id:{PDF}"})

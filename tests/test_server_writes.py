@@ -47,6 +47,12 @@ async def test_blocking_through_manage_contacts_sql_hides_the_sender(indexed: Ma
     async with Client(server_params(indexed)) as client:
         before = await call(client, "search_emails", {"query": f"from:{BANK}", "limit": 100})
         assert before["total"] == 23
+        # SQLite answers RETURNING on the view with NULL for the address: refused, not applied
+        returning = await error_text(client, "manage_contacts_sql", {
+            "sql_query": f"UPDATE contacts SET is_blocked=1 WHERE email_address='{BANK}' "
+                         "RETURNING email_address, is_blocked"})
+        assert "RETURNING is not supported" in returning and "nothing was changed" in returning
+        assert (await call(client, "search_emails", {"query": f"from:{BANK}"}))["total"] == 23
 
         done = await call(client, "manage_contacts_sql", {
             "sql_query": f"UPDATE contacts SET is_blocked=1, notes='phishing lookalike' "

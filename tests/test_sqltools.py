@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,12 @@ ME = "me@example.org"
 
 def add_email(conn: sqlite3.Connection, mid: str, *, account: str, folder: str, subject: str,
               sender: str, date: str | None, is_read: bool, tags: list[str], thread: str,
-              to: str = ME, is_sent: bool = False, list_id: str | None = None) -> str:
+              to: str = ME, is_sent: bool = False, list_id: str | None = None,
+              copies: Sequence[str] = ()) -> str:
+    """One mirrored message, its file in ``account/folder`` and a copy in each of ``copies``
+    (folders relative to the mail root, whose first part is the account here)."""
     uid = sidecar.uid_for(mid)
+    folders = sorted({f"{account}/{folder}", *copies})
     recipients = [{"name": "", "email": to, "kind": "to"}]
     conn.execute(
         "INSERT INTO messages (message_id, uid, thread_id, account_name, folder, folders, "
@@ -37,13 +41,20 @@ def add_email(conn: sqlite3.Connection, mid: str, *, account: str, folder: str, 
         "is_read, is_flagged, is_replied, is_draft, is_sent, has_attachment, tags, list_id, "
         "size, filenames) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, 0, 0, 0, ?, 0, "
         "?, ?, 100, ?)",
-        (mid, uid, thread, account, folder, json.dumps([f"{account}/{folder}"]), subject,
+        (mid, uid, thread, account, folder, json.dumps(folders), subject,
          sender, sender.split("@")[0].title(), json.dumps(recipients), date,
          f"preview of {subject}", int(is_read), int(is_sent), json.dumps(sorted(tags)),
          list_id, json.dumps([f"/mail/{account}/{folder}/cur/{mid}"])))
     conn.executemany("INSERT INTO message_tags (message_id, tag) VALUES (?, ?)",
                      [(mid, tag) for tag in tags])
+    conn.executemany("INSERT INTO message_folders (message_id, folder) VALUES (?, ?)",
+                     [(mid, f) for f in folders])
     return uid
+
+
+def account_of_folder(folder: str) -> str | None:
+    """The fixture's accounts each own the folders under their name."""
+    return folder.split("/")[0]
 
 
 # The unread INBOX mail across both accounts, newest first.
@@ -111,12 +122,13 @@ def dump(path: Path) -> list[str]:
 
 
 def q(path: Path, sql: str, **kwargs: object) -> sqltools.SqlResult:
-    return query_emails(path, sql, known_accounts=ACCOUNTS, **kwargs)  # type: ignore[arg-type]
+    return query_emails(path, sql, known_accounts=ACCOUNTS,  # type: ignore[arg-type]
+                        folder_account=account_of_folder, **kwargs)
 
 
 def m(path: Path, sql: str, **kwargs: object) -> sqltools.ContactsResult:
     return manage_contacts_sql(path, sql, known_accounts=ACCOUNTS,  # type: ignore[arg-type]
-                               **kwargs)
+                               folder_account=account_of_folder, **kwargs)
 
 
 def uids(*mids: str) -> list[str]:
@@ -161,6 +173,28 @@ def test_account_scope_limits_emails_threads_tags(db: Path) -> None:
     # Without a scope every account is there; main.emails bypasses the scope (a filter only).
     assert q(db, "SELECT count(*) FROM emails").rows == [[19]]
     assert q(db, "SELECT count(*) FROM main.emails", account_name="personal").rows == [[19]]
+
+
+def test_account_scope_counts_mail_held_by_two_accounts(db: Path) -> None:
+    """A message belongs to every account holding one of its files, as search_emails and
+    list_folders count it, though emails.account_name names its primary file's account."""
+    with sidecar.opened(db) as conn, sidecar.transaction(conn):
+        add_email(conn, "both@x", account="personal", folder="INBOX", subject="To both",
+                  sender="dave@example.com", date="2026-11-26T08:00:00Z", is_read=False,
+                  tags=["inbox", "unread"], thread="tb", copies=["work/INBOX"])
+        sidecar.rebuild_threads(conn)
+    for account in ACCOUNTS:
+        unread = q(db, "SELECT uid, account_name FROM emails WHERE is_read=0 "
+                       "AND folders LIKE '%INBOX%' ORDER BY date DESC", account_name=account)
+        assert [sidecar.uid_for("both@x"), "personal"] in unread.rows, account
+        assert ["tb"] in q(db, "SELECT thread_id FROM threads", account_name=account).rows
+        assert ["both@x"] in q(db, "SELECT message_id FROM email_tags WHERE tag='unread'",
+                               account_name=account).rows
+    assert q(db, "SELECT message_count, unread_count FROM tags WHERE tag='unread'",
+             account_name="work").rows == [[4, 4]]  # w1, w2, n1 and the shared one
+    # Without the folders' owners, an account has the messages whose primary file it holds.
+    assert query_emails(db, "SELECT count(*) FROM emails WHERE message_id='both@x'",
+                        account_name="work").rows == [[0]]
 
 
 def test_unknown_account_is_refused(db: Path) -> None:
@@ -639,6 +673,13 @@ WRITES_ELSEWHERE = [
     ("WITH contacts_update AS (SELECT * FROM audit_log) SELECT * FROM contacts_update",
      "reading audit_log"),
     ("SELECT * FROM contact_info", "reading the internal table contact_info"),
+    # SQLite answers RETURNING on the view with its NEW row (the address NULL on an UPDATE)
+    ("UPDATE contacts SET is_blocked=1 WHERE email_address='spam@x.com' "
+     "RETURNING email_address, is_blocked", "RETURNING is not supported on contacts"),
+    ("INSERT INTO contacts (email_address) VALUES ('New@Example.com') RETURNING *",
+     "RETURNING is not supported"),
+    ("WITH b AS (SELECT 'bob@example.com' AS a) DELETE FROM contacts WHERE email_address IN "
+     "(SELECT a FROM b) RETURNING notes", "RETURNING is not supported"),
 ]
 
 

@@ -214,7 +214,8 @@ class MailService:
         def job() -> T:
             self.refresh_sidecar()
             return fn(self.sidecar_file, *args,
-                      known_accounts=[a.name for a in self.config.accounts], **kwargs)
+                      known_accounts=[a.name for a in self.config.accounts],
+                      folder_account=self.config.account_name_for_path, **kwargs)
         return await self._run(job)
 
     async def plan_account(self, new: NewAccount) -> AccountPlan:

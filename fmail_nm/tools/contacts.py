@@ -119,7 +119,8 @@ def manage_contacts(ctx: WriteContext, sql_query: str, account_name: str | None 
     for what is allowed and when it needs ``confirm_count``), then its effect on mail."""
     result = sql.manage_contacts_sql(
         ctx.sidecar_file, sql_query, account_name,
-        known_accounts=[a.name for a in ctx.config.accounts], confirm_count=confirm_count,
+        known_accounts=[a.name for a in ctx.config.accounts],
+        folder_account=ctx.config.account_name_for_path, confirm_count=confirm_count,
         own_addresses=ctx.config.addresses)
     if not result.dry_run and result.changed:
         result.audit_id = apply_contacts_change(ctx, "contacts", {"sql": sql_query[:2000]},

@@ -15,8 +15,9 @@ statement runs behind several independent fences:
   GLOB, instr, replace, the trims: see _Guards), and caps on rows, cell length and total
   result size (a single row's too).
 
-The ``account_name`` scope shadows the views with TEMP views of the same name; it is a
-convenience filter (``main.emails`` still sees every account), not a security boundary.
+The ``account_name`` scope shadows the views with TEMP views of the same name, holding the
+messages with a file in the account's folders; it is a convenience filter (``main.emails``
+still sees every account), not a security boundary.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import math
 import re
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,22 +154,29 @@ VIEW_NOTES: dict[str, str] = {
 # * a view with an account_name column is filtered on it (WHERE account_name = the account),
 #   unless _SCOPED_SELECTS gives it a definition of its own;
 # * a view without that column needs an entry in _SCOPED_SELECTS (the SELECT of its
-#   one-account copy, {account} standing for the quoted name) or in ACCOUNT_INDEPENDENT
+#   one-account copy, {account} standing for the quoted name, {messages} for the SELECT of
+#   the account's message_ids, _ACCOUNT_MESSAGES) or in ACCOUNT_INDEPENDENT
 #   (saying why one account's view would be the same as every account's);
 # * any other published view is an error: account_scopes raises, and with it the build of
 #   SCHEMA_HELP (which names the scoped views), so no view is silently left unfiltered.
 # tests/test_sqltools.py checks every published view against a one-account sidecar.
+#
+# A message belongs to every account holding one of its files (as search_emails and
+# list_folders count it): its emails.account_name names the account of its primary file only.
+# {folders}: the account's folders (relative to the mail root) in the mirror, from the caller.
+_ACCOUNT_MESSAGES = ("SELECT message_id FROM main.emails WHERE account_name = {account} UNION "
+                     "SELECT message_id FROM main.message_folders WHERE folder IN ({folders})")
 _SCOPED_SELECTS: dict[str, str] = {
+    "emails": "SELECT * FROM main.emails WHERE message_id IN ({messages})",
     # A thread belongs to every account holding one of its messages; its account_name
     # column (the max) names only one of them.
     "threads": "SELECT * FROM main.threads WHERE thread_id IN "
-               "(SELECT thread_id FROM main.emails WHERE account_name = {account})",
-    "email_tags": "SELECT * FROM main.email_tags WHERE uid IN "
-                  "(SELECT uid FROM main.emails WHERE account_name = {account})",
+               "(SELECT thread_id FROM main.emails WHERE message_id IN ({messages}))",
+    "email_tags": "SELECT * FROM main.email_tags WHERE message_id IN ({messages})",
     # The account's own counts: built again from the tables, like the view itself.
     "tags": "SELECT t.tag, count(*) AS message_count, sum(1 - m.is_read) AS unread_count "
             "FROM main.message_tags t JOIN main.messages m USING (message_id) "
-            "WHERE m.account_name = {account} GROUP BY t.tag",
+            "WHERE m.message_id IN ({messages}) GROUP BY t.tag",
 }
 ACCOUNT_INDEPENDENT: dict[str, str] = {
     "contacts": "contacts and their notes, blocks and counts are kept across all accounts",
@@ -178,9 +186,9 @@ ACCOUNT_INDEPENDENT: dict[str, str] = {
 _SCHEMA_HEAD = (f"At most {MAX_ROWS} rows, text cells cut at {MAX_CELL_CHARS} chars, 2 s time "
                 "limit.\nViews:\n")
 _SCHEMA_TAIL = """\
-Dates: ISO 8601 UTC text ('2026-11-30T10:00:00Z'), compare as strings or use \
-strftime(). Flags: 0/1. Other tools take uid or message_id as id. account_name limits \
-{scoped} to one account (a filter, not a security boundary).
+Dates: ISO 8601 UTC text ('2026-11-30T10:00:00Z'), compare as text or use \
+strftime(). Flags: 0/1. Tools take uid or message_id as id. account_name limits \
+{scoped} to mail in one account (a filter, not a security boundary).
 Examples:
 SELECT * FROM emails WHERE folder='INBOX' AND is_read=0 ORDER BY date DESC LIMIT 10
 SELECT sender_email, count(*) AS n FROM emails WHERE is_read=0 \
@@ -232,8 +240,9 @@ def account_scopes(columns: Mapping[str, Sequence[str]],
                    selects: Mapping[str, str] = _SCOPED_SELECTS,
                    independent: Mapping[str, str] = ACCOUNT_INDEPENDENT
                    ) -> dict[str, str | None]:
-    """view -> the SELECT of its one-account copy ({account} for the quoted account name),
-    None for an account-independent view; raises for a view the rule above cannot scope."""
+    """view -> the SELECT of its one-account copy ({account} for the quoted account name,
+    {messages} for its messages), None for an account-independent view; raises for a view
+    the rule above cannot scope."""
     stale = sorted((selects.keys() | independent.keys()) - columns.keys())
     both = sorted(selects.keys() & independent.keys())
     if stale or both:
@@ -288,6 +297,10 @@ def _generated() -> dict[str, Any]:
         "HARVESTED_COLUMNS": tuple(c for c in contacts
                                    if c not in editable and c != "email_address"),
     }
+
+
+# The account holding a folder (relative to the mail root), None for none: Config's ownership.
+FolderAccount = Callable[[str], str | None]
 
 
 class SqlError(CallerError):
@@ -366,15 +379,19 @@ def restore_contacts(conn: sqlite3.Connection, diff: Sequence[dict[str, Any]]) -
 
 def query_emails(sidecar_file: Path, sql_query: str, account_name: str | None = None,
                  limit: int = 100, *, known_accounts: Sequence[str] = (),
+                 folder_account: FolderAccount | None = None,
                  time_limit: float = 2.0) -> SqlResult:
     """Run one read-only statement over the published views and return capped rows.
 
     ``account_name`` (checked against ``known_accounts``, or the accounts in the mirror when
-    none are given) scopes the unqualified views (all but the account-independent ones).
+    none are given) scopes the unqualified views (all but the account-independent ones) to
+    the messages with a file in one of its folders (``folder_account`` tells which folders
+    are its; without it, to those of its primary files).
     Raises :class:`SqlError` for anything refused or failing.
     """
     statement = _single_statement(sql_query, READ_KEYWORDS, READ_HINT)
-    with _session(sidecar_file, account_name, known_accounts, readonly=True) as conn:
+    with _session(sidecar_file, _Scope(account_name, known_accounts, folder_account),
+                  readonly=True) as conn:
         conn.execute("PRAGMA query_only = 1")
         policy = _policy(conn, READ_HINT)
         fetched = _execute(conn, statement, policy, _clamp(limit), time_limit)
@@ -382,7 +399,8 @@ def query_emails(sidecar_file: Path, sql_query: str, account_name: str | None = 
 
 
 def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | None = None,
-                        *, known_accounts: Sequence[str] = (), time_limit: float = 2.0,
+                        *, known_accounts: Sequence[str] = (),
+                        folder_account: FolderAccount | None = None, time_limit: float = 2.0,
                         limit: int = 100, confirm_count: int | None = None,
                         own_addresses: Sequence[str] = ()) -> ContactsResult:
     """Run one SELECT, INSERT, UPDATE or DELETE on the ``contacts`` view in a transaction.
@@ -390,15 +408,18 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
     Writes reach ``contact_info`` only through the view's INSTEAD OF triggers and only the
     columns in :data:`sidecar.EDITABLE_CONTACT_COLUMNS`.  The result says how many rows
     changed and which addresses became blocked or unblocked, so the caller can retag mail.
+    ``account_name`` scopes the other views as in :func:`query_emails`.
     Raises :class:`SqlError`; a failing statement leaves the sidecar unchanged.
     """
     statement = _single_statement(sql_query, READ_KEYWORDS | WRITE_KEYWORDS, CONTACTS_HINT)
     try:
-        with _session(sidecar_file, account_name, known_accounts, readonly=False) as conn:
+        with _session(sidecar_file, _Scope(account_name, known_accounts, folder_account),
+                      readonly=False) as conn:
             policy = _policy(conn, CONTACTS_HINT, edits_contacts=True)
             with _write_transaction(conn):
                 rows_before = contact_rows(conn)
                 fetched = _execute(conn, statement, policy, _clamp(limit), time_limit)
+                _refuse_returning(policy, fetched)
                 rows_after = contact_rows(conn)
                 diff = contact_diff(rows_before, rows_after)
                 _refuse_non_addresses(diff)
@@ -410,6 +431,16 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
         return stop.result
     result._contact_changes = diff
     return result
+
+
+def _refuse_returning(policy: _Policy, fetched: _Fetched) -> None:
+    """A write with RETURNING is refused (and rolled back): on a view changed through INSTEAD
+    OF triggers SQLite returns the statement's NEW row, not the contact as saved -- NULL for
+    every column an UPDATE does not set, an INSERT's address as written, not as stored."""
+    if policy.wrote_contacts and fetched.columns:
+        raise SqlError("refused: RETURNING is not supported on contacts (SQLite would return "
+                       "NULL for the columns an UPDATE does not set); nothing was changed: "
+                       "make the change without it, then SELECT from contacts")
 
 
 def _refuse_non_addresses(diff: Sequence[dict[str, Any]]) -> None:
@@ -541,14 +572,22 @@ def _skip_comment(text: str, i: int) -> int:
 # Connection set-up
 
 
+@dataclass(frozen=True)
+class _Scope:
+    """What ``account_name`` asks for, with what it is checked and resolved against."""
+
+    account_name: str | None
+    known_accounts: Sequence[str]
+    folder_account: FolderAccount | None
+
+
 @contextmanager
-def _session(path: Path, account_name: str | None, known_accounts: Sequence[str], *,
-             readonly: bool) -> Iterator[sqlite3.Connection]:
+def _session(path: Path, scope: _Scope, *, readonly: bool) -> Iterator[sqlite3.Connection]:
     """A private connection, scoped and limited, closed afterwards; SQLite errors of our own
     statements become SqlError too (the caller's are translated in :func:`_execute`)."""
     conn = _open(path, readonly=readonly)
     try:
-        _prepare(conn, account_name, known_accounts)
+        _prepare(conn, scope)
         yield conn
     except sqlite3.Error as exc:
         raise _translate(exc, None, None) from None
@@ -570,12 +609,12 @@ def _open(path: Path, *, readonly: bool) -> sqlite3.Connection:
     return conn
 
 
-def _prepare(conn: sqlite3.Connection, account_name: str | None,
-             known_accounts: Sequence[str]) -> None:
+def _prepare(conn: sqlite3.Connection, scope: _Scope) -> None:
     """Account scope and limits, set before the authorizer (which would refuse the DDL)."""
-    account = _checked_account(conn, account_name, known_accounts)
+    account = _checked_account(conn, scope.account_name, scope.known_accounts)
     if account is not None:
-        for statement in _scoped_views(account):
+        folders = _account_folders(conn, account, scope.folder_account)
+        for statement in _scoped_views(account, folders):
             conn.execute(statement)
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_CHARS)
@@ -594,12 +633,30 @@ def _checked_account(conn: sqlite3.Connection, account_name: str | None,
     return account_name
 
 
-def _scoped_views(account: str) -> list[str]:
+def _account_folders(conn: sqlite3.Connection, account: str,
+                     folder_account: FolderAccount | None) -> list[str]:
+    """The mirror's folders (relative to the mail root) that hold the account's files."""
+    if folder_account is None:
+        return []
+    return [folder for (folder,) in conn.execute(
+        "SELECT DISTINCT folder FROM message_folders") if folder_account(folder) == account]
+
+
+_PLACEHOLDER = re.compile(r"\{account\}|\{folders\}")
+
+
+def _scoped_views(account: str, folders: Sequence[str]) -> list[str]:
     """TEMP views that shadow the published ones for unqualified names in this connection
     (which views, and how: see _SCOPED_SELECTS)."""
-    name = "'" + account.replace("'", "''") + "'"
-    return [f"CREATE TEMP VIEW {view} AS {select.replace('{account}', name)}"
+    # One pass over the whole template: a name holding "{folders}" stays that name.
+    values = {"{account}": _quoted(account), "{folders}": ", ".join(map(_quoted, folders))}
+    return [f"CREATE TEMP VIEW {view} AS " + _PLACEHOLDER.sub(
+                lambda hit: values[hit.group()], select.replace("{messages}", _ACCOUNT_MESSAGES))
             for view, select in _account_scopes().items() if select is not None]
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _policy(conn: sqlite3.Connection, hint: str, *, edits_contacts: bool = False) -> _Policy:
@@ -677,6 +734,8 @@ class _Policy:
     refusal: str | None = field(default=None, init=False)
     # Internal tables this statement has read through a published view so far.
     via_views: set[str] = field(default_factory=set, init=False)
+    # Whether the statement writes the contacts view (a SELECT's rows are its answer).
+    wrote_contacts: bool = field(default=False, init=False)
 
     def __call__(self, action: int, arg1: str | None, arg2: str | None, db: str | None,
                  context: str | None) -> int:
@@ -747,6 +806,7 @@ class _Policy:
         if context in sidecar.CONTACT_TRIGGERS and table == "contact_info" and db == "main":
             return None
         if table == "contacts" and db in (None, "main") and context is None:
+            self.wrote_contacts = True
             return self._contacts_write(action, column)
         return self._refuse(f"{verb} on {table}")
 
