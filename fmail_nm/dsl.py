@@ -47,7 +47,7 @@ MAX_TOKENS = 200
 MAX_DEPTH = 32
 
 DSL_HELP = """\
-Query syntax (empty = all mail). Words and "exact phrases" (whole words, any case).
+Query syntax (empty = all mail). Whole words (inv* = starting inv) and "exact phrases", any case.
 from: to: (cc: bcc: = to:, all recipients) subject: body: filename: (attachment names);
   from:(a OR b) applies to each word; from:me to:me = the user's own addresses.
 is:unread is:read is:flagged(=starred) replied forwarded sent draft inbox archived list blocked
@@ -57,7 +57,7 @@ in:inbox sent drafts archive trash spam(=junk) anywhere, or a folder: in:Receipt
 after:2026-03-01 (on or after) before:2026-04 (before) on:2026-03-15; dates YYYY-MM-DD,
   YYYY/MM/DD, YYYY-MM, YYYY, today, yesterday, unix seconds, local midnight;
   newer_than:3d older_than:1y (h d w m=months y)
-id:<message-id> thread:<thread-id>; raw:"<notmuch query>" passes notmuch syntax through.
+id:<message-id> thread:<thread-id>; raw:"<query in notmuch's syntax>".
 a b = AND; a OR b = a | b = {a b}; -a = NOT a; ( ); NOT > AND > OR; lowercase or/and/not
   are words; a AROUND 5 b: within 5 words ("a AROUND 5 b": a first).
 Spam and deleted mail are hidden unless the query names them (is:spam, in:trash, ...) or
@@ -332,15 +332,17 @@ def _has_word(value: str) -> bool:
     return any(c == "_" or unicodedata.ucd_3_2_0.category(c)[0] in "LN" for c in value)
 
 
-def _has_new_letter(value: str) -> bool:
-    """Whether the value has a letter or digit by today's Unicode tables.  Asked of a value
-    with none of Unicode 3.2's (see _has_word), it tells letters Xapian may or may not index
-    (see the module docstring) from punctuation."""
-    return any(unicodedata.category(c)[0] in "LN" for c in value)
+def _only_punctuation(value: str) -> bool:
+    """Whether a value with no word (see _has_word) is only ASCII signs and punctuation,
+    which a search ignores as Gmail does.  An emoji, a symbol or a letter Xapian may not
+    index (see the module docstring) is what the user looks for: dropping it would widen
+    the search."""
+    return all(c.isascii() or unicodedata.category(c)[0] == "P" for c in value)
 
 
-_NEW_LETTERS_NOTE = "characters newer than Unicode 3.2 alone cannot be searched"
-_NEW_LETTERS_ONLY = f"words with letters or digits ({_NEW_LETTERS_NOTE})"
+_UNSEARCHABLE_NOTE = ("emoji, symbols and characters newer than Unicode 3.2 alone cannot be "
+                      "searched")
+_UNSEARCHABLE = f"words with letters or digits ({_UNSEARCHABLE_NOTE})"
 
 
 def _clean_phrase(value: str) -> str:
@@ -413,6 +415,21 @@ def _near_word(tok: _Tok) -> str:
         raise DslError(tok.pos, "a word other than and, or, not, xor, near or adj each side of "
                                 "AROUND", _shown(tok.text))
     return word
+
+
+# Xapian expands a prefix to every word starting with it, unbounded in notmuch: a short one
+# would make a query of much of the index's vocabulary.
+MIN_PREFIX = 3
+
+
+def _word_prefix(value: str, pos: int) -> _Atom:
+    """``invo*``: words starting with a plain word (Xapian's wildcard, which reads anything
+    but letters and digits as query syntax)."""
+    stem = value[:-1].lower()
+    if len(stem) < MIN_PREFIX or not all(map(_near_char, stem)) or stem in _XAPIAN_OPERATORS:
+        raise DslError(pos, f"a plain word of {MIN_PREFIX} or more letters or digits before "
+                       "a trailing '*' (words starting with it)", _shown(value))
+    return _Atom(stem + "*")
 
 
 # --------------------------------------------------------------------------- dates
@@ -604,6 +621,7 @@ class _Parser:
     or := and (OR and)*;  and := unary (AND? unary)*;  unary := (NOT | -)* primary."""
 
     def __init__(self, text: str, ctx: DslContext) -> None:
+        self.text = text
         self.toks = _lex(text)
         self.i = 0
         self.ctx = ctx
@@ -654,6 +672,9 @@ class _Parser:
             opening = "(" if self.tok.kind == _RPAREN else "{"
             raise DslError(self.tok.pos, "a search term or the end of the query",
                            f"a '{self.tok.kind}' with no matching '{opening}'")
+        if node is _EMPTY:  # every term ignored: a search for nothing must not find all mail
+            raise DslError(self.toks[0].pos, "words with letters or digits (punctuation alone "
+                           "is ignored; an empty search is all mail)", _shown(self.text))
         return node
 
     def _or_expr(self, default: str | None) -> _Node:
@@ -807,9 +828,13 @@ class _Parser:
 
     def _bare_value(self, name: str | None, value: str, pos: int) -> _Node:
         """An unquoted value: Gmail's ``me`` after an address field is the user ("me" in
-        quotes is the word)."""
+        quotes is the word); with no field, ``*`` is all mail and ``inv*`` a word prefix."""
         if name in _ADDRESS_FIELDS and value.lower() == "me":
             return self._me(name, pos)
+        if name is None and value == "*":
+            return _ALL  # notmuch's word for all mail
+        if name is None and value.endswith("*"):
+            return _word_prefix(value, pos)
         return self._term(name, value, pos)
 
     def _me(self, name: str, pos: int) -> _Node:
@@ -825,18 +850,21 @@ class _Parser:
             text = _clean_phrase(value)
             if _has_word(text):
                 return _phrase_atom("", text)
-            if _has_new_letter(text):  # dropped, it would find everything instead of it
-                raise DslError(pos, _NEW_LETTERS_ONLY, _shown(value))
+            if not _only_punctuation(text):
+                raise DslError(pos, _UNSEARCHABLE, _shown(value))
             return _EMPTY  # punctuation alone: ignored, as Gmail does
         if not value:
             raise DslError(pos, f"a value after '{name}:'", "an empty value")
         return self.handlers[name](name, value, pos)
 
     def _phrase_field(self, name: str, value: str, pos: int) -> _Node:
+        if value.endswith("*"):  # would be blanked: a search for the word, not its prefix
+            raise DslError(pos, f"whole words after '{name}:' (inv* without a field finds "
+                           "words starting with inv)", _shown(value))
         text = _clean_phrase(value)
         if not _has_word(text):
             raise DslError(pos, f"a value with letters or digits after '{name}:' "
-                           f"({_NEW_LETTERS_NOTE})", _shown(value))
+                           f"({_UNSEARCHABLE_NOTE})", _shown(value))
         atom = _phrase_atom(_PHRASE_FIELDS[name], text)
         if name == "filename" and text.lower() in ("pdf", ".pdf"):
             return _mk_or([atom, _INLINE_PDF])  # as has:attachment: PDFs sent inline too

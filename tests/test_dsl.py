@@ -88,7 +88,6 @@ def epoch(*args: int, tz: timezone | ZoneInfo = UTC) -> int:
         ("10:30", '"10:30"'),
         ("T10:30", '"T10:30"'),
         ("foo - bar", '"foo" AND "bar"'),
-        ("-", "*"),
         ("!!! foo", '"foo"'),
         ("a&b", '"a&b"'),
     ],
@@ -130,7 +129,7 @@ def test_phrase_fields(text: str, expected: str) -> None:
         ("(OR)", 'from:"OR"'),
         ("/a.*b/", 'from:"a. b"'),
         ("/abc", 'from:"abc"'),
-        ("tag:secret*", 'from:"tag:secret"'),
+        ("tag:sec*ret", 'from:"tag:sec ret"'),  # a trailing * is an error
         ("a\x00b\nc\td", 'from:"a b c d"'),
         ("back\\\\slash", 'from:"back\\slash"'),
     ],
@@ -168,8 +167,44 @@ def test_a_search_word_of_letters_xapian_may_not_index_is_an_error(value: str, f
 
 
 def test_punctuation_alone_is_ignored_as_gmail_does() -> None:
-    assert q('"!!!"') == q("!!!") == "*"
-    assert q('a "!!!"') == '"a"'
+    assert q('a "!!!"') == q("a - :") == '"a"'
+
+
+@pytest.mark.parametrize("text", ["😀", '"😀"', "-", ":", '""', "\\", "#", "-!!!", "(!!!)",
+                                  "!!! OR ??"])
+def test_a_search_with_nothing_to_search_is_refused(text: str) -> None:
+    """Every term ignored left "all mail"; notmuch finds nothing for an emoji.  Only an
+    empty search (or notmuch's `*`) is all mail."""
+    assert err(text).position == 0
+    assert q("") == q("*") == "*"
+
+
+@pytest.mark.parametrize("text",
+                         ["invoice 😀", 'invoice "😀"', "invoice €", "a OR ™", "a -😀"])
+def test_a_symbol_among_words_is_refused_not_dropped(text: str) -> None:
+    # Dropped like punctuation, it would widen the search to mail without it.
+    assert "cannot be searched" in err(text).expected
+    assert q("invoice 😀x") == '"invoice" AND "😀x"'
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("invo*", "invo*"),
+    ("Invo* -paid", 'invo* AND NOT "paid"'),
+    ("from:anna (inv* OR rech*)", 'from:"anna" AND (inv* OR rech*)'),
+    ("über*", "über*"),
+])
+def test_a_trailing_star_searches_words_starting_with_the_word(text: str, expected: str) -> None:
+    assert q(text) == expected
+
+
+@pytest.mark.parametrize("text", ["in*", "e-mail*", "and*", "invo**", "**", "*invo*"])
+def test_a_star_after_anything_but_a_plain_word_is_an_error(text: str) -> None:
+    assert "before a trailing '*'" in err(text).expected
+
+
+@pytest.mark.parametrize("text", ["from:anna*", 'subject:"invo*"', "body:(inv* OR x)"])
+def test_field_values_are_whole_words(text: str) -> None:
+    assert "whole words" in err(text).expected
 
 
 @pytest.mark.parametrize(
@@ -586,7 +621,9 @@ def test_bad_periods(value: str) -> None:
         ("-in:anywhere", 'sexp:"(not ())"'),
         ("a OR -in:anywhere", '"a"'),
         ("!!! OR a", '"a"'),
-        ("-!!!", "*"),
+        ("a OR *", "*"),
+        ("a *", '"a"'),
+        ("-*", 'sexp:"(not ())"'),
         ("from:a OR from:b", 'from:"a" OR from:"b"'),
         ("is:read is:flagged", 'tag:"flagged" AND NOT tag:"unread"'),
     ],

@@ -312,6 +312,9 @@ ALL_VISIBLE = {m[0] for m in MESSAGES} - {"spam@t", "trash@t"}
         ("-is:unread -in:anywhere", set()),
         ('raw:"from:alice or from:carol"', {"at@t", "endmar@t"}),
         ('raw:"tag:spam"', {"spam@t"}),
+        ("lun*", {"at@t"}),  # a word prefix
+        ("BOUNDAR* -from:bob", {"at@t"}),
+        ("lunch OR *", ALL_VISIBLE),
     ],
 )
 def test_semantics(db: notmuch2.Database, text: str, expected: set[str]) -> None:

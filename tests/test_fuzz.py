@@ -185,10 +185,11 @@ QUERIES = st.recursive(
 
 def _dropped(text: str) -> bool:
     """Whether the search is dropped whole, as a bare phrase of punctuation is (Gmail ignores
-    it too): it is then neutral in AND and OR, and its negation is dropped as well, so the
-    set algebra does not apply to it."""
+    it too; alone, it is refused): it is then neutral in AND and OR, and its negation is
+    dropped as well, so the set algebra does not apply to it."""
     try:
-        return compile_query(f"-({text})", CTX).query == compile_query(text, CTX).query == "*"
+        return (compile_query(f"in:anywhere -({text})", CTX).query
+                == compile_query(f"in:anywhere ({text})", CTX).query == "*")
     except DslError:
         return False
 

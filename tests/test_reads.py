@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -539,21 +541,52 @@ def test_a_cursors_moment_cannot_be_moved(mb: reads.Mailbox) -> None:
     assert plain is not None and plain.count(".") == 1
 
 
+def test_a_raw_query_notmuch_cannot_parse_is_pointed_at(mb: reads.Mailbox) -> None:
+    """notmuch2 gives only "A Xapian exception occurred": the error names the part to fix
+    and how a date range is written."""
+    with pytest.raises(QueryError, match=r'raw: part.*raw:"date:2026-03-01\.\.2026-03-31"'):
+        reads.search_emails(mb, 'invoice raw:"date:garbage.."')
+
+
+@contextmanager
+def machine_zone(monkeypatch: pytest.MonkeyPatch, name: str) -> Iterator[None]:
+    monkeypatch.setenv("TZ", name)
+    time.tzset()
+    try:
+        yield
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def utc_epoch(*args: int) -> int:
+    return int(datetime(*args, tzinfo=timezone.utc).timestamp())
+
+
 def test_dates_are_days_of_the_users_time_zone(mb: reads.Mailbox,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """on:/after:/before: take the machine's time zone, as notmuch's date: does: in Los
     Angeles on:2026-11-29 starts at 08:00 UTC."""
-    import time
-
-    monkeypatch.setenv("TZ", "America/Los_Angeles")
-    time.tzset()
-    try:
+    with machine_zone(monkeypatch, "America/Los_Angeles"):
         query = mb.compile("on:2026-11-29").query
-    finally:
-        monkeypatch.delenv("TZ")
-        time.tzset()
-    start = int(datetime(2026, 11, 29, 8, 0, tzinfo=timezone.utc).timestamp())
-    end = int(datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc).timestamp())
+    start, end = utc_epoch(2026, 11, 29, 8), utc_epoch(2026, 11, 30, 8)
+    assert f"date:@{start}..@{end - 1}" in query, query
+
+
+def test_a_days_offset_is_the_one_the_zone_has_that_day(mb: reads.Mailbox,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Searched on December 1 (standard time), a summer day still starts at its own local
+    midnight, so on: agrees with the listing's local dates; and where a DST switch skips
+    midnight (Havana, 2026-03-08) the day starts when its clock does, at 01:00."""
+    trip = reads.search_emails(mb, "id:school-trip-3@example.com").results[0]
+    with machine_zone(monkeypatch, "America/Los_Angeles"):
+        assert render.when(trip.date) == "2026-03-10 00:02"
+        assert f"date:@{utc_epoch(2026, 3, 10, 7)}.." in mb.compile("on:2026-03-10").query
+        assert trip.id in ids(reads.search_emails(mb, "on:2026-03-10"))
+        assert trip.id not in ids(reads.search_emails(mb, "on:2026-03-09"))
+    with machine_zone(monkeypatch, "America/Havana"):
+        query = mb.compile("on:2026-03-08").query
+    start, end = utc_epoch(2026, 3, 8, 5), utc_epoch(2026, 3, 9, 4)
     assert f"date:@{start}..@{end - 1}" in query, query
 
 

@@ -158,6 +158,18 @@ def _checked(query: str) -> str:
     return query
 
 
+def _rejected(exc: notmuch2.NotmuchError) -> QueryError:
+    """The model's error for a query notmuch refused.  notmuch2 keeps Xapian's reason (e.g.
+    "Didn't understand date specification") from us; the search language's own terms always
+    parse, so it is a part written in notmuch's syntax it could not read."""
+    hint = ""
+    if isinstance(exc, notmuch2.XapianError):
+        hint = (" -- it could not parse what is in its own syntax (a raw: part, a tagging "
+                'rule\'s query): e.g. raw:"date:2026-03-01..2026-03-31" (dates YYYY-MM-DD), '
+                "or use after:/before:")
+    return QueryError(f"notmuch rejected the query: {exc}{hint}")
+
+
 class IndexKeptChanging(NotmuchAccessError):
     """Another program committed to the index during every try of a read."""
 
@@ -534,7 +546,7 @@ class Reader:
         try:
             return self._retrying(fn)
         except notmuch2.NotmuchError as exc:
-            raise QueryError(f"notmuch rejected the query: {exc}") from None
+            raise _rejected(exc) from None
 
     def messages(self, query: str, *, exclude_tags: Sequence[str] | None = None,
                  sort: str = "newest", offset: int = 0, limit: int | None = None) -> list[IndexedMessage]:
@@ -781,7 +793,7 @@ class WriteTxn:
         try:
             return _ids(self._db, query)
         except notmuch2.NotmuchError as exc:
-            raise QueryError(f"notmuch rejected the query: {exc}") from None
+            raise _rejected(exc) from None
 
     def get(self, message_id: str) -> IndexedMessage | None:
         try:

@@ -24,7 +24,7 @@ from pathlib import Path
 from time import sleep
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
-from ..clock import iso_from_epoch, utc_now
+from ..clock import MACHINE_ZONE, iso_from_epoch, utc_now
 from ..config import THREAD_ID, Config
 from ..dsl import CompiledQuery, DslContext, DslError, compile_query, date_range_query
 from ..errors import CallerError
@@ -78,8 +78,8 @@ class Mailbox:
         """What the DSL needs, relative dates counted back from ``anchor`` (epoch seconds)
         or else from now, to the second (a later page passes the first page's moment).
         Dates are days of the user's time zone (the machine's, as notmuch's date: reads
-        them): on:2026-11-29 starts at local midnight."""
-        now = self.clock().astimezone()
+        them): on:2026-11-29 starts at local midnight, in summer time or not."""
+        now = self.clock().astimezone(MACHINE_ZONE)
         now = (now.replace(microsecond=0) if anchor is None
                else datetime.fromtimestamp(anchor, now.tzinfo))
         return DslContext(
