@@ -130,6 +130,43 @@ async def test_thread_and_unanswered_lines(client: Client, shared_indexed: MailE
     assert lines[1].endswith(" - to Ben Carter, Chloe Dubois | Cabin: remaining payment")
 
 
+HIDDEN_NOTE = "1 more hidden as spam/deleted (in:anywhere shows them)"
+
+
+@pytest.mark.anyio
+async def test_a_thread_listing_says_how_many_matches_are_hidden_as_spam_or_deleted(
+        client: Client, shared_indexed: MailEnv) -> None:
+    """As a search does, on its last page only: a bare "no threads" for mail that is in the
+    spam folder reads as mail that does not exist."""
+    lines, data = await call(client, "search_emails", {"query": "from:prizes"})
+    assert lines[0].startswith(f"no matches; {HIDDEN_NOTE}; indexed ") and data["hidden"] == 1
+    lines, data = await call(client, "list_threads", {"query": "from:prizes"})
+    assert lines == [f"no threads; {HIDDEN_NOTE}"] and data["hidden"] == 1
+    query = "from:prizes OR id:school-trip-1@example.com OR id:thread-deep-1@example.net"
+    lines, data = await call(client, "list_threads", {"query": query, "limit": 1})
+    assert lines[0] == f"1 of 2 threads; next_cursor={data['next_cursor']}"
+    assert "hidden" not in data  # counted on the last page alone
+    lines, data = await call(client, "list_threads", {"query": query, "limit": 1,
+                                                      "cursor": data["next_cursor"]})
+    assert lines[0] == f"1 of 2 threads; {HIDDEN_NOTE}" and data["hidden"] == 1
+    # a search for a tag alone, whose counts the mirror keeps
+    every = int(shared_indexed.notmuch("count", "--exclude=false", "tag:unread").stdout)
+    shown = int(shared_indexed.notmuch("count", "tag:unread").stdout)
+    assert every > shown
+    _, data = await call(client, "list_threads", {"query": "is:unread", "limit": 500})
+    assert data["hidden"] == every - shown and data["matched_messages"] == shown
+
+
+@pytest.mark.anyio
+async def test_a_count_of_one_reads_in_the_singular(client: Client) -> None:
+    lines, _ = await call(client, "list_threads", {"query": "id:school-trip-1@example.com"})
+    assert lines[0] == "1 of 1 thread"
+    lines, _ = await call(client, "get_thread", {"thread_id": uid(PDF), "include_bodies": False})
+    assert lines[0].endswith(": Your invoice 2026-0042 (1 message)")
+    lines, _ = await call(client, "query_emails", {"sql_query": "SELECT 1 AS one"})
+    assert lines == ["1 row", "one", "1"]
+
+
 @pytest.mark.anyio
 async def test_one_message_is_a_header_block_and_a_marked_body(client: Client,
                                                                shared_indexed: MailEnv) -> None:

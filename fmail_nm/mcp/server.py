@@ -305,9 +305,9 @@ def build_server(config: Config, clock: Callable[[], Any] = utc_now, *,
     async def list_threads(query: str = "in:inbox", since: Since = None, until: Until = None,
                            unread_only: bool = False, limit: Limit = reads.DEFAULT_LIMIT,
                            cursor: Cursor = None) -> dto.ThreadList:
-        """Conversations matching a search (search_emails syntax), newest activity first.
-        Text: a header line, then per thread: thread id, last date, messages (matched/all),
-        flags (U3 = 3 unread), authors | subject. get_thread reads one."""
+        """Threads of a search_emails query, newest activity first. Text: a header, then per
+        thread: id, last date, messages (matched/all), flags of any message (U3: 3 unread),
+        authors | subject. get_thread reads one."""
         return await service.call(reads.list_threads, query, since, until, unread_only, limit, cursor)
 
     @server.tool(profile="read", annotations=READ_ONLY)

@@ -109,8 +109,8 @@ class SearchResult(Dto):
     total: int = Field(description="all matches")
     next_cursor: str | None = None
     query: str = Field(description="notmuch query run")
-    hidden: int | None = Field(default=None, description="more matches hidden as spam/deleted "
-                               "(in:anywhere shows them)")
+    hidden: int = Field(default=0, description="more matches hidden as spam/deleted "
+                        "(in:anywhere shows them)")
     indexed_at: str | None = Field(default=None, description="when the index last changed (UTC)")
 
     @computed_field  # type: ignore[prop-decorator]
@@ -146,6 +146,8 @@ class ThreadList(Dto):
                               "when more than 1,000 messages match")
     matched_messages: int
     next_cursor: str | None = None
+    hidden: int = Field(default=0, description="more matching messages hidden as "
+                        "spam/deleted (in:anywhere shows them)")
 
 
 class Attachment(Dto):

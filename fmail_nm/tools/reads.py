@@ -424,12 +424,7 @@ def _search_page(mb: Mailbox, mirror: Answerable | None, nm_query: str,
     else:
         ids = _page_ids(mb, nm_query, exclude_tags, sort, offset, limit)
     total = total_of()
-
-    def excluded() -> int:
-        if kept is not None:
-            return kept[1]
-        return mb.reader.count(nm_query, exclude_tags=()) - total
-    return ids, total, excluded
+    return ids, total, _excluded_of(mb, nm_query, kept, total)
 
 
 Page = TypeVar("Page", bound=tuple[Any, ...])
@@ -600,6 +595,15 @@ def _kept_counts(mirror: Answerable | None) -> tuple[int, int] | None:
     return None if kept is None else (kept[1], kept[0] - kept[1])
 
 
+def _excluded_of(mb: Mailbox, nm_query: str, kept: tuple[int, int] | None,
+                 shown: int) -> Callable[[], int]:
+    """(A function counting) the matches a search leaves out as spam or deleted, of its
+    ``shown`` ones: kept by the mirror, or every match counted by notmuch less those."""
+    if kept is not None:
+        return lambda: kept[1]
+    return lambda: mb.reader.count(nm_query, exclude_tags=()) - shown
+
+
 def _total_of(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
               kept: tuple[int, int] | None) -> Callable[[], int]:
     """The matches a search shows: kept by the mirror, or counted by notmuch on a second
@@ -681,15 +685,13 @@ def echoed_query(nm_query: str) -> str:
     return dto.cut(nm_query, MAX_ECHOED_QUERY)
 
 
-def _hidden(compiled: CompiledQuery, cursor: str | None,
-            excluded: Callable[[], int]) -> int | None:
+def _hidden(compiled: CompiledQuery, cursor: str | None, excluded: Callable[[], int]) -> int:
     """On the last page: how many more messages match among the excluded (spam, deleted)
     ones, so "0 results" never hides that a blocked sender's mail is there.  One count,
     only when there are exclusions and no further page."""
     if cursor is not None or not compiled.exclude_tags:
-        return None
-    hidden = excluded()
-    return hidden if hidden > 0 else None
+        return 0
+    return max(excluded(), 0)
 
 
 # Counting threads reads the thread of every matching message (65 ms for 5,000 at 20k
@@ -708,7 +710,8 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
                             extra="tag:unread" if unread_only else None)
     fp = _fingerprint("threads", nm_query, compiled.exclude_tags)
     mirror = answerable(mb, nm_query, compiled.exclude_tags)
-    total_of = _total_of(mb, nm_query, compiled.exclude_tags, _kept_counts(mirror))
+    kept = _kept_counts(mirror)
+    total_of = _total_of(mb, nm_query, compiled.exclude_tags, kept)
 
     def fetch(offset: int, limit: int) -> tuple[list[ThreadSummary], bool]:
         return _thread_page(mb, nm_query, compiled.exclude_tags, mirror, offset, limit)
@@ -731,10 +734,12 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
             messages=t.message_count, matched=t.matched_count, unread=unread.get(t.thread_id, 0),
             tags=dto.shown_tags(t.tags),
             attachment=t.thread_id in attached or ATTACHMENT in t.tags))
+    cursor_out = (make_cursor(offset + len(page), fp, compiled.anchor, page[-1].thread_id)
+                  if more and page else None)
     return dto.ThreadList(threads=refs, total=total, matched_messages=matched,
-                          next_cursor=(make_cursor(offset + len(page), fp, compiled.anchor,
-                                                   page[-1].thread_id)
-                                       if more and page else None))
+                          next_cursor=cursor_out,
+                          hidden=_hidden(compiled, cursor_out,
+                                         _excluded_of(mb, nm_query, kept, matched)))
 
 
 def _resumed_thread_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],

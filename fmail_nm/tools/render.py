@@ -16,8 +16,9 @@ The formats are stable and described in the tool descriptions and the README:
   the sender is replaced by ``to`` and the first recipients.
 * thread listings (``list_threads``): a header line (the thread total only when at most
   1,000 messages match, else the message count), then thread id, last activity, message
-  count (matched/all when a search matched part of a thread), flags (``U3``: 3 unread),
-  authors, ``|``, subject;
+  count (matched/all when a search matched part of a thread), flags (``U3``: 3 unread) of
+  any of its messages, as notmuch tags a thread (those a search leaves out too: ``+deleted``
+  says one is deleted, not that all are), authors, ``|``, subject;
 * unanswered threads: thread id, date of the user's last message, days silent, message count,
   ``last=<id>`` of that message, ``to`` whom, ``|``, subject;
 * SQL results: a header line, the column names, then one line per row, cells tab-separated;
@@ -142,17 +143,26 @@ def _subject(text: str | None) -> str:
     return " ".join(one_line(text or "").split()) or "(no subject)"
 
 
+def counted(count: int, noun: str) -> str:
+    """``1 message``, ``2 messages``: a count and its noun, agreeing."""
+    return f"{count} {noun if count == 1 else noun + 's'}"
+
+
 def _page(shown: int, cursor: str | None, total: int, noun: str = "") -> str:
+    """``2 of 7`` (``noun``: what is counted, singular), ``no threads``."""
     if not shown:
-        return f"no {noun or 'matches'}" if not total else f"0 of {total}"
-    return f"{shown} of {total}{' ' + noun if noun else ''}" + (
+        return f"no {noun + 's' if noun else 'matches'}" if not total else f"0 of {total}"
+    return f"{shown} of {counted(total, noun) if noun else total}" + (
         f"; next_cursor={cursor}" if cursor else "")
 
 
+def _hidden(hidden: int) -> list[str]:
+    """The header's note of the matches left out as spam or deleted (see reads._hidden)."""
+    return [f"{hidden} more hidden as spam/deleted (in:anywhere shows them)"] if hidden else []
+
+
 def search_text(r: dto.SearchResult) -> str:
-    head = [_page(len(r.results), r.next_cursor, r.total)]
-    if r.hidden:
-        head.append(f"{r.hidden} more hidden as spam/deleted (in:anywhere shows them)")
+    head = [_page(len(r.results), r.next_cursor, r.total), *_hidden(r.hidden)]
     if r.indexed_at:
         head.append(f"indexed {when(r.indexed_at)}")
     return "\n".join([_noted("; ".join(head), len(r.results)), *(email_line(e) for e in r.results)])
@@ -181,11 +191,12 @@ def email_line(e: dto.EmailRef) -> str:
 
 def threads_text(r: dto.ThreadList) -> str:
     if r.total is not None:
-        head = _page(len(r.threads), r.next_cursor, r.total, "threads")
+        head = _page(len(r.threads), r.next_cursor, r.total, "thread")
     else:  # too many matches to count their threads
-        head = (f"{len(r.threads)} threads of {r.matched_messages} matching messages"
+        head = (f"{counted(len(r.threads), 'thread')} of "
+                f"{counted(r.matched_messages, 'matching message')}"
                 + (f"; next_cursor={r.next_cursor}" if r.next_cursor else ""))
-    lines = [_noted(head, len(r.threads))]
+    lines = [_noted("; ".join([head, *_hidden(r.hidden)]), len(r.threads))]
     for t in r.threads:
         count = f"{t.matched}/{t.messages}" if t.matched < t.messages else str(t.messages)
         mark = (f"U{t.unread}" if t.unread else "") + flags(
@@ -196,7 +207,7 @@ def threads_text(r: dto.ThreadList) -> str:
 
 
 def unanswered_text(r: dto.UnansweredList) -> str:
-    lines = [_noted(_page(len(r.threads), r.next_cursor, r.total, "threads"),
+    lines = [_noted(_page(len(r.threads), r.next_cursor, r.total, "thread"),
                     len(r.threads))]
     lines += [f"{t.thread} {when(t.date)} {t.days_silent}d {t.messages} last={t.last} to "
               f"{', '.join(shown_name(p) for p in t.to) or '?'} | {_subject(t.subject)}"
@@ -205,9 +216,9 @@ def unanswered_text(r: dto.UnansweredList) -> str:
 
 
 def sql_text(r: SqlResult) -> str:
-    head = f"{r.row_count} rows" + ("; truncated: more rows existed" if r.truncated else "")
+    head = counted(r.row_count, "row") + ("; truncated: more rows existed" if r.truncated else "")
     if r.truncated_cells:
-        head += f"; {r.truncated_cells} cells cut at 2000 characters"
+        head += f"; {counted(r.truncated_cells, 'cell')} cut at 2000 characters"
     return "\n".join([head, "\t".join(r.columns), *("\t".join(_cell(v) for v in row)
                                                      for row in r.rows)])
 
@@ -239,7 +250,7 @@ def _body(b: dto.Body) -> str:
     more = f"; more: body_offset={b.next_offset}" if b.next_offset is not None else ""
     html = "; from HTML" if b.from_html else ""
     notes = "".join(f"; {one_line(note)}" for note in b.notes)
-    cut = (f"; clean left out {b.left_out} chars of quotes, signature, footers or "
+    cut = (f"; clean left out {counted(b.left_out, 'char')} of quotes, signature, footers or "
            "forwarded text: body_format=full has them" if b.left_out else "")
     return f"body ({b.format}, {shown}{more}{html}{notes}{cut}):\n" + untrusted(b.text, "body")
 
@@ -259,7 +270,7 @@ def email_text(e: dto.EmailFull) -> str:
     if e.attachments:
         lines.append("attachments: " + "; ".join(
             f"[{a.index}] {one_line(a.filename or '(unnamed)')} ({one_line(a.content_type)}, "
-            f"{a.size} bytes)"
+            f"{counted(a.size, 'byte')})"
             for a in e.attachments)
             + (f"; {dto.MORE}{e.more_attachments} more: get_attachment index="
                f"{len(e.attachments)} to {len(e.attachments) + e.more_attachments - 1}"
@@ -278,9 +289,9 @@ def emails_text(r: dto.EmailsContent) -> str:
 
 def thread_text(t: dto.ThreadFull) -> str:
     number = {m.id: n for n, m in enumerate(t.messages, 1)}
-    count = (f"{len(t.messages)} of {len(t.messages) + t.more_messages}" if t.more_messages
-             else str(len(t.messages)))
-    lines = [_noted(f"thread {t.thread}: {_subject(t.subject)} ({count} messages"
+    count = (f"{len(t.messages)} of {counted(len(t.messages) + t.more_messages, 'message')}"
+             if t.more_messages else counted(len(t.messages), "message"))
+    lines = [_noted(f"thread {t.thread}: {_subject(t.subject)} ({count}"
                     + ("; later bodies left out by max_total_chars)" if t.truncated else ")"),
                     len(t.messages))]
     for n, m in enumerate(t.messages, 1):
@@ -292,7 +303,7 @@ def thread_text(t: dto.ThreadFull) -> str:
         if m.body is not None:
             lines.append(_body(m.body))
     if t.more_messages:
-        lines.append(f"\n{dto.MORE}{t.more_messages} more messages: search_emails "
+        lines.append(f"\n{dto.MORE}{counted(t.more_messages, 'more message')}: search_emails "
                      f"query=thread:{t.thread} (sort=oldest) lists them, get_email reads one")
     return "\n".join(lines)
 
@@ -308,13 +319,13 @@ def accounts_text(r: dto.AccountList) -> str:
 def attachment_text(a: dto.AttachmentContent) -> str:
     info = a.attachment
     head = (f"attachment [{a.path or info.index}] {one_line(info.filename or '(unnamed)')} "
-            f"({one_line(info.content_type)}, {info.size} bytes) of {a.id}"
+            f"({one_line(info.content_type)}, {counted(info.size, 'byte')}) of {a.id}"
             + ("; truncated" if a.truncated else "") + (f"; {a.note}" if a.note else ""))
     return head if a.text is None else head + "\n" + untrusted(a.text, "attachment")
 
 
 def tags_text(r: dto.TagList) -> str:
-    more = ([f"{dto.MORE}{r.more} more tags, each on fewer messages: query_emails "
+    more = ([f"{dto.MORE}{counted(r.more, 'more tag')}, each on fewer messages: query_emails "
              "tags lists every tag"] if r.more else [])
     return "\n".join([*(f"{one_line(t.tag)} {t.count}" for t in r.tags), *more]) or "no tags"
 
@@ -328,9 +339,9 @@ def folders_text(r: dto.FolderList) -> str:
         lines.append(f"{one_line(f.folder)}{name}{role}: {f.total}, {f.unread} unread"
                      + (f"; account {f.account}" if owner else ""))
     if r.more:
-        lines.append(f"{dto.MORE}{r.more} more folders, each with less mail: list_folders "
-                     "account=<name> for one account; query_emails emails (account_name, "
-                     "folder) for those with mail")
+        lines.append(f"{dto.MORE}{counted(r.more, 'more folder')}, each with less mail: "
+                     "list_folders account=<name> for one account; query_emails emails "
+                     "(account_name, folder) for those with mail")
     return "\n".join(lines) or "no folders"
 
 
@@ -371,8 +382,8 @@ def contacts_text(r: ContactsResult) -> str:
     """A SELECT's rows as query_emails shows them; a change as ``contacts changed: 2; blocked:
     a@b.org; audit 5 (...)``; a dry run as a write's dry run."""
     if r.dry_run:
-        return "\n".join([f"dry run, nothing changed: {r.changed} contacts would change; "
-                          f"e.g. {_addresses(r.sample)}",
+        return "\n".join([f"dry run, nothing changed: {counted(r.changed, 'contact')} would "
+                          f"change; e.g. {_addresses(r.sample)}",
                           f"(call again with confirm_count={r.changed})"])
     if r.columns:
         return sql_text(r)
