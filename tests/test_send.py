@@ -571,8 +571,8 @@ def test_refusals_change_nothing(bed: Bed, tmp_path: Path) -> None:
 
 
 def draft_named(error: BaseException) -> str:
-    """The draft_id a refused or failed direct send names, "... (draft_id ID)"."""
-    return str(error).rpartition("draft_id ")[2].rstrip(")")
+    """The draft_id a refused or failed direct send names, "... (draft_id ID: ...)"."""
+    return re.search(r"\(draft_id (\S+?):", str(error))[1]
 
 
 def test_sending_off_and_the_hourly_limit(bed: Bed) -> None:
@@ -604,6 +604,8 @@ def test_a_direct_send_refused_by_the_limit_or_sending_off_keeps_the_draft_it_na
         send.send_new(bed.ctx, ["y@example.com"], "two", "The words to keep.")
     draft_id = draft_named(refused.value)
     assert bed.draft_body(draft_id) == "The words to keep.\n"
+    # The refusal says how to try again without a second copy: send that draft.
+    assert "to try again, send_email that draft_id" in str(refused.value)
 
     bed.env.fmail_config.write_text(bed.env.fmail_config.read_text().replace(
         "enabled = true", "enabled = false"))

@@ -302,7 +302,7 @@ async def test_contacts_results_read_as_lines(indexed: MailEnv) -> None:
     async with Client(server_params(indexed)) as client:
         rows = await text(client, "manage_contacts_sql", {
             "sql_query": f"SELECT email_address, messages_from FROM contacts WHERE email_address='{BANK}'"})
-        assert rows == f"1 rows\nemail_address\tmessages_from\n{BANK}\t23"
+        assert rows == f"1 row\nemail_address\tmessages_from\n{BANK}\t23"
 
         every = "UPDATE contacts SET notes='example' WHERE email_address LIKE '%example.com'"
         preview = (await text(client, "manage_contacts_sql", {"sql_query": every})).split("\n")

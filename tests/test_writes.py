@@ -27,7 +27,7 @@ from fmail_nm.service.index import run_index
 from fmail_nm.store import maildir, sidecar
 from fmail_nm.store.maildir import MaildirName
 from fmail_nm.store.notmuch import DatabaseBusy, Reader, Writer
-from fmail_nm.tools import reads, writes
+from fmail_nm.tools import compose, reads, writes
 from fmail_nm.tools.reads import Mailbox, ToolError
 
 from .conftest import LockHolder, MailEnv, notmuch_lock_held, run_init
@@ -375,9 +375,9 @@ def test_move_to_folder_by_account_relative_or_full_path(h: Harness) -> None:
 
 def test_mail_moved_into_drafts_is_a_draft_until_it_leaves(h: Harness) -> None:
     """Mail moved into Drafts is tagged as mail that arrived there: a draft (D flag too, so
-    the server shows it as one), out of the inbox, and the user's own no sent mail.  Moved on
-    (back to the Inbox, to the Archive) it is mail like any other again, D flag gone; thrown
-    in the Trash it stays a draft, which restoring brings back to Drafts."""
+    the server shows it as one), out of the inbox, and the user's own no sent mail.  Someone
+    else's, moved back out, is mail like any other again, D flag gone; the user's own stays
+    a draft until it is in Sent."""
     sent = "wedding-2@example.org"  # personal/Sent, tagged sent
     assert "sent" in h.tags(sent)
     assert writes.move_to_folder(h.ctx, [IN_INBOX, sent], "Drafts").applied == [IN_INBOX, sent]
@@ -389,12 +389,30 @@ def test_mail_moved_into_drafts_is_a_draft_until_it_leaves(h: Harness) -> None:
     writes.move_to_folder(h.ctx, [IN_INBOX], "INBOX")
     assert "inbox" in h.tags(IN_INBOX) and "draft" not in h.tags(IN_INBOX)
     assert "D" not in flags_of(h.files(IN_INBOX)[0])
+    # The user's own mail in Drafts is a draft of theirs: filed away it is still no sent mail.
     writes.move_to_folder(h.ctx, [sent], "Archive")
-    assert {"archived", "sent"} <= h.tags(sent) and "draft" not in h.tags(sent), h.tags(sent)
-    assert "D" not in flags_of(h.files(sent)[0])
-    writes.move_to_folder(h.ctx, [IN_INBOX], "Drafts")
-    writes.delete_messages(h.ctx, [IN_INBOX])
-    assert {"draft", "deleted"} <= h.tags(IN_INBOX), h.tags(IN_INBOX)
+    assert "draft" in h.tags(sent) and "sent" not in h.tags(sent), h.tags(sent)
+    assert "D" in flags_of(h.files(sent)[0])
+    writes.move_to_folder(h.ctx, [sent], "Sent")
+    assert "sent" in h.tags(sent) and "draft" not in h.tags(sent), h.tags(sent)
+    h.assert_in_step()
+
+
+def test_a_draft_filed_away_or_thrown_away_elsewhere_stays_a_draft_and_no_sent_mail(
+        h: Harness) -> None:
+    """A draft never sent is no sent mail wherever it goes but Sent: filed in the Archive by
+    fmail-nm, thrown in the Trash by another client and restored (without a recorded origin:
+    to the inbox)."""
+    filed = compose.save_draft(h.ctx, ["zoe@example.net"], subject="unsent", body="words")
+    writes.move_to_folder(h.ctx, [filed.id], "Archive")
+    assert "draft" in h.tags(filed.id) and "sent" not in h.tags(filed.id), h.tags(filed.id)
+    thrown = compose.save_draft(h.ctx, ["zoe@example.net"], subject="thrown", body="words")
+    [path] = h.files(thrown.id)
+    (h.env.mail_root / path).rename(h.env.mail_root / "personal/Trash/cur" / Path(path).name)
+    h.env.notmuch("new")
+    assert {"draft", "deleted"} <= h.tags(thrown.id), h.tags(thrown.id)
+    writes.restore(h.ctx, [thrown.id])
+    assert "draft" in h.tags(thrown.id) and "sent" not in h.tags(thrown.id), h.tags(thrown.id)
     h.assert_in_step()
 
 
@@ -406,8 +424,7 @@ def test_tag_emails_refuses_the_new_tag(h: Harness) -> None:
 
 @pytest.mark.parametrize(("change", "tool"), [
     ({"add": ["deleted"]}, "delete_messages"), ({"add": ["spam"]}, "move_to_junk"),
-    ({"add": ["archived"]}, "archive"), ({"remove": ["inbox"]}, "archive"),
-    ({"add": ["inbox"]}, "restore"), ({"remove": ["deleted"]}, "restore"),
+    ({"add": ["archived"]}, "archive"), ({"remove": ["deleted"]}, "restore"),
     ({"add": ["blocked"]}, "manage_contacts_sql"), ({"remove": ["blocked"]}, "manage_contacts_sql"),
 ])
 def test_tag_emails_refuses_tags_another_tool_owns_and_names_it(
@@ -429,9 +446,21 @@ def test_tag_emails_refuses_the_tags_the_users_folder_rules_give(mail_env: MailE
         ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
         with pytest.raises(ToolError, match="'filed'.*rule.*move_to_folder"):
             writes.tag_emails(ctx, [IN_INBOX], add=["filed"])
-        with pytest.raises(ToolError, match="'todo'.*move_to_folder"):  # the inbox rule's
-            writes.tag_emails(ctx, [IN_INBOX], remove=["todo"])
+        # todo: the catch-all rule's, which archiving only takes off -- the user's to end
+        assert writes.tag_emails(ctx, [IN_INBOX], remove=["todo"]).applied == [IN_INBOX]
         assert writes.tag_emails(ctx, [IN_INBOX], add=["sent"]).applied == [IN_INBOX]
+
+
+def test_inbox_is_taken_off_by_tag_also_where_archive_cannot(h: Harness) -> None:
+    """notmuch's way of filing mail in place: the work account has no Archive folder, so
+    archive cannot take its mail out of the inbox -- a tag can, and puts it back."""
+    assert "inbox" in h.tags(WORK_INBOX)
+    assert writes.archive(h.ctx, [WORK_INBOX]).applied == []
+    assert writes.tag_emails(h.ctx, [WORK_INBOX], remove=["inbox"]).applied == [WORK_INBOX]
+    assert "inbox" not in h.tags(WORK_INBOX)
+    assert writes.tag_emails(h.ctx, [WORK_INBOX], add=["inbox"]).applied == [WORK_INBOX]
+    assert "inbox" in h.tags(WORK_INBOX)
+    h.assert_in_step()
 
 
 def test_move_to_folder_refuses_unknown_and_escaping_folders(h: Harness) -> None:

@@ -447,7 +447,7 @@ def _write_tools(server: ToolList, service: MailService) -> None:
     @server.tool(profile="triage", report=True, annotations=WRITE)
     async def tag_emails(ids: Ids = None, add: Tags = None, remove: Tags = None, query: Query = None,
                          confirm_count: Confirm = None, dry_run: bool = False) -> writes.WriteResult:
-        """Add/remove tags (unread/flagged set server flags); not inbox/archived/deleted/spam: move instead."""
+        """Add/remove tags (unread/flagged set server flags); not archived/deleted/spam: move instead."""
         return await service.write(writes.tag_emails, ids, add or (), remove or (), query=query,
                                    confirm_count=confirm_count, dry_run=dry_run)
 

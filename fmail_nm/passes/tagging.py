@@ -98,10 +98,13 @@ def folder_place_tags(config: Config) -> frozenset[str]:
     return place_tag_names(config) - tags.FLAG_TAGS
 
 
-def _thrown_away(config: Config, filenames: Sequence[str]) -> bool:
-    """Whether these files are in the Trash or Junk: a draft there is still one that was never
-    sent, and restoring it brings it back to Drafts."""
-    return any(in_role(config, filenames, role) for role in ("trash", "junk"))
+def filed_tags(config: Config) -> frozenset[str]:
+    """The tags that say a message is filed in a folder, which only a move may change: the
+    standard ones (archived, deleted, spam) and every tag a folder rule adds.  Not ``inbox``:
+    notmuch's own triage tag, which its users take off to file mail where it is; nor a tag
+    a folder rule only takes off (a ``todo`` that archiving ends is still the user's)."""
+    added = {t for rule in config.rules if _folder_rule(rule) for t in rule.add}
+    return frozenset((set(tags.PLACE_TAGS) | added) - tags.FLAG_TAGS - {tags.INBOX})
 
 
 def _draft_tags(config: Config) -> frozenset[str]:
@@ -116,21 +119,22 @@ def _draft_tags(config: Config) -> frozenset[str]:
 
 
 def _retagged_on_move(config: Config, filenames: Sequence[str],
-                      was_draft: bool) -> tuple[frozenset[str], frozenset[str]]:
+                      dragged_draft: bool) -> tuple[frozenset[str], frozenset[str]]:
     """The tags a move takes off before the rules run again, and those it lets the rules
     change (:func:`place_tags`).  Mail in a Drafts folder is a draft, as mail arriving there
     is: the rules may give it ``draft``, and say again what they give or take because it is
-    one (``sent`` and ``inbox`` by default).  A draft that left Drafts is no draft any more
-    -- moved to Sent it was sent elsewhere (a phone, a webmail), filed in the Inbox or the
-    Archive it is mail like any other, and with flag sync off nothing else takes the tag off
-    -- unless it was thrown away (:func:`_thrown_away`; its D flag stays too)."""
+    one (``sent`` and ``inbox`` by default).  A draft whose copy moved to Sent was sent
+    elsewhere (a phone, a webmail): it is no draft any more -- with flag sync off nothing
+    else takes the tag off.  A draft of the user's filed anywhere else (the Archive, the
+    Trash) is still one that was never sent, its D flag too; but someone else's mail a move
+    into Drafts made a draft (``dragged_draft``: dragged there by mistake) is mail like any
+    other again once it leaves."""
     place = place_tag_names(config)
     kept = place - {tags.DRAFT}
     retold = place | {tags.DRAFT} | _draft_tags(config)
     if in_role(config, filenames, "drafts"):
         return kept | _draft_tags(config), retold
-    if in_role(config, filenames, "sent") or (was_draft
-                                              and not _thrown_away(config, filenames)):
+    if in_role(config, filenames, "sent") or dragged_draft:
         return place | {tags.DRAFT}, retold
     return kept, kept
 
@@ -150,8 +154,9 @@ def place_tags(txn: WriteTxn, config: Config, message_id: str) -> bool:
     message = txn.get(message_id)
     if message is None:
         return False
-    taken_off, place = _retagged_on_move(config, message.filenames,
-                                          tags.DRAFT in message.tags)
+    dragged = tags.DRAFT in message.tags and not txn.message_ids(
+        all_of(me_query(config.addresses), id_query([message_id])))
+    taken_off, place = _retagged_on_move(config, message.filenames, dragged)
     # The rules' tag terms are answered from the tags worked out so far (as in _tag_batch),
     # their other terms by notmuch: nothing is written until the outcome is known.
     expected = {message_id: set(message.tags - taken_off)}

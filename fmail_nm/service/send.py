@@ -129,7 +129,9 @@ def save_and_send(ctx: WriteContext, save: Callable[[WriteContext], DraftResult]
     try:
         return send_draft(ctx, draft.id)
     except (SendFailed, SendRefused, compose.ComposeError, compose.FilingError) as exc:
-        raise type(exc)(f"{exc} (draft_id {draft.id})") from None
+        # Sent again the same way, it would be saved again: a draft per try.
+        raise type(exc)(f"{exc} (draft_id {draft.id}: to try again, send_email that "
+                        "draft_id)") from None
 
 
 def send_new(ctx: WriteContext, to: Sequence[str], subject: str, body: str, *,

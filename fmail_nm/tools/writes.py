@@ -20,7 +20,7 @@ from .. import tags
 from ..config import ROOT_FOLDER, Account, Config, ConfigError
 from ..passes import changes
 from ..passes.changes import BatchReport, Step, WriteContext
-from ..passes.tagging import folder_place_tags
+from ..passes.tagging import filed_tags
 from ..store import maildir, sidecar
 from ..store.query import id_forms
 from . import sql as sqltools
@@ -241,7 +241,6 @@ def check_added_tag(tag: str) -> str:
 
 # The tools that change what a place tag or ``blocked`` says, for tag_emails to name.
 _OWNING_TOOLS = {
-    tags.INBOX: "archive takes mail out of the inbox; restore or move_to_folder brings it back",
     tags.DELETED: "delete_messages moves mail to Trash; restore brings it back",
     tags.SPAM: "move_to_junk moves mail to Junk; restore brings it back",
     tags.ARCHIVED: "archive moves mail to Archive; move_to_folder moves it elsewhere",
@@ -250,13 +249,13 @@ _FOLDER_RULE_TOOL = "a tagging rule in fmail.toml gives it to mail in a folder: 
 
 
 def _check_not_owned(config: Config, tag: str) -> str:
-    """Refuse a tag that says where a message lives (its place tags follow its files, see
-    passes.tagging.folder_place_tags) or that the blocklist keeps: set by hand it would leave
-    the file where it is -- still in the server's inbox, say -- while the tags say otherwise."""
+    """Refuse a tag that says which folder a message is filed in (passes.tagging.filed_tags)
+    or that the blocklist keeps: set by hand it would leave the file where it is -- still in
+    the server's inbox, say -- while the tags say otherwise."""
     if tag == tags.BLOCKED:
         raise ToolError("tag 'blocked' is the blocklist's: block or unblock the sender with "
                         "manage_contacts_sql (is_blocked); nothing was changed")
-    if tag in folder_place_tags(config):
+    if tag in filed_tags(config):
         raise ToolError(f"tag {tag!r} says which folder a message is in, and a tag alone "
                         f"leaves its file where it is: {_OWNING_TOOLS.get(tag, _FOLDER_RULE_TOOL)}"
                         "; nothing was changed")
