@@ -362,10 +362,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     data_dir = load_settings(args.config).data_dir_or_default()
     status = StatusStore(data_dir).load()
-    if args.json:
-        print(to_json(status))
-    else:  # then the pushes of MCP servers without --watch, which push their own writes
-        print(render_text(status) + servers_text(server_statuses(data_dir, status)))
+    # then the pushes of MCP servers without --watch, which push their own writes
+    servers = server_statuses(data_dir)
+    print(to_json(status, servers) if args.json else render_text(status) + servers_text(servers))
     return 0 if service_alive(status) else 3
 
 

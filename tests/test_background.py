@@ -29,6 +29,7 @@ from fmail_nm.config import DEFAULT_SAFETY_INDEX_MINUTES, Config, ConfigError, l
 from fmail_nm.passes.changes import WriteContext
 from fmail_nm.service import watcher
 from fmail_nm.service.background import AlreadyRunning, Background, backoff_delay
+from fmail_nm.service.pushed import record_pushed
 from fmail_nm.service.status import (
     AccountStatus,
     RunInfo,
@@ -37,7 +38,6 @@ from fmail_nm.service.status import (
     StatusStore,
     SyncStatus,
     render_text,
-    server_status_path,
     server_statuses,
     servers_text,
     sync_status,
@@ -723,16 +723,26 @@ def _server_file(data_dir: Path, pid: int, *, running: bool, waiting: bool) -> P
     status.service.stopped_at = None if running else datetime.now(UTC) - timedelta(minutes=1)
     status.accounts = [AccountStatus(name="personal", channel="personal",
                                      pull_interval_minutes=0, push_pending=waiting)]
-    path = server_status_path(data_dir, pid)
+    path = data_dir / "servers" / f"{pid}-{os.urandom(4).hex()}.json"
     StatusStore(data_dir, path).write(status)
     return path
+
+
+@contextmanager
+def _held(path: Path) -> Iterator[None]:
+    """The lock of a server's file held, as its server does while it runs."""
+    import fcntl
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        yield
 
 
 def test_status_shows_what_stopped_servers_left_unpushed_until_a_later_push(
         tmp_path: Path) -> None:
     """A server without --watch that died, or stopped while its push failed, leaves its file:
-    `fmail-nm status` names the writes waiting until a later push went through; a file with
-    nothing waiting is stale and removed."""
+    `fmail-nm status` names the writes waiting until a later push went through, whoever
+    pushed (`fmail-nm sync`, a server since closed: the pushes they record); a file with
+    nothing waiting is stale and removed -- once its server is gone for sure."""
     dead = 2**22 + 12345  # above pid_max defaults: no such process
     crashed = _server_file(tmp_path, dead, running=True, waiting=True)
     stopped = _server_file(tmp_path, os.getpid(), running=False, waiting=True)
@@ -745,12 +755,25 @@ def test_status_shows_what_stopped_servers_left_unpushed_until_a_later_push(
     assert f"NOT running -- pid {os.getpid()} stopped " in text
     assert text.count("account personal (channel personal): writes waiting to be pushed\n") == 2
 
-    service = _status(os.getpid(), False)
-    service.accounts = [AccountStatus(
-        name="personal", channel="personal", pull_interval_minutes=0,
-        last_push=RunInfo(at=datetime.now(UTC) + timedelta(seconds=1), ok=True, seconds=1.0))]
-    assert server_statuses(tmp_path, service) == []  # the service's push sent them
+    record_pushed(tmp_path, {"personal": datetime.now(UTC) + timedelta(seconds=1)})
+    assert server_statuses(tmp_path) == []  # that push sent them
     assert not crashed.exists() and not stopped.exists()
+
+
+def test_status_keeps_the_file_of_a_server_whose_pid_it_cannot_see(tmp_path: Path) -> None:
+    """Its pid means nothing where `fmail-nm status` runs (another pid namespace; another
+    server got it since): the server runs while it holds its file's lock, and two servers
+    of one pid keep a file each."""
+    unseen = 2**22 + 12345  # no such process here
+    idle = _server_file(tmp_path, unseen, running=True, waiting=False)
+    same_pid = _server_file(tmp_path, unseen, running=False, waiting=True)
+    with _held(idle):
+        shown = server_statuses(tmp_path)
+        assert sorted(s.service.running for s in shown) == [False, True]
+        assert idle.exists() and same_pid.exists()
+        assert f"MCP server without --watch: running (pid {unseen}, " in servers_text(shown)
+    assert [s.service.running for s in server_statuses(tmp_path)] == [False]  # idle one gone
+    assert not idle.exists() and not idle.with_suffix(".lock").exists()
 
 
 def test_backoff_doubles_within_bounds() -> None:

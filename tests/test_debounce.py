@@ -260,3 +260,31 @@ def test_max_wait_is_at_least_quiet_and_quiet_not_negative() -> None:
         debouncer.close()
     with pytest.raises(ValueError):
         Debouncer(lambda batch: None, quiet=-1, max_wait=1)
+
+
+def test_new_items_are_told_on_the_debouncers_thread_before_their_batch_is_due() -> None:
+    """What a push scheduler's record needs: a write it was asked to push is known at once,
+    not only after the quiet period -- yet the adder's thread never does the telling."""
+    told: list[tuple[str, list[str]]] = []
+    seen = threading.Event()
+    delivered = Delivered()
+
+    def on_added() -> None:
+        told.append((threading.current_thread().name, list(debouncer.state().pending)))
+        seen.set()
+
+    debouncer: Debouncer[str] = Debouncer(delivered, quiet=600.0, max_wait=600.0,
+                                          name="test-debouncer", on_added=on_added)
+    try:
+        debouncer.add(["a"])
+        assert seen.wait(WAIT)
+        assert told == [("test-debouncer", ["a"])]
+        assert delivered.batches == []  # not due for ten minutes
+        seen.clear()
+        debouncer.add(["a"])  # nothing new
+        debouncer.add(["b"])
+        assert seen.wait(WAIT)
+        assert told[1:] == [("test-debouncer", ["a", "b"])]
+    finally:
+        debouncer.close(flush=True, timeout=WAIT)
+    assert delivered.items() == ["a", "b"]

@@ -15,8 +15,11 @@ server with its own channel.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -615,6 +618,148 @@ async def test_a_write_a_server_without_watch_stopped_with_stays_in_the_status(
         await eventually(lambda: not any(line.startswith(head) for line in status_lines(bed)),
                          "fmail-nm status no longer naming the stopped server's write")
     assert not list((bed.config().data_dir / "servers").iterdir())  # both files gone
+
+
+STOPPED_SERVER = "MCP server without --watch: NOT running"
+
+
+async def stop_a_server_with_a_failed_push(bed: SyncBed) -> None:
+    """A server without --watch (in this process) closes while its push of mid(1) failed:
+    `fmail-nm status` names the write; the IMAP server stays down."""
+    bed.server.stop()
+    with serving(bed.config(), read_only=False, push=True, tools="all", push_quiet=0.1,
+                 push_retry=30.0) as server:
+        async with http_serving(server) as url, authed_client() as http, \
+                Client(streamable_http_client(url, http_client=http)) as client:
+            result = await client.call_tool("update_email_status",
+                                            {"ids": [f"<{bed.mid(1)}>"], "mark_as": "read"})
+            assert not result.is_error
+            await until_shown(client, (True, False), "the failed push")
+    assert any(line.startswith(STOPPED_SERVER) for line in status_lines(bed))
+
+
+def fmail(bed: SyncBed, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fmail_nm", *args], capture_output=True,
+                          text=True, env={**os.environ, **bed.env}, timeout=120, check=False)
+
+
+@pytest.mark.anyio
+async def test_a_sync_by_hand_settles_what_a_stopped_server_left(synced_bed: SyncBed) -> None:
+    """The status line says the write goes out with `fmail-nm sync`: once that sent it,
+    status names it no more."""
+    bed = synced_bed
+    await stop_a_server_with_a_failed_push(bed)
+    bed.server.start()
+    done = fmail(bed, "sync", "--push", ACCOUNT)
+    assert done.returncode == 0, done.stderr
+    assert SEEN in bed.server_flags(bed.mid(1))
+    lines = status_lines(bed)
+    assert not any(line.startswith(STOPPED_SERVER) for line in lines), lines
+    assert not list((bed.config().data_dir / "servers").iterdir())
+
+
+@pytest.mark.anyio
+async def test_a_push_by_a_server_since_closed_settles_what_a_stopped_server_left(
+        synced_bed: SyncBed) -> None:
+    """Another server's push sent the write, and that server closed (a client's session
+    ended) before anyone ran `fmail-nm status`: its push still counts."""
+    bed = synced_bed
+    await stop_a_server_with_a_failed_push(bed)
+    bed.server.start()
+    async with Client(serve_params(bed)) as client:
+        result = await client.call_tool("update_email_status",
+                                        {"ids": [f"<{bed.mid(3)}>"], "mark_as": "read"})
+        assert not result.is_error
+        await eventually(lambda: SEEN in bed.server_flags(bed.mid(3)), "the other server's push")
+    assert SEEN in bed.server_flags(bed.mid(1))  # the stopped server's write went with it
+    lines = status_lines(bed)
+    assert not any(line.startswith(STOPPED_SERVER) for line in lines), lines
+
+
+@pytest.mark.anyio
+async def test_a_server_of_the_same_pid_keeps_what_a_stopped_one_left(
+        synced_bed: SyncBed) -> None:
+    """A later server that gets the pid of a stopped one (here: this process again; pid
+    reuse, each container's pid 1) neither overwrites nor removes its record."""
+    bed = synced_bed
+    await stop_a_server_with_a_failed_push(bed)
+    with serving(bed.config(), read_only=False, push=True, tools="all", push_quiet=0.1,
+                 push_retry=30.0):
+        during = status_lines(bed)
+    after = status_lines(bed)
+    assert any(line.startswith(STOPPED_SERVER) for line in during), during
+    assert any(line.startswith(STOPPED_SERVER) for line in after), after
+    bed.server.start()
+    assert SEEN not in bed.server_flags(bed.mid(1))  # still local, as said
+
+
+def test_status_from_another_pid_namespace_keeps_a_running_servers_file(
+        synced_bed: SyncBed) -> None:
+    """`fmail-nm status` where the server's pid means nothing (a sandbox, a container sharing
+    the data directory) still sees it run, and leaves its file alone."""
+    if not shutil.which("unshare") or subprocess.run(
+            ["unshare", "-rpf", "--mount-proc", "true"], check=False).returncode:
+        pytest.skip("no unprivileged pid namespaces here")
+    bed = synced_bed
+    with serving(bed.config(), read_only=False, push=True, tools="all"):
+        (path,) = (bed.config().data_dir / "servers").glob("*.json")
+        done = subprocess.run(["unshare", "-rpf", "--mount-proc", sys.executable, "-m",
+                               "fmail_nm", "status"], capture_output=True, text=True,
+                              env={**os.environ, **bed.env}, timeout=60, check=False)
+        assert done.returncode == 3, done.stderr
+        assert path.exists(), done.stdout
+        assert f"MCP server without --watch: running (pid {os.getpid()}, " in done.stdout
+
+
+@pytest.mark.anyio
+async def test_a_server_records_a_write_before_its_push_starts(synced_bed: SyncBed) -> None:
+    """The server's file names a write as soon as it asks for its push, not only once the
+    push starts (after the quiet period, longer while writes keep coming): a server killed
+    meanwhile leaves it named."""
+    bed = synced_bed
+    with serving(bed.config(), read_only=False, push=True, tools="all",
+                 push_quiet=600.0) as server:
+        (path,) = (bed.config().data_dir / "servers").glob("*.json")
+        async with http_serving(server) as url, authed_client() as http, \
+                Client(streamable_http_client(url, http_client=http)) as client:
+            result = await client.call_tool("update_email_status",
+                                            {"ids": [f"<{bed.mid(1)}>"], "mark_as": "read"})
+            assert not result.is_error
+            await eventually(lambda: any(a["push_pending"] for a in
+                                         json.loads(path.read_text())["accounts"]),
+                             "the server's file naming the write")
+            assert SEEN not in bed.server_flags(bed.mid(1))  # the push has not started
+    assert SEEN in bed.server_flags(bed.mid(1))  # the close pushed it
+
+
+@pytest.mark.anyio
+async def test_status_json_has_the_servers(synced_bed: SyncBed) -> None:
+    """`status --json` tells what the text does: the stopped server's waiting write."""
+    bed = synced_bed
+    await stop_a_server_with_a_failed_push(bed)
+    done = fmail(bed, "status", "--json")
+    assert done.returncode == 3, done.stderr
+    shown = json.loads(done.stdout)
+    ((server,),) = [shown["servers"]]
+    assert server["service"]["running"] is False
+    assert [a["push_pending"] for a in server["accounts"] if a["name"] == ACCOUNT] == [True]
+
+
+@pytest.mark.anyio
+async def test_a_stdio_server_told_to_terminate_pushes_first(synced_bed: SyncBed) -> None:
+    """SIGTERM (what a client may send instead of closing stdin) right after a write, before
+    its push began: the server closes as it does at the end of stdin, pushing the write."""
+    bed = synced_bed
+    servers = bed.config().data_dir / "servers"
+    async with Client(serve_params(bed)) as client:
+        result = await client.call_tool("update_email_status",
+                                        {"ids": [f"<{bed.mid(1)}>"], "mark_as": "read"})
+        assert not result.is_error
+        (path,) = servers.glob("*.json")
+        os.kill(int(path.stem.split("-")[0]), signal.SIGTERM)
+        await eventually(lambda: not path.exists(), "the server closing")
+    assert SEEN in bed.server_flags(bed.mid(1))
+    assert "unread" not in bed.tags(bed.mid(1))
 
 
 @pytest.mark.anyio

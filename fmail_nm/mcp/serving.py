@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from mcp.server.mcpserver import MCPServer
@@ -16,6 +17,8 @@ from ..service.push import PUSH_QUIET, PUSH_RETRY, mbsync_ran
 from .server import build_server
 
 if TYPE_CHECKING:
+    import anyio
+
     from ..app import LiveConfig
     from ..service.mbsync import MbsyncRun
     from ..service.push import PushScheduler
@@ -130,8 +133,28 @@ def _reindex(config: Config, runs: list[MbsyncRun]) -> None:
 
 async def serve_stdio(config: Config, *, read_only: bool = False, push: bool = True,
                       watch: bool = False, tools: str = DEFAULT_TOOL_PROFILE) -> None:
-    with serving(config, read_only=read_only, push=push, watch=watch, tools=tools) as server:
-        await server.run_stdio_async()
+    """Serve over stdin/stdout until stdin closes or SIGTERM comes, which a client may send
+    instead of closing stdin: the server then closes as it would at the end of stdin -- writes
+    waiting for their push are pushed or recorded -- before the process ends.  A SIGTERM
+    repeated while it closes is ignored."""
+    import anyio
+
+    with anyio.open_signal_receiver(signal.SIGTERM) as signals, contextlib.ExitStack() as stack:
+        server = stack.enter_context(
+            serving(config, read_only=read_only, push=push, watch=watch, tools=tools))
+        async with anyio.create_task_group() as group:
+            group.start_soon(_close_on_signal, signals, stack)
+            await server.run_stdio_async()
+            group.cancel_scope.cancel()  # stdin closed: no signal to wait for
+
+
+async def _close_on_signal(signals: AsyncIterator[int], stack: contextlib.ExitStack) -> None:
+    """Close what runs beside the server, then end the process: stdin is read on a thread no
+    cancellation reaches, which would keep it waiting for a client that may never close it."""
+    async for signum in signals:
+        log.info("signal %d: stopping", signum)
+        stack.close()
+        os._exit(128 + signum)
 
 
 def _stdio_command(config: Config) -> list[str]:

@@ -42,17 +42,20 @@ class Debouncer(Generic[T]):
 
     A batch is due ``quiet`` seconds after its last item or ``max_wait`` seconds after its
     first (``max_wait`` is at least ``quiet``), or at once after :meth:`flush`.  An exception
-    from the callback is logged and the thread goes on with the next batch.
+    from the callback is logged and the thread goes on with the next batch.  ``on_added`` (if
+    given) is called on that thread soon after new items come, before their batch is due --
+    after a batch in flight, though -- so the adder's thread never waits for it.
 
     :meth:`close` stops taking items; what is pending is dropped (and returned) or, with
     ``flush=True``, delivered at once; a batch in flight is left to finish.
     """
 
     def __init__(self, callback: Callable[[list[T]], None], *, quiet: float, max_wait: float,
-                 name: str = "debouncer") -> None:
+                 name: str = "debouncer", on_added: Callable[[], None] | None = None) -> None:
         if quiet < 0:
             raise ValueError(f"quiet must not be negative, not {quiet!r}")
         self.callback = callback
+        self.on_added = on_added
         self.quiet = quiet
         self.max_wait = max(max_wait, quiet)
         self.name = name
@@ -61,6 +64,7 @@ class Debouncer(Generic[T]):
         self._first = 0.0
         self._last = 0.0
         self._flush = False
+        self._added = False  # new items since on_added was last called
         self._closed = False
         self._drain = False  # closed with flush=True: deliver what is pending, then stop
         self._batches = 0
@@ -83,6 +87,7 @@ class Debouncer(Generic[T]):
             if not self._pending:
                 self._first = now
             self._last = now
+            self._added = self._added or any(item not in self._pending for item in new)
             for item in new:
                 self._pending[item] = None
             self._cond.notify_all()
@@ -135,7 +140,8 @@ class Debouncer(Generic[T]):
     # -- the thread ----------------------------------------------------------------------------
 
     def _next_batch(self) -> list[T] | None:
-        """Wait until a batch is due and take it; None when closed and nothing is left."""
+        """Wait until a batch is due and take it; None when closed and nothing is left, an
+        empty batch when new items are to be told to ``on_added`` first."""
         with self._cond:
             while True:
                 if not self._pending:
@@ -143,19 +149,25 @@ class Debouncer(Generic[T]):
                         return None
                     self._cond.wait()
                     continue
+                if self._added and self.on_added is not None:
+                    self._added = False
+                    return []
                 wait = min(self._last + self.quiet, self._first + self.max_wait) - time.monotonic()
                 if wait > 0 and not self._flush and not self._closed:
                     self._cond.wait(wait)
                     continue
                 batch = list(self._pending)
                 self._pending.clear()
-                self._flush = False
+                self._added = self._flush = False
                 self._in_flight = tuple(batch)
                 self._batches += 1
                 return batch
 
     def _loop(self) -> None:
         while (batch := self._next_batch()) is not None:
+            if not batch:
+                self._tell_added()
+                continue
             try:
                 self.callback(batch)
             except Exception:  # keep the thread alive for the next batch
@@ -164,3 +176,10 @@ class Debouncer(Generic[T]):
                 with self._cond:
                     self._in_flight = ()
                     self._cond.notify_all()
+
+    def _tell_added(self) -> None:
+        assert self.on_added is not None
+        try:
+            self.on_added()
+        except Exception:  # keep the thread alive for the batch
+            log.exception("%s: telling of new items failed", self.name)

@@ -42,6 +42,7 @@ from .. import mbsyncrc
 from ..clock import utc_now
 from ..config import Account, Config, ConfigError, users_mbsync_config
 from ..errors import BackendError, CallerError
+from .pushed import record_pushed
 
 log = logging.getLogger(__name__)
 
@@ -492,4 +493,7 @@ def run_mbsync(config: Config, account: str | None = None, direction: Direction 
                                lock_timeout=lock_timeout)
             by_channel[key] = run
             runs.append(run)
+    if direction != "pull":  # for `fmail-nm status`: what it sent, whoever asks afterwards
+        record_pushed(config.data_dir, {r.account: r.started for r in runs
+                                        if r.ok and not r.skipped})
     return runs

@@ -83,10 +83,10 @@ class PushScheduler:
     mbsync of fmail-nm's by the channel lock, waiting for it at most ``lock_timeout``.
     ``after_push`` (if given) gets each batch's results on that thread -- e.g. to re-index,
     since mbsync renames a file it uploaded; ``on_change`` (once set) gets the status on
-    that thread as a batch starts and once it is settled (retry due or not), never on the
-    requester's.  :meth:`close` drops what is pending (or runs it, with ``flush=True``) and
-    the retries due, and waits a bounded time for a push in flight; mbsync's own
-    ``timeout`` bounds that push.
+    that thread as a request adds accounts, as a batch starts and once it is settled (retry
+    due or not), never on the requester's.  :meth:`close` drops what is pending (or runs
+    it, with ``flush=True``) and the retries due, and waits a bounded time for a push in
+    flight; mbsync's own ``timeout`` bounds that push.
     """
 
     def __init__(self, config: Config, *, quiet_period: float = PUSH_QUIET,
@@ -110,7 +110,8 @@ class PushScheduler:
         self._failed_at_close: set[str] = set()  # pushes that failed once closing began
         self.started = utc_now()
         self._debouncer: Debouncer[str] = Debouncer(
-            self._run_batch, quiet=quiet_period, max_wait=self.max_delay, name="mbsync-push")
+            self._run_batch, quiet=quiet_period, max_wait=self.max_delay, name="mbsync-push",
+            on_added=lambda: self._changed(self.status()))
 
     def __enter__(self) -> PushScheduler:
         return self

@@ -4,36 +4,40 @@ The service (``fmail-nm run`` / ``serve --watch``) writes the file whenever some
 changes; ``fmail-nm status`` and the ``get_sync_status`` tool read it.  An MCP server without
 ``--watch`` writes none (several may run side by side): its ``get_sync_status`` adds the
 pushes it made itself (:func:`with_own_pushes`), and it keeps them in a file of its own,
-``servers/<pid>.json``, for ``fmail-nm status`` (:class:`ServerPushRecord`).  Writes are atomic
-(temporary file, then rename), so a reader sees the old status or the new one, never half;
-reads tolerate a missing or damaged file (no service has run, or a crash mid-way).
+``servers/<pid>-<token>.json``, for ``fmail-nm status`` (:class:`ServerPushRecord`).  Writes
+are atomic (temporary file, then rename), so a reader sees the old status or the new one,
+never half; reads tolerate a missing or damaged file (no service has run, or a crash mid-way).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
+import secrets
 import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
 from pydantic import Field, PrivateAttr, ValidationError
 
 from ..clock import utc_now
 from ..config import Account
-from ..private import private_dir
+from ..private import private_dir, private_file
 from ..tools.dto import Dto
 from .mbsync import MbsyncRun
 from .push import PushScheduler, PushStatus
+from .pushed import last_pushed
 
 log = logging.getLogger(__name__)
 
 STATUS_FILE = "status.json"
-SERVERS_DIR = "servers"  # one file per MCP server without --watch, named by its pid
+SERVERS_DIR = "servers"  # one file per MCP server without --watch, and the lock it holds
 
 
 class ServiceInfo(Dto):
@@ -180,10 +184,6 @@ def status_path(data_dir: Path) -> Path:
     return Path(data_dir) / STATUS_FILE
 
 
-def server_status_path(data_dir: Path, pid: int) -> Path:
-    return Path(data_dir) / SERVERS_DIR / f"{pid}.json"
-
-
 def pid_alive(pid: int) -> bool:
     """Whether a process with this id exists (signal 0 checks without signalling)."""
     if pid <= 0:
@@ -285,20 +285,25 @@ class StatusStore:
 
 
 class ServerPushRecord:
-    """``<data_dir>/servers/<pid>.json``: this process's pushes (an MCP server without
+    """``<data_dir>/servers/<pid>-<token>.json``: this process's pushes (an MCP server without
     ``--watch``) as a :func:`server_only_status` with ``service.running`` true, for
-    ``fmail-nm status`` in another process.
+    ``fmail-nm status`` in another process.  The random token keeps the name its own where
+    another server gets the same pid (reused; each container's pid 1), and the server holds
+    an ``flock`` on the ``.lock`` file of that name while it runs: how a process in any pid
+    namespace tells that it does.
 
     :meth:`record` is the pusher's ``on_change``: the file is written only when what it says
-    changed (a push starts, fails, goes through), on the pusher's thread.  :meth:`close`
-    removes it, or, when writes stayed local, marks it stopped with them waiting, as a
-    stopped service's status.json does.
+    changed (a write asks for a push, a push starts, fails, goes through), on the pusher's
+    thread.  :meth:`close` removes it, or, when writes stayed local, marks it stopped with
+    them waiting, as a stopped service's status.json does.
     """
 
     def __init__(self, pusher: PushScheduler) -> None:
         self.pusher = pusher
-        self.store = StatusStore(pusher.config.data_dir,
-                                 server_status_path(pusher.config.data_dir, os.getpid()))
+        data_dir = Path(pusher.config.data_dir)
+        path = data_dir / SERVERS_DIR / f"{os.getpid()}-{secrets.token_hex(4)}.json"
+        self._held = _hold_lock(_lock_path(path))  # before the file: no file without its lock
+        self.store = StatusStore(data_dir, path)
         self._lock = threading.Lock()
         self._closed = False
         status = server_only_status(pusher.config.accounts, pusher.started)
@@ -327,26 +332,64 @@ class ServerPushRecord:
                 self.store.update(stopped)
             else:
                 self.store.remove()
+            if self._held is not None:  # last: once it is free, the file is final
+                _lock_path(self.store.path).unlink(missing_ok=True)
+                self._held.close()
+                self._held = None
 
 
-def server_statuses(data_dir: Path, service: ServiceStatus | None = None
-                    ) -> list[ServiceStatus]:
-    """The files of MCP servers without ``--watch``: each running server's, and each
-    stopped one's with writes it left local that no later push (the service's in
-    ``service``, another server's) sent.  A file left with nothing waiting is removed."""
-    files = sorted((Path(data_dir) / SERVERS_DIR).glob("*.json"))
-    loaded = [(path, StatusStore(data_dir, path).load()) for path in files]
-    alive = [s for _, s in loaded if s is not None and service_alive(s)]
-    others = [*alive, *([service] if service is not None else [])]
+def _lock_path(path: Path) -> Path:
+    return path.with_suffix(".lock")
+
+
+def _hold_lock(path: Path) -> IO[str] | None:
+    """``path`` created and locked for as long as the returned file stays open; None, logged,
+    when it cannot be (the record then reads as its server's last word)."""
+    try:
+        private_dir(path.parent)
+        private_file(path)
+        held = open(path, "a")  # held open for the life of the server
+    except OSError as exc:
+        log.warning("cannot create %s: %s", path, exc)
+        return None
+    fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # a fresh name: nobody else holds it
+    return held
+
+
+def _server_runs(path: Path) -> bool:
+    """Whether the server of this file runs: it holds the file's lock.  Only tried, never
+    held: this may run in another pid namespace, where the server's pid means nothing."""
+    try:
+        with open(_lock_path(path)) as probe:
+            fcntl.flock(probe.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except FileNotFoundError:  # the server removed it as it stopped
+        return False
+    except OSError as exc:  # cannot tell: it may run, so its file stays
+        log.warning("cannot check %s: %s", _lock_path(path), exc)
+        return True
+    return False
+
+
+def server_statuses(data_dir: Path) -> list[ServiceStatus]:
+    """The files of MCP servers without ``--watch``, ``service.running`` saying whether the
+    server runs: each running server's, and each stopped one's with writes it left local
+    that no push since sent (whoever pushed: :mod:`~fmail_nm.service.pushed`).  The file of
+    a server that is gone and left nothing waiting is removed -- only such a file."""
+    pushed = last_pushed(data_dir)
     shown = []
-    for path, status in loaded:
-        if status is not None and not service_alive(status):
-            status = _settled(status, _stopped_at(status, path), others)
-        if status is None or not (service_alive(status)
-                                  or any(a.push_pending for a in status.accounts)):
+    for path in sorted((Path(data_dir) / SERVERS_DIR).glob("*.json")):
+        runs = _server_runs(path)  # before reading: a server writes its last before it lets go
+        status = StatusStore(data_dir, path).load()
+        if status is not None and not runs:
+            status = _settled(status, _stopped_at(status, path), pushed)
+        if status is not None and (runs or any(a.push_pending for a in status.accounts)):
+            status.service.running = runs
+            shown.append(status)
+        elif not runs:
             StatusStore(data_dir, path).remove()
-            continue
-        shown.append(status)
+            _lock_path(path).unlink(missing_ok=True)  # left by a server that died
     return shown
 
 
@@ -362,11 +405,13 @@ def _stopped_at(status: ServiceStatus, path: Path) -> datetime | None:
 
 
 def _settled(status: ServiceStatus, stopped: datetime | None,
-             others: list[ServiceStatus]) -> ServiceStatus:
-    """A stopped server's status, less the waiting writes a later push of ``others`` sent."""
+             pushed: dict[str, datetime]) -> ServiceStatus:
+    """A stopped server's status, less the waiting writes a push since sent: one that
+    started after the server stopped and went through (``mbsync --push`` sends every local
+    change of the channel)."""
     for acct in status.accounts:
-        pushes = [other.account(acct.name) for other in others]
-        if any(_sent_since(o.last_push, stopped) for o in pushes if o is not None):
+        at = pushed.get(acct.name)
+        if at is not None and stopped is not None and at >= stopped:
             acct.push_pending = False
     return status
 
@@ -461,11 +506,11 @@ def _server_only_text(status: ServiceStatus, now: datetime) -> str:
 
 def _server_head(status: ServiceStatus, now: datetime) -> str:
     svc = status.service
-    if service_alive(status):
+    if svc.running:
         return (f"MCP server without --watch: running (pid {svc.pid}, since "
                 f"{_when(svc.started_at, now)}); it pushes its own writes")
     gone = (f"pid {svc.pid} is gone without a clean stop (started {_when(svc.started_at, now)})"
-            if svc.running else f"pid {svc.pid} stopped {_when(svc.stopped_at, now)}")
+            if svc.stopped_at is None else f"pid {svc.pid} stopped {_when(svc.stopped_at, now)}")
     return (f"MCP server without --watch: NOT running -- {gone}; the writes it left local "
             f"go out with the next push or `fmail-nm sync`")
 
@@ -476,11 +521,11 @@ def servers_text(servers: list[ServiceStatus], *, now: datetime | None = None) -
     now = now or utc_now()
     lines = []
     for status in servers:
-        if not service_alive(status):
+        if not status.service.running:
             status = status.model_copy(update={
                 "accounts": [a for a in status.accounts if a.push_pending]})
         lines += [_server_head(status, now),
-                  *_own_push_lines(status, now, retried=service_alive(status))]
+                  *_own_push_lines(status, now, retried=status.service.running)]
     return "".join(line + "\n" for line in lines)
 
 
@@ -531,6 +576,9 @@ def sync_status_text(result: SyncStatus, *, now: datetime | None = None) -> str:
     return "\n".join(lines)
 
 
-def to_json(status: ServiceStatus | None) -> str:
-    """For ``fmail-nm status --json``: the status, or null."""
-    return json.dumps(None) if status is None else status.model_dump_json(indent=2)
+def to_json(status: ServiceStatus | None, servers: list[ServiceStatus]) -> str:
+    """For ``fmail-nm status --json``: the service's status (no keys where none was
+    recorded), with ``servers`` added, :func:`server_statuses`."""
+    shown = status.model_dump(mode="json") if status is not None else {}
+    return json.dumps({**shown, "servers": [s.model_dump(mode="json") for s in servers]},
+                      indent=2)
