@@ -544,7 +544,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("contacts", help="search contacts, block/unblock senders, export/import CSV")
     p.add_argument("action", choices=["search", "block", "unblock", "export", "import"])
-    p.add_argument("args", nargs="*", help="search text, addresses, or a CSV file")
+    p.add_argument("args", nargs="*", help="search text, addresses, or a CSV file (import: "
+                   "a column the file leaves out, or an empty is_blocked cell, keeps what "
+                   "the contact has)")
     p.add_argument("--blocked", action="store_true", help="search: blocked contacts only")
     p.add_argument("--limit", type=int, default=50,
                    help="search: at most this many contacts (default 50)")

@@ -132,11 +132,18 @@ def test_a_row_replaces_its_address_and_leaves_the_others(conn: sqlite3.Connecti
     assert a[4] != "2020-01-01T00:00:00Z"  # updated_at moved on for the replaced row
 
 
-def test_a_csv_without_name_or_notes_columns_empties_them(conn: sqlite3.Connection) -> None:
-    """Rows replace what is there: a column the CSV lacks is read as empty."""
-    add(conn, "a@example.com", "Anna", 0, "notes")
+def test_a_column_the_csv_lacks_keeps_that_field(conn: sqlite3.Connection) -> None:
+    """A names-only list (from an address book) erased every listed contact's notes and
+    unblocked its senders: notes and blocks live nowhere else."""
+    add(conn, "a@example.com", "Anna", 0, "met at the PTA")
+    add(conn, "spam@bad.example", "Spammer", 1, "phishing")
+    assert import_text(conn, "email_address,name\n"
+                             "a@example.com,Anna Schmidt\nspam@bad.example,Spammer Inc\n"
+                             "new@example.com,Neu\n") == 3
     assert import_text(conn, "email_address,is_blocked\na@example.com,1\n") == 1
-    assert kept(conn) == {"a@example.com": (None, 1, None)}
+    assert kept(conn) == {"a@example.com": ("Anna Schmidt", 1, "met at the PTA"),
+                          "spam@bad.example": ("Spammer Inc", 1, "phishing"),
+                          "new@example.com": ("Neu", 0, None)}
 
 
 @pytest.mark.parametrize("bad", ["broken", "", "@example.com", "user@", "Name <>"])
@@ -189,7 +196,7 @@ def test_a_header_only_csv_imports_nothing(conn: sqlite3.Connection) -> None:
 
 @pytest.mark.parametrize("value,blocked", [
     ("1", 1), ("true", 1), ("TRUE", 1), ("True", 1), ("yes", 1), (" Yes ", 1),
-    ("0", 0), ("false", 0), ("FALSE", 0), ("no", 0), ("", 0),
+    ("0", 0), ("false", 0), ("FALSE", 0), ("no", 0),
 ])
 def test_is_blocked_spellings(conn: sqlite3.Connection, value: str, blocked: int) -> None:
     add(conn, "was-blocked@example.com", None, 1)
@@ -201,10 +208,32 @@ def test_is_blocked_spellings(conn: sqlite3.Connection, value: str, blocked: int
                           "was-open@example.com": (None, blocked, None)}
 
 
-def test_a_row_without_is_blocked_column_or_value_is_not_blocked(conn: sqlite3.Connection) -> None:
-    add(conn, "a@example.com", None, 1)
-    import_text(conn, "email_address,name\na@example.com,Anna\nb@example.com\n")
-    assert kept(conn) == {"a@example.com": ("Anna", 0, None), "b@example.com": (None, 0, None)}
+def test_an_empty_is_blocked_cell_keeps_the_block_and_adds_unblocked(
+        conn: sqlite3.Connection) -> None:
+    """An empty cell unblocked the sender, which an export never writes (it says 0 or 1)."""
+    add(conn, "was-blocked@example.com", None, 1, "spam")
+    add(conn, "was-open@example.com", None, 0)
+    import_text(conn, "email_address,is_blocked,notes\nwas-blocked@example.com,,\n"
+                      "was-open@example.com, ,\nnew@example.com,,\n")
+    assert kept(conn) == {"was-blocked@example.com": (None, 1, None),
+                          "was-open@example.com": (None, 0, None),
+                          "new@example.com": (None, 0, None)}
+
+
+@pytest.mark.parametrize("row, said", [
+    ("q@example.net,Quinn,0,met at conf, Berlin 2025", "5 cells for the header's 4 columns"),
+    ("q@example.net,Quinn,0", "3 cells for the header's 4 columns"),
+    ("q@example.net", "1 cell for the header's 4 columns"),
+])
+def test_a_row_with_more_or_fewer_cells_than_the_header_aborts_the_import(
+        conn: sqlite3.Connection, row: str, said: str) -> None:
+    """Cells past the header were dropped without a word (the rest of a note after an
+    unquoted comma); missing ones were read as empty, emptying the name or notes."""
+    add(conn, "q@example.net", "Quinn", 1, "kept")
+    before = table(conn)
+    with pytest.raises(CallerError, match=rf"^line 3: {said}"):
+        import_text(conn, f"email_address,name,is_blocked,notes\nok@example.com,Ok,0,\n{row}\n")
+    assert table(conn) == before
 
 
 @pytest.mark.parametrize("value", ["y", "2", "blocked"])

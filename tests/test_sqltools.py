@@ -197,6 +197,44 @@ def test_account_scope_counts_mail_held_by_two_accounts(db: Path) -> None:
                         account_name="work").rows == [[0]]
 
 
+def test_account_scope_survives_a_schema_change_with_many_folders(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scope's TEMP views held every folder name of the account in their text; SQLite
+    parses them again after a schema change to the sidecar (a migration by another process)
+    under the SQL length limit set after they were made, and refused them."""
+    path = tmp_path / "data" / sidecar.SIDECAR_NAME
+    with sidecar.opened(path) as conn, sidecar.transaction(conn):
+        for i in range(2500):
+            add_email(conn, f"m{i}@x", account="work", subject="s", sender="a@b.c",
+                      folder=f"Projects/Client's {i:05d}/Correspondence archive",
+                      date="2026-01-01T00:00:00Z", is_read=True, tags=["inbox"], thread=f"t{i}")
+        add_email(conn, "p1@x", account="personal", folder="INBOX", subject="s", sender="a@b.c",
+                  date="2026-01-01T00:00:00Z", is_read=True, tags=["inbox"], thread="p",
+                  copies=["work/Projects/Client's 00000/Correspondence archive"])
+        sidecar.rebuild_threads(conn)
+    policy = sqltools._policy
+
+    def policy_after_a_migration(conn: sqlite3.Connection, *args: Any, **kwargs: Any) -> Any:
+        with sidecar.opened(path) as other:
+            other.execute("CREATE TABLE IF NOT EXISTS later_migration (x)")
+        return policy(conn, *args, **kwargs)
+
+    monkeypatch.setattr(sqltools, "_policy", policy_after_a_migration)
+    assert q(path, "SELECT count(*) FROM emails", account_name="work").rows == [[2501]]
+    assert q(path, "SELECT count(*) FROM threads", account_name="personal").rows == [[1]]
+
+
+@pytest.mark.parametrize("sql", ["SELECT * FROM account_folders",
+                                 "SELECT count(*) FROM temp.account_folders",
+                                 "INSERT INTO account_folders VALUES ('personal/INBOX')",
+                                 "DELETE FROM account_folders"])
+def test_the_scopes_folder_table_is_not_the_callers(db: Path, sql: str) -> None:
+    for tool in (q, m):
+        with pytest.raises(SqlError, match="refused"):
+            tool(db, sql, account_name="work")
+    assert q(db, "SELECT count(*) FROM emails", account_name="work").rows == [[15]]
+
+
 def test_unknown_account_is_refused(db: Path) -> None:
     with pytest.raises(SqlError, match="unknown account 'nope'; known accounts: personal, work"):
         q(db, "SELECT 1", account_name="nope")

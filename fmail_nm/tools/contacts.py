@@ -32,6 +32,7 @@ from ..passes.changes import ORIGIN_PROPERTY, WriteContext, change_record
 from ..store import sidecar
 from ..store.notmuch import NotmuchAccessError
 from . import sql
+from .render import counted
 
 CSV_FIELDS = ("email_address", "name", "is_blocked", "notes")
 
@@ -228,37 +229,69 @@ def _quotable(value: str) -> bool:
 
 
 def import_csv(conn: sqlite3.Connection, source: TextIO) -> int:
-    """Merge a CSV written by :func:`export_csv`; rows replace what is there for their address.
-    All or nothing: a bad row aborts the import with its line number."""
+    """Merge a CSV written by :func:`export_csv`; a row sets, for its address, the fields
+    whose columns the file has: a column left out keeps what is there (a names-only list
+    neither erases notes nor unblocks).  An empty cell empties a name or notes; an empty
+    is_blocked cell keeps the block as it is.  All or nothing: a bad row aborts the import
+    with its line number."""
     reader = csv.DictReader(source, strict=True)
     try:
         fields = reader.fieldnames or []
     except csv.Error as exc:
         raise CallerError(f"line {reader.line_num}: not CSV ({exc})") from None
-    missing = [f for f in ("email_address",) if f not in fields]
-    if missing:
+    if "email_address" not in fields:
         raise CallerError("the CSV has no email_address column (expected: " + ",".join(CSV_FIELDS) + ")")
     lines: dict[str, int] = {}  # address -> the line of its row
     newly_blocked = []
     with sidecar.transaction(conn):
         for row in _rows(reader):
             try:
-                address = normalize_address(_cell_in(row.get("email_address")) or "")
+                _whole(row)
+                address = normalize_address(_cell_in(row["email_address"]) or "")
                 blocked = _flag(row.get("is_blocked"))
                 _once(lines, address, reader.line_num)
             except ValueError as exc:  # the line the row ends on, as an editor shows it
                 raise CallerError(f"line {reader.line_num}: {exc}") from None
             if blocked:
                 newly_blocked.append(address)
-            conn.execute(
-                "INSERT INTO contact_info (email_address, name, is_blocked, notes, updated_at) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (email_address) DO UPDATE SET "
-                "name = excluded.name, is_blocked = excluded.is_blocked, notes = excluded.notes, "
-                "updated_at = excluded.updated_at",
-                (address, _cell_in(row.get("name")) or None, int(blocked),
-                 _cell_in(row.get("notes")) or None, utc_stamp()))
+            _merge(conn, address, _present(row, blocked))
         _refuse_own(conn, newly_blocked)  # inside the transaction: refused means none applied
     return len(lines)
+
+
+def _whole(row: dict[Any, Any]) -> None:
+    """A row with more cells than the header (an unquoted comma in a note) or fewer is a bad
+    row: DictReader would drop the extra cells, or read the missing ones as empty."""
+    columns = [key for key in row if key is not None]
+    cells = sum(row[key] is not None for key in columns) + len(row.get(None) or ())
+    if cells != len(columns):
+        quote = " (a comma inside a name or note needs the cell in double quotes)"
+        raise ValueError(f"{counted(cells, 'cell')} for the header's {len(columns)} columns"
+                         + (quote if cells > len(columns) else ""))
+
+
+def _present(row: dict[str, str], blocked: bool | None) -> dict[str, Any]:
+    """The fields the row sets: its columns other than email_address, is_blocked left out
+    when its cell is empty."""
+    fields: dict[str, Any] = {}
+    if "name" in row:
+        fields["name"] = _cell_in(row["name"]) or None
+    if blocked is not None:
+        fields["is_blocked"] = int(blocked)
+    if "notes" in row:
+        fields["notes"] = _cell_in(row["notes"]) or None
+    return fields
+
+
+def _merge(conn: sqlite3.Connection, address: str, fields: dict[str, Any]) -> None:
+    """Add the contact or set these fields of it; a new contact takes the table's defaults
+    for the rest (no name or notes, not blocked)."""
+    columns = ["email_address", *fields, "updated_at"]
+    conn.execute(
+        f"INSERT INTO contact_info ({', '.join(columns)}) VALUES "
+        f"({', '.join('?' for _ in columns)}) ON CONFLICT (email_address) DO UPDATE SET "
+        + ", ".join(f"{column} = excluded.{column}" for column in columns[1:]),
+        (address, *fields.values(), utc_stamp()))
 
 
 def _once(lines: dict[str, int], address: str, line: int) -> None:
@@ -283,13 +316,15 @@ def _rows(reader: csv.DictReader[str]) -> Iterator[dict[str, str]]:
         yield row
 
 
-_TRUE, _FALSE = ("1", "true", "yes"), ("", "0", "false", "no")
+_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
 
 
-def _flag(value: str | None) -> bool:
-    """An is_blocked cell: 1/true/yes or 0/false/no/empty; anything else is a bad row, not a
-    silent unblock."""
+def _flag(value: str | None) -> bool | None:
+    """An is_blocked cell: 1/true/yes or 0/false/no; None for an empty cell or no column
+    (the block stays as it is); anything else is a bad row, not a silent unblock."""
     text = (value or "").strip().lower()
+    if not text:
+        return None
     if text not in _TRUE + _FALSE:
         raise ValueError(f"is_blocked must be 1 or 0 (or true/false, yes/no), not {value!r}")
     return text in _TRUE

@@ -163,9 +163,14 @@ VIEW_NOTES: dict[str, str] = {
 #
 # A message belongs to every account holding one of its files (as search_emails and
 # list_folders count it): its emails.account_name names the account of its primary file only.
-# {folders}: the account's folders (relative to the mail root) in the mirror, from the caller.
+# _ACCOUNT_FOLDERS: a TEMP table of the account's folders in the mirror (relative to the mail
+# root, owned as the caller says), filled with parameters.  Written into the views' text,
+# thousands of folder names passed the SQL length limit under which SQLite parses the TEMP
+# views again after any schema change to the sidecar (a migration by another process).
+_ACCOUNT_FOLDERS = "account_folders"
 _ACCOUNT_MESSAGES = ("SELECT message_id FROM main.emails WHERE account_name = {account} UNION "
-                     "SELECT message_id FROM main.message_folders WHERE folder IN ({folders})")
+                     "SELECT message_id FROM main.message_folders WHERE folder IN "
+                     f"(SELECT folder FROM temp.{_ACCOUNT_FOLDERS})")
 _SCOPED_SELECTS: dict[str, str] = {
     "emails": "SELECT * FROM main.emails WHERE message_id IN ({messages})",
     # A thread belongs to every account holding one of its messages; its account_name
@@ -613,8 +618,10 @@ def _prepare(conn: sqlite3.Connection, scope: _Scope) -> None:
     """Account scope and limits, set before the authorizer (which would refuse the DDL)."""
     account = _checked_account(conn, scope.account_name, scope.known_accounts)
     if account is not None:
-        folders = _account_folders(conn, account, scope.folder_account)
-        for statement in _scoped_views(account, folders):
+        conn.execute(f"CREATE TEMP TABLE {_ACCOUNT_FOLDERS} (folder TEXT PRIMARY KEY)")
+        conn.executemany(f"INSERT INTO temp.{_ACCOUNT_FOLDERS} VALUES (?)", (
+            (folder,) for folder in _account_folders(conn, account, scope.folder_account)))
+        for statement in _scoped_views(account):
             conn.execute(statement)
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_CHARS)
@@ -642,16 +649,11 @@ def _account_folders(conn: sqlite3.Connection, account: str,
         "SELECT DISTINCT folder FROM message_folders") if folder_account(folder) == account]
 
 
-_PLACEHOLDER = re.compile(r"\{account\}|\{folders\}")
-
-
-def _scoped_views(account: str, folders: Sequence[str]) -> list[str]:
+def _scoped_views(account: str) -> list[str]:
     """TEMP views that shadow the published ones for unqualified names in this connection
     (which views, and how: see _SCOPED_SELECTS)."""
-    # One pass over the whole template: a name holding "{folders}" stays that name.
-    values = {"{account}": _quoted(account), "{folders}": ", ".join(map(_quoted, folders))}
-    return [f"CREATE TEMP VIEW {view} AS " + _PLACEHOLDER.sub(
-                lambda hit: values[hit.group()], select.replace("{messages}", _ACCOUNT_MESSAGES))
+    return [f"CREATE TEMP VIEW {view} AS " + select.replace(
+                "{messages}", _ACCOUNT_MESSAGES).replace("{account}", _quoted(account))
             for view, select in _account_scopes().items() if select is not None]
 
 
@@ -661,13 +663,15 @@ def _quoted(text: str) -> str:
 
 def _policy(conn: sqlite3.Connection, hint: str, *, edits_contacts: bool = False) -> _Policy:
     tables = frozenset(row[0] for row in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table'"))
+        "SELECT name FROM sqlite_master WHERE type = 'table' "
+        "UNION SELECT name FROM sqlite_temp_master WHERE type = 'table'"))
     return _Policy(view_reads=_view_reads(conn), tables=tables, hint=hint,
                    edits_contacts=edits_contacts)
 
 
 def _view_reads(conn: sqlite3.Connection) -> frozenset[tuple[str, str, str]]:
-    """(table, column, view) for every internal column the published views read.
+    """(table, column, view) for every internal column the published views read (the scope's
+    TEMP views, the account's folders too).
 
     The authorizer names the innermost view behind a read, but a CTE named ``emails`` gets the
     same name; allowing only the columns the real views read keeps such a CTE from reaching
@@ -677,7 +681,7 @@ def _view_reads(conn: sqlite3.Connection) -> frozenset[tuple[str, str, str]]:
 
     def record(action: int, table: str | None, column: str | None, db: str | None,
                context: str | None) -> int:
-        if action == sqlite3.SQLITE_READ and db == "main" and table and context:
+        if action == sqlite3.SQLITE_READ and db in ("main", "temp") and table and context:
             seen.add((table, column or "", context))
         return sqlite3.SQLITE_OK
 
@@ -728,7 +732,7 @@ class _Policy:
     """The authorizer: remembers the first refusal so the error can say what was refused."""
 
     view_reads: frozenset[tuple[str, str, str]]
-    tables: frozenset[str]  # the real tables in main, to tell them from CTE names
+    tables: frozenset[str]  # the real tables in main and temp, to tell them from CTE names
     hint: str
     edits_contacts: bool = False
     refusal: str | None = field(default=None, init=False)
