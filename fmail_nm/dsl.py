@@ -30,7 +30,7 @@ import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, tzinfo
+from datetime import date, datetime, timedelta, tzinfo
 
 from . import tags
 from .config import THREAD_ID, folder_term
@@ -327,17 +327,21 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _INFIX_SAFE = re.compile(r'(?![/{])[^"*\x00-\x1f\x7f]+')
 
 
+def _letter_or_digit(c: str) -> bool:
+    return unicodedata.ucd_3_2_0.category(c)[0] in "LN"
+
+
 def _has_word(value: str) -> bool:
     """Whether Xapian makes at least one term of the value (see the module docstring)."""
-    return any(c == "_" or unicodedata.ucd_3_2_0.category(c)[0] in "LN" for c in value)
+    return any(c == "_" or _letter_or_digit(c) for c in value)
 
 
-def _only_punctuation(value: str) -> bool:
-    """Whether a value with no word (see _has_word) is only ASCII signs and punctuation,
-    which a search ignores as Gmail does.  An emoji, a symbol or a letter Xapian may not
-    index (see the module docstring) is what the user looks for: dropping it would widen
-    the search."""
-    return all(c.isascii() or unicodedata.category(c)[0] == "P" for c in value)
+def _has_new_letter(value: str) -> bool:
+    """Whether a value with no word (see _has_word) has a letter or digit by today's Unicode
+    tables: one Xapian may index (see the module docstring), so dropping it would widen the
+    search.  Signs, symbols, emoji and invisible characters are not searchable: ignored, as
+    notmuch and Gmail ignore them."""
+    return any(unicodedata.category(c)[0] in "LN" for c in value)
 
 
 _UNSEARCHABLE_NOTE = ("emoji, symbols and characters newer than Unicode 3.2 alone cannot be "
@@ -399,6 +403,20 @@ def _proximity(first: _Tok, number: _Tok | None, second: _Tok, *, ordered: bool)
 _XAPIAN_OPERATORS = frozenset({"and", "or", "not", "xor", "near", "adj"})
 
 
+def _word_char(c: str) -> bool:
+    """Whether Xapian's query parser takes the character as part of a word (letters, digits,
+    marks and connectors such as ``_``), not as query syntax; in every Unicode version from
+    3.2 to today's (see the module docstring)."""
+    return all(category[0] in "LNM" or category == "Pc"
+               for category in (unicodedata.ucd_3_2_0.category(c), unicodedata.category(c)))
+
+
+def _xapian_lower(word: str) -> str:
+    """The word lowercased as Xapian indexes it: each character on its own, by the simple
+    mapping (str.lower makes a final Σ ς, and İ two characters where Xapian makes it i)."""
+    return "".join(c.lower()[0] for c in word)
+
+
 def _near_char(c: str) -> bool:
     category = unicodedata.ucd_3_2_0.category(c)
     return category[0] == "L" or category == "Nd"
@@ -407,7 +425,7 @@ def _near_char(c: str) -> bool:
 def _near_word(tok: _Tok) -> str:
     """A word NEAR can take: letters and digits Xapian indexes alone (it reads anything else
     as query syntax), and none of its operators."""
-    word = tok.text.lower()
+    word = _xapian_lower(tok.text)
     if not word or not all(_near_char(c) for c in word):
         raise DslError(tok.pos, "a plain word (letters and digits) each side of AROUND",
                        _shown(tok.text))
@@ -424,9 +442,10 @@ MIN_PREFIX = 3
 
 def _word_prefix(value: str, pos: int) -> _Atom:
     """``invo*``: words starting with a plain word (Xapian's wildcard, which reads anything
-    but letters and digits as query syntax)."""
-    stem = value[:-1].lower()
-    if len(stem) < MIN_PREFIX or not all(map(_near_char, stem)) or stem in _XAPIAN_OPERATORS:
+    but word characters as query syntax)."""
+    stem = _xapian_lower(value[:-1])
+    if (sum(map(_letter_or_digit, stem)) < MIN_PREFIX or not all(map(_word_char, stem))
+            or stem in _XAPIAN_OPERATORS):
         raise DslError(pos, f"a plain word of {MIN_PREFIX} or more letters or digits before "
                        "a trailing '*' (words starting with it)", _shown(value))
     return _Atom(stem + "*")
@@ -460,11 +479,18 @@ def _parse_date(value: str, pos: int, tz: tzinfo | None) -> tuple[int, int]:
     if not _valid_date(year, month, day, has_month=m[3] is not None, has_day=m[4] is not None):
         raise DslError(pos, "a real calendar date", _shown(value))
     if m[4]:
-        return _local_epoch(tz, year, month, day), _next_day(tz, year, month, day)
+        return local_day(date(year, month, day), tz)
     if m[3]:
         ny, nm = (year + 1, 1) if month == 12 else (year, month + 1)
         return _local_epoch(tz, year, month, 1), _local_epoch(tz, ny, nm, 1)
     return _local_epoch(tz, year, 1, 1), _local_epoch(tz, year + 1, 1, 1)
+
+
+def local_day(day: date, tz: tzinfo | None) -> tuple[int, int]:
+    """[start, end) epochs of the day in the zone: from its midnight (or, where a switch
+    skips midnight, from when its clock resumes) to the next day's."""
+    return (_local_epoch(tz, day.year, day.month, day.day),
+            _next_day(tz, day.year, day.month, day.day))
 
 
 def _next_day(tz: tzinfo | None, year: int, month: int, day: int) -> int:
@@ -673,8 +699,9 @@ class _Parser:
             raise DslError(self.tok.pos, "a search term or the end of the query",
                            f"a '{self.tok.kind}' with no matching '{opening}'")
         if node is _EMPTY:  # every term ignored: a search for nothing must not find all mail
-            raise DslError(self.toks[0].pos, "words with letters or digits (punctuation alone "
-                           "is ignored; an empty search is all mail)", _shown(self.text))
+            raise DslError(self.toks[0].pos, "words with letters or digits (punctuation and "
+                           "symbols alone are ignored; an empty search is all mail)",
+                           _shown(self.text))
         return node
 
     def _or_expr(self, default: str | None) -> _Node:
@@ -828,13 +855,19 @@ class _Parser:
 
     def _bare_value(self, name: str | None, value: str, pos: int) -> _Node:
         """An unquoted value: Gmail's ``me`` after an address field is the user ("me" in
-        quotes is the word); with no field, ``*`` is all mail and ``inv*`` a word prefix."""
+        quotes is the word); with no field, ``*`` is all mail and ``inv*`` a word prefix, and
+        a text field's value cannot end in ``*``."""
         if name in _ADDRESS_FIELDS and value.lower() == "me":
             return self._me(name, pos)
         if name is None and value == "*":
             return _ALL  # notmuch's word for all mail
         if name is None and value.endswith("*"):
             return _word_prefix(value, pos)
+        if name in _PHRASE_FIELDS and value.endswith("*"):
+            # Blanked (see the module docstring), it would search the word, not its prefix;
+            # in quotes a star is punctuation of the phrase.
+            raise DslError(pos, f"whole words after '{name}:' (inv* without a field finds "
+                           "words starting with inv)", _shown(value))
         return self._term(name, value, pos)
 
     def _me(self, name: str, pos: int) -> _Node:
@@ -850,17 +883,14 @@ class _Parser:
             text = _clean_phrase(value)
             if _has_word(text):
                 return _phrase_atom("", text)
-            if not _only_punctuation(text):
+            if _has_new_letter(text):
                 raise DslError(pos, _UNSEARCHABLE, _shown(value))
-            return _EMPTY  # punctuation alone: ignored, as Gmail does
+            return _EMPTY  # nothing searchable (punctuation, symbols): ignored
         if not value:
             raise DslError(pos, f"a value after '{name}:'", "an empty value")
         return self.handlers[name](name, value, pos)
 
     def _phrase_field(self, name: str, value: str, pos: int) -> _Node:
-        if value.endswith("*"):  # would be blanked: a search for the word, not its prefix
-            raise DslError(pos, f"whole words after '{name}:' (inv* without a field finds "
-                           "words starting with inv)", _shown(value))
         text = _clean_phrase(value)
         if not _has_word(text):
             raise DslError(pos, f"a value with letters or digits after '{name}:' "

@@ -653,26 +653,58 @@ INLINE_FORWARD = (
 )
 
 
-def test_has_finds_a_pdf_sent_inline_and_an_invitation(tmp_path: Path) -> None:
-    """Apple Mail sends files with "Content-Disposition: inline", which notmuch does not tag
-    attachment; a PDF is found by its type, and so are a forward sent inline and an
-    invitation, which get_email lists as attachments too. An invitation is found by its own."""
+def _indexed(tmp_path: Path, *messages: str) -> Path:
+    """A notmuch database of the messages, one file each; its mail root."""
     (tmp_path / "mail" / "cur").mkdir(parents=True)
-    (tmp_path / "mail" / "cur" / "1.x:2,S").write_text(INLINE_PDF)
-    (tmp_path / "mail" / "cur" / "4.x:2,S").write_text(INLINE_FORWARD)
-    (tmp_path / "mail" / "cur" / "2.x:2,S").write_text(
-        "From: b@ex.org\nSubject: plain\nMessage-ID: <plain@t>\n\nno file\n")
-    (tmp_path / "mail" / "cur" / "3.x:2,S").write_text(
-        "From: c@ex.org\nSubject: sprint review\nMessage-ID: <invite@t>\nMIME-Version: 1.0\n"
-        "Content-Type: text/calendar; method=REQUEST\n\nBEGIN:VCALENDAR\nBEGIN:VEVENT\n"
-        "SUMMARY:Review\nEND:VEVENT\nEND:VCALENDAR\n")
+    for n, message in enumerate(messages, 1):
+        (tmp_path / "mail" / "cur" / f"{n}.x:2,S").write_text(message)
     config = tmp_path / "notmuch-config"
     config.write_text(f"[database]\npath={tmp_path / 'mail'}\n")
     subprocess.run([NOTMUCH or "notmuch", "new", "--quiet"], check=True, timeout=60,
                    env={**os.environ, "NOTMUCH_CONFIG": str(config)})
-    with notmuch2.Database(str(tmp_path / "mail"), config=notmuch2.Database.CONFIG.EMPTY) as db:
+    return tmp_path / "mail"
+
+
+def test_has_finds_a_pdf_sent_inline_and_an_invitation(tmp_path: Path) -> None:
+    """Apple Mail sends files with "Content-Disposition: inline", which notmuch does not tag
+    attachment; a PDF is found by its type, and so are a forward sent inline and an
+    invitation, which get_email lists as attachments too. An invitation is found by its own."""
+    mail = _indexed(
+        tmp_path, INLINE_PDF, "From: b@ex.org\nSubject: plain\nMessage-ID: <plain@t>\n\nno file\n",
+        "From: c@ex.org\nSubject: sprint review\nMessage-ID: <invite@t>\nMIME-Version: 1.0\n"
+        "Content-Type: text/calendar; method=REQUEST\n\nBEGIN:VCALENDAR\nBEGIN:VEVENT\n"
+        "SUMMARY:Review\nEND:VEVENT\nEND:VCALENDAR\n",
+        INLINE_FORWARD)
+    with notmuch2.Database(str(mail), config=notmuch2.Database.CONFIG.EMPTY) as db:
         assert ids(db, "tag:attachment") == set()
         assert search(db, "has:attachment") == {"inline-pdf@t", "inline-forward@t", "invite@t"}
         assert search(db, "has:invitation") == {"invite@t"}
         assert search(db, "filename:pdf") == search(db, "filename:.PDF") == {"inline-pdf@t"}
         assert search(db, "filename:inv.pdf") == set()  # an inline file's name: not indexed
+
+
+def _plain(mid: str, subject: str, body: str) -> str:
+    return (f"From: ops@ex.org\nSubject: {subject}\nMessage-ID: <{mid}>\nMIME-Version: 1.0\n"
+            f"Content-Type: text/plain; charset=utf-8\n\n{body}\n")
+
+
+def test_what_notmuch_finds_as_typed_the_dsl_finds(tmp_path: Path) -> None:
+    mail = _indexed(tmp_path, _plain("stars@t", "Server down ***", "The server is down."),
+                    _plain("euro@t", "Rechnung 100 €", "Bitte zahlen."),
+                    _plain("tokens@t", "Build notes",
+                           "foo_bar_baz, the cafe\u0301teria, ΟΔΟΣ and İstanbul"))
+    cases = {
+        # Prefixes of the words notmuch indexes, lowercased as Xapian does.
+        "ΟΔΟΣ*": {"tokens@t"}, "İstanbu*": {"tokens@t"}, "foo_bar*": {"tokens@t"},
+        "cafe\u0301t*": {"tokens@t"},
+        # A symbol or invisible character among words: notmuch ignores it.
+        "Rechnung 100 €": {"euro@t"}, "Rechnung \u200b 100": {"euro@t"},
+    }
+    with notmuch2.Database(str(mail), config=notmuch2.Database.CONFIG.EMPTY) as db:
+        for text, expected in cases.items():
+            assert ids(db, text) == expected, text
+            assert search(db, text) == expected, text
+        # The words themselves, which notmuch lowercases itself, in quotes or next to NEAR.
+        assert search(db, "ΟΔΟΣ AROUND 2 İstanbul") == search(db, "ΟΔΟΣ") == {"tokens@t"}
+        # In quotes, a star is punctuation of the phrase.
+        assert search(db, 'subject:"Server down ***"') == {"stars@t"}

@@ -590,6 +590,22 @@ def test_a_days_offset_is_the_one_the_zone_has_that_day(mb: reads.Mailbox,
     assert f"date:@{start}..@{end - 1}" in query, query
 
 
+def test_since_and_until_dates_are_the_days_on_counts(mb: reads.Mailbox,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bare date in since/until is a day of the machine's zone, as in the query's on:; the
+    trip's mail, sent on March 10 (UTC), is the evening of March 9 in Honolulu."""
+    trip = reads.search_emails(mb, "id:school-trip-3@example.com").results[0]
+    with machine_zone(monkeypatch, "Pacific/Honolulu"):
+        for day, found in (("2026-03-09", True), ("2026-03-10", False)):
+            scoped = ids(reads.search_emails(mb, "", since=day, until=day, limit=500))
+            assert scoped == ids(reads.search_emails(mb, f"on:{day}", limit=500))
+            assert (trip.id in scoped) is found, day
+        # A time without an offset is one of that zone as well: the evening of March 9.
+        evening = ids(reads.search_emails(mb, "", since="2026-03-09T12:00", limit=500,
+                                          until="2026-03-09T23:59:59"))
+        assert trip.id in evening
+
+
 def test_a_sender_named_like_the_lines_form_is_quoted() -> None:
     """A received message from "to Bob Smith" must not read as the user's own mail to Bob,
     a "|" in a name must not read as the start of the subject, and right-to-left overrides

@@ -19,14 +19,15 @@ import re
 import sqlite3
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timezone
+from datetime import date, datetime
 from pathlib import Path
 from time import sleep
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from ..clock import MACHINE_ZONE, iso_from_epoch, utc_now
 from ..config import THREAD_ID, Config
-from ..dsl import CompiledQuery, DslContext, DslError, compile_query, date_range_query
+from ..dsl import (CompiledQuery, DslContext, DslError, compile_query, date_range_query,
+                   local_day)
 from ..errors import CallerError
 from ..message.attachments import attachment_text, dotted
 from ..message.headers import Address, canonical_address, search_forms
@@ -255,17 +256,17 @@ def clamp_limit(limit: int) -> int:
 
 def _parse_when(value: str, name: str, end: bool) -> int:
     """An ISO date or datetime as epoch seconds; a bare date means the start (or, for an upper
-    bound, the end) of that day in UTC."""
+    bound, the last second) of that day in the machine's zone, as the query's on: does (see
+    Mailbox.dsl_context), and a datetime without an offset is a time of that zone too."""
     if len(value) > MAX_DATE_CHARS:
         raise ToolError(f"{name} must be an ISO 8601 date or datetime, e.g. 2026-03-01")
     try:
         if len(value) == 10:
-            day = date.fromisoformat(value)
-            moment = datetime.combine(day, time.max if end else time.min, timezone.utc)
-        else:
-            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-            if moment.tzinfo is None:
-                moment = moment.replace(tzinfo=timezone.utc)
+            start, next_day = local_day(date.fromisoformat(value), MACHINE_ZONE)
+            return next_day - 1 if end else start
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=MACHINE_ZONE)
     except ValueError:
         raise ToolError(f"{name} must be an ISO 8601 date or datetime, e.g. 2026-03-01 "
                         f"(got {value!r})") from None
