@@ -213,6 +213,22 @@ def test_write_while_another_process_holds_the_lock(indexed: MailEnv) -> None:
             assert "busy-test" in reader.find(target.message_id).tags  # type: ignore[union-attr]
 
 
+def test_closing_a_writer_that_gave_up_does_not_wait_for_the_lock(indexed: MailEnv) -> None:
+    """The writer thread of a batch given up on blocks in its open until the lock is free:
+    close() waited for it, up to the Writer's whole timeout more, without a word, after
+    the caller had been told "busy"."""
+    writer = Writer(lock_timeout=600.0)
+    with notmuch_lock_held() as holder:
+        with pytest.raises(DatabaseBusy):
+            writer.run(lambda txn: None, lock_timeout=0.5)
+        closing = threading.Thread(target=writer.close)
+        closing.start()
+        closing.join(timeout=60)
+        assert not closing.is_alive(), "close() waits for the lock held elsewhere"
+        assert holder.proc.poll() is None  # the lock was held all along
+        holder.release()
+
+
 def test_a_deadline_bounds_the_wait_for_the_lock_and_a_passed_one_runs_nothing(
         indexed: MailEnv) -> None:
     ran: list[int] = []

@@ -21,7 +21,9 @@ the next run's mirror would mark them, and the rules would give them the tags th
 Only when nothing else expects to see the new mail first: a post-new hook of the user's (or of
 an earlier version) expects ``notmuch new`` to bring it the mail with ``new.tags``, and a
 pre-new hook runs before any new mail is indexed (it may move or delete files by their tags);
-either way ``notmuch new`` indexes the delivery as before.
+either way ``notmuch new`` indexes the delivery as before.  So it does when another program
+holds the write lock or writes first: this module only saves work, and leaves the waiting, and
+what is said of it, to the run of ``notmuch new``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from pathlib import Path
 from ..config import Config
 from ..message.headers import header, list_id, read_head, split_head
 from ..progress import INDEXING, ProgressCallback
-from ..store.notmuch import AddedFiles, Reader, Writer, WriteTxn
+from ..store.notmuch import (LOCK_PROBE_WAIT, AddedFiles, DatabaseBusy, Reader, Writer,
+                             WriteTxn)
 from . import DELIVERY_MIN_FILES
 from .indexing import Ignored, WrittenMeanwhile, index_batch, unreadable_ignore
 from .prefetch import Prefetch
@@ -115,11 +118,13 @@ def _index(config: Config, reader: Reader, prefetch: Prefetch, files: list[str],
         prefetch.resume(files)
         return added
     try:
-        with Writer(config.settings.notmuch_config) as writer:
+        # Not the Writer's usual wait: notmuch new waits for a lock held elsewhere as long as
+        # it takes, and the index run says so (service.index): a wait here would be silent.
+        with Writer(config.settings.notmuch_config, lock_timeout=LOCK_PROBE_WAIT) as writer:
             added = writer.run(session, all_or_nothing=True)
-    except WrittenMeanwhile:  # notmuch new indexes the delivery, as it would anyway
-        log.info("another program wrote to the notmuch database; notmuch new indexes the "
-                 "delivery")
+    except (WrittenMeanwhile, DatabaseBusy):  # notmuch new indexes it, as it would anyway
+        log.info("another program wrote to the notmuch database or holds its write lock; "
+                 "notmuch new indexes the delivery")
         return None
     if on_progress is not None:
         on_progress(INDEXING, len(files), len(files))

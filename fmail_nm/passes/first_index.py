@@ -18,6 +18,7 @@ program may take the write lock between two batches (mbsync's post-sync ``notmuc
 would index the files not reached yet with ``new.tags`` alone): the next batch sees that the
 revision moved, and the first index stops there, leaving the rest to ``notmuch new`` and the
 post-new pass -- the sidecar then takes everything changed after our last batch for new mail.
+So it does when a batch cannot have the lock at once: ``notmuch new`` waits for it, said.
 
 Only when nothing else expects to see the new mail: the database holds no message, and the
 post-new hook is ours and leaves the pass to ``fmail-nm index`` (a hook of the user's chained
@@ -43,7 +44,8 @@ from ..config import Config
 from ..errors import BackendError
 from ..progress import INDEXING, ProgressCallback
 from ..store import sidecar
-from ..store.notmuch import AddedFiles, Reader, Writer, WriteTxn
+from ..store.notmuch import (LOCK_PROBE_WAIT, AddedFiles, DatabaseBusy, Reader, Writer,
+                             WriteTxn)
 from .mirror import SETUP_REVISION, Mirror, Parsed, parse_in_order, sync_lock
 from .indexing import Ignored, WrittenMeanwhile, index_batch, unreadable_ignore
 from .tagging import configured_new_tags
@@ -209,7 +211,9 @@ def index_first(config: Config, reader: Reader, *,
             on_progress(INDEXING, 0, len(files))
         ours = reader.revision().number  # the revision our last batch left
         try:
-            with Writer(config.settings.notmuch_config) as writer:
+            # A lock held elsewhere is waited for by notmuch new, which the index run says
+            # (service.index): a wait here would be silent.
+            with Writer(config.settings.notmuch_config, lock_timeout=LOCK_PROBE_WAIT) as writer:
                 for number, start in enumerate(range(0, len(files), batch_size)):
                     batch = files[start:start + batch_size]
                     parsed = dict(zip(batch, parses))  # kept only until handed over
@@ -223,13 +227,13 @@ def index_first(config: Config, reader: Reader, *,
                     follower.committed(number)
                     if on_progress is not None:
                         on_progress(INDEXING, start + len(batch), len(files))
-        except WrittenMeanwhile:
+        except (WrittenMeanwhile, DatabaseBusy):
             # The rest is the pass's, after notmuch new, as for any new mail: all that changed
             # after our last batch is taken for new mail by the next sync (built from scratch:
             # the follower may have mirrored the other program's mail as tagged already).
             report.interrupted = True
-            log.info("another program wrote to the notmuch database during the first index; "
-                     "notmuch new and the post-new pass do the rest")
+            log.info("another program wrote to the notmuch database or holds its write lock "
+                     "during the first index; notmuch new and the post-new pass do the rest")
         finally:
             parses.close()
             report.mirrored = follower.finish() and not report.interrupted

@@ -1107,14 +1107,17 @@ class Writer:
         self._committing = committing if committing is not None else contextlib.nullcontext()
         self._deadlines = threading.local()
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._opening: _Job | None = None  # the job whose read-write open is under way
         self._thread = threading.Thread(target=self._loop, name="notmuch-writer", daemon=True)
         self._thread.start()
 
-    def close(self, *, join: bool = True) -> None:
-        """Stop the writer thread; ``join=False`` does not wait for it (a thread still blocked
-        in a read-write open ends once it gets the lock, writing nothing)."""
+    def close(self) -> None:
+        """Stop the writer thread, once the batches under way are done -- not waiting for one
+        given up on while its open blocks for the lock: the thread ends once it gets the
+        lock, writing nothing, and the caller, told "busy" already, must not wait on."""
         self._jobs.put(None)
-        if join:
+        opening = self._opening
+        if opening is None or not opening.abandoned:
             self._thread.join(timeout=self.lock_timeout + 5)
 
     def __enter__(self) -> Writer:
@@ -1179,9 +1182,12 @@ class Writer:
                 if job.abandoned:
                     return None
             try:
+                self._opening = job
                 return _open(self.config_path, notmuch2.Database.MODE.READ_WRITE)
             except _WriteLocked:
                 pass
+            finally:
+                self._opening = None
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
 
@@ -1221,7 +1227,8 @@ class Writer:
             job.done.set()
 
 
-# How long write_lock_held tries to open the database read-write: a free lock is had at once.
+# How long write_lock_held tries to open the database read-write, and an index run's own
+# indexing before notmuch new (which then waits, said) does: a free lock is had at once.
 LOCK_PROBE_WAIT = 1.0
 
 
@@ -1229,13 +1236,11 @@ def write_lock_held(config_path: str | None, wait: float = LOCK_PROBE_WAIT) -> b
     """Whether another program (a mail client, a notmuch new) holds the write lock now: a
     read-write session that writes nothing, given up after ``wait`` seconds.  For telling
     the user what a ``notmuch new`` about to start will wait for -- it waits silently."""
-    writer = Writer(config_path, lock_timeout=wait)
-    try:
-        writer.run(lambda txn: None)
-    except DatabaseBusy:
-        writer.close(join=False)  # its open may block until the lock is free
-        return True
-    except NotmuchAccessError:  # a full disk, a damaged index: notmuch new says it itself
-        pass
-    writer.close()
+    with Writer(config_path, lock_timeout=wait) as writer:
+        try:
+            writer.run(lambda txn: None)
+        except DatabaseBusy:
+            return True
+        except NotmuchAccessError:  # a full disk, a damaged index: notmuch new says it itself
+            pass
     return False
