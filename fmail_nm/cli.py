@@ -226,7 +226,11 @@ def cmd_sidecar(args: argparse.Namespace) -> int:
                   f"{report.parsed} parsed, {report.removed} removed (notmuch revision "
                   f"{report.revision})")
             return 0
-        with opened(sidecar_path(config.data_dir)) as conn:
+        if not path.is_file():  # opening it would create it empty, to "differ" in every row
+            print(f"the sidecar {path} is missing: `fmail-nm sidecar rebuild` builds it from "
+                  "notmuch")
+            return 1
+        with opened(path) as conn:
             problems = check(config, reader, conn, parse_files=args.files)
     for line in problems[:200]:
         print(line)
@@ -406,8 +410,9 @@ def cmd_account(args: argparse.Namespace) -> int:
         for path in removed.files:
             print(f"took {removed.name} out of {path}")
         if removed.mail is not None:
-            print(f"its mail in {removed.mail} is left in place (delete it yourself if you want; "
-                  "notmuch new then drops it from the index)")
+            print(f"its mail in {removed.mail} is left in place: `fmail-nm account add` under "
+                  "the same name, server and login takes it up again (delete it yourself if you "
+                  "want; notmuch new then drops it from the index)")
         return 0
     if args.action == "list":
         for entry in accounts.added_entries():
@@ -548,7 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "a column the file leaves out, or an empty is_blocked cell, keeps what "
                    "the contact has)")
     p.add_argument("--blocked", action="store_true", help="search: blocked contacts only")
-    p.add_argument("--limit", type=int, default=50,
+    p.add_argument("--limit", type=count, default=50,
                    help="search: at most this many contacts (default 50)")
     p.add_argument("--no-push", action="store_true",
                    help="block/unblock/import: do not run mbsync for mail moved to or from Junk")
@@ -645,6 +650,17 @@ def tcp_port(text: str) -> int:
     if not 1 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a port: 1 to 65535")
     return port
+
+
+def count(text: str) -> int:
+    """A --limit value: 1 or more (SQLite reads a negative LIMIT as no limit at all)."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number: 1 or more") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{number} is not a count: 1 or more")
+    return number
 
 
 def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:

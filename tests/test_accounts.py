@@ -198,6 +198,21 @@ def test_a_refused_login_leaves_nothing_behind(bed: Bed) -> None:
     assert [a.name for a in load_config().accounts] == [a.name for a in config.accounts]
 
 
+@pytest.mark.parametrize("server, said", [
+    ({"imap_host": "imap.nonexistent.invalid", "imap_tls": "imaps"},
+     "Cannot resolve server 'imap.nonexistent.invalid'"),
+    ({"imap_port": 1}, "Cannot connect to 127.0.0.1"),
+])
+def test_a_server_that_cannot_be_reached_is_not_said_to_refuse(
+        bed: Bed, server: dict[str, object], said: str) -> None:
+    """A host name that does not resolve was reported as "the IMAP server refused account"."""
+    with pytest.raises(AccountCheckFailed) as refused:
+        add_account(load_config(), new_account(bed, **server), timeout=60)
+    assert str(refused.value).startswith("could not reach the IMAP server of account 'side'")
+    assert said in str(refused.value) and "refused account" not in str(refused.value)
+    assert accounts.added_entries() == []
+
+
 def own_files() -> dict[str, bytes]:
     """fmail-nm's own config folder, file name -> bytes ({} when the folder is not there)."""
     own = own_config_dir()
@@ -273,6 +288,55 @@ def test_remove_undoes_an_add_and_keeps_the_mail(bed: Bed) -> None:
     assert "side" not in [a.name for a in load_config().accounts]
     refused = bed.env.fmail("account", "remove", "--name", "personal", check=False)
     assert refused.returncode == 2 and "not an account fmail-nm added" in refused.stderr
+
+
+def add_args(bed: Bed, name: str = "side") -> list[str]:
+    return ["account", "add", "--name", name, "--address", "casey@example.com",
+            "--password-command", str(bed.password_script), "--imap-host", "127.0.0.1",
+            "--imap-port", str(bed.server.port), "--imap-user", USER, "--imap-tls", "none",
+            "--smtp-host", "127.0.0.1", "--smtp-tls", "none"]
+
+
+def test_an_account_removed_and_added_again_takes_up_the_mail_it_left(bed: Bed) -> None:
+    """Remove, then add again under the same name (to fix the password command): the add
+    refused the name, as the folder the remove left in place was not empty."""
+    bed.env.fmail(*add_args(bed))
+    done = bed.env.fmail("account", "remove", "--name", "side")
+    assert "takes it up again" in done.stdout
+    imapbed.append(bed.server, USER, "INBOX", message(4, "Dana Lee <dana@example.net>",
+                                                      "casey@example.com", "While away"))
+    again = bed.env.fmail(*add_args(bed), check=False)
+    assert again.returncode == 0, again.stderr
+    assert "side" in [a.name for a in load_config().accounts]
+    # mbsync took up its sync state: only the new message was pulled, nothing twice.
+    inbox = load_config().mail_root / "side" / "INBOX"
+    assert len([*(inbox / "new").iterdir(), *(inbox / "cur").iterdir()]) == 3
+    for n in (1, 2, 3, 4):
+        files = bed.env.notmuch("search", "--output=files", f"id:casey-{n}@example.net")
+        assert len(files.stdout.splitlines()) == 1, files.stdout
+    assert bed.env.fmail("sidecar", "check").returncode == 0
+    # Taken up: a later remove and add take it up again, as the first did.
+    bed.env.fmail("account", "remove", "--name", "side")
+    bed.env.fmail(*add_args(bed))
+
+
+def test_a_folder_that_is_not_the_mail_of_a_removed_account_of_that_server_is_refused(
+        bed: Bed) -> None:
+    mail_root = load_config().mail_root
+    stray = mail_root / "side" / "notes.txt"
+    stray.parent.mkdir()
+    stray.write_text("not mail of ours\n")
+    with pytest.raises(accounts.AccountError, match="side exists and is not empty; move or "
+                       "delete that folder"):
+        accounts.plan(load_config(), new_account(bed))
+    stray.unlink()
+    add_account(load_config(), new_account(bed), timeout=60)
+    bed.env.fmail("account", "remove", "--name", "side")
+    # Another login: mbsync's sync state in the folder is of the mailbox the mail came from.
+    with pytest.raises(accounts.AccountError, match=f"holds the mail of the removed account "
+                       f"'side' of {USER} at 127.0.0.1, not someone at 127.0.0.1"):
+        accounts.plan(load_config(), new_account(bed, imap_user="someone"))
+    assert (mail_root / "side" / "INBOX").is_dir()
 
 
 def test_cli_add_with_flags_says_what_it_waits_for(bed: Bed) -> None:

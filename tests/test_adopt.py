@@ -121,6 +121,21 @@ def test_an_existing_notmuch_config_is_left_alone_and_told_the_command(
     assert "notmuch config set user.other_email 'alex.morgan@example.org;amorgan@acme.test'" in out
 
 
+def test_init_refuses_a_mail_root_other_than_the_existing_configs(indexed: MailEnv) -> None:
+    """`init --mail-root DIR` on a notmuch config whose mail root is another folder ignored
+    DIR without a word (even one that does not exist): the user believed it set up."""
+    before = indexed.notmuch_config.read_bytes()
+    other = indexed.base / "Mail2"
+    done = indexed.fmail("init", "--mail-root", str(other), "--no-index", check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"{indexed.notmuch_config} is for the mail in {indexed.mail_root}, not {other}" in \
+        done.stderr and "--notmuch-config" in done.stderr, done.stderr
+    assert indexed.notmuch_config.read_bytes() == before
+    # The same folder by another path is the config's own.
+    (indexed.base / "link").symlink_to(indexed.mail_root)
+    indexed.fmail("init", "--mail-root", str(indexed.base / "link"), "--no-index")
+
+
 def test_commands_name_a_missing_config_and_say_to_run_init(mail_env: MailEnv) -> None:
     mail_env.fmail_config.unlink()
     done = mail_env.fmail("index", check=False)

@@ -112,6 +112,17 @@ def test_a_damaged_sidecar_is_named_with_its_fix(indexed: MailEnv) -> None:
     assert str(_sidecar(indexed)) in done.stderr and "fmail-nm sidecar rebuild" in done.stderr
 
 
+def test_a_missing_sidecar_is_named_as_missing_with_its_fix(indexed: MailEnv) -> None:
+    """`sidecar check` with the sidecar deleted said it was "built from another notmuch
+    database (uuid differs)" -- and left an empty sidecar behind."""
+    _sidecar(indexed).unlink()
+    done = indexed.fmail("sidecar", "check", check=False)
+    assert done.returncode == 1 and "uuid differs" not in done.stdout
+    assert f"{_sidecar(indexed)} is missing" in done.stdout and "fmail-nm sidecar rebuild" in \
+        done.stdout
+    assert not _sidecar(indexed).exists()
+
+
 def test_a_busy_sidecar_is_named_and_nothing_is_changed(indexed: MailEnv) -> None:
     """Another process writing the sidecar: the user is told which database is busy and to
     retry; the block is not half made (no mail tagged blocked)."""
@@ -162,6 +173,14 @@ def test_a_port_out_of_range_is_named(indexed: MailEnv, port: str) -> None:
     done = indexed.fmail("serve", "--transport", "http", "--port", port, check=False)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "--port" in done.stderr and "port" in done.stderr.split("--port", 1)[1]
+
+
+@pytest.mark.parametrize("limit", ["-5", "0", "many"])
+def test_a_contacts_limit_that_is_no_count_is_refused(indexed: MailEnv, limit: str) -> None:
+    """`--limit -5` was taken, and SQLite reads a negative LIMIT as none at all."""
+    done = indexed.fmail("contacts", "--limit", limit, "search", check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--limit" in done.stderr and "1 or more" in done.stderr, done.stderr
 
 
 def test_a_folder_role_given_a_number_is_named(indexed: MailEnv) -> None:

@@ -6,7 +6,8 @@ the user's own ``~/.mbsyncrc``, ``~/.msmtprc`` or fmail.toml:
 * ``mbsyncrc``     its IMAPAccount, stores and Channel (run with ``mbsync -c``),
 * ``msmtprc``      its msmtp account (sent with ``msmtp -C``),
 * ``accounts.toml`` its ``[[accounts]]`` entry, which :mod:`fmail_nm.config` reads beside
-  fmail.toml's.
+  fmail.toml's; once removed, a line under ``[removed]``, so that adding it again takes up
+  the mail the remove left in place (:func:`left_mail`).
 
 The password is never asked for and never written: mbsync's ``PassCmd`` and msmtp's
 ``passwordeval`` run the user's command (``pass show …``, ``secret-tool lookup …``) each time.
@@ -52,6 +53,9 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$")
 _LOOPBACK_NAMES = ("localhost",)
 MAX_COMMAND = 1000
+LEFT_TABLE = "removed"
+_LEFT_COMMENT = ("# Removed accounts whose mail was left in place: added again under the same "
+                 "name, login\n# and server, an account takes it up.\n")
 
 
 class AccountError(ConfigError):
@@ -291,8 +295,7 @@ def plan(config: Config, new: NewAccount) -> AccountPlan:
     smtp_tls = _tls(values.get("smtp_tls", "starttls"), SMTP_TLS, smtp_host or "", "smtp_tls") \
         if smtp_host else "starttls"
     maildir = config.mail_root / name
-    if maildir.exists() and any(maildir.iterdir()):
-        raise AccountError(f"{maildir} exists and is not empty; choose another name")
+    _check_folder_free(maildir, name, far_side(imap_user, imap_host))
     _check_no_store_takes(config, maildir)
     auth = values.get("auth", "password")
     if auth not in AUTH:
@@ -313,6 +316,26 @@ def plan(config: Config, new: NewAccount) -> AccountPlan:
         server_saves_sent=preset.server_saves_sent if preset else False,
         note=preset.note if preset else "", full_name=_clean(new.full_name, "full_name"),
         auth=auth)
+
+
+def far_side(imap_user: str, imap_host: str) -> str:
+    """The mailbox an account syncs with, as the record of a removed one names it."""
+    return f"{imap_user} at {imap_host}"
+
+
+def _check_folder_free(maildir: Path, name: str, far: str) -> None:
+    """Refuse a folder for the new account that holds anything, unless :func:`remove` left it:
+    the mail of an account of this name on the same login and server, whose sync state mbsync
+    takes up (another mailbox's makes it refuse every folder: UIDVALIDITY changed)."""
+    if not (maildir.exists() and any(maildir.iterdir())):
+        return
+    left = left_mail().get(name)
+    if left == far:
+        return
+    held = (f"holds the mail of the removed account {name!r} of {left}, not {far}" if left
+            else "exists and is not empty")
+    raise AccountError(f"{maildir} {held}; move or delete that folder (or choose another "
+                       "name) and add the account again")
 
 
 def _check_no_store_takes(config: Config, maildir: Path) -> None:
@@ -485,7 +508,8 @@ def _toml_value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def render_accounts(entries: list[dict[str, Any]]) -> str:
+def render_accounts(entries: list[dict[str, Any]], left: dict[str, str]) -> str:
+    """accounts.toml: the added accounts' entries, then ``left`` (see :func:`left_mail`)."""
     out = [_header("fmail-nm accounts").rstrip("\n") + "\n"]
     for entry in entries:
         folders = entry.get("folders")
@@ -494,7 +518,21 @@ def render_accounts(entries: list[dict[str, Any]]) -> str:
         if folders:
             out.append("\n[accounts.folders]\n" + "".join(
                 f"{json.dumps(role)} = {json.dumps(folder)}\n" for role, folder in folders.items()))
+    if left:
+        out.append(f"\n{_LEFT_COMMENT}[{LEFT_TABLE}]\n" + "".join(
+            f"{json.dumps(name)} = {json.dumps(far)}\n" for name, far in left.items()))
     return "".join(out)
+
+
+def left_mail(config_dir: Path | None = None) -> dict[str, str]:
+    """Accounts :func:`remove` took out, whose mail it left under the mail root: name -> the
+    mailbox it was synced with (:func:`far_side`), which mbsync's state in it is about."""
+    path = (config_dir or own_config_dir()) / ADDED_ACCOUNTS_FILE
+    try:
+        table = tomllib.loads(_read(path)).get(LEFT_TABLE, {})
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return {str(name): str(far) for name, far in table.items()}
 
 
 def added_entries(config_dir: Path | None = None) -> list[dict[str, Any]]:
@@ -549,7 +587,8 @@ def write(p: AccountPlan) -> None:
     if p.smtp_host:
         _append_block(p.msmtp_file, "msmtp config", msmtp_block(p))
     entries = [e for e in added_entries(p.config_dir) if e.get("name") != p.name]
-    replace_private(p.accounts_file, render_accounts([*entries, account_entry(p)]))
+    left = {n: far for n, far in left_mail(p.config_dir).items() if n != p.name}
+    replace_private(p.accounts_file, render_accounts([*entries, account_entry(p)], left))
 
 
 @dataclass(frozen=True)
@@ -570,16 +609,31 @@ def remove(name: str, mail_root: Path | None = None, config_dir: Path | None = N
     # Every file read before any is written: one that is refused leaves all as they were.
     blocks = {config_dir / filename: _without_block(_read(config_dir / filename), name)
               for filename in (MBSYNC_FILE, MSMTP_FILE)}
+    mail = mail_root / name if mail_root is not None and (mail_root / name).is_dir() else None
+    left = {n: far for n, far in left_mail(config_dir).items() if n != name}
+    far = _synced_with(config_dir / MBSYNC_FILE, name)
+    if mail is not None and far is not None:  # for an add under this name to take it up
+        left[name] = far
     changed = []
     replace_private(config_dir / ADDED_ACCOUNTS_FILE,
-                    render_accounts([e for e in entries if e.get("name") != name]))
+                    render_accounts([e for e in entries if e.get("name") != name], left))
     changed.append(config_dir / ADDED_ACCOUNTS_FILE)
     for path, (text, found) in blocks.items():
         if found:
             replace_private(path, text)
             changed.append(path)
-    mail = mail_root / name if mail_root is not None and (mail_root / name).is_dir() else None
     return Removed(name=name, files=tuple(changed), mail=mail)
+
+
+def _synced_with(rc: Path, channel: str) -> str | None:
+    """The mailbox (:func:`far_side`) an added account's channel syncs with, None when its
+    block in fmail-nm's mbsyncrc is gone or names no login and server."""
+    if not rc.is_file():
+        return None
+    parsed = mbsyncrc.parse(rc)
+    imap = parsed.channel_imap_account(parsed.channels[channel]) \
+        if channel in parsed.channels else None
+    return far_side(imap.user, imap.host) if imap and imap.user and imap.host else None
 
 
 def drop_empty_maildir(p: AccountPlan) -> None:

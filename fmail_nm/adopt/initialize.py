@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import Config, Settings, fmail_command, maildir_folders, resolve
+from ..config import Config, ConfigError, Settings, fmail_command, maildir_folders, resolve
 from ..passes.indexing import Ignored
 from ..passes.mirror import SETUP_REVISION, sync_sidecar
 from ..store import sidecar
@@ -165,6 +165,8 @@ def ensure_notmuch_config(explicit: str | None, mail_root: Path | None, name: st
     """The config to use, and whether we wrote it."""
     existing = find_notmuch_config(explicit)
     if existing is not None:
+        if mail_root is not None:
+            check_same_mail_root(existing, mail_root)
         return existing, False
     if mail_root is None:
         raise FileNotFoundError(
@@ -176,6 +178,18 @@ def ensure_notmuch_config(explicit: str | None, mail_root: Path | None, name: st
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(render_notmuch_config(mail_root.resolve(), name, addresses), encoding="utf-8")
     return target, True
+
+
+def check_same_mail_root(config_path: Path, mail_root: Path) -> None:
+    """Refuse a ``--mail-root`` that is not the mail root of the notmuch config init adopts:
+    that config is the user's and is never rewritten, so the folder given would not be used."""
+    own_root = Path(notmuch_settings(config_path)["database.mail_root"])
+    if mail_root.resolve() != own_root.resolve():
+        raise ConfigError(
+            f"the notmuch config {config_path} is for the mail in {own_root}, not {mail_root}, "
+            "and fmail-nm never rewrites it: leave out --mail-root to use that mail, or give "
+            f"{mail_root} a notmuch config of its own with --notmuch-config FILE (or "
+            "NOTMUCH_CONFIG), which init writes when FILE is not there yet")
 
 
 def prepare(settings: Settings, *, notmuch_config: str | None, mail_root: Path | None,

@@ -30,10 +30,14 @@ from .mbsync import MBSYNC_TIMEOUT, execute, find_mbsync
 log = logging.getLogger(__name__)
 
 CHECK_TIMEOUT = 60.0
+# What mbsync says when it got no answer at all: the host name or the port is wrong (or the
+# network is down) -- no server refused anything.
+_UNREACHABLE = ("Cannot resolve server", "Cannot connect to")
 
 
 class AccountCheckFailed(CallerError):
-    """The server refused the new account (host, port, login or password command wrong)."""
+    """The new account's server could not be reached or refused it (host, port, login or
+    password command wrong)."""
 
 
 class AddedAccount(Dto):
@@ -64,9 +68,10 @@ def server_folders(plan: accounts.AccountPlan, timeout: float = CHECK_TIMEOUT) -
     argv = [find_mbsync(), "-c", str(plan.mbsync_file), "--list", plan.name]
     code, error = execute(argv, timeout, keep_output=True)
     if code != 0:
-        raise AccountCheckFailed(f"the IMAP server refused account {plan.name!r} "
-                                 f"({plan.imap_user} at {plan.imap_host}:{plan.imap_port}): "
-                                 f"{error}")
+        what = ("could not reach the IMAP server of account" if any(
+            said in error for said in _UNREACHABLE) else "the IMAP server refused account")
+        raise AccountCheckFailed(f"{what} {plan.name!r} ({plan.imap_user} at "
+                                 f"{plan.imap_host}:{plan.imap_port}): {error}")
     return [line.strip() for line in error.splitlines() if line.strip()]
 
 
