@@ -7,6 +7,7 @@ finds nothing to correct -- index and Maildir in step.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -396,6 +397,20 @@ def test_mail_moved_into_drafts_is_a_draft_until_it_leaves(h: Harness) -> None:
     writes.move_to_folder(h.ctx, [sent], "Sent")
     assert "sent" in h.tags(sent) and "draft" not in h.tags(sent), h.tags(sent)
     h.assert_in_step()
+
+
+def test_a_draft_filed_away_without_the_users_addresses_known_stays_a_draft(h: Harness) -> None:
+    """init may finish without an address: no draft can be told from someone else's mail
+    dragged into Drafts then, and each stays a draft when filed, D flag too."""
+    filed = compose.save_draft(h.ctx, ["zoe@example.net"], subject="unsent", body="words")
+    config = h.ctx.config
+    bare = dataclasses.replace(
+        config, settings=dataclasses.replace(config.settings, addresses=()),
+        accounts=tuple(dataclasses.replace(a, addresses=()) for a in config.accounts))
+    assert bare.addresses == ()
+    writes.move_to_folder(dataclasses.replace(h.ctx, config=bare), [filed.id], "Archive")
+    assert "draft" in h.tags(filed.id), h.tags(filed.id)
+    assert "D" in flags_of(h.files(filed.id)[0])
 
 
 def test_a_draft_filed_away_or_thrown_away_elsewhere_stays_a_draft_and_no_sent_mail(

@@ -154,7 +154,9 @@ def place_tags(txn: WriteTxn, config: Config, message_id: str) -> bool:
     message = txn.get(message_id)
     if message is None:
         return False
-    dragged = tags.DRAFT in message.tags and not txn.message_ids(
+    # Without the user's addresses no draft can be told from mail dragged into Drafts: each
+    # stays one, as a draft of the user's does.
+    dragged = tags.DRAFT in message.tags and bool(config.addresses) and not txn.message_ids(
         all_of(me_query(config.addresses), id_query([message_id])))
     taken_off, place = _retagged_on_move(config, message.filenames, dragged)
     # The rules' tag terms are answered from the tags worked out so far (as in _tag_batch),
