@@ -721,8 +721,9 @@ def _server_file(data_dir: Path, pid: int, *, running: bool, waiting: bool) -> P
     """The file an MCP server without --watch left: its account's writes waiting or not."""
     status = _status(pid, running)
     status.service.stopped_at = None if running else datetime.now(UTC) - timedelta(minutes=1)
-    status.accounts = [AccountStatus(name="personal", channel="personal",
-                                     pull_interval_minutes=0, push_pending=waiting)]
+    status.accounts = [AccountStatus(
+        name="personal", channel="personal", pull_interval_minutes=0, push_pending=waiting,
+        last_write_at=datetime.now(UTC) - timedelta(minutes=2) if waiting else None)]
     path = data_dir / "servers" / f"{pid}-{os.urandom(4).hex()}.json"
     StatusStore(data_dir, path).write(status)
     return path
@@ -774,6 +775,45 @@ def test_status_keeps_the_file_of_a_server_whose_pid_it_cannot_see(tmp_path: Pat
         assert f"MCP server without --watch: running (pid {unseen}, " in servers_text(shown)
     assert [s.service.running for s in server_statuses(tmp_path)] == [False]  # idle one gone
     assert not idle.exists() and not idle.with_suffix(".lock").exists()
+
+
+# A server without --watch asked to push two writes to one account, a push elsewhere (e.g.
+# `fmail-nm sync`) starting between them, killed before its own push.
+_KILLED_SERVER = """
+import os, signal, threading
+from fmail_nm.app import load_config
+from fmail_nm.clock import utc_now
+from fmail_nm.service.push import PushScheduler
+from fmail_nm.service.pushed import record_pushed
+from fmail_nm.service.status import ServerPushRecord
+pusher = PushScheduler(load_config(), quiet_period=600.0, retry=None)
+record = ServerPushRecord(pusher)
+told = threading.Event()
+def recorded(status):
+    record.record(status)
+    told.set()
+pusher.on_change = recorded
+pusher.request(["personal"])
+assert told.wait(60)
+told.clear()
+record_pushed(pusher.config.data_dir, {"personal": utc_now()})
+pusher.request(["personal"])
+told.wait(10)  # the record of the second write, if any comes
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_status_names_a_write_a_killed_server_made_after_a_push_elsewhere(
+        indexed: MailEnv) -> None:
+    """A push elsewhere that started between two writes of a server sent the first only:
+    once the server is killed, `fmail-nm status` still names the second."""
+    done = subprocess.run([sys.executable, "-c", _KILLED_SERVER], capture_output=True,
+                          text=True, env={**os.environ, **indexed.env}, timeout=120,
+                          check=False)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    shown = server_statuses(indexed.config().data_dir)
+    assert [(s.service.running, [a.name for a in s.accounts if a.push_pending])
+            for s in shown] == [(False, ["personal"])]
 
 
 def test_backoff_doubles_within_bounds() -> None:

@@ -262,9 +262,10 @@ def test_max_wait_is_at_least_quiet_and_quiet_not_negative() -> None:
         Debouncer(lambda batch: None, quiet=-1, max_wait=1)
 
 
-def test_new_items_are_told_on_the_debouncers_thread_before_their_batch_is_due() -> None:
+def test_added_items_are_told_on_the_debouncers_thread_before_their_batch_is_due() -> None:
     """What a push scheduler's record needs: a write it was asked to push is known at once,
-    not only after the quiet period -- yet the adder's thread never does the telling."""
+    not only after the quiet period -- a write to an account already waiting too, as the
+    record keeps the time of the latest -- yet the adder's thread never does the telling."""
     told: list[tuple[str, list[str]]] = []
     seen = threading.Event()
     delivered = Delivered()
@@ -281,10 +282,13 @@ def test_new_items_are_told_on_the_debouncers_thread_before_their_batch_is_due()
         assert told == [("test-debouncer", ["a"])]
         assert delivered.batches == []  # not due for ten minutes
         seen.clear()
-        debouncer.add(["a"])  # nothing new
+        debouncer.add(["a"])  # nothing new, yet added again
+        assert seen.wait(WAIT)
+        assert told[1:] == [("test-debouncer", ["a"])]
+        seen.clear()
         debouncer.add(["b"])
         assert seen.wait(WAIT)
-        assert told[1:] == [("test-debouncer", ["a", "b"])]
+        assert told[2:] == [("test-debouncer", ["a", "b"])]
     finally:
         debouncer.close(flush=True, timeout=WAIT)
     assert delivered.items() == ["a", "b"]

@@ -43,8 +43,9 @@ class Debouncer(Generic[T]):
     A batch is due ``quiet`` seconds after its last item or ``max_wait`` seconds after its
     first (``max_wait`` is at least ``quiet``), or at once after :meth:`flush`.  An exception
     from the callback is logged and the thread goes on with the next batch.  ``on_added`` (if
-    given) is called on that thread soon after new items come, before their batch is due --
-    after a batch in flight, though -- so the adder's thread never waits for it.
+    given) is called on that thread soon after items are added, pending ones again too (once
+    for adds in quick succession), before their batch is due -- after a batch in flight,
+    though -- so the adder's thread never waits for it.
 
     :meth:`close` stops taking items; what is pending is dropped (and returned) or, with
     ``flush=True``, delivered at once; a batch in flight is left to finish.
@@ -64,7 +65,7 @@ class Debouncer(Generic[T]):
         self._first = 0.0
         self._last = 0.0
         self._flush = False
-        self._added = False  # new items since on_added was last called
+        self._added = False  # items added since on_added was last called
         self._closed = False
         self._drain = False  # closed with flush=True: deliver what is pending, then stop
         self._batches = 0
@@ -87,7 +88,7 @@ class Debouncer(Generic[T]):
             if not self._pending:
                 self._first = now
             self._last = now
-            self._added = self._added or any(item not in self._pending for item in new)
+            self._added = True
             for item in new:
                 self._pending[item] = None
             self._cond.notify_all()
@@ -141,7 +142,7 @@ class Debouncer(Generic[T]):
 
     def _next_batch(self) -> list[T] | None:
         """Wait until a batch is due and take it; None when closed and nothing is left, an
-        empty batch when new items are to be told to ``on_added`` first."""
+        empty batch when added items are to be told to ``on_added`` first."""
         with self._cond:
             while True:
                 if not self._pending:
@@ -182,4 +183,4 @@ class Debouncer(Generic[T]):
         try:
             self.on_added()
         except Exception:  # keep the thread alive for the batch
-            log.exception("%s: telling of new items failed", self.name)
+            log.exception("%s: telling of added items failed", self.name)

@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from ..clock import utc_now
 from ..config import Config, ConfigError
@@ -62,6 +63,7 @@ class PushStatus:
     running: frozenset[str]
     retrying: frozenset[str]  # the last push failed; another is due after a back-off
     last: dict[str, MbsyncRun]
+    asked: dict[str, datetime]  # when a write last asked for the account's push
     batches: int  # pushes completed since the scheduler started
     closed: bool
 
@@ -83,8 +85,8 @@ class PushScheduler:
     mbsync of fmail-nm's by the channel lock, waiting for it at most ``lock_timeout``.
     ``after_push`` (if given) gets each batch's results on that thread -- e.g. to re-index,
     since mbsync renames a file it uploaded; ``on_change`` (once set) gets the status on
-    that thread as a request adds accounts, as a batch starts and once it is settled (retry
-    due or not), never on the requester's.  :meth:`close` drops what is pending (or runs
+    that thread after requests (once for a burst), as a batch starts and once it is settled
+    (retry due or not), never on the requester's.  :meth:`close` drops what is pending (or runs
     it, with ``flush=True``) and the retries due, and waits a bounded time for a push in
     flight; mbsync's own ``timeout`` bounds that push.
     """
@@ -103,6 +105,7 @@ class PushScheduler:
         self.on_change: Callable[[PushStatus], None] | None = None  # set by its recorder
         self._lock = threading.Lock()
         self._last: dict[str, MbsyncRun] = {}
+        self._asked: dict[str, datetime] = {}
         self._batches = 0
         self._failures: dict[str, int] = {}  # failed pushes in a row, per account
         self._retries: dict[str, threading.Timer] = {}  # the retry due, per account
@@ -123,6 +126,8 @@ class PushScheduler:
         """Queue a push for these accounts (names checked now, so a typo fails here);
         :class:`PushSchedulerClosed` once closed."""
         names = {self.config.account(name).name for name in accounts}
+        with self._lock:  # before the add, so on_change sees the time with the account
+            self._asked.update(dict.fromkeys(names, utc_now()))
         if names and not self._debouncer.add(sorted(names)):
             raise PushSchedulerClosed("the push scheduler is closed")
 
@@ -142,9 +147,10 @@ class PushScheduler:
     def status(self) -> PushStatus:
         with self._lock:  # with the debouncer's state: an account moves between them under it
             last, batches, retrying = dict(self._last), self._batches, frozenset(self._retries)
-            state = self._debouncer.state()
+            asked, state = dict(self._asked), self._debouncer.state()
         return PushStatus(pending=frozenset(state.pending), running=frozenset(state.in_flight),
-                          retrying=retrying, last=last, batches=batches, closed=state.closed)
+                          retrying=retrying, last=last, asked=asked, batches=batches,
+                          closed=state.closed)
 
     def last_results(self) -> dict[str, MbsyncRun]:
         return self.status().last
@@ -157,8 +163,8 @@ class PushScheduler:
     def close(self, *, flush: bool = False, timeout: float = 10.0) -> frozenset[str]:
         """Stop: pending pushes are dropped (``flush=True``: run now), a push in flight may
         finish; waits at most ``timeout`` seconds for the thread.  Returns the accounts whose
-        writes are still local: a failed push waited for its retry, now dropped, or a push
-        run by ``flush`` failed."""
+        writes are still local: a failed push waited for its retry, now dropped, a push run by
+        ``flush`` failed, or one was still running (or waiting) when the wait ran out."""
         with self._lock:
             self._closing = True
             timers, self._retries = self._retries, {}
@@ -166,7 +172,9 @@ class PushScheduler:
             timer.cancel()
         self._debouncer.close(flush=flush, timeout=timeout)
         with self._lock:  # with what a push of the flush left unpushed
-            return frozenset(timers) | frozenset(self._failed_at_close)
+            state = self._debouncer.state()
+            return (frozenset(timers) | frozenset(self._failed_at_close)
+                    | frozenset(state.pending) | frozenset(state.in_flight))
 
     # -- on the debouncer's thread -------------------------------------------------------------
 

@@ -20,11 +20,12 @@ import secrets
 import tempfile
 import threading
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import IO
 
 from pydantic import Field, PrivateAttr, ValidationError
+from pydantic.json_schema import SkipJsonSchema
 
 from ..clock import utc_now
 from ..config import Account
@@ -68,6 +69,9 @@ class AccountStatus(Dto):
     push_pending: bool = Field(
         default=False, description="writes not pushed yet (a push failed or the service "
         "stopped first): retried, and pushed by the next start")
+    # In a server's file (ServerPushRecord) only: when its latest write asked for a push, so
+    # only a push that started later settles what it left.  Not in get_sync_status's schema.
+    last_write_at: SkipJsonSchema[datetime | None] = None
 
 
 class IndexStatus(Dto):
@@ -293,9 +297,10 @@ class ServerPushRecord:
     namespace tells that it does.
 
     :meth:`record` is the pusher's ``on_change``: the file is written only when what it says
-    changed (a write asks for a push, a push starts, fails, goes through), on the pusher's
-    thread.  :meth:`close` removes it, or, when writes stayed local, marks it stopped with
-    them waiting, as a stopped service's status.json does.
+    changed (writes ask for a push, which moves each account's ``last_write_at`` on, once
+    per burst; a push starts, fails, goes through), on the pusher's thread.  :meth:`close`
+    removes it, or, when writes stayed local, marks it stopped with them waiting, as a
+    stopped service's status.json does.
     """
 
     def __init__(self, pusher: PushScheduler) -> None:
@@ -313,6 +318,7 @@ class ServerPushRecord:
     def record(self, pushes: PushStatus) -> None:
         own = with_own_pushes(server_only_status(self.pusher.config.accounts,
                                                  self.pusher.started), pushes)
+        _mark_writes(own.accounts, pushes.asked)
 
         def follow(s: ServiceStatus) -> None:
             s.accounts = own.accounts
@@ -322,10 +328,13 @@ class ServerPushRecord:
 
     def close(self, unpushed: frozenset[str]) -> None:
         """After the pusher's close, with what it returned."""
+        asked = self.pusher.status().asked  # a write told to no record yet counts too
+
         def stopped(s: ServiceStatus) -> None:
             mark_stopped(s)
             for acct in s.accounts:
                 acct.push_pending = acct.name in unpushed
+            _mark_writes(s.accounts, asked)
         with self._lock:
             self._closed = True
             if unpushed:
@@ -336,6 +345,11 @@ class ServerPushRecord:
                 _lock_path(self.store.path).unlink(missing_ok=True)
                 self._held.close()
                 self._held = None
+
+
+def _mark_writes(accounts: list[AccountStatus], asked: dict[str, datetime]) -> None:
+    for acct in accounts:
+        acct.last_write_at = asked.get(acct.name)
 
 
 def _lock_path(path: Path) -> Path:
@@ -383,7 +397,7 @@ def server_statuses(data_dir: Path) -> list[ServiceStatus]:
         runs = _server_runs(path)  # before reading: a server writes its last before it lets go
         status = StatusStore(data_dir, path).load()
         if status is not None and not runs:
-            status = _settled(status, _stopped_at(status, path), pushed)
+            status = _settled(status, pushed)
         if status is not None and (runs or any(a.push_pending for a in status.accounts)):
             status.service.running = runs
             shown.append(status)
@@ -393,25 +407,13 @@ def server_statuses(data_dir: Path) -> list[ServiceStatus]:
     return shown
 
 
-def _stopped_at(status: ServiceStatus, path: Path) -> datetime | None:
-    """When a server stopped: as it marked, or, gone without a clean stop, when it last
-    wrote its file (its waiting writes were made before)."""
-    if status.service.stopped_at is not None:
-        return status.service.stopped_at
-    try:
-        return datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
-    except OSError:
-        return None
-
-
-def _settled(status: ServiceStatus, stopped: datetime | None,
-             pushed: dict[str, datetime]) -> ServiceStatus:
+def _settled(status: ServiceStatus, pushed: dict[str, datetime]) -> ServiceStatus:
     """A stopped server's status, less the waiting writes a push since sent: one that
-    started after the server stopped and went through (``mbsync --push`` sends every local
-    change of the channel)."""
+    started after the latest of them asked for its push and went through (``mbsync --push``
+    sends every local change of the channel).  Writes of no known time stay."""
     for acct in status.accounts:
-        at = pushed.get(acct.name)
-        if at is not None and stopped is not None and at >= stopped:
+        at, written = pushed.get(acct.name), acct.last_write_at
+        if at is not None and written is not None and at >= written:
             acct.push_pending = False
     return status
 
