@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import stat
@@ -55,17 +56,18 @@ def make_server() -> MCPServer:
 
 
 @asynccontextmanager
-async def serving(server: MCPServer, token: str = TOKEN) -> AsyncIterator[str]:
+async def serving(server: MCPServer, token: str = TOKEN,
+                  host: str = "127.0.0.1") -> AsyncIterator[str]:
     """Run serve_http on a free port; yield the endpoint URL; shut down by cancelling."""
     port = free_port()
     ready = anyio.Event()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: serve_http(server, host="127.0.0.1", port=port, token=token,
+        tg.start_soon(lambda: serve_http(server, host=host, port=port, token=token,
                                          ready=ready.set))
         with anyio.fail_after(10):
             await ready.wait()
         try:
-            yield f"http://127.0.0.1:{port}/mcp"
+            yield f"http://{host}:{port}/mcp"
         finally:
             tg.cancel_scope.cancel()
 
@@ -158,6 +160,23 @@ async def test_refusals() -> None:
             assert r.status_code == 401
             r = await http.get(url.replace("/mcp", "/other"), headers=ok)
             assert r.status_code == 404
+
+
+@pytest.mark.anyio
+async def test_a_loopback_address_other_than_127_0_0_1_is_served_under_its_own_name() -> None:
+    """Bound to 127.0.0.2 (loopback, so no --allow-remote), the server is reached as
+    127.0.0.2:PORT: that Host and Origin are ours; a foreign name still is not."""
+    async with serving(make_server(), host="127.0.0.2") as url:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        async with authed_client() as http:
+            async def post(headers: dict[str, str]) -> httpx2.Response:
+                return await http.post(url, json=INITIALIZE, headers={**MCP_HEADERS, **headers})
+
+            r = await post({"Origin": f"http://127.0.0.2:{port}"})
+            assert r.status_code == 200, (r.status_code, r.text)
+            assert (await post({"Host": "evil.test"})).status_code == 421
+            assert (await post({"Host": f"evil.test:{port}"})).status_code == 421
+            assert (await post({"Origin": "http://evil.test"})).status_code == 403
 
 
 @pytest.mark.anyio
@@ -378,6 +397,43 @@ def test_a_token_replaced_while_the_server_runs_is_the_one_it_accepts(
         assert second != first and path.exists()
         assert initialize(second) == 200
         assert initialize(first) == 401
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("host", ["[::1]", "::1"])
+def test_an_ipv6_loopback_host_is_served_and_announced_as_a_valid_url(
+        indexed: MailEnv, host: str) -> None:
+    """`--host [::1]` and `--host ::1` alike: every URL the server prints is
+    http://[::1]:PORT/mcp, and an MCP client of that URL is served."""
+    env = {k: v for k, v in {**os.environ, **indexed.env}.items() if k != "FMAIL_TOKEN"}
+    port = free_port()
+    url = f"http://[::1]:{port}/mcp"
+    proc = subprocess.Popen([sys.executable, "-m", "fmail_nm", "serve", "--transport", "http",
+                             "--host", host, "--port", str(port), "--no-push"], env=env,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        announced: list[str] = []
+        for line in proc.stdout:  # to the end of the client configuration
+            announced.append(line)
+            if line.startswith("The bearer token is"):
+                break
+        else:
+            pytest.fail(proc.communicate(timeout=30)[1][-1500:])
+        assert set(re.findall(r"""http://[^\s"',]+""", "".join(announced))) == {url}
+        token = subprocess.run([sys.executable, "-m", "fmail_nm", "token"], env=env, text=True,
+                               capture_output=True, timeout=60, check=True).stdout.strip()
+
+        async def list_tools() -> list[str]:
+            async with authed_client(token) as http:
+                async with streamable_http_client(url, http_client=http) as (read, write):
+                    async with ClientSession(read, write) as session:
+                        await session.initialize()
+                        return [t.name for t in (await session.list_tools()).tools]
+
+        assert "search_emails" in anyio.run(list_tools)
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -39,7 +39,7 @@ DEFAULT_PATH = "/mcp"
 GRACEFUL_SHUTDOWN_SECONDS = 3  # uvicorn takes whole seconds
 """How long uvicorn waits for open responses (a client's SSE stream) before cancelling them."""
 
-_WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
+_WILDCARD_HOSTS = {"", "0.0.0.0", "::"}
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 
@@ -107,12 +107,26 @@ class BearerAuthMiddleware:
         return None
 
 
+def bare_host(host: str) -> str:
+    """``host`` without the brackets a URL puts around an IPv6 address: ``[::1]`` -> ``::1``."""
+    name = host.strip()
+    return name[1:-1] if name.startswith("[") and name.endswith("]") else name
+
+
+def url_host(host: str) -> str:
+    """``host`` as a URL or a ``Host`` header writes it: an IPv6 address in brackets."""
+    name = bare_host(host)
+    return f"[{name}]" if ":" in name else name
+
+
+def endpoint_url(host: str, port: int, path: str = DEFAULT_PATH) -> str:
+    """The URL of the endpoint served on ``host`` (bracketed or not) and ``port``."""
+    return f"http://{_host_port(host, port)}{path}"
+
+
 def is_loopback(host: str) -> bool:
     """True for ``localhost``, 127.0.0.0/8 and ::1 (bracketed or not, IPv4-mapped too)."""
-    name = host.strip()
-    if name.startswith("[") and name.endswith("]"):
-        name = name[1:-1]
-    name = name.split("%", 1)[0]  # drop an IPv6 zone id
+    name = bare_host(host).split("%", 1)[0]  # drop an IPv6 zone id
     if name.lower().rstrip(".") == "localhost":
         return True
     try:
@@ -126,9 +140,7 @@ def is_loopback(host: str) -> bool:
 
 def _host_port(host: str, port: int) -> str:
     """The ``Host`` header form of host:port (IPv6 in brackets)."""
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"{host}:{port}"
+    return f"{url_host(host)}:{port}"
 
 
 def allowed_hosts_and_origins(host: str, port: int,
@@ -136,23 +148,21 @@ def allowed_hosts_and_origins(host: str, port: int,
     """The ``Host`` values and ``Origin`` values the server accepts.
 
     Always the three loopback names on ``port`` (as a ``Host``, on any port: see below);
-    plus the bind address when it is a real, non-loopback address; plus this machine's names
-    when bound to a wildcard address; plus ``extra_hosts`` (a name or ``name:port``; without a
-    port, ``port`` is assumed).
+    plus the bind address, loopback or not (a client of 127.0.0.2 names 127.0.0.2); plus this
+    machine's names when bound to a wildcard address; plus ``extra_hosts`` (a name or
+    ``name:port``; without a port, ``port`` is assumed).
     """
     names = list(_LOOPBACK_NAMES)
-    if not is_loopback(host):
-        if host.strip() in _WILDCARD_HOSTS:
-            for name in (socket.gethostname(), socket.getfqdn()):
-                if name and name not in names:
-                    names.append(name)
-        else:
-            names.append(host.strip())
+    bound = bare_host(host)
+    if bound in _WILDCARD_HOSTS:
+        names += [socket.gethostname(), socket.getfqdn()]
+    else:
+        names.append(bound)
     hosts: list[str] = []
-    for name in names:
+    for name in filter(None, names):  # a machine may have no name
         hosts.append(_host_port(name, port))
         if port == 80:  # clients leave the default port out of the Host header
-            hosts.append(f"[{name}]" if ":" in name else name)
+            hosts.append(url_host(name))
     for extra in extra_hosts:
         extra = extra.strip()
         if not extra:
@@ -161,13 +171,13 @@ def allowed_hosts_and_origins(host: str, port: int,
             has_port = "]:" in extra
         else:
             has_port = extra.count(":") == 1  # more than one: a bare IPv6 address
-        hosts.append(extra if has_port else _host_port(extra.strip("[]"), port))
+        hosts.append(extra if has_port else _host_port(extra, port))
     hosts = list(dict.fromkeys(hosts))
     origins = [f"http://{h}" for h in hosts]
     # A loopback name on another port: a client at the far end of a tunnel (ssh -L 9000:...)
     # or a local proxy.  No rebinding risk (that needs a name the attacker resolves), so the
     # Host may name any port; origins stay exact (another port is another local web app).
-    hosts += [_host_port(name, 0).removesuffix(":0") + ":*" for name in _LOOPBACK_NAMES]
+    hosts += [url_host(name) + ":*" for name in _LOOPBACK_NAMES]
     return hosts, origins
 
 
@@ -192,8 +202,8 @@ def build_http_app(server: MCPServer, *, token: Token, host: str, port: int,
 
 def _bind_socket(host: str, port: int) -> socket.socket:
     """A bound (not yet listening) TCP socket; a busy port is an OSError that names it."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    bind_host = host.strip("[]")
+    bind_host = bare_host(host)
+    family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
     if bind_host == "localhost":
         bind_host = "127.0.0.1"
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -202,9 +212,9 @@ def _bind_socket(host: str, port: int) -> socket.socket:
         sock.bind((bind_host, port))
     except OSError as exc:
         sock.close()
-        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror} (another "
-                                 "program, or another fmail-nm, has it? choose one with "
-                                 "--port)") from None
+        raise OSError(exc.errno, f"cannot listen on {_host_port(host, port)}: {exc.strerror} "
+                                 "(another program, or another fmail-nm, has it? choose one "
+                                 "with --port)") from None
     except BaseException:
         sock.close()
         raise
@@ -246,10 +256,10 @@ async def serve_http(server: MCPServer, *, host: str, port: int, token: Token,
     _check_host(host, allow_remote)
     if not is_loopback(host):
         logger.warning(
-            "!!! fmail-nm is listening on %s:%d, beyond this machine: anyone who can reach this port "
+            "!!! fmail-nm is listening on %s, beyond this machine: anyone who can reach this port "
             "and has the bearer token can use every tool the server offers on your mail (serve "
             "with --read-only to offer no write tools). The connection is plain HTTP — the token and the mail travel unencrypted; put it behind "
-            "TLS or an SSH tunnel. !!!", host, port)
+            "TLS or an SSH tunnel. !!!", _host_port(host, port))
 
     class _Server(uvicorn.Server):
         """uvicorn, minus re-raising the stop signal after its graceful shutdown.
@@ -293,8 +303,8 @@ async def serve_http(server: MCPServer, *, host: str, port: int, token: Token,
                 await userver.serve(sockets=[sock])
             except SystemExit as exc:  # uvicorn exits on lifespan/startup failure
                 failure.append(RuntimeError(
-                    f"the HTTP server on {host}:{actual_port} failed to start (exit {exc.code}); "
-                    "see the log above"))
+                    f"the HTTP server on {_host_port(host, actual_port)} failed to start "
+                    f"(exit {exc.code}); see the log above"))
             finally:
                 sock.close()
                 finished.set()

@@ -164,11 +164,11 @@ def _stdio_command(config: Config) -> list[str]:
 def connection_help(config: Config, *, host: str, port: int, show_token: bool) -> str:
     """Ready-to-paste client configuration for this server, stdio and HTTP."""
     from .clientconfig import client_configs
+    from .http import endpoint_url
     from .token import TOKEN_ENV, load_or_create_token, token_path
 
     token = load_or_create_token(config.data_dir)
-    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/mcp"
-    text = client_configs(command=_stdio_command(config), url=url,
+    text = client_configs(command=_stdio_command(config), url=endpoint_url(host, port),
                           token=token if show_token else None)
     if not show_token and os.environ.get(TOKEN_ENV, "").strip():
         text += f"\nThe bearer token is the one set in ${TOKEN_ENV}.\n"
@@ -183,7 +183,7 @@ def serve_http_forever(config: Config, *, host: str, port: int, allow_remote: bo
                        watch: bool = False, tools: str = DEFAULT_TOOL_PROFILE) -> int:
     import anyio
 
-    from .http import check_listen, serve_http
+    from .http import check_listen, endpoint_url, serve_http
     from .token import server_token
 
     # Before the watcher, pulls and their status start: a start that cannot listen changes
@@ -194,7 +194,7 @@ def serve_http_forever(config: Config, *, host: str, port: int, allow_remote: bo
     def ready() -> None:
         print(f"fmail-nm: serving {len(config.accounts)} account(s) from {config.mail_root}",
               flush=True)
-        print(f"fmail-nm: MCP endpoint http://{host}:{port}/mcp (Streamable HTTP, bearer token)",
+        print(f"fmail-nm: MCP endpoint {endpoint_url(host, port)} (Streamable HTTP, bearer token)",
               flush=True)
         # The token is printed only where asked (the demo): a service's stdout ends up in logs.
         print(connection_help(config, host=host, port=port, show_token=show_token), flush=True)
