@@ -7,6 +7,7 @@ Dovecot, acting between fmail-nm's writes and the next sync.
 from __future__ import annotations
 
 import imaplib
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ import pytest
 
 from fmail_nm.config import Config
 from fmail_nm.passes.changes import WriteContext
-from fmail_nm.service import cycle, mbsync, send
+from fmail_nm.service import cycle, doctor, mbsync, send, status
 from fmail_nm.service.background import Background
 from fmail_nm.store import sidecar
 from fmail_nm.tools import compose, writes
@@ -290,3 +291,81 @@ def test_a_reply_to_mail_read_on_the_phone_marks_the_original_answered(
     assert report.ok, report.errors()
     assert bed.server_flags(original) == {SEEN, "\\Answered"}
     assert bed.server_flags(draft.id, folder="Sent") == {SEEN}
+
+
+def phone_folder(bed: SyncBed, command: str, *folders: str) -> None:
+    """Another IMAP client deletes or renames a folder (``delete``/``rename``)."""
+    with bed.server.imap(IMAP_USER) as client:
+        typ, data = getattr(client, command)(*(f'"{folder}"' for folder in folders))
+        assert typ == "OK", data
+
+
+def synced_folder(bed: SyncBed, folder: str) -> None:
+    imapbed.create_folder(bed.server, IMAP_USER, folder)
+    assert bed.sync().ok
+
+
+def test_a_folder_the_phone_deletes_holding_a_local_move_is_reported_until_settled(
+        synced_bed: SyncBed, ctx: WriteContext) -> None:
+    """mbsync 1.4 skips a box it synced before that the server no longer has, and fails the
+    run for good: the sync says which folder, how much mail only this side has in it, and
+    what to do.  The channel's other folders sync all the same; the mail is never removed."""
+    bed = synced_bed
+    mid, new = bed.mid(2), bed.mid(9)
+    synced_folder(bed, "Projects")
+    assert writes.move_to_folder(ctx, [mid], "Projects").applied == [mid]
+    phone_folder(bed, "delete", "Projects")
+    bed.seed(9)
+    report = bed.sync()
+    (run,) = report.failed()
+    said = status.first_line(run.error)  # what `fmail-nm status` and get_sync_status show
+    assert "the server no longer has folder Projects" in said, said
+    assert "local folder acct/Projects holds 1 message(s)" in said, said
+    assert "move_to_folder" in said and "create folder Projects on the server" in said, said
+    assert [p.parent.parent.name for p in bed.files(mid)] == ["Projects"]
+    assert bed.find(new) is not None and [p.parent.parent.name for p in bed.files(new)] == [
+        "INBOX"]
+    # What it says to do settles it: the emptied folder goes at the next sync.
+    assert writes.move_to_folder(ctx, [mid], "Archive").applied == [mid]
+    report = bed.sync()
+    assert report.ok, report.errors()
+    assert not (bed.account_dir / "Projects").exists()
+    assert [m.message_id for m in bed.server_state()["Archive"]].count(f"<{mid}>") == 1
+
+
+def test_an_empty_folder_the_phone_deletes_is_removed_here_too(synced_bed: SyncBed) -> None:
+    bed = synced_bed
+    synced_folder(bed, "Projects")
+    phone_folder(bed, "delete", "Projects")
+    report = bed.sync()
+    assert report.ok, report.errors()
+    assert not (bed.account_dir / "Projects").exists()
+    assert bed.sync().ok
+
+
+def test_a_folder_the_phone_renames_is_reported_with_the_mail_only_here(
+        synced_bed: SyncBed, ctx: WriteContext) -> None:
+    """A rename is a deletion to mbsync: the mail already there arrives under the new name,
+    and the old local folder, holding a move not yet pushed, is reported, never removed."""
+    bed = synced_bed
+    mid, other = bed.mid(2), bed.mid(4)
+    synced_folder(bed, "Projects")
+    assert writes.move_to_folder(ctx, [other], "Projects").applied == [other]
+    assert bed.sync().ok
+    assert writes.move_to_folder(ctx, [mid], "Projects").applied == [mid]
+    phone_folder(bed, "rename", "Projects", "Renamed")
+    report = bed.sync()
+    (run,) = report.failed()
+    assert "local folder acct/Projects holds 2 message(s)" in status.first_line(run.error)
+    assert sorted(p.parent.parent.name for p in bed.files(other)) == ["Projects", "Renamed"]
+    assert [p.parent.parent.name for p in bed.files(mid)] == ["Projects"]
+    # doctor says it too, from the run the service recorded
+    config = bed.config()
+    recorded = status.account_status(config.account(ACCOUNT))
+    recorded.last_pull = status.run_info(run)
+    status.StatusStore(config.data_dir).write(status.ServiceStatus(
+        service=status.ServiceInfo(pid=os.getpid(), started_at=run.started, running=True),
+        accounts=[recorded]))
+    (finding,) = doctor.gone_folder_findings(config)
+    assert "local folder acct/Projects holds 2 message(s)" in finding.problem, finding
+    assert "move_to_folder" in finding.fix, finding

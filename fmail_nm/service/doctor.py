@@ -4,13 +4,15 @@ Checks, in order: the config files exist and parse; notmuch's settings (``new.ig
 exclusions, flag sync, ``new.tags``); that the notmuch database opens; that fmail-nm knows
 the user's addresses; our post-new hook installed, executable and chained; each account's
 mbsync channel defined, syncing into the mail root, with ``Expunge``, and the SASL plugin
-its IMAP account needs when it signs in with ``AuthMechs XOAUTH2``; an msmtp account for
+its IMAP account needs when it signs in with ``AuthMechs XOAUTH2``; folders holding mail that
+the service's last sync found gone from the server; an msmtp account for
 each address that sends through msmtp; the sidecar built from this notmuch database; the
 HTTP token file private; the inotify watch limit against the folders to watch; mail on disk
 that the index does not have.  Nothing is changed: the fixes are for the user to run.
 
 ``get_sync_status`` shows the same findings (:func:`diagnose_config` with ``quick``: without
-the Sent-folder scan and the directory walks).
+the Sent-folder scan, the directory walks and the folders gone from the server, which its
+status already says).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from ..store.notmuch import (DatabaseDamaged, DatabaseMissing, NotmuchAccessErro
                              xapian_folders)
 from ..store.notmuch_cli import notmuch_settings, user_settings_as_written
 from ..store.notmuch_config import find_notmuch_config, new_config_path, notmuch_program
-from .mbsync import mbsync_config_of
+from .mbsync import gone_boxes, mbsync_config_of
+from .status import StatusStore
 from .watcher import WATCH_LIMIT_SYSCTL, count_dirs
 
 WATCH_LIMIT_FILE = Path("/proc/sys/fs/inotify/max_user_watches")
@@ -89,6 +92,8 @@ def diagnose_config(config: Config, *, quick: bool = False, token_file: Path | N
             found += hook_findings(Path(nm.get("database.hook_dir", "")),
                                    fmail_command(config.settings))
         found += mbsync_findings(config)
+        if not quick:  # get_sync_status shows the runs' errors themselves
+            found += gone_folder_findings(config)
         found += msmtp_findings(config)
         if not unreadable:
             found += sidecar_findings(config, reader)
@@ -241,6 +246,28 @@ def mbsync_findings(config: Config) -> list[Finding]:
             continue
         found += _channel_findings(config, path, rc, channel)
     return list(dict.fromkeys(found))  # a Group's channels share one IMAP account
+
+
+def gone_folder_findings(config: Config) -> list[Finding]:
+    """The folders the service's last pull or push found gone from the server (see
+    :func:`~fmail_nm.service.mbsync.gone_boxes`) whose local folder still holds mail; one
+    emptied since goes with the next sync."""
+    found: dict[str, Finding] = {}
+    for account, error in _recorded_errors(config):
+        for gone in gone_boxes(config, account, error):
+            if gone.messages:
+                found.setdefault(gone.problem(), Finding("mbsync", gone.problem(), gone.fix()))
+    return list(found.values())
+
+
+def _recorded_errors(config: Config) -> list[tuple[Account, str]]:
+    """The errors of each account's last pull and push, as the service recorded them."""
+    status = StatusStore(config.data_dir).load()
+    accounts = {a.name: a for a in config.accounts}
+    return [(accounts[acct.name], run.error)
+            for acct in (status.accounts if status is not None else [])
+            if acct.name in accounts
+            for run in (acct.last_pull, acct.last_push) if run is not None and run.error]
 
 
 def _channel_findings(config: Config, path: Path, rc: mbsyncrc.MbsyncConfig,

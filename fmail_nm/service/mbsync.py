@@ -7,6 +7,10 @@ that is wrong -- those are results, so one bad account does not stop the others.
 
 * :func:`run_mbsync` -- one ``mbsync`` per channel, serialised per channel across threads and
   processes by an ``flock`` on ``<data_dir>/locks/mbsync-<channel>.lock``.
+* A folder another client deleted or renamed on the server fails every run of its channel
+  (mbsync 1.4 without ``Remove Near``; the other folders still sync): an empty local folder
+  is removed, as the server's was; one holding mail is kept, and the run's error says which,
+  how many messages, and what to do (:func:`gone_from_server`).
 
 What builds on it: :mod:`fmail_nm.service.cycle` (``sync``: mbsync, then index) and
 :mod:`fmail_nm.service.push` (the debounced background push after writes).  This module
@@ -42,6 +46,7 @@ from .. import mbsyncrc
 from ..clock import utc_now
 from ..config import Account, Config, ConfigError, users_mbsync_config
 from ..errors import BackendError, CallerError
+from ..store.maildir import relative_path
 from .pushed import record_pushed
 
 log = logging.getLogger(__name__)
@@ -420,6 +425,8 @@ def _run_channel(program: str, config: Config, account: Account, direction: Dire
         with channel_lock(config, channel, lock_timeout) as waited:
             started = utc_now()
             code, error = execute(argv, timeout)
+            if code != 0 and gone_from_server(error):
+                code, error = _settle_gone_boxes(argv, config, account, (code, error), timeout)
             finished = utc_now()
     except ChannelBusy as exc:
         log.debug("mbsync %s for %s skipped: %s", direction, account.name, exc)
@@ -433,6 +440,122 @@ def _run_channel(program: str, config: Config, account: Account, direction: Dire
     # warning here as well put it on a command's stderr twice.
     log.log(logging.INFO if run.ok else logging.DEBUG, "mbsync %s", run.describe())
     return run
+
+
+# mbsync 1.4's words for a box it synced before (its sync state is there) that the server no
+# longer has -- another client deleted or renamed it.  Without ``Remove Near`` mbsync skips
+# that box and fails the run, at every run; the channel's other boxes sync all the same.
+_GONE = re.compile(r"^Error: channel (\S+): far side box (.+) cannot be opened\.$", re.M)
+
+
+def gone_from_server(error: str) -> list[tuple[str, str]]:
+    """(channel, box) of each box that mbsync's error says the server no longer has."""
+    return _GONE.findall(error)
+
+
+@dataclass(frozen=True)
+class GoneBox:
+    """A box the server no longer has, and its local folder (relative to the mail root, as
+    fmail-nm names folders) with how many messages it holds -- None when not found."""
+
+    box: str
+    folder: str | None
+    messages: int | None
+
+    def problem(self) -> str:
+        said = (f"the server no longer has folder {self.box} (deleted or renamed by another "
+                f"mail client); mbsync skips it at every sync until that is settled")
+        if self.messages is None:
+            return said
+        return (f"{said}: local folder {self.folder} holds {self.messages} message(s) the "
+                f"server does not have there")
+
+    def fix(self) -> str:
+        again = f"create folder {self.box} on the server again"
+        if self.messages is None:
+            return (f"move the mail of its local folder into another folder, then remove the "
+                    f"local folder; or {again}")
+        if self.messages == 0:
+            return f"remove the empty local folder {self.folder}, or {again}"
+        return (f"move them into another folder (move_to_folder, query folder:\"{self.folder}\"; "
+                f"the emptied folder is then removed at the next sync), or {again} (mbsync then "
+                f"uploads them)")
+
+
+def gone_boxes(config: Config, account: Account, error: str) -> list[GoneBox]:
+    """The boxes mbsync's error says the server no longer has, as their local folders are
+    now."""
+    rc = _parsed_rc(config, account)
+    found = []
+    for channel, box in gone_from_server(error):
+        path = _near_folder(rc, channel, box)
+        count = _messages_in(path) if path is not None else None
+        folder = relative_path(config.mail_root, path) if path is not None else None
+        found.append(GoneBox(box, folder, count))
+    return found
+
+
+def _settle_gone_boxes(argv: list[str], config: Config, account: Account,
+                       failed: tuple[int | None, str], timeout: float) -> tuple[int | None, str]:
+    """A run that failed on boxes the server no longer has: each one whose local folder holds
+    no mail is removed (:func:`_removed_if_empty`) and the channel runs again; each one that
+    holds mail is kept, and the error says what to do with it."""
+    rc = _parsed_rc(config, account)
+    code, error = failed
+    removed = [gone for gone in gone_from_server(error)
+               if _removed_if_empty(argv, rc, *gone, timeout)]
+    if removed:  # the channel once more: its result is the run's, without the removed boxes
+        code, error = execute(argv, timeout)
+        if code == 0:
+            return code, error
+    told = [f"{gone.problem()} -- {gone.fix()}" for gone in gone_boxes(config, account, error)]
+    return code, "\n".join(told + [error])
+
+
+def _parsed_rc(config: Config, account: Account) -> mbsyncrc.MbsyncConfig | None:
+    path = mbsync_config_of(config, account)
+    return mbsyncrc.parse(Path(path)) if path and Path(path).is_file() else None
+
+
+def _near_folder(rc: mbsyncrc.MbsyncConfig | None, channel: str, box: str) -> Path | None:
+    """The local Maildir folder of a channel's box, as the store names it on disk; None when
+    the store's layout is one this does not follow."""
+    store = rc.channel_store(rc.channels[channel]) if rc and channel in rc.channels else None
+    if store is None:
+        return None
+    if box == "INBOX":
+        return store.inbox
+    layout = (store.subfolders or "verbatim").lower()
+    if layout == "maildir++":
+        return store.inbox / ("." + box.replace("/", ".")) if store.inbox else None
+    return store.path / box if store.path and layout == "verbatim" else None
+
+
+def _messages_in(folder: Path) -> int | None:
+    """How many message files the Maildir folder holds; None when it is no Maildir."""
+    try:
+        return sum(1 for sub in ("cur", "new") for entry in os.scandir(folder / sub)
+                   if not entry.name.startswith("."))
+    except OSError:
+        return None
+
+
+def _removed_if_empty(argv: list[str], rc: mbsyncrc.MbsyncConfig | None, channel: str,
+                      box: str, timeout: float) -> bool:
+    """Remove the local folder of a box the server no longer has if it holds no mail, and say
+    whether it is gone.  mbsync removes it (``--remove-near``, mbsync's ``Remove Near`` for
+    this one box): it looks once more that the folder is empty, never deletes one that is
+    not, and drops the box's sync state with it."""
+    folder = _near_folder(rc, channel, box)
+    # "," separates boxes in mbsync's channel:box argument; the inbox is never removed.
+    if folder is None or box == "INBOX" or "," in box or _messages_in(folder) != 0:
+        return False
+    before_channel = argv[:argv.index("-q") + 1]  # mbsync [-c CONFIG] -q
+    execute([*before_channel, "--remove-near", f"{channel}:{box}"], timeout)
+    removed = not (folder / "cur").exists()
+    if removed:
+        log.info("removed the empty local folder %s: the server no longer has %s", folder, box)
+    return removed
 
 
 def _group_sign_in(config: Config, account: Account) -> str:
