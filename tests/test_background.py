@@ -172,6 +172,90 @@ def test_a_burst_of_500_deliveries_is_indexed_in_a_few_runs(
     assert status.index.last_ok and status.queue_length == 0
 
 
+def _write_in_two_parts(path: Path, data: bytes, meanwhile: Callable[[], None]) -> None:
+    """Write straight into ``path`` as cp or rsync --inplace on a slow disk do: From: and part
+    of To:, then ``meanwhile`` with the file open, then the rest."""
+    with path.open("wb") as out:
+        out.write(data[:40])
+        out.flush()
+        meanwhile()
+        out.write(data[40:])
+
+
+def _whole(env: MailEnv, mid: str, subject: str) -> bool:
+    """The message is indexed under its own id, its subject searchable in the sidecar too."""
+    with Reader() as reader:
+        found = reads.search_emails(reads.Mailbox(env.config(), reader), f"subject:{subject}")
+    return known(mid) and [r.id for r in found.results] == [sidecar.uid_for(mid)]
+
+
+def test_a_file_written_slowly_into_new_is_indexed_whole(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    """A writer straight into new/ rather than tmp/ and a rename: notmuch new would give the
+    first part a made-up id and never read that file name again."""
+    bg = service()
+    path = indexed.mail_root / "personal" / "INBOX" / "new" / f"{time.time_ns()}.slow.testhost"
+
+    # The pause outlasts the watcher's quiet period and an index run.
+    _write_in_two_parts(path, message("slow-1@example.net", "slowlywritten"),
+                        lambda: time.sleep(3))
+
+    wait_for(lambda: _whole(indexed, "slow-1@example.net", "slowlywritten"), "the whole message")
+    assert bg.wait_idle(WAIT)
+    with Reader() as reader:
+        found = reader.find("slow-1@example.net")
+        assert found is not None and found.filenames == (str(path),)  # no made-up id holds it
+
+
+def test_no_index_run_reads_a_file_while_it_is_written_into_new(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    """An index run asked for by something else (a pull, a push, the safety index) waits for
+    the writer too."""
+    bg = service(watch_quiet=30.0, watch_max_delay=30.0)  # the watcher's batch comes too late
+    runs = bg.status().index.runs
+    path = indexed.mail_root / "work" / "INBOX" / "new" / f"{time.time_ns()}.slow.testhost"
+
+    def another_run_is_asked_for() -> None:
+        time.sleep(1)  # the watcher sees the write begin
+        bg.request_index("test")
+        time.sleep(3)  # time enough for a run
+    _write_in_two_parts(path, message("slow-2@example.net", "slowlyindexed"),
+                        another_run_is_asked_for)
+
+    wait_for(lambda: bg.status().index.runs > runs, "the run asked for")
+    bg.request_index("after the write")
+    assert bg.wait_idle(WAIT)
+    assert _whole(indexed, "slow-2@example.net", "slowlyindexed")
+
+
+def test_a_file_kept_open_holds_index_runs_back_only_so_long(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    """A writer that never closes its file does not stall indexing."""
+    bg = service(watch_write_wait=1.0)
+    runs = bg.status().index.runs
+    path = indexed.mail_root / "work" / "INBOX" / "new" / f"{time.time_ns()}.open.testhost"
+    with path.open("wb") as out:  # written, and kept open past the write wait
+        out.write(message("kept-open-1@example.net", "keptopen"))
+        out.flush()
+        wait_for(bg.files_being_written, "the watcher to see the write")
+        bg.request_index("test")
+        wait_for(lambda: bg.status().index.runs > runs, "a run while the file is open")
+        assert known("kept-open-1@example.net") and not bg.files_being_written()
+
+
+def test_a_delivery_by_hard_link_is_indexed(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    """The Maildir way without a rename: link tmp/x to new/x, then unlink tmp/x -- no file is
+    opened or closed in new/."""
+    service()
+    inbox = indexed.mail_root / "personal" / "INBOX"
+    tmp = inbox / "tmp" / f"{time.time_ns()}.linked.testhost"
+    tmp.write_bytes(message("linked-1@example.net", "linkeddelivery"))
+    os.link(tmp, inbox / "new" / tmp.name)
+    tmp.unlink()
+    wait_for(lambda: known("linked-1@example.net"), "the linked delivery to be indexed")
+
+
 def _stale_folder_mtime(folder: Path) -> float:
     """Leave ``folder`` as notmuch new finds it on kernels with fine-grained file times (see
     run_notmuch_new's full_scan): notmuch has recorded the second its mtime falls in, and

@@ -56,13 +56,14 @@ from .status import (
     mark_stopped,
     run_info,
 )
-from .watcher import MailWatcher
+from .watcher import WRITE_WAIT, MailWatcher
 
 log = logging.getLogger(__name__)
 
 BUSY_RETRY = 30.0  # a channel busy with another mbsync: try again this soon (or the interval)
 PULL_LOCK_WAIT = 10.0  # how long a scheduled pull waits for a busy channel
 HEARTBEAT = 5.0  # the index thread refreshes the queue length and revision this often
+WRITER_CHECK = 0.2  # a run held back for a file being written looks again this often
 
 
 class AlreadyRunning(BackendError):
@@ -247,6 +248,10 @@ class _Indexer:
                 return
             log.debug("not yet indexed: %s", ", ".join(changed[:10]))
         self._wait_for_mbsync()
+        if not self._wait_for_writers():
+            log.warning("shutting down while a file is being written into a Maildir: not "
+                        "indexing (%s); the next start of the service will", work.describe())
+            return
         timeout = self.bg.index_timeout
         if last:
             remaining = self._deadline - time.monotonic() - 1.0
@@ -273,6 +278,22 @@ class _Indexer:
             with self._cond:  # stop() ended the runs: what is left is indexed now
                 return self._stopping
         wait_for_channels(self.bg.config, self.bg.mbsync_timeout, stop=stopping)
+
+    def _wait_for_writers(self) -> bool:
+        """Hold the run while a file is being written straight into new/ or cur/ (see
+        MailWatcher.writing), which notmuch new would index half-written for good; the
+        watcher lets go of a write open too long.  False when stop() came first."""
+        writing = self.bg.files_being_written()
+        if writing:
+            log.info("waiting for %d file(s) being written to be closed, e.g. %s",
+                     len(writing), writing[0])
+        with self._cond:
+            while writing:
+                if self._stopping:
+                    return False
+                self._cond.wait(WRITER_CHECK)  # or sooner: a close's batch notifies
+                writing = self.bg.files_being_written()
+        return True
 
     def _index(self, reader: Reader, reason: str, timeout: float, *,
                full_scan: bool = False) -> None:
@@ -431,7 +452,8 @@ class Background:
 
     def __init__(self, config: Config, *, watch: bool = True, schedule: bool = True,
                  push: bool = True, push_quiet: float = PUSH_QUIET, watch_quiet: float = 1.0,
-                 watch_max_delay: float = 10.0, status_store: StatusStore | None = None,
+                 watch_max_delay: float = 10.0, watch_write_wait: float = WRITE_WAIT,
+                 status_store: StatusStore | None = None,
                  force_polling: bool = False, poll_interval: float = 2.0,
                  index_timeout: float = INDEX_TIMEOUT,
                  mbsync_timeout: float = MBSYNC_TIMEOUT, push_retry: float = PUSH_RETRY,
@@ -450,7 +472,8 @@ class Background:
         if watch:
             self._watcher = MailWatcher(config, self._indexer.add_paths, quiet=watch_quiet,
                                         max_delay=watch_max_delay, force_polling=force_polling,
-                                        poll_interval=poll_interval, ignore=self._ignored(),
+                                        poll_interval=poll_interval,
+                                        write_wait=watch_write_wait, ignore=self._ignored(),
                                         on_overflow=self._overflowed,
                                         on_folder_gone=self._folder_gone)
         self._schedule = schedule
@@ -680,6 +703,10 @@ class Background:
 
     def queue_length(self) -> int:
         return self._watcher.pending() if self._watcher is not None else 0
+
+    def files_being_written(self) -> list[str]:
+        """Message files being written straight into a Maildir now (see MailWatcher.writing)."""
+        return self._watcher.writing() if self._watcher is not None else []
 
     def status(self) -> ServiceStatus:
         """The current status, queue length as of now."""

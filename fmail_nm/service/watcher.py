@@ -11,6 +11,16 @@ After the first event the watcher waits until ``quiet`` seconds pass without ano
 longer than ``max_delay`` after the first, then hands the distinct paths to ``on_batch`` on its
 own thread (one batch at a time).
 
+A file written straight into ``new/`` or ``cur/`` -- not in ``tmp/`` and renamed, as Maildir
+wants, but by ``cp`` or ``rsync --inplace`` on a slow disk -- is handed over when its writer
+closes it (inotify's ``IN_CLOSE_WRITE``), not when it is created or written to, and until then
+:meth:`MailWatcher.writing` names it, so that the service holds back every index run: ``notmuch
+new`` would index the part written so far, under a made-up id while the Message-ID is not there
+yet, and never read that file name again.  A write held open longer than ``write_wait`` holds
+back nothing more.  A file created by ``link()`` (the Maildir delivery without a rename) is not
+empty, and counts as arrived.  Polling sees no closes: it hands over what it sees created or
+changed.
+
 When the kernel's inotify queue overflows (``fs.inotify.max_queued_events``) events are lost;
 watchdog then rebuilds its watches but tells no handler, so the watcher's own observer calls
 ``on_overflow`` -- the service answers with a full index run, which finds what was missed.
@@ -65,8 +75,10 @@ log = logging.getLogger(__name__)
 WATCH_LIMIT_SYSCTL = "fs.inotify.max_user_watches"
 INSTANCE_LIMIT_SYSCTL = "fs.inotify.max_user_instances"
 POLL_INTERVAL = 2.0
-# Created, moved (both ends), deleted, and written (modified, or closed after writing); and
-# folders removed or moved (one moved out of the tree sends nothing for its files).
+WRITE_WAIT = 60.0  # how long a file being written straight into new/ or cur/ holds index runs
+# Created, moved (both ends), deleted, and written (modified: a write going on, with inotify;
+# closed after writing: its end); and folders removed or moved (one moved out of the tree
+# sends nothing for its files).
 _EVENTS: list[type[FileSystemEvent]] = [FileCreatedEvent, FileDeletedEvent, FileMovedEvent,
                                         FileModifiedEvent, FileClosedEvent, DirDeletedEvent,
                                         DirMovedEvent]
@@ -143,8 +155,9 @@ def linked_trees(root: str) -> list[str]:
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, watcher: MailWatcher) -> None:
+    def __init__(self, watcher: MailWatcher, *, sees_closes: bool) -> None:
         self.watcher = watcher
+        self.sees_closes = sees_closes  # inotify: a write's end is told
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.is_directory:
@@ -157,6 +170,10 @@ class _Handler(FileSystemEventHandler):
         if isinstance(event, FileMovedEvent) and event.dest_path:
             # A move is an arrival at dest_path and a departure from src_path.
             paths.append(os.fsdecode(event.dest_path))
+        if self.sees_closes:
+            going_on = [self.watcher._note_write(event.event_type, path) for path in paths]
+            if any(going_on):  # handed over on its close
+                return
         self.watcher._add(paths, event.event_type)
 
 
@@ -216,7 +233,8 @@ class MailWatcher:
 
     def __init__(self, config: Config, on_batch: Callable[[list[Path]], None], *,
                  quiet: float = 1.0, max_delay: float = 10.0, force_polling: bool = False,
-                 poll_interval: float = POLL_INTERVAL, ignore: Iterable[Path] = (),
+                 poll_interval: float = POLL_INTERVAL, write_wait: float = WRITE_WAIT,
+                 ignore: Iterable[Path] = (),
                  on_overflow: Callable[[], None] = lambda: None,
                  on_folder_gone: Callable[[str], None] = lambda folder: None) -> None:
         self.mail_root = os.fspath(config.mail_root)
@@ -227,6 +245,7 @@ class MailWatcher:
         self.max_delay = max(max_delay, quiet)
         self.force_polling = force_polling
         self.poll_interval = poll_interval
+        self.write_wait = write_wait
         self.ignore = tuple(os.fspath(p) for p in ignore)
         self.mode: str | None = None  # "inotify" or "polling" once started
         self._debouncer: Debouncer[str] | None = None  # the delivering thread, once started
@@ -235,6 +254,8 @@ class MailWatcher:
         self._observer_lock = threading.Lock()  # the observer is replaced when the root is
         self._root_id: tuple[int, int] | None = None  # the watched root's (device, inode)
         self._rewatching = False  # a rewatch is waiting for the root (under _observer_lock)
+        self._writes: dict[str, float] = {}  # file being written in place -> since (monotonic)
+        self._writes_lock = threading.Lock()
 
     # -- public ------------------------------------------------------------------------------
 
@@ -280,6 +301,15 @@ class MailWatcher:
         state = self._debouncer.state()
         return len(state.pending) + len(state.in_flight)
 
+    def writing(self) -> list[str]:
+        """Message files being written in place (created empty or written to, not closed yet),
+        for less than ``write_wait`` seconds: a writer keeping a file open longer holds back
+        nothing.  Always empty when polling."""
+        now = time.monotonic()
+        with self._writes_lock:
+            return [path for path, since in self._writes.items()
+                    if now - since < self.write_wait]
+
     @property
     def batches(self) -> int:
         """Batches handed to ``on_batch`` so far."""
@@ -288,7 +318,7 @@ class MailWatcher:
     # -- the observer --------------------------------------------------------------------------
 
     def _schedule(self, observer: BaseObserver, *, linked: bool = False) -> None:
-        handler = _Handler(self)
+        handler = _Handler(self, sees_closes=_is_inotify(observer))
         observer.schedule(handler, self.mail_root, recursive=True, event_filter=_EVENTS)
         # inotify does not follow symlinks, but notmuch new does: a folder kept on another
         # disk and linked into the tree gets a watch of its own, under its path in the tree.
@@ -345,6 +375,19 @@ class MailWatcher:
             return
         log.debug("mail event %s: %s", kind, " -> ".join(wanted))
         self._debouncer.add(wanted)  # refused (dropped) once stopping
+
+    def _note_write(self, kind: str, path: str) -> bool:
+        """Follow a file written in place; True while its writer is still at it (its close
+        hands it over).  Any other event ends the write: closed, deleted or renamed."""
+        if not is_message_path(path, self.mail_root, self.ignore):
+            return False
+        going_on = kind == "modified" or (kind == "created" and _is_empty(path))
+        with self._writes_lock:
+            if going_on:
+                self._writes.setdefault(path, time.monotonic())  # from its first write
+            else:
+                self._writes.pop(path, None)
+        return going_on
 
     def _folder_left(self, folder: str, moved_to: str) -> None:
         """A folder of the tree removed or moved: moved within the tree, its files' own
@@ -435,6 +478,15 @@ def _identity(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def _is_empty(path: str) -> bool:
+    """Whether a file is empty -- one created to be written, not linked in; False when it is
+    gone (its deletion is told next)."""
+    try:
+        return os.stat(path).st_size == 0
+    except OSError:
+        return False
 
 
 def _inside(path: str, tree: str) -> bool:
