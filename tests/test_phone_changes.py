@@ -34,7 +34,7 @@ from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
 )
 from .test_background import wait_for
 from .test_send_imap import smtp  # noqa: F401  (pytest fixture, used by name)
-from .test_writes_imap import ctx  # noqa: F401  (pytest fixture, used by name)
+from .test_writes_imap import ctx, synced_once  # noqa: F401  (ctx: a pytest fixture)
 
 pytestmark = pytest.mark.imap
 
@@ -57,6 +57,42 @@ def phone_moves(bed: SyncBed, message_id: str, source: str, dest: str) -> None:
         typ, data = client.uid("MOVE", _uid(client, message_id), f'"{dest}"')
         assert typ == "OK", data
         client.close()
+
+
+def phone_expunges(bed: SyncBed, message_id: str, folder: str) -> None:
+    """Another IMAP client deletes a message for good (flags it deleted and expunges)."""
+    with bed.server.imap(IMAP_USER) as client:
+        assert client.select(f'"{folder}"')[0] == "OK"
+        typ, data = client.uid("STORE", _uid(client, message_id), "+FLAGS", "(\\Deleted)")
+        assert typ == "OK", data
+        assert client.expunge()[0] == "OK"
+        client.close()
+
+
+def test_a_held_copy_takes_the_place_of_the_copy_the_phone_deletes(sync_bed: SyncBed) -> None:
+    """Archived here while Archive had the message too: its INBOX file is held.  The phone
+    then deletes the Archive copy; the held copy was the last one anywhere (not on the
+    server, not in the index) and pruned a month later.  It takes the Archive copy's place,
+    with the message's tags, on the server too; undo puts it back in INBOX."""
+    bed = sync_bed
+    mid = bed.mid(1)
+    bed.seed(1)
+    bed.seed(1, folder="Archive")
+    bed.seed(2)
+    bed.init()
+    assert bed.sync().ok
+    config = bed.config()
+    with bed.reader() as reader, bed.writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        assert writes.archive(ctx, [mid]).applied == [mid]
+        tags = bed.tags(mid)
+        phone_expunges(bed, mid, "Archive")
+        assert bed.sync().ok
+        assert bed.tags(mid) == tags
+        assert synced_once(bed)[mid] == [("Archive", frozenset())]
+        undone = writes.undo_last_write(ctx)
+        assert undone.applied == [mid] and not undone.errors
+        assert synced_once(bed)[mid] == [("INBOX", frozenset())]
 
 
 def test_a_move_on_the_server_keeps_local_tags_through_a_pull_the_watcher_sees(

@@ -24,6 +24,7 @@ import pytest
 
 from fmail_nm.passes import changes
 from fmail_nm.passes.changes import ChangeError, WriteContext, WriteOutcome
+from fmail_nm.passes.mirror import sync_sidecar
 from fmail_nm.service.index import run_index
 from fmail_nm.store import maildir, sidecar
 from fmail_nm.store.maildir import MaildirName
@@ -729,6 +730,36 @@ def test_a_held_copy_is_kept_for_a_while_then_removed_by_an_index_run(
     undone = writes.undo_last_write(h.ctx)
     [error] = undone.errors
     assert error.id == IN_INBOX and "not moved back" in error.error
+    h.assert_in_step()
+
+
+def test_a_held_copy_takes_the_place_of_the_file_it_was_held_for_when_that_goes(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Archived while Archive had a file of it too, the message's INBOX file is held.  When
+    that Archive file goes (another client deleted it), notmuch drops the message and the
+    held copy was its last one anywhere -- pruned a month later.  It takes the place of the
+    file it was held for, with the message's tags; a prune never removes a held copy whose
+    message has no file in the index; and undo takes it back to INBOX."""
+    _second_file(h, IN_INBOX, "personal/Archive")
+    writes.archive(h.ctx, [IN_INBOX])
+    with Reader() as reader:
+        sync_sidecar(h.ctx.config, reader)  # as the server does after each write
+    tags = h.tags(IN_INBOX)
+    [held] = _held(h)
+    _vanish(h, IN_INBOX)
+    h.env.notmuch("new", "--no-hooks")  # the message leaves the index; no post-new pass yet
+    monkeypatch.setattr(maildir, "HOLD_DAYS", 0)
+    with Reader() as reader:
+        maildir.prune_holds(h.ctx.config, reader)
+    assert held.exists()
+
+    run_index(h.ctx.config, show_progress=False, timeout=120)
+    assert h.folders(IN_INBOX) == ["personal/Archive"] and not _held(h)
+    assert h.tags(IN_INBOX) == tags
+    h.assert_in_step()
+    undone = writes.undo_last_write(h.ctx)
+    assert undone.applied == [IN_INBOX] and not undone.errors
+    assert h.folders(IN_INBOX) == ["personal/INBOX"]
     h.assert_in_step()
 
 

@@ -601,13 +601,16 @@ def _current_file(work: MessageWork, recorded: str) -> Copy | None:
     """The file a recorded move produced, as it is named now (flag changes and mbsync's
     ``,U=`` may have renamed it since; its unique part stays)."""
     path = work.config.mail_root / recorded
-    if maildir.is_held(path):  # not in the index, and nothing renames it
+    held = maildir.is_held(path)
+    if held and path.exists():  # not in the index, and nothing renames it
         folder = maildir.held_folder(work.config.mail_root, path)
-        return Copy(path, folder) if folder is not None and path.exists() else None
+        return Copy(path, folder) if folder is not None else None
     folder, key = work.folder_of(path), maildir.file_key(path)
     for name in work.current().filenames:
-        if work.folder_of(name) == folder and maildir.file_key(name) == key:
-            return Copy(Path(name), folder or ".")
+        # A held copy out of its hold took the place of the message's last file
+        # (passes.holds), in whichever folder that was.
+        if (held or work.folder_of(name) == folder) and maildir.file_key(name) == key:
+            return Copy(Path(name), work.folder_of(name) or ".")
     return None
 
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from .. import tags
 from ..clock import iso_from_epoch
-from ..config import Config
+from ..config import ROOT_FOLDER, Config
 from ..errors import BackendError
 from ..message.headers import (HeaderInfo, canonical_address, ends_head, parse_headers,
                                read_head, search_forms)
@@ -84,6 +84,14 @@ class MirrorReport:
     removed: int = 0
     revision: int = 0
     uuid: str = ""
+
+
+@dataclass(frozen=True)
+class Gone:
+    """A message the index no longer has, as the mirror last knew it."""
+
+    folders: tuple[str, ...]  # relative to the mail root, "." for the root
+    tags: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -379,6 +387,20 @@ def _addresses_of(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
                      ids)
 
 
+def _last_known(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, Gone]:
+    folders: dict[str, list[str]] = {mid: [] for mid in ids}
+    tags_of: dict[str, set[str]] = {mid: set() for mid in ids}
+    for chunk in chunks(ids, 500):
+        marks = ",".join("?" * len(chunk))
+        for mid, folder in conn.execute("SELECT message_id, folder FROM message_folders "
+                                        f"WHERE message_id IN ({marks})", chunk):
+            folders[mid].append(folder or ROOT_FOLDER)
+        for mid, tag in conn.execute("SELECT message_id, tag FROM message_tags "
+                                     f"WHERE message_id IN ({marks})", chunk):
+            tags_of[mid].add(tag)
+    return {mid: Gone(tuple(sorted(folders[mid])), frozenset(tags_of[mid])) for mid in ids}
+
+
 def _distinct(conn: sqlite3.Connection, sql: str, ids: Sequence[str]) -> set[str]:
     found: set[str] = set()
     for chunk in chunks(ids, 500):
@@ -594,6 +616,7 @@ class Mirror:
                  on_progress: ProgressCallback | None = None,
                  on_marked: Callable[[list[tuple[str, str | None]]], None] | None = None,
                  on_moved: Callable[[list[str]], None] | None = None,
+                 on_gone: Callable[[dict[str, Gone]], None] | None = None,
                  prefetched: Mapping[str, Parsed] | None = None,
                  mark_new: bool = True, tagged: frozenset[str] = frozenset()) -> None:
         self.config = config
@@ -613,6 +636,9 @@ class Mirror:
         # in other folders now, so their place tags can follow (passes.tagging.settle_places).
         self.on_moved = on_moved
         self._moved: list[str] = []
+        # Called with the messages the index dropped, as the mirror knew them, before they
+        # leave it (a held copy of one takes its place: passes.holds).
+        self.on_gone = on_gone
         self.layout = Layout(config)
         self.me = my_addresses(config)
         self.exclusions = frozenset(reader.search_exclusions())
@@ -952,6 +978,8 @@ class Mirror:
     def _delete(self, ids: Sequence[str], report: MirrorReport) -> None:
         if not ids:
             return
+        if self.on_gone is not None:
+            self.on_gone(_last_known(self.conn, ids))
         self._touched |= _addresses_of(self.conn, ids)
         threads = _threads_of(self.conn, ids)
         for chunk in chunks(ids, 500):
@@ -1086,6 +1114,7 @@ def sync_sidecar(config: Config, reader: Reader, *, full: bool = False,
                  on_progress: ProgressCallback | None = None,
                  on_marked: Callable[[list[tuple[str, str | None]]], None] | None = None,
                  on_moved: Callable[[list[str]], None] | None = None,
+                 on_gone: Callable[[dict[str, Gone]], None] | None = None,
                  prefetched: Mapping[str, Parsed] | None = None,
                  tagged: frozenset[str] = frozenset(), mark_new: bool = True) -> MirrorReport:
     """Bring the sidecar up to date with notmuch.  With ``wait=False`` a sync already running
@@ -1093,12 +1122,13 @@ def sync_sidecar(config: Config, reader: Reader, *, full: bool = False,
     notmuch revision before the index run that brought new mail (see :class:`Mirror`);
     ``prefetched``: files parsed already (:mod:`fmail_nm.passes.prefetch`); ``tagged``: new
     messages that have their final tags already (:mod:`fmail_nm.passes.delivery`);
+    ``on_gone``: told the messages the index dropped, as the mirror knew them;
     ``mark_new`` false: no message is marked for the tagging pass (the mail of a setup)."""
     path = sidecar.sidecar_path(config.data_dir)
     with sync_lock(path, wait=wait), sidecar.opened(path) as conn:
         mirror = Mirror(config, reader, conn, new_since=new_since, on_progress=on_progress,
-                        on_marked=on_marked, on_moved=on_moved, prefetched=prefetched,
-                        tagged=tagged, mark_new=mark_new)
+                        on_marked=on_marked, on_moved=on_moved, on_gone=on_gone,
+                        prefetched=prefetched, tagged=tagged, mark_new=mark_new)
         try:
             return mirror.sync(full=full)
         finally:

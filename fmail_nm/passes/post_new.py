@@ -18,7 +18,8 @@ from ..progress import ProgressCallback
 from ..store import sidecar
 from ..store.notmuch import Reader, Writer, WriteTxn
 from .blocklist import BlockReport, apply_blocklist, read_blocklist
-from .mirror import MirrorReport, Parsed, sync_sidecar
+from .holds import take_places
+from .mirror import Gone, MirrorReport, Parsed, sync_sidecar
 from .tagging import Tagger, TaggingReport, configured_new_tags, run_tagging, settle_places
 
 
@@ -38,7 +39,8 @@ def post_new(config: Config, reader: Reader, writer: Writer, *,
     """What follows every ``notmuch new``: mirror the new mail into the sidecar (each new file
     parsed once, there), tag what the mirror marked as new -- batch by batch, alongside the
     mirror -- give mail whose files changed folders the place tags of where it is now, apply
-    the blocklist, and mirror the final tags.  ``new_since``: the notmuch revision before the
+    the blocklist, and mirror the final tags; a held copy of a message the index dropped takes
+    its place (:mod:`fmail_nm.passes.holds`).  ``new_since``: the notmuch revision before the
     index run, when known; ``prefetched``: files parsed while notmuch new ran; ``tagged``: new
     messages that have their final tags already (indexed by :mod:`fmail_nm.passes.delivery`)."""
     # A connection held open through the pass: each step opens and closes its own, and SQLite
@@ -56,10 +58,14 @@ def _post_new(config: Config, reader: Reader, writer: Writer, *, new_since: int 
     # The tagging pass starts on each batch the mirror has committed while the mirror goes on;
     # whatever it did not reach (or a pass that died before left marked) is tagged after.
     moved: list[str] = []
+    gone: dict[str, Gone] = {}
     with Tagger(config, writer, configured_new_tags(reader), on_progress=on_progress) as tagger:
         first = sync_sidecar(config, reader, new_since=new_since, on_progress=on_progress,
                              on_marked=tagger.add, on_moved=moved.extend,
-                             prefetched=prefetched, tagged=tagged)
+                             on_gone=gone.update, prefetched=prefetched, tagged=tagged)
+    # A held copy must never be the last: one of a message the index dropped takes its place,
+    # with the tags it had (so the mirror below must not tag it as new mail).
+    back = writer.run(functools.partial(take_places, config=config, gone=gone)) if gone else []
     tagging = run_tagging(config, reader, writer, on_progress=on_progress,
                           report=tagger.report)
     # Files that changed folders behind our back (another client, or a write of ours killed
@@ -68,7 +74,7 @@ def _post_new(config: Config, reader: Reader, writer: Writer, *, new_since: int 
         tagging.placed = writer.run(functools.partial(settle_places, config=config,
                                                       message_ids=moved))
     blocklist = apply_blocklist(config, reader, writer, read_blocklist(config))
-    second = sync_sidecar(config, reader, on_progress=on_progress)
+    second = sync_sidecar(config, reader, on_progress=on_progress, tagged=frozenset(back))
     mirror = MirrorReport(full=first.full, upserted=first.upserted + second.upserted,
                           parsed=first.parsed + second.parsed,
                           prefetched=first.prefetched + second.prefetched,

@@ -382,13 +382,13 @@ def run_index(config: Config, *, show_progress: bool | None = None,
                                 tagged=delivered_ids)
                 tagging, parsed_ahead = done.tagging, done.mirror.prefetched
             drop_old_recipients(reader, writer)
+            maildir.prune_holds(config, reader)
             total, counts = summary_counts(config, reader)
             summary = IndexSummary(added=added, total=total, counts=counts, tagging=tagging,
                                    notmuch_output=output, parsed_ahead=parsed_ahead,
                                    first_index=first is not None,
                                    delivered=len(delivered_ids))
         prefetch.done()
-        maildir.prune_holds(config)
         return summary
     finally:
         if prefetch is not None:

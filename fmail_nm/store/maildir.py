@@ -16,13 +16,15 @@ import itertools
 import os
 import re
 import socket
+import stat
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ROOT_FOLDER, Account, Config
-from .notmuch import IndexedMessage
+from ..message.headers import header, msg_id, read_head, split_head
+from .notmuch import IndexedMessage, Reader
 
 INFO_SEPARATOR = ":2,"
 MAILDIR_SUBDIRS = ("cur", "new", "tmp")
@@ -189,38 +191,66 @@ def held_folder(mail_root: Path, path: Path) -> str | None:
 def held_copy(config: Config, folder: str, key: str) -> Path | None:
     """The file with this unique part in the folder's hold; None when there is none (never
     held, taken back, or pruned)."""
+    return next((path for path in _held_in(config, folder) if file_key(path) == key), None)
+
+
+def held_files(config: Config) -> list[Path]:
+    """Every held copy, in the holds of all configured folders (a stat each without one)."""
+    return [path for folder in config.folders for path in _held_in(config, folder)]
+
+
+def _held_in(config: Config, folder: str) -> list[Path]:
     try:
         entries = list(os.scandir(folder_path(config, folder) / "tmp" / HOLD))
     except OSError:
+        return []
+    return [Path(e.path) for e in entries]
+
+
+# Enough of a file for its header block (read_head reads on to the block's end).
+HELD_HEAD_BYTES = 16384
+
+
+def held_message_id(path: Path) -> str | None:
+    """The Message-ID of a held copy, as notmuch has it; None when its header has none (or it
+    cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            head = read_head(fh, HELD_HEAD_BYTES)
+    except OSError:
         return None
-    return next((Path(e.path) for e in entries if file_key(e.name) == key), None)
+    return msg_id(header(split_head(head)[0], "Message-ID"))
 
 
 # How long a held copy is kept for undo_last_write; then it is removed.  Its message had
 # another file where the copy was bound (a Gmail user's every archived message: All Mail
 # holds it), so keeping each one for ever would double the archive on disk.  A copy whose
-# other file went since (deleted on the server) was mail the user had put away twice.
+# other files all went since is not removed: it took their place if the post-new pass saw
+# them go (passes.holds), and is the message's last copy if not.
 HOLD_DAYS = 30
 
 
-def prune_holds(config: Config, now: float | None = None) -> int:
+def prune_holds(config: Config, reader: Reader, now: float | None = None) -> int:
     """Remove the held copies that came into a hold more than ``HOLD_DAYS`` ago (a rename
-    sets a file's ctime); returns how many.  An undo of an older write names them gone."""
+    sets a file's ctime) and whose message has a file in the index; returns how many.  An
+    undo of an older write names them gone."""
     cutoff = (time.time() if now is None else now) - HOLD_DAYS * 86400
     removed = 0
-    for folder in config.folders:  # a stat each where there is no hold
+    for path in held_files(config):
         try:
-            entries = list(os.scandir(folder_path(config, folder) / "tmp" / HOLD))
-        except OSError:
+            info = path.lstat()
+        except OSError:  # gone meanwhile (an undo took it back)
             continue
-        for entry in entries:
-            try:
-                if (entry.is_file(follow_symlinks=False)
-                        and entry.stat(follow_symlinks=False).st_ctime < cutoff):
-                    os.unlink(entry.path)
-                    removed += 1
-            except OSError:  # gone meanwhile (an undo took it back), or not ours to remove
-                continue
+        if not stat.S_ISREG(info.st_mode) or info.st_ctime >= cutoff:
+            continue
+        message_id = held_message_id(path)
+        if message_id is None or reader.find(message_id) is None:
+            continue  # its last copy (or one we cannot tell): never removed
+        try:
+            os.unlink(path)
+            removed += 1
+        except OSError:  # gone meanwhile, or not ours to remove
+            continue
     return removed
 
 

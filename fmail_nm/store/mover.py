@@ -35,7 +35,9 @@ mail delivered to two accounts) -- the policy:
   (Gmail keeps every message in ``[Gmail]/All Mail``, so archiving into it doubled each one;
   deleting mail cc'd to oneself put its INBOX and Sent files both in Trash).  The copy still
   leaves its folder, on the server too; it stays on disk, out of the index and of mbsync's
-  sight, and undo brings it back -- restore too, when it was bound for Trash or Junk.
+  sight, and undo brings it back -- restore too, when it was bound for Trash or Junk.  It is
+  never the last copy: when its message leaves the index (the file it was held for went),
+  it takes that file's place (:mod:`fmail_nm.passes.holds`).
 * Maildir flags (read, flagged, replied) are renamed on every file of the message by notmuch.
 * Tags belong to the message, not to a file: after a move, the message's place tags are what
   the user's tagging rules give for the folders its files are now in
