@@ -227,8 +227,9 @@ def cmd_sidecar(args: argparse.Namespace) -> int:
                   f"{report.revision})")
             return 0
         if not path.is_file():  # opening it would create it empty, to "differ" in every row
-            print(f"the sidecar {path} is missing: `fmail-nm sidecar rebuild` builds it from "
-                  "notmuch")
+            reader.revision()  # no notmuch database either: that error first, rebuild needs one
+            print(f"fmail-nm: the sidecar {path} is missing: `fmail-nm sidecar rebuild` builds "
+                  "it from notmuch", file=sys.stderr)
             return 1
         with opened(path) as conn:
             problems = check(config, reader, conn, parse_files=args.files)

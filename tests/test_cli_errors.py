@@ -117,9 +117,9 @@ def test_a_missing_sidecar_is_named_as_missing_with_its_fix(indexed: MailEnv) ->
     database (uuid differs)" -- and left an empty sidecar behind."""
     _sidecar(indexed).unlink()
     done = indexed.fmail("sidecar", "check", check=False)
-    assert done.returncode == 1 and "uuid differs" not in done.stdout
-    assert f"{_sidecar(indexed)} is missing" in done.stdout and "fmail-nm sidecar rebuild" in \
-        done.stdout
+    assert done.returncode == 1 and "uuid differs" not in done.stdout + done.stderr
+    assert done.stderr.startswith(f"fmail-nm: the sidecar {_sidecar(indexed)} is missing")
+    assert "fmail-nm sidecar rebuild" in done.stderr
     assert not _sidecar(indexed).exists()
 
 
