@@ -26,7 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 
 from fmail_nm.mcp.clientconfig import client_configs
-from fmail_nm.mcp.http import allowed_hosts_and_origins, is_loopback, serve_http
+from fmail_nm.mcp.http import allowed_hosts_and_origins, endpoint_url, is_loopback, serve_http
 from fmail_nm.mcp.token import load_or_create_token, token_path
 
 from .conftest import MailEnv
@@ -286,6 +286,49 @@ async def test_allow_remote_warns(caplog: pytest.LogCaptureFixture) -> None:
     warnings = [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.WARNING]
     assert any("beyond this machine" in m for m in warnings)
     assert not any(TOKEN in rec.getMessage() for rec in caplog.records)
+
+
+@pytest.mark.anyio
+async def test_a_wildcard_bind_announces_an_endpoint_it_serves() -> None:
+    """Bound to 0.0.0.0, the announced URL names this machine (0.0.0.0 is no address another
+    machine can connect to), and a request naming it as Host is served, not refused with 421."""
+    port = free_port()
+    ready = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: serve_http(make_server(), host="0.0.0.0", port=port, token=TOKEN,
+                                         allow_remote=True, ready=ready.set))
+        with anyio.fail_after(10):
+            await ready.wait()
+        try:
+            announced = endpoint_url("0.0.0.0", port)
+            host = httpx2.URL(announced).netloc.decode()
+            async with authed_client() as http:
+                r = await http.post(f"http://127.0.0.1:{port}/mcp", json=INITIALIZE,
+                                    headers={**MCP_HEADERS, "Host": host})
+            assert r.status_code == 200, (announced, r.status_code, r.text[:200])
+            assert host == f"{socket.gethostname()}:{port}"
+        finally:
+            tg.cancel_scope.cancel()
+
+
+def test_the_client_configs_of_a_wildcard_bind_name_this_machine(indexed: MailEnv) -> None:
+    """What `serve --host 0.0.0.0` prints: configs with this machine's name, never 0.0.0.0,
+    and what a client on another machine uses."""
+    from fmail_nm.mcp.serving import connection_help
+    text = connection_help(indexed.config(), host="0.0.0.0", port=8765, show_token=False)
+    assert "0.0.0.0" not in text
+    assert f"http://{socket.gethostname()}:8765/mcp" in text
+    assert "other machines use this host's name" in text
+    assert "other machines" not in connection_help(indexed.config(), host="127.0.0.1",
+                                                   port=8765, show_token=False)
+
+
+def test_a_wildcard_bind_accepts_its_name_in_lower_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients send a Host in lower case; a machine's name often has capitals."""
+    monkeypatch.setattr(socket, "gethostname", lambda: "Johns-MacBook")
+    hosts, _ = allowed_hosts_and_origins("0.0.0.0", 9000)
+    assert "Johns-MacBook:9000" in hosts and "johns-macbook:9000" in hosts
+    assert endpoint_url("::", 9000) == "http://Johns-MacBook:9000/mcp"
 
 
 def test_is_loopback() -> None:

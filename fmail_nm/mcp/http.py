@@ -119,9 +119,19 @@ def url_host(host: str) -> str:
     return f"[{name}]" if ":" in name else name
 
 
+def is_wildcard(host: str) -> bool:
+    """True for a bind address that listens on every interface: ``0.0.0.0``, ``::``, none."""
+    return bare_host(host) in _WILDCARD_HOSTS
+
+
 def endpoint_url(host: str, port: int, path: str = DEFAULT_PATH) -> str:
-    """The URL of the endpoint served on ``host`` (bracketed or not) and ``port``."""
-    return f"http://{_host_port(host, port)}{path}"
+    """The URL of the endpoint served on ``host`` (bracketed or not) and ``port``.
+
+    For a wildcard bind, this machine's name: ``0.0.0.0`` is no address another machine can
+    connect to, and no ``Host`` the server accepts (see :func:`allowed_hosts_and_origins`).
+    """
+    name = (socket.gethostname() or _LOOPBACK_NAMES[0]) if is_wildcard(host) else host
+    return f"http://{_host_port(name, port)}{path}"
 
 
 def is_loopback(host: str) -> bool:
@@ -153,11 +163,16 @@ def allowed_hosts_and_origins(host: str, port: int,
     ``name:port``; without a port, ``port`` is assumed).
     """
     names = list(_LOOPBACK_NAMES)
-    bound = bare_host(host)
-    if bound in _WILDCARD_HOSTS:
-        names += [socket.gethostname(), socket.getfqdn()]
+    if is_wildcard(host):
+        # Not the wildcard address itself: a rebinding page's Host is its own name, so 0.0.0.0
+        # would do no harm, but also no good -- another machine cannot connect to it, a local
+        # client has the loopback names, and endpoint_url announces this machine's name.
+        # Lower case too: clients (httpx, browsers) send a Host in lower case, and a machine's
+        # name (Johns-MacBook) often is not.
+        machine = [socket.gethostname(), socket.getfqdn()]
+        names += machine + [name.lower() for name in machine]
     else:
-        names.append(bound)
+        names.append(bare_host(host))
     hosts: list[str] = []
     for name in filter(None, names):  # a machine may have no name
         hosts.append(_host_port(name, port))

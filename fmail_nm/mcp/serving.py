@@ -164,12 +164,18 @@ def _stdio_command(config: Config) -> list[str]:
 def connection_help(config: Config, *, host: str, port: int, show_token: bool) -> str:
     """Ready-to-paste client configuration for this server, stdio and HTTP."""
     from .clientconfig import client_configs
-    from .http import endpoint_url
+    from .http import endpoint_url, is_wildcard
     from .token import TOKEN_ENV, load_or_create_token, token_path
 
     token = load_or_create_token(config.data_dir)
-    text = client_configs(command=_stdio_command(config), url=endpoint_url(host, port),
+    url = endpoint_url(host, port)
+    text = client_configs(command=_stdio_command(config), url=url,
                           token=token if show_token else None)
+    if is_wildcard(host):
+        # The Host header is checked against DNS rebinding: an address is not one of our names.
+        text += (f"\nListening on every interface, announced as {url}: clients on other "
+                 "machines use this host's name; to use an address instead, serve with "
+                 "--host that address.\n")
     if not show_token and os.environ.get(TOKEN_ENV, "").strip():
         text += f"\nThe bearer token is the one set in ${TOKEN_ENV}.\n"
     elif not show_token:
