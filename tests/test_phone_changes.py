@@ -18,7 +18,7 @@ from fmail_nm.config import Config
 from fmail_nm.passes.changes import WriteContext
 from fmail_nm.service import cycle, doctor, mbsync, send, status
 from fmail_nm.service.background import Background
-from fmail_nm.store import sidecar
+from fmail_nm.store import maildir, sidecar
 from fmail_nm.tools import compose, writes
 
 from . import imapbed
@@ -93,6 +93,29 @@ def test_a_held_copy_takes_the_place_of_the_copy_the_phone_deletes(sync_bed: Syn
         undone = writes.undo_last_write(ctx)
         assert undone.applied == [mid] and not undone.errors
         assert synced_once(bed)[mid] == [("INBOX", frozenset())]
+
+
+def test_a_message_deleted_here_and_then_on_the_phone_stays_gone(sync_bed: SyncBed) -> None:
+    """Deleted here while Archive had the message too: its INBOX file went to Trash, its
+    Archive one into a hold.  The phone then empties Trash: the message was deleted on
+    purpose on both sides, and its held copy must not bring it back -- it stays held."""
+    bed = sync_bed
+    mid = bed.mid(1)
+    bed.seed(1)
+    bed.seed(1, folder="Archive")
+    bed.seed(2)
+    bed.init()
+    assert bed.sync().ok
+    config = bed.config()
+    with bed.reader() as reader, bed.writer() as writer:
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        assert writes.delete_messages(ctx, [mid]).applied == [mid]
+    assert [folder for folder, _ in synced_once(bed)[mid]] == ["Trash"]
+    phone_expunges(bed, mid, "Trash")
+    assert bed.sync().ok
+    assert mid not in synced_once(bed)
+    assert bed.find(mid) is None and bed.files(mid) == []
+    assert [maildir.held_message_id(p) for p in maildir.held_files(config)] == [mid]
 
 
 def test_a_move_on_the_server_keeps_local_tags_through_a_pull_the_watcher_sees(
@@ -357,7 +380,9 @@ def test_a_folder_the_phone_deletes_holding_a_local_move_is_reported_until_settl
     said = status.first_line(run.error)  # what `fmail-nm status` and get_sync_status show
     assert "the server no longer has folder Projects" in said, said
     assert "local folder acct/Projects holds 1 message(s)" in said, said
-    assert "move_to_folder" in said and "create folder Projects on the server" in said, said
+    # Not "create the folder on the server again": mbsync 1.4 then fails for good on the
+    # box's new UIDVALIDITY.
+    assert "move_to_folder" in said and "create folder" not in said, said
     assert [p.parent.parent.name for p in bed.files(mid)] == ["Projects"]
     assert bed.find(new) is not None and [p.parent.parent.name for p in bed.files(new)] == [
         "INBOX"]
@@ -377,6 +402,57 @@ def test_an_empty_folder_the_phone_deletes_is_removed_here_too(synced_bed: SyncB
     assert report.ok, report.errors()
     assert not (bed.account_dir / "Projects").exists()
     assert bed.sync().ok
+
+
+def test_a_folder_the_phone_deletes_stays_while_its_hold_keeps_a_copy(
+        synced_bed: SyncBed, ctx: WriteContext) -> None:
+    """A message in Projects and Archive moved to Archive here: its Projects file is held,
+    for undo.  The phone then deletes the emptied Projects folder: the folder stays while
+    its hold keeps the copy, and the sync says so.  Once the copy is pruned, the next sync
+    removes the folder -- the empty hold (which mbsync will not remove) with it."""
+    bed = synced_bed
+    mid = bed.mid(2)
+    synced_folder(bed, "Projects")
+    assert writes.move_to_folder(ctx, [mid], "Projects").applied == [mid]
+    assert bed.sync().ok
+    bed.seed(2, folder="Archive")
+    assert bed.sync().ok
+    assert writes.move_to_folder(ctx, [mid], "Archive").applied == [mid]
+    assert bed.sync().ok
+    hold = bed.account_dir / "Projects" / "tmp" / maildir.HOLD
+    (held,) = hold.iterdir()
+    phone_folder(bed, "delete", "Projects")
+    report = bed.sync()
+    (run,) = report.failed()
+    said = status.first_line(run.error)
+    assert "local folder acct/Projects holds 0 message(s)" in said, said
+    assert "and 1 copy kept for undo" in said, said
+    assert held.exists()
+    held.unlink()  # what prune_holds does a month later
+    report = bed.sync()
+    assert report.ok, report.errors()
+    assert not (bed.account_dir / "Projects").exists()
+    assert bed.sync().ok
+
+
+def test_an_empty_folder_the_phone_deletes_with_a_file_left_in_its_tmp_is_reported(
+        synced_bed: SyncBed) -> None:
+    """A file in the folder's tmp/ (another program's unfinished delivery) keeps mbsync from
+    removing the folder -- after it dropped the folder's UIDVALIDITY.  The folder is left as
+    it is, and the sync says why; once the file is gone, the next sync removes it."""
+    bed = synced_bed
+    synced_folder(bed, "Projects")
+    stray = bed.account_dir / "Projects" / "tmp" / "1700000000.123_4.host"
+    stray.write_bytes(b"partial")
+    phone_folder(bed, "delete", "Projects")
+    report = bed.sync()
+    (run,) = report.failed()
+    said = status.first_line(run.error)
+    assert "and 1 other file in its tmp/" in said, said
+    stray.unlink()
+    report = bed.sync()
+    assert report.ok, report.errors()
+    assert not (bed.account_dir / "Projects").exists()
 
 
 def test_a_folder_the_phone_renames_is_reported_with_the_mail_only_here(

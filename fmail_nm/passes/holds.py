@@ -7,6 +7,10 @@ message), the held copy is the last one anywhere, and the hold would prune it.  
 pass hands the messages the index dropped here before the mirror forgets them: a held copy of
 one moves into a folder of its account the message was last in (else back into its own
 folder), as a file mbsync uploads, and is indexed with the tags the message had.
+
+Not a message last in Trash or Junk folders only: its file there went with an emptied Trash
+(or Junk) -- deleted on purpose, here and there.  Its held copy stays held, and the prune
+keeps it (its message has no indexed file), out of the index and of the server.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ def take_places(txn: WriteTxn, config: Config, gone: Mapping[str, Gone]) -> list
         last = gone.get(message_id) if message_id is not None else None
         if message_id is None or last is None or txn.get(message_id) is not None:
             continue
+        if _thrown_away(config, last):
+            continue
         try:
             _take_place(txn, config, path, message_id, last)
         except mover.MoveError as exc:  # it stays held, and the prune keeps it
@@ -41,6 +47,13 @@ def take_places(txn: WriteTxn, config: Config, gone: Mapping[str, Gone]) -> list
             continue
         back.append(message_id)
     return back
+
+
+def _thrown_away(config: Config, last: Gone) -> bool:
+    """Whether the message was last in Trash or Junk folders only."""
+    roles = config.roles()
+    bins = set(roles.get("trash", [])) | set(roles.get("junk", []))
+    return bool(last.folders) and all(folder in bins for folder in last.folders)
 
 
 def _take_place(txn: WriteTxn, config: Config, path: Path, message_id: str,

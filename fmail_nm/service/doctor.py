@@ -250,12 +250,12 @@ def mbsync_findings(config: Config) -> list[Finding]:
 
 def gone_folder_findings(config: Config) -> list[Finding]:
     """The folders the service's last pull or push found gone from the server (see
-    :func:`~fmail_nm.service.mbsync.gone_boxes`) whose local folder still holds mail; one
-    emptied since goes with the next sync."""
+    :func:`~fmail_nm.service.mbsync.gone_boxes`) whose local folder still holds mail or
+    copies held for undo; one emptied since goes with the next sync."""
     found: dict[str, Finding] = {}
     for account, error in _recorded_errors(config):
         for gone in gone_boxes(config, account, error):
-            if gone.messages:
+            if gone.messages or gone.held:
                 found.setdefault(gone.problem(), Finding("mbsync", gone.problem(), gone.fix()))
     return list(found.values())
 

@@ -9,8 +9,9 @@ that is wrong -- those are results, so one bad account does not stop the others.
   processes by an ``flock`` on ``<data_dir>/locks/mbsync-<channel>.lock``.
 * A folder another client deleted or renamed on the server fails every run of its channel
   (mbsync 1.4 without ``Remove Near``; the other folders still sync): an empty local folder
-  is removed, as the server's was; one holding mail is kept, and the run's error says which,
-  how many messages, and what to do (:func:`gone_from_server`).
+  is removed, as the server's was; one holding mail (or copies held for undo, or files in its
+  ``tmp/``) is kept, and the run's error says which, how much, and what to do
+  (:func:`gone_from_server`).
 
 What builds on it: :mod:`fmail_nm.service.cycle` (``sync``: mbsync, then index) and
 :mod:`fmail_nm.service.push` (the debounced background push after writes).  This module
@@ -46,7 +47,7 @@ from .. import mbsyncrc
 from ..clock import utc_now
 from ..config import Account, Config, ConfigError, users_mbsync_config
 from ..errors import BackendError, CallerError
-from ..store.maildir import relative_path
+from ..store.maildir import HOLD, HOLD_DAYS, held_in, relative_path
 from .pushed import record_pushed
 
 log = logging.getLogger(__name__)
@@ -456,30 +457,40 @@ def gone_from_server(error: str) -> list[tuple[str, str]]:
 @dataclass(frozen=True)
 class GoneBox:
     """A box the server no longer has, and its local folder (relative to the mail root, as
-    fmail-nm names folders) with how many messages it holds -- None when not found."""
+    fmail-nm names folders) with how many messages it holds -- None when not found --, how
+    many copies its hold keeps for undo, and how many other files lie in its ``tmp/``."""
 
     box: str
     folder: str | None
     messages: int | None
+    held: int = 0
+    leftovers: int = 0
 
     def problem(self) -> str:
         said = (f"the server no longer has folder {self.box} (deleted or renamed by another "
                 f"mail client); mbsync skips it at every sync until that is settled")
         if self.messages is None:
             return said
+        held = f", and {self.held} {'copy' if self.held == 1 else 'copies'} kept for undo"
+        other = f", and {self.leftovers} other file{'s' if self.leftovers > 1 else ''} in its tmp/"
         return (f"{said}: local folder {self.folder} holds {self.messages} message(s) the "
-                f"server does not have there")
+                f"server does not have there{held if self.held else ''}"
+                f"{other if self.leftovers else ''}")
 
     def fix(self) -> str:
-        again = f"create folder {self.box} on the server again"
+        # Not "create the folder on the server again": mbsync 1.4 then fails on the box's new
+        # UIDVALIDITY ("Unable to recover from UIDVALIDITY change"), at every sync.
         if self.messages is None:
-            return (f"move the mail of its local folder into another folder, then remove the "
-                    f"local folder; or {again}")
+            return ("move the mail of its local folder into another folder, then remove the "
+                    "local folder")
+        if self.messages == 0 and not self.held:
+            return f"remove the empty local folder {self.folder}"
+        removed = (f"removed at the first sync after the held copies are pruned ({HOLD_DAYS} "
+                   "days after they were held)" if self.held else "then removed at the next sync")
         if self.messages == 0:
-            return f"remove the empty local folder {self.folder}, or {again}"
+            return f"none needed: the folder is {removed}"
         return (f"move them into another folder (move_to_folder, query folder:\"{self.folder}\"; "
-                f"the emptied folder is then removed at the next sync), or {again} (mbsync then "
-                f"uploads them)")
+                f"the emptied folder is {removed})")
 
 
 def gone_boxes(config: Config, account: Account, error: str) -> list[GoneBox]:
@@ -489,9 +500,12 @@ def gone_boxes(config: Config, account: Account, error: str) -> list[GoneBox]:
     found = []
     for channel, box in gone_from_server(error):
         path = _near_folder(rc, channel, box)
-        count = _messages_in(path) if path is not None else None
-        folder = relative_path(config.mail_root, path) if path is not None else None
-        found.append(GoneBox(box, folder, count))
+        if path is None:
+            found.append(GoneBox(box, None, None))
+            continue
+        leftovers = sum(1 for name in _in_tmp(path) if name != HOLD)
+        found.append(GoneBox(box, relative_path(config.mail_root, path), _messages_in(path),
+                             len(held_in(path)), leftovers))
     return found
 
 
@@ -540,15 +554,38 @@ def _messages_in(folder: Path) -> int | None:
         return None
 
 
+def _in_tmp(folder: Path) -> list[str]:
+    """The names in the Maildir folder's ``tmp/`` (none when it has no ``tmp/``)."""
+    try:
+        return os.listdir(folder / "tmp")
+    except OSError:
+        return []
+
+
+def _tmp_cleared(folder: Path) -> bool:
+    """Whether the folder's ``tmp/`` is empty once its hold is removed if empty (``os.rmdir``
+    refuses one that keeps copies).  mbsync removes no directory in ``tmp/`` nor a file
+    another program may still be writing, and fails to remove a folder whose ``tmp/`` holds
+    one -- after it dropped the box's UIDVALIDITY, so for good."""
+    try:
+        os.rmdir(folder / "tmp" / HOLD)
+    except OSError:  # none, or it keeps copies
+        pass
+    return not _in_tmp(folder)
+
+
 def _removed_if_empty(argv: list[str], rc: mbsyncrc.MbsyncConfig | None, channel: str,
                       box: str, timeout: float) -> bool:
-    """Remove the local folder of a box the server no longer has if it holds no mail, and say
-    whether it is gone.  mbsync removes it (``--remove-near``, mbsync's ``Remove Near`` for
-    this one box): it looks once more that the folder is empty, never deletes one that is
-    not, and drops the box's sync state with it."""
+    """Remove the local folder of a box the server no longer has if it holds no mail -- no
+    message, no copy held for undo, nothing in ``tmp/`` -- and say whether it is gone.
+    mbsync removes it (``--remove-near``, mbsync's ``Remove Near`` for this one box): it
+    looks once more that the folder is empty, never deletes one that is not, and drops the
+    box's sync state with it."""
     folder = _near_folder(rc, channel, box)
     # "," separates boxes in mbsync's channel:box argument; the inbox is never removed.
     if folder is None or box == "INBOX" or "," in box or _messages_in(folder) != 0:
+        return False
+    if not _tmp_cleared(folder):
         return False
     before_channel = argv[:argv.index("-q") + 1]  # mbsync [-c CONFIG] -q
     execute([*before_channel, "--remove-near", f"{channel}:{box}"], timeout)

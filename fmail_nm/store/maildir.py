@@ -200,8 +200,13 @@ def held_files(config: Config) -> list[Path]:
 
 
 def _held_in(config: Config, folder: str) -> list[Path]:
+    return held_in(folder_path(config, folder))
+
+
+def held_in(folder: Path) -> list[Path]:
+    """The held copies of the Maildir folder at this path."""
     try:
-        entries = list(os.scandir(folder_path(config, folder) / "tmp" / HOLD))
+        entries = list(os.scandir(folder / "tmp" / HOLD))
     except OSError:
         return []
     return [Path(e.path) for e in entries]
@@ -226,7 +231,7 @@ def held_message_id(path: Path) -> str | None:
 # another file where the copy was bound (a Gmail user's every archived message: All Mail
 # holds it), so keeping each one for ever would double the archive on disk.  A copy whose
 # other files all went since is not removed: it took their place if the post-new pass saw
-# them go (passes.holds), and is the message's last copy if not.
+# them go (passes.holds), and is the message's last copy if not (or if they went from Trash).
 HOLD_DAYS = 30
 
 
