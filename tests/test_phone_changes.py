@@ -69,19 +69,24 @@ def phone_expunges(bed: SyncBed, message_id: str, folder: str) -> None:
         client.close()
 
 
-def test_a_held_copy_takes_the_place_of_the_copy_the_phone_deletes(sync_bed: SyncBed) -> None:
-    """Archived here while Archive had the message too: its INBOX file is held.  The phone
-    then deletes the Archive copy; the held copy was the last one anywhere (not on the
-    server, not in the index) and pruned a month later.  It takes the Archive copy's place,
-    with the message's tags, on the server too; undo puts it back in INBOX."""
-    bed = sync_bed
+def in_inbox_and_archive(bed: SyncBed) -> tuple[str, Config]:
+    """A message with a copy in INBOX and one in Archive (and another message), synced."""
     mid = bed.mid(1)
     bed.seed(1)
     bed.seed(1, folder="Archive")
     bed.seed(2)
     bed.init()
     assert bed.sync().ok
-    config = bed.config()
+    return mid, bed.config()
+
+
+def test_a_held_copy_takes_the_place_of_the_copy_the_phone_deletes(sync_bed: SyncBed) -> None:
+    """Archived here while Archive had the message too: its INBOX file is held.  The phone
+    then deletes the Archive copy; the held copy was the last one anywhere (not on the
+    server, not in the index) and pruned a month later.  It takes the Archive copy's place,
+    with the message's tags, on the server too; undo puts it back in INBOX."""
+    bed = sync_bed
+    mid, config = in_inbox_and_archive(bed)
     with bed.reader() as reader, bed.writer() as writer:
         ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
         assert writes.archive(ctx, [mid]).applied == [mid]
@@ -100,13 +105,7 @@ def test_a_message_deleted_here_and_then_on_the_phone_stays_gone(sync_bed: SyncB
     Archive one into a hold.  The phone then empties Trash: the message was deleted on
     purpose on both sides, and its held copy must not bring it back -- it stays held."""
     bed = sync_bed
-    mid = bed.mid(1)
-    bed.seed(1)
-    bed.seed(1, folder="Archive")
-    bed.seed(2)
-    bed.init()
-    assert bed.sync().ok
-    config = bed.config()
+    mid, config = in_inbox_and_archive(bed)
     with bed.reader() as reader, bed.writer() as writer:
         ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
         assert writes.delete_messages(ctx, [mid]).applied == [mid]
