@@ -623,6 +623,23 @@ def test_a_sender_named_like_the_lines_form_is_quoted() -> None:
     assert line("Invoice\u202egpj.exe <m@evil.test>").endswith(" - Invoice gpj.exe | Contract signed")
 
 
+
+def test_a_name_that_hides_the_lines_form_behind_invisible_characters_is_quoted() -> None:
+    """A sender named "\u200bto Bob" shows as "to Bob" but escaped the quoting: it read as
+    the user's own mail to Bob."""
+    for name in ("\u200bto Bob", "\ufeffto Bob", "\u2060to Bob", "t\u00ado Bob"):
+        line = render.email_line(reads.dto.EmailRef(
+            id="3f2a9c0e1b7d4a65", thread="0000000000000001", date="2026-03-02T09:15:00Z",
+            **{"from": f"{name} <eve@evil.test>"}, subject="Contract signed", tags=[]))
+        assert line.endswith(' - "to Bob" | Contract signed'), line
+    joined = render.shown_name("\u200dto Bob")
+    assert joined.startswith('"') and joined.endswith('to Bob"'), joined
+    # The joiners stay where they shape a name: a Persian half-space, an emoji family.
+    assert render.shown_name("\u0645\u06cc\u200c\u0631\u0648\u062f") == (
+        "\u0645\u06cc\u200c\u0631\u0648\u062f")
+    assert render.one_line("\U0001f468\u200d\U0001f469") == "\U0001f468\u200d\U0001f469"
+
+
 def test_unanswered_threads_name_an_address_that_is_none(mb: reads.Mailbox) -> None:
     with pytest.raises(reads.ToolError, match="address .not-an-address. is not an e-mail address"):
         reads.find_unanswered_threads(mb, address="not-an-address")

@@ -8,9 +8,9 @@ The formats are stable and described in the tool descriptions and the README:
       50 of 2896; next_cursor=50.3f9a0c1e3f2a9c0e1b7d4a65; indexed 2026-12-03 14:00
       3f2a9c0e1b7d4a65 2026-03-02 09:15 UA~school.example.org Anna Schmidt | School trip
 
-  id (a uid, or the Message-ID while the mirror catches up), date and time (the machine's
-  clock, named in the header when it is not UTC), flags,
-  sender (the name alone when there is one), ``|``, subject.  Flags: U unread, F flagged,
+  id (a uid, or the Message-ID while the mirror catches up: a JSON string when it is not one
+  plain word), date and time (the machine's clock, named in the header when it is not UTC),
+  flags, sender (the name alone when there is one), ``|``, subject.  Flags: U unread, F flagged,
   R replied, A attachment, D draft, then ``~name`` for the mailing list ``list/name``,
   ``+tag`` for every other tag worth showing, ``-`` for none.  On the user's own messages
   the sender is replaced by ``to`` and the first recipients.
@@ -21,7 +21,8 @@ The formats are stable and described in the tool descriptions and the README:
   says one is deleted, not that all are), authors, ``|``, subject;
 * unanswered threads: thread id, date of the user's last message, days silent, message count,
   ``last=<id>`` of that message, ``to`` whom, ``|``, subject;
-* SQL results: a header line, the column names, then one line per row, cells tab-separated;
+* SQL results: a header line, the column names, then one line per row, cells tab-separated
+  (a backslash, control, line-breaking or invisible character in a cell as its escape, ``\\n``);
 * accounts: one line each, ``name: addresses; folder F; role=folder …; mbsync channel``;
 * tags: ``tag count`` per line; folders: ``folder (role): total, N unread``;
 * writes: how many messages were done and their uids (the first 20), the audit entry that
@@ -37,9 +38,10 @@ a value cut short with ``… (N characters)``; a thread shows its first 100 mess
 folders the 300 with the most mail, each with a last line saying where the rest are.
 
 Every value that comes from mail is untrusted and kept on its line: control characters,
-line breaks and bidirectional formatting characters in subjects and names become spaces, and
-a name that could pass for the line's form (``to …``, a ``|``) is quoted.  Results without a rendering of their own
-are the structured content as compact JSON.
+line breaks and bidirectional formatting characters in subjects and names become spaces,
+invisible ones (zero-width spaces) are dropped, and a name that could pass for the line's
+form (``to …``, a ``|``) is quoted.  Results without a rendering of their own are the
+structured content as compact JSON.
 """
 
 from __future__ import annotations
@@ -71,16 +73,25 @@ _LETTER = dict(FLAG_LETTERS)
 # Control characters, line breaks, the bidirectional formatting characters that make text read
 # in another order than it is written (U+202E would show "gpj.exe" for "exe.jpg"), and the
 # invisible Unicode tag characters (see message.text._UNSAFE).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
-                      r"\U000e0000-\U000e007f]+")
+_CONTROLS = (r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
+             r"\U000e0000-\U000e007f")
+_CONTROL = re.compile(f"[{_CONTROLS}]+")
+# Characters that show as nothing: left in, a sender named "\u200bto Bob" escaped the quoting
+# of _FORM_LIKE and read as the user's own mail to Bob.  The joiners (U+200C, U+200D) are
+# kept, as they shape Persian and Indic names and emoji, and only looked through.
+_JOINERS = r"\u200c\u200d"
+_INVISIBLES = r"\u00ad\u034f\u180e\u200b\u2060-\u2064\ufeff"
+_INVISIBLE = re.compile(f"[{_INVISIBLES}]+")
+_JOINER = re.compile(f"[{_JOINERS}]+")
 # A name that would read as part of a line's form: the "to" of the user's own mail, or the
 # "|" before the subject.
 _FORM_LIKE = re.compile(r"(?i)^to\s|\||^\"")
 
 
 def one_line(text: str) -> str:
-    """An untrusted value that stays on its line (no line breaks or control characters)."""
-    return _CONTROL.sub(" ", text).strip()
+    """An untrusted value that stays on its line (no line breaks or control characters) and
+    reads as it shows (no invisible characters)."""
+    return _INVISIBLE.sub("", _CONTROL.sub(" ", text)).strip()
 
 
 def flags(tags: Iterable[str], *, attachment: bool) -> str:
@@ -178,15 +189,27 @@ def shown_name(name: str) -> str:
     """A name from mail on a listing line: quoted when it could pass for the line's form
     (a sender called "to Bob" beside the user's own mail to Bob)."""
     text = one_line(name)
-    if not _FORM_LIKE.search(text):
+    if not _FORM_LIKE.search(_JOINER.sub("", text)):
         return text
     return '"' + text.replace('"', "'").replace("|", "¦") + '"'
 
 
+# An id a line shows as it is: a uid, or a Message-ID that is one word of printable ASCII
+# without a '"' or a '|'.
+_PLAIN_ID = re.compile(r'[!#-{}~]+')
+
+
+def shown_id(message_id: str) -> str:
+    """A listing's id as it is, or -- a Message-ID from the sender, while the mirror catches
+    up, with a space, a "|" or a control character in it -- as a JSON string, which stays
+    one word on its line and reads back as the id in a tool call's arguments."""
+    return message_id if _PLAIN_ID.fullmatch(message_id) else json.dumps(message_id)
+
+
 def email_line(e: dto.EmailRef) -> str:
     who = ("to " + ", ".join(short_name(p) for p in e.to)) if e.to else short_name(e.from_)
-    return (f"{e.id} {when(e.date)} {flags(e.tags, attachment=e.attachment)} {who} | "
-            f"{_subject(e.subject)}")
+    return (f"{shown_id(e.id)} {when(e.date)} {flags(e.tags, attachment=e.attachment)} "
+            f"{who} | {_subject(e.subject)}")
 
 
 def threads_text(r: dto.ThreadList) -> str:
@@ -209,8 +232,8 @@ def threads_text(r: dto.ThreadList) -> str:
 def unanswered_text(r: dto.UnansweredList) -> str:
     lines = [_noted(_page(len(r.threads), r.next_cursor, r.total, "thread"),
                     len(r.threads))]
-    lines += [f"{t.thread} {when(t.date)} {t.days_silent}d {t.messages} last={t.last} to "
-              f"{', '.join(shown_name(p) for p in t.to) or '?'} | {_subject(t.subject)}"
+    lines += [f"{t.thread} {when(t.date)} {t.days_silent}d {t.messages} "
+              f"last={shown_id(t.last)} to {', '.join(shown_name(p) for p in t.to) or '?'} | {_subject(t.subject)}"
               for t in r.threads]
     return "\n".join(lines)
 
@@ -223,11 +246,16 @@ def sql_text(r: SqlResult) -> str:
                                                      for row in r.rows)])
 
 
+# What a cell writes as an escape (``\n``, ``\u2028``): a tab or a line break would end it,
+# and a line separator in a subject or a name (from mail) started a row of its own.
+_CELL_ESCAPED = re.compile(f"[\\\\{_CONTROLS}{_INVISIBLES}]")
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "NULL"
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return _CELL_ESCAPED.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 # The key the markers' tokens are derived with: the process's own, never shown, so a sender
