@@ -7,9 +7,10 @@ Safety model (verified against notmuch 0.37, see tests/test_dsl_notmuch.py):
   processor for from:/subject: unquotes the value and re-parses it wrapped in new quotes, so
   `from:"x"" OR tag:secret OR ""y"` really ORs in tag:secret.  A leading `/` means regex, a
   trailing `*` skips the re-quoting (`from:"path:**"` matches every message), `..` is read
-  as a range, and a value without a space is re-parsed without quotes, where `(OR)` is a
-  syntax error.  None of these is ever part of a Xapian word, so we replace them with
-  spaces: the phrase matches exactly the same words and cannot escape.
+  as a range, a value without a space is re-parsed without quotes, where `(OR)` is a
+  syntax error, and Xapian ends a phrase at `“` or `”` as at `"`.  None of these is ever
+  part of a Xapian word, so we replace them with spaces: the phrase matches exactly the
+  same words and cannot escape.
 - A phrase needs a character Xapian indexes: its term generator drops what its Unicode
   tables (Unicode 9 in Xapian 1.4) do not call a letter or digit, and a phrase left empty
   matches messages it does not name.  Python's tables are newer, so only letters and digits
@@ -319,7 +320,8 @@ def _render_and(node: _And) -> str:
 
 # `..` anywhere in a quoted phrase makes Xapian try a range ("Unknown range operation");
 # a value without a space is parsed as a query of its own, where `(OR)` is a syntax error.
-_PHRASE_UNSAFE = re.compile(r'["*/()\x00-\x1f\x7f]|\.{2,}')
+# Xapian also ends a phrase at a curly double quote (“ or ”), as at a straight one.
+_PHRASE_UNSAFE = re.compile(r'["\u201c\u201d*/()\x00-\x1f\x7f]|\.{2,}')
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # Plain values go out as readable `prefix:"value"`; anything notmuch's term processors would
@@ -391,7 +393,7 @@ def _proximity(first: _Tok, number: _Tok | None, second: _Tok, *, ordered: bool)
     ``ordered`` in that order."""
     distance = DEFAULT_AROUND
     if number is not None:
-        distance = int(number.text)
+        distance = int(number.text) if _DISTANCE.fullmatch(number.text) else 0
         if not 1 <= distance <= MAX_AROUND:
             raise DslError(number.pos, f"a distance from 1 to {MAX_AROUND} after AROUND",
                            _shown(number.text))
@@ -417,18 +419,39 @@ def _xapian_lower(word: str) -> str:
     return "".join(c.lower()[0] for c in word)
 
 
-def _near_char(c: str) -> bool:
-    category = unicodedata.ucd_3_2_0.category(c)
-    return category[0] == "L" or category == "Nd"
+# What joins two word characters into one term, for Xapian's query parser and its indexer
+# alike (1.4's check_infix and check_infix_digit): ' & and a few like them anywhere, . , ;
+# and a few like them between digits; invisible ones are dropped from the term.
+_INFIX = frozenset("'&\u00b7\u05f4\u2027\u2019\u201b")
+_DIGIT_INFIX = frozenset(",.;\u037e\u0589\u060d\u07f8\u2044\ufe10\ufe13\ufe14")
+_IGNORED_INFIX = frozenset("\u200b\u200c\u200d\u2060\ufeff")
+
+
+def _digit(c: str) -> bool:
+    return unicodedata.ucd_3_2_0.category(c) == unicodedata.category(c) == "Nd"
+
+
+def _joins(word: str, i: int) -> bool:
+    """Whether word[i], not a word character, joins its neighbours into one term."""
+    if not 0 < i < len(word) - 1 or not (_word_char(word[i - 1]) and _word_char(word[i + 1])):
+        return False
+    digits = _digit(word[i - 1]) and _digit(word[i + 1])
+    return word[i] in (_DIGIT_INFIX if digits else _INFIX) or word[i] in _IGNORED_INFIX
+
+
+def _one_term(word: str) -> bool:
+    """Whether Xapian's query parser reads the word as one term, as its indexer does: word
+    characters, single joining characters between them (o'brien, at&t, 3.5, 1,000)."""
+    return bool(word) and all(_word_char(c) or _joins(word, i) for i, c in enumerate(word))
 
 
 def _near_word(tok: _Tok) -> str:
-    """A word NEAR can take: letters and digits Xapian indexes alone (it reads anything else
-    as query syntax), and none of its operators."""
+    """A word NEAR can take: one Xapian term (see _one_term; it reads anything else as query
+    syntax), with a character it indexes, and none of its operators."""
     word = _xapian_lower(tok.text)
-    if not word or not all(_near_char(c) for c in word):
-        raise DslError(tok.pos, "a plain word (letters and digits) each side of AROUND",
-                       _shown(tok.text))
+    if not _one_term(word) or not _has_word(word):
+        raise DslError(tok.pos, "a plain word (letters and digits, or joined as in o'brien, "
+                                "at&t, 3.5) each side of AROUND", _shown(tok.text))
     if word in _XAPIAN_OPERATORS:
         raise DslError(tok.pos, "a word other than and, or, not, xor, near or adj each side of "
                                 "AROUND", _shown(tok.text))
@@ -441,13 +464,17 @@ MIN_PREFIX = 3
 
 
 def _word_prefix(value: str, pos: int) -> _Atom:
-    """``invo*``: words starting with a plain word (Xapian's wildcard, which reads anything
-    but word characters as query syntax)."""
+    """``invo*``: words starting with one word (Xapian's wildcard, which reads anything but
+    one term as query syntax, and drops the star after a word it splits)."""
     stem = _xapian_lower(value[:-1])
-    if (sum(map(_letter_or_digit, stem)) < MIN_PREFIX or not all(map(_word_char, stem))
-            or stem in _XAPIAN_OPERATORS):
-        raise DslError(pos, f"a plain word of {MIN_PREFIX} or more letters or digits before "
-                       "a trailing '*' (words starting with it)", _shown(value))
+    if not _one_term(stem) or stem in _XAPIAN_OPERATORS:
+        raise DslError(pos, "one word before a trailing '*' (words starting with it): "
+                       "letters and digits, joined only as in o'brien, at&t or 3.5; quote "
+                       "other punctuation for the phrase (\"e-mail\", \"x.org\")", _shown(value))
+    # A joining character pins the stem at both ends: 3.5 is as narrow as three letters.
+    if sum(_letter_or_digit(c) or c in _INFIX or c in _DIGIT_INFIX for c in stem) < MIN_PREFIX:
+        raise DslError(pos, f"a word of {MIN_PREFIX} or more letters or digits before a "
+                       "trailing '*' (words starting with it)", _shown(value))
     return _Atom(stem + "*")
 
 
@@ -712,18 +739,23 @@ class _Parser:
         return _mk_or(items)
 
     def _and_expr(self, default: str | None) -> _Node:
-        items = [self._near_or_unary(default)]
+        items = [self._unary(default)]
         while self.tok.kind not in (_EOF, _RPAREN, _RBRACE, _OR):
             if self.tok.kind == _AND:
                 self._need_term(self._advance().text)
-            items.append(self._near_or_unary(default))
+            items.append(self._unary(default))
         return _mk_and(items)
 
-    def _near_or_unary(self, default: str | None) -> _Node:
+    def _near_or_primary(self, default: str | None) -> _Node:
+        # `a AROUND b` is one term wherever a word is (after -, inside { }): read as two
+        # words and "AROUND", it would search that word instead, or ({ }) any of the three.
         after = self.toks[self.i + 1] if self.tok.kind == _WORD else None
-        if default is None and after is not None and after.text == _AROUND:
+        if after is not None and after.text == _AROUND:
+            if default is not None:  # from:(a AROUND b) read "AROUND" as a name to find
+                raise DslError(after.pos, "AROUND between plain words, outside a field's "
+                               "( ) or { }", _shown(after.text))
             return self._around()
-        return self._unary(default)
+        return self._primary(default)
 
     def _around(self) -> _Node:
         """Gmail's ``a AROUND 5 b``: the two words at most 5 words apart, in either order
@@ -731,7 +763,8 @@ class _Parser:
         first = self._advance()
         self._advance()
         number = None
-        if self.tok.kind == _WORD and _DISTANCE.fullmatch(self.tok.text):
+        # Any digits are a distance: ² is also a word, but never the one meant here.
+        if self.tok.kind == _WORD and self.tok.text.isdigit():
             number = self._advance()
         if self.tok.kind != _WORD:
             raise DslError(self.tok.pos, "a word after AROUND", _describe(self.tok))
@@ -742,7 +775,7 @@ class _Parser:
             self._need_term(self._advance().text)
             with self._nested():
                 return _mk_not(self._unary(default))
-        return self._primary(default)
+        return self._near_or_primary(default)
 
     @contextmanager
     def _nested(self) -> Iterator[None]:

@@ -125,6 +125,7 @@ def test_phrase_fields(text: str, expected: str) -> None:
         # Characters that notmuch's from:/subject: processor would reinterpret are blanked:
         # none of them is ever part of a word, so the phrase matches the same words.
         ('x\\" OR tag:secret OR \\"y', 'from:"x OR tag:secret OR y"'),
+        ("x\u201c OR tag:secret OR \u201dy", 'from:"x OR tag:secret OR y"'),  # “ ”
         ("bob) OR (tag:x", 'from:"bob OR tag:x"'),
         ("(OR)", 'from:"OR"'),
         ("/a.*b/", 'from:"a. b"'),
@@ -202,15 +203,28 @@ def test_a_symbol_among_words_is_ignored_as_notmuch_does(text: str) -> None:
     ("foo_bar*", "foo_bar*"),
     ("cafe\u0301t*", "cafe\u0301t*"),
     ("ab_c*", "ab_c*"),
+    # Joined into one word as Xapian joins them: ' & anywhere, . , between digits.
+    ("O'Brie*", "o'brie*"),
+    ("rock\u2019n\u2019ro*", "rock\u2019n\u2019ro*"),
+    ("AT&T*", "at&t*"),
+    ("3.5*", "3.5*"),
+    ("1,000*", "1,000*"),
 ])
 def test_a_trailing_star_searches_words_starting_with_the_word(text: str, expected: str) -> None:
     assert q(text) == expected
 
 
 @pytest.mark.parametrize("text", ["in*", "e-mail*", "and*", "invo**", "**", "*invo*", "ab_*",
-                                  "e\u0301\u0301\u0301*", "o'brie*", "inv€*", "\u30fbabc*"])
+                                  "e\u0301\u0301\u0301*", "o'*", "o''brie*", "'brie*", "inv€*",
+                                  "\u30fbabc*", "x.org*", "3'5*", "3.*"])
 def test_a_star_after_anything_but_a_plain_word_is_an_error(text: str) -> None:
     assert "before a trailing '*'" in err(text).expected
+
+
+@pytest.mark.parametrize("text", ["x.org*", "e-mail*", "3'5*"])
+def test_a_star_after_a_word_xapian_splits_says_to_quote_it(text: str) -> None:
+    # Xapian would search the parts as a phrase and drop the star: the phrase is what works.
+    assert "quote other punctuation for the phrase" in err(text).expected
 
 
 @pytest.mark.parametrize("text", ["from:anna*", "body:(inv* OR x)", "subject: invo*"])
@@ -1017,7 +1031,13 @@ def test_gmail_operators_without_an_answer_here_say_what_to_use(text: str, expec
     ("Holiday AROUND vacation is:unread", '(holiday NEAR/5 vacation) AND tag:"unread"'),
     ("Renewal AROUND 2 CONTRACT", "(renewal NEAR/2 contract)"),
     ("ΟΔΟΣ AROUND 2 İstanbul", "(οδοσ NEAR/2 istanbul)"),  # as Xapian lowercases
-    ("from:(a AROUND b)", 'from:"a" AND from:"AROUND" AND from:"b"'),  # only between words
+    # Any one word, as Xapian reads it: connectors, marks, joining ' & and . between digits.
+    ("foo_bar AROUND x", "(foo_bar NEAR/5 x)"),
+    ("O'Brien AROUND 3 AT&T", "(o'brien NEAR/3 at&t)"),
+    ('"3.5 AROUND cafe\u0301"', "(3.5 ADJ/5 cafe\u0301)"),
+    # One term wherever a word is: negated, or one of { }.
+    ("-holiday AROUND vacation x", '"x" AND NOT (holiday NEAR/5 vacation)'),
+    ("{holiday AROUND 2 vacation trip}", '(holiday NEAR/2 vacation) OR "trip"'),
     # Gmail: in quotes, the first word stays first
     ('"secret AROUND 25 birthday"', "(secret ADJ/25 birthday)"),
     ('" Secret  AROUND Birthday " is:unread', '(secret ADJ/5 birthday) AND tag:"unread"'),
@@ -1028,19 +1048,28 @@ def test_around_is_near(text: str, expected: str) -> None:
     assert q(text) == expected
 
 
+NEAR_WORD = ("a plain word (letters and digits, or joined as in o'brien, at&t, 3.5) each side "
+             "of AROUND")
+
+
 @pytest.mark.parametrize(("text", "pos", "expected"), [
     ("{a b", 4, "'}' to close the '{' at position 0"),
     ("{a AND b}", 3, "terms of which any may match inside '{ }'"),
     ("{}", 1, "a search term inside '{ }'"),
     ("a AROUND", 8, "a word after AROUND"),
     ("a AROUND 0 b", 9, "a distance from 1 to 50 after AROUND"),
-    ("a AROUND \u00b2 b", 9, "a plain word (letters and digits) each side of AROUND"),
-    ("e-mail AROUND 2 b", 0, "a plain word (letters and digits) each side of AROUND"),
-    ("a AROUND 2 from:b", 11, "a plain word (letters and digits) each side of AROUND"),
+    ("a AROUND \u00b2 b", 9, "a distance from 1 to 50 after AROUND"),
+    ("e-mail AROUND 2 b", 0, NEAR_WORD),
+    ("a AROUND 2 from:b", 11, NEAR_WORD),
+    ("o'' AROUND 2 b", 0, NEAR_WORD),
+    ("a AROUND x.org", 9, NEAR_WORD),
     ("and AROUND 2 b", 0, "a word other than and, or, not, xor, near or adj each side of AROUND"),
     ("a AROUND Near", 9, "a word other than and, or, not, xor, near or adj each side of AROUND"),
-    ('x "e-mail AROUND 2 b"', 3, "a plain word (letters and digits) each side of AROUND"),
+    ('x "e-mail AROUND 2 b"', 3, NEAR_WORD),
     ('"a AROUND 99 b"', 10, "a distance from 1 to 50 after AROUND"),
+    # In a field's group "AROUND" was a name to find: { } then matched any of the three.
+    ("from:(a AROUND b)", 8, "AROUND between plain words, outside a field's ( ) or { }"),
+    ("subject:{a AROUND 2 b}", 11, "AROUND between plain words, outside a field's ( ) or { }"),
 ])
 def test_brace_and_around_errors(text: str, pos: int, expected: str) -> None:
     e = err(text)

@@ -315,6 +315,7 @@ ALL_VISIBLE = {m[0] for m in MESSAGES} - {"spam@t", "trash@t"}
         ("lun*", {"at@t"}),  # a word prefix
         ("BOUNDAR* -from:bob", {"at@t"}),
         ("lunch OR *", ALL_VISIBLE),
+        ('"lunch \u201d OR zed OR \u201c plans"', set()),  # a curly quote ends no phrase
     ],
 )
 def test_semantics(db: notmuch2.Database, text: str, expected: set[str]) -> None:
@@ -518,6 +519,7 @@ def _words(value: str) -> set[str]:
 @example(op="to", value="\U00010570 \u1c90")  # Vithkuqi (14.0), Georgian Mtavruli (11.0)
 @example(op="from", value="(OR)")  # no space: notmuch parses it unquoted, a syntax error
 @example(op="subject", value="(and)")
+@example(op="to", value="x\u201d OR tag:secret OR \u201cy")  # Xapian's other quotes
 def test_phrase_values_never_reach_the_secret(db: notmuch2.Database, op: str, value: str) -> None:
     # Only a value made of the secret message's own words may match it.
     assume(not _words(value) <= SECRET_WORDS)
@@ -692,8 +694,13 @@ def test_what_notmuch_finds_as_typed_the_dsl_finds(tmp_path: Path) -> None:
     mail = _indexed(tmp_path, _plain("stars@t", "Server down ***", "The server is down."),
                     _plain("euro@t", "Rechnung 100 €", "Bitte zahlen."),
                     _plain("tokens@t", "Build notes",
-                           "foo_bar_baz, the cafe\u0301teria, ΟΔΟΣ and İstanbul"))
+                           "foo_bar_baz, the cafe\u0301teria, ΟΔΟΣ and İstanbul"),
+                    _plain("joined@t", "Call", "qux_bar met O'Brien of AT&T on version 3.5"),
+                    _plain("split@t", "Call", "qux bar met OBrien, Brie of AT T on 3 5 x.org"))
     cases = {
+        # Words Xapian joins with ' & (and . between digits), as one word or its prefix.
+        "O'Brie*": {"joined@t"}, "at&t*": {"joined@t"}, "3.5*": {"joined@t"},
+        "O'Brien": {"joined@t"},
         # Prefixes of the words notmuch indexes, lowercased as Xapian does.
         "ΟΔΟΣ*": {"tokens@t"}, "İstanbu*": {"tokens@t"}, "foo_bar*": {"tokens@t"},
         "cafe\u0301t*": {"tokens@t"},
@@ -706,5 +713,9 @@ def test_what_notmuch_finds_as_typed_the_dsl_finds(tmp_path: Path) -> None:
             assert search(db, text) == expected, text
         # The words themselves, which notmuch lowercases itself, in quotes or next to NEAR.
         assert search(db, "ΟΔΟΣ AROUND 2 İstanbul") == search(db, "ΟΔΟΣ") == {"tokens@t"}
+        assert search(db, "qux_bar AROUND 7 3.5") == {"joined@t"}
+        assert search(db, "qux_bar AROUND 6 3.5") == set()
+        assert search(db, "at&t AROUND 2 O'Brien") == {"joined@t"}
+        assert search(db, '"version AROUND 1 3.5"') == {"joined@t"}
         # In quotes, a star is punctuation of the phrase.
         assert search(db, 'subject:"Server down ***"') == {"stars@t"}
