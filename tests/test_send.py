@@ -11,6 +11,7 @@ import email
 import email.header
 import email.policy
 import email.utils
+import json
 import re
 import zlib
 from collections.abc import Iterator
@@ -729,6 +730,27 @@ def test_a_long_non_ascii_subject_reads_back_whole_in_notmuch_and_on_the_wire(
     assert sent is not None and sent.subject == subject
 
 
+@pytest.mark.parametrize(("name", "word"), [
+    ("Приглашение Иванович Петров-Водкин Александр Сергеевич Пушкин", "Пушкин"),
+    ("Zoë Müller-Lüdenscheidt, Garmisch-Partenkirchen 日本語のなまえ 🎉", "Lüdenscheidt"),
+])
+def test_a_long_non_ascii_name_reads_back_whole_in_notmuch_and_on_the_wire(
+        bed: Bed, name: str, word: str) -> None:
+    """A recipient's name went out as the email package's base64 words, padded with "="
+    before the last one: notmuch (GMime) read "Приглашение Иванович Пе" of the Sent copy."""
+    draft = compose.save_draft(bed.ctx, [f'"{name}" <zoe@example.net>', "bob@example.com"],
+                               subject="s", body="b")
+    send.send_draft(bed.ctx, draft.id)
+    (got,) = bed.smtp.received
+    assert rfc2047_phrase(got.data, "To") == f"{name} <zoe@example.net>, bob@example.com"
+    shown = json.loads(bed.env.notmuch("show", "--format=json", "--body=false",
+                                       f"id:{draft.id}").stdout)
+    assert email.utils.getaddresses([shown[0][0][0]["headers"]["To"]]) == [
+        (name, "zoe@example.net"), ("", "bob@example.com")]
+    assert max(len(line) for line in header_block(got.data).split("\r\n")) <= 78
+    assert bed.ctx.reader.message_ids(f"to:{word}") == [draft.id]
+
+
 def test_recipients_differing_in_case_only_get_one_copy(bed: Bed) -> None:
     draft = compose.save_draft(bed.ctx, ["bob@example.com"], cc=["Bob <BOB@example.com>"],
                                subject="once", body="b")
@@ -927,6 +949,24 @@ def test_a_mutt_draft_goes_out_without_the_headers_mutt_keeps_for_itself(bed: Be
     for data in (got.data, copy.read_bytes()):
         assert "launch code" in body_text(parse(data))
         assert not re.search(r"(?mi)^(x-mutt-|fcc:|x-mozilla-)", header_block(data))
+
+
+def test_a_draft_another_client_saved_with_a_line_over_998_bytes_goes_out_intact(
+        bed: Bed) -> None:
+    """A draft edited by hand or saved by another tool with a long 8-bit line was sent as it
+    was, and the server refused it ("500 Line too long"); mutt re-encodes on sending too."""
+    line = "Grüße " * 200
+    bed.put_draft("1800000803.x.host:2,DS", (
+        "From: Alex Morgan <alex@example.org>\r\nTo: bob@example.com\r\nSubject: long\r\n"
+        "Message-ID: <long-1@example.org>\r\nMIME-Version: 1.0\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\n"
+        f"{line}\r\nshort\r\n").encode())
+    send.send_draft(bed.ctx, "long-1@example.org")
+    (got,) = bed.smtp.received
+    (copy,) = bed.files_with(bed.sent, "long-1@example.org")
+    for data in (got.data, copy.read_bytes()):
+        assert max(len(line) for line in data.split(b"\r\n")) <= 998
+        assert body_text(parse(data)) == f"{line}\nshort\n"
 
 
 def test_a_notmuch_emacs_draft_is_not_sent_as_its_markup(bed: Bed) -> None:

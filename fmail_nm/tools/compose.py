@@ -248,6 +248,24 @@ def _header_address(person: Address) -> HeaderAddress:
     return HeaderAddress(display_name=name, username=local, domain=domain)
 
 
+def _address_list(name: str, people: Sequence[Address]) -> str:
+    """An address header's value as it is to be written: a non-ASCII name as Q-encoded words
+    of whole characters (:func:`_encoded_words`), folded between words at 78 columns."""
+    mailboxes = []
+    for person in people:
+        address = _header_address(person)
+        if address.display_name.isascii():
+            mailboxes.append(str(address))  # quoted where the name needs it
+        else:
+            words = _encoded_words(name, address.display_name)
+            mailboxes.append(f"{words} <{address.addr_spec}>")
+    value = ", ".join(mailboxes)
+    # A name read from mail is untrusted: one that would break the line stops here.
+    _check_source_header(name, value)
+    # An address is at most 320 characters and an encoded word 75: every word fits a line.
+    return _folded_source(name, value) or value
+
+
 def _text_part(target: MIMEPart, body: str) -> None:
     if "\x00" in body:
         raise ComposeError("body: NUL characters are not allowed in a message")
@@ -296,10 +314,7 @@ def message_part(raw: bytes, filename: str) -> MIMEPart:
     who had it blind), and lines over 998 bytes, re-encoded (the same content)."""
     original = BytesParser(policy=POLICY).parsebytes(raw)
     del original["Bcc"]
-    for inner in original.walk():
-        _fold_long_headers(inner)
-        if not inner.is_multipart():
-            _encode_long_lines(inner)
+    _shorten_long_lines(original)
     part = MIMEPart(policy=POLICY)
     part.set_content(original, disposition="attachment", filename=filename)
     return part
@@ -333,6 +348,15 @@ def _has_long_line(data: bytes) -> bool:
 def _header_has_long_line(name: str, value: str) -> bool:
     # The source's value as read: 8-bit bytes are kept as surrogates.
     return _has_long_line(f"{name}: {value}".encode("ascii", "surrogateescape"))
+
+
+def _shorten_long_lines(msg: Message) -> None:
+    """Every line of a message read from a file (a draft, a forwarded mail) at most 998 bytes,
+    what it says unchanged: long headers folded, long lines of a part re-encoded."""
+    for inner in msg.walk():
+        _fold_long_headers(inner)
+        if not inner.is_multipart():
+            _encode_long_lines(inner)
 
 
 def _encode_long_lines(part: Message) -> None:
@@ -416,10 +440,9 @@ def build(c: Composition, now: datetime) -> EmailMessage:
     """The message as it is saved (Bcc included: the Drafts and Sent copies show it; the
     sender strips it)."""
     msg = EmailMessage(policy=POLICY)
-    msg["From"] = _header_address(c.sender)
-    for name, people in (("To", c.to), ("Cc", c.cc), ("Bcc", c.bcc)):
+    for name, people in (("From", [c.sender]), ("To", c.to), ("Cc", c.cc), ("Bcc", c.bcc)):
         if people:
-            msg[name] = [_header_address(p) for p in people]
+            msg.set_raw(name, _address_list(name, people))
     _set_subject(msg, check_header("subject", c.subject))
     msg["Date"] = email.utils.format_datetime(now.astimezone())
     msg["Message-ID"] = f"<{c.message_id}>" if c.message_id else new_message_id(c.sender)
@@ -480,7 +503,7 @@ def serialize(config: Config, msg: EmailMessage) -> bytes:
     return check_size(config, data)
 
 
-# A non-ASCII subject as Q-encoded words of whole characters.  The email package writes
+# A non-ASCII subject or name as Q-encoded words of whole characters.  The email package writes
 # base64 words, and those before the last end in "=" padding; GMime, and so notmuch and every
 # listing made from it, stops decoding at such padding ("Приглашение на день ро 14 марта"),
 # and the package's folding can also move a space between two words, where readers drop it.
@@ -496,6 +519,13 @@ def _set_subject(msg: EmailMessage, subject: str) -> None:
     # also read "=?" in it as an encoded word and decode it, and a line break in that (a
     # subject taken from hostile mail) would start a header of its own, such as a Bcc.
     msg.set_raw("Subject", _subject_header(subject).encode(linesep="\r\n"))
+
+
+def _encoded_words(name: str, text: str) -> str:
+    """``text`` as Q-encoded words on one line, space between them (see _SUBJECT_CHARSET).
+    Their letters are those RFC 2047 5(3) allows in a phrase: a name needs no quoting."""
+    header = email.header.Header(text, _SUBJECT_CHARSET, header_name=name)
+    return _unfold(header.encode(linesep="\r\n"))
 
 
 def _subject_header(subject: str) -> email.header.Header:
@@ -981,12 +1011,16 @@ def _check_sendable(msg: EmailMessage, draft_id: str) -> None:
 
 def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
     """A saved draft read back and checked again as if it were new, since the user may have
-    edited it in a mail client: headers, addresses, blocklist, size.  Its Date becomes the
-    time of sending, as mail clients do with a postponed message."""
+    edited it in a mail client: headers, addresses, blocklist, size; lines over 998 bytes
+    re-encoded.  Its Date becomes the time of sending, as mail clients do with a postponed
+    message."""
     c, msg = _read_draft(ctx, draft_id)
     _check_sendable(msg, draft_id)
     for name in {name for name in msg.keys() if _CLIENT_HEADER.match(name)}:
         del msg[name]
+    # Another client's draft, or one edited by hand: servers refuse longer lines, and mutt too
+    # encodes a postponed message again on sending.
+    _shorten_long_lines(msg)
     if msg["Message-ID"] is None:  # the recipients' copy and the Sent copy share one
         msg["Message-ID"] = new_message_id(c.sender)
     # As they go out: the source values (a kept header's encoded words are not decoded).
