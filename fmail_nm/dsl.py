@@ -74,7 +74,8 @@ Examples:
 
 @dataclass(frozen=True)
 class DslContext:
-    """Everything the compiler needs to know about the mailbox; no I/O behind it."""
+    """Everything the compiler needs to know about the mailbox; no I/O behind it but the
+    uid lookup the caller supplies."""
 
     now: datetime
     accounts: Mapping[str, str]
@@ -85,6 +86,8 @@ class DslContext:
     folder_names: Mapping[str, str] = field(default_factory=dict)
     excluded_tags: Sequence[str] = ("deleted", "spam")
     me: Sequence[str] = ()  # the user's addresses: from:me, to:me
+    # A uid (the id every listing shows) -> its Message-ID, or None: id:<uid> finds it.
+    message_id_of_uid: Callable[[str], str | None] = lambda uid: None
 
     def __post_init__(self) -> None:
         # Day boundaries and relative periods are computed in now's zone: a naive clock
@@ -1048,7 +1051,10 @@ class _Parser:
         msgid = value[1:-1] if value.startswith("<") and value.endswith(">") else value
         if not msgid:
             raise DslError(pos, f"a message id after '{name}:'", _shown(value))
-        return _term_atom("id", self._exact_value(name, msgid, pos))
+        atom = _term_atom("id", self._exact_value(name, msgid, pos))
+        # A Message-ID may look like a uid: the id as given is still asked for.
+        resolved = self.ctx.message_id_of_uid(msgid)
+        return atom if resolved is None else _Or((atom, _term_atom("id", resolved)))
 
     def _thread(self, name: str, value: str, pos: int) -> _Node:
         tid = value.removeprefix("thread:")

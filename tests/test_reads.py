@@ -121,6 +121,14 @@ def test_duplicate_message_id_lists_both_folders(mb: reads.Mailbox) -> None:
     assert reads.get_email(mb, result.results[0].id).folders == ["personal/INBOX", "work/INBOX"]
 
 
+def test_a_listed_id_finds_its_message_in_a_search(mb: reads.Mailbox) -> None:
+    """The ids a page lists are uids ("ids work in every tool"): id: takes them too."""
+    listed = uid("school-trip-1@example.com")
+    for query in (f"id:{listed}", f"id:<{listed}> OR id:nope@example.com"):
+        assert ids(reads.search_emails(mb, query)) == [listed], query
+    assert reads.search_emails(mb, "id:0123456789abcdef").total == 0  # no message's uid
+
+
 def test_list_threads_counts(mb: reads.Mailbox) -> None:
     deep = reads.list_threads(mb, "id:thread-deep-1@example.net", limit=5)
     assert deep.total == 1

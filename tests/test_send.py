@@ -229,6 +229,12 @@ def test_a_reply_to_a_forward_quotes_the_forwarded_message(bed: Bed) -> None:
     assert "> Your invoice 4471 for EUR 12,400 is 30 days overdue." in body
 
 
+def test_a_reply_to_a_threads_id_says_it_is_one(bed: Bed) -> None:
+    thread = bed.env.notmuch("search", "--output=threads", f"id:{ORIGINAL}").stdout.strip()
+    with pytest.raises(ComposeError, match="no message with id .*that is a thread's id"):
+        compose.reply_to_email(bed.ctx, thread.removeprefix("thread:"), "Thanks")
+
+
 def test_a_reply_to_html_mail_quotes_it_without_markdown_escapes(bed: Bed) -> None:
     bed.receive(b"From: Jo <jo@example.net>\r\nTo: alex@example.org\r\nSubject: Q3\r\n"
                 b"Message-ID: <q3@example.net>\r\nMIME-Version: 1.0\r\n"

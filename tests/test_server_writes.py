@@ -265,6 +265,9 @@ async def test_write_tag_and_folder_results_read_as_short_lines(indexed: MailEnv
         inbox = (await call(client, "search_emails", {"query": "in:inbox", "limit": 1}))["total"]
         assert preview[0].startswith(f"dry run, nothing changed: {inbox} match; e.g. ")
         assert preview[1] == f"(a search's write: call again with confirm_count={inbox})"
+        # A search that selects nothing has nothing to confirm: no call is asked for.
+        nothing = await text(client, "archive", {"query": "from:nobody-at-all"})
+        assert nothing == "dry run, nothing changed: 0 match\n(no message matches the query)"
         by_ids = await text(client, "archive", {"ids": [mum[0]], "dry_run": True})
         assert by_ids == (f"dry run, nothing changed: 1 match; e.g. {mum[0]}\n"
                           "(call again without dry_run to make the change)")

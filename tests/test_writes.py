@@ -1221,6 +1221,17 @@ def test_dry_run_with_ids_reports_and_changes_nothing(h: Harness) -> None:
     assert h.shape(IN_INBOX) == before and h.audit() == []
 
 
+def test_a_threads_id_in_ids_is_refused_with_the_query_that_selects_it(h: Harness) -> None:
+    """list_threads lists thread ids, shaped like uids: as an id the write would find no
+    message; the error says how to act on the thread."""
+    thread = h.env.notmuch("search", "--output=threads", f"id:{IN_INBOX}").stdout.strip()
+    before = h.shape(IN_INBOX)
+    for ref in (thread.removeprefix("thread:"), thread):
+        with pytest.raises(ToolError, match=f"a thread's id.*query='{thread}'.*nothing was"):
+            writes.set_read(h.ctx, [IN_INBOX, ref], True)
+    assert h.shape(IN_INBOX) == before and h.audit() == []
+
+
 def test_ids_or_query_but_not_both_or_neither(h: Harness) -> None:
     with pytest.raises(ToolError, match="either ids or query"):
         writes.archive(h.ctx, [IN_INBOX], query="tag:inbox")

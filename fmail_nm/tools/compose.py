@@ -59,7 +59,7 @@ from ..store.notmuch import DatabaseBusy, IndexedMessage, StaleFiles, WriteTxn
 from ..store.query import id_query
 from .dto import MAX_SUBJECT_CHARS as MAX_SUBJECT_CHARS_SHOWN
 from .dto import Dto, cut
-from .reads import Mailbox, ToolError
+from .reads import Mailbox, ToolError, is_thread_id
 
 log = logging.getLogger(__name__)
 
@@ -812,7 +812,9 @@ def quoted(text: str) -> str:
 def _original(mb: Mailbox, ref: str) -> tuple[IndexedMessage, bytes]:
     found = mb.find(ref)
     if found is None:
-        raise ComposeError(f"no message with id {ref!r}; use an id from search_emails")
+        thread = is_thread_id(mb.reader, ref)
+        why = " (that is a thread's id: name one of its messages)" if thread else ""
+        raise ComposeError(f"no message with id {ref!r}{why}; use an id from search_emails")
     for name in found.filenames:
         try:
             return found, Path(name).read_bytes()

@@ -91,6 +91,7 @@ class Mailbox:
             folder_names=self.config.mailbox_names,
             excluded_tags=self.reader.search_exclusions(),
             me=search_forms(self.config.addresses),
+            message_id_of_uid=self._message_id_of_uid,
         )
 
     def compile(self, text: str, anchor: int | None = None) -> CompiledQuery:
@@ -101,12 +102,16 @@ class Mailbox:
 
     def find(self, ref: str) -> IndexedMessage | None:
         """A message by Message-ID (with or without <> or id:) or by its sidecar ``uid``."""
-        mid = clean_id(ref)
         found = self.reader.find_first(id_forms(ref))
-        if found is None and sidecar.looks_like_uid(mid) and (conn := self.mirror.connection()):
-            resolved = sidecar.resolve_uids(conn, [mid]).get(mid)
-            found = self.reader.find(resolved) if resolved else None
+        if found is None and (resolved := self._message_id_of_uid(clean_id(ref))):
+            found = self.reader.find(resolved)
         return found
+
+    def _message_id_of_uid(self, text: str) -> str | None:
+        """The Message-ID of the message whose sidecar ``uid`` is ``text``, if any."""
+        if not sidecar.looks_like_uid(text) or not (conn := self.mirror.connection()):
+            return None
+        return sidecar.resolve_uids(conn, [text]).get(text)
 
     def mirror_lag(self) -> tuple[sqlite3.Connection, int | None] | None:
         """The sidecar connection and the first notmuch revision the mirror may be missing
@@ -838,17 +843,17 @@ def _find(mb: Mailbox, message_id: str) -> IndexedMessage:
         if mb.reader.is_ghost(clean_id(message_id)):
             why = (" (notmuch knows it only from replies that refer to it: it was never "
                    "received, or was deleted)")
-        elif _is_thread(mb, message_id):
+        elif is_thread_id(mb.reader, message_id):
             why = " (that is a thread's id: get_thread reads the thread)"
         raise ToolError(f"no message with id {message_id!r}{why}; use an id from "
                         "search_emails or a uid from query_emails")
     return found
 
 
-def _is_thread(mb: Mailbox, ref: str) -> bool:
+def is_thread_id(reader: Reader, ref: str) -> bool:
     """Whether ``ref`` is a thread id (list_threads gives those; they look like uids)."""
     thread = ref.strip().removeprefix("thread:")
-    return bool(THREAD_ID.fullmatch(thread)) and mb.reader.count(
+    return bool(THREAD_ID.fullmatch(thread)) and reader.count(
         f'thread:"{thread}"', exclude_tags=()) > 0
 
 

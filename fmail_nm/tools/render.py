@@ -386,8 +386,9 @@ def write_text(r: WriteResult) -> str:
         lines = [f"dry run, nothing changed: {count} match"
                  + (f"; e.g. {_short_ids(r.sample_ids)}" if r.sample_ids else "")]
         lines += _not_found(r)
-        again = (f"(a search's write: call again with confirm_count={count})" if r.needs_confirm
-                 else "(call again without dry_run to make the change)")
+        again = ("(call again without dry_run to make the change)" if not r.needs_confirm
+                 else f"(a search's write: call again with confirm_count={count})" if count
+                 else "(no message matches the query)")  # nothing to confirm
         return "\n".join([*lines, again])
     head = f"{len(r.applied)} done" + (f": {_short_ids(r.applied)}" if r.applied else "")
     head += _in_accounts(r)

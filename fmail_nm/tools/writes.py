@@ -25,7 +25,7 @@ from ..store import maildir, sidecar
 from ..store.query import id_forms
 from . import sql as sqltools
 from .dto import Dto
-from .reads import Mailbox, ToolError
+from .reads import Mailbox, ToolError, is_thread_id
 
 MAX_BATCH = 500
 SAMPLE_SIZE = 5
@@ -88,10 +88,21 @@ def _from_ids(ctx: WriteContext, ids: Sequence[str]) -> Target:
     cleaned = [_message_id(ctx, i) for i in ids]
     uids = [c for c in cleaned if sidecar.looks_like_uid(c)]
     by_uid = sidecar.lookup_uids(ctx.config.data_dir, uids) if uids else {}
+    _refuse_thread_ids(ctx, [i for i, c in zip(ids, cleaned) if c not in by_uid])
     asked: dict[str, str] = {}
     for original, mid in zip(ids, cleaned):
         asked.setdefault(by_uid.get(mid, mid), original)
     return Target(message_ids=list(asked), asked=asked, match_count=None)
+
+
+def _refuse_thread_ids(ctx: WriteContext, refs: Sequence[str]) -> None:
+    """A thread's id (list_threads lists them, shaped like uids) names no message: said at
+    once, with the query that selects the thread, rather than reported as not found."""
+    for ref in refs:
+        if is_thread_id(ctx.reader, ref) and ctx.reader.find_first(id_forms(ref)) is None:
+            thread = "thread:" + ref.strip().removeprefix("thread:")
+            raise ToolError(f"{ref!r} is a thread's id, not a message's: pass "
+                            f"query='{thread}' to change the thread; nothing was changed")
 
 
 def _message_id(ctx: WriteContext, ref: str) -> str:
