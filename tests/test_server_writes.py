@@ -263,13 +263,13 @@ async def test_write_tag_and_folder_results_read_as_short_lines(indexed: MailEnv
 
         preview = (await text(client, "tag_emails", {"query": "in:inbox", "add": ["later"]})).split("\n")
         inbox = (await call(client, "search_emails", {"query": "in:inbox", "limit": 1}))["total"]
-        assert preview[0].startswith(f"dry run, nothing changed: {inbox} match; e.g. ")
+        assert preview[0].startswith(f"dry run, nothing changed: {inbox} messages selected; e.g. ")
         assert preview[1] == f"(a search's write: call again with confirm_count={inbox})"
         # A search that selects nothing has nothing to confirm: no call is asked for.
         nothing = await text(client, "archive", {"query": "from:nobody-at-all"})
-        assert nothing == "dry run, nothing changed: 0 match\n(no message matches the query)"
+        assert nothing == "dry run, nothing changed: 0 messages selected\n(no message matches the query)"
         by_ids = await text(client, "archive", {"ids": [mum[0]], "dry_run": True})
-        assert by_ids == (f"dry run, nothing changed: 1 match; e.g. {mum[0]}\n"
+        assert by_ids == (f"dry run, nothing changed: 1 message selected; e.g. {mum[0]}\n"
                           "(call again without dry_run to make the change)")
         many = await text(client, "tag_emails", {"query": "in:inbox", "add": ["later"],
                                          "confirm_count": inbox})

@@ -383,7 +383,7 @@ def write_text(r: WriteResult) -> str:
     found or failed; a dry run says how many match and shows a few."""
     if r.dry_run:
         count = r.match_count or 0
-        lines = [f"dry run, nothing changed: {count} match"
+        lines = [f"dry run, nothing changed: {counted(count, 'message')} selected"
                  + (f"; e.g. {_short_ids(r.sample_ids)}" if r.sample_ids else "")]
         lines += _not_found(r)
         again = ("(call again without dry_run to make the change)" if not r.needs_confirm
