@@ -143,6 +143,19 @@ def test_old_tags_are_never_redone_when_the_sidecar_is_rebuilt(indexed: MailEnv)
     assert dump(indexed) == before
 
 
+def test_a_new_tag_of_the_users_own_is_not_new_mail(indexed: MailEnv) -> None:
+    """Without ``new`` in new.tags, ``new`` is a tag like any other (mutt users give it by
+    hand): a message carrying it is not waiting for the pass, so the rules never redo its
+    tags -- archived in the mail client, it stays out of the inbox."""
+    mid = "id:school-trip-3@example.com"
+    indexed.notmuch("tag", "+new", "--", mid)
+    indexed.fmail("index", "--quiet")
+    indexed.notmuch("tag", "-inbox", "--", mid)
+    before = dump(indexed)
+    indexed.fmail("index", "--quiet")
+    assert dump(indexed) == before
+
+
 def set_old_property(txn: WriteTxn, ids: list[str]) -> None:
     for mid in ids:
         txn.set_property(mid, OLD_PROPERTY, '[["Alex", "alex@example.org"]]')

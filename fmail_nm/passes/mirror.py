@@ -52,6 +52,7 @@ from ..store.sidecar import chunks
 from ..store.notmuch import IndexedMessage, Reader, Revision
 from ..store.query import folders_query
 from ..store.threads import sender
+from .tagging import configured_new_tags
 
 log = logging.getLogger(__name__)
 
@@ -287,8 +288,14 @@ def _json_names(names: Sequence[str]) -> str:
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
+def new_tag_is_pending(reader: Reader) -> bool:
+    """Whether a message tagged ``new`` waits for the tagging pass: only when ``notmuch new``
+    gives that tag (afew-style ``new.tags``); otherwise ``new`` is a tag of the user's own."""
+    return tags.NEW in configured_new_tags(reader)
+
+
 def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[str],
-              exclusions: frozenset[str]) -> dict[str, Any]:
+              exclusions: frozenset[str], *, new_is_pending: bool) -> dict[str, Any]:
     folders = sorted({_as_text(f) for f in (notmuch_folder(n, layout.config.mail_root)
                                             for n in m.filenames) if f is not None})
     primary = min(folders, key=lambda f: (layout.rank(f), f)) if folders else None
@@ -320,7 +327,7 @@ def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[s
         "list_id": parsed.list_id,
         "size": parsed.size,
         "filenames": _json_names(m.filenames),
-        "needs_tagging": int(tags.NEW in m.tags),
+        "needs_tagging": int(new_is_pending and tags.NEW in m.tags),
         "_folders": folders,
         "_tags": sorted(m.tags),
     }
@@ -642,6 +649,7 @@ class Mirror:
         self.layout = Layout(config)
         self.me = my_addresses(config)
         self.exclusions = frozenset(reader.search_exclusions())
+        self.new_is_pending = new_tag_is_pending(reader)
         # Which messages new to the mirror are new mail, to be tagged (passes.tagging): in an
         # incremental sync all of them; in a full build (first index, or the sidecar was
         # deleted) only those changed since ``new_since`` -- the revision before this index
@@ -811,7 +819,8 @@ class Mirror:
                 report.parsed += 1
                 if self._folders(files) != self._folders(message.filenames):
                     self._moved.append(mid)
-            row = build_row(message, parsed, self.layout, self.me, self.exclusions)
+            row = build_row(message, parsed, self.layout, self.me, self.exclusions,
+                            new_is_pending=self.new_is_pending)
             if self.mark_new and mid not in known and mid not in self.tagged and (
                     self._recent is None or mid in self._recent):
                 row["needs_tagging"] = 1
@@ -1036,6 +1045,7 @@ def check(config: Config, reader: Reader, conn: sqlite3.Connection, *,
     layout = Layout(config)
     me = my_addresses(config)
     exclusions = frozenset(reader.search_exclusions())
+    new_is_pending = new_tag_is_pending(reader)
     rev = reader.revision()
     if sidecar.get_state(conn, "notmuch_uuid") != rev.uuid:
         problems.append("the mirror was built from another notmuch database (uuid differs)")
@@ -1056,7 +1066,8 @@ def check(config: Config, reader: Reader, conn: sqlite3.Connection, *,
             parsed = parse_file(message.filenames) if parse_files else Parsed(
                 json.loads(have["recipients"]), have["list_id"], have["body_preview"], have["size"],
                 bool(have["has_attachment"]))
-            want = build_row(message, parsed, layout, me, exclusions)
+            want = build_row(message, parsed, layout, me, exclusions,
+                             new_is_pending=new_is_pending)
             for column in _COLUMNS:
                 if have[column] != want[column]:
                     problems.append(f"{mid}: {column} is {have[column]!r}, notmuch says {want[column]!r}")
