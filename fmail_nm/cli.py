@@ -27,7 +27,8 @@ T = TypeVar("T")
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from .adopt.initialize import mirror_existing_mail, prepare, write_fmail_toml
+    from .adopt.initialize import (check_named_notmuch_config, mirror_existing_mail, prepare,
+                                   write_fmail_toml)
     from .store.notmuch_cli import database_located_by_environment
     from .store.notmuch_config import config_chosen_by_environment
     from .app import load_config
@@ -49,6 +50,7 @@ def cmd_init(args: argparse.Namespace) -> int:
               + (f"; it names the notmuch config {chosen}" if chosen else ""))
     settings = load_settings(fmail_toml)
     try:
+        check_named_notmuch_config(settings, args.notmuch_config)
         report = prepare(
             settings,
             notmuch_config=args.notmuch_config or settings.notmuch_config,

@@ -136,6 +136,25 @@ def test_init_refuses_a_mail_root_other_than_the_existing_configs(indexed: MailE
     indexed.fmail("init", "--mail-root", str(indexed.base / "link"), "--no-index")
 
 
+def test_init_refuses_a_notmuch_config_other_than_the_one_fmail_toml_names(
+        indexed: MailEnv) -> None:
+    """`init --notmuch-config B` with an fmail.toml naming config A put our hook into B's
+    hook folder while that hook, the index and every command went on using A: B's new mail
+    never tagged, A's tagged on each `notmuch new` of B.  Nothing is changed instead."""
+    indexed.fmail_config.write_text(f'[notmuch]\nconfig = "{indexed.notmuch_config}"\n')
+    other_mail = indexed.base / "other-mail"
+    for leaf in ("cur", "new", "tmp"):
+        (other_mail / "INBOX" / leaf).mkdir(parents=True)
+    other = indexed.base / "other-notmuch-config"
+    other.write_text(f"[database]\npath={other_mail}\n")
+    indexed.notmuch("--config", str(other), "new")
+    done = indexed.fmail("init", "--notmuch-config", str(other), "--no-index", check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert (f"{indexed.fmail_config} names the notmuch config {indexed.notmuch_config}, not "
+            f"{other}") in done.stderr, done.stderr
+    assert not (other_mail / ".notmuch" / "hooks").exists()
+
+
 def test_commands_name_a_missing_config_and_say_to_run_init(mail_env: MailEnv) -> None:
     mail_env.fmail_config.unlink()
     done = mail_env.fmail("index", check=False)

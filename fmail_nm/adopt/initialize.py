@@ -192,6 +192,21 @@ def check_same_mail_root(config_path: Path, mail_root: Path) -> None:
             "NOTMUCH_CONFIG), which init writes when FILE is not there yet")
 
 
+def check_named_notmuch_config(settings: Settings, explicit: str | None) -> None:
+    """Refuse a ``--notmuch-config`` other than the one fmail.toml names: init would put the
+    hook into that config's hook folder, while the hook and every command read fmail.toml's."""
+    named = settings.notmuch_config
+    if explicit is None or named is None:
+        return
+    if Path(explicit).expanduser().resolve() == Path(named).expanduser().resolve():
+        return
+    raise ConfigError(
+        f"{settings.path} names the notmuch config {named}, not {explicit}, and fmail-nm and "
+        f"its hook use that one: leave out --notmuch-config to set up {named}, or change "
+        f"`config` under [notmuch] in {settings.path} (or give another fmail.toml with "
+        "--config), then run `fmail-nm init` again")
+
+
 def prepare(settings: Settings, *, notmuch_config: str | None, mail_root: Path | None,
             name: str, addresses: list[str]) -> InitReport:
     """Everything init does before indexing: config, maildir repair, identity and hooks."""
