@@ -305,6 +305,17 @@ def test_a_non_executable_users_hook_is_kept_but_not_run(tmp_path: Path) -> None
     assert lines(marker) == ["fmail|/cfg dir/notmuch config|hook post-new"]
 
 
+def test_installing_says_when_the_kept_users_hook_will_not_run(tmp_path: Path) -> None:
+    """A hook notmuch could not execute is not said to "run first" now: init names it and
+    what makes it run."""
+    hook_dir = tmp_path / "hooks"
+    user_hook(hook_dir, 0o644)
+    [action] = install_hooks(hook_dir, fake_fmail(tmp_path))
+    chained = kept_hook(hook_dir, "post-new")
+    assert "runs first" not in action.describe()
+    assert f"chmod +x {chained}" in action.describe()
+
+
 @pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
 def test_a_symlinked_users_hook_is_chained_as_the_link_and_still_runs(
         tmp_path: Path, relative: bool) -> None:

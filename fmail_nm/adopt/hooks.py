@@ -46,7 +46,12 @@ class HookAction:
             return f"{self.hook}: your own hook is back at {self.path} (from {self.moved_from})"
         if self.action == "not ours":
             return f"{self.hook}: {self.path} is not fmail-nm's hook; left as it is"
-        if self.action == "chained":
+        if self.action == "chained" and kept.exists() and not os.access(kept, os.X_OK):
+            # notmuch did not run it before either; ours skips it the same way
+            text = (f"{self.hook}: installed at {self.path}; your previous hook, kept at {kept}, "
+                    f"is not executable, so it does not run (nor did it before): "
+                    f"chmod +x {shlex.quote(str(kept))} to have it run first")
+        elif self.action == "chained":
             text = (f"{self.hook}: installed at {self.path}; your previous hook now runs first "
                     f"from {kept}")
         elif self.action == "rechained":
