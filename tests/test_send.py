@@ -13,6 +13,8 @@ import email.policy
 import email.utils
 import json
 import re
+import threading
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -32,7 +34,7 @@ from fmail_nm.store.notmuch import Reader, Writer
 from fmail_nm.tools import compose, contacts, reads, writes
 from fmail_nm.tools.compose import ComposeError
 
-from .conftest import MailEnv
+from .conftest import LockHolder, MailEnv
 from .smtpbed import SmtpBed
 
 ORIGINAL = "orig-1@example.net"
@@ -510,6 +512,27 @@ def test_a_failing_sender_is_reported_verbatim_and_the_draft_stays(bed: Bed) -> 
     assert bed.state() == before
     assert len(bed.files_with(bed.drafts, draft.id)) == 1
     assert bed.files_with(bed.sent, draft.id) == [] and bed.tags(draft.id) == {"draft"}
+
+
+def test_a_message_sent_while_another_program_holds_the_lock_is_filed_once_it_is_free(
+        bed: Bed) -> None:
+    """The write's bound runs out while another program (a big notmuch new) holds the write
+    lock: the message is out already, so its filing waits on for the lock -- not "sent,
+    still in Drafts, not in Sent"."""
+    draft = compose.reply_to_email(bed.ctx, ORIGINAL, "Numbers below.")
+    holder = LockHolder(bed.env.env)
+    release = threading.Timer(2, holder.release)
+    release.start()
+    try:
+        with bed.ctx.writer.deadline(time.monotonic() + 1):  # the server's bound per call
+            done = send.send_draft(bed.ctx, draft.id)
+    finally:
+        release.cancel()
+        holder.release()
+    assert done.sent is True and len(bed.smtp.received) == 1
+    assert bed.files_with(bed.drafts, draft.id) == []
+    assert len(bed.files_with(bed.sent, draft.id)) == 1
+    assert bed.tags(draft.id) == {"sent"} and "replied" in bed.tags(ORIGINAL)
 
 
 def test_refusals_change_nothing(bed: Bed, tmp_path: Path) -> None:

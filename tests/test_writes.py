@@ -27,6 +27,7 @@ from fmail_nm.passes.changes import ChangeError, WriteContext, WriteOutcome
 from fmail_nm.passes.mirror import sync_sidecar
 from fmail_nm.service.index import run_index
 from fmail_nm.store import maildir, sidecar
+from fmail_nm.store import notmuch as notmuch_store
 from fmail_nm.store.maildir import MaildirName
 from fmail_nm.store.notmuch import DatabaseBusy, Reader, Writer
 from fmail_nm.tools import compose, reads, writes
@@ -1100,6 +1101,27 @@ def test_a_write_in_the_rename_window_reindexes_once_and_applies(h: Harness) -> 
     # The undo reverts both halves of what was done; nothing of the failed first try.
     writes.undo_last_write(h.ctx)
     assert h.folders(IN_INBOX) == ["personal/INBOX"]
+    h.assert_in_step()
+
+
+def test_a_file_renamed_just_after_the_write_looked_reindexes_once_and_applies(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """mbsync renames the file between the write's look at the disk and libnotmuch's flag
+    rename, which then skips it without a word: the write is the rename window's, not a
+    folder it may not write to -- re-indexed once and applied."""
+    runs = _reindexing(h)
+    looked = notmuch_store._require_files
+
+    def then_renamed(msg: Any) -> None:
+        looked(msg)
+        if not runs:  # the first try only: the retry finds the file under its new name
+            _renamed_by_mbsync(h, UNREAD_IN_CUR)
+    monkeypatch.setattr(notmuch_store, "_require_files", then_renamed)
+    read = writes.set_read(h.ctx, [UNREAD_IN_CUR], True)
+    assert read.applied == [UNREAD_IN_CUR] and not read.errors, read
+    assert runs == [1]
+    [path] = h.files(UNREAD_IN_CUR)
+    assert ",U=77:" in path and "S" in flags_of(path) and "unread" not in h.tags(UNREAD_IN_CUR)
     h.assert_in_step()
 
 

@@ -833,6 +833,8 @@ class WriteTxn:
                     for tag in before - after:
                         msg.tags.add(tag)
                 msg.tags.to_maildir_flags()  # the files it did rename, back
+                if not os.path.lexists(behind):  # renamed by mbsync since _require_files
+                    raise StaleFiles.naming(behind)
                 raise FlagsNotWritten(f"{behind} could not be renamed to carry the Maildir "
                                       "flags of the new tags (is its folder writable?); the "
                                       "tags were left as they were")
@@ -1127,16 +1129,21 @@ class Writer:
         self.close()
 
     @contextlib.contextmanager
-    def deadline(self, at: float) -> Iterator[None]:
+    def deadline(self, at: float, *, extend: bool = False) -> Iterator[None]:
         """Batches run from this thread inside the block wait for the lock until ``at`` (a
         ``time.monotonic()`` time) at the latest: a caller that queued before reaching the
-        Writer is answered "busy" within its own bound."""
+        Writer is answered "busy" within its own bound.  ``extend``: until ``at``, past the
+        caller's bound and ``lock_timeout`` -- for a session that files what was done outside
+        already (a message sent), which giving up would leave unfiled."""
         outer = getattr(self._deadlines, "at", None)
-        self._deadlines.at = at if outer is None else min(at, outer)
+        outer_extends = getattr(self._deadlines, "extend", False)
+        self._deadlines.at = at if outer is None or extend else min(at, outer)
+        self._deadlines.extend = extend
         try:
             yield
         finally:
             self._deadlines.at = outer
+            self._deadlines.extend = outer_extends
 
     def time_left(self) -> float | None:
         """Seconds until this thread's deadline (see :meth:`deadline`); None without one."""
@@ -1155,7 +1162,7 @@ class Writer:
         if left is not None:
             if left <= 0:  # the time went on waiting before this call: nothing is tried
                 raise DatabaseBusy(wait)
-            wait = min(wait, left)
+            wait = left if getattr(self._deadlines, "extend", False) else min(wait, left)
         job = _Job(fn=fn, opened=threading.Event(), done=threading.Event(), lock=threading.Lock(),
                    all_or_nothing=all_or_nothing)
         self._jobs.put(job)

@@ -31,6 +31,7 @@ import email.utils
 import logging
 import mimetypes
 import re
+import time
 from collections.abc import Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -98,6 +99,11 @@ class ComposeError(ToolError):
 
 class FilingError(BackendError):
     """The message was sent, but storing the Sent copy or dropping the draft failed."""
+
+
+# How long the filing of a sent message waits for a notmuch write lock another program holds
+# (a big notmuch new): past a write's bound, since the message is out already.
+FILING_WAIT_S = 60
 
 
 # What was saved or sent: ``id`` is the draft_id (Message-ID), ``sent`` false means "in
@@ -1102,17 +1108,22 @@ def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
                 stale_original.append(original)
 
     ids = [*dict.fromkeys([mid, sent_id]), *([original] if known_original and original else [])]
-    try:
-        report = changes.apply_session(ctx, "send", {
-            "id": sent_id, "to": list(out.recipients), "subject": c.subject,
-            NOT_UNDOABLE: "a sent message cannot be recalled"}, ids, job)
-    except DatabaseBusy as exc:
-        raise FilingError(f"the message was sent, but it could not be filed ({exc}): it is "
-                          "still in Drafts and not in Sent; do not send it again") from None
-    if report.errors:  # sent all the same: say so, so nobody sends it twice
-        raise FilingError(f"the message was sent, but filing it failed: {report.errors[0][1]}; "
-                           "do not send it again")
-    if stale_original:
-        _mark_original(ctx, stale_original, mark)
+    # The message is out: the filing waits for a lock another program holds past the call's
+    # bound, or the Sent copy would be missing and the draft left to be sent again.
+    with ctx.writer.deadline(time.monotonic() + FILING_WAIT_S, extend=True):
+        try:
+            report = changes.apply_session(ctx, "send", {
+                "id": sent_id, "to": list(out.recipients), "subject": c.subject,
+                NOT_UNDOABLE: "a sent message cannot be recalled"}, ids, job)
+        except DatabaseBusy:  # its own "retry shortly" would read as "send it again"
+            raise FilingError("the message was sent, but it could not be filed (another "
+                              "program held the notmuch database for over "
+                              f"{FILING_WAIT_S} s): it is still in Drafts and not in Sent; "
+                              "do not send it again") from None
+        if report.errors:  # sent all the same: say so, so nobody sends it twice
+            raise FilingError(f"the message was sent, but filing it failed: "
+                              f"{report.errors[0][1]}; do not send it again")
+        if stale_original:
+            _mark_original(ctx, stale_original, mark)
     _already_tagged(ctx, sent_id)
     return _result(c, sent_id, sent=True)
