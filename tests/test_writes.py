@@ -938,6 +938,35 @@ def test_undo_walks_back_and_then_says_there_is_nothing_left(h: Harness) -> None
         writes.undo_last_write(h.ctx)
 
 
+def test_two_undos_at_once_revert_two_writes_not_one_twice(h: Harness) -> None:
+    """Two servers on one mailbox are each asked to undo while another program holds the
+    notmuch lock: each reverts a write of its own -- the latest, then the one before --
+    instead of both reverting the latest and both saying so."""
+    writes.archive(h.ctx, [IN_INBOX])
+    writes.set_read(h.ctx, [UNREAD_IN_CUR], True)
+    undone: list[int | None] = []
+    failed: list[BaseException] = []
+
+    def undo() -> None:  # a server of its own: its own handles, on its own thread
+        with Reader() as reader, Writer() as writer:
+            try:
+                ctx = dataclasses.replace(h.ctx, reader=reader, writer=writer)
+                undone.append(writes.undo_last_write(ctx).audit_id)
+            except Exception as exc:  # noqa: BLE001 - reported by the test
+                failed.append(exc)
+    holder = LockHolder(h.env.env)  # both undos are under way when it lets go
+    servers = [threading.Thread(target=undo) for _ in range(2)]
+    for server in servers:
+        server.start()
+    threading.Timer(2, holder.release).start()
+    for server in servers:
+        server.join()
+    assert not failed and set(undone) == {1, 2}, (undone, failed)
+    assert h.folders(IN_INBOX) == ["personal/INBOX"] and "unread" in h.tags(UNREAD_IN_CUR)
+    assert all(entry[4] is not None for entry in h.audit())
+    h.assert_in_step()
+
+
 def test_undo_keeps_a_later_change_by_someone_else(h: Harness) -> None:
     writes.tag_emails(h.ctx, [IN_INBOX], add=["ours"])
     h.env.notmuch("tag", "+theirs", "--", f"id:{IN_INBOX}")

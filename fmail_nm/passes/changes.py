@@ -28,11 +28,13 @@ queries, batch limits or tool results.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -41,6 +43,7 @@ from typing import Any, TypeVar
 from ..clock import utc_now
 from ..config import ROOT_FOLDER, Account, Config
 from ..errors import BackendError, CallerError
+from ..private import private_dir
 from ..store import maildir, mover, sidecar
 from ..store.maildir import Copy
 from ..store.notmuch import (
@@ -714,12 +717,30 @@ def _roll_back(ctx: WriteContext, undone: BatchReport) -> BatchReport:
     return run(ctx, list(records), revert_step(records))
 
 
+@contextmanager
+def _one_undo_at_a_time(sidecar_file: Path) -> Iterator[None]:
+    """Undos run one after another, across processes (two servers, the CLI): two that read
+    the same latest entry would both revert it, and both say so.  The other undo is bounded
+    by its own waits; the lock goes with its file, or its process."""
+    private_dir(sidecar_file.parent)
+    with open(sidecar_file.with_name(sidecar_file.name + ".undo-lock"), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
 def undo_last(ctx: WriteContext,
               restore_rows: Callable[[Any, list[dict[str, Any]]], None] | None = None
               ) -> tuple[sidecar.AuditEntry, BatchReport] | None:
     """Revert the latest audit entry not yet undone: its tags, files moved back into the
     folders they came from (into ``cur/``, keeping the flags they have now), and -- through
     ``restore_rows`` -- the non-mail rows it recorded (contacts).  None when nothing is left."""
+    with _one_undo_at_a_time(ctx.sidecar_file):
+        return _undo_latest(ctx, restore_rows)
+
+
+def _undo_latest(ctx: WriteContext,
+                 restore_rows: Callable[[Any, list[dict[str, Any]]], None] | None
+                 ) -> tuple[sidecar.AuditEntry, BatchReport] | None:
     with sidecar.opened(ctx.sidecar_file) as conn:
         entry = sidecar.last_write(conn)
     if entry is None:
