@@ -659,6 +659,35 @@ def test_delete_removes_notes_but_not_the_harvested_contact(db: Path) -> None:
     assert (bob["notes"], bob["is_blocked"], bob["name"]) == (None, 0, "Bob Stone")
 
 
+def kept_contacts(db: Path) -> list[str]:
+    """The addresses with a row of the user's own (name, block, notes)."""
+    with sidecar.opened(db, readonly=True) as conn:
+        return [row[0] for row in conn.execute(
+            "SELECT email_address FROM contact_info ORDER BY 1")]
+
+
+def test_a_statement_changing_nothing_shown_counts_and_keeps_nothing(db: Path) -> None:
+    # Unblocking everyone when no one is blocked: the trigger wrote an empty row for every
+    # harvested contact, counted as changed (a dry run past 10) and exported as the user's.
+    result = m(db, "UPDATE contacts SET is_blocked = 0")
+    assert (result.changed, result.dry_run, result.unblocked) == (0, False, [])
+    assert kept_contacts(db) == ["bob@example.com", "spam@x.com"]
+    # An empty row is a change where it is all there is of a contact.
+    assert m(db, "INSERT INTO contacts (email_address) VALUES ('new@example.com')").changed == 1
+    assert m(db, "UPDATE contacts SET notes = 'x' WHERE email_address = 'alice@example.com'"
+             ).changed == 1
+    assert kept_contacts(db) == ["alice@example.com", "bob@example.com", "new@example.com",
+                                 "spam@x.com"]
+
+
+def test_an_upsert_is_refused_saying_what_to_write_instead(db: Path) -> None:
+    before = dump(db)
+    with pytest.raises(SqlError, match="ON CONFLICT .* UPDATE contacts"):
+        m(db, "INSERT INTO contacts (email_address, notes) VALUES ('bob@example.com', 'x') "
+              "ON CONFLICT DO UPDATE SET notes = 'x'")
+    assert dump(db) == before
+
+
 def test_select_returns_rows(db: Path) -> None:
     result = m(db, "SELECT email_address, notes FROM contacts WHERE name LIKE '%Bob%'")
     assert result.rows == [["bob@example.com", "old friend"]]
@@ -710,6 +739,9 @@ WRITES_ELSEWHERE = [
      "reading the internal table messages"),
     ("WITH contacts_update AS (SELECT * FROM audit_log) SELECT * FROM contacts_update",
      "reading audit_log"),
+    # A CTE named like a trigger reads what the trigger may, and no more than the view shows.
+    ("WITH contacts_update AS (SELECT * FROM contact_info) SELECT * FROM contacts_update",
+     "reading contact_info.updated_at"),
     ("SELECT * FROM contact_info", "reading the internal table contact_info"),
     # SQLite answers RETURNING on the view with its NEW row (the address NULL on an UPDATE)
     ("UPDATE contacts SET is_blocked=1 WHERE email_address='spam@x.com' "

@@ -425,7 +425,7 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
                 rows_before = contact_rows(conn)
                 fetched = _execute(conn, statement, policy, _clamp(limit), time_limit)
                 _refuse_returning(policy, fetched)
-                rows_after = contact_rows(conn)
+                rows_after = _without_empty_rows(conn, rows_before, contact_rows(conn))
                 diff = contact_diff(rows_before, rows_after)
                 _refuse_non_addresses(diff)
                 result = _contacts_result(fetched, diff)
@@ -436,6 +436,25 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
         return stop.result
     result._contact_changes = diff
     return result
+
+
+def _without_empty_rows(conn: sqlite3.Connection, before: dict[str, dict[str, Any]],
+                        after: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``after`` less the rows the statement added that hold nothing (no name, block or notes)
+    for a harvested contact, deleted: the contacts view shows it the same without one, but the
+    UPDATE trigger writes a row for every contact it touches, so "unblock everyone" counted
+    (and kept) every harvested contact as changed."""
+    empty = [address for address, row in after.items()
+             if address not in before and row["name"] is None and not row["is_blocked"]
+             and row["notes"] is None]
+    harvested: set[str] = set()
+    for part in sidecar.chunks(empty):
+        harvested.update(row[0] for row in conn.execute(
+            "SELECT email_address FROM contact_stats WHERE email_address IN "
+            f"({', '.join('?' * len(part))})", part))
+    conn.executemany("DELETE FROM contact_info WHERE email_address = ?",
+                     ((address,) for address in harvested))
+    return {address: row for address, row in after.items() if address not in harvested}
 
 
 def _refuse_returning(policy: _Policy, fetched: _Fetched) -> None:
@@ -787,7 +806,9 @@ class _Policy:
             # the view shows anyway; a bare count(*) FROM messages stays refused.
             return None
         if self.edits_contacts and context in sidecar.CONTACT_TRIGGERS \
-                and table == "contact_info":
+                and (table, column, "contacts") in self.view_reads:
+            # The triggers read contact_info; a CTE named like one gets the same context, so
+            # only the columns the contacts view shows anyway (not updated_at).
             return None
         if table.startswith("pragma_"):
             return self._refuse(f"the pragma function {table}()")
@@ -1116,6 +1137,10 @@ def _translate(exc: BaseException, policy: _Policy | None,
                         "address (the statement changed nothing)")
     if primary == sqlite3.SQLITE_CONSTRAINT:
         return SqlError(f"{message} (the statement changed nothing)")
+    if "cannot upsert a view" in low:
+        return SqlError("refused: INSERT ... ON CONFLICT is not supported on a view; INSERT a "
+                        "new contact, UPDATE contacts to change one (the statement changed "
+                        "nothing)")
     if "cannot modify" in low:
         return SqlError(f"refused: {message}; {hint}")
     if "one statement" in low:
