@@ -301,6 +301,25 @@ async def test_draft_result_leaves_out_empty_and_default_fields(indexed: MailEnv
 
 
 @pytest.mark.anyio
+async def test_a_drafted_reply_leaves_the_threads_row_as_the_mail_exchanged_has_it(
+        indexed: MailEnv) -> None:
+    """"Who wrote last, and when" read off one ``threads`` row: a reply drafted and not sent
+    neither dates the thread nor counts in it, as it does not make the user its last sender."""
+    thread = "(SELECT thread_id FROM emails WHERE message_id = 'anna-market@example.com')"
+    row = ("SELECT last_date, last_sender_email, last_from_me, message_count, unread_count "
+           f"FROM threads WHERE thread_id = {thread}")
+    async with Client(server_params(indexed)) as client:
+        before = await sql_rows(client, row)
+        assert before[0]["last_sender_email"] == "anna.schmidt@example.com"
+        await call(client, "reply_to_email", {"id": "anna-market@example.com",
+                                              "body": "Count me in."})
+        drafts = await sql_rows(client, "SELECT date FROM emails WHERE is_draft = 1 "
+                                        f"AND thread_id = {thread}")
+        assert len(drafts) == 1 and drafts[0]["date"] > before[0]["last_date"]
+        assert await sql_rows(client, row) == before
+
+
+@pytest.mark.anyio
 async def test_contacts_results_read_as_lines(indexed: MailEnv) -> None:
     async with Client(server_params(indexed)) as client:
         rows = await text(client, "manage_contacts_sql", {

@@ -706,7 +706,7 @@ def test_a_draft_is_not_sent_mail_in_the_sql_views(indexed: MailEnv) -> None:
     draft = _put(indexed, "personal/Drafts", "1796400000.1_1.host:2,DS", MARKET_REPLY)
     indexed.notmuch("new")  # runs our post-new hook, which syncs the sidecar
     assert _is_sent(indexed, "market-reply@example.org") == 0
-    assert _market_thread(indexed) == (count + 1, sent, ANNA, 0, participants)
+    assert _market_thread(indexed) == (count, sent, ANNA, 0, participants)
     assert problems(indexed) == []
 
     draft.unlink()
@@ -717,6 +717,71 @@ def test_a_draft_is_not_sent_mail_in_the_sql_views(indexed: MailEnv) -> None:
     assert after[:4] == (count + 1, sent + 1, ME, 1)
     assert set(after[4].split(",")) == set(participants.split(",")) | {ME}
     assert problems(indexed) == []
+
+
+ANNA_MARKET_DATE, MARKET_DRAFT_DATE = "2026-11-27T17:45:00Z", "2026-11-28T07:00:00Z"
+LONE_DRAFT = """
+    From: Alex Morgan <alex@example.org>
+    To: Zoe Quinn <zoe.quinn@example.net>
+    Subject: Lunch?
+    Date: Sat, 28 Nov 2026 09:00:00 +0100
+    Message-ID: <lone-draft@example.org>
+    """
+
+
+def _thread_rows(env: MailEnv) -> dict[str, list[Any]]:
+    """The ``threads`` rows of the market thread and of the lone draft's, as query_emails
+    reads them, by the Message-ID that names the thread."""
+    rows = query_emails(sidecar_file(env), (
+        "SELECT e.message_id, t.subject, t.message_count, t.unread_count, t.first_date, "
+        "t.last_date, t.last_sender_email, t.last_from_me FROM emails e JOIN threads t "
+        "USING (thread_id) WHERE e.message_id IN ('anna-market@example.com', "
+        "'lone-draft@example.org')")).rows
+    return {str(row[0]): row[1:] for row in rows}
+
+
+def test_a_drafted_reply_neither_dates_nor_counts_in_its_thread(indexed: MailEnv) -> None:
+    """A thread's row is the mail exchanged: an unread reply still in Drafts, dated after
+    the last message, leaves its date, counts and last sender as they were -- "when did
+    Anna last write, and who spoke last" read off one row agree -- and a draft of a new
+    message makes no thread.  Sent, the reply dates and counts."""
+    before = _thread_rows(indexed)
+    assert list(before) == ["anna-market@example.com"]
+    draft = _put(indexed, "personal/Drafts", "1796400000.1_1.host:2,D", MARKET_REPLY)
+    _put(indexed, "personal/Drafts", "1796400002.1_1.host:2,D", LONE_DRAFT)
+    indexed.notmuch("new")  # runs our post-new hook, which syncs the sidecar
+    assert query_emails(sidecar_file(indexed), "SELECT is_draft, is_read FROM emails WHERE "
+                        "message_id = 'market-reply@example.org'").rows == [[1, 0]]
+    assert _thread_rows(indexed) == before
+    assert problems(indexed) == []
+
+    draft.unlink()
+    _put(indexed, "personal/Sent", "1796400001.1_1.host:2,S", MARKET_REPLY)
+    indexed.notmuch("new")
+    subject, count, unread, first, _, _, _ = before["anna-market@example.com"]
+    assert _thread_rows(indexed)["anna-market@example.com"] == [
+        subject, count + 1, unread, first, MARKET_DRAFT_DATE, ME, 1]
+
+
+def test_a_sidecar_whose_threads_counted_drafts_is_corrected(indexed: MailEnv) -> None:
+    """Until schema 19 a thread's counts and dates took in its drafts, and a draft alone
+    made a thread: the migration computes every thread row again."""
+    _put(indexed, "personal/Drafts", "1796400000.1_1.host:2,D", MARKET_REPLY)
+    _put(indexed, "personal/Drafts", "1796400002.1_1.host:2,D", LONE_DRAFT)
+    indexed.notmuch("new")
+    path = sidecar_file(indexed)
+    with sidecar.opened(path) as conn:  # the rows as schema 18 computed them
+        conn.execute("INSERT OR IGNORE INTO thread_rows (thread_id, message_count, "
+                     "unread_count, sent_count) SELECT thread_id, 0, 0, 0 FROM messages")
+        conn.execute("UPDATE thread_rows SET (message_count, unread_count, last_date) = ("
+                     "SELECT count(*), sum(1 - is_read), max(date) FROM messages m "
+                     "WHERE m.thread_id = thread_rows.thread_id)")
+        conn.execute("PRAGMA user_version = 18")
+    with sidecar.opened(path) as conn:  # migrates
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sidecar.SCHEMA_VERSION
+        assert sidecar.thread_problems(conn) == []
+    assert _thread_rows(indexed) == {"anna-market@example.com": [
+        "Christmas market stall", 1, 1, ANNA_MARKET_DATE, ANNA_MARKET_DATE, ANNA, 0]}
 
 
 def test_a_sidecar_that_counted_drafts_as_sent_is_corrected(indexed: MailEnv,

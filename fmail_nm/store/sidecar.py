@@ -525,10 +525,10 @@ DELETE FROM me;
 # Version 16: a thread's last word keeps its sender's canonical address (SQL_FUNCTIONS), the
 # form find_unanswered_threads compares the user's addresses in, as is_sent does: the user's
 # reply written with the domain in the other form (ACE or Unicode) is the user's last word.
-THREAD_ROWS = _with_last_word(_THREAD_ROWS_V14, sender="canonical_address(sender_email)")
+_THREAD_ROWS_V16 = _with_last_word(_THREAD_ROWS_V14, sender="canonical_address(sender_email)")
 _V16 = f"""
 DELETE FROM thread_rows;
-{_INSERT_THREADS}{THREAD_ROWS.format(where="1")};
+{_INSERT_THREADS}{_THREAD_ROWS_V16.format(where="1")};
 """
 
 # Version 17: a contact inserted through the view keeps its address canonical (its domain in
@@ -587,6 +587,21 @@ INSERT INTO sync_state (key, value) SELECT '{BCC_REPARSE_KEY}', ''
     ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 """
 
+# Version 19: a thread's row is the mail exchanged, every column of it: its subject, counts,
+# dates and participants leave drafts out, as its last sender has since version 14 -- a reply
+# still in Drafts made ``last_date`` today beside the last sender of a week before, and a
+# draft was an unread message.  A thread of drafts alone has no row.  Every row is computed
+# again, as versions 14 and 16 did.
+_THREAD_ROWS_V19 = (
+    _THREAD_ROWS_V1.replace("\nWHERE {where}\n", "\nWHERE m.is_draft = 0 AND ({where})\n")
+    .replace("f.thread_id = m.thread_id\n", "f.thread_id = m.thread_id AND f.is_draft = 0\n")
+    .replace("l.thread_id = m.thread_id\n", "l.thread_id = m.thread_id AND l.is_draft = 0\n"))
+THREAD_ROWS = _with_last_word(_THREAD_ROWS_V19, sender="canonical_address(sender_email)")
+_V19 = f"""
+DELETE FROM thread_rows;
+{_INSERT_THREADS}{THREAD_ROWS.format(where="1")};
+"""
+
 
 @dataclass(frozen=True)
 class Reparse:
@@ -602,7 +617,7 @@ REPARSES = (Reparse(REPARSE_KEY, REPARSED_ROWS), Reparse(BCC_REPARSE_KEY, BCC_RE
 
 # Index i holds the script that takes the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
-                               _V13, _V14, _V15, _V16, _V17, _V18)
+                               _V13, _V14, _V15, _V16, _V17, _V18, _V19)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -1118,7 +1133,7 @@ class LastWord:
     thread_id: str
     message_id: str
     date: int  # 0 when it has no usable Date, as notmuch keeps it
-    message_count: int  # every mirrored message of the thread
+    message_count: int  # every mirrored message of the thread, drafts too (as notmuch's)
 
 
 def last_words(conn: sqlite3.Connection, addresses: Sequence[str], *, since: int | None,
@@ -1136,8 +1151,10 @@ def last_words(conn: sqlite3.Connection, addresses: Sequence[str], *, since: int
     chosen = [r[0] for r in conn.execute(
         f"SELECT rowid FROM thread_rows INDEXED BY thread_rows_last_word WHERE {where} "
         f"ORDER BY last_word_date DESC, rowid DESC LIMIT ? OFFSET ?", [*args, limit, offset])]
+    # (the row's message_count leaves drafts out: a page's threads are counted whole here)
     rows = {r[0]: r[1:] for r in conn.execute(
-        f"SELECT rowid, thread_id, last_word_id, last_word_date, message_count FROM thread_rows "
+        f"SELECT rowid, thread_id, last_word_id, last_word_date, (SELECT count(*) FROM messages "
+        f"m WHERE m.thread_id = thread_rows.thread_id) FROM thread_rows "
         f"WHERE rowid IN ({','.join('?' * len(chosen)) or 'NULL'})", chosen)}
     return int(total), [LastWord(*rows[rowid]) for rowid in chosen]
 

@@ -142,11 +142,11 @@ HARVESTED_COLUMNS: tuple[str, ...]  # contacts columns that come from the mail (
 VIEW_NOTES: dict[str, str] = {
     "emails": ("folder is relative to the account ('INBOX', 'Sent'); recipients is JSON "
                '[{"name","email","kind"}]; tags, folders: JSON lists (use json_each)'),
-    "threads": "participants: senders, comma-separated",
+    "threads": "drafts left out; participants: senders, comma-separated",
     "tags": "per tag",
     "email_tags": "one row per message and tag",
     # (not "edit with manage_contacts_sql": only --tools all offers it)
-    "contacts": "is_me: the user's own; seen dates and counts leave drafts out",
+    "contacts": "is_me: the user's own; drafts left out",
 }
 
 # How account_name scopes each published view: unqualified names are shadowed by TEMP views
