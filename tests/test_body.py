@@ -23,7 +23,7 @@ from fmail_nm.message.attachments import attachment_text
 from fmail_nm.message.headers import Address
 from fmail_nm.message.html import read_body
 from fmail_nm.message.html import read_message as parse_message
-from fmail_nm.message import mime, pdftext
+from fmail_nm.message import mime, pdftext, transfer
 from fmail_nm.message.mime import AttachmentInfo
 from fmail_nm.message.text import clean_text, preview, slice_text, tidy
 
@@ -766,6 +766,40 @@ def test_base64_blobs_padded_per_line_decode_fully() -> None:
     assert parse_message(raw).text == "abcdef"
 
 
+
+@pytest.mark.parametrize("cte", ["x-uuencode", "uuencode", "x-uue"])
+def test_a_uuencoded_transfer_encoding_is_decoded(cte: str) -> None:
+    """Older mailers send files with a uuencode Content-Transfer-Encoding (the stdlib and
+    notmuch decode it): read as is, a PDF was "not a PDF" and its size the encoded one."""
+    pdf = tiny_pdf("Invoice 5 due")
+    raw = message("Content-Type: multipart/mixed; boundary=M", body=multipart(
+        "M", part("Content-Type: text/plain", body="See the invoice."),
+        part("Content-Type: application/pdf", f"Content-Transfer-Encoding: {cte}",
+             "Content-Disposition: attachment; filename=inv.pdf",
+             body=uuencoded("inv.pdf", pdf).replace("\n", "\r\n")),
+        part("Content-Type: text/plain", f"Content-Transfer-Encoding: {cte}",
+             "Content-Disposition: attachment; filename=cut.txt",
+             body="begin 644 cut.txt\n" + uuencoded("x", b"never ended").split("\n")[1])))
+    m = parse_message(raw)
+    assert m.attachments == [AttachmentInfo(0, "inv.pdf", "application/pdf", len(pdf)),
+                             AttachmentInfo(1, "cut.txt", "text/plain", 11)]
+    assert m.defects == ["part 3 (text/plain): uuencoded data without its end line"]
+    assert attachment_text(raw, 0, 1000).text == "Invoice 5 due"
+    cut = attachment_text(raw, 1, 1000)
+    assert (cut.text, cut.note) == ("never ended", m.defects[0])
+
+
+def test_uuencoded_data_is_decoded_up_to_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sizing the data is part of every get_email: a run of millions of short lines is cut."""
+    monkeypatch.setattr(transfer, "MAX_UU_LINES", 2)
+    raw = message("Content-Type: application/octet-stream", "Content-Transfer-Encoding: x-uue",
+                  "Content-Disposition: attachment; filename=a.bin",
+                  body=uuencoded("a.bin", b"x" * 200))
+    m = parse_message(raw)
+    assert m.attachments == [AttachmentInfo(0, "a.bin", "application/octet-stream", 90)]
+    assert m.defects == ["message (application/octet-stream): uuencoded data past 2 lines "
+                         "not decoded"]
+
 def test_deep_nesting_is_bounded() -> None:
     body = part("Content-Type: text/plain", body="bottom")
     for level in range(300):
@@ -879,6 +913,34 @@ def test_attachment_text_forwarded_message() -> None:
     assert content.text.endswith("Forwarded body text.")
 
 
+
+def test_a_forwarded_message_says_why_its_body_is_empty_and_what_was_wrong() -> None:
+    """What get_email says of a message's body and problems, the forward's reading says too:
+    an encrypted forward or a photo alone is no empty message, bad base64 no clean text."""
+    encrypted = message(
+        "From: ola@example.net", "Subject: sealed",
+        'Content-Type: multipart/encrypted; protocol="application/pgp-encrypted"; boundary=E',
+        body=multipart("E", part("Content-Type: application/pgp-encrypted", body="Version: 1"),
+                       part("Content-Type: application/octet-stream",
+                            body="-----BEGIN PGP MESSAGE-----\nhQ\n-----END PGP MESSAGE-----")))
+    photo = message("From: ola@example.net", "Subject: photo",
+                    "Content-Type: image/png", "Content-Transfer-Encoding: base64", body=b64(PNG))
+    broken = message("From: ola@example.net", "Subject: broken", "Content-Type: text/plain",
+                     "Content-Transfer-Encoding: base64", body="SGVsbG8!")
+    expected = {
+        encrypted: ["Notes: encrypted (PGP/MIME): fmail-nm does not decrypt mail"],
+        photo: ["Notes: no body text: its content is in its attachments (image/png)"],
+        broken: ["Problems: message (text/plain): bad base64 (invalid characters skipped, "
+                 "wrong padding); decoded what could be"],
+    }
+    for inner, lines in expected.items():
+        raw = message("Content-Type: multipart/mixed; boundary=M", body=multipart(
+            "M", part("Content-Type: text/plain", body="see below"),
+            part("Content-Type: message/rfc822", body=inner)))
+        text = attachment_text(raw, 0, 1000).text or ""
+        head = text.split("\n\n")[0].split("\n")
+        assert [line for line in head if line.startswith(("Notes:", "Problems:"))] == lines
+
 def forward_of_an_invoice() -> bytes:
     """A forward (as Outlook and Apple Mail send one: the original attached whole, base64)
     whose original carries a PDF invoice and a forward of its own with a text file."""
@@ -970,6 +1032,26 @@ def test_attachment_text_broken_pdf_gives_note() -> None:
         assert content.text is None and content.note
 
 
+
+def test_a_pdf_locked_by_a_password_says_so() -> None:
+    """Only a PDF with an empty user password can be read; one with a password is named as
+    such, not by the reader's exception class."""
+    import io
+
+    from pypdf import PdfReader, PdfWriter
+
+    def encrypted(password: str) -> bytes:
+        writer = PdfWriter()
+        writer.append(PdfReader(io.BytesIO(tiny_pdf("Salary review"))))
+        writer.encrypt(user_password=password, owner_password="owner", algorithm="RC4-128")
+        out = io.BytesIO()
+        writer.write(out)
+        return out.getvalue()
+    locked = attachment_text(pdf_message(encrypted("secret")), 0, 100)
+    assert (locked.text, locked.note) == (None, "PDF is protected by a password; no text "
+                                                "extracted")
+    assert attachment_text(pdf_message(encrypted("")), 0, 100).text == "Salary review"
+
 def pdf_bomb() -> bytes:
     """60 KB whose one content stream inflates to 20 MB: pypdf 7.1 took 4.7 s and 330 MiB."""
     return pdf_pages([b"BT /F1 12 Tf 72 720 Td (x) Tj ET\n" * 600_000], deflate=True)
@@ -1035,6 +1117,18 @@ def test_attachment_text_octet_stream_named_txt_is_text() -> None:
     content = attachment_text(message("Content-Type: multipart/mixed; boundary=M", body=body), 0, 100)
     assert content.text == "plain log line"
 
+
+
+@pytest.mark.parametrize("ctype", ["application/x-pdf", "application/acrobat", "text/plain",
+                                   "application/binary"])
+def test_a_pdf_is_read_as_a_pdf_whatever_type_it_is_labelled(ctype: str) -> None:
+    """Older mailers label PDFs x-pdf, acrobat or even text/plain: the file's own header
+    says what it is (read as text it was PDF syntax, as binary no text at all)."""
+    raw = pdf_message(tiny_pdf("Quarterly figures")).replace(
+        b"Content-Type: application/pdf", f"Content-Type: {ctype}".encode())
+    content = attachment_text(raw, 0, 1000)
+    assert (content.text, content.note) == ("Quarterly figures", None)
+    assert content.info.content_type == ctype
 
 def test_large_attachment_is_listed_with_exact_size() -> None:
     blob = bytes(range(256)) * 4096 + b"tail"  # 1 MiB + 4
@@ -1739,6 +1833,21 @@ def test_a_base64_calendar_in_latin1_reads_as_a_summary() -> None:
     assert attachment_text(raw, 0, 1000).text == (
         "Invitation: Neujahrsempfang im Café\nWhen: Fri 2027-01-01 (all day)")
 
+
+
+def test_a_calendar_line_folded_inside_a_utf8_character_reads_whole() -> None:
+    """RFC 5545 folds at 75 octets, and some writers fold inside a multi-octet character:
+    unfolded before decoding, it is one character, not mojibake with a charset problem."""
+    title = "SUMMARY:Réunion équipe Köln".encode()
+    cut = title.index("é".encode()) + 1
+    data = (b"BEGIN:VCALENDAR\r\nBEGIN:VEVENT\r\n" + title[:cut] + b"\r\n " + title[cut:]
+            + b"\r\nDTSTART;VALUE=DATE:20270101\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n")
+    summary = "Invitation: Réunion équipe Köln\nWhen: Fri 2027-01-01 (all day)"
+    content = attachment_text(with_calendar_attachment(data), 0, 1000)
+    assert (content.text, content.note) == (summary, None)
+    alone = parse_message(message("Content-Type: text/calendar; charset=utf-8; method=REQUEST",
+                                  body=data))
+    assert (alone.text, alone.defects) == (summary, [])
 
 @pytest.mark.parametrize(("times", "when"), [
     ("DTSTART;VALUE=DATE:20270101", "Fri 2027-01-01 (all day)"),

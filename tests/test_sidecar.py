@@ -1072,6 +1072,44 @@ def test_a_signature_or_a_pictured_logo_is_no_attachment_to_flag(
                        for mid in NOT_FILES}
 
 
+
+# An encrypted message, whose parts get_email lists: PGP/MIME's control part and ciphertext,
+# an S/MIME body sent as smime.p7m.
+ENCRYPTED = {
+    "pgp-encrypted@h1.example": (_message(
+        "pgp-encrypted@h1.example", "sealed words", _mixed(
+            "Content-Type: application/pgp-encrypted\n\nVersion: 1",
+            'Content-Type: application/octet-stream; name="encrypted.asc"\n'
+            'Content-Disposition: inline; filename="encrypted.asc"\n\n'
+            "-----BEGIN PGP MESSAGE-----\n\nhQEMA\n-----END PGP MESSAGE-----"),
+        'multipart/encrypted; protocol="application/pgp-encrypted"; boundary="b1"'),
+        ["application/pgp-encrypted", "application/octet-stream"]),
+    "smime-encrypted@h1.example": (_message(
+        "smime-encrypted@h1.example", "sealed words",
+        "MIIBhgYJKoZIhvcNAQcDoIIBdzCCAXMCAQAxggEu\n",
+        "application/pkcs7-mime; smime-type=enveloped-data; name=smime.p7m\n"
+        "Content-Disposition: attachment; filename=smime.p7m\n"
+        "Content-Transfer-Encoding: base64"), ["application/pkcs7-mime"]),
+}
+
+
+def test_an_encrypted_message_is_no_attachment_to_flag(indexed: MailEnv,
+                                                        mailbox: reads.Mailbox) -> None:
+    """The parts of an encrypted message are the message itself, not files attached to it:
+    no place says it has an attachment (has:attachment never did), and reading a part says
+    it is encrypted instead of calling the ciphertext a binary file."""
+    _deliver_attached(indexed, ENCRYPTED)
+    for mid, (_, types) in ENCRYPTED.items():
+        assert [a.content_type for a in reads.get_email(mailbox, mid).attachments] == types
+    answers = _attachment_answers(indexed, mailbox, ENCRYPTED)
+    assert answers == {mid: {"get_email": True, "listing": False, "threads": False,
+                             "thread": False, "sql": False, "search": False}
+                       for mid in ENCRYPTED}
+    notes = [reads.get_attachment(mailbox, mid, index).note
+             for mid, (_, types) in ENCRYPTED.items() for index in range(len(types))]
+    assert notes == ["encrypted (PGP/MIME): fmail-nm does not decrypt mail"] * 2 + [
+        "encrypted (S/MIME): fmail-nm does not decrypt mail"]
+
 def test_a_tag_change_keeps_has_attachment(indexed: MailEnv, mailbox: reads.Mailbox) -> None:
     """A tag change rewrites the row from notmuch without parsing the file again: the
     attachment the parse found stays, while the mirror lags and after the sync."""

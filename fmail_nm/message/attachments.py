@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .calendar import CALENDAR_TYPES
-from .charset import decode_bytes
 from .headers import Address
 from .html import html_to_text, read_message
 from .mime import (
@@ -16,11 +15,12 @@ from .mime import (
     attachment_entities,
     calendar_summary,
     effective_type,
-    entity_charset,
+    encrypted_note,
     entity_filename,
     entity_payload,
     html_text,
     parse_entity,
+    part_text,
 )
 from .pdftext import pdf_text
 from .text import slice_text, tidy
@@ -83,22 +83,26 @@ def _no_attachment(outer: Sequence[int], index: int, count: int) -> str:
 
 
 _MESSAGE_TYPES = ("message/rfc822", "message/global")
+# A PDF whatever its label (application/x-pdf, text/plain): no other file begins so.
+_PDF_MAGIC = b"%PDF-"
 
 
 def _extract(
     info: AttachmentInfo, entity: Entity, data: bytes, max_chars: int, problems: list[str],
     steps: Sequence[int],
 ) -> AttachmentText:
+    if note := encrypted_note(entity):  # ciphertext read as a file would be gibberish
+        return AttachmentText(info, None, False, note)
     kind = effective_type(info.content_type, info.filename)
     if kind in _MESSAGE_TYPES:
         return _sliced(info, _render_embedded(data, steps), max_chars, "; ".join(problems) or None)
+    if kind == "application/pdf" or data.startswith(_PDF_MAGIC):
+        return _pdf_content(info, data, max_chars)
     if (kind.startswith("text/") or kind in _TEXTUAL_APPLICATION or kind.startswith("message/")
             or kind in CALENDAR_TYPES):
-        text = decode_bytes(data, entity_charset(entity), entity.where, problems)
+        text = part_text(entity, kind, data, problems)
         return _sliced(info, _readable(kind, text, entity, problems), max_chars,
                        "; ".join(problems) or None)
-    if kind == "application/pdf":
-        return _pdf_content(info, data, max_chars)
     return AttachmentText(
         info, None, False, f"binary attachment ({info.content_type}, {info.size} bytes); no text extracted"
     )
@@ -123,7 +127,8 @@ def _sliced(info: AttachmentInfo, text: str, max_chars: int, note: str | None = 
 
 def _render_embedded(data: bytes, steps: Sequence[int]) -> str:
     """A forwarded message as the headers a reader needs, then its body; its own
-    attachments with the paths that read them (``[2.0] invoice.pdf``)."""
+    attachments with the paths that read them (``[2.0] invoice.pdf``), and what get_email
+    would say of its body (encrypted, only a photo) and of its problems."""
     inner = read_message(data)
     lines = [
         f"From: {_format_addresses(inner.from_)}",
@@ -137,7 +142,17 @@ def _render_embedded(data: bytes, steps: Sequence[int]) -> str:
         names = ", ".join(f"[{dotted([*steps, a.index])}] {a.filename or a.content_type}"
                           for a in inner.attachments)
         lines.append(f"Attachments: {names}")
+    if inner.body_notes:
+        lines.append(f"Notes: {'; '.join(inner.body_notes)}")
+    if inner.defects:
+        more = len(inner.defects) - MAX_EMBEDDED_PROBLEMS
+        lines.append(f"Problems: {'; '.join(inner.defects[:MAX_EMBEDDED_PROBLEMS])}"
+                     + (f"; … {more} more" if more > 0 else ""))
     return "\n".join(lines) + "\n\n" + inner.text
+
+
+# Problems of a forwarded message named (a mangled one has hundreds); the rest are counted.
+MAX_EMBEDDED_PROBLEMS = 10
 
 
 def _format_addresses(addresses: list[Address]) -> str:
@@ -145,7 +160,7 @@ def _format_addresses(addresses: list[Address]) -> str:
 
 
 def _pdf_content(info: AttachmentInfo, data: bytes, max_chars: int) -> AttachmentText:
-    if b"%PDF-" not in data[:1024]:
+    if _PDF_MAGIC not in data[:1024]:
         # pypdf would scan the whole blob for trailers first: seconds on a large non-PDF.
         return AttachmentText(info, None, False, "not a PDF (no %PDF- header); no text extracted")
     read = pdf_text(data, max_chars, _PDF_MAX_PAGES)

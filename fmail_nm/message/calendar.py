@@ -23,7 +23,7 @@ from datetime import date, datetime, timedelta
 
 from .text import one_line, tidy
 
-__all__ = ["CALENDAR_TYPES", "CalendarSummary", "summarize_calendar"]
+__all__ = ["CALENDAR_TYPES", "CalendarSummary", "summarize_calendar", "unfold"]
 
 
 CALENDAR_TYPES = ("text/calendar", "application/ics")
@@ -95,6 +95,15 @@ class _Calendar:
 
 
 _FOLD = re.compile(r"\n[ \t]")
+_FOLD_BYTES = re.compile(rb"(?:\r\n|\n|\r)[ \t]")
+
+
+def unfold(data: bytes) -> bytes:
+    """Content lines unfolded before they are decoded: RFC 5545 folds at 75 octets, and some
+    writers fold inside a multi-octet UTF-8 character, which decoding each half would break."""
+    return _FOLD_BYTES.sub(b"", data)
+
+
 _NAME = re.compile(r"[A-Za-z0-9-]+")
 _PARAM_VALUE = r'(?:"[^"]*"|[^";:,]*)'
 _PARAM = re.compile(rf';([A-Za-z0-9-]+)=({_PARAM_VALUE}(?:,{_PARAM_VALUE})*)')

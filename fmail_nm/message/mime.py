@@ -31,7 +31,7 @@ from datetime import datetime
 from email.message import Message
 from typing import TypeVar
 
-from .calendar import CALENDAR_TYPES, CalendarSummary, summarize_calendar
+from .calendar import CALENDAR_TYPES, CalendarSummary, summarize_calendar, unfold
 from .charset import decode_bytes, guess_decode
 from .formats import enriched_to_text, unflow
 from .headers import (
@@ -59,6 +59,7 @@ __all__ = [
     "calendar_summary",
     "decoded_leaves",
     "effective_type",
+    "encrypted_note",
     "entity_charset",
     "entity_filename",
     "entity_payload",
@@ -66,6 +67,7 @@ __all__ = [
     "parse_body",
     "parse_entity",
     "parse_message",
+    "part_text",
 ]
 
 
@@ -242,6 +244,8 @@ class Entity:
     path: str
     children: list[Entity] = field(default_factory=list)
     is_multipart: bool = False
+    # A part of a multipart/encrypted (RFC 1847): its control part or the ciphertext.
+    encrypted_part: bool = False
 
     @property
     def where(self) -> str:
@@ -319,6 +323,8 @@ def _split_children(entity: Entity, depth: int, defects: list[str]) -> None:
         _parse_entity(part, f"{prefix}{i}", depth + 1, defects, child_default)
         for i, part in enumerate(parts, 1)
     ]
+    for child in entity.children:
+        child.encrypted_part = entity.ctype == "multipart/encrypted"
     entity.is_multipart, entity.body = True, b""
 
 
@@ -476,9 +482,10 @@ _NOT_FILES = frozenset({"application/pgp-signature", "application/pkcs7-signatur
 
 def is_file(entity: Entity) -> bool:
     """Whether an attachment is one to the reader (the listing's ``A``): not one of
-    _NOT_FILES, nor an image the HTML shows in its place (one with a Content-ID, not sent
-    as an attachment: a logo, a signature's picture)."""
-    if entity.ctype in _NOT_FILES:
+    _NOT_FILES, nor what an encrypted message holds in place of its body, nor an image the
+    HTML shows in its place (one with a Content-ID, not sent as an attachment: a logo, a
+    signature's picture)."""
+    if entity.ctype in _NOT_FILES or encrypted_note(entity) is not None:
         return False
     embedded = entity.ctype.startswith("image/") and _disposition(entity) != "attachment"
     return not (embedded and header(entity.headers, "content-id"))
@@ -552,8 +559,7 @@ def _attachment_as_body(entity: Entity, index: int, body: _Rendering) -> str:
     if kind not in CALENDAR_TYPES and kind not in _MARKDOWN_TYPES:
         return ""
     problems: list[str] = []
-    text = decode_bytes(entity_payload(entity, problems), entity_charset(entity), entity.where,
-                        problems)
+    text = part_text(entity, kind, entity_payload(entity, problems), problems)
     if kind in CALENDAR_TYPES:
         summary = calendar_summary(entity, text, body.render_html)
         if summary is None:
@@ -639,6 +645,7 @@ def _unless_stub(plain: str, others: list[Entity], body: _Rendering) -> str:
 
 
 _NOT_DECRYPTED = "fmail-nm does not decrypt mail"
+_PGP_NOTE = f"encrypted (PGP/MIME): {_NOT_DECRYPTED}"
 _SMIME_TYPES = ("application/pkcs7-mime", "application/x-pkcs7-mime")
 
 
@@ -646,7 +653,18 @@ def _encrypted_body(entity: Entity) -> str | None:
     """The note for an entity that stands where a body would and cannot be read without a
     key (or, for opaque-signed S/MIME, without unpacking it); None for any other entity."""
     if entity.ctype == "multipart/encrypted":
-        return f"encrypted (PGP/MIME): {_NOT_DECRYPTED}"
+        return _PGP_NOTE
+    return _smime_body(entity)
+
+
+def encrypted_note(entity: Entity) -> str | None:
+    """``_encrypted_body``'s note for an attachment: a part of a PGP/MIME message or an
+    S/MIME body is the encrypted message itself, not a file attached to it."""
+    return _PGP_NOTE if entity.encrypted_part else _smime_body(entity)
+
+
+def _smime_body(entity: Entity) -> str | None:
+    """The note for an S/MIME entity in place of a body; None for any other entity."""
     if entity.ctype not in _SMIME_TYPES or (entity.path and _disposition(entity) == "attachment"):
         return None  # a .p7m file attached to a readable body is an attachment
     if _param(entity, "smime-type") == "signed-data":
@@ -688,6 +706,14 @@ def _param(entity: Entity, name: str) -> str:
     except Exception:  # noqa: BLE001 - untrusted parameters
         return ""
     return value.strip().lower() if isinstance(value, str) else ""
+
+
+def part_text(entity: Entity, kind: str, data: bytes, problems: list[str]) -> str:
+    """``data``, the payload of ``entity`` read as type ``kind``, decoded in its charset;
+    iCalendar data unfolded first (see calendar.unfold)."""
+    if kind in CALENDAR_TYPES:
+        data = unfold(data)
+    return decode_bytes(data, entity_charset(entity), entity.where, problems)
 
 
 def entity_charset(entity: Entity) -> str | None:

@@ -55,6 +55,8 @@ def pdf_text(data: bytes, max_chars: int, max_pages: int) -> PdfText:
     if answer.get("error") == "MemoryError":
         return PdfText(None, problem=f"PDF text extraction stopped: it needed more than "
                                      f"{MEMORY_MIB} MiB")
+    if answer.get("error") == "FileNotDecryptedError":  # not the empty password _extract tries
+        return PdfText(None, problem="PDF is protected by a password; no text extracted")
     if "error" in answer:
         return PdfText(None, problem=f"could not extract text from PDF ({answer['error']})")
     return PdfText(str(answer["text"]), bool(answer["more"]))
