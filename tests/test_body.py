@@ -532,6 +532,18 @@ def test_html_only_keeps_links_drops_script_and_style() -> None:
     assert all(line == line.rstrip() for line in lines)
 
 
+def test_html_entities_in_bold_or_italic_text_do_not_split_it() -> None:
+    """html2text took each entity for a new piece of text after the emphasis and put a
+    space before it: "<em>caf&eacute;</em>" read "caf é", an invoice's "€1.234,50" read
+    "€ 1.234,50", "AT&amp;T" read "AT &T"."""
+    html = ("<p>Meet at the <em>caf&eacute;</em>.</p><table><tr><td>Total</td>"
+            "<td><b>&euro;1.234,50</b></td></tr></table><p><b>AT&amp;T &amp; Verizon</b> "
+            "and <strong>1&nbsp;234,50&nbsp;&#8364;</strong></p>")
+    text = parse_message(message("Content-Type: text/html; charset=utf-8", body=html)).text
+    assert "_café_" in text and "**€1.234,50**" in text
+    assert "**AT&T & Verizon**" in text and "**1 234,50 €**" in text
+
+
 @pytest.mark.parametrize("html", [
     # a stray closing tag first thing in the body (a list server's mail, as received)
     "\n  </SCRIPT>\n<center><b>Appointment setting</b> for your sales team</center>",
@@ -1570,6 +1582,20 @@ def test_parse_message_never_raises_on_mangled_mail(edits: list[tuple[int, int, 
 def test_clean_text_prose_mentioning_wrote_is_kept() -> None:
     text = "On Monday I wrote the report, and here is the summary:\nAll good."
     assert clean_text(text) == text
+
+
+def test_clean_text_keeps_a_line_starting_like_an_attribution_above_one() -> None:
+    """A wrapped attribution was joined across blank and quoted lines, so a new line that
+    began "On", "Am" or "Le" and had an attribution (or a quoted one) within three lines
+    below was dropped with it: an interleaved answer, a top-posted "On it"."""
+    interleaved = ("On Mon, Bob wrote:\n> When can you come?\nOn Friday after lunch.\n>\n"
+                   "> Carol wrote:\n>> Bring the slides.\nWill do.\n")
+    assert clean_text(interleaved) == "On Friday after lunch.\nWill do."
+    top = ("On it, the contract goes out Friday.\n\nOn Mon, Mar 2, 2026 at 10:00 AM Bob "
+           "<b@x> wrote:\n> Can you send the contract?\n\nAlice\n")
+    assert clean_text(top) == "On it, the contract goes out Friday.\n\nAlice"
+    german = "Am Montag passt es.\n\nAm 02.03.2026 um 10:00 schrieb Bob <b@x>:\n> Wann?\n"
+    assert clean_text(german) == "Am Montag passt es."
 
 
 def test_calendar_and_html_attachments() -> None:

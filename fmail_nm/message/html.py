@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 import html2text
+from html2text.utils import escape_md_section
 
 from .mime import BodyText, ParsedMessage, parse_body, parse_message
 from .text import QUOTE_MARK_ESCAPE
@@ -60,14 +61,18 @@ class _Converter(html2text.HTML2Text):
     open: a closing tag that closes nothing (``</SCRIPT>`` first thing in a body) drove the
     counter below zero, and a ``<head>`` after ``<body>`` (a ZDNet newsletter's) opened one
     that never closed; either hid the whole rest of the message, as did a <head> left open
-    before the content with no <body> tag."""
+    before the content with no <body> tag.  And the text between two tags goes to html2text
+    as one piece: it takes each entity for a new piece, and one after emphasis for text
+    following it, which it spaces off ("<em>caf&eacute;</em>" read "caf é")."""
 
     def __init__(self) -> None:
         super().__init__()
         self._hiding: dict[str, int] = dict.fromkeys(_HIDING, 0)
         self._in_body = False
+        self._text: list[str] = []  # the text since the last tag, escaped as html2text would
 
     def handle_tag(self, tag: str, attrs: dict[str, str | None], start: bool) -> None:
+        self._flush_text()
         if tag == "body":  # html2text shows everything from here: nothing is open any more
             self._in_body = True
             self._hiding = dict.fromkeys(_HIDING, 0)
@@ -85,7 +90,20 @@ class _Converter(html2text.HTML2Text):
         super().handle_tag(tag, attrs, start)
 
     def handle_data(self, data: str, entity_char: bool = False) -> None:
-        super().handle_data(data.replace(">", _TEXT_GT), entity_char)
+        data = data.replace(">", _TEXT_GT)
+        if not (entity_char or self.code or self.pre):  # html2text leaves entities as they are
+            data = escape_md_section(data, snob=self.escape_snob)
+        self._text.append(data)
+
+    def close(self) -> None:
+        super().close()
+        self._flush_text()
+
+    def _flush_text(self) -> None:
+        if self._text:
+            text = "".join(self._text)
+            self._text = []
+            super().handle_data(text, entity_char=True)  # escaped already
 
 
 def _restore_text_gt(text: str) -> str:

@@ -652,6 +652,10 @@ def _attribution_end(lines: list[str], i: int) -> int | None:
         joined = lines[i]
         for j in range(i, min(i + 4, len(lines))):  # clients wrap long attributions
             if j > i:
+                # A blank or quoted line is no part of one: past it, a new line that
+                # begins "On" would be joined to the next attribution and go with it.
+                if not lines[j].strip() or _QUOTED.match(lines[j]):
+                    break
                 joined += " " + lines[j]
             if _ATTRIBUTION.match(joined):
                 return j
