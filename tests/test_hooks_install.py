@@ -310,10 +310,17 @@ def test_installing_says_when_the_kept_users_hook_will_not_run(tmp_path: Path) -
     what makes it run."""
     hook_dir = tmp_path / "hooks"
     user_hook(hook_dir, 0o644)
-    [action] = install_hooks(hook_dir, fake_fmail(tmp_path))
+    command = fake_fmail(tmp_path)
+    [action] = install_hooks(hook_dir, command)
     chained = kept_hook(hook_dir, "post-new")
     assert "runs first" not in action.describe()
     assert f"chmod +x {chained}" in action.describe()
+
+    # Put back by a dotfiles manager and chained again: still not said to run.
+    user_hook(hook_dir, 0o644)
+    [again] = install_hooks(hook_dir, command)
+    assert again.action == "rechained" and "runs first" not in again.describe()
+    assert f"chmod +x {chained}" in again.describe()
 
 
 @pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])

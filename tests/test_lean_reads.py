@@ -476,6 +476,10 @@ def test_a_lagging_message_id_stays_one_word_on_its_listing_line(
     assert line.startswith(json.dumps(forged) + " 2026-12-02 ") and len(line.splitlines()) == 1
     assert reads.get_email(mailbox, json.loads(line[:len(json.dumps(forged))])).subject == (
         "Lagging mirror")
+    # The id as the line shows it, quotes and escapes and all, names the message too.
+    email = reads.get_email(mailbox, json.dumps(forged))
+    assert email.subject == "Lagging mirror"
+    assert reads.get_thread(mailbox, json.dumps(forged)).thread == email.thread
 
 def test_the_users_own_mail_lists_the_same_recipients_while_the_mirror_lags(
         indexed: MailEnv, mailbox: reads.Mailbox) -> None:

@@ -648,6 +648,16 @@ def test_a_name_that_hides_the_lines_form_behind_invisible_characters_is_quoted(
     assert render.one_line("\U0001f468\u200d\U0001f469") == "\U0001f468\u200d\U0001f469"
 
 
+def test_every_character_unicode_calls_ignorable_is_looked_through_on_a_listing_line() -> None:
+    """Zero-width spaces were dropped, but a Hangul filler, a variation selector or another
+    character Unicode says shows as nothing still hid "to Bob" from the quoting."""
+    for hider in ("\u3164", "\uffa0", "\u115f", "\u206a", "\u180f", "\ufe0f",
+                  "\U000e0100", "\U0001d173", "\U0001bca0", "\ufff0"):
+        assert render.shown_name(hider + "to Bob").endswith('to Bob"'), repr(hider)
+    # A variation selector picks an emoji's form: kept where it is.
+    assert render.one_line("\u2764\ufe0f Anna") == "\u2764\ufe0f Anna"
+
+
 def test_unanswered_threads_name_an_address_that_is_none(mb: reads.Mailbox) -> None:
     with pytest.raises(reads.ToolError, match="address .not-an-address. is not an e-mail address"):
         reads.find_unanswered_threads(mb, address="not-an-address")

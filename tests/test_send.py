@@ -998,6 +998,22 @@ def test_a_draft_another_client_saved_with_a_line_over_998_bytes_goes_out_intact
         assert body_text(parse(data)) == f"{line}\nshort\n"
 
 
+def test_a_signed_draft_with_a_line_over_998_bytes_is_refused_not_re_encoded(bed: Bed) -> None:
+    """Re-encoding the signed part of a draft with a long line sent it with a signature that
+    no longer verified; the server would refuse it as it is."""
+    line = "Grüße " * 200
+    bed.put_draft("1800000804.x.host:2,DS", (
+        "From: Alex Morgan <alex@example.org>\r\nTo: bob@example.com\r\nSubject: signed\r\n"
+        "Message-ID: <signed-1@example.org>\r\nMIME-Version: 1.0\r\n"
+        'Content-Type: multipart/signed; boundary="b"; micalg=pgp-sha256; '
+        'protocol="application/pgp-signature"\r\n\r\n--b\r\n'
+        "Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\n"
+        f"{line}\r\n--b\r\nContent-Type: application/pgp-signature\r\n\r\n"
+        "-----BEGIN PGP SIGNATURE-----\r\n\r\niQ==\r\n-----END PGP SIGNATURE-----\r\n"
+        "--b--\r\n").encode())
+    bed.refused_send("signed-1@example.org", "signed.*over 998 bytes.*nothing was sent")
+
+
 def test_a_notmuch_emacs_draft_is_not_sent_as_its_markup(bed: Bed) -> None:
     """notmuch-emacs saves a draft as MML, markup only Emacs turns into mail (attachments,
     signing): sent as it is, the recipient would read the markup."""

@@ -8,6 +8,7 @@ finds nothing to correct -- index and Maildir in step.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import re
 import shutil
@@ -967,6 +968,22 @@ def test_two_undos_at_once_revert_two_writes_not_one_twice(h: Harness) -> None:
     h.assert_in_step()
 
 
+@pytest.mark.timeout(120)
+def test_an_undo_waits_for_another_under_way_no_longer_than_its_bound(h: Harness) -> None:
+    """An undo in another process held its lock (re-indexing, syncing the sidecar): this one
+    waited for it without bound, past its call's, and every write queued behind it."""
+    writes.archive(h.ctx, [IN_INBOX])
+    lock = h.ctx.sidecar_file.with_name(h.ctx.sidecar_file.name + ".undo-lock")
+    with open(lock, "a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        with h.ctx.writer.deadline(time.monotonic() + 1), pytest.raises(
+                ChangeError, match="another undo is under way.*nothing was undone"):
+            writes.undo_last_write(h.ctx)
+    assert h.folders(IN_INBOX) == ["personal/Archive"]
+    assert writes.undo_last_write(h.ctx).audit_id == 1
+    assert h.folders(IN_INBOX) == ["personal/INBOX"]
+
+
 def test_undo_keeps_a_later_change_by_someone_else(h: Harness) -> None:
     writes.tag_emails(h.ctx, [IN_INBOX], add=["ours"])
     h.env.notmuch("tag", "+theirs", "--", f"id:{IN_INBOX}")
@@ -1270,6 +1287,18 @@ def test_dry_run_with_ids_reports_and_changes_nothing(h: Harness) -> None:
     assert result.dry_run and result.match_count == 1 and result.sample_ids == [IN_INBOX]
     assert result.not_found == ["missing@x.test"]
     assert h.shape(IN_INBOX) == before and h.audit() == []
+
+
+def test_an_id_shown_as_a_json_string_is_taken_with_its_quotes(h: Harness) -> None:
+    """A listing shows a Message-ID that is not one plain word as a JSON string: passed on
+    as shown, quotes included, it was reported not found."""
+    piped = "a|b@example.net"
+    (h.env.mail_root / "personal/INBOX/cur/1800000300.piped.host:2,S").write_bytes(
+        f"From: a@example.net\nSubject: piped\nMessage-ID: <{piped}>\n\nhi\n".encode())
+    h.env.notmuch("new", "--no-hooks")
+    result = writes.set_flagged(h.ctx, [json.dumps(piped)], True)
+    assert result.applied == [piped] and not result.not_found
+    assert "flagged" in h.tags(f'"{piped}"')
 
 
 def test_a_threads_id_in_ids_is_refused_with_the_query_that_selects_it(h: Harness) -> None:

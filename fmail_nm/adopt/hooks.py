@@ -46,18 +46,21 @@ class HookAction:
             return f"{self.hook}: your own hook is back at {self.path} (from {self.moved_from})"
         if self.action == "not ours":
             return f"{self.hook}: {self.path} is not fmail-nm's hook; left as it is"
-        if self.action == "chained" and kept.exists() and not os.access(kept, os.X_OK):
-            # notmuch did not run it before either; ours skips it the same way
+        # notmuch did not run a hook that is not executable; ours skips it the same way
+        idle = kept.exists() and not os.access(kept, os.X_OK)
+        chmod = f"chmod +x {shlex.quote(str(kept))} to have it run first"
+        if self.action == "chained" and idle:
             text = (f"{self.hook}: installed at {self.path}; your previous hook, kept at {kept}, "
-                    f"is not executable, so it does not run (nor did it before): "
-                    f"chmod +x {shlex.quote(str(kept))} to have it run first")
+                    f"is not executable, so it does not run (nor did it before): {chmod}")
         elif self.action == "chained":
             text = (f"{self.hook}: installed at {self.path}; your previous hook now runs first "
                     f"from {kept}")
         elif self.action == "rechained":
             text = (f"{self.hook}: installed at {self.path} again, over your hook put back there "
-                    f"(by a dotfiles manager?), the same one that runs first from {kept}; have "
-                    f"it install your hook at {kept} instead")
+                    f"(by a dotfiles manager?), the same one that "
+                    + (f"is kept, not executable, at {kept} ({chmod})" if idle
+                       else f"runs first from {kept}")
+                    + f"; have it install your hook at {kept} instead")
         else:
             text = f"{self.hook}: {self.action} at {self.path}"
         if self.moved_from is not None:

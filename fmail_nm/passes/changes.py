@@ -28,7 +28,6 @@ queries, batch limits or tool results.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import sqlite3
@@ -43,6 +42,7 @@ from typing import Any, TypeVar
 from ..clock import utc_now
 from ..config import ROOT_FOLDER, Account, Config
 from ..errors import BackendError, CallerError
+from ..flock import try_flock
 from ..private import private_dir
 from ..store import maildir, mover, sidecar
 from ..store.maildir import Copy
@@ -718,14 +718,23 @@ def _roll_back(ctx: WriteContext, undone: BatchReport) -> BatchReport:
 
 
 @contextmanager
-def _one_undo_at_a_time(sidecar_file: Path) -> Iterator[None]:
+def _one_undo_at_a_time(ctx: WriteContext) -> Iterator[None]:
     """Undos run one after another, across processes (two servers, the CLI): two that read
-    the same latest entry would both revert it, and both say so.  The other undo is bounded
-    by its own waits; the lock goes with its file, or its process."""
-    private_dir(sidecar_file.parent)
-    with open(sidecar_file.with_name(sidecar_file.name + ".undo-lock"), "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    the same latest entry would both revert it, and both say so.  The lock goes with its
+    file, or its process; it is waited for as a write waits for notmuch's (the caller's
+    bound, else the Writer's lock timeout): the other undo may re-index or wait for a sync."""
+    private_dir(ctx.sidecar_file.parent)
+    bound, left = ctx.writer.lock_timeout, ctx.writer.time_left()
+    wait = max(0.0, bound if left is None else min(left, bound))
+    until = time.monotonic() + wait
+    with open(ctx.sidecar_file.with_name(ctx.sidecar_file.name + ".undo-lock"), "a") as fh:
+        while not try_flock(fh):
+            if time.monotonic() >= until:
+                raise ChangeError(f"another undo is under way (waited {wait:.1f}s); nothing "
+                                  "was undone -- retry shortly")
+            time.sleep(0.05)
         yield
+
 
 
 def undo_last(ctx: WriteContext,
@@ -734,7 +743,7 @@ def undo_last(ctx: WriteContext,
     """Revert the latest audit entry not yet undone: its tags, files moved back into the
     folders they came from (into ``cur/``, keeping the flags they have now), and -- through
     ``restore_rows`` -- the non-mail rows it recorded (contacts).  None when nothing is left."""
-    with _one_undo_at_a_time(ctx.sidecar_file):
+    with _one_undo_at_a_time(ctx):
         return _undo_latest(ctx, restore_rows)
 
 

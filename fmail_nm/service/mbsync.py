@@ -41,12 +41,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Literal
+from typing import Literal
 
 from .. import mbsyncrc
 from ..clock import utc_now
 from ..config import Account, Config, ConfigError, users_mbsync_config
 from ..errors import BackendError, CallerError
+from ..flock import try_flock
 from ..store.maildir import HOLD, HOLD_DAYS, held_in, relative_path
 from .pushed import record_pushed
 
@@ -140,13 +141,6 @@ def lock_path(config: Config, channel: str) -> Path:
     return config.data_dir / "locks" / f"mbsync-{safe}-{digest}.lock"
 
 
-def _try_flock(fh: IO[str]) -> bool:
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
 
 @contextmanager
 def channel_lock(config: Config, channel: str, timeout: float = LOCK_TIMEOUT) -> Iterator[float]:
@@ -163,9 +157,9 @@ def channel_lock(config: Config, channel: str, timeout: float = LOCK_TIMEOUT) ->
     deadline = began + max(timeout, 0.0)
     delay = 0.02
     with open(path, "a", encoding="utf-8") as fh:
-        if not _try_flock(fh):
+        if not try_flock(fh):
             log.info("waiting for the lock on mbsync channel %r (%s)", channel, path)
-            while not _try_flock(fh):
+            while not try_flock(fh):
                 if time.monotonic() >= deadline:
                     raise ChannelBusy(
                         f"another mbsync is already running on channel {channel!r}; gave up "

@@ -7,6 +7,7 @@ quoted term (see :mod:`fmail_nm.dsl` for the search language's own quoting).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -70,8 +71,21 @@ def clean_id(ref: str) -> str:
 def id_forms(ref: str) -> list[str]:
     """The Message-IDs a caller's ``ref`` may name, the likeliest first: cleaned (clean_id),
     then exactly as given -- notmuch keeps a broken header's id as it stands, so
-    ``Message-Id: <>`` is the id ``<>`` and ``<x@   >`` keeps its spaces."""
-    return [form for form in dict.fromkeys((clean_id(ref), ref)) if form]
+    ``Message-Id: <>`` is the id ``<>`` and ``<x@   >`` keeps its spaces -- then, for a JSON
+    string, what it reads as: a listing shows an id that is not one plain word as one, and
+    a caller may pass it on with its quotes."""
+    return [form for form in dict.fromkeys((clean_id(ref), ref, _json_string(ref))) if form]
+
+
+def _json_string(ref: str) -> str:
+    """What ``ref`` reads as when it is a JSON string (``"a b@x"``), else ''."""
+    if not (len(ref) >= 2 and ref[0] == ref[-1] == '"'):
+        return ""
+    try:
+        value = json.loads(ref)
+    except ValueError:
+        return ""
+    return value if isinstance(value, str) else ""
 
 
 @dataclass(frozen=True)

@@ -1015,6 +1015,13 @@ def _check_sendable(msg: EmailMessage, draft_id: str) -> None:
             raise ComposeError(f"draft {draft_id!r} is to be encrypted or signed on sending "
                                f"({name}: {letters.strip()}), which fmail-nm cannot do: send "
                                "it from mutt")
+    # Re-encoded (see _shorten_long_lines), a signed part would no longer match its signature.
+    if any(_has_long_line(signed.as_bytes(policy=POLICY))
+           for part in msg.walk() if part.get_content_type() == "multipart/signed"
+           for signed in part.iter_parts()):
+        raise ComposeError(f"draft {draft_id!r} is signed and has a line over 998 bytes, which "
+                           "servers refuse and re-encoding would break the signature: nothing "
+                           "was sent; sign it again from the mail client that signed it")
 
 
 def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:

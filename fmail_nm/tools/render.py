@@ -76,13 +76,17 @@ _LETTER = dict(FLAG_LETTERS)
 _CONTROLS = (r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
              r"\U000e0000-\U000e007f")
 _CONTROL = re.compile(f"[{_CONTROLS}]+")
-# Characters that show as nothing: left in, a sender named "\u200bto Bob" escaped the quoting
-# of _FORM_LIKE and read as the user's own mail to Bob.  The joiners (U+200C, U+200D) are
-# kept, as they shape Persian and Indic names and emoji, and only looked through.
-_JOINERS = r"\u200c\u200d"
-_INVISIBLES = r"\u00ad\u034f\u180e\u200b\u2060-\u2064\ufeff"
+# Characters that show as nothing (Unicode's default ignorable ones, and the Hangul fillers
+# blank names are made of): left in, a sender named "\u200bto Bob" escaped the quoting of
+# _FORM_LIKE and read as the user's own mail to Bob.  The joiners (U+200C, U+200D) and the
+# variation selectors are kept, as they shape Persian and Indic names, Mongolian and emoji,
+# and only looked through.
+_SHAPERS = r"\u200c\u200d\u180b-\u180d\ufe00-\ufe0f\U000e0100-\U000e01ef"
+_INVISIBLES = (r"\u00ad\u034f\u115f\u1160\u17b4\u17b5\u180e\u180f\u200b\u2060-\u2065"
+               r"\u206a-\u206f\u3164\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
+               r"\U0001d173-\U0001d17a\U000e0080-\U000e00ff\U000e01f0-\U000e0fff")
 _INVISIBLE = re.compile(f"[{_INVISIBLES}]+")
-_JOINER = re.compile(f"[{_JOINERS}]+")
+_SHAPER = re.compile(f"[{_SHAPERS}]+")
 # A name that would read as part of a line's form: the "to" of the user's own mail, or the
 # "|" before the subject.
 _FORM_LIKE = re.compile(r"(?i)^to\s|\||^\"")
@@ -189,7 +193,7 @@ def shown_name(name: str) -> str:
     """A name from mail on a listing line: quoted when it could pass for the line's form
     (a sender called "to Bob" beside the user's own mail to Bob)."""
     text = one_line(name)
-    if not _FORM_LIKE.search(_JOINER.sub("", text)):
+    if not _FORM_LIKE.search(_SHAPER.sub("", text)):
         return text
     return '"' + text.replace('"', "'").replace("|", "¦") + '"'
 
