@@ -184,6 +184,14 @@ def test_unparseable_date_is_none_and_naive_date_is_utc() -> None:
     assert naive == datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
 
 
+def test_a_three_digit_year_is_read_as_after_1900() -> None:
+    """Mailers that wrote the year since 1900 ("0102" in 2002) -- spam of 2002 in real
+    corpora: RFC 5322 section 4.3 adds 1900; as written, get_email said the year 102."""
+    for year in ("0102", "102"):
+        parsed = parse_message(message(f"Date: Tue, 22 Aug {year} 12:07:35 +0800")).date
+        assert parsed == datetime(2002, 8, 22, 4, 7, 35, tzinfo=UTC), year
+
+
 def test_list_id_without_angle_brackets() -> None:
     assert parse_message(message("List-Id: dev.lists.example.org")).list_id == "dev.lists.example.org"
     assert parse_message(message("List-Id: just words here")).list_id is None
@@ -304,6 +312,7 @@ def test_cjk_and_other_charsets(label: str, codec: str, text: str) -> None:
     [
         ("GB2312_CHARSET", "gb2312", "你好，世界"),
         ("big5_charset", "big5", "繁體中文測試"),
+        ("CHINESEBIG5", "big5", "黃山旅遊天天發"),  # Outlook Express writes it bare
         ("SHIFTJIS_CHARSET", "shift_jis", "日本語のテキスト"),
         ("HANGEUL_CHARSET", "euc_kr", "안녕하세요 세계"),
         ("RUSSIAN_CHARSET", "cp1251", "Привет, мир"),
@@ -776,6 +785,21 @@ def test_base64_blobs_padded_per_line_decode_fully() -> None:
     lines = b"".join(base64.b64encode(chunk) + b"\n" for chunk in (b"ab", b"cde", b"f"))
     raw = message("Content-Type: text/plain", "Content-Transfer-Encoding: base64", body=lines)
     assert parse_message(raw).text == "abcdef"
+
+
+def test_text_after_the_padded_end_of_base64_is_not_decoded() -> None:
+    """A list server appended its footer (and a stray boundary) after a base64 body: read as
+    base64 it was a line of replacement characters at the body's end; notmuch and Python's
+    email package stop at the padding."""
+    data = base64.b64encode("黄山旅游".encode("gb2312")).decode()
+    assert data.endswith("=")
+    raw = message("Content-Type: text/plain; charset=gb2312", "Content-Transfer-Encoding: base64",
+                  body=f"{data}\n--DeathToSpam--\n\n\n-----\nThis sf.net email is sponsored"
+                       " by:ThinkGeek\n____\nSpamassassin-Sightings mailing list\n")
+    m = parse_message(raw)
+    assert m.text == "黄山旅游"
+    assert m.defects == ["message (text/plain): bad base64 (text after the end of the data "
+                         "left out); decoded what could be"]
 
 
 
@@ -2198,6 +2222,14 @@ def test_an_attachment_type_that_is_not_a_mime_type_is_octet_stream() -> None:
         [attachment] = parse_message(raw).attachments
         assert attachment.content_type == "application/octet-stream", ctype
         assert attachment_text(raw, 0, 100).info.content_type == "application/octet-stream"
+
+
+def test_a_type_missing_the_semicolon_before_its_parameter_keeps_its_type() -> None:
+    """"TEXT/PLAIN charset=US-ASCII" (a list's mail, 2002) was no MIME type, so the body was
+    an octet-stream attachment and get_email showed no text; notmuch reads it as text/plain."""
+    m = parse_message(message("Content-Type: TEXT/PLAIN charset=US-ASCII",
+                              body="Attn: Marketing Department\n"))
+    assert (m.text, m.attachments, m.body_notes) == ("Attn: Marketing Department", [], [])
 
 
 def test_deeply_nested_lists_are_read_as_twenty_levels() -> None:

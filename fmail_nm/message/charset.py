@@ -20,6 +20,7 @@ _LABEL_ALIASES = {
     "mac-ce": "mac_latin2",
     "ks_c_5601": "cp949",
     "utf8mb4": "utf-8",
+    "chinesebig5": "big5",  # Outlook Express: a Windows font charset, without "_charset"
 }
 # Windows font charsets (GB2312_CHARSET, ...), which some Windows mailers write as the MIME
 # label: the code page each one stands for, by the name without "_charset".

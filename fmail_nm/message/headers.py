@@ -430,6 +430,8 @@ def date(value: str | None) -> datetime | None:
         parsed = parsedate_to_datetime(value.strip())
         if parsed.tzinfo is None:  # "-0000": UTC with unknown local zone (RFC 5322 §3.3)
             parsed = parsed.replace(tzinfo=UTC)
+        if 100 <= parsed.year < 1000:  # the years since 1900 ("0102"), RFC 5322 §4.3
+            parsed = parsed.replace(year=parsed.year + 1900)
         return parsed.astimezone(UTC)
     except (TypeError, ValueError, OverflowError, IndexError):
         return None

@@ -272,6 +272,9 @@ def _parse_entity(
 
 # A MIME type as RFC 2045 has it: two tokens of printable ASCII without specials.
 _MIME_TYPE = re.compile(r"[!#$%&'*+.^_`|~0-9a-z-]+/[!#$%&'*+.^_`|~0-9a-z-]+")
+# A type whose parameter lost its semicolon ("text/plain charset=us-ascii"): the type is
+# the part before the space, as notmuch (GMime) reads it.
+_TYPE_BEFORE_PARAMETER = re.compile(_MIME_TYPE.pattern + r"(?=\s+[!#$%&'*+.^_`|~0-9a-z-]+\s*=)")
 
 
 def _content_type(headers: Message) -> str:
@@ -282,7 +285,10 @@ def _content_type(headers: Message) -> str:
         found = headers.get_content_type()
     except Exception:  # noqa: BLE001 - untrusted parameters; the default is a safe answer
         return "text/plain"
-    return found if _MIME_TYPE.fullmatch(found) else "application/octet-stream"
+    if _MIME_TYPE.fullmatch(found):
+        return found
+    unsplit = _TYPE_BEFORE_PARAMETER.match(found)
+    return unsplit.group() if unsplit else "application/octet-stream"
 
 
 _DEFECT_TEXT = {

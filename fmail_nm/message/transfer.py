@@ -17,6 +17,12 @@ _B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789
 _B64_NOT_CODE = bytes(b for b in range(256) if b not in _B64_ALPHABET + b"=")
 _B64_CODE_OR_SPACE = _B64_ALPHABET + b"= \t\r\n\x0b\x0c"
 _PAD_RUNS = re.compile(rb"=+")
+# The padded end of the data, then (past blank lines) a line that is not base64: one with a
+# character outside the alphabet or a space inside -- a footer a list server appended, a
+# stray boundary.  notmuch and the email package stop at the padding; a line of base64
+# after it is the next of concatenated blobs.
+_TEXT_AFTER_PADDING = re.compile(
+    rb"=[ \t\r]*\n(?=(?:[ \t\r]*\n)*[^\n]*?(?:[^\sA-Za-z0-9+/=]|\S[ \t]+\S))")
 _CTE_TOKEN = re.compile(r"\s*\"?([A-Za-z0-9_-]+)")
 
 
@@ -26,12 +32,18 @@ def b64_pieces(data: bytes) -> tuple[list[bytes], list[str]]:
     Both the decoder and the size computation use this, so an attachment's size costs two
     ``bytes.translate`` passes and no decoding.
     """
+    problems: list[str] = []
+    junk = data.translate(None, _B64_CODE_OR_SPACE)  # whatever is left is not base64 at all
+    # Searched for only past junk: a footer has some, and well-formed data costs no search.
+    if junk and (end := _TEXT_AFTER_PADDING.search(data)):
+        data = data[:end.start() + 1]
+        problems.append("text after the end of the data left out")
+        junk = data.translate(None, _B64_CODE_OR_SPACE)
     code = data.translate(None, _B64_NOT_CODE)
     body = code.rstrip(b"=")
     # Padding in the middle means concatenated blobs; decode each one on its own.
     pieces = _PAD_RUNS.split(body) if b"=" in body else [body]
-    problems: list[str] = []
-    if data.translate(None, _B64_CODE_OR_SPACE):  # whatever is left is not base64 at all
+    if junk:
         problems.append("invalid characters skipped")
     if len(pieces) > 1:
         problems.append("padding inside the data")
