@@ -95,6 +95,8 @@ _FORM_LIKE = re.compile(r"(?i)^to\s|\||^\"")
 def one_line(text: str) -> str:
     """An untrusted value that stays on its line (no line breaks or control characters) and
     reads as it shows (no invisible characters)."""
+    if text.isascii() and text.isprintable():  # most names and subjects: nothing to take out
+        return text.strip()
     return _INVISIBLE.sub("", _CONTROL.sub(" ", text)).strip()
 
 
@@ -193,7 +195,7 @@ def shown_name(name: str) -> str:
     """A name from mail on a listing line: quoted when it could pass for the line's form
     (a sender called "to Bob" beside the user's own mail to Bob)."""
     text = one_line(name)
-    if not _FORM_LIKE.search(_SHAPER.sub("", text)):
+    if not _FORM_LIKE.search(text if text.isascii() else _SHAPER.sub("", text)):
         return text
     return '"' + text.replace('"', "'").replace("|", "¦") + '"'
 
@@ -259,6 +261,8 @@ def _cell(value: Any) -> str:
     if value is None:
         return "NULL"
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    if text.isascii() and text.isprintable():  # a backslash is all there is to escape
+        return text.replace("\\", "\\\\")
     return _CELL_ESCAPED.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
