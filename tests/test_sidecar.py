@@ -1063,14 +1063,20 @@ def test_a_signature_or_a_pictured_logo_is_no_attachment_to_flag(
     """get_email lists a PGP signature and an image the HTML shows in place, for whoever
     wants them; but a signed message or a newsletter's logo is no mail "with attachments":
     the listing's A, the SQL column and has:attachment say none."""
-    _deliver_attached(indexed, NOT_FILES)
-    for mid, (_, types) in NOT_FILES.items():
+    _listed_but_never_flagged(indexed, mailbox, NOT_FILES)
+
+
+def _listed_but_never_flagged(indexed: MailEnv, mailbox: reads.Mailbox,
+                              cases: dict[str, tuple[bytes, list[str]]]) -> None:
+    """Each message's parts are listed by get_email with these types, and no place says it
+    has an attachment."""
+    _deliver_attached(indexed, cases)
+    for mid, (_, types) in cases.items():
         assert [a.content_type for a in reads.get_email(mailbox, mid).attachments] == types
-    answers = _attachment_answers(indexed, mailbox, NOT_FILES)
+    answers = _attachment_answers(indexed, mailbox, cases)
     assert answers == {mid: {"get_email": True, "listing": False, "threads": False,
                              "thread": False, "sql": False, "search": False}
-                       for mid in NOT_FILES}
-
+                       for mid in cases}
 
 
 # An encrypted message, whose parts get_email lists: PGP/MIME's control part and ciphertext,
@@ -1098,13 +1104,7 @@ def test_an_encrypted_message_is_no_attachment_to_flag(indexed: MailEnv,
     """The parts of an encrypted message are the message itself, not files attached to it:
     no place says it has an attachment (has:attachment never did), and reading a part says
     it is encrypted instead of calling the ciphertext a binary file."""
-    _deliver_attached(indexed, ENCRYPTED)
-    for mid, (_, types) in ENCRYPTED.items():
-        assert [a.content_type for a in reads.get_email(mailbox, mid).attachments] == types
-    answers = _attachment_answers(indexed, mailbox, ENCRYPTED)
-    assert answers == {mid: {"get_email": True, "listing": False, "threads": False,
-                             "thread": False, "sql": False, "search": False}
-                       for mid in ENCRYPTED}
+    _listed_but_never_flagged(indexed, mailbox, ENCRYPTED)
     notes = [reads.get_attachment(mailbox, mid, index).note
              for mid, (_, types) in ENCRYPTED.items() for index in range(len(types))]
     assert notes == ["encrypted (PGP/MIME): fmail-nm does not decrypt mail"] * 2 + [
