@@ -1166,6 +1166,17 @@ def test_a_pdf_is_read_as_a_pdf_whatever_type_it_is_labelled(ctype: str) -> None
     assert (content.text, content.note) == ("Quarterly figures", None)
     assert content.info.content_type == ctype
 
+
+def test_a_text_that_merely_begins_like_a_pdf_is_read_as_text() -> None:
+    """Read as a PDF for its header, a text file about PDFs (one labelled as text) that is
+    no PDF still reads as the text it is."""
+    notes = "%PDF-1.7 is the header every PDF begins with.\nCheck it first."
+    raw = message("Content-Type: multipart/mixed; boundary=M", body=multipart(
+        "M", part("Content-Type: text/plain", body="see the notes"),
+        part("Content-Type: text/plain", 'Content-Disposition: attachment; filename="n.txt"',
+             body=notes)))
+    assert attachment_text(raw, 0, 1000).text == notes
+
 def test_large_attachment_is_listed_with_exact_size() -> None:
     blob = bytes(range(256)) * 4096 + b"tail"  # 1 MiB + 4
     body = multipart(

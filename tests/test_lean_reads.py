@@ -481,6 +481,25 @@ def test_a_lagging_message_id_stays_one_word_on_its_listing_line(
     assert email.subject == "Lagging mirror"
     assert reads.get_thread(mailbox, json.dumps(forged)).thread == email.thread
 
+
+def test_an_id_shown_as_a_json_string_names_that_message_not_one_forged_after_it(
+        indexed: MailEnv, mailbox: reads.Mailbox) -> None:
+    """A line shows a Message-ID that is not one plain word as a JSON string, which a sender
+    can take, escapes and all, for the Message-ID of a message of its own: passed back, the
+    id names the message the line showed, not the forgery."""
+    real = "lag-1@b\u00fccher.example"  # an internationalized domain: shown escaped
+    inbox = indexed.mail_root / "personal" / "INBOX" / "new"
+    (inbox / "1764666000.real.host").write_bytes(
+        NEW_MAIL.replace(b"lag-1@example.com", real.encode()))
+    (inbox / "1764666001.forged.host").write_bytes(
+        NEW_MAIL.replace(b"lag-1@example.com", json.dumps(real).encode())
+        .replace(b"Subject: Lagging mirror", b"Subject: Forged"))
+    indexed.notmuch("new", "--no-hooks")
+    shown = json.dumps(real)
+    assert [(r.id, r.subject) for r in reads.search_emails(mailbox, "subject:Lagging").results
+            ] == [(real, "Lagging mirror")] and render.shown_id(real) == shown
+    assert reads.get_email(mailbox, shown).subject == "Lagging mirror"
+
 def test_the_users_own_mail_lists_the_same_recipients_while_the_mirror_lags(
         indexed: MailEnv, mailbox: reads.Mailbox) -> None:
     """The user's own mail lists whom it went to -- To and Cc, never its Bcc, read by one

@@ -1110,6 +1110,23 @@ def test_an_encrypted_message_is_no_attachment_to_flag(indexed: MailEnv,
     assert notes == ["encrypted (PGP/MIME): fmail-nm does not decrypt mail"] * 2 + [
         "encrypted (S/MIME): fmail-nm does not decrypt mail"]
 
+
+def test_encrypted_mail_mirrored_as_having_an_attachment_is_corrected(
+        indexed: MailEnv, mailbox: reads.Mailbox) -> None:
+    """Until schema 20 the mirror took an encrypted message's ciphertext for a file: its
+    'A' stayed on every message mirrored then, as a sync parses again only mail that changed."""
+    _deliver_attached(indexed, ENCRYPTED)
+    path = sidecar_file(indexed)
+    with sidecar.opened(path) as conn:  # the rows as schema 19 wrote them
+        conn.executemany("UPDATE messages SET has_attachment = 1 WHERE message_id = ?",
+                         [(mid,) for mid in ENCRYPTED])
+        conn.execute("PRAGMA user_version = 19")
+    indexed.notmuch("new")  # migrates, then mirrors
+    answers = _attachment_answers(indexed, mailbox, ENCRYPTED)
+    assert answers == {mid: {"get_email": True, "listing": False, "threads": False,
+                             "thread": False, "sql": False, "search": False}
+                       for mid in ENCRYPTED}
+
 def test_a_tag_change_keeps_has_attachment(indexed: MailEnv, mailbox: reads.Mailbox) -> None:
     """A tag change rewrites the row from notmuch without parsing the file again: the
     attachment the parse found stays, while the mirror lags and after the sync."""

@@ -96,10 +96,14 @@ def _extract(
     kind = effective_type(info.content_type, info.filename)
     if kind in _MESSAGE_TYPES:
         return _sliced(info, _render_embedded(data, steps), max_chars, "; ".join(problems) or None)
+    textual = (kind.startswith("text/") or kind in _TEXTUAL_APPLICATION
+               or kind.startswith("message/") or kind in CALENDAR_TYPES)
     if kind == "application/pdf" or data.startswith(_PDF_MAGIC):
-        return _pdf_content(info, data, max_chars)
-    if (kind.startswith("text/") or kind in _TEXTUAL_APPLICATION or kind.startswith("message/")
-            or kind in CALENDAR_TYPES):
+        pdf = _pdf_content(info, data, max_chars)
+        # Labelled as text, what is no PDF is a text that begins like one (one about PDFs).
+        if pdf.text is not None or not textual:
+            return pdf
+    if textual:
         text = part_text(entity, kind, data, problems)
         return _sliced(info, _readable(kind, text, entity, problems), max_chars,
                        "; ".join(problems) or None)

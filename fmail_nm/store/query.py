@@ -69,12 +69,13 @@ def clean_id(ref: str) -> str:
 
 
 def id_forms(ref: str) -> list[str]:
-    """The Message-IDs a caller's ``ref`` may name, the likeliest first: cleaned (clean_id),
-    then exactly as given -- notmuch keeps a broken header's id as it stands, so
-    ``Message-Id: <>`` is the id ``<>`` and ``<x@   >`` keeps its spaces -- then, for a JSON
-    string, what it reads as: a listing shows an id that is not one plain word as one, and
-    a caller may pass it on with its quotes."""
-    return [form for form in dict.fromkeys((clean_id(ref), ref, _json_string(ref))) if form]
+    """The Message-IDs a caller's ``ref`` may name, the likeliest first: for a JSON string,
+    what it reads as -- a listing shows an id that is not one plain word as one, never a
+    plain id with quotes, so a sender's Message-ID forged as that very string must not take
+    its place; then cleaned (clean_id); then exactly as given -- notmuch keeps a broken
+    header's id as it stands, so ``Message-Id: <>`` is the id ``<>`` and ``<x@   >`` keeps
+    its spaces."""
+    return [form for form in dict.fromkeys((_json_string(ref), clean_id(ref), ref)) if form]
 
 
 def _json_string(ref: str) -> str:

@@ -602,6 +602,21 @@ DELETE FROM thread_rows;
 {_INSERT_THREADS}{THREAD_ROWS.format(where="1")};
 """
 
+# Version 20: the parts of an encrypted message are not files (mime.is_file); mirrored before,
+# a PGP/MIME or S/MIME message kept its has_attachment, as a sync parses again only mail that
+# changed.  notmuch tags such mail "encrypted": those rows are parsed again, from the answer of
+# notmuch's "attachment" tag (a parse only ever adds to it, see passes.mirror).
+ENCRYPTED_REPARSE_KEY = "reparse_encrypted_after"
+ENCRYPTED_REPARSED_ROWS = ("message_id IN "
+                           "(SELECT message_id FROM message_tags WHERE tag = 'encrypted')")
+_V20 = f"""
+UPDATE messages SET has_attachment = 0 WHERE {ENCRYPTED_REPARSED_ROWS}
+    AND message_id NOT IN (SELECT message_id FROM message_tags WHERE tag = 'attachment');
+INSERT INTO sync_state (key, value) SELECT '{ENCRYPTED_REPARSE_KEY}', ''
+    WHERE EXISTS (SELECT 1 FROM messages WHERE {ENCRYPTED_REPARSED_ROWS})
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+"""
+
 
 @dataclass(frozen=True)
 class Reparse:
@@ -613,11 +628,12 @@ class Reparse:
     rows: str
 
 
-REPARSES = (Reparse(REPARSE_KEY, REPARSED_ROWS), Reparse(BCC_REPARSE_KEY, BCC_REPARSED_ROWS))
+REPARSES = (Reparse(REPARSE_KEY, REPARSED_ROWS), Reparse(BCC_REPARSE_KEY, BCC_REPARSED_ROWS),
+            Reparse(ENCRYPTED_REPARSE_KEY, ENCRYPTED_REPARSED_ROWS))
 
 # Index i holds the script that takes the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
-                               _V13, _V14, _V15, _V16, _V17, _V18, _V19)
+                               _V13, _V14, _V15, _V16, _V17, _V18, _V19, _V20)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
