@@ -626,6 +626,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--smtp-host")
     p.add_argument("--smtp-port", type=int)
     p.add_argument("--smtp-tls", choices=["tls", "starttls", "none"])
+    p.add_argument("--certificate", metavar="FILE", help="a server's own certificate (PEM) "
+                   "for this account to trust; certificates are always checked")
     p.add_argument("--auth", choices=["password", "oauth2"],
                    help="how it signs in (default password; oauth2 for outlook): oauth2 means "
                    "the password command prints an OAuth2 access token, sent with XOAUTH2 "

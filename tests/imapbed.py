@@ -76,6 +76,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -201,6 +202,7 @@ class ImapServer:
             False from pytest fixtures: a failed test does not raise through a fixture, and
             pytest prunes its own tmp dirs anyway -- so the log survives for inspection.
         tokens: login name -> the OAuth2 access token accepted for it (XOAUTH2, OAUTHBEARER).
+        tls: (certificate, key) PEM files: the port speaks IMAPS (implicit TLS) instead.
     """
 
     host: str = HOST
@@ -213,6 +215,7 @@ class ImapServer:
         start_timeout: float = 15.0,
         cleanup: bool = True,
         tokens: Mapping[str, str] | None = None,
+        tls: tuple[Path, Path] | None = None,
     ) -> None:
         self.workdir = Path(workdir).absolute()
         if re.search(r'[\s"%#\\]', str(self.workdir)):
@@ -237,6 +240,7 @@ class ImapServer:
         self._base_dir: Path | None = None
         self._base_dir_is_private = False
         self.tokens: dict[str, str] = dict(tokens or {})
+        self.tls = tls
         self._introspection: _Introspection | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -344,7 +348,9 @@ class ImapServer:
 
     def imap(self, user: str, timeout: float = 10.0) -> imaplib.IMAP4:
         """Return an :class:`imaplib.IMAP4` client logged in as ``user`` (use it in ``with``)."""
-        client = imaplib.IMAP4(self.host, self.port, timeout=timeout)
+        client = (imaplib.IMAP4(self.host, self.port, timeout=timeout) if self.tls is None else
+                  imaplib.IMAP4_SSL(self.host, self.port, timeout=timeout,
+                                    ssl_context=self._trusting()))
         try:
             client.login(user, self.users[user])
         except BaseException:
@@ -379,7 +385,9 @@ class ImapServer:
                 code = None if self._proc is None else self._proc.returncode
                 return f"dovecot exited with status {code}"
             try:
-                with socket.create_connection((self.host, self.port), timeout=2) as sock:
+                with socket.create_connection((self.host, self.port), timeout=2) as plain:
+                    sock = (plain if self.tls is None else
+                            self._trusting().wrap_socket(plain, server_hostname=self.host))
                     greeting = sock.makefile("rb").readline()
                     if greeting.startswith(b"* OK"):
                         sock.sendall(b"x LOGOUT\r\n")
@@ -475,7 +483,7 @@ state_dir = {self.workdir / "state"}
 instance_name = imapbed-{self.port}
 log_path = {self.log_path}
 info_log_path = {self.log_path}
-ssl = no
+{self._ssl_settings()}
 disable_plaintext_auth = no
 auth_mechanisms = plain login{" xoauth2 oauthbearer" if self.tokens else ""}
 {self._oauth2_settings()}shutdown_clients = yes
@@ -509,12 +517,25 @@ service imap-login {{
   inet_listener imap {{
     address = {self.host}
     port = {self.port}
-  }}
+{"    ssl = yes" + chr(10) if self.tls else ""}  }}
   inet_listener imaps {{
     port = 0
   }}
 {login_chroot}}}
 {no_chroot}"""
+
+    def _trusting(self) -> ssl.SSLContext:
+        """A client context that trusts this server's own certificate (and nothing else)."""
+        assert self.tls is not None
+        context = ssl.create_default_context(cafile=str(self.tls[0]))
+        context.check_hostname = False
+        return context
+
+    def _ssl_settings(self) -> str:
+        if self.tls is None:
+            return "ssl = no"
+        cert, key = self.tls
+        return f"ssl = yes\nssl_cert = <{cert}\nssl_key = <{key}"
 
     def _oauth2_settings(self) -> str:
         if not self.tokens:

@@ -8,6 +8,7 @@ import logging
 import os
 import select
 import shlex
+import shutil
 import stat
 import subprocess
 import sys
@@ -154,6 +155,8 @@ def test_an_added_account_is_checked_pulled_indexed_and_searchable(
     own = own_config_dir()
     for name in ("mbsyncrc", "msmtprc", "accounts.toml"):
         assert stat.S_IMODE((own / name).stat().st_mode) == 0o600
+    # Its mail folder too, as mbsync makes the folders in it (it was 0755 under umask 022).
+    assert stat.S_IMODE((config.mail_root / "side").stat().st_mode) == 0o700
     assert f"-c {own / 'mbsyncrc'}" in bed.argv_log.read_text()
     side = updated.account("side")
     assert side.send is not None and list(side.send.command[:3]) == ["msmtp", "-C",
@@ -211,6 +214,73 @@ def test_a_server_that_cannot_be_reached_is_not_said_to_refuse(
     assert str(refused.value).startswith("could not reach the IMAP server of account 'side'")
     assert said in str(refused.value) and "refused account" not in str(refused.value)
     assert accounts.added_entries() == []
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A fresh self-signed certificate for 127.0.0.1 and its key, as PEM files."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a certificate")
+    folder.mkdir()
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+def test_a_failed_check_names_what_to_fix_not_a_refusal(bed: Bed, tmp_path: Path) -> None:
+    """A password command that failed, a TLS mode the port does not speak and a certificate
+    not trusted were all "the IMAP server refused account": the user was sent to fix the
+    password.  Each is named, and nothing is left behind."""
+    failing = bed.env.base / "secrets" / "failing"
+    failing.write_text("#!/bin/sh\necho 'gpg: decryption failed' >&2\nexit 2\n")
+    failing.chmod(0o700)
+    server = imapbed.ImapServer(tmp_path / "imaps", users={USER: PASSWORD}, cleanup=False,
+                                tls=self_signed(tmp_path / "tls"))
+    with server:
+        cases = [({"password_command": str(failing)},
+                  "the password command of account 'side' failed", "gpg: decryption failed"),
+                 ({"imap_tls": "imaps"}, "no TLS (imaps) with the IMAP server", "port 993"),
+                 ({"imap_tls": "starttls"}, "no TLS (starttls) with the IMAP server",
+                  "SSL support not available"),
+                 ({"imap_tls": "imaps", "imap_port": server.port},
+                  "has a certificate this machine does not trust", "--certificate FILE")]
+        for values, says, detail in cases:
+            with pytest.raises(AccountCheckFailed) as failed:
+                add_account(load_config(), new_account(bed, **values), timeout=60)
+            assert says in str(failed.value) and detail in str(failed.value)
+            assert "refused" not in str(failed.value)
+            assert own_files() == {} and not (load_config().mail_root / "side").exists()
+    assert add_account(load_config(), new_account(bed), timeout=60)[0].pulled
+
+
+def test_a_servers_own_certificate_is_trusted_for_its_account_only(
+        bed: Bed, tmp_path: Path) -> None:
+    """A server with a self-signed certificate could not be added at all but by trusting
+    its certificate system-wide: `--certificate` trusts it for that account's mbsync and
+    msmtp, verification on.  Another account on that server still refuses it."""
+    cert, key = self_signed(tmp_path / "tls")
+    server = imapbed.ImapServer(tmp_path / "imaps", users={USER: PASSWORD}, cleanup=False,
+                                tls=(cert, key))
+    with server:
+        imapbed.append(server, USER, "INBOX", message(5, "Dana Lee <dana@example.net>",
+                                                      "casey@example.com", "Over TLS"))
+        args = ["account", "add", "--address", "casey@example.com",
+                "--password-command", str(bed.password_script), "--imap-host", "127.0.0.1",
+                "--imap-port", str(server.port), "--imap-user", USER, "--imap-tls", "imaps",
+                "--smtp-host", "127.0.0.1", "--smtp-tls", "starttls"]
+        done = bed.env.fmail(*args, "--name", "tls", "--certificate", str(cert), check=False)
+        assert done.returncode == 0 and "1 messages indexed" in done.stdout, done.stderr
+        refused = bed.env.fmail(*args, "--name", "other", check=False)
+        assert refused.returncode == 2 and "does not trust" in refused.stderr, refused.stderr
+    assert f'CertificateFile "{cert}"\n' in (own_config_dir() / "mbsyncrc").read_text()
+    assert "SSLType IMAPS\n" in (own_config_dir() / "mbsyncrc").read_text()
+    config = load_config()  # msmtp reads the trust file as the account's
+    pretend = subprocess.run([*send.command_for(config, config.account("tls")), "--pretend"],
+                             capture_output=True, text=True, timeout=30,
+                             env={**os.environ, **bed.env.env})
+    assert f"tls_trust_file = {cert}\n" in pretend.stdout, pretend
 
 
 def own_files() -> dict[str, bytes]:
@@ -361,6 +431,8 @@ def test_cli_add_with_flags_says_what_it_waits_for(bed: Bed) -> None:
 
 @pytest.mark.parametrize("changes, message", [
     ({"password_command": PASSWORD}, "not the password itself"),
+    # Found from the test's directory only; the service starts mbsync from another.
+    ({"password_command": os.path.relpath("/bin/echo")}, "by its full path"),
     ({"imap_host": "imap.example.net"}, "clear text"),
     ({"name": "personal"}, "already an account"),
     ({"name": "../up"}, "name must be"),

@@ -13,7 +13,9 @@ The password is never asked for and never written: mbsync's ``PassCmd`` and msmt
 ``passwordeval`` run the user's command (``pass show …``, ``secret-tool lookup …``) each time.
 With ``auth = "oauth2"`` (Outlook.com and Microsoft 365 take nothing else) that command prints
 an OAuth2 access token instead, which both tools hand to the server with SASL ``XOAUTH2``
-(mbsync through the Cyrus SASL plugin that provides it, msmtp by itself).
+(mbsync through the Cyrus SASL plugin that provides it, msmtp by itself).  Server
+certificates are always verified; a server's own certificate is trusted for its account alone
+(``certificate``: mbsync's ``CertificateFile``, msmtp's ``tls_trust_file``).
 Each account's block in the two rc files sits between marker lines, so removing it takes out
 exactly what adding it put in.  Checking the login and pulling the mail is
 :mod:`fmail_nm.service.onboard`.
@@ -39,7 +41,7 @@ from typing import Any
 from .. import mbsyncrc
 from ..config import (ADDED_ACCOUNTS_FILE, ROLES, Config, ConfigError, load_added_accounts,
                       own_config_dir, relative_to_root, users_mbsync_config)
-from ..private import replace_private
+from ..private import private_dir, replace_private
 from .identity import looks_like_address
 
 MBSYNC_FILE = "mbsyncrc"
@@ -115,6 +117,7 @@ class NewAccount:
     smtp_port: int | None = None
     smtp_tls: str | None = None
     auth: str | None = None  # one of AUTH; left out: the preset's, else "password"
+    certificate: str | None = None  # PEM file: server certificates trusted besides the system's
     full_name: str = ""
 
     @classmethod
@@ -134,7 +137,8 @@ class NewAccount:
 
 # What `fmail-nm account add` takes as --flags: every field but full_name.
 CLI_FIELDS = ("name", "address", "password_command", "provider", "imap_host", "imap_port",
-              "imap_user", "imap_tls", "smtp_host", "smtp_port", "smtp_tls", "auth")
+              "imap_user", "imap_tls", "smtp_host", "smtp_port", "smtp_tls", "auth",
+              "certificate")
 
 
 def add_command(new: NewAccount) -> str:
@@ -186,6 +190,7 @@ class AccountPlan:
     note: str = ""
     full_name: str = ""
     auth: str = "password"  # one of AUTH
+    certificate: Path | None = None  # trusted by this account's mbsync and msmtp only
 
     @property
     def mbsync_file(self) -> Path:
@@ -251,6 +256,17 @@ def _port(value: int | None, default: int, what: str) -> int:
     return port
 
 
+def _certificate(value: str | None) -> Path | None:
+    """The file of certificates to trust, absolute (mbsync and msmtp run from anywhere)."""
+    if value is None:
+        return None
+    path = Path(_clean(value, "certificate")).expanduser().absolute()
+    if not path.is_file():
+        raise AccountError(f"certificate {path} is not a file; give the server's certificate "
+                           "(PEM), e.g. as `openssl s_client -showcerts` prints it")
+    return path
+
+
 def check_password_command(command: str) -> str:
     """The command, if it can be one: a program that exists.  The value is never repeated in
     the error -- if it was the password itself, it must not end up in a transcript or log."""
@@ -268,6 +284,10 @@ def check_password_command(command: str) -> str:
         raise AccountError("password_command must be a command that prints the password (its "
                            "first word a program on PATH or a path to one), not the password "
                            "itself; ask the user for the command")
+    if "/" in program and not path.is_absolute():
+        # Found from this directory only: mbsync and msmtp run it from wherever they start.
+        raise AccountError("password_command must name its program by its full path (or "
+                           "~/...), not relative to the current directory")
     return command
 
 
@@ -315,7 +335,7 @@ def plan(config: Config, new: NewAccount) -> AccountPlan:
         patterns=preset.patterns if preset else ("*",),
         server_saves_sent=preset.server_saves_sent if preset else False,
         note=preset.note if preset else "", full_name=_clean(new.full_name, "full_name"),
-        auth=auth)
+        auth=auth, certificate=_certificate(new.certificate))
 
 
 def far_side(imap_user: str, imap_host: str) -> str:
@@ -397,6 +417,9 @@ def mbsync_block(p: AccountPlan) -> str:
     # Without TLS (loopback only, see _tls) mbsync offers no cleartext mechanism unless named.
     auth = ("AuthMechs XOAUTH2\n" if p.auth == "oauth2" else
             "AuthMechs PLAIN LOGIN\n" if p.imap_tls == "none" else "")
+    # Trusted besides the system's certificates: verification stays on.
+    trust = (f"CertificateFile {_rc_quote(str(p.certificate))}\n"
+             if p.certificate and p.imap_tls != "none" else "")
     root = p.maildir
     return f"""{_begin(p.name)}
 IMAPAccount {p.name}
@@ -405,7 +428,7 @@ Port {p.imap_port}
 User {_rc_quote(p.imap_user)}
 PassCmd {_rc_quote(p.password_command)}
 SSLType {ssl}
-{auth}
+{trust}{auth}
 IMAPStore {p.name}-remote
 Account {p.name}
 
@@ -430,6 +453,8 @@ CopyArrivalDate yes
 def msmtp_block(p: AccountPlan) -> str:
     tls = {"tls": "tls on\ntls_starttls off", "starttls": "tls on\ntls_starttls on",
            "none": "tls off"}[p.smtp_tls]
+    if p.certificate and p.smtp_tls != "none":  # instead of the system's: a server's own
+        tls += f"\ntls_trust_file {p.certificate}"
     return f"""{_begin(p.name)}
 account {p.name}
 host {p.smtp_host}
@@ -582,7 +607,7 @@ def _put_back(path: Path, saved: tuple[bytes, int] | None) -> None:
 def write(p: AccountPlan) -> None:
     """Put the account into fmail-nm's own files (rc files first: an entry in accounts.toml
     without its channel would be a broken account) and create its folder."""
-    p.maildir.mkdir(parents=True, exist_ok=True)
+    private_dir(p.maildir)  # as mbsync makes its folders: the mail is the user's alone
     _append_block(p.mbsync_file, "mbsync config", mbsync_block(p))
     if p.smtp_host:
         _append_block(p.msmtp_file, "msmtp config", msmtp_block(p))

@@ -33,6 +33,13 @@ CHECK_TIMEOUT = 60.0
 # What mbsync says when it got no answer at all: the host name or the port is wrong (or the
 # network is down) -- no server refused anything.
 _UNREACHABLE = ("Cannot resolve server", "Cannot connect to")
+# ... when the password command failed: nothing was sent to the server.
+_PASSWORD_COMMAND = "PassCmd"
+# ... when the certificate was checked and not trusted (self-signed, expired, another host's).
+_UNTRUSTED = "SSL error connecting"
+# ... when no TLS could be set up: the port speaks another TLS mode (IMAPS on a STARTTLS or
+# plain port, or the other way round), or the server offers no STARTTLS.
+_NO_TLS = ("secure connect to", "SSL support not available")
 
 
 class AccountCheckFailed(CallerError):
@@ -68,11 +75,30 @@ def server_folders(plan: accounts.AccountPlan, timeout: float = CHECK_TIMEOUT) -
     argv = [find_mbsync(), "-c", str(plan.mbsync_file), "--list", plan.name]
     code, error = execute(argv, timeout, keep_output=True)
     if code != 0:
-        what = ("could not reach the IMAP server of account" if any(
-            said in error for said in _UNREACHABLE) else "the IMAP server refused account")
-        raise AccountCheckFailed(f"{what} {plan.name!r} ({plan.imap_user} at "
-                                 f"{plan.imap_host}:{plan.imap_port}): {error}")
+        raise AccountCheckFailed(check_failure(plan, error))
     return [line.strip() for line in error.splitlines() if line.strip()]
+
+
+def check_failure(plan: accounts.AccountPlan, error: str) -> str:
+    """Why ``mbsync --list`` failed, as what to fix: only a login the server turned down is
+    "refused"; a password command that failed, a certificate not trusted or a TLS mode the
+    port does not speak are each named, so the user changes the right value."""
+    server = f"({plan.imap_user} at {plan.imap_host}:{plan.imap_port}): {error}"
+    if any(said in error for said in _UNREACHABLE):
+        return f"could not reach the IMAP server of account {plan.name!r} {server}"
+    if _PASSWORD_COMMAND in error:
+        return (f"the password command of account {plan.name!r} failed, so nothing was sent "
+                f"to the server {server}; run it in a terminal, fix it and add the account again")
+    if _UNTRUSTED in error:
+        # Verification stays on: a server's own certificate is trusted for its account only.
+        return (f"the IMAP server of account {plan.name!r} has a certificate this machine does "
+                f"not trust {server}; check the host name, or (a server's own certificate) "
+                "add the account with `fmail-nm account add --certificate FILE`")
+    if any(said in error for said in _NO_TLS):
+        return (f"no TLS ({plan.imap_tls}) with the IMAP server of account {plan.name!r} "
+                f"{server}; check the port and the TLS mode: IMAPS is usually port 993, "
+                "STARTTLS port 143")
+    return f"the IMAP server refused account {plan.name!r} {server}"
 
 
 def add_account(config: Config, new: accounts.NewAccount, *, config_path: Path | None = None,
