@@ -93,3 +93,23 @@ async def test_out_of_range_offsets_and_silences_are_errors_that_say_so(
             assert "cursor" in text, (tool, text)
         text = await error_text(client, "find_unanswered_threads", {"min_days_silent": 10**30})
         assert "min_days_silent" in text
+
+
+@pytest.mark.anyio
+async def test_a_boolean_for_a_number_is_refused_not_read_as_one(indexed: MailEnv) -> None:
+    """Pydantic reads true as 1 where an integer is wanted, which the listed schema refuses:
+    ``limit: true`` answered with one message, ``index: true`` with attachment 1, and
+    ``confirm_count: true`` -- "yes, confirmed" -- made a one-message write by query.  A
+    digit of another script was read as its number too ("\\u0663", Arabic-Indic 3)."""
+    async with Client(server_params(indexed)) as client:
+        tags = tags_of(indexed, INVITE)
+        text = await error_text(client, "tag_emails", {
+            "query": f"id:{INVITE}", "add": ["t"], "confirm_count": True})
+        assert "confirm_count" in text and "integer" in text
+        assert tags_of(indexed, INVITE) == tags
+        text = await error_text(client, "search_emails", {"limit": True})
+        assert "limit" in text and "integer" in text
+        attached = await first_uid(client, "tag:attachment")
+        for index in (True, "\u0663"):
+            text = await error_text(client, "get_attachment", {"id": attached, "index": index})
+            assert "index" in text and ("integer" in text or "a number from get_email" in text)

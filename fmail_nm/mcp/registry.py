@@ -162,7 +162,8 @@ def argument_problem(arguments: dict[str, Any], parameters: dict[str, Any]) -> s
     """What the server cannot take as given in these arguments, or None.  The SDK drops an
     argument the tool does not have, so a misspelt ``dry_run`` or ``is_read`` would write, or
     write the opposite; and the values end up in libnotmuch's C strings, which a NUL cuts
-    short (``flagged\\0x`` is the tag ``flagged``; ``<id>\\0x`` acts on ``<id>``).  Checked
+    short (``flagged\\0x`` is the tag ``flagged``; ``<id>\\0x`` acts on ``<id>``); and a
+    boolean is not a number (see _takes_bool).  Checked
     here rather than in the schema: every byte of the tool list is read by the model."""
     known = parameters.get("properties", {})
     if unknown := [name for name in arguments if name not in known]:
@@ -171,7 +172,18 @@ def argument_problem(arguments: dict[str, Any], parameters: dict[str, Any]) -> s
     for name, value in arguments.items():
         if _holds_nul(value):
             return f"{name}: holds a NUL character (\\x00); remove it"
+        if isinstance(value, bool) and not _takes_bool(known[name]):
+            return f"{name}: {str(value).lower()} is not a number; give an integer"
     return None
+
+
+def _takes_bool(schema: Any) -> bool:
+    """Whether a parameter's (compact) schema lets a boolean through.  Pydantic takes true
+    as 1 for an integer, which JSON Schema does not: ``limit: true`` read one message,
+    ``index: true`` attachment 1, ``confirm_count: true`` confirmed a one-message write."""
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    kinds = {kind} if isinstance(kind, str) else set(kind or ())
+    return not kinds & {"integer", "number"} or "boolean" in kinds
 
 
 def _holds_nul(value: Any) -> bool:

@@ -1129,7 +1129,8 @@ def message_file(mb: Mailbox, id: str) -> tuple[str, bytes]:
 
 
 # An attachment's index, or its path through forwarded messages ("2.0"): a few levels at most.
-_ATTACHMENT_PATH = re.compile(r"\d{1,6}(?:\.\d{1,6}){0,7}")
+# ASCII digits only: \d also takes other scripts' digits, which int() reads ("\u0663" is 3).
+_ATTACHMENT_PATH = re.compile(r"\d{1,6}(?:\.\d{1,6}){0,7}", re.ASCII)
 
 
 def attachment_path(index: int | str) -> tuple[int, ...]:
