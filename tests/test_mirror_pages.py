@@ -578,3 +578,17 @@ def test_pages_of_a_tag_search_neither_repeat_nor_skip_mail_of_one_date(
                 pages, totals = every_page(mailbox, "is:flagged", sort, limit)
                 same_order(pages, truth)
                 assert totals == {len(truth)}
+
+
+def test_pages_of_a_tag_search_read_by_notmuch_take_undated_mail(
+        mailbox: reads.Mailbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deeper page of a tag search is notmuch's, ordered by the mirror's dates: undated
+    mail has none there (NULL), and ordering it beside dated mail raised a TypeError."""
+    monkeypatch.setattr(reads, "MAX_TAG_SCAN", 0)  # no page of the mirror's own
+    nm_query = reads.scoped_query(mailbox, mailbox.compile("in:inbox"))
+    truth = notmuch_page(nm_query, "newest")
+    assert "no-date-1@parcelgo.example.net" in {m for m, _ in truth}
+    for sort in ("newest", "oldest"):
+        pages, totals = every_page(mailbox, "in:inbox", sort, 7)
+        same_order(pages, notmuch_page(nm_query, sort))
+        assert totals == {len(truth)}

@@ -894,11 +894,12 @@ def listing_rows(conn: sqlite3.Connection,
 
 
 def dates_of(conn: sqlite3.Connection, message_ids: Sequence[str]) -> dict[str, int]:
-    """The mirror's dates (epoch seconds) of these messages, those it has, by Message-ID."""
+    """The mirror's dates (epoch seconds) of these messages, those it has, by Message-ID;
+    undated mail (NULL in the mirror) at 0, where notmuch has it."""
     found: dict[str, int] = {}
     for chunk in chunks(message_ids):
         marks = ",".join("?" * len(chunk))
-        found.update(conn.execute(f"SELECT message_id, date_epoch FROM messages "
+        found.update(conn.execute(f"SELECT message_id, coalesce(date_epoch, 0) FROM messages "
                                   f"WHERE message_id IN ({marks})", chunk))
     return found
 
