@@ -20,6 +20,7 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
+from anyio.abc import SocketAttribute
 from mcp.client.client import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -194,6 +195,37 @@ async def test_server_shuts_down_and_port_is_free_again() -> None:
         async with authed_client() as http:
             r = await http.post(url2, json=INITIALIZE, headers=MCP_HEADERS)
             assert r.status_code == 200
+
+
+def _accepted_socket(client_address: tuple[str, int]) -> socket.socket:
+    """This process's end of a TCP connection whose other end is ``client_address``."""
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            candidate = socket.fromfd(int(name), socket.AF_INET, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        try:
+            if candidate.getpeername() == client_address:
+                return candidate
+        except OSError:
+            pass
+        candidate.close()
+    raise AssertionError(f"no accepted connection from {client_address}")
+
+
+@pytest.mark.anyio
+async def test_accepted_connections_send_without_waiting_for_acks() -> None:
+    """An answer goes out in several small writes (headers, then each event): with Nagle's
+    algorithm on, each after the first waited for the client's delayed ACK, some 40 ms on
+    every call of a kept-alive connection after its first."""
+    async with serving(make_server()) as url:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert (await stream.receive()).startswith(b"HTTP/1.1 ")
+            server_end = _accepted_socket(stream.extra(SocketAttribute.local_address))
+            with server_end:
+                assert server_end.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
 
 
 class _SignalReraised(Exception):
