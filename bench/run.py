@@ -17,7 +17,8 @@ into it (as the tests do), so no real mail setup is read or touched.  Per size, 
   ``fmail-nm sidecar sync``;
 * ``reads`` -- in-process ``reads.search_emails`` / ``reads.get_email``, SQL on the sidecar;
   over MCP stdio with the SDK's client and a bare JSON-RPC client (``search_emails``,
-  ``get_email``, ``list_available_accounts``, the server's peak RSS); the notmuch CLI
+  ``get_email``, ``list_available_accounts``, the server's peak RSS) and over Streamable HTTP
+  with the SDK's client (a loopback port); the notmuch CLI
   (``notmuch search --format=json --limit=50``) for comparison;
 * ``tags`` -- (``--compare-tags REF``) the same tree indexed by ``fmail-nm init`` of REF and of
   the code measured, and the two ``notmuch dump --include=tags`` compared message by message.
@@ -43,7 +44,9 @@ import os
 import platform
 import re
 import resource
+import secrets
 import shutil
+import socket
 import sqlite3
 import statistics
 import subprocess
@@ -931,7 +934,7 @@ def sql_latencies(path: Path, n: int, accounts: Sequence[str]
 
 
 # ---------------------------------------------------------------------------------------------
-# Over MCP stdio
+# Over MCP (stdio, Streamable HTTP)
 
 
 @dataclass
@@ -948,6 +951,7 @@ class McpResults:
     search_50_wire_bytes: int  # the whole tools/call result (content + structuredContent)
     search_50_text_bytes: int  # notmuch search --format=text --output=summary --limit=50 '*'
     raw: dict[str, Latency] = field(default_factory=dict)
+    http: dict[str, Latency] = field(default_factory=dict)
     peer: peer.SideBySide | None = None
 
 
@@ -982,12 +986,7 @@ async def mcp_session(env: BenchEnv, n: int, ids: Sequence[str]) -> McpResults:
         startup = time.perf_counter() - start
         server = next(iter(child_pids() - before), None)
         tool_bytes = {t.name: len(t.model_dump_json(exclude_none=True)) for t in tools}
-
-        async def call(tool: str, args: dict[str, Any]) -> Any:
-            result = await client.call_tool(tool, args)
-            if result.is_error:
-                raise RuntimeError(f"{tool} failed: {result.content}")
-            return result
+        call = partial(checked_call, client)
         search = {q: await async_latencies(
             partial(call, "search_emails", {"query": q, "limit": 50}), n)
             for q in SEARCHES[:3]}
@@ -1004,9 +1003,76 @@ async def mcp_session(env: BenchEnv, n: int, ids: Sequence[str]) -> McpResults:
                       tool_bytes, json_bytes, wire_bytes, text_bytes)
 
 
+async def checked_call(client: Any, tool: str, args: dict[str, Any]) -> Any:
+    """``tools/call`` with the SDK's client; a tool error raises."""
+    result = await client.call_tool(tool, args)
+    if result.is_error:
+        raise RuntimeError(f"{tool} failed: {result.content}")
+    return result
+
+
+async def http_latencies(env: BenchEnv, n: int, ids: Sequence[str]) -> dict[str, Latency]:
+    """Calls of :func:`mcp_session` over Streamable HTTP (``serve --transport http`` on a free
+    loopback port, the SDK's client): what the HTTP transport adds per call, which stdio
+    cannot show (a Nagle delay on every response once did)."""
+    import httpx2
+    from mcp.client.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    token, port = secrets.token_urlsafe(32), free_port()
+    with tempfile.TemporaryFile() as stderr:
+        server = subprocess.Popen([*SERVE_HTTP, "--port", str(port)],
+                                  env={**os.environ, **env.env, "FMAIL_TOKEN": token},
+                                  cwd=env.base, stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            wait_listening(server, port, stderr)
+            async with (httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
+                                           timeout=httpx2.Timeout(60.0)) as http,
+                        Client(streamable_http_client(f"http://{HTTP_HOST}:{port}/mcp",
+                                                      http_client=http)) as client):
+                call = partial(checked_call, client)
+                it = iter(list(ids) * 2)
+                return {
+                    "search_emails 'linux'": await async_latencies(
+                        partial(call, "search_emails", {"query": "linux", "limit": 50}), n),
+                    "get_email": await async_latencies(
+                        lambda: call("get_email", {"id": next(it)}), n),
+                    "list_available_accounts": await async_latencies(
+                        partial(call, "list_available_accounts", {}), n),
+                }
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HTTP_HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_listening(server: subprocess.Popen[bytes], port: int, stderr: Any,
+                   timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((HTTP_HOST, port), timeout=1).close()
+            return
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                stderr.seek(0)
+                raise RuntimeError(f"serve --transport http did not listen on {port}:\n"
+                                   f"{stderr.read().decode('utf-8', 'replace')[-2000:]}") from None
+            time.sleep(0.05)
+
+
 # fmail-nm's server with every tool (the no-op measured, list_available_accounts, is not in the
 # default profile).
 SERVE = [sys.executable, "-m", "fmail_nm", "serve", "--transport", "stdio", "--tools", "all"]
+HTTP_HOST = "127.0.0.1"
+SERVE_HTTP = [sys.executable, "-m", "fmail_nm", "serve", "--transport", "http", "--host", HTTP_HOST,
+              "--tools", "all"]
 
 
 class RawStdio:
@@ -1207,6 +1273,8 @@ def measure_reads(env: BenchEnv, samples: int) -> tuple[Reads, McpResults, dict[
     mcp = asyncio.run(mcp_session(env, samples, ids))
     log("MCP over stdio, bare JSON-RPC client")
     mcp.raw = raw_latencies(env, samples, ids)
+    log("MCP over HTTP")
+    mcp.http = asyncio.run(http_latencies(env, samples, ids))
     log("notmuch CLI")
     cli = cli_latencies(env, rd.compiled, max(10, samples // 3))
     log(f"side by side with {peer.PEER}")
@@ -1344,6 +1412,8 @@ def read_rows(r: SizeResult) -> list[tuple[str, str]]:
     ]
     for label, lat in r.mcp.raw.items():
         out.append((f"bare JSON-RPC {label}", ms(lat)))
+    for label, lat in r.mcp.http.items():
+        out.append((f"MCP over HTTP {label}", ms(lat)))
     for q, lat in r.cli.items():
         out.append((f"notmuch search --format=json --limit=50 {q or '*'!r}", ms(lat)))
     out += [
