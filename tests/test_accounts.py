@@ -9,9 +9,11 @@ import os
 import select
 import shlex
 import shutil
+import socket
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,6 +218,27 @@ def test_a_server_that_cannot_be_reached_is_not_said_to_refuse(
     assert accounts.added_entries() == []
 
 
+@pytest.mark.parametrize("tls", ["imaps", "starttls", "none"])
+def test_a_server_that_hangs_up_is_not_said_to_refuse(bed: Bed, tls: str) -> None:
+    """A port whose server closes every connection before any login (another service, a
+    firewall) was "the IMAP server refused account": the user was sent to the password.
+    Over IMAPS mbsync dies of the broken pipe and says nothing of its own."""
+    with socket.create_server(("127.0.0.1", 0)) as hanging_up:
+        def hang_up() -> None:
+            while True:
+                try:
+                    hanging_up.accept()[0].close()
+                except OSError:  # closed: the test is done
+                    return
+        threading.Thread(target=hang_up, daemon=True).start()
+        with pytest.raises(AccountCheckFailed) as failed:
+            add_account(load_config(), new_account(bed, imap_tls=tls,
+                                                   imap_port=hanging_up.getsockname()[1]),
+                        timeout=60)
+    assert "closed the connection before any login" in str(failed.value)
+    assert "refused" not in str(failed.value) and accounts.added_entries() == []
+
+
 def self_signed(folder: Path) -> tuple[Path, Path]:
     """A fresh self-signed certificate for 127.0.0.1 and its key, as PEM files."""
     if shutil.which("openssl") is None:
@@ -245,7 +268,10 @@ def test_a_failed_check_names_what_to_fix_not_a_refusal(bed: Bed, tmp_path: Path
                  ({"imap_tls": "starttls"}, "no TLS (starttls) with the IMAP server",
                   "SSL support not available"),
                  ({"imap_tls": "imaps", "imap_port": server.port},
-                  "has a certificate this machine does not trust", "--certificate FILE")]
+                  "has a certificate this machine does not trust", "--certificate FILE"),
+                 # The other way round: the greeting awaited never comes (mbsync's timeout).
+                 ({"imap_tls": "starttls", "imap_port": server.port},
+                  "no TLS (starttls) with the IMAP server", "timeout")]
         for values, says, detail in cases:
             with pytest.raises(AccountCheckFailed) as failed:
                 add_account(load_config(), new_account(bed, **values), timeout=60)
@@ -440,6 +466,9 @@ def test_cli_add_with_flags_says_what_it_waits_for(bed: Bed) -> None:
     ({"address": "not-an-address"}, "not an e-mail address"),
     ({"provider": "aol"}, "unknown provider"),
     ({"auth": "kerberos"}, "auth must be one of password, oauth2"),
+    # mbsync refused it only at the check, which then said the server refused the login.
+    ({"certificate": __file__}, "no readable PEM certificate"),
+    ({"certificate": "/"}, "is not a file"),
 ])
 def test_bad_accounts_are_refused_before_anything_is_written(
         indexed: MailEnv, tmp_path: Path, changes: dict[str, object], message: str) -> None:

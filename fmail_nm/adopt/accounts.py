@@ -29,6 +29,7 @@ import os
 import re
 import shlex
 import shutil
+import ssl
 import stat
 import tomllib
 from collections.abc import Iterator, Sequence
@@ -256,14 +257,21 @@ def _port(value: int | None, default: int, what: str) -> int:
     return port
 
 
+_PEM_HINT = "give the server's certificate (PEM), e.g. as `openssl s_client -showcerts` prints it"
+
+
 def _certificate(value: str | None) -> Path | None:
     """The file of certificates to trust, absolute (mbsync and msmtp run from anywhere)."""
     if value is None:
         return None
     path = Path(_clean(value, "certificate")).expanduser().absolute()
     if not path.is_file():
-        raise AccountError(f"certificate {path} is not a file; give the server's certificate "
-                           "(PEM), e.g. as `openssl s_client -showcerts` prints it")
+        raise AccountError(f"certificate {path} is not a file; {_PEM_HINT}")
+    try:  # read as mbsync and msmtp read it (OpenSSL): a bad file fails every later run
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=path)
+    except (ssl.SSLError, OSError):
+        raise AccountError(f"certificate {path} is no readable PEM certificate; "
+                           f"{_PEM_HINT}") from None
     return path
 
 

@@ -10,6 +10,7 @@ check fails the files are put back as they were, so a typo leaves no half accoun
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,8 +39,13 @@ _PASSWORD_COMMAND = "PassCmd"
 # ... when the certificate was checked and not trusted (self-signed, expired, another host's).
 _UNTRUSTED = "SSL error connecting"
 # ... when no TLS could be set up: the port speaks another TLS mode (IMAPS on a STARTTLS or
-# plain port, or the other way round), or the server offers no STARTTLS.
-_NO_TLS = ("secure connect to", "SSL support not available")
+# plain port, or the other way round: the greeting awaited never comes, as the server awaits
+# a TLS handshake), or the server offers no STARTTLS.
+_NO_TLS = ("secure connect to", "SSL support not available", "): timeout.")
+# ... when the server hung up before any login (another service on the port, a firewall);
+# over IMAPS mbsync dies of the broken pipe (SIGPIPE) without a word.
+_CLOSED = ("unexpected EOF", "Broken pipe", "Connection reset",
+           f"mbsync exited with status {-signal.SIGPIPE}")
 
 
 class AccountCheckFailed(CallerError):
@@ -81,8 +87,9 @@ def server_folders(plan: accounts.AccountPlan, timeout: float = CHECK_TIMEOUT) -
 
 def check_failure(plan: accounts.AccountPlan, error: str) -> str:
     """Why ``mbsync --list`` failed, as what to fix: only a login the server turned down is
-    "refused"; a password command that failed, a certificate not trusted or a TLS mode the
-    port does not speak are each named, so the user changes the right value."""
+    "refused"; a password command that failed, a certificate not trusted, a TLS mode the
+    port does not speak or a server that hung up are each named, so the user changes the
+    right value."""
     server = f"({plan.imap_user} at {plan.imap_host}:{plan.imap_port}): {error}"
     if any(said in error for said in _UNREACHABLE):
         return f"could not reach the IMAP server of account {plan.name!r} {server}"
@@ -98,6 +105,9 @@ def check_failure(plan: accounts.AccountPlan, error: str) -> str:
         return (f"no TLS ({plan.imap_tls}) with the IMAP server of account {plan.name!r} "
                 f"{server}; check the port and the TLS mode: IMAPS is usually port 993, "
                 "STARTTLS port 143")
+    if any(said in error for said in _CLOSED):
+        return (f"the IMAP server of account {plan.name!r} closed the connection before any "
+                f"login {server}; check the port and the TLS mode")
     return f"the IMAP server refused account {plan.name!r} {server}"
 
 
