@@ -764,6 +764,27 @@ async def test_without_the_users_yes_no_account_is_added_and_no_command_runs(bed
 
 
 @pytest.mark.anyio
+async def test_add_email_account_errors_name_its_own_arguments(bed: Bed) -> None:
+    """A bad or missing server is named as the tool's imap/smtp argument and its form, not as
+    the imap_host/imap_port of `fmail-nm account add`, which the tool does not take."""
+    from mcp.client.client import Client
+
+    from .test_server_writes import error_text, server_params
+
+    args = tool_args(bed, bed.password_script)
+    wanted = {None: "imap (host[:port]) is needed",
+              "127.0.0.1:99999": "the port of imap (host:port) must be a port number (1-65535)",
+              "imap://mail.example.net": "imap:// (no TLS) would send the password in clear text"}
+    async with Client(server_params(bed.env)) as client:
+        for imap, message in wanted.items():
+            text = await error_text(client, "add_email_account", {**args, "imap": imap})
+            assert message in text and "imap_" not in text, text
+        text = await error_text(client, "add_email_account", {**args, "smtp": "smtp:0"})
+        assert "the port of smtp (host:port) must be" in text, text
+    assert_nothing_added(bed)
+
+
+@pytest.mark.anyio
 async def test_a_client_that_cannot_ask_the_user_gets_the_terminal_command(bed: Bed) -> None:
     """Without elicitation the tool adds nothing and answers with the `fmail-nm account add`
     command line; run in a terminal, that command adds the same account."""

@@ -13,7 +13,8 @@ older protocol versions and through an input-required result on newer ones.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
@@ -21,7 +22,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from pydantic import BaseModel, Field
 
-from ..adopt.accounts import AccountPlan, NewAccount, add_command
+from ..adopt.accounts import AccountError, AccountPlan, NewAccount, add_command
 from ..errors import CallerError, FmailError
 from .registry import tool_error
 
@@ -99,6 +100,28 @@ def account_consent(check: Callable[[NewAccount], Awaitable[AccountPlan]]) -> An
             raise tool_error(exc) from None
         return Elicit(account_question(plan), AddAccountAnswer)
     return Annotated[ElicitationResult[AddAccountAnswer], Resolve(ask)]
+
+
+# accounts.plan names the fields of `fmail-nm account add`; the tool takes imap and smtp as
+# [scheme://]host[:port], and a model told of imap_host sends it and is refused as unknown.
+_TOOL_TERMS = {"imap_host": "imap (host[:port])", "smtp_host": "smtp (host[:port])",
+               "imap_port": "the port of imap (host:port)",
+               "smtp_port": "the port of smtp (host:port)",
+               "imap_tls none": "imap:// (no TLS)", "smtp_tls none": "smtp:// (no TLS)"}
+
+
+@contextmanager
+def in_tool_terms() -> Iterator[None]:
+    """An AccountError raised inside names a leading field of accounts.plan as the tool's
+    argument."""
+    try:
+        yield
+    except AccountError as exc:
+        message = str(exc)
+        for field, argument in _TOOL_TERMS.items():
+            if message.startswith(f"{field} "):
+                raise AccountError(argument + message.removeprefix(field)) from None
+        raise
 
 
 def require_yes(answer: ElicitationResult[AddAccountAnswer], name: str) -> None:

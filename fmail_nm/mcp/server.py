@@ -219,8 +219,12 @@ class MailService:
         return await self._run(job)
 
     async def plan_account(self, new: NewAccount) -> AccountPlan:
-        """``new`` checked against the setup, nothing written (see accounts.plan)."""
-        return await self._run_write(lambda: accounts.plan(self.config, new))
+        """``new`` checked against the setup, nothing written (see accounts.plan); errors
+        name add_email_account's arguments."""
+        def job() -> AccountPlan:
+            with consent.in_tool_terms():
+                return accounts.plan(self.config, new)
+        return await self._run_write(job)
 
     async def add_account(self, new: NewAccount) -> AddedAccount:
         """Add an account; later calls see it (each thread's reader is reopened with the new
