@@ -474,9 +474,10 @@ def _word_prefix(value: str, pos: int) -> _Atom:
         raise DslError(pos, "one word before a trailing '*' (words starting with it): "
                        "letters and digits, joined only as in o'brien, at&t or 3.5; quote "
                        "other punctuation for the phrase (\"e-mail\", \"x.org\")", _shown(value))
-    # A joining character pins the stem at both ends: 3.5 is as narrow as three letters.
-    if sum(_letter_or_digit(c) or c in _INFIX or c in _DIGIT_INFIX for c in stem) < MIN_PREFIX:
-        raise DslError(pos, f"a word of {MIN_PREFIX} or more letters or digits before a "
+    # A joining character pins the stem at both ends: 3.5 is as narrow as three letters, and
+    # so is _, a word character to Xapian (x_y* finds x_yz).
+    if sum(_has_word(c) or c in _INFIX or c in _DIGIT_INFIX for c in stem) < MIN_PREFIX:
+        raise DslError(pos, f"a word of {MIN_PREFIX} or more letters, digits or '_' before a "
                        "trailing '*' (words starting with it)", _shown(value))
     return _Atom(stem + "*")
 
@@ -771,7 +772,12 @@ class _Parser:
             number = self._advance()
         if self.tok.kind != _WORD:
             raise DslError(self.tok.pos, "a word after AROUND", _describe(self.tok))
-        return _proximity(first, number, self._advance(), ordered=False)
+        near = _proximity(first, number, self._advance(), ordered=False)
+        # A second AROUND would be a word to find, and Gmail does not say what a chain means.
+        if self.tok.kind == _WORD and self.tok.text == _AROUND:
+            raise DslError(self.tok.pos, "one AROUND between two words, not a chain (join "
+                           "pairs with AND: a AROUND b AND b AROUND c)", _shown(self.tok.text))
+        return near
 
     def _unary(self, default: str | None) -> _Node:
         if self.tok.kind in (_NOT, _MINUS):

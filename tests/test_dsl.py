@@ -199,10 +199,13 @@ def test_a_symbol_among_words_is_ignored_as_notmuch_does(text: str) -> None:
     # Xapian lowercases each character on its own: a final Σ is σ, İ is i.
     ("ΟΔΟΣ*", "οδοσ*"),
     ("İstanbu*", "istanbu*"),
-    # Marks and connectors are part of a word to Xapian; the length counts letters.
+    # Marks and connectors are part of a word to Xapian; the length counts letters, digits
+    # and _ (a word character: x_y* is three).
     ("foo_bar*", "foo_bar*"),
     ("cafe\u0301t*", "cafe\u0301t*"),
     ("ab_c*", "ab_c*"),
+    ("x_y*", "x_y*"),
+    ("ab_*", "ab_*"),
     # Joined into one word as Xapian joins them: ' & anywhere, . , between digits.
     ("O'Brie*", "o'brie*"),
     ("rock\u2019n\u2019ro*", "rock\u2019n\u2019ro*"),
@@ -214,7 +217,7 @@ def test_a_trailing_star_searches_words_starting_with_the_word(text: str, expect
     assert q(text) == expected
 
 
-@pytest.mark.parametrize("text", ["in*", "e-mail*", "and*", "invo**", "**", "*invo*", "ab_*",
+@pytest.mark.parametrize("text", ["in*", "e-mail*", "and*", "invo**", "**", "*invo*", "x_*",
                                   "e\u0301\u0301\u0301*", "o'*", "o''brie*", "'brie*", "inv€*",
                                   "\u30fbabc*", "x.org*", "3'5*", "3.*"])
 def test_a_star_after_anything_but_a_plain_word_is_an_error(text: str) -> None:
@@ -1048,6 +1051,8 @@ def test_around_is_near(text: str, expected: str) -> None:
     assert q(text) == expected
 
 
+CHAINED_AROUND = ("one AROUND between two words, not a chain (join pairs with AND: a AROUND b "
+                  "AND b AROUND c)")
 NEAR_WORD = ("a plain word (letters and digits, or joined as in o'brien, at&t, 3.5) each side "
              "of AROUND")
 
@@ -1067,6 +1072,9 @@ NEAR_WORD = ("a plain word (letters and digits, or joined as in o'brien, at&t, 3
     ("a AROUND Near", 9, "a word other than and, or, not, xor, near or adj each side of AROUND"),
     ('x "e-mail AROUND 2 b"', 3, NEAR_WORD),
     ('"a AROUND 99 b"', 10, "a distance from 1 to 50 after AROUND"),
+    # A second AROUND was a word to find, narrowing the search without saying so.
+    ("a AROUND b AROUND c", 11, CHAINED_AROUND),
+    ("a AROUND 2 b AROUND 3 c", 13, CHAINED_AROUND),
     # In a field's group "AROUND" was a name to find: { } then matched any of the three.
     ("from:(a AROUND b)", 8, "AROUND between plain words, outside a field's ( ) or { }"),
     ("subject:{a AROUND 2 b}", 11, "AROUND between plain words, outside a field's ( ) or { }"),
