@@ -370,7 +370,7 @@ def assert_whole(env: MailEnv, tree: Tree, baseline: Baseline, where: str) -> in
 @SUITE_BOUND
 @pytest.mark.anyio
 async def test_sigkill_server_during_writes(live: Template, reliability: Any) -> None:
-    trials = reliability.trials(9, 140)
+    trials = reliability.trials(7, 140)
     mids = sorted(live.baseline.message_ids)
     faults = hangs = lost = 0
     for seed, rng in seeded(0, trials):
@@ -541,7 +541,7 @@ def converge(t: ImapTrials, where: str) -> int:
 async def test_sigkill_server_and_run_during_mbsync_push(imap_trials: ImapTrials,
                                                          reliability: Any) -> None:
     t = imap_trials
-    trials = reliability.trials(7, 100)
+    trials = reliability.trials(5, 100)
     faults = hangs = lost = during_mbsync = 0
     for seed, rng in seeded(700, trials):
         service = rng.choice(["serve", "run"])

@@ -335,7 +335,7 @@ async def test_twenty_http_clients_under_index_runs_and_lock_holds(
         indexed: MailEnv, load_server: tuple[str, subprocess.Popen[str]],
         reliability: Any) -> None:
     url, proc = load_server
-    seconds = reliability.trials(25, 180)
+    seconds = reliability.trials(15, 180)
     seed = SEED + seconds
     rng = random.Random(seed)
     before = snapshot(indexed)
