@@ -1600,7 +1600,7 @@ _SEED = _attachment_message()[0] + message(
 )
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(st.tuples(st.integers(0, len(_SEED)), st.integers(0, 40), st.binary(max_size=20)), max_size=8)
 )

@@ -434,7 +434,7 @@ def with_arrivals(baseline: Baseline, arrived: dict[str, bytes]) -> Baseline:
 @SUITE_BOUND
 @pytest.mark.anyio
 async def test_sigkill_run_during_index(live: Template, reliability: Any) -> None:
-    trials = reliability.trials(6, 100)
+    trials = reliability.trials(4, 100)
     mids = sorted(live.baseline.message_ids)
     faults = hangs = lost = 0
     for seed, rng in seeded(500, trials):
@@ -629,7 +629,7 @@ def kill_dovecot(server: imapbed.ImapServer) -> None:
 @pytest.mark.imap
 def test_imap_server_killed_mid_push(imap_trials: ImapTrials, reliability: Any) -> None:
     t = imap_trials
-    trials = reliability.trials(5, 80)
+    trials = reliability.trials(4, 80)
     faults = lost = hangs = failed_pushes = 0
     for seed, rng in seeded(900, trials):
         changed = local_writes(t, rng)

@@ -508,7 +508,7 @@ def test_malformed_mime_is_indexed_and_read_without_an_exception_or_a_hang(
     run = MimeRun(indexed, pool, Tally())
     sample: list[str] = []
     try:
-        @settings(max_examples=reliability.trials(50, 400), database=None, **SETTINGS)
+        @settings(max_examples=reliability.trials(30, 400), database=None, **SETTINGS)
         @given(batch=st.lists(messages(), min_size=1, max_size=6))
         def check(batch: list[tuple[bytes, bool]]) -> None:
             names = [run.deliver(raw, keep_id) for raw, keep_id in batch]
