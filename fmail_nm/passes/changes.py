@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 from ..clock import utc_now
 from ..config import ROOT_FOLDER, Account, Config
 from ..errors import BackendError, CallerError
-from ..flock import try_flock
+from ..flock import flock_within
 from ..private import private_dir
 from ..store import maildir, mover, sidecar
 from ..store.maildir import Copy
@@ -726,15 +726,11 @@ def _one_undo_at_a_time(ctx: WriteContext) -> Iterator[None]:
     private_dir(ctx.sidecar_file.parent)
     bound, left = ctx.writer.lock_timeout, ctx.writer.time_left()
     wait = max(0.0, bound if left is None else min(left, bound))
-    until = time.monotonic() + wait
     with open(ctx.sidecar_file.with_name(ctx.sidecar_file.name + ".undo-lock"), "a") as fh:
-        while not try_flock(fh):
-            if time.monotonic() >= until:
-                raise ChangeError(f"another undo is under way (waited {wait:.1f}s); nothing "
-                                  "was undone -- retry shortly")
-            time.sleep(0.05)
+        if not flock_within(fh, wait):
+            raise ChangeError(f"another undo is under way (waited {wait:.1f}s); nothing "
+                              "was undone -- retry shortly")
         yield
-
 
 
 def undo_last(ctx: WriteContext,

@@ -47,7 +47,7 @@ from .. import mbsyncrc
 from ..clock import utc_now
 from ..config import Account, Config, ConfigError, users_mbsync_config
 from ..errors import BackendError, CallerError
-from ..flock import try_flock
+from ..flock import flock_within, try_flock
 from ..store.maildir import HOLD, HOLD_DAYS, held_in, relative_path
 from .pushed import record_pushed
 
@@ -154,19 +154,14 @@ def channel_lock(config: Config, channel: str, timeout: float = LOCK_TIMEOUT) ->
     path = lock_path(config, channel)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     began = time.monotonic()
-    deadline = began + max(timeout, 0.0)
-    delay = 0.02
     with open(path, "a", encoding="utf-8") as fh:
         if not try_flock(fh):
             log.info("waiting for the lock on mbsync channel %r (%s)", channel, path)
-            while not try_flock(fh):
-                if time.monotonic() >= deadline:
-                    raise ChannelBusy(
-                        f"another mbsync is already running on channel {channel!r}; gave up "
-                        f"after {timeout:g}s -- the changes go out with that run or the next one"
-                    )
-                time.sleep(delay)
-                delay = min(delay * 2, 0.25)
+            if not flock_within(fh, began + timeout - time.monotonic()):
+                raise ChannelBusy(
+                    f"another mbsync is already running on channel {channel!r}; gave up "
+                    f"after {timeout:g}s -- the changes go out with that run or the next one"
+                )
         try:
             yield time.monotonic() - began
         finally:
