@@ -290,6 +290,26 @@ async def test_write_tag_and_folder_results_read_as_short_lines(indexed: MailEnv
 
 
 @pytest.mark.anyio
+async def test_a_write_names_the_messages_it_had_nothing_to_change_for(indexed: MailEnv) -> None:
+    from fmail_nm.store.sidecar import uid_for
+    mum = [uid_for("mum-visit-2026@example.net"), uid_for("mum-2026-11@example.net")]
+    async with Client(server_params(indexed)) as client:
+        first = await text(client, "mark_read", {"ids": [mum[0]]})
+        audit = first.rsplit("audit ", 1)[1].split(" ")[0]
+        both = (await text(client, "mark_read", {"ids": mum})).split("\n")
+        assert both[0].startswith(f"1 done: {mum[1]}; audit ")
+        assert both[1] == f"already so, nothing to change: {mum[0]}"
+        again = await call(client, "mark_read", {"ids": [mum[0]]})
+        assert again["applied"] == ["mum-visit-2026@example.net"] and "audit_id" not in again
+        # Nothing changed, nothing recorded: the text must not read as a write to undo.
+        assert await text(client, "mark_read", {"ids": [mum[0]]}) == (
+            f"0 done\nalready so, nothing to change: {mum[0]} (no audit entry for this call)")
+        # The no-op recorded nothing: undo reverts the write before it.
+        assert await text(client, "undo_last_write", {}) == (
+            f"undid audit {int(audit) + 1}; 1 put back: {mum[1]}")
+
+
+@pytest.mark.anyio
 async def test_draft_result_leaves_out_empty_and_default_fields(indexed: MailEnv) -> None:
     async with Client(server_params(indexed)) as client:
         result = await client.call_tool("save_draft", {"to": ["bob@example.net"],

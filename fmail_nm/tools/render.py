@@ -398,11 +398,21 @@ def write_text(r: WriteResult) -> str:
                  else f"(a search's write: call again with confirm_count={count})" if count
                  else "(no message matches the query)")  # nothing to confirm
         return "\n".join([*lines, again])
-    head = f"{len(r.applied)} done" + (f": {_short_ids(r.applied)}" if r.applied else "")
+    unchanged = set(r.unchanged)
+    changed = [mid for mid in r.applied if mid not in unchanged]
+    head = f"{len(changed)} done" + (f": {_short_ids(changed)}" if changed else "")
     head += _in_accounts(r)
     if r.audit_id is not None:
         head += f"; audit {r.audit_id} (undo_last_write reverts it)"
-    return "\n".join([head, *_not_found(r), *_failed(r)])
+    return "\n".join([head, *_unchanged(r), *_not_found(r), *_failed(r)])
+
+
+def _unchanged(r: WriteResult) -> list[str]:
+    if not r.unchanged:
+        return []
+    line = f"already so, nothing to change: {_short_ids(r.unchanged)}"
+    # With nothing changed there is no audit entry: an undo now reverts an earlier write.
+    return [line + ("" if r.audit_id is not None else " (no audit entry for this call)")]
 
 
 def undo_text(r: UndoResult) -> str:

@@ -60,6 +60,10 @@ class WriteResult(Dto):
                                 description="accounts whose files changed, when more than one")
     # A search's write previewed: it runs only when confirm_count repeats match_count.
     needs_confirm: bool = Field(default=False, exclude=True)
+    # Of ``applied``, those that were in the requested state already.  Their text says so:
+    # a write that changed nothing has no audit entry, and undo_last_write would revert an
+    # earlier one.  Not in the structured content (``applied`` already describes them).
+    unchanged: list[str] = Field(default_factory=list, exclude=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,9 +178,12 @@ def _reported(config: Config, report: BatchReport) -> dict[str, Any]:
     # The accounts whose servers get this change (a message may have a copy in each), named
     # only when there are several: one account is the usual case, not worth the words.
     accounts = sorted(changes.touched_accounts(config, report.changes))
+    changed = {change["message_id"] for change in report.changes}
+    failed = {mid for mid, _ in report.errors}
     return {"applied": report.applied, "not_found": report.not_found,
             "errors": [WriteErrorItem(id=mid, error=why) for mid, why in report.errors],
-            "audit_id": report.audit_id, "accounts": accounts if len(accounts) > 1 else []}
+            "audit_id": report.audit_id, "accounts": accounts if len(accounts) > 1 else [],
+            "unchanged": [mid for mid in report.applied if mid not in changed | failed]}
 
 
 def _write(ctx: WriteContext, action: str, sel: Selection, step: Step,
