@@ -418,10 +418,24 @@ def cmd_account(args: argparse.Namespace) -> int:
                   "want; notmuch new then drops it from the index)")
         return 0
     if args.action == "list":
-        for entry in accounts.added_entries():
-            print(f"{entry.get('name')}: {', '.join(entry.get('addresses', []))}")
-        return 0
+        return _account_list(args)
     return _account_add(args, settings.path)
+
+
+def _account_list(args: argparse.Namespace) -> int:
+    """Every account fmail-nm knows, marking those `account add` made (which `account remove`
+    takes out again): a set-up's own accounts come from fmail.toml or its mbsyncrc."""
+    from .adopt import accounts
+    from .app import load_config
+    added = {entry.get("name") for entry in accounts.added_entries()}
+    known = load_config(args.config).accounts
+    for account in known:
+        made = "added with `fmail-nm account add`" if account.name in added else "your set-up's"
+        print(f"{account.name}: {', '.join(account.addresses) or 'no address'}; "
+              f"mail in {account.maildir}; {made}")
+    if not known:
+        print("no accounts: `fmail-nm account add` adds one")
+    return 0
 
 
 def _signs_in_with_oauth2(values: dict[str, Any]) -> bool:

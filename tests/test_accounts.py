@@ -378,8 +378,14 @@ def test_remove_undoes_an_add_and_keeps_the_mail(bed: Bed) -> None:
     config = load_config()
     add_account(config, new_account(bed), timeout=60)
     add_account(load_config(), new_account(bed, name="other"), timeout=60)
+    listed = bed.env.fmail("account", "list").stdout.splitlines()
+    assert "side: casey@example.com; mail in side; added with `fmail-nm account add`" in listed
+    assert any(line.startswith("personal: ") and line.endswith("; your set-up's")
+               for line in listed), listed
     done = bed.env.fmail("account", "remove", "--name", "side")
     assert "left in place" in done.stdout
+    assert not any(line.startswith("side: ")
+                   for line in bed.env.fmail("account", "list").stdout.splitlines())
     assert [e["name"] for e in accounts.added_entries()] == ["other"]
     text = before_mbsync.read_text()
     assert "IMAPAccount side" not in text and "IMAPAccount other" in text
