@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -608,10 +608,28 @@ def test_since_and_until_dates_are_the_days_on_counts(mb: reads.Mailbox,
             scoped = ids(reads.search_emails(mb, "", since=day, until=day, limit=500))
             assert scoped == ids(reads.search_emails(mb, f"on:{day}", limit=500))
             assert (trip.id in scoped) is found, day
+            # ISO 8601's other forms of a date name the same day, not its first second.
+            for form in (day.replace("-", ""), date.fromisoformat(day).strftime("%G-W%V-%u")):
+                assert ids(reads.search_emails(mb, "", since=form, until=form,
+                                               limit=500)) == scoped, form
         # A time without an offset is one of that zone as well: the evening of March 9.
         evening = ids(reads.search_emails(mb, "", since="2026-03-09T12:00", limit=500,
                                           until="2026-03-09T23:59:59"))
         assert trip.id in evening
+
+
+@pytest.mark.parametrize(("zone", "shown"), [("Europe/London", "2026-06-10 07:00"),
+                                             ("Atlantic/Azores", "2026-06-10 06:00")])
+def test_a_listing_names_its_clock_in_a_zone_that_is_utc_for_part_of_the_year(
+        mb: reads.Mailbox, monkeypatch: pytest.MonkeyPatch, zone: str, shown: str) -> None:
+    """In London's winter (and the Azores' summer) the offset now is +00:00, but a line of
+    the other season is an hour off get_email's UTC date: the header said nothing of it."""
+    june = reads.search_emails(mb, "id:work-deep-7@acme.test")
+    assert june.results[0].date == "2026-06-10T06:00:00Z"
+    with machine_zone(monkeypatch, zone):
+        head, line = render.search_text(june).splitlines()
+    assert "local times (UTC" in head, head
+    assert f" {shown} " in line, line
 
 
 def test_a_sender_named_like_the_lines_form_is_quoted() -> None:

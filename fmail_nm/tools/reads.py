@@ -266,8 +266,8 @@ def _parse_when(value: str, name: str, end: bool) -> int:
     if len(value) > MAX_DATE_CHARS:
         raise ToolError(f"{name} must be an ISO 8601 date or datetime, e.g. 2026-03-01")
     try:
-        if len(value) == 10:
-            start, next_day = local_day(date.fromisoformat(value), MACHINE_ZONE)
+        if (day := _iso_day(value)) is not None:
+            start, next_day = local_day(day, MACHINE_ZONE)
             return next_day - 1 if end else start
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
         if moment.tzinfo is None:
@@ -276,6 +276,15 @@ def _parse_when(value: str, name: str, end: bool) -> int:
         raise ToolError(f"{name} must be an ISO 8601 date or datetime, e.g. 2026-03-01 "
                         f"(got {value!r})") from None
     return int(moment.timestamp())
+
+
+def _iso_day(value: str) -> date | None:
+    """The day a date alone names, in any ISO 8601 form (2026-11-01, 20261101, 2026-W44-7):
+    read as a datetime, 20261101 was that day's first second, and until= left the day out."""
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        return None
 
 
 def scoped_query(mb: Mailbox, compiled: CompiledQuery, *, since: str | None = None,

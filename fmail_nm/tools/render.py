@@ -51,8 +51,9 @@ import hmac
 import json
 import re
 import secrets
+import time
 from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from pydantic import BaseModel
@@ -140,9 +141,10 @@ def when(iso: str | None) -> str:
 
 def clock_note() -> str:
     """``local times (UTC+09:00 now)`` for a header when the machine's clock is not UTC, so
-    the lines are not read as get_email's UTC dates; nothing when it is UTC."""
-    offset = datetime.now(timezone.utc).astimezone().utcoffset()
-    if not offset:
+    the lines are not read as get_email's UTC dates; nothing when it is UTC all year (in
+    London's winter a summer line is still an hour off UTC)."""
+    offset = datetime.now(timezone.utc).astimezone().utcoffset() or timedelta(0)
+    if not offset and not (time.timezone or time.daylight):
         return ""
     minutes = int(offset.total_seconds()) // 60
     sign = "-" if minutes < 0 else "+"
