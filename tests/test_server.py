@@ -21,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from fmail_nm.store import sidecar
 
-from .conftest import BACK_TO_SCHEMA_4, MailEnv, search_rows
+from .conftest import BACK_TO_SCHEMA_4, MailEnv, notmuch_lock_held, search_rows
 from .imapbed import free_port
 
 # The tools of each profile (`serve --tools`); each holds the ones before it.
@@ -314,3 +314,39 @@ async def test_http_refuses_missing_or_wrong_token_and_foreign_origin(
         foreign = await http.post(url, json=body, headers={
             **headers, "Authorization": f"Bearer {token}", "Origin": "http://evil.example.com"})
         assert foreign.status_code in (403, 421)
+
+
+def test_a_stdio_client_killed_mid_write_leaves_the_write_whole_and_the_server_ends_cleanly(
+        indexed: MailEnv) -> None:
+    """The client dies (both pipes closed) while a write by query waits for the notmuch lock:
+    the write runs to its end once the lock is free, the server then exits with status 0 --
+    the answer it could not write is no failure -- and index, files and sidecar agree."""
+    inbox = int(indexed.notmuch("count", "tag:inbox").stdout)
+    proc = subprocess.Popen([sys.executable, "-m", "fmail_nm", "serve", "--transport", "stdio",
+                             "--no-push", "--tools", "all"], env={**os.environ, **indexed.env},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+
+    def send(message: dict[str, Any]) -> None:
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+
+    send({"id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}})
+    assert '"id":1' in proc.stdout.readline()
+    send({"method": "notifications/initialized"})
+    with notmuch_lock_held(indexed.env) as holder:
+        send({"id": 2, "method": "tools/call", "params": {
+            "name": "archive", "arguments": {"query": "in:inbox", "confirm_count": inbox}}})
+        proc.stdout.close()
+        proc.stdin.close()
+        holder.release()
+        assert proc.wait(timeout=120) == 0
+    assert "Traceback" not in proc.stderr.read()
+    with sqlite3.connect(sidecar.sidecar_path(indexed.config().data_dir)) as conn:
+        assert conn.execute("SELECT action FROM audit_log").fetchall() == [("archive",)]
+    assert int(indexed.notmuch("count", "tag:inbox").stdout) < inbox
+    check = indexed.fmail("sidecar", "check", "--files")
+    assert check.stdout.strip().endswith("sidecar matches notmuch")

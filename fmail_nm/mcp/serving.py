@@ -136,7 +136,8 @@ async def serve_stdio(config: Config, *, read_only: bool = False, push: bool = T
     """Serve over stdin/stdout until stdin closes or SIGTERM comes, which a client may send
     instead of closing stdin: the server then closes as it would at the end of stdin -- writes
     waiting for their push are pushed or recorded -- before the process ends.  A SIGTERM
-    repeated while it closes is ignored."""
+    repeated while it closes is ignored.  A client killed mid-call (stdout closed under an
+    answer) is an end of stdin too, not a failure."""
     import anyio
 
     with anyio.open_signal_receiver(signal.SIGTERM) as signals, contextlib.ExitStack() as stack:
@@ -144,7 +145,10 @@ async def serve_stdio(config: Config, *, read_only: bool = False, push: bool = T
             serving(config, read_only=read_only, push=push, watch=watch, tools=tools))
         async with anyio.create_task_group() as group:
             group.start_soon(_close_on_signal, signals, stack)
-            await server.run_stdio_async()
+            try:
+                await server.run_stdio_async()
+            except* BrokenPipeError:  # the client is gone (killed) while a call was answered
+                log.info("the client closed stdout: stopping")
             group.cancel_scope.cancel()  # stdin closed: no signal to wait for
 
 
