@@ -4,12 +4,15 @@ is a clear error that changes nothing (files, tags, audit log, mail received).""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp.client.client import Client
+from mcp.shared.exceptions import MCPError
 
 from .conftest import MailEnv, search_rows
 from .smtpbed import SmtpBed
@@ -149,3 +152,31 @@ async def test_save_draft_empties_the_cc_of_a_reply_all(mail: MailEnv, smtp: Smt
     threads = [mail.notmuch("search", "--output=threads", f"id:{mid}").stdout
                for mid in (alone["id"], ORIGINAL)]
     assert threads[0] == threads[1] != ""
+
+
+@pytest.mark.anyio
+async def test_a_send_the_client_gave_up_on_is_sent_once_and_said_so_on_retry(
+        mail: MailEnv, smtp: SmtpBed, tmp_path: Path) -> None:
+    """The client stops waiting (its timeout sends notifications/cancelled) while the send
+    command runs: the message still goes out and is filed, and the model's retry is told it
+    was sent -- not "no draft", which reads as "never sent", and never a second copy."""
+    configure(mail, smtp)
+    go = tmp_path / "go"
+    held = ["sh", "-c", f'while [ ! -e "{go}" ]; do sleep 0.05; done; '
+            f'exec msmtp -C "{smtp.rc}" "$@"', "held-send"]
+    text = mail.fmail_config.read_text()
+    mail.fmail_config.write_text(text.replace(f"command = {smtp.command()!r}".replace("'", '"'),
+                                              "command = " + json.dumps(held)))
+    async with Client(server_params(mail, "--allow-send")) as client:
+        draft = await call(client, "reply_to_email", {"id": ORIGINAL, "body": "Numbers soon"})
+        with pytest.raises(MCPError, match="timed out"):
+            await client.call_tool("send_email", {"draft_id": draft["id"]},
+                                   read_timeout_seconds=1)
+        go.touch()
+        with anyio.fail_after(60):  # the abandoned call runs on and files the message
+            while "sent" not in mail.notmuch("search", "--output=tags",
+                                             f"id:{draft['id']}").stdout.split():
+                await anyio.sleep(0.1)
+        retry = await error_text(client, "send_email", {"draft_id": draft["id"]})
+        assert "was sent already" in retry and "not sent again" in retry
+    assert len(smtp.received) == 1

@@ -25,8 +25,10 @@ from ..config import Account, Config
 from ..errors import BackendError, CallerError
 from ..passes.changes import WriteContext
 from ..store import sidecar
+from ..store.query import clean_id
 from ..tools import compose
 from ..tools.compose import DraftResult, Outgoing
+from ..tools.reads import Mailbox
 
 # Options by which a command picks the envelope sender itself: then no -f is added.
 _CHOOSES_SENDER = ("-f", "--from", "--read-envelope-from")
@@ -110,9 +112,23 @@ def run_command(argv: list[str], data: bytes, timeout: float) -> None:
                          "kept")
 
 
+def check_not_sent(ctx: WriteContext, draft_id: str) -> None:
+    """A draft sent already is refused, saying so: a call whose caller gave up waiting (a
+    timeout, a cancel) may have sent and filed it, and its "no draft" would read as "never
+    sent" -- or, when its filing failed, the draft is still there to be sent twice."""
+    found = Mailbox(ctx.config, ctx.reader, ctx.clock).find(draft_id)
+    message_id = found.message_id if found is not None else clean_id(draft_id)
+    with sidecar.opened(sidecar.sidecar_path(ctx.config.data_dir)) as conn:
+        at = sidecar.sent_at(conn, message_id)
+    if at is not None:
+        raise SendRefused(f"{message_id} was sent already, at {at} (in:sent); it was not "
+                          "sent again")
+
+
 def send_draft(ctx: WriteContext, draft_id: str) -> DraftResult:
     """Send a saved draft, then file it (Sent copy, draft gone, original replied)."""
     check_allowed(ctx.config)
+    check_not_sent(ctx, draft_id)
     out = compose.load_draft(ctx, draft_id)
     argv = argv_for(command_for(ctx.config, out.composition.account), out)
     run_command(argv, out.wire, ctx.config.send.timeout_seconds)

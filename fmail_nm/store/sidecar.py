@@ -1400,6 +1400,14 @@ def mark_undone(conn: sqlite3.Connection, entry_id: int) -> None:
         conn.execute("UPDATE audit_log SET undone_at = ? WHERE id = ?", (utc_stamp(), entry_id))
 
 
+def sent_at(conn: sqlite3.Connection, message_id: str) -> str | None:
+    """When the message with this Message-ID was sent (its ``send`` entry), None if never."""
+    row = conn.execute("SELECT at FROM audit_log WHERE action = 'send' AND "
+                       "json_extract(params, '$.id') = ? ORDER BY id DESC LIMIT 1",
+                       (message_id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
 def count_writes(conn: sqlite3.Connection, action: str, since: str) -> int:
     """How many writes of one kind the audit log holds from ``since`` (a utc_stamp) on,
     undone or not: the send limit counts what left, not what is still undoable."""
