@@ -310,6 +310,25 @@ async def test_a_write_names_the_messages_it_had_nothing_to_change_for(indexed: 
 
 
 @pytest.mark.anyio
+async def test_messages_a_write_fails_alike_share_one_line(indexed: MailEnv) -> None:
+    """The fixture's work account has no archive folder: archiving the inbox fails each of its
+    messages the same way, said once with the count, not once per message."""
+    from fmail_nm.store.sidecar import uid_for
+    async with Client(server_params(indexed)) as client:
+        inbox = (await call(client, "search_emails", {"query": "in:inbox", "limit": 1}))["total"]
+        result = await client.call_tool("archive", {"query": "in:inbox", "confirm_count": inbox})
+        assert not result.is_error and result.structured_content is not None
+        failed = [e["id"] for e in result.structured_content["errors"]
+                  if e["id"] not in result.structured_content["applied"]]
+        lines = result.content[0].text.split("\n")  # type: ignore[union-attr]
+        alike = [line for line in lines if line.startswith("failed ")]
+        why = "account 'work' has no archive folder; set [accounts.folders] archive"
+        assert len(failed) > 20 and len(alike) == 1, lines
+        assert alike[0].startswith(f"failed {len(failed)}: {uid_for(failed[0])} ")
+        assert f" and {len(failed) - 20} more: {why}" in alike[0]
+
+
+@pytest.mark.anyio
 async def test_draft_result_leaves_out_empty_and_default_fields(indexed: MailEnv) -> None:
     async with Client(server_params(indexed)) as client:
         result = await client.call_tool("save_draft", {"to": ["bob@example.net"],

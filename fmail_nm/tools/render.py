@@ -453,11 +453,18 @@ def _not_found(r: WriteResult) -> list[str]:
 
 
 def _failed(r: WriteResult) -> list[str]:
+    """``failed <uid>: why`` per message; messages failing alike share one line
+    (``failed 30: <uid> <uid> … and 10 more: why``), as a query's write over an account
+    without the folder fails each message the same way."""
     # A message both applied and in error was done in part (a copy its account has no folder
     # for, a file gone since): "failed" would tell the model nothing happened to it.
     done = set(r.applied)
-    return [f"{'in part' if e.id in done else 'failed'} {uid_for(e.id)}: {one_line(e.error)}"
-            for e in r.errors]
+    alike: dict[tuple[str, str], list[str]] = {}
+    for e in r.errors:
+        alike.setdefault(("in part" if e.id in done else "failed", one_line(e.error)),
+                         []).append(e.id)
+    return [f"{how} {uid_for(ids[0]) if len(ids) == 1 else f'{len(ids)}: {_short_ids(ids)}'}"
+            f": {why}" for (how, why), ids in alike.items()]
 
 
 def _short_ids(message_ids: list[str]) -> str:
