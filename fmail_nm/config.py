@@ -841,10 +841,21 @@ def _mbsync_accounts(rc: mbsyncrc.MbsyncConfig, mail_root: Path, folders: list[s
             if inbox is not None:
                 roles["inbox"] = inbox
         name = group or channel.name
-        accounts.append(Account(name=name, addresses=addresses, maildir=maildir,
+        login = rc.channel_imap_account(channel)
+        accounts.append(Account(name=name, addresses=_login_first(addresses, login),
+                                maildir=maildir,
                                 folders=roles, mbsync_channel=name,
                                 pull_interval_minutes=pull_interval, layout=layout))
     return accounts
+
+
+def _login_first(addresses: tuple[str, ...],
+                 login: mbsyncrc.ImapAccount | None) -> tuple[str, ...]:
+    """The user's addresses with the one the account logs in as first: the address its mail
+    is written from (each channel's account lists all of them, none being tied to it)."""
+    user = (login.user or "").lower() if login is not None else ""
+    return (*(a for a in addresses if a.lower() == user),
+            *(a for a in addresses if a.lower() != user))
 
 
 def _store_groups(rc: mbsyncrc.MbsyncConfig) -> dict[str, str]:
@@ -911,6 +922,9 @@ def resolve(settings: Settings, mail_root: Path, notmuch_addresses: tuple[str, .
                           f"`fmail-nm account remove --name {sorted(clash)[0]}` drops the "
                           "added one")
     accounts = [*accounts, *added]
+    # notmuch's addresses are the user's even when each account lists its own: an alias in
+    # user.other_email that no account names is still mail from and to the user.
+    settings = dataclasses.replace(settings, addresses=addresses)
     return Config(settings=settings, mail_root=mail_root, accounts=tuple(accounts),
                   folders=tuple(folders))
 

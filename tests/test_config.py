@@ -90,6 +90,46 @@ def test_accounts_come_from_mbsyncrc_when_fmail_toml_has_none(tmp_path: Path) ->
     assert config.addresses == ("alex@example.org",)
 
 
+def test_an_mbsync_account_writes_from_the_address_it_logs_in_as(tmp_path: Path) -> None:
+    """Accounts found in an mbsync config each list all of notmuch's addresses: the address
+    an account logs in as comes first, so a draft of the work account is not from the
+    personal address (notmuch's primary_email)."""
+    root = tmp_path / "mail"
+    make_maildir(root, "personal/INBOX", "work/INBOX")
+    rc = tmp_path / "mbsyncrc"
+    rc.write_text("".join(
+        f"IMAPAccount {name}\nHost imap.example.org\nUser {user}\n\n"
+        f"IMAPStore {name}-remote\nAccount {name}\n\n"
+        f"MaildirStore {name}-local\nPath {root}/{name}/\nInbox {root}/{name}/INBOX\n\n"
+        f"Channel {name}\nFar :{name}-remote:\nNear :{name}-local:\n\n"
+        for name, user in (("personal", "alex@example.org"), ("work", "AMorgan@acme.test"))))
+    settings = load_settings(_toml(tmp_path, f'[mbsync]\nconfig = "{rc}"\n'))
+    config = resolve(settings, root, ("alex@example.org", "amorgan@acme.test"))
+    assert config.account("personal").addresses == ("alex@example.org", "amorgan@acme.test")
+    assert config.account("work").addresses == ("amorgan@acme.test", "alex@example.org")
+
+
+def test_notmuchs_addresses_stay_the_users_when_each_account_lists_its_own(
+        tmp_path: Path) -> None:
+    """An alias in notmuch's user.other_email that no [[accounts]] entry names is still the
+    user's (mail from it is sent mail, a reply-all leaves it out)."""
+    root = tmp_path / "mail"
+    make_maildir(root, "personal/INBOX", "work/INBOX")
+    settings = load_settings(_toml(tmp_path, """\
+[[accounts]]
+name = "personal"
+addresses = ["alex@example.org"]
+
+[[accounts]]
+name = "work"
+addresses = ["amorgan@acme.test"]
+"""))
+    config = resolve(settings, root, ("alex@example.org", "alias@example.net"))
+    assert set(config.addresses) == {"alex@example.org", "alias@example.net",
+                                     "amorgan@acme.test"}
+    assert config.account("work").addresses == ("amorgan@acme.test",)
+
+
 def test_a_relative_mbsync_config_is_read_from_fmail_tomls_folder(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``[mbsync] config`` is resolved once, as ``[notmuch] config`` is: a relative name from

@@ -462,6 +462,47 @@ def test_a_draft_sent_from_another_accounts_address_leaves_no_draft_behind(bed: 
     assert "draft" not in bed.tags("cross-1@acme.test")
 
 
+def test_with_every_address_on_both_accounts_a_reply_stays_in_the_account_of_the_mail(
+        bed: Bed) -> None:
+    """Accounts found in an mbsync config all list notmuch's addresses: a reply to mail in
+    work's INBOX went to personal's Drafts and, sent, into personal's Sent."""
+    config = bed.ctx.config
+    shared = config.account("personal").addresses + config.account("work").addresses
+    work = replace(config.account("work"), addresses=shared,
+                   folders={**config.account("work").folders, "drafts": "work/Drafts"})
+    ctx = replace(bed.ctx, config=replace(config, accounts=(
+        replace(config.account("personal"), addresses=shared), work)))
+    data = (b"From: Priya <priya@example.net>\r\nTo: amorgan@acme.test\r\n"
+            b"Subject: Q4\r\nMessage-ID: <q4-work@example.net>\r\n\r\nNumbers?\r\n")
+    (bed.env.mail_root / "work" / "INBOX" / "cur" / "1800000700.w.host:2,S").write_bytes(data)
+    bed.env.notmuch("new")
+
+    draft = compose.reply_to_email(ctx, "q4-work@example.net", "Here.")
+
+    assert draft.from_ == "amorgan@acme.test"
+    work_drafts = bed.env.mail_root / "work" / "Drafts" / "cur"
+    assert len(bed.files_with(work_drafts, draft.id)) == 1
+    send.send_draft(ctx, draft.id)
+    assert len(bed.files_with(bed.env.mail_root / "work" / "Sent" / "cur", draft.id)) == 1
+    assert bed.files_with(bed.sent, draft.id) == []
+
+
+def test_a_reply_to_mail_for_an_alias_only_notmuch_names_writes_from_it(bed: Bed) -> None:
+    """An address in notmuch's user.other_email that no account lists: the reply is from it
+    (in the account holding the mail), and a reply-all leaves it and the work address out."""
+    bed.env.notmuch("config", "set", "user.other_email", *PERSONAL.values(), "me@alias.test")
+    ctx = replace(bed.ctx, config=bed.env.config())
+    bed.receive(b"From: Jo <jo@example.net>\r\nTo: me@alias.test, amorgan@acme.test\r\n"
+                b"Cc: kim@example.net\r\nSubject: alias\r\n"
+                b"Message-ID: <alias-1@example.net>\r\n\r\nHi\r\n")
+
+    draft = compose.reply_to_email(ctx, "alias-1@example.net", "Hi", reply_all=True)
+
+    assert draft.from_ == "me@alias.test"
+    assert (draft.to, draft.cc) == (["jo@example.net"], ["kim@example.net"])
+    assert len(bed.files_with(bed.drafts, draft.id)) == 1  # personal's, which holds the mail
+
+
 def test_forward_attaches_the_original_unchanged_and_marks_it_passed(bed: Bed) -> None:
     draft = compose.forward_email(bed.ctx, ORIGINAL, ["Frank <frank@example.com>"], "FYI")
     assert draft.subject == "Fwd: Re: AW: Grüße" and draft.to == ["frank@example.com"]

@@ -575,13 +575,15 @@ def own_address(account: Account, config: Config) -> str:
     return ascii_address(found[0])  # as it goes on the wire
 
 
-def _configured_address(config: Config, address: str) -> tuple[Account | None, str] | None:
+def _configured_address(config: Config, address: str, holder: Account | None = None
+                        ) -> tuple[Account | None, str] | None:
     """The user's address ``address`` is, as fmail.toml writes it, and the account it is of
-    (None: a top-level address no account lists); None when it is not the user's.  Compared
-    in canonical form: mail may write the domain in ACE where the config has Unicode, or the
-    other way round."""
+    (None: a top-level address no account lists) -- ``holder``, the account holding the
+    message, when it lists the address too (accounts found in an mbsync config list all of
+    the user's addresses); None when it is not the user's.  Compared in canonical form: mail
+    may write the domain in ACE where the config has Unicode, or the other way round."""
     wanted = canonical_address(address)
-    for account in config.accounts:
+    for account in [*([holder] if holder else []), *config.accounts]:
         for own in account.addresses:
             if canonical_address(own) == wanted:
                 return account, own
@@ -591,8 +593,9 @@ def _configured_address(config: Config, address: str) -> tuple[Account | None, s
     return None
 
 
-def _account_of_address(config: Config, address: str) -> Account | None:
-    found = _configured_address(config, address)
+def _account_of_address(config: Config, address: str,
+                        holder: Account | None = None) -> Account | None:
+    found = _configured_address(config, address, holder)
     return found[0] if found else None
 
 
@@ -759,8 +762,9 @@ def draft_composition(ctx: WriteContext, draft_id: str) -> Composition:
 def _read_draft(ctx: WriteContext, draft_id: str) -> tuple[Composition, EmailMessage]:
     found, msg = _existing_draft(ctx, draft_id)
     senders = _people(msg, "from")
-    account = (_account_of_address(ctx.config, senders[0].address) if senders else None) or \
-        maildir.primary_account(ctx.config, found)
+    holder = maildir.primary_account(ctx.config, found)
+    account = (_account_of_address(ctx.config, senders[0].address, holder) if senders
+               else None) or holder
     if account is None or not senders:
         raise ComposeError(f"draft {draft_id!r} has no From address of the user's accounts")
     body_part = msg.get_body(preferencelist=("plain",))
@@ -835,13 +839,14 @@ def _writer_of_reply(config: Config, message: IndexedMessage,
     """The account and address a reply is written from: the user's address the original was
     sent to (as configured, whichever form the original wrote it in), else the address of
     the account that holds it."""
+    holder = maildir.primary_account(config, message)
     for person in seen:
-        found = _configured_address(config, person.address)
+        found = _configured_address(config, person.address, holder)
         if found is not None:
-            account = found[0] or maildir.primary_account(config, message)
+            account = found[0] or holder
             if account is not None:
                 return account, ascii_address(found[1])
-    account = maildir.primary_account(config, message) or config.accounts[0]
+    account = holder or config.accounts[0]
     return account, own_address(account, config)
 
 
