@@ -4,6 +4,7 @@ wrong with a setup and names the fix."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import shlex
 import stat
 import subprocess
@@ -18,6 +19,7 @@ from fmail_nm.adopt.identity import Identity, from_mbsync, from_msmtp
 from fmail_nm.app import load_config
 from fmail_nm.config import fmail_command, load_settings
 from fmail_nm.service import doctor
+from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader
 from fmail_nm.tools import reads
 
@@ -404,6 +406,22 @@ def test_a_damaged_sidecar_is_a_doctor_finding_and_rebuild_sets_it_aside(
     [aside] = path.parent.glob("sidecar.sqlite3.damaged-*")
     assert aside.read_bytes() == b"this is not a database" * 100
     assert [f for f in checks(indexed) if f.check == "sidecar"] == []
+
+
+@pytest.mark.parametrize(("version", "fix"), [
+    (4, "fix: run `fmail-nm index` to migrate it"),
+    (len(sidecar.MIGRATIONS) + 1, "fix: upgrade fmail-nm to use it")])
+def test_a_sidecar_of_another_version_is_a_doctor_finding(indexed: MailEnv, version: int,
+                                                           fix: str) -> None:
+    """After an upgrade (or a downgrade) doctor stopped at the sidecar's schema, the other
+    checks unsaid; it is one finding, with what brings the file to this version."""
+    path = sidecar.sidecar_path(indexed.config().data_dir)
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"PRAGMA user_version = {version}")
+    doctor = indexed.fmail("doctor", check=False)
+    assert doctor.returncode == 1 and doctor.stderr == ""
+    assert f"has schema {version}" in doctor.stdout or f"(schema {version} >" in doctor.stdout
+    assert fix in doctor.stdout
 
 
 def test_addresses_given_to_init_for_a_users_notmuch_config_are_used_and_told(

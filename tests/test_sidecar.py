@@ -824,6 +824,23 @@ def test_a_sidecar_from_before_drafts_were_left_out_is_recounted_and_loses_stale
     assert _same_figures_as_a_rebuild(indexed, tmp_path)
 
 
+def test_a_sidecar_of_a_newer_version_is_named_so_and_left_as_it_is(indexed: MailEnv) -> None:
+    """A sidecar a later fmail-nm wrote (after a downgrade) cannot be migrated back: read and
+    read-write opens alike say so, rather than send the user to a `fmail-nm index` that fails
+    the same way, and the file is not written."""
+    path = sidecar_file(indexed)
+    with sidecar.opened(path) as conn:
+        conn.execute(f"PRAGMA user_version = {sidecar.SCHEMA_VERSION + 1}")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = path.read_bytes()
+    for readonly in (True, False):
+        with pytest.raises(sidecar.SidecarError) as raised:
+            sidecar.connect(path, readonly=readonly)
+        assert "written by a newer fmail-nm" in str(raised.value)
+        assert "fmail-nm index" not in str(raised.value)
+    assert path.read_bytes() == before
+
+
 def test_contacts_export_and_import_survive_a_rebuild(indexed: MailEnv, tmp_path: Path) -> None:
     path = sidecar_file(indexed)
     indexed.fmail("contacts", "block", "junk@prizes.example.net")

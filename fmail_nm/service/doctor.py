@@ -377,6 +377,9 @@ def sidecar_findings(config: Config, reader: Reader) -> list[Finding]:
             revision = reader.revision()
             uuid = sidecar.get_state(conn, "notmuch_uuid")
             done = sidecar.get_state(conn, "revision")
+    except sidecar.SidecarError as exc:  # an older schema (an upgrade not indexed yet), or newer
+        problem, _, fix = str(exc).partition("; ")
+        return [Finding("sidecar", problem, fix)]
     except sqlite3.DatabaseError as exc:
         return [Finding("sidecar", f"the sidecar {path} cannot be read ({exc}): the post-new "
                         "hook, SQL and contacts fail on it", "fmail-nm sidecar rebuild (it "

@@ -705,6 +705,9 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     add_functions(conn)
     if readonly:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            conn.close()
+            raise _newer_schema(path, version)
         if version != SCHEMA_VERSION:
             conn.close()
             raise SidecarError(f"the sidecar at {path} has schema {version}, this fmail-nm "
@@ -730,12 +733,17 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
     with transaction(conn):
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise SidecarError(f"the sidecar at {path} was written by a newer fmail-nm "
-                               f"(schema {version} > {SCHEMA_VERSION})")
+            raise _newer_schema(path, version)
         for script in MIGRATIONS[version:]:
             for statement in _statements(script):
                 conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _newer_schema(path: Path, version: int) -> SidecarError:
+    # No migration goes back, and "run `fmail-nm index`" would only fail the same way.
+    return SidecarError(f"the sidecar at {path} was written by a newer fmail-nm "
+                        f"(schema {version} > {SCHEMA_VERSION}); upgrade fmail-nm to use it")
 
 
 def _statements(script: str) -> Iterator[str]:
