@@ -191,6 +191,8 @@ def test_an_index_from_the_previous_version_upgrades_in_place(indexed: MailEnv) 
         assert conn.execute("PRAGMA user_version").fetchone()[0] == len(sidecar.MIGRATIONS)
     check = indexed.fmail("sidecar", "check", check=False)
     assert check.returncode == 0, check.stdout
+    with Reader() as reader, sidecar.opened(path) as conn:  # mirrored past the property's drop
+        assert sidecar.get_state(conn, "revision") == str(reader.revision().number)
     stored = sidecar.recipients_of(indexed.config().data_dir, ids)
     assert all(stored[mid] for mid in ids if mid != "self-cc-1@example.org")
 

@@ -376,12 +376,13 @@ def run_index(config: Config, *, show_progress: bool | None = None,
 
         with Reader(notmuch_config) as reader, Writer(notmuch_config) as writer:
             tagging, parsed_ahead = TaggingReport(), 0
+            # Before the pass, whose mirror sync then takes the revision this write makes.
+            drop_old_recipients(reader, writer)
             if not hooked:
                 done = post_new(config, reader, writer, new_since=before,
                                 on_progress=report if sinks else None, prefetched=prefetched,
                                 tagged=delivered_ids)
                 tagging, parsed_ahead = done.tagging, done.mirror.prefetched
-            drop_old_recipients(reader, writer)
             maildir.prune_holds(config, reader)
             total, counts = summary_counts(config, reader)
             summary = IndexSummary(added=added, total=total, counts=counts, tagging=tagging,
