@@ -113,3 +113,18 @@ async def test_a_boolean_for_a_number_is_refused_not_read_as_one(indexed: MailEn
         for index in (True, "\u0663"):
             text = await error_text(client, "get_attachment", {"id": attached, "index": index})
             assert "index" in text and ("integer" in text or "a number from get_email" in text)
+
+
+@pytest.mark.anyio
+async def test_an_account_name_is_capped_in_every_tool_that_takes_one(
+        shared_indexed: MailEnv) -> None:
+    """README: account names and addresses are at most 320 characters.  The SQL tools'
+    account_name had no cap: a 100,000-character name came back whole in the error."""
+    async with Client(server_params(shared_indexed)) as client:
+        long_name = "x" * 321
+        for tool, args in (("query_emails", {"sql_query": "SELECT 1", "account_name": long_name}),
+                           ("manage_contacts_sql", {"sql_query": "SELECT 1 FROM contacts",
+                                                    "account_name": long_name}),
+                           ("search_emails", {"account": long_name})):
+            text = await error_text(client, tool, args)
+            assert "at most 320 characters" in text and len(text) < 300, (tool, text[:300])
