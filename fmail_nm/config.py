@@ -365,11 +365,11 @@ def _text(value: Any, config_path: Path, what: str) -> str | None:
 
 
 def _named_path(value: Any, config_path: Path, what: str) -> str | None:
-    """A file named in fmail.toml or accounts.toml (the notmuch config, an mbsync config), as
-    an absolute path, resolved once here: ``~`` expanded (notmuch, the bindings and ``mbsync
-    -c`` take the name literally), a relative name taken from that file's folder -- not from
-    the working directory, which is wherever notmuch new runs our hook or the service was
-    started."""
+    """A file named in fmail.toml or accounts.toml (the notmuch config, an mbsync config, the
+    data directory), as an absolute path, resolved once here: ``~`` expanded (notmuch, the
+    bindings and ``mbsync -c`` take the name literally), a relative name taken from that
+    file's folder -- not from the working directory, which is wherever notmuch new runs our
+    hook or the service was started."""
     name = _text(value, config_path, what)
     if not name:  # left out or empty: none named (found the way the tool finds it)
         return None
@@ -478,7 +478,7 @@ def load_settings(path: Path | str | None = None) -> Settings:
     mbsync = _table(data, "mbsync", config_path)
     index = _table(data, "index", config_path)
     tagging = _table(data, "tagging", config_path)
-    data_dir = _text(data.get("data_dir"), config_path, "data_dir")
+    data_dir = _named_path(data.get("data_dir"), config_path, "data_dir")
     return Settings(
         path=config_path,
         notmuch_config=_named_path(notmuch.get("config"), config_path, "[notmuch] config"),
@@ -490,7 +490,7 @@ def load_settings(path: Path | str | None = None) -> Settings:
         safety_index_minutes=_minutes(
             index.get("safety_interval_minutes", DEFAULT_SAFETY_INDEX_MINUTES), "[index]",
             "safety_interval_minutes", "no safety index"),
-        data_dir=Path(data_dir).expanduser() if data_dir else None,
+        data_dir=Path(data_dir) if data_dir else None,
         addresses=_str_tuple(data.get("addresses"), "addresses"),
         accounts=_account_tables(data.get("accounts", []), config_path),
         added_accounts=load_added_accounts(),

@@ -13,6 +13,7 @@ from fmail_nm.adopt.initialize import (
     new_config_path,
 )
 from fmail_nm.config import (
+    DEFAULT_RULES,
     ConfigError,
     FolderLayout,
     detect_roles,
@@ -20,6 +21,8 @@ from fmail_nm.config import (
     maildir_folders,
     resolve,
 )
+
+from .conftest import REPO
 
 
 def make_maildir(root: Path, *folders: str) -> None:
@@ -145,6 +148,33 @@ def test_a_relative_mbsync_config_is_read_from_fmail_tomls_folder(
     config = resolve(settings, root)
     assert {a.name: a.mbsync_channel for a in config.accounts} == {"personal": "personal",
                                                                   "work": "work"}
+
+
+def test_the_example_config_loads_and_lists_the_default_rules_as_they_are(
+        tmp_path: Path) -> None:
+    """config/fmail.toml is copied as it is, and its commented defaults are written out by
+    users who add a rule (giving any replaces them all): they must be the code's."""
+    example = REPO / "config" / "fmail.toml"
+    settings = load_settings(example)
+    assert [a["name"] for a in settings.accounts] == ["personal", "work"]
+    text = example.read_text().split("Giving any rule replaces the defaults, which are:\n")[1]
+    rules = "\n".join(line.removeprefix("# ") for line in text.splitlines())
+    assert load_settings(_toml(tmp_path, rules)).rules == DEFAULT_RULES
+
+
+def test_a_relative_data_dir_is_read_from_fmail_tomls_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``data_dir`` holds the sidecar the hook and the server share: read from wherever each
+    was started (the hook in notmuch new's working directory), a relative one split it in
+    two.  It is resolved as the other paths fmail.toml names are; ``~`` still expands."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    settings = load_settings(_toml(tmp_path, 'data_dir = "state"\n'))
+    assert settings.data_dir_or_default() == tmp_path / "state"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    settings = load_settings(_toml(tmp_path, 'data_dir = "~/fmail"\n'))
+    assert settings.data_dir_or_default() == tmp_path / "home" / "fmail"
 
 
 def test_an_accounts_own_mbsync_config_is_read_from_its_files_folder(
