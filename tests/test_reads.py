@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from fmail_nm.clock import iso_from_epoch
+from fmail_nm.dsl import DSL_HELP
 from fmail_nm.store import sidecar
 from fmail_nm.store import notmuch as notmuch_store
 from fmail_nm.store.notmuch import QueryError, Reader
@@ -47,6 +48,23 @@ def test_search_finds_named_messages_with_index_fields(mb: reads.Mailbox) -> Non
     assert first.date == "2026-03-09T06:55:00Z"
     assert first.to == []  # received mail: the recipient is the user
     assert first.tags == ["flagged", "inbox", "replied"]
+
+
+def test_the_query_examples_the_model_is_shown_find_what_they_say(mb: reads.Mailbox) -> None:
+    """search_emails' description (DSL_HELP) teaches by its examples: each must run on real
+    mail and select what it reads as (NOW is 2026-12-01, so older_than:2m is before October)."""
+    examples = [line.strip() for line in DSL_HELP.split("Examples:\n", 1)[1].splitlines()]
+    found = {text: reads.search_emails(mb, text, limit=500).results for text in examples}
+    assert found["from:alice is:unread newer_than:7d"] == []  # no Alice in the fixture mail
+    invoices = found["subject:(invoice OR receipt) has:attachment after:2026-01-01"]
+    assert [r.subject for r in invoices] == ["Your invoice 2026-0042"]
+    inbox = found["in:inbox -is:list -from:noreply"]
+    assert inbox and all("inbox" in r.tags and "list" not in r.tags for r in inbox)
+    bob = found["(from:bob OR to:bob) before:2026/03/01"]
+    assert all(r.date and r.date < "2026-03-01" for r in bob)
+    work_sent = found["account:work in:sent older_than:2m"]
+    assert work_sent and all(r.date and r.date < "2026-10-02" for r in work_sent)
+    assert all(reads.get_email(mb, r.id, 1).folders == ["work/Sent"] for r in work_sent)
 
 
 def test_search_pages_with_total_and_cursor(mb: reads.Mailbox) -> None:
