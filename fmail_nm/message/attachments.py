@@ -116,7 +116,7 @@ def _readable(kind: str, text: str, entity: Entity, problems: list[str]) -> str:
     """Decoded text as a reader wants it: HTML rendered, calendar data summarized (the raw
     iCalendar text, folded and escaped, only where no event could be read from it)."""
     if kind == "text/html":
-        return html_text(text, html_to_text, entity.where, problems)
+        return html_text(text, html_to_text, entity.where, problems, problems)
     if kind in CALENDAR_TYPES and (
             summary := calendar_summary(entity, text, html_to_text)) is not None:
         problems.extend(summary.problems)

@@ -11,7 +11,8 @@ import re
 import html2text
 from html2text.utils import escape_md_section
 
-from .mime import BodyText, ParsedMessage, parse_body, parse_message
+from .hidden import HiddenElements, hides, is_void, text_chars
+from .mime import BodyText, HtmlText, ParsedMessage, parse_body, parse_message
 from .text import QUOTE_MARK_ESCAPE
 
 __all__ = ["html_to_text", "read_body", "read_message"]
@@ -56,6 +57,10 @@ _HEAD_CONTENT = frozenset({"title", "meta", "link", "base", "style", "script", "
                            "template", "head", "html"})
 
 
+# What html2text makes of "&nbsp;" until its output is done.
+_NBSP = "&nbsp_place_holder;"
+
+
 class _Converter(html2text.HTML2Text):
     """html2text, with its hidden-content counter kept as a browser keeps those elements
     open: a closing tag that closes nothing (``</SCRIPT>`` first thing in a body) drove the
@@ -63,16 +68,33 @@ class _Converter(html2text.HTML2Text):
     that never closed; either hid the whole rest of the message, as did a <head> left open
     before the content with no <body> tag.  And the text between two tags goes to html2text
     as one piece: it takes each entity for a new piece, and one after emphasis for text
-    following it, which it spaces off ("<em>caf&eacute;</em>" read "caf é")."""
+    following it, which it spaces off ("<em>caf&eacute;</em>" read "caf é").  Elements the
+    sender hides (see ``hidden``) go unshown, tags and all, their text only counted."""
 
     def __init__(self) -> None:
         super().__init__()
         self._hiding: dict[str, int] = dict.fromkeys(_HIDING, 0)
         self._in_body = False
         self._text: list[str] = []  # the text since the last tag, escaped as html2text would
+        self._hidden = HiddenElements()
+        self.hidden_chars = 0  # of text the sender hid (see hidden.text_chars)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        # Of an attribute given twice the first counts, as in a browser: a second style must
+        # not undo the "display:none" of the first.
+        self.handle_tag(tag, dict(reversed(attrs)), start=True)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handle_starttag(tag, attrs)
+        # "<div/>" opens a <div> in a browser: only a void element is closed by its "/".
+        # Kept open only where hidden, so that html2text renders visible markup as before.
+        if is_void(tag) or not self._hidden.hiding:
+            self.handle_endtag(tag)
 
     def handle_tag(self, tag: str, attrs: dict[str, str | None], start: bool) -> None:
         self._flush_text()
+        if self._hidden.start(tag, hides(attrs)) if start else self._hidden.end(tag):
+            return  # a hidden image's alt text or link shows nothing either
         if tag == "body":  # html2text shows everything from here: nothing is open any more
             self._in_body = True
             self._hiding = dict.fromkeys(_HIDING, 0)
@@ -90,6 +112,9 @@ class _Converter(html2text.HTML2Text):
         super().handle_tag(tag, attrs, start)
 
     def handle_data(self, data: str, entity_char: bool = False) -> None:
+        if self._hidden.hiding:
+            self.hidden_chars += text_chars(data.replace(_NBSP, " "))
+            return
         data = data.replace(">", _TEXT_GT)
         if not (entity_char or self.code or self.pre):  # html2text leaves entities as they are
             data = escape_md_section(data, snob=self.escape_snob)
@@ -111,9 +136,9 @@ def _restore_text_gt(text: str) -> str:
     return text.replace(_TEXT_GT, ">")
 
 
-def html_to_text(html: str) -> str:
-    """HTML as Markdown-ish text; an ``HtmlRenderer`` (``mime.html_text`` tidies the result).
-    Only <blockquote> content comes out ``>``-quoted."""
+def html_to_text(html: str) -> HtmlText:
+    """HTML as Markdown-ish text, without what it hides; an ``HtmlRenderer`` (``mime.html_text``
+    tidies the result). Only <blockquote> content comes out ``>``-quoted."""
     converter = _Converter()
     converter.body_width = 0  # no hard wrapping: the reader wraps, and wrapping breaks URLs
     converter.images_to_alt = True  # tracking pixels vanish, meaningful alt text stays
@@ -122,7 +147,7 @@ def html_to_text(html: str) -> str:
     # html2text drops <script>, <style> and <head> contents and renders tables as
     # Markdown rows, which reads well for data tables.
     text = converter.handle(_flattened(html.replace(_TEXT_GT, "")))
-    return _restore_text_gt(text)
+    return HtmlText(_restore_text_gt(text), converter.hidden_chars)
 
 
 def read_message(raw: bytes) -> ParsedMessage:

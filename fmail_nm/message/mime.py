@@ -46,7 +46,7 @@ from .headers import (
     split_head,
     to_bytes,
 )
-from .text import hide_uuencoded, one_line, strip_tags, tidy
+from .text import HtmlText, hide_uuencoded, one_line, strip_tags, tidy
 from .transfer import decode_transfer, decoded_size, transfer_encoding
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "BodyText",
     "Entity",
     "HtmlRenderer",
+    "HtmlText",
     "ParsedMessage",
     "attachment_entities",
     "calendar_summary",
@@ -75,8 +76,9 @@ __all__ = [
 # Public types
 
 
-HtmlRenderer = Callable[[str], str]
-"""Decoded HTML in, text out; ``html_text`` tidies the result and catches any exception."""
+HtmlRenderer = Callable[[str], HtmlText]
+"""Decoded HTML in, text out (and a count of the text it hides); ``html_text`` tidies the
+result and catches any exception."""
 
 
 @dataclass(frozen=True)
@@ -593,7 +595,7 @@ def calendar_summary(entity: Entity, text: str,
     ``render_html``."""
     problems: list[str] = []
     summary = summarize_calendar(text, _param(entity, "method"), lambda html: html_text(
-        html, render_html, "calendar description", problems))
+        html, render_html, "calendar description", problems, problems))
     if summary is not None:
         summary.problems.extend(problems)
     return summary
@@ -690,7 +692,7 @@ def _leaf_text(entity: Entity, body: _Rendering) -> str:
         if charset is None and (meta := _META_CHARSET.search(data, 0, 4096)):
             charset = meta.group(1).decode("ascii")
         html = decode_bytes(data, charset, entity.where, defects)
-        text = html_text(html, body.render_html, entity.where, defects)
+        text = html_text(html, body.render_html, entity.where, defects, body.notes)
         # Only a rendering that is shown counts: an empty one leaves the plain text shown.
         body.from_html = body.from_html or bool(text)
         body.blank_html = body.blank_html or (not text and bool(html.strip()))
@@ -735,15 +737,22 @@ def entity_charset(entity: Entity) -> str | None:
 MAX_HTML_CHARS = 500_000
 
 
-def html_text(html: str, render_html: HtmlRenderer, where: str, defects: list[str]) -> str:
+def html_text(html: str, render_html: HtmlRenderer, where: str, defects: list[str],
+              notes: list[str]) -> str:
     """``render_html(html)``, tidied, of the first MAX_HTML_CHARS (the rest noted as a
-    defect); on any failure, the tags stripped and a defect noted."""
+    defect), with a note of the text it hides and leaves out; on any failure, the tags
+    stripped and a defect noted."""
     if len(html) > MAX_HTML_CHARS:
         defects.append(f"{where}: HTML of {len(html):,} characters; only the first "
                        f"{MAX_HTML_CHARS:,} rendered")
         html = html[:MAX_HTML_CHARS]
     try:
-        return tidy(render_html(html))
+        rendered = render_html(html)
     except Exception as exc:  # noqa: BLE001 - a renderer on hostile markup; degrade, don't fail
         defects.append(f"{where}: HTML conversion failed ({type(exc).__name__}); tags stripped")
         return tidy(strip_tags(html))
+    if rendered.hidden_chars:
+        # Said, not shown: what the sender hid is a preheader's padding or an instruction
+        # meant for an assistant, never for the reader.
+        notes.append(f"left out {rendered.hidden_chars:,} characters of text the HTML hides")
+    return tidy(rendered.text)

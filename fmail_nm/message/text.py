@@ -13,8 +13,12 @@ import html as html_lib
 import math
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
+
+from .hidden import HiddenElements, hides, text_chars
 
 __all__ = [
+    "HtmlText",
     "QUOTE_MARK_ESCAPE",
     "TextSlice",
     "clean_text",
@@ -174,6 +178,14 @@ def _uu_line_bytes(line: str) -> int | None:
 _TAG = re.compile(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", re.I | re.S)
 
 
+class HtmlText(NamedTuple):
+    """HTML rendered: the text shown, and the characters of text the HTML hides from its
+    reader (see ``hidden``), left out of it."""
+
+    text: str
+    hidden_chars: int = 0
+
+
 def strip_tags(html: str) -> str:
     """Tags out, entities decoded: the fallback when html2text fails on hostile markup."""
     return html_lib.unescape(_TAG.sub(" ", html))
@@ -196,13 +208,13 @@ _CELL_TAG = re.compile(r"</?t[dh]\b[^<>]*>", re.I)
 _ANY_TAG = re.compile(r"<[/!?a-zA-Z][^<>]*>")  # "a < b" in text is not a tag
 
 
-def preview_html_text(html: str) -> str:
+def preview_html_text(html: str) -> HtmlText:
     """A quick, approximate html2text for previews: block elements become line breaks and
     ``<blockquote>`` lines are ``>``-quoted, so ``clean_text`` drops quoted history and
     signatures as it does for html2text's output. Links, images and emphasis become their text.
     Linear time whatever the markup: the indexer runs this on every new HTML-only message.
     """
-    html = _drop_hidden(html)
+    html, hidden_chars = _without_hidden_elements(_drop_hidden(html))
     pieces: list[str] = []
     depth = pos = 0
     for match in _BLOCKQUOTE_TAG.finditer(html):
@@ -210,7 +222,7 @@ def preview_html_text(html: str) -> str:
         depth = max(0, depth - 1) if match.group(1) else depth + 1
         pos = match.end()
     pieces.append(_quoted(_inline_text(html[pos:]), depth))
-    return "\n".join(pieces)
+    return HtmlText("\n".join(pieces), hidden_chars)
 
 
 def _drop_hidden(html: str) -> str:
@@ -230,6 +242,57 @@ def _drop_hidden(html: str) -> str:
             pos = close.end()
     out.append(html[pos:])
     return "".join(out)
+
+
+# A tag, its attribute values quoted or not: "<p style='x:\">\"'>" is one tag. Possessive, and
+# a quoted value bounded, so that a quote left open costs no backtracking or quadratic time.
+_TAG_PARTS = re.compile(
+    r"""<(/?)([a-zA-Z][^\s/<>]*)((?:[^<>"']|"[^"]{0,2000}"|'[^']{0,2000}'|["'])*+)>""")
+_MAY_HIDE = re.compile(r"style|hidden", re.I)  # the attributes ``hidden.hides`` reads
+_ATTRIBUTE = re.compile(r"""([^\s=/<>"']+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+)))?""")
+
+
+def _without_hidden_elements(html: str) -> tuple[str, int]:
+    """``html`` without the elements it hides from its reader (see ``hidden``), and the
+    characters of text they held -- as ``html.html_to_text`` reads them, from tags found by
+    a regular expression rather than a parser."""
+    if not _MAY_HIDE.search(html):
+        return html, 0
+    elements = HiddenElements()
+    kept: list[str] = []
+    hidden_chars = pos = 0
+    for tag in _TAG_PARTS.finditer(html):
+        text = html[pos : tag.start()]
+        if elements.hiding:
+            hidden_chars += text_chars(html_lib.unescape(text))
+        else:
+            kept.append(text)
+        closing, name, rest = tag.group(1), tag.group(2).lower(), tag.group(3)
+        if closing:
+            hidden = elements.end(name)
+        else:
+            hidden = elements.start(name, _tag_hides(rest))
+            if rest.endswith("/") and not elements.hiding:  # as the converter reads "<x/>"
+                elements.end(name)
+        if not hidden:  # by its name alone: later expressions take "<p title='>'>" apart
+            kept.append(f"<{closing}{name}>")
+        pos = tag.end()
+    if elements.hiding:
+        hidden_chars += text_chars(html_lib.unescape(html[pos:]))
+    else:
+        kept.append(html[pos:])
+    return "".join(kept), hidden_chars
+
+
+def _tag_hides(tag_rest: str) -> bool:
+    """Whether a tag's attributes, the text after its name, hide its element."""
+    if not _MAY_HIDE.search(tag_rest):
+        return False
+    attrs: dict[str, str | None] = {}
+    for match in _ATTRIBUTE.finditer(tag_rest):
+        value = next((value for value in match.group(2, 3, 4) if value is not None), "")
+        attrs.setdefault(match.group(1).lower(), html_lib.unescape(value))  # the first counts
+    return hides(attrs)
 
 
 def _inline_text(html: str) -> str:
