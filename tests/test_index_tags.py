@@ -381,3 +381,28 @@ def test_mail_moved_into_drafts_by_another_client_is_a_draft(indexed: MailEnv,
     assert "inbox" in back["school-trip-3@example.com"], back
     assert "sent" in back["wedding-2@example.org"], back
     assert not any("draft" in got for got in back.values()), back
+
+
+def test_an_upgrade_under_a_hook_running_the_pass_itself_leaves_no_mirror_lag(
+        indexed: MailEnv) -> None:
+    """A hook of a version before the pass moved into ``fmail-nm index`` runs the pass inside
+    notmuch new: the property's drop after it must still reach the sidecar."""
+    import shlex
+
+    from fmail_nm.config import fmail_command, load_settings
+
+    hook = Path(indexed.notmuch("config", "get", "database.hook_dir").stdout.strip()) / "post-new"
+    command = fmail_command(load_settings(str(indexed.fmail_config)))
+    hook.write_text(f"#!/bin/sh\n# fmail-nm hook: post-new\n{shlex.join(command)} hook post-new\n")
+    hook.chmod(0o755)
+    ids = ["school-trip-1@example.com", "wedding-1@example.net"]
+    with Writer() as writer:
+        writer.run(lambda txn: set_old_property(txn, ids))
+
+    indexed.fmail("index", "--quiet")
+
+    with Reader() as reader:
+        assert all(reader.property(mid, OLD_PROPERTY) is None for mid in ids)
+        path = sidecar.sidecar_path(indexed.config().data_dir)
+        with sidecar.opened(path) as conn:
+            assert sidecar.get_state(conn, "revision") == str(reader.revision().number)

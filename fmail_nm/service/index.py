@@ -371,13 +371,16 @@ def run_index(config: Config, *, show_progress: bool | None = None,
         prefetched = prefetch.take()
         delivered_ids = frozenset(delivered.messages if delivered else ())
         added += (first.added if first else 0) + len(delivered_ids)
+        from ..passes.mirror import sync_sidecar
         from ..passes.post_new import drop_old_recipients, post_new
         from ..passes.tagging import TaggingReport
 
         with Reader(notmuch_config) as reader, Writer(notmuch_config) as writer:
             tagging, parsed_ahead = TaggingReport(), 0
-            # Before the pass, whose mirror sync then takes the revision this write makes.
-            drop_old_recipients(reader, writer)
+            # Before the pass, whose mirror sync then takes the revision this write makes; a
+            # hook that ran the pass inside notmuch new synced before it, so sync it here.
+            if drop_old_recipients(reader, writer) and hooked:
+                sync_sidecar(config, reader)
             if not hooked:
                 done = post_new(config, reader, writer, new_since=before,
                                 on_progress=report if sinks else None, prefetched=prefetched,
