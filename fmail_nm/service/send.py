@@ -117,11 +117,11 @@ def check_not_sent(ctx: WriteContext, draft_id: str) -> None:
     timeout, a cancel) may have sent and filed it, and its "no draft" would read as "never
     sent" -- or, when its filing failed, the draft is still there to be sent twice."""
     found = Mailbox(ctx.config, ctx.reader, ctx.clock).find(draft_id)
-    message_id = found.message_id if found is not None else clean_id(draft_id)
+    ref = found.message_id if found is not None else clean_id(draft_id)
     with sidecar.opened(sidecar.sidecar_path(ctx.config.data_dir)) as conn:
-        at = sidecar.sent_at(conn, message_id)
+        at = sidecar.sent_at(conn, ref)
     if at is not None:
-        raise SendRefused(f"{message_id} was sent already, at {at} (in:sent); it was not "
+        raise SendRefused(f"{ref} was sent already, at {at} (in:sent); it was not "
                           "sent again")
 
 

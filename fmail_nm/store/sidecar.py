@@ -1408,12 +1408,14 @@ def mark_undone(conn: sqlite3.Connection, entry_id: int) -> None:
         conn.execute("UPDATE audit_log SET undone_at = ? WHERE id = ?", (utc_stamp(), entry_id))
 
 
-def sent_at(conn: sqlite3.Connection, message_id: str) -> str | None:
-    """When the message with this Message-ID was sent (its ``send`` entry), None if never."""
-    row = conn.execute("SELECT at FROM audit_log WHERE action = 'send' AND "
-                       "json_extract(params, '$.id') = ? ORDER BY id DESC LIMIT 1",
-                       (message_id,)).fetchone()
-    return None if row is None else str(row[0])
+def sent_at(conn: sqlite3.Connection, ref: str) -> str | None:
+    """When the message with this Message-ID or uid was sent (its ``send`` entry), None if
+    never.  By uid too: a message its server filed in Sent has no copy here to resolve it by."""
+    for message_id, at in conn.execute("SELECT json_extract(params, '$.id'), at FROM audit_log "
+                                       "WHERE action = 'send' ORDER BY id DESC"):
+        if ref in (message_id, uid_for(message_id)):
+            return str(at)
+    return None
 
 
 def count_writes(conn: sqlite3.Connection, action: str, since: str) -> int:
