@@ -636,6 +636,14 @@ def test_since_and_until_dates_are_the_days_on_counts(mb: reads.Mailbox,
         assert trip.id in evening
 
 
+def test_a_week_in_since_and_until_is_all_seven_of_its_days(mb: reads.Mailbox) -> None:
+    """2026-W11 names a week: until= ends with its Sunday, not with its Monday."""
+    week = ids(reads.search_emails(mb, "", since="2026-W11", until="2026-W11", limit=500))
+    days = ids(reads.search_emails(mb, "", since="2026-03-09", until="2026-03-15", limit=500))
+    assert week == days and len(days) > len(ids(reads.search_emails(mb, "on:2026-03-09",
+                                                                     limit=500)))
+
+
 @pytest.mark.parametrize(("zone", "shown"), [("Europe/London", "2026-06-10 07:00"),
                                              ("Atlantic/Azores", "2026-06-10 06:00")])
 def test_a_listing_names_its_clock_in_a_zone_that_is_utc_for_part_of_the_year(

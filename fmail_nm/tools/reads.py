@@ -19,7 +19,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from time import sleep
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
@@ -266,9 +266,9 @@ def _parse_when(value: str, name: str, end: bool) -> int:
     if len(value) > MAX_DATE_CHARS:
         raise ToolError(f"{name} must be an ISO 8601 date or datetime, e.g. 2026-03-01")
     try:
-        if (day := _iso_day(value)) is not None:
-            start, next_day = local_day(day, MACHINE_ZONE)
-            return next_day - 1 if end else start
+        if (days := _iso_days(value)) is not None:
+            return local_day(days[1], MACHINE_ZONE)[1] - 1 if end else \
+                local_day(days[0], MACHINE_ZONE)[0]
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=MACHINE_ZONE)
@@ -278,13 +278,19 @@ def _parse_when(value: str, name: str, end: bool) -> int:
     return int(moment.timestamp())
 
 
-def _iso_day(value: str) -> date | None:
-    """The day a date alone names, in any ISO 8601 form (2026-11-01, 20261101, 2026-W44-7):
-    read as a datetime, 20261101 was that day's first second, and until= left the day out."""
+# ISO 8601's week without its day (2026-W44): seven days, not the Monday date() reads it as.
+_ISO_WEEK = re.compile(r"\d{4}-?W\d\d")
+
+
+def _iso_days(value: str) -> tuple[date, date] | None:
+    """The first and last day a date alone names, in any ISO 8601 form (2026-11-01, 20261101,
+    2026-W44-7; 2026-W44 is a week): read as a datetime, 20261101 was that day's first
+    second, and until= left the day out."""
     try:
-        return date.fromisoformat(value)
+        first = date.fromisoformat(value)
     except ValueError:
         return None
+    return first, first + timedelta(days=6 if _ISO_WEEK.fullmatch(value) else 0)
 
 
 def scoped_query(mb: Mailbox, compiled: CompiledQuery, *, since: str | None = None,
