@@ -442,6 +442,22 @@ def test_an_account_whose_server_saves_sent_mail_gets_no_sent_copy_from_us(bed: 
     assert "replied" in bed.tags(ORIGINAL)
 
 
+def test_a_draft_the_server_filed_is_refused_as_sent_by_its_uid(bed: Bed) -> None:
+    """With the server filing sent mail no copy of ours is left to resolve the draft's uid by:
+    a retry under the uid the listing showed is still told it was sent, not "no draft"."""
+    text = bed.env.fmail_config.read_text()
+    channel = 'mbsync_channel = "personal"\n'
+    bed.env.fmail_config.write_text(
+        text.replace(channel, channel + "server_saves_sent = true\n", 1))
+    bed.ctx = replace(bed.ctx, config=bed.env.config())
+    draft = compose.reply_to_email(bed.ctx, ORIGINAL, "Here they are.")
+    send.send_draft(bed.ctx, draft.id)
+
+    with pytest.raises(send.SendRefused, match="was sent already"):
+        send.send_draft(bed.ctx, sidecar.uid_for(draft.id))
+    assert len(bed.smtp.received) == 1
+
+
 def test_a_draft_sent_from_another_accounts_address_leaves_no_draft_behind(bed: Bed) -> None:
     """A draft saved in personal/Drafts whose From the user changed (in mutt) to the work
     address: sent through the work account, filed in work/Sent, and gone from the Drafts
@@ -485,6 +501,26 @@ def test_with_every_address_on_both_accounts_a_reply_stays_in_the_account_of_the
     send.send_draft(ctx, draft.id)
     assert len(bed.files_with(bed.env.mail_root / "work" / "Sent" / "cur", draft.id)) == 1
     assert bed.files_with(bed.sent, draft.id) == []
+
+
+def test_with_every_address_on_both_accounts_a_draft_from_work_is_sent_by_work(
+        bed: Bed) -> None:
+    """Accounts from an mbsync config list every address, each its login first: a draft in
+    personal's Drafts whose From the user changed to the work login goes through work."""
+    config = bed.ctx.config
+    personal, work = config.account("personal"), config.account("work")
+    ctx = replace(bed.ctx, config=replace(config, accounts=(
+        replace(personal, addresses=personal.addresses + work.addresses),
+        replace(work, addresses=work.addresses + personal.addresses))))
+    bed.put_draft("1800000600.cross.host:2,DS",
+                  b"From: Alex Morgan <amorgan@acme.test>\r\nTo: client@example.com\r\n"
+                  b"Subject: cross\r\nMessage-ID: <cross-2@acme.test>\r\n\r\nHello\r\n")
+
+    send.send_draft(ctx, "cross-2@acme.test")
+
+    work_sent = bed.env.mail_root / "work" / "Sent" / "cur"
+    assert len(bed.files_with(work_sent, "cross-2@acme.test")) == 1
+    assert bed.files_with(bed.sent, "cross-2@acme.test") == []
 
 
 def test_a_reply_to_mail_for_an_alias_only_notmuch_names_writes_from_it(bed: Bed) -> None:

@@ -578,12 +578,14 @@ def own_address(account: Account, config: Config) -> str:
 def _configured_address(config: Config, address: str, holder: Account | None = None
                         ) -> tuple[Account | None, str] | None:
     """The user's address ``address`` is, as fmail.toml writes it, and the account it is of
-    (None: a top-level address no account lists) -- ``holder``, the account holding the
-    message, when it lists the address too (accounts found in an mbsync config list all of
-    the user's addresses); None when it is not the user's.  Compared in canonical form: mail
-    may write the domain in ACE where the config has Unicode, or the other way round."""
+    (None: a top-level address no account lists) -- the one account writing from it, else
+    ``holder``, the account holding the message, when it lists the address too (accounts
+    found in an mbsync config list all of the user's addresses); None when it is not the
+    user's.  Compared in canonical form: mail may write the domain in ACE where the config
+    has Unicode, or the other way round."""
     wanted = canonical_address(address)
-    for account in [*([holder] if holder else []), *config.accounts]:
+    first = [a for a in [_writer_of(config, wanted), holder] if a is not None]
+    for account in [*first, *config.accounts]:
         for own in account.addresses:
             if canonical_address(own) == wanted:
                 return account, own
@@ -591,6 +593,14 @@ def _configured_address(config: Config, address: str, holder: Account | None = N
         if canonical_address(own) == wanted:
             return None, own
     return None
+
+
+def _writer_of(config: Config, wanted: str) -> Account | None:
+    """The one account writing from ``wanted`` (a canonical address, its first), when only
+    one does: accounts found in an mbsync config list every address, the login first."""
+    writers = [a for a in config.accounts
+               if a.addresses and canonical_address(a.addresses[0]) == wanted]
+    return writers[0] if len(writers) == 1 else None
 
 
 def _account_of_address(config: Config, address: str,
