@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fmail_nm.message.attachments import attachment_text
-from fmail_nm.message.headers import Address
+from fmail_nm.message.headers import Address, parse_headers
 from fmail_nm.message.html import read_body
 from fmail_nm.message.html import read_message as parse_message
 from fmail_nm.message import mime, pdftext, transfer
@@ -195,6 +195,20 @@ def test_a_three_digit_year_is_read_as_after_1900() -> None:
 def test_list_id_without_angle_brackets() -> None:
     assert parse_message(message("List-Id: dev.lists.example.org")).list_id == "dev.lists.example.org"
     assert parse_message(message("List-Id: just words here")).list_id is None
+
+
+def test_a_list_without_list_id_is_read_from_mailing_list() -> None:
+    """Yahoo Groups (and eGroups before it) sent no List-Id, only ``Mailing-List: list <address>;
+    contact ...``: a real corpus's whole group was untagged personal mail in the inbox."""
+    yahoo = message("Mailing-List: list forteana@groups.example.com; contact "
+                    "forteana-owner@groups.example.com", "Precedence: bulk")
+    assert parse_message(yahoo).list_id == "forteana.groups.example.com"
+    assert parse_headers(yahoo).list_id == "forteana.groups.example.com"
+    both = message("List-Id: <dev.lists.example.org>", "Mailing-List: list x@example.org")
+    assert parse_message(both).list_id == "dev.lists.example.org"
+    # ezmlm names only where to get help: no list address to read.
+    ezmlm = message("Mailing-List: contact dev-help@example.org; run by ezmlm")
+    assert parse_message(ezmlm).list_id is None
 
 
 # ------------------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ def parse_headers(head: bytes) -> HeaderInfo:
         headers, _ = split_head(bytes(head))
         return HeaderInfo(to=addresses(headers, "to", defects), cc=addresses(headers, "cc", defects),
                           bcc=addresses(headers, "bcc", defects),
-                          list_id=list_id(header(headers, "list-id")))
+                          list_id=list_id(headers))
     except Exception:  # untrusted input: a header we cannot read is a header we do not have
         return HeaderInfo(to=[], cc=[], bcc=[], list_id=None)
 
@@ -414,13 +414,30 @@ def msg_ids(value: str | None) -> list[str]:
     return list(dict.fromkeys(i for i in (one_line(x).strip("<>") for x in ids) if i))
 
 
-def list_id(value: str | None) -> str | None:
+def list_id(headers: Message) -> str | None:
+    """The list a message came through: its List-Id, else the address an older list server
+    (Yahoo Groups, eGroups) sent in its stead, ``Mailing-List: list <address>; contact ...``,
+    with ``@`` read as ``.`` (as ``list:`` reads it)."""
+    return (_list_id_value(header(headers, "list-id"))
+            or _mailing_list(header(headers, "mailing-list")))
+
+
+def _list_id_value(value: str | None) -> str | None:
     if value is None:
         return None
     if match := _ANGLE_ID.search(value):
         return one_line(match.group(1)) or None
     bare = one_line(value)
     return bare if bare and " " not in bare else None
+
+
+# ezmlm's "Mailing-List: contact <help address>; run by ezmlm" names no list address.
+_MAILING_LIST = re.compile(r"list[ \t]+<?([^\s<>;@]+@[^\s<>;]+?)>?[ \t]*(;|$)", re.I)
+
+
+def _mailing_list(value: str | None) -> str | None:
+    match = _MAILING_LIST.match(one_line(value).strip()) if value else None
+    return match.group(1).replace("@", ".") if match else None
 
 
 def date(value: str | None) -> datetime | None:

@@ -163,7 +163,7 @@ def _parse(raw: bytes, render_html: HtmlRenderer, defects: list[str]) -> ParsedM
         message_id=msg_id(header(headers, "message-id")),
         in_reply_to=msg_id(header(headers, "in-reply-to")),
         references=msg_ids(header(headers, "references")),
-        list_id=list_id(header(headers, "list-id")),
+        list_id=list_id(headers),
         text=text,
         from_html=body.from_html,
         attachments=attachments,

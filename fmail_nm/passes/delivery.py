@@ -33,7 +33,7 @@ import os
 from pathlib import Path
 
 from ..config import Config
-from ..message.headers import header, list_id, read_head, split_head
+from ..message.headers import list_id, read_head, split_head
 from ..progress import INDEXING, ProgressCallback
 from ..store.notmuch import (LOCK_PROBE_WAIT, AddedFiles, DatabaseBusy, Reader, Writer,
                              WriteTxn)
@@ -62,7 +62,7 @@ def file_list_id(path: str) -> str | None:
     try:
         with open(path, "rb") as fh:
             head = read_head(fh, HEAD_BYTES)  # all of the headers, as the mirror reads them
-        found = list_id(header(split_head(head)[0], "list-id"))
+        found = list_id(split_head(head)[0])
     except Exception:  # noqa: BLE001 - untrusted input: unreadable is as good as none
         return None
     return found.lower() if found else None
