@@ -1455,6 +1455,17 @@ GITHUB = ("LGTM, merging after CI.\n\n\u2014\nReply to this email directly, view
 GROUPS_IO = ("See you there.\n-=-=-=-=-=-=-=-=-=-=-=-\nGroups.io Links: You receive all messages "
              "sent to this group.\nView/Reply Online (#37): https://groups.io/g/x/message/37\n"
              "Unsubscribe: https://groups.io/g/x/unsub [a@example.com]\n-=-=-=-=-=-=-=-=-=-=-=-\n")
+# A list's sponsor block stacked above its footer (SourceForge's lists of the 2000s).
+SPONSORED = ("Patch attached.\n\n" + "-" * 55 + "\nThis SF.net email is sponsored by: Geekshop\n"
+             "Welcome to geek heaven.\nhttp://shop.example.com/sf\n" + MAILMAN.split("\n\n", 1)[1])
+# A free-mail provider's ad below the message (Yahoo! Mail's and Hotmail's of the 2000s).
+FREEMAIL_ADS = [("See you at the meetup.\n\n" + "_" * 50 + "\nDo You Yahoo!?\nEverything you need "
+                 "on one page\nhttp://my.example.com\n"),
+                ("See you at the meetup.\n\n" + "_" * 65 + "\nChat with friends online, try MSN "
+                 "Messenger: http://messenger.example.com\n")]
+# Bugzilla's notification footer: its own heading, no rule above it.
+BUGZILLA = ("Fixed in the next build.\n\n------- You are receiving this mail because: -------\n"
+            "You are on the CC list for the bug, or are watching someone who is.\n")
 LIST_INFO_ONLY = "I agree with Tom.\n\nhttp://xent.example.com/mailman/listinfo/fork\n"
 STACKED = ("Meet at 5.\n\n------------------------\nhttp://www.example.org\n"
            "------------------------\n\n" + MAILMAN.split("\n\n", 1)[1]
@@ -1464,7 +1475,9 @@ STACKED = ("Meet at 5.\n\n------------------------\nhttp://www.example.org\n"
 @pytest.mark.parametrize(("text", "expected"), [
     (MAILMAN, "Patch attached."), (MAILMAN_3, "Works for me."), (YAHOO_GROUPS, "Best wishes\n\nJu"),
     (GITHUB, "LGTM, merging after CI."), (GROUPS_IO, "See you there."),
-    (LIST_INFO_ONLY, "I agree with Tom."),
+    (LIST_INFO_ONLY, "I agree with Tom."), (SPONSORED, "Patch attached."),
+    *((ad, "See you at the meetup.") for ad in FREEMAIL_ADS),
+    (BUGZILLA, "Fixed in the next build."),
     (STACKED, "Meet at 5.\n\n------------------------\nhttp://www.example.org\n"
               "------------------------"),
     ("> Is it done?\n\n" + MAILMAN, "Patch attached."),  # with quotes

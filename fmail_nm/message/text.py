@@ -617,13 +617,17 @@ def _previous_nonblank(lines: list[str], start: int) -> int | None:
 
 # What a list server or a notification sender appends below the message: a separator (a rule
 # of underscores or dashes, GitHub's lone dash, groups.io's -=-=-), then a few lines on how to
-# leave the list or where the message came from.  Yahoo Groups' own lines need no separator.
+# leave the list or where the message came from, or an ad: a sponsor's stacked on it ("This
+# SF.net email is sponsored by"), a free-mail provider's.  Yahoo Groups' and Bugzilla's own
+# lines need no separator.
 _FOOTER_SEPARATOR = re.compile(r"^[ \t]*(_{8,}|-{8,}|(-=){4,}-?|[\u2014\u2013])[ \t]*$")
 _FOOTER_HEAD = re.compile(
-    r"^[ \t]*(-{8,} ?Yahoo! Groups Sponsor ?-+~?-->|To unsubscribe from this group\b)", re.I)
+    r"^[ \t]*(-{8,} ?Yahoo! Groups Sponsor ?-+~?-->|To unsubscribe from this group\b|"
+    r"-{3,} You are receiving this mail because: -{3,}$)", re.I)
 _FOOTER_WORDS = re.compile(
     r"mailing list|maillist|/listinfo\b|/mailman/|unsubscribe|Yahoo! Groups|Groups\.io Links|"
-    r"view it on GitHub|You are receiving this because", re.I)
+    r"view it on GitHub|You are receiving this because|\bemail is sponsored by\b|"
+    r"Do You Yahoo!\?|try MSN Messenger|with MSN Hotmail|MSN Explorer download", re.I)
 # Some lists append only the address of their info page (Mailman's listinfo).
 _LIST_INFO_URL = re.compile(r"^[ \t]*<?https?://\S+/listinfo/\S*[ \t]*$")
 # A footer is short: more text below a separator is the message's own.
