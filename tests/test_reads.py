@@ -18,7 +18,7 @@ from fmail_nm.dsl import DSL_HELP
 from fmail_nm.store import sidecar
 from fmail_nm.store import notmuch as notmuch_store
 from fmail_nm.store.notmuch import QueryError, Reader
-from fmail_nm.tools import reads, render
+from fmail_nm.tools import dto, reads, render
 
 from .conftest import MailEnv
 
@@ -723,6 +723,28 @@ def test_clean_says_how_much_it_left_out() -> None:
     assert f"clean left out {clean.left_out} chars" in text.splitlines()[0]
     full = reads._body(read_message(raw), "RE: invoice", "full", 10_000, 0)
     assert "Invoice 4711" in full.text and full.left_out is None
+
+
+def test_a_thread_says_once_what_clean_left_out() -> None:
+    """Each body of a 52-message thread explained "clean left out" anew: 4 KB of repetition;
+    get_emails_content's messages too."""
+    def body(n: int) -> dto.Body:
+        return dto.Body(untrusted=True, text=f"reply {n}", format="clean", total_chars=7,
+                        left_out=100 + n)
+    sender = {"from": "Ann <ann@example.com>"}
+    thread = dto.ThreadFull(thread="0" * 16, subject="Plans", messages=[
+        dto.ThreadMessage(id=f"{n:016x}", depth=0, **sender, tags=[], body=body(n))
+        for n in range(3)])
+    emails = dto.EmailsContent(emails=[
+        dto.EmailFull(id=f"{n:016x}", message_id=f"{n}@example.com", thread="0" * 16,
+                      subject="Plans", **{"from": [sender["from"]]}, folders=[], tags=[],
+                      body=body(n)) for n in range(3)])
+    for text in (render.thread_text(thread), render.emails_text(emails)):
+        assert text.count("body_format=full has them") == 1
+        assert "body_format=full has them" in text.split("\n")[0]
+        assert all(f"clean left out {100 + n} chars)" in text for n in range(3))
+    one = dto.EmailsContent(emails=emails.emails[:1])
+    assert "clean left out 100 chars of quotes" in render.emails_text(one)
 
 
 def test_body_label_says_from_html_only_when_html_was_shown() -> None:

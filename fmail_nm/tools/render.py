@@ -283,17 +283,29 @@ def untrusted(text: str, what: str) -> str:
             f"{text}\n>>>{what} {token} ends")
 
 
-def _body(b: dto.Body) -> str:
+# What clean leaves out, said once per answer: a thread's or several messages' bodies each
+# saying it cost 80 bytes a message (4 KB of a 52-message thread).
+_LEFT_OUT = "quotes, signature, footers or forwarded text: body_format=full has them"
+
+
+def _body(b: dto.Body, *, explained: bool = True) -> str:
+    """The body with its header line; ``explained=False``: what clean left out is said by the
+    caller, once for all its bodies (:func:`_left_out_note`)."""
     shown = f"chars {b.offset}-{b.offset + len(b.text)} of {b.total_chars}"
     more = f"; more: body_offset={b.next_offset}" if b.next_offset is not None else ""
     html = "; from HTML" if b.from_html else ""
     notes = "".join(f"; {one_line(note)}" for note in b.notes)
-    cut = (f"; clean left out {counted(b.left_out, 'char')} of quotes, signature, footers or "
-           "forwarded text: body_format=full has them" if b.left_out else "")
+    what = f" of {_LEFT_OUT}" if explained else ""
+    cut = f"; clean left out {counted(b.left_out, 'char')}{what}" if b.left_out else ""
     return f"body ({b.format}, {shown}{more}{html}{notes}{cut}):\n" + untrusted(b.text, "body")
 
 
-def email_text(e: dto.EmailFull) -> str:
+def _left_out_note(bodies: Iterable[dto.Body | None]) -> str | None:
+    """The note on what the bodies' "clean left out N chars" are, if any says so."""
+    return f"what clean left out: {_LEFT_OUT}" if any(b and b.left_out for b in bodies) else None
+
+
+def email_text(e: dto.EmailFull, *, explained: bool = True) -> str:
     lines = [f"id: {e.id} message-id: {one_line(e.message_id)}", f"thread: {e.thread}",
              f"date: {e.date or '(none)'}", f"from: {one_line(', '.join(e.from_))}"]
     for label, people in (("to", e.to), ("cc", e.cc), ("reply-to", e.reply_to)):
@@ -315,11 +327,14 @@ def email_text(e: dto.EmailFull) -> str:
                if e.more_attachments else ""))
     if e.problems:
         lines.append("problems: " + one_line("; ".join(e.problems)))
-    return "\n".join([*lines, _body(e.body)])
+    return "\n".join([*lines, _body(e.body, explained=explained)])
 
 
 def emails_text(r: dto.EmailsContent) -> str:
-    parts = [email_text(e) for e in r.emails]
+    several = len(r.emails) > 1
+    note = _left_out_note(e.body for e in r.emails) if several else None
+    parts = [note] if note else []
+    parts += [email_text(e, explained=not several) for e in r.emails]
     if r.not_found:
         parts.append("not found: " + " ".join(one_line(i) for i in r.not_found))
     return "\n\n".join(parts) or "no messages"
@@ -329,9 +344,11 @@ def thread_text(t: dto.ThreadFull) -> str:
     number = {m.id: n for n, m in enumerate(t.messages, 1)}
     count = (f"{len(t.messages)} of {counted(len(t.messages) + t.more_messages, 'message')}"
              if t.more_messages else counted(len(t.messages), "message"))
-    lines = [_noted(f"thread {t.thread}: {_subject(t.subject)} ({count}"
-                    + ("; later bodies left out by max_total_chars)" if t.truncated else ")"),
-                    len(t.messages))]
+    note = _left_out_note(m.body for m in t.messages)
+    head = (f"thread {t.thread}: {_subject(t.subject)} ({count}"
+            + ("; later bodies left out by max_total_chars)" if t.truncated else ")")
+            + (f"; {note}" if note else ""))
+    lines = [_noted(head, len(t.messages))]
     for n, m in enumerate(t.messages, 1):
         reply = f" reply to [{number[m.parent]}]" if m.parent in number else ""
         lines.append(f"\n[{n}] {m.id} {when(m.date)} {flags(m.tags, attachment=m.attachment)} "
@@ -339,7 +356,7 @@ def thread_text(t: dto.ThreadFull) -> str:
         if m.subject is not None:
             lines.append(f"subject: {_subject(m.subject)}")
         if m.body is not None:
-            lines.append(_body(m.body))
+            lines.append(_body(m.body, explained=False))
     if t.more_messages:
         lines.append(f"\n{dto.MORE}{counted(t.more_messages, 'more message')}: search_emails "
                      f"query=thread:{t.thread} (sort=oldest) lists them, get_email reads one")
