@@ -1328,6 +1328,20 @@ def test_batches_are_bounded(h: Harness, monkeypatch: pytest.MonkeyPatch) -> Non
     assert h.audit() == []
 
 
+def test_a_selection_too_large_names_a_query_for_its_newest_part(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A list's 1,724 messages to archive: the refusal said only "narrow the query", and the
+    model counted messages per month in SQL to find dates that split them."""
+    monkeypatch.setattr(writes, "MAX_BATCH", 3)
+    with pytest.raises(ToolError) as refused:
+        writes.archive(h.ctx, None, query="tag:inbox OR tag:sent", dry_run=True)
+    found = re.search(r"query='(.*)' selects the newest (\d+) of them", str(refused.value))
+    assert found is not None, str(refused.value)
+    assert found[1].startswith("(tag:inbox OR tag:sent) after:")
+    part = writes.archive(h.ctx, None, query=found[1], dry_run=True)
+    assert 0 < part.match_count == int(found[2]) < 3
+
+
 # ---------------------------------------------------------------------------------------------
 # Audit log, busy database
 

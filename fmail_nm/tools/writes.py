@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import Field
 
 from .. import tags
+from ..clock import MACHINE_ZONE
 from ..config import ROOT_FOLDER, Account, Config, ConfigError
+from ..dsl import CompiledQuery
 from ..passes import changes
 from ..passes.changes import BatchReport, Step, WriteContext
 from ..passes.tagging import filed_tags
@@ -119,18 +122,37 @@ def _message_id(ctx: WriteContext, ref: str) -> str:
     return forms[0] if found is None else found.message_id
 
 
-def _check_batch(count: int) -> None:
+def _check_batch(count: int, part: str = "") -> None:
     if count > MAX_BATCH:
         raise ToolError(f"{count} messages selected; one write takes at most {MAX_BATCH} -- "
-                        "narrow the query (after:, before:, from:, in:) or split the ids")
+                        f"narrow the query (after:, before:, from:, in:) or split the ids{part}")
 
 
 def _from_query(ctx: WriteContext, query: str) -> Target:
-    compiled = Mailbox(ctx.config, ctx.reader, ctx.clock).compile(query)
+    mailbox = Mailbox(ctx.config, ctx.reader, ctx.clock)
+    compiled = mailbox.compile(query)
     # Count first: listing every match of a broad query costs far more than refusing it.
-    _check_batch(ctx.reader.count(compiled.query, exclude_tags=compiled.exclude_tags))
+    count = ctx.reader.count(compiled.query, exclude_tags=compiled.exclude_tags)
+    if count > MAX_BATCH:
+        _check_batch(count, _newest_part(mailbox, query, compiled))
     mids = ctx.reader.message_ids(compiled.query, exclude_tags=compiled.exclude_tags)
     return Target(message_ids=mids, asked={}, match_count=len(mids))
+
+
+def _newest_part(mailbox: Mailbox, query: str, compiled: CompiledQuery) -> str:
+    """A query for the newest part of a selection too large for one write, said so that the
+    caller need not find dates that split it: the days after the one its MAX_BATCH-th newest
+    message is dated; "" when that part is empty (so many messages in one day)."""
+    reader = mailbox.reader
+    last = reader.messages(compiled.query, exclude_tags=compiled.exclude_tags,
+                           offset=MAX_BATCH - 1, limit=1)
+    if not last:  # the matches went below the bound since they were counted
+        return ""
+    day = datetime.fromtimestamp(last[0].date, MACHINE_ZONE).date() + timedelta(days=1)
+    part = f"({query}) after:{day.isoformat()}"
+    newer = mailbox.compile(part)
+    count = reader.count(newer.query, exclude_tags=newer.exclude_tags)
+    return f"; query='{part}' selects the newest {count} of them" if count else ""
 
 
 def _select(ctx: WriteContext, sel: Selection) -> Target:
