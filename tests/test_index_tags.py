@@ -7,8 +7,10 @@ after ``fmail-nm init``, taken from the version that tagged every new message th
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -154,6 +156,41 @@ def test_a_new_tag_of_the_users_own_is_not_new_mail(indexed: MailEnv) -> None:
     before = dump(indexed)
     indexed.fmail("index", "--quiet")
     assert dump(indexed) == before
+
+
+def test_an_inbox_tag_taken_off_before_the_pass_stays_off(indexed: MailEnv) -> None:
+    """Mail that reached the index another way than the hooked ``notmuch new`` is tagged by
+    the next pass, which must not put back the inbox tag taken off meanwhile: by
+    ``notmuch insert -inbox`` (procmail filing mail as it delivers it), or by the user
+    archiving in the mail client before the pass ran.  The rules still add their tags."""
+    env = {**os.environ, **indexed.env}
+    for raw, ops in ((PLAIN, ["-inbox", "+todo"]), (LISTED, ["+inbox", "+unread"])):
+        subprocess.run(["notmuch", "insert", "--folder=personal/INBOX", *ops], input=raw,
+                       env=env, capture_output=True, check=True)
+    indexed.notmuch("tag", "-inbox", "--", "id:listed-1@example.com")
+    (indexed.mail_root / "personal" / "INBOX" / "new" / "1800000000.2_1.host").write_bytes(MINE)
+    indexed.notmuch("new", "--no-hooks")
+    indexed.notmuch("tag", "-inbox", "+read-later", "--", "id:mine-1@example.org")
+    indexed.notmuch("new")
+
+    def tags(mid: str) -> set[str]:
+        return set(indexed.notmuch("search", "--output=tags", f"id:{mid}").stdout.split())
+    assert tags("plain-1@example.com") == {"todo", "unread"}
+    assert tags("listed-1@example.com") == {"list", "list/rust-users.lists.example.com", "unread"}
+    assert tags("mine-1@example.org") == {"read-later", "sent", "unread"}
+
+
+def test_mail_the_first_run_after_a_compact_indexes_is_tagged(indexed: MailEnv) -> None:
+    """``notmuch compact`` (a weekly cron job) gives the database a new UUID, so the mirror is
+    built again; the mail the next ``notmuch new`` brings is still new mail, and tagged."""
+    indexed.notmuch("compact")
+    (indexed.mail_root / "personal" / "INBOX" / "new" / "1800000000.1_1.host").write_bytes(LISTED)
+    before = dump(indexed)
+    indexed.notmuch("new")
+    tags = indexed.notmuch("search", "--output=tags", "id:listed-1@example.com").stdout.split()
+    assert set(tags) == {"list", "list/rust-users.lists.example.com", "unread"}
+    assert set(dump(indexed)) - set(before) == {
+        "+list +list%2frust-users.lists.example.com +unread -- id:listed-1@example.com"}
 
 
 def set_old_property(txn: WriteTxn, ids: list[str]) -> None:

@@ -681,13 +681,17 @@ class Mirror:
         with sidecar.transaction(self.conn):
             if full or sidecar.get_state(self.conn, "notmuch_uuid") != rev.uuid:
                 setup = sidecar.get_state(self.conn, SETUP_REVISION) or ""
+                compacted = None if full else self._compacted_at(rev)
                 self._reset(rev.uuid)
                 report.full = True
                 # Kept until the build is done, so a build resumed after a crash still knows.
                 # Mail indexed after the setup but before this run (init's own first pass
-                # without hooks, a `notmuch new --no-hooks`) is new mail too.
+                # without hooks, a `notmuch new --no-hooks`) is new mail too; so is mail
+                # changed since the mirror's last sync of a database compacted since.
                 first = setup if self.new_since is None or (
                     setup and int(setup) < self.new_since) else str(self.new_since)
+                if compacted is not None and self.new_since is None:
+                    first = compacted
                 sidecar.set_state(self.conn, "full_build_new_since", first)
                 sidecar.set_state(self.conn, SETUP_REVISION, None)
             if (since := sidecar.get_state(self.conn, "full_build_new_since")) is not None:
@@ -724,6 +728,19 @@ class Mirror:
         state = sidecar.mirror_state(self.conn)
         return (state.revision is not None and rev.number < state.revision
                 and state.uuid == rev.uuid)
+
+    def _compacted_at(self, rev: Revision) -> str | None:
+        """The revision the mirror was synced to, when the database under this new UUID is
+        the mirrored one compacted (``notmuch compact`` gives a new UUID and keeps each
+        message's lastmod): every mirrored message is there at that revision or before.
+        A rebuilt database counts lastmod afresh, one per message, so it seldom matches,
+        and when it does, little of it is changed after that revision."""
+        state = sidecar.mirror_state(self.conn)
+        if state.uuid is None or state.revision is None or rev.number < state.revision:
+            return None
+        mirrored = self.conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+        kept = self.reader.count(f"lastmod:0..{state.revision}", exclude_tags=())
+        return str(state.revision) if mirrored and kept == mirrored else None
 
     def _reset(self, uuid: str) -> None:
         log.info("sidecar: full rebuild of the mirror (new notmuch database %s)", uuid)

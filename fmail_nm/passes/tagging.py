@@ -16,7 +16,9 @@ its final tags and is not touched at all; with ``new`` every message is rewritte
 gets ``sent``; mail in a Trash, Junk or Archive folder gets ``deleted``, ``spam`` or
 ``archived``; all of those leave the inbox, and everything else that is not list mail is in
 the inbox.  A tag of the user's own in ``new.tags`` that no
-rule gives (``work`` in ``unread;inbox;work``) stays.
+rule gives (``work`` in ``unread;inbox;work``) stays; one a rule gives that the message lacks
+when the pass reaches it (mail ``notmuch insert -inbox`` delivered, or archived by hand before
+a pass ran) stays off.
 
 Each batch is one short write session, so a mail client or ``notmuch tag`` never waits long.
 """
@@ -248,7 +250,9 @@ def final_tags(txn: WriteTxn, given: Mapping[str, frozenset[str]],
                new_tags: frozenset[str]) -> dict[str, set[str]]:
     """The tags new messages end with: from what ``notmuch new`` gave them (``given``), their
     list tags, then every rule in order -- a rule's tag terms answered from the tags worked
-    out so far, its other terms by notmuch over these messages."""
+    out so far, its other terms by notmuch over these messages.  A ruled tag of ``new.tags``
+    a message lacks was taken off before the pass (``notmuch insert -inbox``, the user
+    archiving mail indexed without the hook): it stays off."""
     ids = sorted(given)
     ruled = ruled_new_tags(new_tags, config.rules)
     expected = {mid: expected_tags(given[mid], ruled, list_ids.get(mid)) for mid in ids}
@@ -259,7 +263,7 @@ def final_tags(txn: WriteTxn, given: Mapping[str, frozenset[str]],
         query = _answered_from(rule_query(rule, config), ids, expected)
         for mid in txn.message_ids(all_of(query, scope)):
             expected[mid] = (expected[mid] | set(rule.add)) - set(rule.remove)
-    return expected
+    return {mid: expected[mid] - (ruled - given[mid]) for mid in ids}
 
 
 def _tag_batch(txn: WriteTxn, batch: Mapping[str, str | None], config: Config,
