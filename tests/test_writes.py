@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from fmail_nm import dsl
 from fmail_nm.passes import changes
 from fmail_nm.passes.changes import ChangeError, WriteContext, WriteOutcome
 from fmail_nm.passes.mirror import sync_sidecar
@@ -1340,6 +1341,17 @@ def test_a_selection_too_large_names_a_query_for_its_newest_part(
     assert found[1].startswith("(tag:inbox OR tag:sent) after:")
     part = writes.archive(h.ctx, None, query=found[1], dry_run=True)
     assert 0 < part.match_count == int(found[2]) < 3
+
+
+def test_a_selection_too_large_at_the_search_limits_is_refused_as_too_large(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search of as many words as the DSL takes has no room for the newest part's three
+    more: the refusal was the DSL's "at most 200 words" on a query the caller never wrote."""
+    monkeypatch.setattr(writes, "MAX_BATCH", 3)
+    words = ["tag:inbox", "OR", "tag:sent"] + ["OR", "from:nobody.test"] * 98
+    assert len(words) == dsl.MAX_TOKENS - 1
+    with pytest.raises(ToolError, match="one write takes at most 3 -- narrow the query"):
+        writes.archive(h.ctx, None, query=" ".join(words), dry_run=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -142,7 +142,8 @@ def _from_query(ctx: WriteContext, query: str) -> Target:
 def _newest_part(mailbox: Mailbox, query: str, compiled: CompiledQuery) -> str:
     """A query for the newest part of a selection too large for one write, said so that the
     caller need not find dates that split it: the days after the one its MAX_BATCH-th newest
-    message is dated; "" when that part is empty (so many messages in one day)."""
+    message is dated; "" when that part is empty (so many messages in one day) or the query
+    has no room left for it (the DSL's limits on words, characters and nesting)."""
     reader = mailbox.reader
     last = reader.messages(compiled.query, exclude_tags=compiled.exclude_tags,
                            offset=MAX_BATCH - 1, limit=1)
@@ -150,7 +151,10 @@ def _newest_part(mailbox: Mailbox, query: str, compiled: CompiledQuery) -> str:
         return ""
     day = datetime.fromtimestamp(last[0].date, MACHINE_ZONE).date() + timedelta(days=1)
     part = f"({query}) after:{day.isoformat()}"
-    newer = mailbox.compile(part)
+    try:
+        newer = mailbox.compile(part)
+    except ToolError:  # the refusal is still the answer, only without the suggestion
+        return ""
     count = reader.count(newer.query, exclude_tags=newer.exclude_tags)
     return f"; query='{part}' selects the newest {count} of them" if count else ""
 
