@@ -644,6 +644,13 @@ def test_a_week_in_since_and_until_is_all_seven_of_its_days(mb: reads.Mailbox) -
                                                                      limit=500)))
 
 
+def test_a_week_ending_past_the_calendar_is_refused_as_a_bad_date(mb: reads.Mailbox) -> None:
+    """9999-W52 ends in year 10000, which Python's dates do not have: an OverflowError came
+    out of the tool instead of the error that says what to pass."""
+    with pytest.raises(reads.ToolError, match="until must be an ISO 8601 date"):
+        reads.search_emails(mb, "", until="9999-W52")
+
+
 @pytest.mark.parametrize(("zone", "shown"), [("Europe/London", "2026-06-10 07:00"),
                                              ("Atlantic/Azores", "2026-06-10 06:00")])
 def test_a_listing_names_its_clock_in_a_zone_that_is_utc_for_part_of_the_year(

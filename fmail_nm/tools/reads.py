@@ -272,7 +272,7 @@ def _parse_when(value: str, name: str, end: bool) -> int:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=MACHINE_ZONE)
-    except ValueError:
+    except (ValueError, OverflowError):  # overflow: a week that ends past the year 9999
         raise ToolError(f"{name} must be an ISO 8601 date or datetime, e.g. 2026-03-01 "
                         f"(got {value!r})") from None
     return int(moment.timestamp())
