@@ -369,11 +369,12 @@ def _named_path(value: Any, config_path: Path, what: str) -> str | None:
     data directory), as an absolute path, resolved once here: ``~`` expanded (notmuch, the
     bindings and ``mbsync -c`` take the name literally), a relative name taken from that
     file's folder -- not from the working directory, which is wherever notmuch new runs our
-    hook or the service was started."""
+    hook or the service was started.  The real file's folder: our hook names fmail.toml
+    resolved (:func:`fmail_command`), the server maybe by a link to it."""
     name = _text(value, config_path, what)
     if not name:  # left out or empty: none named (found the way the tool finds it)
         return None
-    return str((config_path.parent / Path(name).expanduser()).absolute())
+    return str((config_path.resolve().parent / Path(name).expanduser()).absolute())
 
 
 def _account_tables(value: Any, config_path: Path) -> tuple[dict[str, Any], ...]:

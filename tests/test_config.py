@@ -17,6 +17,7 @@ from fmail_nm.config import (
     ConfigError,
     FolderLayout,
     detect_roles,
+    fmail_command,
     load_settings,
     maildir_folders,
     resolve,
@@ -175,6 +176,18 @@ def test_a_relative_data_dir_is_read_from_fmail_tomls_folder(
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     settings = load_settings(_toml(tmp_path, 'data_dir = "~/fmail"\n'))
     assert settings.data_dir_or_default() == tmp_path / "home" / "fmail"
+
+
+def test_a_symlinked_fmail_toml_gives_the_hook_the_servers_data_dir(tmp_path: Path) -> None:
+    """fmail.toml kept with the user's dotfiles, linked into ~/.config/fmail-nm: the hook is
+    run with the file's resolved path (fmail_command), the server with the link's, and a
+    relative data_dir read from each one's folder gave them two sidecars."""
+    real = _toml(tmp_path, 'data_dir = "state"\n')
+    link = tmp_path / "config" / "fmail.toml"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    hook = load_settings(fmail_command(load_settings(link))[-1])
+    assert load_settings(link).data_dir_or_default() == hook.data_dir_or_default()
 
 
 def test_an_accounts_own_mbsync_config_is_read_from_its_files_folder(
