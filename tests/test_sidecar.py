@@ -862,6 +862,29 @@ def test_contacts_export_and_import_survive_a_rebuild(indexed: MailEnv, tmp_path
                     "junk@prizes.example.net": 1}
 
 
+def test_a_block_imported_into_a_rebuilt_sidecar_puts_the_mail_back_in_the_inbox_when_lifted(
+        indexed: MailEnv, tmp_path: Path) -> None:
+    """A sidecar lost and rebuilt keeps no record of how blocked mail was before its block;
+    the export brings the block back, and unblocking then released the mail with blocked and
+    spam taken off but not the inbox the block had taken: it stayed out of the inbox."""
+    bank = "from:no-reply@northwind-bank.example.com"
+
+    def tags_by_message() -> dict[str, list[str]]:
+        ids = indexed.notmuch("search", "--output=messages", "--exclude=false", bank).stdout.split()
+        return {mid: sorted(indexed.notmuch("search", "--output=tags", "--exclude=false",
+                                            mid).stdout.split()) for mid in ids}
+    before = tags_by_message()
+    assert sum("inbox" in tags for tags in before.values()) > 1
+    indexed.fmail("contacts", "block", bank.removeprefix("from:"))
+    exported = tmp_path / "contacts.csv"
+    indexed.fmail("contacts", "export", str(exported))
+    sidecar_file(indexed).unlink()
+    indexed.fmail("sidecar", "rebuild")
+    indexed.fmail("contacts", "import", str(exported))
+    assert "released: 23" in indexed.fmail("contacts", "unblock", bank.removeprefix("from:")).stdout
+    assert tags_by_message() == before
+
+
 def test_contacts_cli_rejects_bad_input_without_changing_anything(indexed: MailEnv, tmp_path: Path) -> None:
     bad = indexed.fmail("contacts", "block", "not-an-address", check=False)
     assert bad.returncode == 2 and "not an email address" in bad.stderr

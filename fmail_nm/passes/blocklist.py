@@ -123,14 +123,17 @@ def _released_tags(config: Config, message: IndexedMessage,
 
 
 def _unrecorded_state(txn: WriteTxn, message: IndexedMessage, config: Config) -> PreBlock:
-    """How a message blocked without a record in the sidecar was before: its tags now, less
-    what the block added and with what it took away, as an earlier version's property says
-    (else: less blocked and spam), in the folders it is in now."""
+    """How a message blocked without a record in the sidecar (a sidecar lost and its blocklist
+    imported again) was before: its tags now, less what the block added and with what it took
+    away, as an earlier version's property says -- else less blocked and spam and, in an
+    inbox folder, with the inbox the block took off (as the tagging pass gives mail there),
+    in the folders it is in now."""
     try:
         recorded = json.loads(txn.get_property(message.message_id, BLOCK_PROPERTY) or "null")
         added, removed = set(recorded["added"]), set(recorded["removed"])
     except (ValueError, TypeError, KeyError):
-        added, removed = set(BLOCK_TAGS), set()
+        added = set(BLOCK_TAGS)
+        removed = set(BLOCK_HIDES) if in_role(config, message.filenames, "inbox") else set()
     return PreBlock((message.tags - added) | removed, _folders(config, message.filenames))
 
 
