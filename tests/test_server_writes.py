@@ -155,6 +155,33 @@ async def test_a_sender_whose_mail_writes_the_domain_in_ace_is_one_contact_and_b
 
 
 @pytest.mark.anyio
+async def test_undoing_a_block_or_an_unblock_leaves_the_mail_since_as_the_blocklist_says(
+        indexed: MailEnv) -> None:
+    """Undo reverts the mail a contacts change recorded; mail that arrived after it -- blocked
+    by the hook while its sender was blocked, or let in after an unblock -- stayed as it was:
+    hidden from a sender no longer blocked, in the inbox from one blocked again."""
+    def block_sql(flag: int) -> dict[str, Any]:
+        return {"sql_query": f"UPDATE contacts SET is_blocked={flag} WHERE email_address='{BANK}'"}
+
+    async with Client(server_params(indexed)) as client:
+        await call(client, "manage_contacts_sql", block_sql(1))
+        new = deliver_offer(indexed, 1, BANK)
+        indexed.fmail("index", "--quiet")
+        assert "blocked" in tags_of(indexed, f"id:{new}")[new]
+        await call(client, "undo_last_write")
+        assert not {"blocked", "spam"} & set(tags_of(indexed, f"id:{new}")[new])
+        assert (await call(client, "search_emails", {"query": f"from:{BANK}"}))["total"] == 24
+
+        await call(client, "manage_contacts_sql", block_sql(1))
+        await call(client, "manage_contacts_sql", block_sql(0))
+        later = deliver_offer(indexed, 2, BANK)
+        indexed.fmail("index", "--quiet")
+        await call(client, "undo_last_write")  # the unblock: blocked again
+        assert {"blocked", "spam"} <= set(tags_of(indexed, f"id:{later}")[later])
+        assert (await call(client, "search_emails", {"query": f"from:{BANK}"}))["total"] == 0
+
+
+@pytest.mark.anyio
 async def test_writes_show_in_search_sql_and_files_and_undo_reverts(indexed: MailEnv) -> None:
     mid = "tom-hotfix@acme.test"  # unread, in work/INBOX/new
     async with Client(server_params(indexed)) as client:

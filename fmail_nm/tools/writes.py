@@ -22,6 +22,7 @@ from ..clock import MACHINE_ZONE
 from ..config import ROOT_FOLDER, Account, Config, ConfigError
 from ..dsl import CompiledQuery
 from ..passes import changes
+from ..passes.blocklist import apply_blocklist, read_blocklist
 from ..passes.changes import BatchReport, Step, WriteContext
 from ..passes.tagging import filed_tags
 from ..store import maildir, sidecar
@@ -453,5 +454,16 @@ def undo_last_write(ctx: WriteContext) -> UndoResult:
     undone = changes.undo_last(ctx, restore_rows=sqltools.restore_contacts)
     if undone is None:
         raise ToolError("nothing to undo: no recorded write is left that has not been undone")
-    _, report = undone
+    entry, report = undone
+    _follow_undone_blocks(ctx, entry)
     return UndoResult(**_reported(ctx.config, report))
+
+
+def _follow_undone_blocks(ctx: WriteContext, entry: sidecar.AuditEntry) -> None:
+    """After undoing a block or an unblock, the mail it did not record -- a blocked sender's
+    new mail the hook blocked, or mail let in after an unblock -- follows the blocklist as it
+    is now, as after any blocklist change (moves recorded as the blocklist's, not undone)."""
+    blocked, unblocked = sqltools.block_changes([c for c in entry.changes if "contact" in c])
+    if blocked or unblocked:
+        apply_blocklist(ctx.config, ctx.reader, ctx.writer, read_blocklist(ctx.config),
+                        after_write=ctx.after_write, reindex=ctx.reindex)
