@@ -158,6 +158,17 @@ def run_init(mail_env: MailEnv, *, check: bool = True) -> subprocess.CompletedPr
     return mail_env.fmail(*args, check=check)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def fmail_nm_compiled_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every Python the tests start (CLI runs, notmuch hooks, MCP servers, index workers:
+    hundreds) reads one compile of fmail_nm: under PYTHONDONTWRITEBYTECODE each compiled
+    the package again.  The cache is kept in the session's temp dir, never the source tree."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+        mp.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.mktemp("pycache")))
+        yield
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     """The `mcp` client tests run on asyncio."""

@@ -255,7 +255,7 @@ class ImapServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        self.stop(graceful=False)
         if exc_type is None and self.cleanup:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -313,13 +313,15 @@ class ImapServer:
                 )
             time.sleep(0.2)
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0, *, graceful: bool = True) -> None:
         """Stop Dovecot (SIGTERM, then SIGKILL after ``timeout``) and wait for it to exit.
 
         A graceful stop takes about a second (Dovecot's log process drains).  The mail and
         the configuration stay in ``workdir``, so :meth:`start` resumes on the same port.
+        ``graceful=False`` kills it at once: for a teardown, where nothing reads the log of
+        the shutdown and no client is left to be told.
         """
-        self._terminate(timeout)
+        self._terminate(timeout, graceful=graceful)
         if self._introspection is not None:
             self._introspection.stop()
             self._introspection = None
@@ -327,10 +329,10 @@ class ImapServer:
             shutil.rmtree(self._base_dir, ignore_errors=True)
             self._base_dir = None
 
-    def _terminate(self, timeout: float = 10.0) -> None:
+    def _terminate(self, timeout: float = 10.0, *, graceful: bool = True) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            if proc.poll() is None:
+            if graceful and proc.poll() is None:
                 proc.terminate()
                 try:
                     proc.wait(timeout)
@@ -343,6 +345,7 @@ class ImapServer:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+            proc.wait(timeout)
 
     # -- clients -------------------------------------------------------------------------------
 

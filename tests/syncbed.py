@@ -130,7 +130,8 @@ class SyncBed:
         return self
 
     def close(self) -> None:
-        self.server.stop()
+        """Stop the server for good (a teardown: its log has been read)."""
+        self.server.stop(graceful=False)
 
     @contextmanager
     def environment(self) -> Iterator[None]:

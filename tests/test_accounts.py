@@ -109,7 +109,7 @@ def bed(indexed: MailEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
                                                      "dana@example.net", "Re: Quarterly figures"))
         yield Bed(indexed, server, script, argv_log)
     finally:
-        server.stop()
+        server.stop(graceful=False)
 
 
 def new_account(bed: Bed, **changes: object) -> accounts.NewAccount:

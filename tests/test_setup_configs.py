@@ -23,7 +23,7 @@ def server(tmp_path: Path) -> Iterator[imapbed.ImapServer]:
     srv = imapbed.ImapServer(tmp_path / "imap", users={USER: PASSWORD}, cleanup=False)
     srv.start()
     yield srv
-    srv.stop()
+    srv.stop(graceful=False)
 
 
 def _rc(server: imapbed.ImapServer, root: Path, sep: str, comment: str = "") -> str:
@@ -229,7 +229,7 @@ def test_an_added_account_never_lands_inside_the_users_own_store(
         assert own.returncode == 0, own.stderr
         assert not [f for f in imapbed.fetch_state(srv, "alex") if f.startswith("side")]
     finally:
-        srv.stop()
+        srv.stop(graceful=False)
 
 
 @pytest.mark.parametrize("folders,role,expected", [
