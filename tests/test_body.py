@@ -619,7 +619,10 @@ HIDDEN_TEXT = {
     "zero size": ('<p>Shown <span style="font-size:0pt">SECRET</span><font style="font-size:0">'
                   'SECRET</font><span style="height:0;overflow:hidden">SECRET</span>after</p>'),
     "transparent": '<p>Shown <span style="opacity:0.0">SECRET</span>after</p>',
-    "outlook only": '<p>Shown <span style="mso-hide:all">SECRET</span>after</p>',
+    "transparent text": ('<p>Shown <span style="color:transparent">SECRET</span><span style='
+                         '"color:rgba(255,255,255,0)">SECRET</span>after</p>'),
+    "sized again, relatively": ('<p>Shown <span style="font-size:0"><b style="font-size:2em;'
+                                'color:red">SECRET</b></span>after</p>'),
     "nested, void elements": ('<div style="visibility:hidden"><div><br><img alt="SECRET"><p>SECRET'
                               "<div>SECRET</div></div>SECRET</div><p>Shown</p><p>after</p>"),
     "self-closed": '<p>Shown</p><div style="display:none"/>SECRET</div><p>after</p>',
@@ -658,6 +661,56 @@ def test_html_style_a_browser_drops_hides_nothing() -> None:
     assert m.text == "Shown\n\ntoo\n\nand"
     assert m.body_notes == ["left out 6 characters of text the HTML hides"]
     assert preview_html_text(html) == ("\nShown\n\ntoo\n\nand\n", 6)
+    styled = '<p>Shown</p><div style="display:none"><style>p { color: red }</style></div>'
+    assert parse_message(message("Content-Type: text/html", body=styled)).body_notes == []
+
+
+# Text a mail client shows though an element around it hides text, by inherited properties
+# that the text's own element sets again, or a style only Outlook reads: "Shown" and "after"
+# are seen, "SECRET" is not.
+SHOWN_TEXT = {
+    "sized in a zero font size": (  # the fluid layout's columns: no gap between them
+        '<table><tr><td style="font-size:0;text-align:center"><div style="display:inline-block;'
+        'font-size:14px">Shown</div><div style="display:inline-block"><table><tr><td style='
+        '"font:14px/20px Arial,sans-serif">after</td></tr></table></div></td></tr></table>'),
+    "visible in hidden": ('<div style="visibility:hidden">SECRET<p style="visibility:visible">'
+                          "Shown</p></div><p>after</p>"),
+    "coloured in the same colours": ('<div style="color:#fff;background:#fff">SECRET<span '
+                                     'style="color:#333">Shown</span></div><p>after</p>'),
+    "on a background image": ('<table><tr><td style="color:#ffffff;background-color:#ffffff;'
+                              'background-image:url(hero.jpg)">Shown after</td></tr></table>'),
+    "a button Outlook draws itself": (
+        '<!--[if mso]><v:roundrect href="https://shop.example/"><center>Go</center></v:roundrect>'
+        '<![endif]--><a href="https://shop.example/" style="display:inline-block;mso-hide:all">'
+        "Shown after</a>"),
+}
+
+
+@pytest.mark.parametrize("html", SHOWN_TEXT.values(), ids=SHOWN_TEXT.keys())
+def test_html_text_a_mail_client_shows_is_kept(html: str) -> None:
+    """What a mail client shows is never left out, though an element around it hides text:
+    a zero font size between a fluid layout's columns, each sized again, is the commonest."""
+    from fmail_nm.message.text import preview_html_text
+    for m in (parse_message(message("Content-Type: text/html", body=html)),
+              read_body(message("Content-Type: text/html", body=html))):
+        assert "Shown" in m.text and "after" in m.text and "SECRET" not in m.text
+        assert bool(m.body_notes) == ("SECRET" in html)
+    shown = preview_html_text(html)
+    assert "Shown" in shown.text and "after" in shown.text and "SECRET" not in shown.text
+
+
+def test_html_styles_read_are_not_held_in_memory_whatever_their_length() -> None:
+    """Styles read are remembered for the next tag that has them, but not a hostile mail's
+    long ones: a thousand of 500 KB would hold half a gigabyte in the server."""
+    import tracemalloc
+    from fmail_nm.message.hidden import hiding
+    tracemalloc.start()
+    try:
+        for i in range(100):
+            assert hiding({"style": f"display:none;color:#{i:06x};" + " " * 100_000}).removes
+        assert tracemalloc.get_traced_memory()[0] < 1_000_000
+    finally:
+        tracemalloc.stop()
 
 
 def test_html_with_only_an_image_says_so() -> None:

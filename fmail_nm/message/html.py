@@ -11,7 +11,7 @@ import re
 import html2text
 from html2text.utils import escape_md_section
 
-from .hidden import HiddenElements, hides, is_void, text_chars
+from .hidden import HiddenElements, hiding, is_void, text_chars
 from .mime import BodyText, HtmlText, ParsedMessage, parse_body, parse_message
 from .text import QUOTE_MARK_ESCAPE
 
@@ -93,7 +93,7 @@ class _Converter(html2text.HTML2Text):
 
     def handle_tag(self, tag: str, attrs: dict[str, str | None], start: bool) -> None:
         self._flush_text()
-        if self._hidden.start(tag, hides(attrs)) if start else self._hidden.end(tag):
+        if self._hidden.start(tag, hiding(attrs)) if start else self._hidden.end(tag):
             return  # a hidden image's alt text or link shows nothing either
         if tag == "body":  # html2text shows everything from here: nothing is open any more
             self._in_body = True
@@ -113,7 +113,8 @@ class _Converter(html2text.HTML2Text):
 
     def handle_data(self, data: str, entity_char: bool = False) -> None:
         if self._hidden.hiding:
-            self.hidden_chars += text_chars(data.replace(_NBSP, " "))
+            if not any(map(self._hidden.is_open, _HIDING)):  # CSS or a script: never text
+                self.hidden_chars += text_chars(data.replace(_NBSP, " "))
             return
         data = data.replace(">", _TEXT_GT)
         if not (entity_char or self.code or self.pre):  # html2text leaves entities as they are

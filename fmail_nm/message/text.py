@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .hidden import HiddenElements, hides, text_chars
+from .hidden import HiddenElements, Hiding, hiding, text_chars
 
 __all__ = [
     "HtmlText",
@@ -248,7 +248,7 @@ def _drop_hidden(html: str) -> str:
 # a quoted value bounded, so that a quote left open costs no backtracking or quadratic time.
 _TAG_PARTS = re.compile(
     r"""<(/?)([a-zA-Z][^\s/<>]*)((?:[^<>"']|"[^"]{0,2000}"|'[^']{0,2000}'|["'])*+)>""")
-_MAY_HIDE = re.compile(r"style|hidden", re.I)  # the attributes ``hidden.hides`` reads
+_MAY_HIDE = re.compile(r"style|hidden", re.I)  # the attributes ``hidden.hiding`` reads
 _ATTRIBUTE = re.compile(r"""([^\s=/<>"']+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+)))?""")
 
 
@@ -271,7 +271,7 @@ def _without_hidden_elements(html: str) -> tuple[str, int]:
         if closing:
             hidden = elements.end(name)
         else:
-            hidden = elements.start(name, _tag_hides(rest))
+            hidden = elements.start(name, _tag_hiding(rest))
             if rest.endswith("/") and not elements.hiding:  # as the converter reads "<x/>"
                 elements.end(name)
         if not hidden:  # by its name alone: later expressions take "<p title='>'>" apart
@@ -284,15 +284,15 @@ def _without_hidden_elements(html: str) -> tuple[str, int]:
     return "".join(kept), hidden_chars
 
 
-def _tag_hides(tag_rest: str) -> bool:
-    """Whether a tag's attributes, the text after its name, hide its element."""
+def _tag_hiding(tag_rest: str) -> Hiding:
+    """What a tag's attributes, the text after its name, hide."""
     if not _MAY_HIDE.search(tag_rest):
-        return False
+        return Hiding()
     attrs: dict[str, str | None] = {}
     for match in _ATTRIBUTE.finditer(tag_rest):
         value = next((value for value in match.group(2, 3, 4) if value is not None), "")
         attrs.setdefault(match.group(1).lower(), html_lib.unescape(value))  # the first counts
-    return hides(attrs)
+    return hiding(attrs)
 
 
 def _inline_text(html: str) -> str:
