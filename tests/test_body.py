@@ -713,6 +713,19 @@ def test_html_styles_read_are_not_held_in_memory_whatever_their_length() -> None
         tracemalloc.stop()
 
 
+def test_html_ending_in_text_with_many_lt_is_read_whole_and_soon() -> None:
+    """An HTML part whose text after its last tag holds ``<`` again and again (code, maths):
+    Python's HTML parser looked for a tag's end from each of them, minutes on 500 KB; a
+    child process bounds the wait, as a hang would otherwise stall the test run."""
+    code = "<p>Patch:</p>" + "if a<b then a<c; " * 25_000
+    script = ("import sys; from fmail_nm.message.html import read_message\n"
+              "m = read_message(sys.stdin.buffer.read())\n"
+              "print(m.text.count('a<b'), m.text.count('a<c'))")
+    done = subprocess.run([sys.executable, "-c", script], timeout=120, capture_output=True,
+                          input=message("Content-Type: text/html", body=code), check=True)
+    assert done.stdout.split() == [b"25000", b"25000"]
+
+
 def test_html_with_only_an_image_says_so() -> None:
     html = "<html><body><img src='https://ads.example/t.gif' width=0><center><img src=x.gif></center></body></html>"
     m = parse_message(message("Content-Type: text/html", body=html))

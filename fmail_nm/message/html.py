@@ -147,8 +147,18 @@ def html_to_text(html: str) -> HtmlText:
     converter.inline_links = True  # [text](url), which every LLM reads
     # html2text drops <script>, <style> and <head> contents and renders tables as
     # Markdown rows, which reads well for data tables.
-    text = converter.handle(_flattened(html.replace(_TEXT_GT, "")))
+    text = converter.handle(_flattened(_unclosable_lt_escaped(html.replace(_TEXT_GT, ""))))
     return HtmlText(_restore_text_gt(text), converter.hidden_chars)
+
+
+def _unclosable_lt_escaped(html: str) -> str:
+    """``html`` with each ``<`` after its last ``>`` written ``&lt;``, text as the parser
+    reads it anyway: no tag can start there, and Python's parser looked for one's end from
+    each of them -- quadratic, minutes on 200 KB of ``if a<b`` code in an HTML part."""
+    last = html.rfind(">")
+    if "<" not in html[last + 1:]:
+        return html
+    return html[:last + 1] + html[last + 1:].replace("<", "&lt;")
 
 
 def read_message(raw: bytes) -> ParsedMessage:
