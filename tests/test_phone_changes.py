@@ -480,3 +480,63 @@ def test_a_folder_the_phone_renames_is_reported_with_the_mail_only_here(
     (finding,) = doctor.gone_folder_findings(config)
     assert "local folder acct/Projects holds 2 message(s)" in finding.problem, finding
     assert "move_to_folder" in finding.fix, finding
+
+
+
+def phone_edits_draft(bed: SyncBed, message_id: str, old: bytes, new: bytes) -> None:
+    """The phone saves its edit of a draft as phones do: it appends the new version (the same
+    Message-ID) and deletes the old one."""
+    with bed.server.imap(IMAP_USER) as client:
+        assert client.select('"Drafts"')[0] == "OK"
+        uid = _uid(client, message_id)
+        typ, data = client.uid("FETCH", uid, "(BODY.PEEK[])")
+        assert typ == "OK", data
+        edited = bytes(data[0][1]).replace(b"\r\n\r\n" + old, b"\r\n\r\n" + new)
+        assert client.append('"Drafts"', "(\\Draft \\Seen)", None, edited)[0] == "OK"
+        assert client.uid("STORE", uid, "+FLAGS", "(\\Deleted)")[0] == "OK"
+        assert client.expunge()[0] == "OK"
+
+
+def drafting(bed: SyncBed, smtp: SmtpBed) -> WriteContext:
+    bed.mail_env.fmail_config.write_text(bed.mail_env.fmail_config.read_text() +
+                                         'drafts = "Drafts"\n\n' + smtp.send_settings())
+    config = bed.reload()
+    return WriteContext(config, bed.reader(), bed.writer(),
+                        sidecar.sidecar_path(config.data_dir), reindex=bed.index)
+
+
+def test_a_draft_edited_on_the_phone_is_sent_as_edited_without_mbsyncs_header(
+        synced_bed: SyncBed, smtp: SmtpBed) -> None:
+    """The phone edits a draft saved here; mbsync pulls.  send_email with the id the model
+    knew sends the phone's text -- and not mbsync's X-TUID, which the pulled version carries
+    (mbsync put it into the copy it uploaded)."""
+    bed = synced_bed
+    ctx = drafting(bed, smtp)
+    with ctx.reader, ctx.writer:
+        draft = compose.save_draft(ctx, ["bob@example.com"], subject="plan", body="v1")
+        assert bed.sync().ok
+        phone_edits_draft(bed, draft.id, b"v1", b"v2 from the phone")
+        assert bed.sync().ok
+        assert send.send_draft(ctx, draft.id).sent
+    (got,) = smtp.received
+    assert got.data.endswith(b"\r\n\r\nv2 from the phone\r\n")
+    assert b"X-TUID" not in got.data
+
+
+def test_a_draft_edited_here_and_on_the_phone_at_once_is_not_sent_with_one_edit_lost(
+        synced_bed: SyncBed, smtp: SmtpBed) -> None:
+    """The phone edits a draft while the model saves it again here: after the sync both
+    versions are in Drafts under one Message-ID.  send_email sent one of them, the other
+    edit silently lost; it refuses, and sends nothing."""
+    bed = synced_bed
+    ctx = drafting(bed, smtp)
+    with ctx.reader, ctx.writer:
+        draft = compose.save_draft(ctx, ["bob@example.com"], subject="plan", body="v1")
+        assert bed.sync().ok
+        phone_edits_draft(bed, draft.id, b"v1", b"v2 from the phone")
+        compose.save_draft(ctx, body="v2 from here", draft_id=draft.id)
+        assert bed.sync().ok
+        assert len(bed.files(draft.id)) == 2
+        with pytest.raises(compose.ComposeError, match="2 different versions in Drafts"):
+            send.send_draft(ctx, draft.id)
+    assert smtp.received == []

@@ -286,6 +286,42 @@ def test_save_draft_again_replaces_the_file_and_keeps_the_threading(bed: Bed) ->
         writes.undo_last_write(bed.ctx)
 
 
+def test_a_draft_with_two_versions_in_drafts_is_neither_sent_nor_saved_over(bed: Bed) -> None:
+    """Another client's edit (a phone's new version, pulled before its old one is deleted)
+    left two files of one Message-ID in Drafts: send_email sent the old one and dropped the
+    edit, save_draft rebuilt the old one over it.  Both refuse and change nothing."""
+    first = compose.save_draft(bed.ctx, ["bob@example.com"], subject="plan", body="old text")
+    (old,) = bed.files_with(bed.drafts, first.id)
+    bed.put_draft("1900000000.phone.host:2,DS",
+                  old.read_bytes().replace(b"old text", b"edited on the phone"))
+    bed.refused_send(first.id, "2 different versions in Drafts.*nothing was changed")
+    before = bed.state()
+    with pytest.raises(ComposeError, match="2 different versions in Drafts"):
+        compose.save_draft(bed.ctx, cc=["carl@example.com"], draft_id=first.id)
+    assert bed.state() == before and len(bed.files_with(bed.drafts, first.id)) == 2
+
+
+def test_a_draft_another_client_sent_is_not_sent_again_before_its_deletion_arrives(
+        bed: Bed) -> None:
+    """The phone sent the draft: its copy is in Sent already, the draft's deletion comes with
+    the next pull.  send_email sent it a second time, and filed a second Sent copy."""
+    first = compose.save_draft(bed.ctx, ["bob@example.com"], subject="plan", body="text")
+    (draft,) = bed.files_with(bed.drafts, first.id)
+    (bed.sent / "1900000000.phone.host:2,S").write_bytes(draft.read_bytes())
+    bed.env.notmuch("new")
+    bed.refused_send(first.id, "has a copy in Sent too: it was sent already")
+
+
+def test_a_draft_deleted_or_moved_meanwhile_is_refused_saying_where_it_is(bed: Bed) -> None:
+    """A draft the user deleted (Trash) or another client moved out of Drafts was refused
+    with "re-index and try again", which cannot help; the refusal says where it is."""
+    first = compose.save_draft(bed.ctx, ["bob@example.com"], subject="plan", body="text")
+    assert writes.delete_messages(bed.ctx, [first.id]).applied == [first.id]
+    bed.refused_send(first.id, "no longer in a Drafts folder but in personal/Trash")
+    with pytest.raises(ComposeError, match="no longer in a Drafts folder.*left as it is"):
+        compose.save_draft(bed.ctx, body="more", draft_id=first.id)
+
+
 # ---------------------------------------------------------------------------------------------
 # Sending
 
@@ -1055,6 +1091,33 @@ def test_a_mutt_draft_goes_out_without_the_headers_mutt_keeps_for_itself(bed: Be
     for data in (got.data, copy.read_bytes()):
         assert "launch code" in body_text(parse(data))
         assert not re.search(r"(?mi)^(x-mutt-|fcc:|x-mozilla-)", header_block(data))
+
+
+PHONE_DRAFTS = {
+    "apple-mail": b"X-Uniform-Type-Identifier: com.apple.mail-draft\r\n"
+                  b"X-Apple-Base-Url: x-msg://6/\r\nX-Apple-Mail-Remote-Attachments: YES\r\n"
+                  b"X-Apple-Auto-Saved: 1\r\nX-Apple-Mail-Plain-Text-Draft: yes\r\n",
+    "k-9": b"X-K9mail-Identity: !l=0&o=0&qs=PREFIX&f=TEXT&s=--%20%0D%0AAlex%20M&m=\r\n"
+           b" %23%3AOGM4OWE1MTEtMTdkZS00%3AANSWERED&p=0&q=SHOW\r\n",
+}
+
+
+@pytest.mark.parametrize("client", PHONE_DRAFTS)
+def test_a_phone_draft_goes_out_without_the_headers_the_phone_keeps_for_itself(
+        bed: Bed, client: str) -> None:
+    """A draft written on the phone went out with what the phone keeps for its own drafts:
+    Apple Mail's draft type and X-Apple-* state, K-9's identity (the user's signature and
+    the message replied to, encoded)."""
+    bed.put_draft("1800000805.phone.host:2,DS", (
+        b"From: Alex Morgan <alex@example.org>\r\nTo: bob@example.com\r\nSubject: plans\r\n"
+        b"Message-ID: <phone-2@example.org>\r\n" + PHONE_DRAFTS[client] +
+        b"MIME-Version: 1.0\r\nContent-Type: text/plain; charset=us-ascii\r\n\r\nsee you\r\n"))
+    send.send_draft(bed.ctx, "phone-2@example.org")
+    (got,) = bed.smtp.received
+    (copy,) = bed.files_with(bed.sent, "phone-2@example.org")
+    for data in (got.data, copy.read_bytes()):
+        assert body_text(parse(data)) == "see you\n"
+        assert not re.search(r"(?mi)^(x-apple-|x-uniform-|x-k9mail-)", header_block(data))
 
 
 def test_a_draft_another_client_saved_with_a_line_over_998_bytes_goes_out_intact(

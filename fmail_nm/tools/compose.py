@@ -698,20 +698,50 @@ def _read_again(ctx: WriteContext, message_id: str) -> None:
 
 
 def _existing_draft(ctx: WriteContext, draft_id: str) -> tuple[IndexedMessage, EmailMessage]:
-    mb = Mailbox(ctx.config, ctx.reader, ctx.clock)
-    found = mb.find(draft_id)
-    if found is None or tags.DRAFT not in found.tags:
+    """The draft and its one version in Drafts: refused when another mail client left two
+    versions of it (an edit whose old version is not gone yet) -- it would be sent or saved
+    over, stale -- and as :func:`_files_in_drafts` says."""
+    found = Mailbox(ctx.config, ctx.reader, ctx.clock).find(draft_id)
+    if found is None or not (tags.DRAFT in found.tags
+                             or maildir.in_role(ctx.config, found.filenames, "sent")):
         raise ComposeError(f"no draft with id {draft_id!r}; drafts are found with "
                            "search_emails('in:drafts')")
-    for name in found.filenames:
-        if maildir.in_role(ctx.config, [name], "drafts"):
-            for path in maildir.on_disk(Path(name)):
-                try:
-                    return found, BytesParser(policy=POLICY).parsebytes(path.read_bytes())
-                except OSError:
-                    continue
-    raise ComposeError(f"draft {draft_id!r} has no file in a Drafts folder; re-index "
-                       "(fmail-nm index) and try again")
+    versions = set(_file_contents(_files_in_drafts(ctx.config, found, draft_id)))
+    if len(versions) > 1:
+        raise ComposeError(f"draft {draft_id!r} has {len(versions)} different versions in "
+                           "Drafts (edited in another mail client meanwhile); nothing was "
+                           "changed: the user keeps the right one there, deletes the others")
+    if not versions:
+        raise ComposeError(f"draft {draft_id!r} has no file in a Drafts folder; re-index "
+                           "(fmail-nm index) and try again")
+    return found, BytesParser(policy=POLICY).parsebytes(versions.pop())
+
+
+def _files_in_drafts(config: Config, found: IndexedMessage, draft_id: str) -> list[str]:
+    """The draft's files in a Drafts folder; refused when another mail client moved, deleted
+    or sent it -- its copy in Sent while the draft's deletion has not arrived yet: sending it
+    here would send it twice."""
+    names = [name for name in found.filenames if maildir.in_role(config, [name], "drafts")]
+    if not names:
+        raise ComposeError(f"draft {draft_id!r} is no longer in a Drafts folder but in "
+                           f"{', '.join(maildir.folders_of(config.mail_root, found.filenames))}"
+                           " (sent, deleted or moved in a mail client); it was left as it is")
+    if maildir.in_role(config, found.filenames, "sent"):
+        raise ComposeError(f"draft {draft_id!r} has a copy in Sent too: it was sent already "
+                           "(from another mail client); it was left as it is")
+    return names
+
+
+def _file_contents(names: Sequence[str]) -> list[bytes]:
+    """What the files hold as they are named now; those gone meanwhile left out."""
+    found = []
+    for name in names:
+        for path in maildir.on_disk(Path(name)):
+            try:
+                found.append(path.read_bytes())
+            except OSError:
+                continue
+    return found
 
 
 def _people(msg: EmailMessage, name: str) -> list[Address]:
@@ -1012,8 +1042,11 @@ class Outgoing:
 
 # What a mail client keeps in a postponed message for its own sending, never sent nor filed:
 # mutt's X-Mutt-* (its Fcc, crypto, the message replied to), an Fcc (mutt, notmuch-emacs),
-# Thunderbird's X-Mozilla-* and identity.
-_CLIENT_HEADER = re.compile(r"x-mutt-|x-mozilla-|(fcc|x-identity-key|x-account-key)$", re.I)
+# Thunderbird's X-Mozilla-* and identity; the phones': Apple Mail's X-Apple-* and draft type,
+# K-9's (Thunderbird for Android) identity, which holds the signature and the message replied
+# to; mbsync's X-TUID, in the copy it uploads, which a draft edited on the phone keeps.
+_CLIENT_HEADER = re.compile(r"x-mutt-|x-mozilla-|x-apple-|(fcc|x-identity-key|x-account-key"
+                            r"|x-uniform-type-identifier|x-k9mail-identity|x-tuid)$", re.I)
 # mutt's crypto letters in X-Mutt-PGP / X-Mutt-SMIME (postpone.c): E encrypt, S sign, A
 # Autocrypt; <...> holds a key id or an algorithm.
 _MUTT_CRYPTO = re.compile(r"[ESA]", re.I)
