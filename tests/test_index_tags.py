@@ -193,6 +193,21 @@ def test_mail_the_first_run_after_a_compact_indexes_is_tagged(indexed: MailEnv) 
         "+list +list%2frust-users.lists.example.com +unread -- id:listed-1@example.com"}
 
 
+def test_mail_tagged_by_hand_before_a_compact_is_not_tagged_again(indexed: MailEnv) -> None:
+    """Mail changed by hand since the last pass (a list message the user put in the inbox in
+    a mail client) is no new mail after ``notmuch compact``: it keeps its tags, and the mail
+    the next ``notmuch new`` brings is still tagged."""
+    indexed.notmuch("tag", "+inbox", "--", "id:list-hike-1@example.net")
+    indexed.notmuch("compact")
+    (indexed.mail_root / "personal" / "INBOX" / "new" / "1800000000.1_1.host").write_bytes(LISTED)
+    indexed.notmuch("new")
+
+    def tags(mid: str) -> set[str]:
+        return set(indexed.notmuch("search", "--output=tags", f"id:{mid}").stdout.split())
+    assert tags("listed-1@example.com") == {"list", "list/rust-users.lists.example.com", "unread"}
+    assert tags("list-hike-1@example.net") == {"inbox", "list", "list/hikers.lists.example.net"}
+
+
 def set_old_property(txn: WriteTxn, ids: list[str]) -> None:
     for mid in ids:
         txn.set_property(mid, OLD_PROPERTY, '[["Alex", "alex@example.org"]]')

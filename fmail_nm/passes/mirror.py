@@ -691,7 +691,9 @@ class Mirror:
                 first = setup if self.new_since is None or (
                     setup and int(setup) < self.new_since) else str(self.new_since)
                 if compacted is not None and self.new_since is None:
-                    first = compacted
+                    first, by_hand = compacted
+                    # tagged by a pass before, then changed by hand: no new mail
+                    self.tagged |= by_hand
                 sidecar.set_state(self.conn, "full_build_new_since", first)
                 sidecar.set_state(self.conn, SETUP_REVISION, None)
             if (since := sidecar.get_state(self.conn, "full_build_new_since")) is not None:
@@ -729,10 +731,11 @@ class Mirror:
         return (state.revision is not None and rev.number < state.revision
                 and state.uuid == rev.uuid)
 
-    def _compacted_at(self, rev: Revision) -> str | None:
-        """The revision the mirror was synced to, when the database under this new UUID is
-        the mirrored one compacted (``notmuch compact`` gives a new UUID and keeps each
-        message's lastmod): every mirrored message is there at that revision or before.
+    def _compacted_at(self, rev: Revision) -> tuple[str, frozenset[str]] | None:
+        """The revision the mirror was synced to and the mirrored messages changed since (by
+        hand, in a mail client), when the database under this new UUID is the mirrored one
+        compacted (``notmuch compact`` gives a new UUID and keeps each message's lastmod):
+        every mirrored message is there, at that revision or before unless changed since.
         A rebuilt database counts lastmod afresh, one per message, so it seldom matches,
         and when it does, little of it is changed after that revision."""
         state = sidecar.mirror_state(self.conn)
@@ -740,7 +743,11 @@ class Mirror:
             return None
         mirrored = self.conn.execute("SELECT count(*) FROM messages").fetchone()[0]
         kept = self.reader.count(f"lastmod:0..{state.revision}", exclude_tags=())
-        return str(state.revision) if mirrored and kept == mirrored else None
+        changed = self.reader.message_ids(f"lastmod:{state.revision + 1}..")
+        by_hand = frozenset(sidecar.dates_of(self.conn, changed))
+        if not mirrored or kept + len(by_hand) != mirrored:
+            return None
+        return str(state.revision), by_hand
 
     def _reset(self, uuid: str) -> None:
         log.info("sidecar: full rebuild of the mirror (new notmuch database %s)", uuid)
