@@ -612,6 +612,8 @@ HIDDEN_TEXT = {
     "important": '<p>Shown</p><p style="display: none !important">SECRET</p><p>after</p>',
     "style twice": '<p>Shown</p><p style="display:none" style="color:red">SECRET</p><p>after</p>',
     "upper case": '<P>Shown</P><P STYLE="DISPLAY:NONE">SECRET</P><P>after</P>',
+    # a character whose lower case is longer (the preview looks for "style" in lower case)
+    "İstanbul": '<p>Shown İ</p><p STYLE="display:none">SECRET</p><p>after</p>',
     "css comment": '<p>Shown</p><p style="display:/*<!--]]>*/none">SECRET</p><p>after</p>',
     "entities": '<p>Shown</p><p style="&#100;isplay&#58;n&#x6f;ne">SECRET</p><p>after</p>',
     "css escape": '<p>Shown</p><p style="d\\69 splay:none">SECRET</p><p>after</p>',

@@ -249,6 +249,7 @@ def _drop_hidden(html: str) -> str:
 _TAG_PARTS = re.compile(
     r"""<(/?)([a-zA-Z][^\s/<>]*)((?:[^<>"']|"[^"]{0,2000}"|'[^']{0,2000}'|["'])*+)>""")
 _MAY_HIDE = re.compile(r"style|hidden", re.I)  # the attributes ``hidden.hiding`` reads
+_MAY_HIDE_LOWERED = re.compile(r"style|hidden")
 _ATTRIBUTE = re.compile(r"""([^\s=/<>"']+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+)))?""")
 
 
@@ -256,12 +257,16 @@ def _without_hidden_elements(html: str) -> tuple[str, int]:
     """``html`` without the elements it hides from its reader (see ``hidden``), and the
     characters of text they held -- as ``html.html_to_text`` reads them, from tags found by
     a regular expression rather than a parser."""
-    if not _MAY_HIDE.search(html):
+    words = _may_hide_at(html)
+    tags = list(_TAG_PARTS.finditer(html)) if words else []
+    # Most styled mail hides nothing: finding that out costs no element tracking, which is
+    # what costs (the indexer reads every new HTML-only message this way).
+    if not _any_tag_hides(words, tags):
         return html, 0
     elements = HiddenElements()
     kept: list[str] = []
     hidden_chars = pos = 0
-    for tag in _TAG_PARTS.finditer(html):
+    for tag in tags:
         text = html[pos : tag.start()]
         if elements.hiding:
             hidden_chars += text_chars(html_lib.unescape(text))
@@ -284,10 +289,39 @@ def _without_hidden_elements(html: str) -> tuple[str, int]:
     return "".join(kept), hidden_chars
 
 
+_SHOWN = Hiding()
+
+
+def _may_hide_at(html: str) -> list[int]:
+    """Where "style" or "hidden" is in ``html``, in any case: searched in a lower-cased copy
+    (the case-blind expression costs five times as much), unless lowering changed its length."""
+    lowered = html.lower()
+    if len(lowered) != len(html):
+        return [word.start() for word in _MAY_HIDE.finditer(html)]
+    return [word.start() for word in _MAY_HIDE_LOWERED.finditer(lowered)]
+
+
+def _any_tag_hides(words: list[int], tags: list[re.Match[str]]) -> bool:
+    """Whether a start tag among ``tags`` hides anything: only those holding "style" or
+    "hidden" are read, found from where those ``words`` are."""
+    starts = [tag.start() for tag in tags]
+    read: set[int] = set()
+    for word in words:
+        at = bisect.bisect_right(starts, word) - 1
+        if at < 0 or at in read or word >= tags[at].end():
+            continue
+        read.add(at)
+        found = tags[at]
+        hides = _tag_hiding(found.group(3))
+        if not found.group(1) and (hides.removes or hides.conceals):
+            return True
+    return False
+
+
 def _tag_hiding(tag_rest: str) -> Hiding:
     """What a tag's attributes, the text after its name, hide."""
     if not _MAY_HIDE.search(tag_rest):
-        return Hiding()
+        return _SHOWN
     attrs: dict[str, str | None] = {}
     for match in _ATTRIBUTE.finditer(tag_rest):
         value = next((value for value in match.group(2, 3, 4) if value is not None), "")
