@@ -612,6 +612,9 @@ HIDDEN_TEXT = {
     "important": '<p>Shown</p><p style="display: none !important">SECRET</p><p>after</p>',
     "style twice": '<p>Shown</p><p style="display:none" style="color:red">SECRET</p><p>after</p>',
     "upper case": '<P>Shown</P><P STYLE="DISPLAY:NONE">SECRET</P><P>after</P>',
+    # a tag before the style in a value: the preview reads the tags around "style" only
+    "tag in a value": '<p>Shown</p><p title="<b>x</b>" style="display:none">SECRET</p><p>after</p>',
+    "lone < in a value": "<p>Shown</p><p title='<' style=display:none>SECRET</p><p>after</p>",
     # a character whose lower case is longer (the preview looks for "style" in lower case)
     "İstanbul": '<p>Shown İ</p><p STYLE="display:none">SECRET</p><p>after</p>',
     "css comment": '<p>Shown</p><p style="display:/*<!--]]>*/none">SECRET</p><p>after</p>',

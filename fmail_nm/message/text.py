@@ -250,6 +250,7 @@ _TAG_PARTS = re.compile(
     r"""<(/?)([a-zA-Z][^\s/<>]*)((?:[^<>"']|"[^"]{0,2000}"|'[^']{0,2000}'|["'])*+)>""")
 _MAY_HIDE = re.compile(r"style|hidden", re.I)  # the attributes ``hidden.hiding`` reads
 _MAY_HIDE_LOWERED = re.compile(r"style|hidden")
+_MAY_HIDE_WORDS = 64
 _ATTRIBUTE = re.compile(r"""([^\s=/<>"']+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+)))?""")
 
 
@@ -257,16 +258,14 @@ def _without_hidden_elements(html: str) -> tuple[str, int]:
     """``html`` without the elements it hides from its reader (see ``hidden``), and the
     characters of text they held -- as ``html.html_to_text`` reads them, from tags found by
     a regular expression rather than a parser."""
-    words = _may_hide_at(html)
-    tags = list(_TAG_PARTS.finditer(html)) if words else []
     # Most styled mail hides nothing: finding that out costs no element tracking, which is
     # what costs (the indexer reads every new HTML-only message this way).
-    if not _any_tag_hides(words, tags):
+    if not _may_hide(html):
         return html, 0
     elements = HiddenElements()
     kept: list[str] = []
     hidden_chars = pos = 0
-    for tag in tags:
+    for tag in _TAG_PARTS.finditer(html):
         text = html[pos : tag.start()]
         if elements.hiding:
             hidden_chars += text_chars(html_lib.unescape(text))
@@ -301,26 +300,35 @@ def _may_hide_at(html: str) -> list[int]:
     return [word.start() for word in _MAY_HIDE_LOWERED.finditer(lowered)]
 
 
-def _any_tag_hides(words: list[int], tags: list[re.Match[str]]) -> bool:
-    """Whether a start tag among ``tags`` hides anything: only those holding "style" or
-    "hidden" are read, found from where those ``words`` are."""
-    starts = [tag.start() for tag in tags]
-    read: set[int] = set()
+def _may_hide(html: str) -> bool:
+    """Whether a start tag of ``html`` may hide something: only the tags around the words
+    "style" and "hidden" are read -- and where a word's place is unclear (a quote, "<" or
+    ">" between it and the tag before it: a value holding "<" or ">"), it may.  So may mail
+    with more of the words than _MAY_HIDE_WORDS: each looks back for its tag."""
+    words = _may_hide_at(html)
+    if len(words) > _MAY_HIDE_WORDS:
+        return True
     for word in words:
-        at = bisect.bisect_right(starts, word) - 1
-        if at < 0 or at in read or word >= tags[at].end():
+        start = html.rfind("<", 0, word)
+        if start < 0:
+            continue  # text before the first tag
+        tag = _TAG_PARTS.match(html, start)
+        if tag is None:
+            return True
+        if tag.end() <= word:  # in the text after that tag, unless a quote says otherwise
+            if any(mark in html[tag.end():word] for mark in "\"'<>"):
+                return True
             continue
-        read.add(at)
-        found = tags[at]
-        hides = _tag_hiding(found.group(3))
-        if not found.group(1) and (hides.removes or hides.conceals):
+        hides = _tag_hiding(tag.group(3))
+        if not tag.group(1) and (hides.removes or hides.conceals):
             return True
     return False
 
 
 def _tag_hiding(tag_rest: str) -> Hiding:
     """What a tag's attributes, the text after its name, hide."""
-    if not _MAY_HIDE.search(tag_rest):
+    lowered = tag_rest.lower()
+    if "style" not in lowered and "hidden" not in lowered:
         return _SHOWN
     attrs: dict[str, str | None] = {}
     for match in _ATTRIBUTE.finditer(tag_rest):
