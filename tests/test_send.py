@@ -301,6 +301,20 @@ def test_a_draft_with_two_versions_in_drafts_is_neither_sent_nor_saved_over(bed:
     assert bed.state() == before and len(bed.files_with(bed.drafts, first.id)) == 2
 
 
+def test_a_draft_fetched_back_with_mbsyncs_header_alone_is_one_version(bed: Bed) -> None:
+    """mbsync, its state lost, fetched the server's copy of a draft beside the local one: the
+    two differ by the X-TUID line mbsync put into the copy it uploaded.  One version: sent."""
+    first = compose.save_draft(bed.ctx, ["bob@example.com"], subject="plan", body="text")
+    (old,) = bed.files_with(bed.drafts, first.id)
+    bed.put_draft("1900000000.refetched.host:2,DS",
+                  old.read_bytes().replace(b"\r\nSubject:", b"\r\nX-TUID: vhZfUoALbz2p\r\n"
+                                           b"Subject:", 1))
+    assert len(bed.files_with(bed.drafts, first.id)) == 2
+    assert send.send_draft(bed.ctx, first.id).sent
+    (got,) = bed.smtp.received
+    assert b"X-TUID" not in got.data and bed.files_with(bed.drafts, first.id) == []
+
+
 def test_a_draft_another_client_sent_is_not_sent_again_before_its_deletion_arrives(
         bed: Bed) -> None:
     """The phone sent the draft: its copy is in Sent already, the draft's deletion comes with

@@ -706,7 +706,8 @@ def _existing_draft(ctx: WriteContext, draft_id: str) -> tuple[IndexedMessage, E
                              or maildir.in_role(ctx.config, found.filenames, "sent")):
         raise ComposeError(f"no draft with id {draft_id!r}; drafts are found with "
                            "search_emails('in:drafts')")
-    versions = set(_file_contents(_files_in_drafts(ctx.config, found, draft_id)))
+    versions = {_without_sync_header(data)
+                for data in _file_contents(_files_in_drafts(ctx.config, found, draft_id))}
     if len(versions) > 1:
         raise ComposeError(f"draft {draft_id!r} has {len(versions)} different versions in "
                            "Drafts (edited in another mail client meanwhile); nothing was "
@@ -730,6 +731,18 @@ def _files_in_drafts(config: Config, found: IndexedMessage, draft_id: str) -> li
         raise ComposeError(f"draft {draft_id!r} has a copy in Sent too: it was sent already "
                            "(from another mail client); it was left as it is")
     return names
+
+
+# mbsync puts X-TUID into the copy it uploads: fetched back (its state lost), that copy is
+# the same draft as the local one.
+_SYNC_HEADER = re.compile(rb"^X-TUID:[^\r\n]*\r?\n", re.I | re.M)
+_END_OF_HEADER = re.compile(rb"\r?\n\r?\n")
+
+
+def _without_sync_header(data: bytes) -> bytes:
+    end = _END_OF_HEADER.search(data)
+    split = end.start() if end else len(data)
+    return _SYNC_HEADER.sub(b"", data[:split]) + data[split:]
 
 
 def _file_contents(names: Sequence[str]) -> list[bytes]:
