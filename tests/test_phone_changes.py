@@ -505,6 +505,14 @@ def drafting(bed: SyncBed, smtp: SmtpBed) -> WriteContext:
                         sidecar.sidecar_path(config.data_dir), reindex=bed.index)
 
 
+def edited_on_the_phone(bed: SyncBed, ctx: WriteContext) -> compose.DraftResult:
+    """A draft saved here ("v1") and pushed, then edited on the phone ("v2 from the phone")."""
+    draft = compose.save_draft(ctx, ["bob@example.com"], subject="plan", body="v1")
+    assert bed.sync().ok
+    phone_edits_draft(bed, draft.id, b"v1", b"v2 from the phone")
+    return draft
+
+
 def test_a_draft_edited_on_the_phone_is_sent_as_edited_without_mbsyncs_header(
         synced_bed: SyncBed, smtp: SmtpBed) -> None:
     """The phone edits a draft saved here; mbsync pulls.  send_email with the id the model
@@ -513,9 +521,7 @@ def test_a_draft_edited_on_the_phone_is_sent_as_edited_without_mbsyncs_header(
     bed = synced_bed
     ctx = drafting(bed, smtp)
     with ctx.reader, ctx.writer:
-        draft = compose.save_draft(ctx, ["bob@example.com"], subject="plan", body="v1")
-        assert bed.sync().ok
-        phone_edits_draft(bed, draft.id, b"v1", b"v2 from the phone")
+        draft = edited_on_the_phone(bed, ctx)
         assert bed.sync().ok
         assert send.send_draft(ctx, draft.id).sent
     (got,) = smtp.received
@@ -531,9 +537,7 @@ def test_a_draft_edited_here_and_on_the_phone_at_once_is_not_sent_with_one_edit_
     bed = synced_bed
     ctx = drafting(bed, smtp)
     with ctx.reader, ctx.writer:
-        draft = compose.save_draft(ctx, ["bob@example.com"], subject="plan", body="v1")
-        assert bed.sync().ok
-        phone_edits_draft(bed, draft.id, b"v1", b"v2 from the phone")
+        draft = edited_on_the_phone(bed, ctx)
         compose.save_draft(ctx, body="v2 from here", draft_id=draft.id)
         assert bed.sync().ok
         assert len(bed.files(draft.id)) == 2
