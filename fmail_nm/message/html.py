@@ -57,10 +57,6 @@ _HEAD_CONTENT = frozenset({"title", "meta", "link", "base", "style", "script", "
                            "template", "head", "html"})
 
 
-# What html2text makes of "&nbsp;" until its output is done.
-_NBSP = "&nbsp_place_holder;"
-
-
 class _Converter(html2text.HTML2Text):
     """html2text, with its hidden-content counter kept as a browser keeps those elements
     open: a closing tag that closes nothing (``</SCRIPT>`` first thing in a body) drove the
@@ -114,7 +110,9 @@ class _Converter(html2text.HTML2Text):
     def handle_data(self, data: str, entity_char: bool = False) -> None:
         if self._hidden.hiding:
             if not any(map(self._hidden.is_open, _HIDING)):  # CSS or a script: never text
-                self.hidden_chars += text_chars(data.replace(_NBSP, " "))
+                # html2text writes "&nbsp;" as its own placeholder until its output is done
+                nbsp = html2text.config.UNIFIABLE["nbsp"]
+                self.hidden_chars += text_chars(data.replace(nbsp, " "))
             return
         data = data.replace(">", _TEXT_GT)
         if not (entity_char or self.code or self.pre):  # html2text leaves entities as they are

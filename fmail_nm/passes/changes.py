@@ -756,8 +756,7 @@ def _undo_latest(ctx: WriteContext,
         raise ChangeError(f"nothing was undone: the latest write ({entry.action}) cannot be "
                           f"reverted: {entry.params[NOT_UNDOABLE]}. Call undo_last_write again "
                           "to undo the write before it")
-    # A contacts write records its rows ("contact") beside the mail changes it caused.
-    rows = [c for c in entry.changes if "contact" in c]
+    rows = entry.contact_rows
     changes = {c["message_id"]: c for c in entry.changes if "message_id" in c}
     report = run(ctx, list(changes), revert_step(changes))
     if report.failed or report.stale:  # all or nothing: put the others back as they were

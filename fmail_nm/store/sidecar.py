@@ -1377,6 +1377,12 @@ class AuditEntry:
     changes: list[dict[str, Any]]
     undone_at: str | None
 
+    @property
+    def contact_rows(self) -> list[dict[str, Any]]:
+        """A contacts write's contact rows ("contact": before and after), recorded beside the
+        mail changes it caused."""
+        return [change for change in self.changes if "contact" in change]
+
 
 def record_write(conn: sqlite3.Connection, action: str, params: dict[str, Any],
                  changes: list[dict[str, Any]]) -> int:

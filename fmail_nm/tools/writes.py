@@ -463,7 +463,6 @@ def _follow_undone_blocks(ctx: WriteContext, entry: sidecar.AuditEntry) -> None:
     """After undoing a block or an unblock, the mail it did not record -- a blocked sender's
     new mail the hook blocked, or mail let in after an unblock -- follows the blocklist as it
     is now, as after any blocklist change (moves recorded as the blocklist's, not undone)."""
-    blocked, unblocked = sqltools.block_changes([c for c in entry.changes if "contact" in c])
-    if blocked or unblocked:
+    if any(sqltools.block_changes(entry.contact_rows)):
         apply_blocklist(ctx.config, ctx.reader, ctx.writer, read_blocklist(ctx.config),
                         after_write=ctx.after_write, reindex=ctx.reindex)
