@@ -344,22 +344,26 @@ def unanswered_both_ways(mb: reads.Mailbox, monkeypatch: pytest.MonkeyPatch,
         return mirrored, reads.find_unanswered_threads(mb, **kwargs)
 
 
+def deliver_asks(indexed: MailEnv, mails: list[tuple[str, str, str]]) -> None:
+    """(Message-ID's local part, From, parent's local part) the n-th dated n+1 Dec 2026."""
+    for n, (mid, sender, parent) in enumerate(mails):
+        reply = f"In-Reply-To: <{parent}@example.com>\n" if parent else ""
+        (indexed.mail_root / "personal" / "INBOX" / "cur" / f"17630000{n}.ask.host:2,S").write_bytes(
+            f"From: {sender}\nTo: Jo Park <jo.park@example.net>\nSubject: Ask {n}\n"
+            f"Date: {n + 1:02} Dec 2026 09:00 +0000\nMessage-ID: <{mid}@example.com>\n{reply}\n"
+            "Hello.\n".encode())
+    indexed.notmuch("new")  # indexed and mirrored by the hook
+
+
 def test_unanswered_threads_from_the_mirror_are_notmuchs(
         indexed: MailEnv, mailbox: reads.Mailbox, monkeypatch: pytest.MonkeyPatch) -> None:
     # The user's last word, then a reply deleted, one marked spam, and a draft: still
     # unanswered; a thread with only the user's draft in it is not one.
-    for n, (mid, sender, parent) in enumerate([
-            ("ask-1", "Alex Morgan <alex@example.org>", ""),
-            ("ask-2", "Ben Carter <ben.carter@example.net>", "ask-1"),
-            ("ask-3", "Prize Desk <win@prizes.example.net>", "ask-1"),
-            ("ask-4", "Alex Morgan <alex@example.org>", "ask-1"),
-            ("lone-1", "Alex Morgan <alex@example.org>", "")]):
-        reply = f"In-Reply-To: <{parent}@example.com>\n" if parent else ""
-        (indexed.mail_root / "personal" / "INBOX" / "cur" / f"17630000{n}.ask.host:2,S").write_bytes(
-            f"From: {sender}\nTo: Jo Park <jo.park@example.net>\nSubject: Ask {n}\n"
-            f"Date: 0{n + 1} Dec 2026 09:00 +0000\nMessage-ID: <{mid}@example.com>\n{reply}\n"
-            "Hello.\n".encode())
-    indexed.notmuch("new")  # indexed and mirrored by the hook
+    deliver_asks(indexed, [("ask-1", "Alex Morgan <alex@example.org>", ""),
+                           ("ask-2", "Ben Carter <ben.carter@example.net>", "ask-1"),
+                           ("ask-3", "Prize Desk <win@prizes.example.net>", "ask-1"),
+                           ("ask-4", "Alex Morgan <alex@example.org>", "ask-1"),
+                           ("lone-1", "Alex Morgan <alex@example.org>", "")])
     indexed.notmuch("tag", "+deleted", "--", "id:ask-2@example.com")
     indexed.notmuch("tag", "+spam", "--", "id:ask-3@example.com")
     indexed.notmuch("tag", "+draft", "--", "id:ask-4@example.com", "OR", "id:lone-1@example.com")
@@ -393,6 +397,35 @@ def test_unanswered_threads_from_the_mirror_are_notmuchs(
         assert reads.current_mirror(muted, ("deleted", "muted", "spam")) is not None
         assert reads._unanswered_from_mirror(muted, ["alex@example.org"], None, None, 0, 5) is None
         assert reads.find_unanswered_threads(muted, limit=500) == found
+
+
+def test_unanswered_threads_end_with_a_sent_reply_of_any_of_the_users_addresses(
+        indexed: MailEnv, mailbox: reads.Mailbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The user's reply from the work account's address is the user's last word; a reply of
+    # the user's still a draft is none: that thread waits for the user, not for Ben.
+    deliver_asks(indexed, [("alias-1", "Alex Morgan <alex@example.org>", ""),
+                           ("alias-2", "Ben Carter <ben.carter@example.net>", "alias-1"),
+                           ("alias-3", "Alex Morgan <AMorgan@acme.test>", "alias-2"),
+                           ("wait-1", "Ben Carter <ben.carter@example.net>", ""),
+                           ("wait-2", "Alex Morgan <alex@example.org>", "wait-1")])
+    indexed.notmuch("tag", "+draft", "--", "id:wait-2@example.com")
+    mirror.sync_sidecar(indexed.config(), mailbox.reader)
+
+    def listed(**kwargs: Any) -> set[str]:
+        mirrored, by_notmuch = unanswered_both_ways(mailbox, monkeypatch, limit=500, **kwargs)
+        assert mirrored == by_notmuch, kwargs
+        return {t.last for t in reads.find_unanswered_threads(mailbox, limit=500, **kwargs).threads}
+
+    alias_3, wait_2 = sidecar.uid_for("alias-3@example.com"), sidecar.uid_for("wait-2@example.com")
+    assert alias_3 in listed() and wait_2 not in listed()
+    assert alias_3 in listed(address="amorgan@acme.test")
+    assert alias_3 not in listed(address="alex@example.org")
+    # until bounds the user's last word, not the first message of theirs in the thread
+    assert alias_3 not in listed(since="2026-12-01", until="2026-12-02")
+    assert alias_3 not in listed(until="2026-12-02T23:00:00Z")
+    assert alias_3 in listed(since="2026-12-03", until="2026-12-03")
+    with pytest.raises(reads.ToolError, match="until must be an ISO 8601 date"):
+        reads.find_unanswered_threads(mailbox, until="last week")
 
 
 def test_a_listing_reads_one_state_of_the_mirror(indexed: MailEnv,

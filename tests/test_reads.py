@@ -211,6 +211,9 @@ def test_unanswered_thread_found_and_answered_not(mb: reads.Mailbox) -> None:
     assert row.to == ["Oliver Brandt <oliver.brandt@example.com>"]
     quiet = reads.find_unanswered_threads(mb, min_days_silent=12, limit=500)
     assert uid("unanswered-2@example.org") not in {t.last for t in quiet.threads}
+    for until, shown in (("2026-11-19", False), ("2026-11-20", True)):  # a day: all of it
+        before = reads.find_unanswered_threads(mb, until=until, limit=500)
+        assert (uid("unanswered-2@example.org") in {t.last for t in before.threads}) is shown
 
 
 def test_get_email_decodes_windows_1252(mb: reads.Mailbox) -> None:

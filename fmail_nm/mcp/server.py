@@ -344,14 +344,14 @@ def build_server(config: Config, clock: Callable[[], Any] = utc_now, *,
         return await service.call(reads.get_emails_content, ids, max_body_chars, body_format)
 
     @server.tool(profile="read", annotations=READ_ONLY)
-    async def find_unanswered_threads(since: Since = None, address: Name = None,
+    async def find_unanswered_threads(since: Since = None, until: Until = None,
+                                      address: Name = None,
                                       min_days_silent: Annotated[int, Field(ge=0)] = 0,
                                       limit: Limit = reads.DEFAULT_LIMIT,
                                       cursor: Cursor = None) -> dto.UnansweredList:
-        """Threads where the user wrote last and nobody replied since (the newest message is
-        from the user's addresses, or the given one). Most recent first. Text per thread:
-        thread id, date, days silent, messages, last=<id of the user's message>, to | subject."""
-        return await service.call(reads.find_unanswered_threads, since, address,
+        """Threads awaiting a reply: the user (or address) wrote last. Newest first. Text per
+        thread: id, date, days silent, messages, last=<id of the user's message>, to | subject."""
+        return await service.call(reads.find_unanswered_threads, since, until, address,
                                   min_days_silent, limit, cursor)
 
     @server.tool(profile="read", annotations=READ_ONLY)

@@ -1047,10 +1047,12 @@ def bare_subject(subject: str) -> str:
 
 
 @one_mirror_state
-def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str | None = None,
-                            min_days_silent: int = 0, limit: int = DEFAULT_LIMIT,
+def find_unanswered_threads(mb: Mailbox, since: str | None = None, until: str | None = None,
+                            address: str | None = None, min_days_silent: int = 0,
+                            limit: int = DEFAULT_LIMIT,
                             cursor: str | None = None) -> dto.UnansweredList:
-    """Threads whose newest message is the user's, with nothing from anyone after it."""
+    """Threads whose newest message is the user's, with nothing from anyone after it; that
+    message written within ``since`` .. ``until``."""
     limit = clamp_limit(limit)
     if not 0 <= min_days_silent <= MAX_DAYS_SILENT:
         raise ToolError(f"min_days_silent must be 0 to {MAX_DAYS_SILENT:,} (got "
@@ -1062,13 +1064,17 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
     if not mine:
         raise ToolError("no addresses of yours are configured; pass address=")
     # Drafts were never sent: they neither make a thread "unanswered" nor count as its end.
-    nm_query = scoped_query(mb, CompiledQuery("*", ()), since=since,
+    nm_query = scoped_query(mb, CompiledQuery("*", ()), since=since, until=until,
                             extra=f"{me_query(mine)} AND NOT tag:draft")
     # silent for min_days_silent whole days: written at least that many days before now --
     # for a later page, before the first page's now (its cursor's anchor)
     anchor = cursor_anchor(cursor) if min_days_silent > 0 else None
     now = int(mb.clock().timestamp()) if anchor is None else anchor
-    until_epoch = now - min_days_silent * 86400 if min_days_silent > 0 else None
+    silent_until = now - min_days_silent * 86400 if min_days_silent > 0 else None
+    # The query finds threads with a message of the user's up to until; their last word, the
+    # user's too, may be later: the bound is on the last word (as the mirror keeps it).
+    asked_until = _parse_when(until, "until", end=True) if until else None
+    until_epoch = min((b for b in (silent_until, asked_until) if b is not None), default=None)
     fp = _fingerprint("unanswered", nm_query, until_epoch, mine)
     offset = read_cursor(cursor, fp, anchor)
     since_epoch = _parse_when(since, "since", end=False) if since else None
@@ -1095,7 +1101,7 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, address: str 
             to=to, last=row[1] if row else w.message_id, date=iso_from_epoch(w.date)))
     return dto.UnansweredList(threads=threads, total=total,
                               next_cursor=next_cursor(offset, len(page), total, fp,
-                                                      now if until_epoch is not None else None))
+                                                      now if silent_until is not None else None))
 
 
 def _unanswered_from_mirror(mb: Mailbox, mine: Sequence[str], since: int | None,
