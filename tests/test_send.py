@@ -16,7 +16,7 @@ import re
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from email.message import EmailMessage
 from datetime import datetime, timezone
@@ -94,6 +94,11 @@ class Bed:
                       if needle in p.read_bytes().split(b"\r\n\r\n", 1)[0]
                       and re.search(rb"(?mi)^message-id:\s*" + re.escape(needle),
                                     p.read_bytes()))
+
+    def mailbox(self) -> reads.Mailbox:
+        """What the reads use, sharing with ctx, as in the server, the drafts the model saw."""
+        return reads.Mailbox(self.ctx.config, self.ctx.reader,
+                             seen_drafts=self.ctx.seen_drafts)
 
     def put_draft(self, name: str, data: bytes) -> None:
         """A draft file another mail client saved in the personal Drafts, indexed."""
@@ -301,18 +306,72 @@ def test_a_draft_with_two_versions_in_drafts_is_neither_sent_nor_saved_over(bed:
     assert bed.state() == before and len(bed.files_with(bed.drafts, first.id)) == 2
 
 
+def as_fetched_back(data: bytes) -> bytes:
+    """A draft as mbsync stores the copy it uploaded, fetched back: with the X-TUID line it
+    put into that copy, and LF line ends."""
+    return data.replace(b"\r\nSubject:", b"\r\nX-TUID: vhZfUoALbz2p\r\nSubject:",
+                        1).replace(b"\r\n", b"\n")
+
+
 def test_a_draft_fetched_back_with_mbsyncs_header_alone_is_one_version(bed: Bed) -> None:
     """mbsync, its state lost, fetched the server's copy of a draft beside the local one: the
-    two differ by the X-TUID line mbsync put into the copy it uploaded.  One version: sent."""
+    two differ by the X-TUID line mbsync put into the copy it uploaded, and by its LF line
+    ends.  One version: sent."""
     first = compose.save_draft(bed.ctx, ["bob@example.com"], subject="plan", body="text")
     (old,) = bed.files_with(bed.drafts, first.id)
-    bed.put_draft("1900000000.refetched.host:2,DS",
-                  old.read_bytes().replace(b"\r\nSubject:", b"\r\nX-TUID: vhZfUoALbz2p\r\n"
-                                           b"Subject:", 1))
+    bed.put_draft("1900000000.refetched.host:2,DS", as_fetched_back(old.read_bytes()))
     assert len(bed.files_with(bed.drafts, first.id)) == 2
     assert send.send_draft(bed.ctx, first.id).sent
     (got,) = bed.smtp.received
     assert b"X-TUID" not in got.data and bed.files_with(bed.drafts, first.id) == []
+
+
+def saved_elsewhere(bed: Bed, mid: str, name: str, edit: Callable[[bytes], bytes]) -> None:
+    """Another program saves the draft as a new file of its Message-ID (mutt's edit; mbsync's
+    copy fetched back) and removes the old file; indexed."""
+    (old,) = bed.files_with(bed.drafts, mid)
+    (bed.drafts / name).write_bytes(edit(old.read_bytes()))
+    old.unlink()
+    bed.env.notmuch("new")
+
+
+def in_mutt(data: bytes) -> bytes:
+    return data.replace(b"\r\n\r\nv1\r\n", b"\r\n\r\nv2 from mutt\r\n")
+
+
+def test_a_draft_edited_in_mutt_since_the_model_saved_it_is_not_saved_over(bed: Bed) -> None:
+    """The model saves a draft, the user edits it in mutt, the model saves it again with a body
+    written from its own text: the user's edit was gone.  Refused, nothing changed; once the
+    model read it again (get_email), its change is saved."""
+    first = compose.save_draft(bed.ctx, ["bob@example.com"], subject="plan", body="v1")
+    saved_elsewhere(bed, first.id, "1900000000.mutt.host:2,DS", in_mutt)
+    before = bed.state()
+    with pytest.raises(ComposeError, match="changed since you last read or saved it .in "
+                                           "another mail client.; nothing was saved: read it "
+                                           r"again \(get_email\)"):
+        compose.save_draft(bed.ctx, body="v1, and more", draft_id=first.id)
+    assert bed.state() == before and bed.draft_body(first.id) == "v2 from mutt\n"
+    assert reads.get_email(bed.mailbox(), first.id).body.text == "v2 from mutt"
+    compose.save_draft(bed.ctx, body="v2 from mutt, and more", draft_id=first.id)
+    assert bed.draft_body(first.id) == "v2 from mutt, and more\n"
+
+
+def test_a_reply_mbsync_alone_changed_is_saved_again_and_one_edited_once_read_in_its_thread(
+        bed: Bed) -> None:
+    """mbsync renames a draft it uploads and, its state lost, fetches it back with X-TUID and
+    LF line ends: the same draft, saved again.  The user's edit in mutt is refused until the
+    model reads the draft again, here in its thread (get_thread)."""
+    reply = compose.reply_to_email(bed.ctx, ORIGINAL, "v1")
+    saved_elsewhere(bed, reply.id, "1900000000.mbsync.host,U=7:2,DS", as_fetched_back)
+    compose.save_draft(bed.ctx, cc=["carol@example.com"], draft_id=reply.id)
+    saved_elsewhere(bed, reply.id, "1900000001.mutt.host:2,DS", in_mutt)
+    with pytest.raises(ComposeError, match="changed since you last read or saved it"):
+        compose.save_draft(bed.ctx, cc=[], draft_id=reply.id)
+    thread = reads.get_thread(bed.mailbox(), reply.id)
+    assert [m.body.text for m in thread.messages if m.body and "mutt" in m.body.text]
+    compose.save_draft(bed.ctx, cc=[], draft_id=reply.id)
+    assert bed.draft_body(reply.id).startswith("v2 from mutt\n")
+    assert "Cc" not in parse(bed.files_with(bed.drafts, reply.id)[0].read_bytes())
 
 
 def test_a_draft_another_client_sent_is_not_sent_again_before_its_deletion_arrives(

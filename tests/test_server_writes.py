@@ -386,6 +386,28 @@ async def test_a_drafted_reply_leaves_the_threads_row_as_the_mail_exchanged_has_
 
 
 @pytest.mark.anyio
+async def test_a_draft_edited_in_mutt_since_saved_is_saved_over_once_read_again(
+        indexed: MailEnv) -> None:
+    """The server's reads and writes share what the model saw of each draft: a save over the
+    user's edit in mutt is refused, and goes through once get_email showed the edit."""
+    drafts = indexed.mail_root / "personal" / "Drafts" / "cur"
+    async with Client(server_params(indexed)) as client:
+        saved = await call(client, "save_draft", {"to": ["bob@example.net"], "body": "v1"})
+        (old,) = [p for p in drafts.iterdir() if f"<{saved['id']}>".encode() in p.read_bytes()]
+        (drafts / "1900000000.mutt.host:2,DS").write_bytes(
+            old.read_bytes().replace(b"\r\n\r\nv1\r\n", b"\r\n\r\nv2 from mutt\r\n"))
+        old.unlink()
+        indexed.notmuch("new")
+        refused = await error_text(client, "save_draft", {"body": "v1!", "draft_id": saved["id"]})
+        assert "changed since you last read or saved it" in refused, refused
+        shown = await call(client, "get_email", {"id": saved["id"]})
+        assert shown["body"]["text"] == "v2 from mutt"
+        await call(client, "save_draft", {"body": "v2 from mutt!", "draft_id": saved["id"]})
+        (new,) = [p for p in drafts.iterdir() if f"<{saved['id']}>".encode() in p.read_bytes()]
+        assert new.read_bytes().endswith(b"\r\n\r\nv2 from mutt!\r\n")
+
+
+@pytest.mark.anyio
 async def test_contacts_results_read_as_lines(indexed: MailEnv) -> None:
     async with Client(server_params(indexed)) as client:
         rows = await text(client, "manage_contacts_sql", {

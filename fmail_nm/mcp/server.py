@@ -29,6 +29,7 @@ from ..clock import utc_now
 from ..config import DEFAULT_TOOL_PROFILE, Config, ConfigError
 from ..dsl import DSL_HELP
 from ..errors import FmailError
+from ..message.drafts import SeenDrafts
 from ..passes.changes import WriteContext, WriteOutcome
 from ..passes.mirror import SyncInProgress, sync_sidecar
 from ..service import doctor, send
@@ -113,6 +114,9 @@ class MailService:
         # Held by each read job and by the Writer while a batch of ours commits: a read never
         # has one of our commits land under it (store.notmuch.Reader says why).
         self._commits = threading.Lock()
+        # Which version of each draft the model saw, shared by the reads and the writes: a
+        # save over a draft the user edited since is refused (compose.draft_composition).
+        self._seen_drafts = SeenDrafts()
 
     @property
     def config(self) -> Config:
@@ -126,7 +130,8 @@ class MailService:
             mailbox = None
         if mailbox is None:
             reader = Reader(config.settings.notmuch_config)
-            mailbox = self._local.mailbox = reads.Mailbox(config, reader, self.clock)
+            mailbox = self._local.mailbox = reads.Mailbox(config, reader, self.clock,
+                                                          self._seen_drafts)
         return mailbox
 
     def _the_writer(self) -> Writer:
@@ -137,7 +142,8 @@ class MailService:
     def _writes(self) -> WriteContext:
         return WriteContext(self.config, self._mailbox().reader, self._the_writer(),
                             self.sidecar_file, after_write=self._after_write,
-                            clock=self.clock, reindex=self._reindex)
+                            clock=self.clock, reindex=self._reindex,
+                            seen_drafts=self._seen_drafts)
 
     def _reindex(self) -> None:
         # A write that found a file renamed by mbsync since the last index tries again after

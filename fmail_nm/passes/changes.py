@@ -43,6 +43,7 @@ from ..clock import utc_now
 from ..config import ROOT_FOLDER, Account, Config
 from ..errors import BackendError, CallerError
 from ..flock import flock_within
+from ..message.drafts import SeenDrafts
 from ..private import private_dir
 from ..store import maildir, mover, sidecar
 from ..store.maildir import Copy
@@ -114,6 +115,8 @@ class WriteContext:
     clock: Callable[[], datetime] = utc_now
     # Brings the index up to date (notmuch new); None where that cannot run (the hook).
     reindex: Callable[[], object] | None = None
+    # What the model last saw of each draft (the server shares it with its reads).
+    seen_drafts: SeenDrafts = field(default_factory=SeenDrafts)
 
 
 @dataclass

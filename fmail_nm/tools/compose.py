@@ -46,6 +46,7 @@ from pydantic import Field
 from .. import tags
 from ..config import Account, Config, ConfigError
 from ..errors import BackendError
+from ..message import drafts
 from ..message.headers import (Address, addresses, ascii_address, canonical_address,
                                 parse_addresses, split_head)
 from ..message.formats import unflow
@@ -680,6 +681,7 @@ def store_draft(ctx: WriteContext, c: Composition) -> DraftResult:
     if report.errors:
         raise ComposeError(f"the draft could not be saved: {report.errors[0][1]}")
     _already_tagged(ctx, mid)
+    ctx.seen_drafts.saw(mid, data)
     if replaced == mid:
         _read_again(ctx, mid)
     return _result(c, mid)
@@ -697,16 +699,17 @@ def _read_again(ctx: WriteContext, message_id: str) -> None:
         ctx.after_write(changes.WriteOutcome("save_draft", (message_id,), frozenset()))
 
 
-def _existing_draft(ctx: WriteContext, draft_id: str) -> tuple[IndexedMessage, EmailMessage]:
-    """The draft and its one version in Drafts: refused when another mail client left two
-    versions of it (an edit whose old version is not gone yet) -- it would be sent or saved
-    over, stale -- and as :func:`_files_in_drafts` says."""
+def _existing_draft(ctx: WriteContext, draft_id: str) -> tuple[IndexedMessage, bytes]:
+    """The draft and its one version in Drafts (without mbsync's header): refused when another
+    mail client left two versions of it (an edit whose old version is not gone yet) -- it
+    would be sent or saved over, stale -- and as :func:`_files_in_drafts` says."""
     found = Mailbox(ctx.config, ctx.reader, ctx.clock).find(draft_id)
     if found is None or not (tags.DRAFT in found.tags
                              or maildir.in_role(ctx.config, found.filenames, "sent")):
         raise ComposeError(f"no draft with id {draft_id!r}; drafts are found with "
                            "search_emails('in:drafts')")
-    versions = {_without_sync_header(data)
+    # A copy mbsync fetched back (its state lost) is the same version as the local file.
+    versions = {drafts.version(data): drafts.without_sync_header(data)
                 for data in _file_contents(_files_in_drafts(ctx.config, found, draft_id))}
     if len(versions) > 1:
         raise ComposeError(f"draft {draft_id!r} has {len(versions)} different versions in "
@@ -715,7 +718,7 @@ def _existing_draft(ctx: WriteContext, draft_id: str) -> tuple[IndexedMessage, E
     if not versions:
         raise ComposeError(f"draft {draft_id!r} has no file in a Drafts folder; re-index "
                            "(fmail-nm index) and try again")
-    return found, BytesParser(policy=POLICY).parsebytes(versions.pop())
+    return found, versions.popitem()[1]
 
 
 def _files_in_drafts(config: Config, found: IndexedMessage, draft_id: str) -> list[str]:
@@ -731,18 +734,6 @@ def _files_in_drafts(config: Config, found: IndexedMessage, draft_id: str) -> li
         raise ComposeError(f"draft {draft_id!r} has a copy in Sent too: it was sent already "
                            "(from another mail client); it was left as it is")
     return names
-
-
-# mbsync puts X-TUID into the copy it uploads: fetched back (its state lost), that copy is
-# the same draft as the local one.
-_SYNC_HEADER = re.compile(rb"^X-TUID:[^\r\n]*\r?\n", re.I | re.M)
-_END_OF_HEADER = re.compile(rb"\r?\n\r?\n")
-
-
-def _without_sync_header(data: bytes) -> bytes:
-    end = _END_OF_HEADER.search(data)
-    split = end.start() if end else len(data)
-    return _SYNC_HEADER.sub(b"", data[:split]) + data[split:]
 
 
 def _file_contents(names: Sequence[str]) -> list[bytes]:
@@ -803,8 +794,14 @@ def save_draft(ctx: WriteContext, to: Sequence[str] | None = None,
 
 def draft_composition(ctx: WriteContext, draft_id: str) -> Composition:
     """A saved draft read back into its parts (the user may have edited it in mutt), to be
-    built again: refused when building would lose its HTML."""
-    c, msg = _read_draft(ctx, draft_id)
+    built again: refused when the user changed it since the model last saw it (the model's
+    text would drop the user's edit), and when building would lose its HTML."""
+    found, data = _existing_draft(ctx, draft_id)
+    if ctx.seen_drafts.changed(found.message_id, data):
+        raise ComposeError(f"draft {draft_id!r} changed since you last read or saved it (in "
+                           "another mail client); nothing was saved: read it again "
+                           "(get_email) and apply your change to that")
+    c, msg = _draft_parts(ctx, draft_id, found, data)
     if msg.get_body(preferencelist=("html",)) is not None:
         raise ComposeError(f"draft {draft_id!r} has an HTML body (written by another mail "
                            "client), which fmail-nm does not edit: change it there, or start "
@@ -813,7 +810,12 @@ def draft_composition(ctx: WriteContext, draft_id: str) -> Composition:
 
 
 def _read_draft(ctx: WriteContext, draft_id: str) -> tuple[Composition, EmailMessage]:
-    found, msg = _existing_draft(ctx, draft_id)
+    return _draft_parts(ctx, draft_id, *_existing_draft(ctx, draft_id))
+
+
+def _draft_parts(ctx: WriteContext, draft_id: str, found: IndexedMessage,
+                 data: bytes) -> tuple[Composition, EmailMessage]:
+    msg = BytesParser(policy=POLICY).parsebytes(data)
     senders = _people(msg, "from")
     holder = maildir.primary_account(ctx.config, found)
     account = (_account_of_address(ctx.config, senders[0].address, holder) if senders

@@ -30,6 +30,7 @@ from ..dsl import (CompiledQuery, DslContext, DslError, compile_query, date_rang
                    local_day)
 from ..errors import CallerError
 from ..message.attachments import attachment_text, dotted
+from ..message.drafts import SeenDrafts
 from ..message.headers import Address, canonical_address, search_forms
 from ..message.html import read_body, read_message
 from ..message.mime import AttachmentInfo, BodyText, ParsedMessage
@@ -65,11 +66,13 @@ class ToolError(CallerError):
 
 @dataclass
 class Mailbox:
-    """What every read needs: the resolved config, a reader (on the caller's thread) and a clock."""
+    """What every read needs: the resolved config, a reader (on the caller's thread) and a
+    clock; and where a read that shows a draft notes which version it showed."""
 
     config: Config
     reader: Reader
     clock: Callable[[], datetime] = utc_now
+    seen_drafts: SeenDrafts = field(default_factory=SeenDrafts)
     mirror: sidecar.MirrorReader = field(init=False)
 
     def __post_init__(self) -> None:
@@ -851,6 +854,15 @@ def read_file(mb: Mailbox, m: IndexedMessage) -> bytes:
                     "(fmail-nm index) and try again")
 
 
+def _shown_file(mb: Mailbox, m: IndexedMessage) -> bytes:
+    """The bytes of a message whose content the model is shown; a draft's version noted, so
+    that saving it over an edit made since in another mail client is refused."""
+    data = read_file(mb, m)
+    if DRAFT in m.tags:
+        mb.seen_drafts.saw(m.message_id, data)
+    return data
+
+
 def _find(mb: Mailbox, message_id: str) -> IndexedMessage:
     found = mb.find(message_id)
     if found is None:
@@ -911,7 +923,7 @@ MAX_REFERENCES = 20
 def _email_full(mb: Mailbox, m: IndexedMessage, *, max_body_chars: int, body_offset: int,
                 body_format: str) -> dto.EmailFull:
     """One message, every header list and value bounded (see dto.capped)."""
-    parsed = read_message(read_file(mb, m))
+    parsed = read_message(_shown_file(mb, m))
     attachments = [attachment_info(a) for a in parsed.attachments]
     subject = parsed.subject or m.subject
     return dto.EmailFull(
@@ -1010,7 +1022,7 @@ def get_thread(mb: Mailbox, thread_id: str, include_bodies: bool = True,
         body = None
         if include_bodies and budget > 0:
             # The body alone: the index has the header values a thread shows.
-            parsed = read_body(read_file(mb, node.message))
+            parsed = read_body(_shown_file(mb, node.message))
             body = _body(parsed, node.message.subject, body_format,
                          min(max_body_chars, budget), 0)
             budget -= len(body.text)
