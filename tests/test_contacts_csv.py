@@ -326,6 +326,8 @@ def test_set_blocked_refuses_the_users_own_address_and_changes_nothing(
     before = table(conn)
     with pytest.raises(CallerError, match=rf"{OWN}.*own address"):
         set_blocked(conn, ["spam@example.net", f"Alex <{OWN.upper()}>"], True)
+    with pytest.raises(CallerError, match="alex[+]lists@example.org.*own address"):
+        set_blocked(conn, ["alex+lists@example.org"], True)  # a sub-address of the user's
     assert table(conn) == before  # spam@example.net was not added either
     # unblocking one's own address is harmless and allowed
     assert set_blocked(conn, [OWN], False) == [OWN]

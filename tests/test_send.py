@@ -208,6 +208,20 @@ def test_reply_all_is_a_threaded_draft_in_drafts(bed: Bed) -> None:
     assert bed.ctx.reader.find(draft.id).thread_id == bed.ctx.reader.find(ORIGINAL).thread_id  # type: ignore[union-attr]
 
 
+def test_reply_all_leaves_out_the_users_sub_addresses_only(bed: Bed) -> None:
+    """A message to the user's alex+lists@ (a sub-address of alex@example.org): reply-all
+    writes to the others, not back to the user; alex+x@ of another domain is someone else."""
+    deliver(bed.env, "1800000003.test_4.host", (
+        b"From: Bob <bob@example.com>\r\nTo: Alex <Alex+Lists@Example.org>\r\n"
+        b"Cc: Carol <carol@example.com>, Other <alex+x@example.net>\r\n"
+        b"Subject: plans\r\nDate: Mon, 02 Mar 2026 10:00:00 +0000\r\n"
+        b"Message-ID: <plus-1@example.com>\r\n\r\nHi\r\n"))
+    bed.env.notmuch("new")
+    draft = compose.reply_to_email(bed.ctx, "plus-1@example.com", "ok", reply_all=True)
+    assert draft.to == ["bob@example.com"]
+    assert draft.cc == ["carol@example.com", "alex+x@example.net"]
+
+
 def test_reply_honours_mail_followup_to_and_plain_reply(bed: Bed) -> None:
     everyone = compose.reply_to_email(bed.ctx, FOLLOWUP, "LGTM", reply_all=True, quote=False)
     assert everyone.to == ["dev@lists.example.com", "dave@example.com"] and everyone.cc == []

@@ -638,6 +638,39 @@ def test_unblocking_keeps_spam_on_mail_in_a_junk_folder(indexed: MailEnv, mailbo
     assert "spam" in tags and "blocked" not in tags
 
 
+def _people_of(env: MailEnv, query: str) -> set[str]:
+    out = env.notmuch("address", "--output=sender", "--output=recipients", "--output=address",
+                      "--exclude=false", query).stdout
+    return {line.lower() for line in out.split()}
+
+
+def test_spam_makes_no_contact_but_a_blocked_sender_stays_one(
+        indexed: MailEnv, tmp_path: Path) -> None:
+    """Mail tagged spam (a Junk folder's) counts in no figure: a spammer, or whom the spam
+    names, is no contact to suggest.  A blocked sender's mail, which the block makes spam,
+    keeps its sender's figures: the blocklist keeps it a contact, blocked, found by name."""
+    spammers = _people_of(indexed, "tag:spam") - _people_of(indexed, "NOT tag:spam")
+    assert spammers and not spammers & _figures(indexed).keys()
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        assert search(conn, next(iter(spammers))) == []
+
+    bank = "no-reply@northwind-bank.example.com"
+    before = _figures(indexed)[bank]
+    indexed.fmail("contacts", "block", bank)
+    assert _figures(indexed)[bank] == before
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        [row] = search(conn, "northwind")
+        assert (row["is_blocked"], row["messages_from"]) == (1, before[3])
+    assert _same_figures_as_a_rebuild(indexed, tmp_path)
+
+    spammer = sorted(spammers)[0]
+    with sidecar.opened(sidecar_file(indexed)) as conn:  # as schema 20 counted spam
+        conn.execute("INSERT INTO contact_stats VALUES (?, 'Winner', NULL, NULL, 1, 0)", (spammer,))
+        conn.execute("PRAGMA user_version = 20")
+    sync(indexed)
+    assert spammer not in _figures(indexed) and _same_figures_as_a_rebuild(indexed, tmp_path)
+
+
 def _block_records(env: MailEnv) -> set[str]:
     with sidecar.opened(sidecar_file(env)) as conn:
         return {r[0] for r in conn.execute("SELECT message_id FROM blocked_mail")}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import binascii
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import Message
@@ -364,6 +364,23 @@ def canonical_address(address: str) -> str:
     if not at:
         return domain
     return f"{local}@{'.'.join(_unicode_label(label) for label in domain.split('.'))}"
+
+
+def mailbox_address(address: str) -> str:
+    """The canonical address without its sub-address ("+tag"): the mailbox a server delivers
+    it to, ``alex+lists@example.org`` being ``alex@example.org``.  Cut at the first "+", as
+    Postfix, Gmail and Fastmail deliver it."""
+    canonical = canonical_address(address)
+    local, at, domain = canonical.rpartition("@")
+    if not at or "+" not in local:
+        return canonical
+    return f"{local.partition('+')[0]}@{domain}"
+
+
+def is_own_address(address: str, mine: Collection[str]) -> bool:
+    """Whether ``address`` is the user's: one of ``mine`` (canonical forms), or a sub-address of
+    one that has none (``alex+lists@example.org`` of ``alex@example.org``)."""
+    return canonical_address(address) in mine or mailbox_address(address) in mine
 
 
 def ascii_address(address: str) -> str:

@@ -365,21 +365,27 @@ def _known(conn: sqlite3.Connection,
     return known
 
 
-# What of a message the contact figures read (contact_stats: names, dates, counts); a draft
-# is left out of them, so a draft tag coming or going changes them too.
+# What of a message the contact figures read (contact_stats: names, dates, counts); drafts and
+# spam are left out of them, so a draft, spam or blocked tag coming or going changes them too.
 _PEOPLE_COLUMNS = ("date", "sender_email", "sender_name", "is_sent", "is_draft", "recipients")
+_PEOPLE_TAGS = (tags.SPAM, tags.BLOCKED)
+# Whether message {m} has the tag {tag}.
+_TAGGED = ("EXISTS (SELECT 1 FROM message_tags s "
+           "WHERE s.message_id = {m}.message_id AND s.tag = '{tag}')")
 
 
 def _people(row: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(row[c] for c in _PEOPLE_COLUMNS)
+    return (*(row[c] for c in _PEOPLE_COLUMNS), *(int(t in row["_tags"]) for t in _PEOPLE_TAGS))
 
 
 def _people_of(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
     found: dict[str, tuple[Any, ...]] = {}
+    tagged = ", ".join(_TAGGED.format(m="m", tag=t) for t in _PEOPLE_TAGS)
     for chunk in chunks(ids, 500):
         marks = ",".join("?" * len(chunk))
-        for mid, *people in conn.execute(f"SELECT message_id, {', '.join(_PEOPLE_COLUMNS)} "
-                                         f"FROM messages WHERE message_id IN ({marks})", chunk):
+        for mid, *people in conn.execute(
+                f"SELECT message_id, {', '.join(_PEOPLE_COLUMNS)}, {tagged} "
+                f"FROM messages m WHERE message_id IN ({marks})", chunk):
             found[mid] = tuple(people)
     return found
 
@@ -451,10 +457,14 @@ def _write_addresses(conn: sqlite3.Connection, mid: str, sender_email: str, send
 
 # What of the mirror a contact's figures count (a message ``m``, one of its addresses ``a``):
 # the mail sent or received, not drafts, which are neither (a draft to Anna is not mail to
-# her, nor does an unsent draft make anyone seen); and a Bcc only on the user's own mail (the
-# Sent copy keeps whom the user wrote to in Bcc), not the Bcc a sender's client left in mail
-# the user received.
-_COUNTED = "{m}.is_draft = 0 AND ({a}.role != 'bcc' OR {m}.is_sent = 1)"
+# her, nor does an unsent draft make anyone seen); not spam (a spammer, or whom spam names,
+# is no one to suggest) but for a blocked sender's own figures, from the mail the block made
+# spam (the blocklist keeps the sender a contact, blocked: found by name to unblock); and a
+# Bcc only on the user's own mail (the Sent copy keeps whom the user wrote to in Bcc), not the
+# Bcc a sender's client left in mail the user received.
+_COUNTED = ("{m}.is_draft = 0 AND (NOT " + _TAGGED.format(m="{m}", tag=tags.SPAM)
+            + " OR ({a}.role = 'from' AND " + _TAGGED.format(m="{m}", tag=tags.BLOCKED) + "))"
+            + " AND ({a}.role != 'bcc' OR {m}.is_sent = 1)")
 # An address named only where nothing counts has no figures at all -- no row -- as for an
 # address never written to.  A contact is named after the newest mail naming it; a "name"
 # holding an @ is an address (as Outlook writes "bob@x" <bob@x>), which would hide the name
@@ -850,9 +860,9 @@ class Mirror:
                 row["needs_tagging"] = 1
                 self._marked.append((mid, parsed.list_id))
             rows.append((row, parsed))
-        # Contact figures depend on a message's people, date and whether it is a draft, not on
-        # its other tags or its files: a message whose people changed (a draft sent, or a
-        # draft tag set or taken off) is counted again for its old and new addresses; one new
+        # Contact figures depend on a message's people, date and whether it is a draft, spam
+        # or blocked, not on its other tags or its files: a message whose people changed (a
+        # draft sent, a draft, spam or blocked tag set or taken off) is counted again for its old and new addresses; one new
         # to the mirror is added to its addresses' figures (see _refresh_stats).
         recount = {row["message_id"] for row, _ in rows if row["message_id"] in people_before
                    and _people(row) != people_before[row["message_id"]]}

@@ -11,7 +11,8 @@ What is in it:
 * ``contact_info`` -- the user's own notes, names and blocklist: the only data that exists
   nowhere else (``fmail-nm contacts export`` saves it);
 * ``contact_stats`` -- figures harvested from the mirror (first/last seen, message counts)
-  over the mail sent or received, drafts left out, a Bcc counted on the user's own mail only;
+  over the mail sent or received, drafts and spam left out (a blocked sender's own mail
+  aside), a Bcc counted on the user's own mail only;
 * ``blocked_mail`` -- how each blocked message was before the block, for unblocking (and
   for unblocking again after an undone unblock): kept until the message leaves notmuch;
 * ``sync_state`` and ``audit_log``;
@@ -617,6 +618,14 @@ INSERT INTO sync_state (key, value) SELECT '{ENCRYPTED_REPARSE_KEY}', ''
     ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 """
 
+# Version 21: contact figures leave spam out, but for a blocked sender's own figures
+# (passes.mirror._COUNTED): they are recounted.
+_V21 = f"""
+INSERT INTO sync_state (key, value) SELECT '{STATS_DIRTY}', '1'
+    WHERE EXISTS (SELECT 1 FROM contact_stats)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+"""
+
 
 @dataclass(frozen=True)
 class Reparse:
@@ -633,7 +642,7 @@ REPARSES = (Reparse(REPARSE_KEY, REPARSED_ROWS), Reparse(BCC_REPARSE_KEY, BCC_RE
 
 # Index i holds the script that takes the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
-                               _V13, _V14, _V15, _V16, _V17, _V18, _V19, _V20)
+                               _V13, _V14, _V15, _V16, _V17, _V18, _V19, _V20, _V21)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -48,7 +48,7 @@ from ..config import Account, Config, ConfigError
 from ..errors import BackendError
 from ..message import drafts
 from ..message.headers import (Address, addresses, ascii_address, canonical_address,
-                                parse_addresses, split_head)
+                                is_own_address, parse_addresses, split_head)
 from ..message.formats import unflow
 from ..message.html import read_message
 from ..message.text import clean_text, is_forward_subject, one_line, unescape_line_marks
@@ -175,6 +175,11 @@ def _unique(people: Sequence[Address], drop: Set[str], remedy: str = _WRITE_THEM
         seen.add(key)
         out.append(Address(person.name, wire))
     return out
+
+
+def _not_mine(people: Sequence[Address], mine: Set[str]) -> list[Address]:
+    """``people`` but the user's own addresses, their sub-addresses too (is_own_address)."""
+    return [p for p in people if not is_own_address(p.address, mine)]
 
 
 def check_not_blocked(config: Config, recipients: Sequence[Address]) -> None:
@@ -935,13 +940,15 @@ def reply_recipients(config: Config, head: Message, reply_all: bool,
     read whole -- only those it takes them from."""
     defects: list[str] = []
     mine = my_addresses(config)
-    own = bool(parsed_from) and canonical_address(parsed_from[0].address) in mine
+    own = bool(parsed_from) and is_own_address(parsed_from[0].address, mine)
+    parsed_from, parsed_to, parsed_cc, reply_to = (
+        _not_mine(people, mine) for people in (parsed_from, parsed_to, parsed_cc, reply_to))
     advice = _ADD_THEM if reply_all else _WRITE_THEM
     _check_read_whole(head, ("from", "reply-to", *(("to", "cc", "mail-followup-to")
                                                    if reply_all else ())), advice)
     followup = addresses(head, "mail-followup-to", defects)
     if reply_all and followup:
-        return _unique(followup, mine, _ADD_THEM), []
+        return _unique(_not_mine(followup, mine), mine, _ADD_THEM), []
     if own:
         if not reply_all:
             _check_read_whole(head, ("to",), advice)

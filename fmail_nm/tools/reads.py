@@ -31,7 +31,7 @@ from ..dsl import (CompiledQuery, DslContext, DslError, compile_query, date_rang
 from ..errors import CallerError
 from ..message.attachments import attachment_text, dotted
 from ..message.drafts import SeenDrafts
-from ..message.headers import Address, canonical_address, search_forms
+from ..message.headers import Address, canonical_address, is_own_address, search_forms
 from ..message.html import read_body, read_message
 from ..message.mime import AttachmentInfo, BodyText, ParsedMessage
 from ..message.text import clean_text, is_forward_subject, slice_text
@@ -209,7 +209,7 @@ def _others(people: Iterable[tuple[str, str]], me: Collection[str]) -> list[str]
     """``me``: the user's addresses in canonical form (:func:`my_addresses`), as a recipient
     is compared -- mail may write the user's domain in ACE where the config has Unicode."""
     everyone = [(name, address) for name, address in people if address]
-    others = [p for p in everyone if canonical_address(p[1]) not in me] or everyone
+    others = [p for p in everyone if not is_own_address(p[1], me)] or everyone
     return [who(name, address) for name, address in others[:LISTED_RECIPIENTS]]
 
 

@@ -38,7 +38,7 @@ from pydantic import Field, PrivateAttr
 from ..adopt.identity import looks_like_address
 from ..clock import utc_stamp
 from ..errors import CallerError
-from ..message.headers import canonical_address
+from ..message.headers import canonical_address, is_own_address
 from ..store import sidecar
 from .dto import Dto
 
@@ -497,10 +497,10 @@ def _contacts_result(fetched: _Fetched, diff: list[dict[str, Any]]) -> ContactsR
 def own_among(conn: sqlite3.Connection, addresses: Iterable[str],
               also: Sequence[str] = ()) -> list[str]:
     """Those of ``addresses`` that are the user's own (the ``me`` view, and ``also``), in
-    whichever form their domain is written."""
+    whichever form their domain is written, their sub-addresses too (is_own_address)."""
     mine = {canonical_address(a) for a in also} | {
         canonical_address(row[0]) for row in conn.execute("SELECT email FROM me")}
-    return sorted(a for a in set(addresses) if canonical_address(a) in mine)
+    return sorted(a for a in set(addresses) if is_own_address(a, mine))
 
 
 def _refuse_own(conn: sqlite3.Connection, blocked: Sequence[str], own: Sequence[str]) -> None:
