@@ -29,6 +29,11 @@ ROLES = ("inbox", "sent", "drafts", "trash", "junk", "archive")
 ROOT_FOLDER = "."
 
 
+def _below(folder: str, root: str) -> bool:
+    """Whether a folder is ``root`` or inside it (both relative to the mail root)."""
+    return root == ROOT_FOLDER or folder == root or folder.startswith(root + "/")
+
+
 def folder_term(folder: str) -> str:
     """A folder (relative to the mail root) as the value of notmuch's ``folder:`` term."""
     return "" if folder == ROOT_FOLDER else folder
@@ -54,7 +59,7 @@ _ROLE_NAMES: dict[str, tuple[str, ...]] = {
               "cestino", "posta eliminata", "papperskorgen", "borttagna objekt"),
     "junk": ("junk", "spam", "junk e-mail", "junk email", "bulk mail", "junk-e-mail",
              "courrier indésirable", "correo no deseado", "ongewenste e-mail",
-             "posta indesiderata", "skräppost"),
+             "posta indesiderata", "skräppost", "spamverdacht", "unerwünscht"),
     "archive": ("archive", "archives", "archiv", "archivio", "archivo", "archief", "arkiv"),
 }
 # Gmail's own folders ("[Google Mail]" in the UK and Germany): they are the roles, whatever
@@ -128,10 +133,25 @@ class Account:
     server_saves_sent: bool = False  # the SMTP server files sent mail in Sent (Gmail)
     layout: FolderLayout = FolderLayout()
 
+    def outside_inbox(self) -> str | None:
+        """The account's INBOX where mbsync's ``Inbox`` puts it outside the store's ``Path``
+        (Path ~/Mail/gmx/, Inbox ~/Mail/gmx-inbox): a folder of the account all the same."""
+        inbox = self.folders.get("inbox")
+        return None if inbox is None or _below(inbox, self.maildir) else inbox
+
+    def holder(self, folder: str) -> str | None:
+        """Which of the account's folders holds ``folder`` (relative to the mail root): its
+        own, or its INBOX outside it; None for a folder outside the account."""
+        if folder == self.outside_inbox():
+            return folder
+        return self.maildir if _below(folder, self.maildir) else None
+
     def mailbox(self, folder: str) -> str | None:
         """The server's name of one of this account's folders (relative to the mail root),
         as the user knows it: "[Gmail]/All Mail" for Maildir++'s ".[Gmail].All Mail",
         "Entwürfe" for "Entw&APw-rfe"; None for a folder outside the account."""
+        if folder == self.outside_inbox():
+            return "INBOX"
         if self.maildir == ".":
             rest = "" if folder == ROOT_FOLDER else folder
         elif folder == self.maildir:
@@ -655,11 +675,14 @@ class Config:
     def account_for_path(self, relative_folder: str) -> Account | None:
         """The account whose folder holds a folder (relative to the mail root), longest first."""
         best: Account | None = None
+        best_length = -1
         for account in self.accounts:
-            prefix = account.maildir
-            if prefix == "." or relative_folder == prefix or relative_folder.startswith(prefix + "/"):
-                if best is None or len(prefix) > len(best.maildir) or best.maildir == ".":
-                    best = account
+            holder = account.holder(relative_folder)
+            if holder is None:
+                continue
+            length = 0 if holder == ROOT_FOLDER else len(holder)
+            if length > best_length or best_length == 0:
+                best, best_length = account, length
         return best
 
     def account_name_for_path(self, relative_folder: str) -> str | None:

@@ -85,6 +85,8 @@ class DslContext:
     # store's ".[Gmail].All Mail"): what the user and the model call it.
     folder_names: Mapping[str, str] = field(default_factory=dict)
     excluded_tags: Sequence[str] = ("deleted", "spam")
+    # account -> its INBOX outside its folder (mbsync's Inbox outside the store's Path)
+    account_inboxes: Mapping[str, str] = field(default_factory=dict)
     me: Sequence[str] = ()  # the user's addresses: from:me, to:me
     # A uid (the id every listing shows) -> its Message-ID, or None: id:<uid> finds it.
     message_id_of_uid: Callable[[str], str | None] = lambda uid: None
@@ -1034,7 +1036,11 @@ class _Parser:
                 pos, f"a known account: {_bounded_list(sorted(self.ctx.accounts))}", _shown(value)
             )
         prefix = by_name[value.lower()].strip("/")
-        return _term_atom("path", prefix, "/**") if prefix else _ALL
+        if not prefix:
+            return _ALL
+        own = _term_atom("path", prefix, "/**")
+        inbox = {k.lower(): v for k, v in self.ctx.account_inboxes.items()}.get(value.lower())
+        return own if inbox is None else _Or((own, _folder_atom(inbox)))
 
     def _date(self, name: str, value: str, pos: int) -> _Node:
         days_back = _DAY_WORDS.get(value.lower())

@@ -12,8 +12,13 @@ import pytest
 
 from fmail_nm import mbsyncrc, msmtprc
 from fmail_nm.config import Settings, detect_roles, resolve
+from fmail_nm.passes.changes import WriteContext
+from fmail_nm.store import sidecar
+from fmail_nm.store.notmuch import Reader, Writer
+from fmail_nm.tools import reads, writes
 
 from . import imapbed
+from .conftest import MailEnv
 
 USER, PASSWORD = "alex", "secret"
 
@@ -242,8 +247,11 @@ def test_an_added_account_never_lands_inside_the_users_own_store(
     (["w/Junk-E-Mail"], "junk", "w/Junk-E-Mail"),
     (["w/Verwijderde items"], "trash", "w/Verwijderde items"),
     (["w/&AMk-l&AOk-ments supprim&AOk-s"], "trash", "w/&AMk-l&AOk-ments supprim&AOk-s"),
+    # GMX and WEB.DE, the large German mail services
+    (["x/Gesendet", "x/Spamverdacht"], "junk", "x/Spamverdacht"),
+    (["x/Gesendet", "x/Unerw&APw-nscht"], "junk", "x/Unerw&APw-nscht"),
 ], ids=["gmail-fr-trash", "gmail-fr-sent", "gmail-es-trash", "exchange-de-sent",
-        "exchange-de-junk", "exchange-nl-trash", "exchange-fr-trash"])
+        "exchange-de-junk", "exchange-nl-trash", "exchange-fr-trash", "gmx-junk", "webde-junk"])
 def test_role_names_in_other_languages(folders: list[str], role: str, expected: str) -> None:
     account = folders[0].split("/")[0]
     assert detect_roles(folders, account).get(role) == expected
@@ -411,3 +419,29 @@ def test_an_smtp_login_with_a_backslash_reaches_msmtp_as_written(tmp_path: Path)
     shown = subprocess.run(["msmtp", "-C", str(plan.msmtp_file), "-a", "side", "--pretend"],
                            capture_output=True, text=True, timeout=20)
     assert "user = CORP\\casey\n" in shown.stdout, shown.stdout + shown.stderr
+
+
+def test_an_inbox_outside_the_stores_path_is_the_accounts(indexed: MailEnv) -> None:
+    """mbsync's ``Inbox`` may lie outside the store's ``Path`` (Path ~/Mail/personal/, Inbox
+    ~/Mail/personal-inbox): that INBOX is the account's like its other folders -- mail in it
+    is archived into the account's Archive, listed and searched as the account's."""
+    root = indexed.mail_root
+    (root / "personal" / "INBOX").rename(root / "personal-inbox")
+    rc = indexed.base / "mbsyncrc"
+    rc.write_text(f"MaildirStore local\nPath {root}/personal/\nInbox {root}/personal-inbox\n\n"
+                  "Channel personal\nFar :remote:\nNear :local:\nExpunge Both\n")
+    indexed.fmail_config.write_text(f'[mbsync]\nconfig = "{rc}"\n')
+    indexed.notmuch("new")
+    config = indexed.config()
+    with Reader() as reader, Writer() as writer:
+        mb = reads.Mailbox(config, reader)
+        [mid, *_] = reader.message_ids("folder:personal-inbox and not path:work/**")
+        assert reads.search_emails(mb, f"account:personal id:{mid}").total == 1
+        assert reads.search_emails(mb, f"id:{mid}", account="personal").total == 1
+        listed = {f.folder: f.role for f in reads.list_folders(mb).folders}
+        assert listed.get("personal-inbox") == "inbox", listed
+        ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+        result = writes.archive(ctx, [mid])
+        assert result.applied == [mid], result.errors
+        [moved] = reader.find(mid).filenames  # type: ignore[union-attr]
+    assert Path(moved).parent.parent == root / "personal" / "Archive"

@@ -294,6 +294,8 @@ def account_and_name(config: Config, folder: str) -> tuple[str | None, str]:
     own = "" if folder == ROOT_FOLDER else folder
     if account is None:
         return None, own or "INBOX"
+    if folder == account.outside_inbox():
+        return account.name, "INBOX"
     prefix = "" if account.maildir == ROOT_FOLDER else account.maildir
     name = own[len(prefix):].lstrip("/") if prefix and own.startswith(prefix) else own
     return account.name, name or "INBOX"

@@ -89,6 +89,8 @@ class Mailbox:
         return DslContext(
             now=now,
             accounts={a.name: a.maildir for a in self.config.accounts},
+            account_inboxes={a.name: inbox for a in self.config.accounts
+                              if (inbox := a.outside_inbox()) is not None},
             folder_roles=self.config.roles(),
             folders=self.config.folders,
             folder_names=self.config.mailbox_names,
@@ -307,7 +309,8 @@ def scoped_query(mb: Mailbox, compiled: CompiledQuery, *, since: str | None = No
     if account:
         acct = mb.config.account(account)
         if acct.maildir != ".":
-            parts.append(f"path:{quote(acct.maildir + '/**')}")
+            own, inbox = f"path:{quote(acct.maildir + '/**')}", acct.outside_inbox()
+            parts.append(own if inbox is None else f"({own} OR {folders_query([inbox])})")
     if extra:
         parts.append(extra)
     return all_of(*parts)
