@@ -637,6 +637,18 @@ HIDDEN_TEXT = {
     "never closed, in a cell": ('<table><tr><td>Shown<div style="display:none">SECRET<p>SECRET'
                                 "</td><td>after</td></tr></table>"),
     "never closed": '<p>Shown after</p><div style="display:none">SECRET<p>SECRET',
+    # a style sheet's rules: the newsletter's preheader, by class, id, tag and class, a list
+    "style sheet": ('<html><head><style type="text/css"><!-- /* } .x { */ body{margin:0}\n'
+                    ".preheader { DISPLAY: none !important; max-height: 0; }\n"
+                    "#pre{font-size:0;line-height:0} span.spacer, .ghost\n{opacity:0}\n"
+                    '--></style></head><body><span class="preheader">SECRET</span><div id=pre>'
+                    'SECRET</div><p>Shown <span class="spacer">SECRET</span><b class="x ghost">'
+                    "SECRET</b>after</p></body></html>"),
+    "style sheet after its elements": ('<p class=pre>SECRET</p><p>Shown</p><p>after</p>'
+                                       "<style>.pre{visibility:hidden}</style>"),
+    "template": '<p>Shown</p><template><p>SECRET</p></template><p>after</p>',
+    "link to hidden text": ('<p>Shown <a href="https://evil.example/SECRET" title="SECRET">'
+                            '<span style="display:none">SECRET</span></a>after</p>'),
 }
 
 
@@ -688,6 +700,20 @@ SHOWN_TEXT = {
         '<!--[if mso]><v:roundrect href="https://shop.example/"><center>Go</center></v:roundrect>'
         '<![endif]--><a href="https://shop.example/" style="display:inline-block;mso-hide:all">'
         "Shown after</a>"),
+    # a style sheet's rules hide only where they are sure to: not on some screens only, not
+    # by selectors too complex to read here, not where a later or closer declaration shows
+    "rules a style sheet overrides": (
+        '<style>.pre{display:none} .show{display:block} p.pre.shown{display:block}</style>'
+        '<p class="pre">SECRET</p><p class="pre show">Shown</p><p class="shown pre">after</p>'
+        '<p class=pre style="display:block !important">Shown</p>'),
+    "rules for some screens or complex selectors": (
+        "<style>@media screen and (max-width:600px) { .desk { display:none !important } }"
+        ".wrap .x, td > .y, [class=z], .pre { display:none } .w:hover, .v { display:none }"
+        '</style><p class=pre>SECRET</p><div class=wrap><p class=x>Shown</p></div><p class=desk>'
+        "Shown</p><p class=z>Shown</p><p class=v>after</p>"),
+    "a style sheet in a comment": ('<!-- <style>.a{display:none}</style> --><p class=a>Shown</p>'
+                                   '<style media="print">.b{display:none}</style><p class=b>after'
+                                   "</p>"),
 }
 
 
@@ -702,6 +728,17 @@ def test_html_text_a_mail_client_shows_is_kept(html: str) -> None:
         assert bool(m.body_notes) == ("SECRET" in html)
     shown = preview_html_text(html)
     assert "Shown" in shown.text and "after" in shown.text and "SECRET" not in shown.text
+
+
+def test_html_link_to_hidden_text_shows_no_address() -> None:
+    """A link around text the HTML hides is no link a reader can see: its address goes with
+    the text; one around visible text, an image or nothing keeps its address."""
+    html = ('<p>Read <a href="https://hidden.example/"><span style="display:none">x</span> </a>'
+            '<a href="https://shown.example/"><span hidden>x</span>on</a> '
+            '<a href="https://image.example/"><img src="logo.png"></a></p>')
+    text = parse_message(message("Content-Type: text/html", body=html)).text
+    assert "hidden.example" not in text
+    assert "[on](https://shown.example/)" in text and "https://image.example/" in text
 
 
 def test_html_styles_read_are_not_held_in_memory_whatever_their_length() -> None:

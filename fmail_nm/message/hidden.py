@@ -3,16 +3,20 @@
 Senders hide text in HTML that the reader never sees -- a newsletter's "preheader" (the
 subject again, padded with ``&zwnj;&nbsp;``), or an instruction to an assistant in white on
 white -- with an inline style (``display:none``, ``visibility:hidden``, a zero font size,
-opacity or box with its overflow hidden, a colour the same as the background or none) or the
-``hidden`` attribute.  ``HiddenElements`` follows the open elements as a browser nests them,
-from the parser's tag events, and says when text is hidden: the hidden element's content with
-it, until the element closes -- explicitly, by the close of an element around it, or
-implicitly as HTML closes a ``<p>`` or ``<li>``.  Void elements never open anything.  An
-element never closed hides the rest of its parent, as in a browser.  Where a browser would
-show text after all, so does this: an inherited property (font size, visibility, colour) set
-again inside the element that hid by it shows its text -- a fluid layout zeroes the font size
-between its columns and sizes each column's text -- and Outlook's ``mso-hide:all`` hides
-nothing, as every other client shows that element (often a button Outlook draws itself).
+opacity or box with its overflow hidden, a colour the same as the background or none), the
+``hidden`` attribute, or the same in the rules of a ``<style>`` element (``StyleSheet``), read
+only where they are sure to apply: a rule for some screens only (``@media``) or with a selector
+more complex than a tag, classes and an id is left unread, as showing hidden text costs less
+than losing text a reader sees.  A ``<template>`` is never shown.  ``HiddenElements`` follows
+the open elements as a browser nests them, from the parser's tag events, and says when text is
+hidden: the hidden element's content with it, until the element closes -- explicitly, by the
+close of an element around it, or implicitly as HTML closes a ``<p>`` or ``<li>``.  Void
+elements never open anything.  An element never closed hides the rest of its parent, as in a
+browser.  Where a browser would show text after all, so does this: an inherited property
+(font size, visibility, colour) set again inside the element that hid by it shows its text --
+a fluid layout zeroes the font size between its columns and sizes each column's text -- and
+Outlook's ``mso-hide:all`` hides nothing, as every other client shows that element (often a
+button Outlook draws itself).
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
-__all__ = ["HiddenElements", "Hiding", "hiding", "is_void", "text_chars"]
+__all__ = ["HiddenElements", "Hiding", "StyleSheet", "hiding", "is_void", "style_sheet",
+           "text_chars"]
 
 
 # Elements with no content and no closing tag: "<br>" or "<img ...>" opens nothing.
@@ -138,10 +143,14 @@ class HiddenElements:
             self._hidden_at = None
 
 
-def hiding(attrs: Mapping[str, str | None]) -> Hiding:
-    """What an element with these (entity-decoded) attributes hides."""
-    if "hidden" in attrs:
+def hiding(attrs: Mapping[str, str | None], tag: str = "",
+           sheet: StyleSheet | None = None) -> Hiding:
+    """What a ``tag`` element with these (entity-decoded) attributes hides, in a document
+    styled by ``sheet``."""
+    if "hidden" in attrs or tag == "template":
         return Hiding(removes=True)
+    if sheet is not None and (rules := sheet.matching(tag, attrs)):
+        return _css_hiding(_cascaded(rules, _declaration_list(attrs.get("style") or "")))
     if not (style := attrs.get("style")):
         return Hiding()
     if len(style) > _CACHED_STYLE_CHARS:  # the cache must not hold a hostile mail's megabytes
@@ -165,17 +174,30 @@ _ZERO = re.compile(r"[+-]?0*\.?0+(?:px|pt|pc|em|rem|ex|ch|vw|vh|vmin|vmax|cm|mm|
 _ZERO_BOXES = ("height", "max-height", "width", "max-width")
 
 
+class _Declaration(NamedTuple):
+    name: str
+    value: str
+    important: bool
+
+
 def _declarations(style: str) -> dict[str, str]:
-    """An inline style's declarations, lower-cased, by property; the last one wins."""
-    found: dict[str, str] = {}
-    css = _CSS_COMMENT.sub("", style)
+    """An inline style's declarations, lower-cased, by property: the last one wins, an
+    important one over all that are not."""
+    return _cascaded([], _declaration_list(style))
+
+
+def _declaration_list(css: str) -> list[_Declaration]:
+    """The declarations of a style or a rule's block, lower-cased, in order."""
+    found = []
+    css = _CSS_COMMENT.sub("", css)
     if "\\" in css:
         css = _CSS_ESCAPE.sub(_unescaped, css)
     for declaration in css.lower().split(";"):
         name, colon, value = declaration.partition(":")
         name = name.strip()
         if colon and _PROPERTY.fullmatch(name):
-            found[name] = _IMPORTANT.sub("", value).strip()
+            stripped = _IMPORTANT.sub("", value)
+            found.append(_Declaration(name, stripped.strip(), stripped != value))
     return found
 
 
@@ -189,6 +211,25 @@ def _unescaped(match: re.Match[str]) -> str:
         return match.group(2)
     code = int(match.group(1), 16)
     return chr(code) if 0 < code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else "\ufffd"
+
+
+def _cascaded(rules: list[_Rule], inline: list[_Declaration]) -> dict[str, str]:
+    """Each property's value, as the cascade decides between the declarations of ``rules``
+    and an ``inline`` style: an important one over all that are not, then the inline style's,
+    then the rule whose selector is the more specific, then the later one."""
+    ranked = [((found.important, False, rule.specificity, rule.order), found)
+              for rule in rules for found in rule.declarations]
+    ranked += [((found.important, True, (0, 0, 0), 0), found) for found in inline]
+    values: dict[str, str] = {}
+    for _, found in sorted(ranked, key=lambda pair: pair[0]):  # stable: of equals, the last
+        values[found.name] = found.value
+    return values
+
+
+# The properties _css_hiding reads: a rule without any of them is of no matter here.
+_HIDING_PROPERTIES = frozenset({
+    "display", "visibility", "opacity", "overflow", *_ZERO_BOXES, "font-size", "font", "color",
+    "background-color", "background", "background-image"})
 
 
 def _css_hiding(css: dict[str, str]) -> Hiding:
@@ -253,3 +294,157 @@ def _colour(value: str) -> str | None:
     if rgb := _RGB.fullmatch(value):
         return "#" + "".join(f"{min(int(n), 255):02x}" for n in rgb.groups())
     return value if re.fullmatch(r"#[0-9a-f]{6}", value) else None
+
+
+# --------------------------------------------------------------------------------------------
+# Style sheets
+
+
+class _Rule(NamedTuple):
+    """A style sheet's rule for one simple selector: the tag (or "" for any), classes and id
+    ("" for any) an element must have."""
+
+    tag: str
+    classes: frozenset[str]
+    id: str
+    specificity: tuple[int, int, int]
+    order: int  # where in the document's style sheets
+    declarations: tuple[_Declaration, ...]  # of the properties _css_hiding reads
+
+    def matches(self, tag: str, classes: set[str], id_: str) -> bool:
+        return (self.tag in ("", tag) and self.classes <= classes
+                and self.id in ("", id_))
+
+
+class StyleSheet:
+    """The rules of a document's ``<style>`` elements that can hide an element or show it
+    again, each found by the id, a class or the tag its selector asks for."""
+
+    def __init__(self, css: str = "") -> None:
+        self._rules: dict[str, list[_Rule]] = {}  # by "#id", ".class" or tag
+        self._hiding: list[_Rule] = []  # those that hide by their own declarations
+        for rule in _rules(css):
+            key = (f"#{rule.id}" if rule.id else f".{min(rule.classes)}" if rule.classes
+                   else rule.tag)
+            self._rules.setdefault(key, []).append(rule)
+            own = _css_hiding(_cascaded([rule], []))
+            if own.removes or own.conceals:
+                self._hiding.append(rule)
+
+    def __bool__(self) -> bool:
+        return bool(self._rules)
+
+    def may_match(self, tag: str, attributes: str) -> bool:
+        """Whether a rule may match a ``tag`` element with these attributes (the tag's text
+        after its name, lower-cased): a quick test before they are read."""
+        return bool(self._rules) and (
+            tag in self._rules or "class" in attributes or "id" in attributes)
+
+    def matching(self, tag: str, attrs: Mapping[str, str | None]) -> list[_Rule]:
+        """The rules for a ``tag`` element with these attributes."""
+        if not self._rules:
+            return []
+        classes = set((attrs.get("class") or "").split())
+        id_ = attrs.get("id") or ""
+        keys = [tag, *(f".{name}" for name in classes), *([f"#{id_}"] if id_ else [])]
+        return [rule for key in keys for rule in self._rules.get(key, ())
+                if rule.matches(tag, classes, id_)]
+
+    def may_hide(self, html: str) -> bool:
+        """Whether a rule that hides may match an element of ``html`` (its style sheets
+        taken out): the names its selector asks for are all in it."""
+        return any(
+            (not rule.id or rule.id in html) and all(name in html for name in rule.classes)
+            and (not rule.tag or re.search(rf"<{rule.tag}[\s/>]", html, re.I) is not None)
+            for rule in self._hiding)
+
+
+# A <style> element's attributes and content, or a comment: a style sheet in one is none.
+# Either runs to the end of the document if not closed.
+_STYLE_ELEMENT = re.compile(
+    r"<!--.*?(?:-->|$)|<style\b([^<>]*)>(.*?)(?:(</style\s*>)|$)", re.I | re.S)
+_MEDIA = re.compile(r"""\bmedia\s*=\s*["']?\s*([^"'\s>]*)""", re.I)
+
+
+def style_sheet(html: str) -> StyleSheet:
+    """The rules of the style sheets in ``html`` that apply on every screen: a ``<style>``
+    for some media only (print, small screens) is left out, as is one never closed."""
+    sheets = []
+    for element in _STYLE_ELEMENT.finditer(html):
+        if not element.group(3):
+            continue
+        media = _MEDIA.search(element.group(1))
+        if media is None or media.group(1).lower() in ("all", "screen"):
+            sheets.append(element.group(2))
+    css = "\n".join(sheets)
+    return StyleSheet(css) if len(css) > _CACHED_SHEET_CHARS else _cached_sheet(css)
+
+
+_CACHED_SHEET_CHARS = 20_000
+
+
+@functools.lru_cache(maxsize=64)  # a sender's newsletters, a message read again, share theirs
+def _cached_sheet(css: str) -> StyleSheet:
+    return StyleSheet(css)
+
+
+# A selector of a tag, classes and an id: no combinator, attribute or pseudo-class.
+_SIMPLE_SELECTOR = re.compile(r"([a-zA-Z][a-zA-Z0-9]*)?((?:[.#]-?[_a-zA-Z][\w-]*)*)")
+_SELECTOR_PART = re.compile(r"[.#][^.#]+")
+_BRACE = re.compile(r"[{}]")
+
+
+def _rules(css: str) -> list[_Rule]:
+    """The rules of ``css`` for simple selectors, with the declarations _css_hiding reads; a
+    block in an at-rule (``@media``) is not read, nor a rule with blocks nested in it."""
+    # "<!--" and "-->" around a style sheet (for browsers of the 1990s) are no part of it.
+    css = _CSS_COMMENT.sub(" ", css).replace("<!--", " ").replace("-->", " ")
+    rules: list[_Rule] = []
+    pos = 0
+    while (start := css.find("{", pos)) >= 0:
+        end = _block_end(css, start)
+        prelude = css[pos:start].rpartition(";")[2].strip()  # after "@import x;" or a stray ";"
+        block = css[start + 1:end]
+        pos = end + 1
+        if prelude.startswith("@") or "{" in block or not (selectors := _selectors(prelude)):
+            continue
+        declarations = tuple(found for found in _declaration_list(block)
+                             if found.name in _HIDING_PROPERTIES)
+        if declarations:
+            order = len(rules)
+            rules += (_Rule(*selector, order=order, declarations=declarations)
+                      for selector in selectors)
+    return rules
+
+
+def _block_end(css: str, start: int) -> int:
+    """Where the block opened at ``start`` closes: its brace, or the end of ``css``."""
+    depth = 0
+    for brace in _BRACE.finditer(css, start):
+        depth += 1 if brace.group() == "{" else -1
+        if not depth:
+            return brace.start()
+    return len(css)
+
+
+def _selectors(prelude: str) -> list[tuple[str, frozenset[str], str, tuple[int, int, int]]]:
+    """The simple selectors of a selector list, as (tag, classes, id, specificity); the
+    others are skipped -- and all, where a pseudo-class or an escape is among them: a client
+    that does not know it drops the whole rule."""
+    if ":" in prelude or "\\" in prelude:
+        return []
+    found = []
+    for selector in prelude.split(","):
+        simple = _SIMPLE_SELECTOR.fullmatch(selector.strip())
+        if simple is None or not selector.strip():
+            continue
+        parts = _SELECTOR_PART.findall(simple.group(2))
+        ids = {part[1:] for part in parts if part[0] == "#"}
+        classes = frozenset(part[1:] for part in parts if part[0] == ".")
+        if len(ids) > 1:
+            continue  # matches nothing
+        tag = (simple.group(1) or "").lower()
+        class_parts = sum(part[0] == "." for part in parts)
+        specificity = (len(parts) - class_parts, class_parts, int(bool(tag)))
+        found.append((tag, classes, next(iter(ids), ""), specificity))
+    return found

@@ -11,7 +11,7 @@ import re
 import html2text
 from html2text.utils import escape_md_section
 
-from .hidden import HiddenElements, hiding, is_void, text_chars
+from .hidden import HiddenElements, StyleSheet, hiding, is_void, style_sheet, text_chars
 from .mime import BodyText, HtmlText, ParsedMessage, parse_body, parse_message
 from .text import QUOTE_MARK_ESCAPE
 
@@ -65,15 +65,19 @@ class _Converter(html2text.HTML2Text):
     before the content with no <body> tag.  And the text between two tags goes to html2text
     as one piece: it takes each entity for a new piece, and one after emphasis for text
     following it, which it spaces off ("<em>caf&eacute;</em>" read "caf é").  Elements the
-    sender hides (see ``hidden``) go unshown, tags and all, their text only counted."""
+    sender hides (see ``hidden``) go unshown, tags and all, their text only counted -- and a
+    link around nothing else, its address and title too: a reader sees no link there."""
 
-    def __init__(self) -> None:
+    def __init__(self, sheet: StyleSheet) -> None:
         super().__init__()
+        self._sheet = sheet  # the document's style sheets
         self._hiding: dict[str, int] = dict.fromkeys(_HIDING, 0)
         self._in_body = False
         self._text: list[str] = []  # the text since the last tag, escaped as html2text would
         self._hidden = HiddenElements()
         self.hidden_chars = 0  # of text the sender hid (see hidden.text_chars)
+        # Whether the link open, of which nothing is shown yet, holds hidden content.
+        self._link_hides = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         # Of an attribute given twice the first counts, as in a browser: a second style must
@@ -88,9 +92,19 @@ class _Converter(html2text.HTML2Text):
             self.handle_endtag(tag)
 
     def handle_tag(self, tag: str, attrs: dict[str, str | None], start: bool) -> None:
-        self._flush_text()
-        if self._hidden.start(tag, hiding(attrs)) if start else self._hidden.end(tag):
+        self._flush_text(hold_blank=True)
+        if (self._hidden.start(tag, hiding(attrs, tag, self._sheet)) if start
+                else self._hidden.end(tag)):
+            self._link_hides = self._link_hides or self._in_empty_link()
             return  # a hidden image's alt text or link shows nothing either
+        if tag == "a" and not start and self._link_hides and self._in_empty_link():
+            self.astack.pop()  # what html2text would write at its end: "[](url)"
+            self.maybe_automatic_link = None
+            self.empty_link = False
+            return
+        if tag == "a" and start:
+            self._link_hides = False
+        self._flush_text()
         if tag == "body":  # html2text shows everything from here: nothing is open any more
             self._in_body = True
             self._hiding = dict.fromkeys(_HIDING, 0)
@@ -110,9 +124,8 @@ class _Converter(html2text.HTML2Text):
     def handle_data(self, data: str, entity_char: bool = False) -> None:
         if self._hidden.hiding:
             if not any(map(self._hidden.is_open, _HIDING)):  # CSS or a script: never text
-                # html2text writes "&nbsp;" as its own placeholder until its output is done
-                nbsp = html2text.config.UNIFIABLE["nbsp"]
-                self.hidden_chars += text_chars(data.replace(nbsp, " "))
+                self.hidden_chars += text_chars(_visible(data))
+            self._link_hides = self._link_hides or self._in_empty_link()
             return
         data = data.replace(">", _TEXT_GT)
         if not (entity_char or self.code or self.pre):  # html2text leaves entities as they are
@@ -123,11 +136,26 @@ class _Converter(html2text.HTML2Text):
         super().close()
         self._flush_text()
 
-    def _flush_text(self) -> None:
-        if self._text:
-            text = "".join(self._text)
-            self._text = []
-            super().handle_data(text, entity_char=True)  # escaped already
+    def _flush_text(self, hold_blank: bool = False) -> None:
+        """Give html2text the text since the last tag; with ``hold_blank``, white space alone
+        in a link that shows nothing yet waits: the link may go, the space stays."""
+        if not self._text:
+            return
+        text = "".join(self._text)
+        if hold_blank and self._in_empty_link() and not text_chars(_visible(text)):
+            return
+        self._text = []
+        super().handle_data(text, entity_char=True)  # escaped already
+
+    def _in_empty_link(self) -> bool:
+        """Whether a link is open that html2text has written nothing of yet."""
+        return self.empty_link and self.maybe_automatic_link is not None
+
+
+def _visible(text: str) -> str:
+    """``text`` with html2text's stand-in for "&nbsp;", which it writes until its output is
+    done, a space again."""
+    return text.replace(html2text.config.UNIFIABLE["nbsp"], " ")
 
 
 def _restore_text_gt(text: str) -> str:
@@ -138,7 +166,7 @@ def _restore_text_gt(text: str) -> str:
 def html_to_text(html: str) -> HtmlText:
     """HTML as Markdown-ish text, without what it hides; an ``HtmlRenderer`` (``mime.html_text``
     tidies the result). Only <blockquote> content comes out ``>``-quoted."""
-    converter = _Converter()
+    converter = _Converter(style_sheet(html))
     converter.body_width = 0  # no hard wrapping: the reader wraps, and wrapping breaks URLs
     converter.images_to_alt = True  # tracking pixels vanish, meaningful alt text stays
     converter.unicode_snob = True  # keep “quotes” and é instead of ASCII approximations
