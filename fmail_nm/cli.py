@@ -724,21 +724,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def sidecar_failure(exc: sqlite3.Error, config: str | None) -> str:
     """What an SQLite error means to the user: the sidecar is the only SQLite file a command
-    opens, and SQLite's bare words ("database disk image is malformed") read as if the notmuch
-    database were broken -- whose rebuild would lose tags.  Names the file and the way out."""
-    from .store.sidecar import sidecar_path
+    opens (see sidecar.failure_text)."""
+    from .store.sidecar import failure_text, sidecar_path
 
     try:
         where = f"the sidecar {sidecar_path(load_settings(config).data_dir_or_default())}"
     except CallerError:  # fmail.toml unreadable now: still say which database it is
         where = "fmail-nm's sidecar database"
-    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF  # the primary result code
-    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-        return (f"{where} is busy ({exc}): another fmail-nm (the service, the notmuch post-new "
-                "hook, another command) is writing to it; retry in a moment (a later "
-                "`fmail-nm index` takes up any mail this run indexed but did not mirror)")
-    if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
-        return (f"{where} cannot be read ({exc}); your mail and the notmuch index are not "
-                "affected: `fmail-nm sidecar rebuild` moves the damaged file aside and builds "
-                "it again from notmuch (`fmail-nm doctor` says more)")
-    return f"{where}: {exc}"
+    return failure_text(exc, where)

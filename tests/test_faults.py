@@ -841,3 +841,28 @@ def test_a_write_with_too_little_disk_space_is_refused_and_the_writer_lives_on(
         monkeypatch.setattr(store, "MIN_FREE_BYTES", 0)
         assert writes.set_read(ctx, [mid], True).applied == [mid]  # the same writer goes on
     assert "unread" not in indexed.notmuch("search", "--exclude=false", "--output=tags", f"id:{mid}").stdout
+
+
+def test_a_write_the_damaged_sidecar_cannot_record_says_it_was_done(indexed: MailEnv) -> None:
+    """notmuch commits a write before its audit record is written: a sidecar that is no
+    database by then must not make the write read as failed (the caller would do it again)."""
+    from fmail_nm.app import load_config
+    from fmail_nm.passes.changes import UnrecordedWrite, WriteContext
+    from fmail_nm.store import notmuch as store
+    from fmail_nm.store import sidecar
+    from fmail_nm.tools import writes
+
+    mid = "tom-hotfix@acme.test"  # unread
+    config = load_config()
+    path = sidecar.sidecar_path(config.data_dir)
+    for extra in ("-wal", "-shm"):
+        path.with_name(path.name + extra).unlink(missing_ok=True)
+    path.write_bytes(b"this is not an SQLite file " * 1000)
+    with store.Reader(config.settings.notmuch_config) as reader, \
+            store.Writer(config.settings.notmuch_config) as writer:
+        ctx = WriteContext(config, reader, writer, path)
+        with pytest.raises(UnrecordedWrite, match="set_read was done, but the "
+                           "sidecar could not record it.*file is not a database"):
+            writes.set_read(ctx, [mid], True)
+    assert "unread" not in indexed.notmuch("search", "--exclude=false", "--output=tags",
+                                           f"id:{mid}").stdout

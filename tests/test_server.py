@@ -256,6 +256,27 @@ async def test_a_server_starts_on_a_sidecar_it_cannot_migrate(indexed: MailEnv) 
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
 
 
+@pytest.mark.anyio
+async def test_a_sidecar_damaged_under_a_running_server_is_named_with_its_fix(
+        indexed: MailEnv) -> None:
+    """A read that finds the mirror damaged said only "Error executing tool search_emails":
+    the model must learn that the sidecar is the problem, and the way out."""
+    path = sidecar.sidecar_path(indexed.config().data_dir)
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "fmail_nm", "serve", "--transport", "stdio",
+                                         "--read-only"],
+                                   env={**os.environ, **indexed.env})
+    async with Client(params) as client:
+        assert (await structured(client, "search_emails", {"query": "in:inbox"}))["total"] > 0
+        for extra in ("-wal", "-shm"):
+            path.with_name(path.name + extra).unlink(missing_ok=True)
+        path.write_bytes(b"this is not an SQLite file " * 1000)
+        found = await client.call_tool("search_emails", {"query": "in:inbox"})
+        assert found.is_error
+        assert f"the sidecar {path} cannot be read" in found.content[0].text  # type: ignore[union-attr]
+        assert "fmail-nm sidecar rebuild" in found.content[0].text  # type: ignore[union-attr]
+
+
 def wait_for_port(proc: subprocess.Popen[str], port: int, timeout: float = 60) -> None:
     """Wait until the server process listens on ``port``; fail if it exits first."""
     deadline = time.monotonic() + timeout

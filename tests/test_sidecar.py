@@ -541,6 +541,26 @@ def test_a_new_notmuch_database_means_a_full_rebuild(indexed: MailEnv, tmp_path:
     assert problems(indexed) == []
 
 
+def test_a_rebuild_keeps_the_mail_a_failed_pass_left_untagged_marked(indexed: MailEnv) -> None:
+    """A post-new pass that stops after its mirror step (the notmuch lock held elsewhere, a
+    kill) leaves new mail marked for tagging; `sidecar rebuild`, which `sidecar check` names
+    for that difference, dropped the mark, and the mail never got its rules' tags."""
+    (indexed.mail_root / "personal" / "INBOX" / "new" / "1799999999.pending_1.host").write_bytes(
+        b"From: News <news@lists.example.org>\nTo: alex@example.org\nSubject: weekly\n"
+        b"Message-ID: <pending-1@lists.example.org>\nList-Id: <weekly.lists.example.org>\n"
+        b"Date: Mon, 30 Nov 2026 10:00:00 +0000\n\nhello\n")
+    indexed.notmuch("new", "--no-hooks")
+    sync(indexed)  # the pass's mirror step, and no tagging after it
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        assert sidecar.pending_tagging(conn) == [("pending-1@lists.example.org",
+                                                  "weekly.lists.example.org")]
+    indexed.fmail("sidecar", "rebuild")
+    indexed.fmail("index", "--quiet")
+    tags = indexed.notmuch("search", "--output=tags", "id:pending-1@lists.example.org").stdout
+    assert "list/weekly.lists.example.org" in tags.split()
+    assert problems(indexed) == []
+
+
 CRASHING_SYNC = textwrap.dedent("""
     import os, signal, sys
     from fmail_nm.passes import mirror

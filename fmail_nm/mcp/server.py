@@ -37,7 +37,7 @@ from ..service.index import REINDEX_TIMEOUT, reindex_for_write
 from ..service.onboard import AddedAccount, add_account, added_text
 from ..service.status import SyncStatus, sync_status, sync_status_text
 from ..store.notmuch import WRITE_LOCK_TIMEOUT, DatabaseBusy, Reader, Writer
-from ..store.sidecar import sidecar_path
+from ..store.sidecar import SidecarError, failure_text, sidecar_path
 from ..tools import compose, contacts, dto, reads, render, writes
 from ..tools import sql as sqltools
 from . import consent
@@ -190,6 +190,10 @@ class MailService:
             return await asyncio.wrap_future(executor.submit(job))
         except FmailError as exc:
             raise tool_error(exc) from None
+        except sqlite3.Error as exc:  # the mirror damaged or replaced under a running server
+            log.debug("details", exc_info=True)
+            where = f"the sidecar {self.sidecar_file}"
+            raise tool_error(SidecarError(failure_text(exc, where))) from None
 
     async def _run_write(self, job: Callable[[], T]) -> T:
         """``job`` on the write thread; the writes it makes wait for the notmuch write lock

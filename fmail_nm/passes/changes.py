@@ -534,7 +534,7 @@ def _recorded(ctx: WriteContext, failure: str, write: Callable[[sqlite3.Connecti
         try:
             with sidecar.opened(ctx.sidecar_file) as conn:
                 return write(conn)
-        except sqlite3.OperationalError as exc:
+        except (sqlite3.DatabaseError, sidecar.SidecarError) as exc:  # busy, full, damaged
             if not _busy(exc) or time.monotonic() >= deadline:
                 raise UnrecordedWrite(f"{failure} ({exc})") from None
 
@@ -544,7 +544,7 @@ def _recorded(ctx: WriteContext, failure: str, write: Callable[[sqlite3.Connecti
 RECORD_WAIT_S = 30
 
 
-def _busy(exc: sqlite3.OperationalError) -> bool:
+def _busy(exc: Exception) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 

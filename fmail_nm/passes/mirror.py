@@ -692,6 +692,7 @@ class Mirror:
             if full or sidecar.get_state(self.conn, "notmuch_uuid") != rev.uuid:
                 setup = sidecar.get_state(self.conn, SETUP_REVISION) or ""
                 compacted = None if full else self._compacted_at(rev)
+                pending = [mid for mid, _ in sidecar.pending_tagging(self.conn)]
                 self._reset(rev.uuid)
                 report.full = True
                 # Kept until the build is done, so a build resumed after a crash still knows.
@@ -705,10 +706,14 @@ class Mirror:
                     # tagged by a pass before, then changed by hand: no new mail
                     self.tagged |= by_hand
                 sidecar.set_state(self.conn, "full_build_new_since", first)
+                # Mail a post-new pass that failed left untagged stays marked for the next.
+                sidecar.set_state(self.conn, FULL_BUILD_PENDING,
+                                  json.dumps(pending) if pending else None)
                 sidecar.set_state(self.conn, SETUP_REVISION, None)
             if (since := sidecar.get_state(self.conn, "full_build_new_since")) is not None:
                 self._recent = frozenset(
-                    self.reader.message_ids(f"lastmod:{int(since) + 1}..") if since else ())
+                    self.reader.message_ids(f"lastmod:{int(since) + 1}..") if since else ()
+                ) | frozenset(json.loads(sidecar.get_state(self.conn, FULL_BUILD_PENDING) or "[]"))
             if sidecar.follow_exclusions(self.conn, sorted(self.exclusions)):
                 log.info("sidecar: searches now leave out %s", ", ".join(sorted(self.exclusions)))
             if _set_me(self.conn, self.me):
@@ -720,6 +725,7 @@ class Mirror:
             self._apply_window(window, report)
         with sidecar.transaction(self.conn):
             sidecar.set_state(self.conn, "full_build_new_since", None)
+            sidecar.set_state(self.conn, FULL_BUILD_PENDING, None)
         # A message leaves the index only in a commit -- one that does not move the revision
         # (notmuch's lastmod) -- so removals are looked for once per commit, as the commit
         # marker tells them apart: a count of every message (8 ms at 100k) on every sync
@@ -1130,6 +1136,8 @@ def _check_children(conn: sqlite3.Connection, mid: str, want: dict[str, Any]) ->
 # Sidecar state: the notmuch revision `fmail-nm init` found; the first full build tags only
 # what was indexed after it (see Mirror).
 SETUP_REVISION = "setup_revision"
+# ... the messages marked for the tagging pass before a full build (JSON), marked again by it.
+FULL_BUILD_PENDING = "full_build_pending"
 # ... and the notmuch commit (Reader.commit_stamp) whose removed messages it has dropped.
 REMOVALS_CHECKED = "removals_checked"
 
