@@ -555,6 +555,23 @@ def test_html_only_keeps_links_drops_script_and_style() -> None:
     assert all(line == line.rstrip() for line in lines)
 
 
+def test_html_layout_tables_read_as_blocks_not_table_rows() -> None:
+    """A table its sender marks as layout (``role="presentation"``, as modern mail lays out
+    every column) reads as its paragraphs, each cell's own lines, and no ``| |`` or ``---``
+    debris; a data table beside it stays Markdown rows."""
+    html = ('<table role="presentation"><tr><td><img src="https://x.example/logo.png" alt="">'
+            '</td><td>&nbsp;</td></tr><tr><td><p>Hi Sam,</p><p>Your password was changed.</p>'
+            '</td><td><div>Device</div></td><td>Chrome on Windows</td></tr><tr><td>'
+            "<table><tr><th>Item</th><th>Price</th></tr><tr><td>Flat white</td><td>$9.00</td>"
+            "</tr></table></td></tr></table>")
+    text = parse_message(message("Content-Type: text/html", body=html)).text
+    lines = text.splitlines()
+    assert "Hi Sam," in lines and "Your password was changed." in lines
+    assert "Device" in lines and "Chrome on Windows" in lines
+    assert "---|---" in lines and any(re.fullmatch(r"Flat white ?\| \$9\.00", line) for line in lines)
+    assert not [line for line in lines if re.fullmatch(r"[ |]*\|[ |]*|-{3}", line)]
+
+
 def test_html_entities_in_bold_or_italic_text_do_not_split_it() -> None:
     """html2text took each entity for a new piece of text after the emphasis and put a
     space before it: "<em>caf&eacute;</em>" read "caf é", an invoice's "€1.234,50" read
@@ -2385,6 +2402,15 @@ _TRAILING_BLANKS = re.compile(r"(?m)^(?!-- $)(.*?)[ \t]+$")
 def test_tidy_strips_trailing_blanks_but_keeps_the_signature_delimiter(text: str) -> None:
     expected = re.sub(r"\n{3,}", "\n\n", _TRAILING_BLANKS.sub(r"\1", text)).strip("\n")
     assert tidy(text) == expected
+
+
+def test_tidy_drops_zero_width_joiners_used_as_padding_but_keeps_emoji_sequences() -> None:
+    """A newsletter's "&zwj;" between blocks (Foundation's, after each row) began previews
+    with an invisible character; inside an emoji sequence it joins the glyphs."""
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
+    assert tidy("\u200dResponsive Emails \u200d\n\u200d\u200d\nhi \u200d\u200c there") == (
+        "Responsive Emails\n\nhi  there")
+    assert tidy(f"Our {family} plan") == f"Our {family} plan"
 
 
 def test_a_body_alone_is_the_body_of_the_whole_parse() -> None:

@@ -55,6 +55,10 @@ _HIDING = ("head", "style", "script", "title")
 # left open, then the message's <div>s, with no <body> tag anywhere).
 _HEAD_CONTENT = frozenset({"title", "meta", "link", "base", "style", "script", "noscript",
                            "template", "head", "html"})
+_TABLE_TAGS = frozenset({"table", "tr", "td", "th"})
+# The roles that mark a table as layout, not data (WAI-ARIA): modern mail sets one on every
+# table it lays its columns out with.
+_LAYOUT_ROLES = frozenset({"presentation", "none"})
 
 
 class _Converter(html2text.HTML2Text):
@@ -66,7 +70,9 @@ class _Converter(html2text.HTML2Text):
     as one piece: it takes each entity for a new piece, and one after emphasis for text
     following it, which it spaces off ("<em>caf&eacute;</em>" read "caf é").  Elements the
     sender hides (see ``hidden``) go unshown, tags and all, their text only counted -- and a
-    link around nothing else, its address and title too: a reader sees no link there."""
+    link around nothing else, its address and title too: a reader sees no link there.
+    A layout table (see _LAYOUT_ROLES) reads as blocks, a line to each cell: as Markdown
+    rows, its cells' paragraphs ran into one line between "| |" and "---" debris."""
 
     def __init__(self, sheet: StyleSheet) -> None:
         super().__init__()
@@ -78,6 +84,7 @@ class _Converter(html2text.HTML2Text):
         self.hidden_chars = 0  # of text the sender hid (see hidden.text_chars)
         # Whether the link open, of which nothing is shown yet, holds hidden content.
         self._link_hides = False
+        self._layout_tables: list[bool] = []  # of each table open, whether it is for layout
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         # Of an attribute given twice the first counts, as in a browser: a second style must
@@ -119,6 +126,23 @@ class _Converter(html2text.HTML2Text):
             if tag == "title":  # html2text's counter, which it does not move for <title>
                 self.quiet += 1 if start else -1
                 return
+        if tag in _TABLE_TAGS:
+            self._handle_table_tag(tag, attrs, start)
+            return
+        super().handle_tag(tag, attrs, start)
+
+    def _handle_table_tag(self, tag: str, attrs: dict[str, str | None], start: bool) -> None:
+        """html2text's table markup for a data table; for a layout table, its own reading
+        of tables as text ("ignore_tables"), with each cell on a line of its own."""
+        if tag == "table" and start:
+            role = (attrs.get("role") or "").strip().lower()
+            self._layout_tables.append(role in _LAYOUT_ROLES)
+        layout = bool(self._layout_tables) and self._layout_tables[-1]
+        if tag == "table" and not start and self._layout_tables:
+            self._layout_tables.pop()
+        self.ignore_tables = layout
+        if layout and start and tag in ("td", "th"):
+            self.soft_br()
         super().handle_tag(tag, attrs, start)
 
     def handle_data(self, data: str, entity_char: bool = False) -> None:

@@ -46,11 +46,13 @@ __all__ = [
 # ("ASCII smuggling": a hidden "ignore prior instructions").
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
                      "\U000e0000-\U000e007f]")
-# Invisible padding that HTML newsletters use by the hundred (preheader spacers).
-_INVISIBLE = re.compile("[\u200b\u2060\ufeff\u034f\u00ad]|\u200c(?=[\\s\u200c])|(?<=\\s)\u200c")
+# Invisible padding that HTML newsletters use by the hundred (preheader spacers), and the
+# joiners next to white space or each other: between letters or emoji they join glyphs.
+_INVISIBLE = re.compile("[\u200b\u2060\ufeff\u034f\u00ad]|[\u200c\u200d](?=[\\s\u200c\u200d]|$)"
+                        "|(?:^|(?<=\\s))[\u200c\u200d]")
 # Any of those characters: most text has none, and a plain scan for them is much cheaper
 # than the lookarounds above at every position.
-_ANY_INVISIBLE = re.compile("[\u200b\u2060\ufeff\u034f\u00ad\u200c]")
+_ANY_INVISIBLE = re.compile("[\u200b\u2060\ufeff\u034f\u00ad\u200c\u200d]")
 # A signature delimiter keeps its trailing space: "-- " is how mail readers find signatures.
 _SIGNATURE_DELIMITER = "-- "
 _BLANK_RUNS = re.compile(r"\n{3,}")
