@@ -12,7 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -875,6 +875,68 @@ def test_a_sidecar_from_before_drafts_were_left_out_is_recounted_and_loses_stale
     assert _block_records(indexed) == {"draft-1@example.org"}
     sync(indexed)
     assert _same_figures_as_a_rebuild(indexed, tmp_path)
+
+
+def _plans(conn: sqlite3.Connection, call: Callable[[], object]) -> list[str]:
+    """The query plan of each statement on the audit log that ``call`` runs."""
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        call()
+    finally:
+        conn.set_trace_callback(None)
+    return [" ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+            for sql in statements if "audit_log" in sql]
+
+
+def test_the_send_checks_and_the_pruning_read_the_audit_log_by_index(tmp_path: Path) -> None:
+    """Months of writes make a log of thousands of entries: what each send reads of it, and
+    the pruning of old ones, must not go through them all."""
+    with sidecar.opened(tmp_path / sidecar.SIDECAR_NAME) as conn:
+        for call in (lambda: sidecar.count_writes(conn, "send", "2026-01-01T00:00:00Z"),
+                     lambda: sidecar.sent_at(conn, "sent-1@example.org"),
+                     lambda: sidecar.prune_audit_log(conn)):
+            plans = _plans(conn, call)
+            assert plans and all("SCAN audit_log" not in plan for plan in plans), plans
+
+
+def test_pruning_the_audit_log_takes_short_transactions_and_a_bounded_number_a_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No write lock held long: each transaction deletes PRUNE_BATCH entries at most, and a
+    backlog (a log from before pruning) goes over several calls."""
+    monkeypatch.setattr(sidecar, "PRUNE_BATCH", 3)
+    monkeypatch.setattr(sidecar, "PRUNE_BATCHES", 2)
+    with sidecar.opened(tmp_path / sidecar.SIDECAR_NAME) as conn:
+        for _ in range(8):
+            sidecar.record_write(conn, "archive", {"ids": ["a@example.org"]}, [])
+        conn.execute("UPDATE audit_log SET at = '2020-01-01T00:00:00Z'")
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        assert sidecar.prune_audit_log(conn) == 6
+        assert statements.count("COMMIT") == 2
+        assert sidecar.prune_audit_log(conn) == 2
+        assert conn.execute("SELECT count(*) FROM audit_log").fetchone()[0] == 0
+
+
+def test_the_wal_shrinks_back_after_a_large_write_while_the_server_reads(tmp_path: Path) -> None:
+    """The server's reader keeps the WAL file from going away with the last writer; after a
+    large transaction (a rebuild) it must not stay that large for good."""
+    path = tmp_path / sidecar.SIDECAR_NAME
+    wal = path.with_name(path.name + "-wal")
+    with sidecar.opened(path):
+        pass
+    reader = sidecar.MirrorReader(path)
+    try:
+        assert reader.connection() is not None  # open throughout, as the server's is
+        with sidecar.opened(path) as conn:
+            sidecar.record_write(conn, "tag", {}, [{"message_id": "x" * (16 << 20)}])
+        assert wal.stat().st_size > 16 << 20
+        for _ in range(3):
+            with sidecar.opened(path) as conn:
+                sidecar.record_write(conn, "tag", {}, [])
+        assert wal.stat().st_size <= sidecar.JOURNAL_SIZE_LIMIT
+    finally:
+        reader.close()
 
 
 def test_a_sidecar_of_a_newer_version_is_named_so_and_left_as_it_is(indexed: MailEnv) -> None:

@@ -18,12 +18,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fmail_nm import dsl
+from fmail_nm.clock import utc_now, utc_stamp
 from fmail_nm.passes import changes
 from fmail_nm.passes.changes import ChangeError, WriteContext, WriteOutcome
 from fmail_nm.passes.mirror import sync_sidecar
@@ -1374,6 +1376,27 @@ def test_every_applied_write_is_in_the_audit_log(h: Harness) -> None:
     again = writes.delete_messages(h.ctx, [SELF_CC])
     assert again.applied == [SELF_CC] and again.audit_id is None
     assert len(h.audit()) == 1
+
+
+def test_an_index_run_prunes_the_log_past_its_days_but_keeps_sends_and_recent_undo(
+        h: Harness) -> None:
+    """Writes older than AUDIT_KEEP_DAYS leave the log at the next index run; a send stays
+    (it refuses sending its draft again), and the write before it is still undone."""
+    old = writes.tag_emails(h.ctx, [IN_INBOX], add=["old"])
+    with sidecar.opened(h.ctx.sidecar_file) as conn:
+        sent = sidecar.record_write(conn, "send", {"id": "sent-1@example.org"},
+                                    [{"message_id": "sent-1@example.org"}])
+        long_ago = utc_stamp(utc_now() - timedelta(days=sidecar.AUDIT_KEEP_DAYS + 1))
+        conn.execute("UPDATE audit_log SET at = ? WHERE id IN (?, ?)",
+                     (long_ago, old.audit_id, sent))
+    recent = writes.set_read(h.ctx, [UNREAD_IN_CUR], True)
+    run_index(h.ctx.config, show_progress=False, timeout=120)
+    assert [entry[0] for entry in h.audit()] == [sent, recent.audit_id]
+    with sidecar.opened(h.ctx.sidecar_file) as conn:
+        assert sidecar.sent_at(conn, "sent-1@example.org") == long_ago
+    writes.undo_last_write(h.ctx)
+    assert "unread" in h.tags(UNREAD_IN_CUR)
+    h.assert_in_step()
 
 
 def test_a_busy_database_is_reported_and_nothing_changes(h: Harness) -> None:

@@ -40,15 +40,19 @@ def post_new(config: Config, reader: Reader, writer: Writer, *,
     parsed once, there), tag what the mirror marked as new -- batch by batch, alongside the
     mirror -- give mail whose files changed folders the place tags of where it is now, apply
     the blocklist, and mirror the final tags; a held copy of a message the index dropped takes
-    its place (:mod:`fmail_nm.passes.holds`).  ``new_since``: the notmuch revision before the
-    index run, when known; ``prefetched``: files parsed while notmuch new ran; ``tagged``: new
-    messages that have their final tags already (indexed by :mod:`fmail_nm.passes.delivery`)."""
+    its place (:mod:`fmail_nm.passes.holds`); then drop the audit entries past their days
+    (:func:`~fmail_nm.store.sidecar.prune_audit_log`).  ``new_since``: the notmuch revision
+    before the index run, when known; ``prefetched``: files parsed while notmuch new ran;
+    ``tagged``: new messages that have their final tags already (indexed by
+    :mod:`fmail_nm.passes.delivery`)."""
     # A connection held open through the pass: each step opens and closes its own, and SQLite
     # checkpoints the WAL whenever the last connection to it closes (several ms each time).
-    with sidecar.opened(sidecar.sidecar_path(config.data_dir)):
-        return _post_new(config, reader, writer, new_since=new_since,
-                         on_progress=_serialized(on_progress), prefetched=prefetched,
-                         tagged=tagged)
+    with sidecar.opened(sidecar.sidecar_path(config.data_dir)) as conn:
+        report = _post_new(config, reader, writer, new_since=new_since,
+                           on_progress=_serialized(on_progress), prefetched=prefetched,
+                           tagged=tagged)
+        sidecar.prune_audit_log(conn)  # here, not on each write: a pass writes the sidecar anyway
+        return report
 
 
 def _post_new(config: Config, reader: Reader, writer: Writer, *, new_since: int | None,

@@ -15,7 +15,8 @@ What is in it:
   aside), a Bcc counted on the user's own mail only;
 * ``blocked_mail`` -- how each blocked message was before the block, for unblocking (and
   for unblocking again after an undone unblock): kept until the message leaves notmuch;
-* ``sync_state`` and ``audit_log``;
+* ``sync_state`` and ``audit_log`` -- the writes of the last ``AUDIT_KEEP_DAYS``, and every
+  send;
 * what pages read from the mirror (``messages.is_excluded`` and its date index, the counts
   triggers keep in ``mirror_counts``, ``shown_days``, ``tag_counts`` and ``tag_pairs``).
 
@@ -35,10 +36,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from ..clock import utc_stamp
+from ..clock import utc_now, utc_stamp
 from ..errors import BackendError
 from ..message.headers import canonical_address
 from ..private import private_dir, private_file, tighten
@@ -46,6 +48,11 @@ from .threads import ThreadMember, author
 
 SIDECAR_NAME = "sidecar.sqlite3"
 BUSY_TIMEOUT_MS = 5000
+# What the WAL file is cut back to when a writer starts it over.  The server's reader keeps it
+# from being removed with the last writer, so without a limit it stays as large as the largest
+# transaction ever made it (a rebuild: the whole mirror); SQLite's own checkpoints keep it
+# near 4 MiB (1,000 pages) otherwise, which the limit leaves as it is.
+JOURNAL_SIZE_LIMIT = 4 << 20
 
 # Views (and the one writable view) the SQL tools may read; everything else is internal.
 PUBLISHED_VIEWS = ("emails", "threads", "tags", "email_tags", "contacts")
@@ -626,6 +633,14 @@ INSERT INTO sync_state (key, value) SELECT '{STATS_DIRTY}', '1'
     ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 """
 
+# Version 22: what reads the audit log by kind (the send limit, a draft sent already) or by age
+# (its pruning) reads an index: months of writes make tens of thousands of entries.  Kept
+# runnable again, as the scripts before it are, over a schema set back to an older version.
+_V22 = """
+CREATE INDEX IF NOT EXISTS audit_log_action ON audit_log(action, at);
+CREATE INDEX IF NOT EXISTS audit_log_at ON audit_log(at);
+"""
+
 
 @dataclass(frozen=True)
 class Reparse:
@@ -642,7 +657,8 @@ REPARSES = (Reparse(REPARSE_KEY, REPARSED_ROWS), Reparse(BCC_REPARSE_KEY, BCC_RE
 
 # Index i holds the script that takes the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
-                               _V13, _V14, _V15, _V16, _V17, _V18, _V19, _V20, _V21)
+                               _V13, _V14, _V15, _V16, _V17, _V18, _V19, _V20, _V21,
+                               _V22)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -740,6 +756,7 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         return conn
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
     migrate(conn, path)
     return conn
 
@@ -1447,6 +1464,32 @@ def sent_at(conn: sqlite3.Connection, ref: str) -> str | None:
         if ref in (message_id, uid_for(message_id)):
             return str(at)
     return None
+
+
+# How long the audit log keeps a write: undo_last_write reaches back this far (a held copy is
+# gone after maildir.HOLD_DAYS already).  A send is kept for good: its entry refuses sending
+# its draft again, and sends are few and small.
+AUDIT_KEEP_DAYS = 90
+# Entries one transaction of the pruning deletes, and transactions one pruning takes: the
+# write lock is held a few milliseconds at a time, and a backlog goes over several passes.
+PRUNE_BATCH = 50
+PRUNE_BATCHES = 40
+
+
+def prune_audit_log(conn: sqlite3.Connection) -> int:
+    """Delete the audit entries older than ``AUDIT_KEEP_DAYS``, sends apart; how many went."""
+    cutoff = utc_stamp(utc_now() - timedelta(days=AUDIT_KEEP_DAYS))
+    removed = 0
+    for _ in range(PRUNE_BATCHES):
+        with transaction(conn):
+            batch = conn.execute(
+                "DELETE FROM audit_log WHERE id IN (SELECT id FROM audit_log INDEXED BY "
+                "audit_log_at WHERE at < ? AND action <> 'send' LIMIT ?)",
+                (cutoff, PRUNE_BATCH)).rowcount
+        removed += batch
+        if batch < PRUNE_BATCH:
+            break
+    return removed
 
 
 def count_writes(conn: sqlite3.Connection, action: str, since: str) -> int:
