@@ -111,9 +111,11 @@ def test_only_the_bindings_module_imports_notmuch2() -> None:
 
 
 # Whole packages the hook must never load: it runs after every `notmuch new`, so what it
-# imports is paid on every delivery, and the tools and the server have no business there.
+# imports is paid on every delivery, and the tools and the server have no business there;
+# nor have worker processes, which only a sync of hundreds of new messages starts.
 FORBIDDEN_ON_POST_NEW = ("fmail_nm.tools", "fmail_nm.mcp", "fmail_nm.service", "fmail_nm.adopt",
-                         "fmail_nm.dsl", "pydantic", "html2text", "pypdf", "mcp", "starlette")
+                         "fmail_nm.dsl", "pydantic", "html2text", "pypdf", "mcp", "starlette",
+                         "multiprocessing")
 
 LIST_MESSAGE = "list-rust-7@example.com"
 

