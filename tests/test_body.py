@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fmail_nm.message.attachments import attachment_text
-from fmail_nm.message.headers import Address, parse_headers
+from fmail_nm.message.headers import Address, list_author, parse_headers
 from fmail_nm.message.html import read_body
 from fmail_nm.message.html import read_message as parse_message
 from fmail_nm.message import mime, pdftext, transfer
@@ -209,6 +209,45 @@ def test_a_list_without_list_id_is_read_from_mailing_list() -> None:
     # ezmlm names only where to get help: no list address to read.
     ezmlm = message("Mailing-List: contact dev-help@example.org; run by ezmlm")
     assert parse_message(ezmlm).list_id is None
+
+
+GROUP_LIST = "List-Id: <golang-nuts.googlegroups.com>"
+DEV_LIST = "List-Id: Dev list <dev.lists.example.org>"
+
+
+@pytest.mark.parametrize(("headers", "author"), [
+    # Google Groups: the author in X-Original-From (first) and Reply-To
+    (("From: \"'Alice Smith' via golang-nuts\" <golang-nuts@googlegroups.com>", GROUP_LIST,
+      "Reply-To: Someone Else <else@example.com>",
+      "X-Original-From: Alice Smith <alice@example.com>"),
+     Address("Alice Smith", "alice@example.com")),
+    # Mailman: a bare Reply-To, named as the From names the author
+    (("From: Bob Jones via dev-list <dev@lists.example.org>", DEV_LIST,
+      "Reply-To: bob@example.net"), Address("Bob Jones", "bob@example.net")),
+    # a From that is the list's address, without " via "; Mailing-List naming the list
+    (("From: DEV@lists.example.org", DEV_LIST, "Reply-To: Bob <bob@example.net>"),
+     Address("Bob", "bob@example.net")),
+    (("From: Ann via forteana <forteana@groups.example.com>",
+      "Mailing-List: list forteana@groups.example.com; contact x@groups.example.com",
+      "X-Original-From: ann@example.org"), Address("Ann", "ann@example.org")),
+    # replies go to the list, or to more than one: no author is named
+    (("From: Carol via dev-list <dev@lists.example.org>", DEV_LIST,
+      "Reply-To: Dev <DEV@lists.example.org>"), None),
+    (("From: Carol via dev-list <dev@lists.example.org>", DEV_LIST,
+      "Reply-To: carol@example.net, dan@example.net"), None),
+    # not rewritten: list mail from its author, and mail no list sent
+    (("From: Sam <sam@example.net>", DEV_LIST, "Reply-To: Team <team@example.net>"), None),
+    (("From: Dan via Portal <portal@acme.example>", "Reply-To: Erin <erin@example.net>"), None),
+])
+def test_the_author_of_list_mail_whose_from_the_list_rewrote(
+        headers: tuple[str, ...], author: Address | None) -> None:
+    """DMARC mitigation: a list sends its members' mail from its own address, naming the
+    author in X-Original-From or Reply-To; the header block alone reads the same author."""
+    raw = message(*headers)
+    parsed = parse_message(raw)
+    assert list_author(parsed.from_, parsed.reply_to, parsed.original_from,
+                       parsed.list_id) == author
+    assert parse_headers(raw).author == author
 
 
 # ------------------------------------------------------------------------------------------

@@ -514,6 +514,141 @@ def test_a_listing_names_whom_the_users_mail_went_to_openly_not_its_bcc(
         assert thread.to == anna
 
 
+ALICE, BOB, CAROL, ERIN = ("alice.smith@example.com", "bob.jones@example.net",
+                           "carol.white@example.net", "erin.black@example.net")
+GROUP, DEV_LIST = "golang-nuts@googlegroups.com", "dev@lists.example.org"
+# List mail whose From the list rewrote to its own address (DMARC mitigation): Google Groups
+# names the author in X-Original-From and Reply-To, Mailman in Reply-To -- or, when replies
+# go to the list, nowhere.
+GROUP_POST = f"""
+    From: "'Alice Smith' via golang-nuts" <{GROUP}>
+    Reply-To: Alice Smith <{ALICE}>
+    X-Original-From: Alice Smith <{ALICE}>
+    To: golang-nuts <{GROUP}>
+    List-Id: <golang-nuts.googlegroups.com>
+    Subject: Generics question
+    Date: Fri, 31 Dec 2027 12:00:00 +0000
+    Message-ID: <group-post@googlegroups.com>
+    """
+MAILMAN_POST = f"""
+    From: Bob Jones via dev-list <{DEV_LIST}>
+    Reply-To: {BOB}
+    To: {DEV_LIST}
+    List-Id: Dev list <dev.lists.example.org>
+    Subject: Release plan
+    Date: Fri, 31 Dec 2027 13:00:00 +0000
+    Message-ID: <mailman-post@lists.example.org>
+    """
+MAILMAN_REPLY_TO_LIST = f"""
+    From: Carol White via dev-list <{DEV_LIST}>
+    Reply-To: {DEV_LIST}
+    To: {DEV_LIST}
+    List-Id: Dev list <dev.lists.example.org>
+    Subject: Re: Release plan
+    Date: Fri, 31 Dec 2027 14:00:00 +0000
+    Message-ID: <mailman-reply@lists.example.org>
+    """
+# Not list mail: its Reply-To is no one who wrote to the user, its sender's name stays.
+PORTAL = f"""
+    From: Dan Green via Acme Portal <portal@acme.example>
+    Reply-To: Erin Black <{ERIN}>
+    To: Alex Morgan <alex@example.org>
+    Subject: You have a message
+    Date: Fri, 31 Dec 2027 15:00:00 +0000
+    Message-ID: <portal@acme.example>
+    """
+REWRITTEN = {"list-1": GROUP_POST, "list-2": MAILMAN_POST, "list-3": MAILMAN_REPLY_TO_LIST}
+
+
+def _deliver_list_mail(env: MailEnv) -> None:
+    for number, headers in enumerate([*REWRITTEN.values(), PORTAL]):
+        _put(env, "personal/INBOX", f"179640002{number}.1_1.host:2,", headers)
+    env.notmuch("new")  # runs our post-new hook, which syncs the sidecar
+
+
+def _list_mail_figures_are_the_authors(env: MailEnv) -> None:
+    figures = _figures(env)
+    assert figures[ALICE] == ("Alice Smith", "2027-12-31T12:00:00Z", "2027-12-31T12:00:00Z", 1, 0)
+    assert figures[BOB] == ("Bob Jones", "2027-12-31T13:00:00Z", "2027-12-31T13:00:00Z", 1, 0)
+    # The list's address is still what the mail came from, named as the list names itself.
+    assert figures[GROUP][0] == "golang-nuts" and figures[GROUP][3] == 1
+    assert figures[DEV_LIST][0] is None and figures[DEV_LIST][3] == 2
+    assert CAROL not in figures and ERIN not in figures
+    assert figures["portal@acme.example"][0] == "Dan Green via Acme Portal"
+
+
+def test_the_author_of_list_mail_whose_from_the_list_rewrote_is_a_contact(
+        indexed: MailEnv, tmp_path: Path) -> None:
+    """A list that rewrites From to its own address leaves the author in X-Original-From or
+    Reply-To: the author is the contact the mail is from, named as the author; the list's
+    address does not take the author's name.  Listings show the mail as the list's, and no
+    recipient more; a Reply-To of mail no list rewrote makes no contact."""
+    _deliver_list_mail(indexed)
+    _list_mail_figures_are_the_authors(indexed)
+    assert _same_figures_as_a_rebuild(indexed, tmp_path)
+    assert problems(indexed) == []
+    with Reader() as reader:
+        [row] = reads.search_emails(reads.Mailbox(indexed.config(), reader),
+                                    "id:group-post@googlegroups.com").results
+        assert row.from_ == f"'Alice Smith' via golang-nuts <{GROUP}>"
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        [recipients] = conn.execute("SELECT recipients FROM emails "
+                                    "WHERE message_id = 'group-post@googlegroups.com'").fetchone()
+        assert json.loads(recipients) == [{"name": "golang-nuts", "email": GROUP, "kind": "to"}]
+        assert search(conn, "alice")[0]["email_address"] == ALICE
+
+    # Filed elsewhere, the mail keeps its author without its file being parsed again; a
+    # newer post adds to the author's figures as a recount would count them.
+    moved = _file_of(indexed, "group-post@googlegroups.com")
+    shutil.move(moved, indexed.mail_root / "personal" / "Archive" / "cur" / moved.name)
+    _put(indexed, "personal/INBOX", "1796400030.1_1.host:2,", GROUP_POST.replace(
+        "group-post@", "group-post-2@").replace("12:00:00", "16:00:00"))
+    indexed.notmuch("new")
+    assert _figures(indexed)[ALICE] == ("Alice Smith", "2027-12-31T12:00:00Z",
+                                        "2027-12-31T16:00:00Z", 2, 0)
+    assert _same_figures_as_a_rebuild(indexed, tmp_path)
+    assert problems(indexed) == []
+
+
+def test_a_mirror_of_list_mail_written_before_the_upgrade_gains_its_authors(
+        indexed: MailEnv, tmp_path: Path) -> None:
+    """A sidecar of schema 22 knew no list author (its role did not exist): the upgrade
+    parses again the list mail whose sender may be the list's, and that alone, once."""
+    _deliver_list_mail(indexed)
+    path = sidecar_file(indexed)
+    with sidecar.opened(path) as conn:  # as schema 22 wrote it
+        conn.executescript("""
+            CREATE TABLE message_addresses_old (
+                message_id TEXT NOT NULL REFERENCES messages(message_id) ON DELETE CASCADE,
+                role       TEXT NOT NULL CHECK (role IN ('from', 'to', 'cc', 'bcc')),
+                email      TEXT NOT NULL,
+                name       TEXT NOT NULL,
+                PRIMARY KEY (email, role, message_id)
+            ) WITHOUT ROWID;
+            INSERT INTO message_addresses_old SELECT a.message_id, a.role, a.email,
+                CASE a.role WHEN 'from' THEN m.sender_name ELSE a.name END
+                FROM message_addresses a JOIN messages m USING (message_id)
+                WHERE a.role IN ('from', 'to', 'cc', 'bcc');
+            DROP TABLE message_addresses;
+            ALTER TABLE message_addresses_old RENAME TO message_addresses;
+            CREATE INDEX message_addresses_message ON message_addresses(message_id);
+            """)
+        mirror.refresh_stats(conn, [r[0] for r in conn.execute(
+            "SELECT email_address FROM contact_stats UNION SELECT email FROM message_addresses")])
+        lists = conn.execute("SELECT count(*) FROM messages WHERE list_id IS NOT NULL"
+                             ).fetchone()[0]
+        conn.execute("PRAGMA user_version = 22")
+    old = _figures(indexed)
+    assert ALICE not in old and BOB not in old
+    assert old[DEV_LIST][0] == "Carol White via dev-list"
+    report = sync(indexed)
+    assert report.parsed == len(REWRITTEN) < lists  # the rewritten list mail, not all of it
+    _list_mail_figures_are_the_authors(indexed)
+    assert _same_figures_as_a_rebuild(indexed, tmp_path)
+    assert problems(indexed) == []
+    assert sync(indexed).parsed == 0  # done once
+
+
 def test_sync_without_changes_parses_nothing(indexed: MailEnv) -> None:
     report = sync(indexed)
     assert (report.full, report.upserted, report.parsed, report.removed) == (False, 0, 0, 0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import binascii
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import Message
@@ -31,6 +31,8 @@ __all__ = [
     "decode_header_text",
     "ends_head",
     "header",
+    "is_list_address",
+    "list_author",
     "list_id",
     "msg_id",
     "msg_ids",
@@ -38,6 +40,7 @@ __all__ = [
     "read_head",
     "split_head",
     "to_bytes",
+    "via_name",
 ]
 
 
@@ -64,17 +67,22 @@ class HeaderInfo:
     cc: list[Address]
     bcc: list[Address]
     list_id: str | None
+    author: Address | None = None  # of list mail whose From the list rewrote (list_author)
 
 
 def parse_headers(head: bytes) -> HeaderInfo:
-    """Recipients and List-Id from a message's header block (the start of the file is
-    enough), read as the whole parse reads them; never raises."""
+    """Recipients, List-Id and a list author from a message's header block (the start of
+    the file is enough), read as the whole parse reads them; never raises."""
     defects: list[str] = []
     try:
         headers, _ = split_head(bytes(head))
+        found_list = list_id(headers)
+        author = list_author(addresses(headers, "from", defects),
+                             addresses(headers, "reply-to", defects),
+                             addresses(headers, "x-original-from", defects), found_list)
         return HeaderInfo(to=addresses(headers, "to", defects), cc=addresses(headers, "cc", defects),
                           bcc=addresses(headers, "bcc", defects),
-                          list_id=list_id(headers))
+                          list_id=found_list, author=author)
     except Exception:  # untrusted input: a header we cannot read is a header we do not have
         return HeaderInfo(to=[], cc=[], bcc=[], list_id=None)
 
@@ -455,6 +463,53 @@ _MAILING_LIST = re.compile(r"list[ \t]+<?([^\s<>;@]+@[^\s<>;]+?)>?[ \t]*(;|$)", 
 def _mailing_list(value: str | None) -> str | None:
     match = _MAILING_LIST.match(one_line(value).strip()) if value else None
     return match.group(1).replace("@", ".") if match else None
+
+
+# What a list appends to the author's name in the From it rewrites: Mailman's "Alice Smith
+# via dev-list", Google Groups' "'Alice Smith' via golang-nuts" (the last " via " is the
+# list's: a list name has no " via ").
+_VIA = re.compile(r"(.*\S) via \S.*", re.S)
+
+
+def via_name(name: str) -> str | None:
+    """The author's name in a From name a list rewrote ("Alice Smith" of "'Alice Smith' via
+    golang-nuts"); None for a name that does not end in " via <list>"."""
+    match = _VIA.fullmatch(name)
+    if match is None:
+        return None
+    person = match.group(1).strip()
+    return person[1:-1].strip() if len(person) > 1 and person[0] == person[-1] == "'" else person
+
+
+def is_list_address(address: str, list_id: str) -> bool:
+    """Whether ``address`` is the posting address of the list ``list_id`` names: lists
+    name themselves by it, "@" read as "." (``dev@lists.example.org``,
+    ``<dev.lists.example.org>``)."""
+    return address.strip().lower().replace("@", ".") == list_id.strip().lower()
+
+
+def list_author(from_: Sequence[Address], reply_to: Sequence[Address],
+                original_from: Sequence[Address], list_id: str | None) -> Address | None:
+    """Who wrote list mail whose From the list rewrote to its own address (DMARC mitigation:
+    ``"Alice Smith via dev-list" <dev@lists.example.org>``): X-Original-From, else a
+    Reply-To naming one address that is not the list's, named as the From names the author
+    when it does not.  None for any other mail: the Reply-To of mail a list did not rewrite
+    names no one who wrote it."""
+    if list_id is None or len(from_) != 1:
+        return None
+    sender = from_[0]
+    name = via_name(sender.name)
+    if name is None and not is_list_address(sender.address, list_id):
+        return None
+    for named in (original_from, reply_to):
+        if len(named) == 1 and not _list_or_sender(named[0].address, sender, list_id):
+            return Address(named[0].name or name or "", named[0].address)
+    return None
+
+
+def _list_or_sender(address: str, sender: Address, list_id: str) -> bool:
+    return (is_list_address(address, list_id)
+            or canonical_address(address) == canonical_address(sender.address))
 
 
 def date(value: str | None) -> datetime | None:

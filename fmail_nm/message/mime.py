@@ -113,6 +113,8 @@ class ParsedMessage:
     bcc: list[Address] = field(default_factory=list)
     # The parse raised and only the raw text is kept (see _guarded): no header was read.
     failed: bool = False
+    # The author's address a list kept when it rewrote From (headers.list_author).
+    original_from: list[Address] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------
@@ -171,6 +173,7 @@ def _parse(raw: bytes, render_html: HtmlRenderer, defects: list[str]) -> ParsedM
         body_notes=list(dict.fromkeys(body.notes)),
         has_files=any(map(is_file, entities)),
         bcc=addresses(headers, "bcc", defects),
+        original_from=addresses(headers, "x-original-from", defects),
     )
 
 

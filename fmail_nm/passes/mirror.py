@@ -41,8 +41,8 @@ from .. import tags
 from ..clock import iso_from_epoch
 from ..config import ROOT_FOLDER, Config
 from ..errors import BackendError
-from ..message.headers import (HeaderInfo, canonical_address, ends_head, parse_headers,
-                               read_head, search_forms)
+from ..message.headers import (Address, HeaderInfo, canonical_address, ends_head,
+                               list_author, parse_headers, read_head, search_forms, via_name)
 from ..message.mime import ParsedMessage, parse_message
 from ..message.text import preview, preview_html_text
 from ..private import private_dir
@@ -111,6 +111,9 @@ class Parsed:
     # message, an invitation, which notmuch's "attachment" tag leaves out; not a signature or
     # a picture the HTML shows in place (mime.is_file).
     has_attachment: bool = False
+    # Who wrote list mail whose From the list rewrote (headers.list_author): a contact the
+    # mail is from, in message_addresses alone -- no recipient, no sender of a listing.
+    author: Address | None = None
 
 
 @dataclass
@@ -156,8 +159,8 @@ class Layout:
 
 
 def parse_file(filenames: Sequence[str]) -> Parsed:
-    """Recipients, List-Id, preview, size and whether it has attachments, from the first
-    readable file."""
+    """Recipients, List-Id, preview, size, whether it has attachments and a list author,
+    from the first readable file."""
     for name in filenames:
         if (read := _read_head(name)) is None:
             continue
@@ -167,18 +170,20 @@ def parse_file(filenames: Sequence[str]) -> Parsed:
         return Parsed(recipients=_recipient_rows(fields),
                       list_id=fields.list_id.lower() if fields.list_id else None,
                       body_preview=preview(parsed.text, PREVIEW_CHARS), size=size,
-                      has_attachment=parsed.has_files)
+                      has_attachment=parsed.has_files, author=fields.author)
     return Parsed(recipients=[], list_id=None, body_preview="", size=None)
 
 
 def _header_fields(parsed: ParsedMessage, head: bytes) -> HeaderInfo:
-    """Recipients and List-Id as the whole parse read them -- or, when it failed (what it
-    gives then has no header), as the header block alone reads them: the same a listing
-    shows while the mirror lags (:func:`file_recipients`), and a list's mail still gets
-    its list tags."""
+    """Recipients, List-Id and list author as the whole parse read them -- or, when it
+    failed (what it gives then has no header), as the header block alone reads them: the
+    same a listing shows while the mirror lags (:func:`file_recipients`), and a list's mail
+    still gets its list tags."""
     if parsed.failed:
         return parse_headers(head)
-    return HeaderInfo(to=parsed.to, cc=parsed.cc, bcc=parsed.bcc, list_id=parsed.list_id)
+    return HeaderInfo(to=parsed.to, cc=parsed.cc, bcc=parsed.bcc, list_id=parsed.list_id,
+                      author=list_author(parsed.from_, parsed.reply_to, parsed.original_from,
+                                         parsed.list_id))
 
 
 def file_recipients(filenames: Sequence[str]) -> list[dict[str, str]]:
@@ -369,6 +374,11 @@ def _known(conn: sqlite3.Connection,
             known[mid] = (Parsed(json.loads(recipients), list_id, body_preview, size,
                                  bool(attached)),
                           frozenset(json.loads(filenames)))
+        for mid, email, name in conn.execute(
+                f"SELECT message_id, email, name FROM message_addresses "
+                f"WHERE role = 'author' AND message_id IN ({marks})", chunk):
+            parsed, files = known[mid]
+            known[mid] = (replace(parsed, author=Address(name, email)), files)
     return known
 
 
@@ -442,7 +452,7 @@ def _write_rows(conn: sqlite3.Connection, rows: Sequence[tuple[dict[str, Any], P
     conn.executemany("INSERT INTO message_folders (message_id, folder) VALUES (?, ?)",
                      [(row["message_id"], f) for row, _ in rows for f in row["_folders"]])
     people = {row["message_id"]: _address_rows(row["message_id"], row["sender_email"],
-                                               row["sender_name"], parsed.recipients)
+                                               row["sender_name"], parsed)
               for row, parsed in rows}
     conn.executemany(_INSERT_ADDRESS, [p for found in people.values() for p in found])
     return {mid: {p[2] for p in found} for mid, found in people.items()}
@@ -453,24 +463,41 @@ _INSERT_ADDRESS = ("INSERT INTO message_addresses (message_id, role, email, name
 
 
 def _write_addresses(conn: sqlite3.Connection, mid: str, sender_email: str, sender_name: str,
-                     recipients: Sequence[dict[str, str]]) -> set[str]:
+                     parsed: Parsed) -> set[str]:
     """A message's rows of message_addresses, in place of those it had; returns its
     addresses."""
     conn.execute("DELETE FROM message_addresses WHERE message_id = ?", (mid,))
-    people = _address_rows(mid, sender_email, sender_name, recipients)
+    people = _address_rows(mid, sender_email, sender_name, parsed)
     conn.executemany(_INSERT_ADDRESS, people)
     return {p[2] for p in people}
 
 
 def _address_rows(mid: str, sender_email: str, sender_name: str,
-                  recipients: Sequence[dict[str, str]]) -> list[tuple[str, str, str, str]]:
+                  parsed: Parsed) -> list[tuple[str, str, str, str]]:
     """A message's rows of message_addresses: (message_id, role, email, name)."""
     # Contacts count a person once whichever form of their domain (ACE or Unicode) mail wrote.
-    people = ({(mid, "from", canonical_address(sender_email), sender_name)}
+    people = ({(mid, "from", canonical_address(sender_email), _sender_name(sender_name, parsed))}
               if sender_email else set())
-    people.update((mid, r["kind"], canonical_address(r["email"]), r["name"]) for r in recipients)
+    people.update((mid, r["kind"], canonical_address(r["email"]), r["name"])
+                  for r in parsed.recipients)
+    if parsed.author is not None:
+        people.add((mid, "author", canonical_address(parsed.author.address), parsed.author.name))
     # One row per (address, role): a message that names someone twice counts once.
     return list({(p[0], p[1], p[2]): p for p in people}.values())
+
+
+def _address_rows_of(conn: sqlite3.Connection, mid: str) -> set[tuple[str, str, str, str]]:
+    """The rows of message_addresses the mirror has for a message (see _address_rows)."""
+    return set(conn.execute("SELECT message_id, role, email, name FROM message_addresses "
+                            "WHERE message_id = ?", (mid,)))
+
+
+def _sender_name(sender_name: str, parsed: Parsed) -> str:
+    """The name a message gives its sender's address: none when a list rewrote the From to
+    its own address, whose name is then the author's ("Alice Smith via dev-list")."""
+    rewritten = parsed.author is not None or (
+        parsed.list_id is not None and via_name(sender_name) is not None)
+    return "" if rewritten else sender_name
 
 
 # What of the mirror a contact's figures count (a message ``m``, one of its addresses ``a``):
@@ -479,7 +506,9 @@ def _address_rows(mid: str, sender_email: str, sender_name: str,
 # is no one to suggest) but for a blocked sender's own figures, from the mail the block made
 # spam (the blocklist keeps the sender a contact, blocked: found by name to unblock); and a
 # Bcc only on the user's own mail (the Sent copy keeps whom the user wrote to in Bcc), not the
-# Bcc a sender's client left in mail the user received.
+# Bcc a sender's client left in mail the user received.  The author of list mail whose From
+# the list rewrote ('author') counts as its sender, beside the list's address ('from').
+_FROM_ROLES = ("from", "author")
 _COUNTED = ("{m}.is_draft = 0 AND (NOT " + _TAGGED.format(m="{m}", tag=tags.SPAM)
             + " OR ({a}.role = 'from' AND " + _TAGGED.format(m="{m}", tag=tags.BLOCKED) + "))"
             + " AND ({a}.role != 'bcc' OR {m}.is_sent = 1)")
@@ -495,8 +524,9 @@ SELECT a.email,
               AND """ + _COUNTED.format(m="mb", a="b") + """
         ORDER BY mb.date DESC LIMIT 1),
        min(m.date), max(m.date),
-       count(DISTINCT CASE WHEN a.role = 'from' THEN a.message_id END),
-       count(DISTINCT CASE WHEN a.role != 'from' AND m.is_sent = 1 THEN a.message_id END)
+       count(DISTINCT CASE WHEN a.role IN """ + str(_FROM_ROLES) + """ THEN a.message_id END),
+       count(DISTINCT CASE WHEN a.role NOT IN """ + str(_FROM_ROLES) + """ AND m.is_sent = 1
+                           THEN a.message_id END)
 FROM message_addresses a JOIN messages m USING (message_id)
 WHERE ({where}) AND """ + _COUNTED.format(m="m", a="a") + """
 GROUP BY a.email
@@ -536,7 +566,7 @@ class _Added:
     unsure: bool = False  # two newest namings of one date disagree
 
     def add(self, role: str, name: str, mid: str, date: str | None, is_sent: int) -> None:
-        if role == "from":
+        if role in _FROM_ROLES:
             self.sent_from.add(mid)
         elif is_sent:
             self.sent_to.add(mid)
@@ -923,7 +953,7 @@ class Mirror:
                         report: MirrorReport) -> None:
         for start in range(0, len(rows), self.batch_size):
             updates = []
-            people = []  # rows whose recipients the parse changed
+            people = []  # rows whose people the parse changed
             for (mid, _, sender_email, sender_name, recipients), files, parsed in zip(
                     rows[start:start + self.batch_size], names[start:start + self.batch_size],
                     parses):
@@ -932,8 +962,10 @@ class Mirror:
                 if parsed.size is None:  # no file to read: the row stays as it was
                     continue
                 updates.append((int(parsed.has_attachment), parsed.body_preview, mid))
-                if parsed.recipients != json.loads(recipients):
-                    people.append((mid, sender_email, sender_name, parsed.recipients))
+                if (parsed.recipients != json.loads(recipients)
+                        or set(_address_rows(mid, sender_email, sender_name, parsed))
+                        != _address_rows_of(self.conn, mid)):
+                    people.append((mid, sender_email, sender_name, parsed))
             with sidecar.transaction(self.conn):
                 # max(): the tag's answer, already in the column, covers files attached past
                 # the head parse_file reads.
@@ -943,11 +975,11 @@ class Mirror:
                 if people:  # their old and new addresses are recounted
                     self._mark_stats_dirty()
                     self._touched |= _addresses_of(self.conn, [p[0] for p in people])
-                for mid, sender_email, sender_name, parsed_recipients in people:
+                for mid, sender_email, sender_name, parsed in people:
                     self.conn.execute("UPDATE messages SET recipients = ? WHERE message_id = ?",
-                                      (json.dumps(parsed_recipients, ensure_ascii=False), mid))
+                                      (json.dumps(parsed.recipients, ensure_ascii=False), mid))
                     self._touched |= _write_addresses(self.conn, mid, sender_email, sender_name,
-                                                      parsed_recipients)
+                                                      parsed)
                 last = rows[min(start + self.batch_size, len(rows)) - 1][0]
                 sidecar.set_state(self.conn, key, last)
             report.parsed += len(updates)
@@ -1130,10 +1162,20 @@ def check(config: Config, reader: Reader, conn: sqlite3.Connection, *,
                 if have[column] != want[column]:
                     problems.append(f"{mid}: {column} is {have[column]!r}, notmuch says {want[column]!r}")
             problems.extend(_check_children(conn, mid, want))
+            if parse_files:
+                problems.extend(_check_author(conn, mid, parsed))
     if sidecar.recorded_exclusions(conn) != exclusions:
         problems.append(f"the mirror's exclusions are {sorted(sidecar.recorded_exclusions(conn))}, "
                         f"searches leave out {sorted(exclusions)}")
     return problems + sidecar.thread_problems(conn) + sidecar.count_problems(conn)
+
+
+def _check_author(conn: sqlite3.Connection, mid: str, parsed: Parsed) -> list[str]:
+    have = conn.execute("SELECT email, name FROM message_addresses "
+                        "WHERE message_id = ? AND role = 'author'", (mid,)).fetchone()
+    want = (None if parsed.author is None
+            else (canonical_address(parsed.author.address), parsed.author.name))
+    return [] if have == want else [f"{mid}: author is {have!r}, the file says {want!r}"]
 
 
 def _check_children(conn: sqlite3.Connection, mid: str, want: dict[str, Any]) -> list[str]:

@@ -12,7 +12,8 @@ What is in it:
   nowhere else (``fmail-nm contacts export`` saves it);
 * ``contact_stats`` -- figures harvested from the mirror (first/last seen, message counts)
   over the mail sent or received, drafts and spam left out (a blocked sender's own mail
-  aside), a Bcc counted on the user's own mail only;
+  aside), a Bcc counted on the user's own mail only, the author of list mail whose From
+  the list rewrote counted as its sender;
 * ``blocked_mail`` -- how each blocked message was before the block, for unblocking (and
   for unblocking again after an undone unblock): kept until the message leaves notmuch;
 * ``sync_state`` and ``audit_log`` -- the writes of the last ``AUDIT_KEEP_DAYS``, and every
@@ -641,6 +642,34 @@ CREATE INDEX IF NOT EXISTS audit_log_action ON audit_log(action, at);
 CREATE INDEX IF NOT EXISTS audit_log_at ON audit_log(at);
 """
 
+# Version 23: list mail whose From the list rewrote to its own address (DMARC mitigation:
+# "Alice Smith via dev-list" <dev@lists.example.org>) names its author in X-Original-From or
+# Reply-To: ``message_addresses`` keeps that author in the role 'author' (counted as mail from
+# them, passes.mirror._STATS; no listing shows it), and the list's address no longer takes
+# the author's name.  The table is made again to let its role be 'author'; list mail whose
+# sender may be the list's (AUTHOR_REPARSED_ROWS, a superset of what headers.list_author
+# reads as rewritten) has its files parsed again.
+AUTHOR_REPARSE_KEY = "reparse_author_after"
+AUTHOR_REPARSED_ROWS = ("list_id IS NOT NULL AND (sender_name LIKE '% via %' "
+                        "OR replace(sender_email, '@', '.') = list_id)")
+_V23 = f"""
+CREATE TABLE message_addresses_new (
+    message_id TEXT NOT NULL REFERENCES messages(message_id) ON DELETE CASCADE,
+    role       TEXT NOT NULL CHECK (role IN ('from', 'to', 'cc', 'bcc', 'author')),
+    email      TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    PRIMARY KEY (email, role, message_id)
+) WITHOUT ROWID;
+INSERT INTO message_addresses_new (message_id, role, email, name)
+    SELECT message_id, role, email, name FROM message_addresses;
+DROP TABLE message_addresses;
+ALTER TABLE message_addresses_new RENAME TO message_addresses;
+CREATE INDEX message_addresses_message ON message_addresses(message_id);
+INSERT INTO sync_state (key, value) SELECT '{AUTHOR_REPARSE_KEY}', ''
+    WHERE EXISTS (SELECT 1 FROM messages WHERE {AUTHOR_REPARSED_ROWS})
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+"""
+
 
 @dataclass(frozen=True)
 class Reparse:
@@ -653,12 +682,13 @@ class Reparse:
 
 
 REPARSES = (Reparse(REPARSE_KEY, REPARSED_ROWS), Reparse(BCC_REPARSE_KEY, BCC_REPARSED_ROWS),
-            Reparse(ENCRYPTED_REPARSE_KEY, ENCRYPTED_REPARSED_ROWS))
+            Reparse(ENCRYPTED_REPARSE_KEY, ENCRYPTED_REPARSED_ROWS),
+            Reparse(AUTHOR_REPARSE_KEY, AUTHOR_REPARSED_ROWS))
 
 # Index i holds the script that takes the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
                                _V13, _V14, _V15, _V16, _V17, _V18, _V19, _V20, _V21,
-                               _V22)
+                               _V22, _V23)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
