@@ -12,6 +12,7 @@ import pytest
 
 from fmail_nm import mbsyncrc, msmtprc
 from fmail_nm.config import Settings, detect_roles, resolve
+from fmail_nm.passes import mirror
 from fmail_nm.passes.changes import WriteContext
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader, Writer
@@ -445,3 +446,29 @@ def test_an_inbox_outside_the_stores_path_is_the_accounts(indexed: MailEnv) -> N
         assert result.applied == [mid], result.errors
         [moved] = reader.find(mid).filenames  # type: ignore[union-attr]
     assert Path(moved).parent.parent == root / "personal" / "Archive"
+
+
+def test_a_mirror_from_before_an_outside_inbox_was_the_accounts_shows_it_as_the_accounts(
+        indexed: MailEnv) -> None:
+    """A mirror built when the INBOX outside the store's Path belonged to no account kept its
+    mail so (emails.account_name NULL: query_emails for the account left the inbox out); a
+    sync after the upgrade reads every message again, and the account is the mirror's too."""
+    root = indexed.mail_root
+    (root / "personal" / "INBOX").rename(root / "personal-inbox")
+    rc = indexed.base / "mbsyncrc"
+    rc.write_text(f"MaildirStore local\nPath {root}/personal/\nInbox {root}/personal-inbox\n\n"
+                  "Channel personal\nFar :remote:\nNear :local:\nExpunge Both\n")
+    indexed.fmail_config.write_text(f'[mbsync]\nconfig = "{rc}"\n')
+    indexed.notmuch("new")
+    config = indexed.config()
+    path = sidecar.sidecar_path(config.data_dir)
+    inbox = "message_id IN (SELECT message_id FROM message_folders WHERE folder = 'personal-inbox')"
+    with sidecar.opened(path) as conn:  # as schema 24 left it
+        conn.execute(f"UPDATE messages SET account_name = NULL, folder = 'personal-inbox' "
+                     f"WHERE {inbox}")
+        conn.execute("PRAGMA user_version = 24")
+    with Reader() as reader:
+        mirror.sync_sidecar(config, reader)
+    with sidecar.opened(path) as conn:
+        shown = set(conn.execute(f"SELECT account_name, folder FROM messages WHERE {inbox}"))
+    assert shown == {("personal", "INBOX")}

@@ -650,6 +650,25 @@ def test_the_users_own_address_is_not_blocked_in_its_other_domain_form(db: Path)
     assert dump(db) == before
 
 
+def test_a_sub_address_of_the_users_is_me_as_the_block_refusal_has_it(db: Path) -> None:
+    """me+lists@ is the user's (a block of it is refused): is_me says so, so that the refusal's
+    remedy (AND is_me = 0) leaves it out, as it leaves out the user's own address.  Someone
+    else's address starting with the user's local part is not the user's."""
+    with sidecar.opened(db) as conn:
+        conn.executemany("INSERT INTO contact_stats (email_address, name, first_seen, last_seen, "
+                         "messages_from, messages_to) VALUES (?, NULL, NULL, NULL, 1, 0)",
+                         [("me+lists@example.org",), ("me+x@elsewhere.org",),
+                          ("mebe+x@example.org",)])
+    is_me = q(db, "SELECT email_address, is_me FROM contacts WHERE email_address LIKE '%+%' "
+                  "ORDER BY 1").rows
+    assert is_me == [["me+lists@example.org", 1], ["me+x@elsewhere.org", 0],
+                     ["mebe+x@example.org", 0]]
+    with pytest.raises(SqlError, match="own address.*AND is_me = 0"):
+        m(db, "UPDATE contacts SET is_blocked=1 WHERE email_address LIKE 'me%'")
+    done = m(db, "UPDATE contacts SET is_blocked=1 WHERE email_address LIKE 'me%' AND is_me = 0")
+    assert done.blocked == ["me+x@elsewhere.org", "mebe+x@example.org"]
+
+
 def test_delete_removes_notes_but_not_the_harvested_contact(db: Path) -> None:
     m(db, "UPDATE contacts SET is_blocked=1 WHERE email_address='bob@example.com'")
     result = m(db, "DELETE FROM contacts WHERE email_address='bob@example.com'")

@@ -82,6 +82,45 @@ FROM messages m
 WHERE {where}
 GROUP BY thread_id
 """
+
+# The contacts view (but its is_me column) and the triggers that make it writable, as
+# version 1 wrote them: a version that makes the view again makes them again too.
+_CONTACTS_VIEW = """
+CREATE VIEW contacts AS
+SELECT e.email_address,
+       coalesce(i.name, s.name) AS name,
+       coalesce(i.is_blocked, 0) AS is_blocked,
+       i.notes,
+       s.first_seen, s.last_seen,
+       coalesce(s.messages_from, 0) AS messages_from,
+       coalesce(s.messages_to, 0) AS messages_to,
+       {is_me} AS is_me
+FROM (SELECT email_address FROM contact_info UNION SELECT email_address FROM contact_stats) e
+LEFT JOIN contact_info i USING (email_address)
+LEFT JOIN contact_stats s USING (email_address);
+"""
+_IS_ME_V1 = "(e.email_address IN (SELECT email FROM me))"
+_CONTACTS_UPDATE = """
+CREATE TRIGGER contacts_update INSTEAD OF UPDATE ON contacts
+BEGIN
+    INSERT INTO contact_info (email_address, name, is_blocked, notes, updated_at)
+    VALUES (OLD.email_address,
+            CASE WHEN NEW.name IS OLD.name
+                 THEN (SELECT name FROM contact_info WHERE email_address = OLD.email_address)
+                 ELSE NEW.name END,
+            NEW.is_blocked, NEW.notes, strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
+    ON CONFLICT (email_address) DO UPDATE SET
+        name = excluded.name, is_blocked = excluded.is_blocked, notes = excluded.notes,
+        updated_at = excluded.updated_at;
+END;
+"""
+_CONTACTS_DELETE = """
+CREATE TRIGGER contacts_delete INSTEAD OF DELETE ON contacts
+BEGIN
+    DELETE FROM contact_info WHERE email_address = OLD.email_address;
+END;
+"""
+
 _V1 = """
 CREATE TABLE sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
@@ -187,19 +226,7 @@ GROUP BY t.tag;
 CREATE VIEW threads AS
 """ + _THREAD_ROWS_V1.format(where="1") + """;
 
-CREATE VIEW contacts AS
-SELECT e.email_address,
-       coalesce(i.name, s.name) AS name,
-       coalesce(i.is_blocked, 0) AS is_blocked,
-       i.notes,
-       s.first_seen, s.last_seen,
-       coalesce(s.messages_from, 0) AS messages_from,
-       coalesce(s.messages_to, 0) AS messages_to,
-       (e.email_address IN (SELECT email FROM me)) AS is_me
-FROM (SELECT email_address FROM contact_info UNION SELECT email_address FROM contact_stats) e
-LEFT JOIN contact_info i USING (email_address)
-LEFT JOIN contact_stats s USING (email_address);
-
+""" + _CONTACTS_VIEW.format(is_me=_IS_ME_V1) + """
 CREATE TRIGGER contacts_insert INSTEAD OF INSERT ON contacts
 BEGIN
     SELECT raise(ABORT, 'contact already has notes or a block entry; use UPDATE')
@@ -208,25 +235,7 @@ BEGIN
     VALUES (lower(trim(NEW.email_address)), NEW.name, coalesce(NEW.is_blocked, 0), NEW.notes,
             strftime('%Y-%m-%dT%H:%M:%SZ', 'now'));
 END;
-
-CREATE TRIGGER contacts_update INSTEAD OF UPDATE ON contacts
-BEGIN
-    INSERT INTO contact_info (email_address, name, is_blocked, notes, updated_at)
-    VALUES (OLD.email_address,
-            CASE WHEN NEW.name IS OLD.name
-                 THEN (SELECT name FROM contact_info WHERE email_address = OLD.email_address)
-                 ELSE NEW.name END,
-            NEW.is_blocked, NEW.notes, strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
-    ON CONFLICT (email_address) DO UPDATE SET
-        name = excluded.name, is_blocked = excluded.is_blocked, notes = excluded.notes,
-        updated_at = excluded.updated_at;
-END;
-
-CREATE TRIGGER contacts_delete INSTEAD OF DELETE ON contacts
-BEGIN
-    DELETE FROM contact_info WHERE email_address = OLD.email_address;
-END;
-"""
+""" + _CONTACTS_UPDATE + _CONTACTS_DELETE
 
 # Version 2: which mirrored messages still wait for the tagging pass (set by the mirror for
 # messages new to it, cleared once the pass committed their tags; see passes.tagging).
@@ -548,13 +557,7 @@ DELETE FROM thread_rows;
 # where the mirror holds a sender that is no address, the next sync reads every message from
 # the index again (the files are not parsed again) -- as its first build did, from revision 0.
 # A contact named by an address ("bob@x" <bob@x>) is named anew (passes.mirror._STATS).
-_V17 = f"""
-INSERT INTO sync_state (key, value) SELECT '{STATS_DIRTY}', '1'
-    WHERE EXISTS (SELECT 1 FROM contact_stats WHERE instr(name, '@') > 0)
-    ON CONFLICT (key) DO UPDATE SET value = excluded.value;
-DELETE FROM sync_state WHERE key IN ('revision', 'window')
-    AND EXISTS (SELECT 1 FROM messages WHERE sender_email != '' AND instr(sender_email, '@') = 0);
-DROP TRIGGER contacts_insert;
+_CONTACTS_INSERT_V17 = """
 CREATE TRIGGER contacts_insert INSTEAD OF INSERT ON contacts
 BEGIN
     SELECT raise(ABORT, 'contact already has notes or a block entry; use UPDATE')
@@ -564,6 +567,15 @@ BEGIN
     VALUES (canonical_address(NEW.email_address), NEW.name, coalesce(NEW.is_blocked, 0),
             NEW.notes, strftime('%Y-%m-%dT%H:%M:%SZ', 'now'));
 END;
+"""
+_V17 = f"""
+INSERT INTO sync_state (key, value) SELECT '{STATS_DIRTY}', '1'
+    WHERE EXISTS (SELECT 1 FROM contact_stats WHERE instr(name, '@') > 0)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+DELETE FROM sync_state WHERE key IN ('revision', 'window')
+    AND EXISTS (SELECT 1 FROM messages WHERE sender_email != '' AND instr(sender_email, '@') = 0);
+DROP TRIGGER contacts_insert;
+{_CONTACTS_INSERT_V17.strip()}
 UPDATE OR IGNORE contact_info SET email_address = canonical_address(email_address)
     WHERE email_address != canonical_address(email_address);
 """
@@ -671,6 +683,28 @@ INSERT INTO sync_state (key, value) SELECT '{AUTHOR_REPARSE_KEY}', ''
 """
 
 
+# Version 24: is_me holds for the user's sub-addresses too (me+lists@x of me@x, an address of
+# the user's without "+"), as message.headers.is_own_address has it: the blocklist refuses
+# them as the user's, saying to add is_me = 0.  Dropping the view drops its triggers.
+_IS_ME_V24 = """EXISTS (SELECT 1 FROM me WHERE me.email = e.email_address
+       OR (instr(me.email, '+') = 0
+           AND substr(e.email_address, 1, instr(me.email, '@'))
+               = substr(me.email, 1, instr(me.email, '@') - 1) || '+'
+           AND substr(e.email_address, -(length(me.email) - instr(me.email, '@') + 1))
+               = substr(me.email, instr(me.email, '@'))))"""
+_V24 = ("DROP VIEW contacts;" + _CONTACTS_VIEW.format(is_me=_IS_ME_V24) + _CONTACTS_INSERT_V17
+        + _CONTACTS_UPDATE + _CONTACTS_DELETE)
+
+# Version 25: an mbsync Inbox outside the store's Path is the account's INBOX (config.Account.
+# outside_inbox); the mirror kept the mail there as no account's (emails.account_name NULL).
+# Where any message has no account, the next sync reads every message from the index again
+# (the files are not parsed again), as version 17 did.
+_V25 = """
+DELETE FROM sync_state WHERE key IN ('revision', 'window')
+    AND EXISTS (SELECT 1 FROM messages WHERE account_name IS NULL);
+"""
+
+
 @dataclass(frozen=True)
 class Reparse:
     """Rows of the mirror that a migration has parsed again from their files: ``rows``
@@ -688,7 +722,7 @@ REPARSES = (Reparse(REPARSE_KEY, REPARSED_ROWS), Reparse(BCC_REPARSE_KEY, BCC_RE
 # Index i holds the script that takes the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
                                _V13, _V14, _V15, _V16, _V17, _V18, _V19, _V20, _V21,
-                               _V22, _V23)
+                               _V22, _V23, _V24, _V25)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
