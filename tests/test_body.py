@@ -611,6 +611,91 @@ def test_html_layout_tables_read_as_blocks_not_table_rows() -> None:
     assert not [line for line in lines if re.fullmatch(r"[ |]*\|[ |]*|-{3}", line)]
 
 
+_TABLE_DEBRIS = re.compile(r"[ |]*\|[ |]*|-{3}(\|-{3})*")
+
+
+def _role_less_newsletter(content: str) -> str:
+    """``content`` in the tables a template without roles lays a mail out with (Foundation
+    for Emails, as sent): a body table, a container, a row of columns, spacers."""
+    spacer = '<table class="spacer"><tbody><tr><td height="16">&nbsp;</td></tr></tbody></table>'
+    return ('<table class="body">\n <tr><td align="center"><table class="container"><tbody>'
+            f'<tr><td>\n  {spacer}<table class="row"><tbody><tr><th class="small-12 large-12 '
+            f'columns first last"><table><tr><th>\n   {content}</th><th class="expander"></th>'
+            f"</tr></table></th></tr></tbody></table>\n  {spacer}\n</td></tr></tbody></table>"
+            "</td></tr>\n</table>")
+
+
+def test_html_layout_tables_without_a_role_read_as_blocks() -> None:
+    """Older templates, Foundation's among them, lay out without ``role``: a table of one
+    row, of a cell to each row, or holding tables or a cell of paragraphs is layout too."""
+    columns = ('<table class="row"><tr><th class="large-6 columns"><p><strong>Payment</strong>'
+               "<br>Visa</p><p><strong>Order</strong><br>4471</p></th><th class=\"large-6 "
+               'columns"><p>Ships in 2 days</p></th></tr></table>')
+    menu = ('<table class="menu"><tr><td><table><tr><th class="menu-item"><a href="https://'
+            'x.example/terms">Terms</a></th><th class="menu-item">Privacy</th></tr></table>'
+            "</td></tr></table>")
+    html = _role_less_newsletter(f"<h1>Hi Sam,</h1><p>Thanks for your order.</p>{columns}{menu}")
+    lines = parse_message(message("Content-Type: text/html", body=html)).text.splitlines()
+    assert "# Hi Sam," in lines and "Thanks for your order." in lines
+    assert "Visa" in lines and "4471" in lines and "Ships in 2 days" in lines
+    assert "Privacy" in lines
+    assert not [line for line in lines if _TABLE_DEBRIS.fullmatch(line)]
+
+
+_RECEIPT = ("<table><tr><td><b>Item</b></td><td><b>Qty</b></td><td><b>Price</b></td></tr>"
+            "<tr><td>Flat white</td><td>2</td><td>$9.00</td></tr>"
+            "<tr><td><div><p>Croissant</p></div></td><td>1</td><td>$3.50</td></tr>"
+            '<tr><td colspan="2">Total</td><td>$12.50</td></tr>'
+            "<!-- <tr><td><p>Spring offer</p><p>-10%</p></td></tr> --></table>")
+# An Excel range pasted into Outlook: each cell's text in a paragraph of its own.
+_EXCEL_RANGE = "".join(
+    ["<table class=MsoNormalTable border=0 cellspacing=0 cellpadding=0>"]
+    + ["\n <tr style='height:15.0pt'>" + "".join(
+        f"\n  <td nowrap valign=bottom><p class=MsoNormal><span style='color:black'>{cell}"
+        "<o:p></o:p></span></p></td>" for cell in row) + "</tr>"
+       for row in (("Region", "Jan", "Feb"), ("North", "1,204", "1,310"),
+                   ("South", "987", "1,045"))]
+    + ["</table>"])
+# Outlook's signature: a logo beside the sender's lines.
+_SIGNATURE = ('<table class=MsoNormalTable border=0><tr><td><img src="cid:logo" alt=""></td>'
+              "<td><p class=MsoNormal>Kim Lee</p><p class=MsoNormal>Finance</p></td></tr></table>")
+
+
+@pytest.mark.parametrize(("html", "rows"), [
+    # a receipt nested in a newsletter's layout tables
+    (_role_less_newsletter(f"<p>Your receipt:</p>{_RECEIPT}<p>See you soon.</p>"),
+     ["Item | Qty | Price", "Flat white | 2 | $9.00", "Croissant | 1 | $3.50",
+      "Total | $12.50"]),
+    (f"<div class=WordSection1><p class=MsoNormal>Q1:</p>{_EXCEL_RANGE}{_SIGNATURE}</div>",
+     ["Region | Jan | Feb", "North | 1,204 | 1,310", "South | 987 | 1,045"]),
+])
+def test_html_data_tables_keep_their_rows_among_layout_tables(html: str, rows: list[str]) -> None:
+    """A data table -- rows, most of two cells or more, a word or a paragraph each -- stays
+    Markdown rows wherever it is, while the layout around it or beside it reads as blocks."""
+    text = parse_message(message("Content-Type: text/html", body=html)).text
+    lines = [re.sub(r"\*\*(.*?)\*\*", r"\1", line).replace("| ", " | ").replace("  ", " ")
+             for line in text.splitlines()]
+    assert [line for line in lines if "|" in line] == rows[:1] + ["---|---|---"] + rows[1:]
+    assert "See you soon." in lines if rows[0].startswith("Item") else "Finance" in lines
+
+
+@pytest.mark.parametrize("html", [
+    # a newsletter cut off: its tables never closed
+    "<table><tr><td><p>Hi Sam,</p><p>Your order shipped.</p></td></tr><tr><td>Track it",
+    # cells with no row, closing tags that close nothing
+    "</td></tr></table><table><td><p>Hi Sam,</p><p>Your order shipped.</p><td>Track it"
+    "</table></table></tr>",
+    # a table only Outlook sees, in a comment, around the paragraphs
+    "<!--[if mso]><table><tr><td><![endif]--><table><tr><td><p>Hi Sam,</p></td></tr><tr><td>"
+    "<p>Your order shipped.</p></td></tr><tr><td>Track it<!--[if mso]></td></tr></table>"
+    "<![endif]-->",
+])
+def test_html_malformed_layout_tables_read_as_blocks(html: str) -> None:
+    lines = parse_message(message("Content-Type: text/html", body=html)).text.splitlines()
+    assert "Hi Sam," in lines and "Your order shipped." in lines and "Track it" in lines
+    assert not [line for line in lines if _TABLE_DEBRIS.fullmatch(line)]
+
+
 def test_html_entities_in_bold_or_italic_text_do_not_split_it() -> None:
     """html2text took each entity for a new piece of text after the emphasis and put a
     space before it: "<em>caf&eacute;</em>" read "caf é", an invoice's "€1.234,50" read

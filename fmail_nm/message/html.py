@@ -7,13 +7,14 @@ renders previews with ``text.preview_html_text``, never loads it.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import html2text
 from html2text.utils import escape_md_section
 
 from .hidden import HiddenElements, StyleSheet, hiding, is_void, style_sheet, text_chars
 from .mime import BodyText, HtmlText, ParsedMessage, parse_body, parse_message
-from .text import QUOTE_MARK_ESCAPE
+from .text import QUOTE_MARK_ESCAPE, TAG_PARTS
 
 __all__ = ["html_to_text", "read_body", "read_message"]
 
@@ -61,6 +62,100 @@ _TABLE_TAGS = frozenset({"table", "tr", "td", "th"})
 _LAYOUT_ROLES = frozenset({"presentation", "none"})
 
 
+# --------------------------------------------------------------------------------------------
+# Layout or data: a table's shape, read before html2text renders it
+
+
+# Blocks of which a data cell holds one, or one in another (Outlook puts each cell's text in a
+# <p>): of two in turn html2text writes one line, "Hi Sam,Your password was changed.", so a
+# cell that holds them is a column of the layout.
+_BLOCKS = frozenset({"p", "div", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "blockquote",
+                     "pre"})
+# A comment, or a tag: tables in a comment (Outlook's "<!--[if mso]><table>") are none.
+_COMMENT_OR_TAG = re.compile("<!--|" + TAG_PARTS.pattern)
+
+
+@dataclass
+class _TableShape:
+    """What a table holds, so far as it is read."""
+
+    start: tuple[int, int]  # where its tag starts, as ``HTMLParser.getpos`` says
+    rows_of_cells: int = 0  # rows of two cells or more, but for the one open
+    rows_of_one: int = 0  # rows of a single cell (a banner, a heading), but for the one open
+    cells: int = 0  # in the row open
+    block_ended: bool = False  # in the cell open
+    has_layout: bool = False  # a table inside, or blocks in turn: what no data table holds
+
+    def end_row(self) -> None:
+        self.rows_of_cells += self.cells >= 2
+        self.rows_of_one += self.cells == 1
+        self.cells = 0
+
+    def is_layout(self) -> bool:
+        """Whether the table, its rows ended, lays content out: a data table has rows, two or
+        more and most of them, of two cells or more, a word or a paragraph each. Read as rows,
+        a table of one row, or of one cell to a row, is "---" and "|" debris."""
+        return (self.has_layout or self.rows_of_cells < 2
+                or self.rows_of_one > self.rows_of_cells)
+
+
+def _layout_table_starts(html: str) -> set[tuple[int, int]]:
+    """Where the tables of ``html`` start that lay out its content rather than hold data
+    (see ``_TableShape.is_layout``), as (line, column) of ``HTMLParser.getpos``.  In one pass
+    over its tags: a table's shape decides how to render it, from its start tag on."""
+    layout: set[tuple[int, int]] = set()
+    open_tables: list[_TableShape] = []
+    line, line_start, counted, pos = 1, 0, 0, 0  # lines counted up to ``counted``
+    while match := _COMMENT_OR_TAG.search(html, pos):
+        pos = match.end()
+        if match.group(0) == "<!--":
+            pos = html.find("-->", pos) + 3
+            if pos < 3:
+                break  # never closed: the rest is the comment
+            continue
+        name = match.group(2).lower()
+        if name not in _TABLE_TAGS and name not in _BLOCKS:
+            continue
+        start = match.start()
+        line += html.count("\n", counted, start)
+        line_start = max(line_start, html.rfind("\n", counted, start) + 1)
+        counted = start
+        _read_table_tag(name, bool(match.group(1)), (line, start - line_start),
+                        open_tables, layout)
+    for table in open_tables:  # never closed: as far as it goes
+        table.end_row()
+        if table.is_layout():
+            layout.add(table.start)
+    return layout
+
+
+def _read_table_tag(name: str, closing: bool, where: tuple[int, int],
+                    open_tables: list[_TableShape], layout: set[tuple[int, int]]) -> None:
+    """Take the tag ``name`` at ``where`` into the shape of the innermost table open."""
+    table = open_tables[-1] if open_tables else None
+    if name == "table" and not closing:
+        if table:
+            table.has_layout = True
+        open_tables.append(_TableShape(where))
+    elif table is None:
+        return  # a cell or closing tag outside any table: no table's shape
+    elif name == "table":
+        open_tables.pop()
+        table.end_row()
+        if table.is_layout():
+            layout.add(table.start)
+    elif name == "tr":
+        table.end_row()
+    elif name in ("td", "th"):
+        if not closing:
+            table.cells += 1
+            table.block_ended = False
+    elif closing:
+        table.block_ended = True
+    else:
+        table.has_layout = table.has_layout or table.block_ended
+
+
 class _Converter(html2text.HTML2Text):
     """html2text, with its hidden-content counter kept as a browser keeps those elements
     open: a closing tag that closes nothing (``</SCRIPT>`` first thing in a body) drove the
@@ -71,12 +166,14 @@ class _Converter(html2text.HTML2Text):
     following it, which it spaces off ("<em>caf&eacute;</em>" read "caf é").  Elements the
     sender hides (see ``hidden``) go unshown, tags and all, their text only counted -- and a
     link around nothing else, its address and title too: a reader sees no link there.
-    A layout table (see _LAYOUT_ROLES) reads as blocks, a line to each cell: as Markdown
-    rows, its cells' paragraphs ran into one line between "| |" and "---" debris."""
+    A layout table (see _LAYOUT_ROLES and ``_layout_table_starts``) reads as blocks, a line to each
+    cell: as Markdown rows, its cells' paragraphs ran into one line between "| |" and "---"
+    debris."""
 
-    def __init__(self, sheet: StyleSheet) -> None:
+    def __init__(self, sheet: StyleSheet, layout_starts: set[tuple[int, int]]) -> None:
         super().__init__()
         self._sheet = sheet  # the document's style sheets
+        self._layout_starts = layout_starts  # see ``_layout_table_starts``
         self._hiding: dict[str, int] = dict.fromkeys(_HIDING, 0)
         self._in_body = False
         self._text: list[str] = []  # the text since the last tag, escaped as html2text would
@@ -136,7 +233,8 @@ class _Converter(html2text.HTML2Text):
         of tables as text ("ignore_tables"), with each cell on a line of its own."""
         if tag == "table" and start:
             role = (attrs.get("role") or "").strip().lower()
-            self._layout_tables.append(role in _LAYOUT_ROLES)
+            self._layout_tables.append(role in _LAYOUT_ROLES
+                                       or self.getpos() in self._layout_starts)
         layout = bool(self._layout_tables) and self._layout_tables[-1]
         if tag == "table" and not start and self._layout_tables:
             self._layout_tables.pop()
@@ -190,14 +288,15 @@ def _restore_text_gt(text: str) -> str:
 def html_to_text(html: str) -> HtmlText:
     """HTML as Markdown-ish text, without what it hides; an ``HtmlRenderer`` (``mime.html_text``
     tidies the result). Only <blockquote> content comes out ``>``-quoted."""
-    converter = _Converter(style_sheet(html))
+    source = _flattened(_unclosable_lt_escaped(html.replace(_TEXT_GT, "")))
+    converter = _Converter(style_sheet(html), _layout_table_starts(source))
     converter.body_width = 0  # no hard wrapping: the reader wraps, and wrapping breaks URLs
     converter.images_to_alt = True  # tracking pixels vanish, meaningful alt text stays
     converter.unicode_snob = True  # keep “quotes” and é instead of ASCII approximations
     converter.inline_links = True  # [text](url), which every LLM reads
     # html2text drops <script>, <style> and <head> contents and renders tables as
-    # Markdown rows, which reads well for data tables.
-    text = converter.handle(_flattened(_unclosable_lt_escaped(html.replace(_TEXT_GT, ""))))
+    # Markdown rows, which reads well for data tables: layout tables read as blocks.
+    text = converter.handle(source)
     return HtmlText(_restore_text_gt(text), converter.hidden_chars)
 
 
