@@ -239,8 +239,10 @@ def cmd_sidecar(args: argparse.Namespace) -> int:
         print(line)
     if len(problems) > 200:
         print(f"... and {len(problems) - 200} more")
+    # Not `sidecar sync`: it keeps mail marked for tagging marked, where the index run's pass
+    # syncs the sidecar as it does and then tags that mail.
     print("sidecar matches notmuch" if not problems else f"{len(problems)} difference(s) found; "
-          "`fmail-nm sidecar sync` fixes them (or `rebuild`)")
+          "`fmail-nm index` fixes them (or `fmail-nm sidecar rebuild`, then that)")
     return 0 if not problems else 1
 
 

@@ -1,8 +1,8 @@
 """Fault injection: SIGKILL of the MCP server and of ``fmail-nm run`` at seeded random points
-(writes, moves, sidecar syncs, index runs, mbsync pushes), the disk filling up, and Dovecot
-killed mid-push -- each trial followed by recovery and the invariants of tests/invariants.py:
-every message exactly once (locally and on the server), tags and files in step, the sidecar
-clean.
+(writes, moves, sidecar syncs, index runs, mbsync pushes), the disk filling up (or a file
+size limit refusing the server's writes), and Dovecot killed mid-push -- each trial followed
+by recovery and the invariants of tests/invariants.py: every message exactly once (locally
+and on the server), tags and files in step, the sidecar clean.
 
 Every trial is seeded (``SEED`` plus its number; the seed is in every assertion message) and
 bounded.  A trial starts from a copy of one indexed template tree, so no trial pays for
@@ -17,6 +17,7 @@ import imaplib
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -25,7 +26,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -274,6 +275,15 @@ def random_write(rng: random.Random, mids: list[str]) -> tuple[str, dict[str, An
     return tool, args
 
 
+@contextlib.asynccontextmanager
+async def mcp_client(url: str) -> AsyncIterator[Client]:
+    """An MCP client of the service at ``url`` (from :func:`start_service`)."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
+                                  timeout=httpx2.Timeout(CALL_BOUND)) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            yield client
+
+
 @dataclass
 class Stream:
     calls: int = 0
@@ -293,23 +303,21 @@ async def write_stream(url: str, rng: random.Random, mids: list[str], killer: Ki
         return killer is not None and killer.fired.is_set()
 
     async def calls() -> None:
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
-                                      timeout=httpx2.Timeout(CALL_BOUND)) as http:
-            async with Client(streamable_http_client(url, http_client=http)) as client:
-                while stream.calls < max_calls and not dead():
-                    tool, args = random_write(rng, mids)
-                    stream.calls += 1
-                    try:
-                        with anyio.fail_after(CALL_BOUND):
-                            result = await client.call_tool(tool, args)
-                    except TimeoutError:
-                        stream.hangs += not dead()
-                        return
-                    if result.is_error:
-                        stream.errors.append(f"{tool}: {result.content}")
-                    stream.answered += 1
-                    if pause:
-                        await anyio.sleep(pause)
+        async with mcp_client(url) as client:
+            while stream.calls < max_calls and not dead():
+                tool, args = random_write(rng, mids)
+                stream.calls += 1
+                try:
+                    with anyio.fail_after(CALL_BOUND):
+                        result = await client.call_tool(tool, args)
+                except TimeoutError:
+                    stream.hangs += not dead()
+                    return
+                if result.is_error:
+                    stream.errors.append(f"{tool}: {result.content}")
+                stream.answered += 1
+                if pause:
+                    await anyio.sleep(pause)
 
     async def give_up_after_kill(scope: anyio.CancelScope) -> None:
         while not dead():
@@ -866,3 +874,79 @@ def test_a_write_the_damaged_sidecar_cannot_record_says_it_was_done(indexed: Mai
             writes.set_read(ctx, [mid], True)
     assert "unread" not in indexed.notmuch("search", "--exclude=false", "--output=tags",
                                            f"id:{mid}").stdout
+
+
+def limit_file_size(proc: subprocess.Popen[str], size: int | None) -> None:
+    """Let ``proc`` write no file past ``size`` bytes from now on (None: lift the limit).
+    Python ignores SIGXFSZ: a write past the limit fails with EFBIG, as one on a full disk."""
+    _, hard = resource.prlimit(proc.pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(proc.pid, resource.RLIMIT_FSIZE,
+                     (hard if size is None else size, hard))
+
+
+@pytest.mark.anyio
+async def test_a_write_notmuch_could_not_save_leaves_the_write_lock_free(indexed: MailEnv) -> None:
+    """A commit that fails must release our own write lock: the handle whose close failed held
+    it, and every later write of the server answered "database busy" until a restart."""
+    tree = tree_of(indexed)
+    baseline = take_baseline(tree)
+    mid = "tom-hotfix@acme.test"
+    proc, url = start_service(indexed, "serve", "--transport", "http", "--no-push")
+    try:
+        async with mcp_client(url) as client:
+            limit_file_size(proc, 0)
+            for name in ("fault-one", "fault-two"):
+                failed = await client.call_tool("tag_emails", {"ids": [mid], "add": [name]})
+                assert failed.is_error, failed.content
+                assert "could not save this write" in failed.content[0].text, failed.content  # type: ignore[union-attr]
+            limit_file_size(proc, None)
+            done = await client.call_tool("tag_emails", {"ids": [mid], "add": ["fault-three"]})
+            assert not done.is_error, done.content
+    finally:
+        kill_group(proc)
+    tags = indexed.notmuch("search", "--exclude=false", "--output=tags", f"id:{mid}").stdout.split()
+    assert "fault-three" in tags and "fault-one" not in tags and "fault-two" not in tags, tags
+    assert_whole(indexed, tree, baseline, "after two writes notmuch could not save")
+
+
+# Room for a short draft's file and the sidecar's 32 KiB shared-memory index (a read opens
+# it), not for a commit: one that adds a message rewrites dozens of 8 KiB blocks of tables
+# ten times this size, each to a free block or the end, never all within their first four.
+DRAFT_SIZE_LIMIT = 32 * 1024
+
+
+def draft_files(env: MailEnv) -> list[Path]:
+    return sorted((env.mail_root / "personal" / "Drafts" / "cur").iterdir())
+
+
+@pytest.mark.anyio
+async def test_a_draft_notmuch_could_not_save_leaves_one_version_and_says_which(
+        indexed: MailEnv) -> None:
+    """A new draft whose commit fails leaves no file behind (the next index made it a second
+    draft beside the one saved again); a new version whose commit fails replaced the old file
+    already: the error says it is kept, and is not to be saved again."""
+    before = draft_files(indexed)
+    proc, url = start_service(indexed, "serve", "--transport", "http", "--no-push")
+    try:
+        async with mcp_client(url) as client:
+            saved = await client.call_tool("save_draft", {"to": ["bob@example.net"], "body": "v1"})
+            assert not saved.is_error, saved.content
+            draft_id = saved.structured_content["id"]  # type: ignore[index]
+            with_v1 = draft_files(indexed)
+            limit_file_size(proc, DRAFT_SIZE_LIMIT)
+            new = await client.call_tool("save_draft", {"to": ["carol@example.net"],
+                                                        "body": "another"})
+            assert draft_files(indexed) == with_v1
+            said = new.content[0].text  # type: ignore[union-attr]
+            assert new.is_error and "the draft was not saved, nothing was changed" in said, said
+            again = await client.call_tool("save_draft", {"draft_id": draft_id, "body": "v2"})
+            said = again.content[0].text  # type: ignore[union-attr]
+            assert again.is_error and "do not save it again" in said, said
+    finally:
+        kill_group(proc)
+    assert len(draft_files(indexed)) == len(before) + 1
+    indexed.fmail("index", "--quiet")
+    found = indexed.notmuch("search", "--output=files", "tag:draft", "and", "to:carol@example.net")
+    assert not found.stdout.strip(), found.stdout
+    (file,) = indexed.notmuch("search", "--output=files", f"id:{draft_id}").stdout.split()
+    assert Path(file).read_bytes().endswith(b"\r\n\r\nv2\r\n")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import email.utils
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -693,6 +694,25 @@ def test_a_rebuild_keeps_the_mail_a_failed_pass_left_untagged_marked(indexed: Ma
     indexed.fmail("index", "--quiet")
     tags = indexed.notmuch("search", "--output=tags", "id:pending-1@lists.example.org").stdout
     assert "list/weekly.lists.example.org" in tags.split()
+    assert problems(indexed) == []
+
+
+def test_sidecar_check_names_the_command_that_tags_mail_left_marked(indexed: MailEnv) -> None:
+    """Mail a failed pass left marked for tagging is a difference `sidecar check` reports; the
+    command its advice names must tag it (`sidecar sync`, once named, keeps the mark)."""
+    (indexed.mail_root / "personal" / "INBOX" / "new" / "1799999999.pending_1.host").write_bytes(
+        b"From: News <news@lists.example.org>\nTo: alex@example.org\nSubject: weekly\n"
+        b"Message-ID: <pending-1@lists.example.org>\nList-Id: <weekly.lists.example.org>\n"
+        b"Date: Mon, 30 Nov 2026 10:00:00 +0000\n\nhello\n")
+    indexed.notmuch("new", "--no-hooks")
+    sync(indexed)  # the pass's mirror step, and no tagging after it
+    checked = indexed.fmail("sidecar", "check", check=False)
+    assert checked.returncode == 1 and "needs_tagging is 1" in checked.stdout, checked.stdout
+    advised = re.search(r"`fmail-nm ([^`]+)`", checked.stdout.splitlines()[-1])
+    assert advised is not None, checked.stdout
+    indexed.fmail(*advised.group(1).split())
+    tags = indexed.notmuch("search", "--output=tags", "id:pending-1@lists.example.org").stdout
+    assert "list/weekly.lists.example.org" in tags.split(), (advised.group(1), tags)
     assert problems(indexed) == []
 
 

@@ -109,11 +109,14 @@ class WriteNotSaved(NotmuchAccessError):
     """notmuch could not commit a write session (the disk full, an I/O error): the index
     stayed as it was, while files the session renamed stay renamed until the next index."""
 
-    def __init__(self, exc: BaseException) -> None:
+    AFTER_RENAMES = ("its tag changes were not recorded; run `fmail-nm index` once there is "
+                     "space, to bring the index in step with any file already renamed")
+
+    def __init__(self, exc: BaseException, left: str = AFTER_RENAMES) -> None:
+        """``left``: what the session left on disk, and what to do about it."""
         super().__init__(
-            f"the notmuch database could not save this write ({exc}; is the disk full?): "
-            "its tag changes were not recorded; run `fmail-nm index` once there is space, "
-            "to bring the index in step with any file already renamed")
+            f"the notmuch database could not save this write ({exc}; is the disk full?): {left}")
+        self.reason = exc
 
 
 class DiskFull(NotmuchAccessError):
@@ -1083,11 +1086,18 @@ def _check_space(db: notmuch2.Database) -> None:
 
 def _close_reporting(db: notmuch2.Database, job: _Job) -> None:
     """Close a write session; close() commits, and fails on a full disk: the caller must hear
-    of it, and the writer thread must live on (a caller waiting for ``done`` would wait forever)."""
+    of it, and the writer thread must live on (a caller waiting for ``done`` would wait forever).
+
+    The handle is destroyed either way: a close that failed leaves Xapian's write lock held
+    until the handle is freed, and notmuch2's atomic context keeps it in a reference cycle
+    only the garbage collector breaks -- until then every write of this process was "busy"."""
     try:
         db.close()
     except notmuch2.NotmuchError as exc:
         job.error = job.error or WriteNotSaved(exc)
+    finally:
+        with contextlib.suppress(notmuch2.NotmuchError):
+            db._destroy()  # notmuch2 offers no public destroy; its __del__ calls this
 
 
 class Writer:

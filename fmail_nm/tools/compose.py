@@ -57,7 +57,7 @@ from ..passes.changes import NOT_UNDOABLE, WriteContext
 from ..passes.mirror import my_addresses
 from ..passes.tagging import tag_added
 from ..store import maildir, mover, notmuch_cli, sidecar
-from ..store.notmuch import DatabaseBusy, IndexedMessage, StaleFiles, WriteTxn
+from ..store.notmuch import DatabaseBusy, IndexedMessage, StaleFiles, WriteNotSaved, WriteTxn
 from ..store.query import id_query
 from .dto import MAX_SUBJECT_CHARS as MAX_SUBJECT_CHARS_SHOWN
 from .dto import Dto, cut
@@ -668,8 +668,12 @@ def store_draft(ctx: WriteContext, c: Composition) -> DraftResult:
     mid = str(msg["Message-ID"]).strip().strip("<>")
     folder = _draft_folder(ctx, c.account)
 
+    written: list[Path] = []  # what the session did on disk, for a commit that fails
+    removed: list[Path] = []
+
     def job(txn: WriteTxn) -> None:
         new = mover.add_new_file(txn, data, folder, DRAFT_FLAGS)
+        written.append(new)
         # With maildir.synchronize_flags off no tag follows the D flag: without the tag the
         # rules would take the draft for mail the user sent, and no tool would find it again.
         txn.change_tags([mid], add=[tags.DRAFT])
@@ -677,12 +681,16 @@ def store_draft(ctx: WriteContext, c: Composition) -> DraftResult:
         for draft in dict.fromkeys([mid, replaced or mid]):
             for path in _drafts_of(txn, ctx.config, draft, keep=new):
                 mover.delete_file(txn, path)
+                removed.append(path)
         tag_added(txn, ctx.config, [mid])
 
-    report = changes.apply_session(ctx, "save_draft", {
-        "id": mid, "account": c.account.name, "subject": c.subject,
-        NOT_UNDOABLE: "a saved draft is not taken back by undo; delete_messages moves it to "
-                      "Trash"}, [mid], job)
+    try:
+        report = changes.apply_session(ctx, "save_draft", {
+            "id": mid, "account": c.account.name, "subject": c.subject,
+            NOT_UNDOABLE: "a saved draft is not taken back by undo; delete_messages moves it "
+                          "to Trash"}, [mid], job)
+    except WriteNotSaved as exc:
+        raise _draft_not_saved(exc, written, removed) from None
     if report.errors:
         raise ComposeError(f"the draft could not be saved: {report.errors[0][1]}")
     _already_tagged(ctx, mid)
@@ -690,6 +698,22 @@ def store_draft(ctx: WriteContext, c: Composition) -> DraftResult:
     if replaced == mid:
         _read_again(ctx, mid)
     return _result(c, mid)
+
+
+def _draft_not_saved(exc: WriteNotSaved, written: Sequence[Path],
+                     removed: Sequence[Path]) -> WriteNotSaved:
+    """A draft's session notmuch could not commit, with what it left on disk said exactly:
+    the next index would index its new file, and saving it again would make a second draft.
+    A new draft's file is taken back (nothing refers to it); a new version stays, as the
+    session unlinked the old one already."""
+    if not removed:
+        for path in written:
+            path.unlink(missing_ok=True)
+        return WriteNotSaved(exc.reason, "the draft was not saved, nothing was changed; "
+                                         "save it again once there is space")
+    return WriteNotSaved(exc.reason, f"the new version of the draft is saved as the file "
+                         f"{written[0]} in place of the old one, and the next `fmail-nm index` "
+                         "indexes it; do not save it again")
 
 
 def _read_again(ctx: WriteContext, message_id: str) -> None:
