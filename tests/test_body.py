@@ -235,6 +235,11 @@ DEV_LIST = "List-Id: Dev list <dev.lists.example.org>"
       "Reply-To: Dev <DEV@lists.example.org>"), None),
     (("From: Carol via dev-list <dev@lists.example.org>", DEV_LIST,
       "Reply-To: carol@example.net, dan@example.net"), None),
+    # a name or word where the address should be is no one's address: the next header's is
+    (("From: Carol via dev-list <dev@lists.example.org>", DEV_LIST,
+      "X-Original-From: Carol Smith", "Reply-To: carol@example.net"),
+     Address("Carol", "carol@example.net")),
+    (("From: Carol via dev-list <dev@lists.example.org>", DEV_LIST, "Reply-To: carol"), None),
     # not rewritten: list mail from its author, and mail no list sent
     (("From: Sam <sam@example.net>", DEV_LIST, "Reply-To: Team <team@example.net>"), None),
     (("From: Dan via Portal <portal@acme.example>", "Reply-To: Erin <erin@example.net>"), None),

@@ -650,6 +650,20 @@ def test_a_mirror_of_list_mail_written_before_the_upgrade_gains_its_authors(
     assert sync(indexed).parsed == 0  # done once
 
 
+def test_a_mirror_with_list_authors_set_back_before_schema_18_migrates_again(
+        indexed: MailEnv, tmp_path: Path) -> None:
+    """The migrations stay runnable over a schema set back, as tests of older versions set
+    it: version 18 remakes message_addresses without the role 'author', which version 23
+    lets in again and its parse fills."""
+    _deliver_list_mail(indexed)
+    with sidecar.opened(sidecar_file(indexed)) as conn:
+        conn.execute("PRAGMA user_version = 17")
+    sync(indexed)
+    _list_mail_figures_are_the_authors(indexed)
+    assert _same_figures_as_a_rebuild(indexed, tmp_path)
+    assert problems(indexed) == []
+
+
 def test_sync_without_changes_parses_nothing(indexed: MailEnv) -> None:
     report = sync(indexed)
     assert (report.full, report.upserted, report.parsed, report.removed) == (False, 0, 0, 0)

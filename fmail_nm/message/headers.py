@@ -494,7 +494,8 @@ def list_author(from_: Sequence[Address], reply_to: Sequence[Address],
     ``"Alice Smith via dev-list" <dev@lists.example.org>``): X-Original-From, else a
     Reply-To naming one address that is not the list's, named as the From names the author
     when it does not.  None for any other mail: the Reply-To of mail a list did not rewrite
-    names no one who wrote it."""
+    names no one who wrote it; nor is a name or word without "@" ("X-Original-From: Alice")
+    anyone's address, to count mail from."""
     if list_id is None or len(from_) != 1:
         return None
     sender = from_[0]
@@ -502,7 +503,8 @@ def list_author(from_: Sequence[Address], reply_to: Sequence[Address],
     if name is None and not is_list_address(sender.address, list_id):
         return None
     for named in (original_from, reply_to):
-        if len(named) == 1 and not _list_or_sender(named[0].address, sender, list_id):
+        if (len(named) == 1 and "@" in named[0].address
+                and not _list_or_sender(named[0].address, sender, list_id)):
             return Address(named[0].name or name or "", named[0].address)
     return None
 
