@@ -1470,6 +1470,36 @@ def test_the_pdf_reader_runs_no_module_from_the_servers_working_directory(
     assert content.text == "Read by the real reader" and content.note is None
 
 
+def test_a_pdf_read_page_after_page_is_extracted_again_only_to_read_further(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader's process starts (and parses the PDF) when a page needs text past what was
+    read, then reading ahead, not for a page already read; the pages join to exactly the
+    whole text."""
+    started: list[str] = []
+    run = subprocess.run
+
+    def reader(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+        started.append(argv[-2])  # the characters asked for
+        return run(argv, **kwargs)  # type: ignore[call-overload]
+    monkeypatch.setattr(subprocess, "run", reader)
+    streams = [f"BT /F1 12 Tf 72 720 Td (Page {n} of the read-on test, " .encode()
+               + b"clause text " * 20 + b") Tj ET" for n in range(30)]
+    raw = pdf_message(pdf_pages(streams))
+    first = attachment_text(raw, 0, 2000)
+    assert attachment_text(raw, 0, 2000) == first and started == ["2000"]
+    assert first.next_offset is not None and first.total_chars is None  # pages left unread
+    middle = attachment_text(raw, 0, 1000, 500)  # within what was read: no new reader
+    assert (first.text or "")[500:].startswith(middle.text or "-") and started == ["2000"]
+    # reading on, the reader reads ahead: here to the end, every page after from that text
+    second = attachment_text(raw, 0, 2000, first.next_offset)
+    assert started == ["2000", str(first.next_offset + 2000 + 100_000)]
+    whole = attachment_text(raw, 0, 100_000)
+    assert whole.total_chars == len(whole.text or "") and whole.next_offset is None
+    assert (first.text or "") + (second.text or "") == (whole.text or "")[:second.next_offset]
+    assert attachment_text(raw, 0, 2000, second.next_offset or 0).total_chars == whole.total_chars
+    assert len(started) == 2
+
+
 def test_attachment_text_octet_stream_named_txt_is_text() -> None:
     body = multipart(
         "M",

@@ -752,7 +752,8 @@ async def test_an_attachment_inside_a_forwarded_message_is_read_by_its_path(
         assert "Attachments: [0.0] invoice-77.pdf, [0.1] message/rfc822" in lines
         lines, data = await call(c, "get_attachment", {"id": short, "index": "0.0"})
         assert lines[0].startswith(f"attachment [0.0] invoice-77.pdf (application/pdf, ")
-        assert lines[0].endswith(f" bytes) of {short}")
+        assert lines[0].endswith(f" bytes) of {short}; chars 0-{len(data['text'])} of "
+                                 f"{len(data['text'])}")
         assert any("Amount due 120 EUR" in line for line in lines)
         assert data["path"] == "0.0" and data["attachment"]["index"] == 0
         _, whole = await call(c, "get_attachment", {"id": short, "index": "0"})
@@ -765,6 +766,81 @@ async def test_an_attachment_inside_a_forwarded_message_is_read_by_its_path(
                              (-1, "an index is 0 or more")]:
             bad = await c.call_tool("get_attachment", {"id": short, "index": index})
             assert bad.is_error and error in bad.content[0].text, bad.content  # type: ignore[union-attr]
+
+
+def contract_pages(pages: int) -> list[bytes]:
+    """Content streams of a contract of ``pages`` pages, 40 numbered clauses a page."""
+    return [("BT /F1 10 Tf 72 760 Td\n" + "\n".join(
+        ("" if i == 0 else "0 -16 Td ") + f"(Clause {n}.{i}: the parties agree to the terms "
+        f"set out on page {n}.) Tj" for i in range(40)) + "\nET").encode("latin-1")
+        for n in range(pages)]
+
+
+async def attachment_pages(c: Client, args: dict[str, Any], max_chars: int
+                           ) -> list[tuple[list[str], dict[str, Any]]]:
+    """Each page of an attachment read from offset 0 on, following next_offset."""
+    pages: list[tuple[list[str], dict[str, Any]]] = []
+    offset = 0
+    while len(pages) < 20:
+        page = await call(c, "get_attachment", {**args, "max_chars": max_chars, "offset": offset})
+        pages.append(page)
+        if "next_offset" not in page[1]:
+            break
+        offset = page[1]["next_offset"]
+    return pages
+
+
+@pytest.mark.anyio
+async def test_a_long_attachment_is_read_page_by_page_from_the_offset_each_page_names(
+        indexed: MailEnv) -> None:
+    """A 90 KB log and a 60-page PDF, read in pages that join to exactly the whole text; each
+    page's text says which characters it holds and the offset of the next, as get_email's
+    body does."""
+    from .test_body import b64, message, multipart, part, pdf_pages
+    log = "".join(f"2026-12-01 10:{i // 60 % 60:02}:{i % 60:02} worker {i % 7} handled "
+                  f"request {i} in {i % 97} ms\n" for i in range(1500))
+    raw = message("From: ops@example.org", "To: alex@example.org", "Subject: Logs",
+                  "Message-ID: <long-attachments@x>", "Date: Tue, 01 Dec 2026 12:00:00 +0000",
+                  "Content-Type: multipart/mixed; boundary=M", body=multipart(
+                      "M", part("Content-Type: text/plain", body="See the log.\n"),
+                      part("Content-Type: text/plain", 'Content-Disposition: attachment; '
+                           'filename="server.log"', body=log),
+                      part("Content-Type: application/pdf", "Content-Transfer-Encoding: base64",
+                           'Content-Disposition: attachment; filename="contract.pdf"',
+                           body=b64(pdf_pages(contract_pages(60), deflate=True)))))
+    (indexed.mail_root / "personal" / "INBOX" / "new" / "1764666000.logs.host").write_bytes(raw)
+    indexed.notmuch("new")
+    short = uid("long-attachments@x")
+    async with Client(server(indexed, "--read-only")) as c:
+        _, whole = await call(c, "get_attachment", {"id": short, "index": 0, "max_chars": 200_000})
+        total = len(whole["text"])
+        assert whole["text"] == log.rstrip("\n") and whole["total_chars"] == total
+        pages = await attachment_pages(c, {"id": short, "index": 0}, 20_000)
+        assert len(pages) == 5 and "".join(page["text"] for _, page in pages) == whole["text"]
+        (lines, first), (last_lines, last) = pages[0], pages[-1]
+        head = f"attachment [0] server.log (text/plain, {len(log)} bytes) of {short}"
+        cut = first["next_offset"]
+        assert lines[0] == f"{head}; chars 0-{cut} of {total}; more: offset={cut}"
+        assert pages[1][1]["offset"] == cut and first["total_chars"] == total
+        assert last_lines[0] == f"{head}; chars {last['offset']}-{total} of {total}"
+
+        # past the end: an empty page at the end, as get_email gives past a body's end
+        _, beyond = await call(c, "get_attachment", {"id": short, "index": 0, "offset": total + 5})
+        _, email = await call(c, "get_email", {"id": short, "body_offset": 500})
+        assert (beyond["text"], beyond["offset"], beyond["total_chars"]) == ("", total, total)
+        assert (email["body"]["text"], email["body"]["offset"]) == ("", email["body"]["total_chars"])
+        assert "next_offset" not in beyond and "next_offset" not in email["body"]
+
+        pdf = await attachment_pages(c, {"id": short, "index": 1}, 50_000)
+        _, whole_pdf = await call(c, "get_attachment",
+                                  {"id": short, "index": 1, "max_chars": 200_000})
+        text = whole_pdf["text"]
+        assert text.startswith("Clause 0.0: ") and text.endswith("set out on page 59.")
+        assert len(pdf) == 4 and "".join(page["text"] for _, page in pdf) == text
+        # the pages not yet read are not counted: the length is told once all are read
+        assert "total_chars" not in pdf[0][1] and pdf[-1][1]["total_chars"] == len(text)
+        assert pdf[0][0][0].endswith(f"; chars 0-{pdf[1][1]['offset']} of ? (PDF read in part); "
+                                     f"more: offset={pdf[1][1]['offset']}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ pypdf in a process of its own: :mod:`.pdftext`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .calendar import CALENDAR_TYPES
 from .headers import Address
@@ -29,24 +29,33 @@ __all__ = ["AttachmentText", "attachment_text", "dotted"]
 
 
 _PDF_MAX_PAGES = 500
+_PDF_READ_AHEAD = 100_000  # characters: five pages of get_attachment's default 20,000
 
 
 @dataclass(frozen=True)
 class AttachmentText:
+    """``text`` from ``offset`` of ``total_chars`` (None for a PDF with pages left to read);
+    ``next_offset`` is where the rest begins."""
+
     info: AttachmentInfo
     text: str | None
     truncated: bool
     note: str | None
+    offset: int = 0
+    total_chars: int | None = None
+    next_offset: int | None = None
 
 
 _TEXTUAL_APPLICATION = {"application/json", "application/xml", "application/x-sh", "application/javascript"}
 
 
-def attachment_text(raw: bytes, path: int | Sequence[int], max_chars: int) -> AttachmentText:
-    """Text of attachment ``path``, cut to ``max_chars``: an index as ``parse_message``
-    numbers them, or a path of indexes into forwarded messages (``(2, 0)``: attachment 0
-    of the message forwarded as attachment 2), so that an invoice inside a forward can be
-    read without changing how the outer message's attachments are numbered."""
+def attachment_text(raw: bytes, path: int | Sequence[int], max_chars: int,
+                    offset: int = 0) -> AttachmentText:
+    """Text of attachment ``path``, ``max_chars`` of it from ``offset`` (see slice_text):
+    ``path`` is an index as ``parse_message`` numbers them, or a path of indexes into
+    forwarded messages (``(2, 0)``: attachment 0 of the message forwarded as attachment 2),
+    so that an invoice inside a forward can be read without changing how the outer
+    message's attachments are numbered."""
     steps = (path,) if isinstance(path, int) else tuple(path)
     if not steps:
         raise LookupError("no attachment index given")
@@ -63,7 +72,7 @@ def attachment_text(raw: bytes, path: int | Sequence[int], max_chars: int) -> At
         if depth + 1 < len(steps) and inside not in _MESSAGE_TYPES:
             raise LookupError(f"attachment {dotted(steps[:depth + 1])} is {info.content_type}, "
                               f"not a forwarded message: nothing is attached inside it")
-    return _extract(info, entity, data, max_chars, problems, steps)
+    return _extract(info, entity, data, (max_chars, offset), problems, steps)
 
 
 def dotted(steps: Sequence[int]) -> str:
@@ -87,25 +96,29 @@ _MESSAGE_TYPES = ("message/rfc822", "message/global")
 _PDF_MAGIC = b"%PDF-"
 
 
+# How much of the text to show, from where: (max_chars, offset), slice_text's arguments.
+Span = tuple[int, int]
+
+
 def _extract(
-    info: AttachmentInfo, entity: Entity, data: bytes, max_chars: int, problems: list[str],
+    info: AttachmentInfo, entity: Entity, data: bytes, span: Span, problems: list[str],
     steps: Sequence[int],
 ) -> AttachmentText:
     if note := encrypted_note(entity):  # ciphertext read as a file would be gibberish
         return AttachmentText(info, None, False, note)
     kind = effective_type(info.content_type, info.filename)
     if kind in _MESSAGE_TYPES:
-        return _sliced(info, _render_embedded(data, steps), max_chars, "; ".join(problems) or None)
+        return _sliced(info, _render_embedded(data, steps), span, "; ".join(problems) or None)
     textual = (kind.startswith("text/") or kind in _TEXTUAL_APPLICATION
                or kind.startswith("message/") or kind in CALENDAR_TYPES)
     if kind == "application/pdf" or data.startswith(_PDF_MAGIC):
-        pdf = _pdf_content(info, data, max_chars)
+        pdf = _pdf_content(info, data, span)
         # Labelled as text, what is no PDF is a text that begins like one (one about PDFs).
         if pdf.text is not None or not textual:
             return pdf
     if textual:
         text = part_text(entity, kind, data, problems)
-        return _sliced(info, _readable(kind, text, entity, problems), max_chars,
+        return _sliced(info, _readable(kind, text, entity, problems), span,
                        "; ".join(problems) or None)
     return AttachmentText(
         info, None, False, f"binary attachment ({info.content_type}, {info.size} bytes); no text extracted"
@@ -124,9 +137,10 @@ def _readable(kind: str, text: str, entity: Entity, problems: list[str]) -> str:
     return tidy(text)
 
 
-def _sliced(info: AttachmentInfo, text: str, max_chars: int, note: str | None = None) -> AttachmentText:
-    part = slice_text(text, max_chars)
-    return AttachmentText(info, part.text, part.truncated, note)
+def _sliced(info: AttachmentInfo, text: str, span: Span, note: str | None = None) -> AttachmentText:
+    part = slice_text(text, *span)
+    return AttachmentText(info, part.text, part.truncated, note, part.offset, part.total_chars,
+                          part.next_offset)
 
 
 def _render_embedded(data: bytes, steps: Sequence[int]) -> str:
@@ -163,16 +177,25 @@ def _format_addresses(addresses: list[Address]) -> str:
     return ", ".join(f"{a.name} <{a.address}>" if a.name else a.address for a in addresses)
 
 
-def _pdf_content(info: AttachmentInfo, data: bytes, max_chars: int) -> AttachmentText:
+def _pdf_content(info: AttachmentInfo, data: bytes, span: Span) -> AttachmentText:
     if _PDF_MAGIC not in data[:1024]:
         # pypdf would scan the whole blob for trailers first: seconds on a large non-PDF.
         return AttachmentText(info, None, False, "not a PDF (no %PDF- header); no text extracted")
-    read = pdf_text(data, max_chars, _PDF_MAX_PAGES)
+    max_chars, offset = span
+    # A first page is read as far as it goes (most are the only one read); a page after it,
+    # _PDF_READ_AHEAD further, so that the pages after that come from the text kept.
+    ahead = _PDF_READ_AHEAD if offset else 0
+    read = pdf_text(data, offset + max_chars, _PDF_MAX_PAGES, ahead=ahead)
     if read.text is None:
         return AttachmentText(info, None, False, read.problem)
     if not read.text.strip():
         return AttachmentText(info, None, False, "PDF has no extractable text (scanned or image-only?)")
-    result = _sliced(info, read.text, max_chars)
-    if read.more_pages and not result.truncated:
-        return AttachmentText(info, result.text, True, "PDF text extraction stopped early")
-    return result
+    result = _sliced(info, read.text, span)
+    if not read.more_pages:
+        return result
+    # Pages are left: the whole length is not known.  Read past the slice, the text goes on
+    # at next_offset; short of it, the reader stopped at its page cap.
+    if result.truncated:
+        return replace(result, total_chars=None)
+    return replace(result, truncated=True, total_chars=None,
+                   note="PDF text extraction stopped early")

@@ -245,6 +245,11 @@ class AttachmentContent(Dto):
     text: str | None = Field(default=None, description="UNTRUSTED; null if binary")
     truncated: bool = False
     note: str | None = None
+    offset: int = 0
+    total_chars: int | None = Field(default=None, description="null if binary or PDF pages "
+                                    "are left to read")
+    next_offset: int | None = Field(default=None, description="offset to read on "
+                                    "(set when the text was cut)")
 
 
 class TagCount(Dto):

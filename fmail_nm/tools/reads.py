@@ -1152,9 +1152,9 @@ def _unanswered_from_notmuch(mb: Mailbox, nm_query: str,
     return found
 
 
-def get_attachment(mb: Mailbox, id: str, index: int | str,
-                   max_chars: int = 20000) -> dto.AttachmentContent:
-    return attachment_content(*message_file(mb, id), index, max_chars)
+def get_attachment(mb: Mailbox, id: str, index: int | str, max_chars: int = 20000,
+                   offset: int = 0) -> dto.AttachmentContent:
+    return attachment_content(*message_file(mb, id), index, max_chars, offset)
 
 
 def message_file(mb: Mailbox, id: str) -> tuple[str, bytes]:
@@ -1182,17 +1182,20 @@ def attachment_path(index: int | str) -> tuple[int, ...]:
     return tuple(int(step) for step in index.split("."))
 
 
-def attachment_content(message_id: str, raw: bytes, index: int | str,
-                       max_chars: int) -> dto.AttachmentContent:
+def attachment_content(message_id: str, raw: bytes, index: int | str, max_chars: int,
+                       offset: int = 0) -> dto.AttachmentContent:
+    if max_chars < 1 or offset < 0:
+        raise ToolError("max_chars must be positive and offset not negative")
     path = attachment_path(index)
     try:
-        content = attachment_text(raw, path, max_chars)
+        content = attachment_text(raw, path, max_chars, offset)
     except LookupError as exc:
         raise ToolError(str(exc)) from None
     return dto.AttachmentContent(
         id=sidecar.uid_for(message_id), untrusted=True, attachment=attachment_info(content.info),
         path=dotted(path) if len(path) > 1 else None,
-        text=content.text, truncated=content.truncated, note=content.note)
+        text=content.text, truncated=content.truncated, note=content.note,
+        offset=content.offset, total_chars=content.total_chars, next_offset=content.next_offset)
 
 
 def list_tags(mb: Mailbox) -> dto.TagList:

@@ -291,13 +291,21 @@ _LEFT_OUT = "quotes, signature, footers or forwarded text: body_format=full has 
 def _body(b: dto.Body, *, explained: bool = True) -> str:
     """The body with its header line; ``explained=False``: what clean left out is said by the
     caller, once for all its bodies (:func:`_left_out_note`)."""
-    shown = f"chars {b.offset}-{b.offset + len(b.text)} of {b.total_chars}"
-    more = f"; more: body_offset={b.next_offset}" if b.next_offset is not None else ""
+    shown = _chars(b.offset, b.text, b.total_chars, b.next_offset, "body_offset")
     html = "; from HTML" if b.from_html else ""
     notes = "".join(f"; {one_line(note)}" for note in b.notes)
     what = f" of {_LEFT_OUT}" if explained else ""
     cut = f"; clean left out {counted(b.left_out, 'char')}{what}" if b.left_out else ""
-    return f"body ({b.format}, {shown}{more}{html}{notes}{cut}):\n" + untrusted(b.text, "body")
+    return f"body ({b.format}, {shown}{html}{notes}{cut}):\n" + untrusted(b.text, "body")
+
+
+def _chars(offset: int, text: str, total: int | None, next_offset: int | None,
+           parameter: str) -> str:
+    """Which characters of how many a page of text holds, and the ``parameter`` value that
+    reads on (``total`` None: a PDF read in part)."""
+    of = "? (PDF read in part)" if total is None else total
+    more = f"; more: {parameter}={next_offset}" if next_offset is not None else ""
+    return f"chars {offset}-{offset + len(text)} of {of}{more}"
 
 
 def _left_out_note(bodies: Iterable[dto.Body | None]) -> str | None:
@@ -374,9 +382,13 @@ def accounts_text(r: dto.AccountList) -> str:
 def attachment_text(a: dto.AttachmentContent) -> str:
     info = a.attachment
     head = (f"attachment [{a.path or info.index}] {one_line(info.filename or '(unnamed)')} "
-            f"({one_line(info.content_type)}, {counted(info.size, 'byte')}) of {a.id}"
-            + ("; truncated" if a.truncated else "") + (f"; {a.note}" if a.note else ""))
-    return head if a.text is None else head + "\n" + untrusted(a.text, "attachment")
+            f"({one_line(info.content_type)}, {counted(info.size, 'byte')}) of {a.id}")
+    note = f"; {a.note}" if a.note else ""
+    if a.text is None:
+        return head + note
+    # The chars and the offset to read on say what "truncated" did; the note why it stops.
+    shown = _chars(a.offset, a.text, a.total_chars, a.next_offset, "offset")
+    return f"{head}; {shown}{note}\n" + untrusted(a.text, "attachment")
 
 
 def tags_text(r: dto.TagList) -> str:
