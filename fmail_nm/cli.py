@@ -144,9 +144,9 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
         raise CallerError(
             f"{missing}: it names notmuch's hook folder, so fmail-nm's hook was not looked "
             "for and nothing was taken out or changed.  Put the config back and run "
-            "`fmail-nm uninstall` again, or delete fmail-nm's post-new hook (its second line "
-            f"is '{MARKER} post-new') from that folder yourself; a hook of yours it kept is "
-            f"in {KEPT_DIR}/ beside it, to move back.  {left}")
+            "`fmail-nm uninstall` again, or delete fmail-nm's post-new and post-insert hooks "
+            f"(their second line is '{MARKER} <name>') from that folder yourself; a hook of "
+            f"yours they kept is in {KEPT_DIR}/ beside them, to move back.  {left}")
     if not hook_dir:
         raise CallerError("notmuch names no hook folder (no database yet?): nothing to take out")
     for action in uninstall_hooks(Path(hook_dir)):
@@ -549,7 +549,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_index)
 
     p = command("hook", help="entry points for the notmuch hooks")
-    p.add_argument("name", choices=["post-new"])
+    # Both run the same pass: it finds the new mail in the sidecar, however it was indexed.
+    p.add_argument("name", choices=["post-new", "post-insert"])
     p.set_defaults(func=cmd_hook)
 
     p = command("sync", help="run mbsync for your accounts, then index (hooks, sidecar)")

@@ -200,7 +200,8 @@ def indexed_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
               if path.is_file() and not path.is_symlink()
               and str(base).encode() in path.read_bytes()}
     sidecar = "home/.local/share/fmail-nm/sidecar.sqlite3"
-    moved = {"notmuch-config", "mail/.notmuch/hooks/post-new", sidecar, sidecar + "-wal"}
+    moved = {"notmuch-config", "mail/.notmuch/hooks/post-new", "mail/.notmuch/hooks/post-insert",
+             sidecar, sidecar + "-wal"}
     assert "notmuch-config" in naming and naming <= moved, naming
     yield base
 

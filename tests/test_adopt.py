@@ -293,6 +293,24 @@ def test_doctor_hook_checks(indexed: MailEnv) -> None:
     assert kept_hook(hook.parent, "post-new").is_file()  # afew's hook, chained
 
 
+def test_doctor_names_a_missing_or_foreign_post_insert_hook(indexed: MailEnv) -> None:
+    hook = indexed.mail_root / ".notmuch" / "hooks" / "post-insert"
+    hook.unlink(missing_ok=True)
+    assert [f for f in checks(indexed) if f.check == "hook"] == []  # not a failing setup
+    [finding] = [f for f in doctor.diagnose(str(indexed.fmail_config)) if f.check == "hook"]
+    assert finding.problem.startswith("fmail-nm's post-insert hook is not installed")
+    assert finding.fix == "fmail-nm init"
+    assert not finding.serious  # nothing is lost: the next notmuch new tags that mail
+    users = "#!/bin/sh\nnotify-send 'mail filed'\n"
+    hook.write_text(users)  # the user's own, put back
+    hook.chmod(0o755)
+    assert fixes(checks(indexed), "hook") == [
+        "fmail-nm init (it keeps your hook and runs it first)"]
+    indexed.fmail("init", "--mail-root", str(indexed.mail_root), "--no-index")
+    assert fixes(checks(indexed), "hook") == []
+    assert kept_hook(hook.parent, "post-insert").read_text() == users
+
+
 def test_doctor_identity_and_sidecar(mail_env: MailEnv) -> None:
     mail_env.fmail_config.write_text("")  # no accounts, no addresses
     mail_env.notmuch_config.write_text(f"[database]\npath={mail_env.mail_root}\n")
@@ -498,9 +516,10 @@ def test_doctor_and_init_move_a_hook_chained_the_earlier_way(
     hook.chmod(0o755)
     assert branches_run_by_notmuch_new(mail_env, log) == (1, ["pre-new", f"run as {legacy}"])
 
-    [finding] = hook_findings(mail_env)
+    finding, missing = hook_findings(mail_env)  # that version had no post-insert hook
     assert str(legacy) in finding.problem and "by its name" in finding.problem
     assert finding.fix.startswith("fmail-nm init")
+    assert missing.problem.startswith("fmail-nm's post-insert hook is not installed")
     mail_env.fmail("init", "--address", "alex@example.org")
     kept = kept_hook(hook_dir, "post-new")
     assert not os.path.lexists(legacy)

@@ -267,6 +267,13 @@ def test_a_profile_init_was_run_with_still_holds_without_notmuch_profile_set(
     doctor_run = subprocess.run([*run, "doctor"], env=env, text=True, capture_output=True,
                                 timeout=300)
     assert "[hook]" not in doctor_run.stdout, doctor_run.stdout
+    # procmail delivering under the profile: the profile's post-insert hook tags the mail.
+    subprocess.run(["notmuch", "insert", "--create-folder", "--folder=lists"], env=profile,
+                   input=b"From: r@lists.example.com\nList-Id: <r.lists.example.com>\n"
+                         b"Message-ID: <listed@example.com>\n\nhi\n", check=True)
+    tags = subprocess.run(["notmuch", "search", "--output=tags", "id:listed@example.com"],
+                          env=profile, text=True, capture_output=True, check=True).stdout
+    assert tags.split() == ["list", "list/r.lists.example.com", "unread"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -87,19 +87,28 @@ def test_hook_text_fills_the_shipped_template() -> None:
         "/opt/fmail nm/bin/fmail-nm", "--config", "/x/it's.toml", "hook", "post-new"]
 
 
-def test_fresh_hook_dir_gets_an_executable_hook_of_ours(tmp_path: Path) -> None:
+def install_post_new(hook_dir: Path, command: list[str]) -> list[HookAction]:
+    """What install_hooks does for post-new alone: every hook is kept and chained the same
+    way, so the tests of that way install one."""
+    return [install_hook(hook_dir, "post-new", command)]
+
+
+def test_fresh_hook_dir_gets_executable_hooks_of_ours(tmp_path: Path) -> None:
     hook_dir = tmp_path / "notmuch" / "hooks"  # does not exist yet
     command = ["/usr/local/bin/fmail nm", "--config", "/home/a/it's mine.toml"]
     actions = install_hooks(hook_dir, command)
+    names = ["post-new", "post-insert"]
+    assert actions == [HookAction(name, "installed", hook_dir / name) for name in names]
     hook = hook_dir / "post-new"
-    assert actions == [HookAction("post-new", "installed", hook)]
     assert "installed" in actions[0].describe() and str(hook) in actions[0].describe()
-    assert sorted(p.name for p in hook_dir.iterdir()) == ["post-new"]  # no temp file left
-    assert hook.is_file() and not hook.is_symlink()
-    assert hook.stat().st_mode & stat.S_IXUSR and os.access(hook, os.X_OK)
-    assert is_ours(hook)
-    assert hook.read_text() == hook_text("post-new", command)
-    assert shlex.join(command) in hook.read_text()
+    assert sorted(p.name for p in hook_dir.iterdir()) == sorted(names)  # no temp file left
+    for name in names:
+        hook = hook_dir / name
+        assert hook.is_file() and not hook.is_symlink()
+        assert hook.stat().st_mode & stat.S_IXUSR and os.access(hook, os.X_OK)
+        assert is_ours(hook)
+        assert hook.read_text() == hook_text(name, command)
+        assert f"{shlex.join(command)} hook {name} " in hook.read_text()
 
 
 def test_is_ours_only_for_our_marker(tmp_path: Path) -> None:
@@ -117,7 +126,7 @@ def test_command_with_space_and_quote_in_its_path_runs_with_its_exact_argv(
         tmp_path: Path, runner: tuple[str, ...]) -> None:
     command = fake_fmail(tmp_path)
     hook_dir = tmp_path / "hooks"
-    install_hooks(hook_dir, command)
+    install_post_new(hook_dir, command)
     marker = tmp_path / "marker"
     done = run_hook(hook_dir / "post-new", marker, runner=runner)
     assert done.returncode == 0, done.stderr
@@ -127,7 +136,7 @@ def test_command_with_space_and_quote_in_its_path_runs_with_its_exact_argv(
 def test_command_arguments_are_not_evaluated_by_the_shell(tmp_path: Path) -> None:
     command = [*fake_fmail(tmp_path), "$(touch PWNED)", "`touch PWNED2`", "a;touch PWNED3", "*"]
     hook_dir = tmp_path / "hooks"
-    install_hooks(hook_dir, command)
+    install_post_new(hook_dir, command)
     marker = tmp_path / "marker"
     work = tmp_path / "cwd"
     work.mkdir()
@@ -145,10 +154,10 @@ def test_command_arguments_are_not_evaluated_by_the_shell(tmp_path: Path) -> Non
 
 def test_installing_twice_changes_nothing(tmp_path: Path) -> None:
     hook_dir = tmp_path / "hooks"
-    install_hooks(hook_dir, ["fmail-nm"])
+    install_post_new(hook_dir, ["fmail-nm"])
     hook = hook_dir / "post-new"
     before = snapshot(hook)
-    again = install_hooks(hook_dir, ["fmail-nm"])
+    again = install_post_new(hook_dir, ["fmail-nm"])
     assert again == [HookAction("post-new", "unchanged", hook)]
     assert snapshot(hook) == before  # same bytes, mtime, inode, mode
     assert sorted(p.name for p in hook_dir.iterdir()) == ["post-new"]
@@ -156,8 +165,8 @@ def test_installing_twice_changes_nothing(tmp_path: Path) -> None:
 
 def test_a_new_command_updates_our_hook_without_chaining_it(tmp_path: Path) -> None:
     hook_dir = tmp_path / "hooks"
-    install_hooks(hook_dir, ["/old/fmail-nm"])
-    actions = install_hooks(hook_dir, ["/new/fmail-nm", "--config", "/c.toml"])
+    install_post_new(hook_dir, ["/old/fmail-nm"])
+    actions = install_post_new(hook_dir, ["/new/fmail-nm", "--config", "/c.toml"])
     hook = hook_dir / "post-new"
     assert actions == [HookAction("post-new", "updated", hook)]
     assert hook.read_text() == hook_text("post-new", ["/new/fmail-nm", "--config", "/c.toml"])
@@ -170,9 +179,9 @@ def test_a_new_command_updates_our_hook_without_chaining_it(tmp_path: Path) -> N
 # The user's own hook
 
 
-def user_hook(hook_dir: Path, mode: int = 0o750) -> Path:
+def user_hook(hook_dir: Path, mode: int = 0o750, name: str = "post-new") -> Path:
     hook_dir.mkdir(parents=True, exist_ok=True)
-    path = hook_dir / "post-new"
+    path = hook_dir / name
     path.write_bytes(USER_HOOK)
     path.chmod(mode)
     return path
@@ -190,7 +199,7 @@ def dotfiles_hook(tmp_path: Path, data: bytes = USER_HOOK) -> Path:
 def test_a_users_hook_is_kept_byte_for_byte_and_chained(tmp_path: Path) -> None:
     hook_dir = tmp_path / "hooks"
     user_hook(hook_dir, 0o750)
-    actions = install_hooks(hook_dir, ["fmail-nm"])
+    actions = install_post_new(hook_dir, ["fmail-nm"])
     hook, chained = hook_dir / "post-new", kept_hook(hook_dir, "post-new")
     assert chained == hook_dir / KEPT_DIR / "post-new"  # under its own name
     assert actions == [HookAction("post-new", "chained", hook)]
@@ -201,10 +210,10 @@ def test_a_users_hook_is_kept_byte_for_byte_and_chained(tmp_path: Path) -> None:
     assert sorted(p.name for p in hook_dir.iterdir()) == [KEPT_DIR, "post-new"]
 
     chained_before, hook_before = snapshot(chained), snapshot(hook)
-    assert install_hooks(hook_dir, ["fmail-nm"]) == [HookAction("post-new", "unchanged", hook)]
+    assert install_post_new(hook_dir, ["fmail-nm"]) == [HookAction("post-new", "unchanged", hook)]
     assert snapshot(chained) == chained_before and snapshot(hook) == hook_before
     # a new command refreshes our hook only; the user's stays as it is
-    assert install_hooks(hook_dir, ["fmail-nm", "-v"])[0].action == "updated"
+    assert install_post_new(hook_dir, ["fmail-nm", "-v"])[0].action == "updated"
     assert snapshot(chained) == chained_before
 
 
@@ -213,7 +222,7 @@ def test_installed_hook_runs_the_users_hook_first_then_ours(
         tmp_path: Path, runner: tuple[str, ...]) -> None:
     hook_dir = tmp_path / "notmuch dir" / "hooks"
     user_hook(hook_dir)
-    install_hooks(hook_dir, fake_fmail(tmp_path))
+    install_post_new(hook_dir, fake_fmail(tmp_path))
     marker = tmp_path / "marker"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -227,7 +236,7 @@ def test_installed_hook_runs_the_users_hook_first_then_ours(
 def test_a_failing_users_hook_still_lets_ours_run_and_its_status_is_kept(tmp_path: Path) -> None:
     hook_dir = tmp_path / "hooks"
     user_hook(hook_dir)
-    install_hooks(hook_dir, fake_fmail(tmp_path))
+    install_post_new(hook_dir, fake_fmail(tmp_path))
     marker = tmp_path / "marker"
     done = run_hook(hook_dir / "post-new", marker, USER_HOOK_STATUS="3")
     assert done.returncode == 3
@@ -250,7 +259,7 @@ def test_an_existing_chained_hook_is_never_overwritten(tmp_path: Path, layout: s
     listing = sorted(p.name for p in hook_dir.iterdir())
     hook_before, chained_before = snapshot(hook_dir / "post-new"), snapshot(chained)
     with pytest.raises(FileExistsError, match="merge them by hand") as refused:
-        install_hooks(hook_dir, ["fmail-nm"])
+        install_post_new(hook_dir, ["fmail-nm"])
     assert str(hook_dir / "post-new") in str(refused.value) and str(chained) in str(refused.value)
     assert snapshot(hook_dir / "post-new") == hook_before
     assert snapshot(chained) == chained_before
@@ -266,7 +275,7 @@ def test_a_leftover_chained_hook_without_post_new_is_kept_and_run(tmp_path: Path
     chained.parent.mkdir()
     (hook_dir / "post-new").rename(chained)
     chained_before = snapshot(chained)
-    actions = install_hooks(hook_dir, fake_fmail(tmp_path))
+    actions = install_post_new(hook_dir, fake_fmail(tmp_path))
     assert [a.action for a in actions] == ["installed"]
     assert snapshot(chained) == chained_before
     marker = tmp_path / "marker"
@@ -281,7 +290,7 @@ def test_a_dangling_chained_symlink_is_not_overwritten(tmp_path: Path) -> None:
     chained.parent.mkdir()
     chained.symlink_to(tmp_path / "dotfiles" / "old-post-new")  # target not there (yet)
     try:
-        install_hooks(hook_dir, ["fmail-nm"])
+        install_post_new(hook_dir, ["fmail-nm"])
     except FileExistsError:
         pass
     assert chained.is_symlink()
@@ -293,7 +302,7 @@ def test_a_non_executable_users_hook_is_kept_but_not_run(tmp_path: Path) -> None
     install it is chained as it is (mode kept) and our hook skips it without a word."""
     hook_dir = tmp_path / "hooks"
     user_hook(hook_dir, 0o644)
-    actions = install_hooks(hook_dir, fake_fmail(tmp_path))
+    actions = install_post_new(hook_dir, fake_fmail(tmp_path))
     chained = kept_hook(hook_dir, "post-new")
     assert [a.action for a in actions] == ["chained"]
     assert chained.read_bytes() == USER_HOOK
@@ -311,14 +320,14 @@ def test_installing_says_when_the_kept_users_hook_will_not_run(tmp_path: Path) -
     hook_dir = tmp_path / "hooks"
     user_hook(hook_dir, 0o644)
     command = fake_fmail(tmp_path)
-    [action] = install_hooks(hook_dir, command)
+    [action] = install_post_new(hook_dir, command)
     chained = kept_hook(hook_dir, "post-new")
     assert "runs first" not in action.describe()
     assert f"chmod +x {chained}" in action.describe()
 
     # Put back by a dotfiles manager and chained again: still not said to run.
     user_hook(hook_dir, 0o644)
-    [again] = install_hooks(hook_dir, command)
+    [again] = install_post_new(hook_dir, command)
     assert again.action == "rechained" and "runs first" not in again.describe()
     assert f"chmod +x {chained}" in again.describe()
 
@@ -331,7 +340,7 @@ def test_a_symlinked_users_hook_is_chained_as_the_link_and_still_runs(
     hook_dir.mkdir()
     link_text = "../dotfiles/post-new" if relative else str(target)
     (hook_dir / "post-new").symlink_to(link_text)
-    actions = install_hooks(hook_dir, fake_fmail(tmp_path))
+    actions = install_post_new(hook_dir, fake_fmail(tmp_path))
     chained = kept_hook(hook_dir, "post-new")
     assert [a.action for a in actions] == ["chained"]
     # The link moved, still pointing at the same file: one folder down, a relative one gets a ..
@@ -350,7 +359,7 @@ def test_a_dangling_symlink_hook_is_chained_and_skipped(tmp_path: Path) -> None:
     hook_dir = tmp_path / "hooks"
     hook_dir.mkdir()
     (hook_dir / "post-new").symlink_to(tmp_path / "gone")
-    actions = install_hooks(hook_dir, fake_fmail(tmp_path))
+    actions = install_post_new(hook_dir, fake_fmail(tmp_path))
     assert [a.action for a in actions] == ["chained"]
     assert os.readlink(kept_hook(hook_dir, "post-new")) == str(tmp_path / "gone")
     marker = tmp_path / "marker"
@@ -367,10 +376,10 @@ def test_a_symlink_to_an_older_hook_of_ours_is_replaced_by_a_file(tmp_path: Path
     hook_dir.mkdir()
     (hook_dir / "post-new").symlink_to(target)
 
-    assert [a.action for a in install_hooks(hook_dir, ["/old/fmail-nm"])] == ["unchanged"]
+    assert [a.action for a in install_post_new(hook_dir, ["/old/fmail-nm"])] == ["unchanged"]
     assert (hook_dir / "post-new").is_symlink()
 
-    assert [a.action for a in install_hooks(hook_dir, ["/new/fmail-nm"])] == ["updated"]
+    assert [a.action for a in install_post_new(hook_dir, ["/new/fmail-nm"])] == ["updated"]
     hook = hook_dir / "post-new"
     assert not hook.is_symlink()
     assert hook.read_text() == hook_text("post-new", ["/new/fmail-nm"])
@@ -401,11 +410,30 @@ def test_a_multicall_users_hook_still_runs_its_post_new_branch(
         mail_env: MailEnv, monkeypatch: pytest.MonkeyPatch, relative: bool) -> None:
     hook_dir, script, log = users_notmuch_with_multicall_hook(mail_env, monkeypatch,
                                                              relative=relative)
-    assert [a.action for a in install_hooks(hook_dir, fake_fmail(mail_env.base))] == ["chained"]
+    assert [a.action for a in install_post_new(hook_dir, fake_fmail(mail_env.base))] == ["chained"]
     assert kept_hook(hook_dir, "post-new").resolve() == script
     done = mail_env.notmuch("new", check=False)
     assert done.returncode == 0, done.stderr
     assert lines(log) == ["pre-new", "post-new", f"fmail|{mail_env.notmuch_config}|hook post-new"]
+
+
+def test_notmuch_insert_runs_the_users_post_insert_hook_then_ours(
+        mail_env: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    mail_env.notmuch_config.write_text(f"[database]\npath={mail_env.mail_root}\n")
+    mail_env.notmuch("new", "--no-hooks")
+    hook_dir = mail_env.mail_root / ".notmuch" / "hooks"
+    user_hook(hook_dir, name="post-insert")
+    marker = mail_env.base / "marker"
+    monkeypatch.setenv("MARKER_FILE", str(marker))
+    assert "post-insert" in [a.hook for a in install_hooks(hook_dir, fake_fmail(mail_env.base))
+                             if a.action == "chained"]
+    assert kept_hook(hook_dir, "post-insert").read_bytes() == USER_HOOK
+    done = subprocess.run(["notmuch", "insert", "--create-folder", "--folder=in"],
+                          input=b"Subject: hi\nMessage-ID: <hi@example.com>\n\nhi\n",
+                          env={**os.environ, **mail_env.env}, capture_output=True, check=False)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    assert lines(marker) == [f"user|{mail_env.notmuch_config}|0",
+                             f"fmail|{mail_env.notmuch_config}|hook post-insert"]
 
 
 def chain_the_earlier_way(hook_dir: Path, command: list[str]) -> Path:
@@ -432,7 +460,7 @@ def test_a_hook_chained_the_earlier_way_moves_to_run_under_its_own_name(
     assert lines(log)[:2] == ["pre-new", f"run as {legacy}"]  # why it moves
     log.unlink()
 
-    actions = install_hooks(hook_dir, command)
+    actions = install_post_new(hook_dir, command)
     hook, kept = hook_dir / "post-new", kept_hook(hook_dir, "post-new")
     assert actions == [HookAction("post-new", "updated", hook, moved_from=legacy)]
     assert str(legacy) in actions[0].describe() and str(kept) in actions[0].describe()
@@ -444,7 +472,7 @@ def test_a_hook_chained_the_earlier_way_moves_to_run_under_its_own_name(
     done = mail_env.notmuch("new", check=False)
     assert done.returncode == 0, done.stderr
     assert lines(log) == ["pre-new", "post-new", f"fmail|{mail_env.notmuch_config}|hook post-new"]
-    assert install_hooks(hook_dir, command) == [HookAction("post-new", "unchanged", hook)]
+    assert install_post_new(hook_dir, command) == [HookAction("post-new", "unchanged", hook)]
 
 
 def test_a_file_chained_the_earlier_way_moves_as_it_is(tmp_path: Path) -> None:
@@ -453,7 +481,7 @@ def test_a_file_chained_the_earlier_way_moves_as_it_is(tmp_path: Path) -> None:
     command = fake_fmail(tmp_path)
     legacy = chain_the_earlier_way(hook_dir, command)
     before = snapshot(legacy)
-    install_hooks(hook_dir, command)
+    install_post_new(hook_dir, command)
     assert snapshot(kept_hook(hook_dir, "post-new")) == before  # bytes, mtime, inode, mode
     marker = tmp_path / "marker"
     assert run_hook(hook_dir / "post-new", marker).returncode == 0
@@ -465,19 +493,19 @@ def test_a_hook_kept_both_ways_is_dropped_only_when_it_is_the_same(
         tmp_path: Path, same: bool) -> None:
     target = dotfiles_hook(tmp_path)
     hook_dir = tmp_path / "hooks"
-    install_hooks(hook_dir, ["fmail-nm"])
+    install_post_new(hook_dir, ["fmail-nm"])
     kept, legacy = kept_hook(hook_dir, "post-new"), legacy_kept_hook(hook_dir, "post-new")
     kept.parent.mkdir()
     kept.symlink_to(target)
     if same:
         legacy.symlink_to(os.path.relpath(target, hook_dir))
-        install_hooks(hook_dir, ["fmail-nm"])
+        install_post_new(hook_dir, ["fmail-nm"])
         assert not os.path.lexists(legacy)
         assert os.readlink(kept) == str(target)
         return
     legacy.write_bytes(b"#!/bin/sh\necho another hook\n")
     with pytest.raises(FileExistsError, match="merge them by hand") as refused:
-        install_hooks(hook_dir, ["fmail-nm"])
+        install_post_new(hook_dir, ["fmail-nm"])
     assert str(kept) in str(refused.value) and str(legacy) in str(refused.value)
     assert legacy.read_bytes() == b"#!/bin/sh\necho another hook\n"
     assert os.readlink(kept) == str(target)
@@ -503,11 +531,11 @@ def test_a_users_hook_put_back_after_chaining_is_chained_again(tmp_path: Path, h
 
     put_back()
     command = fake_fmail(tmp_path)
-    assert [a.action for a in install_hooks(hook_dir, command)] == ["chained"]
+    assert [a.action for a in install_post_new(hook_dir, command)] == ["chained"]
     kept_before = snapshot(kept)
     hook.unlink()
     put_back()  # `stow -R`, `home-manager switch`
-    actions = install_hooks(hook_dir, command)
+    actions = install_post_new(hook_dir, command)
     assert actions == [HookAction("post-new", "rechained", hook)]
     assert str(kept) in actions[0].describe()
     assert snapshot(kept) == kept_before
@@ -530,7 +558,7 @@ def test_a_hook_put_back_over_one_chained_the_earlier_way_is_chained_again(
     legacy = chain_the_earlier_way(hook_dir, command)
     hook.unlink()
     hook.symlink_to(target)
-    actions = install_hooks(hook_dir, command)
+    actions = install_post_new(hook_dir, command)
     assert actions == [HookAction("post-new", "rechained", hook, moved_from=legacy)]
     assert os.readlink(kept_hook(hook_dir, "post-new")) == str(target)
     assert sorted(p.name for p in hook_dir.iterdir()) == [KEPT_DIR, "post-new"]

@@ -7,6 +7,7 @@ after ``fmail-nm init``, taken from the version that tagged every new message th
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
@@ -159,25 +160,64 @@ def test_a_new_tag_of_the_users_own_is_not_new_mail(indexed: MailEnv) -> None:
 
 
 def test_an_inbox_tag_taken_off_before_the_pass_stays_off(indexed: MailEnv) -> None:
-    """Mail that reached the index another way than the hooked ``notmuch new`` is tagged by
-    the next pass, which must not put back the inbox tag taken off meanwhile: by
-    ``notmuch insert -inbox`` (procmail filing mail as it delivers it), or by the user
-    archiving in the mail client before the pass ran.  The rules still add their tags."""
-    env = {**os.environ, **indexed.env}
+    """Mail that reached the index without a hook is tagged by the next pass, which must not
+    put back the inbox tag taken off meanwhile: by ``notmuch insert --no-hooks -inbox``
+    (procmail filing mail as it delivers it), or by the user archiving in the mail client
+    before the pass ran.  The rules still add their tags."""
     for raw, ops in ((PLAIN, ["-inbox", "+todo"]), (LISTED, ["+inbox", "+unread"])):
-        subprocess.run(["notmuch", "insert", "--folder=personal/INBOX", *ops], input=raw,
-                       env=env, capture_output=True, check=True)
+        insert(indexed, raw, "--no-hooks", "--folder=personal/INBOX", *ops)
+    assert tags_of(indexed, "listed-1@example.com") == {"inbox", "unread"}  # no pass yet
     indexed.notmuch("tag", "-inbox", "--", "id:listed-1@example.com")
     (indexed.mail_root / "personal" / "INBOX" / "new" / "1800000000.2_1.host").write_bytes(MINE)
     indexed.notmuch("new", "--no-hooks")
     indexed.notmuch("tag", "-inbox", "+read-later", "--", "id:mine-1@example.org")
     indexed.notmuch("new")
 
-    def tags(mid: str) -> set[str]:
-        return set(indexed.notmuch("search", "--output=tags", f"id:{mid}").stdout.split())
-    assert tags("plain-1@example.com") == {"todo", "unread"}
-    assert tags("listed-1@example.com") == {"list", "list/rust-users.lists.example.com", "unread"}
-    assert tags("mine-1@example.org") == {"read-later", "sent", "unread"}
+    assert tags_of(indexed, "plain-1@example.com") == {"todo", "unread"}
+    assert tags_of(indexed, "listed-1@example.com") == {
+        "list", "list/rust-users.lists.example.com", "unread"}
+    assert tags_of(indexed, "mine-1@example.org") == {"read-later", "sent", "unread"}
+
+
+def insert(env: MailEnv, raw: bytes, *args: str) -> None:
+    """``notmuch insert`` as procmail or a mail client's Sent copy runs it."""
+    subprocess.run(["notmuch", "insert", *args], input=raw, env={**os.environ, **env.env},
+                   capture_output=True, check=True)
+
+
+def tags_of(env: MailEnv, mid: str) -> set[str]:
+    return set(env.notmuch("search", "--output=tags", f"id:{mid}").stdout.split())
+
+
+def mirrored_tags(env: MailEnv, mid: str) -> set[str] | None:
+    with sidecar.opened(sidecar.sidecar_path(env.config().data_dir)) as conn:
+        row = conn.execute("SELECT tags FROM messages WHERE message_id = ?", (mid,)).fetchone()
+    return None if row is None else set(json.loads(row[0]))
+
+
+def test_mail_notmuch_insert_delivers_is_tagged_and_mirrored_when_insert_returns(
+        indexed: MailEnv) -> None:
+    """Our post-insert hook runs the pass: the rules start from the tags insert gave (new.tags
+    and the caller's), and a tag of new.tags the caller took off stays off."""
+    insert(indexed, LISTED, "--folder=personal/INBOX")
+    insert(indexed, PLAIN, "--folder=personal/INBOX", "-inbox", "+todo")
+    insert(indexed, MINE, "--folder=personal/Sent", "+sent", "-unread")
+    listed = {"list", "list/rust-users.lists.example.com", "unread"}
+    assert tags_of(indexed, "listed-1@example.com") == listed
+    assert tags_of(indexed, "plain-1@example.com") == {"todo", "unread"}
+    assert tags_of(indexed, "mine-1@example.org") == {"sent"}
+    assert mirrored_tags(indexed, "listed-1@example.com") == listed
+    assert mirrored_tags(indexed, "mine-1@example.org") == {"sent"}
+
+
+def test_mail_inserted_without_hooks_waits_for_the_next_pass(indexed: MailEnv) -> None:
+    insert(indexed, LISTED, "--no-hooks", "--folder=personal/INBOX")
+    assert tags_of(indexed, "listed-1@example.com") == {"inbox", "unread"}
+    assert mirrored_tags(indexed, "listed-1@example.com") is None
+    indexed.notmuch("new")
+    listed = {"list", "list/rust-users.lists.example.com", "unread"}
+    assert tags_of(indexed, "listed-1@example.com") == listed
+    assert mirrored_tags(indexed, "listed-1@example.com") == listed
 
 
 def test_mail_the_first_run_after_a_compact_indexes_is_tagged(indexed: MailEnv) -> None:

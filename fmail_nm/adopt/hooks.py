@@ -1,4 +1,6 @@
-"""Install fmail-nm's notmuch hooks without losing the user's own.
+"""Install fmail-nm's notmuch hooks without losing the user's own: ``post-new`` and
+``post-insert`` (mail ``notmuch insert`` delivers gets the same pass at once, not at the next
+``notmuch new``).
 
 A hook already in place (afew, a shell script) is kept under its own name in a folder of its
 own, ``<hooks>/before-fmail-nm/<hook>``, and our hook runs it first: a script that tells what
@@ -23,7 +25,7 @@ from pathlib import Path
 from ..passes import PASS_AFTER_ENV
 from ..store.mover import NO_HARDLINKS
 
-HOOK_NAMES = ("post-new",)
+HOOK_NAMES = ("post-new", "post-insert")
 MARKER = "# fmail-nm hook:"
 KEPT_DIR = "before-fmail-nm"
 # Where earlier versions kept the user's hook: <hook><LEGACY_SUFFIX>, beside ours.

@@ -2,10 +2,10 @@
 
 Checks, in order: the config files exist and parse; notmuch's settings (``new.ignore``,
 exclusions, flag sync, ``new.tags``); that the notmuch database opens; that fmail-nm knows
-the user's addresses; our post-new hook installed, executable and chained; each account's
-mbsync channel defined, syncing into the mail root, with ``Expunge``, and the SASL plugin
-its IMAP account needs when it signs in with ``AuthMechs XOAUTH2``; folders holding mail that
-the service's last sync found gone from the server; an msmtp account for
+the user's addresses; our post-new and post-insert hooks installed, executable and chained;
+each account's mbsync channel defined, syncing into the mail root, with ``Expunge``, and the
+SASL plugin its IMAP account needs when it signs in with ``AuthMechs XOAUTH2``; folders
+holding mail that the service's last sync found gone from the server; an msmtp account for
 each address that sends through msmtp; the sidecar built from this notmuch database; the
 HTTP token file private; the inotify watch limit against the folders to watch; mail on disk
 that the index does not have.  Nothing is changed: the fixes are for the user to run.
@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import mbsyncrc, msmtprc
-from ..adopt.hooks import (conflict_advice, hook_text, hooks_in_conflict, is_ours, kept_hook,
-                           legacy_kept_hook)
+from ..adopt.hooks import (HOOK_NAMES, conflict_advice, hook_text, hooks_in_conflict, is_ours,
+                           kept_hook, legacy_kept_hook)
 from ..adopt.identity import discover, missing_from_notmuch
 from ..adopt.initialize import Finding, notmuch_findings
 from ..app import load_config
@@ -154,22 +154,35 @@ def identity_findings(config: Config, nm: dict[str, str], reader: Reader, *,
                     f"{notmuch} config set user.primary_email you@example.org (your address)")]
 
 
+# What is lost without each hook of ours.
+HOOK_MISSED = {
+    "post-new": "new mail is not tagged and the sidecar falls behind",
+    "post-insert": "mail `notmuch insert` delivers waits for the next notmuch new to be tagged",
+}
+
+
 def hook_findings(hook_dir: Path, command: list[str]) -> list[Finding]:
-    """``command``: the argv init would write into the hook now (config.fmail_command)."""
-    hook = hook_dir / "post-new"
-    pair = hooks_in_conflict(hook_dir, "post-new")
+    """``command``: the argv init would write into the hooks now (config.fmail_command)."""
+    return [found for name in HOOK_NAMES for found in _hook_findings(hook_dir, name, command)]
+
+
+def _hook_findings(hook_dir: Path, name: str, command: list[str]) -> list[Finding]:
+    hook = hook_dir / name
+    pair = hooks_in_conflict(hook_dir, name)
     if pair is not None:  # init refuses until the user has chosen
-        return [Finding("hook", f"{pair[0]} and {pair[1]} are two different post-new hooks of "
+        return [Finding("hook", f"{pair[0]} and {pair[1]} are two different {name} hooks of "
                         "yours, and only one runs before fmail-nm's",
-                        conflict_advice(hook_dir, "post-new"))]
+                        conflict_advice(hook_dir, name))]
     if not hook.exists():
-        return [Finding("hook", f"fmail-nm's post-new hook is not installed in {hook_dir}: new "
-                        "mail is not tagged and the sidecar falls behind", "fmail-nm init")]
+        # Without post-insert nothing is lost, only later (the next notmuch new tags it): a
+        # setup from before it existed is not a failing one.
+        return [Finding("hook", f"fmail-nm's {name} hook is not installed in {hook_dir}: "
+                        f"{HOOK_MISSED[name]}", "fmail-nm init", serious=name == "post-new")]
     if not is_ours(hook):
-        return [Finding("hook", f"{hook} is not fmail-nm's hook: new mail is not tagged",
+        return [Finding("hook", f"{hook} is not fmail-nm's hook: {HOOK_MISSED[name]}",
                         "fmail-nm init (it keeps your hook and runs it first)")]
     found = []
-    kept, legacy = kept_hook(hook_dir, "post-new"), legacy_kept_hook(hook_dir, "post-new")
+    kept, legacy = kept_hook(hook_dir, name), legacy_kept_hook(hook_dir, name)
     for path in (hook, kept, legacy):
         if path.exists() and not os.access(path, os.X_OK):
             found.append(Finding("hook", f"{path} is not executable, so notmuch "
@@ -179,10 +192,10 @@ def hook_findings(hook_dir: Path, command: list[str]) -> list[Finding]:
         found.append(_legacy_finding(hook, kept, legacy))
     program = _hook_program(hook)
     if program and not Path(program).exists():
-        found.append(Finding("hook", f"the post-new hook runs {program}, which is gone (a "
+        found.append(Finding("hook", f"the {name} hook runs {program}, which is gone (a "
                              "virtualenv moved or removed)", "fmail-nm init"))
     elif not found and (hook.read_text(encoding="utf-8", errors="replace")
-                        != hook_text("post-new", command)):
+                        != hook_text(name, command)):
         # An earlier version's hook (e.g. one that imported modules from notmuch new's working
         # directory), or one written for another fmail.toml: it runs, but not as init would.
         found.append(Finding("hook", f"{hook} is not the hook this fmail-nm would install "
@@ -196,14 +209,14 @@ def _legacy_finding(hook: Path, kept: Path, legacy: Path) -> Finding:
     version's hook (a script that dispatches on its name fails), by this one's not at all."""
     fix = f"fmail-nm init (it moves your hook to {kept})"
     if legacy.name in hook.read_text(encoding="utf-8", errors="replace"):
-        return Finding("hook", f"your own post-new hook runs as {legacy}: a script that tells "
-                       "pre-new from post-new by its name fails there", fix, serious=False)
-    return Finding("hook", f"your own post-new hook at {legacy} is never run", fix)
+        return Finding("hook", f"your own {hook.name} hook runs as {legacy}: a script that "
+                       "tells pre-new from post-new by its name fails there", fix, serious=False)
+    return Finding("hook", f"your own {hook.name} hook at {legacy} is never run", fix)
 
 
 def _hook_program(hook: Path) -> str | None:
     for line in hook.read_text(encoding="utf-8", errors="replace").splitlines():
-        if line.endswith(" hook post-new || status=$?"):
+        if line.endswith(f" hook {hook.name} || status=$?"):
             try:
                 return shlex.split(line)[0]
             except (ValueError, IndexError):
