@@ -178,8 +178,9 @@ class Account:
 class TagRule:
     """Tags to add and remove on new messages matching a notmuch query.
 
-    ``{me}`` in the query stands for "from one of the user's addresses", and ``{folder:ROLE}``
-    (ROLE one of inbox, sent, drafts, trash, junk, archive) for "in any account's ROLE folder".
+    ``{me}`` in the query stands for "from one of the user's addresses" (their sub-addresses
+    too: passes.tagging.me_among), and ``{folder:ROLE}`` (ROLE one of inbox, sent, drafts,
+    trash, junk, archive) for "in any account's ROLE folder".
     """
 
     query: str

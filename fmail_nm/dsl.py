@@ -87,7 +87,7 @@ class DslContext:
     excluded_tags: Sequence[str] = ("deleted", "spam")
     # account -> its INBOX outside its folder (mbsync's Inbox outside the store's Path)
     account_inboxes: Mapping[str, str] = field(default_factory=dict)
-    me: Sequence[str] = ()  # the user's addresses: from:me, to:me
+    me: Sequence[str] = ()  # the user's addresses (sub-addresses too): from:me, to:me
     # A uid (the id every listing shows) -> its Message-ID, or None: id:<uid> finds it.
     message_id_of_uid: Callable[[str], str | None] = lambda uid: None
 

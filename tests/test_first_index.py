@@ -102,6 +102,16 @@ def test_the_first_index_equals_notmuch_new_and_the_pass(mail_env: MailEnv, tmp_
     assert check.returncode == 0, check.stdout
 
 
+def test_the_first_index_tags_my_mail_from_a_sub_address_sent(mail_env: MailEnv) -> None:
+    """Mail from alex+lists@ (of alex@example.org) is the user's: the rules see the senders of
+    the batch, since the mirror that lists the sub-addresses seen is built after it."""
+    (mail_env.mail_root / "personal" / "Sent" / "cur" / "8.a:2,S").write_bytes(
+        mail("plus-sent@x").replace(b"Nia <nia@example.com>", b"Alex <alex+lists@example.org>"))
+    init_without_index(mail_env)
+    assert run_index(mail_env.config(), show_progress=False).first_index
+    assert mail_env.notmuch("search", "--output=tags", "id:plus-sent@x").stdout.split() == [
+        "sent"]
+
 def test_init_indexes_the_fixtures_itself_with_the_tags_they_always_had(
         mail_env: MailEnv) -> None:
     init_without_index(mail_env)

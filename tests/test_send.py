@@ -996,6 +996,19 @@ def test_a_reply_to_mail_bcc_d_to_an_alias_is_written_from_that_address(bed: Bed
     assert draft.from_ == "alex.morgan@example.org" and draft.to == ["erin@example.com"]
 
 
+
+def test_a_reply_to_mail_sent_to_a_sub_address_is_written_from_its_address(bed: Bed) -> None:
+    """Mail to alex.morgan+lists@: the reply comes from alex.morgan@, not the account's first
+    address -- and from the sub-address itself only when fmail.toml lists it (a server may
+    refuse mail from an address it does not know)."""
+    bed.receive(b"From: Erin <erin@example.com>\r\nTo: Alex <Alex.Morgan+Lists@example.org>"
+                b"\r\nSubject: hi\r\nMessage-ID: <plus-2@example.com>\r\n\r\nHi.\r\n")
+    draft = compose.reply_to_email(bed.ctx, "plus-2@example.com", "Hello")
+    assert draft.from_ == "alex.morgan@example.org" and draft.to == ["erin@example.com"]
+    add_my_address(bed, "alex.morgan+lists@example.org", "personal")
+    draft = compose.reply_to_email(bed.ctx, "plus-2@example.com", "Hello")
+    assert draft.from_ == "alex.morgan+lists@example.org"
+
 # The user's address with a non-ASCII domain: fmail.toml and each mail may write the domain in
 # Unicode or in ACE (xn--), and either way it is the user's.
 IDN_ME, ACE_ME = "alex@b\u00fccher.example", "alex@xn--bcher-kva.example"

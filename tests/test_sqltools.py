@@ -1083,3 +1083,87 @@ def test_my_address_in_the_other_form_is_not_listed_as_a_recipient(
     path = sidecar.sidecar_path(indexed.config().data_dir)
     path.rename(path.with_name("moved-away"))  # no mirror: notmuch answers, To/Cc read there
     assert unanswered() == [("idn-cc@x", anna)]
+
+
+# The user's sub-address alex+lists@example.org (of alex@example.org in fmail.toml): mail
+# received at it, the user's reply sent from it, and mail from alex+lists@ of another domain.
+SUB_ME = "alex+lists@example.org"
+SUB_MAIL = (
+    ("sub-received@x", "INBOX", "Anna <anna@example.net>", f"Alex <{SUB_ME}>", "", ""),
+    ("sub-sent@x", "Sent", f"Alex Morgan <{SUB_ME}>", "Anna <anna@example.net>", "Re: ",
+     "In-Reply-To: <sub-received@x>\n"),
+    ("sub-other@x", "INBOX", "Alex Other <alex+lists@example.net>", "Anna <anna@example.net>",
+     "", ""),
+)
+SUB_LAST_WORD = sidecar.uid_for("sub-sent@x")
+
+
+def _my_sub_address_mail_indexed(env: MailEnv) -> None:
+    for n, (mid, folder, sender, to, re_, extra) in enumerate(SUB_MAIL):
+        (env.mail_root / "personal" / folder / "cur" / f"179650000{n}.1_{n}.host:2,S").write_text(
+            f"From: {sender}\nTo: {to}\nSubject: {re_}the ferry timetable\n"
+            f"Date: Mon, 30 Nov 2026 1{n}:00:00 +0000\nMessage-ID: <{mid}>\n{extra}\n"
+            "Timetable attached.\n")
+    env.fmail("index")
+
+
+def _sub_rows(env: MailEnv) -> list[list[object]]:
+    path = sidecar.sidecar_path(env.config().data_dir)
+    return query_emails(path, "SELECT e.message_id, e.is_sent, t.sent_count, t.last_from_me "
+                              "FROM emails e JOIN threads t USING (thread_id) "
+                              "WHERE e.message_id LIKE 'sub-%' ORDER BY 1").rows
+
+
+SUB_ROWS = [["sub-other@x", 0, 0, 0], ["sub-received@x", 0, 1, 1], ["sub-sent@x", 1, 1, 1]]
+
+
+def test_my_mail_from_a_sub_address_is_sent_in_tags_and_the_mirror(indexed: MailEnv) -> None:
+    """Mail the user sent from alex+lists@ is the user's, as alex@ is in fmail.toml: notmuch
+    tags it sent (and out of the inbox), and the mirror's is_sent (and the thread's
+    sent_count, last_from_me) agree; alex+lists@ of another domain is someone else."""
+    _my_sub_address_mail_indexed(indexed)
+    tagged = indexed.notmuch("search", "--output=messages", "tag:sent AND mid:/^sub-/").stdout
+    assert tagged.split() == ["id:sub-sent@x"]
+    assert _sub_rows(indexed) == SUB_ROWS
+
+
+def test_a_mirror_that_missed_my_sub_address_mail_is_corrected(indexed: MailEnv) -> None:
+    """A sidecar that compared senders exactly has is_sent = 0 for such mail already; the
+    schema migration makes the next sync recompute it."""
+    _my_sub_address_mail_indexed(indexed)
+    path = sidecar.sidecar_path(indexed.config().data_dir)
+    with sidecar.opened(path) as conn:  # as the mirror had it before
+        conn.execute("UPDATE messages SET is_sent = 0 WHERE message_id = 'sub-sent@x'")
+        sidecar.rebuild_threads(conn)
+        conn.execute("PRAGMA user_version = 25")  # before version 26 took sub-addresses
+    indexed.fmail("index")
+    assert _sub_rows(indexed) == SUB_ROWS
+
+
+def test_from_me_and_to_me_find_my_sub_address_mail(indexed: MailEnv) -> None:
+    _my_sub_address_mail_indexed(indexed)
+    with Reader() as reader:
+        mb = reads.Mailbox(indexed.config(), reader)
+        found = {text: sorted(item.id for item in reads.search_emails(
+            mb, f"{text} subject:ferry", limit=10).results)
+            for text in ("from:me", "to:me", "-from:me")}
+    assert found == {"from:me": [SUB_LAST_WORD],
+                     "to:me": [sidecar.uid_for("sub-received@x")],
+                     "-from:me": sorted(sidecar.uid_for(m) for m in ("sub-received@x",
+                                                                     "sub-other@x"))}
+
+
+def test_my_last_word_from_a_sub_address_is_mine(indexed: MailEnv,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the mirror and (no current mirror) from notmuch alike."""
+    _my_sub_address_mail_indexed(indexed)
+
+    def unanswered() -> list[str]:
+        with Reader() as reader:
+            found = reads.find_unanswered_threads(reads.Mailbox(indexed.config(), reader),
+                                                  limit=500)
+        return [t.last for t in found.threads if t.last in ("sub-sent@x", SUB_LAST_WORD)]
+
+    assert unanswered() == [SUB_LAST_WORD]
+    monkeypatch.setattr(reads, "_unanswered_from_mirror", lambda *args: None)
+    assert unanswered() == [SUB_LAST_WORD]

@@ -42,7 +42,8 @@ from ..clock import iso_from_epoch
 from ..config import ROOT_FOLDER, Config
 from ..errors import BackendError
 from ..message.headers import (Address, HeaderInfo, canonical_address, ends_head,
-                               list_author, parse_headers, read_head, search_forms, via_name)
+                               is_own_address, list_author, parse_headers, read_head,
+                               search_forms, via_name)
 from ..message.mime import ParsedMessage, parse_message
 from ..message.text import preview, preview_html_text
 from ..private import private_dir
@@ -331,7 +332,7 @@ def build_row(m: IndexedMessage, parsed: Parsed, layout: Layout, me: frozenset[s
         "is_flagged": int("flagged" in m.tags),
         "is_replied": int("replied" in m.tags),
         "is_draft": int("draft" in m.tags),
-        "is_sent": int(canonical_address(sender_email) in me and "draft" not in m.tags),
+        "is_sent": int(is_own_address(sender_email, me) and "draft" not in m.tags),
         # The tag also covers a file attached past the head parse_file reads.
         "has_attachment": int(parsed.has_attachment or "attachment" in m.tags),
         "is_excluded": int(not exclusions.isdisjoint(m.tags)),
@@ -633,8 +634,8 @@ def add_to_stats(conn: sqlite3.Connection, message_ids: Sequence[str], *,
 
 def my_addresses(config: Config) -> frozenset[str]:
     """The user's addresses as :func:`canonical_address` writes them, senders being compared
-    in that form: notmuch's ``from:`` (and so the ``sent`` tag) matches mail writing a domain
-    in ACE (``xn--``) or in Unicode alike."""
+    in that form (their sub-addresses too: is_own_address): notmuch's ``from:`` (and so the
+    ``sent`` tag) matches mail writing a domain in ACE (``xn--``) or in Unicode alike."""
     return frozenset(search_forms(config.addresses))
 
 
@@ -645,9 +646,8 @@ def _set_me(conn: sqlite3.Connection, me: frozenset[str]) -> bool:
         return False
     conn.execute("DELETE FROM me")
     conn.executemany("INSERT INTO me (email) VALUES (?)", [(a,) for a in sorted(me)])
-    marks = ",".join("?" * len(me)) or "NULL"
-    conn.execute(f"UPDATE messages SET is_sent = (canonical_address(sender_email) IN ({marks}) "
-                 "AND is_draft = 0)", sorted(me))
+    conn.execute("UPDATE messages SET is_sent = ("
+                 + sidecar.is_mine_sql("canonical_address(sender_email)") + " AND is_draft = 0)")
     sidecar.rebuild_threads(conn)
     return True
 

@@ -34,12 +34,14 @@ from dataclasses import dataclass, field
 
 from .. import tags
 from ..config import FOLDER_PLACEHOLDER, Config, TagRule
+from ..message.headers import canonical_address, is_own_address, search_forms
 from ..progress import TAGGING, ProgressCallback
 from ..store import sidecar
 from ..store.maildir import in_role
 from ..store.notmuch import Reader, Writer, WriteTxn
 from ..store.notmuch_config import config_list
 from ..store.query import MATCH_NOTHING, all_of, folders_query, id_query, me_query
+from ..store.threads import sender
 
 BATCH_SIZE = 200
 
@@ -59,11 +61,24 @@ class TaggingReport:
 
 
 
-def rule_query(rule: TagRule, config: Config) -> str:
-    """A rule's query with ``{me}`` and ``{folder:ROLE}`` expanded for this setup."""
+def rule_query(rule: TagRule, config: Config, me: Sequence[str]) -> str:
+    """A rule's query with ``{me}`` (the user's addresses ``me``: see :func:`me_among`) and
+    ``{folder:ROLE}`` expanded for this setup."""
     roles = config.roles()
-    query = rule.query.replace("{me}", me_query(config.addresses))
+    query = rule.query.replace("{me}", me_query(me))
     return FOLDER_PLACEHOLDER.sub(lambda m: folders_query(roles.get(m.group(1), [])), query)
+
+
+def me_among(txn: WriteTxn, config: Config, message_ids: Sequence[str]) -> tuple[str, ...]:
+    """The user's addresses for rules over these messages: fmail.toml's, and the sub-addresses
+    of theirs these messages are from (is_own_address, the first From address, as the
+    mirror's is_sent has it).  Terms of their own, notmuch's regex form of ``from:`` being a
+    scan of every sender; the rules only ever ask about these messages."""
+    mine = search_forms(config.addresses)
+    headers = (txn.from_header(mid) for mid in message_ids)
+    senders = (sender(header)[1] for header in headers if "+" in header)
+    return tuple(dict.fromkeys(
+        (*mine, *(canonical_address(s) for s in senders if is_own_address(s, mine)))))
 
 
 # notmuch refuses tags over 200 bytes (and the whole batch with them); a List-Id is untrusted.
@@ -158,8 +173,9 @@ def place_tags(txn: WriteTxn, config: Config, message_id: str) -> bool:
         return False
     # Without the user's addresses no draft can be told from mail dragged into Drafts: each
     # stays one, as a draft of the user's does.
+    me = me_among(txn, config, [message_id])
     dragged = tags.DRAFT in message.tags and bool(config.addresses) and not txn.message_ids(
-        all_of(me_query(config.addresses), id_query([message_id])))
+        all_of(me_query(me), id_query([message_id])))
     taken_off, place = _retagged_on_move(config, message.filenames, dragged)
     # The rules' tag terms are answered from the tags worked out so far (as in _tag_batch),
     # their other terms by notmuch: nothing is written until the outcome is known.
@@ -168,7 +184,7 @@ def place_tags(txn: WriteTxn, config: Config, message_id: str) -> bool:
     for rule in config.rules:
         add = {t for t in rule.add if t in place}
         remove = {t for t in rule.remove if t in place}
-        query = _answered_from(rule_query(rule, config), [message_id], expected)
+        query = _answered_from(rule_query(rule, config, me), [message_id], expected)
         if (add or remove) and txn.message_ids(all_of(query, only)):
             expected[message_id] = (expected[message_id] | add) - remove
     if not in_role(config, message.filenames, "inbox"):
@@ -256,11 +272,11 @@ def final_tags(txn: WriteTxn, given: Mapping[str, frozenset[str]],
     ids = sorted(given)
     ruled = ruled_new_tags(new_tags, config.rules)
     expected = {mid: expected_tags(given[mid], ruled, list_ids.get(mid)) for mid in ids}
-    scope = id_query(ids)
+    scope, me = id_query(ids), me_among(txn, config, ids)
     for rule in config.rules:
         if not ids:
             break
-        query = _answered_from(rule_query(rule, config), ids, expected)
+        query = _answered_from(rule_query(rule, config, me), ids, expected)
         for mid in txn.message_ids(all_of(query, scope)):
             expected[mid] = (expected[mid] | set(rule.add)) - set(rule.remove)
     return {mid: expected[mid] - (ruled - given[mid]) for mid in ids}

@@ -804,6 +804,14 @@ class WriteTxn:
         except LookupError:
             return None
 
+    def from_header(self, message_id: str) -> str:
+        """A message's From header alone (cheaper than :meth:`get`: the index keeps it with
+        the document); '' if it is not indexed."""
+        try:
+            return _header(_find(self._db, message_id), "from")
+        except LookupError:
+            return ""
+
     def tags_of(self, message_id: str) -> frozenset[str] | None:
         """A message's tags alone (cheaper than :meth:`get`); None if it is not indexed."""
         try:

@@ -43,7 +43,7 @@ from typing import Any
 
 from ..clock import utc_now, utc_stamp
 from ..errors import BackendError
-from ..message.headers import canonical_address
+from ..message.headers import canonical_address, is_own_address, search_forms
 from ..private import private_dir, private_file, tighten
 from .threads import ThreadMember, author
 
@@ -685,15 +685,21 @@ INSERT INTO sync_state (key, value) SELECT '{AUTHOR_REPARSE_KEY}', ''
 """
 
 
+def is_mine_sql(address: str) -> str:
+    """SQL for "the canonical address ``address`` (an SQL expression) is the user's", by the
+    ``me`` table, as message.headers.is_own_address has it."""
+    return f"""EXISTS (SELECT 1 FROM me WHERE me.email = {address}
+       OR (instr(me.email, '+') = 0
+           AND substr({address}, 1, instr(me.email, '@'))
+               = substr(me.email, 1, instr(me.email, '@') - 1) || '+'
+           AND substr({address}, -(length(me.email) - instr(me.email, '@') + 1))
+               = substr(me.email, instr(me.email, '@'))))"""
+
+
 # Version 24: is_me holds for the user's sub-addresses too (me+lists@x of me@x, an address of
 # the user's without "+"), as message.headers.is_own_address has it: the blocklist refuses
 # them as the user's, saying to add is_me = 0.  Dropping the view drops its triggers.
-_IS_ME_V24 = """EXISTS (SELECT 1 FROM me WHERE me.email = e.email_address
-       OR (instr(me.email, '+') = 0
-           AND substr(e.email_address, 1, instr(me.email, '@'))
-               = substr(me.email, 1, instr(me.email, '@') - 1) || '+'
-           AND substr(e.email_address, -(length(me.email) - instr(me.email, '@') + 1))
-               = substr(me.email, instr(me.email, '@'))))"""
+_IS_ME_V24 = is_mine_sql("e.email_address")
 _V24 = ("DROP VIEW contacts;" + _CONTACTS_VIEW.format(is_me=_IS_ME_V24) + _CONTACTS_INSERT_V17
         + _CONTACTS_UPDATE + _CONTACTS_DELETE)
 
@@ -704,6 +710,13 @@ _V24 = ("DROP VIEW contacts;" + _CONTACTS_VIEW.format(is_me=_IS_ME_V24) + _CONTA
 _V25 = """
 DELETE FROM sync_state WHERE key IN ('revision', 'window')
     AND EXISTS (SELECT 1 FROM messages WHERE account_name IS NULL);
+"""
+
+# Version 26: mail from a sub-address of the user's (me+lists@x of me@x) is the user's own mail
+# (is_sent, passes.mirror), as is_me has it since version 24.  Emptying ``me`` makes the next
+# sync recompute is_sent, the thread rows and the contact figures, as version 15 did.
+_V26 = """
+DELETE FROM me;
 """
 
 
@@ -724,7 +737,7 @@ REPARSES = (Reparse(REPARSE_KEY, REPARSED_ROWS), Reparse(BCC_REPARSE_KEY, BCC_RE
 # Index i holds the script that takes the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
                                _V13, _V14, _V15, _V16, _V17, _V18, _V19, _V20, _V21,
-                               _V22, _V23, _V24, _V25)
+                               _V22, _V23, _V24, _V25, _V26)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -1290,6 +1303,28 @@ def last_words(conn: sqlite3.Connection, addresses: Sequence[str], *, since: int
         f"m WHERE m.thread_id = thread_rows.thread_id) FROM thread_rows "
         f"WHERE rowid IN ({','.join('?' * len(chosen)) or 'NULL'})", chosen)}
     return int(total), [LastWord(*rows[rowid]) for rowid in chosen]
+
+
+def own_addresses(conn: sqlite3.Connection | None, addresses: Iterable[str]) -> tuple[str, ...]:
+    """The user's ``addresses`` in canonical form, then their sub-addresses (is_own_address)
+    that mirrored mail names: notmuch finds a sub-address by a term of its own, its regex
+    form being a scan of every sender.  Read along message_addresses' key, one look-up per
+    address found."""
+    mine = search_forms(addresses)
+    if conn is None:
+        return mine
+    seen: list[str] = []
+    locals_ = (a.partition("@")[0] for a in mine)
+    for local in dict.fromkeys(local for local in locals_ if "+" not in local):
+        # every address starting "local+", "," being the character after "+"
+        after, end = f"{local}+", f"{local},"
+        while (found := conn.execute("SELECT min(email) FROM message_addresses "
+                                     "WHERE email > ? AND email < ?", (after, end)
+                                     ).fetchone()[0]) is not None:
+            if is_own_address(found, mine):
+                seen.append(found)
+            after = found
+    return tuple(dict.fromkeys((*mine, *seen)))
 
 
 def day_at_rank(conn: sqlite3.Connection, rank: int) -> int | None:

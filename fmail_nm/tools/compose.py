@@ -48,7 +48,7 @@ from ..config import Account, Config, ConfigError
 from ..errors import BackendError
 from ..message import drafts
 from ..message.headers import (Address, addresses, ascii_address, canonical_address,
-                                is_own_address, parse_addresses, split_head)
+                                is_own_address, mailbox_address, parse_addresses, split_head)
 from ..message.formats import unflow
 from ..message.html import read_message
 from ..message.text import clean_text, is_forward_subject, one_line, unescape_line_marks
@@ -921,11 +921,13 @@ def _original(mb: Mailbox, ref: str) -> tuple[IndexedMessage, bytes]:
 def _writer_of_reply(config: Config, message: IndexedMessage,
                      seen: Sequence[Address]) -> tuple[Account, str]:
     """The account and address a reply is written from: the user's address the original was
-    sent to (as configured, whichever form the original wrote it in), else the address of
-    the account that holds it."""
+    sent to (as configured, whichever form the original wrote it in; for a sub-address
+    fmail.toml does not list, the address it is of), else the address of the account that
+    holds it."""
     holder = maildir.primary_account(config, message)
     for person in seen:
-        found = _configured_address(config, person.address, holder)
+        found = (_configured_address(config, person.address, holder)
+                 or _configured_address(config, mailbox_address(person.address), holder))
         if found is not None:
             account = found[0] or holder
             if account is not None:

@@ -95,9 +95,14 @@ class Mailbox:
             folders=self.config.folders,
             folder_names=self.config.mailbox_names,
             excluded_tags=self.reader.search_exclusions(),
-            me=search_forms(self.config.addresses),
+            me=self.own_addresses(),
             message_id_of_uid=self._message_id_of_uid,
         )
+
+    def own_addresses(self) -> tuple[str, ...]:
+        """The user's addresses, canonical, and the sub-addresses of theirs the mirror has
+        seen (sidecar.own_addresses): what from:me, to:me and the user's last word are."""
+        return sidecar.own_addresses(self.mirror.connection(), self.config.addresses)
 
     def compile(self, text: str, anchor: int | None = None) -> CompiledQuery:
         try:
@@ -1073,7 +1078,7 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, until: str | 
         raise ToolError(f"min_days_silent must be 0 to {MAX_DAYS_SILENT:,} (got "
                         f"{min_days_silent}); 365 is a year")
     # Compared in canonical form, as the mirror keeps a last word's sender (and as is_sent).
-    mine = plain_addresses(search_forms([address] if address else mb.config.addresses))
+    mine = plain_addresses(search_forms([address]) if address else mb.own_addresses())
     if not mine and address:
         raise ToolError(f"address {address!r} is not an e-mail address")
     if not mine:
