@@ -792,6 +792,9 @@ HIDDEN_TEXT = {
                     "SECRET</b>after</p></body></html>"),
     "style sheet after its elements": ('<p class=pre>SECRET</p><p>Shown</p><p>after</p>'
                                        "<style>.pre{visibility:hidden}</style>"),
+    "style sheet, a class by character references": ('<style>.pre{display:none}</style><p>Shown'
+                                                      '</p><p class="&#112;re">SECRET</p><p>after'
+                                                      "</p>"),
     "template": '<p>Shown</p><template><p>SECRET</p></template><p>after</p>',
     "link to hidden text": ('<p>Shown <a href="https://evil.example/SECRET" title="SECRET">'
                             '<span style="display:none">SECRET</span></a>after</p>'),
@@ -860,6 +863,12 @@ SHOWN_TEXT = {
     "a style sheet in a comment": ('<!-- <style>.a{display:none}</style> --><p class=a>Shown</p>'
                                    '<style media="print">.b{display:none}</style><p class=b>after'
                                    "</p>"),
+    "a style sheet for small screens": ('<style media="screen and (max-width:600px)">'
+                                        ".desk{display:none}</style><p class=desk>Shown</p>"
+                                        "<p>after</p>"),
+    # HTML parts classes at ASCII white space only: "a&nbsp;b" is one class, not "a" and "b"
+    "a class with a no-break space": ('<style>.a{display:none}</style><p class="a&nbsp;b">Shown'
+                                      "</p><p>after</p>"),
 }
 
 
@@ -887,6 +896,17 @@ def test_html_link_to_hidden_text_shows_no_address() -> None:
     assert "[on](https://shown.example/)" in text and "https://image.example/" in text
 
 
+def test_html_style_sheet_of_thousands_of_rules_for_one_class_is_left_unread() -> None:
+    """Each element of a class goes through every rule for it: a hostile mail's thousands,
+    on as many elements, took minutes to read.  A sheet with more rules for one name than
+    any newsletter's is read as none: its hidden text shows, as without a sheet."""
+    from fmail_nm.message.text import preview_html_text
+    rules = "".join(f".pre.x{i}{{color:red}}" for i in range(1000))
+    html = f"<style>{rules}.pre{{display:none}}</style><p class=pre>Shown</p><p>after</p>"
+    assert "Shown" in parse_message(message("Content-Type: text/html", body=html)).text
+    assert "Shown" in preview_html_text(html).text
+
+
 def test_html_styles_read_are_not_held_in_memory_whatever_their_length() -> None:
     """Styles read are remembered for the next tag that has them, but not a hostile mail's
     long ones: a thousand of 500 KB would hold half a gigabyte in the server."""
@@ -912,6 +932,27 @@ def test_html_ending_in_text_with_many_lt_is_read_whole_and_soon() -> None:
     done = subprocess.run([sys.executable, "-c", script], timeout=120, capture_output=True,
                           input=message("Content-Type: text/html", body=code), check=True)
     assert done.stdout.split() == [b"25000", b"25000"]
+
+
+def test_html_styles_of_long_runs_of_digits_or_spaces_are_read_soon() -> None:
+    """A number or white space run on for thousands of characters in a style, inline or in a
+    sheet: the expressions reading sizes, zeros, colours and "!important" went back through
+    the run from each of its characters, hours on 500 KB (the indexer reads every HTML-only
+    message's preview); a child process bounds the wait."""
+    values = ["opacity:" + "0" * 40_000 + "1", "font:" + "1" * 40_000,
+              "font-size:" + "1" * 40_000 + "x", "display:none" + " " * 40_000 + "x",
+              "color:rgba(1,1,1," + "0" * 40_000 + "x)"]
+    html = ("<style>.a{" + ";".join(values) + "}</style>"
+            + "".join(f'<p class=a style="{value}">Shown</p>' for value in values))
+    script = ("import sys; from fmail_nm.message.html import read_message\n"
+              "from fmail_nm.message.text import preview_html_text\n"
+              "raw = sys.stdin.buffer.read()\n"
+              "html = raw.split(b'\\n\\n', 1)[1].decode()\n"
+              "print(read_message(raw).text.count('Shown'), "
+              "preview_html_text(html).text.count('Shown'))")
+    done = subprocess.run([sys.executable, "-c", script], timeout=120, capture_output=True,
+                          input=message("Content-Type: text/html", body=html), check=True)
+    assert done.stdout.split() == [b"5", b"5"]
 
 
 def test_html_with_only_an_image_says_so() -> None:

@@ -853,7 +853,8 @@ def test_a_write_with_too_little_disk_space_is_refused_and_the_writer_lives_on(
 
 def test_a_write_the_damaged_sidecar_cannot_record_says_it_was_done(indexed: MailEnv) -> None:
     """notmuch commits a write before its audit record is written: a sidecar that is no
-    database by then must not make the write read as failed (the caller would do it again)."""
+    database by then must not make the write read as failed (the caller would do it again),
+    and the way out is named, as a read names it: each write after would fail the same."""
     from fmail_nm.app import load_config
     from fmail_nm.passes.changes import UnrecordedWrite, WriteContext
     from fmail_nm.store import notmuch as store
@@ -870,8 +871,10 @@ def test_a_write_the_damaged_sidecar_cannot_record_says_it_was_done(indexed: Mai
             store.Writer(config.settings.notmuch_config) as writer:
         ctx = WriteContext(config, reader, writer, path)
         with pytest.raises(UnrecordedWrite, match="set_read was done, but the "
-                           "sidecar could not record it.*file is not a database"):
+                           "sidecar could not record it.*file is not a database") as failed:
             writes.set_read(ctx, [mid], True)
+    assert f"the sidecar {path} cannot be read" in str(failed.value)
+    assert "fmail-nm sidecar rebuild" in str(failed.value)
     assert "unread" not in indexed.notmuch("search", "--exclude=false", "--output=tags",
                                            f"id:{mid}").stdout
 

@@ -1399,6 +1399,37 @@ def test_an_index_run_prunes_the_log_past_its_days_but_keeps_sends_and_recent_un
     h.assert_in_step()
 
 
+def test_a_pass_on_a_busy_sidecar_leaves_the_pruning_to_the_next(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pruning follows the pass's tagging and mirroring: a sidecar another process is
+    writing then must not fail the pass (the hook, the index run) -- the old entries go at
+    the next one."""
+    from fmail_nm.passes.post_new import post_new
+    old = writes.tag_emails(h.ctx, [IN_INBOX], add=["old"])
+    with sidecar.opened(h.ctx.sidecar_file) as conn:
+        conn.execute("UPDATE audit_log SET at = ? WHERE id = ?",
+                     (utc_stamp(utc_now() - timedelta(days=sidecar.AUDIT_KEEP_DAYS + 1)),
+                      old.audit_id))
+    monkeypatch.setattr(sidecar, "BUSY_TIMEOUT_MS", 200)
+    prune, blockers = sidecar.prune_audit_log, []
+
+    def prune_while_busy(conn: sqlite3.Connection) -> int:
+        blockers.append(_sidecar_writer(h))
+        return prune(conn)
+
+    monkeypatch.setattr(sidecar, "prune_audit_log", prune_while_busy)
+    try:
+        post_new(h.ctx.config, h.ctx.reader, h.ctx.writer)
+    finally:
+        for blocker in blockers:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+    assert blockers and [entry[0] for entry in h.audit()] == [old.audit_id]
+    monkeypatch.setattr(sidecar, "prune_audit_log", prune)
+    post_new(h.ctx.config, h.ctx.reader, h.ctx.writer)
+    assert h.audit() == []
+
+
 def test_a_busy_database_is_reported_and_nothing_changes(h: Harness) -> None:
     before = {mid: h.shape(mid) for mid in (IN_INBOX, UNREAD_IN_CUR)}
     with notmuch_lock_held() as holder:

@@ -22,6 +22,7 @@ button Outlook draws itself).
 from __future__ import annotations
 
 import functools
+import html as html_lib
 import re
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -167,10 +168,13 @@ def _style_hiding(style: str) -> Hiding:
 
 
 _CSS_COMMENT = re.compile(r"/\*.*?(?:\*/|$)", re.S)
-_IMPORTANT = re.compile(r"\s*!\s*important\s*$")
 # A CSS identifier: a declaration named anything else ("<!--display") is dropped by browsers.
 _PROPERTY = re.compile(r"-?[a-z_][a-z0-9_-]*")
-_ZERO = re.compile(r"[+-]?0*\.?0+(?:px|pt|pc|em|rem|ex|ch|vw|vh|vmin|vmax|cm|mm|in|q|%)?")
+# A number, and a zero, each read one way only (possessive): a value of thousands of digits
+# costs no backtracking through them, from each of them.
+_NUMBER = r"(?:\d++(?:\.\d++)?|\.\d++)"
+_ZERO_NUMBER = r"(?:0++(?:\.0++)?|\.0++)"
+_ZERO = re.compile(rf"[+-]?{_ZERO_NUMBER}(?:px|pt|pc|em|rem|ex|ch|vw|vh|vmin|vmax|cm|mm|in|q|%)?")
 _ZERO_BOXES = ("height", "max-height", "width", "max-width")
 
 
@@ -196,9 +200,16 @@ def _declaration_list(css: str) -> list[_Declaration]:
         name, colon, value = declaration.partition(":")
         name = name.strip()
         if colon and _PROPERTY.fullmatch(name):
-            stripped = _IMPORTANT.sub("", value)
-            found.append(_Declaration(name, stripped.strip(), stripped != value))
+            value, important = _importance(value)
+            found.append(_Declaration(name, value.strip(), important))
     return found
+
+
+def _importance(value: str) -> tuple[str, bool]:
+    """A declaration's ``value`` without its "!important" (white space around the "!"), and
+    whether it had one."""
+    head, bang, tail = value.rpartition("!")
+    return (head, True) if bang and tail.strip() == "important" else (value, False)
 
 
 # CSS escapes ("d\\69splay" is "display"): a hex code point and the white space ending it, or a
@@ -246,9 +257,9 @@ def _css_hiding(css: dict[str, str]) -> Hiding:
 
 
 # The size in the "font" shorthand ("bold 14px/20px Arial", "0/0 a"): one with a unit, or 0.
-_FONT_SIZE = re.compile(r"(?:^|\s)(0|[+-]?\d*\.?\d+(?:[a-z]+|%))(?:\s*/\s*\S+)?\s+\S")
+_FONT_SIZE = re.compile(rf"(?:^|\s)(0|[+-]?{_NUMBER}(?:[a-z]++|%))(?:\s*/\s*\S+)?\s+\S")
 # A size of the parent's: of a zero font size, zero again.
-_RELATIVE_SIZE = re.compile(r"[+-]?\d*\.?\d+(?:em|ex|ch|%)|smaller|larger|inherit")
+_RELATIVE_SIZE = re.compile(rf"[+-]?{_NUMBER}(?:em|ex|ch|%)|smaller|larger|inherit")
 
 
 def _size_hides(css: dict[str, str]) -> bool | None:
@@ -275,7 +286,7 @@ def _colour_hides(css: dict[str, str]) -> bool | None:
 _NAMED = {"white": "#ffffff", "black": "#000000"}
 _SHORT_HEX = re.compile(r"#([0-9a-f])([0-9a-f])([0-9a-f])")
 _RGB = re.compile(r"rgba?\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*(?:,\s*1(?:\.0*)?\s*)?\)")
-_NO_ALPHA = re.compile(r"rgba\((?:\s*[\d.]+%?\s*,){3}\s*0*\.?0+\s*\)")
+_NO_ALPHA = re.compile(rf"rgba\((?:\s*+[\d.]++%?\s*+,){{3}}\s*+{_ZERO_NUMBER}\s*+\)")
 
 
 def _same_colour(text: str | None, background: str | None) -> bool:
@@ -316,9 +327,16 @@ class _Rule(NamedTuple):
                 and self.id in ("", id_))
 
 
+# What separates an element's classes: a no-break space is part of one.
+_ASCII_SPACE = re.compile(r"[ \t\n\f\r]+")
+# The rules for one id, class or tag a sheet may hold (see StyleSheet).
+_MAX_RULES_A_NAME = 32
+
+
 class StyleSheet:
     """The rules of a document's ``<style>`` elements that can hide an element or show it
-    again, each found by the id, a class or the tag its selector asks for."""
+    again, each found by the id, a class or the tag its selector asks for -- none, where more
+    than _MAX_RULES_A_NAME are found by one."""
 
     def __init__(self, css: str = "") -> None:
         self._rules: dict[str, list[_Rule]] = {}  # by "#id", ".class" or tag
@@ -330,6 +348,11 @@ class StyleSheet:
             own = _css_hiding(_cascaded([rule], []))
             if own.removes or own.conceals:
                 self._hiding.append(rule)
+        if any(len(rules) > _MAX_RULES_A_NAME for rules in self._rules.values()):
+            # No newsletter's: each element of that name would go through them all (a hostile
+            # mail's thousands, on as many elements).  Read as none: no rule that shows again
+            # may be missed where one that hides is read.
+            self._rules, self._hiding = {}, []
 
     def __bool__(self) -> bool:
         return bool(self._rules)
@@ -344,7 +367,7 @@ class StyleSheet:
         """The rules for a ``tag`` element with these attributes."""
         if not self._rules:
             return []
-        classes = set((attrs.get("class") or "").split())
+        classes = set(_ASCII_SPACE.split(attrs.get("class") or "")) - {""}
         id_ = attrs.get("id") or ""
         keys = [tag, *(f".{name}" for name in classes), *([f"#{id_}"] if id_ else [])]
         return [rule for key in keys for rule in self._rules.get(key, ())
@@ -352,7 +375,10 @@ class StyleSheet:
 
     def may_hide(self, html: str) -> bool:
         """Whether a rule that hides may match an element of ``html`` (its style sheets
-        taken out): the names its selector asks for are all in it."""
+        taken out): the names its selector asks for are all in it -- as its attributes are
+        read, character references decoded ("&#112;re" is "pre")."""
+        if self._hiding and "&" in html:
+            html = html_lib.unescape(html)
         return any(
             (not rule.id or rule.id in html) and all(name in html for name in rule.classes)
             and (not rule.tag or re.search(rf"<{rule.tag}[\s/>]", html, re.I) is not None)
@@ -363,7 +389,7 @@ class StyleSheet:
 # Either runs to the end of the document if not closed.
 _STYLE_ELEMENT = re.compile(
     r"<!--.*?(?:-->|$)|<style\b([^<>]*)>(.*?)(?:(</style\s*>)|$)", re.I | re.S)
-_MEDIA = re.compile(r"""\bmedia\s*=\s*["']?\s*([^"'\s>]*)""", re.I)
+_MEDIA = re.compile(r"""(?<![\w-])media\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]*))""", re.I)
 
 
 def style_sheet(html: str) -> StyleSheet:
@@ -374,7 +400,8 @@ def style_sheet(html: str) -> StyleSheet:
         if not element.group(3):
             continue
         media = _MEDIA.search(element.group(1))
-        if media is None or media.group(1).lower() in ("all", "screen"):
+        # The whole query: "screen and (max-width:600px)" is for small screens only.
+        if media is None or "".join(media.groups("")).strip().lower() in ("all", "screen"):
             sheets.append(element.group(2))
     css = "\n".join(sheets)
     return StyleSheet(css) if len(css) > _CACHED_SHEET_CHARS else _cached_sheet(css)

@@ -536,7 +536,14 @@ def _recorded(ctx: WriteContext, failure: str, write: Callable[[sqlite3.Connecti
                 return write(conn)
         except (sqlite3.DatabaseError, sidecar.SidecarError) as exc:  # busy, full, damaged
             if not _busy(exc) or time.monotonic() >= deadline:
-                raise UnrecordedWrite(f"{failure} ({exc})") from None
+                raise UnrecordedWrite(_unrecorded(failure, exc, ctx.sidecar_file)) from None
+
+
+def _unrecorded(failure: str, exc: Exception, path: Path) -> str:
+    """``failure`` and why; of a damaged sidecar, its way out too: each write after fails so."""
+    if isinstance(exc, sqlite3.Error) and sidecar.is_damaged(exc):
+        return f"{failure}: {sidecar.failure_text(exc, f'the sidecar {path}')}"
+    return f"{failure} ({exc})"
 
 
 # How long the record of a committed write waits for a sidecar another process is writing

@@ -9,6 +9,8 @@ second fmail-nm."""
 from __future__ import annotations
 
 import functools
+import logging
+import sqlite3
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from .holds import take_places
 from .mirror import Gone, MirrorReport, Parsed, sync_sidecar
 from .tagging import Tagger, TaggingReport, configured_new_tags, run_tagging, settle_places
 
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,20 @@ def post_new(config: Config, reader: Reader, writer: Writer, *,
         report = _post_new(config, reader, writer, new_since=new_since,
                            on_progress=_serialized(on_progress), prefetched=prefetched,
                            tagged=tagged)
-        sidecar.prune_audit_log(conn)  # here, not on each write: a pass writes the sidecar anyway
+        _prune_audit_log(conn)  # here, not on each write: a pass writes the sidecar anyway
         return report
+
+
+def _prune_audit_log(conn: sqlite3.Connection) -> None:
+    """Drop the audit entries past their days -- or leave them to the next pass where the
+    sidecar is busy (another process writing it): the pass's mail is tagged and mirrored,
+    and must not read as failed for housekeeping after it."""
+    try:
+        sidecar.prune_audit_log(conn)
+    except sqlite3.OperationalError as exc:
+        if not sidecar.is_busy(exc):
+            raise
+        log.warning("audit log not pruned this pass (%s); the next pass prunes it", exc)
 
 
 def _post_new(config: Config, reader: Reader, writer: Writer, *, new_since: int | None,

@@ -764,16 +764,29 @@ def failure_text(exc: sqlite3.Error, where: str) -> str:
     """What an SQLite error on the sidecar ``where`` names means to the user: SQLite's bare
     words ("database disk image is malformed") read as if the notmuch database were broken --
     whose rebuild would lose tags.  Names the file and the way out."""
-    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF  # the primary result code
-    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+    if is_busy(exc):
         return (f"{where} is busy ({exc}): another fmail-nm (the service, the notmuch post-new "
                 "hook, another command) is writing to it; retry in a moment (a later "
                 "`fmail-nm index` takes up any mail this run indexed but did not mirror)")
-    if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+    if is_damaged(exc):
         return (f"{where} cannot be read ({exc}); your mail and the notmuch index are not "
                 "affected: `fmail-nm sidecar rebuild` moves the damaged file aside and builds "
                 "it again from notmuch (`fmail-nm doctor` says more)")
     return f"{where}: {exc}"
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is the sidecar held by another connection (busy, locked)."""
+    return _primary_code(exc) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def is_damaged(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is the sidecar file damaged or no SQLite database."""
+    return _primary_code(exc) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+def _primary_code(exc: sqlite3.Error) -> int:
+    return (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
 
 
 def readable(path: Path) -> str | None:
