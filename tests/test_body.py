@@ -557,6 +557,23 @@ def test_alternative_with_a_stub_plain_part_uses_html(stub: str) -> None:
     assert m.from_html
 
 
+def test_alternative_with_a_stub_plain_part_beside_a_short_receipt_uses_html() -> None:
+    """A receipt's items and total, only in its HTML, say less than four times the stub's
+    length, but all of it is new: the stub must not hide them."""
+    html = ("<p>Thank you for your purchase!</p><table border=1><tr><td>Item</td><td>Qty</td>"
+            "<td>Price</td></tr><tr><td>USB-C cable</td><td>2</td><td>€19.98</td></tr><tr>"
+            "<td colspan=2>Total</td><td>€58.98</td></tr></table><p>Order number: 77-1234</p>")
+    body = multipart(
+        "ALT",
+        part("Content-Type: text/plain; charset=utf-8",
+             body="Thank you for shopping at CableWorld. View your order online.\n"),
+        part("Content-Type: text/html; charset=utf-8", body=html + "\n"),
+    )
+    m = parse_message(message("Content-Type: multipart/alternative; boundary=ALT", body=body))
+    assert "€58.98" in m.text and "77-1234" in m.text
+    assert m.from_html
+
+
 def test_alternative_keeps_a_short_plain_part_that_says_it_all() -> None:
     body = multipart(
         "ALT",

@@ -622,7 +622,7 @@ def _render(entity: Entity, body: _Rendering) -> str:
 # A plain alternative this short may be a stub ("." or "view this mail in a browser") beside
 # the real message in HTML: it stands only if the richest alternative says little more.
 STUB_PLAIN_CHARS = 80
-STUB_RATIO = 4
+_WORD = re.compile(r"\w+")
 
 
 def _render_alternative(children: list[Entity], body: _Rendering) -> str:
@@ -642,17 +642,23 @@ def _richest(children: list[Entity], body: _Rendering) -> str:
 
 
 def _unless_stub(plain: str, others: list[Entity], body: _Rendering) -> str:
-    """A short plain text, or the richest other alternative where that says several times
-    more (the plain part was a stub); what rendering the other found is kept only if it is
-    shown."""
+    """A short plain text, or the richest other alternative where that has more words the
+    plain text lacks than the plain text has (the plain part was a stub: "view your order
+    online" beside the order's items and total, which are short too); what rendering the
+    other found is kept only if it is shown."""
     scratch = _Rendering(body.render_html, [])
     richer = _richest(others, scratch)
-    if len(richer) < STUB_RATIO * len(plain):
+    plain_words = _words(plain)
+    if len(_words(richer) - plain_words) <= len(plain_words):
         return plain
     body.defects.extend(scratch.defects)
     body.notes.extend(scratch.notes)
     body.from_html = body.from_html or scratch.from_html
     return richer
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.casefold()))
 
 
 _NOT_DECRYPTED = "fmail-nm does not decrypt mail"
