@@ -240,8 +240,18 @@ DEV_LIST = "List-Id: Dev list <dev.lists.example.org>"
       "X-Original-From: Carol Smith", "Reply-To: carol@example.net"),
      Address("Carol", "carol@example.net")),
     (("From: Carol via dev-list <dev@lists.example.org>", DEV_LIST, "Reply-To: carol"), None),
-    # not rewritten: list mail from its author, and mail no list sent
+    # groups.io: From a no-reply address of the host the List-Id ends in
+    (("From: \"Ann Lee via groups.io\" <noreply@groups.io>", "List-Id: <hikers.groups.io>",
+      "Reply-To: Ann Lee <ann@example.org>"), Address("Ann Lee", "ann@example.org")),
+    # Discourse's mailing-list mode: the site's notification address; its Reply-To is the
+    # site's reply-by-email address, no one's
+    (("From: \"ann_lee via Meta\" <noreply@forum.example.org>",
+      "List-Id: Meta | Support <support.forum.example.org>",
+      "Reply-To: Meta <replies+4f3a@forum.example.org>"), None),
+    # not rewritten: list mail from its author -- a name of hers with " via " in it too --
+    # and mail no list sent
     (("From: Sam <sam@example.net>", DEV_LIST, "Reply-To: Team <team@example.net>"), None),
+    (("From: Maria via Roma <maria@x.example>", DEV_LIST, "Reply-To: boss@y.example"), None),
     (("From: Dan via Portal <portal@acme.example>", "Reply-To: Erin <erin@example.net>"), None),
 ])
 def test_the_author_of_list_mail_whose_from_the_list_rewrote(

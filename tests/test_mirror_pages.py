@@ -428,6 +428,37 @@ def test_unanswered_threads_end_with_a_sent_reply_of_any_of_the_users_addresses(
         reads.find_unanswered_threads(mailbox, until="last week")
 
 
+def test_a_last_word_to_blocked_people_alone_awaits_no_reply(
+        indexed: MailEnv, mailbox: reads.Mailbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocking Jo makes her reply spam, which ends no thread: the user's message before it
+    is the last word again, but it went to no one the user waits for -- those it went to
+    are blocked, or the user.  Sent to someone else too, it still waits for them."""
+    deliver_asks(indexed, [("jo-1", "Alex Morgan <alex@example.org>", ""),
+                           ("jo-2", "Jo Park <jo.park@example.net>", "jo-1")])
+    for day, (mid, copies) in enumerate((("also-ben", "Cc: Ben Carter <ben.carter@example.net>\n"),
+                                         ("also-me", "Cc: Alex Morgan <alex@example.org>\n"))):
+        (indexed.mail_root / "personal" / "Sent" / "cur" / f"1763100000.{mid}.host:2,S"
+         ).write_bytes(f"From: Alex Morgan <alex@example.org>\nTo: Jo Park <jo.park@example.net>"
+                       f"\n{copies}Subject: {mid}\nDate: {20 + day} Dec 2026 09:00 +0000\n"
+                       f"Message-ID: <{mid}@example.org>\n\nHello.\n".encode())
+    indexed.notmuch("new")  # indexed and mirrored by the hook
+
+    def listed(**kwargs: Any) -> tuple[set[str], int]:
+        mirrored, by_notmuch = unanswered_both_ways(mailbox, monkeypatch, **kwargs)
+        assert mirrored == by_notmuch, kwargs
+        found = reads.find_unanswered_threads(mailbox, **kwargs)
+        return {t.last for t in found.threads}, found.total
+
+    jo_1, also_ben, also_me = (sidecar.uid_for(f"{mid}@example{tld}") for mid, tld in (
+        ("jo-1", ".com"), ("also-ben", ".org"), ("also-me", ".org")))
+    before, total = listed(limit=500)
+    assert jo_1 not in before and {also_ben, also_me} <= before
+    indexed.fmail("contacts", "block", "jo.park@example.net")
+    after, total_after = listed(limit=500)
+    assert after == before - {also_me} and total_after == total - 1
+    assert listed(limit=2)[1] == total_after
+
+
 def test_a_listing_reads_one_state_of_the_mirror(indexed: MailEnv,
                                                  mailbox: reads.Mailbox) -> None:
     # A sync commits while a listing is between its reads: they still agree.

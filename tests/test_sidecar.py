@@ -559,6 +559,16 @@ PORTAL = f"""
     Message-ID: <portal@acme.example>
     """
 REWRITTEN = {"list-1": GROUP_POST, "list-2": MAILMAN_POST, "list-3": MAILMAN_REPLY_TO_LIST}
+# List mail from its author, whose own name says " via ": not rewritten, her Reply-To no author.
+VIA_IN_HER_NAME = f"""
+    From: Maria via Roma <maria@roma.example>
+    Reply-To: boss@office.example
+    To: {DEV_LIST}
+    List-Id: Dev list <dev.lists.example.org>
+    Subject: Trip to Roma
+    Date: Fri, 31 Dec 2027 17:00:00 +0000
+    Message-ID: <maria-post@roma.example>
+    """
 
 
 def _deliver_list_mail(env: MailEnv) -> None:
@@ -586,6 +596,11 @@ def test_the_author_of_list_mail_whose_from_the_list_rewrote_is_a_contact(
     recipient more; a Reply-To of mail no list rewrote makes no contact."""
     _deliver_list_mail(indexed)
     _list_mail_figures_are_the_authors(indexed)
+    _put(indexed, "personal/INBOX", "1796400025.1_1.host:2,", VIA_IN_HER_NAME)
+    indexed.notmuch("new")
+    figures = _figures(indexed)
+    assert "boss@office.example" not in figures
+    assert figures["maria@roma.example"][0] == "Maria via Roma"
     assert _same_figures_as_a_rebuild(indexed, tmp_path)
     assert problems(indexed) == []
     with Reader() as reader:
@@ -648,6 +663,29 @@ def test_a_mirror_of_list_mail_written_before_the_upgrade_gains_its_authors(
     assert _same_figures_as_a_rebuild(indexed, tmp_path)
     assert problems(indexed) == []
     assert sync(indexed).parsed == 0  # done once
+
+
+def test_a_mirror_that_read_a_list_members_reply_to_as_her_authors_reads_it_again(
+        indexed: MailEnv, tmp_path: Path) -> None:
+    """Schema 25 read list mail from "Maria via Roma" <maria@roma.example>, her own address,
+    as the list's rewrite: her Reply-To its author, her address unnamed.  The upgrade parses
+    such list mail again."""
+    _put(indexed, "personal/INBOX", "1796400025.1_1.host:2,", VIA_IN_HER_NAME)
+    indexed.notmuch("new")  # runs our post-new hook, which syncs the sidecar
+    with sidecar.opened(sidecar_file(indexed)) as conn:  # as schema 26 wrote it
+        conn.execute("UPDATE message_addresses SET name = '' WHERE role = 'from' "
+                     "AND message_id = 'maria-post@roma.example'")
+        conn.execute("INSERT INTO message_addresses VALUES ('maria-post@roma.example', "
+                     "'author', 'boss@office.example', 'Maria')")
+        mirror.refresh_stats(conn, ["maria@roma.example", "boss@office.example"])
+        conn.execute("PRAGMA user_version = 26")
+    assert "boss@office.example" in _figures(indexed)
+    sync(indexed)
+    figures = _figures(indexed)
+    assert "boss@office.example" not in figures
+    assert figures["maria@roma.example"][0] == "Maria via Roma"
+    assert _same_figures_as_a_rebuild(indexed, tmp_path)
+    assert problems(indexed) == []
 
 
 def test_a_mirror_with_list_authors_set_back_before_schema_18_migrates_again(
@@ -813,6 +851,55 @@ def test_blocking_hides_a_sender_now_and_later_and_unblocking_restores(
     assert _search_ids(mailbox, f"from:{bank}") == from_bank | {statement}
     assert _search_ids(mailbox, "is:blocked") == set()
     assert problems(indexed, parse_files=False) == []
+
+
+def _tags_of(env: MailEnv, message_id: str) -> set[str]:
+    return set(env.notmuch("search", "--output=tags", "--exclude=false",
+                           f"id:{message_id}").stdout.split())
+
+
+def test_blocking_a_list_author_blocks_her_posts_the_list_rewrote_now_and_later(
+        indexed: MailEnv, mailbox: reads.Mailbox, tmp_path: Path) -> None:
+    """Her posts come from the list's address, which notmuch's from: finds, but they count
+    as hers: blocking her blocks them -- and her next post -- and keeps her figures; one
+    undo or an unblock puts them back.  The list's address blocked blocks all its mail, and
+    stays blocked while she is unblocked."""
+    from fmail_nm.passes.changes import WriteContext
+    from fmail_nm.store.notmuch import Writer
+    from fmail_nm.tools import writes
+
+    _deliver_list_mail(indexed)
+    post, bobs = "group-post@googlegroups.com", "mailman-post@lists.example.org"
+    tags_before, figures_before = _tags_of(indexed, post), _figures(indexed)[ALICE]
+    assert "blocked" not in tags_before
+
+    assert "mail tagged blocked: 1" in indexed.fmail("contacts", "block", ALICE).stdout
+    assert {"blocked", "spam"} <= _tags_of(indexed, post)
+    assert _search_ids(mailbox, "is:blocked") == {sidecar.uid_for(post)}
+    assert "blocked" not in _tags_of(indexed, bobs)
+    assert _figures(indexed)[ALICE] == figures_before
+    assert _same_figures_as_a_rebuild(indexed, tmp_path)
+    with sidecar.opened(sidecar_file(indexed)) as conn:  # the block's entry names her post
+        [changes] = conn.execute("SELECT changes FROM audit_log ORDER BY id DESC").fetchone()
+    assert [c["message_id"] for c in json.loads(changes) if "message_id" in c] == [post]
+    with Reader() as reader, Writer() as writer:
+        ctx = WriteContext(indexed.config(), reader, writer, sidecar_file(indexed))
+        writes.undo_last_write(ctx)
+    assert _tags_of(indexed, post) == tags_before
+
+    indexed.fmail("contacts", "block", ALICE)
+    _put(indexed, "personal/INBOX", "1796400040.1_1.host:2,", GROUP_POST.replace(
+        "group-post@", "group-post-2@").replace("12:00:00", "16:00:00"))
+    indexed.notmuch("new")  # runs our post-new hook: the blocklist catches her new post
+    assert {"blocked", "spam"} <= _tags_of(indexed, "group-post-2@googlegroups.com")
+    assert "mail tagged blocked: 0" in indexed.fmail("contacts", "block", GROUP).stdout
+    indexed.fmail("contacts", "unblock", ALICE)
+    assert _search_ids(mailbox, "is:blocked") == {
+        sidecar.uid_for(post), sidecar.uid_for("group-post-2@googlegroups.com")}
+    indexed.fmail("contacts", "unblock", GROUP)
+    assert _search_ids(mailbox, "is:blocked") == set()
+    assert _tags_of(indexed, post) == tags_before
+    assert problems(indexed) == []
 
 
 def test_unblocking_keeps_spam_on_mail_in_a_junk_folder(indexed: MailEnv, mailbox: reads.Mailbox) -> None:

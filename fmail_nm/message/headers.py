@@ -34,6 +34,7 @@ __all__ = [
     "is_list_address",
     "list_author",
     "list_id",
+    "list_rewrote",
     "msg_id",
     "msg_ids",
     "parse_headers",
@@ -488,30 +489,51 @@ def is_list_address(address: str, list_id: str) -> bool:
     return address.strip().lower().replace("@", ".") == list_id.strip().lower()
 
 
+def list_rewrote(sender: Address, list_id: str | None) -> bool:
+    """Whether a list rewrote this From to an address of its own (DMARC mitigation): the
+    list's posting address (Mailman, Google Groups, Yahoo Groups), or a name ending in " via
+    <list>" on an address of the list's host (:func:`_on_list_host`: groups.io's
+    ``noreply@groups.io`` of ``<hikers.groups.io>``, a Discourse site's notification
+    address).  Not the author's own address, whatever her name says (``"Maria via Roma"
+    <maria@roma.example>``)."""
+    if list_id is None:
+        return False
+    return is_list_address(sender.address, list_id) or (
+        via_name(sender.name) is not None and _on_list_host(sender.address, list_id))
+
+
+def _on_list_host(address: str, list_id: str) -> bool:
+    """Whether the address's domain is one the List-Id ends in, a whole label or more
+    (``groups.io`` of ``hikers.groups.io``); not a top-level domain alone."""
+    _, at, domain = address.strip().lower().rpartition("@")
+    return bool(at) and "." in domain and list_id.strip().lower().endswith("." + domain)
+
+
 def list_author(from_: Sequence[Address], reply_to: Sequence[Address],
                 original_from: Sequence[Address], list_id: str | None) -> Address | None:
-    """Who wrote list mail whose From the list rewrote to its own address (DMARC mitigation:
+    """Who wrote list mail whose From the list rewrote (:func:`list_rewrote`:
     ``"Alice Smith via dev-list" <dev@lists.example.org>``): X-Original-From, else a
     Reply-To naming one address that is not the list's, named as the From names the author
     when it does not.  None for any other mail: the Reply-To of mail a list did not rewrite
     names no one who wrote it; nor is a name or word without "@" ("X-Original-From: Alice")
     anyone's address, to count mail from."""
-    if list_id is None or len(from_) != 1:
+    if list_id is None or len(from_) != 1 or not list_rewrote(from_[0], list_id):
         return None
     sender = from_[0]
-    name = via_name(sender.name)
-    if name is None and not is_list_address(sender.address, list_id):
-        return None
     for named in (original_from, reply_to):
         if (len(named) == 1 and "@" in named[0].address
-                and not _list_or_sender(named[0].address, sender, list_id)):
-            return Address(named[0].name or name or "", named[0].address)
+                and not _the_lists(named[0].address, sender, list_id)):
+            return Address(named[0].name or via_name(sender.name) or "", named[0].address)
     return None
 
 
-def _list_or_sender(address: str, sender: Address, list_id: str) -> bool:
+def _the_lists(address: str, sender: Address, list_id: str) -> bool:
+    """The list's address, the From's -- or, the From being its host's rather than the
+    list's, any other of that host: a Discourse site's reply-by-email address, no author."""
     return (is_list_address(address, list_id)
-            or canonical_address(address) == canonical_address(sender.address))
+            or canonical_address(address) == canonical_address(sender.address)
+            or (not is_list_address(sender.address, list_id)
+                and _on_list_host(address, list_id)))
 
 
 def date(value: str | None) -> datetime | None:

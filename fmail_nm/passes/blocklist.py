@@ -9,7 +9,10 @@ record of each message's tags and folders just before it (``blocked_mail``), wri
 the block's tags are.  It runs after every tagging pass, so new mail from a blocked sender is
 caught, and after every blocklist change.  Addresses are compared exactly, lower-cased, their
 domain in Unicode (:func:`canonical_address`): notmuch's ``from:`` only preselects
-candidates, because it also matches names and longer addresses.
+candidates, because it also matches names and longer addresses.  List mail whose From the
+list rewrote to its own address is its author's (counted as from them, see
+:func:`~fmail_nm.message.headers.list_author`): blocked with its author, found in the
+mirror, which the post-new pass brings up to date before the blocklist runs.
 """
 
 from __future__ import annotations
@@ -65,16 +68,31 @@ def _blocked_candidates(reader: Reader, blocked: Sequence[str]) -> list[str]:
     return found
 
 
-def messages_from(reader: Reader, addresses: Sequence[str]) -> list[IndexedMessage]:
+def messages_from(reader: Reader, sidecar_file: Path,
+                  addresses: Sequence[str]) -> list[IndexedMessage]:
     """The messages whose sender is exactly one of these addresses (in any form of their
-    domain)."""
+    domain), or whose list author is."""
     wanted = {canonical_address(a) for a in addresses}
     found: list[IndexedMessage] = []
     for chunk in chunks(sorted(wanted), QUERY_CHUNK):
         query = " OR ".join(f"from:{quote(a)}" for a in chunk)
         found.extend(m for m in reader.messages(query, exclude_tags=(), sort="none")
                      if sender_of(m) in wanted)
-    return found
+    have = {m.message_id for m in found}
+    return found + _in_notmuch(reader, _authored(sidecar_file, sorted(wanted)) - have)
+
+
+def _authored(sidecar_file: Path, addresses: Sequence[str]) -> set[str]:
+    """The list mail the mirror names one of these (canonical) addresses the author of."""
+    if not addresses:
+        return set()
+    with sidecar.opened(sidecar_file) as conn:
+        return sidecar.authored_by(conn, addresses)
+
+
+def _in_notmuch(reader: Reader, ids: Iterable[str]) -> list[IndexedMessage]:
+    """Those of the messages notmuch has (the mirror may still hold mail it dropped)."""
+    return [m for m in reader.find_many(sorted(ids)) if m is not None]
 
 
 Batch = Callable[[Sequence[str], WriteTxn], None]
@@ -169,12 +187,16 @@ def apply_blocklist(config: Config, reader: Reader, writer: Writer, blocked: Ite
     contacts edit is one undoable entry)."""
     report = BlockReport()
     addresses = sorted({canonical_address(a) for a in blocked})
-    to_tag = _blocked_candidates(reader, addresses) if addresses else []
-    wanted = set(addresses)
-    stale = [m for m in reader.messages(f"tag:{BLOCKED}", exclude_tags=(), sort="none")
-             if sender_of(m) not in wanted]
     ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir), after_write,
                        reindex=reindex)
+    to_tag = _blocked_candidates(reader, addresses) if addresses else []
+    wanted, authored = set(addresses), _authored(ctx.sidecar_file, addresses)
+    blocked_now = reader.messages(f"tag:{BLOCKED}", exclude_tags=(), sort="none")
+    # Authored mail is looked up in notmuch only when not blocked yet: new mail, mostly.
+    to_tag += [m.message_id for m in _in_notmuch(
+        reader, authored - {m.message_id for m in blocked_now} - set(to_tag))]
+    stale = [m for m in blocked_now
+             if sender_of(m) not in wanted and m.message_id not in authored]
     report.tagged += _in_batches(writer, to_tag,
                                  functools.partial(_block_batch, config, ctx.sidecar_file))
     report.moves += _junk_moves(ctx, to_tag, "junk",

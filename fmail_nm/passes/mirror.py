@@ -42,8 +42,8 @@ from ..clock import iso_from_epoch
 from ..config import ROOT_FOLDER, Config
 from ..errors import BackendError
 from ..message.headers import (Address, HeaderInfo, canonical_address, ends_head,
-                               is_own_address, list_author, parse_headers, read_head,
-                               search_forms, via_name)
+                               is_own_address, list_author, list_rewrote, parse_headers,
+                               read_head, search_forms, via_name)
 from ..message.mime import ParsedMessage, parse_message
 from ..message.text import preview, preview_html_text
 from ..private import private_dir
@@ -477,7 +477,8 @@ def _address_rows(mid: str, sender_email: str, sender_name: str,
                   parsed: Parsed) -> list[tuple[str, str, str, str]]:
     """A message's rows of message_addresses: (message_id, role, email, name)."""
     # Contacts count a person once whichever form of their domain (ACE or Unicode) mail wrote.
-    people = ({(mid, "from", canonical_address(sender_email), _sender_name(sender_name, parsed))}
+    people = ({(mid, "from", canonical_address(sender_email),
+                _sender_name(Address(sender_name, sender_email), parsed))}
               if sender_email else set())
     people.update((mid, r["kind"], canonical_address(r["email"]), r["name"])
                   for r in parsed.recipients)
@@ -493,12 +494,12 @@ def _address_rows_of(conn: sqlite3.Connection, mid: str) -> set[tuple[str, str, 
                             "WHERE message_id = ?", (mid,)))
 
 
-def _sender_name(sender_name: str, parsed: Parsed) -> str:
+def _sender_name(sender: Address, parsed: Parsed) -> str:
     """The name a message gives its sender's address: none when a list rewrote the From to
     its own address, whose name is then the author's ("Alice Smith via dev-list")."""
     rewritten = parsed.author is not None or (
-        parsed.list_id is not None and via_name(sender_name) is not None)
-    return "" if rewritten else sender_name
+        via_name(sender.name) is not None and list_rewrote(sender, parsed.list_id))
+    return "" if rewritten else sender.name
 
 
 # What of the mirror a contact's figures count (a message ``m``, one of its addresses ``a``):
@@ -508,10 +509,12 @@ def _sender_name(sender_name: str, parsed: Parsed) -> str:
 # spam (the blocklist keeps the sender a contact, blocked: found by name to unblock); and a
 # Bcc only on the user's own mail (the Sent copy keeps whom the user wrote to in Bcc), not the
 # Bcc a sender's client left in mail the user received.  The author of list mail whose From
-# the list rewrote ('author') counts as its sender, beside the list's address ('from').
+# the list rewrote ('author') counts as its sender, beside the list's address ('from'): its
+# block too (the blocklist blocks it with its author).
 _FROM_ROLES = ("from", "author")
 _COUNTED = ("{m}.is_draft = 0 AND (NOT " + _TAGGED.format(m="{m}", tag=tags.SPAM)
-            + " OR ({a}.role = 'from' AND " + _TAGGED.format(m="{m}", tag=tags.BLOCKED) + "))"
+            + " OR ({a}.role IN " + str(_FROM_ROLES) + " AND "
+            + _TAGGED.format(m="{m}", tag=tags.BLOCKED) + "))"
             + " AND ({a}.role != 'bcc' OR {m}.is_sent = 1)")
 # An address named only where nothing counts has no figures at all -- no row -- as for an
 # address never written to.  A contact is named after the newest mail naming it; a "name"

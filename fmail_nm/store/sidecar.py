@@ -719,6 +719,18 @@ _V26 = """
 DELETE FROM me;
 """
 
+# Version 27: a From named "<name> via <list>" on an address neither the list's nor its host's
+# is the author's own (headers.list_rewrote), and a Reply-To on the host of the address a list
+# sent from is the host's (a Discourse site's reply-by-email address): version 23 read either
+# as the author of the mail.  Where such list mail is mirrored, the list mail whose sender may
+# be the list's (AUTHOR_REPARSED_ROWS) is parsed again.
+_V27 = f"""
+INSERT INTO sync_state (key, value) SELECT '{AUTHOR_REPARSE_KEY}', ''
+    WHERE EXISTS (SELECT 1 FROM messages WHERE list_id IS NOT NULL
+                  AND sender_name LIKE '% via %' AND replace(sender_email, '@', '.') != list_id)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+"""
+
 
 @dataclass(frozen=True)
 class Reparse:
@@ -737,7 +749,7 @@ REPARSES = (Reparse(REPARSE_KEY, REPARSED_ROWS), Reparse(BCC_REPARSE_KEY, BCC_RE
 # Index i holds the script that takes the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
                                _V13, _V14, _V15, _V16, _V17, _V18, _V19, _V20, _V21,
-                               _V22, _V23, _V24, _V25, _V26)
+                               _V22, _V23, _V24, _V25, _V26, _V27)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -1296,14 +1308,18 @@ class LastWord:
 
 
 def last_words(conn: sqlite3.Connection, addresses: Sequence[str], *, since: int | None,
-               until: int | None, offset: int, limit: int) -> tuple[int, list[LastWord]]:
+               until: int | None, offset: int, limit: int,
+               passed_over: Sequence[int] = ()) -> tuple[int, list[LastWord]]:
     """The threads whose last word is from one of ``addresses`` (canonical, see
-    :func:`canonical_address`), dated within ``since`` .. ``until``: how many, and one page of
-    them, newest first.  Read along the index of the last words the mirror keeps with each
-    thread (schema versions 10 and 16)."""
+    :func:`canonical_address`), dated within ``since`` .. ``until``, but the thread rows
+    ``passed_over`` (rowids): how many, and one page of them, newest first.  Read along the
+    index of the last words the mirror keeps with each thread (schema versions 10 and 16),
+    which holds the rowid too."""
     where = (f"last_word_sender IN ({','.join('?' * len(addresses)) or 'NULL'})"
-             " AND last_word_date >= ? AND last_word_date <= ?")
-    args = [*addresses, -2**63 if since is None else since, 2**63 - 1 if until is None else until]
+             " AND last_word_date >= ? AND last_word_date <= ?"
+             f" AND rowid NOT IN ({','.join('?' * len(passed_over))})")
+    args = [*addresses, -2**63 if since is None else since,
+            2**63 - 1 if until is None else until, *passed_over]
     total = conn.execute(f"SELECT count(*) FROM thread_rows INDEXED BY thread_rows_last_word "
                          f"WHERE {where}", args).fetchone()[0]
     # The page's rows by rowid, chosen along the index alone (it holds the date and rowid).
@@ -1338,6 +1354,28 @@ def own_addresses(conn: sqlite3.Connection | None, addresses: Iterable[str]) -> 
                 seen.append(found)
             after = found
     return tuple(dict.fromkeys((*mine, *seen)))
+
+
+_RECIPIENT_ROLES = "('to', 'cc', 'bcc')"
+
+
+def last_words_to(conn: sqlite3.Connection, addresses: Sequence[str]) -> dict[int, set[str]]:
+    """The thread rows whose last word went to one of these addresses (canonical; To, Cc or
+    Bcc): by rowid, everyone it went to.  Read from the addresses along the primary key of
+    message_addresses."""
+    found: dict[int, set[str]] = {}
+    for chunk in chunks(addresses):
+        for rowid, email in conn.execute(
+                f"SELECT t.rowid, o.email FROM message_addresses a "
+                f"JOIN messages m ON m.message_id = a.message_id "
+                f"JOIN thread_rows t ON t.thread_id = m.thread_id "
+                f"AND t.last_word_id = a.message_id "
+                f"JOIN message_addresses o ON o.message_id = a.message_id "
+                f"AND o.role IN {_RECIPIENT_ROLES} "
+                f"WHERE a.email IN ({','.join('?' * len(chunk))}) "
+                f"AND a.role IN {_RECIPIENT_ROLES}", chunk):
+            found.setdefault(rowid, set()).add(email)
+    return found
 
 
 def day_at_rank(conn: sqlite3.Connection, rank: int) -> int | None:
@@ -1446,6 +1484,18 @@ class MirrorReader:
 def blocked_addresses(conn: sqlite3.Connection) -> set[str]:
     return {row[0] for row in conn.execute(
         "SELECT email_address FROM contact_info WHERE is_blocked = 1")}
+
+
+def authored_by(conn: sqlite3.Connection, addresses: Sequence[str]) -> set[str]:
+    """The list mail the mirror names one of these addresses (canonical) the author of: mail
+    whose From the list rewrote to its own address (role 'author').  Read along the primary
+    key, which starts with the address."""
+    found: set[str] = set()
+    for chunk in chunks(addresses):
+        found.update(row[0] for row in conn.execute(
+            f"SELECT message_id FROM message_addresses WHERE role = 'author' "
+            f"AND email IN ({','.join('?' * len(chunk))})", chunk))
+    return found
 
 
 @dataclass(frozen=True)

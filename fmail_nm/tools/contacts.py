@@ -75,7 +75,7 @@ def apply_contacts_change(ctx: WriteContext, action: str, params: dict[str, Any]
     tags, Junk moves -- as one audit entry, which ``undo_last_write`` reverts exactly.
     """
     affected = ContactsChange(list(rows)).addresses_reblocked()
-    before = messages_from(ctx.reader, affected) if affected else []
+    before = messages_from(ctx.reader, ctx.sidecar_file, affected) if affected else []
     origins = {m.message_id: ctx.reader.property(m.message_id, ORIGIN_PROPERTY) for m in before}
     report = BlockReport()
     if affected:

@@ -35,6 +35,7 @@ from ..message.headers import Address, canonical_address, is_own_address, search
 from ..message.html import read_body, read_message
 from ..message.mime import AttachmentInfo, BodyText, ParsedMessage
 from ..message.text import clean_text, is_forward_subject, slice_text
+from ..passes.blocklist import read_blocklist
 from ..passes.mirror import MAX_RECIPIENTS, file_recipients, my_addresses
 from ..store import maildir, sidecar
 from ..store.notmuch import IndexedMessage, Reader, ThreadNode
@@ -200,8 +201,13 @@ def _unmirrored_to(m: IndexedMessage, tags: Collection[str], me: Collection[str]
     file is opened."""
     if not _lists_recipients(tags):
         return []
-    files = [str(path) for name in m.filenames for path in maildir.on_disk(Path(name))]
-    return _shown_recipients(file_recipients(files), me)
+    return _shown_recipients(_file_recipients(m), me)
+
+
+def _file_recipients(m: IndexedMessage) -> list[dict[str, str]]:
+    """The recipients the mirror will read of a message it does not have yet."""
+    return file_recipients([str(path) for name in m.filenames
+                            for path in maildir.on_disk(Path(name))])
 
 
 def _lists_recipients(tags: Collection[str]) -> bool:
@@ -1072,7 +1078,8 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, until: str | 
                             limit: int = DEFAULT_LIMIT,
                             cursor: str | None = None) -> dto.UnansweredList:
     """Threads whose newest message is the user's, with nothing from anyone after it; that
-    message written within ``since`` .. ``until``."""
+    message written within ``since`` .. ``until``, and to someone the user waits for
+    (:func:`_awaits_no_one`)."""
     limit = clamp_limit(limit)
     if not 0 <= min_days_silent <= MAX_DAYS_SILENT:
         raise ToolError(f"min_days_silent must be 0 to {MAX_DAYS_SILENT:,} (got "
@@ -1137,13 +1144,19 @@ def _unanswered_from_mirror(mb: Mailbox, mine: Sequence[str], since: int | None,
     conn = current_mirror(mb, sorted(exclusions))
     if conn is None:
         return None
-    return sidecar.last_words(conn, mine, since=since, until=until, offset=offset, limit=limit)
+    blocked, me = sidecar.blocked_addresses(conn), my_addresses(mb.config)
+    passed_over = [rowid for rowid, to in sidecar.last_words_to(conn, sorted(blocked)).items()
+                   if _awaits_no_one(to, blocked, me)]
+    return sidecar.last_words(conn, mine, since=since, until=until, offset=offset, limit=limit,
+                              passed_over=passed_over)
 
 
 def _unanswered_from_notmuch(mb: Mailbox, nm_query: str,
                              mine: Sequence[str]) -> list[sidecar.LastWord]:
     """Each thread with a message of the user's the query matches, walked for its last
-    word (see sidecar.LastWord); those from the user, newest first."""
+    word (see sidecar.LastWord); those from the user to someone the user waits for, newest
+    first."""
+    blocked, me = read_blocklist(mb.config), my_addresses(mb.config)
     found: list[sidecar.LastWord] = []
     for thread_id in mb.reader.thread_ids(nm_query, exclude_tags=mb.reader.exclude_tags()):
         nodes = mb.reader.thread(thread_id)
@@ -1151,10 +1164,23 @@ def _unanswered_from_notmuch(mb: Mailbox, nm_query: str,
         if not live:
             continue
         last = max(live, key=lambda m: (m.date, m.message_id))  # as the mirror picks it
-        if canonical_address(sender(last.from_header)[1]) in mine:
+        if canonical_address(sender(last.from_header)[1]) not in mine:
+            continue
+        # Whom it went to matters only while someone is blocked: no file is read otherwise.
+        to = {canonical_address(r["email"]) for r in _file_recipients(last)} if blocked else set()
+        if not _awaits_no_one(to, blocked, me):
             found.append(sidecar.LastWord(thread_id, last.message_id, last.date, len(nodes)))
     found.sort(key=lambda w: w.date, reverse=True)
     return found
+
+
+def _awaits_no_one(recipients: Collection[str], blocked: Collection[str],
+                   me: Collection[str]) -> bool:
+    """Whether the user's last word to these (canonical) addresses awaits no reply: it went
+    to blocked people -- whose replies the block makes spam, which ends no thread -- and to
+    no one else but the user."""
+    others = [r for r in recipients if not is_own_address(r, me)]
+    return bool(others) and all(r in blocked for r in others)
 
 
 def get_attachment(mb: Mailbox, id: str, index: int | str, max_chars: int = 20000,
