@@ -923,6 +923,34 @@ def test_html_link_to_hidden_text_shows_no_address() -> None:
     assert "[on](https://shown.example/)" in text and "https://image.example/" in text
 
 
+def test_clean_html_leaves_out_images_links_that_show_nothing_but_a_long_address() -> None:
+    """A linked image without alt text shows the reader no words: newsletters' logos, banners
+    and social icons each cost clean a long tracking address on a line of its own.  One in a
+    sentence ("register here") may be the only way there and stays; full keeps every one."""
+    track = "https://click.news.example/ls/click?upn=" + "x7Kq" * 30
+    icons = "".join(f'<a href="{track}{n}"><img src="{n}.png"></a> ' for n in (2, 3))
+    html = (f'<a href="{track}1"><img src="logo.png" alt=""></a>'
+            f"<p>Our spring release is out.</p><p>{icons}</p>"
+            f'<p>Register here <a href="{track}4"><img src="go.png"></a></p>')
+    full = parse_message(message("Content-Type: text/html", body=html)).text
+    assert all(f"{track}{n})" in full for n in range(1, 5))
+    assert clean_text(full) == f"Our spring release is out.\n\nRegister here []({track}4)"
+    assert clean_text(f"[]({track}1)") == f"[]({track}1)"  # never empty
+
+
+def test_clean_html_gives_an_address_linked_again_and_again_once() -> None:
+    """A newsletter links each story's image, title and button to one tracking address: its
+    first link with words keeps the address, the others keep their words."""
+    story = "https://click.news.example/c/story-7?token=" + "Zm9v" * 30
+    html = (f'<a href="{story}"><img src="p.jpg"></a><h2><a href="{story}">Faster builds</a></h2>'
+            '<p>Builds run twice as fast.</p>'
+            f'<p><a href="{story}">Read more</a> or <a href="https://other.example/">other</a></p>')
+    full = parse_message(message("Content-Type: text/html", body=html)).text
+    assert full.count(story) == 3
+    assert clean_text(full) == (f"## [Faster builds]({story})\n\nBuilds run twice as fast.\n\n"
+                                "Read more or [other](https://other.example/)")
+
+
 def test_html_style_sheet_of_thousands_of_rules_for_one_class_is_left_unread() -> None:
     """Each element of a class goes through every rule for it: a hostile mail's thousands,
     on as many elements, took minutes to read.  A sheet with more rules for one name than

@@ -735,6 +735,18 @@ def test_clean_says_how_much_it_left_out() -> None:
     assert "Invoice 4711" in full.text and full.left_out is None
 
 
+def test_clean_says_it_left_out_link_addresses() -> None:
+    """Clean gives a tracking address linked again and again once: the model is told that
+    full has the rest."""
+    from fmail_nm.message.html import read_message
+    story = "https://click.news.example/c/" + "Zm9v" * 30
+    raw = (b"Subject: News\nContent-Type: text/html\n\n" + f'<h2><a href="{story}">Faster '
+           f'builds</a></h2><p>Twice as fast. <a href="{story}">Read more</a></p>'.encode())
+    clean = reads._body(read_message(raw), "News", "clean", 10_000, 0)
+    assert clean.text.count(story) == 1 and clean.left_out == len(story) + 4
+    assert "link addresses: body_format=full has them" in render._body(clean)
+
+
 def test_a_thread_says_once_what_clean_left_out() -> None:
     """Each body of a 52-message thread explained "clean left out" anew: 4 KB of repetition;
     get_emails_content's messages too."""

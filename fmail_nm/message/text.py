@@ -483,7 +483,8 @@ def is_forward_subject(subject: str) -> bool:
 
 def clean_text(text: str, forward: bool = False, *, head: bool = False,
                answered: bool = False) -> str:
-    """The new content of a message: quoted history, attributions and signature removed.
+    """The new content of a message: quoted history, attributions and signature removed,
+    and the link addresses a reader sees no words for or was given already (``_fewer_links``).
 
     Quoted (``>``) lines go wherever they are, so interleaved answers keep their new lines.
     A signature delimiter or an Outlook-style header block ends the new content, since
@@ -495,12 +496,43 @@ def clean_text(text: str, forward: bool = False, *, head: bool = False,
     answer below them stay -- a reply's quote of an interleaved answer keeps the questions.
     """
     lines = _without_clearsign_armor(sanitize(text).split("\n"), head)
-    cleaned = tidy("\n".join(_without_boilerplate(_new_content(lines, forward, answered))))
+    kept = "\n".join(_without_boilerplate(_new_content(lines, forward, answered)))
+    cleaned = tidy(_fewer_links(kept))
     if cleaned:
         return cleaned
     unquoted = [line for line in lines if not _QUOTED.match(line)]
     return (tidy("\n".join(_without_boilerplate(unquoted[:]))) or tidy("\n".join(unquoted))
             or text)
+
+
+# A Markdown link as html2text writes it: "[words](address)" or "[words](address "title")",
+# "()[]" of the address escaped.  Words with a bracket of their own are not matched: such a
+# link is left as it is.
+_LINK_ADDRESS = r"(?:\\.|[^\s()\[\]\\])+"
+_LINK_TITLE = r'(?: "[^"\n]*")?'
+_LINK = re.compile(rf"\[([^\[\]]*)\]\(({_LINK_ADDRESS}){_LINK_TITLE}\)")
+# A line of links with no words: linked images without alt text (a logo, social icons).
+_WORDLESS_LINKS_LINE = re.compile(
+    rf"^(?:[ \t]*\[[ \t]*\]\({_LINK_ADDRESS}{_LINK_TITLE}\))+[ \t]*$", re.M)
+
+
+def _fewer_links(text: str) -> str:
+    """``text`` without the link addresses a reader sees no words for, nor those given
+    already: a line of links without words goes, so does such a link to an address linked
+    with words elsewhere; of links to one address, the first with words keeps it, the others
+    keep their words.  A newsletter links each story's image, title and button to one
+    tracking address of 150 characters or more, and its logo and icons to more."""
+    text = _WORDLESS_LINKS_LINE.sub("", text)
+    worded = {link.group(2) for link in _LINK.finditer(text) if link.group(1).strip()}
+    given: set[str] = set()
+
+    def shown(link: re.Match[str]) -> str:
+        words, address = link.group(1), link.group(2)
+        if address in given or (address in worded and not words.strip()):
+            return words
+        given.add(address)
+        return link.group(0)
+    return _LINK.sub(shown, text)
 
 
 # An inline ("cleartext") PGP signature (RFC 4880 7): a header, the text with lines that begin

@@ -285,7 +285,8 @@ def untrusted(text: str, what: str) -> str:
 
 # What clean leaves out, said once per answer: a thread's or several messages' bodies each
 # saying it cost 80 bytes a message (4 KB of a 52-message thread).
-_LEFT_OUT = "quotes, signature, footers or forwarded text: body_format=full has them"
+_LEFT_OUT = ("quotes, signature, footers, forwarded text or link addresses: "
+             "body_format=full has them")
 
 
 def _body(b: dto.Body, *, explained: bool = True) -> str:
