@@ -26,9 +26,10 @@ Safety model (verified against notmuch 0.37, see tests/test_dsl_notmuch.py):
 from __future__ import annotations
 
 import calendar
+import functools
 import re
 import unicodedata
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, tzinfo
@@ -38,7 +39,7 @@ from .config import THREAD_ID, folder_term
 from .errors import CallerError
 
 __all__ = ["DSL_HELP", "MAX_DEPTH", "MAX_QUERY_CHARS", "MAX_TOKENS", "CompiledQuery",
-           "DslContext", "DslError", "compile_query"]
+           "DslContext", "DslError", "compile_query", "list_names"]
 
 # Limits checked before any parsing, so no input can make compiling (or Xapian's own parse of
 # the result) slow or large: Xapian's memory grows faster than linearly with the number of
@@ -670,6 +671,39 @@ _NOTMUCH_ONLY = {
 _RAW_HINT = ', or raw:"<notmuch query>" for notmuch\'s own {}:'
 _OP_RE = re.compile(r"([A-Za-z][A-Za-z0-9_]*):(.*)", re.DOTALL)
 _LIST_RE = re.compile(r"[a-z0-9][a-z0-9._+=-]*")
+
+
+def list_names(shown: Iterable[str], known: Iterable[str]) -> dict[str, str]:
+    """Each ``shown`` list id (of a ``list/<id>`` tag) by its fewest leading labels that
+    list:NAME finds alone among the ``known`` ones (the user's lists): ``golang-nuts`` for
+    golang-nuts.googlegroups.com.  An id no shorter name finds alone is left out."""
+    lists = tuple(sorted(set(known)))
+    holders = _holders(lists)
+    names = {}
+    for list_id in set(shown).intersection(lists):
+        labels = list_id.split(".")
+        name = next((name for name in (".".join(labels[:n]) for n in range(1, len(labels)))
+                     if holders[name] == 1 and _LIST_RE.fullmatch(name)), None)
+        if name is not None:
+            names[list_id] = name
+    return names
+
+
+@functools.lru_cache(maxsize=4)  # the user's lists change seldom; a page asks each time
+def _holders(lists: tuple[str, ...]) -> Mapping[str, int]:
+    """How many of the lists each run of labels names: list:NAME finds the ids that hold
+    NAME's labels as a run of their own (see _list)."""
+    holders: dict[str, int] = {}
+    for run in (run for list_id in lists for run in _label_runs(list_id)):
+        holders[run] = holders.get(run, 0) + 1
+    return holders
+
+
+def _label_runs(list_id: str) -> set[str]:
+    """Every run of whole dot-separated labels of a list id: what list: finds it by."""
+    labels = list_id.split(".")
+    return {".".join(labels[i:j]) for i in range(len(labels))
+            for j in range(i + 1, len(labels) + 1)}
 
 
 # --------------------------------------------------------------------------- parser

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timezone
@@ -20,6 +21,7 @@ from fmail_nm.dsl import (
     DslContext,
     DslError,
     compile_query,
+    list_names,
 )
 
 NOW = datetime(2026, 3, 15, 12, 0, 0, tzinfo=UTC)
@@ -451,6 +453,30 @@ def test_list(text: str, pattern: str) -> None:
 def test_list_rejects_non_list_ids(value: str) -> None:
     with pytest.raises(DslError):
         compile_query(f"list:{value}", CTX)
+
+
+def test_list_names_are_the_fewest_first_labels_that_list_finds_alone() -> None:
+    known = ["golang-nuts.googlegroups.com", "announce.python.org", "announce.rust-lang.org",
+             "python.org", "iiu.iiu.taint.org", "Odd.example.org", "x.example.org"]
+    assert list_names([*known, "gone.example.org"], known) == {
+        "golang-nuts.googlegroups.com": "golang-nuts",
+        "announce.python.org": "announce.python",  # list:announce finds two lists
+        "announce.rust-lang.org": "announce.rust-lang",
+        "iiu.iiu.taint.org": "iiu",  # one list holds the label twice
+        "x.example.org": "x",
+    }  # list:python.org finds announce.python.org too: no name finds python.org alone;
+    # list: takes no capitals; a list not among the known ones is not named
+
+
+def test_a_list_name_finds_its_list_alone() -> None:
+    """The names are what list: matches: whole labels anywhere in the List-Id."""
+    known = ["dev.example.org", "example.dev.net", "user.dev.org"]
+    names = list_names(known, known)
+    for list_id, name in names.items():
+        pattern = re.compile(q(f"list:{name}").removeprefix('tag:"/').removesuffix('/"'))
+        assert [k for k in known if pattern.search(f"list/{k}")] == [list_id], name
+    assert names == {"dev.example.org": "dev.example", "example.dev.net": "example.dev",
+                     "user.dev.org": "user"}
 
 
 # --------------------------------------------------------------------------- ids and raw

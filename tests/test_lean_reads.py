@@ -75,7 +75,7 @@ async def test_search_lines_for_named_messages(client: Client) -> None:
     lines, data = await call(client, "search_emails", {"query": query})
     assert lines[0].startswith("7 of 7; indexed 20")  # no next_cursor on the last page
     assert lines[1:] == [
-        f"{uid('list-rust-7@example.com')} 2026-11-26 19:00 U~rust-users.lists.example.org "
+        f"{uid('list-rust-7@example.com')} 2026-11-26 19:00 U~rust-users "
         "Mika Virtanen | [rust-users] Cargo workspace and feature "
         "unification",
         # and so does a draft, whom it is for

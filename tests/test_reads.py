@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -140,11 +141,33 @@ def test_duplicate_message_id_lists_both_folders(mb: reads.Mailbox) -> None:
 
 
 def test_a_listed_id_finds_its_message_in_a_search(mb: reads.Mailbox) -> None:
-    """The ids a page lists are uids ("ids work in every tool"): id: takes them too."""
+    """The ids a page lists are uids ("every tool takes ids"): id: takes them too."""
     listed = uid("school-trip-1@example.com")
     for query in (f"id:{listed}", f"id:<{listed}> OR id:nope@example.com"):
         assert ids(reads.search_emails(mb, query)) == [listed], query
     assert reads.search_emails(mb, "id:0123456789abcdef").total == 0  # no message's uid
+
+
+def test_a_list_shows_by_its_shortest_name_and_once_on_its_own_page(mb: reads.Mailbox) -> None:
+    """A whole List-Id on every line (~rust-users.lists.example.org) cost 30 bytes a line:
+    a line names a list by the first labels list: finds it by, and a page whose every line
+    is on one list names it once, in its header."""
+    mixed = reads.search_emails(mb, "is:list")
+    head, *lines = render.search_text(mixed).split("\n")
+    assert " all ~" not in head
+    shown = {name for line in lines for name in re.findall(r"~(\S+)", line.split(" | ")[0])}
+    assert shown == {"rust-users", "hikers"}
+    for name in shown:  # each name finds its list's mail and no other
+        assert (set(ids(reads.search_emails(mb, f"list:{name}")))
+                == {e.id for e in mixed.results if any(t.startswith(f"list/{name}.") for t in e.tags)})
+    head, *lines = render.search_text(reads.search_emails(mb, "list:rust-users")).split("\n")
+    assert "; all ~rust-users; " in head and len(lines) > 2
+    assert not any("~" in line.split(" | ")[0] for line in lines)
+    head, *lines = render.threads_text(reads.list_threads(mb, "list:hikers")).split("\n")
+    assert "; all ~hikers" in head and not any("~" in line for line in lines)
+    # one line: the header's note would be longer than the name on the line
+    head, line = render.search_text(reads.search_emails(mb, "id:list-rust-7@example.com")).split("\n")
+    assert " all ~" not in head and " U~rust-users " in line
 
 
 def test_list_threads_counts(mb: reads.Mailbox) -> None:

@@ -54,10 +54,10 @@ render.add_rendering(SyncStatus, sync_status_text)
 render.add_rendering(AddedAccount, added_text)
 
 # How to read a message listing; the format is tools.render's.
-LISTING_NOTE = ("Text: a header line (count, total, next_cursor, index time), then one line per "
-                "message: id date time flags sender name | subject. Flags: U unread, F flagged, "
-                "R replied, A attachment, D draft, ~list (list:list finds it), +tag; \"to ...\" in place of the sender on "
-                "the user's own mail. ids work in every tool.")
+LISTING_NOTE = ("Text: a header (count, total, next_cursor, a ~list all lines have, index time), "
+                "then per message: id date time flags sender name | subject. Flags: U unread, "
+                "F flagged, R replied, A attachment, D draft, ~list (list:list finds it), +tag; "
+                "\"to ...\" for the sender on the user's own mail. Every tool takes ids.")
 
 INSTRUCTIONS = """\
 fmail-nm gives read access to the user's local mail (notmuch index of Maildir folders synced by

@@ -112,6 +112,9 @@ class SearchResult(Dto):
     hidden: int = Field(default=0, description="more matches hidden as spam/deleted "
                         "(in:anywhere shows them)")
     indexed_at: str | None = Field(default=None, description="when the index last changed (UTC)")
+    # The text's name for each list of the page that has a shorter one (dsl.list_names);
+    # programs have the list/<id> tags.
+    list_names: dict[str, str] = Field(default_factory=dict, exclude=True)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -148,6 +151,7 @@ class ThreadList(Dto):
     next_cursor: str | None = None
     hidden: int = Field(default=0, description="more matching messages hidden as "
                         "spam/deleted (in:anywhere shows them)")
+    list_names: dict[str, str] = Field(default_factory=dict, exclude=True)  # as SearchResult's
 
 
 class Attachment(Dto):

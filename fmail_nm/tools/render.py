@@ -11,14 +11,17 @@ The formats are stable and described in the tool descriptions and the README:
   id (a uid, or the Message-ID while the mirror catches up: a JSON string when it is not one
   plain word), date and time (the machine's clock, named in the header when it is not UTC),
   flags, sender (the name alone when there is one), ``|``, subject.  Flags: U unread, F flagged,
-  R replied, A attachment, D draft, then ``~name`` for the mailing list ``list/name``,
-  ``+tag`` for every other tag worth showing, ``-`` for none.  On the user's own messages
-  the sender is replaced by ``to`` and the first recipients.
+  R replied, A attachment, D draft, then ``~name`` for the mailing list ``list/<id>`` (the
+  List-Id's fewest first labels that list:name finds alone among the user's lists:
+  ``~golang-nuts`` for golang-nuts.googlegroups.com, else the whole id), ``+tag`` for every
+  other tag worth showing, ``-`` for none.  A list every line has is named once in the
+  header instead (``all ~name``), when that is shorter.  On the user's own messages the
+  sender is replaced by ``to`` and the first recipients.
 * thread listings (``list_threads``): a header line (the thread total only when at most
   1,000 messages match, else the message count), then thread id, last activity, message
   count (matched/all when a search matched part of a thread), flags (``U3``: 3 unread) of
   any of its messages, as notmuch tags a thread (those a search leaves out too: ``+deleted``
-  says one is deleted, not that all are), authors, ``|``, subject;
+  says one is deleted, not that all are; a list as for messages), authors, ``|``, subject;
 * unanswered threads: thread id, date of the user's last message, days silent, message count,
   ``last=<id>`` of that message, ``to`` whom, ``|``, subject;
 * SQL results: a header line, the column names, then one line per row, cells tab-separated
@@ -52,7 +55,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -101,9 +104,10 @@ def one_line(text: str) -> str:
     return _INVISIBLE.sub("", _CONTROL.sub(" ", text)).strip()
 
 
-def flags(tags: Iterable[str], *, attachment: bool) -> str:
+def flags(tags: Iterable[str], *, attachment: bool, lists: Mapping[str, str] = {}) -> str:
     """The flag letters and shown tags; ``attachment`` says whether to show A, in place of
-    notmuch's tag, which leaves out files sent inline."""
+    notmuch's tag, which leaves out files sent inline; ``lists``: the name a list id shows
+    as, where it has a shorter one (see dsl.list_names)."""
     present = (set(tags) - {T.ATTACHMENT}) | ({T.ATTACHMENT} if attachment else set())
     letters = "".join(letter for tag, letter in FLAG_LETTERS if tag in present)
     has_list_id = any(t.startswith(_LIST_PREFIX) for t in present)
@@ -111,19 +115,21 @@ def flags(tags: Iterable[str], *, attachment: bool) -> str:
     extra = sorted((t for t in present if t not in _LETTER and t not in UNSHOWN_TAGS
                     and not (t == T.LIST and has_list_id)),
                    key=lambda t: (t.startswith(dto.MORE), t))
-    return letters + "".join(_shown_tag(t) for t in extra) or "-"
+    return letters + "".join(_shown_tag(t, lists) for t in extra) or "-"
 
 
 _LIST_PREFIX = T.LIST + "/"
 
 
-def _shown_tag(tag: str) -> str:
-    """``~name`` for the mailing-list tag ``list/name`` (list:name finds it), ``…+N`` for
-    the N tags a listing left out (see dto.shown_tags), else ``+tag``."""
+def _shown_tag(tag: str, lists: Mapping[str, str]) -> str:
+    """``~name`` for the mailing-list tag ``list/<id>`` (``name``: the id, or its shorter
+    name in ``lists``; list:name finds it), ``…+N`` for the N tags a listing left out (see
+    dto.shown_tags), else ``+tag``."""
     if tag.startswith(dto.MORE):
         return "…+" + one_line(tag.removeprefix(dto.MORE).partition(" ")[0])
     if tag.startswith(_LIST_PREFIX):
-        return "~" + one_line(tag.removeprefix(_LIST_PREFIX))
+        list_id = tag.removeprefix(_LIST_PREFIX)
+        return "~" + one_line(lists.get(list_id, list_id))
     return "+" + one_line(tag)
 
 
@@ -180,11 +186,28 @@ def _hidden(hidden: int) -> list[str]:
     return [f"{hidden} more hidden as spam/deleted (in:anywhere shows them)"] if hidden else []
 
 
+def _page_list(page_tags: Sequence[Sequence[str]],
+               lists: Mapping[str, str]) -> tuple[list[str], frozenset[str]]:
+    """A list every line of a page shows, said once in the header (``all ~name``), and the
+    tags its lines leave out for it, when that is shorter: a list's page of 50 lines
+    repeated the one name 50 times."""
+    common = set(page_tags[0]).intersection(*page_tags[1:]) if page_tags else set()
+    tag = min((t for t in common if t.startswith(_LIST_PREFIX)), default=None)
+    if tag is None:
+        return [], frozenset()
+    note = "all " + _shown_tag(tag, lists)
+    if len(page_tags) * (len(note) - len("all ")) <= len("; " + note):
+        return [], frozenset()
+    return [note], frozenset({tag, T.LIST})
+
+
 def search_text(r: dto.SearchResult) -> str:
-    head = [_page(len(r.results), r.next_cursor, r.total), *_hidden(r.hidden)]
+    page_list, left_off = _page_list([e.tags for e in r.results], r.list_names)
+    head = [_page(len(r.results), r.next_cursor, r.total), *_hidden(r.hidden), *page_list]
     if r.indexed_at:
         head.append(f"indexed {when(r.indexed_at)}")
-    return "\n".join([_noted("; ".join(head), len(r.results)), *(email_line(e) for e in r.results)])
+    return "\n".join([_noted("; ".join(head), len(r.results)),
+                      *(email_line(e, r.list_names, left_off) for e in r.results)])
 
 
 def short_name(person: str) -> str:
@@ -214,9 +237,14 @@ def shown_id(message_id: str) -> str:
     return message_id if _PLAIN_ID.fullmatch(message_id) else json.dumps(message_id)
 
 
-def email_line(e: dto.EmailRef) -> str:
+def email_line(e: dto.EmailRef, lists: Mapping[str, str] = {},
+               left_off: frozenset[str] = frozenset()) -> str:
+    """A message's listing line; ``lists`` as for :func:`flags`, ``left_off``: the tags of
+    the list the page's header names (:func:`_page_list`)."""
     who = ("to " + ", ".join(short_name(p) for p in e.to)) if e.to else short_name(e.from_)
-    return (f"{shown_id(e.id)} {when(e.date)} {flags(e.tags, attachment=e.attachment)} "
+    shown = flags((t for t in e.tags if t not in left_off), attachment=e.attachment,
+                  lists=lists)
+    return (f"{shown_id(e.id)} {when(e.date)} {shown} "
             f"{who} | {_subject(e.subject)}")
 
 
@@ -227,11 +255,13 @@ def threads_text(r: dto.ThreadList) -> str:
         head = (f"{counted(len(r.threads), 'thread')} of "
                 f"{counted(r.matched_messages, 'matching message')}"
                 + (f"; next_cursor={r.next_cursor}" if r.next_cursor else ""))
-    lines = [_noted("; ".join([head, *_hidden(r.hidden)]), len(r.threads))]
+    page_list, left_off = _page_list([t.tags for t in r.threads], r.list_names)
+    lines = [_noted("; ".join([head, *_hidden(r.hidden), *page_list]), len(r.threads))]
     for t in r.threads:
         count = f"{t.matched}/{t.messages}" if t.matched < t.messages else str(t.messages)
         mark = (f"U{t.unread}" if t.unread else "") + flags(
-            (x for x in t.tags if x != T.UNREAD), attachment=t.attachment).strip("-")
+            (x for x in t.tags if x != T.UNREAD and x not in left_off),
+            attachment=t.attachment, lists=r.list_names).strip("-")
         lines.append(f"{t.thread} {when(t.newest)} {count} {mark or '-'} "
                      f"{', '.join(shown_name(a) for a in t.authors)} | {_subject(t.subject)}")
     return "\n".join(lines)
