@@ -700,6 +700,10 @@ _SIGNATURE = ('<table class=MsoNormalTable border=0><tr><td><img src="cid:logo" 
       "Total | $12.50"]),
     (f"<div class=WordSection1><p class=MsoNormal>Q1:</p>{_EXCEL_RANGE}{_SIGNATURE}</div>",
      ["Region | Jan | Feb", "North | 1,204 | 1,310", "South | 987 | 1,045"]),
+    # a style sheet in a cell: what it says is no tag, as the parser reads it
+    ("<table><tr><td>Item</td><td>Qty</td><td>Price</td></tr><tr><td>Flat white<style>/* no "
+     "<table><p> here */</style></td><td>2</td><td>$9.00</td></tr></table><p>See you soon.</p>",
+     ["Item | Qty | Price", "Flat white | 2 | $9.00"]),
 ])
 def test_html_data_tables_keep_their_rows_among_layout_tables(html: str, rows: list[str]) -> None:
     """A data table -- rows, most of two cells or more, a word or a paragraph each -- stays
@@ -721,6 +725,9 @@ def test_html_data_tables_keep_their_rows_among_layout_tables(html: str, rows: l
     "<!--[if mso]><table><tr><td><![endif]--><table><tr><td><p>Hi Sam,</p></td></tr><tr><td>"
     "<p>Your order shipped.</p></td></tr><tr><td>Track it<!--[if mso]></td></tr></table>"
     "<![endif]-->",
+    # a style sheet wrapped in a comment never closed: inside <style> no comment begins
+    "<style><!-- td { padding: 0 } </style><table><tr><td><p>Hi Sam,</p><p>Your order "
+    "shipped.</p></td></tr><tr><td>Track it</td></tr></table>",
 ])
 def test_html_malformed_layout_tables_read_as_blocks(html: str) -> None:
     lines = parse_message(message("Content-Type: text/html", body=html)).text.splitlines()
@@ -1594,6 +1601,44 @@ def test_a_pdf_read_page_after_page_is_extracted_again_only_to_read_further(
     assert (first.text or "") + (second.text or "") == (whole.text or "")[:second.next_offset]
     assert attachment_text(raw, 0, 2000, second.next_offset or 0).total_chars == whole.total_chars
     assert len(started) == 2
+
+
+def test_a_pdf_read_for_less_keeps_the_text_another_read_got_further_meanwhile(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two pages of one PDF read at once, on two threads: the read for less, ending last,
+    does not put its text in the place of the longer one kept meanwhile."""
+    started: list[int] = []
+    read = pdftext._read
+
+    def reader(data: bytes, max_chars: int, max_pages: int) -> pdftext.PdfText:
+        started.append(max_chars)
+        if len(started) == 1:  # meanwhile another thread reads to the end, and ends first
+            pdftext.pdf_text(data, 50_000, max_pages)
+        return read(data, max_chars, max_pages)
+    monkeypatch.setattr(pdftext, "_read", reader)
+    streams = [f"BT /F1 12 Tf 72 720 Td (Page {n} of the two readers test, ".encode()
+               + b"clause text " * 20 + b") Tj ET" for n in range(30)]
+    raw = pdf_message(pdf_pages(streams))
+    first = attachment_text(raw, 0, 2000)
+    last = attachment_text(raw, 0, 2000, 6000)  # from the text kept: no reader started
+    assert first.next_offset is not None and last.total_chars is not None
+    assert started == [2000, 50_000]
+
+
+def test_a_pdf_page_is_read_though_the_reader_fails_on_the_pages_ahead_of_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading on reads ahead; pages the reader cannot get through (here too slow: past its
+    time cap) after the ones asked for leave those readable, as they were from offset 0."""
+    monkeypatch.setattr(pdftext, "SECONDS", 2)
+    streams = [f"BT /F1 12 Tf 72 720 Td (Page {n} ".encode() + b"clause text " * 50
+               + b") Tj ET" for n in range(6)]
+    raw = pdf_message(pdf_pages(streams + [b"BT /F1 12 Tf () Tj ET\n" * 5_000] * 300,
+                                deflate=True))
+    first = attachment_text(raw, 0, 1000)
+    assert first.next_offset is not None and first.note is None
+    second = attachment_text(raw, 0, 1000, first.next_offset)
+    assert second.note is None and "Page 2 clause text" in (second.text or "")
+    assert second.offset == first.next_offset and second.next_offset is not None
 
 
 def test_attachment_text_octet_stream_named_txt_is_text() -> None:

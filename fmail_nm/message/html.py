@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from html.parser import HTMLParser
 
 import html2text
 from html2text.utils import escape_md_section
 
 from .hidden import HiddenElements, StyleSheet, hiding, is_void, style_sheet, text_chars
 from .mime import BodyText, HtmlText, ParsedMessage, parse_body, parse_message
-from .text import QUOTE_MARK_ESCAPE, TAG_PARTS
+from .text import QUOTE_MARK_ESCAPE
 
 __all__ = ["html_to_text", "read_body", "read_message"]
 
@@ -71,8 +72,6 @@ _LAYOUT_ROLES = frozenset({"presentation", "none"})
 # cell that holds them is a column of the layout.
 _BLOCKS = frozenset({"p", "div", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "blockquote",
                      "pre"})
-# A comment, or a tag: tables in a comment (Outlook's "<!--[if mso]><table>") are none.
-_COMMENT_OR_TAG = re.compile("<!--|" + TAG_PARTS.pattern)
 
 
 @dataclass
@@ -103,30 +102,42 @@ def _layout_table_starts(html: str) -> set[tuple[int, int]]:
     """Where the tables of ``html`` start that lay out its content rather than hold data
     (see ``_TableShape.is_layout``), as (line, column) of ``HTMLParser.getpos``.  In one pass
     over its tags: a table's shape decides how to render it, from its start tag on."""
-    layout: set[tuple[int, int]] = set()
-    open_tables: list[_TableShape] = []
-    line, line_start, counted, pos = 1, 0, 0, 0  # lines counted up to ``counted``
-    while match := _COMMENT_OR_TAG.search(html, pos):
-        pos = match.end()
-        if match.group(0) == "<!--":
-            pos = html.find("-->", pos) + 3
-            if pos < 3:
-                break  # never closed: the rest is the comment
-            continue
-        name = match.group(2).lower()
-        if name not in _TABLE_TAGS and name not in _BLOCKS:
-            continue
-        start = match.start()
-        line += html.count("\n", counted, start)
-        line_start = max(line_start, html.rfind("\n", counted, start) + 1)
-        counted = start
-        _read_table_tag(name, bool(match.group(1)), (line, start - line_start),
-                        open_tables, layout)
-    for table in open_tables:  # never closed: as far as it goes
-        table.end_row()
-        if table.is_layout():
-            layout.add(table.start)
-    return layout
+    shapes = _TableShapes()
+    shapes.feed(html)
+    shapes.close()
+    return shapes.layout
+
+
+class _TableShapes(HTMLParser):
+    """The shapes of a document's tables, read by the parser html2text reads it with: what
+    is a tag (not a comment, nor text of a <style> or <script>) and where each starts are
+    then the same for both, whatever this Python's parser takes for either."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=False)  # as html2text's
+        self.layout: set[tuple[int, int]] = set()
+        self._open_tables: list[_TableShape] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._read(tag, closing=False)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._read(tag, closing=False)
+        self._read(tag, closing=True)  # as _Converter closes it, where it is not hidden
+
+    def handle_endtag(self, tag: str) -> None:
+        self._read(tag, closing=True)
+
+    def _read(self, tag: str, *, closing: bool) -> None:
+        if tag in _TABLE_TAGS or tag in _BLOCKS:
+            _read_table_tag(tag, closing, self.getpos(), self._open_tables, self.layout)
+
+    def close(self) -> None:
+        super().close()
+        for table in self._open_tables:  # never closed: as far as it goes
+            table.end_row()
+            if table.is_layout():
+                self.layout.add(table.start)
 
 
 def _read_table_tag(name: str, closing: bool, where: tuple[int, int],

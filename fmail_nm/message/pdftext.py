@@ -47,8 +47,8 @@ class PdfText:
 def pdf_text(data: bytes, max_chars: int, max_pages: int, *, ahead: int = 0) -> PdfText:
     """The PDF's page text until ``max_chars`` is exceeded or ``max_pages`` are read (or
     more of it: a text kept from a read that went further; when it must be read, ``ahead``
-    characters further).  The text read for a larger ``max_chars`` begins with the one read
-    for a smaller."""
+    characters further, unless the reader fails there).  The text read for a larger
+    ``max_chars`` begins with the one read for a smaller."""
     key = (hashlib.sha256(data).digest(), max_pages)
     with _kept_lock:
         kept = _kept.get(key)
@@ -56,6 +56,11 @@ def pdf_text(data: bytes, max_chars: int, max_pages: int, *, ahead: int = 0) -> 
             _kept.move_to_end(key)
             return kept.read
     read = _read(data, max_chars + ahead, max_pages)
+    if read.text is None and ahead and kept is not None:
+        # The reader read this PDF before: what it failed on may be the pages ahead (one
+        # that exhausts its caps), which must not cost the text asked for.
+        ahead = 0
+        read = _read(data, max_chars, max_pages)
     if read.text is not None:  # a failure is not kept: what was read for less stays kept
         _keep(key, _Kept(read, max_chars + ahead))
     return read
@@ -84,6 +89,10 @@ _kept_lock = threading.Lock()  # attachments are read on more than one thread
 def _keep(key: tuple[bytes, int], kept: _Kept) -> None:
     size = len(kept.read.text or "")
     with _kept_lock:
+        known = _kept.get(key)
+        if known is not None and known.covers(kept.max_chars):
+            _kept.move_to_end(key)
+            return  # read as far or further meanwhile, on another thread
         _kept.pop(key, None)
         if size > KEPT_CHARS:
             return

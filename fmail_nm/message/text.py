@@ -20,7 +20,6 @@ from .hidden import HiddenElements, Hiding, StyleSheet, hiding, style_sheet, tex
 __all__ = [
     "HtmlText",
     "QUOTE_MARK_ESCAPE",
-    "TAG_PARTS",
     "TextSlice",
     "clean_text",
     "escape_quote_marks",
@@ -249,7 +248,7 @@ def _drop_hidden(html: str) -> str:
 
 # A tag, its attribute values quoted or not: "<p style='x:\">\"'>" is one tag. Possessive, and
 # a quoted value bounded, so that a quote left open costs no backtracking or quadratic time.
-TAG_PARTS = re.compile(
+_TAG_PARTS = re.compile(
     r"""<(/?)([a-zA-Z][^\s/<>]*)((?:[^<>"']|"[^"]{0,2000}"|'[^']{0,2000}'|["'])*+)>""")
 # The attributes ``hidden.hiding`` reads, and the start tag of the element it hides by name
 # (found at its name).
@@ -271,7 +270,7 @@ def _without_hidden_elements(html: str, sheet: StyleSheet) -> tuple[str, int]:
     elements = HiddenElements()
     kept: list[str] = []
     hidden_chars = pos = 0
-    for tag in TAG_PARTS.finditer(html):
+    for tag in _TAG_PARTS.finditer(html):
         text = html[pos : tag.start()]
         if elements.hiding:
             hidden_chars += text_chars(html_lib.unescape(text))
@@ -334,7 +333,7 @@ def _may_hide(html: str, sheet: StyleSheet) -> bool:
         start = html.rfind("<", 0, word)
         if start < 0:
             continue  # text before the first tag
-        tag = TAG_PARTS.match(html, start)
+        tag = _TAG_PARTS.match(html, start)
         if tag is None:
             return True
         if tag.end() <= word:  # in the text after that tag, unless a quote says otherwise
