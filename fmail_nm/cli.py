@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import logging
+import math
 import os
 import sqlite3
 import sys
@@ -164,19 +165,33 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
+# How long the post-insert hook waits for a sidecar sync running elsewhere: another insert's
+# pass is done within it, an index run is not.
+INSERT_SYNC_WAIT = 5.0
+
+
 def cmd_hook(args: argparse.Namespace) -> int:
     from .app import load_config
     from .passes import NEW_SINCE_ENV
+    from .passes.mirror import SyncInProgress
     from .passes.post_new import post_new
     from .progress import from_environment
     from .store.notmuch import Reader, Writer
 
     config = load_config(args.config)
     since = os.environ.get(NEW_SINCE_ENV, "")
-    with Reader(config.settings.notmuch_config) as reader, Writer(config.settings.notmuch_config) as writer:
-        report = post_new(config, reader, writer,
-                          new_since=int(since) if since.isascii() and since.isdigit() else None,
-                          on_progress=from_environment())
+    new_since = int(since) if since.isascii() and since.isdigit() else None
+    # notmuch insert waits on its hook, and the MDA on insert: one that gives up on a hook held
+    # behind a long sync (a first index) delivers the mail again.  The next pass tags it.
+    sync_wait = INSERT_SYNC_WAIT if args.name == "post-insert" else math.inf
+    notmuch_config = config.settings.notmuch_config
+    try:
+        with Reader(notmuch_config) as reader, Writer(notmuch_config) as writer:
+            report = post_new(config, reader, writer, new_since=new_since,
+                              on_progress=from_environment(), sync_wait=sync_wait)
+    except SyncInProgress as exc:
+        log.info("%s: the mail is tagged by the next pass (notmuch new, fmail-nm sync)", exc)
+        return 0
     log.info("tagged %d new messages in %d batches; blocklist: +%d -%d; sidecar: %d updated, "
              "%d removed", report.tagging.messages, report.tagging.batches,
              report.blocklist.tagged, report.blocklist.untagged, report.mirror.upserted,

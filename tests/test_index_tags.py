@@ -8,6 +8,7 @@ after ``fmail-nm init``, taken from the version that tagged every new message th
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sqlite3
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from fmail_nm.passes.mirror import sync_lock
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader, Writer, WriteTxn
 
@@ -208,6 +210,23 @@ def test_mail_notmuch_insert_delivers_is_tagged_and_mirrored_when_insert_returns
     assert tags_of(indexed, "mine-1@example.org") == {"sent"}
     assert mirrored_tags(indexed, "listed-1@example.com") == listed
     assert mirrored_tags(indexed, "mine-1@example.org") == {"sent"}
+
+
+def test_an_insert_while_a_long_pass_runs_returns_and_the_next_pass_tags_it(
+        indexed: MailEnv) -> None:
+    """An MDA's ``notmuch insert`` waits for our hook: while another process holds the sidecar
+    for long (the service's first index), the hook leaves the mail to the next pass rather
+    than hold the delivery until the MDA's time limit kills it and delivers it again."""
+    path = sidecar.sidecar_path(indexed.config().data_dir)
+    with sync_lock(path, wait=math.inf):
+        subprocess.run(["notmuch", "insert", "--folder=personal/INBOX"], input=LISTED,
+                       env={**os.environ, **indexed.env}, capture_output=True, check=True,
+                       timeout=120)
+    assert tags_of(indexed, "listed-1@example.com") == {"inbox", "unread"}
+    indexed.notmuch("new")
+    listed = {"list", "list/rust-users.lists.example.com", "unread"}
+    assert tags_of(indexed, "listed-1@example.com") == listed
+    assert mirrored_tags(indexed, "listed-1@example.com") == listed
 
 
 def test_mail_inserted_without_hooks_waits_for_the_next_pass(indexed: MailEnv) -> None:

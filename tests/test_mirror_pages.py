@@ -344,15 +344,17 @@ def unanswered_both_ways(mb: reads.Mailbox, monkeypatch: pytest.MonkeyPatch,
         return mirrored, reads.find_unanswered_threads(mb, **kwargs)
 
 
-def deliver_asks(indexed: MailEnv, mails: list[tuple[str, str, str]]) -> None:
-    """(Message-ID's local part, From, parent's local part) the n-th dated n+1 Dec 2026."""
+def deliver_asks(indexed: MailEnv, mails: list[tuple[str, str, str]], *,
+                 mirrored: bool = True) -> None:
+    """(Message-ID's local part, From, parent's local part) the n-th dated n+1 Dec 2026;
+    ``mirrored`` false: indexed without the hook, the mirror lagging."""
     for n, (mid, sender, parent) in enumerate(mails):
         reply = f"In-Reply-To: <{parent}@example.com>\n" if parent else ""
         (indexed.mail_root / "personal" / "INBOX" / "cur" / f"17630000{n}.ask.host:2,S").write_bytes(
             f"From: {sender}\nTo: Jo Park <jo.park@example.net>\nSubject: Ask {n}\n"
             f"Date: {n + 1:02} Dec 2026 09:00 +0000\nMessage-ID: <{mid}@example.com>\n{reply}\n"
             "Hello.\n".encode())
-    indexed.notmuch("new")  # indexed and mirrored by the hook
+    indexed.notmuch("new", *(() if mirrored else ("--no-hooks",)))  # mirrored by the hook
 
 
 def test_unanswered_threads_from_the_mirror_are_notmuchs(
@@ -457,6 +459,24 @@ def test_a_last_word_to_blocked_people_alone_awaits_no_reply(
     after, total_after = listed(limit=500)
     assert after == before - {also_me} and total_after == total - 1
     assert listed(limit=2)[1] == total_after
+
+
+def test_a_last_word_from_a_sub_address_the_lagging_mirror_has_not_seen_is_the_users(
+        indexed: MailEnv, mailbox: reads.Mailbox) -> None:
+    """Mail from a sub-address of the user's that the mirror has not seen yet: notmuch answers
+    while the mirror lags, and takes it for the user's last word, as the mirror does after."""
+    deliver_asks(indexed, [("sub-1", "Alex Morgan <alex@example.org>", ""),
+                           ("sub-2", "Ben Carter <ben.carter@example.net>", "sub-1"),
+                           ("sub-3", "Alex Morgan <alex+lists@example.org>", "sub-2")],
+                 mirrored=False)
+    assert reads.current_mirror(mailbox, EXCLUDED) is None
+    lagging = reads.find_unanswered_threads(mailbox, limit=500).threads
+    assert "sub-3@example.com" in {t.last for t in lagging}  # no uid before the mirror's
+    mirror.sync_sidecar(indexed.config(), mailbox.reader)
+    assert reads.current_mirror(mailbox, EXCLUDED) is not None
+    mirrored = reads.find_unanswered_threads(mailbox, limit=500).threads
+    assert sidecar.uid_for("sub-3@example.com") in {t.last for t in mirrored}
+    assert [t.thread for t in mirrored] == [t.thread for t in lagging]
 
 
 def test_a_listing_reads_one_state_of_the_mirror(indexed: MailEnv,

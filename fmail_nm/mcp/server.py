@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import sqlite3
 import threading
 import time
@@ -171,7 +172,7 @@ class MailService:
         """Bring the sidecar up to date (cheap when nothing changed).  If another process is
         syncing it right now, its result is what we read."""
         try:
-            sync_sidecar(self.config, self._mailbox().reader, wait=wait)
+            sync_sidecar(self.config, self._mailbox().reader, wait=math.inf if wait else 0)
         except SyncInProgress:
             log.debug("sidecar sync running elsewhere; reading it as it is")
         except (sqlite3.Error, OSError) as exc:  # a sidecar we may not write: read-only files

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import multiprocessing
 import os
 import queue
@@ -202,7 +203,7 @@ def index_first(config: Config, reader: Reader, *,
     report = FirstIndex(files=len(files))
     path = sidecar.sidecar_path(config.data_dir)
     # No other sidecar sync meanwhile: it would take this mail for new mail still to tag.
-    with sync_lock(path, wait=True):
+    with sync_lock(path, wait=math.inf):
         with sidecar.opened(path) as conn, sidecar.transaction(conn):
             sidecar.set_state(conn, "notmuch_uuid", None)  # the mirror starts from scratch
         parses = parse_in_order(files)

@@ -23,6 +23,7 @@ import fcntl
 import functools
 import json
 import logging
+import math
 import os
 import re
 import sqlite3
@@ -41,6 +42,7 @@ from .. import tags
 from ..clock import iso_from_epoch
 from ..config import ROOT_FOLDER, Config
 from ..errors import BackendError
+from ..flock import flock_within
 from ..message.headers import (Address, HeaderInfo, canonical_address, ends_head,
                                is_own_address, list_author, list_rewrote, parse_headers,
                                read_head, search_forms, via_name)
@@ -1210,15 +1212,17 @@ class SyncInProgress(BackendError):
 
 
 @contextmanager
-def sync_lock(path: Path, *, wait: bool) -> Iterator[None]:
+def sync_lock(path: Path, *, wait: float) -> Iterator[None]:
     """One sync at a time per sidecar, across processes (the hook, the server, the CLI): two
-    would do the same work twice and could set the sync position back."""
+    would do the same work twice and could set the sync position back.  ``wait``: the
+    seconds a sync running elsewhere is waited for (``math.inf``: until it ends), then
+    :class:`SyncInProgress`."""
     private_dir(path.parent)
     with open(path.with_name(path.name + ".sync-lock"), "a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SyncInProgress("another fmail-nm process is syncing the sidecar") from None
+        if wait == math.inf:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        elif not flock_within(fh, wait):
+            raise SyncInProgress("another fmail-nm process is syncing the sidecar")
         try:
             yield
         finally:
@@ -1226,20 +1230,21 @@ def sync_lock(path: Path, *, wait: bool) -> Iterator[None]:
 
 
 def sync_sidecar(config: Config, reader: Reader, *, full: bool = False,
-                 wait: bool = True, new_since: int | None = None,
+                 wait: float = math.inf, new_since: int | None = None,
                  on_progress: ProgressCallback | None = None,
                  on_marked: Callable[[list[tuple[str, str | None]]], None] | None = None,
                  on_moved: Callable[[list[str]], None] | None = None,
                  on_gone: Callable[[dict[str, Gone]], None] | None = None,
                  prefetched: Mapping[str, Parsed] | None = None,
                  tagged: frozenset[str] = frozenset(), mark_new: bool = True) -> MirrorReport:
-    """Bring the sidecar up to date with notmuch.  With ``wait=False`` a sync already running
-    elsewhere raises :class:`SyncInProgress` instead of waiting for it.  ``new_since``: the
-    notmuch revision before the index run that brought new mail (see :class:`Mirror`);
-    ``prefetched``: files parsed already (:mod:`fmail_nm.passes.prefetch`); ``tagged``: new
-    messages that have their final tags already (:mod:`fmail_nm.passes.delivery`);
-    ``on_gone``: told the messages the index dropped, as the mirror knew them;
-    ``mark_new`` false: no message is marked for the tagging pass (the mail of a setup)."""
+    """Bring the sidecar up to date with notmuch.  A sync already running elsewhere is waited
+    for ``wait`` seconds (:func:`sync_lock`), then raises :class:`SyncInProgress`.
+    ``new_since``: the notmuch revision before the index run that brought new mail (see
+    :class:`Mirror`); ``prefetched``: files parsed already (:mod:`fmail_nm.passes.prefetch`);
+    ``tagged``: new messages that have their final tags already
+    (:mod:`fmail_nm.passes.delivery`); ``on_gone``: told the messages the index dropped, as
+    the mirror knew them; ``mark_new`` false: no message is marked for the tagging pass (the
+    mail of a setup)."""
     path = sidecar.sidecar_path(config.data_dir)
     with sync_lock(path, wait=wait), sidecar.opened(path) as conn:
         mirror = Mirror(config, reader, conn, new_since=new_since, on_progress=on_progress,

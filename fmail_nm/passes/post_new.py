@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import sqlite3
 import threading
 from collections.abc import Mapping
@@ -38,7 +39,8 @@ def post_new(config: Config, reader: Reader, writer: Writer, *,
              new_since: int | None = None,
              on_progress: ProgressCallback | None = None,
              prefetched: Mapping[str, Parsed] | None = None,
-             tagged: frozenset[str] = frozenset()) -> PostNewReport:
+             tagged: frozenset[str] = frozenset(),
+             sync_wait: float = math.inf) -> PostNewReport:
     """What follows every ``notmuch new``: mirror the new mail into the sidecar (each new file
     parsed once, there), tag what the mirror marked as new -- batch by batch, alongside the
     mirror -- give mail whose files changed folders the place tags of where it is now, apply
@@ -47,13 +49,15 @@ def post_new(config: Config, reader: Reader, writer: Writer, *,
     (:func:`~fmail_nm.store.sidecar.prune_audit_log`).  ``new_since``: the notmuch revision
     before the index run, when known; ``prefetched``: files parsed while notmuch new ran;
     ``tagged``: new messages that have their final tags already (indexed by
-    :mod:`fmail_nm.passes.delivery`)."""
+    :mod:`fmail_nm.passes.delivery`); ``sync_wait``: the seconds a sidecar sync running
+    elsewhere is waited for, then :class:`~fmail_nm.passes.mirror.SyncInProgress`, nothing
+    done."""
     # A connection held open through the pass: each step opens and closes its own, and SQLite
     # checkpoints the WAL whenever the last connection to it closes (several ms each time).
     with sidecar.opened(sidecar.sidecar_path(config.data_dir)) as conn:
         report = _post_new(config, reader, writer, new_since=new_since,
                            on_progress=_serialized(on_progress), prefetched=prefetched,
-                           tagged=tagged)
+                           tagged=tagged, sync_wait=sync_wait)
         _prune_audit_log(conn)  # here, not on each write: a pass writes the sidecar anyway
         return report
 
@@ -73,7 +77,7 @@ def _prune_audit_log(conn: sqlite3.Connection) -> None:
 def _post_new(config: Config, reader: Reader, writer: Writer, *, new_since: int | None,
               on_progress: ProgressCallback | None,
               prefetched: Mapping[str, Parsed] | None,
-              tagged: frozenset[str]) -> PostNewReport:
+              tagged: frozenset[str], sync_wait: float) -> PostNewReport:
     # The tagging pass starts on each batch the mirror has committed while the mirror goes on;
     # whatever it did not reach (or a pass that died before left marked) is tagged after.
     moved: list[str] = []
@@ -81,7 +85,8 @@ def _post_new(config: Config, reader: Reader, writer: Writer, *, new_since: int 
     with Tagger(config, writer, configured_new_tags(reader), on_progress=on_progress) as tagger:
         first = sync_sidecar(config, reader, new_since=new_since, on_progress=on_progress,
                              on_marked=tagger.add, on_moved=moved.extend,
-                             on_gone=gone.update, prefetched=prefetched, tagged=tagged)
+                             on_gone=gone.update, prefetched=prefetched, tagged=tagged,
+                             wait=sync_wait)
     # A held copy must never be the last: one of a message the index dropped takes its place,
     # with the tags it had (so the mirror below must not tag it as new mail).
     back = writer.run(functools.partial(take_places, config=config, gone=gone)) if gone else []

@@ -1122,7 +1122,8 @@ def find_unanswered_threads(mb: Mailbox, since: str | None = None, until: str | 
     since_epoch = _parse_when(since, "since", end=False) if since else None
     answer = _unanswered_from_mirror(mb, mine, since_epoch, until_epoch, offset, limit)
     if answer is None:
-        found = [w for w in _unanswered_from_notmuch(mb, nm_query, mine)
+        found = [w for w in _unanswered_from_notmuch(mb, nm_query, mine,
+                                                     sub_addresses=not address)
                  if until_epoch is None or w.date <= until_epoch]
         answer = len(found), found[offset:offset + limit]
     total, page = answer
@@ -1166,11 +1167,13 @@ def _unanswered_from_mirror(mb: Mailbox, mine: Sequence[str], since: int | None,
                               passed_over=passed_over)
 
 
-def _unanswered_from_notmuch(mb: Mailbox, nm_query: str,
-                             mine: Sequence[str]) -> list[sidecar.LastWord]:
+def _unanswered_from_notmuch(mb: Mailbox, nm_query: str, mine: Sequence[str], *,
+                             sub_addresses: bool) -> list[sidecar.LastWord]:
     """Each thread with a message of the user's the query matches, walked for its last
     word (see sidecar.LastWord); those from the user to someone the user waits for, newest
-    first."""
+    first.  ``sub_addresses``: ``mine`` are the user's addresses, whose sub-addresses are the
+    user's too -- also those the mirror, lagging when notmuch answers, has not seen yet
+    (Mailbox.own_addresses)."""
     blocked, me = read_blocklist(mb.config), my_addresses(mb.config)
     found: list[sidecar.LastWord] = []
     for thread_id in mb.reader.thread_ids(nm_query, exclude_tags=mb.reader.exclude_tags()):
@@ -1179,7 +1182,9 @@ def _unanswered_from_notmuch(mb: Mailbox, nm_query: str,
         if not live:
             continue
         last = max(live, key=lambda m: (m.date, m.message_id))  # as the mirror picks it
-        if canonical_address(sender(last.from_header)[1]) not in mine:
+        address = sender(last.from_header)[1]
+        if not (is_own_address(address, mine) if sub_addresses
+                else canonical_address(address) in mine):
             continue
         # Whom it went to matters only while someone is blocked: no file is read otherwise.
         to = {canonical_address(r["email"]) for r in _file_recipients(last)} if blocked else set()
