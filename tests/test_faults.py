@@ -935,6 +935,8 @@ async def test_a_draft_notmuch_could_not_save_leaves_one_version_and_says_which(
             saved = await client.call_tool("save_draft", {"to": ["bob@example.net"], "body": "v1"})
             assert not saved.is_error, saved.content
             draft_id = saved.structured_content["id"]  # type: ignore[index]
+            shown = await client.call_tool("get_email", {"id": draft_id})
+            mid = shown.structured_content["message_id"]  # type: ignore[index]
             with_v1 = draft_files(indexed)
             limit_file_size(proc, DRAFT_SIZE_LIMIT)
             new = await client.call_tool("save_draft", {"to": ["carol@example.net"],
@@ -951,5 +953,5 @@ async def test_a_draft_notmuch_could_not_save_leaves_one_version_and_says_which(
     indexed.fmail("index", "--quiet")
     found = indexed.notmuch("search", "--output=files", "tag:draft", "and", "to:carol@example.net")
     assert not found.stdout.strip(), found.stdout
-    (file,) = indexed.notmuch("search", "--output=files", f"id:{draft_id}").stdout.split()
+    (file,) = indexed.notmuch("search", "--output=files", f"id:{mid}").stdout.split()
     assert Path(file).read_bytes().endswith(b"\r\n\r\nv2\r\n")

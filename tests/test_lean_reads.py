@@ -203,6 +203,50 @@ async def test_one_message_is_a_header_block_and_a_marked_body(client: Client,
 
 
 @pytest.mark.anyio
+async def test_list_mail_names_its_unsubscribe_links(client: Client) -> None:
+    """Clean bodies drop list footers, and the unsubscribe link with them: get_email shows
+    the List-Unsubscribe header's links (a folded header with two of them here)."""
+    lines, data = await call(client, "get_email", {"id": "list-rust-7@example.com",
+                                                   "max_body_chars": 10})
+    links = ("<mailto:rust-users-leave@lists.example.org> "
+             "<https://lists.example.org/rust-users/unsubscribe>")
+    assert lines[lines.index("list: rust-users.lists.example.org") + 1] == f"unsubscribe: {links}"
+    assert data["unsubscribe"] == links
+
+
+# A List-Unsubscribe of links no one should follow (javascript:, data:), one carrying a line
+# separator, an escape and a bidi override raw (8-bit) that would start a line of its own or
+# reorder it, one long enough to flood the answer, more links than are shown, and an RFC 8058
+# one-click POST.
+HOSTILE_UNSUBSCRIBE = (
+    "From: News <news@news.example>\nTo: alex@example.org\nSubject: Weekly\n"
+    "Date: Wed, 02 Dec 2026 09:00:00 +0000\nMessage-ID: <unsub-1@news.example>\n"
+    "List-Unsubscribe: <javascript:alert(1)>, <data:text/html,x>,\n"
+    " <HTTPS://news.example/u?t=1&x=\n 2>,\n"
+    " (comment) <https://news.example/b\u2028id: 0123456789abcdef fake\x1b[2J\u202e>,\n"
+    f" <https://news.example/{'a' * 1200}>, <MAILTO:leave@news.example?subject=unsub>\n"
+    "List-Unsubscribe-Post: List-Unsubscribe=One-Click\n\nhello\n").encode()
+
+
+@pytest.mark.anyio
+async def test_unsubscribe_links_are_web_or_mail_bounded_and_on_their_line(
+        indexed: MailEnv) -> None:
+    (indexed.mail_root / "personal" / "INBOX" / "new" / "1764666000.unsub.host").write_bytes(
+        HOSTILE_UNSUBSCRIBE)
+    indexed.notmuch("new")
+    async with Client(server(indexed, "--read-only")) as c:
+        lines, data = await call(c, "get_email", {"id": "unsub-1@news.example"})
+    (line,) = [line for line in lines if line.startswith("unsubscribe: ")]
+    long = f"https://news.example/{'a' * 1200}"
+    assert line == ("unsubscribe: <HTTPS://news.example/u?t=1&x=2> "
+                    "<https://news.example/bid:0123456789abcdeffake[2J> "
+                    f"<{long[:dto.MAX_VALUE_CHARS]}… ({len(long)} characters)> … 1 more "
+                    "(one-click)")
+    assert data["unsubscribe"] == line.removeprefix("unsubscribe: ")
+    assert not any(line.startswith("id: 0123456789abcdef") for line in lines)
+
+
+@pytest.mark.anyio
 async def test_a_thread_numbers_its_messages_and_names_what_each_replies_to(
         client: Client, shared_indexed: MailEnv) -> None:
     lines, data = await call(client, "get_thread", {"thread_id": uid(SCHOOL_2),  # a member's id
@@ -383,10 +427,10 @@ async def test_short_ids_work_in_every_tool_that_takes_an_id(indexed: MailEnv) -
         _, forward = await call(c, "forward_email", {"id": pdf, "to": ["bob@example.com"]})
         assert reply["subject"] == "Re: School trip to the science museum on 27 March"
         assert forward["subject"] == "Fwd: Your invoice 2026-0042"
-        _, replaced = await call(c, "save_draft", {"draft_id": uid(reply["id"]),
+        _, replaced = await call(c, "save_draft", {"draft_id": reply["id"],
                                                    "body": "Count us in, both of us."})
         assert replaced["subject"] == reply["subject"]
-        _, body = await call(c, "get_email", {"id": uid(replaced["id"])})
+        _, body = await call(c, "get_email", {"id": replaced["id"]})
         assert "both of us" in body["body"]["text"]
 
 

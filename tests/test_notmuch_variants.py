@@ -139,8 +139,9 @@ def test_a_saved_draft_is_a_draft_with_maildir_flag_sync_off(users_setup: MailEn
         ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
         draft = compose.save_draft(ctx, ["bob@example.net"], [], [], "Flags off", "v1",
                                    account="personal")
-        saved = reader.find(draft.id)
+        saved = reader.find(draft.message_id)
         assert saved is not None and "draft" in saved.tags and "sent" not in saved.tags
-        assert compose.save_draft(ctx, body="v2", draft_id=draft.id).id == draft.id
+        again = compose.save_draft(ctx, body="v2", draft_id=draft.message_id)
+        assert again.message_id == draft.message_id
     assert users_setup.notmuch("count", "--exclude=false", "tag:draft", "and",
-                               f"id:{draft.id}").stdout == "1\n"
+                               f"id:{draft.message_id}").stdout == "1\n"

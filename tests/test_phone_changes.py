@@ -342,13 +342,13 @@ def test_a_reply_to_mail_read_on_the_phone_marks_the_original_answered(
         (run,) = bed.mbsync("pull")
         assert run.ok, run.error
 
-        assert send.send_draft(ctx, draft.id).sent
+        assert send.send_draft(ctx, draft.message_id).sent
         assert len(smtp.received) == 1
         assert bed.tags(original) == {"replied", "inbox"}  # read on the phone, answered here
     report = bed.sync()
     assert report.ok, report.errors()
     assert bed.server_flags(original) == {SEEN, "\\Answered"}
-    assert bed.server_flags(draft.id, folder="Sent") == {SEEN}
+    assert bed.server_flags(draft.message_id, folder="Sent") == {SEEN}
 
 
 def phone_folder(bed: SyncBed, command: str, *folders: str) -> None:
@@ -509,7 +509,7 @@ def edited_on_the_phone(bed: SyncBed, ctx: WriteContext) -> compose.DraftResult:
     """A draft saved here ("v1") and pushed, then edited on the phone ("v2 from the phone")."""
     draft = compose.save_draft(ctx, ["bob@example.com"], subject="plan", body="v1")
     assert bed.sync().ok
-    phone_edits_draft(bed, draft.id, b"v1", b"v2 from the phone")
+    phone_edits_draft(bed, draft.message_id, b"v1", b"v2 from the phone")
     return draft
 
 
@@ -523,7 +523,7 @@ def test_a_draft_edited_on_the_phone_is_sent_as_edited_without_mbsyncs_header(
     with ctx.reader, ctx.writer:
         draft = edited_on_the_phone(bed, ctx)
         assert bed.sync().ok
-        assert send.send_draft(ctx, draft.id).sent
+        assert send.send_draft(ctx, draft.message_id).sent
     (got,) = smtp.received
     assert got.data.endswith(b"\r\n\r\nv2 from the phone\r\n")
     assert b"X-TUID" not in got.data
@@ -538,9 +538,9 @@ def test_a_draft_edited_here_and_on_the_phone_at_once_is_not_sent_with_one_edit_
     ctx = drafting(bed, smtp)
     with ctx.reader, ctx.writer:
         draft = edited_on_the_phone(bed, ctx)
-        compose.save_draft(ctx, body="v2 from here", draft_id=draft.id)
+        compose.save_draft(ctx, body="v2 from here", draft_id=draft.message_id)
         assert bed.sync().ok
-        assert len(bed.files(draft.id)) == 2
+        assert len(bed.files(draft.message_id)) == 2
         with pytest.raises(compose.ComposeError, match="2 different versions in Drafts"):
-            send.send_draft(ctx, draft.id)
+            send.send_draft(ctx, draft.message_id)
     assert smtp.received == []

@@ -190,9 +190,9 @@ def test_reply_all_is_a_threaded_draft_in_drafts(bed: Bed) -> None:
     assert draft.to == ["team@example.net"]  # Reply-To wins over From
     assert draft.cc == ["bob@example.com", "carol@example.com"]  # none of the user's own
     assert draft.subject == "Re: Grüße"  # no Re: AW: stacking
-    (path,) = bed.files_with(bed.drafts, draft.id)
+    (path,) = bed.files_with(bed.drafts, draft.message_id)
     assert path.name.endswith(":2,DS")
-    assert bed.tags(draft.id) == {"draft"}
+    assert bed.tags(draft.message_id) == {"draft"}
     data = path.read_bytes()
     head = header_block(data)
     assert "From: Alex Morgan <alex@example.org>" in head
@@ -205,7 +205,7 @@ def test_reply_all_is_a_threaded_draft_in_drafts(bed: Bed) -> None:
     assert body.startswith("Here they are.\n\nOn Tue, 02 Jan 2024 at 09:01 UTC, Zoë Müller "
                            "wrote:\n> Hello Alex,\n>\n> can you send the numbers?\n")
     assert "> Zoë" not in body  # the signature is not quoted
-    assert bed.ctx.reader.find(draft.id).thread_id == bed.ctx.reader.find(ORIGINAL).thread_id  # type: ignore[union-attr]
+    assert bed.ctx.reader.find(draft.message_id).thread_id == bed.ctx.reader.find(ORIGINAL).thread_id  # type: ignore[union-attr]
 
 
 def test_reply_all_leaves_out_the_users_sub_addresses_only(bed: Bed) -> None:
@@ -226,7 +226,7 @@ def test_reply_honours_mail_followup_to_and_plain_reply(bed: Bed) -> None:
     everyone = compose.reply_to_email(bed.ctx, FOLLOWUP, "LGTM", reply_all=True, quote=False)
     assert everyone.to == ["dev@lists.example.com", "dave@example.com"] and everyone.cc == []
     assert everyone.subject == "Re: patch review"
-    assert bed.draft_body(everyone.id) == "LGTM\n"
+    assert bed.draft_body(everyone.message_id) == "LGTM\n"
 
     one = compose.reply_to_email(bed.ctx, FOLLOWUP, "Thanks")
     assert one.to == ["dave@example.com"] and one.cc == []
@@ -244,7 +244,7 @@ def test_a_reply_to_a_forward_quotes_the_forwarded_message(bed: Bed) -> None:
     deliver(bed.env, "1800000002.test_3.host", forward)
     bed.env.notmuch("new")
     draft = compose.reply_to_email(bed.ctx, "fw-4471@acme.test", "Paid today.")
-    body = bed.draft_body(draft.id)
+    body = bed.draft_body(draft.message_id)
     assert body.startswith("Paid today.\n\nOn Mon, 02 Mar 2026 at 10:00 UTC, Priya Raman "
                            "wrote:\n> Please handle this by Friday.\n")
     assert "> Your invoice 4471 for EUR 12,400 is 30 days overdue." in body
@@ -263,7 +263,7 @@ def test_a_reply_to_html_mail_quotes_it_without_markdown_escapes(bed: Bed) -> No
                 b"<p>Results for Q3:</p><p>- EMEA up</p><p>1. ACME signed</p>"
                 b"<p>&gt; 40% growth</p>\r\n")
     draft = compose.reply_to_email(bed.ctx, "q3@example.net", "Great.")
-    body = bed.draft_body(draft.id)
+    body = bed.draft_body(draft.message_id)
     assert body.endswith("> Results for Q3:\n>\n> - EMEA up\n>\n> 1. ACME signed\n>\n"
                          "> > 40% growth\n")
     assert "\\" not in body
@@ -281,7 +281,7 @@ def test_a_reply_to_an_invitation_quotes_its_summary_as_people_read_it(bed: Bed)
                 b"X-ALT-DESC;FMTTYPE=text/html:<p>Agenda:</p><p>1. Budget</p>\r\n"
                 b"END:VEVENT\r\nEND:VCALENDAR\r\n")
     draft = compose.reply_to_email(bed.ctx, "inv@example.net", "I'll be there.")
-    body = bed.draft_body(draft.id)
+    body = bed.draft_body(draft.message_id)
     assert body == ("I'll be there.\n\nOn Mon, 30 Nov 2026 at 09:00 UTC, Jo wrote:\n"
                     "> Invitation: Budget review\n> When: Thu 2026-12-03 15:00 to 16:00 (UTC)\n"
                     "> Description: Agenda:\n>\n> 1. Budget\n")
@@ -289,17 +289,17 @@ def test_a_reply_to_an_invitation_quotes_its_summary_as_people_read_it(bed: Bed)
 
 def test_save_draft_again_replaces_the_file_and_keeps_the_threading(bed: Bed) -> None:
     first = compose.reply_to_email(bed.ctx, ORIGINAL, "v1")
-    (old,) = bed.files_with(bed.drafts, first.id)
+    (old,) = bed.files_with(bed.drafts, first.message_id)
     again = compose.save_draft(bed.ctx, bcc=["secret@example.com"], body="v2",
-                               draft_id=first.id)
-    assert again.id == first.id and again.to == ["team@example.net"]
+                               draft_id=first.message_id)
+    assert again.message_id == first.message_id and again.to == ["team@example.net"]
     assert again.bcc == ["secret@example.com"]
-    (new,) = bed.files_with(bed.drafts, first.id)
+    (new,) = bed.files_with(bed.drafts, first.message_id)
     assert new != old and not old.exists()
     head = header_block(new.read_bytes())
     assert f"In-Reply-To: <{ORIGINAL}>" in head and "Bcc: secret@example.com" in head
     assert body_text(parse(new.read_bytes())) == "v2\n"
-    found = bed.ctx.reader.find(first.id)
+    found = bed.ctx.reader.find(first.message_id)
     assert found is not None and found.filenames == (str(new),)
     with pytest.raises(ChangeError, match="not taken back"):
         writes.undo_last_write(bed.ctx)
@@ -310,14 +310,14 @@ def test_a_draft_with_two_versions_in_drafts_is_neither_sent_nor_saved_over(bed:
     left two files of one Message-ID in Drafts: send_email sent the old one and dropped the
     edit, save_draft rebuilt the old one over it.  Both refuse and change nothing."""
     first = compose.save_draft(bed.ctx, ["bob@example.com"], subject="plan", body="old text")
-    (old,) = bed.files_with(bed.drafts, first.id)
+    (old,) = bed.files_with(bed.drafts, first.message_id)
     bed.put_draft("1900000000.phone.host:2,DS",
                   old.read_bytes().replace(b"old text", b"edited on the phone"))
-    bed.refused_send(first.id, "2 different versions in Drafts.*nothing was changed")
+    bed.refused_send(first.message_id, "2 different versions in Drafts.*nothing was changed")
     before = bed.state()
     with pytest.raises(ComposeError, match="2 different versions in Drafts"):
-        compose.save_draft(bed.ctx, cc=["carl@example.com"], draft_id=first.id)
-    assert bed.state() == before and len(bed.files_with(bed.drafts, first.id)) == 2
+        compose.save_draft(bed.ctx, cc=["carl@example.com"], draft_id=first.message_id)
+    assert bed.state() == before and len(bed.files_with(bed.drafts, first.message_id)) == 2
 
 
 def as_fetched_back(data: bytes) -> bytes:
@@ -332,12 +332,12 @@ def test_a_draft_fetched_back_with_mbsyncs_header_alone_is_one_version(bed: Bed)
     two differ by the X-TUID line mbsync put into the copy it uploaded, and by its LF line
     ends.  One version: sent."""
     first = compose.save_draft(bed.ctx, ["bob@example.com"], subject="plan", body="text")
-    (old,) = bed.files_with(bed.drafts, first.id)
+    (old,) = bed.files_with(bed.drafts, first.message_id)
     bed.put_draft("1900000000.refetched.host:2,DS", as_fetched_back(old.read_bytes()))
-    assert len(bed.files_with(bed.drafts, first.id)) == 2
-    assert send.send_draft(bed.ctx, first.id).sent
+    assert len(bed.files_with(bed.drafts, first.message_id)) == 2
+    assert send.send_draft(bed.ctx, first.message_id).sent
     (got,) = bed.smtp.received
-    assert b"X-TUID" not in got.data and bed.files_with(bed.drafts, first.id) == []
+    assert b"X-TUID" not in got.data and bed.files_with(bed.drafts, first.message_id) == []
 
 
 def saved_elsewhere(bed: Bed, mid: str, name: str, edit: Callable[[bytes], bytes]) -> None:
@@ -358,16 +358,16 @@ def test_a_draft_edited_in_mutt_since_the_model_saved_it_is_not_saved_over(bed: 
     written from its own text: the user's edit was gone.  Refused, nothing changed; once the
     model read it again (get_email), its change is saved."""
     first = compose.save_draft(bed.ctx, ["bob@example.com"], subject="plan", body="v1")
-    saved_elsewhere(bed, first.id, "1900000000.mutt.host:2,DS", in_mutt)
+    saved_elsewhere(bed, first.message_id, "1900000000.mutt.host:2,DS", in_mutt)
     before = bed.state()
     with pytest.raises(ComposeError, match="changed since you last read or saved it .in "
                                            "another mail client.; nothing was saved: read it "
                                            r"again \(get_email\)"):
-        compose.save_draft(bed.ctx, body="v1, and more", draft_id=first.id)
-    assert bed.state() == before and bed.draft_body(first.id) == "v2 from mutt\n"
-    assert reads.get_email(bed.mailbox(), first.id).body.text == "v2 from mutt"
-    compose.save_draft(bed.ctx, body="v2 from mutt, and more", draft_id=first.id)
-    assert bed.draft_body(first.id) == "v2 from mutt, and more\n"
+        compose.save_draft(bed.ctx, body="v1, and more", draft_id=first.message_id)
+    assert bed.state() == before and bed.draft_body(first.message_id) == "v2 from mutt\n"
+    assert reads.get_email(bed.mailbox(), first.message_id).body.text == "v2 from mutt"
+    compose.save_draft(bed.ctx, body="v2 from mutt, and more", draft_id=first.message_id)
+    assert bed.draft_body(first.message_id) == "v2 from mutt, and more\n"
 
 
 def test_a_reply_mbsync_alone_changed_is_saved_again_and_one_edited_once_read_in_its_thread(
@@ -376,16 +376,16 @@ def test_a_reply_mbsync_alone_changed_is_saved_again_and_one_edited_once_read_in
     LF line ends: the same draft, saved again.  The user's edit in mutt is refused until the
     model reads the draft again, here in its thread (get_thread)."""
     reply = compose.reply_to_email(bed.ctx, ORIGINAL, "v1")
-    saved_elsewhere(bed, reply.id, "1900000000.mbsync.host,U=7:2,DS", as_fetched_back)
-    compose.save_draft(bed.ctx, cc=["carol@example.com"], draft_id=reply.id)
-    saved_elsewhere(bed, reply.id, "1900000001.mutt.host:2,DS", in_mutt)
+    saved_elsewhere(bed, reply.message_id, "1900000000.mbsync.host,U=7:2,DS", as_fetched_back)
+    compose.save_draft(bed.ctx, cc=["carol@example.com"], draft_id=reply.message_id)
+    saved_elsewhere(bed, reply.message_id, "1900000001.mutt.host:2,DS", in_mutt)
     with pytest.raises(ComposeError, match="changed since you last read or saved it"):
-        compose.save_draft(bed.ctx, cc=[], draft_id=reply.id)
-    thread = reads.get_thread(bed.mailbox(), reply.id)
+        compose.save_draft(bed.ctx, cc=[], draft_id=reply.message_id)
+    thread = reads.get_thread(bed.mailbox(), reply.message_id)
     assert [m.body.text for m in thread.messages if m.body and "mutt" in m.body.text]
-    compose.save_draft(bed.ctx, cc=[], draft_id=reply.id)
-    assert bed.draft_body(reply.id).startswith("v2 from mutt\n")
-    assert "Cc" not in parse(bed.files_with(bed.drafts, reply.id)[0].read_bytes())
+    compose.save_draft(bed.ctx, cc=[], draft_id=reply.message_id)
+    assert bed.draft_body(reply.message_id).startswith("v2 from mutt\n")
+    assert "Cc" not in parse(bed.files_with(bed.drafts, reply.message_id)[0].read_bytes())
 
 
 def test_a_draft_another_client_sent_is_not_sent_again_before_its_deletion_arrives(
@@ -393,20 +393,20 @@ def test_a_draft_another_client_sent_is_not_sent_again_before_its_deletion_arriv
     """The phone sent the draft: its copy is in Sent already, the draft's deletion comes with
     the next pull.  send_email sent it a second time, and filed a second Sent copy."""
     first = compose.save_draft(bed.ctx, ["bob@example.com"], subject="plan", body="text")
-    (draft,) = bed.files_with(bed.drafts, first.id)
+    (draft,) = bed.files_with(bed.drafts, first.message_id)
     (bed.sent / "1900000000.phone.host:2,S").write_bytes(draft.read_bytes())
     bed.env.notmuch("new")
-    bed.refused_send(first.id, "has a copy in Sent too: it was sent already")
+    bed.refused_send(first.message_id, "has a copy in Sent too: it was sent already")
 
 
 def test_a_draft_deleted_or_moved_meanwhile_is_refused_saying_where_it_is(bed: Bed) -> None:
     """A draft the user deleted (Trash) or another client moved out of Drafts was refused
     with "re-index and try again", which cannot help; the refusal says where it is."""
     first = compose.save_draft(bed.ctx, ["bob@example.com"], subject="plan", body="text")
-    assert writes.delete_messages(bed.ctx, [first.id]).applied == [first.id]
-    bed.refused_send(first.id, "no longer in a Drafts folder but in personal/Trash")
+    assert writes.delete_messages(bed.ctx, [first.message_id]).applied == [first.message_id]
+    bed.refused_send(first.message_id, "no longer in a Drafts folder but in personal/Trash")
     with pytest.raises(ComposeError, match="no longer in a Drafts folder.*left as it is"):
-        compose.save_draft(bed.ctx, body="more", draft_id=first.id)
+        compose.save_draft(bed.ctx, body="more", draft_id=first.message_id)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -487,18 +487,18 @@ def test_send_goes_through_msmtp_and_files_the_message(bed: Bed) -> None:
     (bed.attachments / "numbers.csv").write_text("q,n\n1,2\n")
     draft = compose.reply_to_email(bed.ctx, ORIGINAL, "Numbers attached.", reply_all=True)
     compose.save_draft(bed.ctx, bcc=["Secret Person <secret@example.com>"],
-                       attachments=["numbers.csv"], draft_id=draft.id)
+                       attachments=["numbers.csv"], draft_id=draft.message_id)
 
-    done = send.send_draft(bed.ctx, draft.id)
+    done = send.send_draft(bed.ctx, draft.message_id)
 
-    assert done.sent is True and done.id == draft.id
+    assert done.sent is True and done.message_id == draft.message_id
     (got,) = bed.smtp.received
     assert got.mail_from == "alex@example.org"
     assert got.rcpt_tos == ("team@example.net", "bob@example.com", "carol@example.com",
                             "secret@example.com")  # Bcc in the envelope ...
     head = header_block(got.data)
     assert not re.search(r"(?mi)^bcc:", head) and "secret" not in head  # ... not in the mail
-    assert f"In-Reply-To: <{ORIGINAL}>" in head and f"Message-ID: <{draft.id}>" in head
+    assert f"In-Reply-To: <{ORIGINAL}>" in head and f"Message-ID: <{draft.message_id}>" in head
     msg = got.message()
     assert msg["subject"] == "Re: Grüße"
     assert body_text(msg).startswith("Numbers attached.\n\nOn ")
@@ -506,11 +506,11 @@ def test_send_goes_through_msmtp_and_files_the_message(bed: Bed) -> None:
     assert part.get_filename() == "numbers.csv" and part.get_content_type() == "text/csv"
     assert part.get_payload(decode=True) == b"q,n\n1,2\n"  # exactly as on disk
 
-    assert bed.files_with(bed.drafts, draft.id) == []
-    (copy,) = bed.files_with(bed.sent, draft.id)
+    assert bed.files_with(bed.drafts, draft.message_id) == []
+    (copy,) = bed.files_with(bed.sent, draft.message_id)
     assert copy.name.endswith(":2,S")
     assert "Bcc: Secret Person <secret@example.com>" in header_block(copy.read_bytes())
-    assert bed.tags(draft.id) - {"attachment"} == {"sent"}  # no longer a draft, not unread
+    assert bed.tags(draft.message_id) - {"attachment"} == {"sent"}  # no longer a draft, not unread
     assert "replied" in bed.tags(ORIGINAL)
     (original,) = bed.ctx.reader.find(ORIGINAL).filenames  # type: ignore[union-attr]
     assert original.endswith(":2,RS")  # mbsync pushes it as \Answered
@@ -518,10 +518,10 @@ def test_send_goes_through_msmtp_and_files_the_message(bed: Bed) -> None:
     with sidecar.opened(bed.ctx.sidecar_file) as conn:
         entry = sidecar.last_write(conn)
     assert entry is not None and entry.action == "send"
-    assert {c["message_id"] for c in entry.changes} == {draft.id, ORIGINAL}
+    assert {c["message_id"] for c in entry.changes} == {draft.message_id, ORIGINAL}
     with pytest.raises(ChangeError, match="cannot be recalled"):
         writes.undo_last_write(bed.ctx)
-    assert "replied" in bed.tags(ORIGINAL) and bed.files_with(bed.sent, draft.id) == [copy]
+    assert "replied" in bed.tags(ORIGINAL) and bed.files_with(bed.sent, draft.message_id) == [copy]
 
 
 def test_a_text_attachment_names_its_charset_and_goes_out_byte_for_byte(bed: Bed) -> None:
@@ -532,9 +532,9 @@ def test_a_text_attachment_names_its_charset_and_goes_out_byte_for_byte(bed: Bed
     (bed.attachments / "old.txt").write_bytes(latin1)
     draft = compose.save_draft(bed.ctx, ["zoe@example.net"], subject="cv", body="see attached",
                                attachments=["résumé ü.txt", "old.txt"])
-    (saved,) = bed.files_with(bed.drafts, draft.id)
+    (saved,) = bed.files_with(bed.drafts, draft.message_id)
     saved_draft = parse(saved.read_bytes())  # before sending takes it out of Drafts
-    send.send_draft(bed.ctx, draft.id)
+    send.send_draft(bed.ctx, draft.message_id)
     (got,) = bed.smtp.received
     for msg in (saved_draft, got.message()):
         utf8, unknown = msg.iter_attachments()
@@ -558,10 +558,11 @@ def test_an_account_whose_server_saves_sent_mail_gets_no_sent_copy_from_us(bed: 
     bed.ctx = replace(bed.ctx, config=bed.env.config())
     draft = compose.reply_to_email(bed.ctx, ORIGINAL, "Here they are.")
 
-    assert send.send_draft(bed.ctx, draft.id).sent is True
+    assert send.send_draft(bed.ctx, draft.message_id).sent is True
 
     assert len(bed.smtp.received) == 1
-    assert bed.files_with(bed.sent, draft.id) == [] and bed.files_with(bed.drafts, draft.id) == []
+    assert bed.files_with(bed.sent, draft.message_id) == []
+    assert bed.files_with(bed.drafts, draft.message_id) == []
     assert "replied" in bed.tags(ORIGINAL)
 
 
@@ -574,10 +575,10 @@ def test_a_draft_the_server_filed_is_refused_as_sent_by_its_uid(bed: Bed) -> Non
         text.replace(channel, channel + "server_saves_sent = true\n", 1))
     bed.ctx = replace(bed.ctx, config=bed.env.config())
     draft = compose.reply_to_email(bed.ctx, ORIGINAL, "Here they are.")
-    send.send_draft(bed.ctx, draft.id)
+    send.send_draft(bed.ctx, draft.message_id)
 
     with pytest.raises(send.SendRefused, match="was sent already"):
-        send.send_draft(bed.ctx, sidecar.uid_for(draft.id))
+        send.send_draft(bed.ctx, sidecar.uid_for(draft.message_id))
     assert len(bed.smtp.received) == 1
 
 
@@ -620,10 +621,10 @@ def test_with_every_address_on_both_accounts_a_reply_stays_in_the_account_of_the
 
     assert draft.from_ == "amorgan@acme.test"
     work_drafts = bed.env.mail_root / "work" / "Drafts" / "cur"
-    assert len(bed.files_with(work_drafts, draft.id)) == 1
-    send.send_draft(ctx, draft.id)
-    assert len(bed.files_with(bed.env.mail_root / "work" / "Sent" / "cur", draft.id)) == 1
-    assert bed.files_with(bed.sent, draft.id) == []
+    assert len(bed.files_with(work_drafts, draft.message_id)) == 1
+    send.send_draft(ctx, draft.message_id)
+    assert len(bed.files_with(bed.env.mail_root / "work" / "Sent" / "cur", draft.message_id)) == 1
+    assert bed.files_with(bed.sent, draft.message_id) == []
 
 
 def test_with_every_address_on_both_accounts_a_draft_from_work_is_sent_by_work(
@@ -659,13 +660,13 @@ def test_a_reply_to_mail_for_an_alias_only_notmuch_names_writes_from_it(bed: Bed
 
     assert draft.from_ == "me@alias.test"
     assert (draft.to, draft.cc) == (["jo@example.net"], ["kim@example.net"])
-    assert len(bed.files_with(bed.drafts, draft.id)) == 1  # personal's, which holds the mail
+    assert len(bed.files_with(bed.drafts, draft.message_id)) == 1  # personal's, which holds the mail
 
 
 def test_forward_attaches_the_original_unchanged_and_marks_it_passed(bed: Bed) -> None:
     draft = compose.forward_email(bed.ctx, ORIGINAL, ["Frank <frank@example.com>"], "FYI")
     assert draft.subject == "Fwd: Re: AW: Grüße" and draft.to == ["frank@example.com"]
-    send.send_draft(bed.ctx, draft.id)
+    send.send_draft(bed.ctx, draft.message_id)
 
     (got,) = bed.smtp.received
     assert got.rcpt_tos == ("frank@example.com",)
@@ -680,7 +681,7 @@ def test_a_new_message_is_dated_when_sent_with_encoded_names(bed: Bed) -> None:
     draft = compose.save_draft(bed.ctx, ["Zoë Müller <zoe@example.net>"], [], [], "Hello",
                                "Grüße\n" + "long line " * 20, account="personal")
     bed.ctx.clock = lambda: datetime(2030, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
-    done = send.send_draft(bed.ctx, draft.id)
+    done = send.send_draft(bed.ctx, draft.message_id)
     assert done.from_ == "alex@example.org" and done.to == ["zoe@example.net"]
     (got,) = bed.smtp.received
     assert got.mail_from == "alex@example.org" and got.rcpt_tos == ("zoe@example.net",)
@@ -705,13 +706,14 @@ def test_a_failing_sender_is_reported_verbatim_and_the_draft_stays(bed: Bed) -> 
     bed.smtp.reject = "550 5.1.1 mailbox unavailable"
 
     with pytest.raises(send.SendFailed) as failed:
-        send.send_draft(bed.ctx, draft.id)
+        send.send_draft(bed.ctx, draft.message_id)
 
     assert "exit status" in str(failed.value) and "550 5.1.1 mailbox unavailable" in str(
         failed.value) and "draft is kept" in str(failed.value)
     assert bed.state() == before
-    assert len(bed.files_with(bed.drafts, draft.id)) == 1
-    assert bed.files_with(bed.sent, draft.id) == [] and bed.tags(draft.id) == {"draft"}
+    assert len(bed.files_with(bed.drafts, draft.message_id)) == 1
+    assert bed.files_with(bed.sent, draft.message_id) == []
+    assert bed.tags(draft.message_id) == {"draft"}
 
 
 def test_a_message_sent_while_another_program_holds_the_lock_is_filed_once_it_is_free(
@@ -725,14 +727,14 @@ def test_a_message_sent_while_another_program_holds_the_lock_is_filed_once_it_is
     release.start()
     try:
         with bed.ctx.writer.deadline(time.monotonic() + 1):  # the server's bound per call
-            done = send.send_draft(bed.ctx, draft.id)
+            done = send.send_draft(bed.ctx, draft.message_id)
     finally:
         release.cancel()
         holder.release()
     assert done.sent is True and len(bed.smtp.received) == 1
-    assert bed.files_with(bed.drafts, draft.id) == []
-    assert len(bed.files_with(bed.sent, draft.id)) == 1
-    assert bed.tags(draft.id) == {"sent"} and "replied" in bed.tags(ORIGINAL)
+    assert bed.files_with(bed.drafts, draft.message_id) == []
+    assert len(bed.files_with(bed.sent, draft.message_id)) == 1
+    assert bed.tags(draft.message_id) == {"sent"} and "replied" in bed.tags(ORIGINAL)
 
 
 def test_refusals_change_nothing(bed: Bed, tmp_path: Path) -> None:
@@ -784,25 +786,29 @@ def test_refusals_change_nothing(bed: Bed, tmp_path: Path) -> None:
         assert bed.state() == before, expected
 
     # A draft edited in the mail client is checked again before it is sent.
-    (path,) = bed.files_with(bed.drafts, draft.id)
+    (path,) = bed.files_with(bed.drafts, draft.message_id)
     path.write_bytes(path.read_bytes().replace(b"To: team@example.net",
                                                b"To: bad@example.com"))
     before = bed.state()
     with pytest.raises(ComposeError, match="blocklist"):
-        send.send_draft(bed.ctx, draft.id)
+        send.send_draft(bed.ctx, draft.message_id)
     assert bed.state() == before
     # ... and a name holding a vertical tab, which would be written out as a line break.
     path.write_bytes(path.read_bytes().replace(
         b"To: bad@example.com", b'To: "Team\x0bReply-To: attacker@evil.example" <team@example.net>'))
     before = bed.state()
     with pytest.raises(ComposeError, match="line breaks"):
-        send.send_draft(bed.ctx, draft.id)
+        send.send_draft(bed.ctx, draft.message_id)
     assert bed.state() == before
 
 
-def draft_named(error: BaseException) -> str:
-    """The draft_id a refused or failed direct send names, "... (draft_id ID: ...)"."""
-    return re.search(r"\(draft_id (\S+?):", str(error))[1]
+def draft_named(bed: Bed, error: BaseException) -> str:
+    """The Message-ID of the draft a refused or failed direct send names by its uid (the id
+    listings show), "... (draft_id ID: ...)"."""
+    uid = re.search(r"\(draft_id (\S+?):", str(error))[1]
+    (named,) = [mid for mid in bed.ctx.reader.message_ids("tag:draft")
+                if sidecar.uid_for(mid) == uid]
+    return named
 
 
 def test_sending_off_and_the_hourly_limit(bed: Bed) -> None:
@@ -813,14 +819,14 @@ def test_sending_off_and_the_hourly_limit(bed: Bed) -> None:
     draft = compose.save_draft(bed.ctx, ["y@example.com"], subject="two", body="2")
     before = bed.state()
     with pytest.raises(send.SendRefused, match="limit is 1"):
-        send.send_draft(bed.ctx, draft.id)
+        send.send_draft(bed.ctx, draft.message_id)
     assert bed.state() == before and len(bed.smtp.received) == 1
 
     bed.env.fmail_config.write_text(bed.env.fmail_config.read_text().replace(
         "enabled = true", "enabled = false"))
     bed.ctx.config = bed.env.config()
     with pytest.raises(send.SendRefused, match="sending is off"):
-        send.send_draft(bed.ctx, draft.id)
+        send.send_draft(bed.ctx, draft.message_id)
     assert bed.state() == before
 
 
@@ -832,7 +838,7 @@ def test_a_direct_send_refused_by_the_limit_or_sending_off_keeps_the_draft_it_na
     send.send_new(bed.ctx, ["x@example.com"], "one", "1")
     with pytest.raises(send.SendRefused, match=r"limit is 1.*draft is kept \(draft_id ") as refused:
         send.send_new(bed.ctx, ["y@example.com"], "two", "The words to keep.")
-    draft_id = draft_named(refused.value)
+    draft_id = draft_named(bed, refused.value)
     assert bed.draft_body(draft_id) == "The words to keep.\n"
     # The refusal says how to try again without a second copy: send that draft.
     assert "to try again, send_email that draft_id" in str(refused.value)
@@ -843,7 +849,7 @@ def test_a_direct_send_refused_by_the_limit_or_sending_off_keeps_the_draft_it_na
     with pytest.raises(send.SendRefused,
                        match=r"sending is off.*draft is saved.*\(draft_id ") as refused:
         send.save_and_send(bed.ctx, lambda c: compose.reply_to_email(c, ORIGINAL, "Later."))
-    draft_id = draft_named(refused.value)
+    draft_id = draft_named(bed, refused.value)
     assert bed.draft_body(draft_id).startswith("Later.\n")
     assert len(bed.smtp.received) == 1
 
@@ -855,7 +861,7 @@ def test_a_command_that_reads_recipients_from_the_mail_is_refused(bed: Bed) -> N
     bed.ctx.config = bed.env.config()
     draft = compose.save_draft(bed.ctx, ["x@example.com"], subject="s", body="b")
     with pytest.raises(send.SendRefused, match="drop -t"):
-        send.send_draft(bed.ctx, draft.id)
+        send.send_draft(bed.ctx, draft.message_id)
     assert bed.smtp.received == []
 
 
@@ -865,7 +871,7 @@ def test_direct_sending_saves_first_so_a_failure_leaves_the_draft(bed: Bed) -> N
     bed.smtp.reject = "550 no such user"
     with pytest.raises(send.SendFailed, match="550 no such user") as failed:
         send.save_and_send(bed.ctx, lambda c: compose.reply_to_email(c, ORIGINAL, "x"))
-    draft_id = draft_named(failed.value)
+    draft_id = draft_named(bed, failed.value)
     assert len(bed.files_with(bed.drafts, draft_id)) == 1 and bed.smtp.received == []
 
     bed.smtp.reject = None
@@ -890,7 +896,7 @@ def test_a_reply_to_hostile_mail_carries_nothing_it_injects(bed: Bed) -> None:
     bed.receive(HOSTILE_MAIL)
     draft = compose.reply_to_email(bed.ctx, "hostile-1@example.com", "No.")
     assert draft.subject == "Re: Invoice Bcc: victim@example.com"  # one line, only text
-    head = header_block(bed.files_with(bed.drafts, draft.id)[0].read_bytes())
+    head = header_block(bed.files_with(bed.drafts, draft.message_id)[0].read_bytes())
     assert not re.search(r"(?mi)^bcc:", head)
     assert "References: <ok@example.com> <hostile-1@example.com>" in head  # "bad id" dropped
 
@@ -935,7 +941,7 @@ def test_a_reply_to_mail_without_message_id_names_no_made_up_id(bed: Bed) -> Non
     (made_up,) = bed.ctx.reader.message_ids("subject:\"no id\"")
     assert made_up.startswith("notmuch-sha1-")
     draft = compose.reply_to_email(bed.ctx, made_up, "Hi")
-    head = header_block(bed.files_with(bed.drafts, draft.id)[0].read_bytes())
+    head = header_block(bed.files_with(bed.drafts, draft.message_id)[0].read_bytes())
     assert "notmuch-sha1" not in head
     assert not re.search(r"(?mi)^(in-reply-to|references):", head)
 
@@ -949,13 +955,13 @@ def test_a_long_non_ascii_subject_reads_back_whole_in_notmuch_and_on_the_wire(
     """notmuch (GMime) stopped decoding the email package's base64 words at their "="
     padding, and the package's folding could drop a space between two words."""
     draft = compose.save_draft(bed.ctx, ["bob@example.com"], subject=subject, body="b")
-    found = bed.ctx.reader.find(draft.id)
+    found = bed.ctx.reader.find(draft.message_id)
     assert found is not None and found.subject == subject
-    send.send_draft(bed.ctx, draft.id)
+    send.send_draft(bed.ctx, draft.message_id)
     (got,) = bed.smtp.received
     assert got.message()["subject"] == subject
     assert max(len(line) for line in header_block(got.data).split("\r\n")) <= 78
-    sent = bed.ctx.reader.find(draft.id)
+    sent = bed.ctx.reader.find(draft.message_id)
     assert sent is not None and sent.subject == subject
 
 
@@ -969,21 +975,21 @@ def test_a_long_non_ascii_name_reads_back_whole_in_notmuch_and_on_the_wire(
     before the last one: notmuch (GMime) read "Приглашение Иванович Пе" of the Sent copy."""
     draft = compose.save_draft(bed.ctx, [f'"{name}" <zoe@example.net>', "bob@example.com"],
                                subject="s", body="b")
-    send.send_draft(bed.ctx, draft.id)
+    send.send_draft(bed.ctx, draft.message_id)
     (got,) = bed.smtp.received
     assert rfc2047_phrase(got.data, "To") == f"{name} <zoe@example.net>, bob@example.com"
     shown = json.loads(bed.env.notmuch("show", "--format=json", "--body=false",
-                                       f"id:{draft.id}").stdout)
+                                       f"id:{draft.message_id}").stdout)
     assert email.utils.getaddresses([shown[0][0][0]["headers"]["To"]]) == [
         (name, "zoe@example.net"), ("", "bob@example.com")]
     assert max(len(line) for line in header_block(got.data).split("\r\n")) <= 78
-    assert bed.ctx.reader.message_ids(f"to:{word}") == [draft.id]
+    assert bed.ctx.reader.message_ids(f"to:{word}") == [draft.message_id]
 
 
 def test_recipients_differing_in_case_only_get_one_copy(bed: Bed) -> None:
     draft = compose.save_draft(bed.ctx, ["bob@example.com"], cc=["Bob <BOB@example.com>"],
                                subject="once", body="b")
-    send.send_draft(bed.ctx, draft.id)
+    send.send_draft(bed.ctx, draft.message_id)
     (got,) = bed.smtp.received
     assert got.rcpt_tos == ("bob@example.com",)
 
@@ -1057,7 +1063,7 @@ def test_a_reply_is_from_my_address_as_configured_whichever_form_the_mail_wrote(
                 .encode())
     draft = compose.reply_to_email(bed.ctx, "idn-in-2@example.com", "x")
     assert (draft.from_, draft.to) == (ACE_ME, ["carol@example.com"])
-    head = header_block(bed.files_with(bed.drafts, draft.id)[0].read_bytes())
+    head = header_block(bed.files_with(bed.drafts, draft.message_id)[0].read_bytes())
     assert f"From: Alex Morgan <{ACE_ME}>" in head
 
 
@@ -1099,13 +1105,13 @@ def test_a_domain_in_unicode_goes_out_in_ace(bed: Bed) -> None:
     assert everyone.cc == ["info@xn--bcher-kva.de"]
     reply = compose.reply_to_email(bed.ctx, "idn-in-3@example.com", "x")
     assert reply.from_ == ACE_ME
-    head = header_block(bed.files_with(bed.drafts, reply.id)[0].read_bytes())
+    head = header_block(bed.files_with(bed.drafts, reply.message_id)[0].read_bytes())
     assert f"From: Alex Morgan <{ACE_ME}>" in head
 
     new = compose.save_draft(bed.ctx, to=["Bob <bob@b\u00fccher.example>"], subject="s",
                              body="b")
     assert new.to == ["bob@xn--bcher-kva.example"]
-    send.send_draft(bed.ctx, new.id)
+    send.send_draft(bed.ctx, new.message_id)
     (got,) = bed.smtp.received
     assert got.rcpt_tos == ("bob@xn--bcher-kva.example",)
     assert got.message()["to"].addresses[0].domain == "xn--bcher-kva.example"
@@ -1277,8 +1283,8 @@ def test_a_draft_without_message_id_is_sent_and_filed_under_one(bed: Bed) -> Non
     assert wire_id and wire_id.endswith("@example.org>")
     (copy,) = [p for p in bed.sent.iterdir() if b"Subject: no id" in p.read_bytes()]
     assert parse(copy.read_bytes())["message-id"] == wire_id
-    assert result.id == wire_id.strip("<>")
-    assert bed.ctx.reader.message_ids('subject:"no id"') == [result.id]
+    assert result.message_id == wire_id.strip("<>")
+    assert bed.ctx.reader.message_ids('subject:"no id"') == [result.message_id]
     assert not [p for p in bed.drafts.iterdir() if b"Subject: no id" in p.read_bytes()]
 
 
@@ -1299,10 +1305,10 @@ def test_a_flowed_draft_saved_again_keeps_its_paragraphs(bed: Bed) -> None:
 def test_saving_a_draft_again_keeps_a_long_non_ascii_name(bed: Bed) -> None:
     name = "Zoë Müller-Lüdenscheidt-Oberammergau-Partenkirchen-Garmisch-Berchtesgaden"
     draft = compose.save_draft(bed.ctx, [f'"{name}" <zoe@example.net>'], subject="s", body="1")
-    (path,) = bed.files_with(bed.drafts, draft.id)
+    (path,) = bed.files_with(bed.drafts, draft.message_id)
     assert rfc2047_phrase(path.read_bytes(), "To") == f"{name} <zoe@example.net>"
-    compose.save_draft(bed.ctx, body="2", draft_id=draft.id)
-    (path,) = bed.files_with(bed.drafts, draft.id)
+    compose.save_draft(bed.ctx, body="2", draft_id=draft.message_id)
+    (path,) = bed.files_with(bed.drafts, draft.message_id)
     assert rfc2047_phrase(path.read_bytes(), "To") == f"{name} <zoe@example.net>"
 
 
@@ -1326,7 +1332,7 @@ def test_a_reply_quotes_an_interleaved_answer_with_what_it_answers(bed: Bed) -> 
                 b"Message-ID: <il-1@example.com>\r\nDate: Tue, 02 Jan 2024 09:01:00 +0000\r\n"
                 b"\r\nOn Mon, 1 Jan 2024, Alex wrote:\r\n> Can you do Monday?\r\nNo.\r\n\r\n"
                 b"> Tuesday then?\r\nYes.\r\n\r\n> Thanks,\r\n> Alex\r\n")
-    body = bed.draft_body(compose.reply_to_email(bed.ctx, "il-1@example.com", "ok").id)
+    body = bed.draft_body(compose.reply_to_email(bed.ctx, "il-1@example.com", "ok").message_id)
     assert body == ("ok\n\nOn Tue, 02 Jan 2024 at 09:01 UTC, Bob wrote:\n"
                     "> On Mon, 1 Jan 2024, Alex wrote:\n> > Can you do Monday?\n> No.\n>\n"
                     "> > Tuesday then?\n> Yes.\n")
@@ -1353,10 +1359,10 @@ def test_a_draft_without_message_id_saved_again_gets_a_real_one(bed: Bed) -> Non
     (made_up,) = bed.ctx.reader.message_ids('subject:"no id"')
     assert made_up.startswith("notmuch-sha1-")
     saved = compose.save_draft(bed.ctx, body="hello", draft_id=made_up)
-    assert saved.id.endswith("@example.org")
-    assert bed.ctx.reader.message_ids('subject:"no id"') == [saved.id]
+    assert saved.message_id.endswith("@example.org")
+    assert bed.ctx.reader.message_ids('subject:"no id"') == [saved.message_id]
     (path,) = [p for p in bed.drafts.iterdir() if b"Subject: no id" in p.read_bytes()]
-    assert parse(path.read_bytes())["message-id"] == f"<{saved.id}>"
+    assert parse(path.read_bytes())["message-id"] == f"<{saved.message_id}>"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1399,10 +1405,10 @@ def test_a_forward_of_mail_with_lines_over_998_bytes_goes_out_intact(bed: Bed) -
     attached message, the content stays the same."""
     bed.receive(LONG_MAIL)
     draft = compose.forward_email(bed.ctx, "long-1@example.net", ["frank@example.com"], "FYI")
-    send.send_draft(bed.ctx, draft.id)
+    send.send_draft(bed.ctx, draft.message_id)
 
     (got,) = bed.smtp.received
-    (copy,) = bed.files_with(bed.sent, draft.id)
+    (copy,) = bed.files_with(bed.sent, draft.message_id)
     original = email.message_from_bytes(LONG_MAIL, policy=email.policy.default)
     assert isinstance(original, EmailMessage)
     for data in (got.data, copy.read_bytes()):
@@ -1422,7 +1428,7 @@ def test_a_forward_folds_a_long_header_without_decoding_it(bed: Bed) -> None:
                  "Message-ID: <long-2@example.net>\r\n"
                  f"X-Long: {hidden} {words}\r\n\r\nHello.\r\n").encode())
     draft = compose.forward_email(bed.ctx, "long-2@example.net", ["frank@example.com"], "FYI")
-    (path,) = bed.files_with(bed.drafts, draft.id)
+    (path,) = bed.files_with(bed.drafts, draft.message_id)
     data = path.read_bytes()
     assert max(len(line) for line in data.split(b"\r\n")) <= 998
     assert no_header_line(data.split(b"message/rfc822", 1)[1].split(b"\r\n\r\n", 1)[1],
@@ -1436,12 +1442,12 @@ def test_a_forward_of_the_users_own_mail_does_not_reveal_its_bcc(bed: Bed) -> No
     recipients who had been sent it blind."""
     mine = compose.save_draft(bed.ctx, ["bob@example.com"], bcc=["Secret <secret@example.com>"],
                               subject="plan", body="the plan")
-    send.send_draft(bed.ctx, mine.id)
-    forward = compose.forward_email(bed.ctx, mine.id, ["frank@example.com"], "FYI")
-    send.send_draft(bed.ctx, forward.id)
+    send.send_draft(bed.ctx, mine.message_id)
+    forward = compose.forward_email(bed.ctx, mine.message_id, ["frank@example.com"], "FYI")
+    send.send_draft(bed.ctx, forward.message_id)
 
     got = bed.smtp.received[-1]
-    (copy,) = bed.files_with(bed.sent, forward.id)
+    (copy,) = bed.files_with(bed.sent, forward.message_id)
     for data in (got.data, copy.read_bytes()):
         assert b"secret@example.com" not in data
         inner = attached(data)
@@ -1472,11 +1478,11 @@ def test_a_reply_to_hostile_mail_does_not_write_a_header_of_its_own(bed: Bed) ->
                  "Message-ID: <hostile-1@example.com>\r\n\r\nPay now.\r\n").encode())
     draft = compose.reply_to_email(bed.ctx, "hostile-1@example.com", "No.")
     assert draft.subject == f"Re: Invoice {HIDDEN_BCC}"
-    send.send_draft(bed.ctx, draft.id)
+    send.send_draft(bed.ctx, draft.message_id)
 
     (got,) = bed.smtp.received
     assert got.rcpt_tos == ("mallory@example.com",)
-    (copy,) = bed.files_with(bed.sent, draft.id)
+    (copy,) = bed.files_with(bed.sent, draft.message_id)
     for data in (got.data, copy.read_bytes()):
         assert no_header_line(data, b"bcc")
         msg = email.message_from_bytes(data, policy=email.policy.default)
@@ -1488,7 +1494,7 @@ def test_a_subject_the_model_writes_is_sent_as_written(bed: Bed) -> None:
     """The same through save_draft: the subject is the caller's text, read back as it was."""
     draft = compose.save_draft(bed.ctx, ["bob@example.com"], subject=f"hi {HIDDEN_BCC}",
                                body="b")
-    send.send_draft(bed.ctx, draft.id)
+    send.send_draft(bed.ctx, draft.message_id)
     (got,) = bed.smtp.received
     assert got.rcpt_tos == ("bob@example.com",)
     assert str(got.message()["subject"]) == f"hi {HIDDEN_BCC}"
@@ -1509,17 +1515,17 @@ def test_a_reply_to_mail_with_a_long_message_id_threads_everywhere(bed: Bed) -> 
                  f"Message-ID: <{LONG_ID}>\r\nIn-Reply-To: <{SES_ID}>\r\n"
                  f"References: <root@acme.test> <{SES_ID}>\r\n\r\nNumbers?\r\n").encode())
     draft = compose.reply_to_email(bed.ctx, LONG_ID, "Attached.")
-    send.send_draft(bed.ctx, draft.id)
+    send.send_draft(bed.ctx, draft.message_id)
 
     (got,) = bed.smtp.received
-    (copy,) = bed.files_with(bed.sent, draft.id)
+    (copy,) = bed.files_with(bed.sent, draft.message_id)
     for data in (got.data, copy.read_bytes()):
         head = header_block(data).replace("\r\n ", " ")  # unfolded
         assert f"\r\nIn-Reply-To: <{LONG_ID}>\r\n" in head
         assert f"\r\nReferences: <root@acme.test> <{SES_ID}> <{LONG_ID}>\r\n" in head
         assert "=?" not in head
     assert max(len(line) for line in header_block(got.data).split("\r\n")) <= 998
-    sent = bed.ctx.reader.find(draft.id)
+    sent = bed.ctx.reader.find(draft.message_id)
     original = bed.ctx.reader.find(LONG_ID)
     assert sent is not None and original is not None and sent.thread_id == original.thread_id
 
@@ -1528,7 +1534,7 @@ def test_a_forward_names_a_long_message_id_as_it_is(bed: Bed) -> None:
     bed.receive((f"From: Priya <priya@acme.test>\r\nTo: alex@example.org\r\nSubject: Q4\r\n"
                  f"Message-ID: <{LONG_ID}>\r\n\r\nNumbers.\r\n").encode())
     draft = compose.forward_email(bed.ctx, LONG_ID, ["frank@example.com"])
-    send.send_draft(bed.ctx, draft.id)
+    send.send_draft(bed.ctx, draft.message_id)
     (got,) = bed.smtp.received
     assert f"\r\nX-Forwarded-Message-Id: <{LONG_ID}>\r\n" in header_block(got.data)
     assert "passed" in bed.tags(LONG_ID)
@@ -1542,10 +1548,10 @@ def test_an_eml_file_attached_goes_out_as_a_message_readers_open(bed: Bed) -> No
     (bed.attachments / "note.eml").write_bytes(saved)
     draft = compose.save_draft(bed.ctx, ["bob@example.com"], subject="the mail", body="see",
                                attachments=["note.eml"])
-    send.send_draft(bed.ctx, draft.id)
+    send.send_draft(bed.ctx, draft.message_id)
 
     (got,) = bed.smtp.received
-    (copy,) = bed.files_with(bed.sent, draft.id)
+    (copy,) = bed.files_with(bed.sent, draft.message_id)
     for data in (got.data, copy.read_bytes()):
         msg = email.message_from_bytes(data, policy=email.policy.default)
         assert isinstance(msg, EmailMessage)
@@ -1556,7 +1562,7 @@ def test_an_eml_file_attached_goes_out_as_a_message_readers_open(bed: Bed) -> No
         assert (str(inner["subject"]), str(inner["message-id"])) == ("inner",
                                                                      "<inner-1@example.net>")
         assert inner.get_content().replace("\r\n", "\n") == "hello inner\n"
-    shown = bed.env.notmuch("show", "--format=text", f"id:{draft.id}").stdout
+    shown = bed.env.notmuch("show", "--format=text", f"id:{draft.message_id}").stdout
     assert "hello inner" in shown
 
 
@@ -1565,7 +1571,7 @@ def test_a_reply_to_a_huge_message_quotes_its_start_and_says_so(bed: Bed) -> Non
     bed.receive(b"From: Jo <jo@example.net>\r\nTo: alex@example.org\r\nSubject: Log\r\n"
                 b"Message-ID: <log@example.net>\r\n\r\n" + lines.encode())
     draft = compose.reply_to_email(bed.ctx, "log@example.net", "Seen.")
-    body = bed.draft_body(draft.id)
+    body = bed.draft_body(draft.message_id)
     assert body.startswith("Seen.\n\nJo wrote:\n> log line 000000\n")
     quoted_lines = compose.MAX_QUOTED_CHARS // len("log line 000000\n")
     assert f"> log line {quoted_lines - 1:06d}\n" in body
@@ -1579,7 +1585,7 @@ def test_a_reply_to_a_subject_of_kilobytes_keeps_it_and_answers_in_short(bed: Be
                 + b"\r\nMessage-ID: <long@example.net>\r\n\r\nHi\r\n")
     draft = compose.reply_to_email(bed.ctx, "long@example.net", "Hi.")
     assert draft.subject == "Re: " + "S" * 1996 + "… (5004 characters)"
-    saved = parse(bed.files_with(bed.drafts, draft.id)[0].read_bytes())
+    saved = parse(bed.files_with(bed.drafts, draft.message_id)[0].read_bytes())
     assert str(saved["Subject"]) == "Re: " + "S" * 5000
 
 

@@ -64,10 +64,10 @@ def test_a_reply_drafted_then_sent_shows_on_the_server(
         ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
         draft = compose.reply_to_email(ctx, original, "Thanks, will do.")
         synced(bed)
-        assert where(bed, draft.id) == {"Drafts": {DRAFT, SEEN}}
+        assert where(bed, draft.message_id) == {"Drafts": {DRAFT, SEEN}}
         assert ANSWERED not in bed.server_flags(original)
 
-        done = send.send_draft(ctx, draft.id)
+        done = send.send_draft(ctx, draft.message_id)
         assert done.sent
         synced(bed)
 
@@ -75,11 +75,11 @@ def test_a_reply_drafted_then_sent_shows_on_the_server(
     assert got.mail_from == ADDRESS and got.rcpt_tos == ("sender2@example.net",)
     assert f"In-Reply-To: <{original}>".encode() in got.data
     if server_stores_sent:  # the server's own copy arrives with the next pull; none from us
-        assert where(bed, draft.id) == {}
+        assert where(bed, draft.message_id) == {}
         assert not list((bed.account_dir / "Sent" / "cur").iterdir())
     else:
-        assert where(bed, draft.id) == {"Sent": {SEEN}}
-        assert bed.tags(draft.id) == {"sent"}
+        assert where(bed, draft.message_id) == {"Sent": {SEEN}}
+        assert bed.tags(draft.message_id) == {"sent"}
     assert bed.server_flags(original) == {SEEN, ANSWERED}
     assert "replied" in bed.tags(original)
     assert not [p for p in (bed.account_dir / "Drafts").glob("*/*")]
@@ -100,12 +100,12 @@ def test_a_draft_replaced_after_mbsync_renamed_it_leaves_one_copy(
         (run,) = bed.mbsync("push")
         assert run.ok, run.error
         (uploaded,) = (bed.account_dir / "Drafts" / "cur").iterdir()
-        assert ",U=" in uploaded.name and bed.find(draft.id).filenames != (str(uploaded),)  # type: ignore[union-attr]
+        assert ",U=" in uploaded.name and bed.find(draft.message_id).filenames != (str(uploaded),)  # type: ignore[union-attr]
 
-        compose.save_draft(ctx, subject="second", draft_id=draft.id)
+        compose.save_draft(ctx, subject="second", draft_id=draft.message_id)
         synced(bed)
 
     (left,) = (bed.account_dir / "Drafts" / "cur").iterdir()
     assert b"Subject: second" in left.read_bytes()
     (on_server,) = [m for m in bed.server_state()["Drafts"]]
-    assert on_server.message_id == f"<{draft.id}>"
+    assert on_server.message_id == f"<{draft.message_id}>"

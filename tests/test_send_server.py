@@ -59,7 +59,7 @@ async def test_send_tools_absent_by_default_drafts_only(mail: MailEnv, smtp: Smt
         draft = await call(client, "reply_to_email", {"id": ORIGINAL, "body": "Thanks"})
         assert "sent" not in draft and draft["to"] == ["team@example.net"]
         found = await call(client, "search_emails", {"query": "in:drafts"})
-        assert uid(draft["id"]) in {r["id"] for r in search_rows(found)}
+        assert draft["id"] in {r["id"] for r in search_rows(found)}  # the listings' id
 
         before = snapshot(mail, smtp)
         refused = await error_text(client, "reply_to_email", {"id": ORIGINAL, "body": "x",
@@ -123,8 +123,8 @@ async def test_allow_send_offers_send_email_and_refusals_change_nothing(
         assert snapshot(mail, smtp) == before
         smtp.reject = None
 
-        done = await call(client, "send_email", {"draft_id": uid(draft["id"])})
-        assert done["sent"] is True
+        done = await call(client, "send_email", {"draft_id": draft["id"]})
+        assert done["sent"] is True and done["id"] == draft["id"]  # the Message-ID it had
         (got,) = smtp.received
         assert got.rcpt_tos == ("team@example.net", "bob@example.com", "carol@example.com")
         assert f"In-Reply-To: <{ORIGINAL}>".encode() in got.data
@@ -149,8 +149,8 @@ async def test_save_draft_empties_the_cc_of_a_reply_all(mail: MailEnv, smtp: Smt
         assert kept["cc"] == draft["cc"]
         alone = await call(client, "save_draft", {"draft_id": draft["id"], "cc": []})
         assert "cc" not in alone and alone["to"] == ["team@example.net"]
-    threads = [mail.notmuch("search", "--output=threads", f"id:{mid}").stdout
-               for mid in (alone["id"], ORIGINAL)]
+        threads = [(await call(client, "get_email", {"id": ref}))["thread"]
+                   for ref in (alone["id"], ORIGINAL)]
     assert threads[0] == threads[1] != ""
 
 
@@ -169,13 +169,14 @@ async def test_a_send_the_client_gave_up_on_is_sent_once_and_said_so_on_retry(
                                               "command = " + json.dumps(held)))
     async with Client(server_params(mail, "--allow-send")) as client:
         draft = await call(client, "reply_to_email", {"id": ORIGINAL, "body": "Numbers soon"})
+        mid = (await call(client, "get_email", {"id": draft["id"]}))["message_id"]
         with pytest.raises(MCPError, match="timed out"):
             await client.call_tool("send_email", {"draft_id": draft["id"]},
                                    read_timeout_seconds=1)
         go.touch()
         with anyio.fail_after(60):  # the abandoned call runs on and files the message
             while "sent" not in mail.notmuch("search", "--output=tags",
-                                             f"id:{draft['id']}").stdout.split():
+                                             f"id:{mid}").stdout.split():
                 await anyio.sleep(0.1)
         retry = await error_text(client, "send_email", {"draft_id": draft["id"]})
         assert "was sent already" in retry and "not sent again" in retry

@@ -314,6 +314,10 @@ async def test_write_tag_and_folder_results_read_as_short_lines(indexed: MailEnv
         assert draft.startswith("draft saved: id ")
         assert draft.endswith("; from alex@example.org; to bob@example.net; cc c@example.net; "
                               "subject Hi")
+        # its id is the short one the listings show, as every other tool's
+        draft_id = draft.removeprefix("draft saved: id ").split(";")[0]
+        listed = await text(client, "search_emails", {"query": "in:drafts subject:Hi"})
+        assert listed.split("\n")[1].startswith(f"{draft_id} ")
 
 
 @pytest.mark.anyio
@@ -393,7 +397,8 @@ async def test_a_draft_edited_in_mutt_since_saved_is_saved_over_once_read_again(
     drafts = indexed.mail_root / "personal" / "Drafts" / "cur"
     async with Client(server_params(indexed)) as client:
         saved = await call(client, "save_draft", {"to": ["bob@example.net"], "body": "v1"})
-        (old,) = [p for p in drafts.iterdir() if f"<{saved['id']}>".encode() in p.read_bytes()]
+        mid = (await call(client, "get_email", {"id": saved["id"]}))["message_id"]
+        (old,) = [p for p in drafts.iterdir() if f"<{mid}>".encode() in p.read_bytes()]
         (drafts / "1900000000.mutt.host:2,DS").write_bytes(
             old.read_bytes().replace(b"\r\n\r\nv1\r\n", b"\r\n\r\nv2 from mutt\r\n"))
         old.unlink()
@@ -403,7 +408,7 @@ async def test_a_draft_edited_in_mutt_since_saved_is_saved_over_once_read_again(
         shown = await call(client, "get_email", {"id": saved["id"]})
         assert shown["body"]["text"] == "v2 from mutt"
         await call(client, "save_draft", {"body": "v2 from mutt!", "draft_id": saved["id"]})
-        (new,) = [p for p in drafts.iterdir() if f"<{saved['id']}>".encode() in p.read_bytes()]
+        (new,) = [p for p in drafts.iterdir() if f"<{mid}>".encode() in p.read_bytes()]
         assert new.read_bytes().endswith(b"\r\n\r\nv2 from mutt!\r\n")
 
 

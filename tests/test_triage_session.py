@@ -58,7 +58,7 @@ async def test_an_edited_draft_is_listed_as_it_now_reads(indexed: MailEnv) -> No
             "to": ["Margaret Morgan <margaret.morgan@example.net>", "Dad <dad@example.net>"],
             "body": "Yes, the 5th works. I'll bake."})
         assert edited["id"] == saved["id"]
-        uid = sidecar.uid_for(saved["id"])
+        uid = saved["id"]  # the listings' short id, which every tool takes
         mail = await call(client, "get_email", {"id": uid})
         assert mail["subject"] == "Coffee on Saturday"
         drafts = await call(client, "search_emails", {"query": "in:drafts"})

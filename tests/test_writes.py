@@ -414,9 +414,9 @@ def test_a_draft_filed_away_without_the_users_addresses_known_stays_a_draft(h: H
         config, settings=dataclasses.replace(config.settings, addresses=()),
         accounts=tuple(dataclasses.replace(a, addresses=()) for a in config.accounts))
     assert bare.addresses == ()
-    writes.move_to_folder(dataclasses.replace(h.ctx, config=bare), [filed.id], "Archive")
-    assert "draft" in h.tags(filed.id), h.tags(filed.id)
-    assert "D" in flags_of(h.files(filed.id)[0])
+    writes.move_to_folder(dataclasses.replace(h.ctx, config=bare), [filed.message_id], "Archive")
+    assert "draft" in h.tags(filed.message_id), h.tags(filed.message_id)
+    assert "D" in flags_of(h.files(filed.message_id)[0])
 
 
 def test_a_draft_filed_away_or_thrown_away_elsewhere_stays_a_draft_and_no_sent_mail(
@@ -425,15 +425,15 @@ def test_a_draft_filed_away_or_thrown_away_elsewhere_stays_a_draft_and_no_sent_m
     fmail-nm, thrown in the Trash by another client and restored (without a recorded origin:
     to the inbox)."""
     filed = compose.save_draft(h.ctx, ["zoe@example.net"], subject="unsent", body="words")
-    writes.move_to_folder(h.ctx, [filed.id], "Archive")
-    assert "draft" in h.tags(filed.id) and "sent" not in h.tags(filed.id), h.tags(filed.id)
+    writes.move_to_folder(h.ctx, [filed.message_id], "Archive")
+    assert "draft" in h.tags(filed.message_id) and "sent" not in h.tags(filed.message_id), h.tags(filed.message_id)
     thrown = compose.save_draft(h.ctx, ["zoe@example.net"], subject="thrown", body="words")
-    [path] = h.files(thrown.id)
+    [path] = h.files(thrown.message_id)
     (h.env.mail_root / path).rename(h.env.mail_root / "personal/Trash/cur" / Path(path).name)
     h.env.notmuch("new")
-    assert {"draft", "deleted"} <= h.tags(thrown.id), h.tags(thrown.id)
-    writes.restore(h.ctx, [thrown.id])
-    assert "draft" in h.tags(thrown.id) and "sent" not in h.tags(thrown.id), h.tags(thrown.id)
+    assert {"draft", "deleted"} <= h.tags(thrown.message_id), h.tags(thrown.message_id)
+    writes.restore(h.ctx, [thrown.message_id])
+    assert "draft" in h.tags(thrown.message_id) and "sent" not in h.tags(thrown.message_id), h.tags(thrown.message_id)
     h.assert_in_step()
 
 

@@ -530,9 +530,11 @@ SendNow = Annotated[bool, Field(description="send now (direct sending only)")]
 
 
 def _draft_tools(server: ToolList, service: MailService) -> None:
-    """Drafts: saved in the account's Drafts folder, where the user's mail client sees them."""
+    """Drafts: saved in the account's Drafts folder, where the user's mail client sees them.
+    Each answers with a report (what was saved, its id), as the writes do: four tools
+    repeating DraftResult's schema would cost the tool list a kilobyte."""
 
-    @server.tool(profile="triage", annotations=DRAFT, description=(
+    @server.tool(profile="triage", report=True, annotations=DRAFT, description=(
         "Save a plain-text draft in Drafts; with draft_id, replace that draft (given fields "
         "only, cc=[] clears; threading kept)."))
     async def save_draft(to: To = (), cc: Addresses | None = None, bcc: Addresses | None = None,
@@ -544,7 +546,7 @@ def _draft_tools(server: ToolList, service: MailService) -> None:
                                    subject or None, body or None, account=account,
                                    attachments=attachments, draft_id=draft_id or None)
 
-    @server.tool(profile="triage", annotations=DRAFT, description=(
+    @server.tool(profile="triage", report=True, annotations=DRAFT, description=(
         "Draft a reply: threaded, Re:, from the user's address it was sent to, body above "
         "the quoted original. reply_all: everyone but the user (Mail-Followup-To honoured)."))
     async def reply_to_email(id: Ref, body: Body, reply_all: bool = False, quote: bool = True,
@@ -552,7 +554,7 @@ def _draft_tools(server: ToolList, service: MailService) -> None:
         return await service.write(_then_send(compose.reply_to_email, send), id, body,
                                    reply_all=reply_all, quote=quote)
 
-    @server.tool(profile="triage", annotations=DRAFT, description=(
+    @server.tool(profile="triage", report=True, annotations=DRAFT, description=(
         "Draft a forward: body, then the original attached whole (.eml)."))
     async def forward_email(id: Ref, to: Annotated[To, Field(min_length=1)], body: Body = "",
                             send: SendNow = False) -> compose.DraftResult:
@@ -573,7 +575,7 @@ def _then_send(make: Callable[..., compose.DraftResult],
 def _send_tools(server: ToolList, service: MailService) -> None:
     """Sending, only with [send] enabled = true or serve --allow-send."""
 
-    @server.tool(profile="triage", annotations=SEND, description=(
+    @server.tool(profile="triage", report=True, annotations=SEND, description=(
         "Send draft_id once the user agreed; or to/subject/body as a new message (direct "
         "sending only). Cannot be recalled."))
     async def send_email(draft_id: Ref = "", to: To = (), cc: Addresses = (),

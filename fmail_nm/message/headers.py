@@ -2,8 +2,8 @@
 
 The stdlib parser reads each header block (its header and RFC 2231 parameter handling is well
 tested and cheap on a header block); this module decodes what it hands back -- raw 8-bit bytes
-and RFC 2047 encoded-words -- and reads addresses, Message-IDs, List-Id and the date. Nothing
-here raises on malformed input.
+and RFC 2047 encoded-words -- and reads addresses, Message-IDs, List-Id, List-Unsubscribe and
+the date. Nothing here raises on malformed input.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ from email.utils import getaddresses, parsedate_to_datetime
 from typing import BinaryIO
 
 from .charset import decode_bytes, guess_decode
-from .text import one_line
+from .text import one_line, sanitize
 from .transfer import b64_decode, b64_pieces
 
 __all__ = [
     "Address",
     "HeaderInfo",
+    "Unsubscribe",
     "addresses",
     "date",
     "decode_header_text",
@@ -35,6 +36,7 @@ __all__ = [
     "list_author",
     "list_id",
     "list_rewrote",
+    "list_unsubscribe",
     "msg_id",
     "msg_ids",
     "parse_headers",
@@ -455,6 +457,37 @@ def _list_id_value(value: str | None) -> str | None:
         return one_line(match.group(1)) or None
     bare = one_line(value)
     return bare if bare and " " not in bare else None
+
+
+@dataclass(frozen=True)
+class Unsubscribe:
+    """A list message's way out (RFC 2369): its links, and whether an HTTP POST to its https
+    one unsubscribes at once (RFC 8058 one-click)."""
+
+    links: list[str]
+    one_click: bool
+
+
+# RFC 2369's links are each in <>, whitespace in them ignored (a long one is folded).  Only the
+# schemes a person follows out of a list: a javascript: or data: link is no way out.
+_BRACKETED = re.compile(r"<([^<>]*)>")
+_UNSUBSCRIBE_SCHEME = re.compile(r"(?i)(https?|mailto):")
+_ONE_CLICK = "list-unsubscribe=one-click"
+
+
+def list_unsubscribe(headers: Message) -> Unsubscribe | None:
+    """The List-Unsubscribe links (http, https, mailto) as given, each once, or None."""
+    value = header(headers, "list-unsubscribe")
+    if value is None:
+        return None
+    found = ("".join(sanitize(link).split()) for link in _BRACKETED.findall(_undo_8bit(value)))
+    links = list(dict.fromkeys(link for link in found if _UNSUBSCRIBE_SCHEME.match(link)))
+    if not links:
+        return None
+    post = header(headers, "list-unsubscribe-post")
+    one_click = (post is not None and one_line(post).lower() == _ONE_CLICK
+                 and any(link.lower().startswith("https:") for link in links))
+    return Unsubscribe(links, one_click)
 
 
 # ezmlm's "Mailing-List: contact <help address>; run by ezmlm" names no list address.

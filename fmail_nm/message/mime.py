@@ -36,11 +36,13 @@ from .charset import decode_bytes, guess_decode
 from .formats import enriched_to_text, unflow
 from .headers import (
     Address,
+    Unsubscribe,
     addresses,
     date,
     decode_header_text,
     header,
     list_id,
+    list_unsubscribe,
     msg_id,
     msg_ids,
     split_head,
@@ -115,6 +117,7 @@ class ParsedMessage:
     failed: bool = False
     # The author's address a list kept when it rewrote From (headers.list_author).
     original_from: list[Address] = field(default_factory=list)
+    unsubscribe: Unsubscribe | None = None  # List-Unsubscribe
 
 
 # --------------------------------------------------------------------------------------------
@@ -174,6 +177,7 @@ def _parse(raw: bytes, render_html: HtmlRenderer, defects: list[str]) -> ParsedM
         has_files=any(map(is_file, entities)),
         bcc=addresses(headers, "bcc", defects),
         original_from=addresses(headers, "x-original-from", defects),
+        unsubscribe=list_unsubscribe(headers),
     )
 
 

@@ -143,7 +143,7 @@ def save_and_send(ctx: WriteContext, save: Callable[[WriteContext], DraftResult]
     check_direct(ctx.config)
     draft = save(ctx)
     try:
-        return send_draft(ctx, draft.id)
+        return send_draft(ctx, draft.message_id)
     except (SendFailed, SendRefused, compose.ComposeError, compose.FilingError) as exc:
         # Sent again the same way, it would be saved again: a draft per try.
         raise type(exc)(f"{exc} (draft_id {draft.id}: to try again, send_email that "

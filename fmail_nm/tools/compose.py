@@ -41,7 +41,7 @@ from email.parser import BytesParser
 from pathlib import Path
 from typing import cast
 
-from pydantic import Field
+from pydantic import Field, computed_field
 
 from .. import tags
 from ..config import Account, Config, ConfigError
@@ -107,10 +107,11 @@ class FilingError(BackendError):
 FILING_WAIT_S = 60
 
 
-# What was saved or sent: ``id`` is the draft_id (Message-ID), ``sent`` false means "in
-# Drafts".  No docstring: it would go into every draft tool's output schema.
+# What was saved or sent: ``id`` is its uid, the id listings show and every tool takes (the
+# draft_id); ``message_id`` is for the code that called, left out of the answer; ``sent``
+# false means "in Drafts".
 class DraftResult(Dto):
-    id: str
+    message_id: str = Field(exclude=True)
     from_: str = Field(alias="from", serialization_alias="from")
     to: list[str]
     # Left out of the structured result when empty or false (results drop defaults).
@@ -118,6 +119,11 @@ class DraftResult(Dto):
     bcc: list[str] = Field(default_factory=list)
     subject: str
     sent: bool = False
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def id(self) -> str:
+        return sidecar.uid_for(self.message_id)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -627,8 +633,9 @@ def _draft_folder(ctx: WriteContext, account: Account) -> Path:
 
 
 def _result(c: Composition, message_id: str, sent: bool = False) -> DraftResult:
-    return DraftResult(id=message_id, from_=c.sender.address, to=[p.address for p in c.to],
-                       cc=[p.address for p in c.cc], bcc=[p.address for p in c.bcc],
+    return DraftResult(message_id=message_id, from_=c.sender.address,
+                       to=[p.address for p in c.to], cc=[p.address for p in c.cc],
+                       bcc=[p.address for p in c.bcc],
                        # (a reply keeps an original's subject of kilobytes: the draft has it)
                        subject=cut(c.subject, MAX_SUBJECT_CHARS_SHOWN), sent=sent)
 

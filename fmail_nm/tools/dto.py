@@ -36,6 +36,7 @@ MAX_NAME_CHARS = 100  # a person's name or address, a file name
 MAX_LISTED_SUBJECT = 300  # a subject on a listing line; get_email shows MAX_SUBJECT_CHARS
 MAX_SUBJECT_CHARS = 2000  # as much as the mirror keeps (passes.mirror)
 MAX_VALUE_CHARS = 1000  # any other header value (a Message-ID, a List-Id)
+MAX_LINKS = 3  # List-Unsubscribe links (a list gives one or two: mailto, https)
 TAGS_REST = "query_emails email_tags"
 
 
@@ -189,6 +190,7 @@ class EmailFull(Dto):
     reply_to: list[str] = Field(default_factory=list)
     date: str | None = None
     list_id: str | None = None
+    unsubscribe: str | None = None  # List-Unsubscribe's <links>, "(one-click)" (RFC 8058)
     in_reply_to: str | None = None
     references: list[str] = Field(default_factory=list)
     folders: list[str]

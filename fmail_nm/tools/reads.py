@@ -31,7 +31,8 @@ from ..dsl import (CompiledQuery, DslContext, DslError, compile_query, date_rang
 from ..errors import CallerError
 from ..message.attachments import attachment_text, dotted
 from ..message.drafts import SeenDrafts
-from ..message.headers import Address, canonical_address, is_own_address, search_forms
+from ..message.headers import (Address, Unsubscribe, canonical_address, is_own_address,
+                               search_forms)
 from ..message.html import read_body, read_message
 from ..message.mime import AttachmentInfo, BodyText, ParsedMessage
 from ..message.text import clean_text, is_forward_subject, slice_text
@@ -963,7 +964,8 @@ def _email_full(mb: Mailbox, m: IndexedMessage, *, max_body_chars: int, body_off
         cc=dto.capped(people(parsed.cc), rest=RECIPIENTS_REST),
         reply_to=dto.capped(people(parsed.reply_to)),
         date=parsed.date.isoformat().replace("+00:00", "Z") if parsed.date else iso_from_epoch(m.date),
-        list_id=_value(parsed.list_id), in_reply_to=_value(parsed.in_reply_to),
+        list_id=_value(parsed.list_id), unsubscribe=_unsubscribe(parsed.unsubscribe),
+        in_reply_to=_value(parsed.in_reply_to),
         references=_references(parsed.references),
         folders=dto.capped(mb.folders_of(m)), tags=dto.shown_tags(m.tags, dto.MAX_LISTED),
         body=_body(parsed, subject, body_format, max_body_chars, body_offset),
@@ -975,6 +977,16 @@ def _email_full(mb: Mailbox, m: IndexedMessage, *, max_body_chars: int, body_off
 
 def _value(text: str | None) -> str | None:
     return None if text is None else dto.cut(text, dto.MAX_VALUE_CHARS)
+
+
+def _unsubscribe(found: Unsubscribe | None) -> str | None:
+    """The links in <>, as the header gives them, and "(one-click)" when a POST to the https
+    one unsubscribes: shown for the user to follow; fmail-nm follows none."""
+    if found is None:
+        return None
+    links = dto.capped([f"<{dto.cut(link, dto.MAX_VALUE_CHARS)}>" for link in found.links],
+                       dto.MAX_LINKS)
+    return " ".join(links) + (" (one-click)" if found.one_click else "")
 
 
 def _references(ids: Sequence[str]) -> list[str]:

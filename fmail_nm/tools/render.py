@@ -354,6 +354,8 @@ def email_text(e: dto.EmailFull, *, explained: bool = True) -> str:
               f"folders: {one_line(' '.join(e.folders)) or '-'}"]
     if e.list_id:
         lines.append(f"list: {one_line(e.list_id)}")
+    if e.unsubscribe:
+        lines.append(f"unsubscribe: {one_line(e.unsubscribe)}")
     if e.in_reply_to:
         lines.append(f"in-reply-to: {one_line(e.in_reply_to)}")
     if e.attachments:
