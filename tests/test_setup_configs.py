@@ -422,10 +422,9 @@ def test_an_smtp_login_with_a_backslash_reaches_msmtp_as_written(tmp_path: Path)
     assert "user = CORP\\casey\n" in shown.stdout, shown.stdout + shown.stderr
 
 
-def test_an_inbox_outside_the_stores_path_is_the_accounts(indexed: MailEnv) -> None:
-    """mbsync's ``Inbox`` may lie outside the store's ``Path`` (Path ~/Mail/personal/, Inbox
-    ~/Mail/personal-inbox): that INBOX is the account's like its other folders -- mail in it
-    is archived into the account's Archive, listed and searched as the account's."""
+def inbox_outside_path(indexed: MailEnv) -> Path:
+    """The personal account's INBOX moved outside its store's Path (mbsync's ``Inbox``
+    ~/Mail/personal-inbox beside ``Path`` ~/Mail/personal/), indexed; the mail root."""
     root = indexed.mail_root
     (root / "personal" / "INBOX").rename(root / "personal-inbox")
     rc = indexed.base / "mbsyncrc"
@@ -433,6 +432,14 @@ def test_an_inbox_outside_the_stores_path_is_the_accounts(indexed: MailEnv) -> N
                   "Channel personal\nFar :remote:\nNear :local:\nExpunge Both\n")
     indexed.fmail_config.write_text(f'[mbsync]\nconfig = "{rc}"\n')
     indexed.notmuch("new")
+    return root
+
+
+def test_an_inbox_outside_the_stores_path_is_the_accounts(indexed: MailEnv) -> None:
+    """mbsync's ``Inbox`` may lie outside the store's ``Path`` (Path ~/Mail/personal/, Inbox
+    ~/Mail/personal-inbox): that INBOX is the account's like its other folders -- mail in it
+    is archived into the account's Archive, listed and searched as the account's."""
+    root = inbox_outside_path(indexed)
     config = indexed.config()
     with Reader() as reader, Writer() as writer:
         mb = reads.Mailbox(config, reader)
@@ -453,13 +460,7 @@ def test_a_mirror_from_before_an_outside_inbox_was_the_accounts_shows_it_as_the_
     """A mirror built when the INBOX outside the store's Path belonged to no account kept its
     mail so (emails.account_name NULL: query_emails for the account left the inbox out); a
     sync after the upgrade reads every message again, and the account is the mirror's too."""
-    root = indexed.mail_root
-    (root / "personal" / "INBOX").rename(root / "personal-inbox")
-    rc = indexed.base / "mbsyncrc"
-    rc.write_text(f"MaildirStore local\nPath {root}/personal/\nInbox {root}/personal-inbox\n\n"
-                  "Channel personal\nFar :remote:\nNear :local:\nExpunge Both\n")
-    indexed.fmail_config.write_text(f'[mbsync]\nconfig = "{rc}"\n')
-    indexed.notmuch("new")
+    root = inbox_outside_path(indexed)
     config = indexed.config()
     path = sidecar.sidecar_path(config.data_dir)
     inbox = "message_id IN (SELECT message_id FROM message_folders WHERE folder = 'personal-inbox')"

@@ -729,16 +729,22 @@ def test_a_new_notmuch_database_means_a_full_rebuild(indexed: MailEnv, tmp_path:
     assert problems(indexed) == []
 
 
-def test_a_rebuild_keeps_the_mail_a_failed_pass_left_untagged_marked(indexed: MailEnv) -> None:
-    """A post-new pass that stops after its mirror step (the notmuch lock held elsewhere, a
-    kill) leaves new mail marked for tagging; `sidecar rebuild`, which `sidecar check` names
-    for that difference, dropped the mark, and the mail never got its rules' tags."""
+def leave_list_mail_marked(indexed: MailEnv) -> None:
+    """New list mail mirrored and marked for tagging, the tagging not run: what a post-new
+    pass that stopped after its mirror step (the notmuch lock held elsewhere, a kill) leaves."""
     (indexed.mail_root / "personal" / "INBOX" / "new" / "1799999999.pending_1.host").write_bytes(
         b"From: News <news@lists.example.org>\nTo: alex@example.org\nSubject: weekly\n"
         b"Message-ID: <pending-1@lists.example.org>\nList-Id: <weekly.lists.example.org>\n"
         b"Date: Mon, 30 Nov 2026 10:00:00 +0000\n\nhello\n")
     indexed.notmuch("new", "--no-hooks")
     sync(indexed)  # the pass's mirror step, and no tagging after it
+
+
+def test_a_rebuild_keeps_the_mail_a_failed_pass_left_untagged_marked(indexed: MailEnv) -> None:
+    """A post-new pass that stops after its mirror step (the notmuch lock held elsewhere, a
+    kill) leaves new mail marked for tagging; `sidecar rebuild`, which `sidecar check` names
+    for that difference, dropped the mark, and the mail never got its rules' tags."""
+    leave_list_mail_marked(indexed)
     with sidecar.opened(sidecar_file(indexed)) as conn:
         assert sidecar.pending_tagging(conn) == [("pending-1@lists.example.org",
                                                   "weekly.lists.example.org")]
@@ -752,12 +758,7 @@ def test_a_rebuild_keeps_the_mail_a_failed_pass_left_untagged_marked(indexed: Ma
 def test_sidecar_check_names_the_command_that_tags_mail_left_marked(indexed: MailEnv) -> None:
     """Mail a failed pass left marked for tagging is a difference `sidecar check` reports; the
     command its advice names must tag it (`sidecar sync`, once named, keeps the mark)."""
-    (indexed.mail_root / "personal" / "INBOX" / "new" / "1799999999.pending_1.host").write_bytes(
-        b"From: News <news@lists.example.org>\nTo: alex@example.org\nSubject: weekly\n"
-        b"Message-ID: <pending-1@lists.example.org>\nList-Id: <weekly.lists.example.org>\n"
-        b"Date: Mon, 30 Nov 2026 10:00:00 +0000\n\nhello\n")
-    indexed.notmuch("new", "--no-hooks")
-    sync(indexed)  # the pass's mirror step, and no tagging after it
+    leave_list_mail_marked(indexed)
     checked = indexed.fmail("sidecar", "check", check=False)
     assert checked.returncode == 1 and "needs_tagging is 1" in checked.stdout, checked.stdout
     advised = re.search(r"`fmail-nm ([^`]+)`", checked.stdout.splitlines()[-1])
