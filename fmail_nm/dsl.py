@@ -88,7 +88,8 @@ class DslContext:
     excluded_tags: Sequence[str] = ("deleted", "spam")
     # account -> its INBOX outside its folder (mbsync's Inbox outside the store's Path)
     account_inboxes: Mapping[str, str] = field(default_factory=dict)
-    me: Sequence[str] = ()  # the user's addresses (sub-addresses too): from:me, to:me
+    me: Sequence[str] = ()  # the user's addresses (sub-addresses too): from:me
+    me_received: Sequence[str] | None = None  # to:me, cc:me, bcc:me; None: those of from:me
     # A uid (the id every listing shows) -> its Message-ID, or None: id:<uid> finds it.
     message_id_of_uid: Callable[[str], str | None] = lambda uid: None
 
@@ -949,10 +950,12 @@ class _Parser:
         return self._term(name, value, pos)
 
     def _me(self, name: str, pos: int) -> _Node:
-        if not self.ctx.me:
+        received = self.ctx.me_received
+        me = self.ctx.me if name == "from" or received is None else received
+        if not me:
             raise DslError(pos, f"addresses of the user's for '{name}:me' (addresses in "
                                 f"fmail.toml, or notmuch's user.primary_email)", "none set")
-        words = (_clean_phrase(address) for address in self.ctx.me)
+        words = (_clean_phrase(address) for address in me)
         return _mk_or([_phrase_atom(_PHRASE_FIELDS[name], text) for text in words
                        if _has_word(text)])
 

@@ -1019,6 +1019,16 @@ def test_from_me_is_each_of_the_users_addresses() -> None:
     assert q("me", ctx) == '"me"'  # alone: the word
 
 
+def test_to_me_is_each_of_the_addresses_the_user_receives_at() -> None:
+    """Sub-addresses the user sends from and those mail goes to are told apart: each search
+    keeps to its own few (sidecar.own_addresses)."""
+    ctx = DslContext(now=NOW, accounts={}, folder_roles={}, me=("alex@example.org",),
+                     me_received=("alex@example.org", "alex+shop@example.org"))
+    assert q("from:me", ctx) == 'from:"alex@example.org"'
+    assert q("to:me", ctx) == q("cc:me", ctx) == q("bcc:me", ctx) == (
+        'to:"alex@example.org" OR to:"alex+shop@example.org"')
+
+
 def test_from_me_without_addresses_says_where_to_set_them() -> None:
     with pytest.raises(DslError) as raised:
         compile_query("is:unread from:me", CTX)

@@ -1153,6 +1153,32 @@ def test_from_me_and_to_me_find_my_sub_address_mail(indexed: MailEnv) -> None:
                                                                      "sub-other@x"))}
 
 
+def test_spam_to_made_up_sub_addresses_does_not_grow_from_me_or_to_me(
+        indexed: MailEnv) -> None:
+    """Spam from and to made-up alex+xyz@ addresses (a dictionary attack on plus-addressing,
+    undetected): from:me and to:me search by at most 32 addresses, the most used first, and
+    still find the user's mail sent from alex+lists@ and received at it."""
+    inbox, sent = (indexed.mail_root / "personal" / f / "cur" for f in ("INBOX", "Sent"))
+    for n in range(60):
+        (inbox / f"1796400000.spam{n}.host:2,S").write_text(
+            f"From: <alex+x{n:02}@example.org>\nTo: <alex+x{n:02}@example.org>\n"
+            f"Subject: your account {n}\nDate: Tue, 01 Dec 2026 09:{n:02}:00 +0000\n"
+            f"Message-ID: <spam-{n}@x>\n\nPay up.\n")
+    (sent / "1796400000.more.host:2,S").write_text(  # alex+lists@ in use on either side
+        f"From: <{SUB_ME}>\nTo: <anna@example.net>, <{SUB_ME}>\nSubject: ferry again\n"
+        "Date: Mon, 30 Nov 2026 18:00:00 +0000\nMessage-ID: <sub-more@x>\n\nNoted.\n")
+    _my_sub_address_mail_indexed(indexed)
+    with Reader() as reader:
+        mb = reads.Mailbox(indexed.config(), reader)
+        terms = {text: mb.compile(text).query.count(f"{text[:-3]}:") for text in
+                 ("from:me", "to:me")}
+        found = {text: sorted(item.id for item in reads.search_emails(
+            mb, f"{text} subject:ferry", limit=10).results) for text in ("from:me", "to:me")}
+    assert all(0 < n <= 32 for n in terms.values()), terms
+    assert found == {"from:me": sorted(map(sidecar.uid_for, ("sub-sent@x", "sub-more@x"))),
+                     "to:me": sorted(map(sidecar.uid_for, ("sub-received@x", "sub-more@x")))}
+
+
 def test_my_last_word_from_a_sub_address_is_mine(indexed: MailEnv,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """From the mirror and (no current mirror) from notmuch alike."""

@@ -43,7 +43,7 @@ from typing import Any
 
 from ..clock import utc_now, utc_stamp
 from ..errors import BackendError
-from ..message.headers import canonical_address, is_own_address, search_forms
+from ..message.headers import canonical_address, search_forms
 from ..private import private_dir, private_file, tighten
 from .threads import ThreadMember, author
 
@@ -1334,29 +1334,52 @@ def last_words(conn: sqlite3.Connection, addresses: Sequence[str], *, since: int
     return int(total), [LastWord(*rows[rowid]) for rowid in chosen]
 
 
-def own_addresses(conn: sqlite3.Connection | None, addresses: Iterable[str]) -> tuple[str, ...]:
-    """The user's ``addresses`` in canonical form, then their sub-addresses (is_own_address)
-    that mirrored mail names: notmuch finds a sub-address by a term of its own, its regex
-    form being a scan of every sender.  Read along message_addresses' key, one look-up per
-    address found."""
+_RECIPIENT_ROLES = "('to', 'cc', 'bcc')"
+
+
+# How many addresses from:me or to:me searches by: the configured ones (never cut) and the
+# sub-addresses that fit.  Each is a notmuch term, a query's cost grows faster than its terms,
+# and mail names as many as anyone likes -- spam to made-up alex+xyz@ addresses too.
+MAX_ME_TERMS = 32
+# A sub-address's uses: the user's own mail (is_sent) sent from it, or mail sent to it.
+_SUB_ADDRESS_USES = {False: "a.role = 'from' AND m.is_sent = 1",
+                     True: f"a.role IN {_RECIPIENT_ROLES}"}
+
+
+def own_addresses(conn: sqlite3.Connection | None, addresses: Iterable[str], *,
+                  received: bool = False) -> tuple[str, ...]:
+    """The user's ``addresses`` in canonical form, then sub-addresses of theirs
+    (is_own_address) up to MAX_ME_TERMS in all: those of the user's mail (is_sent) or, with
+    ``received``, those mail went to (To, Cc, Bcc), counting mail no search leaves out (spam,
+    deleted); the most mail first, then the oldest first (a new address does not displace
+    old ones it ties with); in order, so that a search's query -- and its cursors -- changes
+    only when they do.  notmuch finds a sub-address by a term of its own, its regex form
+    being a scan of every sender; the others are the user's where each message is looked at
+    (is_own_address), not in a search."""
     mine = search_forms(addresses)
     if conn is None:
         return mine
-    seen: list[str] = []
-    locals_ = (a.partition("@")[0] for a in mine)
-    for local in dict.fromkeys(local for local in locals_ if "+" not in local):
-        # every address starting "local+", "," being the character after "+"
-        after, end = f"{local}+", f"{local},"
-        while (found := conn.execute("SELECT min(email) FROM message_addresses "
-                                     "WHERE email > ? AND email < ?", (after, end)
-                                     ).fetchone()[0]) is not None:
-            if is_own_address(found, mine):
-                seen.append(found)
-            after = found
-    return tuple(dict.fromkeys((*mine, *seen)))
+    used: list[tuple[str, int, int]] = []
+    for local, _, domain in dict.fromkeys(a.rpartition("@") for a in mine):
+        if "+" not in local:
+            used += _sub_address_uses(conn, local, domain, received)
+    used.sort(key=lambda u: (-u[1], u[2], u[0]))
+    room = max(0, MAX_ME_TERMS - len(mine))
+    return tuple(dict.fromkeys((*mine, *sorted(u[0] for u in used[:room]))))
 
 
-_RECIPIENT_ROLES = "('to', 'cc', 'bcc')"
+def _sub_address_uses(conn: sqlite3.Connection, local: str, domain: str,
+                      received: bool) -> list[tuple[str, int, int]]:
+    """The sub-addresses of ``local@domain`` with how much mail of theirs (see
+    :func:`own_addresses`) and the oldest one's date: read along message_addresses' key,
+    every address starting "local+" ("," the character after "+"), each looked up in
+    messages (CROSS JOIN: SQLite would rather walk every message not left out)."""
+    return conn.execute(
+        f"SELECT a.email, count(*), min(coalesce(m.date_epoch, 0)) FROM message_addresses a "
+        f"CROSS JOIN messages m ON m.message_id = a.message_id "
+        f"WHERE a.email > ? AND a.email < ? AND substr(a.email, -?) = ? "
+        f"AND m.is_excluded = 0 AND {_SUB_ADDRESS_USES[received]} GROUP BY a.email",
+        (f"{local}+", f"{local},", len(domain) + 1, f"@{domain}")).fetchall()
 
 
 def last_words_to(conn: sqlite3.Connection, addresses: Sequence[str]) -> dict[int, set[str]]:
@@ -1433,6 +1456,7 @@ class MirrorReader:
         self._conn: sqlite3.Connection | None = None
         self._key: tuple[int, int] | None = None
         self._pinned: sqlite3.Connection | None = None  # inside snapshot()
+        self._opened = 0  # connections opened so far
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -1473,7 +1497,16 @@ class MirrorReader:
             # 100k messages (twice the time of a cached read).
             self._conn.execute(f"PRAGMA cache_size = -{MIRROR_CACHE_KIB}")
             self._key = (st.st_dev, st.st_ino)
+            self._opened += 1
         return self._conn
+
+    def version(self) -> tuple[int, int] | None:
+        """Which state of the mirror reads see, changing with every commit another connection
+        makes (PRAGMA data_version) and with every connection opened; None with no mirror."""
+        conn = self.connection()
+        if conn is None:
+            return None
+        return self._opened, conn.execute("PRAGMA data_version").fetchone()[0]
 
     def close(self) -> None:
         if self._conn is not None:

@@ -76,6 +76,9 @@ class Mailbox:
     clock: Callable[[], datetime] = utc_now
     seen_drafts: SeenDrafts = field(default_factory=SeenDrafts)
     mirror: sidecar.MirrorReader = field(init=False)
+    # own_addresses by mirror version: reading them scans every sub-address the mirror has
+    _own: dict[tuple[tuple[int, int] | None, bool], tuple[str, ...]] = field(
+        init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.mirror = sidecar.MirrorReader(sidecar.sidecar_path(self.config.data_dir))
@@ -98,13 +101,20 @@ class Mailbox:
             folder_names=self.config.mailbox_names,
             excluded_tags=self.reader.search_exclusions(),
             me=self.own_addresses(),
+            me_received=self.own_addresses(received=True),
             message_id_of_uid=self._message_id_of_uid,
         )
 
-    def own_addresses(self) -> tuple[str, ...]:
-        """The user's addresses, canonical, and the sub-addresses of theirs the mirror has
-        seen (sidecar.own_addresses): what from:me, to:me and the user's last word are."""
-        return sidecar.own_addresses(self.mirror.connection(), self.config.addresses)
+    def own_addresses(self, received: bool = False) -> tuple[str, ...]:
+        """The user's addresses, canonical, and their sub-addresses most used in the mirror:
+        those the user sent from or (``received``) those mail went to (sidecar.own_addresses),
+        what from:me and the user's last word, or to:me, search by.  Read once a mirror state."""
+        key = (self.mirror.version(), received)
+        if key not in self._own:
+            self._own = {k: v for k, v in self._own.items() if k[0] == key[0]}
+            self._own[key] = sidecar.own_addresses(self.mirror.connection(),
+                                                   self.config.addresses, received=received)
+        return self._own[key]
 
     def compile(self, text: str, anchor: int | None = None) -> CompiledQuery:
         try:
