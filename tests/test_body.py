@@ -958,6 +958,15 @@ def test_clean_html_gives_an_address_linked_again_and_again_once() -> None:
                                 "Read more or [other](https://other.example/)")
 
 
+def test_clean_plain_code_that_reads_as_a_link_keeps_its_brackets() -> None:
+    """Only a link to an address with a scheme is a link html2text wrote: code in a plain
+    mail that calls an element of a table twice ("handlers[kind](event)") lost its brackets
+    the second time ("handlerskind")."""
+    text = ("the bug: handlers[kind](event) runs before the check,\n"
+            "and handlers[kind](event) again after it; table[](x) is fine.\n")
+    assert clean_text(text) == text.strip()
+
+
 def test_html_style_sheet_of_thousands_of_rules_for_one_class_is_left_unread() -> None:
     """Each element of a class goes through every rule for it: a hostile mail's thousands,
     on as many elements, took minutes to read.  A sheet with more rules for one name than

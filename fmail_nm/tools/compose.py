@@ -41,7 +41,7 @@ from email.parser import BytesParser
 from pathlib import Path
 from typing import cast
 
-from pydantic import Field, computed_field
+from pydantic import Field
 
 from .. import tags
 from ..config import Account, Config, ConfigError
@@ -107,10 +107,11 @@ class FilingError(BackendError):
 FILING_WAIT_S = 60
 
 
-# What was saved or sent: ``id`` is its uid, the id listings show and every tool takes (the
-# draft_id); ``message_id`` is for the code that called, left out of the answer; ``sent``
-# false means "in Drafts".
+# What was saved or sent: ``id`` is the id listings show and every tool takes (the draft_id:
+# its uid once the mirror has it, see _answer_id); ``message_id`` is for the code that
+# called, left out of the answer; ``sent`` false means "in Drafts".
 class DraftResult(Dto):
+    id: str
     message_id: str = Field(exclude=True)
     from_: str = Field(alias="from", serialization_alias="from")
     to: list[str]
@@ -119,11 +120,6 @@ class DraftResult(Dto):
     bcc: list[str] = Field(default_factory=list)
     subject: str
     sent: bool = False
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def id(self) -> str:
-        return sidecar.uid_for(self.message_id)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -632,12 +628,21 @@ def _draft_folder(ctx: WriteContext, account: Account) -> Path:
         raise ComposeError(str(exc)) from None
 
 
-def _result(c: Composition, message_id: str, sent: bool = False) -> DraftResult:
-    return DraftResult(message_id=message_id, from_=c.sender.address,
+def _result(ctx: WriteContext, c: Composition, message_id: str,
+            sent: bool = False) -> DraftResult:
+    return DraftResult(id=_answer_id(ctx, message_id), message_id=message_id,
+                       from_=c.sender.address,
                        to=[p.address for p in c.to], cc=[p.address for p in c.cc],
                        bcc=[p.address for p in c.bcc],
                        # (a reply keeps an original's subject of kilobytes: the draft has it)
                        subject=cut(c.subject, MAX_SUBJECT_CHARS_SHOWN), sent=sent)
+
+
+def _answer_id(ctx: WriteContext, message_id: str) -> str:
+    """The uid when the mirror has the message, else the Message-ID, as listings give it: a
+    uid resolves only through the mirror, whose sync after the write may have failed."""
+    uid = sidecar.uid_for(message_id)
+    return uid if sidecar.lookup_uids(ctx.config.data_dir, [uid]) else message_id
 
 
 def _drafts_of(txn: WriteTxn, config: Config, message_id: str,
@@ -704,7 +709,7 @@ def store_draft(ctx: WriteContext, c: Composition) -> DraftResult:
     ctx.seen_drafts.saw(mid, data)
     if replaced == mid:
         _read_again(ctx, mid)
-    return _result(c, mid)
+    return _result(ctx, c, mid)
 
 
 def _draft_not_saved(exc: WriteNotSaved, written: Sequence[Path],
@@ -1236,4 +1241,4 @@ def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
         if stale_original:
             _mark_original(ctx, stale_original, mark)
     _already_tagged(ctx, sent_id)
-    return _result(c, sent_id, sent=True)
+    return _result(ctx, c, sent_id, sent=True)
