@@ -187,10 +187,6 @@ def insert(env: MailEnv, raw: bytes, *args: str) -> None:
                    capture_output=True, check=True)
 
 
-def tags_of(env: MailEnv, mid: str) -> set[str]:
-    return set(env.notmuch("search", "--output=tags", f"id:{mid}").stdout.split())
-
-
 def mirrored_tags(env: MailEnv, mid: str) -> set[str] | None:
     with sidecar.opened(sidecar.sidecar_path(env.config().data_dir)) as conn:
         row = conn.execute("SELECT tags FROM messages WHERE message_id = ?", (mid,)).fetchone()
