@@ -967,6 +967,16 @@ def test_clean_plain_code_that_reads_as_a_link_keeps_its_brackets() -> None:
     assert clean_text(text) == text.strip()
 
 
+def test_clean_plain_markdown_images_are_left_as_written() -> None:
+    """A plain mail in Markdown shows an image as ``![alt](address)``, no link: one shown
+    again lost its address ("!Logo"), one without alt text all but its "!", and an image
+    took the address from the link to it."""
+    logo = "https://example.org/logo.png"
+    text = (f"![Logo]({logo}) above, [the logo]({logo}) linked,\n"
+            f"and again: ![Logo]({logo}) ![]({logo})")
+    assert clean_text(text) == text
+
+
 def test_html_style_sheet_of_thousands_of_rules_for_one_class_is_left_unread() -> None:
     """Each element of a class goes through every rule for it: a hostile mail's thousands,
     on as many elements, took minutes to read.  A sheet with more rules for one name than

@@ -170,6 +170,23 @@ def test_a_list_shows_by_its_shortest_name_and_once_on_its_own_page(mb: reads.Ma
     assert " all ~" not in head and " U~rust-users " in line
 
 
+def test_a_thread_names_its_list_as_listings_do(mb: reads.Mailbox) -> None:
+    """A thread's message lines carried the whole List-Id too: a thread all on one list
+    names it once in its header, by the name list: finds it by; programs keep the tag."""
+    thread = reads.get_thread(mb, "list-rust-1@example.com", include_bodies=False)
+    head, *lines = render.thread_text(thread).split("\n")
+    message_lines = [line for line in lines if line.startswith("[")]
+    assert re.search(r"\(3 messages\); all ~rust-users(;|$)", head)
+    assert len(message_lines) == 3 and not any(" ~" in line or "~rust" in line
+                                               for line in message_lines)
+    assert all("list/rust-users.lists.example.org" in m.tags for m in thread.messages)
+    assert "list_names" not in thread.model_dump()
+    # one message: the header's note would be longer than the name on the line
+    head, _, line = render.thread_text(
+        reads.get_thread(mb, "list-rust-7@example.com", include_bodies=False)).split("\n")
+    assert " all ~" not in head and " U~rust-users " in line
+
+
 def test_list_threads_counts(mb: reads.Mailbox) -> None:
     deep = reads.list_threads(mb, "id:thread-deep-1@example.net", limit=5)
     assert deep.total == 1

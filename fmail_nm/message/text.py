@@ -507,10 +507,11 @@ def clean_text(text: str, forward: bool = False, *, head: bool = False,
 # A Markdown link as html2text writes it: "[words](address)" or "[words](address "title")",
 # "()[]" of the address escaped.  Words with a bracket of their own are not matched: such a
 # link is left as it is.  The address has a scheme, as a mail's links have: code in plain
-# text ("handlers[kind](event)") is no link.
+# text ("handlers[kind](event)") is no link, nor is a Markdown image ("![alt](address)"),
+# which a plain mail may show again and again.
 _LINK_ADDRESS = r"[A-Za-z][A-Za-z0-9+.-]*:(?:\\.|[^\s()\[\]\\])+"
 _LINK_TITLE = r'(?: "[^"\n]*")?'
-_LINK = re.compile(rf"\[([^\[\]]*)\]\(({_LINK_ADDRESS}){_LINK_TITLE}\)")
+_LINK = re.compile(rf"(?<!!)\[([^\[\]]*)\]\(({_LINK_ADDRESS}){_LINK_TITLE}\)")
 # A line of links with no words: linked images without alt text (a logo, social icons).
 _WORDLESS_LINKS_LINE = re.compile(
     rf"^(?:[ \t]*\[[ \t]*\]\({_LINK_ADDRESS}{_LINK_TITLE}\))+[ \t]*$", re.M)

@@ -220,6 +220,7 @@ class ThreadFull(Dto):
     messages: list[ThreadMessage]
     truncated: bool = Field(default=False, description="bodies left out by max_total_chars")
     more_messages: int = 0  # in the thread after the MAX_THREAD_MESSAGES shown
+    list_names: dict[str, str] = Field(default_factory=dict, exclude=True)  # as SearchResult's
 
 
 class EmailsContent(Dto):

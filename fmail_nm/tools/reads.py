@@ -1084,7 +1084,8 @@ def get_thread(mb: Mailbox, thread_id: str, include_bodies: bool = True,
     return dto.ThreadFull(thread=tid, subject=dto.cut(shown[0].message.subject,
                                                        dto.MAX_SUBJECT_CHARS),
                           messages=messages, truncated=truncated,
-                          more_messages=total - len(shown))
+                          more_messages=total - len(shown),
+                          list_names=page_list_names(mb, (m.tags for m in messages)))
 
 
 def _thread_message(node: ThreadNode, body: dto.Body | None, subject: str,

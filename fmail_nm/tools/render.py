@@ -33,7 +33,8 @@ The formats are stable and described in the tool descriptions and the README:
   the id send_email takes;
 * one message (``get_email``) or a thread (``get_thread``): a short header block, then each
   body between marker lines that name it untrusted and carry a token derived from the text,
-  so a body cannot fake its own end.
+  so a body cannot fake its own end.  A thread's message lines have a listing's flags, its
+  header the ``all ~name`` of a list all of them are on.
 
 Every answer is bounded whatever the mail (see ``dto.capped``): a list cut short ends with
 ``… N more: <where the rest is>`` (a listing line's flags with ``…+N`` for its tags left out),
@@ -386,14 +387,17 @@ def thread_text(t: dto.ThreadFull) -> str:
     count = (f"{len(t.messages)} of {counted(len(t.messages) + t.more_messages, 'message')}"
              if t.more_messages else counted(len(t.messages), "message"))
     note = _left_out_note(m.body for m in t.messages)
+    page_list, left_off = _page_list([m.tags for m in t.messages], t.list_names)
+    notes = [*page_list, note] if note else page_list
     head = (f"thread {t.thread}: {_subject(t.subject)} ({count}"
             + ("; later bodies left out by max_total_chars)" if t.truncated else ")")
-            + (f"; {note}" if note else ""))
+            + "".join(f"; {part}" for part in notes))
     lines = [_noted(head, len(t.messages))]
     for n, m in enumerate(t.messages, 1):
         reply = f" reply to [{number[m.parent]}]" if m.parent in number else ""
-        lines.append(f"\n[{n}] {m.id} {when(m.date)} {flags(m.tags, attachment=m.attachment)} "
-                     f"{one_line(m.from_)}{reply}")
+        shown = flags((x for x in m.tags if x not in left_off), attachment=m.attachment,
+                      lists=t.list_names)
+        lines.append(f"\n[{n}] {m.id} {when(m.date)} {shown} {one_line(m.from_)}{reply}")
         if m.subject is not None:
             lines.append(f"subject: {_subject(m.subject)}")
         if m.body is not None:
