@@ -336,8 +336,8 @@ def test_a_draft_with_two_versions_in_drafts_is_neither_sent_nor_saved_over(bed:
 
 def as_fetched_back(data: bytes) -> bytes:
     """A draft as mbsync stores the copy it uploaded, fetched back: with the X-TUID line it
-    put into that copy, and LF line ends."""
-    return data.replace(b"\r\nSubject:", b"\r\nX-TUID: vhZfUoALbz2p\r\nSubject:",
+    put into that copy -- last of its header, before the blank line -- and LF line ends."""
+    return data.replace(b"\r\n\r\n", b"\r\nX-TUID: vhZfUoALbz2p\r\n\r\n",
                         1).replace(b"\r\n", b"\n")
 
 

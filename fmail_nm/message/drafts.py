@@ -11,12 +11,14 @@ import hashlib
 import re
 
 _SYNC_HEADER = re.compile(rb"^X-TUID:[^\r\n]*\r?\n", re.I | re.M)
-_END_OF_HEADER = re.compile(rb"\r?\n\r?\n")
+_END_OF_HEADER = re.compile(rb"\n\r?\n")
 
 
 def without_sync_header(data: bytes) -> bytes:
+    """``data`` without mbsync's X-TUID header -- which it puts last, before the blank line:
+    the header block is cut after the newline that ends its last line."""
     end = _END_OF_HEADER.search(data)
-    split = end.start() if end else len(data)
+    split = end.start() + 1 if end else len(data)
     return _SYNC_HEADER.sub(b"", data[:split]) + data[split:]
 
 
