@@ -381,7 +381,10 @@ def mailbox_address(address: str) -> str:
     """The canonical address without its sub-address ("+tag"): the mailbox a server delivers
     it to, ``alex+lists@example.org`` being ``alex@example.org``.  Cut at the first "+", as
     Postfix, Gmail and Fastmail deliver it."""
-    canonical = canonical_address(address)
+    return _without_sub_address(canonical_address(address))
+
+
+def _without_sub_address(canonical: str) -> str:
     local, at, domain = canonical.rpartition("@")
     if not at or "+" not in local:
         return canonical
@@ -391,7 +394,8 @@ def mailbox_address(address: str) -> str:
 def is_own_address(address: str, mine: Collection[str]) -> bool:
     """Whether ``address`` is the user's: one of ``mine`` (canonical forms), or a sub-address of
     one that has none (``alex+lists@example.org`` of ``alex@example.org``)."""
-    return canonical_address(address) in mine or mailbox_address(address) in mine
+    canonical = canonical_address(address)
+    return canonical in mine or _without_sub_address(canonical) in mine
 
 
 def ascii_address(address: str) -> str:

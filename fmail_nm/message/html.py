@@ -98,10 +98,15 @@ class _TableShape:
                 or self.rows_of_one > self.rows_of_cells)
 
 
+_TABLE_START = re.compile("<table", re.I)
+
+
 def _layout_table_starts(html: str) -> set[tuple[int, int]]:
     """Where the tables of ``html`` start that lay out its content rather than hold data
     (see ``_TableShape.is_layout``), as (line, column) of ``HTMLParser.getpos``.  In one pass
     over its tags: a table's shape decides how to render it, from its start tag on."""
+    if not _TABLE_START.search(html):  # no table: no second parse of the whole body
+        return set()
     shapes = _TableShapes()
     shapes.feed(html)
     shapes.close()

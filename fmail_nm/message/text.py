@@ -523,6 +523,8 @@ def _fewer_links(text: str) -> str:
     with words elsewhere; of links to one address, the first with words keeps it, the others
     keep their words.  A newsletter links each story's image, title and button to one
     tracking address of 150 characters or more, and its logo and icons to more."""
+    if "](" not in text:  # no link: most mail, read here for every preview the indexer makes
+        return text
     text = _WORDLESS_LINKS_LINE.sub("", text)
     worded = {link.group(2) for link in _LINK.finditer(text) if link.group(1).strip()}
     given: set[str] = set()

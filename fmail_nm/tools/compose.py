@@ -157,18 +157,20 @@ _ADD_THEM = ("reply without reply_all, then add those to write to with save_draf
              "cc)")
 
 
-def _unique(people: Sequence[Address], drop: Set[str], remedy: str = _WRITE_THEM
-            ) -> list[Address]:
-    """Each address once, none of ``drop`` (canonical forms: see :func:`canonical_address`),
-    each as it goes on the wire (:func:`ascii_address`); an address read from a message that fmail-nm cannot send to is refused
-    by name, saying what to do instead (``remedy``) -- mail content is untrusted."""
-    seen = set(drop)
+def _unique(people: Sequence[Address], mine: Set[str], remedy: str = _WRITE_THEM, *,
+            taken: Set[str] = frozenset()) -> list[Address]:
+    """Each address once, none of the user's (``mine``, their sub-addresses too: see
+    :func:`is_own_address`) nor of ``taken`` (canonical forms: see :func:`canonical_address`),
+    each as it goes on the wire (:func:`ascii_address`); an address read from a message that
+    fmail-nm cannot send to is refused by name, saying what to do instead (``remedy``) --
+    mail content is untrusted."""
+    seen = set(taken)
     out = []
     for person in people:
         # One mailbox however its domain is written (Unicode or ACE) and in whatever case;
         # one left out (the user's own, in Unicode say) need not be one fmail-nm sends to.
         key = canonical_address(person.address)
-        if key in seen:
+        if key in seen or is_own_address(key, mine):
             continue
         wire = ascii_address(person.address)
         if not _ADDR_SPEC.fullmatch(wire):
@@ -178,10 +180,6 @@ def _unique(people: Sequence[Address], drop: Set[str], remedy: str = _WRITE_THEM
         out.append(Address(person.name, wire))
     return out
 
-
-def _not_mine(people: Sequence[Address], mine: Set[str]) -> list[Address]:
-    """``people`` but the user's own addresses, their sub-addresses too (is_own_address)."""
-    return [p for p in people if not is_own_address(p.address, mine)]
 
 
 def check_not_blocked(config: Config, recipients: Sequence[Address]) -> None:
@@ -979,14 +977,12 @@ def reply_recipients(config: Config, head: Message, reply_all: bool,
     defects: list[str] = []
     mine = my_addresses(config)
     own = bool(parsed_from) and is_own_address(parsed_from[0].address, mine)
-    parsed_from, parsed_to, parsed_cc, reply_to = (
-        _not_mine(people, mine) for people in (parsed_from, parsed_to, parsed_cc, reply_to))
     advice = _ADD_THEM if reply_all else _WRITE_THEM
     _check_read_whole(head, ("from", "reply-to", *(("to", "cc", "mail-followup-to")
                                                    if reply_all else ())), advice)
     followup = addresses(head, "mail-followup-to", defects)
     if reply_all and followup:
-        return _unique(_not_mine(followup, mine), mine, _ADD_THEM), []
+        return _unique(followup, mine, _ADD_THEM), []
     if own:
         if not reply_all:
             _check_read_whole(head, ("to",), advice)
@@ -999,8 +995,8 @@ def reply_recipients(config: Config, head: Message, reply_all: bool,
         return to, []
     if not reply_all:  # the others are whom the reply goes to
         _check_read_whole(head, ("cc",) if own else ("to", "cc"), advice)
-    others = _unique(rest, mine | {canonical_address(p.address) for p in to},
-                     _ADD_THEM if to else _WRITE_THEM)
+    others = _unique(rest, mine, _ADD_THEM if to else _WRITE_THEM,
+                     taken={canonical_address(p.address) for p in to})
     if not to:  # e.g. the user's own mail to themselves, the others in Cc
         return others, []
     return to, others
