@@ -36,6 +36,7 @@ __all__ = [
     "list_author",
     "list_id",
     "list_rewrote",
+    "list_takes_posts",
     "list_unsubscribe",
     "msg_id",
     "msg_ids",
@@ -473,9 +474,9 @@ class Unsubscribe:
 
 
 # RFC 2369's links are each in <>, whitespace in them ignored (a long one is folded).  Only the
-# schemes a person follows out of a list: a javascript: or data: link is no way out.
+# schemes a person follows: a javascript: or data: link is no way out of a list, nor in.
 _BRACKETED = re.compile(r"<([^<>]*)>")
-_UNSUBSCRIBE_SCHEME = re.compile(r"(?i)(https?|mailto):")
+_LIST_LINK_SCHEME = re.compile(r"(?i)(https?|mailto):")
 _ONE_CLICK = "list-unsubscribe=one-click"
 
 
@@ -485,13 +486,22 @@ def list_unsubscribe(headers: Message) -> Unsubscribe | None:
     if value is None:
         return None
     found = ("".join(sanitize(link).split()) for link in _BRACKETED.findall(_undo_8bit(value)))
-    links = list(dict.fromkeys(link for link in found if _UNSUBSCRIBE_SCHEME.match(link)))
+    links = list(dict.fromkeys(link for link in found if _LIST_LINK_SCHEME.match(link)))
     if not links:
         return None
     post = header(headers, "list-unsubscribe-post")
     one_click = (post is not None and one_line(post).lower() == _ONE_CLICK
                  and any(link.lower().startswith("https:") for link in links))
     return Unsubscribe(links, one_click)
+
+
+def list_takes_posts(headers: Message) -> bool:
+    """Whether the list a message came through takes its members' posts: its List-Post
+    gives a link to post with (RFC 2369), as a discussion list's does; an announcement
+    list's or a newsletter's gives none, or "NO"."""
+    value = header(headers, "list-post")
+    return value is not None and any(
+        _LIST_LINK_SCHEME.match("".join(link.split())) for link in _BRACKETED.findall(value))
 
 
 # ezmlm's "Mailing-List: contact <help address>; run by ezmlm" names no list address.

@@ -42,6 +42,7 @@ from .headers import (
     decode_header_text,
     header,
     list_id,
+    list_takes_posts,
     list_unsubscribe,
     msg_id,
     msg_ids,
@@ -117,7 +118,10 @@ class ParsedMessage:
     failed: bool = False
     # The author's address a list kept when it rewrote From (headers.list_author).
     original_from: list[Address] = field(default_factory=list)
-    unsubscribe: Unsubscribe | None = None  # List-Unsubscribe
+    # List-Unsubscribe, of a list that takes no posts (a newsletter, announcements): a
+    # discussion list's every message would carry the same links, which its members seldom
+    # want (and its footer, which full shows, gives).
+    unsubscribe: Unsubscribe | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,7 +181,7 @@ def _parse(raw: bytes, render_html: HtmlRenderer, defects: list[str]) -> ParsedM
         has_files=any(map(is_file, entities)),
         bcc=addresses(headers, "bcc", defects),
         original_from=addresses(headers, "x-original-from", defects),
-        unsubscribe=list_unsubscribe(headers),
+        unsubscribe=None if list_takes_posts(headers) else list_unsubscribe(headers),
     )
 
 
