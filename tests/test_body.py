@@ -211,6 +211,36 @@ def test_a_list_without_list_id_is_read_from_mailing_list() -> None:
     assert parse_message(ezmlm).list_id is None
 
 
+# Mailman 2's list headers, the way out over two folded lines.
+_MAILMAN = ("List-Id: Developers <devel.lists.example.org>",
+            "List-Unsubscribe: <https://lists.example.org/mailman/options/devel>,",
+            " <mailto:devel-request@lists.example.org?subject=unsubscribe>",
+            "List-Archive: <https://lists.example.org/pipermail/devel/>",
+            "List-Help: <mailto:devel-request@lists.example.org?subject=help>")
+
+
+@pytest.mark.parametrize(("post", "shown"), [
+    ("List-Post: <mailto:devel@lists.example.org>", False),  # a discussion list
+    ("List-Post: <https://groups.example.com/g/devel/post>,\n <mailto:devel@lists.example.org>",
+     False),
+    ("List-Post: NO (posting not allowed on this list)", True),  # announcements
+    ("List-Post: <javascript:post()>", True),  # no way a person posts
+    ("X-No-List-Post: none", True),  # a newsletter's: no List-Post at all
+])
+def test_a_lists_way_out_is_read_only_where_the_list_takes_no_posts(post: str,
+                                                                    shown: bool) -> None:
+    """A discussion list's every message carries the same two unsubscribe links (RFC 2369's
+    List-Post says it is one), about 100 bytes a message its members seldom need; a
+    newsletter's or an announcement list's are what its reader may be after."""
+    parsed = parse_message(message(*_MAILMAN, post))
+    assert parsed.list_id == "devel.lists.example.org"
+    assert (parsed.unsubscribe is not None) == shown
+    if shown:
+        assert parsed.unsubscribe and parsed.unsubscribe.links == [
+            "https://lists.example.org/mailman/options/devel",
+            "mailto:devel-request@lists.example.org?subject=unsubscribe"]
+
+
 GROUP_LIST = "List-Id: <golang-nuts.googlegroups.com>"
 DEV_LIST = "List-Id: Dev list <dev.lists.example.org>"
 
@@ -697,7 +727,7 @@ _SIGNATURE = ('<table class=MsoNormalTable border=0><tr><td><img src="cid:logo" 
     # a receipt nested in a newsletter's layout tables
     (_role_less_newsletter(f"<p>Your receipt:</p>{_RECEIPT}<p>See you soon.</p>"),
      ["Item | Qty | Price", "Flat white | 2 | $9.00", "Croissant | 1 | $3.50",
-      "Total | $12.50"]),
+      "Total | | $12.50"]),
     (f"<div class=WordSection1><p class=MsoNormal>Q1:</p>{_EXCEL_RANGE}{_SIGNATURE}</div>",
      ["Region | Jan | Feb", "North | 1,204 | 1,310", "South | 987 | 1,045"]),
     # a style sheet in a cell: what it says is no tag, as the parser reads it
@@ -713,6 +743,22 @@ def test_html_data_tables_keep_their_rows_among_layout_tables(html: str, rows: l
              for line in text.splitlines()]
     assert [line for line in lines if "|" in line] == rows[:1] + ["---|---|---"] + rows[1:]
     assert "See you soon." in lines if rows[0].startswith("Item") else "Finance" in lines
+
+
+def test_html_data_table_cells_that_span_columns_keep_the_columns_below_them() -> None:
+    """html2text reads no colspan: a receipt's total, after a label over two columns, stood
+    in the count's column, and a heading over two columns pushed the next one's left.  A
+    cell is followed by the empty cells it spans, as many as a browser reads, up to a cap."""
+    html = ('<table border="1"><tr><th>Item</th><th colspan="2px">Price</th></tr>'
+            "<tr><td>Flat white</td><td>$4.50</td><td>x2</td></tr>"
+            '<tr><td colspan="0">Tip</td><td>$1.00</td><td>-</td></tr>'
+            '<tr><td colspan="2">Total</td><td>$10.00</td></tr>'
+            '<tr><td colspan="5000">Paid with Visa</td></tr></table>')
+    text = parse_message(message("Content-Type: text/html", body=html)).text
+    rows = [line.replace(" ", "") for line in text.splitlines()]
+    assert rows[:5] == ["Item|Price|", "---|---|---", "Flatwhite|$4.50|x2", "Tip|$1.00|-",
+                        "Total||$10.00"]
+    assert rows[5] == "PaidwithVisa" + "|" * 31
 
 
 @pytest.mark.parametrize("html", [
@@ -943,6 +989,60 @@ def test_clean_html_leaves_out_images_links_that_show_nothing_but_a_long_address
     assert all(f"{track}{n})" in full for n in range(1, 5))
     assert clean_text(full) == f"Our spring release is out.\n\nRegister here []({track}4)"
     assert clean_text(f"[]({track}1)") == f"[]({track}1)"  # never empty
+
+
+def _mjml_mail(*rows: str) -> str:
+    """``rows`` in the tables and columns an MJML template lays a mail out with."""
+    cells = "".join('<tr><td align="center" style="font-size:0px;padding:10px 25px;word-break:'
+                    'break-word;"><div style="font-family:Ubuntu,Helvetica,Arial,sans-serif;'
+                    f'font-size:16px;line-height:1.5;color:#000000;">{row}</div></td></tr>'
+                    for row in rows)
+    return ('<!doctype html><html><head><style>.mj-column-per-100{width:100%}</style></head>'
+            '<body><div style="margin:0px auto;max-width:600px;"><table align="center" border="0"'
+            ' role="presentation" style="width:100%;"><tbody><tr><td style="direction:ltr;">'
+            '<div class="mj-column-per-100 mj-outlook-group-fix"><table border="0" role='
+            f'"presentation" width="100%"><tbody>{cells}</tbody></table></div></td></tr></tbody>'
+            '</table></div><img src="https://t.example.com/open?u=9" width="1" height="1" '
+            'alt=""></body></html>')
+
+
+_LOGO = ('<a href="https://www.example.com/" target="_blank"><img height="auto" src="https://'
+         'cdn.example.com/logo.png" style="border:0;display:block;" width="150"></a>')
+_ICONS = "".join(f'<a href="https://{site}.com/example"><img src="https://cdn.example.com/'
+                 f'{site}.png" width="24" height="24"></a> ' for site in ("facebook", "x"))
+
+
+def test_clean_html_keeps_the_image_button_that_is_the_mails_one_way_on() -> None:
+    """A double opt-in mail's "Confirm" button is an image without alt text: clean dropped
+    its link with the logo's and the icons'.  The one lone wordless link below the mail's
+    words, to an address given nowhere else, stays; the logo above them and the icons' row
+    go, and so do a newsletter's many pictures."""
+    confirm = "https://list.example.com/subscribe/confirm?u=8a1b2c3d&id=77f0e1&e=" + "Zm9v" * 8
+    html = _mjml_mail(_LOGO, "<h1>Please confirm your subscription</h1><p>To get our letter, "
+                      "confirm your address with the button below.</p>",
+                      f'<a href="{confirm}" target="_blank"><img src="https://cdn.example.com/'
+                      'confirm.png" width="240" height="48" style="border:0"></a>',
+                      "<p>Got this by mistake? Delete it.</p>", _ICONS)
+    full = parse_message(message("Content-Type: text/html", body=html)).text
+    assert "https://www.example.com/" in full and "facebook.com" in full
+    assert clean_text(full) == ("# Please confirm your subscription\n\nTo get our letter, "
+                                f"confirm your address with the button below.\n\n[]({confirm})"
+                                "\n\nGot this by mistake? Delete it.")
+    stories = "".join(f'<a href="https://news.example.com/{n}"><img src="{n}.jpg"></a>'
+                      f"<p>Story {n}.</p>" for n in (1, 2))
+    letter = parse_message(message("Content-Type: text/html",
+                                   body=_mjml_mail(_LOGO, "<p>This week:</p>", stories))).text
+    assert clean_text(letter) == "This week:\n\nStory 1.\n\nStory 2."
+
+
+def test_html_image_links_read_by_the_images_title_and_not_at_all_for_a_pixel() -> None:
+    """An image without alt text is named by its title, as a screen reader names it; a link
+    around a tracking pixel alone shows the reader nothing, in full either."""
+    html = ('<p>Hi Sam,</p><p><a href="https://x.example/confirm"><img src="b.png" alt="" '
+            'title="Confirm your subscription"></a></p><p><a href="https://t.example/c?u=1">'
+            '<img src="p.gif" width="1" height="1"></a></p>')
+    text = parse_message(message("Content-Type: text/html", body=html)).text
+    assert text == "Hi Sam,\n\n[Confirm your subscription](https://x.example/confirm)"
 
 
 def test_clean_html_gives_an_address_linked_again_and_again_once() -> None:

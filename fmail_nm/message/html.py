@@ -198,6 +198,7 @@ class _Converter(html2text.HTML2Text):
         # Whether the link open, of which nothing is shown yet, holds hidden content.
         self._link_hides = False
         self._layout_tables: list[bool] = []  # of each table open, whether it is for layout
+        self._spanned = 0  # the empty cells the data cell open spans beyond itself
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         # Of an attribute given twice the first counts, as in a browser: a second style must
@@ -242,6 +243,12 @@ class _Converter(html2text.HTML2Text):
         if tag in _TABLE_TAGS:
             self._handle_table_tag(tag, attrs, start)
             return
+        if tag == "img" and start:
+            if _is_pixel(attrs):  # shows nothing: nor does a link around it alone
+                self._link_hides = self._link_hides or self._in_empty_link()
+                return
+            if not (attrs.get("alt") or "").strip() and attrs.get("title"):
+                attrs = {**attrs, "alt": attrs["title"]}  # its name, where alt gives none
         super().handle_tag(tag, attrs, start)
 
     def _handle_table_tag(self, tag: str, attrs: dict[str, str | None], start: bool) -> None:
@@ -257,7 +264,18 @@ class _Converter(html2text.HTML2Text):
         self.ignore_tables = layout
         if layout and start and tag in ("td", "th"):
             self.soft_br()
+        if not layout and (start or tag in ("tr", "table")):  # the spanning cell ended
+            self._end_spanned_cells()
         super().handle_tag(tag, attrs, start)
+        if not layout and start and tag in ("td", "th"):
+            self._spanned = _colspan(attrs) - 1
+
+    def _end_spanned_cells(self) -> None:
+        """Write the empty cells a data cell's colspan spans, after its own (html2text
+        reads no colspan): a total below a price, not below a count."""
+        for _ in range(self._spanned):
+            super().handle_tag("td", {}, True)
+        self._spanned = 0
 
     def handle_data(self, data: str, entity_char: bool = False) -> None:
         if self._hidden.hiding:
@@ -288,6 +306,27 @@ class _Converter(html2text.HTML2Text):
     def _in_empty_link(self) -> bool:
         """Whether a link is open that html2text has written nothing of yet."""
         return self.empty_link and self.maybe_automatic_link is not None
+
+
+_PIXEL_SIZE = re.compile(r"\s*[01](\.0*)?\s*(px)?\s*", re.I)
+
+
+def _is_pixel(attrs: dict[str, str | None]) -> bool:
+    """Whether an <img> is a pixel wide or high, or none: a tracking pixel."""
+    return any(_PIXEL_SIZE.fullmatch(attrs.get(side) or "x") for side in ("width", "height"))
+
+
+# Beyond this a cell spans no more columns: a colspan of 1000 (HTML's most) in every cell
+# would write kilobytes of "| " for each.
+MAX_COLSPAN = 32
+_LEADING_NUMBER = re.compile(r"\s*(\d+)")
+
+
+def _colspan(attrs: dict[str, str | None]) -> int:
+    """How many columns a cell spans, as a browser reads its colspan (1 for what is no
+    number), up to MAX_COLSPAN."""
+    digits = _LEADING_NUMBER.match(attrs.get("colspan") or "")
+    return min(max(int(digits.group(1)), 1), MAX_COLSPAN) if digits else 1
 
 
 def _visible(text: str) -> str:

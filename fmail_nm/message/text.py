@@ -513,19 +513,22 @@ _LINK_ADDRESS = r"[A-Za-z][A-Za-z0-9+.-]*:(?:\\.|[^\s()\[\]\\])+"
 _LINK_TITLE = r'(?: "[^"\n]*")?'
 _LINK = re.compile(rf"(?<!!)\[([^\[\]]*)\]\(({_LINK_ADDRESS}){_LINK_TITLE}\)")
 # A line of links with no words: linked images without alt text (a logo, social icons).
-_WORDLESS_LINKS_LINE = re.compile(
-    rf"^(?:[ \t]*\[[ \t]*\]\({_LINK_ADDRESS}{_LINK_TITLE}\))+[ \t]*$", re.M)
+_WORDLESS_LINK = rf"[ \t]*\[[ \t]*\]\(({_LINK_ADDRESS}){_LINK_TITLE}\)"
+_WORDLESS_LINKS_LINE = re.compile(rf"^(?:{_WORDLESS_LINK})+[ \t]*$", re.M)
+_ONE_WORDLESS_LINK_LINE = re.compile(rf"{_WORDLESS_LINK}[ \t]*")
+_WORD = re.compile(r"\w")
 
 
 def _fewer_links(text: str) -> str:
     """``text`` without the link addresses a reader sees no words for, nor those given
-    already: a line of links without words goes, so does such a link to an address linked
+    already: a line of links without words goes (but for a call to action, see
+    ``_without_wordless_lines``), so does such a link to an address linked
     with words elsewhere; of links to one address, the first with words keeps it, the others
     keep their words.  A newsletter links each story's image, title and button to one
     tracking address of 150 characters or more, and its logo and icons to more."""
     if "](" not in text:  # no link: most mail, read here for every preview the indexer makes
         return text
-    text = _WORDLESS_LINKS_LINE.sub("", text)
+    text = _without_wordless_lines(text)
     worded = {link.group(2) for link in _LINK.finditer(text) if link.group(1).strip()}
     given: set[str] = set()
 
@@ -536,6 +539,34 @@ def _fewer_links(text: str) -> str:
         given.add(address)
         return link.group(0)
     return _LINK.sub(shown, text)
+
+
+def _without_wordless_lines(text: str) -> str:
+    """``text`` without its lines of links without words -- but for its call to action, an
+    image button ("Confirm your subscription") that may be the reader's only way on: the one
+    such line below words of the text's own that holds one link, to an address given nowhere
+    else.  A logo heads the words, icons come in rows, and a newsletter's pictures are many or
+    link what its titles link."""
+    lines = list(_WORDLESS_LINKS_LINE.finditer(text))
+    if not lines:
+        return text
+    words_start = _words_start(text)
+    below = [line for line in lines if line.start() > words_start
+             and _ONE_WORDLESS_LINK_LINE.fullmatch(line.group(0))]
+    kept = below[0].span() if len(below) == 1 and text.count(below[0].group(1)) == 1 else None
+    return _WORDLESS_LINKS_LINE.sub(lambda line: line.group(0) if line.span() == kept else "",
+                                    text)
+
+
+def _words_start(text: str) -> int:
+    """Where the first line of ``text`` with words outside its links starts (its length if
+    none has)."""
+    at = 0
+    for line in text.split("\n"):
+        if _WORD.search(_LINK.sub("", line)):
+            return at
+        at += len(line) + 1
+    return len(text)
 
 
 # An inline ("cleartext") PGP signature (RFC 4880 7): a header, the text with lines that begin
