@@ -145,11 +145,24 @@ def check_addresses(values: Sequence[str], what: str) -> list[Address]:
                                "characters")
         pairs = email.utils.getaddresses([value])
         wire = ascii_address(pairs[0][1]) if len(pairs) == 1 else ""
+        if _needs_smtputf8(wire):
+            raise ComposeError(f"{what}: {value!r} has {_SMTPUTF8_ONLY}")
         if not _ADDR_SPEC.fullmatch(wire):
             raise ComposeError(f"{what}: {value!r} is not an email address (give one address "
                                "per item: a@example.org or Name <a@example.org>)")
         found.append(Address(name=pairs[0][0], address=wire))
     return found
+
+
+# A domain goes out in ACE (ascii_address); a local part has no ASCII form, and the send
+# command (msmtp) speaks no SMTPUTF8: it would go out garbled or be refused by the server.
+_SMTPUTF8_ONLY = ("non-ASCII letters before the @, which only SMTPUTF8 mail (RFC 6531) "
+                  "carries and fmail-nm does not send; nothing was written or sent")
+
+
+def _needs_smtputf8(address: str) -> bool:
+    local, at, _ = address.rpartition("@")
+    return bool(at) and not local.isascii()
 
 
 _WRITE_THEM = "write the recipients yourself with save_draft"
@@ -173,6 +186,9 @@ def _unique(people: Sequence[Address], mine: Set[str], remedy: str = _WRITE_THEM
         if key in seen or is_own_address(key, mine):
             continue
         wire = ascii_address(person.address)
+        if _needs_smtputf8(wire):
+            raise ComposeError(f"the original names {person.address!r}, which has "
+                               f"{_SMTPUTF8_ONLY}; {remedy}")
         if not _ADDR_SPEC.fullmatch(wire):
             raise ComposeError(f"the original names {person.address!r}, which is not an email "
                                f"address fmail-nm sends to; {remedy}")
@@ -275,7 +291,7 @@ def _address_list(name: str, people: Sequence[Address]) -> str:
     # A name read from mail is untrusted: one that would break the line stops here.
     _check_source_header(name, value)
     # An address is at most 320 characters and an encoded word 75: every word fits a line.
-    return _folded_source(name, value) or value
+    return _folded_source(name, value, _ADDRESS_WORD) or value
 
 
 def _text_part(target: MIMEPart, body: str) -> None:
@@ -416,16 +432,20 @@ def _fold_long_headers(part: Message) -> None:
 # Folded headers' lines: at most 78 columns where the words allow (RFC 5322 2.1.1).
 _FOLD_WIDTH = 78
 _SOURCE_WORD = re.compile(r"[ \t]*[^ \t]+|[ \t]+")
+# In an address list we write, a quoted name is one word: GMime (notmuch, and listings made
+# from it) keeps a fold inside quotes as a line break in the name.  Only for values built
+# here, whose quotes all close: in untrusted text each unclosed one would be a scan to its end.
+_ADDRESS_WORD = re.compile(r'[ \t]*(?:"(?:[^"\\]|\\.)*"|[^ \t])+|[ \t]+')
 
 
-def _folded_source(name: str, value: str) -> str | None:
-    """An unfolded source value folded before the whitespace between its words, its words as
-    they are (folding adds nothing a reader sees, and an encoded word holds no whitespace);
+def _folded_source(name: str, value: str, words: re.Pattern[str] = _SOURCE_WORD) -> str | None:
+    """An unfolded source value folded before the whitespace between its ``words``, its words
+    as they are (folding adds nothing a reader sees, and an encoded word holds no whitespace);
     None when a word is too long for a line of 998 bytes (8-bit bytes are one character each
     in a source value)."""
     lines = [""]
     width = len(name) + 2
-    for word in _SOURCE_WORD.findall(value):
+    for word in words.findall(value):
         if lines[-1] and width + len(word) > _FOLD_WIDTH:
             lines.append("")
             width = 0
