@@ -92,9 +92,12 @@ def _codec_for(label: str) -> str | None:
 
 
 def guess_decode(data: bytes) -> tuple[str, str]:
-    """Decode bytes with no usable declaration: ASCII, else UTF-8 (its stray bytes read as
-    windows-1252, when UTF-8 is most of the 8-bit text), else windows-1252."""
+    """Decode bytes with no usable declaration: ASCII (ISO-2022-JP when it has its escapes),
+    else UTF-8 (its stray bytes read as windows-1252, when UTF-8 is most of the 8-bit text),
+    else windows-1252."""
     if data.isascii():
+        if (japanese := _iso_2022_jp(data)) is not None:
+            return japanese, "iso-2022-jp"
         return data.decode("ascii"), "ascii"
     try:
         return data.decode("utf-8"), "utf-8"
@@ -107,6 +110,23 @@ def guess_decode(data: bytes) -> tuple[str, str]:
         return gbk, "gb18030"
     # windows-1252 is latin-1 plus printable 0x80-0x9F; its 5 undefined bytes become U+FFFD.
     return data.decode("cp1252", "replace"), "windows-1252"
+
+
+# ISO-2022-JP's switches to JIS X 0208 / 0212: 7-bit text that older Japanese
+# mailers write unencoded in headers (and bodies without a charset).  Its two-byte letters
+# are ASCII bytes, quotes and parentheses among them.
+_ISO_2022_JP = re.compile(rb"\x1b\$[@B(]")
+
+
+def _iso_2022_jp(data: bytes) -> str | None:
+    """``data`` read as ISO-2022-JP when it switches to Japanese and decodes as such; else
+    None."""
+    if not _ISO_2022_JP.search(data):
+        return None
+    try:
+        return data.decode("iso2022_jp_2")
+    except UnicodeDecodeError:
+        return None
 
 
 def _mostly_utf8(data: bytes) -> str | None:

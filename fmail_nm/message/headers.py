@@ -190,8 +190,9 @@ def header(headers: Message, name: str) -> str | None:
 
 
 def _undo_8bit(text: str) -> str:
-    """Header bytes sent raw (RFC 6532 UTF-8, or legacy windows-1252) back to text."""
-    if text.isascii():
+    """Header bytes sent raw (RFC 6532 UTF-8, legacy windows-1252 or ISO-2022-JP) back to
+    text."""
+    if text.isascii() and "\x1b" not in text:
         return text
     return guess_decode(to_bytes(text))[0]
 
@@ -282,6 +283,8 @@ def parse_addresses(raw_values: Iterable[object], name: str, defects: list[str],
     joined = ", ".join(_FOLD.sub("", str(v)) for v in raw_values)
     if not joined:
         return []
+    if "\x1b" in joined:  # raw ISO-2022-JP: its letters' bytes read as quotes and commas
+        joined = _undo_8bit(joined)
     problems: list[str] = []
     too_long = len(joined) > _MAX_ADDRESS_HEADER
     pieces = _pieces(joined[:_MAX_ADDRESS_HEADER], _MAX_HEADER_VALUE, cut=cut or too_long)
