@@ -146,3 +146,79 @@ def test_the_next_page_after_new_mail_arrived_repeats_nothing(indexed: MailEnv) 
     assert set(now[:2]) == {sidecar.uid_for(f"newest-{n}@example.net") for n in (0, 1)}
     after = now.index(shown[-1]) + 1
     assert [e.id for e in second.results] == now[after:after + 3]
+
+
+PAGER = """\
+From: Pager <pager@example.net>
+To: Alex Morgan <alex.morgan@example.org>
+Subject: pager {n}
+Date: {date}
+Message-ID: <pager-{n}@example.net>
+
+Hello.
+"""
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("tool", ["search_emails", "list_threads"])
+async def test_the_next_page_after_mail_above_left_skips_none_of_the_last_shown_second(
+        indexed: MailEnv, tool: str) -> None:
+    """The last message shown shares its second with the next one, and mail above both
+    leaves the search between the pages: the next page still shows that next message."""
+    dates = ["Sun, 06 Dec 2026 12:00:00 +0000", "Sun, 06 Dec 2026 11:00:00 +0000",
+             "Sun, 06 Dec 2026 11:00:00 +0000", "Sun, 06 Dec 2026 10:00:00 +0000"]
+    inbox = indexed.mail_root / "personal" / "INBOX" / "new"
+    for n, date in enumerate(dates):
+        (inbox / f"1796500000.{n}_pager{n}.host").write_text(PAGER.format(n=n, date=date))
+    indexed.fmail("index")
+    uids = [sidecar.uid_for(f"pager-{n}@example.net") for n in range(4)]
+    query = {"query": "in:inbox subject:pager", "limit": 2}
+
+    def shown(page: dict[str, Any]) -> list[str]:
+        return _ids(page) if tool == "search_emails" else [t["thread"] for t in page["threads"]]
+
+    async with Client(server_params(indexed)) as client:
+        first = await call(client, tool, query)
+        done = await call(client, "archive", {"ids": [uids[0]]})
+        assert len(done["applied"]) == 1
+        listed, page = shown(first), first
+        while page.get("next_cursor") and len(listed) < 8:
+            page = await call(client, tool, {**query, "cursor": page["next_cursor"]})
+            listed += shown(page)
+        if tool == "list_threads":  # a thread of its own for each message
+            uids = [(await call(client, "get_email", {"id": uid, "max_body_chars": 1}))["thread"]
+                    for uid in uids]
+    assert set(uids[1:]) <= set(listed)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("tool", ["search_emails", "list_threads"])
+async def test_pages_through_one_second_of_many_while_new_mail_comes_above(
+        indexed: MailEnv, tool: str) -> None:
+    """Five messages share a second, pages hold two, and a new message comes above them
+    before each next page: every one of the five is listed once, and the pages end."""
+    inbox = indexed.mail_root / "personal" / "INBOX" / "new"
+    for n in range(5):
+        (inbox / f"1796500000.{n}_pager{n}.host").write_text(
+            PAGER.format(n=n, date="Sun, 06 Dec 2026 11:00:00 +0000"))
+    indexed.fmail("index")
+    query = {"query": "in:inbox subject:pager", "limit": 2}
+
+    def shown(page: dict[str, Any]) -> list[str]:
+        return _ids(page) if tool == "search_emails" else [t["thread"] for t in page["threads"]]
+
+    async with Client(server_params(indexed)) as client:
+        page = await call(client, tool, query)
+        listed, pages = shown(page), 1
+        while page.get("next_cursor") and pages < 6:
+            (inbox / f"1796500100.{pages}_newer.host").write_text(PAGER.format(
+                n=f"new-{pages}", date=f"Sun, 06 Dec 2026 12:0{pages}:00 +0000"))
+            indexed.fmail("index")
+            page = await call(client, tool, {**query, "cursor": page["next_cursor"]})
+            listed, pages = listed + shown(page), pages + 1
+        wanted = [sidecar.uid_for(f"pager-{n}@example.net") for n in range(5)]
+        if tool == "list_threads":  # a thread of its own for each message
+            wanted = [(await call(client, "get_email", {"id": uid, "max_body_chars": 1}))["thread"]
+                      for uid in wanted]
+    assert sorted(listed) == sorted(wanted)
+    assert page.get("next_cursor") is None

@@ -494,49 +494,60 @@ Page = TypeVar("Page", bound=tuple[Any, ...])
 
 
 def _resumed_page(fetch: Callable[[int, int], Page], start: int, limit: int, last: str | None,
-                  is_last: Callable[[Any], bool], resumed: Callable[[], int]) -> tuple[int, Page]:
+                  is_last: Callable[[Any], bool],
+                  resumed: Callable[[], tuple[int, int]]) -> tuple[int, Page]:
     """The page a cursor asks for, and its offset.  A page whose cursor names its last item
     is read from one item earlier: that item still there, nothing before it left and the
     offset stands (the usual case, at the cost of one more row); else the offset is worked
-    out again (``resumed``: a few counts) -- triage between pages took items out."""
+    out again (``resumed``: a few counts, and the start of the last item's second with how
+    many items share it) -- triage between pages took items out, or new mail came above."""
     if last is None or start == 0:
         return start, fetch(start, limit)
     page = fetch(start - 1, limit + 1)
     items = page[0]
     if items and is_last(items[0]):
         return start, cast(Page, (items[1:], *page[1:]))
-    offset = resumed()
+    offset, second = resumed()
+    if 1 < second <= MAX_SECOND_SCAN:  # where the last item stands in its second, now
+        within = fetch(offset, second)[0]
+        offset += next((at + 1 for at, item in enumerate(within) if is_last(item)), 0)
     return offset, fetch(offset, limit)
 
 
 def _resumed_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sort: str,
-                    offset: int, last: str | None) -> int:
+                    offset: int, last: str | None) -> tuple[int, int]:
     """Where the page after the message ``last`` starts now.  Triage changes the search
     between pages (mail marked read or archived leaves ``is:unread`` or ``in:inbox``): the
-    cursor's bare offset would then skip as many messages as left.  So the page resumes after
-    the matches dated before ``last`` (after, oldest first); the bare offset when ``last``
-    or its date is unknown."""
+    cursor's bare offset would then skip as many messages as left.  So the page resumes at
+    the matches of ``last``'s second, after those dated before it (after, oldest first), and
+    how many share that second (see :func:`_resumed`); the bare offset when ``last`` or its
+    date is unknown."""
     found = mb.find(last) if last else None
     if found is None or found.date <= 0:
-        return offset
+        return offset, 0
     day = found.date
     ahead = (date_range_query(day + 1, 2**63) if sort == "newest"
              else date_range_query(0, day))
     count = functools.partial(mb.reader.count, exclude_tags=exclude_tags)
-    return _resumed(offset, count(all_of(nm_query, ahead)),
+    return _resumed(count(all_of(nm_query, ahead)),
                     count(all_of(nm_query, date_range_query(day, day + 1))),
                     count(all_of(nm_query, id_query([found.message_id]))) > 0)
 
 
-def _resumed(offset: int, before: int, same_second: int, still_listed: bool) -> int:
-    """The offset after the last item shown, from how many items now sort before its second
-    (``before``), how many share that second, and whether it is still listed.  Where the
-    offset still falls in that second, nothing before it left: the offset stands (the page
-    sources may order one second's items differently).  Else the items of that second are
-    listed again (bar a lone last item): a repeat, never a skip."""
-    if still_listed and before <= offset - 1 < before + same_second:
-        return offset
-    return before + (1 if still_listed and same_second == 1 else 0)
+# A page resumed inside a second of more items than this reads it again from its start
+# rather than look for the last item shown among them.
+MAX_SECOND_SCAN = 1000
+
+
+def _resumed(before: int, same_second: int, still_listed: bool) -> tuple[int, int]:
+    """Where the page after the last item shown starts, from how many items now sort before
+    its second (``before``), how many share that second, and whether it is still listed: at
+    that second, with the count of its items to look for the last one among (the offset
+    could not say: items above may have left or come), or after a lone last item.  Where
+    the last item is gone, that second's items are listed again: a repeat, never a skip."""
+    if not still_listed:
+        return before, 0
+    return (before + 1, 0) if same_second == 1 else (before, same_second)
 
 
 @dataclass(frozen=True)
@@ -807,20 +818,20 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
 
 
 def _resumed_thread_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
-                           offset: int, last: str | None) -> int:
+                           offset: int, last: str | None) -> tuple[int, int]:
     """:func:`_resumed_offset` for threads, which rank by their newest match.  A thread the
     write took out of the search is placed by its newest message, which is no older than
     its match was: a thread may show again, none is skipped."""
     if last is None:
-        return offset
+        return offset, 0
     scope = f"thread:{quote(last)}"
     matched = mb.reader.messages(all_of(nm_query, scope), exclude_tags=exclude_tags, limit=1)
     newest = matched or mb.reader.messages(scope, exclude_tags=(), limit=1)
     if not newest or newest[0].date <= 0:
-        return offset
+        return offset, 0
     day = newest[0].date
     count = functools.partial(mb.reader.count_threads, exclude_tags=exclude_tags)
-    return _resumed(offset, count(all_of(nm_query, date_range_query(day + 1, 2**63))),
+    return _resumed(count(all_of(nm_query, date_range_query(day + 1, 2**63))),
                     count(all_of(nm_query, date_range_query(day, day + 1))), bool(matched))
 
 
