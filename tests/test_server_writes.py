@@ -434,3 +434,46 @@ async def test_contacts_results_read_as_lines(indexed: MailEnv) -> None:
         audit = blocked.rsplit("audit ", 1)[1].split(" ")[0]
         assert blocked == (f"contacts changed: 1; blocked: {BANK}; audit {audit} "
                            "(undo_last_write reverts it)")
+
+
+SYNC_LOCK_HOLDER = """
+import fcntl, sys
+with open(sys.argv[1], "a") as fh:
+    fcntl.flock(fh, fcntl.LOCK_EX)
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.mark.anyio
+async def test_a_write_is_answered_while_another_process_syncs_the_mirror(
+        indexed: MailEnv) -> None:
+    """A long mirror sync elsewhere (a big delivery's post-new pass, a rebuild) holds the sync
+    lock: a write is made and answered within its bound, not when that sync ends; the
+    mirror has it once the lock is free."""
+    import subprocess
+
+    import anyio
+
+    from fmail_nm.store import sidecar
+    from fmail_nm.store.notmuch import WRITE_LOCK_TIMEOUT
+
+    mid = "mum-visit-2026@example.net"
+    lock = sidecar.sidecar_path(indexed.config().data_dir)
+    async with Client(server_params(indexed)) as client:
+        await call(client, "search_emails", {"query": "in:inbox", "limit": 1})
+        holder = subprocess.Popen([sys.executable, "-c", SYNC_LOCK_HOLDER,
+                                   f"{lock}.sync-lock"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+            with anyio.fail_after(WRITE_LOCK_TIMEOUT + 30):  # a hang fails, never blocks the run
+                done = await call(client, "archive", {"ids": [mid]})
+            assert done["applied"] == [mid]
+            assert holder.poll() is None  # answered while the other sync still held the lock
+            assert (await call(client, "search_emails", {"query": f"id:{mid} in:inbox"}))["total"] == 0
+        finally:
+            holder.stdin.close()  # type: ignore[union-attr]
+            holder.wait(timeout=30)
+        rows = await sql_rows(client, f"SELECT folder FROM emails WHERE message_id='{mid}'")
+        assert rows == [{"folder": "Archive"}]

@@ -170,14 +170,22 @@ class MailService:
 
     def refresh_sidecar(self, *, wait: bool = False) -> None:
         """Bring the sidecar up to date (cheap when nothing changed).  If another process is
-        syncing it right now, its result is what we read."""
+        syncing it right now, its result is what we read; ``wait``: after waiting for that
+        sync within the write's bound (a long one -- a big delivery's, a rebuild -- held the
+        write's answer, and every write queued behind it, until it ended).  Listings see a
+        mirror that lags and ask notmuch; the next sync takes the write in."""
         try:
-            sync_sidecar(self.config, self._mailbox().reader, wait=math.inf if wait else 0)
+            sync_sidecar(self.config, self._mailbox().reader,
+                         wait=self._write_time_left() if wait else 0)
         except SyncInProgress:
             log.debug("sidecar sync running elsewhere; reading it as it is")
         except (sqlite3.Error, OSError) as exc:  # a sidecar we may not write: read-only files
             log.warning("the sidecar could not be brought up to date (%s); reading it as it "
                         "is", exc)
+
+    def _write_time_left(self) -> float:
+        left = self._the_writer().time_left()
+        return math.inf if left is None else max(left, 0.0)
 
     async def _run(self, job: Callable[[], T]) -> T:
         """``job`` on the read thread, never while a write of ours commits."""
