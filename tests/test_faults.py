@@ -879,6 +879,40 @@ def test_a_write_the_damaged_sidecar_cannot_record_says_it_was_done(indexed: Mai
                                            f"id:{mid}").stdout
 
 
+
+def test_a_record_failing_on_fmails_own_sql_is_an_internal_error_at_once(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write's record that fails on fmail-nm's own SQL is a fault to report: not a busy
+    sidecar to wait out -- the error was read as busy when its words held "locked" -- nor
+    a damaged one, nor bare SQLite words."""
+    import sqlite3
+
+    from fmail_nm.app import load_config
+    from fmail_nm.passes import changes
+    from fmail_nm.store import notmuch as store
+    from fmail_nm.store import sidecar
+
+    monkeypatch.setattr(changes, "RECORD_WAIT_S", 2)  # what a busy sidecar is waited out for
+    config = load_config()
+    path = sidecar.sidecar_path(config.data_dir)
+    tries = []
+
+    def write(conn: sqlite3.Connection) -> None:
+        tries.append(1)
+        conn.execute("SELECT * FROM unlocked_mail")  # no such table
+
+    with store.Reader(config.settings.notmuch_config) as reader, \
+            store.Writer(config.settings.notmuch_config) as writer:
+        ctx = changes.WriteContext(config, reader, writer, path)
+        with pytest.raises(changes.UnrecordedWrite) as failed:
+            changes._recorded(ctx, "tag was done, but the sidecar could not record it", write)
+    assert tries == [1]
+    assert str(failed.value).startswith("tag was done, but the sidecar could not record it: "
+                                        "internal error in fmail-nm")
+    assert "no such table: unlocked_mail" in str(failed.value)
+    assert "cannot be read" not in str(failed.value) and "busy" not in str(failed.value)
+
+
 def limit_file_size(proc: subprocess.Popen[str], size: int | None) -> None:
     """Let ``proc`` write no file past ``size`` bytes from now on (None: lift the limit).
     Python ignores SIGXFSZ: a write past the limit fails with EFBIG, as one on a full disk."""

@@ -277,6 +277,60 @@ async def test_a_sidecar_damaged_under_a_running_server_is_named_with_its_fix(
         assert "fmail-nm sidecar rebuild" in found.content[0].text  # type: ignore[union-attr]
 
 
+
+
+@pytest.mark.anyio
+async def test_a_fault_in_the_servers_own_sidecar_sql_reads_as_an_internal_error(
+        indexed: MailEnv) -> None:
+    """SQL of the server's own that fails on the sidecar (a table it names is not there) is
+    fmail-nm's fault: said so, with SQLite's words, not bare nor as a damaged file."""
+    path = sidecar.sidecar_path(indexed.config().data_dir)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE tag_counts")
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "fmail_nm", "serve", "--transport", "stdio",
+                                         "--tools", "all", "--read-only"],
+                                   env={**os.environ, **indexed.env})
+    async with Client(params) as client:
+        found = await client.call_tool("list_tags", {})
+    said = found.content[0].text  # type: ignore[union-attr]
+    assert found.is_error and "internal error in fmail-nm" in said, said
+    assert "no such table: tag_counts" in said and "cannot be read" not in said
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("emptied", ["truncated", "made anew"])
+async def test_a_sidecar_emptied_under_a_running_server_is_made_anew(
+        indexed: MailEnv, emptied: str) -> None:
+    """A sidecar truncated to nothing (or deleted and made anew, empty) under a running server
+    is what the server's start migrates: the server does the same, where its open reader
+    kept every write from making the file anew -- each read answered "malformed" and each
+    SQL call "schema 0" until a restart."""
+    path = sidecar.sidecar_path(indexed.config().data_dir)
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "fmail_nm", "serve", "--transport", "stdio",
+                                         "--read-only"],
+                                   env={**os.environ, **indexed.env})
+    count = {"sql_query": "SELECT count(*) AS n FROM emails"}
+    async with Client(params) as client:
+        inbox = (await structured(client, "search_emails", {"query": "in:inbox"}))["total"]
+        mirrored = (await structured(client, "query_emails", count))["rows"][0][0]
+        for first in ("search_emails", "query_emails"):  # whichever notices it first
+            if emptied == "truncated":
+                os.truncate(path, 0)
+            else:
+                path.unlink()
+                path.write_bytes(b"")
+            if first == "search_emails":
+                found = await structured(client, "search_emails", {"query": "in:inbox"})
+                assert found["total"] == inbox
+            assert (await structured(client, "query_emails", count))["rows"][0][0] == mirrored
+            found = await structured(client, "search_emails", {"query": "in:inbox"})
+            assert found["total"] == inbox
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sidecar.SCHEMA_VERSION
+
+
 def wait_for_port(proc: subprocess.Popen[str], port: int, timeout: float = 60) -> None:
     """Wait until the server process listens on ``port``; fail if it exits first."""
     deadline = time.monotonic() + timeout

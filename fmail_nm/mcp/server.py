@@ -174,8 +174,10 @@ class MailService:
         sync within the write's bound (a long one -- a big delivery's, a rebuild -- held the
         write's answer, and every write queued behind it, until it ended).  Listings see a
         mirror that lags and ask notmuch; the next sync takes the write in."""
+        mailbox = self._mailbox()
+        mailbox.mirror.let_go_if_emptied()  # else its connection keeps the sync from migrating
         try:
-            sync_sidecar(self.config, self._mailbox().reader,
+            sync_sidecar(self.config, mailbox.reader,
                          wait=self._write_time_left() if wait else 0)
         except SyncInProgress:
             log.debug("sidecar sync running elsewhere; reading it as it is")

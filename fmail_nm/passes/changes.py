@@ -534,14 +534,16 @@ def _recorded(ctx: WriteContext, failure: str, write: Callable[[sqlite3.Connecti
         try:
             with sidecar.opened(ctx.sidecar_file) as conn:
                 return write(conn)
-        except (sqlite3.DatabaseError, sidecar.SidecarError) as exc:  # busy, full, damaged
-            if not _busy(exc) or time.monotonic() >= deadline:
+        except (sqlite3.Error, sidecar.SidecarError) as exc:  # busy, full, damaged, a fault
+            busy = isinstance(exc, sqlite3.Error) and sidecar.is_busy(exc)
+            if not busy or time.monotonic() >= deadline:
                 raise UnrecordedWrite(_unrecorded(failure, exc, ctx.sidecar_file)) from None
 
 
 def _unrecorded(failure: str, exc: Exception, path: Path) -> str:
-    """``failure`` and why; of a damaged sidecar, its way out too: each write after fails so."""
-    if isinstance(exc, sqlite3.Error) and sidecar.is_damaged(exc):
+    """``failure`` and why; of a damaged sidecar, its way out too (each write after fails
+    so); of an error in fmail-nm's own SQL, that it is one."""
+    if isinstance(exc, sqlite3.Error) and (sidecar.is_damaged(exc) or sidecar.is_internal(exc)):
         return f"{failure}: {sidecar.failure_text(exc, f'the sidecar {path}')}"
     return f"{failure} ({exc})"
 
@@ -549,10 +551,6 @@ def _unrecorded(failure: str, exc: Exception, path: Path) -> str:
 # How long the record of a committed write waits for a sidecar another process is writing
 # (each try waits sidecar.BUSY_TIMEOUT_MS): past a read's patience, since the write is done.
 RECORD_WAIT_S = 30
-
-
-def _busy(exc: Exception) -> bool:
-    return "locked" in str(exc) or "busy" in str(exc)
 
 
 def apply(ctx: WriteContext, action: str, params: dict[str, Any], message_ids: Sequence[str],

@@ -784,6 +784,9 @@ def failure_text(exc: sqlite3.Error, where: str) -> str:
         return (f"{where} cannot be read ({exc}); your mail and the notmuch index are not "
                 "affected: `fmail-nm sidecar rebuild` moves the damaged file aside and builds "
                 "it again from notmuch (`fmail-nm doctor` says more)")
+    if is_internal(exc):
+        return (f"internal error in fmail-nm: its own SQL on {where} failed ({exc}); not a "
+                "problem with the request nor a sign of a damaged file -- please report it")
     return f"{where}: {exc}"
 
 
@@ -795,6 +798,14 @@ def is_busy(exc: sqlite3.Error) -> bool:
 def is_damaged(exc: sqlite3.Error) -> bool:
     """Whether ``exc`` is the sidecar file damaged or no SQLite database."""
     return _primary_code(exc) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+def is_internal(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is fmail-nm's own SQL at fault (an unknown table or column, a syntax
+    error, a misused connection), not the file nor another process."""
+    return (isinstance(exc, (sqlite3.ProgrammingError, sqlite3.InterfaceError))
+            or _primary_code(exc) in (sqlite3.SQLITE_ERROR, sqlite3.SQLITE_MISUSE,
+                                      sqlite3.SQLITE_RANGE))
 
 
 def _primary_code(exc: sqlite3.Error) -> int:
@@ -1448,8 +1459,9 @@ MIRROR_CACHE_KIB = 16384
 
 class MirrorReader:
     """A read-only connection to the sidecar kept open across calls (opening one costs more
-    than reading a page), reopened when the file is replaced; None while there is no usable
-    sidecar (not built yet, or a schema this code does not read), so callers read notmuch."""
+    than reading a page), reopened when the file is replaced, closed when it is emptied;
+    None while there is no usable sidecar (not built yet, emptied, or a schema this code
+    does not read), so callers read notmuch."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -1481,10 +1493,8 @@ class MirrorReader:
     def connection(self) -> sqlite3.Connection | None:
         if self._pinned is not None:
             return self._pinned
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            self.close()
+        st = self._file()
+        if st is None:
             return None
         if self._conn is None or self._key != (st.st_dev, st.st_ino):
             self.close()
@@ -1499,6 +1509,25 @@ class MirrorReader:
             self._key = (st.st_dev, st.st_ino)
             self._opened += 1
         return self._conn
+
+    def _file(self) -> os.stat_result | None:
+        """The file's status; None, the connection closed, when it holds no mirror: gone, or
+        emptied (truncated, deleted and made anew).  A connection kept open on an emptied file
+        keeps every writer from making it anew (SQLITE_BUSY) until it closes; once it is
+        closed, the next sync migrates the file, as the server's start does, and fills it."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            st = None
+        if st is None or st.st_size == 0:
+            self.close()
+            return None
+        return st
+
+    def let_go_if_emptied(self) -> None:
+        """Close the connection if the file is gone or emptied (see _file), before a sync."""
+        if self._pinned is None:
+            self._file()
 
     def version(self) -> tuple[int, int] | None:
         """Which state of the mirror reads see, changing with every commit another connection
