@@ -139,29 +139,32 @@ class Account:
         inbox = self.folders.get("inbox")
         return None if inbox is None or _below(inbox, self.maildir) else inbox
 
+    def place(self, folder: str) -> str | None:
+        """``folder`` (relative to the mail root) as written below the account's own folder:
+        "" for that folder itself, "INBOX" for its INBOX outside it; None for a folder
+        outside the account."""
+        if folder == self.outside_inbox():
+            return "INBOX"
+        if not _below(folder, self.maildir):
+            return None
+        if self.maildir == ROOT_FOLDER:
+            return "" if folder == ROOT_FOLDER else folder
+        return folder[len(self.maildir) + 1:]
+
     def holder(self, folder: str) -> str | None:
         """Which of the account's folders holds ``folder`` (relative to the mail root): its
         own, or its INBOX outside it; None for a folder outside the account."""
-        if folder == self.outside_inbox():
-            return folder
-        return self.maildir if _below(folder, self.maildir) else None
+        if self.place(folder) is None:
+            return None
+        return self.maildir if _below(folder, self.maildir) else folder
 
     def mailbox(self, folder: str) -> str | None:
         """The server's name of one of this account's folders (relative to the mail root),
         as the user knows it: "[Gmail]/All Mail" for Maildir++'s ".[Gmail].All Mail",
         "Entwürfe" for "Entw&APw-rfe"; None for a folder outside the account."""
-        if folder == self.outside_inbox():
-            return "INBOX"
-        if self.maildir == ".":
-            rest = "" if folder == ROOT_FOLDER else folder
-        elif folder == self.maildir:
-            rest = ""
-        elif folder.startswith(self.maildir + "/"):
-            rest = folder[len(self.maildir) + 1:]
-        else:
-            return None
+        rest = self.place(folder)
         # Only Maildir++ keeps a mailbox (INBOX) in the store's root itself.
-        return mailbox_name(rest, self.layout) or None
+        return None if rest is None else mailbox_name(rest, self.layout) or None
 
     def folder(self, role: str) -> str:
         """The folder for a role, or a ConfigError naming the account and role."""

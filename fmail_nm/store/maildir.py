@@ -291,14 +291,9 @@ def account_and_name(config: Config, folder: str) -> tuple[str | None, str]:
     """A folder as (account, its name inside the account), the way IMAP names it: the
     account's own top folder (the root Maildir included) is ``INBOX``."""
     account = config.account_for_path(folder)
-    own = "" if folder == ROOT_FOLDER else folder
     if account is None:
-        return None, own or "INBOX"
-    if folder == account.outside_inbox():
-        return account.name, "INBOX"
-    prefix = "" if account.maildir == ROOT_FOLDER else account.maildir
-    name = own[len(prefix):].lstrip("/") if prefix and own.startswith(prefix) else own
-    return account.name, name or "INBOX"
+        return None, "INBOX" if folder in (ROOT_FOLDER, "") else folder
+    return account.name, account.place(folder) or "INBOX"
 
 
 # ---------------------------------------------------------------------------------------------
