@@ -88,8 +88,9 @@ class DslContext:
     excluded_tags: Sequence[str] = ("deleted", "spam")
     # account -> its INBOX outside its folder (mbsync's Inbox outside the store's Path)
     account_inboxes: Mapping[str, str] = field(default_factory=dict)
-    me: Sequence[str] = ()  # the user's addresses (sub-addresses too): from:me
-    me_received: Sequence[str] | None = None  # to:me, cc:me, bcc:me; None: those of from:me
+    # The user's addresses (sub-addresses too) of from:me, or (``received``) of to:me, cc:me
+    # and bcc:me: asked for only by a query that says "me" (finding them reads the mirror).
+    own_addresses: Callable[[bool], Sequence[str]] = lambda received: ()
     # A uid (the id every listing shows) -> its Message-ID, or None: id:<uid> finds it.
     message_id_of_uid: Callable[[str], str | None] = lambda uid: None
 
@@ -950,8 +951,7 @@ class _Parser:
         return self._term(name, value, pos)
 
     def _me(self, name: str, pos: int) -> _Node:
-        received = self.ctx.me_received
-        me = self.ctx.me if name == "from" or received is None else received
+        me = self.ctx.own_addresses(name != "from")
         if not me:
             raise DslError(pos, f"addresses of the user's for '{name}:me' (addresses in "
                                 f"fmail.toml, or notmuch's user.primary_email)", "none set")

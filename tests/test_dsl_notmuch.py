@@ -326,7 +326,7 @@ def test_semantics(db: notmuch2.Database, text: str, expected: set[str]) -> None
     assert search(db, text) == expected
 
 
-ME_CTX = replace(CTX, me=("me@ex.org", "Alice@EX.org"))
+ME_CTX = replace(CTX, own_addresses=lambda received: ("me@ex.org", "Alice@EX.org"))
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,24 @@ def uid(message_id: str) -> str:
     return sidecar.uid_for(message_id)
 
 
+
+def test_only_a_search_for_me_looks_up_the_users_sub_addresses(mb: reads.Mailbox) -> None:
+    """Finding the sub-addresses of the user's (sidecar.own_addresses) reads the mirror's
+    addresses after each sync: a search that does not say "me" has no use for them."""
+    conn = mb.mirror.connection()
+    assert conn is not None
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        reads.search_emails(mb, "invoice")
+        reads.list_threads(mb, "is:unread")
+        assert not [s for s in statements if "substr(a.email" in s]
+        reads.search_emails(mb, "to:me")
+        assert [s for s in statements if "substr(a.email" in s]
+    finally:
+        conn.set_trace_callback(None)
+
+
 def test_search_finds_named_messages_with_index_fields(mb: reads.Mailbox) -> None:
     result = reads.search_emails(mb, 'from:anna subject:"school trip"')
     assert set(ids(result)) >= {uid("school-trip-1@example.com"), uid("school-trip-3@example.com")}

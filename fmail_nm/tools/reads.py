@@ -100,8 +100,7 @@ class Mailbox:
             folders=self.config.folders,
             folder_names=self.config.mailbox_names,
             excluded_tags=self.reader.search_exclusions(),
-            me=self.own_addresses(),
-            me_received=self.own_addresses(received=True),
+            own_addresses=self.own_addresses,
             message_id_of_uid=self._message_id_of_uid,
         )
 
