@@ -50,8 +50,9 @@ def post_new(config: Config, reader: Reader, writer: Writer, *,
     before the index run, when known; ``prefetched``: files parsed while notmuch new ran;
     ``tagged``: new messages that have their final tags already (indexed by
     :mod:`fmail_nm.passes.delivery`); ``sync_wait``: the seconds a sidecar sync running
-    elsewhere is waited for, then :class:`~fmail_nm.passes.mirror.SyncInProgress`, nothing
-    done."""
+    elsewhere is waited for, by each of the pass's two syncs, then
+    :class:`~fmail_nm.passes.mirror.SyncInProgress` (from the second: the mail is tagged, the
+    next pass mirrors its tags)."""
     # A connection held open through the pass: each step opens and closes its own, and SQLite
     # checkpoints the WAL whenever the last connection to it closes (several ms each time).
     with sidecar.opened(sidecar.sidecar_path(config.data_dir)) as conn:
@@ -98,7 +99,8 @@ def _post_new(config: Config, reader: Reader, writer: Writer, *, new_since: int 
         tagging.placed = writer.run(functools.partial(settle_places, config=config,
                                                       message_ids=moved))
     blocklist = apply_blocklist(config, reader, writer, read_blocklist(config))
-    second = sync_sidecar(config, reader, on_progress=on_progress, tagged=frozenset(back))
+    second = sync_sidecar(config, reader, on_progress=on_progress, tagged=frozenset(back),
+                          wait=sync_wait)
     mirror = MirrorReport(full=first.full, upserted=first.upserted + second.upserted,
                           parsed=first.parsed + second.parsed,
                           prefetched=first.prefetched + second.prefetched,
