@@ -13,11 +13,14 @@ import os
 import re
 import sqlite3
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 
-from fmail_nm.passes.mirror import sync_lock
+from fmail_nm.passes import post_new as post_new_pass
+from fmail_nm.passes.blocklist import apply_blocklist
+from fmail_nm.passes.mirror import SyncInProgress, sync_lock
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader, Writer, WriteTxn
 
@@ -222,6 +225,42 @@ def test_an_insert_while_a_long_pass_runs_returns_and_the_next_pass_tags_it(
     indexed.notmuch("new")
     listed = {"list", "list/rust-users.lists.example.com", "unread"}
     assert tags_of(indexed, "listed-1@example.com") == listed
+    assert mirrored_tags(indexed, "listed-1@example.com") == listed
+
+
+def test_a_sync_started_while_an_insert_is_tagged_is_waited_for_no_longer(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The post-insert pass's last sync (the final tags) waits for another process's sync no
+    longer than its first: an index run that takes the sidecar while the pass tags leaves the
+    mirroring to the next pass, rather than hold the MDA's delivery behind it."""
+    insert(indexed, LISTED, "--no-hooks", "--folder=personal/INBOX")
+    config = indexed.config()
+    path = sidecar.sidecar_path(config.data_dir)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # its own open of the lock file: another process, as flock sees it
+        with sync_lock(path, wait=math.inf):
+            held.set()
+            release.wait(timeout=20)  # a pass that waits for ever must still end
+
+    def blocklist_then_a_sync_elsewhere(*args: object, **kwargs: object) -> object:
+        found = apply_blocklist(*args, **kwargs)  # type: ignore[arg-type]
+        holder.start()
+        held.wait(timeout=20)
+        return found
+
+    holder = threading.Thread(target=hold)
+    monkeypatch.setattr(post_new_pass, "apply_blocklist", blocklist_then_a_sync_elsewhere)
+    try:
+        with Reader(indexed.notmuch_config) as reader, Writer(indexed.notmuch_config) as writer:
+            with pytest.raises(SyncInProgress):
+                post_new_pass.post_new(config, reader, writer, sync_wait=0.1)
+    finally:
+        release.set()
+        holder.join()
+    listed = {"list", "list/rust-users.lists.example.com", "unread"}
+    assert tags_of(indexed, "listed-1@example.com") == listed
+    indexed.notmuch("new")  # the next pass mirrors what this one tagged
     assert mirrored_tags(indexed, "listed-1@example.com") == listed
 
 

@@ -115,7 +115,9 @@ def test_only_the_bindings_module_imports_notmuch2() -> None:
 # nor have worker processes, which only a sync of hundreds of new messages starts.
 FORBIDDEN_ON_POST_NEW = ("fmail_nm.tools", "fmail_nm.mcp", "fmail_nm.service", "fmail_nm.adopt",
                          "fmail_nm.dsl", "pydantic", "html2text", "pypdf", "mcp", "starlette",
-                         "multiprocessing")
+                         "multiprocessing",
+                         # the write engine: only where the blocklist moves or releases mail
+                         "fmail_nm.passes.changes", "fmail_nm.message.drafts")
 
 LIST_MESSAGE = "list-rust-7@example.com"
 
@@ -156,6 +158,19 @@ def test_the_post_new_path_loads_no_tools_server_pydantic_or_html2text(
               if any(m == f or m.startswith(f + ".") for f in FORBIDDEN_ON_POST_NEW)]
     assert loaded == []
     assert "fmail_nm.passes.mirror" in report["modules"]  # the check saw the real path
+
+
+def test_reading_headers_loads_no_body_renderer() -> None:
+    """The delivery an index run writes before ``notmuch new`` reads headers alone: the body
+    renderers (dozens of patterns compiled on import) are loaded on a thread while Xapian
+    commits, not before the delivery is written."""
+    done = subprocess.run([sys.executable, "-c", "import json, sys, fmail_nm.passes.delivery; "
+                           "print(json.dumps(sorted(sys.modules)))"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    modules = json.loads(done.stdout)
+    assert "fmail_nm.message.headers" in modules  # the check saw the real path
+    assert [m for m in ("fmail_nm.message.text", "fmail_nm.message.hidden",
+                        "fmail_nm.message.mime") if m in modules] == []
 
 
 def test_layers_listed_in_architecture_md_match_the_tree() -> None:

@@ -20,7 +20,7 @@ from email.utils import getaddresses, parsedate_to_datetime
 from typing import BinaryIO
 
 from .charset import decode_bytes, guess_decode
-from .text import one_line, sanitize
+from .hygiene import one_line, sanitize
 from .transfer import b64_decode, b64_pieces
 
 __all__ = [

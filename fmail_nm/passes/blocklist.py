@@ -22,7 +22,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import Config
 from ..message.headers import canonical_address
@@ -33,9 +33,11 @@ from ..store.query import quote
 from ..store.sidecar import PreBlock, chunks
 from ..store.threads import sender
 from ..tags import BLOCK_HIDES, BLOCK_TAGS, BLOCKED
-from . import changes
-from .changes import ORIGIN_PROPERTY, WriteContext, WriteOutcome
 from .tagging import folder_place_tags
+
+if TYPE_CHECKING:  # the write engine is imported only where mail moves (see apply_blocklist)
+    from . import changes
+    from .changes import WriteContext, WriteOutcome
 
 # Message property an earlier version kept what blocking changed in (JSON {"added": [...],
 # "removed": [...]}); still read for mail it blocked, and cleared on unblocking.
@@ -187,16 +189,20 @@ def apply_blocklist(config: Config, reader: Reader, writer: Writer, blocked: Ite
     contacts edit is one undoable entry)."""
     report = BlockReport()
     addresses = sorted({canonical_address(a) for a in blocked})
-    ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir), after_write,
-                       reindex=reindex)
+    sidecar_file = sidecar.sidecar_path(config.data_dir)
     to_tag = _blocked_candidates(reader, addresses) if addresses else []
-    wanted, authored = set(addresses), _authored(ctx.sidecar_file, addresses)
+    wanted, authored = set(addresses), _authored(sidecar_file, addresses)
     blocked_now = reader.messages(f"tag:{BLOCKED}", exclude_tags=(), sort="none")
     # Authored mail is looked up in notmuch only when not blocked yet: new mail, mostly.
     to_tag += [m.message_id for m in _in_notmuch(
         reader, authored - {m.message_id for m in blocked_now} - set(to_tag))]
     stale = [m for m in blocked_now
              if sender_of(m) not in wanted and m.message_id not in authored]
+    if not to_tag and not stale:
+        return report  # every pass after new mail, mostly: nothing for the write engine
+    from . import changes
+
+    ctx = changes.WriteContext(config, reader, writer, sidecar_file, after_write, reindex=reindex)
     report.tagged += _in_batches(writer, to_tag,
                                  functools.partial(_block_batch, config, ctx.sidecar_file))
     report.moves += _junk_moves(ctx, to_tag, "junk",
@@ -226,6 +232,8 @@ def _junk_moves(ctx: WriteContext, ids: Sequence[str], action: str,
                           if account.blocked_to_junk and "junk" in account.folders)
         if names:
             by_accounts.setdefault(names, []).append(message.message_id)
+    from . import changes
+
     moved: list[dict[str, Any]] = []
     for names, account_ids in by_accounts.items():
         for chunk in chunks(account_ids, WRITE_BATCH):
@@ -238,6 +246,8 @@ def _junk_moves(ctx: WriteContext, ids: Sequence[str], action: str,
 
 def _unrecorded(ctx: WriteContext, action: str, params: dict[str, Any], ids: Sequence[str],
                 step: changes.Step) -> changes.BatchReport:
+    from . import changes
+
     report = changes.run(ctx, ids, step)
     changes.notify(ctx, action, report.changes)
     return report
@@ -252,6 +262,8 @@ def _moved_to_junk_by_block(config: Config, reader: Reader, message: IndexedMess
         return False
     if before is not None and any(maildir.role_of(config, f) == "junk" for f in before.folders):
         return False
+    from .changes import ORIGIN_PROPERTY
+
     return reader.property(message.message_id, ORIGIN_PROPERTY) is not None
 
 

@@ -85,7 +85,8 @@ def index_batch(txn: WriteTxn, paths: Sequence[str], list_ids: Mapping[str, str 
         raise WrittenMeanwhile()
 
     def final(txn: WriteTxn, given: Mapping[str, frozenset[str]],
-              files: Mapping[str, Sequence[str]]) -> dict[str, set[str]]:
+              files: Mapping[str, Sequence[str]],
+              from_headers: Mapping[str, str]) -> dict[str, set[str]]:
         by_message = {mid: list_ids[names[0]] for mid, names in files.items()}
-        return final_tags(txn, given, by_message, config, new_tags)
+        return final_tags(txn, given, by_message, from_headers, config, new_tags)
     return txn.index_files(paths, sorted(new_tags), final)

@@ -29,7 +29,7 @@ import functools
 import queue
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .. import tags
@@ -69,14 +69,13 @@ def rule_query(rule: TagRule, config: Config, me: Sequence[str]) -> str:
     return FOLDER_PLACEHOLDER.sub(lambda m: folders_query(roles.get(m.group(1), [])), query)
 
 
-def me_among(txn: WriteTxn, config: Config, message_ids: Sequence[str]) -> tuple[str, ...]:
-    """The user's addresses for rules over these messages: fmail.toml's, and the sub-addresses
-    of theirs these messages are from (is_own_address, the first From address, as the
-    mirror's is_sent has it).  Terms of their own, notmuch's regex form of ``from:`` being a
-    scan of every sender; the rules only ever ask about these messages."""
+def me_among(config: Config, from_headers: Iterable[str]) -> tuple[str, ...]:
+    """The user's addresses for rules over the messages with these From headers: fmail.toml's,
+    and the sub-addresses of theirs these messages are from (is_own_address, the first From
+    address, as the mirror's is_sent has it).  Terms of their own, notmuch's regex form of
+    ``from:`` being a scan of every sender; the rules only ever ask about these messages."""
     mine = search_forms(config.addresses)
-    headers = (txn.from_header(mid) for mid in message_ids)
-    senders = (sender(header)[1] for header in headers if "+" in header)
+    senders = (sender(header)[1] for header in from_headers if "+" in header)
     return tuple(dict.fromkeys(
         (*mine, *(canonical_address(s) for s in senders if is_own_address(s, mine)))))
 
@@ -173,7 +172,7 @@ def place_tags(txn: WriteTxn, config: Config, message_id: str) -> bool:
         return False
     # Without the user's addresses no draft can be told from mail dragged into Drafts: each
     # stays one, as a draft of the user's does.
-    me = me_among(txn, config, [message_id])
+    me = me_among(config, [message.from_header])
     dragged = tags.DRAFT in message.tags and bool(config.addresses) and not txn.message_ids(
         all_of(me_query(me), id_query([message_id])))
     taken_off, place = _retagged_on_move(config, message.filenames, dragged)
@@ -262,17 +261,18 @@ def expected_tags(current: frozenset[str], ruled: frozenset[str],
 
 
 def final_tags(txn: WriteTxn, given: Mapping[str, frozenset[str]],
-               list_ids: Mapping[str, str | None], config: Config,
-               new_tags: frozenset[str]) -> dict[str, set[str]]:
+               list_ids: Mapping[str, str | None], from_headers: Mapping[str, str],
+               config: Config, new_tags: frozenset[str]) -> dict[str, set[str]]:
     """The tags new messages end with: from what ``notmuch new`` gave them (``given``), their
-    list tags, then every rule in order -- a rule's tag terms answered from the tags worked
+    list tags (``list_ids``), then every rule in order (``{me}`` with the sub-addresses of
+    their ``from_headers``) -- a rule's tag terms answered from the tags worked
     out so far, its other terms by notmuch over these messages.  A ruled tag of ``new.tags``
     a message lacks was taken off before the pass (``notmuch insert -inbox``, the user
     archiving mail indexed without the hook): it stays off."""
     ids = sorted(given)
     ruled = ruled_new_tags(new_tags, config.rules)
     expected = {mid: expected_tags(given[mid], ruled, list_ids.get(mid)) for mid in ids}
-    scope, me = id_query(ids), me_among(txn, config, ids)
+    scope, me = id_query(ids), me_among(config, (from_headers[mid] for mid in ids))
     for rule in config.rules:
         if not ids:
             break
@@ -286,9 +286,11 @@ def _tag_batch(txn: WriteTxn, batch: Mapping[str, str | None], config: Config,
                new_tags: frozenset[str], report: TaggingReport) -> None:
     """One batch in one write session: expected tags through every rule, then at most one
     rewrite per message (a second only if a rule changes a Maildir flag tag)."""
-    current = {mid: found for mid in batch if (found := txn.tags_of(mid)) is not None}
+    found = {mid: got for mid in batch if (got := txn.tags_and_from(mid)) is not None}
+    current = {mid: have for mid, (have, _) in found.items()}
     ids = sorted(current)
-    expected = final_tags(txn, current, batch, config, new_tags)
+    expected = final_tags(txn, current, batch, {mid: got[1] for mid, got in found.items()},
+                          config, new_tags)
     for mid in ids:
         add, remove = expected[mid] - current[mid], current[mid] - expected[mid]
         if not add and not remove:

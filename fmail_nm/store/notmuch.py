@@ -804,20 +804,14 @@ class WriteTxn:
         except LookupError:
             return None
 
-    def from_header(self, message_id: str) -> str:
-        """A message's From header alone (cheaper than :meth:`get`: the index keeps it with
-        the document); '' if it is not indexed."""
+    def tags_and_from(self, message_id: str) -> tuple[frozenset[str], str] | None:
+        """A message's tags and From header, from one lookup (cheaper than :meth:`get`: the
+        index keeps both with the document); None if it is not indexed."""
         try:
-            return _header(_find(self._db, message_id), "from")
-        except LookupError:
-            return ""
-
-    def tags_of(self, message_id: str) -> frozenset[str] | None:
-        """A message's tags alone (cheaper than :meth:`get`); None if it is not indexed."""
-        try:
-            return frozenset(str(t) for t in _find(self._db, message_id).tags)
+            msg = _find(self._db, message_id)
         except LookupError:
             return None
+        return frozenset(str(t) for t in msg.tags), _header(msg, "from")
 
     def _apply(self, msg: notmuch2.Message, add: Sequence[str], remove: Sequence[str]) -> bool:
         before = frozenset(str(t) for t in msg.tags)
@@ -905,7 +899,7 @@ class WriteTxn:
 
     def index_files(self, paths: Sequence[str], new_tags: Sequence[str],
                     final: Callable[[WriteTxn, Mapping[str, frozenset[str]],
-                                     Mapping[str, Sequence[str]]],
+                                     Mapping[str, Sequence[str]], Mapping[str, str]],
                                     Mapping[str, Iterable[str]]]) -> AddedFiles:
         """Index files the way ``notmuch new`` does, except that each new message is written
         with its final tags at once instead of being rewritten later.
@@ -914,11 +908,12 @@ class WriteTxn:
         only without the Seen flag) and, with ``maildir.synchronize_flags``, the tags its
         files' flags stand for; another copy of a known message only updates those flag
         tags.  Here the same tags are worked out for the whole batch (``given``), ``final``
-        turns them (with each message's files) into the tags each new message ends with --
+        turns them (with each message's files and From header) into the tags each new
+        message ends with --
         it may query this session, the batch is indexed -- and each is written once.  Use it
         inside an all-or-nothing session (:meth:`Writer.run`): a batch cut short must not
         leave untagged mail."""
-        added, born = AddedFiles(), {}
+        added, born, froms = AddedFiles(), {}, {}
         for path in paths:
             try:
                 msg, copy = self._db.add(path)
@@ -932,6 +927,7 @@ class WriteTxn:
             if not copy:
                 added.messages[mid] = [path]
                 born[mid] = frozenset(str(t) for t in msg.tags)  # attachment, signed, ...
+                froms[mid] = _header(msg, "from")
             elif mid in added.messages:  # a second copy in this batch: read with it below
                 added.messages[mid].append(path)
             else:
@@ -940,7 +936,8 @@ class WriteTxn:
                     msg.tags.from_maildir_flags()
         given = {mid: self._new_tags(born[mid], files, new_tags)
                  for mid, files in added.messages.items()}
-        wanted = {mid: frozenset(tags) for mid, tags in final(self, given, added.messages).items()}
+        wanted = {mid: frozenset(tags)
+                  for mid, tags in final(self, given, added.messages, froms).items()}
         if added.messages:
             self._write_tags(added.messages, given, wanted)
         return added

@@ -77,7 +77,7 @@ UNSHOWN_TAGS = frozenset({T.INBOX, T.SENT, T.NEW, T.PASSED, "signed", "encrypted
 _LETTER = dict(FLAG_LETTERS)
 # Control characters, line breaks, the bidirectional formatting characters that make text read
 # in another order than it is written (U+202E would show "gpj.exe" for "exe.jpg"), and the
-# invisible Unicode tag characters (see message.text._UNSAFE).
+# invisible Unicode tag characters (see message.hygiene._UNSAFE).
 _CONTROLS = (r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
              r"\U000e0000-\U000e007f")
 _CONTROL = re.compile(f"[{_CONTROLS}]+")
