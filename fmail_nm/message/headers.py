@@ -18,6 +18,7 @@ from email.parser import BytesParser
 from email.policy import Compat32
 from email.utils import getaddresses, parsedate_to_datetime
 from typing import BinaryIO
+from urllib.parse import unquote
 
 from .charset import decode_bytes, guess_decode
 from .hygiene import one_line, sanitize
@@ -477,9 +478,9 @@ class Unsubscribe:
 
 
 # RFC 2369's links are each in <>, whitespace in them ignored (a long one is folded).  Only the
-# schemes a person follows: a javascript: or data: link is no way out of a list, nor in.
+# schemes a person follows out of a list: a javascript: or data: link is no way out.
 _BRACKETED = re.compile(r"<([^<>]*)>")
-_LIST_LINK_SCHEME = re.compile(r"(?i)(https?|mailto):")
+_UNSUBSCRIBE_SCHEME = re.compile(r"(?i)(https?|mailto):")
 _ONE_CLICK = "list-unsubscribe=one-click"
 
 
@@ -489,7 +490,7 @@ def list_unsubscribe(headers: Message) -> Unsubscribe | None:
     if value is None:
         return None
     found = ("".join(sanitize(link).split()) for link in _BRACKETED.findall(_undo_8bit(value)))
-    links = list(dict.fromkeys(link for link in found if _LIST_LINK_SCHEME.match(link)))
+    links = list(dict.fromkeys(link for link in found if _UNSUBSCRIBE_SCHEME.match(link)))
     if not links:
         return None
     post = header(headers, "list-unsubscribe-post")
@@ -498,13 +499,23 @@ def list_unsubscribe(headers: Message) -> Unsubscribe | None:
     return Unsubscribe(links, one_click)
 
 
-def list_takes_posts(headers: Message) -> bool:
-    """Whether the list a message came through takes its members' posts: its List-Post
-    gives a link to post with (RFC 2369), as a discussion list's does; an announcement
-    list's or a newsletter's gives none, or "NO"."""
+def list_takes_posts(headers: Message, recipients: Iterable[Address],
+                     list_name: str | None) -> bool:
+    """Whether a message is a post to a discussion list: its List-Post (RFC 2369) gives an
+    address to post to that the message was written to, or that is the list's own (List-Id
+    "devel.example.org" for devel@example.org; a list has other names, a post other ways
+    in).  An announcement list's or a newsletter's gives none, or "NO"; GitHub's is the
+    reply address of one thread, whose own unsubscribe link is otherwise only in the footer
+    that clean drops."""
     value = header(headers, "list-post")
-    return value is not None and any(
-        _LIST_LINK_SCHEME.match("".join(link.split())) for link in _BRACKETED.findall(value))
+    if value is None:
+        return False
+    links = ("".join(link.split()) for link in _BRACKETED.findall(value))
+    posts = {unquote(link[len("mailto:"):].split("?", 1)[0]).lower()
+             for link in links if link[:len("mailto:")].lower() == "mailto:"}
+    own = {post.replace("@", ".", 1) for post in posts}
+    return (list_name is not None and list_name.lower() in own) or any(
+        person.address.lower() in posts for person in recipients)
 
 
 # ezmlm's "Mailing-List: contact <help address>; run by ezmlm" names no list address.

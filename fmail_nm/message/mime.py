@@ -118,9 +118,9 @@ class ParsedMessage:
     failed: bool = False
     # The author's address a list kept when it rewrote From (headers.list_author).
     original_from: list[Address] = field(default_factory=list)
-    # List-Unsubscribe, of a list that takes no posts (a newsletter, announcements): a
-    # discussion list's every message would carry the same links, which its members seldom
-    # want (and its footer, which full shows, gives).
+    # List-Unsubscribe, but for a post to a discussion list (headers.list_takes_posts): its
+    # every message would carry the same links, which its members seldom want (and its
+    # footer, which full shows, gives).
     unsubscribe: Unsubscribe | None = None
 
 
@@ -162,17 +162,19 @@ def _parse(raw: bytes, render_html: HtmlRenderer, defects: list[str]) -> ParsedM
     ]
     body = _Rendering(render_html, defects)
     text = _body_text(root, body)
+    to, cc = addresses(headers, "to", defects), addresses(headers, "cc", defects)
+    list_name = list_id(headers)
     return ParsedMessage(
         subject=one_line(decode_header_text(header(headers, "subject") or "", defects)),
         from_=addresses(headers, "from", defects),
-        to=addresses(headers, "to", defects),
-        cc=addresses(headers, "cc", defects),
+        to=to,
+        cc=cc,
         reply_to=addresses(headers, "reply-to", defects),
         date=date(header(headers, "date")),
         message_id=msg_id(header(headers, "message-id")),
         in_reply_to=msg_id(header(headers, "in-reply-to")),
         references=msg_ids(header(headers, "references")),
-        list_id=list_id(headers),
+        list_id=list_name,
         text=text,
         from_html=body.from_html,
         attachments=attachments,
@@ -181,7 +183,8 @@ def _parse(raw: bytes, render_html: HtmlRenderer, defects: list[str]) -> ParsedM
         has_files=any(map(is_file, entities)),
         bcc=addresses(headers, "bcc", defects),
         original_from=addresses(headers, "x-original-from", defects),
-        unsubscribe=None if list_takes_posts(headers) else list_unsubscribe(headers),
+        unsubscribe=(None if list_takes_posts(headers, [*to, *cc], list_name)
+                     else list_unsubscribe(headers)),
     )
 
 
