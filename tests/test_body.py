@@ -219,26 +219,49 @@ _MAILMAN = ("List-Id: Developers <devel.lists.example.org>",
             "List-Help: <mailto:devel-request@lists.example.org?subject=help>")
 
 
-@pytest.mark.parametrize(("post", "shown"), [
-    ("List-Post: <mailto:devel@lists.example.org>", False),  # a discussion list
-    ("List-Post: <https://groups.example.com/g/devel/post>,\n <mailto:devel@lists.example.org>",
-     False),
-    ("List-Post: NO (posting not allowed on this list)", True),  # announcements
-    ("List-Post: <javascript:post()>", True),  # no way a person posts
-    ("X-No-List-Post: none", True),  # a newsletter's: no List-Post at all
+_TO_LIST = "To: Developers <devel@lists.example.org>"
+
+
+@pytest.mark.parametrize(("to", "post", "shown"), [
+    (_TO_LIST, "List-Post: <mailto:devel@lists.example.org>", False),  # a discussion list
+    ("Cc: DEVEL@lists.example.org", "List-Post: <https://groups.example.com/g/devel/post>,\n"
+     " <mailto:devel@lists.example.org>", False),
+    # the list's own address by its List-Id: written to another name of it, or to no one
+    ("To: devel@example.org", "List-Post: <mailto:devel@lists.example.org>", False),
+    ("To: undisclosed-recipients: ;", "List-Post: <mailto:devel@lists.example.org>", False),
+    (_TO_LIST, "List-Post: NO (posting not allowed on this list)", True),  # announcements
+    (_TO_LIST, "List-Post: <javascript:post()>", True),  # no way a person posts
+    (_TO_LIST, "X-No-List-Post: none", True),  # a newsletter's: no List-Post at all
 ])
-def test_a_lists_way_out_is_read_only_where_the_list_takes_no_posts(post: str,
+def test_a_lists_way_out_is_read_only_where_the_list_takes_no_posts(to: str, post: str,
                                                                     shown: bool) -> None:
     """A discussion list's every message carries the same two unsubscribe links (RFC 2369's
     List-Post says it is one), about 100 bytes a message its members seldom need; a
     newsletter's or an announcement list's are what its reader may be after."""
-    parsed = parse_message(message(*_MAILMAN, post))
+    parsed = parse_message(message(to, *_MAILMAN, post))
     assert parsed.list_id == "devel.lists.example.org"
     assert (parsed.unsubscribe is not None) == shown
     if shown:
         assert parsed.unsubscribe and parsed.unsubscribe.links == [
             "https://lists.example.org/mailman/options/devel",
             "mailto:devel-request@lists.example.org?subject=unsubscribe"]
+
+
+def test_a_notifiers_way_out_of_one_thread_is_read_though_its_list_post_takes_replies() -> None:
+    """GitHub's List-Post is a reply address for one thread, not a list's (the mail is
+    written to the repository's noreply address): its unsubscribe links, that thread's own,
+    are what its reader may be after, and clean drops the footer that gives them."""
+    token = "0194754712348972ce7f3f424b5ea32b687cf73a5a2a308492cf0000000114e525b1"
+    parsed = parse_message(message(
+        "From: Sam <notifications@github.com>", "To: o/r <r@noreply.github.com>",
+        "Cc: Alex <alex@example.org>, Mention <mention@noreply.github.com>",
+        "List-ID: o/r <r.o.github.com>", "List-Archive: https://github.com/o/r",
+        f"List-Post: <mailto:reply+{token}@reply.github.com>",
+        f"List-Unsubscribe: <mailto:unsub+{token}@reply.github.com>,",
+        f" <https://github.com/notifications/unsubscribe/{token}>"))
+    assert parsed.unsubscribe and parsed.unsubscribe.links == [
+        f"mailto:unsub+{token}@reply.github.com",
+        f"https://github.com/notifications/unsubscribe/{token}"]
 
 
 GROUP_LIST = "List-Id: <golang-nuts.googlegroups.com>"
@@ -383,6 +406,22 @@ def test_iso_2022_jp_body() -> None:
     m = parse_message(raw)
     assert m.text == text
     assert m.defects == []
+
+
+def test_iso_2022_jp_as_windows_writes_it_with_necs_row_13() -> None:
+    """Windows writes ①, ㈱ and Ⅳ (NEC's row 13) in ISO-2022-JP under JIS X 0208's escape,
+    which no codec reads: a raw From name "㈱山田商事" and Subject "①お知らせ", and a body
+    labelled ISO-2022-JP, read as Japanese -- not as escape codes, nor as quotes and commas
+    that split the name into addresses."""
+    def jis(text: str) -> bytes:  # row 13 written at its codes, as Windows writes them
+        nec = {"①": b"-!", "㈱": b"-j", "Ⅳ": b"-8"}
+        return b"".join(b"\x1b$B" + nec[c] + b"\x1b(B" if c in nec else c.encode("iso2022_jp")
+                        for c in text)
+    raw = (b"From: " + jis("㈱山田商事") + b" <info@example.jp>\nSubject: " + jis("①お知らせ")
+           + b"\nContent-Type: text/plain; charset=ISO-2022-JP\n\n" + jis("第Ⅳ期の①です。") + b"\n")
+    m = parse_message(raw)
+    assert (m.subject, m.from_, m.text) == (
+        "①お知らせ", [Address("㈱山田商事", "info@example.jp")], "第Ⅳ期の①です。")
 
 
 @pytest.mark.parametrize(
@@ -758,7 +797,37 @@ def test_html_data_table_cells_that_span_columns_keep_the_columns_below_them() -
     rows = [line.replace(" ", "") for line in text.splitlines()]
     assert rows[:5] == ["Item|Price|", "---|---|---", "Flatwhite|$4.50|x2", "Tip|$1.00|-",
                         "Total||$10.00"]
-    assert rows[5] == "PaidwithVisa" + "|" * 31
+    assert rows[5] == "PaidwithVisa"
+
+
+def test_html_data_table_rows_of_one_spanning_cell_are_no_column_debris() -> None:
+    """A receipt's rules and gaps are rows of one empty cell over every column, each read
+    "| |" when padded to the columns it spans.  Markdown fills a short row itself: a cell's
+    spanned columns are written before a cell that follows it, and in the header row, whose
+    cells count the table's columns."""
+    html = ('<p>Receipt</p><table><tr><th>Item</th><th colspan="2">Price</th></tr>'
+            '<tr><td colspan="3" style="border-top:1px solid #ccc"></td></tr>'
+            "<tr><td>Tea</td><td>x1</td><td>$4</td></tr><tr><td colspan=3>&nbsp;</td></tr>"
+            "<tr><td>Cake</td><td>x2</td><td>$6</td></tr>"
+            "<tr><td colspan=3>Paid with Visa</td></tr></table>")
+    text = parse_message(message("Content-Type: text/html", body=html)).text
+    rows = [line.replace(" ", "") for line in text.splitlines() if line.strip()]
+    assert rows == ["Receipt", "Item|Price|", "---|---|---", "Tea|x1|$4", "Cake|x2|$6",
+                    "PaidwithVisa"]
+
+
+def test_html_data_table_cell_spanning_a_number_too_long_to_read_spans_the_most() -> None:
+    """A colspan of 5,000 digits is one Python refuses to turn into a number: the whole
+    conversion failed and the mail came out as its tags stripped, links and rows gone."""
+    html = ('<p><a href="https://shop.example/o/1">Your order</a></p><table><tr><td>Item</td>'
+            "<td>Price</td></tr><tr><td>Tea</td><td>$4</td></tr>"
+            f'<tr><td colspan="{"9" * 5000}">Paid</td><td>$4</td></tr><tr><td colspan="0002">'
+            "Thanks</td><td>!</td></tr></table>")
+    parsed = parse_message(message("Content-Type: text/html", body=html))
+    rows = [line.replace(" ", "") for line in parsed.text.splitlines()]
+    assert parsed.defects == []
+    assert rows == ["[Yourorder](https://shop.example/o/1)", "", "Item|Price", "---|---",
+                    "Tea|$4", "Paid" + "|" * 32 + "$4", "Thanks||!"]
 
 
 @pytest.mark.parametrize("html", [

@@ -126,6 +126,17 @@ def _iso_2022_jp(data: bytes) -> str | None:
     try:
         return data.decode("iso2022_jp_2")
     except UnicodeDecodeError:
+        return _windows_iso_2022_jp(data)
+
+
+def _windows_iso_2022_jp(data: bytes) -> str | None:
+    """ISO-2022-JP as Windows writes it (CP50220): with NEC's row 13 (①, ㈱, Ⅳ, the
+    commonest letters outside JIS X 0208 in Japanese mail) under JIS X 0208's escape, where
+    no codec reads them.  JIS X 0213, a superset of JIS X 0208, has them at the same codes.
+    None where that does not decode either."""
+    try:
+        return data.replace(b"\x1b$B", b"\x1b$(Q").decode("iso2022_jp_2004")
+    except UnicodeDecodeError:
         return None
 
 
@@ -174,6 +185,8 @@ def decode_bytes(data: bytes, charset: str | None, where: str, defects: list[str
             continue
         except LookupError:  # pragma: no cover - codec vanished between lookup and use
             break
+    if codec == "iso2022_jp" and (windows := _windows_iso_2022_jp(data)) is not None:
+        return windows
     return _decode_fallback(data, codec, charset, where, defects)
 
 

@@ -265,16 +265,19 @@ class _Converter(html2text.HTML2Text):
         if layout and start and tag in ("td", "th"):
             self.soft_br()
         if not layout and (start or tag in ("tr", "table")):  # the spanning cell ended
-            self._end_spanned_cells()
+            self._end_spanned_cells(followed=start and tag in ("td", "th"))
         super().handle_tag(tag, attrs, start)
         if not layout and start and tag in ("td", "th"):
             self._spanned = _colspan(attrs) - 1
 
-    def _end_spanned_cells(self) -> None:
+    def _end_spanned_cells(self, followed: bool) -> None:
         """Write the empty cells a data cell's colspan spans, after its own (html2text
-        reads no colspan): a total below a price, not below a count."""
-        for _ in range(self._spanned):
-            super().handle_tag("td", {}, True)
+        reads no colspan): a total below a price, not below a count.  Only where a cell of
+        its row ``followed`` or in the header row, whose cells count the columns: Markdown
+        fills a short row, and a receipt's rules, a row of one empty cell, read "| |"."""
+        if followed or self.table_start:
+            for _ in range(self._spanned):
+                super().handle_tag("td", {}, True)
         self._spanned = 0
 
     def handle_data(self, data: str, entity_char: bool = False) -> None:
@@ -319,7 +322,9 @@ def _is_pixel(attrs: dict[str, str | None]) -> bool:
 # Beyond this a cell spans no more columns: a colspan of 1000 (HTML's most) in every cell
 # would write kilobytes of "| " for each.
 MAX_COLSPAN = 32
-_LEADING_NUMBER = re.compile(r"\s*(\d+)")
+# Leading zeros skipped, nine digits at most read: Python refuses to read a number of more
+# than 4,300 digits (the whole conversion failed), and one of nine is past the cap anyway.
+_LEADING_NUMBER = re.compile(r"\s*0*(\d{1,9})")
 
 
 def _colspan(attrs: dict[str, str | None]) -> int:
