@@ -477,3 +477,44 @@ async def test_a_write_is_answered_while_another_process_syncs_the_mirror(
             holder.wait(timeout=30)
         rows = await sql_rows(client, f"SELECT folder FROM emails WHERE message_id='{mid}'")
         assert rows == [{"folder": "Archive"}]
+
+
+@pytest.mark.anyio
+async def test_reads_right_after_a_write_show_it_while_another_process_syncs_the_mirror(
+        indexed: MailEnv) -> None:
+    """The write answered while another process held the mirror's sync lock: the listing
+    and the thread listing asked next show the write; the SQL tool, which reads the mirror
+    alone, says the write is not in it yet rather than answer with the row before it."""
+    import subprocess
+
+    import anyio
+
+    from fmail_nm.store import sidecar
+    from fmail_nm.store.notmuch import WRITE_LOCK_TIMEOUT
+
+    mid = "mum-visit-2026@example.net"
+    uid = sidecar.uid_for(mid)
+    lock = sidecar.sidecar_path(indexed.config().data_dir)
+    async with Client(server_params(indexed)) as client:
+        thread = (await call(client, "get_email", {"id": mid, "max_body_chars": 1}))["thread"]
+        holder = subprocess.Popen([sys.executable, "-c", SYNC_LOCK_HOLDER,
+                                   f"{lock}.sync-lock"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+            with anyio.fail_after(WRITE_LOCK_TIMEOUT + 30):
+                done = await call(client, "archive", {"ids": [mid]})
+                assert done["applied"] == [mid]
+                inbox = await call(client, "search_emails", {"query": "in:inbox", "limit": 100})
+                threads = await call(client, "list_threads", {"query": "in:inbox", "limit": 100})
+                sql = f"SELECT folder FROM emails WHERE uid='{uid}'"
+                refused = await client.call_tool("query_emails", {"sql_query": sql})
+            assert holder.poll() is None
+        finally:
+            holder.stdin.close()  # type: ignore[union-attr]
+            holder.wait(timeout=30)
+        said = refused.content[0].text  # type: ignore[union-attr]
+        assert refused.is_error and "the last write is not in it yet" in said  # not the old row
+        assert await sql_rows(client, sql) == [{"folder": "Archive"}]
+    assert uid not in {row[0] for row in inbox["rows"]}
+    assert thread not in {t["thread"] for t in threads["threads"]}

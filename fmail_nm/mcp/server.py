@@ -84,6 +84,9 @@ the user, and call send_email(draft_id) after they agree. A sent message cannot 
 # How long closing waits for a tool call in progress on each thread (a write waits for the
 # notmuch lock at most WRITE_LOCK_TIMEOUT).
 CLOSE_TIMEOUT = 30 + WRITE_LOCK_TIMEOUT
+# How long the SQL tool waits for another process's mirror sync that may lack a write of
+# ours (the reads wait behind it on their thread).
+SQL_SYNC_WAIT = 5.0
 
 
 class MailService:
@@ -118,6 +121,9 @@ class MailService:
         # Which version of each draft the model saw, shared by the reads and the writes: a
         # save over a draft the user edited since is refused (compose.draft_composition).
         self._seen_drafts = SeenDrafts()
+        # A write of ours the mirror may lack: its sync was left to another process's, which
+        # may have read notmuch before it (the SQL tool reads the mirror alone).
+        self._unmirrored = False
 
     @property
     def config(self) -> Config:
@@ -157,7 +163,7 @@ class MailService:
         reindex_for_write(self.config, timeout)
 
     def _after_write(self, outcome: WriteOutcome) -> None:
-        self.refresh_sidecar(wait=True)
+        self._refresh_after_write()
         if outcome.accounts and self.on_push is not None:
             try:
                 self.on_push(outcome.accounts)
@@ -168,22 +174,40 @@ class MailService:
                 log.warning("no push after %s: %s; the next `fmail-nm sync` pushes it",
                             outcome.action, exc)
 
-    def refresh_sidecar(self, *, wait: bool = False) -> None:
-        """Bring the sidecar up to date (cheap when nothing changed).  If another process is
-        syncing it right now, its result is what we read; ``wait``: after waiting for that
-        sync within the write's bound (a long one -- a big delivery's, a rebuild -- held the
-        write's answer, and every write queued behind it, until it ended).  Listings see a
-        mirror that lags and ask notmuch; the next sync takes the write in."""
+    def refresh_sidecar(self, *, wait: float = 0) -> bool:
+        """Bring the sidecar up to date (cheap when nothing changed); False if another
+        process is syncing it right now, whose result is what we read.  ``wait``: the
+        seconds that sync is waited for (after a write, the write's bound: a long one -- a
+        big delivery's, a rebuild -- held the write's answer, and every write queued behind
+        it, until it ended).  Listings see a mirror that lags and ask notmuch; the next sync
+        takes the write in."""
         mailbox = self._mailbox()
         mailbox.mirror.let_go_if_emptied()  # else its connection keeps the sync from migrating
         try:
-            sync_sidecar(self.config, mailbox.reader,
-                         wait=self._write_time_left() if wait else 0)
+            sync_sidecar(self.config, mailbox.reader, wait=wait)
         except SyncInProgress:
             log.debug("sidecar sync running elsewhere; reading it as it is")
+            return False
         except (sqlite3.Error, OSError) as exc:  # a sidecar we may not write: read-only files
             log.warning("the sidecar could not be brought up to date (%s); reading it as it "
                         "is", exc)
+        return True
+
+    def _refresh_after_write(self) -> None:
+        self._unmirrored = not self.refresh_sidecar(wait=self._write_time_left())
+
+    def _refresh_for_sql(self) -> None:
+        """The sidecar up to date for the SQL tool, which reads the mirror alone: where a
+        write of ours may be missing from it, another process's sync is waited for a while,
+        then the statement is refused rather than answered without the write."""
+        if not self._unmirrored:
+            self.refresh_sidecar()
+        elif self.refresh_sidecar(wait=SQL_SYNC_WAIT):
+            self._unmirrored = False
+        else:
+            raise sqltools.SqlError(
+                "sidecar busy: another fmail-nm process is syncing it and the last write is "
+                "not in it yet; retry in a moment (the other tools show that write now)")
 
     def _write_time_left(self) -> float:
         left = self._the_writer().time_left()
@@ -233,7 +257,7 @@ class MailService:
     async def sql(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """A SQL tool on the sidecar, synced first so it answers with the latest tags."""
         def job() -> T:
-            self.refresh_sidecar()
+            self._refresh_for_sql()
             return fn(self.sidecar_file, *args,
                       known_accounts=[a.name for a in self.config.accounts],
                       folder_account=self.config.account_name_for_path, **kwargs)
@@ -264,7 +288,7 @@ class MailService:
             result = contacts.manage_contacts(self._writes(), sql_query, account_name,
                                               confirm_count=confirm_count)
             if result.audit_id is not None:
-                self.refresh_sidecar(wait=True)
+                self._refresh_after_write()
             return result
         return await self._run_write(job)
 
