@@ -222,3 +222,77 @@ async def test_pages_through_one_second_of_many_while_new_mail_comes_above(
                       for uid in wanted]
     assert sorted(listed) == sorted(wanted)
     assert page.get("next_cursor") is None
+
+
+REPLY = """\
+From: Pager <pager@example.net>
+To: Alex Morgan <alex.morgan@example.org>
+Subject: Re: pager {n}
+Date: {date}
+Message-ID: <pager-{n}-reply@example.net>
+In-Reply-To: <pager-{n}@example.net>
+References: <pager-{n}@example.net>
+
+Hello again.
+"""
+
+
+@pytest.mark.anyio
+async def test_the_next_thread_page_after_the_last_threads_newest_match_left_skips_none(
+        indexed: MailEnv) -> None:
+    """The last thread shown loses its newest match between pages (its reply archived, its
+    first message still in the inbox), so it now ranks below threads not shown yet: the next
+    page still shows those threads."""
+    inbox = indexed.mail_root / "personal" / "INBOX" / "new"
+    dates = {"0": "Sun, 06 Dec 2026 12:00:00 +0000", "1": "Sun, 06 Dec 2026 09:00:00 +0000",
+             "2": "Sun, 06 Dec 2026 10:30:00 +0000", "3": "Sun, 06 Dec 2026 10:00:00 +0000"}
+    for n, date in dates.items():
+        (inbox / f"1796500000.{n}_pager{n}.host").write_text(PAGER.format(n=n, date=date))
+    (inbox / "1796500001.1_reply.host").write_text(
+        REPLY.format(n=1, date="Sun, 06 Dec 2026 11:00:00 +0000"))
+    indexed.fmail("index")
+    query = {"query": "in:inbox subject:pager", "limit": 2}
+    async with Client(server_params(indexed)) as client:
+        threads = {n: (await call(client, "get_email", {"id": f"pager-{n}@example.net",
+                                                        "max_body_chars": 1}))["thread"]
+                   for n in dates}
+        first = await call(client, "list_threads", query)
+        assert [t["thread"] for t in first["threads"]] == [threads["0"], threads["1"]]
+        done = await call(client, "archive", {"ids": ["pager-1-reply@example.net"]})
+        assert len(done["applied"]) == 1
+        listed, page = [], first
+        while page.get("next_cursor") and len(listed) < 8:
+            page = await call(client, "list_threads", {**query, "cursor": page["next_cursor"]})
+            listed += [t["thread"] for t in page["threads"]]
+    assert {threads["2"], threads["3"]} <= set(listed)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("tool", ["search_emails", pytest.param("list_threads", marks=(
+    pytest.mark.xfail(strict=True, reason="notmuch ranks threads of one second by when it "
+                      "indexed them, the mirror by Message-ID")))])
+async def test_a_page_notmuch_reads_after_one_the_mirror_read_skips_none_of_one_second(
+        indexed: MailEnv, tool: str) -> None:
+    """Three messages share the newest second; the first page (from the mirror) shows one,
+    then the mirror lags (a tag set with notmuch alone) and notmuch reads the next page: the
+    other two are on it."""
+    inbox = indexed.mail_root / "personal" / "INBOX" / "new"
+    for n in "abc":  # indexed in Message-ID order
+        (inbox / f"1796500000.{n}_pager.host").write_text(
+            PAGER.format(n=n, date="Sun, 06 Dec 2026 23:00:00 +0000"))
+        indexed.fmail("index")
+    query = {"query": "in:inbox", "limit": 1}
+
+    def shown(page: dict[str, Any]) -> list[str]:
+        return _ids(page) if tool == "search_emails" else [t["thread"] for t in page["threads"]]
+
+    async with Client(server_params(indexed)) as client:
+        wanted = {sidecar.uid_for(f"pager-{n}@example.net") for n in "abc"}
+        if tool == "list_threads":  # a thread of its own for each message
+            wanted = {(await call(client, "get_email", {"id": uid, "max_body_chars": 1}))[
+                "thread"] for uid in wanted}
+        first = await call(client, tool, query)
+        indexed.notmuch("tag", "+lagging", "--", "from:pager@example.net")
+        second = await call(client, tool, {**query, "limit": 2, "cursor": first["next_cursor"]})
+    assert shown(first)[0] in wanted
+    assert set(shown(second)) == wanted - set(shown(first))

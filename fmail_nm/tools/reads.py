@@ -348,16 +348,19 @@ def _fingerprint(*parts: object) -> str:
 def make_cursor(offset: int, fingerprint: str, anchor: int | None = None,
                 last: str | None = None) -> str:
     """``<offset>.<fingerprint of the search>``, the uid of the page's ``last`` message right
-    after the fingerprint when given, and ``.<anchor>`` for a search with relative dates (see
-    CompiledQuery.anchor): short, since the model reads and repeats it."""
+    after the fingerprint when given (a thread's id, ``@`` and the date it ranked by), and
+    ``.<anchor>`` for a search with relative dates (see CompiledQuery.anchor): short, since
+    the model reads and repeats it."""
     return f"{offset}.{fingerprint}{last or ''}" + ("" if anchor is None else f".{anchor}")
 
 
 def cursor_last(cursor: str | None, fingerprint: str) -> str | None:
-    """The uid of the last message the cursor's page showed, if it names one (read_cursor
-    has checked the rest)."""
+    """The uid of the last message the cursor's page showed (of a thread: its id and rank,
+    see :func:`thread_last`), if it names one (read_cursor has checked the rest)."""
     tail = (cursor or "").partition(".")[2].split(".")[0].removeprefix(fingerprint)
-    return tail if sidecar.looks_like_uid(tail) else None
+    uid, at, rank = tail.partition("@")
+    ranked = not at or (_ascii_digits(rank) and len(rank) <= MAX_ANCHOR_DIGITS)
+    return tail if sidecar.looks_like_uid(uid) and ranked else None
 
 
 # An anchor is epoch seconds: more digits than this are no cursor of ours.
@@ -481,8 +484,8 @@ def _search_page(mb: Mailbox, mirror: Answerable | None, nm_query: str,
     tagged = _tagged_page_from_mirror(mirror, sort, offset, limit)
     if tagged is not None:
         ids = tagged
-    elif mirror is not None and mirror.groups:  # other pages may be the mirror's
-        ids = _page_in_mirror_order(mb, mirror, nm_query, exclude_tags, sort, offset, limit)
+    elif (order := _tie_order(mb, mirror, nm_query, exclude_tags)) is not None:
+        ids = _page_in_mirror_order(mb, order, nm_query, exclude_tags, sort, offset, limit)
     else:
         ids = _page_ids(mb, nm_query, exclude_tags, sort, offset, limit)
     total = total_of()
@@ -623,10 +626,22 @@ def _tagged_page_from_mirror(mirror: Answerable | None, sort: str, offset: int,
 TIE_MARGIN, MAX_TIE_MARGIN = 10, 640
 
 
-def _page_in_mirror_order(mb: Mailbox, mirror: Answerable, nm_query: str,
+def _tie_order(mb: Mailbox, mirror: Answerable | None, nm_query: str,
+               exclude_tags: Sequence[str]) -> sqlite3.Connection | None:
+    """The mirror whose order of one second's messages notmuch's page of a search the mirror
+    answers (when it is current) follows: its other pages may be the mirror's.  A mirror that
+    lags orders them too -- a page read while it lags follows one read before, or after."""
+    if mirror is not None:
+        return mirror.conn if mirror.groups else None
+    if conjunction(nm_query) is None:
+        return None
+    return current_mirror(mb, exclude_tags, lagging=True)
+
+
+def _page_in_mirror_order(mb: Mailbox, conn: sqlite3.Connection, nm_query: str,
                           exclude_tags: Sequence[str], sort: str, offset: int,
                           limit: int) -> list[str]:
-    """notmuch's page of a tag search whose other pages the mirror may read: messages of one
+    """notmuch's page of a search whose other pages the mirror may read: messages of one
     date in the mirror's order (by Message-ID) rather than notmuch's (by when it indexed
     them), so that no page repeats or skips one of them where the two meet.  notmuch's page
     is read with a margin each side, ordered by the mirror's dates and Message-IDs, and cut
@@ -637,7 +652,7 @@ def _page_in_mirror_order(mb: Mailbox, mirror: Answerable, nm_query: str,
         start = max(0, offset - margin)
         wanted = offset - start + limit + margin
         ids = _page_ids(mb, nm_query, exclude_tags, sort, start, wanted)
-        dates = sidecar.dates_of(mirror.conn, ids)
+        dates = sidecar.dates_of(conn, ids)
         if len(dates) < len(ids):  # a message the mirror does not have yet: notmuch's order
             break
         ordered = sorted(ids, key=lambda mid: (dates[mid], mid), reverse=newest)
@@ -686,13 +701,14 @@ def _total_of(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
     return mb.reader.count_soon(nm_query, exclude_tags=exclude_tags).result
 
 
-def current_mirror(mb: Mailbox, exclude_tags: Sequence[str]) -> sqlite3.Connection | None:
-    """The mirror, when it holds every change notmuch has and its ``is_excluded`` column
-    stands for exactly these exclusions: then its pages are notmuch's (messages of one date
-    in the order of their Message-IDs, which a tag search's pages from notmuch follow too:
-    see _page_in_mirror_order)."""
+def current_mirror(mb: Mailbox, exclude_tags: Sequence[str], *,
+                   lagging: bool = False) -> sqlite3.Connection | None:
+    """The mirror, when it holds every change notmuch has (or, ``lagging``, may not) and its
+    ``is_excluded`` column stands for exactly these exclusions: then its pages are notmuch's
+    (messages of one date in the order of their Message-IDs, which a tag search's pages from
+    notmuch follow too: see _page_in_mirror_order)."""
     mirror = mb.mirror_lag()
-    if mirror is None or mirror[1] is not None:
+    if mirror is None or (mirror[1] is not None and not lagging):
         return None
     conn = mirror[0]
     if not exclude_tags or sidecar.recorded_exclusions(conn) != frozenset(exclude_tags):
@@ -790,9 +806,11 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
         return _thread_page(mb, nm_query, compiled.exclude_tags, mirror, offset, limit)
 
     start, last = read_cursor(cursor, fp, compiled.anchor), cursor_last(cursor, fp)
+    last_thread, rank = thread_last(last)
     offset, (page, more) = _resumed_page(
-        fetch, start, limit, last, lambda found: found.thread_id == last,
-        lambda: _resumed_thread_offset(mb, nm_query, compiled.exclude_tags, start, last))
+        fetch, start, limit, last, lambda found: found.thread_id == last_thread,
+        lambda: _resumed_thread_offset(mb, nm_query, compiled.exclude_tags, start,
+                                       last_thread, rank))
     matched = total_of()
     total = (mb.reader.count_threads(nm_query, exclude_tags=compiled.exclude_tags)
              if matched <= THREAD_COUNT_MAX_MESSAGES else None)
@@ -807,7 +825,8 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
             messages=t.message_count, matched=t.matched_count, unread=unread.get(t.thread_id, 0),
             tags=dto.shown_tags(t.tags),
             attachment=t.thread_id in attached or ATTACHMENT in t.tags))
-    cursor_out = (make_cursor(offset + len(page), fp, compiled.anchor, page[-1].thread_id)
+    cursor_out = (make_cursor(offset + len(page), fp, compiled.anchor,
+                              f"{page[-1].thread_id}@{page[-1].newest}")
                   if more and page else None)
     return dto.ThreadList(threads=refs, total=total, matched_messages=matched,
                           next_cursor=cursor_out,
@@ -816,22 +835,31 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
                                          _excluded_of(mb, nm_query, kept, matched)))
 
 
-def _resumed_thread_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
-                           offset: int, last: str | None) -> tuple[int, int]:
-    """:func:`_resumed_offset` for threads, which rank by their newest match.  A thread the
-    write took out of the search is placed by its newest message, which is no older than
-    its match was: a thread may show again, none is skipped."""
+def thread_last(last: str | None) -> tuple[str | None, int | None]:
+    """The thread a cursor's page ended with, and the date it ranked by then (its newest
+    match), when the cursor names them."""
     if last is None:
+        return None, None
+    thread, _, rank = last.partition("@")
+    return thread, int(rank) if rank else None
+
+
+def _resumed_thread_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
+                           offset: int, last: str | None,
+                           rank: int | None) -> tuple[int, int]:
+    """:func:`_resumed_offset` for threads, which rank by their newest match: the page
+    resumes at the date the last thread shown ranked by then (``rank``), not by now.  A
+    thread whose newest match left the search ranks lower now, below threads not shown yet:
+    its rank now would skip them.  Where that thread no longer ranks at that date (its newest
+    match left, or a new one came), the threads of that second are listed again."""
+    if last is None or rank is None or rank <= 0:
         return offset, 0
-    scope = f"thread:{quote(last)}"
-    matched = mb.reader.messages(all_of(nm_query, scope), exclude_tags=exclude_tags, limit=1)
-    newest = matched or mb.reader.messages(scope, exclude_tags=(), limit=1)
-    if not newest or newest[0].date <= 0:
-        return offset, 0
-    day = newest[0].date
+    matched = mb.reader.messages(all_of(nm_query, f"thread:{quote(last)}"),
+                                 exclude_tags=exclude_tags, limit=1)
     count = functools.partial(mb.reader.count_threads, exclude_tags=exclude_tags)
-    return _resumed(count(all_of(nm_query, date_range_query(day + 1, 2**63))),
-                    count(all_of(nm_query, date_range_query(day, day + 1))), bool(matched))
+    return _resumed(count(all_of(nm_query, date_range_query(rank + 1, 2**63))),
+                    count(all_of(nm_query, date_range_query(rank, rank + 1))),
+                    bool(matched) and matched[0].date == rank)
 
 
 def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
