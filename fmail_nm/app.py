@@ -10,11 +10,16 @@ from pathlib import Path
 
 from .config import (ADDED_ACCOUNTS_FILE, Config, ConfigError, Settings, default_config_path,
                      load_settings, own_config_dir, resolve, users_mbsync_config)
+from .store.notmuch import settings_of_database
 from .store.notmuch_cli import notmuch_settings, user_settings_as_written
 from .store.notmuch_config import (config_list, file_stamp, find_notmuch_config,
                                    new_config_path)
 
 log = logging.getLogger(__name__)
+
+# The notmuch settings a configuration is resolved with (the mail root, the addresses).
+NOTMUCH_KEYS = ("database.mail_root", "database.path", "user.primary_email",
+                "user.other_email")
 
 
 def notmuch_addresses(nm: dict[str, str]) -> tuple[str, ...]:
@@ -34,7 +39,9 @@ def notmuch_config_not_found(settings: Settings) -> str | None:
 def load_config(path: str | Path | None = None) -> Config:
     """fmail.toml (or defaults) resolved against the notmuch setup libnotmuch would use."""
     settings = load_settings(path)
-    nm = notmuch_settings(settings.notmuch_config)
+    nm = settings_of_database(settings.notmuch_config, NOTMUCH_KEYS)
+    if nm is None:  # no database yet, or a config notmuch cannot load: notmuch says which
+        nm = notmuch_settings(settings.notmuch_config)
     mail_root = nm.get("database.mail_root") or nm.get("database.path")
     if not mail_root and (missing := notmuch_config_not_found(settings)):
         raise ConfigError(f"{missing}; run `fmail-nm init --mail-root DIR` to create it")

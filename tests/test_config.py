@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from fmail_nm.adopt.initialize import (
     find_notmuch_config,
     new_config_path,
 )
+from fmail_nm.app import NOTMUCH_KEYS, load_config
 from fmail_nm.config import (
     DEFAULT_RULES,
     ConfigError,
@@ -22,8 +24,10 @@ from fmail_nm.config import (
     maildir_folders,
     resolve,
 )
+from fmail_nm.store.notmuch import settings_of_database
+from fmail_nm.store.notmuch_cli import notmuch_settings
 
-from .conftest import REPO
+from .conftest import REPO, USER_ADDRESSES, MailEnv
 
 
 def make_maildir(root: Path, *folders: str) -> None:
@@ -451,3 +455,85 @@ def test_an_account_both_added_and_in_fmail_toml_names_a_command_that_runs(
     assert command.startswith("fmail-nm account remove")
     args = parse_arguments(command.split()[1:])
     assert (args.action, args.name) == ("remove", "work")
+
+
+# ---------------------------------------------------------------------------------------------
+# notmuch's settings read in this process: the same values `notmuch config list` prints
+
+SETTINGS_CONFIG = """[database]
+{database}
+[user]
+name=Alex Morgan
+primary_email=alex@example.org
+"""
+
+# Where each setup keeps its config file (under HOME) and database: the file, its [database]
+# lines, the environment ({home}: HOME), the folders it needs made (a database's own folder).
+SETTINGS_SETUPS: dict[str, tuple[str, str, dict[str, str], tuple[str, ...]]] = {
+    "NOTMUCH_CONFIG": ("notmuch-config", "path={home}/mail", {}, ()),
+    "legacy-file": (".notmuch-config", "path={home}/mail", {}, ()),
+    "xdg-split-database": (".config/notmuch/default/config", "mail_root={home}/mail", {},
+                           (".local/share/notmuch/default",)),
+    "profile-relative-paths": (".config/notmuch/work/config",
+                               "mail_root=mail\npath=.local/share/notmuch/work",
+                               {"NOTMUCH_PROFILE": "work"}, (".local/share/notmuch/work",)),
+    "NOTMUCH_DATABASE": (".notmuch-config", "mail_root={home}/mail",
+                         {"NOTMUCH_DATABASE": "{home}/db"}, ("db",)),
+    "MAILDIR": (".notmuch-config", "", {"MAILDIR": "{home}/mail"}, ()),
+    "no-config-file": ("", "", {"MAILDIR": "{home}/mail"}, ()),
+}
+
+
+@pytest.mark.parametrize("setup", sorted(SETTINGS_SETUPS))
+def test_settings_read_in_process_are_what_notmuch_config_list_prints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setup: str) -> None:
+    """load_config reads notmuch's settings through libnotmuch in its own process, not by
+    starting `notmuch config list`: for every way notmuch finds its config and database
+    (XDG, a profile, the environment, settings stored in the database) the two agree."""
+    home = tmp_path / "home"
+    name, database, variables, extra = SETTINGS_SETUPS[setup]
+    for key in ("NOTMUCH_CONFIG", "NOTMUCH_PROFILE", "NOTMUCH_DATABASE", "MAILDIR"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    for key, value in variables.items():
+        monkeypatch.setenv(key, value.format(home=home))
+    if setup == "NOTMUCH_CONFIG":
+        monkeypatch.setenv("NOTMUCH_CONFIG", str(home / name))
+    if name:
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text(SETTINGS_CONFIG.format(database=database.format(home=home)))
+    for folder in ("mail/INBOX/cur", "mail/INBOX/new", "mail/INBOX/tmp", *extra):
+        (home / folder).mkdir(parents=True, exist_ok=True)
+    # The last: a setting kept in the database alone (notmuch >= 0.32).  `--config=`: none.
+    config = [] if name else ["--config="]
+    for argv in (["notmuch", *config, "new"],
+                 ["notmuch", *config, "config", "set", "--database", "user.other_email",
+                  "alex.morgan@example.org; amorgan@acme.test"]):
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+    listed = notmuch_settings()
+    in_process = settings_of_database(None, NOTMUCH_KEYS)
+    if not name:  # libnotmuch opens no database without a config file: notmuch is asked
+        assert in_process is None and listed == {}
+        return
+    assert in_process == {key: listed[key] for key in NOTMUCH_KEYS if listed.get(key)}
+    # fmail.toml naming the file (`notmuch --config=FILE`): the same
+    named = notmuch_settings(home / name)
+    assert settings_of_database(home / name, NOTMUCH_KEYS) == {
+        key: named[key] for key in NOTMUCH_KEYS if named.get(key)}
+    assert in_process["user.other_email"] == "alex.morgan@example.org; amorgan@acme.test"
+    assert in_process["database.mail_root"] == str(home / "mail")
+
+
+def test_a_configuration_loads_without_starting_notmuch(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The hook and every index run load the configuration: with a database there, that reads
+    notmuch's settings in-process, starting no `notmuch config list` (a process start on
+    every delivery)."""
+    with_notmuch = load_config()
+    monkeypatch.setenv("PATH", str(tmp_path / "no-programs"))
+    assert load_config() == with_notmuch
+    assert with_notmuch.mail_root == indexed.mail_root
+    assert with_notmuch.addresses[:1] == (USER_ADDRESSES[0],)

@@ -239,6 +239,26 @@ def _open(config_path: str | None, mode: notmuch2.Database.MODE) -> notmuch2.Dat
         ) from None
 
 
+def settings_of_database(config_path: str | os.PathLike[str] | None,
+                         keys: Iterable[str]) -> dict[str, str] | None:
+    """``keys`` as libnotmuch resolves them (config file, database, defaults) -- the values
+    ``notmuch config list`` prints, read by the same library in this process: the hook and
+    every index run load the configuration, and starting notmuch for it cost a process start
+    each time.  Keys without a value are left out.  None when the database does not open
+    (none yet, a config notmuch cannot load): ``notmuch config list`` still works then, and
+    says what is wrong."""
+    config = os.fspath(config_path) if config_path else notmuch2.Database.CONFIG.SEARCH
+    try:
+        db = notmuch2.Database(mode=notmuch2.Database.MODE.READ_ONLY, config=config)
+    except notmuch2.NotmuchError:
+        return None
+    try:
+        merged = db.config  # a key's value as libnotmuch resolved it, wherever it was set
+        return {key: value for key in keys if (value := merged.get(key))}
+    finally:
+        db.close()
+
+
 def xapian_folders(database_path: Path) -> tuple[Path, Path]:
     """Where notmuch keeps the Xapian files under its ``database.path``: ``.notmuch/xapian``
     beside the mail, or ``xapian`` in a database folder of its own."""
