@@ -606,7 +606,7 @@ _ADDRESS_FIELDS = frozenset({"from", "to", "cc", "bcc"})
 # attachment"; Apple Mail sends files inline, so a PDF, which is never a message's own
 # text, is found by its type for has:attachment and filename:pdf.
 _INLINE_PDF = _Atom('mimetype:"application/pdf"')
-# has:invitation: the iCalendar types (message.calendar reads the same ones; this layer
+# has:invitation: the iCalendar types (message.mime reads the same ones; this layer
 # cannot import it).
 _INVITATION_TYPES = ("text/calendar", "application/ics")
 # has:attachment finds, besides the tag and a PDF, the other parts sent inline that get_email

@@ -117,7 +117,9 @@ FORBIDDEN_ON_POST_NEW = ("fmail_nm.tools", "fmail_nm.mcp", "fmail_nm.service", "
                          "fmail_nm.dsl", "pydantic", "html2text", "pypdf", "mcp", "starlette",
                          "multiprocessing",
                          # the write engine: only where the blocklist moves or releases mail
-                         "fmail_nm.passes.changes", "fmail_nm.message.drafts")
+                         "fmail_nm.passes.changes", "fmail_nm.message.drafts",
+                         # loaded for a move (ctypes: renameat2) or an invitation only
+                         "ctypes", "fmail_nm.message.calendar")
 
 LIST_MESSAGE = "list-rust-7@example.com"
 
@@ -158,6 +160,35 @@ def test_the_post_new_path_loads_no_tools_server_pydantic_or_html2text(
               if any(m == f or m.startswith(f + ".") for f in FORBIDDEN_ON_POST_NEW)]
     assert loaded == []
     assert "fmail_nm.passes.mirror" in report["modules"]  # the check saw the real path
+
+
+RUN_INDEX = """
+import json, sys
+from fmail_nm.cli import main
+code = main(["index", "--quiet"])
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+# What an index run of new mail without invitations, moves or hook installs has no use for.
+FORBIDDEN_ON_INDEX = ("ctypes", "fmail_nm.message.calendar", "importlib.resources")
+
+
+def test_an_index_run_loads_no_calendar_reader_ctypes_or_hook_templates(
+        indexed: MailEnv) -> None:
+    inbox_new = indexed.mail_root / "personal" / "INBOX" / "new"
+    (inbox_new / "1700000000.layering.host").write_bytes(
+        b"From: Bob <bob@example.net>\nTo: alex@example.org\nSubject: rota\n"
+        b"Message-ID: <layer-index@example.test>\nDate: Mon, 30 Nov 2026 10:00:00 +0000\n"
+        b"Content-Type: text/html\n\n<p>the rota</p>\n")
+    done = subprocess.run([sys.executable, "-c", RUN_INDEX], env={**os.environ, **indexed.env},
+                          capture_output=True, text=True, timeout=120, check=True)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["code"] == 0
+    assert sidecar.recipients_of(indexed.config().data_dir, ["layer-index@example.test"])
+    loaded = [m for m in report["modules"]
+              if any(m == f or m.startswith(f + ".") for f in FORBIDDEN_ON_INDEX)]
+    assert loaded == []
+    assert "fmail_nm.message.mime" in report["modules"]  # the check saw the real path
 
 
 def test_reading_headers_loads_no_body_renderer() -> None:

@@ -19,7 +19,6 @@ import os
 import shlex
 import stat
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 
 from ..passes import PASS_AFTER_ENV
@@ -82,6 +81,9 @@ def legacy_kept_hook(hook_dir: Path, name: str) -> Path:
 
 
 def hook_text(name: str, command: list[str]) -> str:
+    # Imported here: every index run loads this module (is_ours), few install a hook.
+    from importlib.resources import files
+
     template = (files("fmail_nm.hooks") / name).read_text(encoding="utf-8")
     return template.replace("@FMAIL_NM@", shlex.join(command))
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .calendar import CALENDAR_TYPES
 from .headers import Address
 from .html import html_to_text, read_message
 from .mime import (
+    CALENDAR_TYPES,
     AttachmentInfo,
     Entity,
     attachment_entities,

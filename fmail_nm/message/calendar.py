@@ -23,10 +23,7 @@ from datetime import date, datetime, timedelta
 
 from .text import one_line, tidy
 
-__all__ = ["CALENDAR_TYPES", "CalendarSummary", "summarize_calendar", "unfold"]
-
-
-CALENDAR_TYPES = ("text/calendar", "application/ics")
+__all__ = ["CalendarSummary", "summarize_calendar", "unfold"]
 
 MAX_CHARS = 512 * 1024  # of iCalendar text read: a summary's worth is far less
 MAX_LINES = 20_000  # content lines read, after unfolding

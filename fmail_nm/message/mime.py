@@ -29,9 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from email.message import Message
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from .calendar import CALENDAR_TYPES, CalendarSummary, summarize_calendar, unfold
 from .charset import decode_bytes, guess_decode
 from .formats import enriched_to_text, unflow
 from .headers import (
@@ -51,6 +50,13 @@ from .headers import (
 )
 from .text import HtmlText, hide_uuencoded, one_line, strip_tags, tidy
 from .transfer import decode_transfer, decoded_size, transfer_encoding
+
+if TYPE_CHECKING:
+    from .calendar import CalendarSummary
+
+# The iCalendar types (RFC 5545, RFC 6047): read by message.calendar, loaded for the first
+# such part -- most mail carries none.
+CALENDAR_TYPES = ("text/calendar", "application/ics")
 
 __all__ = [
     "AttachmentInfo",
@@ -607,6 +613,8 @@ def calendar_summary(entity: Entity, text: str,
     iTIP method of its Content-Type when the data names none (RFC 6047 asks for both, and
     some mailers write only the parameter), an HTML-only description rendered by
     ``render_html``."""
+    from .calendar import summarize_calendar
+
     problems: list[str] = []
     summary = summarize_calendar(text, _param(entity, "method"), lambda html: html_text(
         html, render_html, "calendar description", problems, problems))
@@ -740,6 +748,8 @@ def part_text(entity: Entity, kind: str, data: bytes, problems: list[str]) -> st
     """``data``, the payload of ``entity`` read as type ``kind``, decoded in its charset;
     iCalendar data unfolded first (see calendar.unfold)."""
     if kind in CALENDAR_TYPES:
+        from .calendar import unfold
+
         data = unfold(data)
     return decode_bytes(data, entity_charset(entity), entity.where, problems)
 

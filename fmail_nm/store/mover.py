@@ -53,8 +53,8 @@ the index, so the message never leaves it.
 
 from __future__ import annotations
 
-import ctypes
 import errno
+import functools
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -71,7 +71,11 @@ _RENAME_NOREPLACE = 1
 _NOREPLACE_UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP}
 
 
+@functools.cache
 def _renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
+    # ctypes loaded at the first move, not on import: the hook imports this module for the
+    # moves it seldom makes.
+    import ctypes
     try:
         func = ctypes.CDLL(None, use_errno=True).renameat2
     except (AttributeError, OSError):
@@ -80,9 +84,6 @@ def _renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
                      ctypes.c_uint]
     func.restype = ctypes.c_int
     return func
-
-
-_RENAMEAT2 = _renameat2()
 
 
 class MoveError(BackendError):
@@ -217,11 +218,14 @@ def _place(source: Path, cur: Path, name: MaildirName) -> Path:
 def _rename_noreplace(source: Path, target: Path) -> bool:
     """Rename atomically unless ``target`` exists (FileExistsError); False where this
     filesystem (or C library) cannot, so the caller links and unlinks instead."""
-    if _RENAMEAT2 is None:
+    renameat2 = _renameat2()
+    if renameat2 is None:
         return False
-    if _RENAMEAT2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target),
-                  _RENAME_NOREPLACE) == 0:
+    if renameat2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target),
+                 _RENAME_NOREPLACE) == 0:
         return True
+    import ctypes  # loaded by _renameat2
+
     code = ctypes.get_errno()
     if code in _NOREPLACE_UNSUPPORTED:
         return False
