@@ -148,6 +148,11 @@ def test_the_next_page_after_new_mail_arrived_repeats_nothing(indexed: MailEnv) 
     assert [e.id for e in second.results] == now[after:after + 3]
 
 
+def _shown(tool: str, page: dict[str, Any]) -> list[str]:
+    """The ids a search page lists, or the threads a thread page lists."""
+    return _ids(page) if tool == "search_emails" else [t["thread"] for t in page["threads"]]
+
+
 PAGER = """\
 From: Pager <pager@example.net>
 To: Alex Morgan <alex.morgan@example.org>
@@ -174,17 +179,14 @@ async def test_the_next_page_after_mail_above_left_skips_none_of_the_last_shown_
     uids = [sidecar.uid_for(f"pager-{n}@example.net") for n in range(4)]
     query = {"query": "in:inbox subject:pager", "limit": 2}
 
-    def shown(page: dict[str, Any]) -> list[str]:
-        return _ids(page) if tool == "search_emails" else [t["thread"] for t in page["threads"]]
-
     async with Client(server_params(indexed)) as client:
         first = await call(client, tool, query)
         done = await call(client, "archive", {"ids": [uids[0]]})
         assert len(done["applied"]) == 1
-        listed, page = shown(first), first
+        listed, page = _shown(tool, first), first
         while page.get("next_cursor") and len(listed) < 8:
             page = await call(client, tool, {**query, "cursor": page["next_cursor"]})
-            listed += shown(page)
+            listed += _shown(tool, page)
         if tool == "list_threads":  # a thread of its own for each message
             uids = [(await call(client, "get_email", {"id": uid, "max_body_chars": 1}))["thread"]
                     for uid in uids]
@@ -204,18 +206,15 @@ async def test_pages_through_one_second_of_many_while_new_mail_comes_above(
     indexed.fmail("index")
     query = {"query": "in:inbox subject:pager", "limit": 2}
 
-    def shown(page: dict[str, Any]) -> list[str]:
-        return _ids(page) if tool == "search_emails" else [t["thread"] for t in page["threads"]]
-
     async with Client(server_params(indexed)) as client:
         page = await call(client, tool, query)
-        listed, pages = shown(page), 1
+        listed, pages = _shown(tool, page), 1
         while page.get("next_cursor") and pages < 6:
             (inbox / f"1796500100.{pages}_newer.host").write_text(PAGER.format(
                 n=f"new-{pages}", date=f"Sun, 06 Dec 2026 12:0{pages}:00 +0000"))
             indexed.fmail("index")
             page = await call(client, tool, {**query, "cursor": page["next_cursor"]})
-            listed, pages = listed + shown(page), pages + 1
+            listed, pages = listed + _shown(tool, page), pages + 1
         wanted = [sidecar.uid_for(f"pager-{n}@example.net") for n in range(5)]
         if tool == "list_threads":  # a thread of its own for each message
             wanted = [(await call(client, "get_email", {"id": uid, "max_body_chars": 1}))["thread"]
@@ -283,9 +282,6 @@ async def test_a_page_notmuch_reads_after_one_the_mirror_read_skips_none_of_one_
         indexed.fmail("index")
     query = {"query": "in:inbox", "limit": 1}
 
-    def shown(page: dict[str, Any]) -> list[str]:
-        return _ids(page) if tool == "search_emails" else [t["thread"] for t in page["threads"]]
-
     async with Client(server_params(indexed)) as client:
         wanted = {sidecar.uid_for(f"pager-{n}@example.net") for n in "abc"}
         if tool == "list_threads":  # a thread of its own for each message
@@ -294,5 +290,5 @@ async def test_a_page_notmuch_reads_after_one_the_mirror_read_skips_none_of_one_
         first = await call(client, tool, query)
         indexed.notmuch("tag", "+lagging", "--", "from:pager@example.net")
         second = await call(client, tool, {**query, "limit": 2, "cursor": first["next_cursor"]})
-    assert shown(first)[0] in wanted
-    assert set(shown(second)) == wanted - set(shown(first))
+    assert _shown(tool, first)[0] in wanted
+    assert set(_shown(tool, second)) == wanted - set(_shown(tool, first))
