@@ -248,6 +248,21 @@ def test_a_deadline_bounds_the_wait_for_the_lock_and_a_passed_one_runs_nothing(
     assert ran == [3]
 
 
+def test_busy_counts_the_wait_from_when_the_caller_asked(indexed: MailEnv) -> None:
+    """A write queued behind others is told how long it was kept waiting in all, not only
+    the rest of its bound it spent on the lock itself."""
+    with Writer(lock_timeout=5.0) as writer, notmuch_lock_held() as holder:
+        asked = time.monotonic() - 3.0  # its first three seconds went on waiting in a queue
+        with writer.deadline(asked + 3.5, asked=asked):
+            with pytest.raises(DatabaseBusy, match=r"gave up after [3-9]\.\ds") as err:
+                writer.run(lambda txn: None)
+        assert err.value.waited >= 3.0
+        with writer.deadline(time.monotonic() - 0.1, asked=asked):  # its time all gone
+            with pytest.raises(DatabaseBusy, match=r"gave up after [3-9]\.\ds"):
+                writer.run(lambda txn: None)
+        holder.release()
+
+
 def test_the_writer_holds_committing_only_while_a_batch_has_the_database(
         indexed: MailEnv) -> None:
     committing = threading.Lock()

@@ -159,7 +159,7 @@ class MailService:
         left = self._the_writer().time_left()
         timeout = REINDEX_TIMEOUT if left is None else min(REINDEX_TIMEOUT, left)
         if timeout <= 0:
-            raise DatabaseBusy(0.0)
+            raise self._the_writer().busy(0.0)
         reindex_for_write(self.config, timeout)
 
     def _after_write(self, outcome: WriteOutcome) -> None:
@@ -238,7 +238,7 @@ class MailService:
 
         def bounded() -> T:
             writer = self._the_writer()
-            with writer.deadline(asked + writer.lock_timeout):
+            with writer.deadline(asked + writer.lock_timeout, asked=asked):
                 return job()
         return await self._on(self._write_executor, bounded)
 

@@ -1164,21 +1164,33 @@ class Writer:
         self.close()
 
     @contextlib.contextmanager
-    def deadline(self, at: float, *, extend: bool = False) -> Iterator[None]:
+    def deadline(self, at: float, *, extend: bool = False,
+                 asked: float | None = None) -> Iterator[None]:
         """Batches run from this thread inside the block wait for the lock until ``at`` (a
         ``time.monotonic()`` time) at the latest: a caller that queued before reaching the
         Writer is answered "busy" within its own bound.  ``extend``: until ``at``, past the
         caller's bound and ``lock_timeout`` -- for a session that files what was done outside
-        already (a message sent), which giving up would leave unfiled."""
+        already (a message sent), which giving up would leave unfiled.  ``asked``: when the
+        caller asked, the start of the wait "busy" reports (else the wait for the lock)."""
         outer = getattr(self._deadlines, "at", None)
         outer_extends = getattr(self._deadlines, "extend", False)
+        outer_asked = getattr(self._deadlines, "asked", None)
         self._deadlines.at = at if outer is None or extend else min(at, outer)
         self._deadlines.extend = extend
+        # When the caller asked, for "gave up after": a call queued behind others waited there.
+        self._deadlines.asked = asked if outer_asked is None else outer_asked
         try:
             yield
         finally:
             self._deadlines.at = outer
             self._deadlines.extend = outer_extends
+            self._deadlines.asked = outer_asked
+
+    def busy(self, waited: float) -> DatabaseBusy:
+        """"Busy" after ``waited`` seconds for the lock -- or, inside a :meth:`deadline` that
+        knows when its caller asked, after the time since."""
+        asked = getattr(self._deadlines, "asked", None)
+        return DatabaseBusy(waited if asked is None else max(waited, time.monotonic() - asked))
 
     def time_left(self) -> float | None:
         """Seconds until this thread's deadline (see :meth:`deadline`); None without one."""
@@ -1196,7 +1208,7 @@ class Writer:
         left = self.time_left()
         if left is not None:
             if left <= 0:  # the time went on waiting before this call: nothing is tried
-                raise DatabaseBusy(wait)
+                raise self.busy(0.0)
             wait = left if getattr(self._deadlines, "extend", False) else min(wait, left)
         job = _Job(fn=fn, opened=threading.Event(), done=threading.Event(), lock=threading.Lock(),
                    all_or_nothing=all_or_nothing)
@@ -1205,7 +1217,7 @@ class Writer:
             with job.lock:
                 if not job.started:
                     job.abandoned = True
-                    raise DatabaseBusy(wait)
+                    raise self.busy(wait)
         job.done.wait()
         if job.error is not None:
             raise job.error
