@@ -487,6 +487,100 @@ def test_a_held_notmuch_lock_is_an_index_error_not_a_hang(
     assert bg.status().index.last_ok and bg.status().index.last_error is None
 
 
+def test_an_index_run_a_held_lock_made_fail_is_retried_on_its_own(
+        indexed: MailEnv, service: Callable[..., Background], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A write lock held longer than an index run waits (a client's open write handle, a
+    `notmuch tag` loop): the run fails, and the mail it was for is indexed once the lock is
+    free -- with no later delivery and no safety index to set it off."""
+    monkeypatch.setattr(notmuch_cli, "NEW_STOP_GRACE", 1.0)
+    config = indexed.config()
+    no_safety = dataclasses.replace(config, settings=dataclasses.replace(
+        config.settings, safety_index_minutes=0))
+    bg = service(config=no_safety, index_timeout=2.0, index_retry=0.5)
+    caplog.set_level(logging.INFO, logger="fmail_nm.service.background")
+    runs = bg.status().index.runs
+
+    with notmuch_lock_held() as holder:
+        deliver(indexed.mail_root / "personal" / "INBOX", "while-locked-1@example.net")
+        # Two failed runs: whatever follows the first one comes and goes while it is held.
+        wait_for(lambda: (s := bg.status()).index.runs > runs + 1 and s.index.last_ok is False,
+                 "two index runs to fail on the lock")
+        holder.release()
+
+    wait_for(lambda: known("while-locked-1@example.net"), "a retry to index the delivery")
+    assert bg.wait_idle(WAIT)
+    assert bg.status().index.last_ok
+    assert "trying again in" in caplog.text
+    # A run that failed is not one whose folder scan passed files over: no second run at once.
+    assert "scanning every folder" not in caplog.text
+
+
+def _our_notmuch_new() -> int | None:
+    """The pid of a `notmuch new` this process started and is running now."""
+    for pid in os.listdir("/proc"):
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError):
+            continue
+        if ppid == os.getpid() and b"notmuch" in args[0] and b"new" in args:
+            return int(pid)
+    return None
+
+
+def _gone(pid: int) -> bool:
+    try:  # a zombie is gone too: it indexes nothing more
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_stop_while_an_index_run_waits_for_the_lock_leaves_no_notmuch_new_behind(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    """SIGTERM while notmuch new waits for a lock another program holds: a notmuch new left
+    running would index the mail once the lock is free, after the service is gone -- with
+    its post-new pass left to the service, the sidecar out of step with notmuch."""
+    bg = service()
+    with notmuch_lock_held() as holder:
+        deliver(indexed.mail_root / "personal" / "INBOX", "stopped-run-1@example.net")
+        pid = wait_for(_our_notmuch_new, "the index run's notmuch new to start")
+        bg.stop(timeout=2.0)
+        wait_for(lambda: _gone(pid), "the waiting notmuch new to be stopped")
+        holder.release()
+
+    assert not known("stopped-run-1@example.net")
+    check = indexed.fmail("sidecar", "check", check=False)
+    assert check.returncode == 0 and "sidecar matches notmuch" in check.stdout, check.stdout
+    indexed.fmail("index", "--quiet")  # the next run indexes it
+    assert known("stopped-run-1@example.net")
+
+
+def test_a_notmuch_new_stopped_midway_keeps_what_it_indexed(indexed: MailEnv) -> None:
+    """A run stopped at the service's shutdown deadline (or its timeout) that was indexing,
+    not waiting: notmuch new commits what it has on SIGINT -- on SIGTERM it dies with all of
+    it, and the next run starts over."""
+    bulk = indexed.mail_root / "work" / "INBOX" / "new"
+    for n in range(20000):
+        (bulk / f"1796700000.{n}_1.host").write_bytes(
+            message(f"bulk-{n}@example.net", "bulkword") + b"body words " * 100)
+    progress = threading.Event()
+    result: list[notmuch_cli.NewResult] = []
+
+    def on_line(line: str) -> None:
+        if re.search(r"Processed [1-9]\d{2,} ", line):  # some hundreds are in
+            progress.set()
+    indexing = threading.Thread(target=lambda: result.append(notmuch_cli.run_notmuch_new(
+        hooks=False, timeout=WAIT * 10, as_tty=True, on_line=on_line)))
+    indexing.start()
+    assert progress.wait(WAIT * 5), "notmuch new showed no progress"
+    assert notmuch_cli.stop_new_runs() == 1
+    indexing.join(WAIT)
+
+    assert result and result[0].returncode != 0  # stopped, not finished
+    assert 0 < count("subject:bulkword") < 20000
+
+
 def test_stop_during_a_burst_loses_nothing(
         indexed: MailEnv, service: Callable[..., Background]) -> None:
     bg = service()

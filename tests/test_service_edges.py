@@ -4,11 +4,17 @@ Real parts: the watcher, notmuch, msmtp, uvicorn and the SDK's client."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -19,6 +25,7 @@ from mcp.types import TextContent
 
 from fmail_nm.mcp import server as server_module
 from fmail_nm.mcp.serving import serving
+from fmail_nm.service import watcher
 from fmail_nm.service.background import Background
 from fmail_nm.service.status import StatusStore
 
@@ -174,3 +181,58 @@ def test_mail_is_still_watched_after_the_mail_root_was_moved_away(
     wait_for(lambda: known("after-move@example.net"), "the delivery after the move")
     assert bg.wait_idle(WAIT)
     assert bg.status().index.last_ok
+
+
+def _limited_inotify(watches: int) -> list[str] | None:
+    """A command prefix that runs a program in a user namespace of its own allowed only
+    ``watches`` inotify watches (the per-namespace fs.inotify.max_user_watches), or None
+    where user namespaces are not available."""
+    prefix = ["unshare", "--user", "--map-root-user", "sh", "-c",
+              f'echo {watches} > /proc/sys/user/max_inotify_watches && exec "$@"', "sh"]
+    try:
+        ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return prefix if ok else None
+
+
+@contextmanager
+def _service_with_watches(env: MailEnv, watches: int, log: Path) -> Iterator[None]:
+    """`fmail-nm run` with only ``watches`` inotify watches, its log in ``log``."""
+    prefix = _limited_inotify(watches)
+    if prefix is None:
+        pytest.skip("no user namespaces here to lower the inotify watch limit in")
+    with log.open("w") as out:
+        proc = subprocess.Popen([*prefix, sys.executable, "-m", "fmail_nm", "run", "--port",
+                                 str(free_port()), "--no-push"],
+                                env={**os.environ, **env.env}, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "background service started" in log.read_text()
+                 or proc.poll() is not None, "the service to start")
+        assert proc.poll() is None, log.read_text()
+        yield
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+@pytest.mark.parametrize("when", ["at start", "for a folder made later"])
+def test_mail_is_found_when_inotify_watches_run_out(
+        indexed: MailEnv, tmp_path: Path, when: str) -> None:
+    """The inotify watch limit too low for the tree, for real: at start the service says so and
+    polls; a folder mbsync makes later that gets no watch (watchdog only logs it) must not
+    leave its mail unseen until the safety index, minutes later."""
+    folders = watcher.count_dirs(str(indexed.mail_root))
+    log = tmp_path / "service.log"
+    with _service_with_watches(indexed, folders - 2 if when == "at start" else folders + 1, log):
+        fresh = indexed.mail_root / "personal" / "Projects"
+        for sub in ("cur", "new", "tmp"):
+            (fresh / sub).mkdir(parents=True)
+        time.sleep(1.0)  # the folder's watches are tried before the delivery lands
+        deliver(fresh, "out-of-watches@example.net", "out of watches")
+
+        wait_for(lambda: known("out-of-watches@example.net"), "the delivery to be indexed")
+        assert watcher.WATCH_LIMIT_SYSCTL in log.read_text()
+        wait_for(lambda: json.loads(indexed.fmail("status", "--json").stdout)
+                 ["service"]["watcher"] == "polling", "the status to say it polls")

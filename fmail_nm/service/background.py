@@ -5,7 +5,9 @@ Threads, each with one job, none blocking another (or the MCP server):
 
 * the watcher (:mod:`fmail_nm.service.watcher`) hands over debounced batches of changed message files;
 * one index thread runs ``notmuch new`` (hooks, tagging, blocklist, sidecar) -- never two at
-  once; requests that arrive during a run are coalesced into one more run.  It also runs a
+  once; requests that arrive during a run are coalesced into one more run, and a run that
+  failed (the notmuch write lock held by another program past the run's timeout) is tried
+  again later, backing off.  It also runs a
   "safety index" when none ran for ``[index] safety_interval_minutes``, and the watcher asks
   for one after inotify lost events: the watcher is fast, the full run is what is always right.  Before running for
   a watcher batch it asks the index whether the batch is already reflected: the write tools
@@ -41,7 +43,7 @@ from ..config import Account, Config
 from ..errors import BackendError
 from ..private import private_dir
 from ..store.notmuch import Reader
-from ..store.notmuch_cli import notmuch_settings
+from ..store.notmuch_cli import NEW_STOP_GRACE, notmuch_settings, stop_new_runs
 from .index import INDEX_TIMEOUT, run_index
 from .mbsync import (MBSYNC_TIMEOUT, STOP_GRACE, MbsyncNotInstalled, MbsyncRun,
                      mbsync_config_of, run_mbsync, stop_running, wait_for_channels)
@@ -62,6 +64,7 @@ log = logging.getLogger(__name__)
 
 BUSY_RETRY = 30.0  # a channel busy with another mbsync: try again this soon (or the interval)
 PULL_LOCK_WAIT = 10.0  # how long a scheduled pull waits for a busy channel
+INDEX_RETRY = 30.0  # a failed index run is tried again this soon, doubling up to MAX_BACKOFF
 HEARTBEAT = 5.0  # the index thread refreshes the queue length and revision this often
 WRITER_CHECK = 0.2  # a run held back for a file being written looks again this often
 
@@ -105,6 +108,10 @@ class _Work:
     def __bool__(self) -> bool:
         return bool(self.reasons or self.paths)
 
+    def merge(self, other: _Work) -> None:
+        self.reasons.extend(other.reasons)
+        self.paths.update(other.paths)
+
     def describe(self) -> str:
         parts = sorted(set(self.reasons))
         if self.paths:
@@ -116,8 +123,9 @@ class _Work:
 # the one after inotify lost events -- list every folder (notmuch new --full-scan).
 SAFETY_INDEX = "safety index"
 STARTUP_INDEX = "startup"
-OVERFLOW_INDEX = "inotify queue overflow"
+OVERFLOW_INDEX = "events the watcher may have missed"  # an overflow, watches rebuilt
 FULL_SCAN_REASONS = frozenset({SAFETY_INDEX, STARTUP_INDEX, OVERFLOW_INDEX})
+RETRY_INDEX = "retry after a failed run"
 
 
 class _Indexer:
@@ -129,6 +137,11 @@ class _Indexer:
         self._running = False
         self._stopping = False
         self._deadline = 0.0
+        # A failed run's work, tried again at _retry_at (or with the next work, if sooner):
+        # its mail is on disk, but no event may come to set off another run.
+        self._retry = _Work()
+        self._retry_at = 0.0
+        self._failures = 0  # failed runs in a row
         self.set_safety(bg._applied)
         self._last_index = time.monotonic()  # the startup run is asked for at once
         self._cond = threading.Condition()
@@ -165,9 +178,15 @@ class _Indexer:
         if self._thread.ident is None:  # never started
             return
         self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive() and stop_new_runs():
+            # Left running, it would index on after we are gone (most often it waits for a
+            # lock another program holds), its post-new pass left to us: the sidecar out of
+            # step.  Stopped, it keeps what it indexed; the next start indexes the rest.
+            log.warning("index run still going at shutdown: notmuch new stopped; the next "
+                        "start of the service indexes what it left")
+            self._thread.join(2 * NEW_STOP_GRACE)
         if self._thread.is_alive():
-            log.warning("index run still going at shutdown; notmuch new is left to finish on "
-                        "its own (safe for the database)")
+            log.warning("index run still going at shutdown; left to finish on its own")
 
     # -- on the thread -------------------------------------------------------------------------
 
@@ -176,7 +195,12 @@ class _Indexer:
         an empty _Work means "refresh the status"."""
         with self._cond:
             if not self._work and not self._stopping:
-                self._cond.wait(min(HEARTBEAT, self._until_safety()))
+                self._cond.wait(min(HEARTBEAT, self._until_safety(), self._until_retry()))
+            if self._work or (self._until_retry() <= 0 and not self._stopping):
+                if self._retry and not self._work:
+                    self._work.reasons.append(RETRY_INDEX)
+                self._work.merge(self._retry)
+                self._retry = _Work()
             if not self._work and not self._stopping and self._until_safety() <= 0:
                 self._work.reasons.append(SAFETY_INDEX)
             work, self._work = self._work, _Work()
@@ -190,6 +214,21 @@ class _Indexer:
         if self._safety <= 0:
             return float("inf")
         return self._last_index + self._safety - time.monotonic()
+
+    def _until_retry(self) -> float:
+        """Seconds until a failed run is due again (infinite when none is waiting)."""
+        return self._retry_at - time.monotonic() if self._retry else float("inf")
+
+    def _retry_later(self, work: _Work) -> None:
+        """Have a failed run's work done again, later each time it fails in a row."""
+        self._failures += 1
+        delay = backoff_delay(self.bg.index_retry, self._failures - 1)
+        with self._cond:
+            if self._stopping:  # the startup run of the next start lists every folder
+                return
+            self._retry.merge(work)
+            self._retry_at = time.monotonic() + delay
+        log.info("trying again in %.0fs, or with the next change before that", delay)
 
     def _loop(self) -> None:
         reader = Reader(self.bg.config.settings.notmuch_config)
@@ -216,8 +255,10 @@ class _Indexer:
         self.bg.follow_config()  # an edit shows in pulls and the status without other work
         queue = self.bg.queue_length()
         revision = _revision(reader)
+        mode = self.bg.watching()  # inotify may have given way to polling since
 
         def refresh(s: ServiceStatus) -> None:
+            s.service.watcher = mode
             s.queue_length = queue
             if revision is not None:
                 s.notmuch_revision = revision
@@ -261,15 +302,19 @@ class _Indexer:
                 return
             timeout = min(timeout, remaining)
         full_scan = not FULL_SCAN_REASONS.isdisjoint(work.reasons)
-        self._index(reader, work.describe(), timeout, full_scan=full_scan)
+        ok = self._index(reader, work.describe(), timeout, full_scan=full_scan)
         # notmuch new skips a folder whose mtime it recorded, which can hide a file (see
         # run_notmuch_new's full_scan): what the batch named and the index still does not
-        # show gets one run that lists every folder.
-        missed = [] if full_scan or not changed else self._unreflected(reader, changed)
+        # show gets one run that lists every folder.  (After a failed run it shows nothing.)
+        missed = [] if not ok or full_scan or not changed else self._unreflected(reader, changed)
         if missed and not (last and self._deadline - time.monotonic() < 1.0):
             log.info("notmuch new left %d changed file(s) out (%s); scanning every folder",
                      len(missed), missed[0])
-            self._index(reader, "files a folder scan missed", timeout, full_scan=True)
+            ok = self._index(reader, "files a folder scan missed", timeout, full_scan=True)
+        if not ok and not last:
+            self._retry_later(work)
+        elif ok:
+            self._failures = 0
 
     def _wait_for_mbsync(self) -> None:
         """Hold the run while an mbsync of ours syncs (at most its timeout; see
@@ -296,7 +341,8 @@ class _Indexer:
         return True
 
     def _index(self, reader: Reader, reason: str, timeout: float, *,
-               full_scan: bool = False) -> None:
+               full_scan: bool = False) -> bool:
+        """Run the index and record how it went; whether it went through."""
         started = utc_now()
         clock = time.monotonic()
         error: str | None = None
@@ -330,6 +376,7 @@ class _Indexer:
                 s.notmuch_revision = revision
             s.queue_length = queue
         self.bg.store.update(record)
+        return error is None
 
 
 def _revision(reader: Reader) -> int | None:
@@ -455,7 +502,7 @@ class Background:
                  watch_max_delay: float = 10.0, watch_write_wait: float = WRITE_WAIT,
                  status_store: StatusStore | None = None,
                  force_polling: bool = False, poll_interval: float = 2.0,
-                 index_timeout: float = INDEX_TIMEOUT,
+                 index_timeout: float = INDEX_TIMEOUT, index_retry: float = INDEX_RETRY,
                  mbsync_timeout: float = MBSYNC_TIMEOUT, push_retry: float = PUSH_RETRY,
                  live: LiveConfig | None = None) -> None:
         self._started = False
@@ -465,6 +512,7 @@ class Background:
         self._config_lock = threading.RLock()
         self.store = status_store or StatusStore(config.data_dir)
         self.index_timeout = index_timeout
+        self.index_retry = index_retry
         self.mbsync_timeout = mbsync_timeout
         self._stopping = threading.Event()
         self._indexer = _Indexer(self)
@@ -568,10 +616,10 @@ class Background:
             self._start_pusher(self._applied)
             for puller in self._pullers.values():
                 puller.start()
-        mode = self._watcher.mode if self._watcher is not None else "off"
+        mode = self.watching()
 
         def started(s: ServiceStatus) -> None:
-            s.service.watcher = mode or "off"
+            s.service.watcher = mode
         self.store.update(started)
         if unpushed:
             log.info("writes the last run left unpushed: %s", ", ".join(unpushed))
@@ -729,6 +777,10 @@ class Background:
     @property
     def watch_mode(self) -> str | None:
         return self._watcher.mode if self._watcher is not None else None
+
+    def watching(self) -> str:
+        """How the Maildir is watched now, for the status: inotify, polling, or off."""
+        return self.watch_mode or "off"
 
     # -- helpers -------------------------------------------------------------------------------
 

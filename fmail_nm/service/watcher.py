@@ -27,7 +27,9 @@ watchdog then rebuilds its watches but tells no handler, so the watcher's own ob
 
 When inotify is not available or runs out of watches (``fs.inotify.max_user_watches``) the
 watcher polls instead -- slower to notice, and it stats the whole tree every interval, but it
-does not silently miss folders.
+does not silently miss folders.  That holds for a folder made while it runs, too (mbsync
+creating a new IMAP folder): watchdog only logs one it could not watch, so the watcher looks
+after each watch it adds, and switches to polling, with a full index run, when one is missing.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ try:
 except ImportError:  # not Linux: the native observer is something else, with no watch limit
     InotifyObserver = None  # type: ignore[assignment,misc]
 try:  # watchdog 7's recursive watch, which handles IN_Q_OVERFLOW (older ones drop it)
-    from watchdog.observers.inotify import InotifyEmitter, InotifyWatchGroup
+    from watchdog.observers.inotify import _INVALID_WD, InotifyEmitter, InotifyWatchGroup
 except ImportError:  # then only the service's safety interval makes up for lost events
     InotifyWatchGroup = None  # type: ignore[assignment,misc]
 
@@ -180,18 +182,33 @@ class _Handler(FileSystemEventHandler):
 if InotifyObserver is not None and InotifyWatchGroup is not None:
     @dataclass
     class _OverflowGroup(InotifyWatchGroup):
-        """watchdog's recursive watch, which also says when the kernel dropped events."""
+        """watchdog's recursive watch, which also says when the kernel dropped events and
+        when a folder got no watch."""
 
         on_overflow: Callable[[], None] = lambda: None
+        on_unwatched: Callable[[str], None] = lambda folder: None
 
         def on_queue_overflow(self) -> None:
             super().on_queue_overflow()  # rebuilds the watches
             self.on_overflow()
 
+        def _add_callback(self, path: bytes) -> None:
+            super()._add_callback(path)
+            # Once running, watchdog only logs a folder it could not watch (out of watches);
+            # one gone again or unreadable meanwhile needs none.
+            if not self.is_active:  # starting: watchdog raises, and the watcher polls
+                return
+            node = self._find_node_by_path(path)
+            if ((node is None or node.wd == _INVALID_WD) and os.path.isdir(path)
+                    and os.access(path, os.R_OK | os.X_OK)):
+                self.on_unwatched(os.fsdecode(path))
+
     class _OverflowEmitter(InotifyEmitter):
-        def __init__(self, *args: Any, on_overflow: Callable[[], None], **kwargs: Any) -> None:
+        def __init__(self, *args: Any, on_overflow: Callable[[], None],
+                     on_unwatched: Callable[[str], None], **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._on_overflow = on_overflow
+            self._on_unwatched = on_unwatched
 
         def on_thread_start(self) -> None:
             # InotifyEmitter.on_thread_start, with the group that reports an overflow.
@@ -199,23 +216,29 @@ if InotifyObserver is not None and InotifyWatchGroup is not None:
                 self._inotify_fd, os.fsencode(self.watch.path),
                 is_recursive=self.watch.is_recursive,
                 event_mask=self.get_event_mask_from_filter(),
-                follow_symlink=self.watch.follow_symlink, on_overflow=self._on_overflow)
+                follow_symlink=self.watch.follow_symlink, on_overflow=self._on_overflow,
+                on_unwatched=self._on_unwatched)
 
     class _OverflowObserver(InotifyObserver):
-        """The inotify observer, calling ``on_overflow`` after the kernel's queue overflowed."""
+        """The inotify observer, calling ``on_overflow`` after the kernel's queue overflowed
+        and ``on_unwatched`` with a folder it could not watch."""
 
-        def __init__(self, on_overflow: Callable[[], None]) -> None:
+        def __init__(self, on_overflow: Callable[[], None],
+                     on_unwatched: Callable[[str], None]) -> None:
             super().__init__()
             # BaseObserver builds each watch's emitter from these two.
             self._emitter_class = _OverflowEmitter
             self._emitter_kwargs["on_overflow"] = on_overflow
+            self._emitter_kwargs["on_unwatched"] = on_unwatched
 
 
-def _native_observer(on_overflow: Callable[[], None]) -> BaseObserver:
-    """The platform's observer; on Linux the one that reports an overflowed inotify queue."""
+def _native_observer(on_overflow: Callable[[], None],
+                     on_unwatched: Callable[[str], None]) -> BaseObserver:
+    """The platform's observer; on Linux the one that reports an overflowed inotify queue
+    and a folder left unwatched."""
     if (InotifyObserver is not None and InotifyWatchGroup is not None
             and NativeObserver is InotifyObserver):
-        return _OverflowObserver(on_overflow)
+        return _OverflowObserver(on_overflow, on_unwatched)
     return NativeObserver()
 
 
@@ -253,7 +276,10 @@ class MailWatcher:
         self._stopping = threading.Event()
         self._observer_lock = threading.Lock()  # the observer is replaced when the root is
         self._root_id: tuple[int, int] | None = None  # the watched root's (device, inode)
-        self._rewatching = False  # a rewatch is waiting for the root (under _observer_lock)
+        # A rewatch is under way; its own lock, as an observer's thread asks for one while
+        # _observer_lock may be held by a start that waits for that thread.
+        self._rewatching = False
+        self._rewatch_lock = threading.Lock()
         self._writes: dict[str, float] = {}  # file being written in place -> since (monotonic)
         self._writes_lock = threading.Lock()
 
@@ -345,7 +371,7 @@ class MailWatcher:
         before = _inotify_watch_count()
         expected = count_dirs(self.mail_root)
         try:
-            observer = _native_observer(self._overflowed)
+            observer = _native_observer(self._overflowed, self._unwatched)
             self._schedule(observer, linked=True)
             observer.start()
         except OSError as exc:
@@ -410,27 +436,44 @@ class MailWatcher:
         then pass for the root's -- so its identity is compared every poll interval."""
         while not self._stopping.wait(self.poll_interval):
             with self._observer_lock:
-                watched, rewatching = self._root_id, self._rewatching
+                watched = self._root_id
+            with self._rewatch_lock:
+                rewatching = self._rewatching
             if not rewatching and watched is not None and _identity(self.mail_root) != watched:
                 self._root_gone()
 
     def _root_gone(self) -> None:
         """The mail root itself was removed or moved away (replaced by a restored backup,
-        ``rm -rf`` and a fresh pull): the watches went with it.  Watch again once it is back --
-        on a thread of its own, as the observer is replaced -- and have everything indexed."""
-        with self._observer_lock:
-            if self._rewatching:  # the removal's event and the guard may both tell
-                return
+        ``rm -rf`` and a fresh pull): the watches went with it.  Watch again once it is back
+        and have everything indexed."""
+        if self._rewatch_soon():  # the removal's event and the guard may both tell
+            log.warning("the mail root %s was removed or moved; watching it again once it is "
+                        "back", self.mail_root)
+
+    def _unwatched(self, folder: str) -> None:
+        """A folder made while running got no watch (out of inotify watches): its mail would
+        go unseen, so the tree is watched anew -- polled, when inotify still cannot watch it
+        all -- and everything indexed."""
+        if self._rewatch_soon():  # said once, not for each of the folder's subfolders
+            log.warning("cannot watch the new folder %s with inotify (watch limit reached); "
+                        "watching %s anew, which polls if inotify cannot take it all. %s",
+                        folder, self.mail_root, _limit_advice(errno.ENOSPC))
+
+    def _rewatch_soon(self) -> bool:
+        """Replace the observer on a thread of its own (the observer's thread may be the
+        caller); False when a replacement is under way already."""
+        with self._rewatch_lock:
+            if self._rewatching or self._stopping.is_set():
+                return False
             self._rewatching = True
-        log.warning("the mail root %s was removed or moved; watching it again once it is "
-                    "back", self.mail_root)
         threading.Thread(target=self._rewatch, name="mail-rewatch", daemon=True).start()
+        return True
 
     def _rewatch(self) -> None:
         try:
             self._watch_again()
         finally:
-            with self._observer_lock:
+            with self._rewatch_lock:
                 self._rewatching = False
 
     def _watch_again(self) -> None:

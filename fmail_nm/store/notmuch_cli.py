@@ -108,15 +108,35 @@ class NewResult:
     timed_out: bool = False  # stopped after ``timeout`` seconds (e.g. stuck on the write lock)
 
 
-# After SIGTERM, notmuch new commits what it has and exits; this long, then SIGKILL.
+# After SIGINT, notmuch new commits what it has indexed and exits (on SIGTERM it dies with
+# all of it); this long, then SIGKILL.
 NEW_STOP_GRACE = 5.0
+# The runs of this process in a session of their own (those with a timeout) still going, for
+# stop_new_runs: out of reach of a signal to the service's process group, one left behind
+# would index on after the service is gone -- the pass that follows it left to the service.
+_running: set[subprocess.Popen[bytes]] = set()
+_running_lock = threading.Lock()
 
 
-def _stop_new(proc: subprocess.Popen[bytes], timed_out: threading.Event) -> None:
-    """Stop a ``notmuch new`` that ran out of time, its hooks included (its own process group):
-    politely first, because notmuch new commits what it indexed on SIGTERM."""
+def stop_new_runs() -> int:
+    """Stop every ``notmuch new`` of this process still going in a session of its own -- the
+    service's shutdown, once its deadline has passed; how many were stopped."""
+    with _running_lock:
+        procs = [proc for proc in _running if proc.poll() is None]
+    for proc in procs:
+        _stop_new(proc)
+    return len(procs)
+
+
+def _time_out(proc: subprocess.Popen[bytes], timed_out: threading.Event) -> None:
     timed_out.set()
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    _stop_new(proc)
+
+
+def _stop_new(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a ``notmuch new``, its hooks included (its own process group): politely first,
+    because notmuch new commits what it indexed on SIGINT."""
+    for sig in (signal.SIGINT, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
@@ -176,9 +196,11 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
     # A timer, not a check between lines: a notmuch new waiting for the lock prints nothing.
     timer = None
     if timeout is not None:
-        timer = threading.Timer(timeout, _stop_new, args=(proc, timed_out))
+        timer = threading.Timer(timeout, _time_out, args=(proc, timed_out))
         timer.daemon = True
         timer.start()
+        with _running_lock:
+            _running.add(proc)
     lines: list[str] = []
     try:
         for line in _split_progress(chunks):
@@ -190,7 +212,11 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
             timer.cancel()
         if as_tty:
             os.close(master)
-    proc.wait(timeout=CLI_TIMEOUT)
+    try:
+        proc.wait(timeout=CLI_TIMEOUT)
+    finally:
+        with _running_lock:
+            _running.discard(proc)
     return NewResult(proc.returncode, "".join(lines), timed_out=timed_out.is_set())
 
 
