@@ -310,6 +310,7 @@ def search_rows(page: dict[str, object]) -> list[dict[str, object]]:
 # Takes a sidecar of today's schema back to version 4's, as the previous release left it.
 BACK_TO_SCHEMA_4 = """
 DROP INDEX audit_log_action; DROP INDEX audit_log_at;
+DROP INDEX audit_log_session; ALTER TABLE audit_log DROP COLUMN session;
 DROP TABLE blocked_mail;
 DROP INDEX thread_rows_last_word; ALTER TABLE thread_rows DROP COLUMN last_word_id;
 ALTER TABLE thread_rows DROP COLUMN last_word_date; ALTER TABLE thread_rows DROP COLUMN last_word_sender;

@@ -1152,9 +1152,38 @@ def test_the_send_checks_and_the_pruning_read_the_audit_log_by_index(tmp_path: P
     with sidecar.opened(tmp_path / sidecar.SIDECAR_NAME) as conn:
         for call in (lambda: sidecar.count_writes(conn, "send", "2026-01-01T00:00:00Z"),
                      lambda: sidecar.sent_at(conn, "sent-1@example.org"),
-                     lambda: sidecar.prune_audit_log(conn)):
+                     lambda: sidecar.prune_audit_log(conn),
+                     lambda: sidecar.last_write(conn, "a-session")):
             plans = _plans(conn, call)
             assert plans and all("SCAN audit_log" not in plan for plan in plans), plans
+
+
+def test_an_audit_log_of_schema_27_keeps_its_writes_as_made_outside_any_session(
+        tmp_path: Path) -> None:
+    """Version 28 records each write's MCP session: the writes from before are kept, undone
+    marks and all, as made outside any session (undo_last_write of a session passes them
+    over), and the migration runs again over a schema set back."""
+    path = tmp_path / sidecar.SIDECAR_NAME
+    with sidecar.opened(path) as conn:
+        first = sidecar.record_write(conn, "archive", {"ids": ["a@example.org"]}, [])
+        second = sidecar.record_write(conn, "tag", {"ids": ["b@example.org"]}, [])
+        sidecar.mark_undone(conn, second)
+        conn.executescript("""
+            DROP INDEX audit_log_session;
+            ALTER TABLE audit_log DROP COLUMN session;
+            PRAGMA user_version = 27;
+            """)
+    with sidecar.opened(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sidecar.SCHEMA_VERSION
+        entry = sidecar.last_write(conn, None)
+        assert entry is not None and (entry.id, entry.session) == (first, None)
+        assert sidecar.last_write(conn, "a-session") is None
+        assert sidecar.last_write(conn, "a-session", others=True) == entry
+        third = sidecar.record_write(conn, "tag", {}, [], "a-session")
+        conn.execute("PRAGMA user_version = 27")
+    with sidecar.opened(path) as conn:
+        rows = conn.execute("SELECT id, undone_at IS NOT NULL FROM audit_log ORDER BY id")
+        assert rows.fetchall() == [(first, 0), (second, 1), (third, 0)]
 
 
 def test_pruning_the_audit_log_takes_short_transactions_and_a_bounded_number_a_call(

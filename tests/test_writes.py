@@ -995,6 +995,29 @@ def test_undo_keeps_a_later_change_by_someone_else(h: Harness) -> None:
     assert "ours" not in tags and "theirs" in tags
 
 
+def test_undo_leaves_a_message_where_another_sessions_later_write_put_it(h: Harness) -> None:
+    """This session archives two messages; another trashes one of them and restores it, which
+    puts it back in Archive.  The undo brings the other back to the inbox and leaves the one
+    where the other session's restore put it, naming that write: moving it to the inbox would
+    silently take back a later write that is not this session's."""
+    ours, theirs = dataclasses.replace(h.ctx, session="ours"), dataclasses.replace(
+        h.ctx, session="theirs")
+    writes.archive(ours, [IN_INBOX, UNREAD_IN_CUR])
+    writes.delete_messages(theirs, [IN_INBOX])
+    restored = writes.restore(theirs, [IN_INBOX])
+    assert h.folders(IN_INBOX) == ["personal/Archive"]
+    result = writes.undo_last_write(ours)
+    assert sorted(result.applied) == sorted([IN_INBOX, UNREAD_IN_CUR])
+    [error] = result.errors
+    assert error.id == IN_INBOX
+    assert f"audit {restored.audit_id} (restore) moved it since" in error.error
+    assert h.folders(IN_INBOX) == ["personal/Archive"] and "inbox" not in h.tags(IN_INBOX)
+    assert h.folders(UNREAD_IN_CUR) == ["personal/INBOX"] and "inbox" in h.tags(UNREAD_IN_CUR)
+    assert writes.undo_last_write(theirs).audit_id == restored.audit_id
+    assert h.folders(IN_INBOX) == ["personal/Trash"]
+    h.assert_in_step()
+
+
 def test_undo_finds_a_moved_file_renamed_since(h: Harness) -> None:
     writes.delete_messages(h.ctx, [IN_INBOX])
     [trashed] = h.files(IN_INBOX)

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
 from ..config import TOOL_PROFILES as PROFILES
@@ -203,21 +206,41 @@ def _holds_nul(value: Any) -> bool:
     return False
 
 
+# The HTTP session the tool call being run came in on (set by _Tool.run for the call's task):
+# writes record it, and undo_last_write reverts the session's own.  None where the request
+# has none -- stdio, whose one session is the server process's, and the sessionless protocol
+# of 2026-07-28.
+CALLING_SESSION: ContextVar[str | None] = ContextVar("calling_session", default=None)
+
+
+def _session_of(context: Any) -> str | None:
+    """The HTTP session id a request came with -- on the handshake protocols only, where the
+    transport checked that it names the session the request came in on."""
+    if context is None or context.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return None
+    headers = context.headers
+    return headers.get(MCP_SESSION_ID_HEADER) if headers is not None else None
+
+
 class _Tool(Tool):
     """A tool whose argument errors read as plain sentences (see plain_validation_error), and
-    that refuses arguments it would otherwise drop or cut short (see argument_problem)."""
+    that refuses arguments it would otherwise drop or cut short (see argument_problem); it
+    runs with CALLING_SESSION set."""
 
     async def run(self, arguments: dict[str, Any], context: Any,
                   convert_result: bool = False) -> Any:
         problem = argument_problem(arguments, self.parameters)
         if problem is not None:
             raise McpToolError(f"invalid arguments: {problem}")
+        token = CALLING_SESSION.set(_session_of(context))
         try:
             return await super().run(arguments, context, convert_result)
         except McpToolError as exc:
             if isinstance(exc.__cause__, ValidationError):
                 raise McpToolError(plain_validation_error(exc.__cause__)) from None
             raise
+        finally:
+            CALLING_SESSION.reset(token)
 
 
 class ToolList(list[Tool]):

@@ -15,6 +15,7 @@ import math
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -42,7 +43,17 @@ from ..store.sidecar import SidecarError, failure_text, sidecar_path
 from ..tools import compose, contacts, dto, reads, render, writes
 from ..tools import sql as sqltools
 from . import consent
-from .registry import DESTRUCTIVE, DRAFT, READ_ONLY, SEND, UNDO, WRITE, ToolList, tool_error
+from .registry import (
+    CALLING_SESSION,
+    DESTRUCTIVE,
+    DRAFT,
+    READ_ONLY,
+    SEND,
+    UNDO,
+    WRITE,
+    ToolList,
+    tool_error,
+)
 from .token import token_path
 
 if TYPE_CHECKING:
@@ -70,7 +81,7 @@ summarise or quote for the user."""
 WRITE_NOTE = """
 Writes (read/unread, flags, tags, archive, Trash, Junk) change local files that mbsync pushes to
 the server. Act only on what the user asked for; a write by query first reports the match
-count (call again with confirm_count). undo_last_write reverts the latest write."""
+count (call again with confirm_count). undo_last_write reverts this session's latest write."""
 DRAFTS_NOTE = """
 Replies and new mail are saved as drafts (in:drafts) for the user to review and send; this
 server cannot send."""
@@ -124,6 +135,9 @@ class MailService:
         # A write of ours the mirror may lack: its sync was left to another process's, which
         # may have read notmuch before it (the SQL tool reads the mirror alone).
         self._unmirrored = False
+        # The session of the calls that come with none (stdio's one, see CALLING_SESSION):
+        # this process's own, so another server's writes are not its to undo.
+        self._own_session = uuid.uuid4().hex
 
     @property
     def config(self) -> Config:
@@ -146,11 +160,17 @@ class MailService:
             self._writer = Writer(self.config.settings.notmuch_config, committing=self._commits)
         return self._writer
 
-    def _writes(self) -> WriteContext:
+    def _writes(self, session: str | None = None) -> WriteContext:
+        """The writes of the MCP session ``session`` (None: this process's own)."""
         return WriteContext(self.config, self._mailbox().reader, self._the_writer(),
                             self.sidecar_file, after_write=self._after_write,
                             clock=self.clock, reindex=self._reindex,
-                            seen_drafts=self._seen_drafts)
+                            seen_drafts=self._seen_drafts,
+                            session=session or self._own_session)
+
+    def _session(self) -> str:
+        """The MCP session of the tool call running (read in its task, not on a thread)."""
+        return CALLING_SESSION.get() or self._own_session
 
     def _reindex(self) -> None:
         # A write that found a file renamed by mbsync since the last index tries again after
@@ -251,8 +271,9 @@ class MailService:
         return await self._on(self._side_executor, lambda: fn(*args))
 
     async def write(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """A write function, given the WriteContext."""
-        return await self._run_write(lambda: fn(self._writes(), *args, **kwargs))
+        """A write function, given the WriteContext of the calling session."""
+        session = self._session()
+        return await self._run_write(lambda: fn(self._writes(session), *args, **kwargs))
 
     async def sql(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """A SQL tool on the sidecar, synced first so it answers with the latest tags."""
@@ -283,9 +304,11 @@ class MailService:
 
     async def manage_contacts(self, sql_query: str, account_name: str | None,
                               confirm_count: int | None = None) -> sqltools.ContactsResult:
+        session = self._session()
+
         def job() -> sqltools.ContactsResult:
             self.refresh_sidecar()
-            result = contacts.manage_contacts(self._writes(), sql_query, account_name,
+            result = contacts.manage_contacts(self._writes(session), sql_query, account_name,
                                               confirm_count=confirm_count)
             if result.audit_id is not None:
                 self._refresh_after_write()
@@ -541,9 +564,10 @@ def _write_tools(server: ToolList, service: MailService) -> None:
                                    dry_run=dry_run, account=account)
 
     @server.tool(profile="triage", report=True, annotations=UNDO)
-    async def undo_last_write() -> writes.UndoResult:
-        """Revert the latest write made through these tools (tags and folders)."""
-        return await service.write(writes.undo_last_write)
+    async def undo_last_write(audit_id: int | None = None) -> writes.UndoResult:
+        """Revert this session's latest write (tags, folders, contacts), or the audit_id
+        given (another session's, once the user asks)."""
+        return await service.write(writes.undo_last_write, audit_id)
 
     @server.tool(profile="all", annotations=DESTRUCTIVE, description=sqltools.CONTACTS_HELP)
     async def manage_contacts_sql(sql_query: str, account_name: Name = None,

@@ -117,6 +117,9 @@ class WriteContext:
     reindex: Callable[[], object] | None = None
     # What the model last saw of each draft (the server shares it with its reads).
     seen_drafts: SeenDrafts = field(default_factory=SeenDrafts)
+    # The MCP session the writes are made in, recorded with each (None: outside any, as the
+    # CLI and the passes write): undo_last reverts the session's own latest write.
+    session: str | None = None
 
 
 @dataclass
@@ -523,7 +526,8 @@ def record(ctx: WriteContext, action: str, params: dict[str, Any],
         return None
     return _recorded(ctx, f"{action} was done, but the sidecar could not record it, so "
                      "undo_last_write cannot revert it",
-                     lambda conn: sidecar.record_write(conn, action, params, list(changes)))
+                     lambda conn: sidecar.record_write(conn, action, params, list(changes),
+                                                       ctx.session))
 
 
 def _recorded(ctx: WriteContext, failure: str, write: Callable[[sqlite3.Connection], T]) -> T:
@@ -630,11 +634,39 @@ class _RevertPlan:
     """The recorded moves to turn back, as (the file as it is named now, the folder it goes
     to, None for the hold it came out of); the files no longer where the write put them; the
     folders they came from that are gone since, whose files go to the account's inbox instead
-    (as restore sends them)."""
+    (as restore sends them); the files a later write moved again, which stay where it put
+    them."""
 
     moves: list[Move] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    overtaken: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LaterWrites:
+    """What the writes recorded after the one being undone, and not undone themselves, changed
+    on one message -- each named ``audit 9 (archive)``: the tags each changed (the latest
+    one's name), and the latest that moved its files.  Those changes stand: an undo that
+    turned them back would silently take back another session's (or a pass's) later write."""
+
+    tags: dict[str, str] = field(default_factory=dict)
+    moved: str | None = None
+
+
+def later_writes(conn: sqlite3.Connection, entry: sidecar.AuditEntry) -> dict[str, LaterWrites]:
+    """Per message of ``entry``, what later writes changed on it (see LaterWrites)."""
+    found: dict[str, LaterWrites] = {}
+    mids = [c["message_id"] for c in entry.changes if "message_id" in c]
+    for audit_id, action, change in sidecar.later_changes(conn, entry.id, mids):
+        name = f"audit {audit_id} ({action})"
+        later = found.setdefault(change["message_id"], LaterWrites())
+        for tag in set(change["tags_before"]) ^ set(change["tags_after"]):
+            later.tags[tag] = name
+        # A flag change renames files too: only moves (and the origins they keep) count.
+        if change["moves"] or change["origin_before"] != change["origin_after"]:
+            later.moved = name
+    return found
 
 
 def _revert_plan(work: MessageWork, change: dict[str, Any]) -> _RevertPlan:
@@ -672,13 +704,17 @@ def _put_back(work: MessageWork, origin: str | None) -> None:
     work.txn.update(work.mid, properties={ORIGIN_PROPERTY: origin})
 
 
-def revert_step(changes: dict[str, dict[str, Any]]) -> Step:
+def revert_step(changes: dict[str, dict[str, Any]],
+                later: dict[str, LaterWrites] | None = None) -> Step:
     """Undo what an audit entry recorded for each message: moves back, then tags and origin.
     A message is done whole or not at all; only a file gone since (moved or deleted by
-    another program) is left out, and :class:`PartlyDone` says exactly what was done."""
+    another program) is left out, and what ``later`` writes changed since stands (the tags
+    they changed, files they moved); :class:`PartlyDone` says exactly what was done."""
     def step(work: MessageWork) -> None:
         change = changes[work.mid]
-        plan = _revert_plan(work, change)
+        since = (later or {}).get(work.mid, LaterWrites())
+        plan = (_revert_plan(work, change) if since.moved is None
+                else _RevertPlan(overtaken=[dest for _, dest in change["moves"]]))
         origin = work.txn.get_property(work.mid, ORIGIN_PROPERTY)
         try:
             for copy, home in plan.moves:
@@ -686,11 +722,20 @@ def revert_step(changes: dict[str, dict[str, Any]]) -> Step:
         except Exception as exc:
             _put_back(work, origin)
             raise ChangeError(f"nothing of this message was undone: {exc}") from exc
-        left = _revert_tags(work, change, placed=bool(plan.missing or plan.removed))
-        if change["origin_before"] != change["origin_after"]:
+        before, after = set(change["tags_before"]), set(change["tags_after"])
+        kept = {tag: by for tag, by in since.tags.items() if (tag in before) != (tag in after)}
+        left = _revert_tags(work, change, keep=frozenset(kept),
+                            placed=bool(plan.missing or plan.removed or plan.overtaken))
+        if change["origin_before"] != change["origin_after"] and since.moved is None:
             work.txn.set_property(work.mid, ORIGIN_PROPERTY, change["origin_before"] or "{}")
         restored = "tags restored" + (f", except {', '.join(left)}: place tags follow where "
                                       "its files are now" if left else "")
+        if kept:
+            restored += "; left as a later write set them: " + ", ".join(
+                f"{tag} ({by})" for tag, by in sorted(kept.items()))
+        if plan.overtaken:
+            raise PartlyDone(f"not moved back: {', '.join(plan.overtaken)} ({since.moved} "
+                             f"moved it since, and that stands); {restored}")
         if plan.missing:
             root = work.config.mail_root
             moved = ", ".join(maildir.relative_path(root, new) for _, new in work.moves)
@@ -700,23 +745,26 @@ def revert_step(changes: dict[str, dict[str, Any]]) -> Step:
         if plan.removed:
             raise PartlyDone(f"moved to the inbox: {', '.join(plan.removed)} was removed "
                              f"since; {restored}")
+        if kept:
+            raise PartlyDone(restored)
     return step
 
 
-def _revert_tags(work: MessageWork, change: dict[str, Any], *, placed: bool) -> list[str]:
+def _revert_tags(work: MessageWork, change: dict[str, Any], *, placed: bool,
+                 keep: frozenset[str] = frozenset()) -> list[str]:
     """Turn back the tag changes ``change`` recorded -- only those, so later changes by others
-    survive.  With ``placed`` (files not back where the write found them) the place tags are
-    not turned back but set for where the files are now, as a move sets them: a message left
-    in Trash must not be tagged inbox.  Returns the place tags the write changed that are
-    not as they were before it."""
+    survive, and none of ``keep`` (a later write changed those again).  With ``placed`` (files
+    not back where the write found them) the place tags are not turned back but set for where
+    the files are now, as a move sets them: a message left in Trash must not be tagged inbox.
+    Returns the place tags the write changed that are not as they were before it."""
     before, after = set(change["tags_before"]), set(change["tags_after"])
-    place = folder_place_tags(work.config) if placed else frozenset()
+    place = (folder_place_tags(work.config) if placed else frozenset()) | keep
     work.tag(add=sorted(before - after - place), remove=sorted(after - before - place))
     if not placed:
         return []
     work.settle_place_tags()
     now = work.current().tags
-    return sorted(t for t in (before ^ after) & place if (t in now) != (t in before))
+    return sorted(t for t in (before ^ after) & (place - keep) if (t in now) != (t in before))
 
 
 def _roll_back(ctx: WriteContext, undone: BatchReport) -> BatchReport:
@@ -742,31 +790,42 @@ def _one_undo_at_a_time(ctx: WriteContext) -> Iterator[None]:
 
 
 def undo_last(ctx: WriteContext,
-              restore_rows: Callable[[Any, list[dict[str, Any]]], None] | None = None
-              ) -> tuple[sidecar.AuditEntry, BatchReport] | None:
-    """Revert the latest audit entry not yet undone: its tags, files moved back into the
-    folders they came from (into ``cur/``, keeping the flags they have now), and -- through
-    ``restore_rows`` -- the non-mail rows it recorded (contacts).  None when nothing is left."""
+              restore_rows: Callable[[Any, list[dict[str, Any]]], None] | None = None,
+              audit_id: int | None = None) -> tuple[sidecar.AuditEntry, BatchReport] | None:
+    """Revert the latest audit entry not yet undone that was made in ``ctx.session`` -- what
+    the model calling means by "undo that" is its own write, never another session's, the
+    CLI's or a pass's: its tags, files moved back into the folders they came from (into
+    ``cur/``, keeping the flags they have now), and -- through ``restore_rows`` -- the
+    non-mail rows it recorded (contacts).  What later writes changed on its messages stands
+    (see revert_step).  None when nothing is left; a ChangeError when only others' are.
+    ``audit_id``: that entry instead, whoever made it (asked for by name: a write of an
+    earlier server, or another session's, that the user wants undone)."""
     with _one_undo_at_a_time(ctx):
-        return _undo_latest(ctx, restore_rows)
+        return _undo_latest(ctx, restore_rows, audit_id)
 
 
 def _undo_latest(ctx: WriteContext,
-                 restore_rows: Callable[[Any, list[dict[str, Any]]], None] | None
-                 ) -> tuple[sidecar.AuditEntry, BatchReport] | None:
+                 restore_rows: Callable[[Any, list[dict[str, Any]]], None] | None,
+                 audit_id: int | None = None) -> tuple[sidecar.AuditEntry, BatchReport] | None:
     with sidecar.opened(ctx.sidecar_file) as conn:
-        entry = sidecar.last_write(conn)
-    if entry is None:
-        return None
+        if audit_id is not None:
+            entry = sidecar.write_left(conn, audit_id)
+            if entry is None:
+                raise ChangeError(f"nothing was undone: audit {audit_id} is no write left to "
+                                  "undo (undone already, made by fmail-nm itself, or unknown)")
+        elif (entry := sidecar.last_write(conn, ctx.session)) is None:
+            _none_of_this_session(conn, ctx.session)
+            return None
+        later = later_writes(conn, entry)
     if entry.params.get(NOT_UNDOABLE):
         with sidecar.opened(ctx.sidecar_file) as conn:
             sidecar.mark_undone(conn, entry.id)  # skipped, so the next call reaches older writes
-        raise ChangeError(f"nothing was undone: the latest write ({entry.action}) cannot be "
-                          f"reverted: {entry.params[NOT_UNDOABLE]}. Call undo_last_write again "
-                          "to undo the write before it")
+        raise ChangeError(f"nothing was undone: this session's latest write ({entry.action}) "
+                          f"cannot be reverted: {entry.params[NOT_UNDOABLE]}. Call "
+                          "undo_last_write again to undo the write before it")
     rows = entry.contact_rows
     changes = {c["message_id"]: c for c in entry.changes if "message_id" in c}
-    report = run(ctx, list(changes), revert_step(changes))
+    report = run(ctx, list(changes), revert_step(changes, later))
     if report.failed or report.stale:  # all or nothing: put the others back as they were
         back = _roll_back(ctx, report)
         notify(ctx, f"undo {entry.action} (rolled back)", report.changes + back.changes)
@@ -787,3 +846,16 @@ def _undo_latest(ctx: WriteContext,
         notify(ctx, f"undo {entry.action}", report.changes)
     report.audit_id = entry.id
     return entry, report
+
+
+def _none_of_this_session(conn: sqlite3.Connection, session: str | None) -> None:
+    """Raises a ChangeError naming the latest write left to undo that another session, the
+    CLI or an earlier server made, if there is one: "nothing to undo" would mislead."""
+    other = sidecar.last_write(conn, session, others=True)
+    if other is not None:
+        raise ChangeError(f"nothing was undone: this session has no write left to undo "
+                          f"(undo_last_write reverts only the writes made in this session); "
+                          f"the latest write left was made elsewhere (another session, the "
+                          f"CLI or an earlier server): audit {other.id} ({other.action}, "
+                          f"{other.at}); undo_last_write(audit_id={other.id}) reverts it if "
+                          "the user asks")

@@ -17,7 +17,7 @@ What is in it:
 * ``blocked_mail`` -- how each blocked message was before the block, for unblocking (and
   for unblocking again after an undone unblock): kept until the message leaves notmuch;
 * ``sync_state`` and ``audit_log`` -- the writes of the last ``AUDIT_KEEP_DAYS``, and every
-  send;
+  send, each with the MCP session that made it;
 * what pages read from the mirror (``messages.is_excluded`` and its date index, the counts
   triggers keep in ``mirror_counts``, ``shown_days``, ``tag_counts`` and ``tag_pairs``).
 
@@ -731,6 +731,29 @@ INSERT INTO sync_state (key, value) SELECT '{AUTHOR_REPARSE_KEY}', ''
     ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 """
 
+# Version 28: each write records the MCP session it was made in (NULL: made outside one -- the
+# CLI, a pass -- or before this version), so that undo_last_write reverts the caller's own
+# latest write (passes.changes.undo_last).  The table is made again, as version 23 made
+# message_addresses, so the script stays runnable over a schema set back.
+_V28 = """
+CREATE TABLE audit_log_new (
+    id        INTEGER PRIMARY KEY,
+    at        TEXT NOT NULL,
+    action    TEXT NOT NULL,
+    params    TEXT NOT NULL,
+    changes   TEXT NOT NULL,
+    undone_at TEXT,
+    session   TEXT
+);
+INSERT INTO audit_log_new (id, at, action, params, changes, undone_at)
+    SELECT id, at, action, params, changes, undone_at FROM audit_log;
+DROP TABLE audit_log;
+ALTER TABLE audit_log_new RENAME TO audit_log;
+CREATE INDEX audit_log_action ON audit_log(action, at);
+CREATE INDEX audit_log_at ON audit_log(at);
+CREATE INDEX audit_log_session ON audit_log(session, id);
+"""
+
 
 @dataclass(frozen=True)
 class Reparse:
@@ -749,7 +772,7 @@ REPARSES = (Reparse(REPARSE_KEY, REPARSED_ROWS), Reparse(BCC_REPARSE_KEY, BCC_RE
 # Index i holds the script that takes the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
                                _V13, _V14, _V15, _V16, _V17, _V18, _V19, _V20, _V21,
-                               _V22, _V23, _V24, _V25, _V26, _V27)
+                               _V22, _V23, _V24, _V25, _V26, _V27, _V28)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -1644,6 +1667,7 @@ class AuditEntry:
     params: dict[str, Any]
     changes: list[dict[str, Any]]
     undone_at: str | None
+    session: str | None = None  # the MCP session that made it; None: made outside one
 
     @property
     def contact_rows(self) -> list[dict[str, Any]]:
@@ -1652,29 +1676,57 @@ class AuditEntry:
         return [change for change in self.changes if "contact" in change]
 
 
+_ENTRY_COLUMNS = "id, at, action, params, changes, undone_at, session"
+
+
 def record_write(conn: sqlite3.Connection, action: str, params: dict[str, Any],
-                 changes: list[dict[str, Any]]) -> int:
+                 changes: list[dict[str, Any]], session: str | None = None) -> int:
     with transaction(conn):
         cur = conn.execute(
-            "INSERT INTO audit_log (at, action, params, changes) VALUES (?, ?, ?, ?)",
+            "INSERT INTO audit_log (at, action, params, changes, session) VALUES (?, ?, ?, ?, ?)",
             (utc_stamp(), action, json.dumps(params, ensure_ascii=False),
-             json.dumps(changes, ensure_ascii=False)))
+             json.dumps(changes, ensure_ascii=False), session))
     return int(cur.lastrowid or 0)
 
 
 def _entry(row: sqlite3.Row | tuple[Any, ...]) -> AuditEntry:
     return AuditEntry(id=row[0], at=row[1], action=row[2], params=json.loads(row[3]),
-                      changes=json.loads(row[4]), undone_at=row[5])
+                      changes=json.loads(row[4]), undone_at=row[5], session=row[6])
 
 
-def last_write(conn: sqlite3.Connection) -> AuditEntry | None:
-    """The latest write the user asked for that has not been undone: an entry whose params
-    name a pass it was made ``by`` (the blocklist moving new mail of a blocked sender) is
-    fmail-nm's own doing, which undo passes over."""
-    row = conn.execute("SELECT id, at, action, params, changes, undone_at FROM audit_log "
-                       "WHERE undone_at IS NULL AND json_extract(params, '$.by') IS NULL "
-                       "ORDER BY id DESC LIMIT 1").fetchone()
+def last_write(conn: sqlite3.Connection, session: str | None, *,
+               others: bool = False) -> AuditEntry | None:
+    """The latest write the user asked for that has not been undone, made in the MCP session
+    ``session`` (None: outside any session, as the CLI writes) -- with ``others``, the latest
+    made anywhere else.  An entry whose params name a pass it was made ``by`` (the blocklist
+    moving new mail of a blocked sender) is fmail-nm's own doing, which undo passes over."""
+    made = "session IS NOT ?" if others else "session IS ?"
+    row = conn.execute(f"SELECT {_ENTRY_COLUMNS} FROM audit_log WHERE {made} "
+                       "AND undone_at IS NULL AND json_extract(params, '$.by') IS NULL "
+                       "ORDER BY id DESC LIMIT 1", (session,)).fetchone()
     return None if row is None else _entry(row)
+
+
+def write_left(conn: sqlite3.Connection, entry_id: int) -> AuditEntry | None:
+    """The write ``entry_id`` if it is one the user asked for and has not been undone (see
+    :func:`last_write`), whoever made it."""
+    row = conn.execute(f"SELECT {_ENTRY_COLUMNS} FROM audit_log WHERE id = ? "
+                       "AND undone_at IS NULL AND json_extract(params, '$.by') IS NULL",
+                       (entry_id,)).fetchone()
+    return None if row is None else _entry(row)
+
+
+def later_changes(conn: sqlite3.Connection, entry_id: int,
+                  message_ids: Sequence[str]) -> list[tuple[int, str, dict[str, Any]]]:
+    """What the writes after entry ``entry_id`` that are not undone -- by anyone, passes
+    included -- changed on ``message_ids``: (entry id, action, the message's change), oldest
+    first."""
+    rows = conn.execute(
+        "SELECT a.id, a.action, c.value FROM audit_log a, json_each(a.changes) c "
+        "WHERE a.id > ? AND a.undone_at IS NULL AND json_extract(c.value, '$.message_id') "
+        "IN (SELECT value FROM json_each(?)) ORDER BY a.id",
+        (entry_id, json.dumps(list(message_ids)))).fetchall()
+    return [(int(i), str(action), json.loads(change)) for i, action, change in rows]
 
 
 def mark_undone(conn: sqlite3.Connection, entry_id: int) -> None:

@@ -85,7 +85,7 @@ def apply_contacts_change(ctx: WriteContext, action: str, params: dict[str, Any]
                                      audit=False, reindex=ctx.reindex)
         except NotmuchAccessError as exc:  # the contacts are saved: say so, keep them undoable
             with sidecar.opened(ctx.sidecar_file) as conn:
-                sidecar.record_write(conn, action, params, list(rows))
+                sidecar.record_write(conn, action, params, list(rows), ctx.session)
             raise MailNotRetagged(exc) from None
     moved = {c["message_id"]: c for c in report.moves}
     records = []
@@ -101,7 +101,8 @@ def apply_contacts_change(ctx: WriteContext, action: str, params: dict[str, Any]
     if not records and not rows:
         return MailEffect(None)
     with sidecar.opened(ctx.sidecar_file) as conn:
-        entry = sidecar.record_write(conn, action, params, [*records, *rows])
+        entry = sidecar.record_write(conn, action, params, [*records, *rows],
+                                     ctx.session)
     return MailEffect(entry, report.tagged, report.untagged)
 
 

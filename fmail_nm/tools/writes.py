@@ -447,11 +447,12 @@ def restore(ctx: WriteContext, ids: Sequence[str] | None = None, *, query: str |
 # Undo
 
 
-def undo_last_write(ctx: WriteContext) -> UndoResult:
-    """Revert the latest write not yet undone: its tags, and files moved back into the folders
-    they came from (into ``cur/``, keeping the flags they have now).  Repeated calls walk back
-    through older writes."""
-    undone = changes.undo_last(ctx, restore_rows=sqltools.restore_contacts)
+def undo_last_write(ctx: WriteContext, audit_id: int | None = None) -> UndoResult:
+    """Revert the latest write not yet undone that this session made -- or the write
+    ``audit_id``, whoever made it: its tags, and files moved back into the folders they came
+    from (into ``cur/``, keeping the flags they have now).  Repeated calls walk back through
+    older writes."""
+    undone = changes.undo_last(ctx, restore_rows=sqltools.restore_contacts, audit_id=audit_id)
     if undone is None:
         raise ToolError("nothing to undo: no recorded write is left that has not been undone")
     entry, report = undone

@@ -1,0 +1,112 @@
+"""undo_last_write reverts the calling session's own latest write: two sessions of one HTTP
+server, and two stdio servers on one mailbox (a chat client and a coding agent each start
+one), through the `mcp` SDK client; what a later write of another session changed stands."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import httpx2
+import pytest
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from .conftest import MailEnv
+from .test_faults import TOKEN, kill_group, start_service
+from .test_server_writes import call, error_text, server_params, tags_of
+
+MARKED = "tom-hotfix@acme.test"  # unread, in work/INBOX
+FLAGGED = "mum-visit-2026@example.net"  # unread, in personal/INBOX
+
+
+@contextlib.asynccontextmanager
+async def http_session(url: str) -> AsyncIterator[Client]:
+    """One MCP session of the HTTP server at ``url`` (the handshake protocol: a session id)."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
+                                  timeout=httpx2.Timeout(60.0)) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
+            yield client
+
+
+async def each_undoes_its_own(env: MailEnv, a: Client, b: Client) -> None:
+    """A marks a message read, then B flags another; A's undo takes back A's write alone;
+    A's next undo reverts nothing and says B's write is not A's; B's undo takes back B's."""
+    assert "unread" in tags_of(env, f"id:{MARKED}")[MARKED]
+    assert "flagged" not in tags_of(env, f"id:{FLAGGED}")[FLAGGED]
+    await call(a, "update_email_status", {"ids": [MARKED], "mark_as": "read"})
+    flagged = await call(b, "set_flagged", {"ids": [FLAGGED]})
+
+    assert (await call(a, "undo_last_write"))["applied"] == [MARKED]
+    assert "unread" in tags_of(env, f"id:{MARKED}")[MARKED]
+    assert "flagged" in tags_of(env, f"id:{FLAGGED}")[FLAGGED]
+
+    refused = await error_text(a, "undo_last_write", {})
+    assert "nothing was undone: this session has no write left to undo" in refused
+    assert f"audit {flagged['audit_id']} (set_flagged" in refused
+    assert "flagged" in tags_of(env, f"id:{FLAGGED}")[FLAGGED]
+
+    assert (await call(b, "undo_last_write"))["audit_id"] == flagged["audit_id"]
+    assert "flagged" not in tags_of(env, f"id:{FLAGGED}")[FLAGGED]
+    assert "unread" in tags_of(env, f"id:{MARKED}")[MARKED]
+    assert "nothing to undo" in await error_text(b, "undo_last_write", {})
+
+
+@pytest.mark.anyio
+async def test_two_sessions_of_one_http_server_each_undo_their_own_write(
+        indexed: MailEnv) -> None:
+    proc, url = start_service(indexed, "serve", "--transport", "http", "--no-push")
+    try:
+        async with http_session(url) as a, http_session(url) as b:
+            await each_undoes_its_own(indexed, a, b)
+    finally:
+        kill_group(proc)
+
+
+@pytest.mark.anyio
+async def test_two_stdio_servers_on_one_mailbox_each_undo_their_own_write(
+        indexed: MailEnv) -> None:
+    async with Client(server_params(indexed)) as a, Client(server_params(indexed)) as b:
+        await each_undoes_its_own(indexed, a, b)
+
+
+@pytest.mark.anyio
+async def test_an_undo_leaves_what_another_sessions_later_write_set(indexed: MailEnv) -> None:
+    """A marks two messages read; B marks one of them unread, then read again.  A's undo
+    makes the other unread again, and leaves the one B marked last as B left it, saying so:
+    turning it unread would silently take back B's later write."""
+    other = FLAGGED
+    async with Client(server_params(indexed)) as a, Client(server_params(indexed)) as b:
+        await call(a, "update_email_status", {"ids": [MARKED, other], "mark_as": "read"})
+        await call(b, "update_email_status", {"ids": [MARKED], "mark_as": "unread"})
+        last = await call(b, "update_email_status", {"ids": [MARKED], "mark_as": "read"})
+        result = await a.call_tool("undo_last_write", {})
+        assert not result.is_error, result.content
+        assert "unread" not in tags_of(indexed, f"id:{MARKED}")[MARKED]
+        assert "unread" in tags_of(indexed, f"id:{other}")[other]
+        shown = result.content[0].text  # type: ignore[union-attr]
+        assert f"left as a later write set them: unread (audit {last['audit_id']} (" in shown
+        # B's own undo still reverts B's latest write.
+        await call(b, "undo_last_write")
+        assert "unread" in tags_of(indexed, f"id:{MARKED}")[MARKED]
+
+
+@pytest.mark.anyio
+async def test_a_write_of_an_earlier_server_is_undone_by_its_audit_id(indexed: MailEnv) -> None:
+    """After a restart the earlier server's write is not this session's: a plain undo says
+    which write is left and how to revert it; naming its audit_id reverts it; an id that is
+    no write left is refused, nothing changed."""
+    async with Client(server_params(indexed)) as before:
+        marked = await call(before, "update_email_status", {"ids": [MARKED], "mark_as": "read"})
+    async with Client(server_params(indexed)) as after:
+        refused = await error_text(after, "undo_last_write", {})
+        assert f"undo_last_write(audit_id={marked['audit_id']})" in refused
+        assert "unread" not in tags_of(indexed, f"id:{MARKED}")[MARKED]
+
+        undone = await call(after, "undo_last_write", {"audit_id": marked["audit_id"]})
+        assert undone["applied"] == [MARKED]
+        assert "unread" in tags_of(indexed, f"id:{MARKED}")[MARKED]
+
+        again = await error_text(after, "undo_last_write", {"audit_id": marked["audit_id"]})
+        assert f"audit {marked['audit_id']} is no write left to undo" in again
+        assert "unread" in tags_of(indexed, f"id:{MARKED}")[MARKED]
