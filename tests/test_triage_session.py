@@ -3,6 +3,7 @@ model is told after each step must match notmuch and the Maildir files."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -292,3 +293,28 @@ async def test_a_page_notmuch_reads_after_one_the_mirror_read_skips_none_of_one_
         second = await call(client, tool, {**query, "limit": 2, "cursor": first["next_cursor"]})
     assert _shown(tool, first)[0] in wanted
     assert set(_shown(tool, second)) == wanted - set(_shown(tool, first))
+
+
+@pytest.mark.anyio
+async def test_a_thread_page_ending_with_mail_dated_far_ahead_has_a_cursor_that_reads(
+        indexed: MailEnv) -> None:
+    """Mail is untrusted: a message dated in the year 9999 ranks its thread first, and the
+    cursor of a page ending with that thread still reads and leads to the next thread."""
+    inbox = indexed.mail_root / "personal" / "INBOX" / "new"
+    dates = {"0": "Fri, 31 Dec 9999 23:59:59 +0000", "1": "Sun, 06 Dec 2026 12:00:00 +0000"}
+    for n, date in dates.items():
+        (inbox / f"1796500000.{n}_pager{n}.host").write_text(PAGER.format(n=n, date=date))
+    indexed.fmail("index")
+    query = {"query": "in:inbox subject:pager", "limit": 1}
+    async with Client(server_params(indexed)) as client:
+        later = (await call(client, "get_email", {"id": "pager-1@example.net",
+                                                  "max_body_chars": 1}))["thread"]
+        first = await call(client, "list_threads", query)
+        second = await call(client, "list_threads", {**query, "cursor": first["next_cursor"]})
+        # The first thread leaves the search, so the page resumes at the cursor's rank: the
+        # widest a cursor carries still reads.
+        assert (await call(client, "archive", {"ids": ["pager-0@example.net"]}))["applied"]
+        widest = re.sub(r"@\d+", "@" + "9" * 12, first["next_cursor"])
+        resumed = await call(client, "list_threads", {**query, "cursor": widest})
+    assert [t["thread"] for t in second["threads"]] == [later]
+    assert [t["thread"] for t in resumed["threads"]] == [later]

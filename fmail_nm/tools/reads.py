@@ -359,12 +359,14 @@ def cursor_last(cursor: str | None, fingerprint: str) -> str | None:
     see :func:`thread_last`), if it names one (read_cursor has checked the rest)."""
     tail = (cursor or "").partition(".")[2].split(".")[0].removeprefix(fingerprint)
     uid, at, rank = tail.partition("@")
-    ranked = not at or (_ascii_digits(rank) and len(rank) <= MAX_ANCHOR_DIGITS)
-    return tail if sidecar.looks_like_uid(uid) and ranked else None
+    return tail if sidecar.looks_like_uid(uid) and (not at or _is_rank(rank)) else None
 
 
 # An anchor is epoch seconds: more digits than this are no cursor of ours.
 MAX_ANCHOR_DIGITS = 11
+# A thread's rank is the date of a message, which its sender wrote: notmuch's dates end with
+# the year 9999 (12 digits), and a rank of more digits is no cursor of ours.
+MAX_RANK_DIGITS = 12
 
 
 def cursor_anchor(cursor: str | None) -> int | None:
@@ -375,6 +377,10 @@ def cursor_anchor(cursor: str | None) -> int | None:
     if len(parts) != 3 or not _ascii_digits(parts[2]) or len(parts[2]) > MAX_ANCHOR_DIGITS:
         return None
     return int(parts[2])
+
+
+def _is_rank(text: str) -> bool:
+    return _ascii_digits(text) and len(text) <= MAX_RANK_DIGITS
 
 
 def _ascii_digits(text: str) -> bool:
@@ -825,14 +831,20 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
             messages=t.message_count, matched=t.matched_count, unread=unread.get(t.thread_id, 0),
             tags=dto.shown_tags(t.tags),
             attachment=t.thread_id in attached or ATTACHMENT in t.tags))
-    cursor_out = (make_cursor(offset + len(page), fp, compiled.anchor,
-                              f"{page[-1].thread_id}@{page[-1].newest}")
+    cursor_out = (make_cursor(offset + len(page), fp, compiled.anchor, thread_tail(page[-1]))
                   if more and page else None)
     return dto.ThreadList(threads=refs, total=total, matched_messages=matched,
                           next_cursor=cursor_out,
                           list_names=page_list_names(mb, (t.tags for t in refs)),
                           hidden=_hidden(compiled, cursor_out,
                                          _excluded_of(mb, nm_query, kept, matched)))
+
+
+def thread_tail(thread: ThreadSummary) -> str:
+    """The last item a thread cursor names: the thread and the date it ranks by, where a
+    cursor can carry that date (see :func:`thread_last`)."""
+    rank = str(thread.newest)
+    return f"{thread.thread_id}@{rank}" if _is_rank(rank) else thread.thread_id
 
 
 def thread_last(last: str | None) -> tuple[str | None, int | None]:
