@@ -518,3 +518,41 @@ async def test_reads_right_after_a_write_show_it_while_another_process_syncs_the
         assert await sql_rows(client, sql) == [{"folder": "Archive"}]
     assert uid not in {row[0] for row in inbox["rows"]}
     assert thread not in {t["thread"] for t in threads["threads"]}
+
+
+@pytest.mark.anyio
+async def test_the_sql_tool_answers_once_another_sync_took_the_write_in(indexed: MailEnv) -> None:
+    """A write answered while another process synced the mirror; that process's next sync
+    takes the write in, and a third sync is running when the SQL tool is asked: the mirror
+    holds the write, so the tool answers (not "busy" after a wait for the third)."""
+    import subprocess
+
+    from fmail_nm.store import sidecar
+
+    mid = "mum-visit-2026@example.net"
+    sql = f"SELECT folder FROM emails WHERE uid='{sidecar.uid_for(mid)}'"
+    lock = f"{sidecar.sidecar_path(indexed.config().data_dir)}.sync-lock"
+
+    def hold() -> subprocess.Popen[str]:
+        holder = subprocess.Popen([sys.executable, "-c", SYNC_LOCK_HOLDER, lock],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        return holder
+
+    def release(holder: subprocess.Popen[str]) -> None:
+        holder.stdin.close()  # type: ignore[union-attr]
+        holder.wait(timeout=30)
+
+    async with Client(server_params(indexed)) as client:
+        holder = hold()
+        try:
+            assert (await call(client, "archive", {"ids": [mid]}))["applied"] == [mid]
+        finally:
+            release(holder)
+        indexed.fmail("index")  # the other process's next sync: the write is in the mirror
+        holder = hold()
+        try:
+            rows = await sql_rows(client, sql)
+        finally:
+            release(holder)
+    assert rows == [{"folder": "Archive"}]

@@ -38,8 +38,8 @@ from ..service import doctor, send
 from ..service.index import REINDEX_TIMEOUT, reindex_for_write
 from ..service.onboard import AddedAccount, add_account, added_text
 from ..service.status import SyncStatus, sync_status, sync_status_text
-from ..store.notmuch import WRITE_LOCK_TIMEOUT, DatabaseBusy, Reader, Writer
-from ..store.sidecar import SidecarError, failure_text, sidecar_path
+from ..store.notmuch import WRITE_LOCK_TIMEOUT, Reader, Revision, Writer
+from ..store.sidecar import SidecarError, failure_text, mirror_state, sidecar_path
 from ..tools import compose, contacts, dto, reads, render, writes
 from ..tools import sql as sqltools
 from . import consent
@@ -132,9 +132,10 @@ class MailService:
         # Which version of each draft the model saw, shared by the reads and the writes: a
         # save over a draft the user edited since is refused (compose.draft_composition).
         self._seen_drafts = SeenDrafts()
-        # A write of ours the mirror may lack: its sync was left to another process's, which
-        # may have read notmuch before it (the SQL tool reads the mirror alone).
-        self._unmirrored = False
+        # The notmuch revision of the last write of ours whose sync was left to another
+        # process's, which may have read notmuch before it (the SQL tool reads the mirror
+        # alone): the mirror lacks that write until it has synced that revision.
+        self._unmirrored: Revision | None = None
         # The session of the calls that come with none (stdio's one, see CALLING_SESSION):
         # this process's own, so another server's writes are not its to undo.
         self._own_session = uuid.uuid4().hex
@@ -214,20 +215,29 @@ class MailService:
         return True
 
     def _refresh_after_write(self) -> None:
-        self._unmirrored = not self.refresh_sidecar(wait=self._write_time_left())
+        if not self.refresh_sidecar(wait=self._write_time_left()):
+            self._unmirrored = self._mailbox().reader.revision()
 
     def _refresh_for_sql(self) -> None:
         """The sidecar up to date for the SQL tool, which reads the mirror alone: where a
-        write of ours may be missing from it, another process's sync is waited for a while,
+        write of ours is missing from it, another process's sync is waited for a while,
         then the statement is refused rather than answered without the write."""
-        if not self._unmirrored:
-            self.refresh_sidecar()
-        elif self.refresh_sidecar(wait=SQL_SYNC_WAIT):
-            self._unmirrored = False
-        else:
+        wait = 0 if self._mirrored() else SQL_SYNC_WAIT
+        if not self.refresh_sidecar(wait=wait) and not self._mirrored():
             raise sqltools.SqlError(
                 "sidecar busy: another fmail-nm process is syncing it and the last write is "
                 "not in it yet; retry in a moment (the other tools show that write now)")
+
+    def _mirrored(self) -> bool:
+        """Whether the mirror holds the writes of ours whose sync was left to another
+        process's: a sync of theirs since may have taken them in."""
+        wanted = self._unmirrored
+        if wanted is None:
+            return True
+        conn = self._mailbox().mirror.connection()
+        state = mirror_state(conn) if conn is not None else None
+        return (state is not None and state.uuid == wanted.uuid
+                and state.revision is not None and state.revision >= wanted.number)
 
     def _write_time_left(self) -> float:
         left = self._the_writer().time_left()
