@@ -110,3 +110,35 @@ async def test_a_write_of_an_earlier_server_is_undone_by_its_audit_id(indexed: M
         again = await error_text(after, "undo_last_write", {"audit_id": marked["audit_id"]})
         assert f"audit {marked['audit_id']} is no write left to undo" in again
         assert "unread" in tags_of(indexed, f"id:{MARKED}")[MARKED]
+
+
+@pytest.mark.anyio
+async def test_an_audit_id_past_sqlites_integers_is_refused_as_no_write(indexed: MailEnv) -> None:
+    """An audit_id SQLite cannot hold (JSON numbers have no bound) reads as unknown, with the
+    same sentence as any other id that is no write left -- not an overflow from the driver."""
+    async with Client(server_params(indexed)) as client:
+        await call(client, "update_email_status", {"ids": [MARKED], "mark_as": "read"})
+        for huge in (2**63, -(2**63) - 1, 10**30):
+            refused = await error_text(client, "undo_last_write", {"audit_id": huge})
+            assert f"audit {huge} is no write left to undo" in refused, refused
+        assert "unread" not in tags_of(indexed, f"id:{MARKED}")[MARKED]
+        assert (await call(client, "undo_last_write"))["applied"] == [MARKED]
+
+
+@pytest.mark.anyio
+async def test_an_audit_id_naming_a_write_undo_cannot_revert_says_so_and_keeps_it(
+        indexed: MailEnv) -> None:
+    """undo_last_write(audit_id=N) of a write that cannot be reverted (a send, a saved draft)
+    says that write cannot be, not "this session's latest ... call again for the one before";
+    and it leaves the entry as it was, so the same answer comes again."""
+    from fmail_nm.passes.changes import NOT_UNDOABLE
+    from fmail_nm.store import sidecar
+    with sidecar.opened(sidecar.sidecar_path(indexed.config().data_dir)) as conn:
+        sent = sidecar.record_write(conn, "send", {
+            "id": "out@example.org", NOT_UNDOABLE: "a sent message cannot be recalled"}, [])
+    async with Client(server_params(indexed)) as client:
+        for _ in range(2):
+            refused = await error_text(client, "undo_last_write", {"audit_id": sent})
+            assert f"audit {sent} (send) cannot be reverted: a sent message cannot be " \
+                   "recalled" in refused, refused
+            assert "this session's latest" not in refused and "again" not in refused

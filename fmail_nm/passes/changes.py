@@ -817,6 +817,9 @@ def _undo_latest(ctx: WriteContext,
             _none_of_this_session(conn, ctx.session)
             return None
         later = later_writes(conn, entry)
+    if entry.params.get(NOT_UNDOABLE) and audit_id is not None:  # asked for by name: stays
+        raise ChangeError(f"nothing was undone: audit {entry.id} ({entry.action}) cannot be "
+                          f"reverted: {entry.params[NOT_UNDOABLE]}")
     if entry.params.get(NOT_UNDOABLE):
         with sidecar.opened(ctx.sidecar_file) as conn:
             sidecar.mark_undone(conn, entry.id)  # skipped, so the next call reaches older writes

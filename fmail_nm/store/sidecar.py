@@ -1710,6 +1710,8 @@ def last_write(conn: sqlite3.Connection, session: str | None, *,
 def write_left(conn: sqlite3.Connection, entry_id: int) -> AuditEntry | None:
     """The write ``entry_id`` if it is one the user asked for and has not been undone (see
     :func:`last_write`), whoever made it."""
+    if not -2**63 <= entry_id < 2**63:  # a JSON number past SQLite's integers names no entry
+        return None
     row = conn.execute(f"SELECT {_ENTRY_COLUMNS} FROM audit_log WHERE id = ? "
                        "AND undone_at IS NULL AND json_extract(params, '$.by') IS NULL",
                        (entry_id,)).fetchone()
