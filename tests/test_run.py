@@ -155,3 +155,25 @@ def test_sigterm_during_a_burst_leaves_index_files_and_sidecar_in_step(
     assert indexed.notmuch("count", "subject:burst AND tag:new").stdout.strip() == "0"
     assert len(list(inbox_new.iterdir())) + len(list((inbox_new.parent / "cur").iterdir())) >= 300
     assert indexed.fmail("sidecar", "check").stdout.strip().endswith("sidecar matches notmuch")
+
+
+def test_the_systemd_unit_lets_the_service_stop_its_own_runs() -> None:
+    """systemd's default KillMode sends SIGTERM to every process of the service: a notmuch
+    new under way dies with everything it indexed.  The unit signals fmail-nm alone and
+    waits long enough for its stop (its deadline, then notmuch new's and mbsync's grace)."""
+    import configparser
+    import inspect
+    from pathlib import Path
+
+    from fmail_nm.service.background import Background
+    from fmail_nm.service.mbsync import STOP_GRACE
+    from fmail_nm.store.notmuch_cli import NEW_STOP_GRACE
+
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read(Path(__file__).parent.parent / "config" / "fmail-nm.service")
+    service = unit["Service"]
+    assert service["KillMode"] == "mixed"
+    assert service["KillSignal"] == "SIGTERM"
+    stop = inspect.signature(Background.stop).parameters["timeout"].default
+    assert float(service["TimeoutStopSec"]) > stop + 2 * NEW_STOP_GRACE + STOP_GRACE
