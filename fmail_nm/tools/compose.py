@@ -84,6 +84,12 @@ _FORWARD_PREFIX = re.compile(r"^\s*((fwd?|wg)\s*:\s*)+", re.I)
 # takes for a line break when it writes a header it read (VT, FF, FS-RS, NEL, LS, PS): any of
 # them would end the header line and start one of the caller's.
 _FORBIDDEN = re.compile("[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
+# In what the caller writes (names, subject, attachment names), characters that make it read
+# otherwise than it is: C1 controls, bidi embeddings, overrides and isolates (with U+202E in
+# it, "invoicefdp.exe" shows as "invoiceexe.pdf"), and the invisible tag characters: what the
+# model reads of mail has them taken out (message.hygiene), so it would not see what it wrote.
+# Headers read from a file are left as they are: these cannot break their lines.
+_SPOOFING = re.compile("[\x80-\x9f\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]")
 # In a body: control characters a 7bit line must not carry (TAB, LF and FF may).
 _BODY_CONTROL = re.compile("[\x00-\x08\x0b\x0d-\x1f\x7f]")
 # A Message-ID we write into In-Reply-To / References (those of the original are untrusted).
@@ -134,12 +140,22 @@ def check_header(name: str, value: str) -> str:
     return value
 
 
+def check_given(name: str, value: str) -> str:
+    """A header value the caller wrote, or a ComposeError when it could inject headers or
+    read otherwise than it is (see _SPOOFING)."""
+    check_header(name, value)
+    if _SPOOFING.search(value):
+        raise ComposeError(f"{name}: bidirectional formatting and invisible tag characters are "
+                           f"not allowed in a header value (got {value[:80]!r})")
+    return value
+
+
 def check_addresses(values: Sequence[str], what: str) -> list[Address]:
     """Each value one address (``a@b.org`` or ``Name <a@b.org>``), or a ComposeError naming
     the value that is not."""
     found: list[Address] = []
     for value in values:
-        check_header(what, value)
+        check_given(what, value)
         if len(value) > MAX_ADDRESS_CHARS:
             raise ComposeError(f"{what}: {value[:40]!r}... is longer than {MAX_ADDRESS_CHARS} "
                                "characters")
@@ -216,7 +232,7 @@ def attachment_path(config: Config, name: str) -> Path:
     if base is None:
         raise ComposeError("attachments are off: set [send] attachments_dir in fmail.toml to "
                            "the folder attachments may come from")
-    check_header("attachments", name)
+    check_given("attachments", name)
     root = base.resolve()
     path = (root / name).resolve()  # symlinks resolved: a link out of the folder is outside
     if not path.is_relative_to(root):
@@ -837,7 +853,7 @@ def save_draft(ctx: WriteContext, to: Sequence[str] | None = None,
     if bcc is not None:
         c.bcc = check_addresses(bcc, "bcc")
     if subject is not None:
-        c.subject = check_header("subject", subject)
+        c.subject = check_given("subject", subject)
     if body is not None:
         c.body = body
     if attachments:
