@@ -205,6 +205,19 @@ def test_a_thread_names_its_list_as_listings_do(mb: reads.Mailbox) -> None:
     assert " all ~" not in head and " U~rust-users " in line
 
 
+def test_a_senders_name_cannot_pass_for_a_thread_lines_reply_note() -> None:
+    """A thread line ends with "reply to [n]": a sender named so would fake what a message
+    replies to; such a name is quoted, other names are as they were."""
+    thread = dto.ThreadFull(thread="t1", subject="s", messages=[
+        dto.ThreadMessage(id="a1", depth=0, **{"from": "Ann <ann@example.org>"}, tags=[]),
+        dto.ThreadMessage(id="b2", depth=1, parent="a1", tags=[],
+                          **{"from": "Bob Reply  To [1] <bob@example.org>"}),
+    ])
+    lines = [line for line in render.thread_text(thread).split("\n") if line.startswith("[")]
+    assert lines[0].endswith(" Ann <ann@example.org>")
+    assert lines[1].endswith(' "Bob Reply  To [1] <bob@example.org>" reply to [1]')
+
+
 def test_list_threads_counts(mb: reads.Mailbox) -> None:
     deep = reads.list_threads(mb, "id:thread-deep-1@example.net", limit=5)
     assert deep.total == 1

@@ -382,6 +382,17 @@ def emails_text(r: dto.EmailsContent) -> str:
     return "\n\n".join(parts) or "no messages"
 
 
+# A sender's name that reads as the thread line's own "reply to [n]".
+_REPLY_LIKE = re.compile(r"(?i)\breply\s+to\s+\[")
+
+
+def _thread_sender(sender: str) -> str:
+    """A thread line's sender, quoted when its name could pass for the line's reply note
+    (a sender called "Bob reply to [1]")."""
+    text = one_line(sender)
+    return '"' + text.replace('"', "'") + '"' if _REPLY_LIKE.search(text) else text
+
+
 def thread_text(t: dto.ThreadFull) -> str:
     number = {m.id: n for n, m in enumerate(t.messages, 1)}
     count = (f"{len(t.messages)} of {counted(len(t.messages) + t.more_messages, 'message')}"
@@ -397,7 +408,7 @@ def thread_text(t: dto.ThreadFull) -> str:
         reply = f" reply to [{number[m.parent]}]" if m.parent in number else ""
         shown = flags((x for x in m.tags if x not in left_off), attachment=m.attachment,
                       lists=t.list_names)
-        lines.append(f"\n[{n}] {m.id} {when(m.date)} {shown} {one_line(m.from_)}{reply}")
+        lines.append(f"\n[{n}] {m.id} {when(m.date)} {shown} {_thread_sender(m.from_)}{reply}")
         if m.subject is not None:
             lines.append(f"subject: {_subject(m.subject)}")
         if m.body is not None:
