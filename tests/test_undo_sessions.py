@@ -14,7 +14,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from .conftest import MailEnv
 from .test_faults import TOKEN, kill_group, start_service
-from .test_server_writes import call, error_text, server_params, tags_of
+from .test_server_writes import BANK, call, error_text, server_params, tags_of
 
 MARKED = "tom-hotfix@acme.test"  # unread, in work/INBOX
 FLAGGED = "mum-visit-2026@example.net"  # unread, in personal/INBOX
@@ -142,3 +142,79 @@ async def test_an_audit_id_naming_a_write_undo_cannot_revert_says_so_and_keeps_i
             assert f"audit {sent} (send) cannot be reverted: a sent message cannot be " \
                    "recalled" in refused, refused
             assert "this session's latest" not in refused and "again" not in refused
+
+
+def contact_sql(address: str, assignments: str) -> dict[str, str]:
+    return {"sql_query": f"UPDATE contacts SET {assignments} WHERE email_address='{address}'"}
+
+
+async def contact_of(client: Client, address: str) -> dict[str, object]:
+    found = await call(client, "query_emails", {"sql_query": "SELECT name, is_blocked, notes "
+                                              f"FROM contacts WHERE email_address='{address}'"})
+    return dict(zip(found["columns"], found["rows"][0]))
+
+
+@pytest.mark.anyio
+async def test_undoing_a_contact_edit_keeps_another_sessions_later_block(indexed: MailEnv) -> None:
+    """A names a contact, B blocks it; A's undo takes the name back and leaves B's block:
+    restoring A's whole earlier row would unblock the sender, and the blocklist would let
+    its mail in again."""
+    async with Client(server_params(indexed)) as a, Client(server_params(indexed)) as b:
+        before = await contact_of(a, BANK)
+        await call(a, "manage_contacts_sql", contact_sql(BANK, "name='Northwind'"))
+        await call(b, "manage_contacts_sql", contact_sql(BANK, "is_blocked=1"))
+        assert (await call(a, "search_emails", {"query": f"from:{BANK}"}))["total"] == 0
+
+        await call(a, "undo_last_write")
+        assert await contact_of(a, BANK) == {**before, "is_blocked": 1}
+        assert (await call(a, "search_emails", {"query": f"from:{BANK}"}))["total"] == 0
+        assert len(tags_of(indexed, "tag:blocked")) == 23
+
+        await call(b, "undo_last_write")  # B's block is B's to undo
+        assert await contact_of(b, BANK) == before
+        assert (await call(b, "search_emails", {"query": f"from:{BANK}"}))["total"] == 23
+
+
+@pytest.mark.anyio
+async def test_undoing_a_contact_edit_leaves_a_column_a_later_write_changed_and_says_so(
+        indexed: MailEnv) -> None:
+    """A sets a contact's name and notes, B renames it; A's undo takes the notes back and
+    leaves B's name, naming B's write.  A blocks a sender, B unblocks it: A's undo leaves
+    it unblocked, its mail where B's unblock put it."""
+    async with Client(server_params(indexed)) as a, Client(server_params(indexed)) as b:
+        before = await contact_of(a, BANK)
+        await call(a, "manage_contacts_sql", contact_sql(BANK, "name='NW', notes='bank'"))
+        renamed = await call(b, "manage_contacts_sql", contact_sql(BANK, "name='Northwind'"))
+        result = await a.call_tool("undo_last_write", {})
+        assert not result.is_error, result.content
+        assert await contact_of(a, BANK) == {**before, "name": "Northwind"}
+        shown = result.content[0].text  # type: ignore[union-attr]
+        assert (f"{BANK}: left as a later write set it: name (audit {renamed['audit_id']} "
+                "(contacts))") in shown
+
+        await call(a, "manage_contacts_sql", contact_sql(BANK, "is_blocked=1"))
+        unblocked = await call(b, "manage_contacts_sql", contact_sql(BANK, "is_blocked=0"))
+        result = await a.call_tool("undo_last_write", {})
+        assert not result.is_error, result.content
+        assert (await contact_of(a, BANK))["is_blocked"] == 0
+        assert (await call(a, "search_emails", {"query": f"from:{BANK}"}))["total"] == 23
+        assert not tags_of(indexed, "tag:blocked")
+        shown = result.content[0].text  # type: ignore[union-attr]
+        assert f"is_blocked (audit {unblocked['audit_id']} (contacts))" in shown
+
+
+@pytest.mark.anyio
+async def test_undoing_the_adding_of_a_contact_another_session_blocked_since_keeps_the_block(
+        indexed: MailEnv) -> None:
+    """A adds a contact, B blocks it; A's undo takes A's name back and keeps the contact,
+    blocked: deleting the row A made would drop B's block with it.  B's undo then unblocks
+    it."""
+    new = "pest@spam.example"
+    async with Client(server_params(indexed)) as a, Client(server_params(indexed)) as b:
+        await call(a, "manage_contacts_sql", {
+            "sql_query": f"INSERT INTO contacts (email_address, name) VALUES ('{new}', 'Pest')"})
+        await call(b, "manage_contacts_sql", contact_sql(new, "is_blocked=1"))
+        await call(a, "undo_last_write")
+        assert await contact_of(a, new) == {"name": None, "is_blocked": 1, "notes": None}
+        await call(b, "undo_last_write")
+        assert await contact_of(b, new) == {"name": None, "is_blocked": 0, "notes": None}

@@ -789,24 +789,38 @@ def _one_undo_at_a_time(ctx: WriteContext) -> Iterator[None]:
         yield
 
 
-def undo_last(ctx: WriteContext,
-              restore_rows: Callable[[Any, list[dict[str, Any]]], None] | None = None,
-              audit_id: int | None = None) -> tuple[sidecar.AuditEntry, BatchReport] | None:
+@dataclass(frozen=True)
+class Undone:
+    """An entry undone: what its messages' revert did, and what ``restore_rows`` left of
+    its non-mail rows as later writes set them (one line each)."""
+
+    entry: sidecar.AuditEntry
+    report: BatchReport
+    kept: list[str]
+
+
+# Puts back an entry's non-mail rows (contacts) in the sidecar; returns what it left as later
+# writes set it, one line each.
+RestoreRows = Callable[[sqlite3.Connection, sidecar.AuditEntry], list[str]]
+
+
+def undo_last(ctx: WriteContext, restore_rows: RestoreRows | None = None,
+              audit_id: int | None = None) -> Undone | None:
     """Revert the latest audit entry not yet undone that was made in ``ctx.session`` -- what
     the model calling means by "undo that" is its own write, never another session's, the
     CLI's or a pass's: its tags, files moved back into the folders they came from (into
     ``cur/``, keeping the flags they have now), and -- through ``restore_rows`` -- the
-    non-mail rows it recorded (contacts).  What later writes changed on its messages stands
-    (see revert_step).  None when nothing is left; a ChangeError when only others' are.
+    non-mail rows it recorded (contacts).  What later writes changed on its messages and
+    rows stands (see revert_step, and ``restore_rows``).  None when nothing is left; a
+    ChangeError when only others' are.
     ``audit_id``: that entry instead, whoever made it (asked for by name: a write of an
     earlier server, or another session's, that the user wants undone)."""
     with _one_undo_at_a_time(ctx):
         return _undo_latest(ctx, restore_rows, audit_id)
 
 
-def _undo_latest(ctx: WriteContext,
-                 restore_rows: Callable[[Any, list[dict[str, Any]]], None] | None,
-                 audit_id: int | None = None) -> tuple[sidecar.AuditEntry, BatchReport] | None:
+def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None,
+                 audit_id: int | None = None) -> Undone | None:
     with sidecar.opened(ctx.sidecar_file) as conn:
         if audit_id is not None:
             entry = sidecar.write_left(conn, audit_id)
@@ -826,7 +840,6 @@ def _undo_latest(ctx: WriteContext,
         raise ChangeError(f"nothing was undone: this session's latest write ({entry.action}) "
                           f"cannot be reverted: {entry.params[NOT_UNDOABLE]}. Call "
                           "undo_last_write again to undo the write before it")
-    rows = entry.contact_rows
     changes = {c["message_id"]: c for c in entry.changes if "message_id" in c}
     report = run(ctx, list(changes), revert_step(changes, later))
     if report.failed or report.stale:  # all or nothing: put the others back as they were
@@ -838,17 +851,17 @@ def _undo_latest(ctx: WriteContext,
             f"{mid}: {text}" for mid, text in back.errors) + " failed")
         raise ChangeError(f"nothing was undone ({why}){left}; the write can be undone once "
                           "that is fixed")
-    def undone(conn: sqlite3.Connection) -> None:
-        if rows and restore_rows is not None:
-            restore_rows(conn, rows)
+    def undone(conn: sqlite3.Connection) -> list[str]:
+        kept = restore_rows(conn, entry) if entry.contact_rows and restore_rows else []
         sidecar.mark_undone(conn, entry.id)
+        return kept
     try:
-        _recorded(ctx, f"the {entry.action} was undone, but the sidecar could not record that: "
-                  "do not undo it again", undone)
+        kept = _recorded(ctx, f"the {entry.action} was undone, but the sidecar could not "
+                         "record that: do not undo it again", undone)
     finally:
         notify(ctx, f"undo {entry.action}", report.changes)
     report.audit_id = entry.id
-    return entry, report
+    return Undone(entry, report, kept)
 
 
 def _none_of_this_session(conn: sqlite3.Connection, session: str | None) -> None:

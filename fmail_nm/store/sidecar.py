@@ -1718,16 +1718,16 @@ def write_left(conn: sqlite3.Connection, entry_id: int) -> AuditEntry | None:
     return None if row is None else _entry(row)
 
 
-def later_changes(conn: sqlite3.Connection, entry_id: int,
-                  message_ids: Sequence[str]) -> list[tuple[int, str, dict[str, Any]]]:
+def later_changes(conn: sqlite3.Connection, entry_id: int, message_ids: Sequence[str],
+                  key: str = "message_id") -> list[tuple[int, str, dict[str, Any]]]:
     """What the writes after entry ``entry_id`` that are not undone -- by anyone, passes
     included -- changed on ``message_ids``: (entry id, action, the message's change), oldest
-    first."""
+    first.  ``key="contact"``: on those contacts (the contact rows of contacts writes)."""
     rows = conn.execute(
         "SELECT a.id, a.action, c.value FROM audit_log a, json_each(a.changes) c "
-        "WHERE a.id > ? AND a.undone_at IS NULL AND json_extract(c.value, '$.message_id') "
+        "WHERE a.id > ? AND a.undone_at IS NULL AND json_extract(c.value, ?) "
         "IN (SELECT value FROM json_each(?)) ORDER BY a.id",
-        (entry_id, json.dumps(list(message_ids)))).fetchall()
+        (entry_id, f"$.{key}", json.dumps(list(message_ids)))).fetchall()
     return [(int(i), str(action), json.loads(change)) for i, action, change in rows]
 
 

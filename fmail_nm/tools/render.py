@@ -497,7 +497,7 @@ def _unchanged(r: WriteResult) -> list[str]:
 def undo_text(r: UndoResult) -> str:
     put_back = f": {_short_ids(r.applied)}" if r.applied else ""
     return "\n".join([f"undid audit {r.audit_id}; {len(r.applied)} put back{put_back}"
-                      + _in_accounts(r), *_failed(r)])
+                      + _in_accounts(r), *_failed(r), *r.kept])
 
 
 def _in_accounts(r: WriteResult) -> str:

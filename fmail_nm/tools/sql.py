@@ -360,22 +360,72 @@ def contact_diff(before: dict[str, dict[str, Any]],
             if before.get(address) != after.get(address)]
 
 
-def restore_contacts(conn: sqlite3.Connection, diff: Sequence[dict[str, Any]]) -> None:
-    """Put contact rows back as they were before a recorded statement (for undo)."""
+# The columns of a contact an undo turns back one by one, and a contact without a row of
+# its own as the contacts view shows it (no name of the user's, not blocked, no notes).
+_UNDONE_COLUMNS = ("name", "is_blocked", "notes")
+_NO_ROW: dict[str, Any] = {"name": None, "is_blocked": 0, "notes": None}
+
+
+def later_contact_writes(conn: sqlite3.Connection,
+                         entry: sidecar.AuditEntry) -> dict[str, dict[str, str]]:
+    """Per contact of ``entry``, the columns that writes after it (not undone, by anyone)
+    changed, each with the latest one's name (``audit 9 (contacts)``); a write
+    that made or deleted the row changed them all."""
+    found: dict[str, dict[str, str]] = {}
+    addresses = [change["contact"] for change in entry.contact_rows]
+    for audit_id, action, change in sidecar.later_changes(conn, entry.id, addresses,
+                                                          key="contact"):
+        columns = found.setdefault(change["contact"], {})
+        whole = change["before"] is None or change["after"] is None
+        for column in _UNDONE_COLUMNS:
+            if whole or change["before"][column] != change["after"][column]:
+                columns[column] = f"audit {audit_id} ({action})"
+    return found
+
+
+def restore_contacts(conn: sqlite3.Connection, entry: sidecar.AuditEntry) -> list[str]:
+    """Put back what a recorded contacts write changed (for undo): of each contact, only the
+    columns the write changed, and of those only the ones no later write (not undone) changed
+    since.  The others stand -- undoing a rename must not lift the block another session set
+    since, which would let the sender's mail in again, nor undoing that block take back the
+    rename's own undo -- and the lines returned name them."""
+    kept: list[str] = []
     with sidecar.transaction(conn):
-        for change in diff:
-            row = change["before"]
-            if row is None:
-                conn.execute("DELETE FROM contact_info WHERE email_address = ?",
-                             (change["contact"],))
-            else:
-                conn.execute(
-                    "INSERT INTO contact_info (email_address, name, is_blocked, notes, "
-                    "updated_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (email_address) DO UPDATE "
-                    "SET name = excluded.name, is_blocked = excluded.is_blocked, "
-                    "notes = excluded.notes, updated_at = excluded.updated_at",
-                    (row["email_address"], row["name"], row["is_blocked"], row["notes"],
-                     utc_stamp()))
+        later = later_contact_writes(conn, entry)
+        for change in entry.contact_rows:
+            since = later.get(change["contact"], {})
+            if change["after"] is None and not since:  # the write deleted the row: back whole
+                _put_row(conn, change["before"])
+            elif left := _put_columns(conn, change, since):
+                kept.append(f"{change['contact']}: left as a later write set it: {left}")
+    return kept
+
+
+def _put_row(conn: sqlite3.Connection, row: dict[str, Any]) -> None:
+    conn.execute(
+        "INSERT INTO contact_info (email_address, name, is_blocked, notes, updated_at) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (email_address) DO UPDATE SET name = excluded.name, "
+        "is_blocked = excluded.is_blocked, notes = excluded.notes, "
+        "updated_at = excluded.updated_at",
+        (row["email_address"], row["name"], row["is_blocked"], row["notes"], utc_stamp()))
+
+
+def _put_columns(conn: sqlite3.Connection, change: dict[str, Any],
+                 since: dict[str, str]) -> str:
+    """Turn back the columns ``change`` changed that are not in ``since`` (the later writes
+    per column); says which it left, and by which write."""
+    before, after = change["before"] or _NO_ROW, change["after"] or _NO_ROW
+    changed = [column for column in _UNDONE_COLUMNS if before[column] != after[column]]
+    back = [column for column in changed if column not in since]
+    if back:
+        conn.execute(f"UPDATE contact_info SET {', '.join(f'{c} = ?' for c in back)}, "
+                     "updated_at = ? WHERE email_address = ?",
+                     (*(before[c] for c in back), utc_stamp(), change["contact"]))
+    if change["before"] is None and (back or not since):  # the write made the row: gone
+        # again if it says nothing now (a later write that made it again changed every column)
+        conn.execute("DELETE FROM contact_info WHERE email_address = ? AND name IS NULL "
+                     "AND is_blocked = 0 AND notes IS NULL", (change["contact"],))
+    return ", ".join(f"{column} ({since[column]})" for column in changed if column in since)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from .. import tags
 from ..clock import MACHINE_ZONE
@@ -195,6 +195,13 @@ def _preview(ctx: WriteContext, sel: Selection, target: Target) -> WriteResult |
 
 class UndoResult(WriteResult):
     """A write undone: ``applied`` are the messages put back, ``audit_id`` the entry undone."""
+
+    # What of a contacts write was left as later writes set it, one line per contact.
+    _kept: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def kept(self) -> list[str]:
+        return self._kept
 
 
 def _result(config: Config, report: BatchReport, match_count: int | None) -> WriteResult:
@@ -455,9 +462,10 @@ def undo_last_write(ctx: WriteContext, audit_id: int | None = None) -> UndoResul
     undone = changes.undo_last(ctx, restore_rows=sqltools.restore_contacts, audit_id=audit_id)
     if undone is None:
         raise ToolError("nothing to undo: no recorded write is left that has not been undone")
-    entry, report = undone
-    _follow_undone_blocks(ctx, entry)
-    return UndoResult(**_reported(ctx.config, report))
+    _follow_undone_blocks(ctx, undone.entry)
+    result = UndoResult(**_reported(ctx.config, undone.report))
+    result._kept = undone.kept
+    return result
 
 
 def _follow_undone_blocks(ctx: WriteContext, entry: sidecar.AuditEntry) -> None:
