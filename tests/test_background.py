@@ -556,6 +556,24 @@ def test_stop_while_an_index_run_waits_for_the_lock_leaves_no_notmuch_new_behind
     assert known("stopped-run-1@example.net")
 
 
+def test_an_index_run_stopped_at_shutdown_shows_as_stopped_not_failed(
+        indexed: MailEnv, service: Callable[..., Background]) -> None:
+    """A notmuch new stopped at the shutdown deadline did not fail: the status after a
+    normal stop says it was stopped and that the next start indexes the rest."""
+    bg = service()
+    with notmuch_lock_held() as holder:
+        deliver(indexed.mail_root / "personal" / "INBOX", "stopped-run-2@example.net")
+        pid = wait_for(_our_notmuch_new, "the index run's notmuch new to start")
+        bg.stop(timeout=2.0)
+        wait_for(lambda: _gone(pid), "the waiting notmuch new to be stopped")
+        holder.release()
+
+    shown = render_text(bg.status())
+    assert "FAILED" not in shown and "exit" not in shown, shown
+    assert "stopped at shutdown" in shown and "next start" in shown, shown
+    assert bg.status().index.last_ok is not False
+
+
 def test_a_notmuch_new_stopped_midway_keeps_what_it_indexed(indexed: MailEnv) -> None:
     """A run stopped at the service's shutdown deadline (or its timeout) that was indexing,
     not waiting: notmuch new commits what it has on SIGINT -- on SIGTERM it dies with all of

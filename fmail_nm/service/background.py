@@ -44,7 +44,7 @@ from ..errors import BackendError
 from ..private import private_dir
 from ..store.notmuch import Reader
 from ..store.notmuch_cli import NEW_STOP_GRACE, notmuch_settings, stop_new_runs
-from .index import INDEX_TIMEOUT, run_index
+from .index import INDEX_TIMEOUT, IndexingStopped, run_index
 from .mbsync import (MBSYNC_TIMEOUT, STOP_GRACE, MbsyncNotInstalled, MbsyncRun,
                      mbsync_config_of, run_mbsync, stop_running, wait_for_channels)
 from .push import PUSH_QUIET, PUSH_RETRY, PushScheduler, backoff_delay, mbsync_ran
@@ -347,10 +347,15 @@ class _Indexer:
         clock = time.monotonic()
         error: str | None = None
         added: int | None = None
+        stopped = False
         try:
             # The configuration as it is now: the pass tags by the rules the hook would read.
             summary = run_index(self.bg.config, show_progress=False, timeout=timeout,
                                 full_scan=full_scan)
+        except IndexingStopped as exc:  # by stop(): no failure, though the run did not end
+            stopped, error = True, str(exc)
+            log.info("indexing (%s) stopped after %.1fs: %s", reason,
+                     time.monotonic() - clock, error)
         except Exception as exc:  # notmuch new failed or timed out, a busy lock, the sidecar
             error = str(exc) or type(exc).__name__
             log.warning("indexing (%s) failed after %.1fs: %s", reason,
@@ -367,7 +372,7 @@ class _Indexer:
         def record(s: ServiceStatus) -> None:
             s.index.runs += 1
             s.index.last_run_at = started
-            s.index.last_ok = error is None
+            s.index.last_ok = None if stopped else error is None
             s.index.last_error = error
             if error is None:
                 s.index.last_added = added

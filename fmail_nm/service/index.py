@@ -78,6 +78,11 @@ class IndexingFailed(NotmuchAccessError):
     :class:`~fmail_nm.errors.BackendError`: the request was fine, the machinery failed.)"""
 
 
+class IndexingStopped(IndexingFailed):
+    """notmuch new was stopped at the service's shutdown: it kept what it indexed, and the
+    next start indexes the rest -- no failure to report."""
+
+
 # How long a write waits for the re-index it asks for (mbsync renamed a file it names).
 REINDEX_TIMEOUT = 60.0
 # How long `fmail-nm index` and init wait for an mbsync run of ours before indexing: as long
@@ -359,6 +364,9 @@ def run_index(config: Config, *, show_progress: bool | None = None,
                                  on_line=handle if (as_tty or on_line) else None,
                                  timeout=timeout, env=env, full_scan=full_scan)
         output = progress.strip_progress(result.output)
+        if result.shut_down:
+            raise IndexingStopped("notmuch new stopped at shutdown; the next start indexes "
+                                  "the rest")
         if result.timed_out:
             raise IndexingFailed(
                 f"notmuch new did not finish within {timeout:g}s and was stopped; another "

@@ -76,7 +76,7 @@ class AccountStatus(Dto):
 
 class IndexStatus(Dto):
     last_run_at: datetime | None = None
-    last_ok: bool | None = None
+    last_ok: bool | None = None  # None after a run: stopped at shutdown (last_error says so)
     last_error: str | None = None
     runs: int = Field(default=0, description="notmuch new runs by this service")
     last_added: int | None = Field(default=None, description="messages the last run added")
@@ -557,6 +557,9 @@ def render_text(status: ServiceStatus | None, *, now: datetime | None = None) ->
     elif idx.last_ok:
         added = f", {idx.last_added} new" if idx.last_added is not None else ""
         index_line = f"index: {idx.runs} runs, last {_when(idx.last_run_at, now)} ok{added}"
+    elif idx.last_ok is None:
+        index_line = (f"index: {idx.runs} runs, last {_when(idx.last_run_at, now)}: "
+                      f"{first_line(idx.last_error)}")
     else:
         index_line = (f"index: {idx.runs} runs, last {_when(idx.last_run_at, now)} FAILED: "
                       f"{first_line(idx.last_error)}")

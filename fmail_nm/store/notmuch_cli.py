@@ -106,15 +106,18 @@ class NewResult:
     returncode: int
     output: str
     timed_out: bool = False  # stopped after ``timeout`` seconds (e.g. stuck on the write lock)
+    shut_down: bool = False  # stopped by stop_new_runs (the service's shutdown)
 
 
 # After SIGINT, notmuch new commits what it has indexed and exits (on SIGTERM it dies with
 # all of it); this long, then SIGKILL.
 NEW_STOP_GRACE = 5.0
-# The runs of this process in a session of their own (those with a timeout) still going, for
-# stop_new_runs: out of reach of a signal to the service's process group, one left behind
-# would index on after the service is gone -- the pass that follows it left to the service.
+# The runs of this process in a session of their own (those with a timeout) still going, and
+# those of them stop_new_runs ended: out of reach of a signal to the service's process group,
+# one left behind would index on after the service is gone -- the pass that follows it left to
+# the service.
 _running: set[subprocess.Popen[bytes]] = set()
+_stopped: set[subprocess.Popen[bytes]] = set()
 _running_lock = threading.Lock()
 
 
@@ -123,6 +126,7 @@ def stop_new_runs() -> int:
     service's shutdown, once its deadline has passed; how many were stopped."""
     with _running_lock:
         procs = [proc for proc in _running if proc.poll() is None]
+        _stopped.update(procs)
     for proc in procs:
         _stop_new(proc)
     return len(procs)
@@ -217,7 +221,10 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
     finally:
         with _running_lock:
             _running.discard(proc)
-    return NewResult(proc.returncode, "".join(lines), timed_out=timed_out.is_set())
+            shut_down = proc in _stopped
+            _stopped.discard(proc)
+    return NewResult(proc.returncode, "".join(lines), timed_out=timed_out.is_set(),
+                     shut_down=shut_down)
 
 
 def _pty_chunks(fd: int) -> Iterator[bytes]:
