@@ -268,9 +268,7 @@ async def test_the_next_thread_page_after_the_last_threads_newest_match_left_ski
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("tool", ["search_emails", pytest.param("list_threads", marks=(
-    pytest.mark.xfail(strict=True, reason="notmuch ranks threads of one second by when it "
-                      "indexed them, the mirror by Message-ID")))])
+@pytest.mark.parametrize("tool", ["search_emails", "list_threads"])
 async def test_a_page_notmuch_reads_after_one_the_mirror_read_skips_none_of_one_second(
         indexed: MailEnv, tool: str) -> None:
     """Three messages share the newest second; the first page (from the mirror) shows one,

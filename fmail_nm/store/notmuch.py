@@ -35,7 +35,7 @@ from ..errors import BackendError, CallerError
 from ..tags import DEFAULT_EXCLUDED, FLAG_TAGS
 from .notmuch_config import config_bool, config_list, file_stamp, find_notmuch_config
 from .query import all_of, id_query, quote
-from .threads import ThreadSummary, author_of, thread_authors
+from .threads import ThreadSummary, author_of, rank_id, thread_authors
 
 T = TypeVar("T")
 
@@ -753,15 +753,17 @@ def _reply_order(thread: notmuch2.Thread, most: int | None) -> list[ThreadNode]:
 
 
 def _summary(thread: notmuch2.Thread) -> ThreadSummary:
+    members = [(m, _is_match(m)) for m in thread]
     return ThreadSummary(
         thread_id=str(thread.threadid),
         subject=str(thread.subject),
-        authors=thread_authors((author_of(_header(m, "from")), _is_match(m)) for m in thread),
+        authors=thread_authors((author_of(_header(m, "from")), matched) for m, matched in members),
         oldest=thread.first,
         newest=thread.last,
         message_count=len(thread),
         matched_count=thread.matched,
         tags=frozenset(str(x) for x in thread.tags),
+        rank_id=rank_id((m.date, _message_id(m)) for m, matched in members if matched),
     )
 
 

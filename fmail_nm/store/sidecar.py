@@ -1308,13 +1308,13 @@ def thread_members(conn: sqlite3.Connection, thread_ids: Sequence[str],
     for chunk in chunks(thread_ids):
         marks = ",".join("?" * len(chunk))
         rows = conn.execute(
-            f"SELECT thread_id, coalesce(date_epoch, 0), subject, sender_name, sender_email, tags, "
-            f"is_excluded = 0{where} AND {carries} FROM messages m "
+            f"SELECT thread_id, coalesce(date_epoch, 0), message_id, subject, sender_name, "
+            f"sender_email, tags, is_excluded = 0{where} AND {carries} FROM messages m "
             f"WHERE thread_id IN ({marks}) ORDER BY thread_id, coalesce(date_epoch, 0), rowid",
             [*args, *tags, *chunk])
-        for thread, date_, subject, name, address, tags_json, matched in rows:
+        for thread, date_, message_id, subject, name, address, tags_json, matched in rows:
             found.setdefault(thread, []).append(ThreadMember(
-                date=date_, subject=subject, author=author(name, address),
+                date=date_, message_id=message_id, subject=subject, author=author(name, address),
                 tags=frozenset(json.loads(tags_json)), matched=bool(matched)))
     return found
 

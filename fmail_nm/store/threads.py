@@ -34,6 +34,9 @@ class ThreadSummary:
     message_count: int
     matched_count: int
     tags: frozenset[str]
+    # The Message-ID that ranks the thread among those of its newest second: its newest
+    # match's (the greatest on a tie), as the mirror reads matches by date and Message-ID.
+    rank_id: str
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class ThreadMember:
     """One message of a thread, as a summary needs it."""
 
     date: int  # 0 when the message has no usable Date, as notmuch keeps it
+    message_id: str
     subject: str
     author: str
     tags: frozenset[str]
@@ -115,6 +119,11 @@ def _subject_of(subject: str) -> str:
     return subject[4:] if subject[:4].lower() in _REPLY_PREFIXES else subject
 
 
+def rank_id(matches: Iterable[tuple[int, str]]) -> str:
+    """A thread's rank_id, from the (date, Message-ID) of each of its matches."""
+    return max(matches, default=(0, ""))[1]
+
+
 def summarize(thread_id: str, members: Iterable[ThreadMember]) -> ThreadSummary:
     """The summary of a thread from all its messages, oldest first (ties in index order)."""
     listed = list(members)
@@ -134,4 +143,5 @@ def summarize(thread_id: str, members: Iterable[ThreadMember]) -> ThreadSummary:
         thread_id=thread_id, subject=subject,
         authors=thread_authors((m.author, m.matched) for m in listed),
         oldest=oldest, newest=newest, message_count=len(listed), matched_count=matched,
-        tags=frozenset(tag for m in listed for tag in m.tags))
+        tags=frozenset(tag for m in listed for tag in m.tags),
+        rank_id=rank_id((m.date, m.message_id) for m in listed if m.matched))

@@ -423,6 +423,7 @@ def next_cursor(offset: int, page: int, total: int, fingerprint: str,
 
 P = ParamSpec("P")
 R = TypeVar("R")
+Item = TypeVar("Item")
 
 
 def one_mirror_state(tool: Callable[Concatenate[Mailbox, P], R]) -> Callable[Concatenate[Mailbox, P], R]:
@@ -626,9 +627,9 @@ def _tagged_page_from_mirror(mirror: Answerable | None, sort: str, offset: int,
                                scan=scan)
 
 
-# How many messages each side of a page notmuch's page of a tag search is read with, so that
-# the messages of the dates at the page's edges are there whole (the margin grows to the
-# largest, then the page is notmuch's as it is).
+# How many messages (threads) each side of a page notmuch's page of a search the mirror may
+# page is read with, so that those of the dates at the page's edges are there whole (the
+# margin grows to the largest, then the page is notmuch's as it is).
 TIE_MARGIN, MAX_TIE_MARGIN = 10, 640
 
 
@@ -649,26 +650,43 @@ def _page_in_mirror_order(mb: Mailbox, conn: sqlite3.Connection, nm_query: str,
                           limit: int) -> list[str]:
     """notmuch's page of a search whose other pages the mirror may read: messages of one
     date in the mirror's order (by Message-ID) rather than notmuch's (by when it indexed
-    them), so that no page repeats or skips one of them where the two meet.  notmuch's page
-    is read with a margin each side, ordered by the mirror's dates and Message-IDs, and cut
-    where the dates at its edges lie whole inside what was read."""
-    newest = sort == "newest"
+    them), so that no page repeats or skips one of them where the two meet."""
+    def read(offset: int, limit: int) -> list[str]:
+        return _page_ids(mb, nm_query, exclude_tags, sort, offset, limit)
+
+    def ranks(ids: Sequence[str]) -> Callable[[str], tuple[int, str]] | None:
+        dates = sidecar.dates_of(conn, ids)
+        if len(dates) < len(ids):  # a message the mirror does not have yet: notmuch's order
+            return None
+        return lambda mid: (dates[mid], mid)
+    return _in_tie_order(read, ranks, offset, limit, newest=sort == "newest")
+
+
+def _in_tie_order(read: Callable[[int, int], list[Item]],
+                  ranks: Callable[[Sequence[Item]], Callable[[Item], tuple[int, str]] | None],
+                  offset: int, limit: int, *, newest: bool) -> list[Item]:
+    """notmuch's page (``read`` from an offset, so many) ordered by the (date, Message-ID)
+    ``ranks`` gives its items (None: notmuch's order stands), as the mirror orders its pages.
+    The page is read with a margin each side, ordered, and cut where the dates at its edges
+    lie whole inside what was read (the margin grows to the largest, then the page is
+    notmuch's as it is)."""
     margin = TIE_MARGIN
     while margin <= MAX_TIE_MARGIN:
         start = max(0, offset - margin)
         wanted = offset - start + limit + margin
-        ids = _page_ids(mb, nm_query, exclude_tags, sort, start, wanted)
-        dates = sidecar.dates_of(conn, ids)
-        if len(dates) < len(ids):  # a message the mirror does not have yet: notmuch's order
+        items = read(start, wanted)
+        rank = ranks(items)
+        if rank is None:
             break
-        ordered = sorted(ids, key=lambda mid: (dates[mid], mid), reverse=newest)
+        ordered = sorted(items, key=rank, reverse=newest)
         page = ordered[offset - start:offset - start + limit]
-        whole_before = start == 0 or not page or dates[ordered[0]] != dates[page[0]]
-        whole_after = len(ids) < wanted or not page or dates[ordered[-1]] != dates[page[-1]]
+        whole_before = start == 0 or not page or rank(ordered[0])[0] != rank(page[0])[0]
+        whole_after = (len(items) < wanted or not page
+                       or rank(ordered[-1])[0] != rank(page[-1])[0])
         if whole_before and whole_after:
             return page
         margin *= 4
-    return _page_ids(mb, nm_query, exclude_tags, sort, offset, limit)
+    return read(offset, limit)
 
 
 def _kept_counts(mirror: Answerable | None) -> tuple[int, int] | None:
@@ -893,9 +911,21 @@ def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
             members = sidecar.thread_members(mirror.conn, chosen, mirror.groups, span=span)
             # (a thread a sync removed since the first read is left out)
             return [summarize(t, members[t]) for t in chosen if t in members], len(found) == want
-    page = mb.reader.threads(nm_query, exclude_tags=exclude_tags, offset=offset,
-                             limit=limit + 1)
+    def read(offset: int, limit: int) -> list[ThreadSummary]:
+        return mb.reader.threads(nm_query, exclude_tags=exclude_tags, offset=offset, limit=limit)
+
+    # The mirror reads a page of any search it answers (when its window holds one), so
+    # notmuch's pages follow its order whenever it may read the others, or once it catches up.
+    if mirror is not None or _tie_order(mb, None, nm_query, exclude_tags) is not None:
+        page = _in_tie_order(read, lambda _: _thread_rank, offset, limit + 1, newest=True)
+    else:
+        page = read(offset, limit + 1)
     return page[:limit], len(page) > limit
+
+
+def _thread_rank(thread: ThreadSummary) -> tuple[int, str]:
+    """Where a thread ranks in the mirror's pages of threads (see _in_tie_order)."""
+    return thread.newest, thread.rank_id
 
 
 def thread_figures(mb: Mailbox, thread_ids: Sequence[str],
@@ -1342,7 +1372,6 @@ def list_tags(mb: Mailbox) -> dto.TagList:
 # folder per label, run to thousands); the text says where the rest are.
 MAX_TAGS = 300
 MAX_FOLDERS = 300
-Item = TypeVar("Item")
 
 
 def _most(items: Sequence[Item], most: int, key: Callable[[Item], Any]) -> list[Item]:
