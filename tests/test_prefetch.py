@@ -94,3 +94,49 @@ def test_the_mirror_takes_a_parse_only_for_the_file_it_would_read(indexed: MailE
             "SELECT message_id, body_preview FROM messages WHERE message_id LIKE 'prefetch-%'"))
     assert previews == {"prefetch-1@example.net": "parsed ahead",
                         "prefetch-2@example.net": "The body of delivery 2."}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone but for its parent's wait; an orphan's is reaped by init.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_parse_workers_end_when_the_process_that_started_them_is_killed(tmp_path: Path) -> None:
+    """A parse worker waits for work on a pipe it holds both ends of: `fmail-nm index`
+    killed with SIGKILL left its workers waiting for good."""
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import os, signal, sys\n"
+        "from fmail_nm.passes.mirror import parse_pool\n"
+        "pool = parse_pool(2)\n"
+        "assert pool is not None\n"
+        "list(pool.map(abs, [-1, -2, -3, -4]))\n"
+        "print(' '.join(str(p) for p in pool._processes), flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n")
+    # Output to files: workers that outlive it would hold a pipe open, and run() wait.
+    out, err = tmp_path / "out", tmp_path / "err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        done = subprocess.run([sys.executable, "-c", script], stdout=stdout, stderr=stderr,
+                              timeout=60, cwd=tmp_path)
+    assert done.returncode == -signal.SIGKILL, err.read_text()
+    workers = [int(pid) for pid in out.read_text().split()]
+    assert len(workers) == 2
+    try:
+        deadline = time.monotonic() + 30
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(map(_alive, workers)), "parse workers outlived their parent"
+    finally:
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -241,10 +241,31 @@ def parse_pool(workers: int) -> ProcessPoolExecutor | None:
 
     try:
         # spawn, not fork: this process has threads (the notmuch writer) and handles
-        return ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
+        return ProcessPoolExecutor(workers, mp_context=get_context("spawn"),
+                                   initializer=_exit_with_parent)
     except OSError as exc:
         log.warning("no worker processes for parsing (%s); parsing here", exc)
         return None
+
+
+def _exit_with_parent() -> None:
+    """A parse worker's start: it ends when the process that started it does.  A worker
+    waits for work on a pipe it holds both ends of, so it never sees its parent go: one
+    killed (``kill -9``, the OOM killer) left its workers waiting for good."""
+    import multiprocessing
+    import threading
+    from multiprocessing.connection import wait
+
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    sentinel = parent.sentinel
+
+    def watch() -> None:
+        wait([sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 PARSE_AHEAD = 2000  # files parse_in_order has parsed or queued beyond what was taken
