@@ -5,9 +5,14 @@ not carry characters that make a draft read otherwise than it is."""
 from __future__ import annotations
 
 import base64
+import email
+import email.header
+import email.policy
 
 import pytest
 from mcp.client.client import Client
+
+from fmail_nm.tools import compose
 
 from .conftest import MailEnv
 from .test_server import text
@@ -70,3 +75,48 @@ async def test_a_draft_refuses_bidi_overrides_in_recipients_and_subject(indexed:
             refused = await error_text(client, tool, args)
             assert "bidirectional" in refused, refused
     assert drafts(indexed) == before
+
+
+SCOTLAND = "\U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f"
+
+
+@pytest.mark.parametrize("value", [
+    "\u0645\u062d\u0645\u062f\u200f <m@x.test>",  # an Arabic name ending in RLM
+    "\u061c\u0645\u062d\u0645\u062f \u200eJr <m@x.test>",  # ALM, LRM
+    "\u05d3\u05d5\u05d3 <d@x.test>",  # Hebrew
+    "Fam \U0001f468\u200d\U0001f469\u200d\U0001f467 \u2764\ufe0f <f@x.test>",  # ZWJ, VS16
+    f"Team {SCOTLAND} Scotland <t@x.test>",  # a subdivision flag is made of tag characters
+])
+def test_a_given_name_in_a_right_to_left_script_or_with_emoji_is_kept(value: str) -> None:
+    assert compose.check_addresses([value], "to")[0].address == value.split("<")[1][:-1]
+    assert compose.check_given("subject", value) == value
+
+
+@pytest.mark.parametrize("value", [
+    "hi\U000e0069\U000e0067\U000e006e\U000e006f\U000e0072\U000e0065",  # tag text, no flag
+    "\U0001f3f4\U000e0069\U000e0067\U000e006e\U000e006f\U000e0072\U000e0065 all\U000e007f",
+    f"{SCOTLAND}\U000e0061",  # a tag character past the flag's end
+    "pay\x9bnow",  # a C1 control (a one-byte CSI)
+    "\u202dBob",
+])
+def test_tag_text_and_c1_controls_are_refused_outside_a_flag(value: str) -> None:
+    with pytest.raises(compose.ComposeError, match="bidirectional"):
+        compose.check_given("subject", value)
+
+
+@pytest.mark.anyio
+async def test_a_draft_to_a_name_with_a_subdivision_flag_is_saved_with_it(
+        indexed: MailEnv) -> None:
+    before = drafts(indexed)
+    async with Client(server_params(indexed)) as client:
+        saved = await client.call_tool("save_draft", {
+            "to": [f"Team {SCOTLAND} Scotland <t@x.test>"], "subject": f"Go {SCOTLAND}",
+            "body": "hi"})
+        assert not saved.is_error, saved
+    [name] = set(drafts(indexed)) - set(before)
+    [path] = indexed.mail_root.rglob(name)
+    message = email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
+    # Decoded as RFC 2047 says (the email package's own parse spaces encoded words apart).
+    to = email.header.decode_header(dict(message.raw_items())["To"].replace("\r\n", ""))
+    assert str(email.header.make_header(to)) == f"Team {SCOTLAND} Scotland <t@x.test>"
+    assert message["Subject"] == f"Go {SCOTLAND}"

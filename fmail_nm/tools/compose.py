@@ -90,6 +90,10 @@ _FORBIDDEN = re.compile("[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
 # model reads of mail has them taken out (message.hygiene), so it would not see what it wrote.
 # Headers read from a file are left as they are: these cannot break their lines.
 _SPOOFING = re.compile("[\x80-\x9f\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]")
+# A subdivision flag (Scotland's: black flag, "gbsct" in tag letters, cancel tag) is the one
+# use of tag characters, a flag a mail client shows: a region and a short code, no text.
+_FLAG_TAGS = re.compile("\U0001f3f4[\U000e0061-\U000e007a]{2}"
+                        "[\U000e0030-\U000e0039\U000e0061-\U000e007a]{1,4}\U000e007f")
 # In a body: control characters a 7bit line must not carry (TAB, LF and FF may).
 _BODY_CONTROL = re.compile("[\x00-\x08\x0b\x0d-\x1f\x7f]")
 # A Message-ID we write into In-Reply-To / References (those of the original are untrusted).
@@ -144,7 +148,7 @@ def check_given(name: str, value: str) -> str:
     """A header value the caller wrote, or a ComposeError when it could inject headers or
     read otherwise than it is (see _SPOOFING)."""
     check_header(name, value)
-    if _SPOOFING.search(value):
+    if _SPOOFING.search(_FLAG_TAGS.sub("", value)):
         raise ComposeError(f"{name}: bidirectional formatting and invisible tag characters are "
                            f"not allowed in a header value (got {value[:80]!r})")
     return value
