@@ -676,3 +676,40 @@ def test_pages_of_a_tag_search_read_by_notmuch_take_undated_mail(
         pages, totals = every_page(mailbox, "in:inbox", sort, 7)
         same_order(pages, notmuch_page(nm_query, sort))
         assert totals == {len(truth)}
+
+
+def test_pages_under_a_burst_of_list_mail_come_from_the_mirror(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The newest mail all list mail, which skips the inbox: the window the inbox's share of
+    the mailbox sizes holds no page of "in:inbox is:unread" (nor of its threads), and a
+    wider one does -- the mirror reads that rather than leave the page to notmuch."""
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+    for n in range(300):
+        cur.joinpath(f"1800001000.burst{n}.host:2,S").write_bytes(
+            f"From: Busy <busy@lists.example.com>\nTo: alex@example.org\nSubject: burst {n}\n"
+            f"List-Id: <busy.lists.example.com>\nDate: Fri, 01 Jan 2027 10:{n // 60:02}:{n % 60:02}"
+            f" +0000\nMessage-ID: <burst-{n}@lists.example.com>\n\nx\n".encode())
+    indexed.fmail("index")
+    indexed.notmuch("tag", "-inbox", "-unread", "--", "from:busy@lists.example.com")
+    with Reader() as reader:
+        mirror.sync_sidecar(indexed.config(), reader)
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        asked: list[str] = []
+        for name in ("page_ids", "threads"):
+            def recording(*args: Any, _read: Any = getattr(reader, name), _name: str = name,
+                          **kwargs: Any) -> Any:
+                asked.append(_name)
+                return _read(*args, **kwargs)
+            monkeypatch.setattr(reader, name, recording)
+        text = "in:inbox is:unread"
+        nm_query = reads.scoped_query(mailbox, mailbox.compile(text))
+        newest = notmuch_page(nm_query, "newest")
+        assert newest and not any(m.startswith("burst-") for m, _ in newest)
+        # a page of 2, 15 unread of 461 shown: the first window is 2*2*461/15+100 = 222, all burst
+        page = reads.search_emails(mailbox, text, limit=2)
+        assert [(m.message_id, m.date) for m in map(mailbox.find, [r.id for r in page.results])
+                if m is not None] == newest[:2] and page.total == len(newest)
+        threads = reads.list_threads(mailbox, "in:inbox", limit=5)  # a window of 6*20
+        assert [(t.thread, t.matched, t.messages) for t in threads.threads] == notmuch_threads(
+            reads.scoped_query(mailbox, mailbox.compile("in:inbox")), 5)
+        assert asked == []  # neither page was notmuch's
