@@ -530,7 +530,7 @@ def test_send_goes_through_msmtp_and_files_the_message(bed: Bed) -> None:
     assert original.endswith(":2,RS")  # mbsync pushes it as \Answered
 
     with sidecar.opened(bed.ctx.sidecar_file) as conn:
-        entry = sidecar.last_write(conn)
+        entry = sidecar.last_write(conn, bed.ctx.session)
     assert entry is not None and entry.action == "send"
     assert {c["message_id"] for c in entry.changes} == {draft.message_id, ORIGINAL}
     with pytest.raises(ChangeError, match="cannot be recalled"):
