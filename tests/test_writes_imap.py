@@ -424,7 +424,9 @@ def test_a_busy_database_changes_nothing_here_or_on_the_server(
         assert bed.server_state() == server_before
         assert (bed.tags(mid), bed.files(mid), bed.find(mid)) == local_before
         with sidecar.opened(ctx.sidecar_file) as conn:
-            assert sidecar.last_write(conn) is None  # nothing recorded, nothing to undo
+            # nothing recorded, nothing to undo, in any session
+            assert sidecar.last_write(conn, ctx.session) is None
+            assert sidecar.last_write(conn, ctx.session, others=True) is None
 
         # The lock is free again: the very same write now goes through.
         assert writes.delete_messages(busy_ctx, [mid]).applied == [mid]
