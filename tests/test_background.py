@@ -536,18 +536,26 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _stopped_while_notmuch_new_waits(indexed: MailEnv, service: Callable[..., Background],
+                                     message_id: str) -> Background:
+    """A service stopped while its index run's notmuch new waits for a lock another program
+    holds (released once that notmuch new is gone), a message for it delivered."""
+    bg = service()
+    with notmuch_lock_held() as holder:
+        deliver(indexed.mail_root / "personal" / "INBOX", message_id)
+        pid = wait_for(_our_notmuch_new, "the index run's notmuch new to start")
+        bg.stop(timeout=2.0)
+        wait_for(lambda: _gone(pid), "the waiting notmuch new to be stopped")
+        holder.release()
+    return bg
+
+
 def test_stop_while_an_index_run_waits_for_the_lock_leaves_no_notmuch_new_behind(
         indexed: MailEnv, service: Callable[..., Background]) -> None:
     """SIGTERM while notmuch new waits for a lock another program holds: a notmuch new left
     running would index the mail once the lock is free, after the service is gone -- with
     its post-new pass left to the service, the sidecar out of step with notmuch."""
-    bg = service()
-    with notmuch_lock_held() as holder:
-        deliver(indexed.mail_root / "personal" / "INBOX", "stopped-run-1@example.net")
-        pid = wait_for(_our_notmuch_new, "the index run's notmuch new to start")
-        bg.stop(timeout=2.0)
-        wait_for(lambda: _gone(pid), "the waiting notmuch new to be stopped")
-        holder.release()
+    bg = _stopped_while_notmuch_new_waits(indexed, service, "stopped-run-1@example.net")
 
     assert not known("stopped-run-1@example.net")
     check = indexed.fmail("sidecar", "check", check=False)
@@ -560,13 +568,7 @@ def test_an_index_run_stopped_at_shutdown_shows_as_stopped_not_failed(
         indexed: MailEnv, service: Callable[..., Background]) -> None:
     """A notmuch new stopped at the shutdown deadline did not fail: the status after a
     normal stop says it was stopped and that the next start indexes the rest."""
-    bg = service()
-    with notmuch_lock_held() as holder:
-        deliver(indexed.mail_root / "personal" / "INBOX", "stopped-run-2@example.net")
-        pid = wait_for(_our_notmuch_new, "the index run's notmuch new to start")
-        bg.stop(timeout=2.0)
-        wait_for(lambda: _gone(pid), "the waiting notmuch new to be stopped")
-        holder.release()
+    bg = _stopped_while_notmuch_new_waits(indexed, service, "stopped-run-2@example.net")
 
     shown = render_text(bg.status())
     assert "FAILED" not in shown and "exit" not in shown, shown

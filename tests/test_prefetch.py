@@ -15,6 +15,7 @@ from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader
 
 from .conftest import MailEnv
+from .test_background import _gone
 
 
 def delivered(folder: Path, n: int, *, list_id: str | None = None) -> Path:
@@ -96,16 +97,6 @@ def test_the_mirror_takes_a_parse_only_for_the_file_it_would_read(indexed: MailE
                         "prefetch-2@example.net": "The body of delivery 2."}
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is gone but for its parent's wait; an orphan's is reaped by init.
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def test_parse_workers_end_when_the_process_that_started_them_is_killed(tmp_path: Path) -> None:
     """A parse worker waits for work on a pipe it holds both ends of: `fmail-nm index`
     killed with SIGKILL left its workers waiting for good."""
@@ -131,9 +122,9 @@ def test_parse_workers_end_when_the_process_that_started_them_is_killed(tmp_path
     assert len(workers) == 2
     try:
         deadline = time.monotonic() + 30
-        while any(map(_alive, workers)) and time.monotonic() < deadline:
+        while not all(map(_gone, workers)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not any(map(_alive, workers)), "parse workers outlived their parent"
+        assert all(map(_gone, workers)), "parse workers outlived their parent"
     finally:
         for pid in workers:
             try:

@@ -1694,6 +1694,10 @@ def _entry(row: sqlite3.Row | tuple[Any, ...]) -> AuditEntry:
                       changes=json.loads(row[4]), undone_at=row[5], session=row[6])
 
 
+# An entry undo may still revert: not undone, and not a pass's own doing (params name it "by").
+_LEFT_TO_UNDO = "undone_at IS NULL AND json_extract(params, '$.by') IS NULL"
+
+
 def last_write(conn: sqlite3.Connection, session: str | None, *,
                others: bool = False) -> AuditEntry | None:
     """The latest write the user asked for that has not been undone, made in the MCP session
@@ -1702,8 +1706,7 @@ def last_write(conn: sqlite3.Connection, session: str | None, *,
     moving new mail of a blocked sender) is fmail-nm's own doing, which undo passes over."""
     made = "session IS NOT ?" if others else "session IS ?"
     row = conn.execute(f"SELECT {_ENTRY_COLUMNS} FROM audit_log WHERE {made} "
-                       "AND undone_at IS NULL AND json_extract(params, '$.by') IS NULL "
-                       "ORDER BY id DESC LIMIT 1", (session,)).fetchone()
+                       f"AND {_LEFT_TO_UNDO} ORDER BY id DESC LIMIT 1", (session,)).fetchone()
     return None if row is None else _entry(row)
 
 
@@ -1713,7 +1716,7 @@ def write_left(conn: sqlite3.Connection, entry_id: int) -> AuditEntry | None:
     if not -2**63 <= entry_id < 2**63:  # a JSON number past SQLite's integers names no entry
         return None
     row = conn.execute(f"SELECT {_ENTRY_COLUMNS} FROM audit_log WHERE id = ? "
-                       "AND undone_at IS NULL AND json_extract(params, '$.by') IS NULL",
+                       f"AND {_LEFT_TO_UNDO}",
                        (entry_id,)).fetchone()
     return None if row is None else _entry(row)
 

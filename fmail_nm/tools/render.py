@@ -223,6 +223,11 @@ def shown_name(name: str) -> str:
     text = one_line(name)
     if not _FORM_LIKE.search(text if text.isascii() else _SHAPER.sub("", text)):
         return text
+    return _quoted(text)
+
+
+def _quoted(text: str) -> str:
+    """A name from mail in quotes that it cannot close, nor cut its line with a "|"."""
     return '"' + text.replace('"', "'").replace("|", "¦") + '"'
 
 
@@ -390,7 +395,7 @@ def _thread_sender(sender: str) -> str:
     """A thread line's sender, quoted when its name could pass for the line's reply note
     (a sender called "Bob reply to [1]")."""
     text = one_line(sender)
-    return '"' + text.replace('"', "'") + '"' if _REPLY_LIKE.search(text) else text
+    return _quoted(text) if _REPLY_LIKE.search(text) else text
 
 
 def thread_text(t: dto.ThreadFull) -> str:
