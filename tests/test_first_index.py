@@ -4,7 +4,13 @@ nothing, and notmuch new's own rules for what it indexes."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +24,7 @@ from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader, Writer, WriteTxn, maildir_flags, with_flag_tags
 
 from .conftest import USER_ADDRESSES, MailEnv, make_mail_env
+from .test_background import _gone
 from .test_index_tags import EXPECTED, LISTED, dump
 
 
@@ -164,6 +171,88 @@ def test_without_the_mirror_follower_the_pass_builds_the_mirror_and_tags_nothing
     assert dump(mail_env) == sorted(EXPECTED.read_text().splitlines())
     check = mail_env.fmail("sidecar", "check", check=False)
     assert check.returncode == 0, check.stdout
+
+
+def add_many(env: MailEnv, count: int) -> None:
+    """More mail than a pipe holds of a first index's notes (64 KiB), and work for its
+    parse workers."""
+    cur = env.mail_root / "personal" / "Archive" / "cur"
+    for i in range(count):
+        (cur / f"many-{i}:2,S").write_bytes(
+            mail(f"many-{i}@x", b"X-Pad: " + b"p" * 200 + b"\n") + b"A longer body line.\n" * 30)
+
+
+# A first index in a process of its own; FOLLOWER says what happens to its mirror follower.
+FIRST_INDEX_RUN = """
+import os, signal, sys
+from fmail_nm.app import load_config
+from fmail_nm.passes import first_index
+from fmail_nm.store.notmuch import Reader
+start = first_index._MirrorFollower.__init__
+def started(self, config):
+    start(self, config)
+    if sys.argv[1] == "killed":  # the OOM killer, kill -9
+        os.kill(self._process.pid, signal.SIGKILL)
+        self._process.join()
+first_index._MirrorFollower.__init__ = started
+def progress(phase, done, total):
+    if sys.argv[1] == "run-killed" and done:
+        import multiprocessing
+        print(*(child.pid for child in multiprocessing.active_children()), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+with Reader() as reader:
+    report = first_index.index_first(load_config(), reader, batch_size=40, on_progress=progress)
+print(report.mirrored, report.added)
+"""
+
+
+def run_first_index(env: MailEnv, follower: str) -> subprocess.CompletedProcess[str]:
+    # Output to files: processes that outlive the run would hold a pipe open.
+    out, err = env.base / "first-index.out", env.base / "first-index.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        done = subprocess.run([sys.executable, "-c", FIRST_INDEX_RUN, follower], stdout=stdout,
+                              stderr=stderr, env={**os.environ, **env.env}, timeout=120)
+    return subprocess.CompletedProcess(done.args, done.returncode, out.read_text(),
+                                       err.read_text())
+
+
+def test_a_follower_killed_leaves_the_run_to_finish_and_the_mirror_to_the_next_sync(
+        mail_env: MailEnv) -> None:
+    """The mirror follower killed (out of memory, kill -9): the run indexed all but never
+    exited -- at exit it waited for its queue's feeder thread, itself waiting for room in a
+    pipe no one read."""
+    add_many(mail_env, 600)
+    init_without_index(mail_env)
+    done = run_first_index(mail_env, "killed")  # timeout: the hang
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "769"]
+    revision = int(mail_env.notmuch("count", "--lastmod", "*").stdout.split()[-1])
+    mail_env.fmail("index", "--quiet")  # builds the mirror; must not take this mail for new
+    assert int(mail_env.notmuch("count", "--lastmod", "*").stdout.split()[-1]) == revision
+    with sqlite3.connect(sidecar.sidecar_path(mail_env.config().data_dir)) as conn:
+        assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 769
+    check = mail_env.fmail("sidecar", "check", check=False)
+    assert check.returncode == 0, check.stdout
+
+
+def test_a_first_index_killed_leaves_no_process_of_its_own(mail_env: MailEnv) -> None:
+    """Its mirror follower waited for the run's notes for good, holding a pipe it also
+    writes to."""
+    add_many(mail_env, 600)
+    init_without_index(mail_env)
+    done = run_first_index(mail_env, "run-killed")
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    children = [int(pid) for pid in done.stdout.split()]
+    assert children  # the follower, the parse workers
+    try:
+        deadline = time.monotonic() + 30
+        while not all(map(_gone, children)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [pid for pid in children if not _gone(pid)] == []
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_notmuch_new_run_meanwhile_leaves_the_rest_to_the_pass(mail_env: MailEnv) -> None:

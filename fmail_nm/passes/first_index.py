@@ -47,7 +47,7 @@ from ..progress import INDEXING, ProgressCallback
 from ..store import sidecar
 from ..store.notmuch import (LOCK_PROBE_WAIT, AddedFiles, DatabaseBusy, Reader, Writer,
                              WriteTxn)
-from .mirror import SETUP_REVISION, Mirror, Parsed, parse_in_order, sync_lock
+from .mirror import SETUP_REVISION, Mirror, Parsed, exit_with_parent, parse_in_order, sync_lock
 from .indexing import Ignored, WrittenMeanwhile, index_batch, unreadable_ignore
 from .tagging import configured_new_tags
 
@@ -141,19 +141,28 @@ class _MirrorFollower:
             self._process = None
 
     def parsed(self, batch: int, parsed: dict[str, Parsed]) -> None:
-        if self._process is not None:
-            self._notes.put((batch, parsed))
+        self._tell((batch, parsed))
 
     def committed(self, batch: int) -> None:
-        if self._process is not None:
-            self._notes.put(batch)
+        self._tell(batch)
+
+    def _tell(self, note: _Note) -> None:
+        # Nothing for a follower that is gone (killed, out of memory, failed): notes would
+        # pile up here, a batch's parses each.
+        if self._process is not None and self._process.is_alive():
+            self._notes.put(note)
 
     def finish(self) -> bool:
         """Sync once more, for the last batch, and stop; whether the mirror has it all."""
         if self._process is None:
             return False
-        self._notes.put(None)
+        self._tell(None)
         self._process.join()
+        if self._process.exitcode != 0:
+            # Notes it never read would keep this process from exiting: the queue's feeder
+            # thread, which this process waits for at exit, waits for room in a pipe no one
+            # reads any more.  They are of no use now (the next sync builds the mirror).
+            self._notes.cancel_join_thread()
         return self._process.exitcode == 0
 
 
@@ -162,6 +171,7 @@ def follow(config: Config, notes: multiprocessing.Queue[_Note]) -> None:
     while it synced), one sync of what notmuch has committed; a last one after ``None``.  A
     batch's parses are dropped once a sync has certainly taken it: memory stays at a few
     batches, whatever the size of the mailbox."""
+    exit_with_parent()  # a killed index run leaves no follower waiting for its notes
     parses: dict[int, dict[str, Parsed]] = {}
     path = sidecar.sidecar_path(config.data_dir)
     with Reader(config.settings.notmuch_config) as reader, sidecar.opened(path) as conn:

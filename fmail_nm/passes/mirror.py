@@ -242,16 +242,17 @@ def parse_pool(workers: int) -> ProcessPoolExecutor | None:
     try:
         # spawn, not fork: this process has threads (the notmuch writer) and handles
         return ProcessPoolExecutor(workers, mp_context=get_context("spawn"),
-                                   initializer=_exit_with_parent)
+                                   initializer=exit_with_parent)
     except OSError as exc:
         log.warning("no worker processes for parsing (%s); parsing here", exc)
         return None
 
 
-def _exit_with_parent() -> None:
-    """A parse worker's start: it ends when the process that started it does.  A worker
-    waits for work on a pipe it holds both ends of, so it never sees its parent go: one
-    killed (``kill -9``, the OOM killer) left its workers waiting for good."""
+def exit_with_parent() -> None:
+    """The start of a process that works for another (a parse worker, the first index's
+    mirror follower): it ends when the process that started it does.  Such a process waits
+    for work on a pipe it holds both ends of, so it never sees its parent go: one killed
+    (``kill -9``, the OOM killer) left its workers waiting for good."""
     import multiprocessing
     import threading
     from multiprocessing.connection import wait
