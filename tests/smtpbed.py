@@ -9,6 +9,9 @@ next ones with an SMTP error, as a server refusing a recipient does.
 ``tokens={user: token}`` makes it a server that takes mail only after ``AUTH XOAUTH2`` with
 that OAuth2 access token (over plain TCP: loopback), and answers any other token as Gmail
 does: a 334 challenge holding a JSON error, then 535 once the client answered it.
+
+``tls=(certificate, key)`` makes it a server that takes mail only after STARTTLS, showing
+that certificate (PEM files, as ``tests.test_accounts.self_signed`` makes them).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import binascii
 import email
 import email.policy
 import json
+import ssl
 import threading
 from dataclasses import dataclass
 from email.message import EmailMessage
@@ -85,9 +89,11 @@ class _Handler:
 
 class SmtpBed:
     def __init__(self, base: Path, addresses: dict[str, str],
-                 tokens: dict[str, str] | None = None) -> None:
+                 tokens: dict[str, str] | None = None,
+                 tls: tuple[Path, Path] | None = None) -> None:
         """``addresses``: msmtp account name -> its from address; ``tokens``: login ->
-        the OAuth2 access token it must sign in with (XOAUTH2) before it may send."""
+        the OAuth2 access token it must sign in with (XOAUTH2) before it may send; ``tls``:
+        the certificate and key it shows after STARTTLS, which it then requires."""
         self.base = Path(base)
         self.addresses = addresses
         self.port = free_port()
@@ -98,8 +104,13 @@ class SmtpBed:
         self.tokens = dict(tokens or {})
         # AUTH is offered without TLS only when asked for (loopback, test tokens); that it is
         # required then is _Handler's to say (aiosmtpd warns about auth_required without TLS).
+        starttls: dict[str, Any] = {}
+        if tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(*tls)
+            starttls = {"tls_context": context, "require_starttls": True}
         self.controller = Controller(_Handler(self), hostname=HOST, port=self.port,
-                                     auth_require_tls=not self.tokens)
+                                     auth_require_tls=not self.tokens, **starttls)
 
     def start(self) -> SmtpBed:
         self.base.mkdir(parents=True, exist_ok=True)

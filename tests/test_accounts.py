@@ -73,6 +73,7 @@ def message(n: int, sender: str, to: str, subject: str) -> bytes:
 class Bed:
     env: MailEnv
     server: imapbed.ImapServer
+    smtp: SmtpBed  # the new account's SMTP server (no TLS: loopback)
     password_script: Path
     argv_log: Path
 
@@ -80,8 +81,9 @@ class Bed:
 @pytest.fixture
 def bed(indexed: MailEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
     """The indexed fixture mail with the user's own ~/.mbsyncrc and ~/.msmtprc, a Dovecot
-    with a second mailbox (two messages in INBOX, one in Sent), a password script, and
-    mbsync/msmtp/notmuch behind recorders that log every argv they are started with."""
+    with a second mailbox (two messages in INBOX, one in Sent), an SMTP server, a password
+    script, and mbsync/msmtp/notmuch behind recorders that log every argv they are started
+    with."""
     require_tools()
     home = Path(indexed.env["HOME"])
     (home / ".mbsyncrc").write_bytes(USER_MBSYNCRC)
@@ -100,6 +102,7 @@ def bed(indexed: MailEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
     server = imapbed.ImapServer(tmp_path / "imap", users={USER: PASSWORD},
                                 tokens={USER: TOKEN}, cleanup=False)
     server.start()
+    smtp = SmtpBed(tmp_path / "smtp", {}).start()
     try:
         imapbed.append(server, USER, "INBOX", message(1, "Dana Lee <dana@example.net>",
                                                       "casey@example.com", "Quarterly figures"))
@@ -107,8 +110,9 @@ def bed(indexed: MailEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
                                                       "casey@example.com", "Lunch on Friday"))
         imapbed.append(server, USER, "Sent", message(3, "Casey <casey@example.com>",
                                                      "dana@example.net", "Re: Quarterly figures"))
-        yield Bed(indexed, server, script, argv_log)
+        yield Bed(indexed, server, smtp, script, argv_log)
     finally:
+        smtp.stop()
         server.stop(graceful=False)
 
 
@@ -116,7 +120,7 @@ def new_account(bed: Bed, **changes: object) -> accounts.NewAccount:
     values: dict[str, object] = dict(
         name="side", address="casey@example.com", password_command=str(bed.password_script),
         imap_host="127.0.0.1", imap_port=bed.server.port, imap_user=USER, imap_tls="none",
-        smtp_host="127.0.0.1", smtp_port=2525, smtp_tls="none")
+        smtp_host="127.0.0.1", smtp_port=bed.smtp.port, smtp_tls="none")
     values.update(changes)
     return accounts.NewAccount(**values)  # type: ignore[arg-type]
 
@@ -293,17 +297,24 @@ def test_a_servers_own_certificate_is_trusted_for_its_account_only(
     cert, key = self_signed(tmp_path / "tls")
     server = imapbed.ImapServer(tmp_path / "imaps", users={USER: PASSWORD}, cleanup=False,
                                 tls=(cert, key))
-    with server:
-        imapbed.append(server, USER, "INBOX", message(5, "Dana Lee <dana@example.net>",
-                                                      "casey@example.com", "Over TLS"))
-        args = ["account", "add", "--address", "casey@example.com",
-                "--password-command", str(bed.password_script), "--imap-host", "127.0.0.1",
-                "--imap-port", str(server.port), "--imap-user", USER, "--imap-tls", "imaps",
-                "--smtp-host", "127.0.0.1", "--smtp-tls", "starttls"]
-        done = bed.env.fmail(*args, "--name", "tls", "--certificate", str(cert), check=False)
-        assert done.returncode == 0 and "1 messages indexed" in done.stdout, done.stderr
-        refused = bed.env.fmail(*args, "--name", "other", check=False)
-        assert refused.returncode == 2 and "does not trust" in refused.stderr, refused.stderr
+    smtp = SmtpBed(tmp_path / "smtps", {}, tls=(cert, key)).start()
+    try:
+        with server:
+            imapbed.append(server, USER, "INBOX", message(5, "Dana Lee <dana@example.net>",
+                                                          "casey@example.com", "Over TLS"))
+            args = ["account", "add", "--address", "casey@example.com",
+                    "--password-command", str(bed.password_script), "--imap-host", "127.0.0.1",
+                    "--imap-port", str(server.port), "--imap-user", USER, "--imap-tls", "imaps",
+                    "--smtp-host", "127.0.0.1", "--smtp-port", str(smtp.port),
+                    "--smtp-tls", "starttls"]
+            done = bed.env.fmail(*args, "--name", "tls", "--certificate", str(cert),
+                                 check=False)
+            assert done.returncode == 0 and "1 messages indexed" in done.stdout, done.stderr
+            refused = bed.env.fmail(*args, "--name", "other", check=False)
+            assert refused.returncode == 2 and "does not trust" in refused.stderr, \
+                refused.stderr
+    finally:
+        smtp.stop()
     assert f'CertificateFile "{cert}"\n' in (own_config_dir() / "mbsyncrc").read_text()
     assert "SSLType IMAPS\n" in (own_config_dir() / "mbsyncrc").read_text()
     config = load_config()  # msmtp reads the trust file as the account's
@@ -311,6 +322,47 @@ def test_a_servers_own_certificate_is_trusted_for_its_account_only(
                              capture_output=True, text=True, timeout=30,
                              env={**os.environ, **bed.env.env})
     assert f"tls_trust_file = {cert}\n" in pretend.stdout, pretend
+
+
+def test_the_smtp_server_is_checked_with_msmtp_before_the_add_stands(
+        bed: Bed, tmp_path: Path) -> None:
+    """The add checked IMAP only: an SMTP port or TLS mode that was wrong, or a certificate
+    not trusted, showed at the first send, long after.  msmtp itself (``--serverinfo`` with
+    the account's msmtprc: connection, TLS, certificate) finds each; the add is refused,
+    named, and fmail-nm's files are put back byte for byte."""
+    add_account(load_config(), new_account(bed, name="other"), timeout=60)
+    before, mail_root = own_files(), load_config().mail_root
+    cert, key = self_signed(tmp_path / "tls")
+    untrusted = SmtpBed(tmp_path / "smtps", {}, tls=(cert, key)).start()
+    try:
+        cases = [({"smtp_port": imapbed.free_port()},
+                  "could not reach the SMTP server of account 'side'", "Connection refused"),
+                 ({"smtp_port": untrusted.port, "smtp_tls": "starttls"},
+                  "the SMTP server of account 'side' has a certificate this machine does not "
+                  "trust", "--certificate FILE"),
+                 ({"smtp_tls": "starttls"}, "no TLS (starttls) with the SMTP server of account "
+                  "'side'", "does not support TLS")]
+        for values, says, detail in cases:
+            with pytest.raises(AccountCheckFailed) as failed:
+                add_account(load_config(), new_account(bed, **values), timeout=60)
+            assert says in str(failed.value) and detail in str(failed.value), failed.value
+            assert own_files() == before and not (mail_root / "side").exists()
+        trusted = new_account(bed, smtp_port=untrusted.port, smtp_tls="starttls",
+                              certificate=str(cert))
+        assert add_account(load_config(), trusted, timeout=60)[0].pulled
+        ran = bed.argv_log.read_text()  # with the account's own msmtprc, as sending will
+        assert f"msmtp -C {own_config_dir() / 'msmtprc'} -a side --serverinfo" in ran, ran
+    finally:
+        untrusted.stop()
+
+
+def test_cli_add_refuses_an_smtp_server_it_cannot_reach(bed: Bed) -> None:
+    """Nothing listening on the SMTP port: `account add` says so and leaves nothing."""
+    refused = bed.env.fmail(*add_args(bed), "--smtp-port", str(imapbed.free_port()),
+                            check=False)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert "could not reach the SMTP server of account 'side'" in refused.stderr
+    assert own_files() == {} and not (load_config().mail_root / "side").exists()
 
 
 def own_files() -> dict[str, bytes]:
@@ -333,7 +385,8 @@ def test_a_refused_cli_add_leaves_fmail_nms_files_as_they_were(bed: Bed) -> None
             "account", "add", "--name", "side", "--address", "casey@example.com",
             "--password-command", str(password_command), "--imap-host", "127.0.0.1",
             "--imap-port", str(bed.server.port), "--imap-user", USER, "--imap-tls", "none",
-            "--smtp-host", "127.0.0.1", "--smtp-tls", "none", check=False)
+            "--smtp-host", "127.0.0.1", "--smtp-port", str(bed.smtp.port),
+            "--smtp-tls", "none", check=False)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
         assert not (mail_root / "side").exists()
 
@@ -367,7 +420,8 @@ def test_a_file_of_ours_that_is_not_utf8_is_named_and_left_as_it_is(bed: Bed) ->
         "account", "add", "--name", "other", "--address", "casey@example.com",
         "--password-command", str(bed.password_script), "--imap-host", "127.0.0.1",
         "--imap-port", str(bed.server.port), "--imap-user", USER, "--imap-tls", "none",
-        "--smtp-host", "127.0.0.1", "--smtp-tls", "none", check=False)
+        "--smtp-host", "127.0.0.1", "--smtp-port", str(bed.smtp.port),
+        "--smtp-tls", "none", check=False)
     assert refused.returncode == 2, refused.stderr
     assert f"{msmtprc} is not UTF-8 text" in refused.stderr
     assert own_files() == before
@@ -400,7 +454,8 @@ def add_args(bed: Bed, name: str = "side") -> list[str]:
     return ["account", "add", "--name", name, "--address", "casey@example.com",
             "--password-command", str(bed.password_script), "--imap-host", "127.0.0.1",
             "--imap-port", str(bed.server.port), "--imap-user", USER, "--imap-tls", "none",
-            "--smtp-host", "127.0.0.1", "--smtp-tls", "none"]
+            "--smtp-host", "127.0.0.1", "--smtp-port", str(bed.smtp.port),
+            "--smtp-tls", "none"]
 
 
 def test_an_account_removed_and_added_again_takes_up_the_mail_it_left(bed: Bed) -> None:
@@ -463,6 +518,7 @@ def test_cli_add_with_flags_says_what_it_waits_for(bed: Bed) -> None:
     assert "waiting for the notmuch write lock" in said[1], said
     assert "side" in out and "3 messages" in out
     assert_password_nowhere(bed, out, "".join(said), rest)
+    assert "msmtp" not in bed.argv_log.read_text()  # no SMTP server given: none checked
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -17,8 +17,8 @@ an OAuth2 access token instead, which both tools hand to the server with SASL ``
 certificates are always verified; a server's own certificate is trusted for its account alone
 (``certificate``: mbsync's ``CertificateFile``, msmtp's ``tls_trust_file``).
 Each account's block in the two rc files sits between marker lines, so removing it takes out
-exactly what adding it put in.  Checking the login and pulling the mail is
-:mod:`fmail_nm.service.onboard`.
+exactly what adding it put in.  Checking the login and the SMTP server and pulling the mail
+is :mod:`fmail_nm.service.onboard`.
 """
 
 from __future__ import annotations
@@ -525,13 +525,18 @@ def account_entry(p: AccountPlan) -> dict[str, Any]:
         "mbsync_channel": p.name, "mbsync_config": str(p.mbsync_file),
     }
     if p.smtp_host:
-        # No -t: fmail-nm gives msmtp the recipients (Bcc included) and the sender (-f).
-        entry["send"] = {"command": ["msmtp", "-C", str(p.msmtp_file), "-a", p.name]}
+        entry["send"] = {"command": send_command(p)}
     if p.server_saves_sent:
         entry["server_saves_sent"] = True
     if p.folders:
         entry["folders"] = dict(p.folders)
     return entry
+
+
+def send_command(p: AccountPlan) -> list[str]:
+    """How the account sends: its msmtp account in fmail-nm's msmtprc.  No -t: fmail-nm gives
+    msmtp the recipients (Bcc included) and the sender (-f)."""
+    return ["msmtp", "-C", str(p.msmtp_file), "-a", p.name]
 
 
 def _toml_value(value: Any) -> str:

@@ -3,14 +3,17 @@
 :func:`add_account` validates (:func:`fmail_nm.adopt.accounts.plan`), writes fmail-nm's own
 mbsync/msmtp config and accounts.toml, asks the server for its folder list with
 ``mbsync -c <own file> --list`` (the login and the password command are proven before any
-mail moves), then pulls and indexes with :func:`fmail_nm.service.cycle.sync`.  When the
-check fails the files are put back as they were, so a typo leaves no half account behind.
+mail moves), has msmtp reach the SMTP server as sending will (``msmtp -C <own file> -a <name>
+--serverinfo``: host, port, TLS mode and certificate; it does not sign in), then pulls and
+indexes with :func:`fmail_nm.service.cycle.sync`.  When a check fails the files are put back
+as they were, so a typo leaves no half account behind.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -48,9 +51,18 @@ _CLOSED = ("unexpected EOF", "Broken pipe", "Connection reset",
            f"mbsync exited with status {-signal.SIGPIPE}")
 
 
+# What msmtp says when it got no answer: the host name or the port is wrong.
+_SMTP_UNREACHABLE = ("cannot locate host", "cannot connect to")
+# ... when the server's certificate was checked and not trusted.
+_SMTP_UNTRUSTED = "certificate verification failed"
+# ... when no TLS could be set up: TLS on a STARTTLS or plain port, or no STARTTLS offered.
+_SMTP_NO_TLS = ("TLS handshake failed", "does not support TLS")
+_SMTP_PORTS = "TLS is usually port 465, STARTTLS port 587"
+
+
 class AccountCheckFailed(CallerError):
-    """The new account's server could not be reached or refused it (host, port, login or
-    password command wrong)."""
+    """The new account's IMAP or SMTP server could not be reached or refused it (host, port,
+    TLS mode, certificate, login or password command wrong)."""
 
 
 class AddedAccount(Dto):
@@ -111,6 +123,44 @@ def check_failure(plan: accounts.AccountPlan, error: str) -> str:
     return f"the IMAP server refused account {plan.name!r} {server}"
 
 
+def check_sending(plan: accounts.AccountPlan, timeout: float = CHECK_TIMEOUT) -> None:
+    """Reach the SMTP server with the account's own msmtp config, as a send will: proves the
+    host, port, TLS mode and certificate now rather than at the first send.  An account
+    without an SMTP server sends nothing, and is not checked."""
+    if not plan.smtp_host:
+        return
+    argv = [*accounts.send_command(plan), "--serverinfo"]
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              errors="replace", timeout=timeout, check=False)
+    except FileNotFoundError:
+        raise AccountCheckFailed(f"account {plan.name!r} sends with msmtp, which is not "
+                                 "installed: install msmtp, or add the account without an SMTP "
+                                 "server (it then sends nothing)") from None
+    except subprocess.TimeoutExpired:
+        raise AccountCheckFailed(sending_failure(plan, f"no answer within {timeout:g}s")) from None
+    if done.returncode != 0:
+        said = done.stderr.strip() or f"msmtp exited with status {done.returncode}"
+        raise AccountCheckFailed(sending_failure(plan, said))
+
+
+def sending_failure(plan: accounts.AccountPlan, error: str) -> str:
+    """Why ``msmtp --serverinfo`` failed, as what to fix (as :func:`check_failure` for IMAP)."""
+    server = f"({plan.smtp_host}:{plan.smtp_port}, {plan.smtp_tls}): {error}"
+    if any(said in error for said in _SMTP_UNREACHABLE):
+        return (f"could not reach the SMTP server of account {plan.name!r} {server}; check the "
+                "SMTP host and port")
+    if _SMTP_UNTRUSTED in error:
+        return (f"the SMTP server of account {plan.name!r} has a certificate this machine does "
+                f"not trust {server}; check the host name, or (a server's own certificate) "
+                "add the account with `fmail-nm account add --certificate FILE`")
+    if any(said in error for said in _SMTP_NO_TLS):
+        return (f"no TLS ({plan.smtp_tls}) with the SMTP server of account {plan.name!r} "
+                f"{server}; check the port and the TLS mode: {_SMTP_PORTS}")
+    return (f"the SMTP server of account {plan.name!r} could not be used {server}; check the "
+            f"SMTP host, port and TLS mode ({_SMTP_PORTS})")
+
+
 def add_account(config: Config, new: accounts.NewAccount, *, config_path: Path | None = None,
                 timeout: float = MBSYNC_TIMEOUT,
                 on_pull: Callable[[list[str]], None] | None = None,
@@ -124,6 +174,7 @@ def add_account(config: Config, new: accounts.NewAccount, *, config_path: Path |
     plan = accounts.plan(config, new)
     with accounts.written(plan):  # refused (a failed check, a config that no longer loads): undone
         folders = server_folders(plan, min(timeout, CHECK_TIMEOUT))
+        check_sending(plan, min(timeout, CHECK_TIMEOUT))
         updated = load_config(config_path)
     if on_pull is not None:
         on_pull(folders)
