@@ -466,6 +466,40 @@ def test_a_partly_watched_tree_falls_back_to_polling(
         w.stop()
 
 
+def test_polling_tries_inotify_again_and_switches_back_once_it_fits(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Tries that fail keep it polling without a warning each time; the first that watches
+    the whole tree ends polling and asks for a full index run."""
+    short = threading.Event()
+    short.set()
+    tries: list[str] = []
+    real_count = watcher.count_dirs
+
+    def count(root: str) -> int:  # the folders to watch, more than there are while short
+        tries.append(root)
+        return 10**6 if short.is_set() else real_count(root)
+
+    monkeypatch.setattr(watcher, "count_dirs", count)
+    monkeypatch.setattr(watcher, "INOTIFY_RETRY", 0.1)
+    caplog.set_level(logging.INFO, logger="fmail_nm.service.watcher")
+    full_runs: list[bool] = []
+    w = watcher.MailWatcher(indexed.config(), lambda paths: None, poll_interval=0.1,
+                            on_overflow=lambda: full_runs.append(True))
+    w.start()
+    try:
+        wait_for(lambda: len(tries) >= 6, "inotify to be tried again")
+        assert w.mode == "polling" and not full_runs
+        assert caplog.text.count("could watch only") == 1, caplog.text
+
+        short.clear()
+        wait_for(lambda: w.mode == "inotify", "the watcher to be back on inotify")
+        wait_for(lambda: full_runs, "a full index run after the switch")
+        assert "stopped polling" in caplog.text
+    finally:
+        w.stop()
+
+
 def test_a_held_notmuch_lock_is_an_index_error_not_a_hang(
         indexed: MailEnv, service: Callable[..., Background],
         monkeypatch: pytest.MonkeyPatch) -> None:

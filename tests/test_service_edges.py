@@ -196,22 +196,29 @@ def _limited_inotify(watches: int) -> list[str] | None:
     return prefix if ok else None
 
 
+# `python -m fmail_nm`, trying inotify again each second when it polls for want of watches.
+_RETRYING_SOON = ["-c", "import runpy; from fmail_nm.service import watcher; "
+                  "watcher.INOTIFY_RETRY = 1.0; runpy.run_module('fmail_nm', run_name='__main__')"]
+
+
 @contextmanager
-def _service_with_watches(env: MailEnv, watches: int, log: Path) -> Iterator[None]:
-    """`fmail-nm run` with only ``watches`` inotify watches, its log in ``log``."""
+def _service_with_watches(env: MailEnv, watches: int, log: Path,
+                          program: list[str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """`fmail-nm run` with only ``watches`` inotify watches, its log in ``log``; ``program``
+    replaces ``-m fmail_nm``."""
     prefix = _limited_inotify(watches)
     if prefix is None:
         pytest.skip("no user namespaces here to lower the inotify watch limit in")
     with log.open("w") as out:
-        proc = subprocess.Popen([*prefix, sys.executable, "-m", "fmail_nm", "run", "--port",
-                                 str(free_port()), "--no-push"],
+        proc = subprocess.Popen([*prefix, sys.executable, *(program or ["-m", "fmail_nm"]),
+                                 "run", "--port", str(free_port()), "--no-push"],
                                 env={**os.environ, **env.env}, stdout=out,
                                 stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: "background service started" in log.read_text()
                  or proc.poll() is not None, "the service to start")
         assert proc.poll() is None, log.read_text()
-        yield
+        yield proc
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
@@ -236,3 +243,28 @@ def test_mail_is_found_when_inotify_watches_run_out(
         assert watcher.WATCH_LIMIT_SYSCTL in log.read_text()
         wait_for(lambda: json.loads(indexed.fmail("status", "--json").stdout)
                  ["service"]["watcher"] == "polling", "the status to say it polls")
+
+
+def test_the_watcher_goes_back_to_inotify_once_watches_are_free(
+        indexed: MailEnv, tmp_path: Path) -> None:
+    """Polling for want of inotify watches is not for good: once the limit is raised (here in
+    the service's own user namespace), the watcher is back on inotify and sees new mail."""
+    if not shutil.which("nsenter"):
+        pytest.skip("no nsenter here to raise the limit in the service's user namespace")
+    folders = watcher.count_dirs(str(indexed.mail_root))
+    log = tmp_path / "service.log"
+
+    def watching() -> str:
+        return str(json.loads(indexed.fmail("status", "--json").stdout)["service"]["watcher"])
+
+    with _service_with_watches(indexed, folders - 2, log, _RETRYING_SOON) as proc:
+        wait_for(lambda: watching() == "polling", "the status to say it polls")
+        subprocess.run(["nsenter", "--user", "--target", str(proc.pid), "sh", "-c",
+                        f"echo {folders + 100} > /proc/sys/user/max_inotify_watches"],
+                       check=True, timeout=30)
+
+        wait_for(lambda: watching() == "inotify", "the watcher to be back on inotify")
+        assert "stopped polling" in log.read_text()
+        deliver(indexed.mail_root / "personal" / "INBOX", "back-on-inotify@example.net",
+                "after the switch")
+        wait_for(lambda: known("back-on-inotify@example.net"), "the delivery to be indexed")

@@ -30,6 +30,10 @@ watcher polls instead -- slower to notice, and it stats the whole tree every int
 does not silently miss folders.  That holds for a folder made while it runs, too (mbsync
 creating a new IMAP folder): watchdog only logs one it could not watch, so the watcher looks
 after each watch it adds, and switches to polling, with a full index run, when one is missing.
+Polling is not for good: every ``INOTIFY_RETRY`` seconds, doubled after each try that fails (up
+to ``INOTIFY_RETRY_MAX``), it tries inotify again -- the limit may have been raised, or other
+programs freed their watches -- and once the whole tree fits it stops polling and has
+everything indexed, which finds what arrived during the switch.
 """
 
 from __future__ import annotations
@@ -77,6 +81,9 @@ log = logging.getLogger(__name__)
 WATCH_LIMIT_SYSCTL = "fs.inotify.max_user_watches"
 INSTANCE_LIMIT_SYSCTL = "fs.inotify.max_user_instances"
 POLL_INTERVAL = 2.0
+# Polling after inotify ran out: when to try inotify again, and the longest wait between tries.
+INOTIFY_RETRY = 300.0
+INOTIFY_RETRY_MAX = 3600.0
 WRITE_WAIT = 60.0  # how long a file being written straight into new/ or cur/ holds index runs
 # Created, moved (both ends), deleted, and written (modified: a write going on, with inotify;
 # closed after writing: its end); and folders removed or moved (one moved out of the tree
@@ -282,6 +289,10 @@ class MailWatcher:
         self._rewatch_lock = threading.Lock()
         self._writes: dict[str, float] = {}  # file being written in place -> since (monotonic)
         self._writes_lock = threading.Lock()
+        # Polling because inotify could not watch the tree: the wait before trying it again,
+        # and when (monotonic); None while not polling for that reason.
+        self._retry_wait = INOTIFY_RETRY
+        self._retry_at: float | None = None
 
     # -- public ------------------------------------------------------------------------------
 
@@ -358,16 +369,20 @@ class MailWatcher:
         if not self.force_polling:
             observer = self._start_native()
             if observer is not None:
-                self.mode = "inotify" if _is_inotify(observer) else "native"
+                self.mode = _native_mode(observer)
                 return observer
         polling = PollingObserver(timeout=self.poll_interval)
         self._schedule(polling)
         polling.start()
         self.mode = "polling"
+        if not self.force_polling:
+            self._retry_wait = INOTIFY_RETRY
+            self._retry_at = time.monotonic() + self._retry_wait
         return polling
 
-    def _start_native(self) -> BaseObserver | None:
-        """The platform's observer, or None (after a warning) when it cannot watch the tree."""
+    def _start_native(self, level: int = logging.WARNING) -> BaseObserver | None:
+        """The platform's observer, or None (logged at ``level``) when it cannot watch the
+        tree."""
         before = _inotify_watch_count()
         expected = count_dirs(self.mail_root)
         try:
@@ -375,8 +390,8 @@ class MailWatcher:
             self._schedule(observer, linked=True)
             observer.start()
         except OSError as exc:
-            log.warning("cannot watch %s with inotify (%s); polling every %gs instead. %s",
-                        self.mail_root, exc, self.poll_interval, _limit_advice(exc.errno))
+            log.log(level, "cannot watch %s with inotify (%s); polling every %gs instead. %s",
+                    self.mail_root, exc, self.poll_interval, _limit_advice(exc.errno))
             return None
         after = _inotify_watch_count()
         if before is not None and after is not None and _is_inotify(observer):
@@ -387,9 +402,9 @@ class MailWatcher:
             if added < expected and added < count_dirs(self.mail_root):
                 observer.stop()
                 observer.join(5)
-                log.warning("inotify could watch only %d of %d folders under %s; polling every "
-                            "%gs instead. %s", added, expected, self.mail_root,
-                            self.poll_interval, _limit_advice(errno.ENOSPC))
+                log.log(level, "inotify could watch only %d of %d folders under %s; polling "
+                        "every %gs instead. %s", added, expected, self.mail_root,
+                        self.poll_interval, _limit_advice(errno.ENOSPC))
                 return None
         return observer
 
@@ -433,14 +448,62 @@ class MailWatcher:
     def _guard_root(self) -> None:
         """Notice a mail root moved away (``mv ~/Mail ~/Mail.old``, a backup put in its place):
         inotify says nothing of it -- the watches follow the moved directory, whose events
-        then pass for the root's -- so its identity is compared every poll interval."""
+        then pass for the root's -- so its identity is compared every poll interval.  Polling
+        for want of inotify watches, it also tries inotify again when that is due."""
         while not self._stopping.wait(self.poll_interval):
             with self._observer_lock:
                 watched = self._root_id
+                retry_at = self._retry_at if self.mode == "polling" else None
             with self._rewatch_lock:
                 rewatching = self._rewatching
             if not rewatching and watched is not None and _identity(self.mail_root) != watched:
                 self._root_gone()
+            elif retry_at is not None and time.monotonic() >= retry_at:
+                self._retry_native()
+
+    def _retry_native(self) -> None:
+        """Try inotify again while polling, and switch to it when it watches the whole tree
+        (then everything is indexed: what arrived during the switch may be half seen)."""
+        with self._rewatch_lock:  # a rewatch replaces the observer too
+            if self._rewatching or self._stopping.is_set():
+                return
+            self._rewatching = True
+        try:
+            switched = self._switch_to_native()
+        finally:
+            with self._rewatch_lock:
+                self._rewatching = False
+        if not switched:
+            return
+        log.info("inotify watches all of %s again; stopped polling, indexing everything",
+                 self.mail_root)
+        try:
+            self.on_overflow()
+        except Exception:
+            log.exception("asking for an index after leaving polling failed")
+
+    def _switch_to_native(self) -> bool:
+        """Replace the polling observer by a native one that watches the whole tree; False
+        (and the next try later) when there is none yet.  The native one starts before the
+        polling one stops, so no delivery falls between them."""
+        native = self._start_native(level=logging.DEBUG)  # the fallback warned already
+        if native is None:
+            self._retry_wait = min(self._retry_wait * 2, INOTIFY_RETRY_MAX)
+            self._retry_at = time.monotonic() + self._retry_wait
+            log.debug("inotify still cannot watch %s; trying again in %gs", self.mail_root,
+                      self._retry_wait)
+            return False
+        with self._observer_lock:
+            if self._stopping.is_set():  # stop() stops the observer it found
+                old: BaseObserver | None = native
+            else:
+                old, self._observer = self._observer, native
+                self.mode = _native_mode(native)
+                self._retry_at = None
+        if old is not None:
+            old.stop()
+            old.join(5)
+        return old is not native
 
     def _root_gone(self) -> None:
         """The mail root itself was removed or moved away (replaced by a restored backup,
@@ -538,6 +601,10 @@ def _inside(path: str, tree: str) -> bool:
 
 def _is_inotify(observer: BaseObserver) -> bool:
     return InotifyObserver is not None and isinstance(observer, InotifyObserver)
+
+
+def _native_mode(observer: BaseObserver) -> str:
+    return "inotify" if _is_inotify(observer) else "native"
 
 
 def _limit_advice(err: int | None) -> str:
