@@ -450,7 +450,7 @@ def test_a_draft_from_another_client_keeps_its_headers_when_saved_again(bed: Bed
 KEPT_SOURCE = [
     b"X-Note: =?utf-8?q?=3D=3Futf-8=3Fq=3F=3D0D=3D0ABcc:_spy@evil.example=3F=3D?=",
     b"X-Comment: =?utf-8?q?Example=0D=0AX-Injected:_1?=",
-    b"X-Label: caf\xe9 \xc3\xa9t\xc3\xa9",
+    b"X-Label: caf\xc3\xa9 \xc3\xa9t\xc3\xa9",
     b"X-Folded: first part\r\n\tsecond part",
 ]
 
@@ -458,7 +458,7 @@ KEPT_SOURCE = [
 def test_a_draft_saved_again_writes_the_headers_it_keeps_as_they_were(bed: Bed) -> None:
     """A kept header went back through the email package as decoded text: decoded a second
     time, a line break hidden in it started a header of its own (a Bcc when sent), one that
-    decoded to a line break stopped the save, 8-bit bytes became U+FFFD."""
+    decoded to a line break stopped the save, 8-bit bytes became U+FFFD or unknown-8bit."""
     draft = OTHER_CLIENTS_DRAFT.replace(b"phone-1@", b"kept-1@").replace(
         b"X-Priority: 1\r\n", b"".join(line + b"\r\n" for line in KEPT_SOURCE))
     bed.put_draft("1800000702.kept.host:2,DS", draft)
@@ -474,12 +474,14 @@ def test_a_draft_saved_again_writes_the_headers_it_keeps_as_they_were(bed: Bed) 
                                     b"reply-to", b"organization", b"x-note", b"x-comment",
                                     b"x-label", b"x-folded", b"content-type",
                                     b"content-transfer-encoding", b"mime-version"])
-    # and so they go out: as written, to the recipients only
+    # and so they go out: as written, to the recipients only -- 8-bit text as encoded words,
+    # since nothing sends SMTPUTF8 (test_a_draft_with_raw_utf8_headers_goes_out_as_encoded_words)
     send.send_draft(bed.ctx, "kept-1@example.org")
     (got,) = bed.smtp.received
     assert sorted(got.rcpt_tos) == ["bob@example.com", "carol@example.com"]
     for line in KEPT_SOURCE:
-        assert b"\r\n" + line + b"\r\n" in got.data
+        assert (b"\r\n" + line + b"\r\n" in got.data) == line.isascii()
+    assert got.message()["x-label"] == "café été"
 
 
 def test_a_draft_with_an_html_body_is_not_rebuilt_without_it(bed: Bed) -> None:
@@ -1238,6 +1240,79 @@ def test_a_phone_draft_goes_out_without_the_headers_the_phone_keeps_for_itself(
     for data in (got.data, copy.read_bytes()):
         assert body_text(parse(data)) == "see you\n"
         assert not re.search(r"(?mi)^(x-apple-|x-uniform-|x-k9mail-)", header_block(data))
+
+
+# A draft as mutt or aerc postpone it where their config allows raw UTF-8 in headers.
+RAW_UTF8_DRAFT = (
+    "From: Alex Mörgan <alex@example.org>\nTo: Zoë Müller <zoe@bücher.example>,\n"
+    " \"Smith, Jörg\" <js@example.com>\nCc: 山田 太郎 <yamada@example.jp>\n"
+    "Subject: Re: Grüße aus Köln – 会議 =?utf-8?q?=C3=A9t=C3=A9?=\n"
+    "Organization: Bücher & Söhne\nMessage-ID: <raw-8bit@example.org>\nMIME-Version: 1.0\n"
+    "Content-Type: text/plain; charset=utf-8\nContent-Transfer-Encoding: 8bit\n\n"
+    "Hallo Zoë\n").encode()
+
+
+def test_a_draft_with_raw_utf8_headers_goes_out_as_encoded_words(bed: Bed) -> None:
+    """Raw UTF-8 in a draft's Subject, names and Organization went out as it was, without
+    SMTPUTF8 (msmtp has none): strict servers refuse it, others garble it.  It goes out as
+    RFC 2047 words that read back as the same text, a domain in ACE, and the Sent copy is
+    the bytes sent."""
+    bed.put_draft("1800000806.mutt.host:2,DS", RAW_UTF8_DRAFT)
+    send.send_draft(bed.ctx, "raw-8bit@example.org")
+    (got,) = bed.smtp.received
+    head = got.data.split(b"\r\n\r\n", 1)[0]
+    assert head.isascii(), head
+    assert got.rcpt_tos == ("zoe@xn--bcher-kva.example", "js@example.com", "yamada@example.jp")
+    sent = got.message()
+    assert sent["subject"] == "Re: Grüße aus Köln – 会議 été"
+    assert sent["organization"] == "Bücher & Söhne"
+    assert [(a.display_name, a.addr_spec) for field in ("from", "to", "cc")
+            for a in sent[field].addresses] == [
+        ("Alex Mörgan", "alex@example.org"), ("Zoë Müller", "zoe@xn--bcher-kva.example"),
+        ("Smith, Jörg", "js@example.com"), ("山田 太郎", "yamada@example.jp")]
+    assert body_text(sent) == "Hallo Zoë\n"
+    (copy,) = bed.files_with(bed.sent, "raw-8bit@example.org")
+    assert copy.read_bytes() == got.data
+
+
+def test_raw_8bit_draft_headers_in_the_drafts_charset_or_else_refused(bed: Bed) -> None:
+    """Header bytes that are not UTF-8 are read in the charset the draft's text declares
+    (mutt writes both in its send_charset); where that does not read them either they are
+    refused, saying so: a guess could send other letters than the user wrote.  A Reply-To
+    whose local part only SMTPUTF8 carries is refused as a recipient's is."""
+    latin1 = (b"From: Alex Morgan <alex@example.org>\nTo: J\xf6rg <j@example.com>\n"
+              b"Subject: Gr\xfc\xdfe\nMessage-ID: <latin1@example.org>\nMIME-Version: 1.0\n"
+              b"Content-Type: text/plain; charset=iso-8859-1\n"
+              b"Content-Transfer-Encoding: 8bit\n\nGr\xfc\xdfe\n")
+    bed.put_draft("1800000807.mutt.host:2,DS", latin1)
+    bed.put_draft("1800000808.mutt.host:2,DS", latin1.replace(b"latin1@", b"broken@").replace(
+        b"iso-8859-1", b"utf-8"))
+    bed.refused_send("broken@example.org", "its To header has bytes that are not utf-8; "
+                    "nothing was sent")
+    # Not a recipient, but an address all the same: its local part has no ASCII form.
+    reply_to = "Reply-To: 用户@例子.广告\nX-O".encode()
+    bed.put_draft("1800000809.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"eai-reply@").replace(b"Organization", reply_to))
+    bed.refused_send("eai-reply@example.org",
+                     "reply-to: '用户@例子.广告' has non-ASCII letters before the @, which only "
+                     "SMTPUTF8")
+    send.send_draft(bed.ctx, "latin1@example.org")
+    (got,) = bed.smtp.received
+    assert got.data.split(b"\r\n\r\n", 1)[0].isascii()
+    sent = got.message()
+    assert sent["subject"] == "Grüße" and sent["to"].addresses[0].display_name == "Jörg"
+
+
+def test_a_reply_to_an_smtputf8_address_says_what_can_be_done(bed: Bed) -> None:
+    """A reply to a sender whose address has non-ASCII letters before the @ told the model to
+    write it with save_draft, which refuses that address too: it says that only a mail client
+    sending SMTPUTF8 mail can answer it, and suggests no tool."""
+    bed.receive(b"From: J\xc3\xb6rg <j\xc3\xb6rg@example.de>\r\nTo: alex@example.org\r\n"
+                b"Subject: eai\r\nMessage-ID: <eai-2@example.de>\r\n\r\nhi\r\n")
+    with pytest.raises(ComposeError) as refused:
+        compose.reply_to_email(bed.ctx, "eai-2@example.de", "x")
+    said = str(refused.value)
+    assert "SMTPUTF8" in said and "mail client" in said and "save_draft" not in said, said
 
 
 def test_a_draft_another_client_saved_with_a_line_over_998_bytes_goes_out_intact(

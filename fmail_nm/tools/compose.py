@@ -48,7 +48,8 @@ from ..config import Account, Config, ConfigError
 from ..errors import BackendError
 from ..message import drafts
 from ..message.headers import (Address, addresses, ascii_address, canonical_address,
-                                is_own_address, mailbox_address, parse_addresses, split_head)
+                                decode_header_text, is_own_address, mailbox_address,
+                                parse_addresses, split_head, to_bytes)
 from ..message.formats import unflow
 from ..message.html import read_message
 from ..message.text import clean_text, is_forward_subject, one_line, unescape_line_marks
@@ -178,6 +179,8 @@ def check_addresses(values: Sequence[str], what: str) -> list[Address]:
 # command (msmtp) speaks no SMTPUTF8: it would go out garbled or be refused by the server.
 _SMTPUTF8_ONLY = ("non-ASCII letters before the @, which only SMTPUTF8 mail (RFC 6531) "
                   "carries and fmail-nm does not send; nothing was written or sent")
+# What can be done about such an address read from mail: no tool here writes to it.
+_SMTPUTF8_ELSEWHERE = "only a mail client that sends SMTPUTF8 mail can write to it"
 
 
 def _needs_smtputf8(address: str) -> bool:
@@ -207,8 +210,10 @@ def _unique(people: Sequence[Address], mine: Set[str], remedy: str = _WRITE_THEM
             continue
         wire = ascii_address(person.address)
         if _needs_smtputf8(wire):
+            # Adding recipients is a way to the others only, never to this one.
+            others = f"; to write to the others, {remedy}" if remedy == _ADD_THEM else ""
             raise ComposeError(f"the original names {person.address!r}, which has "
-                               f"{_SMTPUTF8_ONLY}; {remedy}")
+                               f"{_SMTPUTF8_ONLY}: {_SMTPUTF8_ELSEWHERE}{others}")
         if not _ADDR_SPEC.fullmatch(wire):
             raise ComposeError(f"the original names {person.address!r}, which is not an email "
                                f"address fmail-nm sends to; {remedy}")
@@ -580,10 +585,10 @@ def _encoded_words(name: str, text: str) -> str:
     return _unfold(header.encode(linesep="\r\n"))
 
 
-def _subject_header(subject: str) -> email.header.Header:
+def _subject_header(subject: str, name: str = "Subject") -> email.header.Header:
     """The ASCII words before the first other one as they are ("Re: ", as mutt writes it),
     the rest encoded -- all of it encoded where a plain prefix would not read back exactly."""
-    header = email.header.Header(header_name="Subject")
+    header = email.header.Header(header_name=name)
     words = subject.split(" ")
     first = next(i for i, word in enumerate(words) if not word.isascii() or "=?" in word)
     prefix, rest = " ".join(words[:first]), " ".join(words[first:])
@@ -1193,6 +1198,7 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
     if len(everyone) > MAX_RECIPIENTS:
         raise ComposeError(f"{len(everyone)} recipients; at most {MAX_RECIPIENTS}")
     check_not_blocked(ctx.config, everyone)
+    _encode_8bit_headers(msg, draft_id)
     del msg["Date"]
     msg["Date"] = email.utils.format_datetime(ctx.clock().astimezone())
     saved = check_size(ctx.config, msg.as_bytes(policy=POLICY))
@@ -1204,6 +1210,67 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
                     # Each mailbox once: addresses differing in case (as in mutt) or in their
                     # domain's form (Unicode or ACE) only are one.
                     recipients=tuple(p.address for p in _unique(everyone, set())))
+
+
+# Headers whose values are addresses: a name in one goes out as encoded words, the address as
+# it is, its domain in ACE.  Those whose values are text: all encoded words.  Any other holds
+# a syntax of its own (ids, a date, MIME parameters) that encoded words may not stand in.
+_ADDRESS_HEADERS = frozenset({"from", "to", "cc", "bcc", "reply-to", "sender",
+                              "mail-followup-to", "mail-reply-to"})
+_TEXT_HEADER = re.compile(r"subject|comments|keywords|organi[sz]ation|x-.*", re.I)
+
+
+def _encode_8bit_headers(msg: EmailMessage, draft_id: str) -> None:
+    """A draft's header values with raw 8-bit text (mutt and aerc write UTF-8 so where their
+    config allows) written again in ASCII, in their order: the send command (msmtp) speaks no
+    SMTPUTF8, and servers refuse or garble 8-bit headers without it."""
+    items = list(msg.raw_items())
+    if all(value.isascii() for _, value in items):
+        return
+    charset = _draft_charset(msg)
+    for name in {name.lower() for name, _ in items}:
+        del msg[name]
+    for name, value in items:
+        if not value.isascii():
+            value = _ascii_header(name, _draft_header_text(name, value, charset, draft_id),
+                                  draft_id)
+        msg.set_raw(name, value)
+
+
+def _draft_charset(msg: EmailMessage) -> str | None:
+    body = msg.get_body(preferencelist=("plain", "html"))
+    return body.get_content_charset() if body is not None else None
+
+
+def _draft_header_text(name: str, source: str, charset: str | None, draft_id: str) -> str:
+    """A header value with 8-bit bytes as text: UTF-8 (RFC 6532), else the charset the draft's
+    text declares (mutt writes headers in its send_charset too); refused when neither reads
+    it, since a guess could send other letters than the user wrote."""
+    data = to_bytes(_unfold(source))
+    tried = list(dict.fromkeys(["utf-8", charset or "utf-8"]))
+    for codec in tried:
+        try:
+            return data.decode(codec)
+        except (LookupError, UnicodeDecodeError):
+            continue
+    raise ComposeError(f"draft {draft_id!r}: its {name} header has bytes that are not "
+                       f"{' nor '.join(tried)}; nothing was sent: write that header again "
+                       "in the mail client that saved the draft")
+
+
+def _ascii_header(name: str, text: str, draft_id: str) -> str:
+    """A header's decoded text as it goes out without SMTPUTF8 (see _encode_8bit_headers)."""
+    key = name.lower()
+    people = parse_addresses([text], key, []) if key in _ADDRESS_HEADERS else []
+    if people:
+        # check_addresses refuses a local part only SMTPUTF8 carries, naming it.
+        return _address_list(name, [
+            Address(p.name, check_addresses([p.address], key)[0].address) for p in people])
+    if _TEXT_HEADER.fullmatch(name):
+        return _subject_header(decode_header_text(text, []), name).encode(linesep="\r\n")
+    raise ComposeError(f"draft {draft_id!r}: its {name} header has non-ASCII text, which only "
+                       "SMTPUTF8 mail (RFC 6531) carries and fmail-nm does not send; nothing "
+                       "was sent: correct it in the mail client that saved the draft")
 
 
 def _sent_folder(ctx: WriteContext, account: Account) -> Path | None:
