@@ -218,6 +218,20 @@ def test_a_senders_name_cannot_pass_for_a_thread_lines_reply_note() -> None:
     assert lines[1].endswith(' "Bob Reply  To [1] <bob@example.org>" reply to [1]')
 
 
+@pytest.mark.parametrize("name", ["Bob reply to[1]", "Bob reply-to [1]", "Bob reply_to [1]",
+                                  "Bob replyto[1]", "Bob (reply to) [1]", "Bob reply to\uff3b1]"])
+def test_a_senders_name_like_a_reply_note_without_its_spaces_is_quoted(name: str) -> None:
+    """Without the space before "[", or with "-", "_" or none between its words, a name
+    still reads as the line's "reply to [n]"."""
+    thread = dto.ThreadFull(thread="t1", subject="s", messages=[
+        dto.ThreadMessage(id="a1", depth=0, **{"from": "Ann <ann@example.org>"}, tags=[]),
+        dto.ThreadMessage(id="b2", depth=1, parent="a1", tags=[],
+                          **{"from": f"{name} <bob@example.org>"}),
+    ])
+    lines = [line for line in render.thread_text(thread).split("\n") if line.startswith("[")]
+    assert lines[1].endswith(f' "{name} <bob@example.org>" reply to [1]'), lines[1]
+
+
 def test_list_threads_counts(mb: reads.Mailbox) -> None:
     deep = reads.list_threads(mb, "id:thread-deep-1@example.net", limit=5)
     assert deep.total == 1

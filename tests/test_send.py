@@ -203,7 +203,7 @@ def test_reply_all_is_a_threaded_draft_in_drafts(bed: Bed) -> None:
     assert re.search(r"(?m)^Message-ID: <[^>]+@example\.org>\r?$", head)  # the user's domain
     assert "\n" not in data.replace(b"\r\n", b"").decode()  # CRLF throughout
     body = body_text(parse(data))
-    assert body.startswith("Here they are.\n\nOn Tue, 02 Jan 2024 at 09:01 UTC, Zoë Müller "
+    assert body.startswith("Here they are.\n\nOn Tue, 02 Jan 2024 at 09:01 +0000, Zoë Müller "
                            "wrote:\n> Hello Alex,\n>\n> can you send the numbers?\n")
     assert "> Zoë" not in body  # the signature is not quoted
     assert bed.ctx.reader.find(draft.message_id).thread_id == bed.ctx.reader.find(ORIGINAL).thread_id  # type: ignore[union-attr]
@@ -246,7 +246,7 @@ def test_a_reply_to_a_forward_quotes_the_forwarded_message(bed: Bed) -> None:
     bed.env.notmuch("new")
     draft = compose.reply_to_email(bed.ctx, "fw-4471@acme.test", "Paid today.")
     body = bed.draft_body(draft.message_id)
-    assert body.startswith("Paid today.\n\nOn Mon, 02 Mar 2026 at 10:00 UTC, Priya Raman "
+    assert body.startswith("Paid today.\n\nOn Mon, 02 Mar 2026 at 10:00 +0000, Priya Raman "
                            "wrote:\n> Please handle this by Friday.\n")
     assert "> Your invoice 4471 for EUR 12,400 is 30 days overdue." in body
 
@@ -283,7 +283,7 @@ def test_a_reply_to_an_invitation_quotes_its_summary_as_people_read_it(bed: Bed)
                 b"END:VEVENT\r\nEND:VCALENDAR\r\n")
     draft = compose.reply_to_email(bed.ctx, "inv@example.net", "I'll be there.")
     body = bed.draft_body(draft.message_id)
-    assert body == ("I'll be there.\n\nOn Mon, 30 Nov 2026 at 09:00 UTC, Jo wrote:\n"
+    assert body == ("I'll be there.\n\nOn Mon, 30 Nov 2026 at 09:00 +0000, Jo wrote:\n"
                     "> Invitation: Budget review\n> When: Thu 2026-12-03 15:00 to 16:00 (UTC)\n"
                     "> Description: Agenda:\n>\n> 1. Budget\n")
 
@@ -1422,9 +1422,26 @@ def test_a_reply_quotes_an_interleaved_answer_with_what_it_answers(bed: Bed) -> 
                 b"\r\nOn Mon, 1 Jan 2024, Alex wrote:\r\n> Can you do Monday?\r\nNo.\r\n\r\n"
                 b"> Tuesday then?\r\nYes.\r\n\r\n> Thanks,\r\n> Alex\r\n")
     body = bed.draft_body(compose.reply_to_email(bed.ctx, "il-1@example.com", "ok").message_id)
-    assert body == ("ok\n\nOn Tue, 02 Jan 2024 at 09:01 UTC, Bob wrote:\n"
+    assert body == ("ok\n\nOn Tue, 02 Jan 2024 at 09:01 +0000, Bob wrote:\n"
                     "> On Mon, 1 Jan 2024, Alex wrote:\n> > Can you do Monday?\n> No.\n>\n"
                     "> > Tuesday then?\n> Yes.\n")
+
+
+@pytest.mark.parametrize(("date", "shown"), [
+    ("Tue, 01 Dec 2026 10:00:00 +0100", "On Tue, 01 Dec 2026 at 10:00 +0100, Bob wrote:"),
+    ("Mon, 30 Nov 2026 22:30:00 -0800", "On Mon, 30 Nov 2026 at 22:30 -0800, Bob wrote:"),
+    ("Tue, 01 Dec 2026 09:00:00 -0000", "On Tue, 01 Dec 2026 at 09:00 UTC, Bob wrote:"),
+    ("Tue, 01 Dec 2026 09:00:00", "On Tue, 01 Dec 2026 at 09:00 UTC, Bob wrote:"),
+    ("yesterday", "Bob wrote:"),
+])
+def test_a_replys_attribution_dates_the_original_as_its_sender_wrote_it(
+        bed: Bed, date: str, shown: str) -> None:
+    """As mutt's: the original's time in its sender's zone, with the offset; a date that
+    names no zone ("-0000", none) in UTC; one that cannot be read leaves the date out."""
+    bed.receive(f"From: Bob <bob@example.com>\r\nTo: alex@example.org\r\nSubject: tz\r\n"
+                f"Message-ID: <tz@example.com>\r\nDate: {date}\r\n\r\nSee you.\r\n".encode())
+    body = bed.draft_body(compose.reply_to_email(bed.ctx, "tz@example.com", "ok").message_id)
+    assert body == f"ok\n\n{shown}\n> See you.\n"
 
 
 @pytest.mark.parametrize("command", [

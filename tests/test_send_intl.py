@@ -113,7 +113,7 @@ async def test_a_reply_to_mail_with_raw_iso_2022_jp_headers_reads_them_as_japane
     assert sent["to"].addresses[0].display_name == "山田"
     body = sent.get_body(("plain",))
     assert body is not None and body.get_content().replace("\r\n", "\n") == (
-        "了解\n\nOn Tue, 02 Jan 2024 at 09:01 UTC, 山田 wrote:\n> 明日の会議です。\n")
+        "了解\n\nOn Tue, 02 Jan 2024 at 09:01 +0000, 山田 wrote:\n> 明日の会議です。\n")
 
 
 GROUPS_MAIL = (

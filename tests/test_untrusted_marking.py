@@ -120,3 +120,21 @@ async def test_a_draft_to_a_name_with_a_subdivision_flag_is_saved_with_it(
     to = email.header.decode_header(dict(message.raw_items())["To"].replace("\r\n", ""))
     assert str(email.header.make_header(to)) == f"Team {SCOTLAND} Scotland <t@x.test>"
     assert message["Subject"] == f"Go {SCOTLAND}"
+
+
+@pytest.mark.anyio
+async def test_a_line_break_inside_header_text_reads_as_a_space(indexed: MailEnv) -> None:
+    """VT, FF, NEL and the Unicode line and paragraph separators break a line as LF does:
+    between two words they part them, not glue them into one ("foobar")."""
+    subject = encoded("a\x0bb\x0cc\x85d\u2028e\u2029f")
+    sender = encoded("Jo\x0bAnn\x85Lee")
+    (indexed.mail_root / "personal" / "INBOX" / "cur" / "1900000001.breaks.host:2,").write_bytes(
+        (f"From: {sender} <jo@x.test>\r\nTo: alex@example.org\r\nSubject: {subject}\r\n"
+         "Message-ID: <breaks@x.test>\r\nDate: Mon, 02 Mar 2026 09:15:00 +0000\r\n\r\n"
+         "hi\r\n").encode())
+    indexed.notmuch("new")
+    async with Client(server_params(indexed)) as client:
+        shown = await text(client, "get_email", {"id": "breaks@x.test"})
+        assert "subject: a b c d e f\n" in shown and "from: Jo Ann Lee <jo@x.test>" in shown
+        thread = await text(client, "get_thread", {"thread_id": "breaks@x.test"})
+        assert "a b c d e f" in thread and "Jo Ann Lee" in thread, thread

@@ -46,6 +46,7 @@ __all__ = [
     "split_head",
     "to_bytes",
     "via_name",
+    "written_date",
 ]
 
 
@@ -598,14 +599,25 @@ def _the_lists(address: str, sender: Address, list_id: str) -> bool:
 
 
 def date(value: str | None) -> datetime | None:
+    """A Date header's moment, in UTC."""
+    written = written_date(value)
+    if written is None:
+        return None
+    try:
+        return (written if written.tzinfo else written.replace(tzinfo=UTC)).astimezone(UTC)
+    except (ValueError, OverflowError):
+        return None
+
+
+def written_date(value: str | None) -> datetime | None:
+    """A Date header's moment in the zone its writer gave (the sender's own time); naive when
+    it gives none: "-0000" is UTC with the local zone unknown (RFC 5322 §3.3)."""
     if not value:
         return None
     try:
         parsed = parsedate_to_datetime(value.strip())
-        if parsed.tzinfo is None:  # "-0000": UTC with unknown local zone (RFC 5322 §3.3)
-            parsed = parsed.replace(tzinfo=UTC)
         if 100 <= parsed.year < 1000:  # the years since 1900 ("0102"), RFC 5322 §4.3
             parsed = parsed.replace(year=parsed.year + 1900)
-        return parsed.astimezone(UTC)
+        return parsed
     except (TypeError, ValueError, OverflowError, IndexError):
         return None

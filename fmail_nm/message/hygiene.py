@@ -47,4 +47,7 @@ def tidy(text: str) -> str:
 
 
 def one_line(text: str) -> str:
-    return " ".join(sanitize(text).split())
+    """``text`` on one line, its runs of white space one space each.  Split before the
+    controls are taken out: VT, FF and NEL break lines as LF does, and taken out first, one
+    between two words glued them into one ("foobar")."""
+    return " ".join(sanitize(" ".join(text.split())).split())

@@ -48,8 +48,8 @@ from ..config import Account, Config, ConfigError
 from ..errors import BackendError
 from ..message import drafts
 from ..message.headers import (Address, addresses, ascii_address, canonical_address,
-                                decode_header_text, is_own_address, mailbox_address,
-                                parse_addresses, split_head, to_bytes)
+                                decode_header_text, header, is_own_address, mailbox_address,
+                                parse_addresses, split_head, to_bytes, written_date)
 from ..message.formats import unflow
 from ..message.html import read_message
 from ..message.text import clean_text, is_forward_subject, one_line, unescape_line_marks
@@ -1048,10 +1048,13 @@ def reply_recipients(config: Config, head: Message, reply_all: bool,
 
 
 def _attribution(date: datetime | None, author: list[Address]) -> str:
+    """As mutt's: the original's date in its sender's own zone, as the Date header gives
+    it ("+0100"); UTC when the header names no zone."""
     who = author[0] if author else None
     name = (who.name or who.address) if who else "someone"
-    when = date.strftime("%a, %d %b %Y at %H:%M UTC") if date else None
-    return f"On {when}, {name} wrote:" if when else f"{name} wrote:"
+    if date is None:
+        return f"{name} wrote:"
+    return f"On {date:%a, %d %b %Y at %H:%M} {date.strftime('%z') or 'UTC'}, {name} wrote:"
 
 
 # Of the original a reply quotes, in characters: quoting a log of megabytes took seconds to
@@ -1087,7 +1090,8 @@ def reply_to_email(ctx: WriteContext, id: str, body: str, *, reply_all: bool = F
                               head=len(whole) > MAX_QUOTED_CHARS)
         if parsed.from_html:  # the quote goes to people: no Markdown escapes
             original = unescape_line_marks(original)
-        text += "\n\n" + _attribution(parsed.date, parsed.from_) + "\n" + quoted(original)
+        written = written_date(header(head, "date"))  # parsed.date is in UTC
+        text += "\n\n" + _attribution(written, parsed.from_) + "\n" + quoted(original)
         if len(whole) > MAX_QUOTED_CHARS:
             text += (f"\n>\n> [… {len(whole) - MAX_QUOTED_CHARS:,} more characters of the "
                      "original not quoted]")

@@ -387,8 +387,10 @@ def emails_text(r: dto.EmailsContent) -> str:
     return "\n\n".join(parts) or "no messages"
 
 
-# A sender's name that reads as the thread line's own "reply to [n]".
-_REPLY_LIKE = re.compile(r"(?i)\breply\s+to\s+\[")
+# A sender's name that reads as the thread line's own "reply to [n]": also without spaces,
+# or with punctuation between its words ("reply to[1]", "reply-to [1]"), and before a
+# fullwidth bracket.
+_REPLY_LIKE = re.compile(r"(?i)reply[\W_]*to[\W_]*[\[\uff3b]")
 
 
 def _thread_sender(sender: str) -> str:
