@@ -109,14 +109,10 @@ def check_failure(plan: accounts.AccountPlan, error: str) -> str:
         return (f"the password command of account {plan.name!r} failed, so nothing was sent "
                 f"to the server {server}; run it in a terminal, fix it and add the account again")
     if _UNTRUSTED in error:
-        # Verification stays on: a server's own certificate is trusted for its account only.
-        return (f"the IMAP server of account {plan.name!r} has a certificate this machine does "
-                f"not trust {server}; check the host name, or (a server's own certificate) "
-                "add the account with `fmail-nm account add --certificate FILE`")
+        return _not_trusted("IMAP", plan, server)
     if any(said in error for said in _NO_TLS):
-        return (f"no TLS ({plan.imap_tls}) with the IMAP server of account {plan.name!r} "
-                f"{server}; check the port and the TLS mode: IMAPS is usually port 993, "
-                "STARTTLS port 143")
+        return _no_tls("IMAP", plan.imap_tls, plan, server,
+                       "IMAPS is usually port 993, STARTTLS port 143")
     if any(said in error for said in _CLOSED):
         return (f"the IMAP server of account {plan.name!r} closed the connection before any "
                 f"login {server}; check the port and the TLS mode")
@@ -151,14 +147,23 @@ def sending_failure(plan: accounts.AccountPlan, error: str) -> str:
         return (f"could not reach the SMTP server of account {plan.name!r} {server}; check the "
                 "SMTP host and port")
     if _SMTP_UNTRUSTED in error:
-        return (f"the SMTP server of account {plan.name!r} has a certificate this machine does "
-                f"not trust {server}; check the host name, or (a server's own certificate) "
-                "add the account with `fmail-nm account add --certificate FILE`")
+        return _not_trusted("SMTP", plan, server)
     if any(said in error for said in _SMTP_NO_TLS):
-        return (f"no TLS ({plan.smtp_tls}) with the SMTP server of account {plan.name!r} "
-                f"{server}; check the port and the TLS mode: {_SMTP_PORTS}")
+        return _no_tls("SMTP", plan.smtp_tls, plan, server, _SMTP_PORTS)
     return (f"the SMTP server of account {plan.name!r} could not be used {server}; check the "
             f"SMTP host, port and TLS mode ({_SMTP_PORTS})")
+
+
+def _not_trusted(kind: str, plan: accounts.AccountPlan, server: str) -> str:
+    # Verification stays on: a server's own certificate is trusted for its account only.
+    return (f"the {kind} server of account {plan.name!r} has a certificate this machine does "
+            f"not trust {server}; check the host name, or (a server's own certificate) "
+            "add the account with `fmail-nm account add --certificate FILE`")
+
+
+def _no_tls(kind: str, tls: str, plan: accounts.AccountPlan, server: str, ports: str) -> str:
+    return (f"no TLS ({tls}) with the {kind} server of account {plan.name!r} {server}; check "
+            f"the port and the TLS mode: {ports}")
 
 
 def add_account(config: Config, new: accounts.NewAccount, *, config_path: Path | None = None,
