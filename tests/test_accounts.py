@@ -9,6 +9,7 @@ import os
 import select
 import shlex
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -886,3 +887,38 @@ def test_a_write_on_an_account_the_push_scheduler_does_not_know_yet_stands(
             service.close()
         assert scheduler.status().pending == set()
     assert "the next `fmail-nm sync` pushes it" in caplog.text
+
+
+def test_a_password_helper_left_running_does_not_fail_the_smtp_check(
+        bed: Bed, tmp_path: Path) -> None:
+    """A password command whose helper stays in a session of its own (an agent it starts)
+    holds msmtp's stderr after msmtp exited.  The SMTP check read msmtp's pipes until they
+    closed: it reached its timeout, then waited on for the helper, and refused a good
+    account as "no answer"."""
+    pid_file = tmp_path / "holder.pid"
+    script = tmp_path / "secrets" / "starts-an-agent"
+    script.write_text("#!/bin/sh\n"
+                      f"setsid sh -c 'echo $$ >> \"$0\"; exec sleep 600' '{pid_file}' "
+                      ">/dev/null </dev/null &\n"
+                      f"printf '%s\\n' '{PASSWORD}'\n")
+    script.chmod(0o700)
+    result: list[object] = []
+
+    def add() -> None:
+        try:
+            result.append(add_account(load_config(),
+                                      new_account(bed, password_command=str(script)),
+                                      timeout=10)[0])
+        except AccountCheckFailed as exc:
+            result.append(exc)
+
+    worker = threading.Thread(target=add, daemon=True)
+    worker.start()
+    try:
+        worker.join(120)  # before: until the last helper ends (600 s)
+        assert result, "the add still waits for the pipes a helper holds"
+        assert not isinstance(result[0], AccountCheckFailed), result[0]
+    finally:
+        for holder in pid_file.read_text().split() if pid_file.is_file() else []:
+            os.kill(int(holder), signal.SIGKILL)
+        worker.join(30)

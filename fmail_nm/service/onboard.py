@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import signal
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -126,18 +127,25 @@ def check_sending(plan: accounts.AccountPlan, timeout: float = CHECK_TIMEOUT) ->
     if not plan.smtp_host:
         return
     argv = [*accounts.send_command(plan), "--serverinfo"]
-    try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              errors="replace", timeout=timeout, check=False)
-    except FileNotFoundError:
-        raise AccountCheckFailed(f"account {plan.name!r} sends with msmtp, which is not "
-                                 "installed: install msmtp, or add the account without an SMTP "
-                                 "server (it then sends nothing)") from None
-    except subprocess.TimeoutExpired:
-        raise AccountCheckFailed(sending_failure(plan, f"no answer within {timeout:g}s")) from None
+    # msmtp's words go to a file, not a pipe: msmtp runs the password command, and a helper
+    # that outlives it (an agent it starts) would hold a pipe open, the check waiting on past
+    # msmtp's exit to refuse a good account as "no answer".
+    with tempfile.TemporaryFile() as stderr:
+        try:
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=stderr, timeout=timeout, check=False)
+        except FileNotFoundError:
+            raise AccountCheckFailed(f"account {plan.name!r} sends with msmtp, which is not "
+                                     "installed: install msmtp, or add the account without an "
+                                     "SMTP server (it then sends nothing)") from None
+        except subprocess.TimeoutExpired:
+            raise AccountCheckFailed(sending_failure(plan, f"no answer within {timeout:g}s")
+                                     ) from None
+        stderr.seek(0)
+        said = stderr.read().decode("utf-8", "replace").strip()
     if done.returncode != 0:
-        said = done.stderr.strip() or f"msmtp exited with status {done.returncode}"
-        raise AccountCheckFailed(sending_failure(plan, said))
+        raise AccountCheckFailed(sending_failure(
+            plan, said or f"msmtp exited with status {done.returncode}"))
 
 
 def sending_failure(plan: accounts.AccountPlan, error: str) -> str:
