@@ -268,3 +268,47 @@ def test_the_watcher_goes_back_to_inotify_once_watches_are_free(
         deliver(indexed.mail_root / "personal" / "INBOX", "back-on-inotify@example.net",
                 "after the switch")
         wait_for(lambda: known("back-on-inotify@example.net"), "the delivery to be indexed")
+
+
+# A watcher polling for want of inotify watches, trying inotify again at once each time; once
+# it has tried TRIES times it prints the inotify instances this process holds.
+_RETRYING_WATCHER = """
+import os, sys, threading
+from fmail_nm.app import load_config
+from fmail_nm.service import watcher
+tries, tried = int(sys.argv[1]), threading.Event()
+start_native = watcher.MailWatcher._start_native
+def counted(self, *args, **kwargs):
+    observer = start_native(self, *args, **kwargs)
+    counted.n += 1
+    if counted.n > tries:
+        tried.set()
+    return observer
+counted.n = 0
+watcher.MailWatcher._start_native = counted
+watcher.INOTIFY_RETRY = watcher.INOTIFY_RETRY_MAX = 0.0
+w = watcher.MailWatcher(load_config(), lambda paths: None, poll_interval=0.05)
+w.start()
+tried.wait(120)
+w.stop()
+def inotify(fd):
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+    except FileNotFoundError:  # the listing's own
+        return False
+print(w.mode, sum(map(inotify, os.listdir("/proc/self/fd"))))
+"""
+
+
+def test_tries_of_inotify_that_fail_keep_no_inotify_instance(indexed: MailEnv) -> None:
+    """Each try that ran out of watches left its inotify instance (and a reader thread)
+    behind: retried for days, the user's instance limit (128 by default) ran out, for every
+    program."""
+    prefix = _limited_inotify(watcher.count_dirs(str(indexed.mail_root)) - 2)
+    if prefix is None:
+        pytest.skip("no user namespaces here to lower the inotify watch limit in")
+    done = subprocess.run([*prefix, sys.executable, "-c", _RETRYING_WATCHER, "5"],
+                          env={**os.environ, **indexed.env}, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["polling", "0"], done.stderr

@@ -385,11 +385,15 @@ class MailWatcher:
         tree."""
         before = _inotify_watch_count()
         expected = count_dirs(self.mail_root)
+        observer = _native_observer(self._overflowed, self._unwatched)
         try:
-            observer = _native_observer(self._overflowed, self._unwatched)
             self._schedule(observer, linked=True)
             observer.start()
         except OSError as exc:
+            # Stopped, not just dropped: its inotify instance and reader thread would outlive
+            # it, one more for each try while polling, until the user's instance limit is
+            # used up for every program.
+            observer.stop()
             log.log(level, "cannot watch %s with inotify (%s); polling every %gs instead. %s",
                     self.mail_root, exc, self.poll_interval, _limit_advice(exc.errno))
             return None
