@@ -5,11 +5,13 @@ nothing, and notmuch new's own rules for what it indexes."""
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +20,7 @@ import notmuch2
 import pytest
 
 from fmail_nm.adopt.hooks import kept_hook
+from fmail_nm.config import Config
 from fmail_nm.passes import first_index, indexing
 from fmail_nm.service.index import hook_in_the_way, run_index
 from fmail_nm.store import sidecar
@@ -233,6 +236,42 @@ def test_a_follower_killed_leaves_the_run_to_finish_and_the_mirror_to_the_next_s
         assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 769
     check = mail_env.fmail("sidecar", "check", check=False)
     assert check.returncode == 0, check.stdout
+
+
+def test_a_follower_killed_with_notes_queued_leaves_no_thread_holding_them(
+        mail_env: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a process that goes on after its first index (the service), the notes a killed
+    follower never read stayed with the queue's feeder thread, blocked for good on a full
+    pipe: a thread and a few batches' parses until restart."""
+    add_many(mail_env, 600)
+    init_without_index(mail_env)
+    followers: list[multiprocessing.process.BaseProcess] = []
+    start = first_index._MirrorFollower.__init__
+
+    def stopped(self: first_index._MirrorFollower, config: Config) -> None:
+        start(self, config)
+        assert self._process is not None and self._process.pid is not None
+        os.kill(self._process.pid, signal.SIGSTOP)  # reads no note: they fill the pipe
+        followers.append(self._process)
+
+    def killed_later(phase: str, done: int, total: int) -> None:
+        if done >= 400 and followers[0].is_alive():
+            os.kill(followers[0].pid, signal.SIGKILL)  # type: ignore[arg-type]
+            followers[0].join()
+    feeders = _feeder_threads()
+    monkeypatch.setattr(first_index._MirrorFollower, "__init__", stopped)
+    with Reader() as reader:
+        report = first_index.index_first(mail_env.config(), reader, batch_size=40,
+                                         on_progress=killed_later)
+    assert not report.mirrored and report.added == 769
+    deadline = time.monotonic() + 30
+    while _feeder_threads() - feeders and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _feeder_threads() - feeders
+
+
+def _feeder_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "QueueFeederThread" and t.is_alive()}
 
 
 def test_a_first_index_killed_leaves_no_process_of_its_own(mail_env: MailEnv) -> None:

@@ -119,6 +119,8 @@ def _walk(folder: str, below: str, ignored: Ignored, files: list[str]) -> None:
 # that all is done (None).
 _Parses = tuple[int, dict[str, Parsed]]
 _Note = _Parses | int | None
+# How long no note comes before a dead follower's notes are taken to be all read.
+NOTES_QUIET = 0.5
 
 
 class _MirrorFollower:
@@ -159,11 +161,23 @@ class _MirrorFollower:
         self._tell(None)
         self._process.join()
         if self._process.exitcode != 0:
-            # Notes it never read would keep this process from exiting: the queue's feeder
-            # thread, which this process waits for at exit, waits for room in a pipe no one
-            # reads any more.  They are of no use now (the next sync builds the mirror).
-            self._notes.cancel_join_thread()
+            self._drop_notes()
         return self._process.exitcode == 0
+
+    def _drop_notes(self) -> None:
+        """Notes the follower never read, taken off their pipe and dropped (the next sync
+        builds the mirror): the queue's feeder thread waited for room in a pipe no one read,
+        holding the batches' parses for as long as the process ran (a service's first index)
+        and keeping it from exiting.  Read past the queue's own lock, which a follower killed
+        while waiting for a note holds for good."""
+        reader = self._notes._reader  # type: ignore[attr-defined]
+        try:
+            while reader.poll(NOTES_QUIET):
+                reader.recv_bytes()
+        except (OSError, EOFError):
+            pass
+        self._notes.cancel_join_thread()  # what it may still hold is of no use either
+        self._notes.close()
 
 
 def follow(config: Config, notes: multiprocessing.Queue[_Note]) -> None:
