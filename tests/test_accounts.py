@@ -4,6 +4,7 @@ and the user's own mbsyncrc and msmtprc left byte for byte as they were."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -889,19 +890,55 @@ def test_a_write_on_an_account_the_push_scheduler_does_not_know_yet_stands(
     assert "the next `fmail-nm sync` pushes it" in caplog.text
 
 
+def agent_starting_command(folder: Path, secret: str) -> tuple[Path, Path]:
+    """A password command that starts a helper in a session of its own (an agent), which
+    holds the stderr it was given; the command and the file of the helpers' pids."""
+    pid_file = folder / "holder.pid"
+    script = folder / "starts-an-agent"
+    script.write_text("#!/bin/sh\n"
+                      f"setsid sh -c 'echo $$ >> \"$0\"; exec sleep 600' '{pid_file}' "
+                      ">/dev/null </dev/null &\n"
+                      f"printf '%s\\n' '{secret}'\n")
+    script.chmod(0o700)
+    return script, pid_file
+
+
+def kill_helpers(pid_file: Path) -> None:
+    for holder in pid_file.read_text().split() if pid_file.is_file() else []:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(holder), signal.SIGKILL)
+
+
+def test_a_password_helper_left_running_does_not_make_a_sent_message_a_maybe(
+        tmp_path: Path) -> None:
+    """msmtp runs the password command for every send; a helper it leaves running held the
+    pipe the send read msmtp's words from, and a message that went out was reported as "did
+    not finish within 10 s; it may or may not have sent the message" -- sent again, twice."""
+    require_tools()
+    smtp = SmtpBed(tmp_path / "smtp", {}, tokens={USER: TOKEN}).start()
+    script, pid_file = agent_starting_command(tmp_path, TOKEN)
+    rc = tmp_path / "msmtprc"
+    rc.write_text(f"account t\nhost 127.0.0.1\nport {smtp.port}\nfrom casey@example.com\n"
+                  f"auth xoauth2\nuser {USER}\npasswordeval {script}\ntls off\n")
+    rc.chmod(0o600)
+    try:
+        send.run_command(["msmtp", "-C", str(rc), "-a", "t", "-f", "casey@example.com", "--",
+                          "dana@example.net"],
+                         message(7, "Casey <casey@example.com>", "dana@example.net", "Once"), 10)
+        assert [r.rcpt_tos for r in smtp.received] == [("dana@example.net",)]
+        assert pid_file.is_file()  # the helper did start, and outlived msmtp
+    finally:
+        kill_helpers(pid_file)
+        smtp.stop()
+
+
 def test_a_password_helper_left_running_does_not_fail_the_smtp_check(
         bed: Bed, tmp_path: Path) -> None:
     """A password command whose helper stays in a session of its own (an agent it starts)
     holds msmtp's stderr after msmtp exited.  The SMTP check read msmtp's pipes until they
     closed: it reached its timeout, then waited on for the helper, and refused a good
     account as "no answer"."""
-    pid_file = tmp_path / "holder.pid"
-    script = tmp_path / "secrets" / "starts-an-agent"
-    script.write_text("#!/bin/sh\n"
-                      f"setsid sh -c 'echo $$ >> \"$0\"; exec sleep 600' '{pid_file}' "
-                      ">/dev/null </dev/null &\n"
-                      f"printf '%s\\n' '{PASSWORD}'\n")
-    script.chmod(0o700)
+    script, pid_file = agent_starting_command(tmp_path / "secrets", PASSWORD)
     result: list[object] = []
 
     def add() -> None:
@@ -919,6 +956,5 @@ def test_a_password_helper_left_running_does_not_fail_the_smtp_check(
         assert result, "the add still waits for the pipes a helper holds"
         assert not isinstance(result[0], AccountCheckFailed), result[0]
     finally:
-        for holder in pid_file.read_text().split() if pid_file.is_file() else []:
-            os.kill(int(holder), signal.SIGKILL)
+        kill_helpers(pid_file)
         worker.join(30)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import signal
 import subprocess
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from ..store.notmuch_cli import notmuch_settings
 from ..store.notmuch_config import notmuch_program
 from ..tools.dto import Dto
 from ..tools.render import first_shown, one_line
+from . import send
 from .cycle import sync
 from .mbsync import MBSYNC_TIMEOUT, execute, find_mbsync
 
@@ -126,26 +126,17 @@ def check_sending(plan: accounts.AccountPlan, timeout: float = CHECK_TIMEOUT) ->
     without an SMTP server sends nothing, and is not checked."""
     if not plan.smtp_host:
         return
-    argv = [*accounts.send_command(plan), "--serverinfo"]
-    # msmtp's words go to a file, not a pipe: msmtp runs the password command, and a helper
-    # that outlives it (an agent it starts) would hold a pipe open, the check waiting on past
-    # msmtp's exit to refuse a good account as "no answer".
-    with tempfile.TemporaryFile() as stderr:
-        try:
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=stderr, timeout=timeout, check=False)
-        except FileNotFoundError:
-            raise AccountCheckFailed(f"account {plan.name!r} sends with msmtp, which is not "
-                                     "installed: install msmtp, or add the account without an "
-                                     "SMTP server (it then sends nothing)") from None
-        except subprocess.TimeoutExpired:
-            raise AccountCheckFailed(sending_failure(plan, f"no answer within {timeout:g}s")
-                                     ) from None
-        stderr.seek(0)
-        said = stderr.read().decode("utf-8", "replace").strip()
-    if done.returncode != 0:
-        raise AccountCheckFailed(sending_failure(
-            plan, said or f"msmtp exited with status {done.returncode}"))
+    try:
+        code, said = send.run_to_end([*accounts.send_command(plan), "--serverinfo"], None,
+                                     timeout)
+    except FileNotFoundError:
+        raise AccountCheckFailed(f"account {plan.name!r} sends with msmtp, which is not "
+                                 "installed: install msmtp, or add the account without an SMTP "
+                                 "server (it then sends nothing)") from None
+    except subprocess.TimeoutExpired:
+        raise AccountCheckFailed(sending_failure(plan, f"no answer within {timeout:g}s")) from None
+    if code != 0:
+        raise AccountCheckFailed(sending_failure(plan, said or f"msmtp exited with status {code}"))
 
 
 def sending_failure(plan: accounts.AccountPlan, error: str) -> str:

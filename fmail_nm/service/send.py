@@ -15,8 +15,12 @@ status and stderr are reported as they are; nothing is filed and the draft stays
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import subprocess
+import tempfile
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
@@ -95,8 +99,7 @@ def check_direct(config: Config) -> None:
 def run_command(argv: list[str], data: bytes, timeout: float) -> None:
     """Hand the message to the command; a SendFailed with its own words when it fails."""
     try:
-        done = subprocess.run(argv, input=data, capture_output=True, timeout=timeout,
-                              check=False)
+        code, said = run_to_end(argv, data, timeout)
     except FileNotFoundError:
         raise SendFailed(f"the send command {argv[0]!r} is not installed; nothing was sent, "
                          "the draft is kept") from None
@@ -105,11 +108,33 @@ def run_command(argv: list[str], data: bytes, timeout: float) -> None:
                          "have sent the message (check the recipient's copy or the server's "
                          "log before sending again); nothing was filed, the draft is kept"
                          ) from None
-    if done.returncode != 0:
-        said = done.stderr.decode("utf-8", "replace").strip()[:MAX_STDERR_CHARS]
-        raise SendFailed(f"{argv[0]} failed with exit status {done.returncode}: "
-                         f"{said or '(no message)'}; nothing was sent or filed, the draft is "
-                         "kept")
+    if code != 0:
+        raise SendFailed(f"{argv[0]} failed with exit status {code}: "
+                         f"{said[:MAX_STDERR_CHARS] or '(no message)'}; nothing was sent or "
+                         "filed, the draft is kept")
+
+
+def run_to_end(argv: list[str], data: bytes | None, timeout: float) -> tuple[int, str]:
+    """Run a sending command (msmtp) until it ends: its exit status and what it said.
+
+    Its words go to a file, not a pipe: it runs the user's password command, and a helper
+    that outlives it (an agent it starts) would hold a pipe open, so that waiting for the
+    pipe's end waited past the command's exit -- a message sent was reported as maybe sent.
+    The command runs in a session of its own, ended whole when it takes too long (a password
+    command that hangs goes with it); TimeoutExpired then."""
+    with tempfile.TemporaryFile() as said:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE if data is not None
+                                else subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=said, start_new_session=True)
+        try:
+            proc.communicate(data, timeout=timeout)
+        except BaseException:  # the timeout, or Ctrl-C: its session would outlive us
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        said.seek(0)
+        return proc.returncode, said.read().decode("utf-8", "replace").strip()
 
 
 def check_not_sent(ctx: WriteContext, draft_id: str) -> None:
