@@ -219,10 +219,13 @@ def test_a_senders_name_cannot_pass_for_a_thread_lines_reply_note() -> None:
 
 
 @pytest.mark.parametrize("name", ["Bob reply to[1]", "Bob reply-to [1]", "Bob reply_to [1]",
-                                  "Bob replyto[1]", "Bob (reply to) [1]", "Bob reply to\uff3b1]"])
+                                  "Bob replyto[1]", "Bob (reply to) [1]", "Bob reply to\uff3b1]",
+                                  "Bob reply t\u043e [1]", "Bob repl\u0443 to [1]",
+                                  "Bob rep1y to [1]"])
 def test_a_senders_name_like_a_reply_note_without_its_spaces_is_quoted(name: str) -> None:
     """Without the space before "[", or with "-", "_" or none between its words, a name
-    still reads as the line's "reply to [n]"."""
+    still reads as the line's "reply to [n]"; so it does with a Cyrillic "о" or "у" or a
+    digit one in its words, which no spelling of them in a pattern catches."""
     thread = dto.ThreadFull(thread="t1", subject="s", messages=[
         dto.ThreadMessage(id="a1", depth=0, **{"from": "Ann <ann@example.org>"}, tags=[]),
         dto.ThreadMessage(id="b2", depth=1, parent="a1", tags=[],

@@ -1303,6 +1303,24 @@ def test_raw_8bit_draft_headers_in_the_drafts_charset_or_else_refused(bed: Bed) 
     assert sent["subject"] == "Grüße" and sent["to"].addresses[0].display_name == "Jörg"
 
 
+def test_a_raw_8bit_date_or_receipt_address_in_a_draft_does_not_stop_its_send(
+        bed: Bed) -> None:
+    """A Date written in the locale's month names ("Mär") was refused as 8-bit text an id or a
+    date may not have, though sending replaces the Date; a read-receipt request to a name
+    with non-ASCII letters (mutt's my_hdr Disposition-Notification-To) was refused as such
+    too: it is an address header, its name goes out as encoded words."""
+    bed.put_draft("1800000810.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"date-8bit@").replace(
+        b"Organization: ", "Date: Di, 3 Mär 2026 10:00:00 +0100\n"
+        "Disposition-Notification-To: Alex Mörgan <alex@example.org>\nOrganization: ".encode()))
+    send.send_draft(bed.ctx, "date-8bit@example.org")
+    (got,) = bed.smtp.received
+    assert got.data.split(b"\r\n\r\n", 1)[0].isascii()
+    sent = got.message()
+    assert "Mär" not in sent["date"] and sent["date"].datetime.year == bed.ctx.clock().year
+    assert sent["disposition-notification-to"] == "Alex Mörgan <alex@example.org>"
+
+
 def test_a_reply_to_an_smtputf8_address_says_what_can_be_done(bed: Bed) -> None:
     """A reply to a sender whose address has non-ASCII letters before the @ told the model to
     write it with save_draft, which refuses that address too: it says that only a mail client

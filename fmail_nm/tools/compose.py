@@ -1202,8 +1202,9 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
     if len(everyone) > MAX_RECIPIENTS:
         raise ComposeError(f"{len(everyone)} recipients; at most {MAX_RECIPIENTS}")
     check_not_blocked(ctx.config, everyone)
-    _encode_8bit_headers(msg, draft_id)
+    # The Date goes before the 8-bit check: one in the locale's month names ("Mär") is replaced.
     del msg["Date"]
+    _encode_8bit_headers(msg, draft_id)
     msg["Date"] = email.utils.format_datetime(ctx.clock().astimezone())
     saved = check_size(ctx.config, msg.as_bytes(policy=POLICY))
     del msg["Bcc"]
@@ -1220,7 +1221,8 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
 # it is, its domain in ACE.  Those whose values are text: all encoded words.  Any other holds
 # a syntax of its own (ids, a date, MIME parameters) that encoded words may not stand in.
 _ADDRESS_HEADERS = frozenset({"from", "to", "cc", "bcc", "reply-to", "sender",
-                              "mail-followup-to", "mail-reply-to"})
+                              "mail-followup-to", "mail-reply-to",
+                              "disposition-notification-to"})  # a read receipt's (RFC 8098)
 _TEXT_HEADER = re.compile(r"subject|comments|keywords|organi[sz]ation|x-.*", re.I)
 
 

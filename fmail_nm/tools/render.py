@@ -387,10 +387,10 @@ def emails_text(r: dto.EmailsContent) -> str:
     return "\n\n".join(parts) or "no messages"
 
 
-# A sender's name that reads as the thread line's own "reply to [n]": also without spaces,
-# or with punctuation between its words ("reply to[1]", "reply-to [1]"), and before a
-# fullwidth bracket.
-_REPLY_LIKE = re.compile(r"(?i)reply[\W_]*to[\W_]*[\[\uff3b]")
+# A sender's name that could read as the thread line's own "reply to [n]": one with a
+# bracketed number, whatever words go before it -- a pattern for those words is bypassed by
+# look-alike letters ("reply t\u043e [1]" with a Cyrillic o) -- and a fullwidth bracket too.
+_REPLY_LIKE = re.compile(r"[\[\uff3b]\s*\d")
 
 
 def _thread_sender(sender: str) -> str:
