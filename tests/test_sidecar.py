@@ -1186,6 +1186,46 @@ def test_an_audit_log_of_schema_27_keeps_its_writes_as_made_outside_any_session(
         assert rows.fetchall() == [(first, 0), (second, 1), (third, 0)]
 
 
+# Ids whose JSON text is not themselves (quotes, backslashes, non-ASCII), and ids that are
+# prefixes of others: the text filter of later_changes must find each, and only each.
+AWKWARD_IDS = ['a@example.org', 'a@example.org.uk', 'q"uote@example.org',
+               'back\\slash@example.org', 'grüße@example.org', 'ctl\tx@example.org',
+               'snow\u2603@example.org']
+
+
+@pytest.mark.parametrize("ensure_ascii", [False, True], ids=["as-written", "ascii-escaped"])
+def test_later_and_earlier_changes_find_every_id_however_json_spells_it(
+        tmp_path: Path, ensure_ascii: bool) -> None:
+    """Each id alone (the text-filtered reading) and all at once (the unfiltered one) find
+    the same changes: every later entry naming it, not undone, and no other id's -- also
+    in an entry written with non-ASCII escaped (as json.dumps does by default)."""
+    with sidecar.opened(tmp_path / sidecar.SIDECAR_NAME) as conn:
+        first = sidecar.record_write(conn, "tag", {}, [{"message_id": i} for i in AWKWARD_IDS])
+        ids = []
+        for mid in AWKWARD_IDS:
+            ids.append(conn.execute(
+                "INSERT INTO audit_log (at, action, params, changes) VALUES (?, 'tag', '{}', ?)",
+                ("2026-01-01T00:00:00Z", json.dumps([{"message_id": mid, "n": 1}],
+                                                    ensure_ascii=ensure_ascii))).lastrowid)
+        undone = sidecar.record_write(conn, "tag", {}, [{"message_id": AWKWARD_IDS[0]}])
+        last = sidecar.record_write(conn, "tag", {}, [])
+        sidecar.mark_undone(conn, undone)
+        assert len(AWKWARD_IDS) > sidecar.FILTER_IDS_UP_TO  # all at once: not filtered
+        together = sidecar.later_changes(conn, first, AWKWARD_IDS)
+        assert [(i, c["message_id"]) for i, _, c in together] == list(zip(ids, AWKWARD_IDS))
+        for entry_id, mid in zip(ids, AWKWARD_IDS):
+            assert sidecar.later_changes(conn, first, [mid]) == [
+                (entry_id, "tag", {"message_id": mid, "n": 1})]
+            later = sidecar.last_write(conn, None)  # made after `undone` was undone
+            assert later is not None and later.id == last
+            earlier = sidecar.earlier_changes(conn, later, [mid])
+            assert [(e.audit_id, e.change["message_id"]) for e in earlier] == (
+                [(undone, mid)] if mid == AWKWARD_IDS[0] else []) + [(entry_id, mid), (first, mid)]
+        # Made after every undo: nothing before it was undone since, so nothing is read.
+        conn.execute("UPDATE audit_log SET at = '2999-01-01T00:00:00Z' WHERE id = ?", (last,))
+        assert sidecar.earlier_changes(conn, sidecar.last_write(conn, None), AWKWARD_IDS) == []
+
+
 def test_pruning_the_audit_log_takes_short_transactions_and_a_bounded_number_a_call(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No write lock held long: each transaction deletes PRUNE_BATCH entries at most, and a

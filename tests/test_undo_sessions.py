@@ -208,7 +208,7 @@ async def test_undoing_the_adding_of_a_contact_another_session_blocked_since_kee
         indexed: MailEnv) -> None:
     """A adds a contact, B blocks it; A's undo takes A's name back and keeps the contact,
     blocked: deleting the row A made would drop B's block with it.  B's undo then unblocks
-    it."""
+    it, and the contact is gone as before A added it -- not left behind as an empty row."""
     new = "pest@spam.example"
     async with Client(server_params(indexed)) as a, Client(server_params(indexed)) as b:
         await call(a, "manage_contacts_sql", {
@@ -217,4 +217,6 @@ async def test_undoing_the_adding_of_a_contact_another_session_blocked_since_kee
         await call(a, "undo_last_write")
         assert await contact_of(a, new) == {"name": None, "is_blocked": 1, "notes": None}
         await call(b, "undo_last_write")
-        assert await contact_of(b, new) == {"name": None, "is_blocked": 0, "notes": None}
+        found = await call(b, "query_emails", {
+            "sql_query": f"SELECT * FROM contacts WHERE email_address='{new}'"})
+        assert found["rows"] == []

@@ -1018,6 +1018,88 @@ def test_undo_leaves_a_message_where_another_sessions_later_write_put_it(h: Harn
     h.assert_in_step()
 
 
+def _two_sessions(h: Harness) -> tuple[WriteContext, WriteContext]:
+    return (dataclasses.replace(h.ctx, session="ours"),
+            dataclasses.replace(h.ctx, session="theirs"))
+
+
+@pytest.mark.parametrize("first, then", [
+    (lambda ctx, mid: writes.tag_emails(ctx, [mid], add=["x"]),
+     lambda ctx, mid: writes.tag_emails(ctx, [mid], remove=["x", "unread"])),
+    (lambda ctx, mid: writes.set_read(ctx, [mid], True),
+     lambda ctx, mid: writes.tag_emails(ctx, [mid], add=["unread", "x"])),
+], ids=["tag-then-untag", "read-then-unread"])
+def test_undoing_an_earlier_write_then_a_later_one_leaves_the_message_as_before_both(
+        h: Harness, first: Callable[[WriteContext, str], object],
+        then: Callable[[WriteContext, str], object]) -> None:
+    """Our write changes a tag, another session's changes it again (and more); our undo
+    leaves the tag as theirs set it.  Their undo then must not bring back the state our
+    write made, which is undone: the message is as before both, tags and flags."""
+    ours, theirs = _two_sessions(h)
+    before = h.shape(UNREAD_IN_CUR)
+    first(ours, UNREAD_IN_CUR)
+    then(theirs, UNREAD_IN_CUR)
+    writes.undo_last_write(ours)
+    undone = writes.undo_last_write(theirs)
+    assert not undone.errors
+    assert h.shape(UNREAD_IN_CUR) == before
+    h.assert_in_step()
+
+
+def test_undoing_a_write_then_the_later_write_that_moved_on_puts_the_mail_back_home(
+        h: Harness) -> None:
+    """Archived by us, then thrown away by another session: our undo leaves it in Trash;
+    their undo then brings it to the inbox, where it was before both -- not into the
+    Archive our undone archive had put it in."""
+    ours, theirs = _two_sessions(h)
+    before = h.shape(IN_INBOX)
+    writes.archive(ours, [IN_INBOX])
+    writes.delete_messages(theirs, [IN_INBOX])
+    writes.undo_last_write(ours)
+    assert h.folders(IN_INBOX) == ["personal/Trash"]
+    undone = writes.undo_last_write(theirs)
+    assert not undone.errors
+    assert h.shape(IN_INBOX) == before
+    h.assert_in_step()
+
+
+def test_undoing_an_earlier_contact_edit_then_a_later_one_leaves_the_contact_as_before(
+        h: Harness) -> None:
+    """We name a contact, another session renames it; our undo leaves their name; their
+    undo then puts back the name the contact had before both, not ours."""
+    from fmail_nm.tools.contacts import manage_contacts
+    ours, theirs = _two_sessions(h)
+
+    def name() -> object:
+        with sidecar.opened(h.ctx.sidecar_file) as conn:
+            return conn.execute("SELECT name FROM contacts WHERE email_address = ?",
+                                (BANK,)).fetchone()[0]
+    before = name()
+    manage_contacts(ours, f"UPDATE contacts SET name = 'NW' WHERE email_address = '{BANK}'")
+    manage_contacts(theirs, "UPDATE contacts SET name = 'Northwind' "
+                    f"WHERE email_address = '{BANK}'")
+    writes.undo_last_write(ours)
+    assert name() == "Northwind"
+    writes.undo_last_write(theirs)
+    assert name() == before
+
+
+def test_undoing_the_adding_of_a_contact_then_its_deletion_leaves_no_contact(h: Harness) -> None:
+    """We add a contact, another session deletes it; our undo has nothing left to take back;
+    their undo then must not bring back the contact we added: there was none before."""
+    from fmail_nm.tools.contacts import manage_contacts
+    ours, theirs = _two_sessions(h)
+    new = "pest@spam.example"
+    manage_contacts(ours, "INSERT INTO contacts (email_address, name, notes) "
+                    f"VALUES ('{new}', 'Pest', 'met once')")
+    manage_contacts(theirs, f"DELETE FROM contacts WHERE email_address = '{new}'")
+    writes.undo_last_write(ours)
+    writes.undo_last_write(theirs)
+    with sidecar.opened(h.ctx.sidecar_file) as conn:
+        assert conn.execute("SELECT * FROM contact_info WHERE email_address = ?",
+                            (new,)).fetchall() == []
+
+
 def test_undo_finds_a_moved_file_renamed_since(h: Harness) -> None:
     writes.delete_messages(h.ctx, [IN_INBOX])
     [trashed] = h.files(IN_INBOX)

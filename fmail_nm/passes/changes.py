@@ -669,6 +669,70 @@ def later_writes(conn: sqlite3.Connection, entry: sidecar.AuditEntry) -> dict[st
     return found
 
 
+@dataclass
+class UndoneBefore:
+    """What earlier writes, undone after this one was made, changed on one message that this
+    one changed again: their undo left that as this one set it (see LaterWrites), so this
+    one's recorded "before" still holds their change, which must not come back when this one
+    is undone.  ``tags``: the tags as they were before those writes (True: it had it), where
+    that differs from the recorded before; ``sources``: per file this one moved (its recorded
+    source), where it was before them, with ``origin`` the origin property then."""
+
+    tags: dict[str, bool] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    origin: str | None = None
+
+    def recorded(self, change: dict[str, Any]) -> dict[str, Any]:
+        """``change`` as if those earlier writes had never been made."""
+        tags = {t for t in change["tags_before"] if self.tags.get(t, True)}
+        tags |= {t for t, had in self.tags.items() if had}
+        return {**change, "tags_before": sorted(tags),
+                "moves": [(self.sources.get(src, src), dest) for src, dest in change["moves"]],
+                "origin_before": self.origin if self.sources else change["origin_before"]}
+
+
+def _file_of(recorded: str) -> tuple[str, str]:
+    """A recorded file as (its folder's path, its unique part): renames keep both."""
+    return str(Path(recorded).parent.parent), maildir.file_key(recorded)
+
+
+def undone_before(conn: sqlite3.Connection, entry: sidecar.AuditEntry) -> dict[str, UndoneBefore]:
+    """Per message of ``entry``, what earlier writes undone since it was made left in its
+    recorded before (see UndoneBefore).  Each tag and file is followed back through such
+    writes, newest first, while each one's after is what the next one found."""
+    found: dict[str, UndoneBefore] = {}
+    past: dict[str, list[sidecar.EarlierChange]] = {}
+    mids = [c["message_id"] for c in entry.changes if "message_id" in c]
+    for earlier in sidecar.earlier_changes(conn, entry, mids):
+        past.setdefault(earlier.change["message_id"], []).append(earlier)
+    for change in entry.changes:
+        if change.get("message_id") not in past:
+            continue
+        before = found.setdefault(change["message_id"], UndoneBefore())
+        for tag in set(change["tags_before"]) ^ set(change["tags_after"]):
+            had, at = tag in change["tags_before"], entry.at
+            for e in past[change["message_id"]]:
+                if tag not in set(e.change["tags_before"]) ^ set(e.change["tags_after"]):
+                    continue
+                if not e.undone_after(at) or (tag in e.change["tags_after"]) != had:
+                    break
+                had, at = tag in e.change["tags_before"], e.at
+            if had != (tag in change["tags_before"]):
+                before.tags[tag] = had
+        for source, _ in change["moves"]:
+            home, at = source, entry.at
+            for e in past[change["message_id"]]:
+                if not e.change["moves"]:  # a tag change: files stay where they are
+                    continue
+                back = {_file_of(dest): src for src, dest in e.change["moves"]}
+                if not e.undone_after(at) or _file_of(home) not in back:
+                    break
+                home, at, before.origin = back[_file_of(home)], e.at, e.change["origin_before"]
+            if home != source:
+                before.sources[source] = home
+    return found
+
+
 def _revert_plan(work: MessageWork, change: dict[str, Any]) -> _RevertPlan:
     """Raises StaleFiles -- before anything changed -- when the index names a file that is
     gone from disk."""
@@ -705,13 +769,16 @@ def _put_back(work: MessageWork, origin: str | None) -> None:
 
 
 def revert_step(changes: dict[str, dict[str, Any]],
-                later: dict[str, LaterWrites] | None = None) -> Step:
+                later: dict[str, LaterWrites] | None = None,
+                earlier: dict[str, UndoneBefore] | None = None) -> Step:
     """Undo what an audit entry recorded for each message: moves back, then tags and origin.
     A message is done whole or not at all; only a file gone since (moved or deleted by
     another program) is left out, and what ``later`` writes changed since stands (the tags
-    they changed, files they moved); :class:`PartlyDone` says exactly what was done."""
+    they changed, files they moved); what ``earlier`` writes undone since changed does not
+    come back.  :class:`PartlyDone` says exactly what was done."""
     def step(work: MessageWork) -> None:
-        change = changes[work.mid]
+        past = (earlier or {}).get(work.mid, UndoneBefore())
+        change = past.recorded(changes[work.mid])
         since = (later or {}).get(work.mid, LaterWrites())
         plan = (_revert_plan(work, change) if since.moved is None
                 else _RevertPlan(overtaken=[dest for _, dest in change["moves"]]))
@@ -724,8 +791,9 @@ def revert_step(changes: dict[str, dict[str, Any]],
             raise ChangeError(f"nothing of this message was undone: {exc}") from exc
         before, after = set(change["tags_before"]), set(change["tags_after"])
         kept = {tag: by for tag, by in since.tags.items() if (tag in before) != (tag in after)}
-        left = _revert_tags(work, change, keep=frozenset(kept),
-                            placed=bool(plan.missing or plan.removed or plan.overtaken))
+        # Files sent further back than this write found them: their place tags follow them.
+        left = _revert_tags(work, change, keep=frozenset(kept), placed=bool(
+            plan.missing or plan.removed or plan.overtaken or past.sources))
         if change["origin_before"] != change["origin_after"] and since.moved is None:
             work.txn.set_property(work.mid, ORIGIN_PROPERTY, change["origin_before"] or "{}")
         restored = "tags restored" + (f", except {', '.join(left)}: place tags follow where "
@@ -830,7 +898,7 @@ def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None,
         elif (entry := sidecar.last_write(conn, ctx.session)) is None:
             _none_of_this_session(conn, ctx.session)
             return None
-        later = later_writes(conn, entry)
+        later, earlier = later_writes(conn, entry), undone_before(conn, entry)
     if entry.params.get(NOT_UNDOABLE) and audit_id is not None:  # asked for by name: stays
         raise ChangeError(f"nothing was undone: audit {entry.id} ({entry.action}) cannot be "
                           f"reverted: {entry.params[NOT_UNDOABLE]}")
@@ -841,7 +909,7 @@ def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None,
                           f"cannot be reverted: {entry.params[NOT_UNDOABLE]}. Call "
                           "undo_last_write again to undo the write before it")
     changes = {c["message_id"]: c for c in entry.changes if "message_id" in c}
-    report = run(ctx, list(changes), revert_step(changes, later))
+    report = run(ctx, list(changes), revert_step(changes, later, earlier))
     if report.failed or report.stale:  # all or nothing: put the others back as they were
         back = _roll_back(ctx, report)
         notify(ctx, f"undo {entry.action} (rolled back)", report.changes + back.changes)

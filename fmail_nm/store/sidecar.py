@@ -1721,17 +1721,71 @@ def write_left(conn: sqlite3.Connection, entry_id: int) -> AuditEntry | None:
     return None if row is None else _entry(row)
 
 
+# Up to this many ids, the entries whose text holds none of them (JSON-encoded, as record_write
+# wrote them) are passed over before any is read as JSON: one scan of the text per id, where
+# reading every entry as JSON costs about as much as six such scans -- past that, it is cheaper.
+FILTER_IDS_UP_TO = 6
+
+
+def _changes_on(conn: sqlite3.Connection, where: str, params: tuple[Any, ...],
+                ids: Sequence[str], key: str, order: str) -> list[tuple[Any, ...]]:
+    """(entry id, action, at, undone_at, the change) of the entries ``where`` picks, per
+    change whose ``key`` is one of ``ids``."""
+    filtered = len(ids) <= FILTER_IDS_UP_TO
+    if filtered:
+        # Both encodings: text written with ensure_ascii and without (the needle is a
+        # pre-filter only -- json_each below decides).
+        needles = {json.dumps(i, ensure_ascii=ascii) for i in ids for ascii in (True, False)}
+        where += " AND EXISTS (SELECT 1 FROM json_each(?) n WHERE instr(a.changes, n.value))"
+        params += (json.dumps(sorted(needles)),)
+    # Filtered, the entries are picked first (MATERIALIZED): joined, SQLite read each as JSON
+    # before the filter; unfiltered, a copy of them would only cost time.
+    rows = conn.execute(
+        f"WITH a AS {'' if filtered else 'NOT '}MATERIALIZED (SELECT * FROM audit_log a "
+        f"WHERE {where}) SELECT a.id, a.action, a.at, a.undone_at, c.value "
+        "FROM a, json_each(a.changes) c WHERE json_extract(c.value, ?) "
+        f"IN (SELECT value FROM json_each(?)) ORDER BY a.id {order}",
+        (*params, f"$.{key}", json.dumps(list(ids)))).fetchall()
+    return [(int(i), str(action), at, undone, json.loads(change))
+            for i, action, at, undone, change in rows]
+
+
 def later_changes(conn: sqlite3.Connection, entry_id: int, message_ids: Sequence[str],
                   key: str = "message_id") -> list[tuple[int, str, dict[str, Any]]]:
     """What the writes after entry ``entry_id`` that are not undone -- by anyone, passes
     included -- changed on ``message_ids``: (entry id, action, the message's change), oldest
     first.  ``key="contact"``: on those contacts (the contact rows of contacts writes)."""
-    rows = conn.execute(
-        "SELECT a.id, a.action, c.value FROM audit_log a, json_each(a.changes) c "
-        "WHERE a.id > ? AND a.undone_at IS NULL AND json_extract(c.value, ?) "
-        "IN (SELECT value FROM json_each(?)) ORDER BY a.id",
-        (entry_id, f"$.{key}", json.dumps(list(message_ids)))).fetchall()
-    return [(int(i), str(action), json.loads(change)) for i, action, change in rows]
+    return [(i, action, change) for i, action, _, _, change in _changes_on(
+        conn, "a.id > ? AND a.undone_at IS NULL", (entry_id,), message_ids, key, "ASC")]
+
+
+@dataclass(frozen=True)
+class EarlierChange:
+    """A change an entry before another recorded on one of its messages (or contacts)."""
+
+    audit_id: int
+    at: str
+    undone_at: str | None
+    change: dict[str, Any]
+
+    def undone_after(self, at: str) -> bool:
+        """Whether it was undone after a later write made ``at`` -- so that its undo left
+        what that write changed again.  The same second counts: the callers then check the
+        recorded states agree."""
+        return self.undone_at is not None and self.undone_at >= at
+
+
+def earlier_changes(conn: sqlite3.Connection, entry: AuditEntry, ids: Sequence[str],
+                    key: str = "message_id") -> list[EarlierChange]:
+    """What the entries before ``entry`` -- undone or not -- changed on ``ids``, newest first
+    (``key`` as in :func:`later_changes`); none when no entry before it was undone after it
+    was made (see EarlierChange.undone_after), as is usual: then none of them matters to its
+    undo, and that is known without reading them as JSON."""
+    if conn.execute("SELECT 1 FROM audit_log WHERE id < ? AND undone_at >= ? LIMIT 1",
+                    (entry.id, entry.at)).fetchone() is None:
+        return []
+    return [EarlierChange(i, at, undone, change) for i, _, at, undone, change in _changes_on(
+        conn, "a.id < ?", (entry.id,), ids, key, "DESC")]
 
 
 def mark_undone(conn: sqlite3.Connection, entry_id: int) -> None:

@@ -376,11 +376,41 @@ def later_contact_writes(conn: sqlite3.Connection,
     for audit_id, action, change in sidecar.later_changes(conn, entry.id, addresses,
                                                           key="contact"):
         columns = found.setdefault(change["contact"], {})
-        whole = change["before"] is None or change["after"] is None
         for column in _UNDONE_COLUMNS:
-            if whole or change["before"][column] != change["after"][column]:
+            if _changed(change, column):
                 columns[column] = f"audit {audit_id} ({action})"
     return found
+
+
+def _changed(change: dict[str, Any], column: str) -> bool:
+    """Whether a recorded contacts change changed ``column`` (making or deleting the row
+    changed them all)."""
+    before, after = change["before"], change["after"]
+    return before is None or after is None or before[column] != after[column]
+
+
+def _undone_before(entry: sidecar.AuditEntry, change: dict[str, Any],
+                   past: Sequence[sidecar.EarlierChange]) -> tuple[dict[str, Any], bool]:
+    """``change`` with its before as it was before the earlier writes (``past``, newest
+    first) undone after ``entry`` was made, whose undo left the columns ``entry`` changed
+    again as it set them (see passes.changes.UndoneBefore); and whether there was no row
+    then (it goes again when it says nothing).  Each column is followed back while each
+    write's after is what the next one found."""
+    none_row = {"email_address": change["contact"], **_NO_ROW}
+    before, nones = dict(change["before"] or none_row), []
+    for column in (c for c in _UNDONE_COLUMNS if _changed(change, c)):
+        at, none = entry.at, change["before"] is None
+        for earlier in (e for e in past if _changed(e.change, column)):
+            if (not earlier.undone_after(at)
+                    or (earlier.change["after"] or _NO_ROW)[column] != before[column]):
+                break
+            before[column] = (earlier.change["before"] or _NO_ROW)[column]
+            at, none = earlier.at, earlier.change["before"] is None
+        nones.append(none)
+    made = any(nones) if nones else change["before"] is None
+    if before == (change["before"] or none_row):
+        return change, made
+    return {**change, "before": before}, made
 
 
 def restore_contacts(conn: sqlite3.Connection, entry: sidecar.AuditEntry) -> list[str]:
@@ -388,15 +418,23 @@ def restore_contacts(conn: sqlite3.Connection, entry: sidecar.AuditEntry) -> lis
     columns the write changed, and of those only the ones no later write (not undone) changed
     since.  The others stand -- undoing a rename must not lift the block another session set
     since, which would let the sender's mail in again, nor undoing that block take back the
-    rename's own undo -- and the lines returned name them."""
+    rename's own undo -- and the lines returned name them.  What earlier writes undone since
+    changed does not come back (see _undone_before)."""
     kept: list[str] = []
     with sidecar.transaction(conn):
         later = later_contact_writes(conn, entry)
-        for change in entry.contact_rows:
+        past: dict[str, list[sidecar.EarlierChange]] = {}
+        for earlier in sidecar.earlier_changes(
+                conn, entry, [c["contact"] for c in entry.contact_rows], key="contact"):
+            past.setdefault(earlier.change["contact"], []).append(earlier)
+        for recorded in entry.contact_rows:
+            change, made = _undone_before(entry, recorded, past.get(recorded["contact"], []))
             since = later.get(change["contact"], {})
             if change["after"] is None and not since:  # the write deleted the row: back whole
                 _put_row(conn, change["before"])
-            elif left := _put_columns(conn, change, since):
+                if made:  # no row before the writes undone: none now, if it says nothing
+                    _drop_if_empty(conn, change["contact"])
+            elif left := _put_columns(conn, change, since, made):
                 kept.append(f"{change['contact']}: left as a later write set it: {left}")
     return kept
 
@@ -411,9 +449,10 @@ def _put_row(conn: sqlite3.Connection, row: dict[str, Any]) -> None:
 
 
 def _put_columns(conn: sqlite3.Connection, change: dict[str, Any],
-                 since: dict[str, str]) -> str:
+                 since: dict[str, str], made: bool) -> str:
     """Turn back the columns ``change`` changed that are not in ``since`` (the later writes
-    per column); says which it left, and by which write."""
+    per column); says which it left, and by which write.  ``made``: there was no row before
+    (the write, or an earlier one undone since, made it)."""
     before, after = change["before"] or _NO_ROW, change["after"] or _NO_ROW
     changed = [column for column in _UNDONE_COLUMNS if before[column] != after[column]]
     back = [column for column in changed if column not in since]
@@ -421,11 +460,15 @@ def _put_columns(conn: sqlite3.Connection, change: dict[str, Any],
         conn.execute(f"UPDATE contact_info SET {', '.join(f'{c} = ?' for c in back)}, "
                      "updated_at = ? WHERE email_address = ?",
                      (*(before[c] for c in back), utc_stamp(), change["contact"]))
-    if change["before"] is None and (back or not since):  # the write made the row: gone
-        # again if it says nothing now (a later write that made it again changed every column)
-        conn.execute("DELETE FROM contact_info WHERE email_address = ? AND name IS NULL "
-                     "AND is_blocked = 0 AND notes IS NULL", (change["contact"],))
+    if made and (back or not since):  # gone again if it says nothing now (a later write
+        # that made it again changed every column)
+        _drop_if_empty(conn, change["contact"])
     return ", ".join(f"{column} ({since[column]})" for column in changed if column in since)
+
+
+def _drop_if_empty(conn: sqlite3.Connection, address: str) -> None:
+    conn.execute("DELETE FROM contact_info WHERE email_address = ? AND name IS NULL "
+                 "AND is_blocked = 0 AND notes IS NULL", (address,))
 
 
 # ---------------------------------------------------------------------------------------------
