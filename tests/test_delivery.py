@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +18,7 @@ from fmail_nm.passes.prefetch import STAMP_NAME
 from fmail_nm.service import index as service_index
 from fmail_nm.service.index import IndexingFailed, run_index
 from fmail_nm.store import sidecar
+from fmail_nm.store.notmuch import WriteTxn
 
 from .conftest import MailEnv, make_mail_env, run_init
 from .test_first_index import mail, threads
@@ -85,6 +88,30 @@ def test_a_delivery_equals_notmuch_new_and_the_pass(indexed: MailEnv, tmp_path: 
     assert needs_tagging(indexed) == 0
     check = indexed.fmail("sidecar", "check", check=False)
     assert check.returncode == 0, check.stdout
+
+
+def test_plain_inbox_mail_is_written_once_as_it_is_indexed(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mail in an inbox from no list gets the tags notmuch new gives it right as it is
+    indexed, and is not written again after the rules unless they want otherwise: a message
+    looked up again must have its whole term list read back before it can change."""
+    later: list[str] = []
+    write_tags = WriteTxn._write_tags
+
+    def recorded(self: WriteTxn, messages: Mapping[str, Sequence[str]], *args: Any) -> None:
+        later.extend(messages)
+        write_tags(self, messages, *args)
+    monkeypatch.setattr(WriteTxn, "_write_tags", recorded)
+    deliver_cases(indexed)
+    summary = run_index(indexed.config(), show_progress=False)
+    assert summary.delivered == 5
+    # The list's mail and the Trash's are no guess; the user's own was one, the rules said
+    # otherwise (sent, not inbox): written again, with the tags the rules give.
+    assert sorted(later) == ["binned@x", "listed-1@example.com", "mine-1@example.org"]
+    tags = indexed.notmuch("search", "--output=tags", "--exclude=false", "id:mine-1@example.org")
+    assert sorted(tags.stdout.split()) == ["sent", "unread"]
+    tags = indexed.notmuch("search", "--output=tags", "--exclude=false", "id:plain@x")
+    assert sorted(tags.stdout.split()) == ["inbox", "unread"]
 
 
 def test_a_small_delivery_is_left_to_notmuch_new(indexed: MailEnv,

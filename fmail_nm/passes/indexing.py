@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from ..config import Config
 from ..errors import BackendError
+from ..store.maildir import notmuch_folder
 from ..store.notmuch import AddedFiles, WriteTxn
 from .tagging import final_tags
 
@@ -83,10 +84,16 @@ def index_batch(txn: WriteTxn, paths: Sequence[str], list_ids: Mapping[str, str 
     of each new message only."""
     if txn.revision() != revision:
         raise WrittenMeanwhile()
+    inboxes = frozenset(config.roles().get("inbox", ()))
+
+    def plain(path: str) -> bool:
+        """Mail in an inbox folder from no list: what the default rules leave as notmuch new
+        tagged it (a guess: a wrong one costs a second write, never a wrong tag)."""
+        return notmuch_folder(path, config.mail_root) in inboxes and not list_ids[path]
 
     def final(txn: WriteTxn, given: Mapping[str, frozenset[str]],
               files: Mapping[str, Sequence[str]],
               from_headers: Mapping[str, str]) -> dict[str, set[str]]:
         by_message = {mid: list_ids[names[0]] for mid, names in files.items()}
         return final_tags(txn, given, by_message, from_headers, config, new_tags)
-    return txn.index_files(paths, sorted(new_tags), final)
+    return txn.index_files(paths, sorted(new_tags), final, plain)

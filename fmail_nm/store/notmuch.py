@@ -922,7 +922,8 @@ class WriteTxn:
     def index_files(self, paths: Sequence[str], new_tags: Sequence[str],
                     final: Callable[[WriteTxn, Mapping[str, frozenset[str]],
                                      Mapping[str, Sequence[str]], Mapping[str, str]],
-                                    Mapping[str, Iterable[str]]]) -> AddedFiles:
+                                    Mapping[str, Iterable[str]]],
+                    plain: Callable[[str], bool] = lambda _path: False) -> AddedFiles:
         """Index files the way ``notmuch new`` does, except that each new message is written
         with its final tags at once instead of being rewritten later.
 
@@ -934,8 +935,15 @@ class WriteTxn:
         message ends with --
         it may query this session, the batch is indexed -- and each is written once.  Use it
         inside an all-or-nothing session (:meth:`Writer.run`): a batch cut short must not
-        leave untagged mail."""
+        leave untagged mail.
+
+        ``plain``: whether a file's message will likely end with just the tags ``notmuch new``
+        gives it (the rules change nothing).  Those tags are written at once, through the
+        handle that indexed it, as ``notmuch new`` writes them, and not again below unless
+        the rules want otherwise: a handle found later must read the document's whole term
+        list back to change it, which costs about half as much again as indexing it."""
         added, born, froms = AddedFiles(), {}, {}
+        written: dict[str, frozenset[str]] = {}
         for path in paths:
             try:
                 msg, copy = self._db.add(path)
@@ -950,6 +958,9 @@ class WriteTxn:
                 added.messages[mid] = [path]
                 born[mid] = frozenset(str(t) for t in msg.tags)  # attachment, signed, ...
                 froms[mid] = _header(msg, "from")
+                if plain(path):  # before the next file, which may merge its thread
+                    written[mid] = self._new_tags(born[mid], [path], new_tags)
+                    _set_tags(msg, written[mid])
             elif mid in added.messages:  # a second copy in this batch: read with it below
                 added.messages[mid].append(path)
             else:
@@ -960,8 +971,11 @@ class WriteTxn:
                  for mid, files in added.messages.items()}
         wanted = {mid: frozenset(tags)
                   for mid, tags in final(self, given, added.messages, froms).items()}
-        if added.messages:
-            self._write_tags(added.messages, given, wanted)
+        # Written already, unless a copy later in the batch or a rule changed what they get.
+        left = {mid: files for mid, files in added.messages.items()
+                if not written.get(mid) == given[mid] == wanted.get(mid, given[mid])}
+        if left:
+            self._write_tags(left, given, wanted)
         return added
 
     def _new_tags(self, born: frozenset[str], files: Sequence[str],
@@ -993,12 +1007,7 @@ class WriteTxn:
                      wanted: Mapping[str, frozenset[str]]) -> None:
         mid = msg.messageid
         want = wanted.get(mid, given[mid])
-        with msg.frozen():
-            have = frozenset(str(t) for t in msg.tags)
-            for tag in have - want:
-                msg.tags.discard(tag)
-            for tag in want - have:
-                msg.tags.add(tag)
+        _set_tags(msg, want)
         # A flag tag a rule changed: the files are renamed to say the same (as tagging does);
         # the flags' own tags need no rename.
         if self.sync_flags and (given[mid] ^ want) & FLAG_TAGS:
@@ -1007,6 +1016,16 @@ class WriteTxn:
     def remove_file(self, path: str | os.PathLike[str]) -> bool:
         """Forget one file; True when the message still has other files."""
         return self._db.remove(path)
+
+
+def _set_tags(msg: notmuch2.Message, want: frozenset[str]) -> None:
+    """Give a message exactly these tags, in one write."""
+    with msg.frozen():
+        have = frozenset(str(t) for t in msg.tags)
+        for tag in have - want:
+            msg.tags.discard(tag)
+        for tag in want - have:
+            msg.tags.add(tag)
 
 
 # notmuch's table of Maildir flags and the tags they stand for; Seen is the inverse of unread.
