@@ -1063,6 +1063,39 @@ def test_undoing_a_write_then_the_later_write_that_moved_on_puts_the_mail_back_h
     h.assert_in_step()
 
 
+def test_a_write_undo_passed_over_still_stands_for_the_undo_of_a_later_one(h: Harness) -> None:
+    """Our saved draft cannot be undone: our undo passes over it (marking it so), yet what it
+    did stands.  Another session took the draft tag off since; their undo must put it back,
+    not take the draft for a write undone since and leave the tag off."""
+    ours, theirs = _two_sessions(h)
+    draft = compose.save_draft(ours, ["zoe@example.net"], subject="unsent", body="w").message_id
+    before = h.shape(draft)
+    writes.tag_emails(theirs, [draft], remove=["draft"])
+    with pytest.raises(ChangeError, match="cannot be reverted"):
+        writes.undo_last_write(ours)
+    undone = writes.undo_last_write(theirs)
+    assert not undone.errors
+    assert h.shape(draft) == before
+    h.assert_in_step()
+
+
+def test_undoing_a_write_then_the_later_write_that_moved_it_home_leaves_the_file_be(
+        h: Harness) -> None:
+    """Archived by us, moved back to the inbox by another session: once our archive is
+    undone, undoing theirs finds the file home already.  It stays as it is, not moved into
+    the folder it is in under a new name (which mbsync would upload again as new mail)."""
+    ours, theirs = _two_sessions(h)
+    before = h.shape(IN_INBOX)
+    writes.archive(ours, [IN_INBOX])
+    writes.move_to_folder(theirs, [IN_INBOX], "INBOX")
+    writes.undo_last_write(ours)
+    [home] = h.files(IN_INBOX)
+    undone = writes.undo_last_write(theirs)
+    assert not undone.errors
+    assert h.shape(IN_INBOX) == before and h.files(IN_INBOX) == [home]
+    h.assert_in_step()
+
+
 def test_undoing_an_earlier_contact_edit_then_a_later_one_leaves_the_contact_as_before(
         h: Harness) -> None:
     """We name a contact, another session renames it; our undo leaves their name; their

@@ -568,9 +568,9 @@ def apply(ctx: WriteContext, action: str, params: dict[str, Any], message_ids: S
     return report
 
 
-# A write whose params carry this key is recorded but never reverted (a sent message); the
-# value says why, and undo_last tells the caller so.
-NOT_UNDOABLE = "not_undoable"
+# A write whose params carry this key is recorded but never reverted (see there); undo_last
+# tells the caller why.
+NOT_UNDOABLE = sidecar.NOT_UNDOABLE
 
 
 def _absent(message_id: str) -> IndexedMessage:
@@ -686,8 +686,12 @@ class UndoneBefore:
         """``change`` as if those earlier writes had never been made."""
         tags = {t for t in change["tags_before"] if self.tags.get(t, True)}
         tags |= {t for t, had in self.tags.items() if had}
+        moves = [(self.sources.get(src, src), dest) for src, dest in change["moves"]]
+        # A file traced back to the folder this write put it in is home already: "moved back"
+        # it would only get a new name, which mbsync uploads again as new mail.
         return {**change, "tags_before": sorted(tags),
-                "moves": [(self.sources.get(src, src), dest) for src, dest in change["moves"]],
+                "moves": [(src, dest) for src, dest in moves
+                          if _file_of(src)[0] != _file_of(dest)[0]],
                 "origin_before": self.origin if self.sources else change["origin_before"]}
 
 

@@ -1694,6 +1694,13 @@ def _entry(row: sqlite3.Row | tuple[Any, ...]) -> AuditEntry:
                       changes=json.loads(row[4]), undone_at=row[5], session=row[6])
 
 
+# A write whose params carry this key is recorded but never reverted (a sent message, a saved
+# draft); the value says why.  Undo marks it undone all the same, to reach the writes before
+# it -- yet what it did stands.
+NOT_UNDOABLE = "not_undoable"
+# When an entry was undone; NULL for one undo passed over (see NOT_UNDOABLE).
+_REVERTED_AT = f"CASE WHEN json_extract(params, '$.{NOT_UNDOABLE}') IS NULL THEN undone_at END"
+
 # An entry undo may still revert: not undone, and not a pass's own doing (params name it "by").
 _LEFT_TO_UNDO = "undone_at IS NULL AND json_extract(params, '$.by') IS NULL"
 
@@ -1729,8 +1736,8 @@ FILTER_IDS_UP_TO = 6
 
 def _changes_on(conn: sqlite3.Connection, where: str, params: tuple[Any, ...],
                 ids: Sequence[str], key: str, order: str) -> list[tuple[Any, ...]]:
-    """(entry id, action, at, undone_at, the change) of the entries ``where`` picks, per
-    change whose ``key`` is one of ``ids``."""
+    """(entry id, action, at, when it was reverted (see _REVERTED_AT), the change) of the
+    entries ``where`` picks, per change whose ``key`` is one of ``ids``."""
     filtered = len(ids) <= FILTER_IDS_UP_TO
     if filtered:
         # Both encodings: text written with ensure_ascii and without (the needle is a
@@ -1742,7 +1749,7 @@ def _changes_on(conn: sqlite3.Connection, where: str, params: tuple[Any, ...],
     # before the filter; unfiltered, a copy of them would only cost time.
     rows = conn.execute(
         f"WITH a AS {'' if filtered else 'NOT '}MATERIALIZED (SELECT * FROM audit_log a "
-        f"WHERE {where}) SELECT a.id, a.action, a.at, a.undone_at, c.value "
+        f"WHERE {where}) SELECT a.id, a.action, a.at, {_REVERTED_AT}, c.value "
         "FROM a, json_each(a.changes) c WHERE json_extract(c.value, ?) "
         f"IN (SELECT value FROM json_each(?)) ORDER BY a.id {order}",
         (*params, f"$.{key}", json.dumps(list(ids)))).fetchall()
@@ -1761,7 +1768,8 @@ def later_changes(conn: sqlite3.Connection, entry_id: int, message_ids: Sequence
 
 @dataclass(frozen=True)
 class EarlierChange:
-    """A change an entry before another recorded on one of its messages (or contacts)."""
+    """A change an entry before another recorded on one of its messages (or contacts);
+    ``undone_at`` None while what it did stands (not undone, or passed over by undo)."""
 
     audit_id: int
     at: str
@@ -1781,8 +1789,8 @@ def earlier_changes(conn: sqlite3.Connection, entry: AuditEntry, ids: Sequence[s
     (``key`` as in :func:`later_changes`); none when no entry before it was undone after it
     was made (see EarlierChange.undone_after), as is usual: then none of them matters to its
     undo, and that is known without reading them as JSON."""
-    if conn.execute("SELECT 1 FROM audit_log WHERE id < ? AND undone_at >= ? LIMIT 1",
-                    (entry.id, entry.at)).fetchone() is None:
+    if conn.execute("SELECT 1 FROM audit_log WHERE id < ? AND undone_at >= ? AND "
+                    f"{_REVERTED_AT} IS NOT NULL LIMIT 1", (entry.id, entry.at)).fetchone() is None:
         return []
     return [EarlierChange(i, at, undone, change) for i, _, at, undone, change in _changes_on(
         conn, "a.id < ?", (entry.id,), ids, key, "DESC")]
