@@ -1186,6 +1186,26 @@ def test_an_audit_log_of_schema_27_keeps_its_writes_as_made_outside_any_session(
         assert rows.fetchall() == [(first, 0), (second, 1), (third, 0)]
 
 
+def test_writes_undone_before_schema_29_count_as_undone_before_anything_after_them(
+        tmp_path: Path) -> None:
+    """Version 29 records the newest entry at each undo; an undo made before it cannot say,
+    and counts as made before any later write (undo traces nothing through it, as before)."""
+    path = tmp_path / sidecar.SIDECAR_NAME
+    with sidecar.opened(path) as conn:
+        kept, undone = (sidecar.record_write(conn, "tag", {}, [{"message_id": "m"}])
+                        for _ in range(2))
+        later = sidecar.record_write(conn, "tag", {}, [{"message_id": "m"}])
+        sidecar.mark_undone(conn, undone)
+        assert conn.execute("SELECT undone_upto FROM audit_log WHERE id = ?",
+                            (undone,)).fetchone()[0] == later
+        conn.execute("PRAGMA user_version = 28")
+    with sidecar.opened(path) as conn:
+        rows = conn.execute("SELECT id, undone_upto FROM audit_log ORDER BY id").fetchall()
+        assert rows == [(kept, None), (undone, undone), (later, None)]
+        entry = sidecar.write_left(conn, later)
+        assert entry is not None and sidecar.earlier_changes(conn, entry, ["m"]) == []
+
+
 # Ids whose JSON text is not themselves (quotes, backslashes, non-ASCII), and ids that are
 # prefixes of others: the text filter of later_changes must find each, and only each.
 AWKWARD_IDS = ['a@example.org', 'a@example.org.uk', 'q"uote@example.org',
@@ -1216,14 +1236,14 @@ def test_later_and_earlier_changes_find_every_id_however_json_spells_it(
         for entry_id, mid in zip(ids, AWKWARD_IDS):
             assert sidecar.later_changes(conn, first, [mid]) == [
                 (entry_id, "tag", {"message_id": mid, "n": 1})]
-            later = sidecar.last_write(conn, None)  # made after `undone` was undone
+            later = sidecar.last_write(conn, None)  # `undone` was undone after it was made
             assert later is not None and later.id == last
             earlier = sidecar.earlier_changes(conn, later, [mid])
             assert [(e.audit_id, e.change["message_id"]) for e in earlier] == (
                 [(undone, mid)] if mid == AWKWARD_IDS[0] else []) + [(entry_id, mid), (first, mid)]
         # Made after every undo: nothing before it was undone since, so nothing is read.
-        conn.execute("UPDATE audit_log SET at = '2999-01-01T00:00:00Z' WHERE id = ?", (last,))
-        assert sidecar.earlier_changes(conn, sidecar.last_write(conn, None), AWKWARD_IDS) == []
+        after = sidecar.write_left(conn, sidecar.record_write(conn, "tag", {}, []))
+        assert after is not None and sidecar.earlier_changes(conn, after, AWKWARD_IDS) == []
 
 
 def test_pruning_the_audit_log_takes_short_transactions_and_a_bounded_number_a_call(

@@ -1063,6 +1063,22 @@ def test_undoing_a_write_then_the_later_write_that_moved_on_puts_the_mail_back_h
     h.assert_in_step()
 
 
+def test_a_change_made_elsewhere_between_an_undo_and_a_later_write_stands(h: Harness) -> None:
+    """Our read, undone; the user reads the message in mutt; another session marks it unread
+    and undoes that: it is read again, as mutt left it.  Within one second the undo's time
+    could not tell our undone write from one undone after theirs was made, and took mutt's
+    read state for ours, undoing it too."""
+    ours, theirs = _two_sessions(h)
+    writes.set_read(ours, [UNREAD_IN_CUR], True)
+    writes.undo_last_write(ours)
+    h.env.notmuch("tag", "-unread", "--", f"id:{UNREAD_IN_CUR}")  # read in mutt
+    before = h.shape(UNREAD_IN_CUR)
+    writes.set_read(theirs, [UNREAD_IN_CUR], False)
+    assert not writes.undo_last_write(theirs).errors
+    assert h.shape(UNREAD_IN_CUR) == before and "unread" not in h.tags(UNREAD_IN_CUR)
+    h.assert_in_step()
+
+
 def test_a_write_undo_passed_over_still_stands_for_the_undo_of_a_later_one(h: Harness) -> None:
     """Our saved draft cannot be undone: our undo passes over it (marking it so), yet what it
     did stands.  Another session took the draft tag off since; their undo must put it back,

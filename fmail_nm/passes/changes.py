@@ -714,24 +714,25 @@ def undone_before(conn: sqlite3.Connection, entry: sidecar.AuditEntry) -> dict[s
             continue
         before = found.setdefault(change["message_id"], UndoneBefore())
         for tag in set(change["tags_before"]) ^ set(change["tags_after"]):
-            had, at = tag in change["tags_before"], entry.at
+            had, since = tag in change["tags_before"], entry.id
             for e in past[change["message_id"]]:
                 if tag not in set(e.change["tags_before"]) ^ set(e.change["tags_after"]):
                     continue
-                if not e.undone_after(at) or (tag in e.change["tags_after"]) != had:
+                if not e.undone_after(since) or (tag in e.change["tags_after"]) != had:
                     break
-                had, at = tag in e.change["tags_before"], e.at
+                had, since = tag in e.change["tags_before"], e.audit_id
             if had != (tag in change["tags_before"]):
                 before.tags[tag] = had
         for source, _ in change["moves"]:
-            home, at = source, entry.at
+            home, since = source, entry.id
             for e in past[change["message_id"]]:
                 if not e.change["moves"]:  # a tag change: files stay where they are
                     continue
                 back = {_file_of(dest): src for src, dest in e.change["moves"]}
-                if not e.undone_after(at) or _file_of(home) not in back:
+                if not e.undone_after(since) or _file_of(home) not in back:
                     break
-                home, at, before.origin = back[_file_of(home)], e.at, e.change["origin_before"]
+                home, since, before.origin = (back[_file_of(home)], e.audit_id,
+                                              e.change["origin_before"])
             if home != source:
                 before.sources[source] = home
     return found

@@ -754,6 +754,34 @@ CREATE INDEX audit_log_at ON audit_log(at);
 CREATE INDEX audit_log_session ON audit_log(session, id);
 """
 
+# Version 29: an undone entry records the newest entry there was when it was undone
+# (``undone_upto``), so that undo knows whether an earlier write was undone before or after a
+# later one was made (passes.changes.undone_before) -- the times, to the second, could not say
+# within one second, and then a change made elsewhere in between came undone too.  Entries
+# undone before this version count as undone before anything after them was made: what undo
+# did before.  Made again, as version 28 made it.
+_V29 = """
+CREATE TABLE audit_log_new (
+    id          INTEGER PRIMARY KEY,
+    at          TEXT NOT NULL,
+    action      TEXT NOT NULL,
+    params      TEXT NOT NULL,
+    changes     TEXT NOT NULL,
+    undone_at   TEXT,
+    session     TEXT,
+    undone_upto INTEGER
+);
+INSERT INTO audit_log_new (id, at, action, params, changes, undone_at, session, undone_upto)
+    SELECT id, at, action, params, changes, undone_at, session,
+           CASE WHEN undone_at IS NOT NULL THEN id END FROM audit_log;
+DROP TABLE audit_log;
+ALTER TABLE audit_log_new RENAME TO audit_log;
+CREATE INDEX audit_log_action ON audit_log(action, at);
+CREATE INDEX audit_log_at ON audit_log(at);
+CREATE INDEX audit_log_session ON audit_log(session, id);
+CREATE INDEX audit_log_undone ON audit_log(undone_upto) WHERE undone_upto IS NOT NULL;
+"""
+
 
 @dataclass(frozen=True)
 class Reparse:
@@ -772,7 +800,8 @@ REPARSES = (Reparse(REPARSE_KEY, REPARSED_ROWS), Reparse(BCC_REPARSE_KEY, BCC_RE
 # Index i holds the script that takes the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
                                _V13, _V14, _V15, _V16, _V17, _V18, _V19, _V20, _V21,
-                               _V22, _V23, _V24, _V25, _V26, _V27, _V28)
+                               _V22, _V23, _V24, _V25, _V26, _V27, _V28,
+                               _V29)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -1698,8 +1727,10 @@ def _entry(row: sqlite3.Row | tuple[Any, ...]) -> AuditEntry:
 # draft); the value says why.  Undo marks it undone all the same, to reach the writes before
 # it -- yet what it did stands.
 NOT_UNDOABLE = "not_undoable"
-# When an entry was undone; NULL for one undo passed over (see NOT_UNDOABLE).
-_REVERTED_AT = f"CASE WHEN json_extract(params, '$.{NOT_UNDOABLE}') IS NULL THEN undone_at END"
+# The newest entry there was when an entry was undone; NULL for one undo passed over (see
+# NOT_UNDOABLE).
+_REVERTED_UPTO = (f"CASE WHEN json_extract(params, '$.{NOT_UNDOABLE}') IS NULL "
+                  "THEN undone_upto END")
 
 # An entry undo may still revert: not undone, and not a pass's own doing (params name it "by").
 _LEFT_TO_UNDO = "undone_at IS NULL AND json_extract(params, '$.by') IS NULL"
@@ -1736,8 +1767,8 @@ FILTER_IDS_UP_TO = 6
 
 def _changes_on(conn: sqlite3.Connection, where: str, params: tuple[Any, ...],
                 ids: Sequence[str], key: str, order: str) -> list[tuple[Any, ...]]:
-    """(entry id, action, at, when it was reverted (see _REVERTED_AT), the change) of the
-    entries ``where`` picks, per change whose ``key`` is one of ``ids``."""
+    """(entry id, action, the newest entry when it was reverted (see _REVERTED_UPTO), the
+    change) of the entries ``where`` picks, per change whose ``key`` is one of ``ids``."""
     filtered = len(ids) <= FILTER_IDS_UP_TO
     if filtered:
         # Both encodings: text written with ensure_ascii and without (the needle is a
@@ -1749,12 +1780,12 @@ def _changes_on(conn: sqlite3.Connection, where: str, params: tuple[Any, ...],
     # before the filter; unfiltered, a copy of them would only cost time.
     rows = conn.execute(
         f"WITH a AS {'' if filtered else 'NOT '}MATERIALIZED (SELECT * FROM audit_log a "
-        f"WHERE {where}) SELECT a.id, a.action, a.at, {_REVERTED_AT}, c.value "
+        f"WHERE {where}) SELECT a.id, a.action, {_REVERTED_UPTO}, c.value "
         "FROM a, json_each(a.changes) c WHERE json_extract(c.value, ?) "
         f"IN (SELECT value FROM json_each(?)) ORDER BY a.id {order}",
         (*params, f"$.{key}", json.dumps(list(ids)))).fetchall()
-    return [(int(i), str(action), at, undone, json.loads(change))
-            for i, action, at, undone, change in rows]
+    return [(int(i), str(action), upto, json.loads(change))
+            for i, action, upto, change in rows]
 
 
 def later_changes(conn: sqlite3.Connection, entry_id: int, message_ids: Sequence[str],
@@ -1762,25 +1793,24 @@ def later_changes(conn: sqlite3.Connection, entry_id: int, message_ids: Sequence
     """What the writes after entry ``entry_id`` that are not undone -- by anyone, passes
     included -- changed on ``message_ids``: (entry id, action, the message's change), oldest
     first.  ``key="contact"``: on those contacts (the contact rows of contacts writes)."""
-    return [(i, action, change) for i, action, _, _, change in _changes_on(
+    return [(i, action, change) for i, action, _, change in _changes_on(
         conn, "a.id > ? AND a.undone_at IS NULL", (entry_id,), message_ids, key, "ASC")]
 
 
 @dataclass(frozen=True)
 class EarlierChange:
     """A change an entry before another recorded on one of its messages (or contacts);
-    ``undone_at`` None while what it did stands (not undone, or passed over by undo)."""
+    ``undone_upto`` the newest entry there was when it was undone, None while what it did
+    stands (not undone, or passed over by undo)."""
 
     audit_id: int
-    at: str
-    undone_at: str | None
+    undone_upto: int | None
     change: dict[str, Any]
 
-    def undone_after(self, at: str) -> bool:
-        """Whether it was undone after a later write made ``at`` -- so that its undo left
-        what that write changed again.  The same second counts: the callers then check the
-        recorded states agree."""
-        return self.undone_at is not None and self.undone_at >= at
+    def undone_after(self, later: int) -> bool:
+        """Whether it was undone after the later entry ``later`` was made -- so that its undo
+        left what that write changed again."""
+        return self.undone_upto is not None and self.undone_upto >= later
 
 
 def earlier_changes(conn: sqlite3.Connection, entry: AuditEntry, ids: Sequence[str],
@@ -1789,16 +1819,18 @@ def earlier_changes(conn: sqlite3.Connection, entry: AuditEntry, ids: Sequence[s
     (``key`` as in :func:`later_changes`); none when no entry before it was undone after it
     was made (see EarlierChange.undone_after), as is usual: then none of them matters to its
     undo, and that is known without reading them as JSON."""
-    if conn.execute("SELECT 1 FROM audit_log WHERE id < ? AND undone_at >= ? AND "
-                    f"{_REVERTED_AT} IS NOT NULL LIMIT 1", (entry.id, entry.at)).fetchone() is None:
+    if conn.execute("SELECT 1 FROM audit_log INDEXED BY audit_log_undone WHERE undone_upto >= ? "
+                    f"AND id < ? AND {_REVERTED_UPTO} IS NOT NULL LIMIT 1",
+                    (entry.id, entry.id)).fetchone() is None:
         return []
-    return [EarlierChange(i, at, undone, change) for i, _, at, undone, change in _changes_on(
+    return [EarlierChange(i, upto, change) for i, _, upto, change in _changes_on(
         conn, "a.id < ?", (entry.id,), ids, key, "DESC")]
 
 
 def mark_undone(conn: sqlite3.Connection, entry_id: int) -> None:
     with transaction(conn):
-        conn.execute("UPDATE audit_log SET undone_at = ? WHERE id = ?", (utc_stamp(), entry_id))
+        conn.execute("UPDATE audit_log SET undone_at = ?, undone_upto = (SELECT max(id) FROM "
+                     "audit_log) WHERE id = ?", (utc_stamp(), entry_id))
 
 
 def sent_at(conn: sqlite3.Connection, ref: str) -> str | None:

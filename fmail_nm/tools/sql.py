@@ -399,13 +399,13 @@ def _undone_before(entry: sidecar.AuditEntry, change: dict[str, Any],
     none_row = {"email_address": change["contact"], **_NO_ROW}
     before, nones = dict(change["before"] or none_row), []
     for column in (c for c in _UNDONE_COLUMNS if _changed(change, c)):
-        at, none = entry.at, change["before"] is None
+        since, none = entry.id, change["before"] is None
         for earlier in (e for e in past if _changed(e.change, column)):
-            if (not earlier.undone_after(at)
+            if (not earlier.undone_after(since)
                     or (earlier.change["after"] or _NO_ROW)[column] != before[column]):
                 break
             before[column] = (earlier.change["before"] or _NO_ROW)[column]
-            at, none = earlier.at, earlier.change["before"] is None
+            since, none = earlier.audit_id, earlier.change["before"] is None
         nones.append(none)
     made = any(nones) if nones else change["before"] is None
     if before == (change["before"] or none_row):
