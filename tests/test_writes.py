@@ -1023,6 +1023,14 @@ def _two_sessions(h: Harness) -> tuple[WriteContext, WriteContext]:
             dataclasses.replace(h.ctx, session="theirs"))
 
 
+def _their_undo_leaves(h: Harness, theirs: WriteContext, mid: str,
+                       before: tuple[frozenset[str], list[tuple[str, str, str]]]) -> None:
+    """Their undo goes through whole, and leaves the message as it was ``before``."""
+    assert not writes.undo_last_write(theirs).errors
+    assert h.shape(mid) == before
+    h.assert_in_step()
+
+
 @pytest.mark.parametrize("first, then", [
     (lambda ctx, mid: writes.tag_emails(ctx, [mid], add=["x"]),
      lambda ctx, mid: writes.tag_emails(ctx, [mid], remove=["x", "unread"])),
@@ -1040,10 +1048,7 @@ def test_undoing_an_earlier_write_then_a_later_one_leaves_the_message_as_before_
     first(ours, UNREAD_IN_CUR)
     then(theirs, UNREAD_IN_CUR)
     writes.undo_last_write(ours)
-    undone = writes.undo_last_write(theirs)
-    assert not undone.errors
-    assert h.shape(UNREAD_IN_CUR) == before
-    h.assert_in_step()
+    _their_undo_leaves(h, theirs, UNREAD_IN_CUR, before)
 
 
 def test_undoing_a_write_then_the_later_write_that_moved_on_puts_the_mail_back_home(
@@ -1057,10 +1062,7 @@ def test_undoing_a_write_then_the_later_write_that_moved_on_puts_the_mail_back_h
     writes.delete_messages(theirs, [IN_INBOX])
     writes.undo_last_write(ours)
     assert h.folders(IN_INBOX) == ["personal/Trash"]
-    undone = writes.undo_last_write(theirs)
-    assert not undone.errors
-    assert h.shape(IN_INBOX) == before
-    h.assert_in_step()
+    _their_undo_leaves(h, theirs, IN_INBOX, before)
 
 
 def test_a_change_made_elsewhere_between_an_undo_and_a_later_write_stands(h: Harness) -> None:
@@ -1089,10 +1091,7 @@ def test_a_write_undo_passed_over_still_stands_for_the_undo_of_a_later_one(h: Ha
     writes.tag_emails(theirs, [draft], remove=["draft"])
     with pytest.raises(ChangeError, match="cannot be reverted"):
         writes.undo_last_write(ours)
-    undone = writes.undo_last_write(theirs)
-    assert not undone.errors
-    assert h.shape(draft) == before
-    h.assert_in_step()
+    _their_undo_leaves(h, theirs, draft, before)
 
 
 def test_undoing_a_write_then_the_later_write_that_moved_it_home_leaves_the_file_be(
@@ -1106,10 +1105,8 @@ def test_undoing_a_write_then_the_later_write_that_moved_it_home_leaves_the_file
     writes.move_to_folder(theirs, [IN_INBOX], "INBOX")
     writes.undo_last_write(ours)
     [home] = h.files(IN_INBOX)
-    undone = writes.undo_last_write(theirs)
-    assert not undone.errors
-    assert h.shape(IN_INBOX) == before and h.files(IN_INBOX) == [home]
-    h.assert_in_step()
+    _their_undo_leaves(h, theirs, IN_INBOX, before)
+    assert h.files(IN_INBOX) == [home]
 
 
 def test_undoing_an_earlier_contact_edit_then_a_later_one_leaves_the_contact_as_before(

@@ -731,6 +731,14 @@ INSERT INTO sync_state (key, value) SELECT '{AUTHOR_REPARSE_KEY}', ''
     ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 """
 
+# The audit log's indexes since version 28, made again with the table by each version that
+# makes it again.
+_AUDIT_LOG_INDEXES = """
+CREATE INDEX audit_log_action ON audit_log(action, at);
+CREATE INDEX audit_log_at ON audit_log(at);
+CREATE INDEX audit_log_session ON audit_log(session, id);
+"""
+
 # Version 28: each write records the MCP session it was made in (NULL: made outside one -- the
 # CLI, a pass -- or before this version), so that undo_last_write reverts the caller's own
 # latest write (passes.changes.undo_last).  The table is made again, as version 23 made
@@ -749,10 +757,7 @@ INSERT INTO audit_log_new (id, at, action, params, changes, undone_at)
     SELECT id, at, action, params, changes, undone_at FROM audit_log;
 DROP TABLE audit_log;
 ALTER TABLE audit_log_new RENAME TO audit_log;
-CREATE INDEX audit_log_action ON audit_log(action, at);
-CREATE INDEX audit_log_at ON audit_log(at);
-CREATE INDEX audit_log_session ON audit_log(session, id);
-"""
+""" + _AUDIT_LOG_INDEXES
 
 # Version 29: an undone entry records the newest entry there was when it was undone
 # (``undone_upto``), so that undo knows whether an earlier write was undone before or after a
@@ -776,9 +781,7 @@ INSERT INTO audit_log_new (id, at, action, params, changes, undone_at, session, 
            CASE WHEN undone_at IS NOT NULL THEN id END FROM audit_log;
 DROP TABLE audit_log;
 ALTER TABLE audit_log_new RENAME TO audit_log;
-CREATE INDEX audit_log_action ON audit_log(action, at);
-CREATE INDEX audit_log_at ON audit_log(at);
-CREATE INDEX audit_log_session ON audit_log(session, id);
+""" + _AUDIT_LOG_INDEXES + """
 CREATE INDEX audit_log_undone ON audit_log(undone_upto) WHERE undone_upto IS NOT NULL;
 """
 
