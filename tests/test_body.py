@@ -25,6 +25,7 @@ from fmail_nm.message.html import read_body
 from fmail_nm.message.html import read_message as parse_message
 from fmail_nm.message import mime, pdftext, transfer
 from fmail_nm.message.mime import AttachmentInfo
+from fmail_nm.message.hygiene import sanitize
 from fmail_nm.message.text import clean_text, preview, slice_text, tidy
 
 # ------------------------------------------------------------------------------------------
@@ -2321,6 +2322,14 @@ def test_clean_text_prose_mentioning_wrote_is_kept() -> None:
     assert clean_text(text) == text
 
 
+def test_clean_text_drops_a_wrote_line_emphasised_or_trailed_by_blanks_above_a_quote() -> None:
+    """HTML's "<b>Bob wrote:</b>" comes out "**Bob wrote:**"; only the line's end, after its
+    emphasis and blanks, is looked at for the colon before the search for "wrote"."""
+    for line in ("**Bob <b@x> wrote:**", "Bob <b@x> wrote: _ \t", "Bob wrote:"):
+        assert clean_text(f"Sure.\n\n{line}\n> Lunch?\n") == "Sure.", line
+    assert clean_text("Sure.\n\nBob wrote: here\n> Lunch?\n") == "Sure.\n\nBob wrote: here"
+
+
 def test_clean_text_keeps_a_line_starting_like_an_attribution_above_one() -> None:
     """A wrapped attribution was joined across blank and quoted lines, so a new line that
     began "On", "Am" or "Le" and had an attribution (or a quoted one) within three lines
@@ -2894,6 +2903,22 @@ _TRAILING_BLANKS = re.compile(r"(?m)^(?!-- $)(.*?)[ \t]+$")
 def test_tidy_strips_trailing_blanks_but_keeps_the_signature_delimiter(text: str) -> None:
     expected = re.sub(r"\n{3,}", "\n\n", _TRAILING_BLANKS.sub(r"\1", text)).strip("\n")
     assert tidy(text) == expected
+
+
+def _unsafe(char: str) -> bool:
+    """What sanitize removes, one range at a time: C0 controls but tab and newline, DEL and
+    C1 controls, bidi overrides and isolates, surrogates, Unicode tag characters."""
+    code = ord(char)
+    return (code <= 0x1f and char not in "\t\n" or 0x7f <= code <= 0x9f or 0x202a <= code <= 0x202e
+            or 0x2066 <= code <= 0x2069 or 0xd800 <= code <= 0xdfff or 0xe0000 <= code <= 0xe007f)
+
+
+@given(st.text(alphabet="a \t\n\r\x00\x08\x0b\x1b\x1f\x7f\x80\x85\x9b\x9f\xa0\u00e9\u202a\u202e"
+                        "\u2066\u2069\ud800\U000e0041", max_size=60))
+def test_sanitize_removes_exactly_the_unsafe_characters(text: str) -> None:
+    """ASCII text (tested by a narrower expression) and any other alike."""
+    newlines = text.replace("\r\n", "\n").replace("\r", "\n")
+    assert sanitize(text) == "".join(c for c in newlines if not _unsafe(c))
 
 
 def test_tidy_drops_zero_width_joiners_used_as_padding_but_keeps_emoji_sequences() -> None:

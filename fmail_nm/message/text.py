@@ -45,6 +45,8 @@ _LEADING_QUOTE_MARK = re.compile(r"^([ \t]*)>", re.M)
 
 def escape_quote_marks(text: str) -> str:
     """``text`` with every line that begins with ">" escaped so it is not read as a quote."""
+    if ">" not in text:  # most text: found at C speed, the expression tries every position
+        return text
     return _LEADING_QUOTE_MARK.sub(lambda m: m.group(1) + QUOTE_MARK_ESCAPE, text)
 
 
@@ -745,9 +747,10 @@ def _ends_new_content(lines: list[str], i: int, forward: bool) -> bool:
     line = lines[i]
     # Every end below needs "--" (a signature, "-----Original Message-----"), "________" (a
     # rule) or a colon (a "From:" line): most lines have none, and five regexes on every line
-    # of every new message's body were a good part of the mirror's parse at index time.
-    if "--" not in line and "__" not in line and ":" not in line:
-        return False
+    # of every new message's body were a good part of the mirror's parse at index time.  A
+    # line with only a colon (a link's "https:") can be only the From line of a header block.
+    if "--" not in line and "__" not in line:
+        return not forward and ":" in line and _is_reply_header_block(lines, i)
     if _SIG_STRICT.match(line):
         return True
     if _SIG_LOOSE.match(line):  # "--" without its space: only if what follows is short
@@ -813,10 +816,10 @@ def _attribution_end(lines: list[str], i: int) -> int | None:
                 joined += " " + lines[j]
             if _ATTRIBUTION.match(joined):
                 return j
-    # "Bob <b@x> wrote:" directly above a quote.  Only a line with a colon can match: the
-    # test first spares the search, which tries every word of every line (about a tenth of
-    # the mirror's parse of a new message).
-    if ":" in lines[i] and _WROTE.search(lines[i]):
+    # "Bob <b@x> wrote:" directly above a quote.  Only a line that ends in a colon can match:
+    # the test first spares the search, which tries every word of every line (about a tenth
+    # of the mirror's parse of a new message).
+    if lines[i].rstrip("*_ \t").endswith(":") and _WROTE.search(lines[i]):
         following = _next_nonblank(lines, i + 1)
         if following is not None and _QUOTED.match(lines[following]):
             return i
