@@ -29,7 +29,7 @@ import functools
 import queue
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .. import tags
@@ -61,12 +61,33 @@ class TaggingReport:
 
 
 
-def rule_query(rule: TagRule, config: Config, me: Sequence[str]) -> str:
+def rule_query(rule: TagRule, config: Config, me: Sequence[str], txn: WriteTxn) -> str:
     """A rule's query with ``{me}`` (the user's addresses ``me``: see :func:`me_among`) and
-    ``{folder:ROLE}`` expanded for this setup."""
+    ``{folder:ROLE}`` expanded for this setup, and notmuch's saved searches (``query:NAME``)
+    written out, so that their tag terms too are answered from the tags worked out
+    (:func:`_answered_from`): notmuch would read the database, which holds what ``notmuch
+    new`` wrote in the pass, nothing yet in the first index, and some in a delivery."""
     roles = config.roles()
     query = rule.query.replace("{me}", me_query(me))
-    return FOLDER_PLACEHOLDER.sub(lambda m: folders_query(roles.get(m.group(1), [])), query)
+    query = FOLDER_PLACEHOLDER.sub(lambda m: folders_query(roles.get(m.group(1), [])), query)
+    return _with_saved_searches(query, txn.saved_search)
+
+
+# A saved search's term (query:NAME), and how deep saved searches naming others are written out.
+_SAVED_SEARCH = re.compile(r"(?<![\w:.-])query:([^\s()\"]+)", re.I)
+SAVED_SEARCH_DEPTH = 8
+
+
+def _with_saved_searches(query: str, lookup: Callable[[str], str | None],
+                         depth: int = SAVED_SEARCH_DEPTH) -> str:
+    """``query`` with each saved search it names replaced by its own query, in parentheses
+    (as notmuch reads it); a name notmuch does not know is left for notmuch to refuse."""
+    def written_out(match: re.Match[str]) -> str:
+        saved = lookup(match.group(1))
+        if saved is None or depth == 0:
+            return match.group(0)
+        return f"({_with_saved_searches(saved, lookup, depth - 1)})"
+    return _SAVED_SEARCH.sub(written_out, query)
 
 
 def me_among(config: Config, from_headers: Iterable[str]) -> tuple[str, ...]:
@@ -183,7 +204,7 @@ def place_tags(txn: WriteTxn, config: Config, message_id: str) -> bool:
     for rule in config.rules:
         add = {t for t in rule.add if t in place}
         remove = {t for t in rule.remove if t in place}
-        query = _answered_from(rule_query(rule, config, me), [message_id], expected)
+        query = _answered_from(rule_query(rule, config, me, txn), [message_id], expected)
         if (add or remove) and txn.message_ids(all_of(query, only)):
             expected[message_id] = (expected[message_id] | add) - remove
     if not in_role(config, message.filenames, "inbox"):
@@ -203,8 +224,10 @@ def settle_places(txn: WriteTxn, config: Config, message_ids: Sequence[str]) -> 
     return sum(place_tags(txn, config, mid) for mid in message_ids)
 
 
-# A rule's tag terms: tag:x, is:x, tag:"x y" (quotes doubled inside), tag:/regex/.
-_TAG_TERM = re.compile(r'(?<![\w:.-])(?:tag|is):(?:"((?:[^"]|"")*)"|/((?:[^/\\]|\\.)*)/|([^\s()"]+))')
+# A rule's tag terms: tag:x, is:x, tag:"x y" (quotes doubled inside), tag:/regex/ -- also
+# after a - that starts a term (-tag:x): notmuch would answer that one from the
+# database, where a batch's mail may hold tags written before its last copy was indexed.
+_TAG_TERM = re.compile(r'(?<![\w:.])(?<![\w:.-]-)(?:tag|is):(?:"((?:[^"]|"")*)"|/((?:[^/\\]|\\.)*)/|([^\s()"]+))')
 _QUOTED = re.compile(r'"(?:[^"]|"")*"')
 
 
@@ -276,7 +299,7 @@ def final_tags(txn: WriteTxn, given: Mapping[str, frozenset[str]],
     for rule in config.rules:
         if not ids:
             break
-        query = _answered_from(rule_query(rule, config, me), ids, expected)
+        query = _answered_from(rule_query(rule, config, me, txn), ids, expected)
         for mid in txn.message_ids(all_of(query, scope)):
             expected[mid] = (expected[mid] | set(rule.add)) - set(rule.remove)
     return {mid: expected[mid] - (ruled - given[mid]) for mid in ids}

@@ -820,6 +820,10 @@ class WriteTxn:
         except notmuch2.NotmuchError as exc:
             raise _rejected(exc) from None
 
+    def saved_search(self, name: str) -> str | None:
+        """The query of notmuch's saved search ``name`` (``query.NAME``), None if there is none."""
+        return self._db.config.get(f"query.{name}")
+
     def get(self, message_id: str) -> IndexedMessage | None:
         try:
             return _indexed(_find(self._db, message_id))
