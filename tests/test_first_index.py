@@ -112,57 +112,56 @@ def test_the_first_index_equals_notmuch_new_and_the_pass(mail_env: MailEnv, tmp_
     assert check.returncode == 0, check.stdout
 
 
+def add_seen_copies(env: MailEnv) -> None:
+    """Two messages, each with an unflagged copy in one account's INBOX and a Seen copy in
+    the other's, in both orders: which copy is indexed first decides what the database holds
+    of a message mid-batch."""
+    inboxes = (env.mail_root / "personal" / "INBOX", env.mail_root / "work" / "INBOX")
+    for n, (plain, seen) in enumerate((inboxes, inboxes[::-1])):
+        (plain / "cur" / f"8.{n}:2,").write_bytes(mail(f"seen-copy-{n}@x"))
+        (seen / "cur" / f"9.{n}:2,S").write_bytes(mail(f"seen-copy-{n}@x"))
+
+
+def first_index_beside_the_pass(env: MailEnv, base: Path,
+                                with_rule: Callable[[MailEnv], None]) -> list[str]:
+    """The seen copies indexed first by fmail-nm's first index with a rule, then in another
+    place by notmuch new and the pass: the tags of the copies, once both agree on all mail."""
+    add_seen_copies(env)
+    init_without_index(env)
+    with_rule(env)
+    assert run_index(env.config(), show_progress=False).first_index
+    other = set_up_elsewhere(base / "other", add_seen_copies)
+    with_rule(other)
+    other.notmuch("new")
+    assert dump(env) == dump(other)
+    return [line for line in dump(env) if "seen-copy" in line]
+
+
 def test_a_rule_that_hates_a_tag_reads_the_tags_worked_out_not_those_written_so_far(
         mail_env: MailEnv, tmp_path: Path) -> None:
     """A rule's ``-tag:x`` is answered from the tags worked out for the batch, as ``tag:x``
     is -- not from what the database holds mid-batch: inbox mail has ``unread`` written as it
-    is indexed, and a Seen copy in another inbox later in the batch takes it off."""
-    def add(env: MailEnv) -> None:
-        inboxes = (env.mail_root / "personal" / "INBOX", env.mail_root / "work" / "INBOX")
-        for n, (plain, seen) in enumerate((inboxes, inboxes[::-1])):
-            (plain / "cur" / f"8.{n}:2,").write_bytes(mail(f"seen-copy-{n}@x"))
-            (seen / "cur" / f"9.{n}:2,S").write_bytes(mail(f"seen-copy-{n}@x"))
-
+    is indexed, and a Seen copy in another inbox later in the batch takes it off.  (And mail
+    that stays unread gets no "seen": notmuch new and the pass agree on all of it.)"""
     def with_rule(env: MailEnv) -> None:
         env.fmail_config.write_text(env.fmail_config.read_text() + (
             '\n[[tagging.rules]]\nquery = "{folder:inbox} -tag:unread"\nadd = ["seen"]\n'))
-    add(mail_env)
-    init_without_index(mail_env)
-    with_rule(mail_env)
-    assert run_index(mail_env.config(), show_progress=False).first_index
-    other = set_up_elsewhere(tmp_path / "other", add)
-    with_rule(other)
-    other.notmuch("new")
-    copies = [line for line in dump(mail_env) if "seen-copy" in line]
-    assert copies == ["+inbox +seen -- id:seen-copy-0@x", "+inbox +seen -- id:seen-copy-1@x"]
-    assert dump(mail_env) == dump(other)  # and mail that stays unread gets no "seen"
+    assert first_index_beside_the_pass(mail_env, tmp_path, with_rule) == [
+        "+inbox +seen -- id:seen-copy-0@x", "+inbox +seen -- id:seen-copy-1@x"]
 
 
 def test_a_rule_naming_a_saved_search_reads_no_tag_written_before_the_batch_ends(
         mail_env: MailEnv, tmp_path: Path) -> None:
-    """A saved search (``query:unr`` for ``tag:unread``) is answered by notmuch from the
+    """A saved search (``query:unr`` for ``tag:unread``) was answered by notmuch from the
     database: inbox mail's tags written as it is indexed showed ``unread`` there although a
-    Seen copy later in the batch takes it off.  With such a rule none is written early."""
-    def add(env: MailEnv) -> None:
-        inboxes = (env.mail_root / "personal" / "INBOX", env.mail_root / "work" / "INBOX")
-        for n, (plain, seen) in enumerate((inboxes, inboxes[::-1])):
-            (plain / "cur" / f"8.{n}:2,").write_bytes(mail(f"seen-copy-{n}@x"))
-            (seen / "cur" / f"9.{n}:2,S").write_bytes(mail(f"seen-copy-{n}@x"))
-
+    Seen copy later in the batch takes it off, and list mail, whose tags wait for the rules,
+    showed none.  Its tag terms are answered from the tags worked out, as the rule's own."""
     def with_rule(env: MailEnv) -> None:
         env.notmuch("config", "set", "query.unr", "tag:unread")
         env.fmail_config.write_text(env.fmail_config.read_text() + (
             '\n[[tagging.rules]]\nquery = "{folder:inbox} query:unr"\nadd = ["viaq"]\n'))
-    add(mail_env)
-    init_without_index(mail_env)
-    with_rule(mail_env)
-    assert run_index(mail_env.config(), show_progress=False).first_index
-    other = set_up_elsewhere(tmp_path / "other", add)
-    with_rule(other)
-    other.notmuch("new")
-    copies = [line for line in dump(mail_env) if "seen-copy" in line]
-    assert copies == ["+inbox -- id:seen-copy-0@x", "+inbox -- id:seen-copy-1@x"]
-    assert dump(mail_env) == dump(other)
+    assert first_index_beside_the_pass(mail_env, tmp_path, with_rule) == [
+        "+inbox -- id:seen-copy-0@x", "+inbox -- id:seen-copy-1@x"]
 
 
 def test_the_first_index_tags_my_mail_from_a_sub_address_sent(mail_env: MailEnv) -> None:
