@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from .. import mbsyncrc
 from ..clock import utc_now
@@ -256,8 +256,9 @@ def trim_error(stderr: str, stdout: str = "") -> str:
     return text if len(text) <= ERROR_CHARS else "…" + text[-ERROR_CHARS:]
 
 
-def _kill_group(proc: subprocess.Popen[str], sig: signal.Signals = signal.SIGKILL) -> None:
-    # mbsync runs in its own session, so a PassCmd child goes down with it.
+def kill_group(proc: subprocess.Popen[Any], sig: signal.Signals = signal.SIGKILL) -> None:
+    """Signal a command run in a session of its own (mbsync, msmtp) and all it started: a
+    password command goes down with it."""
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
@@ -283,13 +284,13 @@ def stop_running(grace: float = STOP_GRACE) -> int:
         procs = [proc for proc in _running if proc.poll() is None]
         _stopped.update(procs)
     for proc in procs:
-        _kill_group(proc, signal.SIGTERM)
+        kill_group(proc, signal.SIGTERM)
     deadline = time.monotonic() + grace
     for proc in procs:
         try:
             proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_group(proc)
     return len(procs)
 
 
@@ -371,17 +372,17 @@ def execute(argv: list[str], timeout: float, *, keep_output: bool = False) -> tu
     try:
         stdout, stderr = _output(proc, timeout)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        kill_group(proc)
         stdout, stderr = _output_of_killed(proc)
         detail = trim_error(stderr, stdout)
         return proc.returncode, (f"mbsync did not finish within {timeout:g}s and was stopped"
                                  + (f"\n{detail}" if detail else ""))
     except _SignInAbandoned:
-        _kill_group(proc)
+        kill_group(proc)
         _output_of_killed(proc)
         return proc.returncode, SIGN_IN_REFUSED
     except BaseException:  # Ctrl-C in `fmail-nm sync`: the run's own session would outlive us
-        _kill_group(proc)
+        kill_group(proc)
         proc.wait()
         raise
     finally:

@@ -15,10 +15,7 @@ status and stderr are reported as they are; nothing is filed and the draft stays
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import signal
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
@@ -33,6 +30,7 @@ from ..store.query import clean_id
 from ..tools import compose
 from ..tools.compose import DraftResult, Outgoing
 from ..tools.reads import Mailbox
+from .mbsync import kill_group
 
 # Options by which a command picks the envelope sender itself: then no -f is added.
 _CHOOSES_SENDER = ("-f", "--from", "--read-envelope-from")
@@ -129,8 +127,7 @@ def run_to_end(argv: list[str], data: bytes | None, timeout: float) -> tuple[int
         try:
             proc.communicate(data, timeout=timeout)
         except BaseException:  # the timeout, or Ctrl-C: its session would outlive us
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill_group(proc)
             proc.wait()
             raise
         said.seek(0)
