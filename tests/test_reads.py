@@ -235,6 +235,34 @@ def test_a_senders_name_like_a_reply_note_without_its_spaces_is_quoted(name: str
     assert lines[1].endswith(f' "{name} <bob@example.org>" reply to [1]'), lines[1]
 
 
+def _thread_line_of(name: str) -> str:
+    """The line of a reply from ``name`` in a thread of two."""
+    thread = dto.ThreadFull(thread="t1", subject="s", messages=[
+        dto.ThreadMessage(id="a1", depth=0, **{"from": "Ann <ann@example.org>"}, tags=[]),
+        dto.ThreadMessage(id="b2", depth=1, parent="a1", tags=[],
+                          **{"from": f"{name} <bob@example.org>"}),
+    ])
+    return [line for line in render.thread_text(thread).split("\n") if line.startswith("[")][1]
+
+
+@pytest.mark.parametrize("name", [
+    "Bob reply to \u27e61]", "Bob reply to \u30141\u3015", "Bob reply to \u30101\u3011",
+    "Bob reply to \u20451\u2046", "Bob reply to (1)", "Bob reply to {1}",
+    "Bob reply to \u27e81\u27e9", "Bob reply to \u23a11]", "Bob reply to \u2474",
+    "Bob reply to [\u00b9]", "Bob reply to [\u200d1]", "Bob reply to \uff3b\u2000\uff11\uff3d"])
+def test_a_senders_name_with_a_look_alike_bracketed_number_is_quoted(name: str) -> None:
+    """Only "[" and the fullwidth "［" were looked for: "⟦1]", "〔1〕", "【1】", "⁅1⁆", "(1)",
+    "⑴" (one character), a superscript 1 or a joiner inside the brackets read as the line's
+    own "reply to [1]" as well."""
+    assert _thread_line_of(name).endswith(f' "{name} <bob@example.org>" reply to [1]')
+
+
+@pytest.mark.parametrize("name", ["Bob (Work)", "\u3010\u516c\u5f0f\u3011Shop", "Agent 007",
+                                  "Bob [ACME]"])
+def test_a_name_with_brackets_but_no_number_in_them_is_as_it_was(name: str) -> None:
+    assert _thread_line_of(name).endswith(f" {name} <bob@example.org> reply to [1]")
+
+
 def test_list_threads_counts(mb: reads.Mailbox) -> None:
     deep = reads.list_threads(mb, "id:thread-deep-1@example.net", limit=5)
     assert deep.total == 1

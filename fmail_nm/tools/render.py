@@ -25,7 +25,8 @@ The formats are stable and described in the tool descriptions and the README:
 * unanswered threads: thread id, date of the user's last message, days silent, message count,
   ``last=<id>`` of that message, ``to`` whom, ``|``, subject;
 * SQL results: a header line, the column names, then one line per row, cells tab-separated
-  (a backslash, control, line-breaking or invisible character in a cell as its escape, ``\\n``);
+  (a backslash, control, line-breaking or invisible character in a cell as its escape, ``\\n``),
+  the rows between a body's untrusted marker lines when any cell is text;
 * accounts: one line each, ``name: addresses; folder F; role=folder …; mbsync channel``;
 * tags: ``tag count`` per line; folders: ``folder (role): total, N unread``;
 * writes: how many messages were done and their uids (the first 20), the audit entry that
@@ -44,7 +45,8 @@ folders the 300 with the most mail, each with a last line saying where the rest 
 Every value that comes from mail is untrusted and kept on its line: control characters,
 line breaks and bidirectional formatting characters in subjects and names become spaces,
 invisible ones (zero-width spaces) are dropped, and a name that could pass for the line's
-form (``to …``, a ``|``) is quoted.  Results without a rendering of their own are the
+form (``to …``, a ``|``; on a thread's line a number in brackets of any kind, which could
+pass for its ``reply to [n]``) is quoted.  Results without a rendering of their own are the
 structured content as compact JSON.
 """
 
@@ -56,6 +58,7 @@ import json
 import re
 import secrets
 import time
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -286,8 +289,13 @@ def sql_text(r: SqlResult) -> str:
     head = counted(r.row_count, "row") + ("; truncated: more rows existed" if r.truncated else "")
     if r.truncated_cells:
         head += f"; {counted(r.truncated_cells, 'cell')} cut at 2000 characters"
-    return "\n".join([head, "\t".join(r.columns), *("\t".join(_cell(v) for v in row)
-                                                     for row in r.rows)])
+    rows = "\n".join("\t".join(_cell(v) for v in row) for row in r.rows)
+    # Text cells can hold mail (subjects, names, previews): the rows go between a body's
+    # untrusted markers, as get_email's body does.  Numbers alone cannot carry instructions,
+    # and a count spares the markers' 100 bytes.
+    if any(isinstance(v, str) for row in r.rows for v in row):
+        rows = untrusted(rows, "rows")
+    return "\n".join([head, "\t".join(r.columns), *([rows] if r.rows else [])])
 
 
 # What a cell writes as an escape (``\n``, ``\u2028``): a tab or a line break would end it,
@@ -389,15 +397,25 @@ def emails_text(r: dto.EmailsContent) -> str:
 
 # A sender's name that could read as the thread line's own "reply to [n]": one with a
 # bracketed number, whatever words go before it -- a pattern for those words is bypassed by
-# look-alike letters ("reply t\u043e [1]" with a Cyrillic o) -- and a fullwidth bracket too.
-_REPLY_LIKE = re.compile(r"[\[\uff3b]\s*\d")
+# look-alike letters ("reply t\u043e [1]" with a Cyrillic o) -- and whatever the brackets:
+# read through NFKC ("［１］", "⑴" and "[¹]" fold to "[1]", "(1)"), every opening bracket of
+# Unicode (category Ps: "⟦", "〔", "【", "⁅", "(") counts as "[", every closing one (Pe) as "]",
+# which catches a look-alike "[" that is no bracket ("⎡1]").  A list of brackets missed the
+# next look-alike; few names hold a number in brackets, and quoting one costs 2 bytes.
+_REPLY_LIKE = re.compile(r"\[\s*\d|\d\s*\]")
+
+
+def _bracket(char: str) -> str:
+    kind = unicodedata.category(char)
+    return "[" if kind == "Ps" else "]" if kind == "Pe" else char
 
 
 def _thread_sender(sender: str) -> str:
     """A thread line's sender, quoted when its name could pass for the line's reply note
     (a sender called "Bob reply to [1]")."""
     text = one_line(sender)
-    return _quoted(text) if _REPLY_LIKE.search(text) else text
+    folded = unicodedata.normalize("NFKC", _SHAPER.sub("", text))  # a joiner: "[\u200d1]"
+    return _quoted(text) if _REPLY_LIKE.search("".join(map(_bracket, folded))) else text
 
 
 def thread_text(t: dto.ThreadFull) -> str:
