@@ -316,3 +316,102 @@ async def test_a_thread_page_ending_with_mail_dated_far_ahead_has_a_cursor_that_
         resumed = await call(client, "list_threads", {**query, "cursor": widest})
     assert [t["thread"] for t in second["threads"]] == [later]
     assert [t["thread"] for t in resumed["threads"]] == [later]
+
+
+# More messages of one second than a resumed page reads to find the last one shown among them
+# (reads.MAX_SECOND_SCAN).
+MANY_IN_ONE_SECOND = 1100
+
+
+@pytest.mark.parametrize(("tool", "query"), [
+    ("search_emails", "in:inbox subject:pager"),  # pages notmuch reads
+    ("search_emails", "in:inbox"),  # pages the mirror reads
+    ("list_threads", "in:inbox subject:pager"),
+])
+def test_pages_through_a_second_of_more_than_a_scan_while_new_mail_comes_above(
+        indexed: MailEnv, tool: str, query: str) -> None:
+    """More messages share a second than a resumed page looks among for the last one shown,
+    and new mail comes above them between pages: every one is listed once, the pages end."""
+    from fmail_nm.store.notmuch import Reader
+    from fmail_nm.tools import reads
+    inbox = indexed.mail_root / "personal" / "INBOX" / "new"
+    for n in range(MANY_IN_ONE_SECOND):
+        (inbox / f"1796500000.{n}_pager{n}.host").write_text(
+            PAGER.format(n=n, date="Sun, 06 Dec 2026 11:00:00 +0000"))
+    indexed.fmail("index")
+    wanted = {sidecar.uid_for(f"pager-{n}@example.net") for n in range(MANY_IN_ONE_SECOND)}
+
+    def page(cursor: str | None) -> tuple[list[str], str | None]:
+        with Reader() as reader:
+            mb = reads.Mailbox(indexed.config(), reader)
+            if tool == "search_emails":
+                found = reads.search_emails(mb, query, limit=200, cursor=cursor)
+                return [e.id for e in found.results], found.next_cursor
+            threads = reads.list_threads(mb, query, limit=200, cursor=cursor)
+            return [t.thread for t in threads.threads], threads.next_cursor
+
+    listed, cursor = page(None)
+    for n in range(12):
+        if cursor is None:
+            break
+        (inbox / f"1796500100.{n}_newer.host").write_text(PAGER.format(
+            n=f"new-{n}", date=f"Sun, 06 Dec 2026 12:{n:02}:00 +0000"))
+        indexed.fmail("index")
+        shown, cursor = page(cursor)
+        listed += shown
+    if tool == "list_threads":  # a thread of its own for each message
+        with Reader() as reader:
+            wanted = {m.thread_id for m in reader.messages("subject:pager -subject:new")}
+    assert cursor is None
+    assert len(listed) == len(set(listed))
+    assert wanted <= set(listed)
+
+
+def test_a_resumed_page_counts_the_total_once_and_a_left_items_second_not_at_all(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resumed page whose last item moved reads up to three pages of one search (from the
+    cursor, among the last item's second, from where it stands now): the total they share is
+    counted once.  Where the last item left, its second is not counted: that second is read
+    again from its start, whatever its size.  The pages stay those of notmuch's order."""
+    import notmuch2
+
+    from fmail_nm.store.notmuch import Reader
+    from fmail_nm.tools import reads
+    inbox = indexed.mail_root / "personal" / "INBOX" / "new"
+    for n in range(6):
+        (inbox / f"1796500000.{n}_pager{n}.host").write_text(
+            PAGER.format(n=n, date="Sun, 06 Dec 2026 11:00:00 +0000"))
+    indexed.fmail("index")
+    counted: list[str] = []
+    real_count = notmuch2.Database.count_messages
+
+    def counting(db: notmuch2.Database, query: str, **kwargs: Any) -> int:
+        counted.append(query)
+        return real_count(db, query, **kwargs)
+    monkeypatch.setattr(notmuch2.Database, "count_messages", counting)
+
+    def search(cursor: str | None = None, limit: int = 2) -> tuple[list[str], str | None]:
+        with Reader() as reader:
+            found = reads.search_emails(reads.Mailbox(indexed.config(), reader),
+                                        "in:inbox subject:pager", limit=limit, cursor=cursor)
+        return [e.id for e in found.results], found.next_cursor
+
+    def everything() -> list[str]:
+        return search(limit=100)[0]
+    first, cursor = search()
+    total = counted[0]  # the search as it reaches notmuch
+    (inbox / "1796500100.0_newer.host").write_text(
+        PAGER.format(n="new", date="Sun, 06 Dec 2026 12:00:00 +0000"))
+    indexed.fmail("index")
+    counted.clear()
+    second, cursor = search(cursor)
+    assert counted.count(total) == 1
+    assert second == everything()[3:5]
+
+    mids = {sidecar.uid_for(f"pager-{n}@example.net"): f"pager-{n}@example.net" for n in range(6)}
+    indexed.notmuch("tag", "-inbox", "--", f"id:{mids[second[-1]]}")
+    counted.clear()
+    third, _ = search(cursor)
+    assert not any("date:@1796554800..@1796554800" in query for query in counted)
+    assert counted.count(total) == 1
+    assert third == everything()[1:3]  # that second again from its start

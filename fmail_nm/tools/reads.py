@@ -447,9 +447,14 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
     nm_query = scoped_query(mb, compiled, since=since, until=until, account=account)
     fp = _fingerprint("search", nm_query, compiled.exclude_tags, sort)
     mirror = answerable(mb, nm_query, compiled.exclude_tags)
+    kept = _kept_counts(mirror)
+    # started by the first page read that needs it: a resumed page reads up to three, and
+    # the total is the same for each
+    total_of = functools.cache(lambda: _total_of(mb, nm_query, compiled.exclude_tags, kept))
 
     def fetch(offset: int, limit: int) -> tuple[list[str], int, Callable[[], int]]:
-        return _search_page(mb, mirror, nm_query, compiled.exclude_tags, sort, offset, limit)
+        return _search_page(mb, mirror, kept, total_of, nm_query, compiled.exclude_tags, sort,
+                            offset, limit)
 
     start, last = read_cursor(cursor, fp, compiled.anchor), cursor_last(cursor, fp)
     offset, (ids, total, excluded) = _resumed_page(
@@ -478,16 +483,17 @@ def page_list_names(mb: Mailbox, page_tags: Iterable[Iterable[str]]) -> dict[str
     return list_names(shown, list_ids(mb.reader.all_tags())) if shown else {}
 
 
-def _search_page(mb: Mailbox, mirror: Answerable | None, nm_query: str,
+def _search_page(mb: Mailbox, mirror: Answerable | None, kept: tuple[int, int] | None,
+                 counting: Callable[[], Callable[[], int]], nm_query: str,
                  exclude_tags: Sequence[str], sort: str, offset: int, limit: int
                  ) -> tuple[list[str], int, Callable[[], int]]:
     """Ids, total and (a function counting) the excluded matches of one page, from the
-    mirror where it can answer, else from notmuch."""
+    mirror where it can answer, else from notmuch (``counting`` starts the count of the
+    total, see _total_of, where it has not started yet; ``kept``: see _kept_counts)."""
     answer = _page_from_mirror(mirror, sort, offset, limit)
     if answer is not None:
         return answer
-    kept = _kept_counts(mirror)
-    total_of = _total_of(mb, nm_query, exclude_tags, kept)
+    total_of = counting()
     tagged = _tagged_page_from_mirror(mirror, sort, offset, limit)
     if tagged is not None:
         ids = tagged
@@ -517,10 +523,25 @@ def _resumed_page(fetch: Callable[[int, int], Page], start: int, limit: int, las
     if items and is_last(items[0]):
         return start, cast(Page, (items[1:], *page[1:]))
     offset, second = resumed()
-    if 1 < second <= MAX_SECOND_SCAN:  # where the last item stands in its second, now
-        within = fetch(offset, second)[0]
-        offset += next((at + 1 for at, item in enumerate(within) if is_last(item)), 0)
+    if second > 1:  # where the last item stands in its second, now
+        begin, size = _second_scan(offset, second, start - 1)
+        within = fetch(begin, size)[0]
+        found = next((begin + at + 1 for at, item in enumerate(within) if is_last(item)), None)
+        offset = offset if found is None else found
     return offset, fetch(offset, limit)
+
+
+def _second_scan(begin: int, size: int, shown_at: int) -> tuple[int, int]:
+    """Where a resumed page looks for the last item shown (then at ``shown_at``) among the
+    ``size`` items of its second from ``begin``: all of them, or MAX_SECOND_SCAN of them
+    around ``shown_at``.  Between pages the item moves by as many items as came or left
+    before it -- a few, after new mail or triage of a page -- however many share its
+    second: a scan from the second's start would miss it, and the page went back there
+    (listing that second again, for ever if mail came before each page)."""
+    if size <= MAX_SECOND_SCAN:
+        return begin, size
+    around = min(max(begin, shown_at - MAX_SECOND_SCAN // 2), begin + size - MAX_SECOND_SCAN)
+    return around, MAX_SECOND_SCAN
 
 
 def _resumed_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sort: str,
@@ -538,25 +559,29 @@ def _resumed_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sor
     ahead = (date_range_query(day + 1, 2**63) if sort == "newest"
              else date_range_query(0, day))
     count = functools.partial(mb.reader.count, exclude_tags=exclude_tags)
-    return _resumed(count(all_of(nm_query, ahead)),
-                    count(all_of(nm_query, date_range_query(day, day + 1))),
-                    count(all_of(nm_query, id_query([found.message_id]))) > 0)
+    return _resumed(count(all_of(nm_query, id_query([found.message_id]))) > 0,
+                    count(all_of(nm_query, ahead)),
+                    lambda: count(all_of(nm_query, date_range_query(day, day + 1))))
 
 
-# A page resumed inside a second of more items than this reads it again from its start
-# rather than look for the last item shown among them.
+# The most items of one second a resumed page reads to find the last item shown among them
+# (around where it stood: see _second_scan); not found there, the page reads that second
+# again from its start.
 MAX_SECOND_SCAN = 1000
 
 
-def _resumed(before: int, same_second: int, still_listed: bool) -> tuple[int, int]:
-    """Where the page after the last item shown starts, from how many items now sort before
-    its second (``before``), how many share that second, and whether it is still listed: at
-    that second, with the count of its items to look for the last one among (the offset
-    could not say: items above may have left or come), or after a lone last item.  Where
-    the last item is gone, that second's items are listed again: a repeat, never a skip."""
+def _resumed(still_listed: bool, before: int, same_second: Callable[[], int]
+             ) -> tuple[int, int]:
+    """Where the page after the last item shown starts, from whether it is still listed, how
+    many items now sort before its second (``before``), and (counted only for a last item
+    still listed) how many share that second: at that second, with the count of its items
+    to look for the last one among (the offset could not say: items above may have left or
+    come), or after a lone last item.  Where the last item is gone, that second's items are
+    listed again: a repeat, never a skip."""
     if not still_listed:
         return before, 0
-    return (before + 1, 0) if same_second == 1 else (before, same_second)
+    second = same_second()
+    return (before + 1, 0) if second == 1 else (before, second)
 
 
 @dataclass(frozen=True)
@@ -903,9 +928,9 @@ def _resumed_thread_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[st
     matched = mb.reader.messages(all_of(nm_query, f"thread:{quote(last)}"),
                                  exclude_tags=exclude_tags, limit=1)
     count = functools.partial(mb.reader.count_threads, exclude_tags=exclude_tags)
-    return _resumed(count(all_of(nm_query, date_range_query(rank + 1, 2**63))),
-                    count(all_of(nm_query, date_range_query(rank, rank + 1))),
-                    bool(matched) and matched[0].date == rank)
+    return _resumed(bool(matched) and matched[0].date == rank,
+                    count(all_of(nm_query, date_range_query(rank + 1, 2**63))),
+                    lambda: count(all_of(nm_query, date_range_query(rank, rank + 1))))
 
 
 def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
