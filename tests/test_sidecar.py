@@ -1167,7 +1167,7 @@ def test_an_audit_log_of_schema_27_keeps_its_writes_as_made_outside_any_session(
     with sidecar.opened(path) as conn:
         first = sidecar.record_write(conn, "archive", {"ids": ["a@example.org"]}, [])
         second = sidecar.record_write(conn, "tag", {"ids": ["b@example.org"]}, [])
-        sidecar.mark_undone(conn, second)
+        sidecar.mark_undone(conn, second, sidecar.newest_entry(conn))
         conn.executescript("""
             DROP INDEX audit_log_session;
             ALTER TABLE audit_log DROP COLUMN session;
@@ -1195,7 +1195,7 @@ def test_writes_undone_before_schema_29_count_as_undone_before_anything_after_th
         kept, undone = (sidecar.record_write(conn, "tag", {}, [{"message_id": "m"}])
                         for _ in range(2))
         later = sidecar.record_write(conn, "tag", {}, [{"message_id": "m"}])
-        sidecar.mark_undone(conn, undone)
+        sidecar.mark_undone(conn, undone, sidecar.newest_entry(conn))
         assert conn.execute("SELECT undone_upto FROM audit_log WHERE id = ?",
                             (undone,)).fetchone()[0] == later
         conn.execute("PRAGMA user_version = 28")
@@ -1204,6 +1204,30 @@ def test_writes_undone_before_schema_29_count_as_undone_before_anything_after_th
         assert rows == [(kept, None), (undone, undone), (later, None)]
         entry = sidecar.write_left(conn, later)
         assert entry is not None and sidecar.earlier_changes(conn, entry, ["m"]) == []
+
+
+def test_whether_a_write_was_undone_after_a_later_one_is_read_from_its_index_if_there(
+        tmp_path: Path) -> None:
+    """earlier_changes first asks whether any entry before one was undone after it was made:
+    the partial index audit_log_undone answers, not a scan of the whole log.  A sidecar
+    without that index (copied or mended without it) gets the same answer, by a scan."""
+    path = tmp_path / sidecar.SIDECAR_NAME
+    with sidecar.opened(path) as conn:
+        undone, later = (sidecar.record_write(conn, "tag", {}, [{"message_id": "m"}])
+                         for _ in range(2))
+        sidecar.mark_undone(conn, undone, later)
+        entry = sidecar.write_left(conn, later)
+        assert entry is not None
+        asked: list[str] = []
+        conn.set_trace_callback(asked.append)
+        found = sidecar.earlier_changes(conn, entry, ["m"])
+        conn.set_trace_callback(None)
+        assert found == [sidecar.EarlierChange(undone, later, {"message_id": "m"})]
+        [probe] = [sql for sql in asked if sql.startswith("SELECT 1 FROM audit_log")]
+        plan = " ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {probe}"))
+        assert "USING INDEX audit_log_undone" in plan, plan
+        conn.execute("DROP INDEX audit_log_undone")
+        assert sidecar.earlier_changes(conn, entry, ["m"]) == found
 
 
 # Ids whose JSON text is not themselves (quotes, backslashes, non-ASCII), and ids that are
@@ -1229,7 +1253,7 @@ def test_later_and_earlier_changes_find_every_id_however_json_spells_it(
                                                     ensure_ascii=ensure_ascii))).lastrowid)
         undone = sidecar.record_write(conn, "tag", {}, [{"message_id": AWKWARD_IDS[0]}])
         last = sidecar.record_write(conn, "tag", {}, [])
-        sidecar.mark_undone(conn, undone)
+        sidecar.mark_undone(conn, undone, sidecar.newest_entry(conn))
         assert len(AWKWARD_IDS) > sidecar.FILTER_IDS_UP_TO  # all at once: not filtered
         together = sidecar.later_changes(conn, first, AWKWARD_IDS)
         assert [(i, c["message_id"]) for i, _, c in together] == list(zip(ids, AWKWARD_IDS))

@@ -1081,6 +1081,103 @@ def test_a_change_made_elsewhere_between_an_undo_and_a_later_write_stands(h: Har
     h.assert_in_step()
 
 
+@contextmanager
+def _in_our_revert(monkeypatch: pytest.MonkeyPatch, before: Callable[[], object] = lambda: None,
+                   after: Callable[[], object] = lambda: None) -> Iterator[None]:
+    """Another session's write made in the midst of our undo -- ``before`` just before its
+    revert takes notmuch's write lock, ``after`` once the revert is committed and before the
+    undo is recorded -- through the real functions, at the one point each: no timing."""
+    real = changes.run
+    undo: list[bool] = []
+
+    def run(ctx: WriteContext, *args: Any, **kwargs: Any) -> changes.BatchReport:
+        if undo or ctx.session != "ours":  # their write's own run, or ours after
+            return real(ctx, *args, **kwargs)
+        undo.append(True)
+        before()
+        report = real(ctx, *args, **kwargs)
+        after()
+        return report
+    monkeypatch.setattr(changes, "run", run)
+    yield
+    assert undo, "our undo never reverted anything"
+
+
+def test_a_write_made_between_an_undo_and_its_record_counts_as_made_after_it(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our archive, then another program moves the file on to Trash: our undo cannot move
+    it back, and leaves it in Trash, untagged inbox.  Another session moves it to the inbox
+    after our revert, before our undo is recorded; their undo must take it back to Trash,
+    untagged inbox -- not take our archive for undone after their move was made and keep
+    the inbox tag our archive took off on mail in Trash."""
+    ours, theirs = _two_sessions(h)
+    writes.archive(ours, [IN_INBOX])
+    [archived] = h.files(IN_INBOX)
+    trash = h.env.mail_root / "personal/Trash/cur" / Path(archived).name
+    shutil.move(h.env.mail_root / archived, trash)
+    h.env.notmuch("new", "--no-hooks")
+    shapes = []
+
+    def their_move() -> None:
+        shapes.append(h.shape(IN_INBOX))
+        writes.move_to_folder(theirs, [IN_INBOX], "INBOX")
+    with _in_our_revert(monkeypatch, after=their_move):
+        writes.undo_last_write(ours)
+    [undone] = shapes
+    assert "inbox" not in undone[0] and [f for f, _, _ in undone[1]] == ["personal/Trash"]
+    assert h.folders(IN_INBOX) == ["personal/INBOX"] and "inbox" in h.tags(IN_INBOX)
+    _their_undo_leaves(h, theirs, IN_INBOX, undone)
+
+
+def test_a_write_made_between_an_undos_start_and_its_revert_is_left_as_it_set_it(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our tag, then our undo; another session takes the tag off after our undo started,
+    before its revert.  Their undo then must not bring back the tag our undone write
+    added: the message is as before both, as when their write came before our undo."""
+    ours, theirs = _two_sessions(h)
+    before = h.shape(UNREAD_IN_CUR)
+    writes.tag_emails(ours, [UNREAD_IN_CUR], add=["x"])
+    with _in_our_revert(monkeypatch, before=lambda: writes.tag_emails(
+            theirs, [UNREAD_IN_CUR], remove=["x"])):
+        writes.undo_last_write(ours)
+    assert h.shape(UNREAD_IN_CUR) == before
+    _their_undo_leaves(h, theirs, UNREAD_IN_CUR, before)
+
+
+def test_an_undo_works_in_a_sidecar_without_its_index_of_undone_writes(h: Harness) -> None:
+    """A sidecar copied or mended without the index audit_log_undone (a speed-up only)
+    still undoes, tracing earlier writes undone since as with it."""
+    with sidecar.opened(h.ctx.sidecar_file) as conn:
+        conn.execute("DROP INDEX audit_log_undone")
+    ours, theirs = _two_sessions(h)
+    before = h.shape(UNREAD_IN_CUR)
+    writes.set_read(ours, [UNREAD_IN_CUR], True)
+    writes.tag_emails(theirs, [UNREAD_IN_CUR], add=["unread", "x"])
+    writes.undo_last_write(ours)
+    _their_undo_leaves(h, theirs, UNREAD_IN_CUR, before)
+
+
+def test_copies_traced_back_through_different_undone_writes_keep_each_its_origin(
+        h: Harness) -> None:
+    """The work copy was thrown away from Sent.  We take it out of Trash, then move both
+    copies to Sent; another session moves both to the inbox; our undos leave theirs.  Their
+    undo then puts each copy where it was before all three: the personal copy in its inbox,
+    the work one in Trash -- remembering it came from Sent, where restore brings it, though
+    the personal copy's trace ended at a write made after that was lost."""
+    ours, theirs = _two_sessions(h)
+    writes.move_to_folder(h.ctx, [BOTH_ACCOUNTS], "Sent", account="work")
+    writes.delete_messages(h.ctx, [BOTH_ACCOUNTS], account="work")
+    before = h.shape(BOTH_ACCOUNTS)
+    writes.move_to_folder(ours, [BOTH_ACCOUNTS], "INBOX", account="work")
+    writes.move_to_folder(ours, [BOTH_ACCOUNTS], "Sent")
+    writes.move_to_folder(theirs, [BOTH_ACCOUNTS], "INBOX")
+    for _ in range(2):
+        writes.undo_last_write(ours)
+    _their_undo_leaves(h, theirs, BOTH_ACCOUNTS, before)
+    writes.restore(h.ctx, [BOTH_ACCOUNTS], account="work")
+    assert h.folders(BOTH_ACCOUNTS) == ["personal/INBOX", "work/Sent"]
+
+
 def test_a_write_undo_passed_over_still_stands_for_the_undo_of_a_later_one(h: Harness) -> None:
     """Our saved draft cannot be undone: our undo passes over it (marking it so), yet what it
     did stands.  Another session took the draft tag off since; their undo must put it back,

@@ -143,6 +143,15 @@ class BatchReport:
 Accounts = frozenset[str] | None
 
 
+def origins_of(raw: str | None) -> dict[str, str]:
+    """An origin property's value: per file key of a copy in a bin, the folder it came from."""
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
 @dataclass
 class MessageWork:
     """One message inside a write session, with the moves done to it so far."""
@@ -184,12 +193,7 @@ class MessageWork:
         self.txn.change_tags([self.mid], add=add, remove=remove)
 
     def origins(self) -> dict[str, str]:
-        raw = self.txn.get_property(self.mid, ORIGIN_PROPERTY)
-        try:
-            value = json.loads(raw) if raw else {}
-        except ValueError:
-            return {}
-        return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+        return origins_of(self.txn.get_property(self.mid, ORIGIN_PROPERTY))
 
     def move(self, copy: Copy, folder: str | None, bound_for: str | None = None) -> Path:
         """Move one file into a folder (None: into its own folder's hold, on its way to
@@ -676,11 +680,13 @@ class UndoneBefore:
     one's recorded "before" still holds their change, which must not come back when this one
     is undone.  ``tags``: the tags as they were before those writes (True: it had it), where
     that differs from the recorded before; ``sources``: per file this one moved (its recorded
-    source), where it was before them, with ``origin`` the origin property then."""
+    source), where it was before them; ``origins``: per such file's key, its entry in the
+    origin property then (None: none) -- each copy's own, as its trace may end at another
+    write than the others'."""
 
     tags: dict[str, bool] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
-    origin: str | None = None
+    origins: dict[str, str | None] = field(default_factory=dict)
 
     def recorded(self, change: dict[str, Any]) -> dict[str, Any]:
         """``change`` as if those earlier writes had never been made."""
@@ -692,7 +698,38 @@ class UndoneBefore:
         return {**change, "tags_before": sorted(tags),
                 "moves": [(src, dest) for src, dest in moves
                           if _file_of(src)[0] != _file_of(dest)[0]],
-                "origin_before": self.origin if self.sources else change["origin_before"]}
+                "origin_before": self._origin(change["origin_before"])}
+
+    def _origin(self, recorded: str | None) -> str | None:
+        if not self.origins:
+            return recorded
+        origins = origins_of(recorded)
+        for key, origin in self.origins.items():
+            if origin is None:
+                origins.pop(key, None)
+            else:
+                origins[key] = origin
+        return json.dumps(origins, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """What undo found standing around the entry it reverts, read once its revert holds
+    notmuch's write lock: a write recorded by then made its change before the revert, and
+    stands (``later``); one recorded after made it after the revert -- or, rarely, just
+    before, and was recorded late.  ``upto``, the newest entry then, is what mark_undone
+    records: read when the undo is recorded instead, a write made after the revert but
+    recorded first would count as undone after (see UndoneBefore)."""
+
+    later: dict[str, LaterWrites] = field(default_factory=dict)
+    earlier: dict[str, UndoneBefore] = field(default_factory=dict)
+    upto: int = 0
+
+
+def standing(conn: sqlite3.Connection, entry: sidecar.AuditEntry) -> Standing:
+    # The newest entry last: one recorded while the others are read was made before.
+    return Standing(later_writes(conn, entry), undone_before(conn, entry),
+                    sidecar.newest_entry(conn))
 
 
 def _file_of(recorded: str) -> tuple[str, str]:
@@ -724,15 +761,15 @@ def undone_before(conn: sqlite3.Connection, entry: sidecar.AuditEntry) -> dict[s
             if had != (tag in change["tags_before"]):
                 before.tags[tag] = had
         for source, _ in change["moves"]:
-            home, since = source, entry.id
+            home, since, key = source, entry.id, maildir.file_key(source)
             for e in past[change["message_id"]]:
                 if not e.change["moves"]:  # a tag change: files stay where they are
                     continue
                 back = {_file_of(dest): src for src, dest in e.change["moves"]}
                 if not e.undone_after(since) or _file_of(home) not in back:
                     break
-                home, since, before.origin = (back[_file_of(home)], e.audit_id,
-                                              e.change["origin_before"])
+                home, since = back[_file_of(home)], e.audit_id
+                before.origins[key] = origins_of(e.change["origin_before"]).get(key)
             if home != source:
                 before.sources[source] = home
     return found
@@ -774,17 +811,17 @@ def _put_back(work: MessageWork, origin: str | None) -> None:
 
 
 def revert_step(changes: dict[str, dict[str, Any]],
-                later: dict[str, LaterWrites] | None = None,
-                earlier: dict[str, UndoneBefore] | None = None) -> Step:
+                seen: Callable[[], Standing] = Standing) -> Step:
     """Undo what an audit entry recorded for each message: moves back, then tags and origin.
     A message is done whole or not at all; only a file gone since (moved or deleted by
-    another program) is left out, and what ``later`` writes changed since stands (the tags
-    they changed, files they moved); what ``earlier`` writes undone since changed does not
-    come back.  :class:`PartlyDone` says exactly what was done."""
+    another program) is left out, and what later writes changed since stands (the tags
+    they changed, files they moved); what earlier writes undone since changed does not
+    come back -- both as ``seen`` says (called under notmuch's write lock, see Standing).
+    :class:`PartlyDone` says exactly what was done."""
     def step(work: MessageWork) -> None:
-        past = (earlier or {}).get(work.mid, UndoneBefore())
+        past = seen().earlier.get(work.mid, UndoneBefore())
         change = past.recorded(changes[work.mid])
-        since = (later or {}).get(work.mid, LaterWrites())
+        since = seen().later.get(work.mid, LaterWrites())
         plan = (_revert_plan(work, change) if since.moved is None
                 else _RevertPlan(overtaken=[dest for _, dest in change["moves"]]))
         origin = work.txn.get_property(work.mid, ORIGIN_PROPERTY)
@@ -903,18 +940,25 @@ def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None,
         elif (entry := sidecar.last_write(conn, ctx.session)) is None:
             _none_of_this_session(conn, ctx.session)
             return None
-        later, earlier = later_writes(conn, entry), undone_before(conn, entry)
     if entry.params.get(NOT_UNDOABLE) and audit_id is not None:  # asked for by name: stays
         raise ChangeError(f"nothing was undone: audit {entry.id} ({entry.action}) cannot be "
                           f"reverted: {entry.params[NOT_UNDOABLE]}")
     if entry.params.get(NOT_UNDOABLE):
         with sidecar.opened(ctx.sidecar_file) as conn:
-            sidecar.mark_undone(conn, entry.id)  # skipped, so the next call reaches older writes
+            # Skipped, so the next call reaches older writes (its undone_upto is never read).
+            sidecar.mark_undone(conn, entry.id, sidecar.newest_entry(conn))
         raise ChangeError(f"nothing was undone: this session's latest write ({entry.action}) "
                           f"cannot be reverted: {entry.params[NOT_UNDOABLE]}. Call "
                           "undo_last_write again to undo the write before it")
     changes = {c["message_id"]: c for c in entry.changes if "message_id" in c}
-    report = run(ctx, list(changes), revert_step(changes, later, earlier))
+    found: list[Standing] = []
+
+    def seen() -> Standing:  # read once, by the revert's first message: see Standing
+        if not found:
+            with sidecar.opened(ctx.sidecar_file) as conn:
+                found.append(standing(conn, entry))
+        return found[0]
+    report = run(ctx, list(changes), revert_step(changes, seen))
     if report.failed or report.stale:  # all or nothing: put the others back as they were
         back = _roll_back(ctx, report)
         notify(ctx, f"undo {entry.action} (rolled back)", report.changes + back.changes)
@@ -925,8 +969,12 @@ def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None,
         raise ChangeError(f"nothing was undone ({why}){left}; the write can be undone once "
                           "that is fixed")
     def undone(conn: sqlite3.Connection) -> list[str]:
-        kept = restore_rows(conn, entry) if entry.contact_rows and restore_rows else []
-        sidecar.mark_undone(conn, entry.id)
+        if not entry.contact_rows or restore_rows is None:
+            sidecar.mark_undone(conn, entry.id, seen().upto)
+            return []
+        kept = restore_rows(conn, entry)
+        # Its rows were put back as its own read of what stands, just now, said.
+        sidecar.mark_undone(conn, entry.id, sidecar.newest_entry(conn))
         return kept
     try:
         kept = _recorded(ctx, f"the {entry.action} was undone, but the sidecar could not "

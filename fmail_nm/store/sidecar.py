@@ -1730,8 +1730,8 @@ def _entry(row: sqlite3.Row | tuple[Any, ...]) -> AuditEntry:
 # draft); the value says why.  Undo marks it undone all the same, to reach the writes before
 # it -- yet what it did stands.
 NOT_UNDOABLE = "not_undoable"
-# The newest entry there was when an entry was undone; NULL for one undo passed over (see
-# NOT_UNDOABLE).
+# The newest entry an undo saw when it reverted the entry (see mark_undone); NULL for one undo
+# passed over (see NOT_UNDOABLE).
 _REVERTED_UPTO = (f"CASE WHEN json_extract(params, '$.{NOT_UNDOABLE}') IS NULL "
                   "THEN undone_upto END")
 
@@ -1803,7 +1803,7 @@ def later_changes(conn: sqlite3.Connection, entry_id: int, message_ids: Sequence
 @dataclass(frozen=True)
 class EarlierChange:
     """A change an entry before another recorded on one of its messages (or contacts);
-    ``undone_upto`` the newest entry there was when it was undone, None while what it did
+    ``undone_upto`` the newest entry its undo saw (see mark_undone), None while what it did
     stands (not undone, or passed over by undo)."""
 
     audit_id: int
@@ -1822,18 +1822,29 @@ def earlier_changes(conn: sqlite3.Connection, entry: AuditEntry, ids: Sequence[s
     (``key`` as in :func:`later_changes`); none when no entry before it was undone after it
     was made (see EarlierChange.undone_after), as is usual: then none of them matters to its
     undo, and that is known without reading them as JSON."""
-    if conn.execute("SELECT 1 FROM audit_log INDEXED BY audit_log_undone WHERE undone_upto >= ? "
-                    f"AND id < ? AND {_REVERTED_UPTO} IS NOT NULL LIMIT 1",
+    # The partial index audit_log_undone answers this (``+id``: not the rowid's range, which
+    # spans the whole log); named with INDEXED BY, the query would fail without it -- a
+    # sidecar copied or mended without that index must still undo.
+    if conn.execute("SELECT 1 FROM audit_log WHERE undone_upto >= ? "
+                    f"AND +id < ? AND {_REVERTED_UPTO} IS NOT NULL LIMIT 1",
                     (entry.id, entry.id)).fetchone() is None:
         return []
     return [EarlierChange(i, upto, change) for i, _, upto, change in _changes_on(
         conn, "a.id < ?", (entry.id,), ids, key, "DESC")]
 
 
-def mark_undone(conn: sqlite3.Connection, entry_id: int) -> None:
+def newest_entry(conn: sqlite3.Connection) -> int:
+    """The id of the newest audit entry (0 when there is none)."""
+    return int(conn.execute("SELECT coalesce(max(id), 0) FROM audit_log").fetchone()[0])
+
+
+def mark_undone(conn: sqlite3.Connection, entry_id: int, upto: int) -> None:
+    """Record entry ``entry_id`` undone, its undo having seen the entries up to ``upto``
+    (:func:`newest_entry` as it read what stands): one recorded after that was made after
+    the undo, though recorded before this mark."""
     with transaction(conn):
-        conn.execute("UPDATE audit_log SET undone_at = ?, undone_upto = (SELECT max(id) FROM "
-                     "audit_log) WHERE id = ?", (utc_stamp(), entry_id))
+        conn.execute("UPDATE audit_log SET undone_at = ?, undone_upto = ? WHERE id = ?",
+                     (utc_stamp(), upto, entry_id))
 
 
 def sent_at(conn: sqlite3.Connection, ref: str) -> str | None:
