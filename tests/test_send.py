@@ -7,6 +7,7 @@ that nothing changed anywhere."""
 
 from __future__ import annotations
 
+import base64
 import email
 import email.header
 import email.policy
@@ -1319,6 +1320,101 @@ def test_a_raw_8bit_date_or_receipt_address_in_a_draft_does_not_stop_its_send(
     sent = got.message()
     assert "Mär" not in sent["date"] and sent["date"].datetime.year == bed.ctx.clock().year
     assert sent["disposition-notification-to"] == "Alex Mörgan <alex@example.org>"
+
+
+def test_a_group_in_a_raw_8bit_address_header_goes_out_as_the_group(bed: Bed) -> None:
+    """A group with a non-ASCII name ("Team Ünïcode: a, b;" as mutt writes a group alias)
+    went out as its members only, its name dropped: it goes out as the group, its name as
+    encoded words, its members as addresses."""
+    bed.put_draft("1800000811.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"group-8bit@").replace(
+        b"Cc: ", "Cc: Team Ünïcode: dev@example.com, Jörg <js2@example.com>;, ".encode()))
+    send.send_draft(bed.ctx, "group-8bit@example.org")
+    (got,) = bed.smtp.received
+    assert got.data.split(b"\r\n\r\n", 1)[0].isascii()
+    assert set(got.rcpt_tos) >= {"dev@example.com", "js2@example.com", "yamada@example.jp"}
+    groups = got.message()["cc"].groups
+    assert [(g.display_name, [(a.display_name, a.addr_spec) for a in g.addresses])
+            for g in groups] == [
+        ("Team Ünïcode", [("", "dev@example.com"), ("Jörg", "js2@example.com")]),
+        (None, [("山田 太郎", "yamada@example.jp")])]
+
+
+def test_raw_8bit_attachment_names_in_a_draft_go_out_as_rfc2231_parameters(bed: Bed) -> None:
+    """An attachment's filename="Résumé.pdf" (and Content-Type name=) went out raw, in a body
+    the server may not take 8-bit: it goes out as an RFC 2231 parameter, the part's content
+    the same bytes."""
+    pdf = b"%PDF-1.4 \x00\xff\xfe binary"
+    bed.put_draft("1800000812.mutt.host:2,DS", (
+        "From: Alex Morgan <alex@example.org>\nTo: bob@example.com\nSubject: cv\n"
+        "Message-ID: <cv-8bit@example.org>\nMIME-Version: 1.0\n"
+        'Content-Type: multipart/mixed; boundary="b"\n\n--b\n'
+        "Content-Type: text/plain; charset=utf-8\nContent-Transfer-Encoding: 8bit\n\nAnbei.\n"
+        '--b\nContent-Type: application/pdf; name="Résumé.pdf"\n'
+        'Content-Disposition: attachment; filename="Résumé.pdf"\n'
+        f"Content-Transfer-Encoding: base64\n\n{base64.b64encode(pdf).decode()}\n--b--\n"
+    ).encode())
+    send.send_draft(bed.ctx, "cv-8bit@example.org")
+    (got,) = bed.smtp.received
+    head = got.data.split(b"--b\r\n")[2].split(b"\r\n\r\n", 1)[0]
+    assert head.isascii(), head
+    assert b"filename*=utf-8''R%C3%A9sum%C3%A9.pdf" in head
+    (attachment,) = got.message().iter_attachments()
+    assert attachment.get_filename() == "Résumé.pdf"
+    assert attachment.get_param("name") == "Résumé.pdf"
+    assert attachment.get_content() == pdf
+    assert body_text(got.message()).rstrip() == "Anbei."
+
+
+def test_raw_8bit_ids_in_references_are_left_out_and_in_in_reply_to_refused(bed: Bed) -> None:
+    """A References with one internationalized id (RFC 6532) refused the whole send: that
+    id, which no header without SMTPUTF8 can carry, is left out, the rest of the chain goes.
+    An 8-bit In-Reply-To -- the mail replied to -- is refused, saying how to send anyway."""
+    refs = "References: <root@example.net> <mïd@exämple.net>\n <last@example.net>\nOrganiz"
+    bed.put_draft("1800000813.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"refs-8bit@").replace(b"Organiz", refs.encode()))
+    bed.put_draft("1800000814.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"irt-8bit@").replace(
+        b"Organiz", "In-Reply-To: <mïd@exämple.net>\nOrganiz".encode()))
+    bed.refused_send("irt-8bit@example.org", "In-Reply-To .*non-ASCII.*nothing was sent.*"
+                     "remove its In-Reply-To")
+    send.send_draft(bed.ctx, "refs-8bit@example.org")
+    (got,) = bed.smtp.received
+    assert got.data.split(b"\r\n\r\n", 1)[0].isascii()
+    assert got.message()["references"].split() == ["<root@example.net>", "<last@example.net>"]
+
+
+def test_a_raw_8bit_x_header_with_an_address_keeps_the_address_readable(bed: Bed) -> None:
+    """X-Original-From: Jörg <j@example.com> went out as one encoded word, address and all,
+    which no reader takes for an address: an X- header that reads as addresses goes out as
+    them; any other as text."""
+    bed.put_draft("1800000815.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"x-8bit@").replace(
+        b"Organiz", "X-Original-From: Jörg Müller <jm@example.com>\n"
+                    "X-Note: Grüße aus Köln\nOrganiz".encode()))
+    send.send_draft(bed.ctx, "x-8bit@example.org")
+    (got,) = bed.smtp.received
+    assert got.data.split(b"\r\n\r\n", 1)[0].isascii()
+    assert re.search(rb"(?m)^X-Original-From: =\?utf-8\?q\?[^<]+\?= <jm@example.com>\r$",
+                     got.data)
+    assert rfc2047_phrase(got.data, "X-Original-From") == "Jörg Müller <jm@example.com>"
+    assert rfc2047_phrase(got.data, "X-Note") == "Grüße aus Köln"
+
+
+def test_raw_8bit_keywords_go_out_as_one_phrase_each(bed: Bed) -> None:
+    """Keywords: Grüße, Köln went out as one encoded word with the comma inside, one keyword
+    to every reader: each phrase is encoded on its own, the commas between them."""
+    bed.put_draft("1800000816.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"kw-8bit@").replace(
+        b"Organiz", "Keywords: Grüße, Köln,plain words\nOrganiz".encode()))
+    send.send_draft(bed.ctx, "kw-8bit@example.org")
+    (got,) = bed.smtp.received
+    assert got.data.split(b"\r\n\r\n", 1)[0].isascii()
+    raw = re.search(rb"(?msi)^Keywords:(.*?)\r\n(?![ \t])", got.data)
+    assert raw is not None
+    assert [str(email.header.make_header(email.header.decode_header(phrase))).strip()
+            for phrase in raw[1].decode().replace("\r\n", "").split(",")] == [
+        "Grüße", "Köln", "plain words"]
 
 
 def test_a_reply_to_an_smtputf8_address_says_what_can_be_done(bed: Bed) -> None:

@@ -36,6 +36,7 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from email.headerregistry import Address as HeaderAddress
+from email.headerregistry import Group
 from email.message import EmailMessage, Message, MIMEPart
 from email.parser import BytesParser
 from pathlib import Path
@@ -304,6 +305,10 @@ def _header_address(person: Address) -> HeaderAddress:
 def _address_list(name: str, people: Sequence[Address]) -> str:
     """An address header's value as it is to be written: a non-ASCII name as Q-encoded words
     of whole characters (:func:`_encoded_words`), folded between words at 78 columns."""
+    return _folded_addresses(name, _mailboxes(name, people))
+
+
+def _mailboxes(name: str, people: Sequence[Address]) -> str:
     mailboxes = []
     for person in people:
         address = _header_address(person)
@@ -312,7 +317,25 @@ def _address_list(name: str, people: Sequence[Address]) -> str:
         else:
             words = _encoded_words(name, address.display_name)
             mailboxes.append(f"{words} <{address.addr_spec}>")
-    value = ", ".join(mailboxes)
+    return ", ".join(mailboxes)
+
+
+# What RFC 5322 3.2.3 does not allow in an atom: an ASCII phrase with one is quoted.
+_SPECIALS = re.compile(r'[()<>@,;:\\".\[\]]')
+
+
+def _group(name: str, display_name: str, people: Sequence[Address]) -> str:
+    """``Name: a, b;`` (RFC 5322 3.4), the group's name as a mailbox's is written."""
+    if not display_name.isascii():
+        phrase = _encoded_words(name, display_name)
+    elif _SPECIALS.search(display_name):
+        phrase = f'"{email.utils.quote(display_name)}"'
+    else:
+        phrase = display_name
+    return f"{phrase}: {_mailboxes(name, people)};"
+
+
+def _folded_addresses(name: str, value: str) -> str:
     # A name read from mail is untrusted: one that would break the line stops here.
     _check_source_header(name, value)
     # An address is at most 320 characters and an encoded word 75: every word fits a line.
@@ -1219,28 +1242,44 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
 
 # Headers whose values are addresses: a name in one goes out as encoded words, the address as
 # it is, its domain in ACE.  Those whose values are text: all encoded words.  Any other holds
-# a syntax of its own (ids, a date, MIME parameters) that encoded words may not stand in.
+# a syntax of its own (ids, a date) that encoded words may not stand in.
 _ADDRESS_HEADERS = frozenset({"from", "to", "cc", "bcc", "reply-to", "sender",
                               "mail-followup-to", "mail-reply-to",
                               "disposition-notification-to"})  # a read receipt's (RFC 8098)
-_TEXT_HEADER = re.compile(r"subject|comments|keywords|organi[sz]ation|x-.*", re.I)
+_TEXT_HEADER = re.compile(r"subject|comments|organi[sz]ation|content-description|x-.*", re.I)
+# MIME parameters (an attachment's file name) go out as RFC 2231 parameters.
+_PARAMETER_HEADERS = frozenset({"content-type", "content-disposition"})
 
 
 def _encode_8bit_headers(msg: EmailMessage, draft_id: str) -> None:
     """A draft's header values with raw 8-bit text (mutt and aerc write UTF-8 so where their
-    config allows) written again in ASCII, in their order: the send command (msmtp) speaks no
-    SMTPUTF8, and servers refuse or garble 8-bit headers without it."""
-    items = list(msg.raw_items())
-    if all(value.isascii() for _, value in items):
-        return
+    config allows), its parts' too, written again in ASCII, in their order: the send command
+    (msmtp) speaks no SMTPUTF8, and servers refuse or garble 8-bit headers without it."""
     charset = _draft_charset(msg)
-    for name in {name.lower() for name, _ in items}:
-        del msg[name]
-    for name, value in items:
-        if not value.isascii():
-            value = _ascii_header(name, _draft_header_text(name, value, charset, draft_id),
-                                  draft_id)
-        msg.set_raw(name, value)
+    for part in _mime_parts(msg):
+        items = list(part.raw_items())
+        if all(value.isascii() for _, value in items):
+            continue
+        for name in {name.lower() for name, _ in items}:
+            del part[name]
+        for name, value in items:
+            if not value.isascii():
+                value = _ascii_header(name, _draft_header_text(name, value, charset, draft_id),
+                                      draft_id)
+                if not value:  # a References all of whose ids were 8-bit is left out
+                    continue
+            part.set_raw(name, value)
+
+
+def _mime_parts(msg: Message) -> list[Message]:
+    """The message and its parts, not into an attached message: that one is forwarded as
+    it is (walk() goes into it)."""
+    if msg.get_content_maintype() != "multipart":
+        return [msg]
+    parts: list[Message] = [msg]
+    for part in cast(list[Message], msg.get_payload()):
+        parts += _mime_parts(part)
+    return parts
 
 
 def _draft_charset(msg: EmailMessage) -> str | None:
@@ -1267,16 +1306,62 @@ def _draft_header_text(name: str, source: str, charset: str | None, draft_id: st
 def _ascii_header(name: str, text: str, draft_id: str) -> str:
     """A header's decoded text as it goes out without SMTPUTF8 (see _encode_8bit_headers)."""
     key = name.lower()
-    people = parse_addresses([text], key, []) if key in _ADDRESS_HEADERS else []
-    if people:
-        # check_addresses refuses a local part only SMTPUTF8 carries, naming it.
-        return _address_list(name, [
-            Address(p.name, check_addresses([p.address], key)[0].address) for p in people])
+    # Parsed as an address list whatever its name: the email package keeps groups.
+    parsed = POLICY.header_factory("to", text)
+    groups: tuple[Group, ...] = parsed.groups
+    # An X- header that reads as addresses, with 8-bit text only in names (X-Original-From),
+    # keeps them readable as such; any other X- header is text.
+    if groups and (key in _ADDRESS_HEADERS or key.startswith("x-") and not (
+            parsed.defects or any(not a.addr_spec.isascii() for a in parsed.addresses))):
+        return _folded_addresses(name, ", ".join(
+            _address_group(name, key, group) for group in groups))
+    if key == "keywords":  # each phrase its own words: a comma in one would join two
+        value = ", ".join(_ascii_phrase(name, phrase) for phrase in text.split(","))
+        return _folded_source(name, value) or value
     if _TEXT_HEADER.fullmatch(name):
         return _subject_header(decode_header_text(text, []), name).encode(linesep="\r\n")
+    if key in _PARAMETER_HEADERS:
+        # The email package writes a non-ASCII parameter as RFC 2231 ones (filename*=utf-8'').
+        folded = POLICY.header_factory(name, text).fold(policy=POLICY)
+        value = folded.split(":", 1)[1].removeprefix(" ").removesuffix("\r\n")
+        if value.isascii():
+            return value
+    if key in ("references", "in-reply-to"):
+        return _ascii_ids(name, text, draft_id)
     raise ComposeError(f"draft {draft_id!r}: its {name} header has non-ASCII text, which only "
                        "SMTPUTF8 mail (RFC 6531) carries and fmail-nm does not send; nothing "
                        "was sent: correct it in the mail client that saved the draft")
+
+
+def _address_group(name: str, key: str, group: Group) -> str:
+    # check_addresses refuses a local part only SMTPUTF8 carries, naming it.
+    people = [Address(a.display_name, check_addresses([a.addr_spec], key)[0].address)
+              for a in group.addresses]
+    # A name that decoded to "=?" is left out, as a mailbox's is (_header_address).
+    if not group.display_name or "=?" in group.display_name:
+        return _mailboxes(name, people)
+    return _group(name, group.display_name, people)
+
+
+def _ascii_phrase(name: str, phrase: str) -> str:
+    text = decode_header_text(phrase, []).strip()
+    return text if text.isascii() and "=?" not in text else _encoded_words(name, text)
+
+
+def _ascii_ids(name: str, text: str, draft_id: str) -> str:
+    """References without its 8-bit ids (RFC 6532): an id is no text encoded words may stand
+    in (RFC 5322 3.6.4), and the thread is found from the others -- empty when none is left.
+    An 8-bit In-Reply-To, the one mail replied to, is refused: left out, the reply would
+    silently start a thread of its own."""
+    ids = re.findall(r"<([^<>]*)>", text)
+    kept = [mid for mid in ids if _threadable(mid)]
+    if name.lower() == "in-reply-to" and (not kept or kept != ids):
+        raise ComposeError(f"draft {draft_id!r}: its In-Reply-To has a non-ASCII message id "
+                           "(RFC 6532), which only SMTPUTF8 mail (RFC 6531) carries and "
+                           "fmail-nm does not send; nothing was sent: to send it anyway, as a "
+                           "reply that may not thread, remove its In-Reply-To in the mail "
+                           "client that saved the draft")
+    return _id_list(name, kept)
 
 
 def _sent_folder(ctx: WriteContext, account: Account) -> Path | None:
