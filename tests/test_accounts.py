@@ -32,7 +32,13 @@ from fmail_nm.mcp.consent import account_question
 from fmail_nm.service import send
 from fmail_nm.service.doctor import mbsync_findings, xoauth2_plugin
 from fmail_nm.service.mbsync import execute, find_mbsync
-from fmail_nm.service.onboard import AccountCheckFailed, add_account, check_failure
+from fmail_nm.service.background import Background
+from fmail_nm.service.onboard import (
+    AccountCheckFailed,
+    add_account,
+    check_failure,
+    check_sending,
+)
 from fmail_nm.store.notmuch import Reader
 from fmail_nm.tools import reads
 
@@ -356,6 +362,55 @@ def test_the_smtp_server_is_checked_with_msmtp_before_the_add_stands(
         assert f"msmtp -C {own_config_dir() / 'msmtprc'} -a side --serverinfo" in ran, ran
     finally:
         untrusted.stop()
+
+
+def _msmtp_runs_with(config_path: Path) -> list[int]:
+    """The pids of msmtp processes started with this config file."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # not a process, or gone
+            continue
+        if Path(os.fsdecode(argv[0])).name == "msmtp" and os.fsencode(config_path) in argv:
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_stopping_the_service_ends_the_smtp_check_of_an_account_being_added(
+        bed: Bed) -> None:
+    """add_email_account checks the SMTP server with msmtp, for up to a minute: one that
+    never answers must not keep the service's shutdown (and the process's exit) waiting, nor
+    outlive it -- the shutdown ends it as it ends the service's mbsync runs."""
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts, never greets
+    silent.settimeout(60)
+    plan = accounts.plan(load_config(), new_account(bed, smtp_port=silent.getsockname()[1]))
+    accounts.write(plan)
+    failed: list[BaseException] = []
+
+    def check() -> None:
+        try:
+            check_sending(plan)
+        except BaseException as exc:
+            failed.append(exc)
+
+    bg = Background(load_config(), watch=False, schedule=False, push=False)
+    bg.start()
+    checking = threading.Thread(target=check)
+    try:
+        checking.start()
+        conn, _ = silent.accept()  # msmtp waits for the greeting now
+        bg.stop(timeout=1.0)
+        assert _msmtp_runs_with(plan.msmtp_file) == []
+        checking.join(60)
+        assert len(failed) == 1 and isinstance(failed[0], AccountCheckFailed), failed
+        assert "fmail-nm was shutting down" in str(failed[0])
+        conn.close()
+    finally:
+        for pid in _msmtp_runs_with(plan.msmtp_file):
+            os.kill(pid, signal.SIGKILL)
+        silent.close()
+        checking.join(60)
 
 
 def test_cli_add_refuses_an_smtp_server_it_cannot_reach(bed: Bed) -> None:

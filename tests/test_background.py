@@ -11,6 +11,7 @@ import errno
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -342,6 +343,28 @@ def test_a_folder_moved_out_of_the_mail_tree_leaves_the_index(
     lists.rename(tmp_path / "Lists")
     wait_for(lambda: count("id:moved-away-1@example.net") == 0,
              "the moved-away folder's mail to leave the index")
+
+
+def test_a_folder_made_and_removed_in_tmp_asks_for_no_index_run(indexed: MailEnv) -> None:
+    """mbsync or a mail client making and removing a scratch folder in a Maildir's tmp/:
+    notmuch never indexes tmp/, so its removal is no folder leaving the index (which asks
+    for a full index run)."""
+    gone: list[str] = []
+    w = watcher.MailWatcher(indexed.config(), lambda paths: None, on_folder_gone=gone.append)
+    w.start()
+    try:
+        assert w.mode == "inotify"
+        scratch = indexed.mail_root / "personal" / "INBOX" / "tmp" / "scratch"
+        (scratch / "part").mkdir(parents=True)
+        shutil.rmtree(scratch)
+        # A folder that does count, removed after: once it is told, so was the one in tmp/.
+        marker = indexed.mail_root / "personal" / "Marker"
+        marker.mkdir()
+        marker.rmdir()
+        wait_for(lambda: str(marker) in gone, "the removed marker folder to be told")
+        assert set(gone) == {str(marker)}
+    finally:
+        w.stop()
 
 
 def test_events_lost_to_an_inotify_queue_overflow_are_made_up_by_an_index_run(

@@ -312,3 +312,67 @@ def test_tries_of_inotify_that_fail_keep_no_inotify_instance(indexed: MailEnv) -
                           timeout=180)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["polling", "0"], done.stderr
+
+
+# A watcher polling for want of inotify watches, made to try inotify again by hand: the limit
+# is raised to just the tree, and while the switch is under way a folder is made that gets no
+# watch.  Prints whether that was told, the mode once settled, and whether mail delivered to
+# the folder then was handed over.
+_FOLDER_DURING_SWITCH = """
+import os, threading, time
+from fmail_nm.app import load_config
+from fmail_nm.service import watcher
+watcher.INOTIFY_RETRY = watcher.INOTIFY_RETRY_MAX = 10.0**6  # tried by hand only
+config = load_config()
+root = str(config.mail_root)
+fresh = os.path.join(root, "personal", "Projects")
+noticed, unwatched = threading.Event(), threading.Event()
+def batch(paths):
+    if any(str(p).startswith(fresh) for p in paths):
+        noticed.set()
+w = watcher.MailWatcher(config, batch, quiet=0.1, max_delay=0.5, poll_interval=0.1)
+w.start()
+assert w.mode == "polling", w.mode
+told = w._unwatched
+def telling(folder):
+    told(folder)
+    unwatched.set()
+w._unwatched = telling
+start_native = w._start_native
+def switching(*args, **kwargs):
+    del w._start_native  # once
+    observer = start_native(*args, **kwargs)
+    if observer is not None:  # it watches the whole tree: now a folder it cannot watch
+        for sub in ("cur", "new", "tmp"):
+            os.makedirs(os.path.join(fresh, sub))
+        unwatched.wait(30)
+    return observer
+w._start_native = switching
+with open("/proc/sys/user/max_inotify_watches", "w") as limit:
+    limit.write(str(watcher.count_dirs(root) + 1))
+w._retry_native()
+deadline = time.monotonic() + 30
+while (w.mode != "polling" or w._rewatching) and time.monotonic() < deadline:
+    time.sleep(0.05)
+mode = w.mode
+with open(os.path.join(fresh, "tmp", "1.2.host"), "w") as out:
+    out.write("Message-ID: <during-switch@example.net>\\n\\nHello.\\n")
+os.rename(os.path.join(fresh, "tmp", "1.2.host"), os.path.join(fresh, "new", "1.2.host"))
+print(unwatched.is_set(), mode, noticed.wait(30))
+w.stop()
+"""
+
+
+def test_a_folder_made_while_inotify_is_tried_again_is_not_left_unwatched(
+        indexed: MailEnv) -> None:
+    """A folder mbsync makes while polling switches back to inotify, which the new observer
+    could not watch: the rewatch it asks for came while the switch was under way, and was
+    refused -- the folder stayed unwatched, on inotify, until the safety index."""
+    prefix = _limited_inotify(watcher.count_dirs(str(indexed.mail_root)) - 2)
+    if prefix is None:
+        pytest.skip("no user namespaces here to lower the inotify watch limit in")
+    done = subprocess.run([*prefix, sys.executable, "-c", _FOLDER_DURING_SWITCH],
+                          env={**os.environ, **indexed.env}, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "polling", "True"], done.stderr

@@ -265,14 +265,29 @@ def kill_group(proc: subprocess.Popen[Any], sig: signal.Signals = signal.SIGKILL
         proc.send_signal(sig)
 
 
-# The mbsync runs of this process still going, and those of them stop_running ended.  Each
-# runs in a session of its own, out of reach of a signal to the service's process group
-# (Ctrl-C, `kill -- -PGID`): without these, a run hung on a silent server (`Timeout 0`)
-# would outlive the service for good.
-_running: set[subprocess.Popen[str]] = set()
-_stopped: set[subprocess.Popen[str]] = set()
+# The mbsync runs of this process still going (and the msmtp runs that check an account
+# being added), and those of them stop_running ended.  Each runs in a session of its own, out
+# of reach of a signal to the service's process group (Ctrl-C, `kill -- -PGID`): without
+# these, a run hung on a silent server (`Timeout 0`) would outlive the service for good.
+_running: set[subprocess.Popen[Any]] = set()
+_stopped: set[subprocess.Popen[Any]] = set()
 _running_lock = threading.Lock()
 STOP_GRACE = 2.0  # seconds between SIGTERM and SIGKILL for a run stop_running ends
+
+
+def track(proc: subprocess.Popen[Any]) -> None:
+    """Have the service's shutdown end this run (see :func:`stop_running`) if still going."""
+    with _running_lock:
+        _running.add(proc)
+
+
+def untrack(proc: subprocess.Popen[Any]) -> bool:
+    """The run ended: whether :func:`stop_running` ended it."""
+    with _running_lock:
+        _running.discard(proc)
+        stopped = proc in _stopped
+        _stopped.discard(proc)
+    return stopped
 
 
 def stop_running(grace: float = STOP_GRACE) -> int:
@@ -367,8 +382,7 @@ def execute(argv: list[str], timeout: float, *, keep_output: bool = False) -> tu
         raise MbsyncNotInstalled(f"mbsync could not be started: {argv[0]} not found") from None
     except OSError as exc:
         return None, f"mbsync could not be started: {exc}"
-    with _running_lock:
-        _running.add(proc)
+    track(proc)
     try:
         stdout, stderr = _output(proc, timeout)
     except subprocess.TimeoutExpired:
@@ -386,10 +400,7 @@ def execute(argv: list[str], timeout: float, *, keep_output: bool = False) -> tu
         proc.wait()
         raise
     finally:
-        with _running_lock:
-            _running.discard(proc)
-            stopped = proc in _stopped
-            _stopped.discard(proc)
+        stopped = untrack(proc)
     if stopped:
         return proc.returncode, "mbsync was stopped: fmail-nm was shutting down"
     if proc.returncode == 0:

@@ -128,7 +128,10 @@ def check_sending(plan: accounts.AccountPlan, timeout: float = CHECK_TIMEOUT) ->
         return
     try:
         code, said = send.run_to_end([*accounts.send_command(plan), "--serverinfo"], None,
-                                     timeout)
+                                     timeout, stoppable=True)
+    except send.StoppedAtShutdown as exc:
+        raise AccountCheckFailed(f"the check of account {plan.name!r}'s SMTP server was "
+                                 f"stopped ({exc}); add the account again") from None
     except FileNotFoundError:
         raise AccountCheckFailed(f"account {plan.name!r} sends with msmtp, which is not "
                                  "installed: install msmtp, or add the account without an SMTP "

@@ -30,7 +30,7 @@ from ..store.query import clean_id
 from ..tools import compose
 from ..tools.compose import DraftResult, Outgoing
 from ..tools.reads import Mailbox
-from .mbsync import kill_group
+from .mbsync import kill_group, track, untrack
 
 # Options by which a command picks the envelope sender itself: then no -f is added.
 _CHOOSES_SENDER = ("-f", "--from", "--read-envelope-from")
@@ -45,6 +45,10 @@ class SendRefused(CallerError):
 
 class SendFailed(BackendError):
     """The send command failed; nothing was filed and the draft is kept."""
+
+
+class StoppedAtShutdown(BackendError):
+    """A command :func:`run_to_end` ran as ``stoppable`` was ended by the service's shutdown."""
 
 
 def command_for(config: Config, account: Account) -> tuple[str, ...]:
@@ -112,24 +116,33 @@ def run_command(argv: list[str], data: bytes, timeout: float) -> None:
                          "filed, the draft is kept")
 
 
-def run_to_end(argv: list[str], data: bytes | None, timeout: float) -> tuple[int, str]:
+def run_to_end(argv: list[str], data: bytes | None, timeout: float, *,
+               stoppable: bool = False) -> tuple[int, str]:
     """Run a sending command (msmtp) until it ends: its exit status and what it said.
 
     Its words go to a file, not a pipe: it runs the user's password command, and a helper
     that outlives it (an agent it starts) would hold a pipe open, so that waiting for the
     pipe's end waited past the command's exit -- a message sent was reported as maybe sent.
     The command runs in a session of its own, ended whole when it takes too long (a password
-    command that hangs goes with it); TimeoutExpired then."""
+    command that hangs goes with it); TimeoutExpired then.  A ``stoppable`` one (a check,
+    which sends nothing) is ended by the service's shutdown as an mbsync run is
+    (:func:`~fmail_nm.service.mbsync.stop_running`); StoppedAtShutdown then.  A send is not:
+    ended midway, it may or may not have sent."""
     with tempfile.TemporaryFile() as said:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE if data is not None
                                 else subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=said, start_new_session=True)
+        if stoppable:
+            track(proc)
         try:
             proc.communicate(data, timeout=timeout)
         except BaseException:  # the timeout, or Ctrl-C: its session would outlive us
             kill_group(proc)
             proc.wait()
             raise
+        finally:
+            if stoppable and untrack(proc):
+                raise StoppedAtShutdown(f"{argv[0]} was stopped: fmail-nm was shutting down")
         said.seek(0)
         return proc.returncode, said.read().decode("utf-8", "replace").strip()
 

@@ -2,8 +2,9 @@
 
 One recursive watch on the mail root: inotify adds a watch for every directory created later,
 so a folder mbsync creates after start is covered without a restart.  Only files directly in a
-Maildir's ``new/`` or ``cur/`` count -- ``tmp/`` is where deliveries are still being written,
-``.notmuch/`` is the database, and dotfiles are mbsync's state and locks.
+Maildir's ``new/`` or ``cur/`` count -- ``tmp/`` is where deliveries are still being written
+(a folder made and removed there counts neither), ``.notmuch/`` is the database, and dotfiles
+are mbsync's state and locks.
 
 Events are debounced (:class:`~fmail_nm.service.debounce.Debouncer`): mbsync or a burst of
 deliveries makes hundreds of events in a second, and one ``notmuch new`` handles them all.
@@ -286,6 +287,9 @@ class MailWatcher:
         # A rewatch is under way; its own lock, as an observer's thread asks for one while
         # _observer_lock may be held by a start that waits for that thread.
         self._rewatching = False
+        # One asked for while a replacement (or a try of inotify) was under way: that one may
+        # have started before what asked (a folder it could not watch), so one more follows.
+        self._rewatch_again = False
         self._rewatch_lock = threading.Lock()
         self._writes: dict[str, float] = {}  # file being written in place -> since (monotonic)
         self._writes_lock = threading.Lock()
@@ -440,8 +444,8 @@ class MailWatcher:
         if folder == self.mail_root and not moved_to:
             self._root_gone()
             return
-        if not _in_mail_tree(folder, self.mail_root, self.ignore) or _inside(moved_to,
-                                                                             self.mail_root):
+        if (not _in_mail_tree(folder, self.mail_root, self.ignore)
+                or _inside(moved_to, self.mail_root) or _in_maildir_tmp(folder, self.mail_root)):
             return
         log.debug("folder left the mail tree: %s", folder)
         try:
@@ -475,8 +479,7 @@ class MailWatcher:
         try:
             switched = self._switch_to_native()
         finally:
-            with self._rewatch_lock:
-                self._rewatching = False
+            self._rewatch_done()
         if not switched:
             return
         log.info("inotify watches all of %s again; stopped polling, indexing everything",
@@ -528,20 +531,35 @@ class MailWatcher:
 
     def _rewatch_soon(self) -> bool:
         """Replace the observer on a thread of its own (the observer's thread may be the
-        caller); False when a replacement is under way already."""
+        caller) -- after the replacement or try of inotify under way, if any; False when one
+        is waiting for that already."""
         with self._rewatch_lock:
-            if self._rewatching or self._stopping.is_set():
+            if self._rewatch_again or self._stopping.is_set():
                 return False
+            if self._rewatching:
+                self._rewatch_again = True  # see _rewatch_done
+                return True
             self._rewatching = True
-        threading.Thread(target=self._rewatch, name="mail-rewatch", daemon=True).start()
+        self._start_rewatch()
         return True
+
+    def _start_rewatch(self) -> None:
+        threading.Thread(target=self._rewatch, name="mail-rewatch", daemon=True).start()
 
     def _rewatch(self) -> None:
         try:
             self._watch_again()
         finally:
-            with self._rewatch_lock:
-                self._rewatching = False
+            self._rewatch_done()
+
+    def _rewatch_done(self) -> None:
+        """A replacement or try of inotify ended: the one asked for meanwhile starts now."""
+        with self._rewatch_lock:
+            again = self._rewatch_again and not self._stopping.is_set()
+            self._rewatch_again = False
+            self._rewatching = again  # handed on to that one
+        if again:
+            self._start_rewatch()
 
     def _watch_again(self) -> None:
         with self._observer_lock:
@@ -588,6 +606,19 @@ def _identity(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def _in_maildir_tmp(path: str, mail_root: str) -> bool:
+    """Whether a path below the mail root is a Maildir's ``tmp/`` or lies in it: notmuch new
+    skips that tree (a ``tmp`` beside ``cur`` and ``new``), so nothing in it was indexed -- a
+    folder a client or mbsync made and removed there asks for no index run."""
+    head = path
+    while head != mail_root and _inside(head, mail_root):
+        head, name = os.path.split(head)
+        if name == "tmp" and all(os.path.isdir(os.path.join(head, sub))
+                                 for sub in _MAILDIR_SUBDIRS):
+            return True
+    return False
 
 
 def _is_empty(path: str) -> bool:
