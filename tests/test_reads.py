@@ -226,13 +226,8 @@ def test_a_senders_name_like_a_reply_note_without_its_spaces_is_quoted(name: str
     """Without the space before "[", or with "-", "_" or none between its words, a name
     still reads as the line's "reply to [n]"; so it does with a Cyrillic "о" or "у" or a
     digit one in its words, which no spelling of them in a pattern catches."""
-    thread = dto.ThreadFull(thread="t1", subject="s", messages=[
-        dto.ThreadMessage(id="a1", depth=0, **{"from": "Ann <ann@example.org>"}, tags=[]),
-        dto.ThreadMessage(id="b2", depth=1, parent="a1", tags=[],
-                          **{"from": f"{name} <bob@example.org>"}),
-    ])
-    lines = [line for line in render.thread_text(thread).split("\n") if line.startswith("[")]
-    assert lines[1].endswith(f' "{name} <bob@example.org>" reply to [1]'), lines[1]
+    line = _thread_line_of(name)
+    assert line.endswith(f' "{name} <bob@example.org>" reply to [1]'), line
 
 
 def _thread_line_of(name: str) -> str:
@@ -257,8 +252,21 @@ def test_a_senders_name_with_a_look_alike_bracketed_number_is_quoted(name: str) 
     assert _thread_line_of(name).endswith(f' "{name} <bob@example.org>" reply to [1]')
 
 
+@pytest.mark.parametrize("name", [
+    "Bob reply to \u23a11\u23a4", "Bob reply to \u23a31\u23a6", "Bob reply to \u20391\u203a",
+    "Bob reply to [\u28001\u2800]", "Bob reply to [\u03321\u0332]", "Bob reply to [\u2776]"])
+def test_a_senders_name_with_a_number_between_bracket_look_alikes_of_no_bracket_kind_is_quoted(
+        name: str) -> None:
+    """A number passed as bracketed only beside a Unicode bracket: "⎡1⎤" (the square
+    bracket's corners, maths symbols), "‹1›" (quotation marks), a blank Braille cell or a
+    combining mark between bracket and number, and "❶" (a number NFKC keeps, not a decimal
+    digit) read as the line's own "reply to [1]" and were left bare."""
+    assert _thread_line_of(name).endswith(f' "{name} <bob@example.org>" reply to [1]')
+
+
 @pytest.mark.parametrize("name", ["Bob (Work)", "\u3010\u516c\u5f0f\u3011Shop", "Agent 007",
-                                  "Bob [ACME]"])
+                                  "Bob [ACME]", "ACME (UK) 2", "Bob \u2014 2nd floor",
+                                  "\u5f20\u4e09\u30fb2", "Bob #1 #2"])
 def test_a_name_with_brackets_but_no_number_in_them_is_as_it_was(name: str) -> None:
     assert _thread_line_of(name).endswith(f" {name} <bob@example.org> reply to [1]")
 

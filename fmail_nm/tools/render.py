@@ -400,14 +400,28 @@ def emails_text(r: dto.EmailsContent) -> str:
 # look-alike letters ("reply t\u043e [1]" with a Cyrillic o) -- and whatever the brackets:
 # read through NFKC ("［１］", "⑴" and "[¹]" fold to "[1]", "(1)"), every opening bracket of
 # Unicode (category Ps: "⟦", "〔", "【", "⁅", "(") counts as "[", every closing one (Pe) as "]",
-# which catches a look-alike "[" that is no bracket ("⎡1]").  A list of brackets missed the
-# next look-alike; few names hold a number in brackets, and quoting one costs 2 bytes.
-_REPLY_LIKE = re.compile(r"\[\s*\d|\d\s*\]")
+# which catches a look-alike "[" that is no bracket ("⎡1]").  A number between two other
+# non-ASCII marks or symbols counts too ("⎡1⎤" are the square bracket's corners, "‹1›"
+# quotation marks, a blank Braille cell looks like a space), as does any number ("❶", which
+# NFKC keeps), with combining marks (drawn on a bracket) looked through.  A list of brackets
+# missed the next look-alike; few names hold a number in brackets, and quoting one costs 2
+# bytes.
+_REPLY_LIKE = re.compile(r"\[\s*\d|\d\s*\]|\x00\s*\d+\s*\x00")
 
 
-def _bracket(char: str) -> str:
+def _reply_form(char: str) -> str:
+    """``char`` as the reply note's form reads it: ``[``, ``]``, ``0`` for a number, NUL
+    (which :func:`one_line` leaves in no name) for another non-ASCII mark or symbol (ASCII
+    ones look like no bracket, and "<", "@" and "." stand round a number in an address),
+    nothing for a combining mark."""
     kind = unicodedata.category(char)
-    return "[" if kind == "Ps" else "]" if kind == "Pe" else char
+    if kind in ("Ps", "Pe"):
+        return "[" if kind == "Ps" else "]"
+    if kind in ("Mn", "Me"):
+        return ""
+    if kind[0] == "N":
+        return "0"
+    return "\x00" if kind[0] in "PS" and not char.isascii() else char
 
 
 def _thread_sender(sender: str) -> str:
@@ -415,7 +429,7 @@ def _thread_sender(sender: str) -> str:
     (a sender called "Bob reply to [1]")."""
     text = one_line(sender)
     folded = unicodedata.normalize("NFKC", _SHAPER.sub("", text))  # a joiner: "[\u200d1]"
-    return _quoted(text) if _REPLY_LIKE.search("".join(map(_bracket, folded))) else text
+    return _quoted(text) if _REPLY_LIKE.search("".join(map(_reply_form, folded))) else text
 
 
 def thread_text(t: dto.ThreadFull) -> str:
