@@ -1401,6 +1401,19 @@ def test_a_raw_8bit_x_header_with_an_address_keeps_the_address_readable(bed: Bed
     assert rfc2047_phrase(got.data, "X-Note") == "Grüße aus Köln"
 
 
+def test_a_raw_8bit_x_header_with_an_address_fmail_nm_would_not_send_to_goes_as_text(
+        bed: Bed) -> None:
+    """An X- header naming an address no recipient header may hold (root@localhost) is no
+    recipient: it goes out as text, as any other X- header -- it stopped the send."""
+    bed.put_draft("1800000822.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"x-local@").replace(
+        b"Organiz", "X-Original-To: Jörg <root@localhost>\nOrganiz".encode()))
+    send.send_draft(bed.ctx, "x-local@example.org")
+    (got,) = bed.smtp.received
+    assert got.data.split(b"\r\n\r\n", 1)[0].isascii()
+    assert rfc2047_phrase(got.data, "X-Original-To") == "Jörg <root@localhost>"
+
+
 def test_raw_8bit_keywords_go_out_as_one_phrase_each(bed: Bed) -> None:
     """Keywords: Grüße, Köln went out as one encoded word with the comma inside, one keyword
     to every reader: each phrase is encoded on its own, the commas between them."""
@@ -1415,6 +1428,89 @@ def test_raw_8bit_keywords_go_out_as_one_phrase_each(bed: Bed) -> None:
     assert [str(email.header.make_header(email.header.decode_header(phrase))).strip()
             for phrase in raw[1].decode().replace("\r\n", "").split(",")] == [
         "Grüße", "Köln", "plain words"]
+
+
+def test_a_raw_8bit_to_header_shows_every_address_the_envelope_sends_to(bed: Bed) -> None:
+    """An 8-bit To the email package's header parser reads as fewer addresses than the
+    envelope's parser ("Zoë" <a> <b>: a second address without a comma) went out showing
+    only the first while the mail went to both -- a recipient nobody sees.  The header shows
+    every address the mail is sent to."""
+    bed.put_draft("1800000817.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"hidden-8bit@").replace(
+        b"To: ", 'To: "Zoë" <bob@example.com> <eve@example.net>, '.encode()).replace(
+        b"Cc: ", "Cc: Jörg <js3@example.com>x@example.net, ".encode()))
+    send.send_draft(bed.ctx, "hidden-8bit@example.org")
+    (got,) = bed.smtp.received
+    assert got.data.split(b"\r\n\r\n", 1)[0].isascii()
+    shown = {addr for _, addr in email.utils.getaddresses(
+        got.message().get_all("to", []) + got.message().get_all("cc", []))}
+    assert {"eve@example.net", "x@example.net"} <= set(got.rcpt_tos)
+    assert shown == set(got.rcpt_tos)
+
+
+def test_a_raw_8bit_subject_with_a_colon_and_a_semicolon_is_sent(bed: Bed) -> None:
+    """A Subject such as "Réunion: ordre du jour; suite" was parsed as an address list first,
+    which the email package fails on (AttributeError): the send broke.  A text header is
+    read as text only."""
+    bed.put_draft("1800000818.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"colon-8bit@").replace(
+        "Subject: Re: Grüße aus Köln – 会議 =?utf-8?q?=C3=A9t=C3=A9?=".encode(),
+        "Subject: Réunion: ordre du jour; suite".encode()))
+    send.send_draft(bed.ctx, "colon-8bit@example.org")
+    (got,) = bed.smtp.received
+    assert got.data.split(b"\r\n\r\n", 1)[0].isascii()
+    assert got.message()["subject"] == "Réunion: ordre du jour; suite"
+
+
+def test_a_line_break_decoded_from_a_raw_8bit_header_is_refused(bed: Bed) -> None:
+    """An encoded word decoding to a line break, in a raw 8-bit Keywords or MIME parameter
+    (text that may come from hostile mail), went out as that line break: a header of its own
+    (a Reply-To to another address) or a boundary ending the message early.  Refused."""
+    bed.put_draft("1800000819.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"kw-inject@").replace(
+        b"Organiz", "Keywords: Grüße, =?utf-8?q?x=0D=0AReply-To:=20eve@example.net?=\n"
+                    "Organiz".encode()))
+    bed.put_draft("1800000820.mutt.host:2,DS", (
+        "From: Alex Morgan <alex@example.org>\nTo: bob@example.com\nSubject: cv\n"
+        "Message-ID: <param-inject@example.org>\nMIME-Version: 1.0\n"
+        'Content-Type: multipart/mixed; boundary="b"\n\n--b\n'
+        "Content-Type: text/plain; charset=utf-8\n\nAnbei.\n"
+        '--b\nContent-Type: text/plain; name="=?utf-8?q?x=0D=0A--b--=0D=0A?="; x-by="Jörg"\n'
+        'Content-Disposition: attachment\n\nhidden\n--b--\n'
+    ).encode())
+    bed.refused_send("param-inject@example.org", "Content-Type: line breaks")
+    bed.refused_send("kw-inject@example.org", "Keywords: line breaks")
+
+
+def test_a_raw_8bit_address_header_the_email_package_fails_on_goes_as_the_envelope_reads_it(
+        bed: Bed) -> None:
+    """A To the email package's header parser raises on (a group with no comma after it:
+    "Zoë: a; b") stopped the send with an AttributeError; it goes out as the addresses the
+    mail is sent to."""
+    bed.put_draft("1800000823.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"group-crash@").replace(
+        b"Cc: ", "Cc: Zoë: dev@example.com; js4@example.com, ".encode()))
+    send.send_draft(bed.ctx, "group-crash@example.org")
+    (got,) = bed.smtp.received
+    assert got.data.split(b"\r\n\r\n", 1)[0].isascii()
+    assert {"dev@example.com", "js4@example.com"} <= set(got.rcpt_tos)
+    assert [addr for _, addr in email.utils.getaddresses(got.message().get_all("cc", []))] == [
+        "dev@example.com", "js4@example.com", "yamada@example.jp"]
+
+
+def test_a_multipart_draft_without_a_boundary_is_sent_as_it_is(bed: Bed) -> None:
+    """A draft whose Content-Type says multipart but names no boundary (edited by hand) is
+    one part to the parser, its body text: looking for 8-bit part headers took that text for
+    parts and failed (AttributeError) on every such draft, ASCII or not.  It goes out as it
+    is."""
+    bed.put_draft("1800000821.mutt.host:2,DS", (
+        b"From: Alex Morgan <alex@example.org>\nTo: bob@example.com\nSubject: no boundary\n"
+        b"Message-ID: <no-boundary@example.org>\nMIME-Version: 1.0\n"
+        b"Content-Type: multipart/mixed\n\nplain words\n"))
+    send.send_draft(bed.ctx, "no-boundary@example.org")
+    (got,) = bed.smtp.received
+    assert list(got.rcpt_tos) == ["bob@example.com"]
+    assert got.data.split(b"\r\n\r\n", 1)[1] == b"plain words\r\n"
 
 
 def test_a_reply_to_an_smtputf8_address_says_what_can_be_done(bed: Bed) -> None:

@@ -1268,13 +1268,17 @@ def _encode_8bit_headers(msg: EmailMessage, draft_id: str) -> None:
                                       draft_id)
                 if not value:  # a References all of whose ids were 8-bit is left out
                     continue
+                # Encoded words decoded (in a MIME parameter, a keyword) may hold a line
+                # break: untrusted text, which must not start a header or a boundary.
+                _check_source_header(name, value)
             part.set_raw(name, value)
 
 
 def _mime_parts(msg: Message) -> list[Message]:
     """The message and its parts, not into an attached message: that one is forwarded as
-    it is (walk() goes into it)."""
-    if msg.get_content_maintype() != "multipart":
+    it is (walk() goes into it).  A multipart without a boundary is read as one part, its
+    payload text: is_multipart() says which."""
+    if msg.get_content_maintype() != "multipart" or not msg.is_multipart():
         return [msg]
     parts: list[Message] = [msg]
     for part in cast(list[Message], msg.get_payload()):
@@ -1306,15 +1310,10 @@ def _draft_header_text(name: str, source: str, charset: str | None, draft_id: st
 def _ascii_header(name: str, text: str, draft_id: str) -> str:
     """A header's decoded text as it goes out without SMTPUTF8 (see _encode_8bit_headers)."""
     key = name.lower()
-    # Parsed as an address list whatever its name: the email package keeps groups.
-    parsed = POLICY.header_factory("to", text)
-    groups: tuple[Group, ...] = parsed.groups
-    # An X- header that reads as addresses, with 8-bit text only in names (X-Original-From),
-    # keeps them readable as such; any other X- header is text.
-    if groups and (key in _ADDRESS_HEADERS or key.startswith("x-") and not (
-            parsed.defects or any(not a.addr_spec.isascii() for a in parsed.addresses))):
-        return _folded_addresses(name, ", ".join(
-            _address_group(name, key, group) for group in groups))
+    if key in _ADDRESS_HEADERS and (value := _ascii_addresses(name, key, text)) is not None:
+        return value
+    if key.startswith("x-") and (value := _x_addresses(name, key, text)) is not None:
+        return value
     if key == "keywords":  # each phrase its own words: a comma in one would join two
         value = ", ".join(_ascii_phrase(name, phrase) for phrase in text.split(","))
         return _folded_source(name, value) or value
@@ -1331,6 +1330,52 @@ def _ascii_header(name: str, text: str, draft_id: str) -> str:
     raise ComposeError(f"draft {draft_id!r}: its {name} header has non-ASCII text, which only "
                        "SMTPUTF8 mail (RFC 6531) carries and fmail-nm does not send; nothing "
                        "was sent: correct it in the mail client that saved the draft")
+
+
+def _ascii_addresses(name: str, key: str, text: str) -> str | None:
+    """An address header as it goes out, None when it names no address.  Its groups are kept
+    only where the email package reads the very addresses parse_addresses does -- the parse
+    the envelope is made from (load_draft): the header never shows other addresses than the
+    mail goes to (``"Zoë" <a> <b>`` is one address to the one, two to the other)."""
+    people = parse_addresses([text], key, [])
+    groups = _groups(text)
+    if groups is not None and [a.addr_spec for group in groups for a in group.addresses] == [
+            p.address for p in people]:
+        return _group_list(name, key, groups)
+    if not people:
+        return None
+    # check_addresses refuses a local part only SMTPUTF8 carries, naming it.
+    return _address_list(name, [
+        Address(p.name, check_addresses([p.address], key)[0].address) for p in people])
+
+
+def _x_addresses(name: str, key: str, text: str) -> str | None:
+    """An X- header that reads as addresses, with 8-bit text only in names (X-Original-From),
+    as them: readable as such.  None for any other, which goes as text: an X- header is no
+    recipient, and one naming an address a recipient header may not hold must not stop the
+    send."""
+    groups = _groups(text)
+    if not groups or any(not a.addr_spec.isascii() for g in groups for a in g.addresses):
+        return None
+    try:
+        return _group_list(name, key, groups)
+    except ComposeError:
+        return None
+
+
+def _groups(text: str) -> tuple[Group, ...] | None:
+    """``text`` read as an address list by the email package, which keeps groups; None where
+    it reads it with defects, or fails on it (it raises on some untrusted text)."""
+    try:
+        parsed = POLICY.header_factory("to", text)
+    except Exception:  # noqa: BLE001 - untrusted header: read otherwise
+        return None
+    groups: tuple[Group, ...] = parsed.groups
+    return None if parsed.defects else groups
+
+
+def _group_list(name: str, key: str, groups: Sequence[Group]) -> str:
+    return _folded_addresses(name, ", ".join(_address_group(name, key, g) for g in groups))
 
 
 def _address_group(name: str, key: str, group: Group) -> str:
