@@ -16,7 +16,9 @@ defect on any part, and asserts that this is nearly all of them.
 from __future__ import annotations
 
 import email
+import email.parser
 import email.policy
+import re
 from dataclasses import dataclass
 from email.message import EmailMessage, Message
 from email.policy import Policy
@@ -26,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fmail_nm.message.headers import split_head
 from fmail_nm.message.mime import decoded_leaves
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "maildir"
@@ -209,6 +212,74 @@ def test_generated_messages_split_like_the_stdlib(tree: Node, linesep: str) -> N
     assert defects == []  # well-formed by construction: the comparison is meaningful
     assert len(expected) == leaf_count(tree)
     assert ours(raw) == expected
+
+
+# ------------------------------------------------------------------------------------------
+# Header blocks: split_head builds a plain block's fields itself, as the stdlib would
+
+
+def stdlib_head(raw: bytes) -> tuple[list[tuple[str, str]], list[str], bytes]:
+    """The header block the stdlib reads where split_head cuts it: the raw fields, the
+    defects, and the body (the lines it took for no header, then the rest)."""
+    match = re.search(rb"\n\r?\n", raw)
+    end, start = (match.start() + 1, match.end()) if match else (len(raw), len(raw))
+    head = email.parser.BytesParser(policy=email.policy.compat32).parsebytes(
+        raw[:end], headersonly=True)
+    # _payload is the only exact copy of those lines (get_payload decodes 8-bit text lossily).
+    leftover = head._payload.encode("utf-8", "surrogateescape")
+    return list(head.raw_items()), [type(d).__name__ for d in head.defects], leftover + raw[start:]
+
+
+# Header lines, plain and not: continuations, an empty value, 8-bit text, a bare CR, a line
+# no header, a "From " line, a colon-first line, a vertical tab.
+HEAD_LINES = [b"Subject: hi", b"X-A:b", b"To:   x@y.z,", b" cont", b"\tcont", b"  ", b"X:",
+              b"Content-Type: text/plain;", b' charset="utf-8"', b"X-C: a:b:c",
+              "X-8: \u00e9t\u00e9".encode(), b"X: a\rb", b"From bob", b":novalue",
+              b"bad line", b"\x0bX: v", b"X-\xe9: v"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(lines=st.lists(st.tuples(st.sampled_from(HEAD_LINES), st.sampled_from([b"\n", b"\r\n"])),
+                      max_size=12),
+       ending=st.sampled_from([b"\nbody\n", b"\r\nbody\r\n", b"", b"\n"]))
+def test_header_blocks_split_like_the_stdlib(lines: list[tuple[bytes, bytes]],
+                                             ending: bytes) -> None:
+    raw = b"".join(line + sep for line, sep in lines) + ending
+    if raw.startswith((b"\n", b"\r\n")):
+        return  # no header block at all: split_head does not parse one
+    fields, defects, body = stdlib_head(raw)
+    headers, ours_body = split_head(raw)
+    assert (list(headers.raw_items()), [type(d).__name__ for d in headers.defects],
+            ours_body) == (fields, defects, body)
+
+
+def test_fixture_header_blocks_split_like_the_stdlib() -> None:
+    for path in fixture_files():
+        raw = path.read_bytes()
+        headers, body = split_head(raw)
+        assert (list(headers.raw_items()), [type(d).__name__ for d in headers.defects],
+                body) == stdlib_head(raw), path
+
+
+def test_header_lookups_follow_changes_like_the_stdlib() -> None:
+    """split_head's headers look fields up through an index of their names: it follows a
+    field added, deleted or replaced as the stdlib's lookups do."""
+    raw = (b"Received: by x\nContent-Type: text/plain; charset=us-ascii\nSubject: s\n"
+           b"Received: by y\nContent-Disposition: inline; filename=a.txt\n\nbody\n")
+    ours_head, _ = split_head(raw)
+    theirs = email.parser.BytesParser(policy=email.policy.compat32).parsebytes(raw)
+    changes = [lambda m: m.set_param("charset", "utf-8"), lambda m: m.__delitem__("subject"),
+               lambda m: m.add_header("X-New", "1"), lambda m: m.__delitem__("content-type"),
+               lambda m: m.__setitem__("Content-Type", "text/html; charset=latin1"),
+               lambda m: m.replace_header("content-disposition", "attachment; filename=b")]
+    names = ["content-type", "SUBJECT", "x-new", "received", "content-disposition", "x-none"]
+    for change in [lambda m: None, *changes]:
+        change(ours_head)
+        change(theirs)
+        assert [(n in ours_head, ours_head.get(n), ours_head.get_all(n)) for n in names] == [
+            (n in theirs, theirs.get(n), theirs.get_all(n)) for n in names]
+        assert (ours_head.get_content_charset(), ours_head.get_filename()) == (
+            theirs.get_content_charset(), theirs.get_filename())
 
 
 # ------------------------------------------------------------------------------------------

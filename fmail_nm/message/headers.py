@@ -1,9 +1,10 @@
 """Header blocks of untrusted mail: splitting them off, decoding values, reading the fields.
 
-The stdlib parser reads each header block (its header and RFC 2231 parameter handling is well
-tested and cheap on a header block); this module decodes what it hands back -- raw 8-bit bytes
-and RFC 2047 encoded-words -- and reads addresses, Message-IDs, List-Id, List-Unsubscribe and
-the date. Nothing here raises on malformed input.
+The stdlib parser reads each header block that is not plain (its handling of malformed blocks
+is well tested; a plain one's fields are built as it would build them), and its RFC 2231
+parameter handling reads the values; this module decodes what it hands back -- raw 8-bit
+bytes and RFC 2047 encoded-words -- and reads addresses, Message-IDs, List-Id,
+List-Unsubscribe and the date. Nothing here raises on malformed input.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from email.message import Message
 from email.parser import BytesParser
 from email.policy import Compat32
 from email.utils import getaddresses, parsedate_to_datetime
-from typing import BinaryIO
+from typing import Any, BinaryIO
 from urllib.parse import unquote
 
 from .charset import decode_bytes, guess_decode
@@ -110,9 +111,33 @@ class _RawHeaderPolicy(Compat32):
 
 class _Head(Message):
     """A header block, knowing whether :func:`split_head` cut it (its last header may be
-    missing its end)."""
+    missing its end).  A lookup by name goes through an index of the fields' names: the
+    stdlib lower-cases every name on each lookup, and reading one body looks up a few
+    headers a dozen times in a block of dozens."""
 
     cut = False
+    _headers: list[tuple[str, Any]]  # the stdlib's list of fields, as parsed
+    # The fields list the index was built of, its length then, and each lower-cased name's
+    # first position: held with the list, so a new list (a field deleted) or one more field
+    # rebuilds it; replace_header keeps a field's name.
+    _index: tuple[list[tuple[str, Any]], int, dict[str, int]] | None = None
+
+    def _first(self, name: str) -> int | None:
+        fields = self._headers
+        index = self._index
+        if index is None or index[0] is not fields or index[1] != len(fields):
+            first: dict[str, int] = {}
+            for i, (key, _) in enumerate(fields):
+                first.setdefault(key.lower(), i)
+            index = self._index = (fields, len(fields), first)
+        return index[2].get(name.lower())
+
+    def get(self, name: str, failobj: Any = None) -> Any:
+        i = self._first(name)
+        return failobj if i is None else self.policy.header_fetch_parse(*self._headers[i])
+
+    def __contains__(self, name: str) -> bool:
+        return self._first(name) is not None
 
 
 _POLICY = _RawHeaderPolicy()
@@ -121,12 +146,14 @@ _BLANK_LINE = re.compile(rb"\n\r?\n")
 
 
 def split_head(raw: bytes) -> tuple[Message, bytes]:
-    """Parse the header block with the stdlib; return (headers, body bytes)."""
+    """Parse the header block as the stdlib does; return (headers, body bytes)."""
     if raw.startswith(b"\n") or raw.startswith(b"\r\n"):
         return _Head(policy=_POLICY), raw[raw.index(b"\n") + 1 :]
     match = _BLANK_LINE.search(raw, 0, _MAX_HEADER_BLOCK)
     end, start = (match.start() + 1, match.end()) if match else (min(len(raw), _MAX_HEADER_BLOCK),) * 2
-    headers = _HEADER_PARSER.parsebytes(raw[:end], headersonly=True)
+    plain = _plain_head(raw[:end])
+    headers = plain if plain is not None else _HEADER_PARSER.parsebytes(raw[:end],
+                                                                        headersonly=True)
     # Lines the stdlib did not accept as headers (no blank line, bare-CR mail) begin the body.
     leftover = _raw_payload(headers)
     if isinstance(headers, _Head):
@@ -138,6 +165,33 @@ def split_head(raw: bytes) -> tuple[Message, bytes]:
                        and not line_ended)
     headers.set_payload("")
     return headers, leftover + raw[start:]
+
+
+# A header field as the stdlib reads one: a name of printable ASCII but ":", a colon, the
+# value's first line, and its continuation lines (each begins with a space or tab).  Each
+# newline either continues the value or ends the field, so nothing is given back (the
+# possessive quantifiers): a block that is not plain fails in one pass.
+_NAME = r"[\041-\071\073-\176]++"
+_VALUE = r"[^\n]*+(?:\n[ \t][^\n]*+)*+"
+_FIELD = re.compile(rf"({_NAME}):[ \t]*({_VALUE})(?:\n|\Z)")
+_PLAIN_BLOCK = re.compile(rf"(?:{_NAME}:{_VALUE}(?:\n|\Z))*")
+
+
+def _plain_head(block: bytes) -> _Head | None:
+    """The stdlib parser's answer for a plain header block, built without it (its line
+    machinery costs more than the rest of reading a message's body): a block of header
+    fields whose lines all end in LF or CRLF.  None for any other block (a bare CR, a line
+    no header, a "From " line), which the stdlib parser reads, with its defects."""
+    text = block.decode("ascii", "surrogateescape")
+    if text.count("\r") != text.count("\r\n") or not _PLAIN_BLOCK.fullmatch(text):
+        return None
+    head = _Head(policy=_POLICY)
+    for name, value in _FIELD.findall(text):
+        # As Compat32.header_source_parse stores it: the value's leading blanks and its
+        # last line end left out.
+        head.set_raw(name, value.rstrip("\r\n"))
+    head.set_payload("")
+    return head
 
 
 def read_head(file: BinaryIO, most: int) -> bytes:
