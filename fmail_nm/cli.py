@@ -7,6 +7,7 @@ import io
 import logging
 import math
 import os
+import signal
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
@@ -715,13 +716,37 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (systemd's stop, `timeout`), raised in the main thread as Ctrl-C is: the
+    paths that end a child on Ctrl-C (mbsync, msmtp, each in a session of its own that no
+    signal to ours reaches) then end it on SIGTERM too, where Python's default left it
+    running.  The servers catch SIGTERM themselves while they serve."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def _exit_terminated() -> int:
+    """End the process by SIGTERM itself, as Python does on a Ctrl-C nothing caught: a
+    shell sees 143, systemd a clean stop (an exit status of 143 is a failure to it)."""
+    print("fmail-nm: stopped (SIGTERM)", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return 128 + signal.SIGTERM  # not reached
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_arguments(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="fmail-nm: %(levelname)s: %(message)s", stream=sys.stderr)
     func: Callable[[argparse.Namespace], int] = args.func
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return func(args)
+    except _Terminated:
+        return _exit_terminated()
     # One line each; --verbose shows the traceback.  Exit 2: the command can be fixed (a bad
     # argument, a file that is not there); exit 1: the machinery failed (see errors.py).
     except CallerError as exc:
@@ -738,6 +763,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.debug("details", exc_info=True)
         print(f"fmail-nm: {sidecar_failure(exc, args.config)}", file=sys.stderr)
         return 1
+    finally:  # for a caller that runs main() in its own process
+        signal.signal(signal.SIGTERM, previous)
 
 
 def sidecar_failure(exc: sqlite3.Error, config: str | None) -> str:

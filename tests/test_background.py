@@ -916,7 +916,13 @@ def test_stop_ends_an_mbsync_run_hung_on_a_silent_server(
 
 
 @pytest.mark.imap
-def test_ctrl_c_in_sync_ends_its_mbsync(sync_bed: SyncBed) -> None:  # noqa: F811
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_in_sync_ends_its_mbsync(
+        sync_bed: SyncBed, sig: signal.Signals) -> None:  # noqa: F811
+    """mbsync runs in a session of its own, where neither Ctrl-C nor a SIGTERM to the command
+    (systemd's stop, `timeout`) reaches it: the command must end it as it stops, its
+    password command with it.  A SIGTERM ends the command by that signal (143 in a shell,
+    a clean stop to systemd), saying so."""
     bed = sync_bed
     bed.init()
     with _silent_server(bed) as accepted:
@@ -926,13 +932,16 @@ def test_ctrl_c_in_sync_ends_its_mbsync(sync_bed: SyncBed) -> None:  # noqa: F81
         try:
             wait_for(lambda: accepted and _mbsync_runs_with(bed.mbsync_config),
                      "fmail-nm sync's mbsync to connect to the silent server")
-            sync.send_signal(signal.SIGINT)
-            sync.communicate(timeout=30)
+            sync.send_signal(sig)
+            _, err = sync.communicate(timeout=30)
         finally:
             sync.kill()
             sync.wait()
         assert sync.returncode != 0
-        assert _mbsync_runs_with(bed.mbsync_config) == []
+        wait_for(lambda: not _mbsync_runs_with(bed.mbsync_config), "mbsync to end")
+        if sig == signal.SIGTERM:
+            assert sync.returncode == -signal.SIGTERM
+            assert err.strip().splitlines()[-1].startswith("fmail-nm: stopped (SIGTERM)"), err
 
 
 # ---------------------------------------------------------------------------------------------

@@ -57,6 +57,8 @@ from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
     sync_bed,
     synced_bed,
 )
+from .test_background import _mbsync_runs_with as mbsync_runs_with
+from .test_background import _silent_server as silent_server
 from .test_http import authed_client
 from .test_http import serving as http_serving
 from .test_server import READ_TOOLS, TRIAGE_TOOLS, check_tool_list, text
@@ -737,6 +739,25 @@ async def test_a_stdio_server_told_to_terminate_pushes_first(synced_bed: SyncBed
         await eventually(lambda: not path.exists(), "the server closing")
     assert SEEN in bed.server_flags(bed.mid(1))
     assert "unread" not in bed.tags(bed.mid(1))
+
+
+@pytest.mark.anyio
+async def test_a_stdio_server_told_to_terminate_ends_a_push_that_hangs(
+        synced_bed: SyncBed) -> None:
+    """SIGTERM while the push after a write hangs on a server that never answers (mbsync's
+    own timeout off): mbsync runs in a session of its own, where no signal to the server
+    reaches it, so the server must end it before the process exits."""
+    bed = synced_bed
+    with silent_server(bed):
+        async with Client(serve_params(bed)) as client:
+            result = await client.call_tool("update_email_status",
+                                            {"ids": [f"<{bed.mid(1)}>"], "mark_as": "read"})
+            assert not result.is_error
+            (path,) = (bed.config().data_dir / "servers").glob("*.json")
+            await eventually(lambda: mbsync_runs_with(bed.mbsync_config), "the push's mbsync")
+            os.kill(int(path.stem.split("-")[0]), signal.SIGTERM)
+            await eventually(lambda: not mbsync_runs_with(bed.mbsync_config),
+                             "the push's mbsync ending with the server")
 
 
 @pytest.mark.anyio

@@ -59,6 +59,7 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
     """
     from ..app import LiveConfig
     from ..service.background import AlreadyRunning, Background
+    from ..service.mbsync import stop_running
     from ..service.push import PushScheduler
     from ..service.status import ServerPushRecord
 
@@ -98,6 +99,12 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
                 background.stop()
             if pusher is not None and record is not None:
                 _close_pusher(pusher, record)
+            # What the bounded waits above left running (a push hung on a silent server, an
+            # account check of a tool call) is in a session of its own, which outlives this
+            # process.  Sends are not among them: ended midway, a send may or may not have gone.
+            if stopped := stop_running():
+                log.warning("shutdown: stopped %d mbsync or msmtp check run(s) still going "
+                            "(mbsync takes an interrupted run up again)", stopped)
 
 
 def _close_pusher(pusher: PushScheduler, record: ServerPushRecord) -> None:
