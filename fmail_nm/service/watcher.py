@@ -71,6 +71,7 @@ except ImportError:  # not Linux: the native observer is something else, with no
     InotifyObserver = None  # type: ignore[assignment,misc]
 try:  # watchdog 7's recursive watch, which handles IN_Q_OVERFLOW (older ones drop it)
     from watchdog.observers.inotify import _INVALID_WD, InotifyEmitter, InotifyWatchGroup
+    from watchdog.observers.inotify_c import InotifyFD
 except ImportError:  # then only the service's safety interval makes up for lost events
     InotifyWatchGroup = None  # type: ignore[assignment,misc]
 
@@ -227,6 +228,27 @@ if InotifyObserver is not None and InotifyWatchGroup is not None:
                 follow_symlink=self.watch.follow_symlink, on_overflow=self._on_overflow,
                 on_unwatched=self._on_unwatched)
 
+    class _ClosingInotifyFD(InotifyFD):
+        """watchdog's inotify instance, closed however early it is stopped.  watchdog 7.1
+        closes it on its reader's thread, and a stop before that thread's first read ends
+        the thread with the instance still open: about one in three observers stopped at
+        once (a try of inotify that ran out of watches) kept theirs, until the user's
+        limit of instances (128 by default) was gone, for every program."""
+
+        _resources_closed = False
+
+        def _close_resources(self) -> None:
+            self._resources_closed = True
+            super()._close_resources()
+
+        def run(self) -> None:
+            try:
+                super().run()
+            finally:
+                with self._lock:
+                    if self._closed and not self._resources_closed:
+                        self._close_resources()
+
     class _OverflowObserver(InotifyObserver):
         """The inotify observer, calling ``on_overflow`` after the kernel's queue overflowed
         and ``on_unwatched`` with a folder it could not watch."""
@@ -234,6 +256,10 @@ if InotifyObserver is not None and InotifyWatchGroup is not None:
         def __init__(self, on_overflow: Callable[[], None],
                      on_unwatched: Callable[[str], None]) -> None:
             super().__init__()
+            # Made here, so that schedule() uses it instead of watchdog's own (see above).
+            self._inotify_fd = _ClosingInotifyFD()
+            self._inotify_fd.start()
+            self._emitter_kwargs["inotify_fd"] = self._inotify_fd
             # BaseObserver builds each watch's emitter from these two.
             self._emitter_class = _OverflowEmitter
             self._emitter_kwargs["on_overflow"] = on_overflow
@@ -282,6 +308,7 @@ class MailWatcher:
         self._debouncer: Debouncer[str] | None = None  # the delivering thread, once started
         self._observer: BaseObserver | None = None
         self._stopping = threading.Event()
+        self._guard: threading.Thread | None = None
         self._observer_lock = threading.Lock()  # the observer is replaced when the root is
         self._root_id: tuple[int, int] | None = None  # the watched root's (device, inode)
         # A rewatch is under way; its own lock, as an observer's thread asks for one while
@@ -315,7 +342,9 @@ class MailWatcher:
         except BaseException:
             self._debouncer.close()
             raise
-        threading.Thread(target=self._guard_root, name="mail-root-guard", daemon=True).start()
+        self._guard = threading.Thread(target=self._guard_root, name="mail-root-guard",
+                                       daemon=True)
+        self._guard.start()
         log.info("watching %s for new mail (%s)", self.mail_root, self.mode)
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -332,6 +361,10 @@ class MailWatcher:
         if observer is not None:
             observer.stop()
             observer.join(max(0.0, deadline - time.monotonic()))
+        # A try of inotify under way on the guard's thread holds an inotify instance until
+        # it has failed or been stopped (it sees the stop): done before stop() returns.
+        if self._guard is not None and self._guard is not threading.current_thread():
+            self._guard.join(max(0.0, deadline - time.monotonic()))
         if self._debouncer is not None:
             self._debouncer.join(max(0.0, deadline - time.monotonic()))
 
