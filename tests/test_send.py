@@ -1448,6 +1448,29 @@ def test_a_raw_8bit_to_header_shows_every_address_the_envelope_sends_to(bed: Bed
     assert shown == set(got.rcpt_tos)
 
 
+def test_a_raw_8bit_to_header_in_the_drafts_charset_is_where_the_mail_goes(bed: Bed) -> None:
+    """The header went out read in the draft's charset, the envelope from the raw bytes read
+    otherwise: iso-8859-2's \xe8 (c-caron) is windows-1252's e-grave, so the header showed
+    kocka.cz with a caron while the mail went to another domain; a Shift_JIS letter whose
+    second byte is a backslash escaped a quote for the envelope only, so the mail did not go
+    to an address the header showed.  The envelope is the header as it goes out."""
+    head = (b"From: Alex Morgan <alex@example.org>\nTo: %s\nSubject: x\n"
+            b"Message-ID: <%s@example.org>\nMIME-Version: 1.0\n"
+            b"Content-Type: text/plain; charset=%s\nContent-Transfer-Encoding: 8bit\n\nhi\n")
+    bed.put_draft("1800000824.mutt.host:2,DS",
+                  head % (b"Ko\xe8ka <info@ko\xe8ka.example>", b"latin2", b"iso-8859-2"))
+    bed.put_draft("1800000825.mutt.host:2,DS", head % (
+        b'"\x83\x5c" <bob@example.com> "<eve@example.net>"', b"sjis", b"shift_jis"))
+    for mid, shown in (("latin2@example.org", ["info@xn--koka-hua.example"]),
+                       ("sjis@example.org", ["bob@example.com", "eve@example.net"])):
+        bed.smtp.received.clear()
+        send.send_draft(bed.ctx, mid)
+        (got,) = bed.smtp.received
+        assert got.data.split(b"\r\n\r\n", 1)[0].isascii()
+        assert [a for _, a in email.utils.getaddresses(got.message().get_all("to", []))] == shown
+        assert list(got.rcpt_tos) == shown
+
+
 def test_a_raw_8bit_subject_with_a_colon_and_a_semicolon_is_sent(bed: Bed) -> None:
     """A Subject such as "Réunion: ordre du jour; suite" was parsed as an address list first,
     which the email package fails on (AttributeError): the send broke.  A text header is
@@ -1480,6 +1503,20 @@ def test_a_line_break_decoded_from_a_raw_8bit_header_is_refused(bed: Bed) -> Non
     ).encode())
     bed.refused_send("param-inject@example.org", "Content-Type: line breaks")
     bed.refused_send("kw-inject@example.org", "Keywords: line breaks")
+
+
+def test_a_line_break_decoded_from_a_raw_8bit_subject_or_x_header_is_refused(bed: Bed) -> None:
+    """A raw 8-bit Subject or X- header with an encoded word decoding to a line break (a
+    reply's subject taken from hostile mail) broke the send with the email package's
+    HeaderParseError: it is refused, as such a line break is in any other header."""
+    hostile = "=?utf-8?q?x=0D=0ABcc:=20eve@example.net?= Grüße".encode()
+    bed.put_draft("1800000826.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"subject-inject@").replace(
+        "Re: Grüße aus Köln – 会議 =?utf-8?q?=C3=A9t=C3=A9?=".encode(), hostile))
+    bed.put_draft("1800000827.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"x-inject@").replace(b"Organization: ", b"X-Note: " + hostile + b"\nO: "))
+    bed.refused_send("subject-inject@example.org", "Subject: line breaks")
+    bed.refused_send("x-inject@example.org", "X-Note: line breaks")
 
 
 def test_a_raw_8bit_address_header_the_email_package_fails_on_goes_as_the_envelope_reads_it(

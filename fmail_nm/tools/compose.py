@@ -1217,6 +1217,14 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
     # As they go out: the source values (a kept header's encoded words are not decoded).
     for name, value in msg.raw_items():
         _check_source_header(name, value)
+    # The Date goes before the 8-bit check: one in the locale's month names ("Mär") is replaced.
+    del msg["Date"]
+    _encode_8bit_headers(msg, draft_id)
+    # The envelope is read from the headers as they go out: 8-bit ones are written again from
+    # their text in the draft's charset, where the raw bytes may read as other addresses
+    # (iso-8859-2's c-caron is windows-1252's e-grave; a Shift_JIS letter's second byte is a
+    # backslash, escaping a quote).
+    c = replace(c, to=_people(msg, "to"), cc=_people(msg, "cc"), bcc=_people(msg, "bcc"))
     everyone = [*c.to, *c.cc, *c.bcc]
     for person in [c.sender, *everyone]:
         check_addresses([person.address], "address")
@@ -1225,9 +1233,6 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
     if len(everyone) > MAX_RECIPIENTS:
         raise ComposeError(f"{len(everyone)} recipients; at most {MAX_RECIPIENTS}")
     check_not_blocked(ctx.config, everyone)
-    # The Date goes before the 8-bit check: one in the locale's month names ("Mär") is replaced.
-    del msg["Date"]
-    _encode_8bit_headers(msg, draft_id)
     msg["Date"] = email.utils.format_datetime(ctx.clock().astimezone())
     saved = check_size(ctx.config, msg.as_bytes(policy=POLICY))
     del msg["Bcc"]
@@ -1318,7 +1323,10 @@ def _ascii_header(name: str, text: str, draft_id: str) -> str:
         value = ", ".join(_ascii_phrase(name, phrase) for phrase in text.split(","))
         return _folded_source(name, value) or value
     if _TEXT_HEADER.fullmatch(name):
-        return _subject_header(decode_header_text(text, []), name).encode(linesep="\r\n")
+        # Its encoded words decoded may hold a line break (a reply's subject from hostile
+        # mail), refused here: the email package would raise on it.
+        text = check_header(name, decode_header_text(text, []))
+        return _subject_header(text, name).encode(linesep="\r\n")
     if key in _PARAMETER_HEADERS:
         # The email package writes a non-ASCII parameter as RFC 2231 ones (filename*=utf-8'').
         folded = POLICY.header_factory(name, text).fold(policy=POLICY)
