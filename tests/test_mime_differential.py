@@ -231,11 +231,13 @@ def stdlib_head(raw: bytes) -> tuple[list[tuple[str, str]], list[str], bytes]:
 
 
 # Header lines, plain and not: continuations, an empty value, 8-bit text, a bare CR, a line
-# no header, a "From " line, a colon-first line, a vertical tab.
+# no header, a "From " line, a colon-first line, a vertical tab, a blank or DEL in a name,
+# control bytes in a value, a CR before the line end.
 HEAD_LINES = [b"Subject: hi", b"X-A:b", b"To:   x@y.z,", b" cont", b"\tcont", b"  ", b"X:",
               b"Content-Type: text/plain;", b' charset="utf-8"', b"X-C: a:b:c",
               "X-8: \u00e9t\u00e9".encode(), b"X: a\rb", b"From bob", b":novalue",
-              b"bad line", b"\x0bX: v", b"X-\xe9: v"]
+              b"bad line", b"\x0bX: v", b"X-\xe9: v", b"Subject : x", b"X\x7f: v",
+              b"X: \x00\x0b\x0c\x1c", b"X: a\r"]
 
 
 @settings(max_examples=400, deadline=None)
@@ -271,7 +273,11 @@ def test_header_lookups_follow_changes_like_the_stdlib() -> None:
     changes = [lambda m: m.set_param("charset", "utf-8"), lambda m: m.__delitem__("subject"),
                lambda m: m.add_header("X-New", "1"), lambda m: m.__delitem__("content-type"),
                lambda m: m.__setitem__("Content-Type", "text/html; charset=latin1"),
-               lambda m: m.replace_header("content-disposition", "attachment; filename=b")]
+               lambda m: m.replace_header("content-disposition", "attachment; filename=b"),
+               lambda m: m.set_boundary("b1"), lambda m: m.set_type("multipart/mixed"),
+               lambda m: m.set_charset("iso-8859-1"), lambda m: m.set_raw("Received", "by z"),
+               # As many fields as before, others: no lookup in between sees the count change.
+               lambda m: (m.__delitem__("x-new"), m.add_header("Subject", "t"))]
     names = ["content-type", "SUBJECT", "x-new", "received", "content-disposition", "x-none"]
     for change in [lambda m: None, *changes]:
         change(ours_head)
