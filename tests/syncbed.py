@@ -315,3 +315,18 @@ def synced_bed(sync_bed: SyncBed) -> SyncBed:
     report = sync_bed.sync()
     assert report.ok, report.errors()
     return sync_bed
+
+
+def runs_with(program: str, config_path: Path) -> list[int]:
+    """The pids of ``program``'s processes (mbsync, msmtp) started with this config file:
+    each runs in a session of its own, so one a test's stop left behind is found here."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # not a process, or gone
+            continue
+        if argv and Path(os.fsdecode(argv[0])).name == program and \
+                os.fsencode(config_path) in argv:
+            pids.append(int(entry.name))
+    return pids

@@ -45,7 +45,7 @@ from fmail_nm.tools import reads
 from . import imapbed
 from .conftest import MailEnv, notmuch_lock_held, search_rows, stderr_lines
 from .smtpbed import SmtpBed
-from .syncbed import require_tools
+from .syncbed import require_tools, runs_with
 
 pytestmark = pytest.mark.imap
 
@@ -365,16 +365,7 @@ def test_the_smtp_server_is_checked_with_msmtp_before_the_add_stands(
 
 
 def _msmtp_runs_with(config_path: Path) -> list[int]:
-    """The pids of msmtp processes started with this config file."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:  # not a process, or gone
-            continue
-        if Path(os.fsdecode(argv[0])).name == "msmtp" and os.fsencode(config_path) in argv:
-            pids.append(int(entry.name))
-    return pids
+    return runs_with("msmtp", config_path)
 
 
 def test_stopping_the_service_ends_the_smtp_check_of_an_account_being_added(

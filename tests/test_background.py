@@ -53,6 +53,7 @@ from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
     ACCOUNT,
     SEEN,
     SyncBed,
+    runs_with,
     sync_bed,
     synced_bed,
 )
@@ -847,17 +848,7 @@ def test_writes_a_failed_push_left_go_out_once_the_server_is_back(
 
 
 def _mbsync_runs_with(config_path: Path) -> list[int]:
-    """The pids of mbsync processes started with this config file."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:  # not a process, or gone
-            continue
-        if argv and Path(os.fsdecode(argv[0])).name == "mbsync" and \
-                os.fsencode(config_path) in argv:
-            pids.append(int(entry.name))
-    return pids
+    return runs_with("mbsync", config_path)
 
 
 @contextmanager
