@@ -38,6 +38,7 @@ from fmail_nm.service.onboard import (
     add_account,
     check_failure,
     check_sending,
+    server_folders,
 )
 from fmail_nm.store.notmuch import Reader
 from fmail_nm.tools import reads
@@ -368,20 +369,23 @@ def _msmtp_runs_with(config_path: Path) -> list[int]:
     return runs_with("msmtp", config_path)
 
 
-def test_stopping_the_service_ends_the_smtp_check_of_an_account_being_added(
-        bed: Bed) -> None:
-    """add_email_account checks the SMTP server with msmtp, for up to a minute: one that
-    never answers must not keep the service's shutdown (and the process's exit) waiting, nor
-    outlive it -- the shutdown ends it as it ends the service's mbsync runs."""
+def _check_stopped_by_the_service(bed: Bed, kind: str) -> BaseException:
+    """The check of a new account's ``kind`` ("IMAP" or "SMTP") server, which never greets,
+    while the background service stops: what the check raised (no msmtp left running)."""
     silent = socket.create_server(("127.0.0.1", 0))  # accepts, never greets
     silent.settimeout(60)
-    plan = accounts.plan(load_config(), new_account(bed, smtp_port=silent.getsockname()[1]))
+    port = silent.getsockname()[1]
+    plan = accounts.plan(load_config(), new_account(
+        bed, **({"imap_port": port} if kind == "IMAP" else {"smtp_port": port})))
     accounts.write(plan)
     failed: list[BaseException] = []
 
     def check() -> None:
         try:
-            check_sending(plan)
+            if kind == "IMAP":
+                server_folders(plan)
+            else:
+                check_sending(plan)
         except BaseException as exc:
             failed.append(exc)
 
@@ -390,18 +394,38 @@ def test_stopping_the_service_ends_the_smtp_check_of_an_account_being_added(
     checking = threading.Thread(target=check)
     try:
         checking.start()
-        conn, _ = silent.accept()  # msmtp waits for the greeting now
+        conn, _ = silent.accept()  # the check waits for the greeting now
         bg.stop(timeout=1.0)
         assert _msmtp_runs_with(plan.msmtp_file) == []
         checking.join(60)
-        assert len(failed) == 1 and isinstance(failed[0], AccountCheckFailed), failed
-        assert "fmail-nm was shutting down" in str(failed[0])
         conn.close()
     finally:
         for pid in _msmtp_runs_with(plan.msmtp_file):
             os.kill(pid, signal.SIGKILL)
         silent.close()
         checking.join(60)
+    assert len(failed) == 1, failed
+    return failed[0]
+
+
+def test_stopping_the_service_ends_the_smtp_check_of_an_account_being_added(
+        bed: Bed) -> None:
+    """add_email_account checks the SMTP server with msmtp, for up to a minute: one that
+    never answers must not keep the service's shutdown (and the process's exit) waiting, nor
+    outlive it -- the shutdown ends it as it ends the service's mbsync runs."""
+    failed = _check_stopped_by_the_service(bed, "SMTP")
+    assert isinstance(failed, AccountCheckFailed), failed
+    assert "fmail-nm was shutting down" in str(failed)
+
+
+def test_an_imap_check_the_shutdown_ends_is_not_a_refused_login(bed: Bed) -> None:
+    """The IMAP check (mbsync --list) ended by the service's shutdown was told as "the IMAP
+    server refused account ...": the user would go and change a password that was right."""
+    failed = _check_stopped_by_the_service(bed, "IMAP")
+    assert isinstance(failed, AccountCheckFailed), failed
+    assert "refused" not in str(failed)
+    assert "IMAP server was stopped (mbsync was stopped: fmail-nm was shutting down)" in str(
+        failed)
 
 
 def test_cli_add_refuses_an_smtp_server_it_cannot_reach(bed: Bed) -> None:

@@ -661,8 +661,8 @@ class Background:
             elif pending:
                 log.info("shutdown: pushed %s", ", ".join(sorted(pending)))
         if stopped := stop_running():  # past the deadline: not left running after we exit
-            log.warning("shutdown: stopped %d mbsync run(s) still going; the next sync takes "
-                        "them up again", stopped)
+            log.warning("shutdown: stopped %d mbsync run(s) or account check(s) still going; "
+                        "the next sync takes the runs up again", stopped)
             for puller in pullers:  # each records its stopped run
                 puller.join(time.monotonic() + STOP_GRACE)
         self._indexer.stop(deadline)

@@ -273,12 +273,17 @@ _running: set[subprocess.Popen[Any]] = set()
 _stopped: set[subprocess.Popen[Any]] = set()
 _running_lock = threading.Lock()
 STOP_GRACE = 2.0  # seconds between SIGTERM and SIGKILL for a run stop_running ends
+STOPPED = "mbsync was stopped: fmail-nm was shutting down"  # what such a run reports
 
 
-def track(proc: subprocess.Popen[Any]) -> None:
-    """Have the service's shutdown end this run (see :func:`stop_running`) if still going."""
+def start_tracked(argv: list[str], **popen: Any) -> subprocess.Popen[Any]:
+    """Start a run that the service's shutdown ends (see :func:`stop_running`) if still going.
+    Started and tracked under the lock stop_running takes: a run tracked only once Popen
+    returned could be talking to its server already, and a shutdown meanwhile missed it."""
     with _running_lock:
+        proc = subprocess.Popen(argv, **popen)
         _running.add(proc)
+    return proc
 
 
 def untrack(proc: subprocess.Popen[Any]) -> bool:
@@ -291,9 +296,9 @@ def untrack(proc: subprocess.Popen[Any]) -> bool:
 
 
 def stop_running(grace: float = STOP_GRACE) -> int:
-    """End every mbsync run of this process still going -- the service's shutdown, once its
-    deadline has passed: SIGTERM to each run's session, SIGKILL to those still there after
-    ``grace`` seconds.  mbsync takes an interrupted run up again from its journal.  The
+    """End every run of this process still going (mbsync's, and msmtp's checks) -- the
+    service's shutdown, once its deadline has passed: SIGTERM to each run's session, SIGKILL
+    to those still there after ``grace`` seconds.  mbsync takes an interrupted run up again from its journal.  The
     runs report that they were stopped.  Returns how many there were."""
     with _running_lock:
         procs = [proc for proc in _running if proc.poll() is None]
@@ -375,14 +380,13 @@ def execute(argv: list[str], timeout: float, *, keep_output: bool = False) -> tu
     """Run mbsync; return (exit status or None if it did not start, what went wrong) -- or,
     with ``keep_output``, what it printed when it succeeded (``--list``)."""
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, errors="replace",
-                                start_new_session=True)
+        proc = start_tracked(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, errors="replace",
+                             start_new_session=True)
     except FileNotFoundError:  # removed between the PATH lookup and now
         raise MbsyncNotInstalled(f"mbsync could not be started: {argv[0]} not found") from None
     except OSError as exc:
         return None, f"mbsync could not be started: {exc}"
-    track(proc)
     try:
         stdout, stderr = _output(proc, timeout)
     except subprocess.TimeoutExpired:
@@ -402,7 +406,7 @@ def execute(argv: list[str], timeout: float, *, keep_output: bool = False) -> tu
     finally:
         stopped = untrack(proc)
     if stopped:
-        return proc.returncode, "mbsync was stopped: fmail-nm was shutting down"
+        return proc.returncode, STOPPED
     if proc.returncode == 0:
         return 0, stdout if keep_output else ""
     error = trim_error(stderr, stdout) or f"mbsync exited with status {proc.returncode}"

@@ -30,7 +30,7 @@ from ..tools.dto import Dto
 from ..tools.render import first_shown, one_line
 from . import send
 from .cycle import sync
-from .mbsync import MBSYNC_TIMEOUT, execute, find_mbsync
+from .mbsync import MBSYNC_TIMEOUT, STOPPED, execute, find_mbsync
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,8 @@ def check_failure(plan: accounts.AccountPlan, error: str) -> str:
     "refused"; a password command that failed, a certificate not trusted, a TLS mode the
     port does not speak or a server that hung up are each named, so the user changes the
     right value."""
+    if error == STOPPED:  # nothing to fix: the server was not what ended it
+        return _stopped("IMAP", plan, error)
     server = f"({plan.imap_user} at {plan.imap_host}:{plan.imap_port}): {error}"
     if any(said in error for said in _UNREACHABLE):
         return f"could not reach the IMAP server of account {plan.name!r} {server}"
@@ -130,8 +132,7 @@ def check_sending(plan: accounts.AccountPlan, timeout: float = CHECK_TIMEOUT) ->
         code, said = send.run_to_end([*accounts.send_command(plan), "--serverinfo"], None,
                                      timeout, stoppable=True)
     except send.StoppedAtShutdown as exc:
-        raise AccountCheckFailed(f"the check of account {plan.name!r}'s SMTP server was "
-                                 f"stopped ({exc}); add the account again") from None
+        raise AccountCheckFailed(_stopped("SMTP", plan, str(exc))) from None
     except FileNotFoundError:
         raise AccountCheckFailed(f"account {plan.name!r} sends with msmtp, which is not "
                                  "installed: install msmtp, or add the account without an SMTP "
@@ -154,6 +155,12 @@ def sending_failure(plan: accounts.AccountPlan, error: str) -> str:
         return _no_tls("SMTP", plan.smtp_tls, plan, server, _SMTP_PORTS)
     return (f"the SMTP server of account {plan.name!r} could not be used {server}; check the "
             f"SMTP host, port and TLS mode ({_SMTP_PORTS})")
+
+
+def _stopped(kind: str, plan: accounts.AccountPlan, said: str) -> str:
+    # The service's shutdown ended the check (see mbsync.stop_running).
+    return (f"the check of account {plan.name!r}'s {kind} server was stopped ({said}); add the "
+            "account again")
 
 
 def _not_trusted(kind: str, plan: accounts.AccountPlan, server: str) -> str:

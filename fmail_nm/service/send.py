@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 from ..clock import utc_now, utc_stamp
 from ..config import Account, Config
@@ -30,7 +31,7 @@ from ..store.query import clean_id
 from ..tools import compose
 from ..tools.compose import DraftResult, Outgoing
 from ..tools.reads import Mailbox
-from .mbsync import kill_group, track, untrack
+from .mbsync import kill_group, start_tracked, untrack
 
 # Options by which a command picks the envelope sender itself: then no -f is added.
 _CHOOSES_SENDER = ("-f", "--from", "--read-envelope-from")
@@ -129,11 +130,11 @@ def run_to_end(argv: list[str], data: bytes | None, timeout: float, *,
     (:func:`~fmail_nm.service.mbsync.stop_running`); StoppedAtShutdown then.  A send is not:
     ended midway, it may or may not have sent."""
     with tempfile.TemporaryFile() as said:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE if data is not None
-                                else subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=said, start_new_session=True)
-        if stoppable:
-            track(proc)
+        streams: dict[str, Any] = dict(
+            stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=said, start_new_session=True)
+        proc: subprocess.Popen[bytes] = (start_tracked(argv, **streams) if stoppable
+                                         else subprocess.Popen(argv, **streams))
         try:
             proc.communicate(data, timeout=timeout)
         except BaseException:  # the timeout, or Ctrl-C: its session would outlive us
