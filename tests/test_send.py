@@ -1550,6 +1550,115 @@ def test_a_multipart_draft_without_a_boundary_is_sent_as_it_is(bed: Bed) -> None
     assert got.data.split(b"\r\n\r\n", 1)[1] == b"plain words\r\n"
 
 
+# Headers the email package raises on when it reads them (IndexError, RecursionError), each
+# with the text the refusal names it by.
+_DEEP = b"(" * 5000  # nested comments
+MALFORMED = {
+    "message-id": (b"", "its Message-ID header is malformed"),
+    "parameter": (b"Content-Type: text/plain; name*0*\n", "a Content-Type header in it is malformed"),
+    "disposition": (b"Content-Disposition: attachment; filename*0*\n",
+                    "its Content-Disposition header is malformed"),
+    "comments": (b"Content-Disposition: inline; x=" + _DEEP + b"\n",
+                 "its Content-Disposition header is malformed"),
+    "long-comments": (b"Cc: " + _DEEP + b"\n", "its Cc header is malformed"),
+}
+
+
+def malformed(mid: str, header: bytes) -> bytes:
+    return (b"From: Alex Morgan <alex@example.org>\nTo: bob@example.com\nSubject: odd\n"
+            + f"Message-ID: <{mid}>\nMIME-Version: 1.0\n".encode() + header + b"\nhello\n")
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_draft_with_a_header_the_email_package_fails_on_is_refused_and_kept(
+        bed: Bed, case: str) -> None:
+    """A draft with a Message-ID "<@d1@example.org>", a parameter "name*0*" without "=", or
+    thousands of "(" in a header crashed sending and saving with the email package's
+    IndexError or RecursionError: both are refused naming the header, the draft kept."""
+    header, refusal = MALFORMED[case]
+    mid = "@d1@example.org" if case == "message-id" else f"{case}@example.org"
+    data = malformed(mid, header)
+    bed.put_draft(f"1800000830.{case}.host:2,DS", data)
+    bed.refused_send(mid, f"{refusal}.*the draft is kept as it was")
+    assert (bed.drafts / f"1800000830.{case}.host:2,DS").read_bytes() == data
+    if case == "long-comments":  # saved again, it has the addresses it names there: none
+        compose.save_draft(bed.ctx, draft_id=mid, body="new words")
+        assert parse(bed.files_with(bed.drafts, mid)[0].read_bytes())["cc"] is None
+        return
+    before = bed.state()
+    with pytest.raises(ComposeError, match=refusal):
+        compose.save_draft(bed.ctx, draft_id=mid, body="new words")
+    assert bed.state() == before
+
+
+@pytest.mark.parametrize("case", ["parameter", "comments", "long-comments"])
+def test_a_forward_of_mail_with_a_header_the_email_package_fails_on_is_refused(
+        bed: Bed, case: str) -> None:
+    """Such a mail received reads (get_email), but forwarding it crashed the same way."""
+    header, refusal = MALFORMED[case]
+    mid = f"{case}-in@example.net"
+    bed.receive(malformed(mid, header).replace(b"\n", b"\r\n"))
+    assert reads.get_email(bed.mailbox(), mid).body.text.strip() == "hello"
+    before = bed.state()
+    with pytest.raises(ComposeError, match=f"message to attach: {refusal}.*nothing was saved"):
+        compose.forward_email(bed.ctx, mid, ["x@example.com"])
+    assert bed.state() == before
+
+
+def test_a_draft_in_a_charset_python_has_no_codec_for_is_sent_as_it_is(bed: Bed) -> None:
+    """A draft whose text names a charset Python has no codec for crashed sending with a
+    LookupError: it goes out as its bytes are, as mutt sends it; saving it again, which
+    needs its text, is refused saying why.  Header bytes in that charset are refused as
+    those in any charset that does not read them."""
+    data = (b"From: Alex Morgan <alex@example.org>\nTo: bob@example.com\nSubject: odd\n"
+            b"Message-ID: <nonsense@example.org>\nMIME-Version: 1.0\n"
+            b"Content-Type: text/plain; charset=x-nonsense\nContent-Transfer-Encoding: 8bit\n"
+            b"\nGr\xfc\xdfe\n")
+    bed.put_draft("1800000831.x.host:2,DS", data)
+    bed.put_draft("1800000832.x.host:2,DS", data.replace(b"nonsense@", b"undefined@").replace(
+        b"x-nonsense", b"undefined").replace(b"To: bob", b"To: J\xf6rg <bob"))
+    before = bed.state()
+    with pytest.raises(ComposeError, match="charset 'x-nonsense', which fmail-nm cannot read; "
+                                           "nothing was saved, and the draft is kept"):
+        compose.save_draft(bed.ctx, draft_id="nonsense@example.org", subject="new")
+    assert bed.state() == before
+    bed.refused_send("undefined@example.org", "its To header has bytes that are not utf-8 nor "
+                     "undefined; nothing was sent")
+    send.send_draft(bed.ctx, "nonsense@example.org")
+    (got,) = bed.smtp.received
+    head, body = got.data.split(b"\r\n\r\n", 1)
+    assert b"charset=x-nonsense" in head and body == b"Gr\xfc\xdfe\r\n"
+
+
+def test_a_multipart_draft_without_a_boundary_and_8bit_text_is_refused_and_kept(
+        bed: Bed) -> None:
+    """Its 8-bit text, written by the email package decoded, crashed the send with a
+    UnicodeEncodeError; it cannot go out as it is (an ASCII one does, see above)."""
+    bed.put_draft("1800000833.x.host:2,DS", (
+        b"From: Alex Morgan <alex@example.org>\nTo: bob@example.com\nSubject: no boundary\n"
+        b"Message-ID: <no-boundary-8bit@example.org>\nMIME-Version: 1.0\n"
+        b"Content-Type: multipart/mixed\nContent-Transfer-Encoding: 8bit\n\nGr\xc3\xbc\xc3\x9fe\n"))
+    bed.refused_send("no-boundary-8bit@example.org", r"says multipart/mixed but has no parts "
+                     r"\(it names no boundary.* 8-bit bytes.*the draft is kept as it was")
+
+
+def test_a_file_name_decoded_to_a_quote_mark_is_refused_not_sent_as_a_quoted_pair(
+        bed: Bed) -> None:
+    """An encoded word decoding to a quote mark in a raw 8-bit parameter header went out as
+    filename="a\\"; filename=evil.exe": a correct quoted pair, but clients that ignore
+    backslashes read another file name there."""
+    bed.put_draft("1800000834.x.host:2,DS", (
+        'From: Alex Morgan <alex@example.org>\nTo: bob@example.com\nSubject: cv\n'
+        'Message-ID: <quote-param@example.org>\nMIME-Version: 1.0\n'
+        'Content-Type: multipart/mixed; boundary="b"\n\n--b\n'
+        'Content-Type: text/plain; charset=utf-8\n\nAnbei.\n--b\n'
+        'Content-Type: application/octet-stream\nContent-Disposition: attachment; '
+        'filename="=?utf-8?q?a=22=3B_filename=3Devil.exe?="; x-by="Jörg"\n\nxx\n--b--\n'
+    ).encode())
+    bed.refused_send("quote-param@example.org", "Content-Disposition parameter filename is "
+                     "'a\"; filename=evil.exe', whose quote mark")
+
+
 def test_a_reply_to_an_smtputf8_address_says_what_can_be_done(bed: Bed) -> None:
     """A reply to a sender whose address has non-ASCII letters before the @ told the model to
     write it with save_draft, which refuses that address too: it says that only a mail client

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import email.charset
+import email.errors
 import email.header
 import email.policy
 import email.utils
@@ -36,7 +37,7 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from email.headerregistry import Address as HeaderAddress
-from email.headerregistry import Group
+from email.headerregistry import BaseHeader, Group
 from email.message import EmailMessage, Message, MIMEPart
 from email.parser import BytesParser
 from pathlib import Path
@@ -388,9 +389,9 @@ def message_part(raw: bytes, filename: str) -> MIMEPart:
     """A message attached whole (message/rfc822), its source unchanged but for what must not
     go out: its Bcc (the user's own Sent copy keeps one, which would tell the new recipients
     who had it blind), and lines over 998 bytes, re-encoded (the same content)."""
-    original = BytesParser(policy=POLICY).parsebytes(raw)
+    original = _parsed(raw, _ATTACHED)
     del original["Bcc"]
-    _shorten_long_lines(original)
+    _shorten_long_lines(original, _ATTACHED)
     part = MIMEPart(policy=POLICY)
     part.set_content(original, disposition="attachment", filename=filename)
     return part
@@ -417,6 +418,76 @@ def _check_source_header(name: str, source: str) -> None:
     check_header(name, _unfold(source))
 
 
+# What the email package raises, besides its own errors, on a header value it cannot parse --
+# which it does lazily, at each look at the header (a part's MIME headers as it parses and
+# writes the message): a Message-ID "<@a@b>" or a parameter "name*0*" without "=" (IndexError),
+# thousands of "(" opening nested comments (RecursionError), some ids (AttributeError).
+_UNPARSABLE = (email.errors.MessageError, IndexError, AttributeError, RecursionError)
+# The headers the email package parses of every part (get_payload reads the transfer
+# encoding), and those also read of a draft's own parts (its body, attachments and id).
+_WRITTEN_HEADERS = frozenset({"content-type", "content-transfer-encoding"})
+_READ_HEADERS = _WRITTEN_HEADERS | {"content-disposition", "message-id"}
+
+
+@dataclass(frozen=True)
+class _Source:
+    """A message read from a file, as a refusal of it names it and says what to do."""
+
+    name: str
+    remedy: str
+
+
+def _draft_source(draft_id: str) -> _Source:
+    return _Source(f"draft {draft_id!r}", "nothing was sent or saved, and the draft is kept as "
+                  "it was: correct it in the mail client that saved it")
+
+
+_ATTACHED = _Source("the message to attach", "nothing was saved: attach it in a mail client")
+
+
+def _header(name: str, source: str, whose: _Source) -> BaseHeader:
+    """A header's source value as the email package reads it, or a ComposeError naming it
+    when the package fails on it."""
+    value = _unfold(source)
+    try:
+        return cast(BaseHeader, POLICY.header_factory(name, value))
+    except _UNPARSABLE:
+        raise ComposeError(f"{whose.name}: its {name} header is malformed ({value[:80]!r}), "
+                           f"which fmail-nm cannot read; {whose.remedy}") from None
+
+
+def _parsed(data: bytes, whose: _Source, read: Set[str] = _WRITTEN_HEADERS) -> EmailMessage:
+    """A message read from a file with the headers the email package parses (``read``, of
+    the message and its own parts; of an attached message's, _WRITTEN_HEADERS) parsed once
+    here: a ComposeError (see _header) instead of a crash wherever the package first looks at
+    one."""
+    try:
+        msg = BytesParser(policy=POLICY).parsebytes(data)
+    except _UNPARSABLE:  # the parser reads each part's Content-Type
+        raise ComposeError(f"{whose.name}: a Content-Type header in it is malformed, which "
+                           f"fmail-nm cannot read; {whose.remedy}") from None
+    own = _mime_parts(msg)
+    for part in msg.walk():
+        names = read if any(part is p for p in own) else _WRITTEN_HEADERS
+        for name, value in part.raw_items():
+            if name.lower() in names:
+                _header(name, value, whose)
+        _check_writable(part, whose)
+    return msg
+
+
+def _check_writable(part: Message, whose: _Source) -> None:
+    """A multipart without a boundary (or whose body lacks it) is read as one part, its body
+    text (_mime_parts): the email package writes that text decoded in the part's charset, and
+    fails on 8-bit bytes."""
+    if (part.get_content_maintype() == "multipart" and not part.is_multipart()
+            and not str(part.get_payload()).isascii()):
+        raise ComposeError(f"{whose.name} says {part.get_content_type()} but has no parts "
+                           "(it names no boundary, or one its body does not have), and its "
+                           "body has 8-bit bytes, which cannot be written out as they are; "
+                           f"{whose.remedy}")
+
+
 def _has_long_line(data: bytes) -> bool:
     return any(len(line.rstrip(b"\r")) > MAX_LINE_BYTES for line in data.split(b"\n"))
 
@@ -426,11 +497,11 @@ def _header_has_long_line(name: str, value: str) -> bool:
     return _has_long_line(f"{name}: {value}".encode("ascii", "surrogateescape"))
 
 
-def _shorten_long_lines(msg: Message) -> None:
+def _shorten_long_lines(msg: Message, whose: _Source) -> None:
     """Every line of a message read from a file (a draft, a forwarded mail) at most 998 bytes,
     what it says unchanged: long headers folded, long lines of a part re-encoded."""
     for inner in msg.walk():
-        _fold_long_headers(inner)
+        _fold_long_headers(inner, whose)
         if not inner.is_multipart():
             _encode_long_lines(inner)
 
@@ -457,7 +528,7 @@ def _encode_long_lines(part: Message) -> None:
         part["Content-Transfer-Encoding"] = cte
 
 
-def _fold_long_headers(part: Message) -> None:
+def _fold_long_headers(part: Message, whose: _Source) -> None:
     """Headers with a line over 998 bytes folded at their spaces (the others as they are,
     in their order)."""
     items = list(part.raw_items())
@@ -473,7 +544,7 @@ def _fold_long_headers(part: Message) -> None:
         else:
             # A word longer than a line: the email package writes the value again, as RFC 2047
             # words -- decoded first, so a line break it decodes to would start a header.
-            header = POLICY.header_store_parse(name, _unfold(value))[1]
+            header = _header(name, value, whose)
             part.set_raw(name, check_header(name, header))
 
 
@@ -913,7 +984,28 @@ def draft_composition(ctx: WriteContext, draft_id: str) -> Composition:
         raise ComposeError(f"draft {draft_id!r} has an HTML body (written by another mail "
                            "client), which fmail-nm does not edit: change it there, or start "
                            "a new draft; send_email sends it as it is")
+    c.body = _draft_body(msg, draft_id)
     return c
+
+
+def _draft_body(msg: EmailMessage, draft_id: str) -> str:
+    """A draft's plain text, to be built again; refused in a charset Python has no codec for
+    (mutt sends such a draft as it is, and so does send_email)."""
+    part = msg.get_body(preferencelist=("plain",))
+    if not isinstance(part, EmailMessage):
+        return ""
+    try:
+        body = str(part.get_content())
+    except (LookupError, ValueError):  # ValueError: UnicodeError, a NUL in the name
+        raise ComposeError(f"draft {draft_id!r} has its text in charset "
+                           f"{part.get_param('charset')!r}, which fmail-nm cannot read; "
+                           "nothing was saved, and the draft is kept as it was: change it in "
+                           "the mail client that saved it, or start a new draft; send_email "
+                           "sends it as it is") from None
+    if part.get_param("format") == "flowed":
+        # aerc's or Thunderbird's draft: rebuilt as plain text, its lines are the logical ones
+        body = unescape_line_marks(unflow(body, delsp=part.get_param("delsp") == "yes"))
+    return body
 
 
 def _read_draft(ctx: WriteContext, draft_id: str) -> tuple[Composition, EmailMessage]:
@@ -922,21 +1014,17 @@ def _read_draft(ctx: WriteContext, draft_id: str) -> tuple[Composition, EmailMes
 
 def _draft_parts(ctx: WriteContext, draft_id: str, found: IndexedMessage,
                  data: bytes) -> tuple[Composition, EmailMessage]:
-    msg = BytesParser(policy=POLICY).parsebytes(data)
+    msg = _parsed(data, _draft_source(draft_id), _READ_HEADERS)
     senders = _people(msg, "from")
     holder = maildir.primary_account(ctx.config, found)
     account = (_account_of_address(ctx.config, senders[0].address, holder) if senders
                else None) or holder
     if account is None or not senders:
         raise ComposeError(f"draft {draft_id!r} has no From address of the user's accounts")
-    body_part = msg.get_body(preferencelist=("plain",))
-    body = body_part.get_content() if isinstance(body_part, EmailMessage) else ""
-    if isinstance(body_part, EmailMessage) and body_part.get_param("format") == "flowed":
-        # aerc's or Thunderbird's draft: rebuilt as plain text, its lines are the logical ones
-        body = unescape_line_marks(unflow(body, delsp=body_part.get_param("delsp") == "yes"))
+    # The body is read by draft_composition alone (_draft_body): a draft is sent as it is.
     return Composition(
         account=account, sender=senders[0], to=_people(msg, "to"), cc=_people(msg, "cc"),
-        bcc=_people(msg, "bcc"), subject=str(msg.get("subject", "")), body=body,
+        bcc=_people(msg, "bcc"), subject=str(msg.get("subject", "")), body="",
         message_id=found.message_id, in_reply_to=_first_id(msg.get("in-reply-to")),
         references=_ids(msg.get("references")), forwarded=_first_id(msg.get(FORWARDED_HEADER)),
         attached=[p for p in msg.iter_attachments() if isinstance(p, MIMEPart)],
@@ -1211,7 +1299,7 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
         del msg[name]
     # Another client's draft, or one edited by hand: servers refuse longer lines, and mutt too
     # encodes a postponed message again on sending.
-    _shorten_long_lines(msg)
+    _shorten_long_lines(msg, _draft_source(draft_id))
     if msg["Message-ID"] is None:  # the recipients' copy and the Sent copy share one
         msg["Message-ID"] = new_message_id(c.sender)
     # As they go out: the source values (a kept header's encoded words are not decoded).
@@ -1305,7 +1393,7 @@ def _draft_header_text(name: str, source: str, charset: str | None, draft_id: st
     for codec in tried:
         try:
             return data.decode(codec)
-        except (LookupError, UnicodeDecodeError):
+        except (LookupError, ValueError):  # ValueError: UnicodeError, a NUL in the name
             continue
     raise ComposeError(f"draft {draft_id!r}: its {name} header has bytes that are not "
                        f"{' nor '.join(tried)}; nothing was sent: write that header again "
@@ -1329,7 +1417,9 @@ def _ascii_header(name: str, text: str, draft_id: str) -> str:
         return _subject_header(text, name).encode(linesep="\r\n")
     if key in _PARAMETER_HEADERS:
         # The email package writes a non-ASCII parameter as RFC 2231 ones (filename*=utf-8'').
-        folded = POLICY.header_factory(name, text).fold(policy=POLICY)
+        parsed = POLICY.header_factory(name, text)
+        _check_parameters(name, parsed, draft_id)
+        folded = parsed.fold(policy=POLICY)
         value = folded.split(":", 1)[1].removeprefix(" ").removesuffix("\r\n")
         if value.isascii():
             return value
@@ -1338,6 +1428,19 @@ def _ascii_header(name: str, text: str, draft_id: str) -> str:
     raise ComposeError(f"draft {draft_id!r}: its {name} header has non-ASCII text, which only "
                        "SMTPUTF8 mail (RFC 6531) carries and fmail-nm does not send; nothing "
                        "was sent: correct it in the mail client that saved the draft")
+
+
+def _check_parameters(name: str, header: BaseHeader, draft_id: str) -> None:
+    """Refuse a parameter whose value, its encoded words decoded, has a quote mark: the email
+    package writes it as a quoted pair (filename="a\\"; filename=evil.exe"), which mail
+    clients that ignore backslashes read as the value's end, and the rest as another
+    parameter (another file name)."""
+    params: dict[str, str] = dict(getattr(header, "params", {}))
+    for key, value in params.items():
+        if '"' in value:
+            raise ComposeError(f"draft {draft_id!r}: its {name} parameter {key} is {value!r}, "
+                               "whose quote mark some mail clients take for the end of the "
+                               f"value; {_draft_source(draft_id).remedy}")
 
 
 def _ascii_addresses(name: str, key: str, text: str) -> str | None:
