@@ -54,15 +54,14 @@ def _compact_schema(schema: Any, *, output: bool = False) -> Any:
     """A generated JSON schema trimmed: no "title" (it repeats the property name) and
     ``anyOf [{type: T}, {type: null}]`` as ``type: [T, null]``.  An output schema is also made
     flat: every ``$ref`` inlined (no ``$defs``), no annotations, and the fields spelled out
-    for the result and for the items of its lists (a listing's rows) but not deeper, where a
-    value is checked for its type only.  That keeps the tool list small, and the client checks
+    for the result but not deeper, where a value is checked for its type only, and a list for
+    being a list (not item by item).  That keeps the tool list small, and the client checks
     every result against the schema: a flat one is quick to check."""
     defs = schema.get("$defs", {}) if isinstance(schema, dict) else {}
     return _trim(schema, defs, OUTPUT_DEPTH if output else None)
 
 
-# How many levels of an output's objects have their fields in the schema: the result's own
-# and those of its lists' items.
+# How many levels of an output's objects have their fields in the schema: the result's own.
 OUTPUT_DEPTH = 1
 
 
@@ -85,11 +84,19 @@ def _trim(node: Any, defs: dict[str, Any], depth: int | None) -> Any:
             continue
         elif key in (_OUTPUT_ANNOTATIONS if depth is not None else _INPUT_UNSHOWN):
             continue
-        elif key == "items" and depth is not None and _scalar(value):
-            continue  # a list of strings is checked as a list: its items need no schema
+        elif key == "items" and depth is not None and _types_only(_trim(value, defs, depth)):
+            # A list whose items have no fields spelled out is checked as a list: the client
+            # builds a validator for every item it checks (a 50-row search page cost the SDK's
+            # client 2 ms a call), to learn no more than the field's description says.
+            continue
         elif not (key == "default" and value in (None, "", [], False)):  # optional says it
             out[key] = _trim(value, defs, depth)
     return _nullable(out)
+
+
+def _types_only(schema: Any) -> bool:
+    """A schema that checks a value's type and nothing else (or nothing at all: ``{}``)."""
+    return isinstance(schema, dict) and set(schema) <= {"type"}
 
 
 def _scalar(schema: Any) -> bool:
