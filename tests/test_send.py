@@ -1555,7 +1555,8 @@ def test_a_multipart_draft_without_a_boundary_is_sent_as_it_is(bed: Bed) -> None
 _DEEP = b"(" * 5000  # nested comments
 MALFORMED = {
     "message-id": (b"", "its Message-ID header is malformed"),
-    "parameter": (b"Content-Type: text/plain; name*0*\n", "a Content-Type header in it is malformed"),
+    "parameter": (b"Content-Type: text/plain; name*0*\n",
+                  "a Content-Type or Content-Transfer-Encoding header in it is malformed"),
     "disposition": (b"Content-Disposition: attachment; filename*0*\n",
                     "its Content-Disposition header is malformed"),
     "comments": (b"Content-Disposition: inline; x=" + _DEEP + b"\n",
@@ -1603,6 +1604,34 @@ def test_a_forward_of_mail_with_a_header_the_email_package_fails_on_is_refused(
     with pytest.raises(ComposeError, match=f"message to attach: {refusal}.*nothing was saved"):
         compose.forward_email(bed.ctx, mid, ["x@example.com"])
     assert bed.state() == before
+
+
+def test_a_draft_whose_message_id_the_email_package_fails_on_otherwise_is_refused_and_kept(
+        bed: Bed) -> None:
+    """A Message-ID with a domain literal left open ("<d3@[ >") makes the email package raise
+    an UnboundLocalError, not one of those above: refused the same way, the draft kept."""
+    data = malformed("d3@[ ", b"")
+    bed.put_draft("1800000835.x.host:2,DS", data)
+    (mid,) = bed.env.notmuch("search", "--output=messages", "subject:odd").stdout.split()
+    before = bed.state()
+    for call in (lambda: send.send_draft(bed.ctx, mid.removeprefix("id:")),
+                 lambda: compose.save_draft(bed.ctx, draft_id=mid.removeprefix("id:"),
+                                            body="new words")):
+        with pytest.raises(ComposeError, match="its Message-ID header is malformed.*the "
+                                               "draft is kept as it was"):
+            call()
+    assert bed.state() == before and bed.smtp.received == []
+
+
+def test_a_multipart_with_a_transfer_encoding_the_parser_fails_on_is_named(bed: Bed) -> None:
+    """The parser reads a multipart's Content-Transfer-Encoding as well as every
+    Content-Type: a refusal of what it fails on names both, not Content-Type alone."""
+    bed.put_draft("1800000836.x.host:2,DS", malformed(
+        "multipart-cte@example.org", b"Content-Type: multipart/mixed; boundary=b\n"
+        b"Content-Transfer-Encoding: 7bit " + _DEEP + b"\n\n--b\nContent-Type: text/plain\n\n"
+        b"hello\n--b--"))
+    bed.refused_send("multipart-cte@example.org", "a Content-Type or Content-Transfer-Encoding "
+                     "header in it is malformed")
 
 
 def test_a_draft_in_a_charset_python_has_no_codec_for_is_sent_as_it_is(bed: Bed) -> None:
@@ -1657,6 +1686,24 @@ def test_a_file_name_decoded_to_a_quote_mark_is_refused_not_sent_as_a_quoted_pai
     ).encode())
     bed.refused_send("quote-param@example.org", "Content-Disposition parameter filename is "
                      "'a\"; filename=evil.exe', whose quote mark")
+
+
+def test_a_non_ascii_file_name_with_a_quote_mark_goes_out_percent_encoded(bed: Bed) -> None:
+    """Only a value written as a quoted string holds a quoted pair: a non-ASCII file name
+    goes out as an RFC 2231 parameter, its quote marks %22, which no reader takes for an
+    end -- sent, not refused."""
+    bed.put_draft("1800000837.x.host:2,DS", (
+        'From: Alex Morgan <alex@example.org>\nTo: bob@example.com\nSubject: cv\n'
+        'Message-ID: <quote-8bit@example.org>\nMIME-Version: 1.0\n'
+        'Content-Type: multipart/mixed; boundary="b"\n\n--b\n'
+        'Content-Type: text/plain; charset=utf-8\n\nAnbei.\n--b\n'
+        'Content-Type: application/octet-stream\nContent-Disposition: attachment; '
+        'filename="Jörg \\"final\\".txt"\n\nxx\n--b--\n').encode())
+    send.send_draft(bed.ctx, "quote-8bit@example.org")
+    (got,) = bed.smtp.received
+    assert b"filename*=utf-8''J%C3%B6rg%20%22final%22.txt" in got.data
+    (part,) = parse(got.data).iter_attachments()
+    assert part.get_filename() == 'Jörg "final".txt'
 
 
 def test_a_reply_to_an_smtputf8_address_says_what_can_be_done(bed: Bed) -> None:

@@ -421,8 +421,10 @@ def _check_source_header(name: str, source: str) -> None:
 # What the email package raises, besides its own errors, on a header value it cannot parse --
 # which it does lazily, at each look at the header (a part's MIME headers as it parses and
 # writes the message): a Message-ID "<@a@b>" or a parameter "name*0*" without "=" (IndexError),
-# thousands of "(" opening nested comments (RecursionError), some ids (AttributeError).
-_UNPARSABLE = (email.errors.MessageError, IndexError, AttributeError, RecursionError)
+# thousands of "(" opening nested comments (RecursionError), some ids (AttributeError), an id
+# whose domain literal is left open, "<a@[ >" (UnboundLocalError).
+_UNPARSABLE = (email.errors.MessageError, IndexError, AttributeError, RecursionError,
+               UnboundLocalError)
 # The headers the email package parses of every part (get_payload reads the transfer
 # encoding), and those also read of a draft's own parts (its body, attachments and id).
 _WRITTEN_HEADERS = frozenset({"content-type", "content-transfer-encoding"})
@@ -463,9 +465,10 @@ def _parsed(data: bytes, whose: _Source, read: Set[str] = _WRITTEN_HEADERS) -> E
     one."""
     try:
         msg = BytesParser(policy=POLICY).parsebytes(data)
-    except _UNPARSABLE:  # the parser reads each part's Content-Type
-        raise ComposeError(f"{whose.name}: a Content-Type header in it is malformed, which "
-                           f"fmail-nm cannot read; {whose.remedy}") from None
+    except _UNPARSABLE:  # the parser reads each part's Content-Type, a multipart's encoding
+        raise ComposeError(f"{whose.name}: a Content-Type or Content-Transfer-Encoding header "
+                           f"in it is malformed, which fmail-nm cannot read; {whose.remedy}"
+                           ) from None
     own = _mime_parts(msg)
     for part in msg.walk():
         names = read if any(part is p for p in own) else _WRITTEN_HEADERS
@@ -1418,10 +1421,10 @@ def _ascii_header(name: str, text: str, draft_id: str) -> str:
     if key in _PARAMETER_HEADERS:
         # The email package writes a non-ASCII parameter as RFC 2231 ones (filename*=utf-8'').
         parsed = POLICY.header_factory(name, text)
-        _check_parameters(name, parsed, draft_id)
         folded = parsed.fold(policy=POLICY)
         value = folded.split(":", 1)[1].removeprefix(" ").removesuffix("\r\n")
         if value.isascii():
+            _check_parameters(name, parsed, value, draft_id)
             return value
     if key in ("references", "in-reply-to"):
         return _ascii_ids(name, text, draft_id)
@@ -1430,14 +1433,15 @@ def _ascii_header(name: str, text: str, draft_id: str) -> str:
                        "was sent: correct it in the mail client that saved the draft")
 
 
-def _check_parameters(name: str, header: BaseHeader, draft_id: str) -> None:
-    """Refuse a parameter whose value, its encoded words decoded, has a quote mark: the email
-    package writes it as a quoted pair (filename="a\\"; filename=evil.exe"), which mail
+def _check_parameters(name: str, header: BaseHeader, written: str, draft_id: str) -> None:
+    """Refuse a parameter whose value, its encoded words decoded, has a quote mark the email
+    package writes as a quoted pair (filename="a\\"; filename=evil.exe"), which mail
     clients that ignore backslashes read as the value's end, and the rest as another
-    parameter (another file name)."""
+    parameter (another file name).  A non-ASCII or long value goes out as RFC 2231
+    parameters instead, its quote mark %22: that one is sent."""
     params: dict[str, str] = dict(getattr(header, "params", {}))
     for key, value in params.items():
-        if '"' in value:
+        if '"' in value and f'"{email.utils.quote(value)}"' in written:
             raise ComposeError(f"draft {draft_id!r}: its {name} parameter {key} is {value!r}, "
                                "whose quote mark some mail clients take for the end of the "
                                f"value; {_draft_source(draft_id).remedy}")
