@@ -455,6 +455,10 @@ async def test_sql_rows_from_mail_read_as_untrusted_between_markers(indexed: Mai
         assert len(lines) == 5 and data["rows"] == [["x\n" * 1000 + "…", 7]]
         lines, _ = await call(c, "query_emails", {"sql_query": f"SELECT is_read, NULL {where}"})
         assert lines == ["1 row", "is_read\tNULL", "0\tNULL"]
+        # a column named across lines (an expression written on two) stays on its line
+        lines, _ = await call(c, "query_emails", {
+            "sql_query": f'SELECT is_read AS "read\nor\tnot", 1\n+ 1 {where}'})
+        assert lines == ["1 row", "read\\nor\\tnot\t1\\n+ 1", "0\t2"]
 
 
 @pytest.mark.anyio

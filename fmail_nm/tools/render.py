@@ -295,7 +295,7 @@ def sql_text(r: SqlResult) -> str:
     # and a count spares the markers' 100 bytes.
     if any(isinstance(v, str) for row in r.rows for v in row):
         rows = untrusted(rows, "rows")
-    return "\n".join([head, "\t".join(r.columns), *([rows] if r.rows else [])])
+    return "\n".join([head, "\t".join(map(_cell, r.columns)), *([rows] if r.rows else [])])
 
 
 # What a cell writes as an escape (``\n``, ``\u2028``): a tab or a line break would end it,
