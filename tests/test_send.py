@@ -29,6 +29,7 @@ import pytest
 
 from fmail_nm.errors import FmailError
 from fmail_nm.passes.changes import ChangeError, WriteContext
+from fmail_nm.passes import mirror
 from fmail_nm.passes.mirror import sync_sidecar
 from fmail_nm.service import send
 from fmail_nm.store import sidecar
@@ -1592,18 +1593,31 @@ def test_a_draft_with_a_header_the_email_package_fails_on_is_refused_and_kept(
     assert bed.state() == before
 
 
-@pytest.mark.parametrize("case", ["parameter", "comments", "long-comments"])
-def test_a_forward_of_mail_with_a_header_the_email_package_fails_on_is_refused(
+_HIDDEN = b"Bcc: Secret <secret@example.com>,\r\n  other@example.com\r\nBCC: x@example.com\r\n"
+UNPARSABLE = {**{case: MALFORMED[case][0] for case in ("parameter", "comments", "long-comments")},
+              "no-boundary": b"Content-Type: multipart/mixed\n\nh\xe9llo \x00\rthere\n"}
+
+
+@pytest.mark.parametrize("case", list(UNPARSABLE))
+def test_a_forward_of_mail_the_email_package_fails_on_goes_out_as_its_bytes(
         bed: Bed, case: str) -> None:
-    """Such a mail received reads (get_email), but forwarding it crashed the same way."""
-    header, refusal = MALFORMED[case]
+    """Forwarding hostile mail is how phishing is reported; one with a header the email package
+    fails on (or a multipart with no parts in 8-bit text) was refused. It is attached as its
+    bytes (base64, an .eml file), but for its Bcc lines, and the forward goes out."""
     mid = f"{case}-in@example.net"
-    bed.receive(malformed(mid, header).replace(b"\n", b"\r\n"))
-    assert reads.get_email(bed.mailbox(), mid).body.text.strip() == "hello"
-    before = bed.state()
-    with pytest.raises(ComposeError, match=f"message to attach: {refusal}.*nothing was saved"):
-        compose.forward_email(bed.ctx, mid, ["x@example.com"])
-    assert bed.state() == before
+    data = malformed(mid, UNPARSABLE[case]).replace(b"\n", b"\r\n")
+    bed.receive(data.replace(b"Subject:", _HIDDEN + b"Subject:"))
+    forward = compose.forward_email(bed.ctx, mid, ["x@example.com"], "phishing, see attached")
+    send.send_draft(bed.ctx, forward.message_id)
+
+    (got,) = bed.smtp.received
+    (copy,) = bed.files_with(bed.sent, forward.message_id)
+    for sent in (got.data, copy.read_bytes()):
+        assert max(len(line) for line in sent.split(b"\r\n")) <= 998
+        (part,) = list(parse(sent).iter_attachments())
+        assert (part.get_content_type(), part.get_filename()) == ("application/octet-stream",
+                                                                  "odd.eml")
+        assert part.get_content() == data
 
 
 def test_a_draft_whose_message_id_the_email_package_fails_on_otherwise_is_refused_and_kept(
@@ -2181,3 +2195,45 @@ def test_a_reply_to_the_users_own_mail_is_not_stopped_by_a_cc_it_does_not_use(be
         assert (draft.to, draft.cc) == (["bob@example.com"], [])
     draft = compose.reply_to_email(bed.ctx, "their-to@example.org", "x")
     assert draft.to and not draft.cc
+
+
+def nested(mid: str, depth: int) -> bytes:
+    """A mail whose text is ``depth`` multipart/mixed parts down."""
+    opening = b"".join(f'Content-Type: multipart/mixed; boundary="b{i}"\r\n\r\n--b{i}\r\n'.encode()
+                       for i in range(depth))
+    closing = b"".join(f"\r\n--b{i}--\r\n".encode() for i in reversed(range(depth)))
+    return (b"From: Zoe <zoe@example.net>\r\nTo: alex@example.org\r\nSubject: deep\r\n"
+            + f"Message-ID: <{mid}>\r\nMIME-Version: 1.0\r\n".encode() + opening
+            + b"Content-Type: text/plain\r\n\r\nhello deep\r\n" + closing)
+
+
+@pytest.mark.parametrize("depth", [300, 1500])
+def test_mail_with_hundreds_of_nested_parts_reads_replies_and_forwards(
+        bed: Bed, depth: int) -> None:
+    """Parts nested hundreds deep: forwarding it crashed with a RecursionError where the email
+    package wrote it (300 deep), or was refused (1500, where it fails parsing it). Reads and
+    the mirror follow 32 levels; the forward attaches it as its bytes and goes out."""
+    mid = f"deep-{depth}@example.net"
+    data = nested(mid, depth)
+    bed.receive(data)
+    sync_sidecar(bed.ctx.config, bed.ctx.reader)
+    assert "nesting deeper than 32" in " ".join(reads.get_email(bed.mailbox(), mid).problems)
+    assert reads.get_thread(bed.mailbox(), mid).messages
+    (path,) = bed.ctx.reader.find(mid).filenames  # type: ignore[union-attr]
+    assert mirror.parse_file([path]).recipients
+    reply = compose.reply_to_email(bed.ctx, mid, "seen")
+    assert "seen" in bed.draft_body(reply.message_id)
+    forward = compose.forward_email(bed.ctx, mid, ["abuse@example.com"], "see attached")
+    send.send_draft(bed.ctx, forward.message_id)
+    (got,) = bed.smtp.received
+    (part,) = list(parse(got.data).iter_attachments())
+    assert (part.get_content_type(), part.get_content()) == ("application/octet-stream", data)
+
+
+def test_a_draft_with_parts_nested_hundreds_deep_is_refused_and_kept(bed: Bed) -> None:
+    """Another client's draft nested 300 deep crashed sending with a RecursionError."""
+    data = nested("deep-draft@example.org", 300).replace(b"From: Zoe <zoe@example.net>",
+                                                        b"From: Alex Morgan <alex@example.org>")
+    bed.put_draft("1800000840.deep.host:2,DS", data)
+    bed.refused_send("deep-draft@example.org", "nested more than 32 deep.*the draft is kept")
+    assert (bed.drafts / "1800000840.deep.host:2,DS").read_bytes() == data

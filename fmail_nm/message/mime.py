@@ -252,7 +252,7 @@ def decoded_leaves(raw: bytes) -> list[tuple[str, bytes]]:
 # MIME structure
 
 
-_MAX_DEPTH = 32  # MIME nesting we follow; deeper parts become opaque attachments
+MAX_DEPTH = 32  # MIME nesting we follow; deeper parts become opaque attachments (compose too)
 _HEADER_LINE = re.compile(rb"[!-9;-~]+:")
 
 
@@ -329,8 +329,8 @@ def _note_header_defects(entity: Entity, defects: list[str]) -> None:
 
 def _split_children(entity: Entity, depth: int, defects: list[str]) -> None:
     """Split a multipart body into child entities, or demote it to text when that fails."""
-    if depth >= _MAX_DEPTH:
-        defects.append(f"{entity.where}: MIME nesting deeper than {_MAX_DEPTH}; not followed")
+    if depth >= MAX_DEPTH:
+        defects.append(f"{entity.where}: MIME nesting deeper than {MAX_DEPTH}; not followed")
         entity.ctype = "application/octet-stream"
         return
     body = _multipart_body(entity, defects)

@@ -54,6 +54,7 @@ from ..message.headers import (Address, addresses, ascii_address, canonical_addr
                                 parse_addresses, split_head, to_bytes, written_date)
 from ..message.formats import unflow
 from ..message.html import read_message
+from ..message.mime import MAX_DEPTH
 from ..message.text import clean_text, is_forward_subject, one_line, unescape_line_marks
 from ..passes import changes
 from ..passes.changes import NOT_UNDOABLE, WriteContext
@@ -388,13 +389,40 @@ def _is_utf8(data: bytes) -> bool:
 def message_part(raw: bytes, filename: str) -> MIMEPart:
     """A message attached whole (message/rfc822), its source unchanged but for what must not
     go out: its Bcc (the user's own Sent copy keeps one, which would tell the new recipients
-    who had it blind), and lines over 998 bytes, re-encoded (the same content)."""
-    original = _parsed(raw, _ATTACHED)
-    del original["Bcc"]
-    _shorten_long_lines(original, _ATTACHED)
+    who had it blind), and lines over 998 bytes, re-encoded (the same content).  One the email
+    package fails on goes as its bytes (see _opaque_message_part)."""
+    try:
+        original = _parsed(raw, _ATTACHED)
+        del original["Bcc"]
+        _shorten_long_lines(original, _ATTACHED)
+    except ComposeError:
+        return _opaque_message_part(raw, filename)
     part = MIMEPart(policy=POLICY)
     part.set_content(original, disposition="attachment", filename=filename)
     return part
+
+
+def _opaque_message_part(raw: bytes, filename: str) -> MIMEPart:
+    """Hostile mail, forwarded to report it, as its bytes but for its Bcc lines: a file (.eml,
+    base64), not message/rfc822, which may not be encoded (RFC 2046 5.2.1) and so could not
+    carry its long lines, NULs or lone CRs, and which the email package would parse again,
+    failing the same way, when the draft is read back to be sent."""
+    part = MIMEPart(policy=POLICY)
+    part.set_content(_without_bcc(raw), maintype="application", subtype="octet-stream",
+                     disposition="attachment", filename=filename)
+    return part
+
+
+# A Bcc header line with its folded continuation lines (a header block is split at the first
+# empty line before this applies).
+_BCC_LINES = re.compile(rb"^bcc[ \t]*:.*\n?(?:[ \t].*\n?)*", re.I | re.M)
+_EMPTY_LINE = re.compile(rb"^\r?$", re.M)
+
+
+def _without_bcc(raw: bytes) -> bytes:
+    end = _EMPTY_LINE.search(raw)
+    head = raw[:end.start()] if end else raw
+    return _BCC_LINES.sub(b"", head) + raw[len(head):]
 
 
 # RFC 5322 2.1.1: at most 998 bytes a line, CRLF not counted; SMTP servers refuse longer
@@ -437,6 +465,9 @@ class _Source:
 
     name: str
     remedy: str
+    # MIME nesting read: the email package writes each level with a few frames of recursion,
+    # and hostile mail nests hundreds (a RecursionError on writing it).
+    max_depth: int = MAX_DEPTH
 
 
 def _draft_source(draft_id: str) -> _Source:
@@ -444,7 +475,10 @@ def _draft_source(draft_id: str) -> _Source:
                   "it was: correct it in the mail client that saved it")
 
 
-_ATTACHED = _Source("the message to attach", "nothing was saved: attach it in a mail client")
+# A forward puts it two levels down (multipart/mixed, message/rfc822): read back to be sent,
+# the draft is within MAX_DEPTH.
+_ATTACHED = _Source("the message to attach", "nothing was saved: attach it in a mail client",
+                    MAX_DEPTH - 2)
 
 
 def _header(name: str, source: str, whose: _Source) -> BaseHeader:
@@ -469,6 +503,9 @@ def _parsed(data: bytes, whose: _Source, read: Set[str] = _WRITTEN_HEADERS) -> E
         raise ComposeError(f"{whose.name}: a Content-Type or Content-Transfer-Encoding header "
                            f"in it is malformed, which fmail-nm cannot read; {whose.remedy}"
                            ) from None
+    if _too_deep(msg, whose.max_depth):
+        raise ComposeError(f"{whose.name} has MIME parts nested more than {whose.max_depth} "
+                           f"deep, which fmail-nm cannot write; {whose.remedy}")
     own = _mime_parts(msg)
     for part in msg.walk():
         names = read if any(part is p for p in own) else _WRITTEN_HEADERS
@@ -477,6 +514,16 @@ def _parsed(data: bytes, whose: _Source, read: Set[str] = _WRITTEN_HEADERS) -> E
                 _header(name, value, whose)
         _check_writable(part, whose)
     return msg
+
+
+def _too_deep(msg: Message, limit: int) -> bool:
+    """Whether parts (an attached message's too) nest deeper than ``limit``: counted without
+    recursion, as walk() and the writer would fail on such a message."""
+    level = [msg]
+    for _ in range(limit):
+        level = [child for part in level if part.is_multipart()
+                 for child in cast(list[Message], part.get_payload())]
+    return any(part.is_multipart() for part in level)
 
 
 def _check_writable(part: Message, whose: _Source) -> None:
