@@ -28,6 +28,7 @@ queries, batch limits or tool results.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sqlite3
@@ -951,13 +952,10 @@ def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None,
                           f"cannot be reverted: {entry.params[NOT_UNDOABLE]}. Call "
                           "undo_last_write again to undo the write before it")
     changes = {c["message_id"]: c for c in entry.changes if "message_id" in c}
-    found: list[Standing] = []
-
+    @functools.cache
     def seen() -> Standing:  # read once, by the revert's first message: see Standing
-        if not found:
-            with sidecar.opened(ctx.sidecar_file) as conn:
-                found.append(standing(conn, entry))
-        return found[0]
+        with sidecar.opened(ctx.sidecar_file) as conn:
+            return standing(conn, entry)
     report = run(ctx, list(changes), revert_step(changes, seen))
     if report.failed or report.stale:  # all or nothing: put the others back as they were
         back = _roll_back(ctx, report)

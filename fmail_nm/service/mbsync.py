@@ -298,8 +298,9 @@ def untrack(proc: subprocess.Popen[Any]) -> bool:
 def stop_running(grace: float = STOP_GRACE) -> int:
     """End every run of this process still going (mbsync's, and msmtp's checks) -- the
     service's shutdown, once its deadline has passed: SIGTERM to each run's session, SIGKILL
-    to those still there after ``grace`` seconds.  mbsync takes an interrupted run up again from its journal.  The
-    runs report that they were stopped.  Returns how many there were."""
+    to those still there after ``grace`` seconds.  mbsync takes an interrupted run up again
+    from its journal.  The runs report that they were stopped.  Returns how many there
+    were."""
     with _running_lock:
         procs = [proc for proc in _running if proc.poll() is None]
         _stopped.update(procs)

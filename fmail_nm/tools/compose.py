@@ -506,9 +506,9 @@ def _parsed(data: bytes, whose: _Source, read: Set[str] = _WRITTEN_HEADERS) -> E
     if _too_deep(msg, whose.max_depth):
         raise ComposeError(f"{whose.name} has MIME parts nested more than {whose.max_depth} "
                            f"deep, which fmail-nm cannot write; {whose.remedy}")
-    own = _mime_parts(msg)
+    own = {id(part) for part in _mime_parts(msg)}
     for part in msg.walk():
-        names = read if any(part is p for p in own) else _WRITTEN_HEADERS
+        names = read if id(part) in own else _WRITTEN_HEADERS
         for name, value in part.raw_items():
             if name.lower() in names:
                 _header(name, value, whose)
