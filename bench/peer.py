@@ -5,22 +5,28 @@ The peer is installed into a virtualenv of its own in the bench cache (never int
 environment).  For each request -- a word search, a sender search, a one-month range, one
 message, a 9-message thread, a tool that reads nothing -- both servers are timed through the
 ``mcp`` SDK's ``Client`` (which checks structured results against output schemas) and through
-a bare JSON-RPC client, and the bytes a model receives are counted: the text block and the
-structured content apart.
+a bare JSON-RPC client, both servers up at once and their calls alternating, and the bytes a model
+receives are counted: the text block and the structured content apart.  Each time row reads
+"ours p50 / peer p50 = ratio, pairs R": R is the median of the ratios of the pairs of calls made
+back to back, the figure that load drifting on a shared machine moves least.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcp.client.stdio import StdioServerParameters
 
 PEER = "mcp-server-notmuch==3.0.0"
 INSTALL_TIMEOUT = 600
@@ -77,13 +83,20 @@ class SideBySide:
     ours: Side
     peer: Side
     labels: list[str]
+    # The median of ours/peer over each pair of calls made back to back (see ``measure``)
+    sdk_pair_ratio: dict[str, float] = field(default_factory=dict)
+    raw_pair_ratio: dict[str, float] = field(default_factory=dict)
 
     def rows(self) -> list[tuple[str, str]]:
         out = []
         for label in self.labels:
             o, p = self.ours, self.peer
-            out.append((f"{label}: SDK ms ours / peer", _pair(o.sdk_ms[label], p.sdk_ms[label], ".2f")))
-            out.append((f"{label}: bare ms ours / peer", _pair(o.raw_ms[label], p.raw_ms[label], ".2f")))
+            out.append((f"{label}: SDK ms ours / peer",
+                        _pair(o.sdk_ms[label], p.sdk_ms[label], ".2f")
+                        + f", pairs {self.sdk_pair_ratio[label]:.2f}x"))
+            out.append((f"{label}: bare ms ours / peer",
+                        _pair(o.raw_ms[label], p.raw_ms[label], ".2f")
+                        + f", pairs {self.raw_pair_ratio[label]:.2f}x"))
             peer_whole = p.text_bytes[label] + p.structured_bytes[label]
             out.append((f"{label}: text bytes ours / peer whole",
                         _pair(o.text_bytes[label], peer_whole, "d")))
@@ -99,46 +112,21 @@ def _pair(a: float, b: float, fmt: str) -> str:
     return f"{a:{fmt}} / {b:{fmt}} = {ratio}"
 
 
-def p50(samples: Sequence[float]) -> float:
+def median(samples: Sequence[float]) -> float:
     ordered = sorted(samples)
-    return round(ordered[len(ordered) // 2] * 1000, 3)
+    return ordered[len(ordered) // 2]
 
 
-async def _timed(fn: Callable[[], Awaitable[object]], n: int) -> float:
-    for _ in range(3):
-        await fn()
-    samples = []
-    loop = asyncio.get_running_loop()
-    for _ in range(n):
-        start = loop.time()
-        await fn()
-        samples.append(loop.time() - start)
-    return p50(samples)
+def p50(samples: Sequence[float]) -> float:
+    """Seconds in, milliseconds out."""
+    return round(median(samples) * 1000, 3)
 
 
-async def sdk_side(argv: Sequence[str], env: dict[str, str], cwd: Path,
-                   calls: Sequence[tuple[str, tuple[str, dict[str, Any]]]], n: int) -> Side:
-    from mcp.client.client import Client
-    from mcp.client.stdio import StdioServerParameters
-
-    side = Side()
-    params = StdioServerParameters(command=argv[0], args=list(argv[1:]),
-                                   env={**os.environ, **env}, cwd=str(cwd))
-    async with Client(params) as client:
-        tools = (await client.list_tools()).tools
-        side.tool_list_bytes = sum(len(t.model_dump_json(by_alias=True, exclude_none=True))
-                                   for t in tools)
-        for label, (tool, args) in calls:
-            async def call(tool: str = tool, args: dict[str, Any] = args) -> Any:
-                result = await client.call_tool(tool, args)
-                if result.is_error:
-                    raise RuntimeError(f"{tool} {args} failed: {result.content}")
-                return result
-            result = await call()
-            side.text_bytes[label] = sum(len(getattr(c, "text", "").encode()) for c in result.content)
-            side.structured_bytes[label] = wire_json_bytes(result.structured_content)
-            side.sdk_ms[label] = await _timed(call, n)
-    return side
+def pair_ratio(ours: Sequence[float], theirs: Sequence[float]) -> float:
+    """The median of ``ours[i] / theirs[i]``: each pair ran within the same few milliseconds, so
+    a load that comes and goes slows both of a pair and cancels out of its ratio, where it can
+    move one side's p50 and not the other's."""
+    return round(median([a / b for a, b in zip(ours, theirs, strict=True)]), 3)
 
 
 def wire_json_bytes(value: Any) -> int:
@@ -149,28 +137,55 @@ def wire_json_bytes(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
 
 
-def raw_side(argv: Sequence[str], env: dict[str, str], cwd: Path,
-             calls: Sequence[tuple[str, tuple[str, dict[str, Any]]]], n: int, side: Side) -> None:
-    from .run import RawStdio, latencies
+def _params(argv: Sequence[str], env: dict[str, str], cwd: Path) -> StdioServerParameters:
+    from mcp.client.stdio import StdioServerParameters
+    return StdioServerParameters(command=argv[0], args=list(argv[1:]), env={**os.environ, **env},
+                                 cwd=str(cwd))
 
-    client = RawStdio.for_argv(list(argv), env, cwd)
-    try:
-        client.start()
-        for label, (tool, args) in calls:
-            side.raw_ms[label] = latencies(
-                partial(client.request, "tools/call", {"name": tool, "arguments": args}), n).p50
-    finally:
-        client.close()
+
+async def _measure(ours: Sequence[str], peer: Sequence[str], env: dict[str, str], cwd: Path,
+                   reqs: Sequence[Request], n: int) -> SideBySide:
+    from mcp.client.client import Client
+
+    from .run import RawStdio, as_async, checked_call, timed_pairs
+
+    result = SideBySide(Side(), Side(), [r.label for r in reqs])
+    sides = (result.ours, result.peer)
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(Client(_params(argv, env, cwd)))
+                   for argv in (ours, peer)]
+        raws = []
+        for argv in (ours, peer):
+            raw = RawStdio.for_argv(list(argv), env, cwd)
+            stack.callback(raw.close)
+            raw.start()
+            raws.append(raw)
+        for side, client in zip(sides, clients):
+            tools = (await client.list_tools()).tools
+            side.tool_list_bytes = sum(len(t.model_dump_json(by_alias=True, exclude_none=True))
+                                       for t in tools)
+        for r in reqs:
+            sdk = [partial(checked_call, client, *call)
+                   for client, call in zip(clients, (r.ours, r.peer))]
+            for side, call in zip(sides, sdk):
+                got = await call()
+                side.text_bytes[r.label] = sum(len(getattr(c, "text", "").encode())
+                                               for c in got.content)
+                side.structured_bytes[r.label] = wire_json_bytes(got.structured_content)
+            mine, theirs = await timed_pairs(sdk[0], sdk[1], n)
+            result.ours.sdk_ms[r.label], result.peer.sdk_ms[r.label] = p50(mine), p50(theirs)
+            result.sdk_pair_ratio[r.label] = pair_ratio(mine, theirs)
+            bare = [as_async(partial(raw.request, "tools/call", {"name": tool, "arguments": args}))
+                    for raw, (tool, args) in zip(raws, (r.ours, r.peer))]
+            mine, theirs = await timed_pairs(bare[0], bare[1], n)
+            result.ours.raw_ms[r.label], result.peer.raw_ms[r.label] = p50(mine), p50(theirs)
+            result.raw_pair_ratio[r.label] = pair_ratio(mine, theirs)
+    return result
 
 
 def measure(ours: Sequence[str], peer: Sequence[str], env: dict[str, str], cwd: Path,
             reqs: Sequence[Request], n: int) -> SideBySide:
-    """Both servers, one after the other for each client, on the same setup."""
-    mine = [(r.label, r.ours) for r in reqs]
-    theirs = [(r.label, r.peer) for r in reqs]
-    result = SideBySide(asyncio.run(sdk_side(ours, env, cwd, mine, n)),
-                        asyncio.run(sdk_side(peer, env, cwd, theirs, n)),
-                        [r.label for r in reqs])
-    raw_side(ours, env, cwd, mine, n, result.ours)
-    raw_side(peer, env, cwd, theirs, n, result.peer)
-    return result
+    """Both servers up at once, on the same setup, each through both clients; for each request
+    their calls alternate (:func:`bench.run.timed_pairs`), so drifting load on a shared machine
+    falls on both sides alike instead of on whichever ran during the busier minute."""
+    return asyncio.run(_measure(ours, peer, env, cwd, reqs, n))

@@ -16,8 +16,9 @@ into it (as the tests do), so no real mail setup is read or touched.  Per size, 
   an identical copy of the indexed setup; ``notmuch tag`` on 1,000 messages followed by
   ``fmail-nm sidecar sync``;
 * ``reads`` -- in-process ``reads.search_emails`` / ``reads.get_email``, SQL on the sidecar;
-  over MCP stdio with the SDK's client and a bare JSON-RPC client (``search_emails``,
-  ``get_email``, ``list_available_accounts``, the server's peak RSS) and over Streamable HTTP
+  over MCP stdio with the SDK's client and a bare JSON-RPC client, their calls alternating
+  (``search_emails``, ``get_email``, ``list_available_accounts``, the server's peak RSS); side
+  by side with a peer server (bench/peer.py), call for call likewise; over Streamable HTTP
   with the SDK's client (a loopback port); the notmuch CLI
   (``notmuch search --format=json --limit=50``) for comparison;
 * ``tags`` -- (``--compare-tags REF``) the same tree indexed by ``fmail-nm init`` of REF and of
@@ -186,6 +187,34 @@ async def async_latencies(fn: Callable[[], Awaitable[object]], n: int, warmup: i
         await fn()
         samples.append(time.perf_counter() - start)
     return Latency.of(samples)
+
+
+async def timed_pairs(ours: Callable[[], Awaitable[object]],
+                      theirs: Callable[[], Awaitable[object]],
+                      n: int, warmup: int = 3) -> tuple[list[float], list[float]]:
+    """Two sides timed in pairs of calls made back to back: on a shared machine the load drifts
+    within seconds, so sides timed one after the other compare two different machines.  The first
+    of each pair switches (ours, theirs, theirs, ours, ...) so that neither side always runs
+    first, on the cache the other warmed or in the moment after it.  Seconds per call;
+    ``ours[i]`` and ``theirs[i]`` are one pair."""
+    mine: list[float] = []
+    other: list[float] = []
+    for i in range(warmup + n):
+        pair = [(ours, mine), (theirs, other)]
+        for fn, samples in pair if i % 2 == 0 else pair[::-1]:
+            start = time.perf_counter()
+            await fn()
+            if i >= warmup:
+                samples.append(time.perf_counter() - start)
+    return mine, other
+
+
+def as_async(fn: Callable[[], object]) -> Callable[[], Awaitable[object]]:
+    """A blocking call (the bare client's) as a coroutine, to pair it with :func:`timed_pairs`;
+    it never yields, so it costs a function call."""
+    async def call() -> object:
+        return fn()
+    return call
 
 
 def load_average() -> str:
@@ -974,40 +1003,60 @@ def memory_mib(pid: int) -> tuple[float | None, float | None]:
 
 
 async def mcp_session(env: BenchEnv, n: int, ids: Sequence[str]) -> McpResults:
+    """Our server through the SDK's client and, up at the same time, through the bare JSON-RPC
+    client (:class:`RawStdio`), their calls paired (:func:`timed_pairs`) so that the two
+    clients' figures see the same load."""
     from mcp.client.client import Client
     from mcp.client.stdio import StdioServerParameters
 
     params = StdioServerParameters(command=sys.executable, args=SERVE[1:],
                                    env={**os.environ, **env.env}, cwd=str(env.base))
-    before = child_pids()
-    start = time.perf_counter()
-    async with Client(params) as client:
-        tools = (await client.list_tools()).tools
-        startup = time.perf_counter() - start
-        server = next(iter(child_pids() - before), None)
-        tool_bytes = {t.name: len(t.model_dump_json(exclude_none=True)) for t in tools}
-        call = partial(checked_call, client)
-        search = {q: await async_latencies(
-            partial(call, "search_emails", {"query": q, "limit": 50}), n)
-            for q in SEARCHES[:3]}
-        it = iter(list(ids) * 2)
-        got = await async_latencies(lambda: call("get_email", {"id": next(it)}), n)
-        noop = await async_latencies(lambda: call("list_available_accounts", {}), n)
-        page = await call("search_emails", {"query": "", "limit": 50})
-        json_bytes = peer.wire_json_bytes(page.structured_content)
-        wire_bytes = len(page.model_dump_json(by_alias=True, exclude_none=True).encode())
-        hwm, rss = memory_mib(server) if server else (None, None)
+    bare = RawStdio(env)
+    try:
+        bare.start()  # before the SDK's server starts: its start-up and RSS are measured alone
+        before = child_pids()
+        start = time.perf_counter()
+        async with Client(params) as client:
+            tools = (await client.list_tools()).tools
+            startup = time.perf_counter() - start
+            server = next(iter(child_pids() - before), None)
+            tool_bytes = {t.name: len(t.model_dump_json(exclude_none=True)) for t in tools}
+
+            async def both(tool: str, sdk_args: Callable[[], dict[str, Any]],
+                           raw_args: Callable[[], dict[str, Any]]) -> tuple[Latency, Latency]:
+                sdk, raw = await timed_pairs(
+                    lambda: checked_call(client, tool, sdk_args()),
+                    as_async(lambda: bare.request("tools/call",
+                                                  {"name": tool, "arguments": raw_args()})), n)
+                return Latency.of(sdk), Latency.of(raw)
+            search: dict[str, Latency] = {}
+            raw: dict[str, Latency] = {}
+            for q in SEARCHES[:3]:
+                args: Callable[[], dict[str, Any]] = partial(dict, query=q, limit=50)
+                search[q], raw[f"search_emails {q or '(all)'!r}"] = await both(
+                    "search_emails", args, args)
+            # each server process reads each message once, as it would when asked by a model
+            sdk_ids, raw_ids = iter(ids), iter(ids)
+            got, raw["get_email"] = await both("get_email", lambda: {"id": next(sdk_ids)},
+                                               lambda: {"id": next(raw_ids)})
+            noop, raw["list_available_accounts"] = await both("list_available_accounts", dict, dict)
+            page = await checked_call(client, "search_emails", {"query": "", "limit": 50})
+            json_bytes = peer.wire_json_bytes(page.structured_content)
+            wire_bytes = len(page.model_dump_json(by_alias=True, exclude_none=True).encode())
+            hwm, rss = memory_mib(server) if server else (None, None)
+    finally:
+        bare.close()
     text_bytes = len(env.notmuch("search", "--format=text", "--output=summary", "--limit=50",
                                  "*")[0].encode())
     return McpResults(search, got, noop, round(startup, 3), hwm, rss, sum(tool_bytes.values()),
-                      tool_bytes, json_bytes, wire_bytes, text_bytes)
+                      tool_bytes, json_bytes, wire_bytes, text_bytes, raw)
 
 
 async def checked_call(client: Any, tool: str, args: dict[str, Any]) -> Any:
     """``tools/call`` with the SDK's client; a tool error raises."""
     result = await client.call_tool(tool, args)
     if result.is_error:
-        raise RuntimeError(f"{tool} failed: {result.content}")
+        raise RuntimeError(f"{tool} {args} failed: {result.content}")
     return result
 
 
@@ -1128,23 +1177,6 @@ class RawStdio:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=30)
-
-
-def raw_latencies(env: BenchEnv, n: int, ids: Sequence[str]) -> dict[str, Latency]:
-    client = RawStdio(env)
-    try:
-        client.start()
-
-        def call(name: str, args: dict[str, Any]) -> dict[str, Any]:
-            return client.request("tools/call", {"name": name, "arguments": args})
-        out = {f"search_emails {q or '(all)'!r}": latencies(
-            partial(call, "search_emails", {"query": q, "limit": 50}), n) for q in SEARCHES[:3]}
-        it = iter(list(ids) * 2)
-        out["get_email"] = latencies(lambda: call("get_email", {"id": next(it)}), n)
-        out["list_available_accounts"] = latencies(lambda: call("list_available_accounts", {}), n)
-        return out
-    finally:
-        client.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1268,11 +1300,9 @@ def reads_on_kept(size: Size, plan: Plan, load_before: str, started: float) -> S
 def measure_reads(env: BenchEnv, samples: int) -> tuple[Reads, McpResults, dict[str, Latency]]:
     log("reads in-process")
     rd = reads_in_process(env, samples)
-    log("MCP over stdio")
+    log("MCP over stdio, the SDK's client and a bare JSON-RPC client in turn")
     ids = page_ids_for(env, samples + 3)
     mcp = asyncio.run(mcp_session(env, samples, ids))
-    log("MCP over stdio, bare JSON-RPC client")
-    mcp.raw = raw_latencies(env, samples, ids)
     log("MCP over HTTP")
     mcp.http = asyncio.run(http_latencies(env, samples, ids))
     log("notmuch CLI")
