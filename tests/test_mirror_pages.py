@@ -713,3 +713,59 @@ def test_pages_under_a_burst_of_list_mail_come_from_the_mirror(
         assert [(t.thread, t.matched, t.messages) for t in threads.threads] == notmuch_threads(
             reads.scoped_query(mailbox, mailbox.compile("in:inbox")), 5)
         assert asked == []  # neither page was notmuch's
+
+
+def test_pages_through_a_second_of_more_messages_than_a_margin_neither_repeat_nor_skip(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """1,500 messages of one second, which notmuch orders as it indexed them and the mirror
+    by Message-ID: pages of every reader walk through it while the mirror starts to lag (a
+    message of that second and a tag change it has not seen), one of them leaves, and the
+    mirror catches up again.  A page
+    read by notmuch kept notmuch's order where the second outgrew the tie margin: hundreds
+    repeated and skipped."""
+    ties, tie_date = 1500, "Fri, 01 Jan 2027 10:00:00 +0000"
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+
+    def deliver(name: str, mid: str) -> None:
+        cur.joinpath(f"{name}:2,").write_bytes(
+            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: tie {mid}\n"
+            f"Date: {tie_date}\nMessage-ID: <{mid}@example.com>\n\nx\n".encode())
+
+    for n in range(ties):  # indexed in an order unlike their Message-IDs'
+        deliver(f"1800000900.t{n:04d}.host", f"tie-{n * 7919 % ties:04d}")
+    indexed.fmail("index")
+    monkeypatch.setattr(reads, "MAX_TAG_SCAN", 1000)  # tag pages past ~400 are notmuch's
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        in_order = reader.page_ids("date:@1798797600 AND from:tie@example.com",
+                                   exclude_tags=EXCLUDED, limit=ties + 1)
+        assert len(in_order) == ties and in_order != sorted(in_order)[::-1]
+        for walk, (text, sort) in enumerate(
+                (t, s) for t in ("", "is:unread", "tag:inbox", "from:tie")
+                for s in ("newest", "oldest")):
+            truth = set(reader.message_ids(reads.scoped_query(mailbox, mailbox.compile(text)),
+                                           exclude_tags=EXCLUDED))
+            seen: list[str] = []
+            cursor = None
+            for page in range(1000):
+                if page == 3:  # a sync in flight: the mirror lags notmuch
+                    deliver(f"1800000901.late{walk}.host", f"late-{walk}")
+                    indexed.notmuch("new", "--no-hooks")
+                    indexed.notmuch("tag", f"+lagging-{walk}", "--", "id:tie-0001@example.com")
+                    assert mailbox.mirror_lag()[1] is not None  # type: ignore[index]
+                if page == 6:  # and a message of that second leaves
+                    gone = f"1800000900.t{100 * walk + 7:04d}.host"
+                    cur.joinpath(f"{gone}:2,").unlink()
+                    indexed.notmuch("new", "--no-hooks")
+                if page == 10:
+                    mirror.sync_sidecar(indexed.config(), reader)
+                result = reads.search_emails(mailbox, text, limit=100, cursor=cursor, sort=sort)
+                seen += [mailbox.find(r.id).message_id  # type: ignore[union-attr]
+                         for r in result.results]
+                cursor = result.next_cursor
+                if cursor is None:
+                    break
+            gone_id = f"tie-{(100 * walk + 7) * 7919 % ties:04d}@example.com"
+            throughout = truth - {gone_id}
+            repeated = len(seen) - len(set(seen))
+            assert (repeated, len(throughout - set(seen))) == (0, 0), (text, sort)

@@ -669,9 +669,9 @@ def _tagged_page_from_mirror(mirror: Answerable | None, sort: str, offset: int,
 
 
 # How many messages (threads) each side of a page notmuch's page of a search the mirror may
-# page is read with, so that those of the dates at the page's edges are there whole (the
-# margin grows to the largest, then the page is notmuch's as it is).
-TIE_MARGIN, MAX_TIE_MARGIN = 10, 640
+# page is read with at first, so that those of the dates at the page's edges are there whole
+# (the margin grows until they are: see _in_tie_order).
+TIE_MARGIN = 10
 
 
 def _tie_order(mb: Mailbox, mirror: Answerable | None, nm_query: str,
@@ -695,30 +695,32 @@ def _page_in_mirror_order(mb: Mailbox, conn: sqlite3.Connection, nm_query: str,
     def read(offset: int, limit: int) -> list[str]:
         return _page_ids(mb, nm_query, exclude_tags, sort, offset, limit)
 
-    def ranks(ids: Sequence[str]) -> Callable[[str], tuple[int, str]] | None:
+    def ranks(ids: Sequence[str]) -> Callable[[str], tuple[int, str]]:
         dates = sidecar.dates_of(conn, ids)
-        if len(dates) < len(ids):  # a message the mirror does not have yet: notmuch's order
-            return None
+        # a message the mirror does not have yet (a sync in flight) ranks by notmuch's date:
+        # left in notmuch's order, it broke the order the pages before it followed
+        missing = [mid for mid in ids if mid not in dates]
+        for mid, found in zip(missing, mb.reader.find_many(missing)):
+            dates[mid] = max(found.date, 0) if found is not None else 0
         return lambda mid: (dates[mid], mid)
     return _in_tie_order(read, ranks, offset, limit, newest=sort == "newest")
 
 
 def _in_tie_order(read: Callable[[int, int], list[Item]],
-                  ranks: Callable[[Sequence[Item]], Callable[[Item], tuple[int, str]] | None],
+                  ranks: Callable[[Sequence[Item]], Callable[[Item], tuple[int, str]]],
                   offset: int, limit: int, *, newest: bool) -> list[Item]:
     """notmuch's page (``read`` from an offset, so many) ordered by the (date, Message-ID)
-    ``ranks`` gives its items (None: notmuch's order stands), as the mirror orders its pages.
-    The page is read with a margin each side, ordered, and cut where the dates at its edges
-    lie whole inside what was read (the margin grows to the largest, then the page is
-    notmuch's as it is)."""
+    ``ranks`` gives its items, as the mirror orders its pages.  The page is read with a
+    margin each side, ordered, and cut where the dates at its edges lie whole inside what
+    was read.  The margin grows until they do, however many share a date: a page left in
+    notmuch's order inside a date of more messages than a capped margin reached repeated
+    and skipped hundreds of them beside pages in the mirror's order."""
     margin = TIE_MARGIN
-    while margin <= MAX_TIE_MARGIN:
+    while True:
         start = max(0, offset - margin)
         wanted = offset - start + limit + margin
         items = read(start, wanted)
         rank = ranks(items)
-        if rank is None:
-            break
         ordered = sorted(items, key=rank, reverse=newest)
         page = ordered[offset - start:offset - start + limit]
         whole_before = start == 0 or not page or rank(ordered[0])[0] != rank(page[0])[0]
@@ -727,7 +729,6 @@ def _in_tie_order(read: Callable[[int, int], list[Item]],
         if whole_before and whole_after:
             return page
         margin *= 4
-    return read(offset, limit)
 
 
 def _kept_counts(mirror: Answerable | None) -> tuple[int, int] | None:
