@@ -715,12 +715,13 @@ class UndoneBefore:
 
 @dataclass(frozen=True)
 class Standing:
-    """What undo found standing around the entry it reverts, read once its revert holds
-    notmuch's write lock: a write recorded by then made its change before the revert, and
-    stands (``later``); one recorded after made it after the revert -- or, rarely, just
-    before, and was recorded late.  ``upto``, the newest entry then, is what mark_undone
-    records: read when the undo is recorded instead, a write made after the revert but
-    recorded first would count as undone after (see UndoneBefore)."""
+    """What undo found standing around the entry it reverts, read once each write session of
+    its revert holds notmuch's write lock: a write recorded by then made its change before
+    the revert, and stands (``later``); one recorded after made it after the revert -- or,
+    rarely, just before, and was recorded late.  ``upto``, the newest entry then, is what
+    mark_undone records for the mail: read when the undo is recorded instead (after its
+    contact rows are put back, say), a write made after the revert but recorded first would
+    count as undone after (see UndoneBefore)."""
 
     later: dict[str, LaterWrites] = field(default_factory=dict)
     earlier: dict[str, UndoneBefore] = field(default_factory=dict)
@@ -812,17 +813,18 @@ def _put_back(work: MessageWork, origin: str | None) -> None:
 
 
 def revert_step(changes: dict[str, dict[str, Any]],
-                seen: Callable[[], Standing] = Standing) -> Step:
+                seen: Callable[[WriteTxn], Standing] = lambda txn: Standing()) -> Step:
     """Undo what an audit entry recorded for each message: moves back, then tags and origin.
     A message is done whole or not at all; only a file gone since (moved or deleted by
     another program) is left out, and what later writes changed since stands (the tags
     they changed, files they moved); what earlier writes undone since changed does not
-    come back -- both as ``seen`` says (called under notmuch's write lock, see Standing).
+    come back -- both as ``seen`` says of the write session (called under notmuch's write
+    lock, see Standing).
     :class:`PartlyDone` says exactly what was done."""
     def step(work: MessageWork) -> None:
-        past = seen().earlier.get(work.mid, UndoneBefore())
+        past = seen(work.txn).earlier.get(work.mid, UndoneBefore())
         change = past.recorded(changes[work.mid])
-        since = seen().later.get(work.mid, LaterWrites())
+        since = seen(work.txn).later.get(work.mid, LaterWrites())
         plan = (_revert_plan(work, change) if since.moved is None
                 else _RevertPlan(overtaken=[dest for _, dest in change["moves"]]))
         origin = work.txn.get_property(work.mid, ORIGIN_PROPERTY)
@@ -952,10 +954,15 @@ def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None,
                           f"cannot be reverted: {entry.params[NOT_UNDOABLE]}. Call "
                           "undo_last_write again to undo the write before it")
     changes = {c["message_id"]: c for c in entry.changes if "message_id" in c}
+    reads: list[Standing] = []
+
+    # Read by each write session's first message (see Standing): a retry after re-indexing
+    # reads again -- another session may have written meanwhile, before the retry's revert.
     @functools.cache
-    def seen() -> Standing:  # read once, by the revert's first message: see Standing
+    def seen(txn: WriteTxn) -> Standing:
         with sidecar.opened(ctx.sidecar_file) as conn:
-            return standing(conn, entry)
+            reads.append(standing(conn, entry))
+        return reads[-1]
     report = run(ctx, list(changes), revert_step(changes, seen))
     if report.failed or report.stale:  # all or nothing: put the others back as they were
         back = _roll_back(ctx, report)
@@ -968,11 +975,15 @@ def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None,
                           "that is fixed")
     def undone(conn: sqlite3.Connection) -> list[str]:
         if not entry.contact_rows or restore_rows is None:
-            sidecar.mark_undone(conn, entry.id, seen().upto)
+            # The last revert's read: a message retried counts what was made before it.
+            sidecar.mark_undone(conn, entry.id,
+                                reads[-1].upto if reads else sidecar.newest_entry(conn))
             return []
         kept = restore_rows(conn, entry)
-        # Its rows were put back as its own read of what stands, just now, said.
-        sidecar.mark_undone(conn, entry.id, sidecar.newest_entry(conn))
+        # Its rows were put back as its own read of what stands, just now, said; a write
+        # recorded since its mail's revert read was made after that (see mark_undone).
+        sidecar.mark_undone(conn, entry.id, sidecar.newest_entry(conn),
+                            reads[-1].upto if reads else None)
         return kept
     try:
         kept = _recorded(ctx, f"the {entry.action} was undone, but the sidecar could not "

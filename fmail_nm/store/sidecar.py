@@ -785,6 +785,29 @@ ALTER TABLE audit_log_new RENAME TO audit_log;
 CREATE INDEX audit_log_undone ON audit_log(undone_upto) WHERE undone_upto IS NOT NULL;
 """
 
+# Version 30: an entry whose mail was reverted before its contact rows records the newest
+# entry at its mail's revert too (``mail_undone_upto``): a write recorded between the two was
+# made after the one and before the other (see mark_undone).  NULL: as ``undone_upto``.
+_V30 = """
+CREATE TABLE audit_log_new (
+    id               INTEGER PRIMARY KEY,
+    at               TEXT NOT NULL,
+    action           TEXT NOT NULL,
+    params           TEXT NOT NULL,
+    changes          TEXT NOT NULL,
+    undone_at        TEXT,
+    session          TEXT,
+    undone_upto      INTEGER,
+    mail_undone_upto INTEGER
+);
+INSERT INTO audit_log_new (id, at, action, params, changes, undone_at, session, undone_upto)
+    SELECT id, at, action, params, changes, undone_at, session, undone_upto FROM audit_log;
+DROP TABLE audit_log;
+ALTER TABLE audit_log_new RENAME TO audit_log;
+""" + _AUDIT_LOG_INDEXES + """
+CREATE INDEX audit_log_undone ON audit_log(undone_upto) WHERE undone_upto IS NOT NULL;
+"""
+
 
 @dataclass(frozen=True)
 class Reparse:
@@ -804,7 +827,7 @@ REPARSES = (Reparse(REPARSE_KEY, REPARSED_ROWS), Reparse(BCC_REPARSE_KEY, BCC_RE
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
                                _V13, _V14, _V15, _V16, _V17, _V18, _V19, _V20, _V21,
                                _V22, _V23, _V24, _V25, _V26, _V27, _V28,
-                               _V29)
+                               _V29, _V30)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -1730,10 +1753,15 @@ def _entry(row: sqlite3.Row | tuple[Any, ...]) -> AuditEntry:
 # draft); the value says why.  Undo marks it undone all the same, to reach the writes before
 # it -- yet what it did stands.
 NOT_UNDOABLE = "not_undoable"
-# The newest entry an undo saw when it reverted the entry (see mark_undone); NULL for one undo
-# passed over (see NOT_UNDOABLE).
-_REVERTED_UPTO = (f"CASE WHEN json_extract(params, '$.{NOT_UNDOABLE}') IS NULL "
-                  "THEN undone_upto END")
+
+
+def _reverted_upto(key: str = "") -> str:
+    """The newest entry an undo saw when it reverted the entry (see mark_undone) -- for a
+    change on a message, when it reverted the mail; NULL for one undo passed over (see
+    NOT_UNDOABLE)."""
+    upto = "coalesce(mail_undone_upto, undone_upto)" if key == "message_id" else "undone_upto"
+    return f"CASE WHEN json_extract(params, '$.{NOT_UNDOABLE}') IS NULL THEN {upto} END"
+
 
 # An entry undo may still revert: not undone, and not a pass's own doing (params name it "by").
 _LEFT_TO_UNDO = "undone_at IS NULL AND json_extract(params, '$.by') IS NULL"
@@ -1770,7 +1798,7 @@ FILTER_IDS_UP_TO = 6
 
 def _changes_on(conn: sqlite3.Connection, where: str, params: tuple[Any, ...],
                 ids: Sequence[str], key: str, order: str) -> list[tuple[Any, ...]]:
-    """(entry id, action, the newest entry when it was reverted (see _REVERTED_UPTO), the
+    """(entry id, action, the newest entry when it was reverted (see _reverted_upto), the
     change) of the entries ``where`` picks, per change whose ``key`` is one of ``ids``."""
     filtered = len(ids) <= FILTER_IDS_UP_TO
     if filtered:
@@ -1783,7 +1811,7 @@ def _changes_on(conn: sqlite3.Connection, where: str, params: tuple[Any, ...],
     # before the filter; unfiltered, a copy of them would only cost time.
     rows = conn.execute(
         f"WITH a AS {'' if filtered else 'NOT '}MATERIALIZED (SELECT * FROM audit_log a "
-        f"WHERE {where}) SELECT a.id, a.action, {_REVERTED_UPTO}, c.value "
+        f"WHERE {where}) SELECT a.id, a.action, {_reverted_upto(key)}, c.value "
         "FROM a, json_each(a.changes) c WHERE json_extract(c.value, ?) "
         f"IN (SELECT value FROM json_each(?)) ORDER BY a.id {order}",
         (*params, f"$.{key}", json.dumps(list(ids)))).fetchall()
@@ -1824,9 +1852,10 @@ def earlier_changes(conn: sqlite3.Connection, entry: AuditEntry, ids: Sequence[s
     undo, and that is known without reading them as JSON."""
     # The partial index audit_log_undone answers this (``+id``: not the rowid's range, which
     # spans the whole log); named with INDEXED BY, the query would fail without it -- a
-    # sidecar copied or mended without that index must still undo.
+    # sidecar copied or mended without that index must still undo.  ``undone_upto`` is never
+    # before ``mail_undone_upto``: it answers for the mail too.
     if conn.execute("SELECT 1 FROM audit_log WHERE undone_upto >= ? "
-                    f"AND +id < ? AND {_REVERTED_UPTO} IS NOT NULL LIMIT 1",
+                    f"AND +id < ? AND {_reverted_upto()} IS NOT NULL LIMIT 1",
                     (entry.id, entry.id)).fetchone() is None:
         return []
     return [EarlierChange(i, upto, change) for i, _, upto, change in _changes_on(
@@ -1838,13 +1867,16 @@ def newest_entry(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT coalesce(max(id), 0) FROM audit_log").fetchone()[0])
 
 
-def mark_undone(conn: sqlite3.Connection, entry_id: int, upto: int) -> None:
+def mark_undone(conn: sqlite3.Connection, entry_id: int, upto: int,
+                mail_upto: int | None = None) -> None:
     """Record entry ``entry_id`` undone, its undo having seen the entries up to ``upto``
     (:func:`newest_entry` as it read what stands): one recorded after that was made after
-    the undo, though recorded before this mark."""
+    the undo, though recorded before this mark.  ``mail_upto``: as of its mail, when that
+    was reverted before its contact rows (whose ``upto`` then is the later)."""
     with transaction(conn):
-        conn.execute("UPDATE audit_log SET undone_at = ?, undone_upto = ? WHERE id = ?",
-                     (utc_stamp(), upto, entry_id))
+        conn.execute("UPDATE audit_log SET undone_at = ?, undone_upto = ?, "
+                     "mail_undone_upto = ? WHERE id = ?",
+                     (utc_stamp(), upto, mail_upto, entry_id))
 
 
 def sent_at(conn: sqlite3.Connection, ref: str) -> str | None:
