@@ -28,6 +28,7 @@ from typing import cast
 import pytest
 
 from fmail_nm.errors import FmailError
+from fmail_nm.message import mime
 from fmail_nm.passes.changes import ChangeError, WriteContext
 from fmail_nm.passes import mirror
 from fmail_nm.passes.mirror import sync_sidecar
@@ -1472,6 +1473,57 @@ def test_a_raw_8bit_to_header_in_the_drafts_charset_is_where_the_mail_goes(bed: 
         assert list(got.rcpt_tos) == shown
 
 
+# A draft's 8-bit From whose raw bytes read as another of the user's addresses than the
+# header as it goes out: Shift_JIS's second byte a backslash escaping a quote (raw: one
+# address, amorgan@acme.test; written: alex@example.org first), iso-8859-2's c-caron read
+# as e-grave (raw: no address of the user's; written: the work account's).
+RAW_FROM = {"sjis": (b'"\x83\x5c" <alex@example.org> "<amorgan@acme.test>"', b"shift_jis",
+                     "alex@example.org", "personal"),
+            "latin2": (b"Alex <alex@ko\xe8ka.example>", b"iso-8859-2",
+                       "alex@xn--koka-hua.example", "work")}
+
+
+@pytest.mark.parametrize("case", list(RAW_FROM))
+def test_a_raw_8bit_from_sends_from_the_address_the_header_shows(bed: Bed, case: str) -> None:
+    """The envelope's recipients were read from the headers as they go out, but the account
+    and MAIL FROM from the raw bytes: the mail went from (and was filed in) another account
+    than its From showed, or from an address with 8-bit bytes.  Both are read from the From
+    as it goes out, its first address."""
+    raw_from, charset, shown, account = RAW_FROM[case]
+    add_my_address(bed, "alex@ko\u010dka.example", "work")
+    with bed.smtp.rc.open("a") as rc:  # msmtp picks the account by the envelope sender
+        rc.write("account latin2\nfrom alex@xn--koka-hua.example\n")
+    mid = f"from-{case}@example.org"
+    bed.put_draft(f"1800000826.{case}.host:2,DS", (
+        b"From: %s\nTo: bob@example.com\nSubject: x\nMessage-ID: <%s>\nMIME-Version: 1.0\n"
+        b"Content-Type: text/plain; charset=%s\nContent-Transfer-Encoding: 8bit\n\nhi\n"
+    ) % (raw_from, mid.encode(), charset))
+
+    send.send_draft(bed.ctx, mid)
+
+    (got,) = bed.smtp.received
+    assert got.message()["from"].addresses[0].addr_spec == shown
+    assert got.mail_from == shown
+    sent = bed.env.mail_root / account / "Sent" / "cur"
+    assert len(bed.files_with(sent, mid)) == 1
+
+
+def test_a_name_a_raw_8bit_address_header_gives_in_a_comment_goes_out(bed: Bed) -> None:
+    """An address whose name is in a comment ("js@example.com (Jörg Smith)", as older mail
+    clients write it) went out with no name at all where the header was written again for
+    its 8-bit bytes: the name is kept, as the name, encoded.  A comment after a name, which
+    says nothing of the address, is not written again."""
+    bed.put_draft("1800000827.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"comment-8bit@").replace(b"Cc: ", "Cc: js2@example.com (Jörg Smith), "
+                                                   "Ann <ann@example.com> (work), ".encode()))
+    send.send_draft(bed.ctx, "comment-8bit@example.org")
+    (got,) = bed.smtp.received
+    assert got.data.split(b"\r\n\r\n", 1)[0].isascii()
+    assert [(a.display_name, a.addr_spec) for a in got.message()["cc"].addresses] == [
+        ("Jörg Smith", "js2@example.com"), ("Ann", "ann@example.com"),
+        ("山田 太郎", "yamada@example.jp")]
+
+
 def test_a_raw_8bit_subject_with_a_colon_and_a_semicolon_is_sent(bed: Bed) -> None:
     """A Subject such as "Réunion: ordre du jour; suite" was parsed as an address list first,
     which the email package fails on (AttributeError): the send broke.  A text header is
@@ -1794,6 +1846,22 @@ def test_a_draft_without_message_id_is_sent_and_filed_under_one(bed: Bed) -> Non
     assert not [p for p in bed.drafts.iterdir() if b"Subject: no id" in p.read_bytes()]
 
 
+def test_a_draft_without_message_id_from_an_8bit_domain_gets_an_ascii_one(bed: Bed) -> None:
+    """Its new Message-ID was made from the raw From, before the 8-bit rewrite: in the
+    Unicode domain (alex@bücher.example), which then stopped the send as non-ASCII text in
+    a Message-ID.  It is made from the From as it goes out, its domain in ACE."""
+    add_my_address(bed, IDN_ME, "personal")
+    with bed.smtp.rc.open("a") as rc:  # msmtp picks the account by the envelope sender
+        rc.write(f"account idn\nfrom {ACE_ME}\n")
+    bed.put_draft("1800000802.x.host:2,DS", NO_ID_DRAFT.replace(
+        b"alex@example.org", IDN_ME.encode()).replace(b"no id", b"no id idn"))
+    (mid,) = bed.ctx.reader.message_ids('subject:"no id idn"')
+    send.send_draft(bed.ctx, mid)
+    (got,) = bed.smtp.received
+    assert got.mail_from == ACE_ME
+    assert str(got.message()["message-id"]).endswith("@xn--bcher-kva.example>")
+
+
 def test_a_flowed_draft_saved_again_keeps_its_paragraphs(bed: Bed) -> None:
     """aerc and Thunderbird write format=flowed: a line ending in a space goes on in the
     next. Saved again, the draft's paragraph stays one paragraph."""
@@ -1976,6 +2044,48 @@ def test_a_forward_of_the_users_own_mail_does_not_reveal_its_bcc(bed: Bed) -> No
         inner = attached(data)
         assert (str(inner["to"]), str(inner["subject"])) == ("bob@example.com", "plan")
         assert inner.get_content().replace("\r\n", "\n") == "the plan\n"
+
+
+# Resent-Bcc lines (RFC 5322 3.6.6), one folded, in any case: the recipients a resending hid.
+_RESENT_BCC = (b"Resent-Bcc: Hidden <hidden@example.com>,\r\n  also-hidden@example.com\r\n"
+               b"RESENT-bcc: third-hidden@example.com\r\nresent-bcc:\r\n")
+
+
+@pytest.mark.parametrize("extra", [b"", UNPARSABLE["parameter"].replace(b"\n", b"\r\n")],
+                         ids=["message/rfc822", "eml-file"])
+def test_a_forward_does_not_reveal_the_originals_resent_bcc(bed: Bed, extra: bytes) -> None:
+    """A forward cut the original's Bcc lines but sent its Resent-Bcc lines as they were:
+    whom a resending of it went to blind was told to the forward's recipients -- attached
+    as message/rfc822 and as the .eml file of mail the email package fails on alike."""
+    mid = f"resent-{len(extra)}@example.net"
+    bed.receive(malformed(mid, b"").replace(b"\n", b"\r\n").replace(
+        b"Subject:", _RESENT_BCC + b"Resent-To: frank@example.com\r\n" + extra + b"Subject:"))
+    forward = compose.forward_email(bed.ctx, mid, ["frank@example.com"], "FYI")
+    send.send_draft(bed.ctx, forward.message_id)
+
+    got = bed.smtp.received[-1]
+    (copy,) = bed.files_with(bed.sent, forward.message_id)
+    for data in (got.data, copy.read_bytes()):
+        (part,) = list(parse(data).iter_attachments())
+        inner = part.get_content()
+        inner = inner.as_bytes() if isinstance(inner, EmailMessage) else inner
+        assert b"hidden@example.com" not in inner and b"resent-bcc" not in inner.lower()
+        assert b"Resent-To: frank@example.com" in inner and b"Subject: odd" in inner
+
+
+def test_a_drafts_resent_bcc_never_reaches_the_wire(bed: Bed) -> None:
+    """A draft carrying Resent-Bcc (another client's, or mail edited as new): Bcc was cut
+    from what went out, Resent-Bcc went as it was, naming those hidden to every recipient.
+    It is cut too; its addresses are no recipients (those are To, Cc and Bcc), and the
+    user's Sent copy keeps the draft's header as its Bcc is kept."""
+    bed.put_draft("1800000860.mutt.host:2,DS", malformed("resent-draft@example.org", b"")
+                  .replace(b"\n", b"\r\n").replace(b"Subject:", _RESENT_BCC + b"Subject:"))
+    send.send_draft(bed.ctx, "resent-draft@example.org")
+    (got,) = bed.smtp.received
+    assert got.rcpt_tos == ("bob@example.com",)
+    assert b"hidden@example.com" not in got.data and no_header_line(got.data, b"resent-bcc")
+    (copy,) = bed.files_with(bed.sent, "resent-draft@example.org")
+    assert b"Resent-Bcc: Hidden <hidden@example.com>" in copy.read_bytes()
 
 
 # What mail decodes to: text that looks like an RFC 2047 word hiding a line break and a Bcc.
@@ -2228,6 +2338,35 @@ def test_mail_with_hundreds_of_nested_parts_reads_replies_and_forwards(
     (got,) = bed.smtp.received
     (part,) = list(parse(got.data).iter_attachments())
     assert (part.get_content_type(), part.get_content()) == ("application/octet-stream", data)
+
+
+@pytest.mark.parametrize("depth", [33, 900])
+def test_mail_nested_past_32_levels_is_attached_as_its_bytes_before_the_email_package_reads_it(
+        monkeypatch: pytest.MonkeyPatch, depth: int) -> None:
+    """Forwarding mail nested 900 deep spent over a second in the email package's parser
+    before the depth check sent it as its bytes: fmail-nm's own splitter, which follows 32
+    levels, decides first -- the email package is not asked (here: it would fail)."""
+    data = nested("deep-part@example.net", depth)
+
+    def unasked(data: bytes, whose: object, read: object = None) -> None:
+        raise AssertionError("the email package parsed mail nested past 32 levels")
+
+    monkeypatch.setattr(compose, "_parsed", unasked)
+    part = compose.message_part(data, "deep.eml")
+    assert (part.get_content_type(), part.get_content()) == ("application/octet-stream", data)
+
+
+def test_the_depth_check_before_parsing_counts_multiparts_only() -> None:
+    """Up to 32 levels (a forward adds two: the email package's check reads 30) and
+    message/rfc822 chains are left to the email package's own check, after it parsed them."""
+    shallow = nested("shallow@example.net", 30)
+    assert compose.message_part(shallow, "s.eml").get_content_type() == "message/rfc822"
+    chain = b"Content-Type: text/plain\r\n\r\nhi\r\n"
+    for level in range(40):
+        chain = b"Content-Type: message/rfc822\r\n\r\nSubject: %d\r\n" % level + chain
+    assert compose.message_part(chain, "c.eml").get_content_type() == "application/octet-stream"
+    for depth, deep in ((31, False), (32, False), (33, True)):
+        assert mime.nested_past_max_depth(nested("d@example.net", depth)) is deep
 
 
 def test_a_draft_with_parts_nested_hundreds_deep_is_refused_and_kept(bed: Bed) -> None:

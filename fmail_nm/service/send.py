@@ -4,8 +4,8 @@ fmail-nm has no SMTP code and holds no credentials: the account's ``send.command
 ``[send] command``, default ``msmtp``) gets the message on stdin and its envelope as
 arguments -- ``-f <From address>`` (which makes msmtp pick the account with that ``from``,
 unless the command chooses the sender itself) and ``-- <recipients>``, Bcc included, while
-the bytes carry no Bcc header.  A command that reads recipients from the message (``-t``) is
-refused: those would be the headers, without Bcc, or with it.
+the bytes carry no Bcc header (nor Resent-Bcc).  A command that reads recipients from the
+message (``-t``) is refused: those would be the headers, without Bcc, or with it.
 
 A send happens only when ``[send] enabled`` (or ``serve --allow-send``), at most
 ``max_per_hour`` times an hour (counted in the audit log), and -- for a message that was never

@@ -54,7 +54,7 @@ from ..message.headers import (Address, addresses, ascii_address, canonical_addr
                                 parse_addresses, split_head, to_bytes, written_date)
 from ..message.formats import unflow
 from ..message.html import read_message
-from ..message.mime import MAX_DEPTH
+from ..message.mime import MAX_DEPTH, nested_past_max_depth
 from ..message.text import clean_text, is_forward_subject, one_line, unescape_line_marks
 from ..passes import changes
 from ..passes.changes import NOT_UNDOABLE, WriteContext
@@ -388,12 +388,17 @@ def _is_utf8(data: bytes) -> bool:
 
 def message_part(raw: bytes, filename: str) -> MIMEPart:
     """A message attached whole (message/rfc822), its source unchanged but for what must not
-    go out: its Bcc (the user's own Sent copy keeps one, which would tell the new recipients
-    who had it blind), and lines over 998 bytes, re-encoded (the same content).  One the email
-    package fails on goes as its bytes (see _opaque_message_part)."""
+    go out: its Bcc and Resent-Bcc (the user's own Sent copy keeps one, which would tell the
+    new recipients who had it blind), and lines over 998 bytes, re-encoded (the same content).
+    One the email package fails on goes as its bytes (see _opaque_message_part)."""
+    # Mail nested hundreds deep, which the email package would spend seconds parsing before
+    # _parsed refuses it.  A chain of attached messages is not counted here: the package
+    # parses one such chain in a fraction of that, and _parsed counts its levels.
+    if nested_past_max_depth(raw):
+        return _opaque_message_part(raw, filename)
     try:
         original = _parsed(raw, _ATTACHED)
-        del original["Bcc"]
+        _drop_blind_headers(original)
         _shorten_long_lines(original, _ATTACHED)
     except ComposeError:
         return _opaque_message_part(raw, filename)
@@ -403,26 +408,35 @@ def message_part(raw: bytes, filename: str) -> MIMEPart:
 
 
 def _opaque_message_part(raw: bytes, filename: str) -> MIMEPart:
-    """Hostile mail, forwarded to report it, as its bytes but for its Bcc lines: a file (.eml,
-    base64), not message/rfc822, which may not be encoded (RFC 2046 5.2.1) and so could not
-    carry its long lines, NULs or lone CRs, and which the email package would parse again,
-    failing the same way, when the draft is read back to be sent."""
+    """Hostile mail, forwarded to report it, as its bytes but for its Bcc and Resent-Bcc
+    lines: a file (.eml, base64), not message/rfc822, which may not be encoded (RFC 2046
+    5.2.1) and so could not carry its long lines, NULs or lone CRs, and which the email
+    package would parse again, failing the same way, when the draft is read back to be
+    sent."""
     part = MIMEPart(policy=POLICY)
-    part.set_content(_without_bcc(raw), maintype="application", subtype="octet-stream",
+    part.set_content(_without_blind_lines(raw), maintype="application", subtype="octet-stream",
                      disposition="attachment", filename=filename)
     return part
 
 
-# A Bcc header line with its folded continuation lines (a header block is split at the first
+# The headers naming whom a message went to blind (RFC 5322 3.6.3, 3.6.6): never sent on,
+# neither in a message (load_draft) nor in one attached to it.
+_BLIND_HEADERS = ("Bcc", "Resent-Bcc")
+# Such a header line with its folded continuation lines (a header block is split at the first
 # empty line before this applies).
-_BCC_LINES = re.compile(rb"^bcc[ \t]*:.*\n?(?:[ \t].*\n?)*", re.I | re.M)
+_BLIND_LINES = re.compile(rb"^(?:resent-)?bcc[ \t]*:.*\n?(?:[ \t].*\n?)*", re.I | re.M)
 _EMPTY_LINE = re.compile(rb"^\r?$", re.M)
 
 
-def _without_bcc(raw: bytes) -> bytes:
+def _drop_blind_headers(msg: Message) -> None:
+    for name in _BLIND_HEADERS:
+        del msg[name]  # every occurrence, in any case
+
+
+def _without_blind_lines(raw: bytes) -> bytes:
     end = _EMPTY_LINE.search(raw)
     head = raw[:end.start()] if end else raw
-    return _BCC_LINES.sub(b"", head) + raw[len(head):]
+    return _BLIND_LINES.sub(b"", head) + raw[len(head):]
 
 
 # RFC 5322 2.1.1: at most 998 bytes a line, CRLF not counted; SMTP servers refuse longer
@@ -1058,28 +1072,32 @@ def _draft_body(msg: EmailMessage, draft_id: str) -> str:
     return body
 
 
-def _read_draft(ctx: WriteContext, draft_id: str) -> tuple[Composition, EmailMessage]:
-    return _draft_parts(ctx, draft_id, *_existing_draft(ctx, draft_id))
-
-
 def _draft_parts(ctx: WriteContext, draft_id: str, found: IndexedMessage,
                  data: bytes) -> tuple[Composition, EmailMessage]:
     msg = _parsed(data, _draft_source(draft_id), _READ_HEADERS)
-    senders = _people(msg, "from")
-    holder = maildir.primary_account(ctx.config, found)
-    account = (_account_of_address(ctx.config, senders[0].address, holder) if senders
-               else None) or holder
-    if account is None or not senders:
-        raise ComposeError(f"draft {draft_id!r} has no From address of the user's accounts")
+    account, sender = _draft_sender(ctx.config, msg, found, draft_id)
     # The body is read by draft_composition alone (_draft_body): a draft is sent as it is.
     return Composition(
-        account=account, sender=senders[0], to=_people(msg, "to"), cc=_people(msg, "cc"),
+        account=account, sender=sender, to=_people(msg, "to"), cc=_people(msg, "cc"),
         bcc=_people(msg, "bcc"), subject=str(msg.get("subject", "")), body="",
         message_id=found.message_id, in_reply_to=_first_id(msg.get("in-reply-to")),
         references=_ids(msg.get("references")), forwarded=_first_id(msg.get(FORWARDED_HEADER)),
         attached=[p for p in msg.iter_attachments() if isinstance(p, MIMEPart)],
         kept_headers=[(name, value) for name, value in msg.raw_items()
                       if name.lower() not in _BUILT_HEADERS]), msg
+
+
+def _draft_sender(config: Config, msg: EmailMessage, found: IndexedMessage,
+                  draft_id: str) -> tuple[Account, Address]:
+    """The account a draft goes out through and its sender: its From's first address, the
+    account writing from it, else the one holding the draft."""
+    senders = _people(msg, "from")
+    holder = maildir.primary_account(config, found)
+    account = (_account_of_address(config, senders[0].address, holder) if senders
+               else None) or holder
+    if account is None or not senders:
+        raise ComposeError(f"draft {draft_id!r} has no From address of the user's accounts")
+    return account, senders[0]
 
 
 # The headers build() writes itself; a saved draft's others are kept (Composition).
@@ -1295,7 +1313,8 @@ def _eml_name(subject: str) -> str:
 
 @dataclass(frozen=True)
 class Outgoing:
-    """A draft checked and ready for the sender: the bytes to send (no Bcc), the envelope."""
+    """A draft checked and ready for the sender: the bytes to send (no Bcc nor Resent-Bcc),
+    the envelope."""
 
     composition: Composition
     message_id: str  # as sent: the draft's, or one given to a draft saved without
@@ -1343,26 +1362,29 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
     edited it in a mail client: headers, addresses, blocklist, size; lines over 998 bytes
     re-encoded.  Its Date becomes the time of sending, as mail clients do with a postponed
     message."""
-    c, msg = _read_draft(ctx, draft_id)
+    found, data = _existing_draft(ctx, draft_id)
+    c, msg = _draft_parts(ctx, draft_id, found, data)
     _check_sendable(msg, draft_id)
     for name in {name for name in msg.keys() if _CLIENT_HEADER.match(name)}:
         del msg[name]
     # Another client's draft, or one edited by hand: servers refuse longer lines, and mutt too
     # encodes a postponed message again on sending.
     _shorten_long_lines(msg, _draft_source(draft_id))
-    if msg["Message-ID"] is None:  # the recipients' copy and the Sent copy share one
-        msg["Message-ID"] = new_message_id(c.sender)
     # As they go out: the source values (a kept header's encoded words are not decoded).
     for name, value in msg.raw_items():
         _check_source_header(name, value)
     # The Date goes before the 8-bit check: one in the locale's month names ("Mär") is replaced.
     del msg["Date"]
     _encode_8bit_headers(msg, draft_id)
-    # The envelope is read from the headers as they go out: 8-bit ones are written again from
-    # their text in the draft's charset, where the raw bytes may read as other addresses
-    # (iso-8859-2's c-caron is windows-1252's e-grave; a Shift_JIS letter's second byte is a
-    # backslash, escaping a quote).
-    c = replace(c, to=_people(msg, "to"), cc=_people(msg, "cc"), bcc=_people(msg, "bcc"))
+    # The envelope and the account are read from the headers as they go out: 8-bit ones are
+    # written again from their text in the draft's charset, where the raw bytes may read as
+    # other addresses (iso-8859-2's c-caron is windows-1252's e-grave; a Shift_JIS letter's
+    # second byte is a backslash, escaping a quote).
+    account, sender = _draft_sender(ctx.config, msg, found, draft_id)
+    c = replace(c, account=account, sender=sender, to=_people(msg, "to"),
+                cc=_people(msg, "cc"), bcc=_people(msg, "bcc"))
+    if msg["Message-ID"] is None:  # the recipients' copy and the Sent copy share one
+        msg["Message-ID"] = new_message_id(c.sender)  # its domain in ACE, as it goes out
     everyone = [*c.to, *c.cc, *c.bcc]
     for person in [c.sender, *everyone]:
         check_addresses([person.address], "address")
@@ -1373,7 +1395,9 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
     check_not_blocked(ctx.config, everyone)
     msg["Date"] = email.utils.format_datetime(ctx.clock().astimezone())
     saved = check_size(ctx.config, msg.as_bytes(policy=POLICY))
-    del msg["Bcc"]
+    # Resent-Bcc's addresses are no recipients (a resending's, RFC 5322 3.6.6: the envelope
+    # is To, Cc and Bcc), and it goes no more than Bcc: the Sent copy keeps both.
+    _drop_blind_headers(msg)
     return Outgoing(composition=c, saved=saved, sent_folder=_sent_folder(ctx, c.account),
                     message_id=str(msg["Message-ID"]).strip().strip("<>"),
                     wire=msg.as_bytes(policy=POLICY),
@@ -1503,12 +1527,23 @@ def _ascii_addresses(name: str, key: str, text: str) -> str | None:
     groups = _groups(text)
     if groups is not None and [a.addr_spec for group in groups for a in group.addresses] == [
             p.address for p in people]:
-        return _group_list(name, key, groups)
+        return _group_list(name, key, _with_comment_names(groups, people))
     if not people:
         return None
     # check_addresses refuses a local part only SMTPUTF8 carries, naming it.
     return _address_list(name, [
         Address(p.name, check_addresses([p.address], key)[0].address) for p in people])
+
+
+def _with_comment_names(groups: Sequence[Group], people: Sequence[Address]
+                        ) -> tuple[Group, ...]:
+    """The groups, a mailbox without a name named as ``people`` (the same addresses, in
+    order) name it: from its comment ("a@b.example (Zoë)", as older mail clients write a
+    name), which the email package drops, as the header written without groups keeps it."""
+    names = iter(p.name for p in people)
+    return tuple(Group(group.display_name, [
+        HeaderAddress(a.display_name or person, a.username, a.domain)
+        for a, person in zip(group.addresses, names)]) for group in groups)
 
 
 def _x_addresses(name: str, key: str, text: str) -> str | None:
