@@ -18,6 +18,7 @@ from __future__ import annotations
 import email
 import email.parser
 import email.policy
+import email.utils
 import re
 from dataclasses import dataclass
 from email.message import EmailMessage, Message
@@ -28,8 +29,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fmail_nm.message.headers import split_head
-from fmail_nm.message.mime import decoded_leaves
+from fmail_nm.message.headers import (HeaderInfo, _bare_addresses, list_author,
+                                      parse_addresses, split_head)
+from fmail_nm.message.mime import decoded_leaves, parse_message, parse_summary
+from fmail_nm.message.text import preview_html_text
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "maildir"
 NOT_COMPARED = None  # the payload slot of a message/* part other than message/rfc822
@@ -270,7 +273,9 @@ def test_header_lookups_follow_changes_like_the_stdlib() -> None:
            b"Received: by y\nContent-Disposition: inline; filename=a.txt\n\nbody\n")
     ours_head, _ = split_head(raw)
     theirs = email.parser.BytesParser(policy=email.policy.compat32).parsebytes(raw)
-    changes = [lambda m: m.set_param("charset", "utf-8"), lambda m: m.__delitem__("subject"),
+    # A caller may change the parameter list it is handed: what is read later is not.
+    changes = [lambda m: m.get_params(unquote=False).clear(),
+               lambda m: m.set_param("charset", "utf-8"), lambda m: m.__delitem__("subject"),
                lambda m: m.add_header("X-New", "1"), lambda m: m.__delitem__("content-type"),
                lambda m: m.__setitem__("Content-Type", "text/html; charset=latin1"),
                lambda m: m.replace_header("content-disposition", "attachment; filename=b"),
@@ -284,8 +289,27 @@ def test_header_lookups_follow_changes_like_the_stdlib() -> None:
         change(theirs)
         assert [(n in ours_head, ours_head.get(n), ours_head.get_all(n)) for n in names] == [
             (n in theirs, theirs.get(n), theirs.get_all(n)) for n in names]
-        assert (ours_head.get_content_charset(), ours_head.get_filename()) == (
-            theirs.get_content_charset(), theirs.get_filename())
+        assert (ours_head.get_content_charset(), ours_head.get_filename(),
+                ours_head.get_params(), ours_head.get_boundary()) == (
+            theirs.get_content_charset(), theirs.get_filename(), theirs.get_params(),
+            theirs.get_boundary())
+
+
+# Address lists of bare addresses are read without the stdlib's parser: the same pairs, and
+# any other list (a name, a comment, a stray dot or comma, an empty item) left to it.
+BARE_LISTS = ["a@b", " a@b\t", "a.b@c.d", "A_B+c-d@D-E.F", "a@b,c@d", "a@b ,\tc@d", "-@-",
+              "a@1.2.3.4"]
+NOT_BARE_LISTS = ["a..b@c", ".a@b", "a.@b", "a@b.", "a@.b", "a@b..c", "a@b,", ",a@b",
+                  "a@b,,c@d", "a b@c", "a@b c", "a@@b", "@b", "a@", "a", "A <a@b>",
+                  "a@b (A)", '"a"@b', "a@[1.2.3.4]", "a@b\n", "<a@b>", "x:a@b;"]
+
+
+@pytest.mark.parametrize("value", BARE_LISTS + NOT_BARE_LISTS)
+def test_address_lists_read_as_the_stdlib_reads_them(value: str) -> None:
+    theirs = email.utils.getaddresses([value])
+    assert [(a.name, a.address) for a in parse_addresses([value], "to", [])] == [
+        pair for pair in theirs if pair[1]]
+    assert _bare_addresses(value) == (theirs if value in BARE_LISTS else None)
 
 
 # ------------------------------------------------------------------------------------------
@@ -309,3 +333,17 @@ def test_fixture_mail_splits_like_the_stdlib(policy: Policy) -> None:
         compared += 1
     assert len(files) >= 150
     assert compared >= len(files) - 5, f"only {compared} of {len(files)} fixture messages compared"
+
+
+def test_fixture_mail_summarises_as_the_whole_parse_reads_it() -> None:
+    """parse_summary, the indexer's parse of each new message, reads what parse_message
+    reads of its recipients, List-Id, list author, body text and attachments."""
+    for path in fixture_files():
+        raw = path.read_bytes()
+        whole = parse_message(raw, preview_html_text)
+        summary = parse_summary(raw, preview_html_text)
+        assert (summary.fields, summary.text, summary.has_files) == (
+            HeaderInfo(to=whole.to, cc=whole.cc, bcc=whole.bcc, list_id=whole.list_id,
+                       author=list_author(whole.from_, whole.reply_to, whole.original_from,
+                                          whole.list_id)),
+            whole.text, whole.has_files), path

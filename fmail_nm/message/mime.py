@@ -35,16 +35,19 @@ from .charset import decode_bytes, guess_decode
 from .formats import enriched_to_text, unflow
 from .headers import (
     Address,
+    HeaderInfo,
     Unsubscribe,
     addresses,
     date,
     decode_header_text,
     header,
+    header_info,
     list_id,
     list_takes_posts,
     list_unsubscribe,
     msg_id,
     msg_ids,
+    parse_headers,
     split_head,
     to_bytes,
 )
@@ -65,6 +68,7 @@ __all__ = [
     "HtmlRenderer",
     "HtmlText",
     "ParsedMessage",
+    "Summary",
     "attachment_entities",
     "calendar_summary",
     "decoded_leaves",
@@ -77,6 +81,7 @@ __all__ = [
     "parse_body",
     "parse_entity",
     "parse_message",
+    "parse_summary",
     "part_text",
 ]
 
@@ -217,6 +222,35 @@ def parse_body(raw: bytes, render_html: HtmlRenderer) -> BodyText:
 
     return _guarded(bytes(raw), body,
                     lambda data, defects: BodyText(_raw_text(data), False, defects))
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What the indexer keeps of a message beside notmuch (see parse_summary)."""
+
+    fields: HeaderInfo
+    text: str
+    has_files: bool
+
+
+def parse_summary(raw: bytes, render_html: HtmlRenderer) -> Summary:
+    """The recipients, List-Id, list author, body text and ``has_files`` of one untrusted
+    message, as ``parse_message`` reads them -- and nothing else: the indexer reads these of
+    every new message, and the subject, dates, Message-IDs, attachment sizes and names, the
+    From and Reply-To of mail no list rewrote would add a tenth to it.  When the parse
+    raises (``parse_message`` then reads no header), the header block alone is read
+    (:func:`~.headers.parse_headers`: the recipients a listing reads of the file while the
+    mirror lags, and a list's mail keeps its List-Id), and the text is
+    ``parse_message``'s raw text.  Never raises."""
+    return _guarded(bytes(raw), lambda data, defects: _summary(data, render_html, defects),
+                    lambda data, defects: Summary(parse_headers(data), _raw_text(data), False))
+
+
+def _summary(raw: bytes, render_html: HtmlRenderer, defects: list[str]) -> Summary:
+    root = parse_entity(raw, defects)
+    has_files = any(map(is_file, attachment_entities(root)))
+    text = _body_text(root, _Rendering(render_html, defects))
+    return Summary(header_info(root.headers), text, has_files)
 
 
 def _fallback(raw: bytes, defects: list[str]) -> ParsedMessage:

@@ -46,7 +46,7 @@ from ..flock import flock_within
 from ..message.headers import (Address, HeaderInfo, canonical_address, ends_head,
                                is_own_address, list_author, list_rewrote, parse_headers,
                                read_head, search_forms, via_name)
-from ..message.mime import ParsedMessage, parse_message
+from ..message.mime import parse_summary
 from ..message.text import preview, preview_html_text
 from ..private import private_dir
 from ..progress import SIDECAR, ProgressCallback
@@ -168,25 +168,13 @@ def parse_file(filenames: Sequence[str]) -> Parsed:
         if (read := _read_head(name)) is None:
             continue
         head, size = read
-        parsed = parse_message(head, preview_html_text)
-        fields = _header_fields(parsed, head)
+        summary = parse_summary(head, preview_html_text)
+        fields = summary.fields
         return Parsed(recipients=_recipient_rows(fields),
                       list_id=fields.list_id.lower() if fields.list_id else None,
-                      body_preview=preview(parsed.text, PREVIEW_CHARS), size=size,
-                      has_attachment=parsed.has_files, author=fields.author)
+                      body_preview=preview(summary.text, PREVIEW_CHARS), size=size,
+                      has_attachment=summary.has_files, author=fields.author)
     return Parsed(recipients=[], list_id=None, body_preview="", size=None)
-
-
-def _header_fields(parsed: ParsedMessage, head: bytes) -> HeaderInfo:
-    """Recipients, List-Id and list author as the whole parse read them -- or, when it
-    failed (what it gives then has no header), as the header block alone reads them: the
-    same a listing shows while the mirror lags (:func:`file_recipients`), and a list's mail
-    still gets its list tags."""
-    if parsed.failed:
-        return parse_headers(head)
-    return HeaderInfo(to=parsed.to, cc=parsed.cc, bcc=parsed.bcc, list_id=parsed.list_id,
-                      author=list_author(parsed.from_, parsed.reply_to, parsed.original_from,
-                                         parsed.list_id))
 
 
 def file_recipients(filenames: Sequence[str]) -> list[dict[str, str]]:
