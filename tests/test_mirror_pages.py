@@ -769,3 +769,54 @@ def test_pages_through_a_second_of_more_messages_than_a_margin_neither_repeat_no
             throughout = truth - {gone_id}
             repeated = len(seen) - len(set(seen))
             assert (repeated, len(throughout - set(seen))) == (0, 0), (text, sort)
+
+
+@pytest.mark.parametrize("date", ["Date: Fri, 01 Jan 2027 10:00:00 +0000\n", ""])
+def test_pages_inside_a_second_of_thousands_read_a_bounded_part_of_it(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch, date: str) -> None:
+    """3,000 messages of one second (an import; undated mail, at 0, is one date too): every
+    page of messages is in the mirror's order, yet reads fewer of that second's messages
+    than it holds -- a margin grown until the second was whole read all of it for each page
+    (2.6 s a page at 20,000, 12 s a page of threads).  Thread pages keep notmuch's order
+    past the largest margin, read as far."""
+    ties, limit = 3000, 100
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+    for n in range(ties):  # indexed in an order unlike their Message-IDs'
+        cur.joinpath(f"1800000900.t{n:04d}.host:2,").write_bytes(
+            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: tie {n}\n"
+            f"{date}Message-ID: <tie-{n * 7919 % ties:04d}@example.com>\n\nx\n".encode())
+    indexed.fmail("index")
+    monkeypatch.setattr(reads, "MAX_TAG_SCAN", 0)  # every page of tag:inbox is notmuch's
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        read: list[int] = []  # how many messages (threads) each read of notmuch returned
+        for name in ("page_ids", "threads"):
+            def counting(*args: Any, _read: Any = getattr(reader, name), **kwargs: Any) -> Any:
+                got = _read(*args, **kwargs)
+                read.append(len(got))
+                return got
+            monkeypatch.setattr(reader, name, counting)
+        query = reads.scoped_query(mailbox, mailbox.compile("tag:inbox"))
+        matches = reader.messages(query, exclude_tags=EXCLUDED)
+        for sort in ("newest", "oldest"):
+            truth = sorted(((m.date, m.message_id) for m in matches),
+                           reverse=sort == "newest")
+            seen: list[tuple[int, str]] = []
+            cursor, most = None, 0
+            while True:
+                read.clear()
+                result = reads.search_emails(mailbox, "tag:inbox", limit=limit, cursor=cursor,
+                                             sort=sort)
+                most = max(most, sum(read))
+                found = [mailbox.find(r.id) for r in result.results]
+                seen += [(m.date, m.message_id) for m in found if m is not None]
+                cursor = result.next_cursor
+                if cursor is None:
+                    break
+            assert seen == truth, sort
+            assert most < ties, sort
+        indexed.notmuch("tag", "+lagging", "--", "id:tie-0001@example.com")
+        for offset in (0, ties // 2):  # the mirror lags: notmuch's threads, in its order
+            read.clear()
+            reads._thread_page(mailbox, query, EXCLUDED, None, offset, limit)
+            assert 0 < sum(read) < ties, offset
