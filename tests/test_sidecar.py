@@ -1206,6 +1206,36 @@ def test_writes_undone_before_schema_29_count_as_undone_before_anything_after_th
         assert entry is not None and sidecar.earlier_changes(conn, entry, ["m"]) == []
 
 
+def test_an_audit_log_of_schema_29_keeps_its_rows_and_indexes_and_undoes_as_before(
+        tmp_path: Path) -> None:
+    """Version 30 records where an undo read what stands for each message apart: the entries
+    undone before keep their undone_upto, which answers for their mail too; the table keeps
+    every index, and the migration runs again over a schema set back."""
+    path = tmp_path / sidecar.SIDECAR_NAME
+    indexes = ("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'audit_log' "
+               "ORDER BY name")
+    made = [(f"audit_log_{name}",) for name in ("action", "at", "session", "undone")]
+    with sidecar.opened(path) as conn:
+        assert conn.execute(indexes).fetchall() == made
+        undone = sidecar.record_write(conn, "tag", {}, [{"message_id": "m"}], "s")
+        later = sidecar.record_write(conn, "tag", {}, [{"message_id": "m"}])
+        sidecar.mark_undone(conn, undone, later)
+        conn.executescript("""
+            ALTER TABLE audit_log DROP COLUMN mail_undone_upto;
+            PRAGMA user_version = 29;
+            """)
+    for _ in range(2):
+        with sidecar.opened(path) as conn:
+            assert conn.execute(indexes).fetchall() == made
+            rows = conn.execute("SELECT id, session, undone_upto, mail_undone_upto "
+                                "FROM audit_log ORDER BY id").fetchall()
+            assert rows == [(undone, "s", later, None), (later, None, None, None)]
+            entry = sidecar.write_left(conn, later)
+            assert entry is not None
+            [earlier] = sidecar.earlier_changes(conn, entry, ["m"])
+            assert (earlier.audit_id, earlier.undone_upto) == (undone, later)
+            conn.execute("PRAGMA user_version = 29")
+
 def test_whether_a_write_was_undone_after_a_later_one_is_read_from_its_index_if_there(
         tmp_path: Path) -> None:
     """earlier_changes first asks whether any entry before one was undone after it was made:

@@ -1231,6 +1231,32 @@ def test_a_contacts_write_between_an_undos_mail_revert_and_contacts_restore_coun
     assert BANK not in blocked_now(h.ctx.config) and h.count("tag:blocked") == 0
 
 
+def test_a_message_reverted_before_a_retry_counts_what_was_made_meanwhile_as_after(
+        h: Harness) -> None:
+    """Our read of two messages; mbsync renames one's file, so our undo reverts the other
+    first and re-indexes for the renamed one.  Meanwhile the user reads the other in mutt,
+    and another session marks it unread.  Their write was made after our undo had reverted
+    that message: their undo must leave it read, as mutt left it -- not take our undone
+    read for undone after their write was made, and keep it unread."""
+    _reindexing(h)
+    ours, theirs = _two_sessions(h)
+    writes.set_read(ours, [IN_NEW_NO_INFO, UNREAD_IN_CUR], True)
+    _renamed_by_mbsync(h, UNREAD_IN_CUR)
+    reindex = h.ctx.reindex
+    assert reindex is not None
+    between = []
+
+    def mutt_and_their_write_then_reindex() -> None:
+        assert "unread" in h.tags(IN_NEW_NO_INFO)  # our revert of it is done
+        h.env.notmuch("tag", "-unread", "--", f"id:{IN_NEW_NO_INFO}")  # read in mutt
+        between.append(h.shape(IN_NEW_NO_INFO))
+        writes.tag_emails(theirs, [IN_NEW_NO_INFO], add=["unread"])
+        reindex()
+    ours.reindex = mutt_and_their_write_then_reindex
+    assert not writes.undo_last_write(ours).errors and between
+    _their_undo_leaves(h, theirs, IN_NEW_NO_INFO, between[0])
+
+
 @pytest.mark.xfail(strict=True, reason="a write is recorded after notmuch's lock is released: "
                    "an undo between its commit and its record counts it as made after")
 def test_a_write_committed_before_an_undo_but_recorded_after_counts_as_made_before(

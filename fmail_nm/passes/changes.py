@@ -719,9 +719,10 @@ class Standing:
     its revert holds notmuch's write lock: a write recorded by then made its change before
     the revert, and stands (``later``); one recorded after made it after the revert -- or,
     rarely, just before, and was recorded late.  ``upto``, the newest entry then, is what
-    mark_undone records for the mail: read when the undo is recorded instead (after its
-    contact rows are put back, say), a write made after the revert but recorded first would
-    count as undone after (see UndoneBefore)."""
+    mark_undone records for each message the session reverted: read when the undo is
+    recorded instead (after its contact rows are put back, or a retry's revert, say), a
+    write made after the revert but recorded first would count as undone after (see
+    UndoneBefore)."""
 
     later: dict[str, LaterWrites] = field(default_factory=dict)
     earlier: dict[str, UndoneBefore] = field(default_factory=dict)
@@ -813,18 +814,19 @@ def _put_back(work: MessageWork, origin: str | None) -> None:
 
 
 def revert_step(changes: dict[str, dict[str, Any]],
-                seen: Callable[[WriteTxn], Standing] = lambda txn: Standing()) -> Step:
+                seen: Callable[[MessageWork], Standing] = lambda work: Standing()) -> Step:
     """Undo what an audit entry recorded for each message: moves back, then tags and origin.
     A message is done whole or not at all; only a file gone since (moved or deleted by
     another program) is left out, and what later writes changed since stands (the tags
     they changed, files they moved); what earlier writes undone since changed does not
-    come back -- both as ``seen`` says of the write session (called under notmuch's write
-    lock, see Standing).
+    come back -- both as ``seen`` says of the message in its write session (called under
+    notmuch's write lock, see Standing).
     :class:`PartlyDone` says exactly what was done."""
     def step(work: MessageWork) -> None:
-        past = seen(work.txn).earlier.get(work.mid, UndoneBefore())
+        read = seen(work)
+        past = read.earlier.get(work.mid, UndoneBefore())
         change = past.recorded(changes[work.mid])
-        since = seen(work.txn).later.get(work.mid, LaterWrites())
+        since = read.later.get(work.mid, LaterWrites())
         plan = (_revert_plan(work, change) if since.moved is None
                 else _RevertPlan(overtaken=[dest for _, dest in change["moves"]]))
         origin = work.txn.get_property(work.mid, ORIGIN_PROPERTY)
@@ -954,15 +956,21 @@ def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None,
                           f"cannot be reverted: {entry.params[NOT_UNDOABLE]}. Call "
                           "undo_last_write again to undo the write before it")
     changes = {c["message_id"]: c for c in entry.changes if "message_id" in c}
-    reads: list[Standing] = []
+    # Per message, the newest entry when its revert read what stands (see mark_undone).
+    read_upto: dict[str, int] = {}
 
     # Read by each write session's first message (see Standing): a retry after re-indexing
-    # reads again -- another session may have written meanwhile, before the retry's revert.
+    # reads again -- another session may have written meanwhile, before the retry's revert
+    # (and after the first session's: each message keeps the read its own revert went by).
     @functools.cache
-    def seen(txn: WriteTxn) -> Standing:
+    def read(txn: WriteTxn) -> Standing:
         with sidecar.opened(ctx.sidecar_file) as conn:
-            reads.append(standing(conn, entry))
-        return reads[-1]
+            return standing(conn, entry)
+
+    def seen(work: MessageWork) -> Standing:
+        now = read(work.txn)
+        read_upto[work.mid] = now.upto
+        return now
     report = run(ctx, list(changes), revert_step(changes, seen))
     if report.failed or report.stale:  # all or nothing: put the others back as they were
         back = _roll_back(ctx, report)
@@ -973,17 +981,17 @@ def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None,
             f"{mid}: {text}" for mid, text in back.errors) + " failed")
         raise ChangeError(f"nothing was undone ({why}){left}; the write can be undone once "
                           "that is fixed")
+    reverted = {mid: read_upto[mid] for mid in report.applied}
+
     def undone(conn: sqlite3.Connection) -> list[str]:
         if not entry.contact_rows or restore_rows is None:
-            # The last revert's read: a message retried counts what was made before it.
-            sidecar.mark_undone(conn, entry.id,
-                                reads[-1].upto if reads else sidecar.newest_entry(conn))
+            sidecar.mark_undone(conn, entry.id, max(reverted.values(), default=None)
+                                or sidecar.newest_entry(conn), reverted)
             return []
         kept = restore_rows(conn, entry)
         # Its rows were put back as its own read of what stands, just now, said; a write
         # recorded since its mail's revert read was made after that (see mark_undone).
-        sidecar.mark_undone(conn, entry.id, sidecar.newest_entry(conn),
-                            reads[-1].upto if reads else None)
+        sidecar.mark_undone(conn, entry.id, sidecar.newest_entry(conn), reverted)
         return kept
     try:
         kept = _recorded(ctx, f"the {entry.action} was undone, but the sidecar could not "

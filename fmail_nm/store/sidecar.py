@@ -786,8 +786,9 @@ CREATE INDEX audit_log_undone ON audit_log(undone_upto) WHERE undone_upto IS NOT
 """
 
 # Version 30: an entry whose mail was reverted before its contact rows records the newest
-# entry at its mail's revert too (``mail_undone_upto``): a write recorded between the two was
-# made after the one and before the other (see mark_undone).  NULL: as ``undone_upto``.
+# entry at its mail's revert too (``mail_undone_upto``; a message reverted before a retry's
+# re-index, in its change): a write recorded between the two was made after the one and
+# before the other (see mark_undone).  NULL: as ``undone_upto``.
 _V30 = """
 CREATE TABLE audit_log_new (
     id               INTEGER PRIMARY KEY,
@@ -1757,9 +1758,10 @@ NOT_UNDOABLE = "not_undoable"
 
 def _reverted_upto(key: str = "") -> str:
     """The newest entry an undo saw when it reverted the entry (see mark_undone) -- for a
-    change on a message, when it reverted the mail; NULL for one undo passed over (see
-    NOT_UNDOABLE)."""
-    upto = "coalesce(mail_undone_upto, undone_upto)" if key == "message_id" else "undone_upto"
+    change on a message (``c.value``), when it reverted that message; NULL for one undo
+    passed over (see NOT_UNDOABLE)."""
+    upto = ("coalesce(json_extract(c.value, '$.undone_upto'), mail_undone_upto, undone_upto)"
+            if key == "message_id" else "undone_upto")
     return f"CASE WHEN json_extract(params, '$.{NOT_UNDOABLE}') IS NULL THEN {upto} END"
 
 
@@ -1853,7 +1855,7 @@ def earlier_changes(conn: sqlite3.Connection, entry: AuditEntry, ids: Sequence[s
     # The partial index audit_log_undone answers this (``+id``: not the rowid's range, which
     # spans the whole log); named with INDEXED BY, the query would fail without it -- a
     # sidecar copied or mended without that index must still undo.  ``undone_upto`` is never
-    # before ``mail_undone_upto``: it answers for the mail too.
+    # before ``mail_undone_upto`` or a change's own: it answers for the mail too.
     if conn.execute("SELECT 1 FROM audit_log WHERE undone_upto >= ? "
                     f"AND +id < ? AND {_reverted_upto()} IS NOT NULL LIMIT 1",
                     (entry.id, entry.id)).fetchone() is None:
@@ -1868,15 +1870,33 @@ def newest_entry(conn: sqlite3.Connection) -> int:
 
 
 def mark_undone(conn: sqlite3.Connection, entry_id: int, upto: int,
-                mail_upto: int | None = None) -> None:
+                reverted: Mapping[str, int] | None = None) -> None:
     """Record entry ``entry_id`` undone, its undo having seen the entries up to ``upto``
     (:func:`newest_entry` as it read what stands): one recorded after that was made after
-    the undo, though recorded before this mark.  ``mail_upto``: as of its mail, when that
-    was reverted before its contact rows (whose ``upto`` then is the later)."""
+    the undo, though recorded before this mark.  ``reverted``: as of each message, per
+    Message-ID, where its revert read earlier (the mail before the contact rows, a message
+    before the re-index that a retry reverted others after): the newest in
+    ``mail_undone_upto``, an older one in its change's ``undone_upto``."""
+    reverted = reverted or {}
+    mail = max(reverted.values(), default=None)
     with transaction(conn):
+        older = {mid: at for mid, at in reverted.items() if at != mail}
+        if older:
+            _note_reverted(conn, entry_id, older)
         conn.execute("UPDATE audit_log SET undone_at = ?, undone_upto = ?, "
                      "mail_undone_upto = ? WHERE id = ?",
-                     (utc_stamp(), upto, mail_upto, entry_id))
+                     (utc_stamp(), upto, mail, entry_id))
+
+
+def _note_reverted(conn: sqlite3.Connection, entry_id: int, upto: Mapping[str, int]) -> None:
+    """Each change of entry ``entry_id`` on a message of ``upto`` records the newest entry at
+    its revert (read by _reverted_upto): rare, so kept in the change, not a column."""
+    (changes,) = conn.execute("SELECT changes FROM audit_log WHERE id = ?",
+                              (entry_id,)).fetchone()
+    noted = [{**c, "undone_upto": upto[c["message_id"]]} if c.get("message_id") in upto else c
+             for c in json.loads(changes)]
+    conn.execute("UPDATE audit_log SET changes = ? WHERE id = ?",
+                 (json.dumps(noted, ensure_ascii=False), entry_id))
 
 
 def sent_at(conn: sqlite3.Connection, ref: str) -> str | None:
