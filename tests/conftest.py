@@ -158,6 +158,15 @@ def run_init(mail_env: MailEnv, *, check: bool = True) -> subprocess.CompletedPr
     return mail_env.fmail(*args, check=check)
 
 
+@pytest.fixture(autouse=True)
+def runs_start_again() -> Iterator[None]:
+    """A server's shutdown leaves this process refusing mbsync and msmtp check runs for good
+    (mbsync.stop_running's ``final``): the next test, in the same process, starts afresh."""
+    yield
+    from fmail_nm.service import mbsync
+    mbsync._refusing = False
+
+
 @pytest.fixture(scope="session", autouse=True)
 def fmail_nm_compiled_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Every Python the tests start (CLI runs, notmuch hooks, MCP servers, index workers:

@@ -1079,3 +1079,61 @@ def test_backoff_doubles_within_bounds() -> None:
     assert backoff_delay(180, 1) == 360
     assert backoff_delay(180, 10) == 1800
     assert backoff_delay(3600, 5) == 3600  # never less than the interval
+
+
+# ---------------------------------------------------------------------------------------------
+# Ctrl-C and SIGTERM while a command's notmuch new indexes
+
+
+def _notmuch_new_of(pid: int) -> int | None:
+    """The pid of the `notmuch new` process ``pid`` started, once it has done some work (a
+    few tenths of a second of CPU: past its start, indexing)."""
+    for child in os.listdir("/proc"):
+        try:
+            args = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            fields = Path(f"/proc/{child}/stat").read_text().rpartition(")")[2].split()
+        except (OSError, ValueError):
+            continue
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        if int(fields[1]) == pid and b"notmuch" in args[0] and b"new" in args and cpu > 0.3:
+            return int(child)
+    return None
+
+
+@pytest.mark.parametrize("command", ["index", "sync"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C", "SIGTERM"])
+def test_ctrl_c_or_sigterm_stops_the_commands_notmuch_new(
+        indexed: MailEnv, command: str, sig: signal.Signals) -> None:
+    """Ctrl-C (SIGINT to the terminal's process group) or SIGTERM (systemd, `timeout`: to the
+    command alone) while the command's notmuch new indexes: the command stops it politely,
+    so it keeps what it indexed, and is gone no later than it -- a notmuch new left behind
+    indexes on, and runs its post-new hook, after the command has said it stopped."""
+    bulk = indexed.mail_root / "work" / "INBOX" / "new"
+    total = 8000
+    for n in range(total):
+        (bulk / f"1796700000.{n}_1.host").write_bytes(
+            message(f"bulk-{n}@example.net", "bulkword") + b"body words " * 100)
+    cmd = subprocess.Popen([sys.executable, "-m", "fmail_nm", command],
+                           env={**os.environ, **indexed.env}, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, process_group=0)
+    try:
+        new = wait_for(lambda: _notmuch_new_of(cmd.pid), "the command's notmuch new to index")
+        if sig == signal.SIGINT:
+            os.killpg(cmd.pid, sig)  # the terminal's Ctrl-C: the foreground process group
+        else:
+            cmd.send_signal(sig)
+        _, err = cmd.communicate(timeout=WAIT)
+        left_running = not _gone(new)
+    finally:
+        cmd.kill()
+        cmd.wait()
+    assert not left_running, f"notmuch new ran on after `fmail-nm {command}` exited: {err}"
+    assert cmd.returncode != 0
+    if sig == signal.SIGTERM:
+        assert cmd.returncode == -signal.SIGTERM, err
+        assert err.strip().splitlines()[-1].startswith("fmail-nm: stopped (SIGTERM)"), err
+    assert 0 < count("subject:bulkword") < total  # what it indexed is kept
+    indexed.fmail("index", "--quiet")  # the next run does the rest
+    assert count("subject:bulkword") == total
+    check = indexed.fmail("sidecar", "check", check=False)
+    assert check.returncode == 0 and "sidecar matches notmuch" in check.stdout, check.stdout

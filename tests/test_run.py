@@ -17,7 +17,7 @@ import pytest
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from .conftest import MailEnv, search_rows
+from .conftest import MailEnv, notmuch_lock_held, search_rows
 from .imapbed import free_port
 
 TOKEN = "run-test-token"
@@ -155,6 +155,63 @@ def test_sigterm_during_a_burst_leaves_index_files_and_sidecar_in_step(
     assert indexed.notmuch("count", "subject:burst AND tag:new").stdout.strip() == "0"
     assert len(list(inbox_new.iterdir())) + len(list((inbox_new.parent / "cur").iterdir())) >= 300
     assert indexed.fmail("sidecar", "check").stdout.strip().endswith("sidecar matches notmuch")
+
+
+def _notmuch_new_of(pid: int) -> int | None:
+    for child in os.listdir("/proc"):
+        try:
+            args = open(f"/proc/{child}/cmdline", "rb").read().split(b"\0")
+            ppid = int(open(f"/proc/{child}/stat").read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError):
+            continue
+        if ppid == pid and b"notmuch" in args[0] and b"new" in args:
+            return int(child)
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:  # a zombie is gone: it does nothing more
+        return open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait(predicate: Any, what: str, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return value
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_second_stop_signal_during_shutdown_leaves_the_shutdown_to_finish(
+        indexed: MailEnv, service: tuple[subprocess.Popen[str], str], sig: signal.Signals) -> None:
+    """A SIGTERM (or Ctrl-C) repeated while the service shuts down (here: waiting for an index
+    run whose notmuch new waits for a lock another program holds) is ignored: the shutdown is
+    bounded well within systemd's stop timeout, and raised in the middle of it the signal
+    skipped the steps that end the service's own runs and mark it stopped."""
+    proc, _ = service
+    with notmuch_lock_held() as holder:
+        (indexed.mail_root / "personal" / "INBOX" / "new" / "1796300000.1_1.host").write_bytes(
+            ARRIVAL)
+        new = _wait(lambda: _notmuch_new_of(proc.pid), "the index run's notmuch new")
+        proc.send_signal(sig)
+        seen = []
+        assert proc.stdout is not None
+        while not (line := proc.stdout.readline()).startswith("fmail-nm: INFO: stopping:"):
+            assert line, f"the service ended before its shutdown said so: {''.join(seen)}"
+            seen.append(line)
+        assert proc.poll() is None  # still waiting for the index run
+        proc.send_signal(sig)
+        out = "".join(seen) + proc.communicate(timeout=120)[0]
+        left_running = _alive(new)
+        holder.release()
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out, out
+    assert not left_running, out
+    stopped = indexed.fmail("status", check=False)
+    assert stopped.returncode == 3 and "not running" in stopped.stdout.lower(), stopped.stdout
 
 
 def test_the_systemd_unit_lets_the_service_stop_its_own_runs() -> None:

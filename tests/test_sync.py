@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from fmail_nm.config import ConfigError
-from fmail_nm.service import cycle, mbsync
+from fmail_nm.service import cycle, mbsync, send
 from fmail_nm.service.push import PushScheduler
 
 from .conftest import MailEnv, notmuch_lock_held
@@ -292,6 +292,22 @@ def test_a_run_stopped_at_shutdown_does_not_wait_for_a_child_holding_its_pipes(
     finally:
         _end_holder(pid_file)
         worker.join(30)
+
+
+def test_no_run_starts_once_the_shutdown_has_ended_the_runs(sync_bed: SyncBed) -> None:
+    """The shutdown's last stop_running ends the runs still going, and the process exits:
+    a run started after it -- a push going on to its next account, an account being added
+    by a tool call the shutdown left to finish, going on to its SMTP check or its pull --
+    outlived the service, in a session of its own.  It is refused instead, saying why."""
+    seed_standard(sync_bed)
+    sync_bed.init()
+    mbsync.stop_running(final=True)
+
+    (run,) = mbsync.run_mbsync(sync_bed.config(), ACCOUNT, "pull")
+    with pytest.raises(send.StoppedAtShutdown, match="shutting down"):
+        send.run_to_end(["msmtp", "--version"], None, 30, stoppable=True)
+
+    assert not run.ok and run.returncode is None and run.error == mbsync.STOPPED  # not started
 
 
 def test_a_config_only_at_xdg_isyncrc_is_the_one_mbsync_is_given(synced_bed: SyncBed) -> None:

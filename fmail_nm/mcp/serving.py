@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -90,21 +91,46 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
     try:
         yield server
     finally:
-        # Tool calls move files on the service's thread: stop it before the background stops
-        # -- and stop the background whatever closing the service ran into.
-        try:
-            service.close()
-        finally:
-            if background is not None:
-                background.stop()
-            if pusher is not None and record is not None:
-                _close_pusher(pusher, record)
-            # What the bounded waits above left running (a push hung on a silent server, an
-            # account check of a tool call) is in a session of its own, which outlives this
-            # process.  Sends are not among them: ended midway, a send may or may not have gone.
-            if stopped := stop_running():
-                log.warning("shutdown: stopped %d mbsync or msmtp check run(s) still going "
-                            "(mbsync takes an interrupted run up again)", stopped)
+        with _stop_signals_ignored():
+            # Tool calls move files on the service's thread: stop it before the background
+            # stops -- and stop the background whatever closing the service ran into.
+            try:
+                service.close()
+            finally:
+                if background is not None:
+                    background.stop()
+                if pusher is not None and record is not None:
+                    _close_pusher(pusher, record)
+                # What the bounded waits above left running (a push hung on a silent server,
+                # an account check of a tool call) is in a session of its own, which outlives
+                # this process.  Sends are not among them: ended midway, a send may or may not
+                # have gone.  None starts after this (a push's next account, a tool call left
+                # running going on to its pull): it would outlive us.
+                if stopped := stop_running(final=True):
+                    log.warning("shutdown: stopped %d mbsync or msmtp check run(s) still going "
+                                "(mbsync takes an interrupted run up again)", stopped)
+
+
+@contextlib.contextmanager
+def _stop_signals_ignored() -> Iterator[None]:
+    """SIGTERM and Ctrl-C ignored while the server shuts down.  The shutdown is bounded
+    (Background.stop's timeout, then what is left is ended), well within the time systemd
+    gives a stop before its SIGKILL; a repeated signal raised in the middle of it skipped the
+    very steps that end the runs living in sessions of their own -- notmuch new, mbsync,
+    which outlive us -- and mark the service stopped.  So a second Ctrl-C does not stop
+    faster; SIGKILL still does, leaving those runs behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN)
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    log.info("stopping: runs in progress get a bounded time to finish; SIGTERM and Ctrl-C "
+             "are ignored until the service has stopped")
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _close_pusher(pusher: PushScheduler, record: ServerPushRecord) -> None:

@@ -272,15 +272,25 @@ def kill_group(proc: subprocess.Popen[Any], sig: signal.Signals = signal.SIGKILL
 _running: set[subprocess.Popen[Any]] = set()
 _stopped: set[subprocess.Popen[Any]] = set()
 _running_lock = threading.Lock()
+# Set by the shutdown's last stop_running: a run started after it (the next account of a
+# push, a tool call the shutdown left to finish going on to its pull) would outlive us.
+_refusing = False
 STOP_GRACE = 2.0  # seconds between SIGTERM and SIGKILL for a run stop_running ends
 STOPPED = "mbsync was stopped: fmail-nm was shutting down"  # what such a run reports
 
 
+class StoppedAtShutdown(BackendError):
+    """A run the service's shutdown ended (see :func:`stop_running`), or refused to start."""
+
+
 def start_tracked(argv: list[str], **popen: Any) -> subprocess.Popen[Any]:
-    """Start a run that the service's shutdown ends (see :func:`stop_running`) if still going.
-    Started and tracked under the lock stop_running takes: a run tracked only once Popen
-    returned could be talking to its server already, and a shutdown meanwhile missed it."""
+    """Start a run that the service's shutdown ends (see :func:`stop_running`) if still going;
+    StoppedAtShutdown once the shutdown has ended the runs for good.  Started and tracked
+    under the lock stop_running takes: a run tracked only once Popen returned could be
+    talking to its server already, and a shutdown meanwhile missed it."""
     with _running_lock:
+        if _refusing:
+            raise StoppedAtShutdown(f"{argv[0]} was not started: fmail-nm was shutting down")
         proc = subprocess.Popen(argv, **popen)
         _running.add(proc)
     return proc
@@ -295,13 +305,16 @@ def untrack(proc: subprocess.Popen[Any]) -> bool:
     return stopped
 
 
-def stop_running(grace: float = STOP_GRACE) -> int:
+def stop_running(grace: float = STOP_GRACE, *, final: bool = False) -> int:
     """End every run of this process still going (mbsync's, and msmtp's checks) -- the
     service's shutdown, once its deadline has passed: SIGTERM to each run's session, SIGKILL
     to those still there after ``grace`` seconds.  mbsync takes an interrupted run up again
-    from its journal.  The runs report that they were stopped.  Returns how many there
-    were."""
+    from its journal.  The runs report that they were stopped.  ``final``: the process is
+    ending, and no run starts from now on (:func:`start_tracked` refuses).  Returns how many
+    there were."""
+    global _refusing
     with _running_lock:
+        _refusing = _refusing or final
         procs = [proc for proc in _running if proc.poll() is None]
         _stopped.update(procs)
     for proc in procs:
@@ -388,6 +401,8 @@ def execute(argv: list[str], timeout: float, *, keep_output: bool = False) -> tu
         raise MbsyncNotInstalled(f"mbsync could not be started: {argv[0]} not found") from None
     except OSError as exc:
         return None, f"mbsync could not be started: {exc}"
+    except StoppedAtShutdown:
+        return None, STOPPED
     try:
         stdout, stderr = _output(proc, timeout)
     except subprocess.TimeoutExpired:

@@ -31,7 +31,7 @@ from ..store.query import clean_id
 from ..tools import compose
 from ..tools.compose import DraftResult, Outgoing
 from ..tools.reads import Mailbox
-from .mbsync import kill_group, start_tracked, untrack
+from .mbsync import StoppedAtShutdown, kill_group, start_tracked, untrack
 
 # Options by which a command picks the envelope sender itself: then no -f is added.
 _CHOOSES_SENDER = ("-f", "--from", "--read-envelope-from")
@@ -46,10 +46,6 @@ class SendRefused(CallerError):
 
 class SendFailed(BackendError):
     """The send command failed; nothing was filed and the draft is kept."""
-
-
-class StoppedAtShutdown(BackendError):
-    """A command :func:`run_to_end` ran as ``stoppable`` was ended by the service's shutdown."""
 
 
 def command_for(config: Config, account: Account) -> tuple[str, ...]:
@@ -126,9 +122,9 @@ def run_to_end(argv: list[str], data: bytes | None, timeout: float, *,
     pipe's end waited past the command's exit -- a message sent was reported as maybe sent.
     The command runs in a session of its own, ended whole when it takes too long (a password
     command that hangs goes with it); TimeoutExpired then.  A ``stoppable`` one (a check,
-    which sends nothing) is ended by the service's shutdown as an mbsync run is
-    (:func:`~fmail_nm.service.mbsync.stop_running`); StoppedAtShutdown then.  A send is not:
-    ended midway, it may or may not have sent."""
+    which sends nothing) is ended by the service's shutdown as an mbsync run is, or not
+    started once it is under way (:func:`~fmail_nm.service.mbsync.stop_running`);
+    StoppedAtShutdown then.  A send is not: ended midway, it may or may not have sent."""
     with tempfile.TemporaryFile() as said:
         streams: dict[str, Any] = dict(
             stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,

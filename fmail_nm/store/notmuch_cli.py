@@ -7,6 +7,7 @@ in :mod:`fmail_nm.store.notmuch`.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pty
@@ -112,18 +113,18 @@ class NewResult:
 # After SIGINT, notmuch new commits what it has indexed and exits (on SIGTERM it dies with
 # all of it); this long, then SIGKILL.
 NEW_STOP_GRACE = 5.0
-# The runs of this process in a session of their own (those with a timeout) still going, and
-# those of them stop_new_runs ended: out of reach of a signal to the service's process group,
-# one left behind would index on after the service is gone -- the pass that follows it left to
-# the service.
+# The runs of this process still going, each in a session of its own, and those of them
+# stop_new_runs ended: out of reach of a signal to the service's process group, one left
+# behind would index on after the service is gone -- the pass that follows it left to the
+# service.
 _running: set[subprocess.Popen[bytes]] = set()
 _stopped: set[subprocess.Popen[bytes]] = set()
 _running_lock = threading.Lock()
 
 
 def stop_new_runs() -> int:
-    """Stop every ``notmuch new`` of this process still going in a session of its own -- the
-    service's shutdown, once its deadline has passed; how many were stopped."""
+    """Stop every ``notmuch new`` of this process still going -- the service's shutdown, once
+    its deadline has passed; how many were stopped."""
     with _running_lock:
         procs = [proc for proc in _running if proc.poll() is None]
         _stopped.update(procs)
@@ -139,17 +140,18 @@ def _time_out(proc: subprocess.Popen[bytes], timed_out: threading.Event) -> None
 
 def _stop_new(proc: subprocess.Popen[bytes]) -> None:
     """Stop a ``notmuch new``, its hooks included (its own process group): politely first,
-    because notmuch new commits what it indexed on SIGINT."""
-    for sig in (signal.SIGINT, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
-            proc.wait(timeout=NEW_STOP_GRACE)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    because notmuch new commits what it indexed on SIGINT; SIGKILL after NEW_STOP_GRACE, or
+    at once when a second Ctrl-C or SIGTERM cuts the wait short (it then propagates)."""
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=NEW_STOP_GRACE)
+    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
+        pass
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
@@ -168,8 +170,11 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
 
     ``timeout`` bounds the whole run -- also the silent wait while another program holds the
     write lock (retry_lock prints nothing): notmuch new and its hooks are then stopped and the
-    result says ``timed_out``.  With a timeout the child gets its own process group (so the
-    hooks can be stopped with it); without one it stays in ours, so Ctrl-C reaches it.
+    result says ``timed_out``.  The child runs in a session of its own, so that its hooks are
+    stopped with it, and neither Ctrl-C nor a SIGTERM to us reaches it: on either (a
+    KeyboardInterrupt here, the CLI's ``_Terminated`` included) it is stopped as at a timeout,
+    waited for, and the exception goes on -- never left indexing, and running its hooks,
+    after we are gone.
 
     ``full_scan`` lists every folder, not only those whose mtime changed since notmuch
     recorded it: on kernels with fine-grained file times (Linux 6.13 on) a folder's mtime can
@@ -182,17 +187,16 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
         argv.append("--no-hooks")
     if full_scan:
         argv.append("--full-scan")
-    own_group = timeout is not None
     child_env = {**os.environ, **env} if env else None
     if as_tty:
         master, slave = pty.openpty()
         proc = subprocess.Popen(argv, stdout=slave, stderr=slave, stdin=subprocess.DEVNULL,
-                                close_fds=True, start_new_session=own_group, env=child_env)
+                                close_fds=True, start_new_session=True, env=child_env)
         os.close(slave)
         chunks = _pty_chunks(master)
     else:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=own_group,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
                                 env=child_env)
         stdout = cast(io.BufferedReader, proc.stdout)  # a pipe: stdout=PIPE above
         chunks = iter(lambda: stdout.read1(4096), b"")
@@ -203,22 +207,23 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
         timer = threading.Timer(timeout, _time_out, args=(proc, timed_out))
         timer.daemon = True
         timer.start()
-        with _running_lock:
-            _running.add(proc)
+    with _running_lock:
+        _running.add(proc)
     lines: list[str] = []
     try:
         for line in _split_progress(chunks):
             lines.append(line)
             if on_line is not None:
                 on_line(line)
+        proc.wait(timeout=CLI_TIMEOUT)
+    except BaseException:
+        _stop_new(proc)  # with the terminal still open: its last words do not fail it
+        raise
     finally:
         if timer is not None:
             timer.cancel()
         if as_tty:
             os.close(master)
-    try:
-        proc.wait(timeout=CLI_TIMEOUT)
-    finally:
         with _running_lock:
             _running.discard(proc)
             shut_down = proc in _stopped
