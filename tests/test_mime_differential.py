@@ -312,6 +312,25 @@ def test_address_lists_read_as_the_stdlib_reads_them(value: str) -> None:
     assert _bare_addresses(value) == (theirs if value in BARE_LISTS else None)
 
 
+# Address lists near bare ones: around an address, blanks the stdlib skips or keeps (CR, LF,
+# vertical tab, no-break space, line separator); in one, letters outside ASCII (the Kelvin sign,
+# which [A-Za-z] would match under IGNORECASE), stray dots, dashes, a domain literal, specials.
+AROUND = ["", " ", "\t", " \t", "\r", "\n", "\r\n ", "\x0b", "\xa0", "\u2028", ".", "(c)", "<", ">"]
+LOCAL_PARTS = ["a", "a.b", "A_B+c-d", "-", "a..b", ".a", "a.", "\u212a", "\xe9", '"a"', "a b", ""]
+DOMAINS = ["b", "b.c", "D-E.F", "1.2.3.4", "-", "-b", "b-", "b..c", ".b", "b.", "[1.2.3.4]", "b_c",
+           "b+c", "\u212a", "b c", ""]
+NEAR_BARE_ADDRESS = st.tuples(st.sampled_from(AROUND), st.sampled_from(LOCAL_PARTS),
+                              st.sampled_from(["@", "@@", ""]), st.sampled_from(DOMAINS),
+                              st.sampled_from(AROUND)).map("".join)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(value=st.lists(NEAR_BARE_ADDRESS, min_size=1, max_size=4).map(",".join))
+def test_a_list_read_as_bare_addresses_is_read_as_the_stdlib_reads_it(value: str) -> None:
+    bare = _bare_addresses(value)
+    assert bare is None or bare == email.utils.getaddresses([value])
+
+
 # ------------------------------------------------------------------------------------------
 # The fixture mail
 

@@ -44,7 +44,7 @@ from ..config import ROOT_FOLDER, Config
 from ..errors import BackendError
 from ..flock import flock_within
 from ..message.headers import (Address, HeaderInfo, canonical_address, ends_head,
-                               is_own_address, list_author, list_rewrote, parse_headers,
+                               is_own_address, list_rewrote, parse_headers,
                                read_head, search_forms, via_name)
 from ..message.mime import parse_summary
 from ..message.text import preview, preview_html_text
