@@ -727,14 +727,16 @@ def _terminate(signum: int, frame: object) -> None:
     raise _Terminated
 
 
-def _exit_terminated() -> int:
-    """End the process by SIGTERM itself, as Python does on a Ctrl-C nothing caught: a
-    shell sees 143, systemd a clean stop (an exit status of 143 is a failure to it)."""
-    print("fmail-nm: stopped (SIGTERM)", file=sys.stderr, flush=True)
+def _exit_by(signum: signal.Signals) -> int:
+    """End the process by the signal that stopped it, as Python does on a Ctrl-C nothing
+    caught, after one line instead of a traceback: a shell sees 128 + the signal, systemd a
+    clean stop on SIGTERM (an exit status of 143 is a failure to it)."""
+    name = "Ctrl-C" if signum == signal.SIGINT else signum.name
+    print(f"fmail-nm: stopped ({name})", file=sys.stderr, flush=True)
     sys.stdout.flush()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
-    return 128 + signal.SIGTERM  # not reached
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    return 128 + signum  # not reached
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -746,7 +748,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return func(args)
     except _Terminated:
-        return _exit_terminated()
+        return _exit_by(signal.SIGTERM)
+    except KeyboardInterrupt:  # what the command started is already stopped (see _Terminated)
+        log.debug("details", exc_info=True)
+        return _exit_by(signal.SIGINT)
     # One line each; --verbose shows the traceback.  Exit 2: the command can be fixed (a bad
     # argument, a file that is not there); exit 1: the machinery failed (see errors.py).
     except CallerError as exc:

@@ -906,6 +906,15 @@ def test_stop_ends_an_mbsync_run_hung_on_a_silent_server(
         assert "fmail-nm was shutting down" in (acct.last_pull.error or "")
 
 
+def _ends_by(cmd: subprocess.Popen[str], err: str, sig: signal.Signals) -> None:
+    """The command ended by the signal that stopped it (128 + it in a shell; a clean stop to
+    systemd on SIGTERM), saying so in one line -- no traceback for a Ctrl-C."""
+    assert cmd.returncode == -sig, err
+    name = "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"
+    assert err.strip().splitlines()[-1].startswith(f"fmail-nm: stopped ({name})"), err
+    assert "Traceback" not in err, err
+
+
 @pytest.mark.imap
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_ctrl_c_or_sigterm_in_sync_ends_its_mbsync(
@@ -930,9 +939,7 @@ def test_ctrl_c_or_sigterm_in_sync_ends_its_mbsync(
             sync.wait()
         assert sync.returncode != 0
         wait_for(lambda: not _mbsync_runs_with(bed.mbsync_config), "mbsync to end")
-        if sig == signal.SIGTERM:
-            assert sync.returncode == -signal.SIGTERM
-            assert err.strip().splitlines()[-1].startswith("fmail-nm: stopped (SIGTERM)"), err
+        _ends_by(sync, err, sig)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1129,9 +1136,7 @@ def test_ctrl_c_or_sigterm_stops_the_commands_notmuch_new(
         cmd.wait()
     assert not left_running, f"notmuch new ran on after `fmail-nm {command}` exited: {err}"
     assert cmd.returncode != 0
-    if sig == signal.SIGTERM:
-        assert cmd.returncode == -signal.SIGTERM, err
-        assert err.strip().splitlines()[-1].startswith("fmail-nm: stopped (SIGTERM)"), err
+    _ends_by(cmd, err, sig)
     assert 0 < count("subject:bulkword") < total  # what it indexed is kept
     indexed.fmail("index", "--quiet")  # the next run does the rest
     assert count("subject:bulkword") == total
