@@ -1508,6 +1508,30 @@ def test_a_raw_8bit_from_sends_from_the_address_the_header_shows(bed: Bed, case:
     assert len(bed.files_with(sent, mid)) == 1
 
 
+def test_a_raw_8bit_draft_saved_again_keeps_the_addresses_its_header_shows(bed: Bed) -> None:
+    """Saved again (an edit of its text), another client's draft had its From, To and Cc
+    rebuilt from the raw bytes, read otherwise than the header the send path reads in the
+    draft's charset (a Shift_JIS letter's second byte a backslash escaping a quote): its From
+    went from the address shown first to the other, its To lost one of the two it showed.
+    They are read as the send path reads them."""
+    bed.put_draft("1800000828.mutt.host:2,DS", (
+        b'From: "\x83\x5c" <alex@example.org> "<amorgan@acme.test>"\n'
+        b'To: "\x83\x5c" <bob@example.com> "<eve@example.net>"\n'
+        b"Subject: x\nMessage-ID: <resave@example.org>\n"
+        b"MIME-Version: 1.0\nContent-Type: text/plain; charset=shift_jis\n"
+        b"Content-Transfer-Encoding: 8bit\n\nhi\n"))
+    compose.save_draft(bed.ctx, body="edited", draft_id="resave@example.org")
+    (path,) = bed.files_with(bed.drafts, "resave@example.org")
+    saved = parse(path.read_bytes())
+    assert saved["from"].addresses[0].addr_spec == "alex@example.org"
+    assert [a.addr_spec for a in saved["to"].addresses] == ["bob@example.com",
+                                                            "eve@example.net"]
+    send.send_draft(bed.ctx, "resave@example.org")
+    (got,) = bed.smtp.received
+    assert got.mail_from == "alex@example.org"
+    assert list(got.rcpt_tos) == ["bob@example.com", "eve@example.net"]
+
+
 def test_a_name_a_raw_8bit_address_header_gives_in_a_comment_goes_out(bed: Bed) -> None:
     """An address whose name is in a comment ("js@example.com (Jörg Smith)", as older mail
     clients write it) went out with no name at all where the header was written again for
@@ -2097,6 +2121,44 @@ def q_word(text: str) -> str:
     return "=?utf-8?q?" + "".join(c if c.isalnum() else f"={ord(c):02X}" for c in text) + "?="
 
 
+# A Bcc after a line the email package takes for the end of the header block: "Bcc :" (the
+# space RFC 5322's obsolete syntax allows), a line without a colon before it.
+BCC_PAST_A_NON_HEADER = {"space-colon": b"Bcc : Hidden <hidden@example.com>\r\n",
+                         "no-colon": b"X garbled line\r\nBcc: hidden@example.com\r\n"}
+
+
+@pytest.mark.parametrize("case", list(BCC_PAST_A_NON_HEADER))
+def test_a_forward_does_not_reveal_a_bcc_after_a_line_that_is_no_header(
+        bed: Bed, case: str) -> None:
+    """The email package ends the header block at such a line and writes the rest as the
+    body: the attached message went out with its Bcc as text the recipients read (its To and
+    Subject too).  It goes as its bytes but for its Bcc lines, as mail the package cannot
+    read does."""
+    mid = f"bcc-{case}@example.net"
+    bed.receive(malformed(mid, b"").replace(b"\n", b"\r\n").replace(
+        b"Subject:", BCC_PAST_A_NON_HEADER[case] + b"Subject:"))
+    forward = compose.forward_email(bed.ctx, mid, ["frank@example.com"], "FYI")
+    send.send_draft(bed.ctx, forward.message_id)
+    got = bed.smtp.received[-1]
+    (copy,) = bed.files_with(bed.sent, forward.message_id)
+    for data in (got.data, copy.read_bytes()):
+        (part,) = list(parse(data).iter_attachments())
+        inner = part.get_content()
+        inner = inner.as_bytes() if isinstance(inner, EmailMessage) else inner
+        assert b"hidden@example.com" not in inner and b"Subject: odd" in inner
+
+
+@pytest.mark.parametrize("case", list(BCC_PAST_A_NON_HEADER))
+def test_a_draft_with_a_bcc_after_a_line_that_is_no_header_is_refused_and_kept(
+        bed: Bed, case: str) -> None:
+    """The draft went out with that line and every header after it as its text: the Bcc
+    named to all, and not sent to.  It is refused, the draft kept."""
+    mid = f"draft-bcc-{case}@example.org"
+    bed.put_draft(f"1800000870.{case}.host:2,DS", malformed(mid, b"").replace(
+        b"\n", b"\r\n").replace(b"Subject:", BCC_PAST_A_NON_HEADER[case] + b"Subject:"))
+    bed.refused_send(mid, "no header")
+
+
 def no_header_line(data: bytes, name: bytes) -> bool:
     head = data.split(b"\r\n\r\n", 1)[0]
     return not any(line.lower().startswith(name + b":") for line in head.split(b"\r\n"))
@@ -2340,13 +2402,23 @@ def test_mail_with_hundreds_of_nested_parts_reads_replies_and_forwards(
     assert (part.get_content_type(), part.get_content()) == ("application/octet-stream", data)
 
 
+# Ways to hold mail: as it is, attached (message/rfc822), attached in a multipart.
+WRAPPED = {"none": lambda data: data,
+           "attached": lambda data: b"Content-Type: message/rfc822\r\n\r\n" + data,
+           "in-multipart": lambda data: (
+               b"Content-Type: multipart/mixed; boundary=w\r\n\r\n--w\r\n"
+               b"Content-Type: message/rfc822\r\n\r\n" + data + b"\r\n--w--\r\n")}
+
+
+@pytest.mark.parametrize("wrapped", list(WRAPPED))
 @pytest.mark.parametrize("depth", [33, 900])
 def test_mail_nested_past_32_levels_is_attached_as_its_bytes_before_the_email_package_reads_it(
-        monkeypatch: pytest.MonkeyPatch, depth: int) -> None:
+        monkeypatch: pytest.MonkeyPatch, depth: int, wrapped: str) -> None:
     """Forwarding mail nested 900 deep spent over a second in the email package's parser
     before the depth check sent it as its bytes: fmail-nm's own splitter, which follows 32
-    levels, decides first -- the email package is not asked (here: it would fail)."""
-    data = nested("deep-part@example.net", depth)
+    levels, decides first -- the email package is not asked (here: it would fail).  Inside
+    an attached message too, which the splitter did not follow: the package parsed it."""
+    data = WRAPPED[wrapped](nested("deep-part@example.net", depth))
 
     def unasked(data: bytes, whose: object, read: object = None) -> None:
         raise AssertionError("the email package parsed mail nested past 32 levels")
@@ -2356,17 +2428,20 @@ def test_mail_nested_past_32_levels_is_attached_as_its_bytes_before_the_email_pa
     assert (part.get_content_type(), part.get_content()) == ("application/octet-stream", data)
 
 
-def test_the_depth_check_before_parsing_counts_multiparts_only() -> None:
-    """Up to 32 levels (a forward adds two: the email package's check reads 30) and
-    message/rfc822 chains are left to the email package's own check, after it parsed them."""
+def test_the_depth_check_before_parsing_counts_levels_as_the_email_package_does() -> None:
+    """Up to 32 levels (a forward adds two: the email package's check reads 30) are left to
+    the email package; an attached message is a level, as the package counts it."""
     shallow = nested("shallow@example.net", 30)
     assert compose.message_part(shallow, "s.eml").get_content_type() == "message/rfc822"
     chain = b"Content-Type: text/plain\r\n\r\nhi\r\n"
     for level in range(40):
         chain = b"Content-Type: message/rfc822\r\n\r\nSubject: %d\r\n" % level + chain
+    assert mime.nested_past_max_depth(chain)
     assert compose.message_part(chain, "c.eml").get_content_type() == "application/octet-stream"
     for depth, deep in ((31, False), (32, False), (33, True)):
         assert mime.nested_past_max_depth(nested("d@example.net", depth)) is deep
+        attached = WRAPPED["attached"](nested("d@example.net", depth - 1))
+        assert mime.nested_past_max_depth(attached) is deep
 
 
 def test_a_draft_with_parts_nested_hundreds_deep_is_refused_and_kept(bed: Bed) -> None:

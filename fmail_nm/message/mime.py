@@ -327,14 +327,19 @@ def _parse_entity(
 
 
 def nested_past_max_depth(raw: bytes) -> bool:
-    """Whether a message's multiparts nest deeper than MAX_DEPTH, as this module splits them:
-    milliseconds where the email package's parser takes seconds on hundreds of levels.  Its
-    message/rfc822 parts are not followed (their text is not split here)."""
+    """Whether a message's parts nest deeper than MAX_DEPTH, as this module splits them:
+    milliseconds where the email package's parser takes seconds on hundreds of levels.  An
+    attached message (message/*, whose text the email package parses as a message) is a
+    level, as the package counts it: hostile mail wrapped in one nests as deep."""
     stack = [(parse_entity(raw, []), 0)]
     while stack:
         entity, depth = stack.pop()
-        if depth >= MAX_DEPTH and _content_type(entity.headers).startswith("multipart/"):
-            return True  # the multipart left unsplit (_split_children)
+        ctype = _content_type(entity.headers)  # as written: _split_children retypes a multipart
+        attached = ctype.startswith("message/")
+        if depth >= MAX_DEPTH and (attached or ctype.startswith("multipart/")):
+            return True  # the multipart left unsplit (_split_children), or not followed here
+        if attached:
+            stack.append((parse_entity(entity.body, []), depth + 1))
         stack += [(child, depth + 1) for child in entity.children]
     return False
 

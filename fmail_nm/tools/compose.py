@@ -391,9 +391,8 @@ def message_part(raw: bytes, filename: str) -> MIMEPart:
     go out: its Bcc and Resent-Bcc (the user's own Sent copy keeps one, which would tell the
     new recipients who had it blind), and lines over 998 bytes, re-encoded (the same content).
     One the email package fails on goes as its bytes (see _opaque_message_part)."""
-    # Mail nested hundreds deep, which the email package would spend seconds parsing before
-    # _parsed refuses it.  A chain of attached messages is not counted here: the package
-    # parses one such chain in a fraction of that, and _parsed counts its levels.
+    # Mail nested hundreds deep (an attached message's parts too), which the email package
+    # would spend seconds parsing before _parsed refuses it.
     if nested_past_max_depth(raw):
         return _opaque_message_part(raw, filename)
     try:
@@ -517,6 +516,12 @@ def _parsed(data: bytes, whose: _Source, read: Set[str] = _WRITTEN_HEADERS) -> E
         raise ComposeError(f"{whose.name}: a Content-Type or Content-Transfer-Encoding header "
                            f"in it is malformed, which fmail-nm cannot read; {whose.remedy}"
                            ) from None
+    # A line that is no header ("Bcc : a@b.example", the space RFC 5322's obsolete syntax
+    # allows, or one without a colon) ends the header block for the email package, which
+    # writes the lines after it as text: a Bcc among them would go out for all to read.
+    if any(isinstance(d, email.errors.MissingHeaderBodySeparatorDefect) for d in msg.defects):
+        raise ComposeError(f"{whose.name} has a line in its header block that is no header "
+                           f"(\"Name: value\"), which fmail-nm cannot read; {whose.remedy}")
     if _too_deep(msg, whose.max_depth):
         raise ComposeError(f"{whose.name} has MIME parts nested more than {whose.max_depth} "
                            f"deep, which fmail-nm cannot write; {whose.remedy}")
@@ -990,11 +995,16 @@ def _file_contents(names: Sequence[str]) -> list[bytes]:
     return found
 
 
-def _people(msg: EmailMessage, name: str) -> list[Address]:
-    # From the raw values: the email package's own parse puts a space between two adjacent
-    # encoded-words of a long name, which saving the draft again would make real.
-    return parse_addresses((value for key, value in msg.raw_items() if key.lower() == name),
-                           name, [])
+def _people(msg: EmailMessage, name: str, draft_id: str) -> list[Address]:
+    """A draft's addresses in header ``name`` as it goes out (_ascii_source), for sending
+    and for saving again alike: its raw 8-bit bytes may read as other addresses than its text
+    in the draft's charset does (iso-8859-2's c-caron is windows-1252's e-grave; a Shift_JIS
+    letter's second byte is a backslash, escaping a quote)."""
+    # From the source values: the email package's own parse puts a space between two
+    # adjacent encoded-words of a long name, which saving the draft again would make real.
+    charset = _draft_charset(msg)
+    return parse_addresses((_ascii_source(key, value, charset, draft_id)
+                            for key, value in msg.raw_items() if key.lower() == name), name, [])
 
 
 def save_draft(ctx: WriteContext, to: Sequence[str] | None = None,
@@ -1078,8 +1088,9 @@ def _draft_parts(ctx: WriteContext, draft_id: str, found: IndexedMessage,
     account, sender = _draft_sender(ctx.config, msg, found, draft_id)
     # The body is read by draft_composition alone (_draft_body): a draft is sent as it is.
     return Composition(
-        account=account, sender=sender, to=_people(msg, "to"), cc=_people(msg, "cc"),
-        bcc=_people(msg, "bcc"), subject=str(msg.get("subject", "")), body="",
+        account=account, sender=sender, to=_people(msg, "to", draft_id),
+        cc=_people(msg, "cc", draft_id), bcc=_people(msg, "bcc", draft_id),
+        subject=str(msg.get("subject", "")), body="",
         message_id=found.message_id, in_reply_to=_first_id(msg.get("in-reply-to")),
         references=_ids(msg.get("references")), forwarded=_first_id(msg.get(FORWARDED_HEADER)),
         attached=[p for p in msg.iter_attachments() if isinstance(p, MIMEPart)],
@@ -1091,7 +1102,7 @@ def _draft_sender(config: Config, msg: EmailMessage, found: IndexedMessage,
                   draft_id: str) -> tuple[Account, Address]:
     """The account a draft goes out through and its sender: its From's first address, the
     account writing from it, else the one holding the draft."""
-    senders = _people(msg, "from")
+    senders = _people(msg, "from", draft_id)
     holder = maildir.primary_account(config, found)
     account = (_account_of_address(config, senders[0].address, holder) if senders
                else None) or holder
@@ -1375,14 +1386,8 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
         _check_source_header(name, value)
     # The Date goes before the 8-bit check: one in the locale's month names ("Mär") is replaced.
     del msg["Date"]
+    # The envelope and the account were read from the headers as this writes them (_people).
     _encode_8bit_headers(msg, draft_id)
-    # The envelope and the account are read from the headers as they go out: 8-bit ones are
-    # written again from their text in the draft's charset, where the raw bytes may read as
-    # other addresses (iso-8859-2's c-caron is windows-1252's e-grave; a Shift_JIS letter's
-    # second byte is a backslash, escaping a quote).
-    account, sender = _draft_sender(ctx.config, msg, found, draft_id)
-    c = replace(c, account=account, sender=sender, to=_people(msg, "to"),
-                cc=_people(msg, "cc"), bcc=_people(msg, "bcc"))
     if msg["Message-ID"] is None:  # the recipients' copy and the Sent copy share one
         msg["Message-ID"] = new_message_id(c.sender)  # its domain in ACE, as it goes out
     everyone = [*c.to, *c.cc, *c.bcc]
@@ -1431,8 +1436,7 @@ def _encode_8bit_headers(msg: EmailMessage, draft_id: str) -> None:
             del part[name]
         for name, value in items:
             if not value.isascii():
-                value = _ascii_header(name, _draft_header_text(name, value, charset, draft_id),
-                                      draft_id)
+                value = _ascii_source(name, value, charset, draft_id)
                 if not value:  # a References all of whose ids were 8-bit is left out
                     continue
                 # Encoded words decoded (in a MIME parameter, a keyword) may hold a line
@@ -1458,6 +1462,14 @@ def _draft_charset(msg: EmailMessage) -> str | None:
     return body.get_content_charset() if body is not None else None
 
 
+def _ascii_source(name: str, source: str, charset: str | None, draft_id: str) -> str:
+    """A draft's header source value as it goes out: one with raw 8-bit bytes written again
+    in ASCII from its text in the draft's charset."""
+    if source.isascii():
+        return source
+    return _ascii_header(name, _draft_header_text(name, source, charset, draft_id), draft_id)
+
+
 def _draft_header_text(name: str, source: str, charset: str | None, draft_id: str) -> str:
     """A header value with 8-bit bytes as text: UTF-8 (RFC 6532), else the charset the draft's
     text declares (mutt writes headers in its send_charset too); refused when neither reads
@@ -1470,8 +1482,8 @@ def _draft_header_text(name: str, source: str, charset: str | None, draft_id: st
         except (LookupError, ValueError):  # ValueError: UnicodeError, a NUL in the name
             continue
     raise ComposeError(f"draft {draft_id!r}: its {name} header has bytes that are not "
-                       f"{' nor '.join(tried)}; nothing was sent: write that header again "
-                       "in the mail client that saved the draft")
+                       f"{' nor '.join(tried)}; nothing was sent or saved: write that header "
+                       "again in the mail client that saved the draft")
 
 
 def _ascii_header(name: str, text: str, draft_id: str) -> str:
