@@ -11,12 +11,20 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+# The last second a datetime holds (9999-12-31T23:59:59Z).
+LAST_DATETIME = int(datetime.max.replace(microsecond=0, tzinfo=timezone.utc).timestamp())
+
+
 def iso_from_epoch(epoch: int | None) -> str | None:
     """``2026-12-03T07:26:50Z`` for a notmuch date; None for 0, which notmuch reports for a
     message without a (parseable) Date header."""
     if not epoch:
         return None
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # notmuch keeps a Date of the last day of 9999 west of UTC as it is, in year 10000 UTC,
+    # past what datetime holds: such a message (spam) failed the whole index and every read
+    # listing it, so it shows as the last second datetime holds
+    moment = datetime.fromtimestamp(min(epoch, LAST_DATETIME), timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def utc_stamp(moment: datetime | None = None) -> str:

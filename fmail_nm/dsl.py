@@ -493,7 +493,10 @@ _DATE_RE = re.compile(r"(\d{4})(?:([-/])(\d{1,2})(?:\2(\d{1,2}))?)?")
 _EPOCH_RE = re.compile(r"\d{5,12}")
 _DAY_WORDS = {"today": 0, "yesterday": 1}
 _PERIOD_RE = re.compile(r"(\d{1,6})([hdwmy])", re.IGNORECASE)
-_MAX_EPOCH = 253402300800  # 10000-01-01T00:00:00Z, beyond anything notmuch stores
+# 10000-01-02T00:00:00Z, beyond anything notmuch stores: it keeps the last day of 9999 in
+# a zone west of UTC as it is (up to 10000-01-01T23:59:59Z); ranges that ended at 10000-01-01
+# missed such mail, and a page counting where a date starts (reads._whole_edges) dropped it.
+_MAX_EPOCH = 253402387200
 _SECONDS = {"h": 3600, "d": 86400, "w": 7 * 86400}
 
 

@@ -544,7 +544,7 @@ def test_raw_errors(text: str) -> None:
         ("before:1970-01-01 OR tag:x", 'tag:"x"'),
         ("after:9999-12-31", f"date:@{epoch(9999, 12, 31)}.."),
         ("before:9999", f"date:..@{epoch(9999, 1, 1) - 1}"),
-        ("on:9999", f"date:@{epoch(9999, 1, 1)}..@253402300799"),
+        ("on:9999", f"date:@{epoch(9999, 1, 1)}..@253402387199"),
         ("on:2024-02-29", f"date:@{epoch(2024, 2, 29)}..@{epoch(2024, 3, 1) - 1}"),
         (
             "after:2026-01-01 before:2026-02-01",

@@ -820,3 +820,64 @@ def test_pages_inside_a_second_of_thousands_read_a_bounded_part_of_it(
             read.clear()
             reads._thread_page(mailbox, query, EXCLUDED, None, offset, limit)
             assert 0 < sum(read) < ties, offset
+
+
+def test_pages_of_long_seconds_walk_in_the_mirrors_order_whatever_else_they_hold(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seconds of more messages than the largest margin (so _whole_edges reads their edges),
+    beside a second whole inside a page, excluded spam among them, one Message-ID in two
+    files, Message-IDs of either case and of non-ASCII letters, undated mail, and a message
+    from the last day of year 9999 west of UTC -- past 10000-01-01 UTC, where notmuch keeps
+    it: every walk of every page size is the mirror's (date, Message-ID) order.  The date
+    ranges that counted where an edge's date starts ended before that message: it was
+    counted in no date, the page dropped it and shifted the rest of its date by one."""
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+    written = 0
+
+    def deliver(date: str, mid: str) -> None:
+        nonlocal written
+        written += 1
+        head = f"Date: {date}\n" if date else ""
+        cur.joinpath(f"1800000950.w{written:04d}.host:2,").write_bytes(
+            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: w {mid}\n{head}"
+            f"Message-ID: <{mid}>\n\nx\n".encode())
+
+    seconds = ("Fri, 01 Jan 2027 10:00:00 +0000", "Fri, 01 Jan 2027 10:00:01 +0000",
+               "Fri, 01 Jan 2027 10:00:02 +0000", "")
+    for s, date in enumerate(seconds):
+        size = 5 if s == 1 else 150  # more than a page and the largest margin each side
+        for n in range(size):  # indexed in an order unlike their Message-IDs'
+            n = n * 31 % size
+            deliver(date, f"{'tT'[n % 2]}{'ié'[n % 3 == 0]}-{s}-{n:03d}@example.com")
+    deliver(seconds[0], "ti-0-005@example.com")  # a second file of one message
+    deliver("Fri, 31 Dec 9999 23:59:59 -1200", "far-future@example.com")
+    indexed.fmail("index")
+    indexed.notmuch("tag", "+spam", "--", "id:ti-0-007@example.com", "or",
+                    "id:Té-2-009@example.com")
+    mirror.sync_sidecar(indexed.config(), Reader())
+    monkeypatch.setattr(reads, "MAX_TAG_SCAN", 0)  # every page of tag:inbox is notmuch's
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        query = reads.scoped_query(mailbox, mailbox.compile("tag:inbox"))
+        matches = {(m.date, m.message_id) for m in reader.messages(query, exclude_tags=EXCLUDED)}
+        assert (253402343999, "far-future@example.com") in matches
+        for sort in ("newest", "oldest"):
+            truth = [(mid, date) for date, mid in sorted(matches, reverse=sort == "newest")]
+            for limit in (7, 30, 100):
+                assert every_page(mailbox, "tag:inbox", sort, limit)[0] == truth, (sort, limit)
+
+
+def test_mail_dated_past_year_9999_utc_is_indexed_and_listed(indexed: MailEnv) -> None:
+    """notmuch keeps a Date on the last day of 9999 west of UTC as it is, in year 10000 UTC,
+    which datetime cannot hold: one such message (spam) failed the whole index ("year 10000
+    is out of range") and every listing that showed it."""
+    indexed.mail_root.joinpath("personal", "INBOX", "cur", "1800000960.far.host:2,").write_bytes(
+        b"From: Far <far@example.com>\nTo: alex@example.org\nSubject: far\n"
+        b"Date: Fri, 31 Dec 9999 23:59:59 -1200\nMessage-ID: <far@example.com>\n\nx\n")
+    indexed.fmail("index")
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        lag = mailbox.mirror_lag()
+        assert lag is not None and lag[1] is None  # the mirror holds it
+        first = reads.search_emails(mailbox, "", limit=1).results[0]
+        assert (first.subject, first.date) == ("far", "9999-12-31T23:59:59Z")
