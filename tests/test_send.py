@@ -2075,6 +2075,18 @@ _RESENT_BCC = (b"Resent-Bcc: Hidden <hidden@example.com>,\r\n  also-hidden@examp
                b"RESENT-bcc: third-hidden@example.com\r\nresent-bcc:\r\n")
 
 
+def _attached_as_sent(bed: Bed, forward_id: str) -> list[bytes]:
+    """The bytes of the message a sent forward attached, as the recipients got it and as
+    the Sent copy keeps it."""
+    (copy,) = bed.files_with(bed.sent, forward_id)
+    found = []
+    for data in (bed.smtp.received[-1].data, copy.read_bytes()):
+        (part,) = list(parse(data).iter_attachments())
+        inner = part.get_content()
+        found.append(inner.as_bytes() if isinstance(inner, EmailMessage) else inner)
+    return found
+
+
 @pytest.mark.parametrize("extra", [b"", UNPARSABLE["parameter"].replace(b"\n", b"\r\n")],
                          ids=["message/rfc822", "eml-file"])
 def test_a_forward_does_not_reveal_the_originals_resent_bcc(bed: Bed, extra: bytes) -> None:
@@ -2087,12 +2099,7 @@ def test_a_forward_does_not_reveal_the_originals_resent_bcc(bed: Bed, extra: byt
     forward = compose.forward_email(bed.ctx, mid, ["frank@example.com"], "FYI")
     send.send_draft(bed.ctx, forward.message_id)
 
-    got = bed.smtp.received[-1]
-    (copy,) = bed.files_with(bed.sent, forward.message_id)
-    for data in (got.data, copy.read_bytes()):
-        (part,) = list(parse(data).iter_attachments())
-        inner = part.get_content()
-        inner = inner.as_bytes() if isinstance(inner, EmailMessage) else inner
+    for inner in _attached_as_sent(bed, forward.message_id):
         assert b"hidden@example.com" not in inner and b"resent-bcc" not in inner.lower()
         assert b"Resent-To: frank@example.com" in inner and b"Subject: odd" in inner
 
@@ -2139,12 +2146,7 @@ def test_a_forward_does_not_reveal_a_bcc_after_a_line_that_is_no_header(
         b"Subject:", BCC_PAST_A_NON_HEADER[case] + b"Subject:"))
     forward = compose.forward_email(bed.ctx, mid, ["frank@example.com"], "FYI")
     send.send_draft(bed.ctx, forward.message_id)
-    got = bed.smtp.received[-1]
-    (copy,) = bed.files_with(bed.sent, forward.message_id)
-    for data in (got.data, copy.read_bytes()):
-        (part,) = list(parse(data).iter_attachments())
-        inner = part.get_content()
-        inner = inner.as_bytes() if isinstance(inner, EmailMessage) else inner
+    for inner in _attached_as_sent(bed, forward.message_id):
         assert b"hidden@example.com" not in inner and b"Subject: odd" in inner
 
 
