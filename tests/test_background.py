@@ -49,6 +49,7 @@ from fmail_nm.store.notmuch import Reader, Writer
 from fmail_nm.tools import reads, writes
 
 from .conftest import MailEnv, notmuch_lock_held
+from .imapbed import free_port
 from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
     ACCOUNT,
     SEEN,
@@ -1142,3 +1143,110 @@ def test_ctrl_c_or_sigterm_stops_the_commands_notmuch_new(
     assert count("subject:bulkword") == total
     check = indexed.fmail("sidecar", "check", check=False)
     assert check.returncode == 0 and "sidecar matches notmuch" in check.stdout, check.stdout
+
+
+
+@contextmanager
+def _typed_at_a_terminal(mail_env: MailEnv, *args: str) -> Iterator[
+        tuple[subprocess.Popen[bytes], list[bytes], int]]:
+    """`fmail-nm ARGS` in the foreground of a terminal of its own, as a shell starts it; what
+    it writes there collected on a thread; the terminal's other end, to type into."""
+    import fcntl
+    import pty
+    import termios
+
+    master, slave = pty.openpty()
+    cmd = subprocess.Popen(
+        [sys.executable, "-m", "fmail_nm", *args], env={**os.environ, **mail_env.env},
+        stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+    os.close(slave)
+    out: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the last process that had the terminal open is gone
+                return
+            if not chunk:
+                return
+            out.append(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        yield cmd, out, master
+    finally:
+        cmd.kill()
+        cmd.wait()
+        reader.join(WAIT)
+        os.close(master)
+
+
+def test_the_users_hooks_keep_the_terminal_fmail_nm_index_runs_in(indexed: MailEnv) -> None:
+    """`fmail-nm index` at a terminal: the user's pre-new hook (an `mbsync -a` that asks for
+    a password, an ssh) can open the terminal, as under a plain `notmuch new` -- which it
+    cannot from a session of its own, that has none."""
+    with Reader() as reader:
+        hook = Path(reader.setting("database.hook_dir")) / "pre-new"
+    said = indexed.mail_root.parent / "hook-said"
+    hook.write_text(f"#!/bin/sh\nif (: </dev/tty) 2>/dev/null; then echo terminal > '{said}'\n"
+                    f"else echo none > '{said}'; fi\n")
+    hook.chmod(0o755)
+    with _typed_at_a_terminal(indexed, "index") as (cmd, out, _):
+        returncode = cmd.wait(WAIT)
+    assert returncode == 0, b"".join(out)
+    assert said.read_text().strip() == "terminal", b"".join(out)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C", "SIGTERM"])
+def test_ctrl_c_or_sigterm_stops_the_notmuch_new_of_fmail_nm_index_at_a_terminal(
+        indexed: MailEnv, sig: signal.Signals) -> None:
+    """Typed at a shell, `fmail-nm index` shares its process group with its notmuch new (see
+    the test above); Ctrl-C typed there, or a SIGTERM to the command alone (a `kill` from
+    elsewhere), still stops its notmuch new politely, keeping what it indexed, before the
+    command ends."""
+    bulk = indexed.mail_root / "work" / "INBOX" / "new"
+    total = 8000
+    for n in range(total):
+        (bulk / f"1796700000.{n}_1.host").write_bytes(
+            message(f"bulk-{n}@example.net", "bulkword") + b"body words " * 100)
+    with _typed_at_a_terminal(indexed, "index") as (cmd, out, terminal):
+        new = wait_for(lambda: _notmuch_new_of(cmd.pid), "the command's notmuch new to index")
+        if sig == signal.SIGINT:
+            os.write(terminal, b"\x03")
+        else:
+            cmd.send_signal(sig)
+        returncode = cmd.wait(WAIT)
+        left_running = not _gone(new)
+    said = b"".join(out).decode(errors="replace")
+    assert not left_running, f"notmuch new ran on after `fmail-nm index` exited: {said}"
+    assert returncode == -sig, said
+    assert 0 < count("subject:bulkword") < total, said  # what it indexed is kept
+
+
+@pytest.mark.imap
+def test_sigterm_while_the_service_starts_ends_its_first_pull(
+        sync_bed: SyncBed) -> None:  # noqa: F811
+    """`fmail-nm run` starts the background (its first pull) before it builds the MCP server:
+    a SIGTERM meanwhile (systemd stopping a service that is starting) must end that pull as
+    the shutdown of a running service does -- it runs in a session of its own, and hung on a
+    server that never answers it outlived the service for good."""
+    bed = sync_bed
+    _with_pull_interval(bed, 60)  # the first pull runs at start
+    bed.init()
+    with _silent_server(bed) as accepted:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fmail_nm", "run", "--port", str(free_port())],
+            env={**os.environ, **bed.env, "FMAIL_TOKEN": "run-test-token"},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            wait_for(lambda: accepted and _mbsync_runs_with(bed.mbsync_config),
+                     "the first pull's mbsync to connect to the silent server")
+            proc.send_signal(signal.SIGTERM)
+            out = proc.communicate(timeout=120)[0]
+        finally:
+            proc.kill()
+            proc.wait()
+        assert _mbsync_runs_with(bed.mbsync_config) == [], out

@@ -15,7 +15,7 @@ from mcp.server.mcpserver import MCPServer
 
 from ..config import DEFAULT_TOOL_PROFILE, Config, fmail_command
 from ..service.push import PUSH_QUIET, PUSH_RETRY, mbsync_ran
-from .server import build_server
+from .server import MailService, build_server
 
 if TYPE_CHECKING:
     import anyio
@@ -70,32 +70,37 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
     background: Background | None = None
     pusher: PushScheduler | None = None
     record: ServerPushRecord | None = None
-    if watch:
-        background = Background(config, push=push, live=live, push_quiet=push_quiet,
-                                push_retry=push_retry)
-        try:
-            background.start()
-        except AlreadyRunning as exc:  # e.g. `fmail-nm run` already watches this mail
-            log.warning("%s; serving without watching", exc)
-            background = None
-    if background is None and push and any(a.mbsync_channel for a in config.accounts):
-        pusher = PushScheduler(config, quiet_period=push_quiet, retry=push_retry,
-                               after_push=lambda runs: _reindex(live.current(), runs))
-        # for `fmail-nm status`, which knows no other way of this server's pushes
-        record = ServerPushRecord(pusher)
-        pusher.on_change = record.record
-    on_push = (background.request_push if background else
-               _following(live, pusher) if pusher else None)
-    server, service = build_server(config, read_only=read_only, tools=tools, on_push=on_push,
-                                   background=background, pusher=pusher, live=live)
+    service: MailService | None = None
+    # From the background's start on: a SIGTERM while the server is built (a service stopped
+    # as it starts) left the first pull and index running after us.
     try:
+        if watch:
+            background = Background(config, push=push, live=live, push_quiet=push_quiet,
+                                    push_retry=push_retry)
+            try:
+                background.start()
+            except AlreadyRunning as exc:  # e.g. `fmail-nm run` already watches this mail
+                log.warning("%s; serving without watching", exc)
+                background = None
+        if background is None and push and any(a.mbsync_channel for a in config.accounts):
+            pusher = PushScheduler(config, quiet_period=push_quiet, retry=push_retry,
+                                   after_push=lambda runs: _reindex(live.current(), runs))
+            # for `fmail-nm status`, which knows no other way of this server's pushes
+            record = ServerPushRecord(pusher)
+            pusher.on_change = record.record
+        on_push = (background.request_push if background else
+                   _following(live, pusher) if pusher else None)
+        server, service = build_server(config, read_only=read_only, tools=tools,
+                                       on_push=on_push, background=background, pusher=pusher,
+                                       live=live)
         yield server
     finally:
         with _stop_signals_ignored():
             # Tool calls move files on the service's thread: stop it before the background
             # stops -- and stop the background whatever closing the service ran into.
             try:
-                service.close()
+                if service is not None:
+                    service.close()
             finally:
                 if background is not None:
                     background.stop()

@@ -113,7 +113,7 @@ class NewResult:
 # After SIGINT, notmuch new commits what it has indexed and exits (on SIGTERM it dies with
 # all of it); this long, then SIGKILL.
 NEW_STOP_GRACE = 5.0
-# The runs of this process still going, each in a session of its own, and those of them
+# The runs of this process still going, most in a session of their own, and those of them
 # stop_new_runs ended: out of reach of a signal to the service's process group, one left
 # behind would index on after the service is gone -- the pass that follows it left to the
 # service.
@@ -139,19 +139,44 @@ def _time_out(proc: subprocess.Popen[bytes], timed_out: threading.Event) -> None
 
 
 def _stop_new(proc: subprocess.Popen[bytes]) -> None:
-    """Stop a ``notmuch new``, its hooks included (its own process group): politely first,
-    because notmuch new commits what it indexed on SIGINT; SIGKILL after NEW_STOP_GRACE, or
-    at once when a second Ctrl-C or SIGTERM cuts the wait short (it then propagates)."""
+    """Stop a ``notmuch new``, its hooks included when they are in its own process group:
+    politely first, because notmuch new commits what it indexed on SIGINT; SIGKILL after
+    NEW_STOP_GRACE, or at once when a second Ctrl-C or SIGTERM cuts the wait short (it then
+    propagates)."""
     try:
-        os.killpg(proc.pid, signal.SIGINT)
+        _signal_new(proc, signal.SIGINT)
         proc.wait(timeout=NEW_STOP_GRACE)
     except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
         pass
     finally:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+                _signal_new(proc, signal.SIGKILL)
             proc.wait()
+
+
+def _signal_new(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    """``sig`` to notmuch new's own process group -- or to it alone when it shares ours, the
+    terminal's (see :func:`run_notmuch_new`), which a signal to the group would end too."""
+    if os.getpgid(proc.pid) == proc.pid:
+        os.killpg(proc.pid, sig)
+    else:
+        os.kill(proc.pid, sig)
+
+
+def _at_a_terminal() -> bool:
+    """Whether this process is in the foreground of its controlling terminal: a command
+    typed at a shell (not one under `timeout`, which takes a process group of its own)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:  # no controlling terminal: a service, an MCP client's child
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
@@ -170,11 +195,15 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
 
     ``timeout`` bounds the whole run -- also the silent wait while another program holds the
     write lock (retry_lock prints nothing): notmuch new and its hooks are then stopped and the
-    result says ``timed_out``.  The child runs in a session of its own, so that its hooks are
-    stopped with it, and neither Ctrl-C nor a SIGTERM to us reaches it: on either (a
-    KeyboardInterrupt here, the CLI's ``_Terminated`` included) it is stopped as at a timeout,
-    waited for, and the exception goes on -- never left indexing, and running its hooks,
-    after we are gone.
+    result says ``timed_out``.  On a Ctrl-C or a SIGTERM to us (a KeyboardInterrupt here, the
+    CLI's ``_Terminated`` included) it is stopped as at a timeout, waited for, and the
+    exception goes on -- never left indexing, and running its hooks, after we are gone.  It
+    runs in a session of its own, so that its hooks are stopped with it and no signal meant
+    for us (`timeout`'s to our process group: SIGTERM, which loses what it indexed) reaches
+    it -- except with no timeout in the foreground of a terminal (`fmail-nm index` typed at a
+    shell): there it stays in our process group, so that the user's hooks keep the terminal
+    (an `mbsync -a` asking for a password, an ssh) and Ctrl-C and Ctrl-Z reach it as they
+    reach us.
 
     ``full_scan`` lists every folder, not only those whose mtime changed since notmuch
     recorded it: on kernels with fine-grained file times (Linux 6.13 on) a folder's mtime can
@@ -188,15 +217,16 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
     if full_scan:
         argv.append("--full-scan")
     child_env = {**os.environ, **env} if env else None
+    own_session = timeout is not None or not _at_a_terminal()
     if as_tty:
         master, slave = pty.openpty()
         proc = subprocess.Popen(argv, stdout=slave, stderr=slave, stdin=subprocess.DEVNULL,
-                                close_fds=True, start_new_session=True, env=child_env)
+                                close_fds=True, start_new_session=own_session, env=child_env)
         os.close(slave)
         chunks = _pty_chunks(master)
     else:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                stdin=subprocess.DEVNULL, start_new_session=own_session,
                                 env=child_env)
         stdout = cast(io.BufferedReader, proc.stdout)  # a pipe: stdout=PIPE above
         chunks = iter(lambda: stdout.read1(4096), b"")
