@@ -217,11 +217,13 @@ def test_a_second_stop_signal_during_shutdown_leaves_the_shutdown_to_finish(
 def test_the_systemd_unit_lets_the_service_stop_its_own_runs() -> None:
     """systemd's default KillMode sends SIGTERM to every process of the service: a notmuch
     new under way dies with everything it indexed.  The unit signals fmail-nm alone and
-    waits long enough for its stop (its deadline, then notmuch new's and mbsync's grace)."""
+    waits long enough for its stop (the tool calls' wait, the background's deadline, then
+    notmuch new's and mbsync's grace)."""
     import configparser
     import inspect
     from pathlib import Path
 
+    from fmail_nm.mcp.server import CLOSE_TIMEOUT
     from fmail_nm.service.background import Background
     from fmail_nm.service.mbsync import STOP_GRACE
     from fmail_nm.store.notmuch_cli import NEW_STOP_GRACE
@@ -233,4 +235,6 @@ def test_the_systemd_unit_lets_the_service_stop_its_own_runs() -> None:
     assert service["KillMode"] == "mixed"
     assert service["KillSignal"] == "SIGTERM"
     stop = inspect.signature(Background.stop).parameters["timeout"].default
-    assert float(service["TimeoutStopSec"]) > stop + 2 * NEW_STOP_GRACE + STOP_GRACE
+    # the tool calls' threads first, then the background, then what is left ended
+    assert float(service["TimeoutStopSec"]) > (CLOSE_TIMEOUT + stop + 2 * NEW_STOP_GRACE
+                                               + STOP_GRACE)

@@ -327,16 +327,18 @@ class MailService:
 
     def close(self) -> None:
         """Close the handles once the calls in progress end -- waiting at most
-        ``CLOSE_TIMEOUT`` for each thread: a call bounded by its own, longer limit (a send,
-        adding an account) is left to finish on its thread, and the shutdown goes on."""
+        ``CLOSE_TIMEOUT`` for both threads together (the shutdown's bound, which systemd's
+        stop timeout must cover): a call bounded by its own, longer limit (a send, adding an
+        account) is left to finish on its thread, and the shutdown goes on."""
         def shut() -> None:
             mailbox = getattr(self._local, "mailbox", None)
             if mailbox is not None:
                 mailbox.reader.close()
         busy = False
+        deadline = time.monotonic() + CLOSE_TIMEOUT
         for executor in (self._executor, self._write_executor):
             try:
-                executor.submit(shut).result(timeout=CLOSE_TIMEOUT)
+                executor.submit(shut).result(timeout=max(0.0, deadline - time.monotonic()))
             except concurrent.futures.TimeoutError:
                 busy = True
                 log.warning("a tool call was still running at shutdown; it is left to finish")

@@ -119,8 +119,8 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
 @contextlib.contextmanager
 def _stop_signals_ignored() -> Iterator[None]:
     """SIGTERM and Ctrl-C ignored while the server shuts down.  The shutdown is bounded
-    (Background.stop's timeout, then what is left is ended), well within the time systemd
-    gives a stop before its SIGKILL; a repeated signal raised in the middle of it skipped the
+    (the tool calls' CLOSE_TIMEOUT, Background.stop's timeout, then what is left is ended),
+    within the time the shipped systemd unit gives a stop before its SIGKILL; a repeated signal raised in the middle of it skipped the
     very steps that end the runs living in sessions of their own -- notmuch new, mbsync,
     which outlive us -- and mark the service stopped.  So a second Ctrl-C does not stop
     faster; SIGKILL still does, leaving those runs behind."""
