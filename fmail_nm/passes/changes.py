@@ -28,10 +28,12 @@ queries, batch limits or tool results.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -49,6 +51,7 @@ from ..private import private_dir
 from ..store import maildir, mover, sidecar
 from ..store.maildir import Copy
 from ..store.notmuch import (
+    DatabaseBusy,
     IndexedMessage,
     NotmuchAccessError,
     Reader,
@@ -524,6 +527,66 @@ def notify(ctx: WriteContext, action: str, changes: Sequence[dict[str, Any]]) ->
         log.exception("follow-up after %s failed", action)
 
 
+# ---------------------------------------------------------------------------------------------
+# The undo lock: writes hold it shared, undos exclusive
+
+
+class UndoUnderWay(DatabaseBusy):
+    """An undo held the undo lock past the write's bound; nothing was changed."""
+
+    def __init__(self, waited: float) -> None:
+        NotmuchAccessError.__init__(self, (
+            f"an undo is under way (in this or another fmail-nm process); gave up after "
+            f"{waited:.1f}s, nothing was changed -- retry shortly"))
+        self.waited = waited
+
+
+# Whether this thread holds the undo lock (see _undo_lock).
+_holding = threading.local()
+
+
+@contextmanager
+def _undo_lock(ctx: WriteContext, *, shared: bool) -> Iterator[None]:
+    """The lock next to the sidecar, across processes (two servers, the CLI, the post-new
+    pass): it goes with its file, or its process.  Always taken before notmuch's lock, never
+    inside it, so neither waits for the other in a circle.  It is waited for as a write waits
+    for notmuch's (the caller's bound, else the Writer's lock timeout): the holder may
+    re-index or wait for a sync.  A write made inside another on this thread (a re-index's
+    pass) is covered by that one's hold."""
+    if shared and getattr(_holding, "held", False):
+        yield
+        return
+    private_dir(ctx.sidecar_file.parent)
+    wait = ctx.writer.lock_wait()
+    with open(ctx.sidecar_file.with_name(ctx.sidecar_file.name + ".undo-lock"), "a") as fh:
+        if not flock_within(fh, wait, shared=shared):
+            if shared:
+                raise UndoUnderWay(wait)
+            raise ChangeError(f"another undo is under way, or a write not yet recorded "
+                              f"(waited {wait:.1f}s); nothing was undone -- retry shortly")
+        _holding.held = True
+        try:
+            yield
+        finally:
+            _holding.held = False
+
+
+def until_recorded(ctx: WriteContext) -> contextlib.AbstractContextManager[None]:
+    """Held by a write from before it takes notmuch's write lock until its audit record is
+    written (or failed): an undo reads what stands only when no write is between the two --
+    else one made before the undo, recorded after its read, would count as made after it,
+    and undoing it later would bring back what the undo undid (see Standing).  Never held
+    across a network call: a send is made before, a push after."""
+    return _undo_lock(ctx, shared=True)
+
+
+def _one_undo_at_a_time(ctx: WriteContext) -> contextlib.AbstractContextManager[None]:
+    """Held by an undo throughout: undos run one after another, across processes (two that
+    read the same latest entry would both revert it, and both say so), and each reads what
+    stands with every write committed before it recorded (see until_recorded)."""
+    return _undo_lock(ctx, shared=False)
+
+
 def record(ctx: WriteContext, action: str, params: dict[str, Any],
            changes: Sequence[dict[str, Any]]) -> int | None:
     """One audit entry for what a write changed (none when it changed nothing)."""
@@ -565,9 +628,11 @@ RECORD_WAIT_S = 30
 def apply(ctx: WriteContext, action: str, params: dict[str, Any], message_ids: Sequence[str],
           step: Step, *, asked: dict[str, str] | None = None) -> BatchReport:
     """Run a write, record it in the audit log and tell the follow-up."""
-    report = run(ctx, message_ids, step, asked=asked)
+    report = BatchReport()
     try:
-        report.audit_id = record(ctx, action, params, report.changes)
+        with until_recorded(ctx):
+            report = run(ctx, message_ids, step, asked=asked)
+            report.audit_id = record(ctx, action, params, report.changes)
     finally:  # done in notmuch and on disk: the follow-up pushes it, recorded or not
         notify(ctx, action, report.changes)
     return report
@@ -605,9 +670,11 @@ def apply_session(ctx: WriteContext, action: str, params: dict[str, Any],
                 report.applied.append(mid)
         return report
 
-    report = ctx.writer.run(batch)
+    report = BatchReport()
     try:
-        report.audit_id = record(ctx, action, params, report.changes)
+        with until_recorded(ctx):
+            report = ctx.writer.run(batch)
+            report.audit_id = record(ctx, action, params, report.changes)
     finally:
         notify(ctx, action, report.changes)
     return report
@@ -717,12 +784,12 @@ class UndoneBefore:
 class Standing:
     """What undo found standing around the entry it reverts, read once each write session of
     its revert holds notmuch's write lock: a write recorded by then made its change before
-    the revert, and stands (``later``); one recorded after made it after the revert -- or,
-    rarely, just before, and was recorded late.  ``upto``, the newest entry then, is what
-    mark_undone records for each message the session reverted: read when the undo is
-    recorded instead (after its contact rows are put back, or a retry's revert, say), a
-    write made after the revert but recorded first would count as undone after (see
-    UndoneBefore)."""
+    the revert, and stands (``later``); one recorded after made it after the revert: no
+    write is between its commit and its record then (see until_recorded).  ``upto``, the
+    newest entry then, is what mark_undone records for each message the session reverted:
+    read when the undo is recorded instead (after its contact rows are put back, or a
+    retry's revert, say), a write made after the revert but recorded first would count as
+    undone after (see UndoneBefore)."""
 
     later: dict[str, LaterWrites] = field(default_factory=dict)
     earlier: dict[str, UndoneBefore] = field(default_factory=dict)
@@ -888,22 +955,6 @@ def _roll_back(ctx: WriteContext, undone: BatchReport) -> BatchReport:
     return run(ctx, list(records), revert_step(records))
 
 
-@contextmanager
-def _one_undo_at_a_time(ctx: WriteContext) -> Iterator[None]:
-    """Undos run one after another, across processes (two servers, the CLI): two that read
-    the same latest entry would both revert it, and both say so.  The lock goes with its
-    file, or its process; it is waited for as a write waits for notmuch's (the caller's
-    bound, else the Writer's lock timeout): the other undo may re-index or wait for a sync."""
-    private_dir(ctx.sidecar_file.parent)
-    bound, left = ctx.writer.lock_timeout, ctx.writer.time_left()
-    wait = max(0.0, bound if left is None else min(left, bound))
-    with open(ctx.sidecar_file.with_name(ctx.sidecar_file.name + ".undo-lock"), "a") as fh:
-        if not flock_within(fh, wait):
-            raise ChangeError(f"another undo is under way (waited {wait:.1f}s); nothing "
-                              "was undone -- retry shortly")
-        yield
-
-
 @dataclass(frozen=True)
 class Undone:
     """An entry undone: what its messages' revert did, and what ``restore_rows`` left of
@@ -930,12 +981,18 @@ def undo_last(ctx: WriteContext, restore_rows: RestoreRows | None = None,
     ChangeError when only others' are.
     ``audit_id``: that entry instead, whoever made it (asked for by name: a write of an
     earlier server, or another session's, that the user wants undone)."""
-    with _one_undo_at_a_time(ctx):
-        return _undo_latest(ctx, restore_rows, audit_id)
+    told: list[tuple[str, list[dict[str, Any]]]] = []
+    try:
+        with _one_undo_at_a_time(ctx):
+            return _undo_latest(ctx, restore_rows, audit_id, told)
+    finally:  # the follow-up (a sidecar sync, a push) once the lock is let go: writes wait
+        for action, changed in told:  # for the undo, not for that
+            notify(ctx, action, changed)
 
 
-def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None,
-                 audit_id: int | None = None) -> Undone | None:
+def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None, audit_id: int | None,
+                 told: list[tuple[str, list[dict[str, Any]]]]) -> Undone | None:
+    """The undo, holding the undo lock; what ``notify`` is to be told goes in ``told``."""
     with sidecar.opened(ctx.sidecar_file) as conn:
         if audit_id is not None:
             entry = sidecar.write_left(conn, audit_id)
@@ -974,7 +1031,7 @@ def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None,
     report = run(ctx, list(changes), revert_step(changes, seen))
     if report.failed or report.stale:  # all or nothing: put the others back as they were
         back = _roll_back(ctx, report)
-        notify(ctx, f"undo {entry.action} (rolled back)", report.changes + back.changes)
+        told.append((f"undo {entry.action} (rolled back)", report.changes + back.changes))
         why = "; ".join(f"{mid}: {text}" for mid, text in report.errors
                         if mid in {*report.failed, *report.stale})
         left = "" if not back.errors else (" -- and putting back " + "; ".join(
@@ -997,7 +1054,7 @@ def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None,
         kept = _recorded(ctx, f"the {entry.action} was undone, but the sidecar could not "
                          "record that: do not undo it again", undone)
     finally:
-        notify(ctx, f"undo {entry.action}", report.changes)
+        told.append((f"undo {entry.action}", report.changes))
     report.audit_id = entry.id
     return Undone(entry, report, kept)
 

@@ -1234,6 +1234,16 @@ class Writer:
         deadline = getattr(self._deadlines, "at", None)
         return None if deadline is None else deadline - time.monotonic()
 
+    def lock_wait(self, lock_timeout: float | None = None) -> float:
+        """How long a batch run from this thread now waits for the lock: ``lock_timeout``
+        (default the Writer's), cut to this thread's deadline -- or up to it, where that
+        extends (see :meth:`deadline`).  A lock taken before notmuch's waits as long."""
+        wait = self.lock_timeout if lock_timeout is None else lock_timeout
+        left = self.time_left()
+        if left is None:
+            return wait
+        return max(0.0, left if getattr(self._deadlines, "extend", False) else min(wait, left))
+
     def run(self, fn: Callable[[WriteTxn], T], *, lock_timeout: float | None = None,
             all_or_nothing: bool = False) -> T:
         """Run ``fn`` inside one atomic read-write session and return what it returns.
@@ -1241,12 +1251,10 @@ class Writer:
         If ``fn`` raises, what it wrote so far is committed -- unless ``all_or_nothing``, when
         the session is closed inside its atomic section, which makes libnotmuch cancel it:
         nothing of the batch is saved (for batches whose half would be worse than none)."""
-        wait = self.lock_timeout if lock_timeout is None else lock_timeout
         left = self.time_left()
-        if left is not None:
-            if left <= 0:  # the time went on waiting before this call: nothing is tried
-                raise self.busy(0.0)
-            wait = left if getattr(self._deadlines, "extend", False) else min(wait, left)
+        if left is not None and left <= 0:  # the time went on waiting before this call
+            raise self.busy(0.0)  # nothing is tried
+        wait = self.lock_wait(lock_timeout)
         job = _Job(fn=fn, opened=threading.Event(), done=threading.Event(), lock=threading.Lock(),
                    all_or_nothing=all_or_nothing)
         self._jobs.put(job)

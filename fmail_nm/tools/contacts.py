@@ -28,7 +28,7 @@ from ..passes.blocklist import (
     messages_from,
     read_blocklist,
 )
-from ..passes.changes import ORIGIN_PROPERTY, WriteContext, change_record
+from ..passes.changes import ORIGIN_PROPERTY, WriteContext, change_record, until_recorded
 from ..store import sidecar
 from ..store.notmuch import NotmuchAccessError
 from . import sql
@@ -73,6 +73,7 @@ def apply_contacts_change(ctx: WriteContext, action: str, params: dict[str, Any]
     """After contacts changed (``rows``: contact rows before/after): apply the blocklist to the
     mail of the addresses whose block changed, and record contact rows and mail changes --
     tags, Junk moves -- as one audit entry, which ``undo_last_write`` reverts exactly.
+    The caller holds ``until_recorded`` from before it saved the rows.
     """
     affected = ContactsChange(list(rows)).addresses_reblocked()
     before = messages_from(ctx.reader, ctx.sidecar_file, affected) if affected else []
@@ -119,14 +120,15 @@ def manage_contacts(ctx: WriteContext, sql_query: str, account_name: str | None 
                     confirm_count: int | None = None) -> sql.ContactsResult:
     """The ``manage_contacts_sql`` tool: the statement (see :func:`tools.sql.manage_contacts_sql`
     for what is allowed and when it needs ``confirm_count``), then its effect on mail."""
-    result = sql.manage_contacts_sql(
-        ctx.sidecar_file, sql_query, account_name,
-        known_accounts=[a.name for a in ctx.config.accounts],
-        folder_account=ctx.config.account_name_for_path, confirm_count=confirm_count,
-        own_addresses=ctx.config.addresses)
-    if not result.dry_run and result.changed:
-        result.audit_id = apply_contacts_change(ctx, "contacts", {"sql": sql_query[:2000]},
-                                                result.contact_changes).audit_id
+    with until_recorded(ctx):  # the rows saved, then the mail retagged, then the record
+        result = sql.manage_contacts_sql(
+            ctx.sidecar_file, sql_query, account_name,
+            known_accounts=[a.name for a in ctx.config.accounts],
+            folder_account=ctx.config.account_name_for_path, confirm_count=confirm_count,
+            own_addresses=ctx.config.addresses)
+        if not result.dry_run and result.changed:
+            result.audit_id = apply_contacts_change(ctx, "contacts", {"sql": sql_query[:2000]},
+                                                    result.contact_changes).audit_id
     return result
 
 
@@ -138,9 +140,10 @@ def edit_contacts(ctx: WriteContext, action: str, params: dict[str, Any],
     """Run an edit on the sidecar's contacts (the CLI's block, unblock, import), then its
     effect on mail, as :func:`manage_contacts` does.  Returns the edit's value and that
     effect."""
-    with sidecar.opened(ctx.sidecar_file) as conn, tracked(conn) as change:
-        value = edit(conn)
-    return value, apply_contacts_change(ctx, action, params, change.rows)
+    with until_recorded(ctx):  # as manage_contacts holds it
+        with sidecar.opened(ctx.sidecar_file) as conn, tracked(conn) as change:
+            value = edit(conn)
+        return value, apply_contacts_change(ctx, action, params, change.rows)
 
 
 # ---------------------------------------------------------------------------------------------
