@@ -1375,9 +1375,10 @@ with open(sys.argv[1], "a") as fh:
 
 
 @contextmanager
-def undo_lock_held(h: Harness) -> Iterator[None]:
-    """Another process holds the undo lock, as an undo under way there does."""
-    lock = h.ctx.sidecar_file.with_name(h.ctx.sidecar_file.name + ".undo-lock")
+def undo_lock_held(sidecar_file: Path) -> Iterator[None]:
+    """Another process holds the undo lock of ``sidecar_file``, as an undo under way there
+    does."""
+    lock = sidecar_file.with_name(sidecar_file.name + ".undo-lock")
     holder = subprocess.Popen([sys.executable, "-c", UNDO_LOCK_HOLDER, str(lock)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and holder.stdin is not None
@@ -1393,7 +1394,7 @@ def undo_lock_held(h: Harness) -> Iterator[None]:
 def test_a_write_waits_for_an_undo_under_way_no_longer_than_its_bound(h: Harness) -> None:
     """An undo in another process holds the undo lock past the write's bound: the write
     changes nothing and says why; once the undo is over, it goes through."""
-    with undo_lock_held(h):
+    with undo_lock_held(h.ctx.sidecar_file):
         with h.ctx.writer.deadline(time.monotonic() + 1), pytest.raises(
                 DatabaseBusy, match="an undo is under way.*nothing was changed"):
             writes.archive(h.ctx, [IN_INBOX])
@@ -1411,7 +1412,7 @@ def test_a_contacts_write_waits_for_an_undo_under_way_before_saving_the_contact(
     from fmail_nm.tools.contacts import manage_contacts
 
     block = f"UPDATE contacts SET is_blocked = 1 WHERE email_address = '{BANK}'"
-    with undo_lock_held(h):
+    with undo_lock_held(h.ctx.sidecar_file):
         with h.ctx.writer.deadline(time.monotonic() + 1), pytest.raises(
                 DatabaseBusy, match="an undo is under way.*nothing was changed"):
             manage_contacts(h.ctx, block)
@@ -1420,6 +1421,21 @@ def test_a_contacts_write_waits_for_an_undo_under_way_before_saving_the_contact(
                                 "is_blocked", (BANK,)).fetchall()
     assert not h.audit()
     assert manage_contacts(h.ctx, block).audit_id == 1
+
+
+@pytest.mark.timeout(120)
+def test_a_write_inside_one_to_another_sidecar_still_waits_for_an_undo_there(
+        h: Harness, tmp_path: Path) -> None:
+    """A thread's hold covers its own lock file: a write it makes, inside a write recorded
+    in one sidecar, that is recorded in another (a second configuration in one process)
+    waits for an undo under way there as any write does, and changes nothing."""
+    (tmp_path / "other").mkdir()
+    other = dataclasses.replace(h.ctx, sidecar_file=tmp_path / "other" / "sidecar.sqlite3")
+    with changes.until_recorded(h.ctx), undo_lock_held(other.sidecar_file):
+        with h.ctx.writer.deadline(time.monotonic() + 1), pytest.raises(
+                DatabaseBusy, match="an undo is under way.*nothing was changed"):
+            writes.archive(other, [IN_INBOX])
+    assert h.folders(IN_INBOX) == ["personal/INBOX"]
 
 
 def test_an_undo_works_in_a_sidecar_without_its_index_of_undone_writes(h: Harness) -> None:

@@ -541,7 +541,7 @@ class UndoUnderWay(DatabaseBusy):
         self.waited = waited
 
 
-# Whether this thread holds the undo lock (see _undo_lock).
+# The undo lock file this thread holds, if any (see _undo_lock).
 _holding = threading.local()
 
 
@@ -552,23 +552,26 @@ def _undo_lock(ctx: WriteContext, *, shared: bool) -> Iterator[None]:
     inside it, so neither waits for the other in a circle.  It is waited for as a write waits
     for notmuch's (the caller's bound, else the Writer's lock timeout): the holder may
     re-index or wait for a sync.  A write made inside another on this thread (a re-index's
-    pass) is covered by that one's hold."""
-    if shared and getattr(_holding, "held", False):
+    pass) is covered by that one's hold -- of the same lock file: flock, per open file,
+    would have this thread wait for itself; one of another sidecar covers nothing here."""
+    path = ctx.sidecar_file.with_name(ctx.sidecar_file.name + ".undo-lock")
+    outer = getattr(_holding, "path", None)
+    if shared and outer == path:
         yield
         return
     private_dir(ctx.sidecar_file.parent)
     wait = ctx.writer.lock_wait()
-    with open(ctx.sidecar_file.with_name(ctx.sidecar_file.name + ".undo-lock"), "a") as fh:
+    with open(path, "a") as fh:
         if not flock_within(fh, wait, shared=shared):
             if shared:
                 raise UndoUnderWay(wait)
             raise ChangeError(f"another undo is under way, or a write not yet recorded "
                               f"(waited {wait:.1f}s); nothing was undone -- retry shortly")
-        _holding.held = True
+        _holding.path = path
         try:
             yield
         finally:
-            _holding.held = False
+            _holding.path = outer
 
 
 def until_recorded(ctx: WriteContext) -> contextlib.AbstractContextManager[None]:
