@@ -236,5 +236,5 @@ def test_the_systemd_unit_lets_the_service_stop_its_own_runs() -> None:
     assert service["KillSignal"] == "SIGTERM"
     stop = inspect.signature(Background.stop).parameters["timeout"].default
     # the tool calls' threads first, then the background, then what is left ended
-    assert float(service["TimeoutStopSec"]) > (CLOSE_TIMEOUT + stop + 2 * NEW_STOP_GRACE
+    assert float(service["TimeoutStopSec"]) > (CLOSE_TIMEOUT + stop + 3 * NEW_STOP_GRACE
                                                + STOP_GRACE)

@@ -2453,3 +2453,30 @@ def test_a_draft_with_parts_nested_hundreds_deep_is_refused_and_kept(bed: Bed) -
     bed.put_draft("1800000840.deep.host:2,DS", data)
     bed.refused_send("deep-draft@example.org", "nested more than 32 deep.*the draft is kept")
     assert (bed.drafts / "1800000840.deep.host:2,DS").read_bytes() == data
+
+
+def test_a_message_sent_while_an_undo_is_under_way_says_so_and_not_to_send_it_again(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The filing meets an undo under way in another fmail-nm process (it holds the undo lock
+    past the filing's wait): the error names the undo -- not another program holding notmuch's
+    lock, which the user would look for in vain -- and still says not to send it again."""
+    import subprocess
+    import sys
+    monkeypatch.setattr(compose, "FILING_WAIT_S", 1)
+    draft = compose.reply_to_email(bed.ctx, ORIGINAL, "Numbers below.")
+    lock = bed.ctx.sidecar_file.with_name(bed.ctx.sidecar_file.name + ".undo-lock")
+    undo = subprocess.Popen(  # what an undo in another process holds throughout
+        [sys.executable, "-c", "import fcntl, sys; f = open(sys.argv[1], 'a'); "
+         "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
+         str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert undo.stdout is not None and undo.stdout.readline() == "held\n"
+        with pytest.raises(compose.FilingError) as failed:
+            send.send_draft(bed.ctx, draft.message_id)
+    finally:
+        undo.kill()
+        undo.wait()
+    said = str(failed.value)
+    assert "undo" in said and "another program" not in said, said
+    assert "was sent" in said and "do not send it again" in said, said
+    assert len(bed.smtp.received) == 1

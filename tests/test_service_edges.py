@@ -29,7 +29,7 @@ from fmail_nm.service import watcher
 from fmail_nm.service.background import Background
 from fmail_nm.service.status import StatusStore
 
-from .conftest import MailEnv
+from .conftest import MailEnv, notmuch_lock_held
 from .imapbed import HOST, free_port
 from .smtpbed import SmtpBed
 from .test_background import FAST, WAIT, deliver, known, service, wait_for  # noqa: F401
@@ -417,3 +417,36 @@ def test_a_folder_made_while_inotify_is_tried_again_is_not_left_unwatched(
                           timeout=180)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "polling", "True"], done.stderr
+
+
+def test_a_server_without_the_background_stops_its_notmuch_new_at_shutdown(
+        indexed: MailEnv) -> None:
+    """`fmail-nm serve` without --watch re-indexes after a push (notmuch new in a session of
+    its own).  Waiting for a lock another program holds when the server stops, that notmuch
+    new would index on after the server is gone, running its post-new hook without us."""
+    from fmail_nm.service.index import IndexingStopped, reindex_for_write
+
+    from .test_background import _gone, _our_notmuch_new
+
+    config = indexed.config()
+    served = serving(config, read_only=False, push=True)
+    served.__enter__()
+    ended: list[BaseException] = []
+
+    def reindex() -> None:  # what the pusher's after_push does once mbsync ran (_reindex)
+        try:
+            reindex_for_write(config)
+        except BaseException as exc:
+            ended.append(exc)
+    with notmuch_lock_held() as holder:
+        deliver(indexed.mail_root / "personal" / "INBOX", "after-push@example.net")
+        reindexing = threading.Thread(target=reindex, daemon=True)
+        reindexing.start()
+        pid = wait_for(_our_notmuch_new, "the re-index's notmuch new to wait for the lock")
+        served.__exit__(None, None, None)
+        stopped = _gone(pid)
+        holder.release()
+    reindexing.join(WAIT)
+    assert stopped, "notmuch new outlived the server's shutdown"
+    assert len(ended) == 1 and isinstance(ended[0], IndexingStopped), ended
+    assert not known("after-push@example.net")  # stopped before it indexed anything

@@ -63,6 +63,7 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
     from ..service.mbsync import stop_running
     from ..service.push import PushScheduler
     from ..service.status import ServerPushRecord
+    from ..store.notmuch_cli import stop_new_runs
 
     _migrate_sidecar(config)
     push = push and not read_only
@@ -106,6 +107,12 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
                     background.stop()
                 if pusher is not None and record is not None:
                     _close_pusher(pusher, record)
+                # A re-index after a push (or a write's) that the waits above left running:
+                # notmuch new, in a session of its own, would index on after we are gone and
+                # run its post-new hook without us.  Stopped, it keeps what it indexed.
+                if stopped_new := stop_new_runs():
+                    log.warning("shutdown: stopped %d notmuch new run(s) still going; the next "
+                                "index takes up what they left", stopped_new)
                 # What the bounded waits above left running (a push hung on a silent server,
                 # an account check of a tool call) is in a session of its own, which outlives
                 # this process.  Sends are not among them: ended midway, a send may or may not

@@ -1678,11 +1678,13 @@ def file_sent(ctx: WriteContext, out: Outgoing) -> DraftResult:
             report = changes.apply_session(ctx, "send", {
                 "id": sent_id, "to": list(out.recipients), "subject": c.subject,
                 NOT_UNDOABLE: "a sent message cannot be recalled"}, ids, job)
-        except DatabaseBusy:  # its own "retry shortly" would read as "send it again"
-            raise FilingError("the message was sent, but it could not be filed (another "
-                              "program held the notmuch database for over "
-                              f"{FILING_WAIT_S} s): it is still in Drafts and not in Sent; "
-                              "do not send it again") from None
+        except DatabaseBusy as exc:  # its own "retry shortly" would read as "send it again"
+            held = ("an undo was under way, in this or another fmail-nm process,"
+                    if isinstance(exc, changes.UndoUnderWay)
+                    else "another program held the notmuch database")
+            raise FilingError(f"the message was sent, but it could not be filed ({held} "
+                              f"for over {FILING_WAIT_S} s): it is still in Drafts and not "
+                              "in Sent; do not send it again") from None
         if report.errors:  # sent all the same: say so, so nobody sends it twice
             raise FilingError(f"the message was sent, but filing it failed: "
                               f"{report.errors[0][1]}; do not send it again")
