@@ -2104,6 +2104,43 @@ def test_a_forward_does_not_reveal_the_originals_resent_bcc(bed: Bed, extra: byt
         assert b"Resent-To: frank@example.com" in inner and b"Subject: odd" in inner
 
 
+# Bcc and Resent-Bcc lines (one folded) after a line ended by a lone CR, which the email
+# package and some mail readers take for a line end as they do LF and CRLF.
+_BLIND_AFTER_CR = (b"X-Note: hi\rBcc: Hidden <hidden@example.com>,\r also-hidden@example.com\r"
+                   b"Resent-Bcc: third-hidden@example.com\rX-After: kept\r\n")
+
+
+@pytest.mark.parametrize("extra", [b"", UNPARSABLE["parameter"].replace(b"\n", b"\r\n")],
+                         ids=["message/rfc822", "eml-file"])
+def test_a_forward_does_not_reveal_a_bcc_after_a_lone_cr(bed: Bed, extra: bytes) -> None:
+    """The .eml file of mail the email package fails on had its Bcc lines cut where a line
+    starts after LF only: one after a lone CR went to the forward's recipients, whose mail
+    reader shows it as a header of its own."""
+    mid = f"lone-cr-{len(extra)}@example.net"
+    bed.receive(malformed(mid, b"").replace(b"\n", b"\r\n").replace(
+        b"Subject:", _BLIND_AFTER_CR + extra + b"Subject:"))
+    forward = compose.forward_email(bed.ctx, mid, ["frank@example.com"], "FYI")
+    send.send_draft(bed.ctx, forward.message_id)
+
+    for inner in _attached_as_sent(bed, forward.message_id):
+        assert b"hidden@example.com" not in inner and b"bcc" not in inner.lower()
+        assert b"X-After: kept" in inner and b"Subject: odd" in inner
+
+
+def test_a_forward_keeps_the_body_after_a_header_block_ended_by_a_lone_cr(bed: Bed) -> None:
+    """The .eml file's header block ended at the first empty line between LFs only: one
+    ended by a lone CR ("\\r\\r\\n") was missed, and a body line "Bcc: ..." after it, text
+    the mail reader shows as such, was cut from the mail forwarded to report it."""
+    mid = "lone-cr-body@example.net"
+    data = malformed(mid, UNPARSABLE["parameter"]).replace(b"\n", b"\r\n").replace(
+        b"\r\n\r\nhello", b"\r\r\nBcc: text in the body\r\n\r\nhello")
+    bed.receive(data)
+    forward = compose.forward_email(bed.ctx, mid, ["frank@example.com"], "FYI")
+    send.send_draft(bed.ctx, forward.message_id)
+
+    assert _attached_as_sent(bed, forward.message_id) == [data, data]
+
+
 def test_a_drafts_resent_bcc_never_reaches_the_wire(bed: Bed) -> None:
     """A draft carrying Resent-Bcc (another client's, or mail edited as new): Bcc was cut
     from what went out, Resent-Bcc went as it was, naming those hidden to every recipient.

@@ -1424,6 +1424,23 @@ def test_a_contacts_write_waits_for_an_undo_under_way_before_saving_the_contact(
 
 
 @pytest.mark.timeout(120)
+def test_a_contacts_read_or_refusal_does_not_wait_for_an_undo_under_way(h: Harness) -> None:
+    """Every contacts statement held the undo lock a write holds: a SELECT, or a write
+    refused before it changed anything, waited for an undo under way elsewhere and failed
+    with "an undo is under way" past the bound.  Only a change waits (see above)."""
+    from fmail_nm.tools.contacts import manage_contacts
+    from fmail_nm.tools.sql import SqlError
+
+    with undo_lock_held(h.ctx.sidecar_file), h.ctx.writer.deadline(time.monotonic() + 1):
+        found = manage_contacts(h.ctx, f"SELECT email_address FROM contacts "
+                                       f"WHERE email_address = '{BANK}'")
+        assert found.rows == [[BANK]] and found.audit_id is None
+        with pytest.raises(SqlError, match="a contact is one e-mail address.*changed nothing"):
+            manage_contacts(h.ctx, "INSERT INTO contacts (email_address) VALUES ('Bank <x>')")
+    assert not h.audit()
+
+
+@pytest.mark.timeout(120)
 def test_a_write_inside_one_to_another_sidecar_still_waits_for_an_undo_there(
         h: Harness, tmp_path: Path) -> None:
     """A thread's hold covers its own lock file: a write it makes, inside a write recorded

@@ -421,10 +421,15 @@ def _opaque_message_part(raw: bytes, filename: str) -> MIMEPart:
 # The headers naming whom a message went to blind (RFC 5322 3.6.3, 3.6.6): never sent on,
 # neither in a message (load_draft) nor in one attached to it.
 _BLIND_HEADERS = ("Bcc", "Resent-Bcc")
+# Line ends as the email package and mail readers split lines: CRLF, a lone CR (old Mac
+# style) or LF -- a Bcc after a lone CR is a header line of its own to them.
+_LINE_END = rb"(?:\r\n|\r|\n)"
+_LINE_START = rb"(?:\A|(?<=\n)|(?<=\r)(?!\n))"
 # Such a header line with its folded continuation lines (a header block is split at the first
 # empty line before this applies).
-_BLIND_LINES = re.compile(rb"^(?:resent-)?bcc[ \t]*:.*\n?(?:[ \t].*\n?)*", re.I | re.M)
-_EMPTY_LINE = re.compile(rb"^\r?$", re.M)
+_BLIND_LINES = re.compile(_LINE_START + rb"(?:resent-)?bcc[ \t]*:[^\r\n]*" + _LINE_END
+                          + rb"?(?:[ \t][^\r\n]*" + _LINE_END + rb"?)*", re.I)
+_EMPTY_LINE = re.compile(_LINE_START + rb"(?:[\r\n]|\Z)")
 
 
 def _drop_blind_headers(msg: Message) -> None:

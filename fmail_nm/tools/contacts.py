@@ -120,12 +120,20 @@ def manage_contacts(ctx: WriteContext, sql_query: str, account_name: str | None 
                     confirm_count: int | None = None) -> sql.ContactsResult:
     """The ``manage_contacts_sql`` tool: the statement (see :func:`tools.sql.manage_contacts_sql`
     for what is allowed and when it needs ``confirm_count``), then its effect on mail."""
-    with until_recorded(ctx):  # the rows saved, then the mail retagged, then the record
-        result = sql.manage_contacts_sql(
+    def run(rehearse: bool) -> sql.ContactsResult:
+        return sql.manage_contacts_sql(
             ctx.sidecar_file, sql_query, account_name,
             known_accounts=[a.name for a in ctx.config.accounts],
             folder_account=ctx.config.account_name_for_path, confirm_count=confirm_count,
-            own_addresses=ctx.config.addresses)
+            own_addresses=ctx.config.addresses, rehearse=rehearse)
+
+    # A read, a refusal or a statement changing nothing answers from its rehearsal (rolled
+    # back), without the undo lock: an undo under way elsewhere delays only a change.
+    rehearsal = run(rehearse=True)
+    if rehearsal.dry_run or not rehearsal.changed:
+        return rehearsal
+    with until_recorded(ctx):  # the rows saved, then the mail retagged, then the record
+        result = run(rehearse=False)
         if not result.dry_run and result.changed:
             result.audit_id = apply_contacts_change(ctx, "contacts", {"sql": sql_query[:2000]},
                                                     result.contact_changes).audit_id

@@ -340,8 +340,9 @@ CONFIRM_ABOVE = 10
 _CONTACT_FIELDS = ("email_address", "name", "is_blocked", "notes")
 
 
-class _Unconfirmed(Exception):
-    """Raised inside the transaction to roll a statement back and report it as a dry run."""
+class _RolledBack(Exception):
+    """Raised inside the transaction to roll a statement back and return its result (a dry
+    run, or a rehearsal)."""
 
     def __init__(self, result: ContactsResult) -> None:
         self.result = result
@@ -500,14 +501,16 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
                         *, known_accounts: Sequence[str] = (),
                         folder_account: FolderAccount | None = None, time_limit: float = 2.0,
                         limit: int = 100, confirm_count: int | None = None,
-                        own_addresses: Sequence[str] = ()) -> ContactsResult:
+                        own_addresses: Sequence[str] = (), rehearse: bool = False
+                        ) -> ContactsResult:
     """Run one SELECT, INSERT, UPDATE or DELETE on the ``contacts`` view in a transaction.
 
     Writes reach ``contact_info`` only through the view's INSTEAD OF triggers and only the
     columns in :data:`sidecar.EDITABLE_CONTACT_COLUMNS`.  The result says how many rows
     changed and which addresses became blocked or unblocked, so the caller can retag mail.
     ``account_name`` scopes the other views as in :func:`query_emails`.
-    Raises :class:`SqlError`; a failing statement leaves the sidecar unchanged.
+    Raises :class:`SqlError`; a failing statement leaves the sidecar unchanged, as does one
+    ``rehearse``-d: rolled back, its result says what it would change.
     """
     statement = _single_statement(sql_query, READ_KEYWORDS | WRITE_KEYWORDS, CONTACTS_HINT)
     try:
@@ -525,7 +528,9 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
                 _refuse_own(conn, result.blocked, own_addresses)
                 if len(diff) > CONFIRM_ABOVE and confirm_count != len(diff):
                     _unconfirmed(result, diff, confirm_count)
-    except _Unconfirmed as stop:  # rolled back
+                if rehearse:
+                    raise _RolledBack(result)
+    except _RolledBack as stop:
         return stop.result
     result._contact_changes = diff
     return result
@@ -611,7 +616,7 @@ def _unconfirmed(result: ContactsResult, diff: list[dict[str, Any]],
                        "statement changes now; nothing was changed")
     result.dry_run = True
     result.sample = [d["contact"] for d in diff[:5]]
-    raise _Unconfirmed(result)
+    raise _RolledBack(result)
 
 
 # ---------------------------------------------------------------------------------------------
