@@ -127,10 +127,11 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
 def _stop_signals_ignored() -> Iterator[None]:
     """SIGTERM and Ctrl-C ignored while the server shuts down.  The shutdown is bounded
     (the tool calls' CLOSE_TIMEOUT, Background.stop's timeout, then what is left is ended),
-    within the time the shipped systemd unit gives a stop before its SIGKILL; a repeated signal raised in the middle of it skipped the
-    very steps that end the runs living in sessions of their own -- notmuch new, mbsync,
-    which outlive us -- and mark the service stopped.  So a second Ctrl-C does not stop
-    faster; SIGKILL still does, leaving those runs behind."""
+    within the time the shipped systemd unit gives a stop before its SIGKILL; a repeated
+    signal raised in the middle of it skipped the very steps that end the runs living in
+    sessions of their own -- notmuch new, mbsync, which outlive us -- and mark the service
+    stopped.  So a second Ctrl-C does not stop faster; SIGKILL still does, leaving those
+    runs behind."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
