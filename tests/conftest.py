@@ -160,11 +160,14 @@ def run_init(mail_env: MailEnv, *, check: bool = True) -> subprocess.CompletedPr
 
 @pytest.fixture(autouse=True)
 def runs_start_again() -> Iterator[None]:
-    """A server's shutdown leaves this process refusing mbsync and msmtp check runs for good
-    (mbsync.stop_running's ``final``): the next test, in the same process, starts afresh."""
+    """A server's shutdown leaves this process refusing mbsync, msmtp check and notmuch new
+    runs for good (``final`` of mbsync.stop_running, notmuch_cli.stop_new_runs): the next
+    test, in the same process, starts afresh."""
     yield
     from fmail_nm.service import mbsync
+    from fmail_nm.store import notmuch_cli
     mbsync._refusing = False
+    notmuch_cli._refusing = False
 
 
 @pytest.fixture(scope="session", autouse=True)

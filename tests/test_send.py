@@ -2141,6 +2141,22 @@ def test_a_forward_keeps_the_body_after_a_header_block_ended_by_a_lone_cr(bed: B
     assert _attached_as_sent(bed, forward.message_id) == [data, data]
 
 
+def test_a_forward_keeps_the_header_block_ended_after_a_bcc_cut_after_a_lone_cr(
+        bed: Bed) -> None:
+    """A Bcc line cut from the .eml file with its own line end, between a line ended by a
+    lone CR and the empty line (LF) ending the header block, joined the two into one CRLF:
+    the empty line was gone, and the body's lines read as more header lines."""
+    mid = "lone-cr-last@example.net"
+    data = malformed(mid, UNPARSABLE["parameter"] + b"X-Last: kept\rBcc: hidden@example.com\n")
+    bed.receive(data)
+    forward = compose.forward_email(bed.ctx, mid, ["frank@example.com"], "FYI")
+    send.send_draft(bed.ctx, forward.message_id)
+
+    kept = data.replace(b"\rBcc: hidden@example.com", b"")
+    assert kept.endswith(b"X-Last: kept\n\nhello\n")
+    assert _attached_as_sent(bed, forward.message_id) == [kept, kept]
+
+
 def test_a_drafts_resent_bcc_never_reaches_the_wire(bed: Bed) -> None:
     """A draft carrying Resent-Bcc (another client's, or mail edited as new): Bcc was cut
     from what went out, Resent-Bcc went as it was, naming those hidden to every recipient.

@@ -450,3 +450,22 @@ def test_a_server_without_the_background_stops_its_notmuch_new_at_shutdown(
     assert stopped, "notmuch new outlived the server's shutdown"
     assert len(ended) == 1 and isinstance(ended[0], IndexingStopped), ended
     assert not known("after-push@example.net")  # stopped before it indexed anything
+
+
+def test_a_reindex_asked_for_after_the_servers_shutdown_does_not_start_notmuch_new(
+        indexed: MailEnv) -> None:
+    """The shutdown stopped the notmuch new runs going, then ended mbsync: a push hung on a
+    silent server, ended so, went on to its re-index (mbsync ran), whose notmuch new started
+    after the stop and outlived the server.  No notmuch new starts once the server is shut
+    down, as no mbsync does."""
+    from fmail_nm.service.index import IndexingStopped, reindex_for_write
+
+    config = indexed.config()
+    served = serving(config, read_only=False, push=True)
+    served.__enter__()
+    served.__exit__(None, None, None)
+    deliver(indexed.mail_root / "personal" / "INBOX", "after-shutdown@example.net")
+    # what the pusher's thread, left running, does once its mbsync is ended (_reindex)
+    with pytest.raises(IndexingStopped):
+        reindex_for_write(config)
+    assert not known("after-shutdown@example.net")

@@ -109,8 +109,9 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
                     _close_pusher(pusher, record)
                 # A re-index after a push (or a write's) that the waits above left running:
                 # notmuch new, in a session of its own, would index on after we are gone and
-                # run its post-new hook without us.  Stopped, it keeps what it indexed.
-                if stopped_new := stop_new_runs():
+                # run its post-new hook without us.  Stopped, it keeps what it indexed.  None
+                # starts after this: the re-index of a push ended below would outlive us.
+                if stopped_new := stop_new_runs(final=True):
                     log.warning("shutdown: stopped %d notmuch new run(s) still going; the next "
                                 "index takes up what they left", stopped_new)
                 # What the bounded waits above left running (a push hung on a silent server,

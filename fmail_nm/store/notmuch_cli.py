@@ -120,12 +120,18 @@ NEW_STOP_GRACE = 5.0
 _running: set[subprocess.Popen[bytes]] = set()
 _stopped: set[subprocess.Popen[bytes]] = set()
 _running_lock = threading.Lock()
+# Set by the server's shutdown: a thread it left running (a push it ended, which goes on to
+# its re-index) would start a notmuch new that outlives it.
+_refusing = False
 
 
-def stop_new_runs() -> int:
+def stop_new_runs(*, final: bool = False) -> int:
     """Stop every ``notmuch new`` of this process still going -- the service's shutdown, once
-    its deadline has passed; how many were stopped."""
+    its deadline has passed; how many were stopped.  ``final``: the process is ending, and
+    none starts from now on (it is as one stopped at once)."""
+    global _refusing
     with _running_lock:
+        _refusing = _refusing or final
         procs = [proc for proc in _running if proc.poll() is None]
         _stopped.update(procs)
     for proc in procs:
@@ -218,18 +224,23 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
         argv.append("--full-scan")
     child_env = {**os.environ, **env} if env else None
     own_session = timeout is not None or not _at_a_terminal()
-    if as_tty:
-        master, slave = pty.openpty()
-        proc = subprocess.Popen(argv, stdout=slave, stderr=slave, stdin=subprocess.DEVNULL,
-                                close_fds=True, start_new_session=own_session, env=child_env)
-        os.close(slave)
-        chunks = _pty_chunks(master)
-    else:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=own_session,
-                                env=child_env)
-        stdout = cast(io.BufferedReader, proc.stdout)  # a pipe: stdout=PIPE above
-        chunks = iter(lambda: stdout.read1(4096), b"")
+    with _running_lock:  # started and tracked at once: a shutdown meanwhile would miss it
+        if _refusing:
+            return NewResult(-signal.SIGINT, "", shut_down=True)
+        if as_tty:
+            master, slave = pty.openpty()
+            proc = subprocess.Popen(argv, stdout=slave, stderr=slave, stdin=subprocess.DEVNULL,
+                                    close_fds=True, start_new_session=own_session,
+                                    env=child_env)
+            os.close(slave)
+            chunks = _pty_chunks(master)
+        else:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=own_session,
+                                    env=child_env)
+            stdout = cast(io.BufferedReader, proc.stdout)  # a pipe: stdout=PIPE above
+            chunks = iter(lambda: stdout.read1(4096), b"")
+        _running.add(proc)
     timed_out = threading.Event()
     # A timer, not a check between lines: a notmuch new waiting for the lock prints nothing.
     timer = None
@@ -237,8 +248,6 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
         timer = threading.Timer(timeout, _time_out, args=(proc, timed_out))
         timer.daemon = True
         timer.start()
-    with _running_lock:
-        _running.add(proc)
     lines: list[str] = []
     try:
         for line in _split_progress(chunks):

@@ -425,11 +425,14 @@ _BLIND_HEADERS = ("Bcc", "Resent-Bcc")
 # style) or LF -- a Bcc after a lone CR is a header line of its own to them.
 _LINE_END = rb"(?:\r\n|\r|\n)"
 _LINE_START = rb"(?:\A|(?<=\n)|(?<=\r)(?!\n))"
-# Such a header line with its folded continuation lines (a header block is split at the first
-# empty line before this applies).
-_BLIND_LINES = re.compile(_LINE_START + rb"(?:resent-)?bcc[ \t]*:[^\r\n]*" + _LINE_END
-                          + rb"?(?:[ \t][^\r\n]*" + _LINE_END + rb"?)*", re.I)
+# Such a header line with its folded continuation lines, taken with the line end before it
+# (a header block is split at the first empty line before this applies): the line before
+# then ends as the cut one did.  Cut with its own line end instead, the line before's lone CR
+# and the empty line's LF after it would join into one CRLF, and the header block run on.
+_BLIND_LINES = re.compile(_LINE_END + rb"(?:resent-)?bcc[ \t]*:[^\r\n]*(?:" + _LINE_END
+                          + rb"[ \t][^\r\n]*)*", re.I)
 _EMPTY_LINE = re.compile(_LINE_START + rb"(?:[\r\n]|\Z)")
+_FIRST_LINE_END = re.compile(rb"\A" + _LINE_END)
 
 
 def _drop_blind_headers(msg: Message) -> None:
@@ -440,7 +443,10 @@ def _drop_blind_headers(msg: Message) -> None:
 def _without_blind_lines(raw: bytes) -> bytes:
     end = _EMPTY_LINE.search(raw)
     head = raw[:end.start()] if end else raw
-    return _BLIND_LINES.sub(b"", head) + raw[len(head):]
+    # A line end put before the first line, so that one is cut as the others are; the head
+    # then starts with it, or with the first line's own if that was cut: taken off.
+    kept = _BLIND_LINES.sub(b"", b"\n" + head)
+    return _FIRST_LINE_END.sub(b"", kept, count=1) + raw[len(head):]
 
 
 # RFC 5322 2.1.1: at most 998 bytes a line, CRLF not counted; SMTP servers refuse longer
