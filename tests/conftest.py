@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -24,6 +25,13 @@ from hypothesis import settings
 # loaded machine misses Hypothesis's default 200 ms, and CI would fail on speed).
 settings.register_profile("behaviour-only", deadline=None)
 settings.load_profile("behaviour-only")
+
+# A test run started in the background of a shell without job control (`cmd &` in a script,
+# nohup) inherits SIGINT ignored, and so would every fmail-nm and notmuch it starts -- where
+# the Ctrl-C tests need it delivered.  A handler of our own is reset to the default in each
+# child at exec; an ignored signal would stay ignored.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_MAILDIR = REPO / "fixtures" / "maildir"
