@@ -583,10 +583,15 @@ def _clearsigned_block(lines: list[str], begin: int, signatures: list[int],
     return None
 
 
-# A line is more than a line of new content only if it is quoted, has what an end of the
-# new content needs (see _ends_new_content) or a colon, or opens an attribution (see
-# _attribution_end): tests at C speed spare most lines the three calls.
 _QUOTE_OR_ATTRIBUTION = re.compile(rf"{_QUOTED.pattern}|{_ATTRIBUTION_START.pattern}", re.I)
+
+
+def _may_be_more_than_text(line: str) -> bool:
+    """Whether ``line`` can be more than a line of new content: only if it is quoted, has
+    what an end of the new content needs (see _ends_new_content) or a colon, or opens an
+    attribution (see _attribution_end).  Tests at C speed spare most lines the three calls."""
+    return ("--" in line or "__" in line or ":" in line
+            or _QUOTE_OR_ATTRIBUTION.match(line) is not None)
 
 
 def _new_content(lines: list[str], forward: bool, answered: bool = False) -> list[str]:
@@ -597,8 +602,7 @@ def _new_content(lines: list[str], forward: bool, answered: bool = False) -> lis
     i = 0
     while i < len(lines):
         line = lines[i]
-        if ("--" in line or "__" in line or ":" in line
-                or _QUOTE_OR_ATTRIBUTION.match(line)):
+        if _may_be_more_than_text(line):
             if _QUOTED.match(line):
                 if answered:
                     pending.append(line)
