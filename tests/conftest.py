@@ -174,8 +174,8 @@ def runs_start_again() -> Iterator[None]:
     yield
     from fmail_nm.service import mbsync
     from fmail_nm.store import notmuch_cli
-    mbsync._refusing = False
-    notmuch_cli._refusing = False
+    mbsync.RUNS.start_again()
+    notmuch_cli.NEW_RUNS.start_again()
 
 
 @pytest.fixture(scope="session", autouse=True)

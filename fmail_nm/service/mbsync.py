@@ -34,7 +34,6 @@ import re
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -48,6 +47,7 @@ from ..clock import utc_now
 from ..config import Account, Config, ConfigError, users_mbsync_config
 from ..errors import BackendError, CallerError
 from ..flock import flock_within, try_flock
+from ..runs import RunRegistry
 from ..store.maildir import HOLD, HOLD_DAYS, held_in, relative_path
 from .pushed import record_pushed
 
@@ -265,16 +265,12 @@ def kill_group(proc: subprocess.Popen[Any], sig: signal.Signals = signal.SIGKILL
         proc.send_signal(sig)
 
 
-# The mbsync runs of this process still going (and the msmtp runs that check an account
-# being added), and those of them stop_running ended.  Each runs in a session of its own, out
-# of reach of a signal to the service's process group (Ctrl-C, `kill -- -PGID`): without
-# these, a run hung on a silent server (`Timeout 0`) would outlive the service for good.
-_running: set[subprocess.Popen[Any]] = set()
-_stopped: set[subprocess.Popen[Any]] = set()
-_running_lock = threading.Lock()
-# Set by the shutdown's last stop_running: a run started after it (the next account of a
-# push, a tool call the shutdown left to finish going on to its pull) would outlive us.
-_refusing = False
+# The mbsync runs of this process (and the msmtp runs that check an account being added).
+# Each runs in a session of its own, out of reach of a signal to the service's process group
+# (Ctrl-C, `kill -- -PGID`): untracked, a run hung on a silent server (`Timeout 0`) would
+# outlive the service for good.  SIGTERM to its session first: mbsync takes an interrupted run
+# up again from its journal.
+RUNS = RunRegistry(kill_group, signal.SIGTERM)
 STOP_GRACE = 2.0  # seconds between SIGTERM and SIGKILL for a run stop_running ends
 STOPPED = "mbsync was stopped: fmail-nm was shutting down"  # what such a run reports
 
@@ -285,47 +281,26 @@ class StoppedAtShutdown(BackendError):
 
 def start_tracked(argv: list[str], **popen: Any) -> subprocess.Popen[Any]:
     """Start a run that the service's shutdown ends (see :func:`stop_running`) if still going;
-    StoppedAtShutdown once the shutdown has ended the runs for good.  Started and tracked
-    under the lock stop_running takes: a run tracked only once Popen returned could be
-    talking to its server already, and a shutdown meanwhile missed it."""
-    with _running_lock:
-        if _refusing:
-            raise StoppedAtShutdown(f"{argv[0]} was not started: fmail-nm was shutting down")
-        proc = subprocess.Popen(argv, **popen)
-        _running.add(proc)
+    StoppedAtShutdown once the shutdown has ended the runs for good (a push's next account, a
+    tool call the shutdown left to finish going on to its pull would outlive us)."""
+    proc = RUNS.start(argv, **popen)
+    if proc is None:
+        raise StoppedAtShutdown(f"{argv[0]} was not started: fmail-nm was shutting down")
     return proc
 
 
 def untrack(proc: subprocess.Popen[Any]) -> bool:
     """The run ended: whether :func:`stop_running` ended it."""
-    with _running_lock:
-        _running.discard(proc)
-        stopped = proc in _stopped
-        _stopped.discard(proc)
-    return stopped
+    return RUNS.finished(proc)
 
 
 def stop_running(grace: float = STOP_GRACE, *, final: bool = False) -> int:
     """End every run of this process still going (mbsync's, and msmtp's checks) -- the
     service's shutdown, once its deadline has passed: SIGTERM to each run's session, SIGKILL
-    to those still there after ``grace`` seconds.  mbsync takes an interrupted run up again
-    from its journal.  The runs report that they were stopped.  ``final``: the process is
-    ending, and no run starts from now on (:func:`start_tracked` refuses).  Returns how many
-    there were."""
-    global _refusing
-    with _running_lock:
-        _refusing = _refusing or final
-        procs = [proc for proc in _running if proc.poll() is None]
-        _stopped.update(procs)
-    for proc in procs:
-        kill_group(proc, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for proc in procs:
-        try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-    return len(procs)
+    to those still there ``grace`` seconds later.  The runs report that they were stopped.
+    ``final``: the process is ending, and no run starts from now on (:func:`start_tracked`
+    refuses).  Returns how many there were."""
+    return RUNS.stop_all(grace, final=final)
 
 
 KILLED_OUTPUT_WAIT = 5.0  # seconds to read what a run wrote once mbsync itself has ended

@@ -7,7 +7,6 @@ in :mod:`fmail_nm.store.notmuch`.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import pty
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import cast
 
 from ..config import NOTMUCH_LOCATION_VARIABLES
+from ..runs import RunRegistry
 from .notmuch import ConfigUnparsable, DatabaseMissing, notmuch_message
 from .notmuch_config import find_notmuch_config
 
@@ -113,30 +113,31 @@ class NewResult:
 # After SIGINT, notmuch new commits what it has indexed and exits (on SIGTERM it dies with
 # all of it); this long, then SIGKILL.
 NEW_STOP_GRACE = 5.0
-# The runs of this process still going, most in a session of their own, and those of them
-# stop_new_runs ended: out of reach of a signal to the service's process group, one left
-# behind would index on after the service is gone -- the pass that follows it left to the
-# service.
-_running: set[subprocess.Popen[bytes]] = set()
-_stopped: set[subprocess.Popen[bytes]] = set()
-_running_lock = threading.Lock()
-# Set by the server's shutdown: a thread it left running (a push it ended, which goes on to
-# its re-index) would start a notmuch new that outlives it.
-_refusing = False
+
+
+def _signal_new(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    """``sig`` to notmuch new's own process group -- or to it alone when it shares ours, the
+    terminal's (see :func:`run_notmuch_new`), which a signal to the group would end too."""
+    if os.getpgid(proc.pid) == proc.pid:
+        os.killpg(proc.pid, sig)
+    else:
+        os.kill(proc.pid, sig)
+
+
+# The runs of this process still going, most in a session of their own: out of reach of a
+# signal to the service's process group, one left behind would index on after the service is
+# gone -- the pass that follows it left to the service.  The server's shutdown refuses new ones
+# at the end: a thread it left running (a push it ended, which goes on to its re-index) would
+# start a notmuch new that outlives it.
+NEW_RUNS = RunRegistry(_signal_new, signal.SIGINT)
 
 
 def stop_new_runs(*, final: bool = False) -> int:
-    """Stop every ``notmuch new`` of this process still going -- the service's shutdown, once
-    its deadline has passed; how many were stopped.  ``final``: the process is ending, and
-    none starts from now on (it is as one stopped at once)."""
-    global _refusing
-    with _running_lock:
-        _refusing = _refusing or final
-        procs = [proc for proc in _running if proc.poll() is None]
-        _stopped.update(procs)
-    for proc in procs:
-        _stop_new(proc)
-    return len(procs)
+    """Stop every ``notmuch new`` of this process still going (:func:`_stop_new`, all within
+    one NEW_STOP_GRACE) -- the service's shutdown, once its deadline has passed; how many were
+    stopped.  ``final``: the process is ending, and none starts from now on (it is as one
+    stopped at once)."""
+    return NEW_RUNS.stop_all(NEW_STOP_GRACE, final=final)
 
 
 def _time_out(proc: subprocess.Popen[bytes], timed_out: threading.Event) -> None:
@@ -149,25 +150,7 @@ def _stop_new(proc: subprocess.Popen[bytes]) -> None:
     politely first, because notmuch new commits what it indexed on SIGINT; SIGKILL after
     NEW_STOP_GRACE, or at once when a second Ctrl-C or SIGTERM cuts the wait short (it then
     propagates)."""
-    try:
-        _signal_new(proc, signal.SIGINT)
-        proc.wait(timeout=NEW_STOP_GRACE)
-    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
-        pass
-    finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                _signal_new(proc, signal.SIGKILL)
-            proc.wait()
-
-
-def _signal_new(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    """``sig`` to notmuch new's own process group -- or to it alone when it shares ours, the
-    terminal's (see :func:`run_notmuch_new`), which a signal to the group would end too."""
-    if os.getpgid(proc.pid) == proc.pid:
-        os.killpg(proc.pid, sig)
-    else:
-        os.kill(proc.pid, sig)
+    NEW_RUNS.stop([proc], NEW_STOP_GRACE)
 
 
 def _at_a_terminal() -> bool:
@@ -224,23 +207,25 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
         argv.append("--full-scan")
     child_env = {**os.environ, **env} if env else None
     own_session = timeout is not None or not _at_a_terminal()
-    with _running_lock:  # started and tracked at once: a shutdown meanwhile would miss it
-        if _refusing:
-            return NewResult(-signal.SIGINT, "", shut_down=True)
+    master, slave = pty.openpty() if as_tty else (-1, -1)
+    proc = None
+    try:  # on a pseudo-terminal, notmuch new and its hooks share it; else one pipe
+        proc = NEW_RUNS.start(argv, stdout=slave if as_tty else subprocess.PIPE,
+                              stderr=slave if as_tty else subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, start_new_session=own_session,
+                              env=child_env)
+    finally:
         if as_tty:
-            master, slave = pty.openpty()
-            proc = subprocess.Popen(argv, stdout=slave, stderr=slave, stdin=subprocess.DEVNULL,
-                                    close_fds=True, start_new_session=own_session,
-                                    env=child_env)
             os.close(slave)
-            chunks = _pty_chunks(master)
-        else:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=own_session,
-                                    env=child_env)
-            stdout = cast(io.BufferedReader, proc.stdout)  # a pipe: stdout=PIPE above
-            chunks = iter(lambda: stdout.read1(4096), b"")
-        _running.add(proc)
+            if proc is None:  # refused, or it could not start
+                os.close(master)
+    if proc is None:  # the shutdown has stopped the runs for good
+        return NewResult(-signal.SIGINT, "", shut_down=True)
+    if as_tty:
+        chunks = _pty_chunks(master)
+    else:
+        stdout = cast(io.BufferedReader, proc.stdout)  # a pipe: stdout=PIPE above
+        chunks = iter(lambda: stdout.read1(4096), b"")
     timed_out = threading.Event()
     # A timer, not a check between lines: a notmuch new waiting for the lock prints nothing.
     timer = None
@@ -263,10 +248,7 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
             timer.cancel()
         if as_tty:
             os.close(master)
-        with _running_lock:
-            _running.discard(proc)
-            shut_down = proc in _stopped
-            _stopped.discard(proc)
+        shut_down = NEW_RUNS.finished(proc)
     return NewResult(proc.returncode, "".join(lines), timed_out=timed_out.is_set(),
                      shut_down=shut_down)
 

@@ -1,0 +1,96 @@
+"""The child processes of one kind a shutdown must end itself (mbsync and msmtp checks in
+:mod:`fmail_nm.service.mbsync`, ``notmuch new`` in :mod:`fmail_nm.store.notmuch_cli`).
+
+Each runs in a session of its own, out of reach of a signal to our process group: one left
+behind would outlive the process.  A registry starts and tracks a run at once, tells the run's
+caller whether a stop ended it, and stops them all -- every one signalled first, then all
+waited for against one deadline, so that N runs cost one grace, not N (the systemd unit's
+TimeoutStopSec bounds the whole shutdown).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+Run = subprocess.Popen[Any]
+
+
+class RunRegistry:
+    """The runs of one kind this process has going, and those of them :meth:`stop_all` ended.
+
+    ``send(run, sig)`` is how a signal reaches one run (its session, its process group);
+    ``polite`` the first signal of a stop, after which a run has the stop's grace to end before
+    SIGKILL.
+    """
+
+    def __init__(self, send: Callable[[Run, signal.Signals], None],
+                 polite: signal.Signals) -> None:
+        self._send = send
+        self._polite = polite
+        self._lock = threading.Lock()
+        self._running: set[Run] = set()
+        self._stopped: set[Run] = set()
+        self._refusing = False
+
+    def start(self, argv: list[str], **popen: Any) -> Run | None:
+        """Start a run and track it; None, starting nothing, once a final :meth:`stop_all`
+        ended the runs for good.  Started and tracked under the lock stop_all takes: a run
+        tracked only once Popen returned could be at work already, and a stop meanwhile
+        missed it."""
+        with self._lock:
+            if self._refusing:
+                return None
+            proc: Run = subprocess.Popen(argv, **popen)
+            self._running.add(proc)
+        return proc
+
+    def finished(self, proc: Run) -> bool:
+        """The run has ended: no longer tracked; whether :meth:`stop_all` ended it."""
+        with self._lock:
+            self._running.discard(proc)
+            stopped = proc in self._stopped
+            self._stopped.discard(proc)
+        return stopped
+
+    def stop_all(self, grace: float, *, final: bool = False) -> int:
+        """Stop every run still going (:meth:`stop`); how many there were.  ``final``: the
+        process is ending, and :meth:`start` refuses from now on."""
+        with self._lock:
+            self._refusing = self._refusing or final
+            procs = [proc for proc in self._running if proc.poll() is None]
+            self._stopped.update(procs)
+        self.stop(procs, grace)
+        return len(procs)
+
+    def stop(self, procs: list[Run], grace: float) -> None:
+        """The polite signal to each run, then SIGKILL to those still there ``grace`` seconds
+        after -- one deadline for them all.  An exception during the wait (a second Ctrl-C)
+        cuts it short: SIGKILL at once, and it propagates."""
+        try:
+            for proc in procs:
+                self._signal(proc, self._polite)
+            deadline = time.monotonic() + grace
+            for proc in procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(max(0.0, deadline - time.monotonic()))
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    self._signal(proc, signal.SIGKILL)
+                    proc.wait()
+
+    def start_again(self) -> None:
+        """Take runs again after a final :meth:`stop_all` (tests run many shutdowns in one
+        process)."""
+        with self._lock:
+            self._refusing = False
+
+    def _signal(self, proc: Run, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # it has just ended
+            self._send(proc, sig)

@@ -1,0 +1,79 @@
+"""The runs a shutdown ends (``fmail_nm.runs``): several stopped at once cost one grace."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from fmail_nm.store import notmuch_cli
+
+from .conftest import isolated_env
+
+# A post-new hook that holds its notmuch new up until SIGKILL: it writes down each SIGINT (the
+# polite stop, which notmuch new waits out as long as its hook runs) and, from then on, that it
+# is still alive -- lines a SIGKILL to its session ends.
+HELD_UP_HOOK = """#!/bin/sh
+trap 'echo "INT $$" >> "$HOOK_LOG"; interrupted=1' INT
+echo "start $$" >> "$HOOK_LOG"
+while :; do
+    sleep 0.05
+    if [ -n "${interrupted:-}" ]; then echo "alive $$" >> "$HOOK_LOG"; fi
+done
+"""
+
+
+def _held_up_notmuch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A notmuch config whose database is made, and whose post-new hook holds each run up;
+    (the config, the hook's log)."""
+    for name, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    mail, hooks, log = tmp_path / "mail", tmp_path / "hooks", tmp_path / "hook.log"
+    for sub in ("cur", "new", "tmp"):
+        (mail / "INBOX" / sub).mkdir(parents=True)
+    hooks.mkdir()
+    (hooks / "post-new").write_text(HELD_UP_HOOK)
+    (hooks / "post-new").chmod(0o755)
+    config = tmp_path / "notmuch-config"
+    config.write_text(f"[database]\npath={mail}\nhook_dir={hooks}\n")
+    monkeypatch.setenv("HOOK_LOG", str(log))
+    log.touch()
+    assert notmuch_cli.run_notmuch_new(str(config), hooks=False).returncode == 0  # the database
+    return config, log
+
+
+def _started(log: Path) -> list[str]:
+    return [line.split()[1] for line in log.read_text().splitlines() if line.startswith("start")]
+
+
+def test_runs_stopped_together_are_all_signalled_before_any_is_killed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopped one after another, each run had its own grace: N notmuch new runs that wait on
+    a hook cost N graces, past what systemd gives the service's stop.  Every one is signalled
+    first, then all are waited for against one deadline."""
+    monkeypatch.setattr(notmuch_cli, "NEW_STOP_GRACE", 1.0)
+    config, log = _held_up_notmuch(tmp_path, monkeypatch)
+    results: list[notmuch_cli.NewResult] = []
+    threads = []
+    for n in (1, 2):  # one after another: the two hooks are both holding their runs up
+        threads.append(threading.Thread(
+            target=lambda: results.append(notmuch_cli.run_notmuch_new(str(config)))))
+        threads[-1].start()
+        while len(_started(log)) < n:
+            assert threads[-1].is_alive(), results  # ended before its hook held it up
+            threads[-1].join(0.05)
+
+    assert notmuch_cli.stop_new_runs() == 2
+    for thread in threads:
+        thread.join(30)
+
+    assert len(results) == 2 and all(r.shut_down for r in results)
+    lines = log.read_text().splitlines()
+    first, second = _started(log)
+    interrupted = [line.split()[1] for line in lines if line.startswith("INT")]
+    assert sorted(interrupted) == sorted([first, second])
+    # the run signalled first was still alive once the second was signalled: not killed yet
+    early, late = interrupted
+    assert lines.index(f"INT {late}") < max(i for i, line in enumerate(lines)
+                                            if line == f"alive {early}"), lines
