@@ -867,6 +867,70 @@ def test_pages_of_long_seconds_walk_in_the_mirrors_order_whatever_else_they_hold
                 assert every_page(mailbox, "tag:inbox", sort, limit)[0] == truth, (sort, limit)
 
 
+@pytest.mark.parametrize("sort", ["newest", "oldest"])
+def test_a_page_of_long_seconds_reads_notmuch_once_while_mail_of_its_second_is_indexed(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch, sort: str) -> None:
+    """A page across two seconds of more messages than the largest margin reads notmuch's
+    page, then counts and reads the messages of its edges' seconds.  Mail of the page's
+    first second indexed (by another program's notmuch new) between those reads shifted the
+    edges against the page's places: the page was of the index as it stood neither before
+    nor after -- five short, ten of its messages missing, five of the page before it
+    there again.  Its reads see one snapshot: it is one of the two."""
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+    written = 0
+
+    def deliver(second: int, mid: str) -> None:
+        nonlocal written
+        written += 1
+        cur.joinpath(f"1800000960.s{written:04d}.host:2,S").write_bytes(
+            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: s {mid}\n"
+            f"Date: Fri, 01 Jan 2027 10:00:0{second} +0000\nMessage-ID: <{mid}>\n\nx\n"
+            .encode())
+
+    for second in (0, 1):
+        for n in range(100):  # indexed in an order unlike their Message-IDs'
+            deliver(second, f"tie-{second}-{n * 37 % 100:03d}@example.com")
+    indexed.fmail("index")
+    # The new mail comes first in the page's first second (1 newest first, 0 oldest first).
+    first, new_id = (1, "zz-new-{}@example.com") if sort == "newest" else (0, "aa-new-{}@e")
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        compiled = mailbox.compile("")
+        nm_query = reads.scoped_query(mailbox, compiled)
+        conn = reads.current_mirror(mailbox, compiled.exclude_tags)
+        assert conn is not None
+
+        def listing() -> list[str]:
+            matches = reader.messages(nm_query, exclude_tags=compiled.exclude_tags)
+            return [mid for _, mid in sorted(((m.date, m.message_id) for m in matches),
+                                             reverse=sort == "newest")]
+
+        before = listing()
+        # 80 messages into the first second, 50 of them: 20 of it, 30 of the other
+        at = next(n for n, mid in enumerate(before) if mid.startswith("tie-")) + 80
+        assert before[at].startswith(f"tie-{first}-") and before[at + 49].startswith("tie-")
+        assert not before[at + 49].startswith(f"tie-{first}-")
+        count, indexing = reader.count, [True]
+
+        def indexing_first(*args: Any, **kwargs: Any) -> int:
+            if indexing:  # the first count of an edge's second
+                indexing.clear()
+                for n in range(5):
+                    deliver(first, new_id.format(n))
+                indexed.notmuch("new", "--no-hooks")
+            return count(*args, **kwargs)
+
+        monkeypatch.setattr(reader, "count", indexing_first)
+        page = reads._page_in_mirror_order(mailbox, conn, nm_query, compiled.exclude_tags,
+                                           sort, at, 50)
+        assert not indexing  # the mail came while the page was read
+        after = listing()
+        assert len(after) == len(before) + 5
+        skipped, repeated = set(before[at:at + 50]) - set(page), set(page) & set(before[:at])
+        assert page in (before[at:at + 50], after[at:at + 50]), (
+            f"{len(skipped)} skipped, {len(repeated)} of the page before")
+
+
 def test_mail_dated_past_year_9999_utc_is_indexed_and_listed(indexed: MailEnv) -> None:
     """notmuch keeps a Date on the last day of 9999 west of UTC as it is, in year 10000 UTC,
     which datetime cannot hold: one such message (spam) failed the whole index ("year 10000

@@ -13,6 +13,7 @@ from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from notmuch2 import _message as notmuch2_message
 
 from fmail_nm.clock import iso_from_epoch
 from fmail_nm.dsl import DSL_HELP
@@ -546,6 +547,59 @@ def test_page_ids_are_notmuchs_message_ids_also_for_mail_without_one(indexed: Ma
         made_up = reader.page_ids("subject:\"no id\"", exclude_tags=(), limit=5)
         assert len(made_up) == 1 and made_up[0].startswith("notmuch-sha1-")
         assert reader.find(made_up[0]) is not None
+
+
+def test_a_page_past_an_offset_loads_only_its_own_messages(
+        mb: reads.Mailbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page deep in a search moves libnotmuch's iterator past the offset: each message the
+    bindings hand out is a document libnotmuch loads, and a page of whole messages loaded
+    every one before it (where a page of ids did not)."""
+    handed: list[object] = []  # the messages the bindings handed out
+    real_next = notmuch2_message.MessageIter.__next__
+
+    def counting(it: notmuch2_message.MessageIter) -> object:
+        handed.append(msg := real_next(it))
+        return msg
+    monkeypatch.setattr(notmuch2_message.MessageIter, "__next__", counting)
+    whole = mb.reader.messages("*", exclude_tags=(), sort="oldest")
+    ids = mb.reader.page_ids("*", exclude_tags=(), sort="oldest", limit=len(whole))
+    assert len(whole) > 10 and ids == [m.message_id for m in whole]
+    for offset, limit in ((0, 2), (3, 2), (len(whole) - 1, 5), (len(whole) + 5, 2),
+                          (len(whole) - 4, None)):
+        handed.clear()
+        page = mb.reader.messages("*", exclude_tags=(), sort="oldest", offset=offset,
+                                  limit=limit)
+        assert page == whole[offset:None if limit is None else offset + limit]
+        assert len(handed) == len(page), (offset, limit)
+        if limit is not None:
+            handed.clear()
+            page_ids = mb.reader.page_ids("*", exclude_tags=(), sort="oldest", offset=offset,
+                                          limit=limit)
+            assert page_ids == ids[offset:offset + limit] and len(handed) == len(page_ids)
+
+
+def test_reads_in_one_snapshot_see_one_index_or_start_again_on_the_newest(
+        indexed: MailEnv) -> None:
+    """The reads of one answer (a page and the counts of its edges) see one snapshot while
+    another program commits: after one commit it is still readable, and every read sees the
+    index as it was; several overwrite it, a read fails, and the whole runs again on the
+    index as it now is -- never a count of one index beside a page of the other."""
+    with Reader() as reader:
+        total = reader.count("*", exclude_tags=())
+        for commits in (1, 7):  # the last of them tags every message "probe"
+            tries: list[int] = []
+
+            def read() -> tuple[int, int]:
+                tries.append(len(tries))
+                counted = reader.count("tag:probe", exclude_tags=())
+                for n in range(commits if len(tries) == 1 else 0):
+                    indexed.notmuch("tag", "-+"[n % 2 == 0] + "probe", "--", "*")
+                return counted, len(reader.messages("tag:probe", exclude_tags=()))
+            got = reader.in_one_snapshot(read)
+            assert got == ((0, 0) if len(tries) == 1 else (total, total)), commits
+            assert len(tries) <= 2, commits
+            assert reader.count("tag:probe", exclude_tags=()) == total  # then the newest
+            indexed.notmuch("tag", "-probe", "--", "*")
 
 
 def test_a_count_beside_the_page_is_the_count_and_follows_commits(indexed: MailEnv) -> None:

@@ -695,17 +695,22 @@ def _page_in_mirror_order(mb: Mailbox, conn: sqlite3.Connection, nm_query: str,
                           limit: int) -> list[str]:
     """notmuch's page of a search whose other pages the mirror may read: messages of one
     date in the mirror's order (by Message-ID) rather than notmuch's (by when it indexed
-    them), so that no page repeats or skips one of them where the two meet."""
+    them), so that no page repeats or skips one of them where the two meet.  Its reads of
+    notmuch (the page, then the counts and ids of its edges' dates) see one snapshot: mail
+    indexed between them moved an edge's messages against the page's places."""
+    newest = sort == "newest"
+
     def read(offset: int, limit: int) -> list[str]:
         return _page_ids(mb, nm_query, exclude_tags, sort, offset, limit)
 
     def ranks(ids: Sequence[str]) -> Callable[[str], tuple[int, str]]:
         dates = sidecar.dates_of(conn, ids)
-        # a message the mirror does not have yet (a sync in flight) ranks by notmuch's date:
-        # left in notmuch's order, it broke the order the pages before it followed
+        # a message the mirror does not have yet (a sync in flight) ranks by notmuch's date,
+        # the one the mirror will keep: left in notmuch's order, it broke the order the
+        # pages before it followed
         missing = [mid for mid in ids if mid not in dates]
         for mid, found in zip(missing, mb.reader.find_many(missing)):
-            dates[mid] = max(found.date, 0) if found is not None else 0
+            dates[mid] = found.date if found is not None else 0
         return lambda mid: (dates[mid], mid)
 
     def of_date(date: int, at: int, size: int) -> list[str]:
@@ -721,8 +726,8 @@ def _page_in_mirror_order(mb: Mailbox, conn: sqlite3.Connection, nm_query: str,
         ids = mb.reader.page_ids(that_date, exclude_tags=exclude_tags, sort="message_id",
                                  offset=max(at, 0), limit=size + min(at, 0))
         return ids[::-1] if newest else ids
-    newest = sort == "newest"
-    return _in_tie_order(read, ranks, offset, limit, newest=newest, of_date=of_date)
+    return mb.reader.in_one_snapshot(lambda: _in_tie_order(read, ranks, offset, limit,
+                                                           newest=newest, of_date=of_date))
 
 
 def _in_tie_order(read: Callable[[int, int], list[Item]],
