@@ -774,10 +774,34 @@ WRITES_ELSEWHERE = [
 
 @pytest.mark.parametrize(("sql", "phrase"), WRITES_ELSEWHERE)
 def test_manage_contacts_refuses(db: Path, sql: str, phrase: str) -> None:
+    """The same refusal whether found when the statement is prepared to tell a write (with
+    ``before_write``, as the tool runs it) or when it runs."""
     before = dump(db)
-    with pytest.raises(SqlError, match=phrase):
-        m(db, sql)
-    assert dump(db) == before
+    for before_write in (None, lambda: None):
+        with pytest.raises(SqlError, match=phrase):
+            m(db, sql, before_write=before_write)
+        assert dump(db) == before
+
+
+@pytest.mark.parametrize(("sql", "writes"), [
+    ("SELECT * FROM contacts", False),
+    ("WITH b AS (SELECT 1) SELECT email_address FROM contacts, b", False),
+    ("EXPLAIN SELECT * FROM contacts", False),
+    ("UPDATE contacts SET notes = 'x' WHERE email_address = 'nobody@example.com'", True),
+    ("WITH b AS (SELECT 'bob@example.com' AS a) UPDATE contacts SET notes = 'y' "
+     "WHERE email_address IN (SELECT a FROM b)", True),
+    ("INSERT INTO contacts (email_address) VALUES ('new@example.com')", True),
+    ("-- a comment\nDELETE FROM contacts WHERE email_address = 'bob@example.com'", True),
+])
+def test_before_write_is_called_before_a_write_and_never_for_a_read(
+        db: Path, sql: str, writes: bool) -> None:
+    """The caller's undo lock is taken for a statement that writes the contacts view (even
+    one that turns out to change nothing), before it changes anything, and never for a
+    read: SQLite tells which when it prepares the statement."""
+    before = dump(db)
+    seen: list[list[str]] = []
+    m(db, sql, before_write=lambda: seen.append(dump(db)))
+    assert seen == ([before] if writes else [])
 
 
 def test_failing_statement_rolls_back_and_releases_the_lock(db: Path) -> None:

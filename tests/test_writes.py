@@ -37,6 +37,7 @@ from fmail_nm.store import notmuch as notmuch_store
 from fmail_nm.store.maildir import MaildirName
 from fmail_nm.store.notmuch import DatabaseBusy, Reader, Writer
 from fmail_nm.tools import compose, reads, writes
+from fmail_nm.tools.contacts import MailEffect
 from fmail_nm.tools.reads import Mailbox, ToolError
 
 from .conftest import LockHolder, MailEnv, notmuch_lock_held, run_init
@@ -1438,6 +1439,77 @@ def test_a_contacts_read_or_refusal_does_not_wait_for_an_undo_under_way(h: Harne
         with pytest.raises(SqlError, match="a contact is one e-mail address.*changed nothing"):
             manage_contacts(h.ctx, "INSERT INTO contacts (email_address) VALUES ('Bank <x>')")
     assert not h.audit()
+
+
+@pytest.mark.timeout(120)
+def test_a_contacts_statement_that_changes_rows_runs_once(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change ran twice: rehearsed (rolled back) outside the undo lock, then again for
+    real under it -- twice the time, and a statement whose effect differs from run to run
+    (random(), the clock) rehearsed one change and made another.  SQLite's own trace of
+    every statement the sidecar runs (each run its own connection; a trigger's steps are
+    traced under the statement's text) shows it run once, a read too."""
+    from fmail_nm.tools.contacts import manage_contacts
+
+    traces: list[list[str]] = []  # per connection, what it ran
+    connect = sidecar.connect
+
+    def traced(path: Path, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(path, **kwargs)
+        traces.append([])
+        conn.set_trace_callback(traces[-1].append)
+        return conn
+
+    def runs(statement: str) -> int:
+        return sum(statement in ran for ran in traces)
+
+    monkeypatch.setattr(sidecar, "connect", traced)
+    change = (f"UPDATE contacts SET notes = 'lot ' || abs(random()) "
+              f"WHERE email_address = '{BANK}'")
+    result = manage_contacts(h.ctx, change)
+    assert result.changed == 1 and result.audit_id == 1
+    assert runs(change) == 1
+    read = f"SELECT notes FROM contacts WHERE email_address = '{BANK}'"
+    saved = manage_contacts(h.ctx, read).rows
+    assert runs(read) == 1
+    recorded = json.loads(h.audit()[0][3])
+    assert [[c["after"]["notes"]] for c in recorded if c.get("contact") == BANK] == saved
+
+
+@pytest.mark.timeout(120)
+def test_a_contacts_edit_that_changes_nothing_does_not_wait_for_an_undo_under_way(
+        h: Harness) -> None:
+    """The CLI's block of an address blocked already held the undo lock as a change does:
+    with an undo under way elsewhere it waited, then failed "an undo is under way".  A
+    change still waits, and past the bound saves nothing."""
+    from fmail_nm.tools.contacts import edit_contacts, set_blocked
+
+    def block(conn: sqlite3.Connection) -> list[str]:
+        return set_blocked(conn, [BANK], True)
+
+    assert edit_contacts(h.ctx, "contacts block", {}, block)[1].audit_id == 1
+    with undo_lock_held(h.ctx.sidecar_file), h.ctx.writer.deadline(time.monotonic() + 1):
+        assert edit_contacts(h.ctx, "contacts block", {}, block) == ([BANK], MailEffect(None))
+        with pytest.raises(DatabaseBusy, match="an undo is under way.*nothing was changed"):
+            edit_contacts(h.ctx, "contacts unblock", {},
+                          lambda conn: set_blocked(conn, [BANK], False))
+    with sidecar.opened(h.ctx.sidecar_file) as conn:
+        assert conn.execute("SELECT is_blocked FROM contact_info WHERE email_address = ?",
+                            (BANK,)).fetchall() == [(1,)]
+    assert len(h.audit()) == 1
+
+
+@pytest.mark.timeout(120)
+def test_an_undo_under_way_counts_the_wait_from_when_the_caller_asked(h: Harness) -> None:
+    """A write that waited in a queue before the undo lock was told only the rest of its
+    bound it spent on the lock ("gave up after 0.5s" after four seconds), unlike "database
+    busy" for notmuch's lock, which counts from when the caller asked."""
+    asked = time.monotonic() - 3.0  # its first three seconds went on waiting in a queue
+    with undo_lock_held(h.ctx.sidecar_file), h.ctx.writer.deadline(asked + 3.5, asked=asked):
+        with pytest.raises(changes.UndoUnderWay, match=r"gave up after [3-9]\.\ds") as err:
+            writes.archive(h.ctx, [IN_INBOX])
+    assert err.value.waited >= 3.0
+    assert h.folders(IN_INBOX) == ["personal/INBOX"] and not h.audit()
 
 
 @pytest.mark.timeout(120)

@@ -546,25 +546,27 @@ _holding = threading.local()
 
 
 @contextmanager
-def _undo_lock(ctx: WriteContext, *, shared: bool) -> Iterator[None]:
+def _undo_lock(ctx: WriteContext, *, shared: bool, wait: float | None = None
+               ) -> Iterator[None]:
     """The lock next to the sidecar, across processes (two servers, the CLI, the post-new
     pass): it goes with its file, or its process.  Always taken before notmuch's lock, never
     inside it, so neither waits for the other in a circle.  It is waited for as a write waits
     for notmuch's (the caller's bound, else the Writer's lock timeout): the holder may
     re-index or wait for a sync.  A write made inside another on this thread (a re-index's
     pass) is covered by that one's hold -- of the same lock file: flock, per open file,
-    would have this thread wait for itself; one of another sidecar covers nothing here."""
+    would have this thread wait for itself; one of another sidecar covers nothing here.
+    ``wait``: seconds instead of that bound (0: taken now or never)."""
     path = ctx.sidecar_file.with_name(ctx.sidecar_file.name + ".undo-lock")
     outer = getattr(_holding, "path", None)
     if shared and outer == path:
         yield
         return
     private_dir(ctx.sidecar_file.parent)
-    wait = ctx.writer.lock_wait()
+    wait = ctx.writer.lock_wait() if wait is None else wait
     with open(path, "a") as fh:
         if not flock_within(fh, wait, shared=shared):
-            if shared:
-                raise UndoUnderWay(wait)
+            if shared:  # as long as the caller was kept waiting, as "database busy" says
+                raise UndoUnderWay(ctx.writer.waited(wait))
             raise ChangeError(f"another undo is under way, or a write not yet recorded "
                               f"(waited {wait:.1f}s); nothing was undone -- retry shortly")
         _holding.path = path
@@ -574,13 +576,15 @@ def _undo_lock(ctx: WriteContext, *, shared: bool) -> Iterator[None]:
             _holding.path = outer
 
 
-def until_recorded(ctx: WriteContext) -> contextlib.AbstractContextManager[None]:
+def until_recorded(ctx: WriteContext, *, wait: float | None = None
+                   ) -> contextlib.AbstractContextManager[None]:
     """Held by a write from before it takes notmuch's write lock until its audit record is
     written (or failed): an undo reads what stands only when no write is between the two --
     else one made before the undo, recorded after its read, would count as made after it,
     and undoing it later would bring back what the undo undid (see Standing).  Never held
-    across a network call: a send is made before, a push after."""
-    return _undo_lock(ctx, shared=True)
+    across a network call: a send is made before, a push after.  ``wait``: see _undo_lock;
+    past it, :class:`UndoUnderWay`."""
+    return _undo_lock(ctx, shared=True, wait=wait)
 
 
 def _one_undo_at_a_time(ctx: WriteContext) -> contextlib.AbstractContextManager[None]:

@@ -1256,10 +1256,15 @@ class Writer:
             self._deadlines.asked = outer_asked
 
     def busy(self, waited: float) -> DatabaseBusy:
-        """"Busy" after ``waited`` seconds for the lock -- or, inside a :meth:`deadline` that
-        knows when its caller asked, after the time since."""
+        """"Busy" after ``waited`` seconds for the lock (see :meth:`waited`)."""
+        return DatabaseBusy(self.waited(waited))
+
+    def waited(self, waited: float) -> float:
+        """How long a caller giving up after ``waited`` seconds for a lock was kept waiting:
+        inside a :meth:`deadline` that knows when it asked, the time since (a queue, other
+        steps before the lock), else ``waited``."""
         asked = getattr(self._deadlines, "asked", None)
-        return DatabaseBusy(waited if asked is None else max(waited, time.monotonic() - asked))
+        return waited if asked is None else max(waited, time.monotonic() - asked)
 
     def time_left(self) -> float | None:
         """Seconds until this thread's deadline (see :meth:`deadline`); None without one."""

@@ -997,7 +997,18 @@ def _statements(script: str) -> Iterator[str]:
 
 @contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error."""
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error; inside a transaction
+    already open, a savepoint of it (rolled back on an error), committed or not with it."""
+    if conn.in_transaction:
+        conn.execute("SAVEPOINT nested")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK TO nested")
+            conn.execute("RELEASE nested")
+            raise
+        conn.execute("RELEASE nested")
+        return
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn

@@ -15,7 +15,7 @@ import io
 import sqlite3
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar
 
@@ -28,7 +28,13 @@ from ..passes.blocklist import (
     messages_from,
     read_blocklist,
 )
-from ..passes.changes import ORIGIN_PROPERTY, WriteContext, change_record, until_recorded
+from ..passes.changes import (
+    ORIGIN_PROPERTY,
+    UndoUnderWay,
+    WriteContext,
+    change_record,
+    until_recorded,
+)
 from ..store import sidecar
 from ..store.notmuch import NotmuchAccessError
 from . import sql
@@ -120,20 +126,15 @@ def manage_contacts(ctx: WriteContext, sql_query: str, account_name: str | None 
                     confirm_count: int | None = None) -> sql.ContactsResult:
     """The ``manage_contacts_sql`` tool: the statement (see :func:`tools.sql.manage_contacts_sql`
     for what is allowed and when it needs ``confirm_count``), then its effect on mail."""
-    def run(rehearse: bool) -> sql.ContactsResult:
+    def run(rehearse: bool, before_write: Callable[[], None] | None) -> sql.ContactsResult:
         return sql.manage_contacts_sql(
             ctx.sidecar_file, sql_query, account_name,
             known_accounts=[a.name for a in ctx.config.accounts],
             folder_account=ctx.config.account_name_for_path, confirm_count=confirm_count,
-            own_addresses=ctx.config.addresses, rehearse=rehearse)
+            own_addresses=ctx.config.addresses, rehearse=rehearse, before_write=before_write)
 
-    # A read, a refusal or a statement changing nothing answers from its rehearsal (rolled
-    # back), without the undo lock: an undo under way elsewhere delays only a change.
-    rehearsal = run(rehearse=True)
-    if rehearsal.dry_run or not rehearsal.changed:
-        return rehearsal
-    with until_recorded(ctx):  # the rows saved, then the mail retagged, then the record
-        result = run(rehearse=False)
+    with ExitStack() as held:  # the rows saved, then the mail retagged, then the record
+        result = _run_once(ctx, held, run, lambda done: bool(done.changed and not done.dry_run))
         if not result.dry_run and result.changed:
             result.audit_id = apply_contacts_change(ctx, "contacts", {"sql": sql_query[:2000]},
                                                     result.contact_changes).audit_id
@@ -143,15 +144,53 @@ def manage_contacts(ctx: WriteContext, sql_query: str, account_name: str | None 
 T = TypeVar("T")
 
 
+def _run_once(ctx: WriteContext, held: ExitStack[bool | None],
+              run: Callable[[bool, Callable[[], None] | None], T],
+              changes: Callable[[T], bool]) -> T:
+    """``run(rehearse, before_write)`` once, for real, the undo lock (see until_recorded)
+    entered into ``held`` when it calls ``before_write`` -- at once, if no undo holds it.
+    While one does, a run that ``changes`` nothing (a read, a refusal, an edit that finds
+    things as they are) answers from a rehearsal, rolled back, without waiting for the undo;
+    only a change waits for it, then runs again for real."""
+    try:
+        return run(False, lambda: held.enter_context(until_recorded(ctx, wait=0.0)))
+    except UndoUnderWay:
+        rehearsal = run(True, None)
+        if not changes(rehearsal):
+            return rehearsal
+        held.enter_context(until_recorded(ctx))
+        return run(False, None)
+
+
 def edit_contacts(ctx: WriteContext, action: str, params: dict[str, Any],
                   edit: Callable[[sqlite3.Connection], T]) -> tuple[T, MailEffect]:
     """Run an edit on the sidecar's contacts (the CLI's block, unblock, import), then its
     effect on mail, as :func:`manage_contacts` does.  Returns the edit's value and that
     effect."""
-    with until_recorded(ctx):  # as manage_contacts holds it
-        with sidecar.opened(ctx.sidecar_file) as conn, tracked(conn) as change:
+    def run(rehearse: bool, before_write: Callable[[], None] | None
+            ) -> tuple[T, list[dict[str, Any]]]:
+        if before_write is not None:
+            before_write()
+        with sidecar.opened(ctx.sidecar_file) as conn, \
+                _rolled_back(conn) if rehearse else nullcontext(), tracked(conn) as change:
             value = edit(conn)
-        return value, apply_contacts_change(ctx, action, params, change.rows)
+        return value, change.rows
+
+    with ExitStack() as held:  # as manage_contacts holds the undo lock
+        value, rows = _run_once(ctx, held, run, lambda done: bool(done[1]))
+        return value, apply_contacts_change(ctx, action, params, rows)
+
+
+@contextmanager
+def _rolled_back(conn: sqlite3.Connection) -> Iterator[None]:
+    """A transaction taken back at the end: an edit inside (its own transaction a savepoint
+    of this one, see sidecar.transaction) shows what it would change, and changes nothing."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
 
 
 # ---------------------------------------------------------------------------------------------

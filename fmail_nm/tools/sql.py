@@ -29,7 +29,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -501,8 +501,8 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
                         *, known_accounts: Sequence[str] = (),
                         folder_account: FolderAccount | None = None, time_limit: float = 2.0,
                         limit: int = 100, confirm_count: int | None = None,
-                        own_addresses: Sequence[str] = (), rehearse: bool = False
-                        ) -> ContactsResult:
+                        own_addresses: Sequence[str] = (), rehearse: bool = False,
+                        before_write: Callable[[], None] | None = None) -> ContactsResult:
     """Run one SELECT, INSERT, UPDATE or DELETE on the ``contacts`` view in a transaction.
 
     Writes reach ``contact_info`` only through the view's INSTEAD OF triggers and only the
@@ -510,13 +510,17 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
     changed and which addresses became blocked or unblocked, so the caller can retag mail.
     ``account_name`` scopes the other views as in :func:`query_emails`.
     Raises :class:`SqlError`; a failing statement leaves the sidecar unchanged, as does one
-    ``rehearse``-d: rolled back, its result says what it would change.
+    ``rehearse``-d: rolled back, its result says what it would change.  ``before_write`` is
+    called before a statement that writes the contacts view starts (the caller's undo lock,
+    taken before the sidecar's: see passes.changes.until_recorded); a read runs without it.
     """
     statement = _single_statement(sql_query, READ_KEYWORDS | WRITE_KEYWORDS, CONTACTS_HINT)
     try:
         with _session(sidecar_file, _Scope(account_name, known_accounts, folder_account),
                       readonly=False) as conn:
             policy = _policy(conn, CONTACTS_HINT, edits_contacts=True)
+            if before_write is not None and _writes_contacts(conn, statement, policy):
+                before_write()
             with _write_transaction(conn):
                 rows_before = contact_rows(conn)
                 fetched = _execute(conn, statement, policy, _clamp(limit), time_limit)
@@ -534,6 +538,24 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
         return stop.result
     result._contact_changes = diff
     return result
+
+
+def _writes_contacts(conn: sqlite3.Connection, statement: str, policy: _Policy) -> bool:
+    """Whether ``statement`` writes the contacts view, as SQLite compiles it: the authorizer
+    sees each write when the statement is prepared (a WITH ... UPDATE too), and EXPLAIN
+    prepares it without running any of it -- Python's sqlite3 has no sqlite3_stmt_readonly.
+    A refusal found then is raised, as running it would."""
+    if _leading_word(statement, _skip_blank(statement, 0)).upper() == "EXPLAIN":
+        return False  # it shows a plan and runs nothing (EXPLAIN EXPLAIN is no SQL)
+    probe = replace(policy)  # its own record of refusals and writes
+    conn.set_authorizer(probe)
+    try:
+        conn.execute("EXPLAIN " + statement).close()
+    except (sqlite3.Error, sqlite3.Warning) as exc:
+        raise _translate(exc, probe, None) from None
+    finally:
+        conn.set_authorizer(None)
+    return probe.wrote_contacts
 
 
 def _without_empty_rows(conn: sqlite3.Connection, before: dict[str, dict[str, Any]],
