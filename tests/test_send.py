@@ -1475,9 +1475,10 @@ def test_a_raw_8bit_to_header_in_the_drafts_charset_is_where_the_mail_goes(bed: 
 
 # A draft's 8-bit From whose raw bytes read as another of the user's addresses than the
 # header as it goes out: Shift_JIS's second byte a backslash escaping a quote (raw: one
-# address, amorgan@acme.test; written: alex@example.org first), iso-8859-2's c-caron read
-# as e-grave (raw: no address of the user's; written: the work account's).
-RAW_FROM = {"sjis": (b'"\x83\x5c" <alex@example.org> "<amorgan@acme.test>"', b"shift_jis",
+# address, amorgan@acme.test, the quoted text ending in the comment; written:
+# alex@example.org, the comment its own), iso-8859-2's c-caron read as e-grave (raw: no
+# address of the user's; written: the work account's).
+RAW_FROM = {"sjis": (b'"\x83\x5c" <alex@example.org> ("<amorgan@acme.test>)', b"shift_jis",
                      "alex@example.org", "personal"),
             "latin2": (b"Alex <alex@ko\xe8ka.example>", b"iso-8859-2",
                        "alex@xn--koka-hua.example", "work")}
@@ -1488,7 +1489,7 @@ def test_a_raw_8bit_from_sends_from_the_address_the_header_shows(bed: Bed, case:
     """The envelope's recipients were read from the headers as they go out, but the account
     and MAIL FROM from the raw bytes: the mail went from (and was filed in) another account
     than its From showed, or from an address with 8-bit bytes.  Both are read from the From
-    as it goes out, its first address."""
+    as it goes out."""
     raw_from, charset, shown, account = RAW_FROM[case]
     add_my_address(bed, "alex@ko\u010dka.example", "work")
     with bed.smtp.rc.open("a") as rc:  # msmtp picks the account by the envelope sender
@@ -1512,10 +1513,10 @@ def test_a_raw_8bit_draft_saved_again_keeps_the_addresses_its_header_shows(bed: 
     """Saved again (an edit of its text), another client's draft had its From, To and Cc
     rebuilt from the raw bytes, read otherwise than the header the send path reads in the
     draft's charset (a Shift_JIS letter's second byte a backslash escaping a quote): its From
-    went from the address shown first to the other, its To lost one of the two it showed.
-    They are read as the send path reads them."""
+    went from the address shown to the one in its comment, its To lost one of the two it
+    showed.  They are read as the send path reads them."""
     bed.put_draft("1800000828.mutt.host:2,DS", (
-        b'From: "\x83\x5c" <alex@example.org> "<amorgan@acme.test>"\n'
+        b'From: "\x83\x5c" <alex@example.org> ("<amorgan@acme.test>)\n'
         b'To: "\x83\x5c" <bob@example.com> "<eve@example.net>"\n'
         b"Subject: x\nMessage-ID: <resave@example.org>\n"
         b"MIME-Version: 1.0\nContent-Type: text/plain; charset=shift_jis\n"
@@ -1535,8 +1536,7 @@ def test_a_raw_8bit_draft_saved_again_keeps_the_addresses_its_header_shows(bed: 
 def test_a_name_a_raw_8bit_address_header_gives_in_a_comment_goes_out(bed: Bed) -> None:
     """An address whose name is in a comment ("js@example.com (Jörg Smith)", as older mail
     clients write it) went out with no name at all where the header was written again for
-    its 8-bit bytes: the name is kept, as the name, encoded.  A comment after a name, which
-    says nothing of the address, is not written again."""
+    its 8-bit bytes: the name is kept, as the name, encoded."""
     bed.put_draft("1800000827.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
         b"raw-8bit@", b"comment-8bit@").replace(b"Cc: ", "Cc: js2@example.com (Jörg Smith), "
                                                    "Ann <ann@example.com> (work), ".encode()))
@@ -1546,6 +1546,111 @@ def test_a_name_a_raw_8bit_address_header_gives_in_a_comment_goes_out(bed: Bed) 
     assert [(a.display_name, a.addr_spec) for a in got.message()["cc"].addresses] == [
         ("Jörg Smith", "js2@example.com"), ("Ann", "ann@example.com"),
         ("山田 太郎", "yamada@example.jp")]
+
+
+# A draft two people wrote, sent by one of them (RFC 5322 3.6.2): From names both, Sender
+# the one sending -- here the work address, the draft lying in personal's Drafts.
+TWO_AUTHORS = (b"From: Zo\xc3\xab <alex@example.org>, Alex Morgan <amorgan@acme.test>\n"
+               b"Sender: Alex Morgan <amorgan@acme.test>\nTo: client@example.com\n"
+               b"Subject: joint\nMessage-ID: <%s>\nMIME-Version: 1.0\n"
+               b"Content-Type: text/plain; charset=utf-8\nContent-Transfer-Encoding: 8bit\n"
+               b"\nHello\n")
+
+
+def test_a_draft_with_a_sender_goes_out_from_it_through_its_account(bed: Bed) -> None:
+    """A draft whose Sender names one of several From addresses went out with the first From
+    address as MAIL FROM, through that one's account: the envelope and the account follow
+    the Sender, the header block keeping From and Sender as they were."""
+    bed.put_draft("1800000870.joint.host:2,DS", TWO_AUTHORS % b"joint-1@acme.test")
+    send.send_draft(bed.ctx, "joint-1@acme.test")
+    (got,) = bed.smtp.received
+    assert got.mail_from == "amorgan@acme.test"
+    sent = got.message()
+    assert [(a.display_name, a.addr_spec) for a in sent["from"].addresses] == [
+        ("Zoë", "alex@example.org"), ("Alex Morgan", "amorgan@acme.test")]
+    assert sent["sender"] == "Alex Morgan <amorgan@acme.test>"
+    work_sent = bed.env.mail_root / "work" / "Sent" / "cur"
+    assert len(bed.files_with(work_sent, "joint-1@acme.test")) == 1
+    assert bed.files_with(bed.sent, "joint-1@acme.test") == []
+
+
+def test_a_draft_with_a_sender_saved_again_keeps_every_from_address_and_the_sender(
+        bed: Bed) -> None:
+    """Saved again (an edit of its text), such a draft kept its first From address only: the
+    others who wrote it were gone from the mail.  From and Sender are kept whole."""
+    # Sent from the personal address, the second: personal's Drafts keeps it.
+    bed.put_draft("1800000871.joint.host:2,DS", (TWO_AUTHORS % b"joint-2@acme.test").replace(
+        b"alex@example.org", b"zoe@example.net").replace(b"amorgan@acme.test",
+                                                          b"alex@example.org"))
+    compose.save_draft(bed.ctx, body="edited", draft_id="joint-2@acme.test")
+    (path,) = bed.files_with(bed.drafts, "joint-2@acme.test")
+    saved = parse(path.read_bytes())
+    assert [a.addr_spec for a in saved["from"].addresses] == ["zoe@example.net",
+                                                              "alex@example.org"]
+    assert saved["sender"] == "Alex Morgan <alex@example.org>"
+    assert body_text(saved) == "edited\n"
+    send.send_draft(bed.ctx, "joint-2@acme.test")
+    (got,) = bed.smtp.received
+    assert got.mail_from == "alex@example.org"
+
+
+def test_a_draft_with_several_from_addresses_and_no_sender_is_refused_and_kept(
+        bed: Bed) -> None:
+    """Several From addresses and no Sender is a message RFC 5322 3.6.2 does not allow: it
+    went out from the first address as if it were the sender's.  Sending and saving again
+    refuse it, saying what to add; the draft is kept as it was."""
+    data = (TWO_AUTHORS % b"joint-3@acme.test").replace(
+        b"Sender: Alex Morgan <amorgan@acme.test>\n", b"")
+    bed.put_draft("1800000872.joint.host:2,DS", data)
+    (path,) = bed.files_with(bed.drafts, "joint-3@acme.test")
+    bed.refused_send("joint-3@acme.test", "2 From addresses and no Sender")
+    with pytest.raises(ComposeError, match="add a Sender header"):
+        compose.save_draft(bed.ctx, body="edited", draft_id="joint-3@acme.test")
+    assert path.read_bytes() == data
+
+
+def test_raw_8bit_resent_headers_in_a_draft_go_out_as_encoded_words(bed: Bed) -> None:
+    """A draft with a Resent-From, -To or -Bcc naming someone with non-ASCII letters (mail
+    resent, then edited as new) was refused as 8-bit text only SMTPUTF8 carries: they are
+    address headers, written again as the others are; Resent-Bcc stays off the wire."""
+    bed.put_draft("1800000873.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"resent-8bit@").replace(
+        b"Organization: ", "Resent-From: Alex Mörgan <alex@example.org>\n"
+        "Resent-To: Zoë <zoe@example.net>\nResent-Bcc: Jörg <hidden@example.com>\n"
+        "Organization: ".encode()))
+    send.send_draft(bed.ctx, "resent-8bit@example.org")
+    (got,) = bed.smtp.received
+    assert got.data.split(b"\r\n\r\n", 1)[0].isascii()
+    assert "zoe@example.net" not in got.rcpt_tos and b"hidden@example.com" not in got.data
+    sent = got.message()
+    assert sent["resent-from"] == "Alex Mörgan <alex@example.org>"
+    assert sent["resent-to"] == "Zoë <zoe@example.net>"
+    (copy,) = bed.files_with(bed.sent, "resent-8bit@example.org")
+    assert parse(copy.read_bytes())["resent-bcc"] == "Jörg <hidden@example.com>"
+
+
+def test_a_comment_after_a_name_in_a_raw_8bit_address_header_goes_out(bed: Bed) -> None:
+    """A comment the user wrote after a name ("Jörg Müller <j@example.org> (Büro)", kept as
+    written by mutt) was dropped where the header was written again for its 8-bit bytes, and
+    so was one after an ASCII name in the same header: both go out, a non-ASCII one as
+    encoded words, the addresses as they were."""
+    bed.put_draft("1800000874.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"comment-name@").replace(
+        b"Cc: ", "Cc: Jörg Müller <j@example.org> (Büro), Ann <ann@example.com> (work\\)), "
+        .encode()))
+    send.send_draft(bed.ctx, "comment-name@example.org")
+    (got,) = bed.smtp.received
+    head = got.data.split(b"\r\n\r\n", 1)[0].decode("ascii")
+    cc = re.search(r"(?mi)^cc:([^\r\n]*(?:\r\n[ \t][^\r\n]*)*)", head)
+    assert cc is not None
+    comments = re.findall(r"<([^<>]+)> \(((?:[^()\\]|\\.)*)\)", cc.group(1).replace("\r\n", ""))
+    assert [(address, str(email.header.make_header(email.header.decode_header(comment))))
+            for address, comment in comments] == [("j@example.org", "Büro"),
+                                                  ("ann@example.com", "work\\)")]
+    assert [(a.display_name, a.addr_spec) for a in got.message()["cc"].addresses] == [
+        ("Jörg Müller", "j@example.org"), ("Ann", "ann@example.com"),
+        ("山田 太郎", "yamada@example.jp")]
+    assert set(got.rcpt_tos) >= {"j@example.org", "ann@example.com", "yamada@example.jp"}
 
 
 def test_a_raw_8bit_subject_with_a_colon_and_a_semicolon_is_sent(bed: Bed) -> None:

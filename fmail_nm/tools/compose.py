@@ -36,6 +36,7 @@ import time
 from collections.abc import Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from email._header_value_parser import get_address_list
 from email.headerregistry import Address as HeaderAddress
 from email.headerregistry import BaseHeader, Group
 from email.message import EmailMessage, Message, MIMEPart
@@ -278,7 +279,7 @@ class Composition:
     forwarded message)."""
 
     account: Account
-    sender: Address
+    sender: Address  # who sends it: the envelope's sender, the account's address
     to: list[Address]
     cc: list[Address]
     bcc: list[Address]
@@ -293,6 +294,9 @@ class Composition:
     # again: another mail client may have written them.  Their source values (folded, 8-bit
     # bytes as surrogates), written back as they are: see _keep_header.
     kept_headers: list[tuple[str, str]] = field(default_factory=list)
+    # A saved draft's From when it is not ``sender`` alone: several people wrote it, or
+    # another than the one sending it, whom its Sender header (kept) names (RFC 5322 3.6.2).
+    authors: list[Address] = field(default_factory=list)
 
 
 def _header_address(person: Address) -> HeaderAddress:
@@ -310,15 +314,16 @@ def _address_list(name: str, people: Sequence[Address]) -> str:
     return _folded_addresses(name, _mailboxes(name, people))
 
 
-def _mailboxes(name: str, people: Sequence[Address]) -> str:
+def _mailboxes(name: str, people: Sequence[Address], comments: Sequence[str] = ()) -> str:
+    """The mailboxes, each followed by its comment in ``comments`` when given (_comments)."""
     mailboxes = []
-    for person in people:
+    for i, person in enumerate(people):
         address = _header_address(person)
         if address.display_name.isascii():
-            mailboxes.append(str(address))  # quoted where the name needs it
+            mailbox = str(address)  # quoted where the name needs it
         else:
-            words = _encoded_words(name, address.display_name)
-            mailboxes.append(f"{words} <{address.addr_spec}>")
+            mailbox = f"{_encoded_words(name, address.display_name)} <{address.addr_spec}>"
+        mailboxes.append(mailbox + (comments[i] if comments else ""))
     return ", ".join(mailboxes)
 
 
@@ -326,7 +331,8 @@ def _mailboxes(name: str, people: Sequence[Address]) -> str:
 _SPECIALS = re.compile(r'[()<>@,;:\\".\[\]]')
 
 
-def _group(name: str, display_name: str, people: Sequence[Address]) -> str:
+def _group(name: str, display_name: str, people: Sequence[Address],
+           comments: Sequence[str]) -> str:
     """``Name: a, b;`` (RFC 5322 3.4), the group's name as a mailbox's is written."""
     if not display_name.isascii():
         phrase = _encoded_words(name, display_name)
@@ -334,7 +340,7 @@ def _group(name: str, display_name: str, people: Sequence[Address]) -> str:
         phrase = f'"{email.utils.quote(display_name)}"'
     else:
         phrase = display_name
-    return f"{phrase}: {_mailboxes(name, people)};"
+    return f"{phrase}: {_mailboxes(name, people, comments)};"
 
 
 def _folded_addresses(name: str, value: str) -> str:
@@ -671,7 +677,8 @@ def build(c: Composition, now: datetime) -> EmailMessage:
     """The message as it is saved (Bcc included: the Drafts and Sent copies show it; the
     sender strips it)."""
     msg = EmailMessage(policy=POLICY)
-    for name, people in (("From", [c.sender]), ("To", c.to), ("Cc", c.cc), ("Bcc", c.bcc)):
+    for name, people in (("From", c.authors or [c.sender]), ("To", c.to), ("Cc", c.cc),
+                         ("Bcc", c.bcc)):
         if people:
             msg.set_raw(name, _address_list(name, people))
     _set_subject(msg, check_header("subject", c.subject))
@@ -1096,10 +1103,10 @@ def _draft_body(msg: EmailMessage, draft_id: str) -> str:
 def _draft_parts(ctx: WriteContext, draft_id: str, found: IndexedMessage,
                  data: bytes) -> tuple[Composition, EmailMessage]:
     msg = _parsed(data, _draft_source(draft_id), _READ_HEADERS)
-    account, sender = _draft_sender(ctx.config, msg, found, draft_id)
+    account, sender, authors = _draft_sender(ctx.config, msg, found, draft_id)
     # The body is read by draft_composition alone (_draft_body): a draft is sent as it is.
     return Composition(
-        account=account, sender=sender, to=_people(msg, "to", draft_id),
+        account=account, sender=sender, authors=authors, to=_people(msg, "to", draft_id),
         cc=_people(msg, "cc", draft_id), bcc=_people(msg, "bcc", draft_id),
         subject=str(msg.get("subject", "")), body="",
         message_id=found.message_id, in_reply_to=_first_id(msg.get("in-reply-to")),
@@ -1110,16 +1117,29 @@ def _draft_parts(ctx: WriteContext, draft_id: str, found: IndexedMessage,
 
 
 def _draft_sender(config: Config, msg: EmailMessage, found: IndexedMessage,
-                  draft_id: str) -> tuple[Account, Address]:
-    """The account a draft goes out through and its sender: its From's first address, the
-    account writing from it, else the one holding the draft."""
-    senders = _people(msg, "from", draft_id)
+                  draft_id: str) -> tuple[Account, Address, list[Address]]:
+    """The account a draft goes out through, its sender and its From: the sender is the one
+    its Sender names, else its From's one address (RFC 5322 3.6.2: From with several needs
+    a Sender saying who sent it); the account the one writing from it, else the one holding
+    the draft."""
+    authors = _people(msg, "from", draft_id)
+    named = _people(msg, "sender", draft_id)
+    if len(named) > 1:
+        raise ComposeError(f"draft {draft_id!r} has {len(named)} Sender addresses; it names "
+                           "the one who sends the mail: correct it in the mail client that "
+                           "saved the draft")
+    if len(authors) > 1 and not named:
+        raise ComposeError(f"draft {draft_id!r} has {len(authors)} From addresses and no "
+                           "Sender, which mail needs to say which of them sends it: add a "
+                           "Sender header in the mail client that saved the draft, or keep "
+                           "one From address")
+    senders = named or authors
     holder = maildir.primary_account(config, found)
     account = (_account_of_address(config, senders[0].address, holder) if senders
                else None) or holder
-    if account is None or not senders:
+    if account is None or not senders or not authors:
         raise ComposeError(f"draft {draft_id!r} has no From address of the user's accounts")
-    return account, senders[0]
+    return account, senders[0], authors
 
 
 # The headers build() writes itself; a saved draft's others are kept (Composition).
@@ -1397,7 +1417,8 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
         _check_source_header(name, value)
     # The Date goes before the 8-bit check: one in the locale's month names ("Mär") is replaced.
     del msg["Date"]
-    # The envelope and the account were read from the headers as this writes them (_people).
+    # The envelope and the account were read from the headers (From, Sender) as this writes
+    # them (_people).
     _encode_8bit_headers(msg, draft_id)
     if msg["Message-ID"] is None:  # the recipients' copy and the Sent copy share one
         msg["Message-ID"] = new_message_id(c.sender)  # its domain in ACE, as it goes out
@@ -1427,7 +1448,8 @@ def load_draft(ctx: WriteContext, draft_id: str) -> Outgoing:
 # it is, its domain in ACE.  Those whose values are text: all encoded words.  Any other holds
 # a syntax of its own (ids, a date) that encoded words may not stand in.
 _ADDRESS_HEADERS = frozenset({"from", "to", "cc", "bcc", "reply-to", "sender",
-                              "mail-followup-to", "mail-reply-to",
+                              "resent-from", "resent-sender", "resent-to", "resent-cc",
+                              "resent-bcc", "mail-followup-to", "mail-reply-to",
                               "disposition-notification-to"})  # a read receipt's (RFC 8098)
 _TEXT_HEADER = re.compile(r"subject|comments|organi[sz]ation|content-description|x-.*", re.I)
 # MIME parameters (an attachment's file name) go out as RFC 2231 parameters.
@@ -1550,7 +1572,8 @@ def _ascii_addresses(name: str, key: str, text: str) -> str | None:
     groups = _groups(text)
     if groups is not None and [a.addr_spec for group in groups for a in group.addresses] == [
             p.address for p in people]:
-        return _group_list(name, key, _with_comment_names(groups, people))
+        return _group_list(name, key, _with_comment_names(groups, people),
+                           _comments(name, text))
     if not people:
         return None
     # check_addresses refuses a local part only SMTPUTF8 carries, naming it.
@@ -1569,6 +1592,26 @@ def _with_comment_names(groups: Sequence[Group], people: Sequence[Address]
         for a, person in zip(group.addresses, names)]) for group in groups)
 
 
+def _comments(name: str, text: str) -> list[str]:
+    """Each mailbox's comments in an address list _groups reads (in the order of its groups'
+    mailboxes), as written after it: " (work)" for "Ann <a@b.example> (work)" -- text the user
+    wrote, which the groups drop.  None for a mailbox written without a name (none, or one
+    _header_address leaves out): after it, a comment reads as its name ("a@b.example (Ann)",
+    _with_comment_names)."""
+    found, _ = get_address_list(text)  # the parse the email package's groups are made from
+    return ["".join(f" ({_comment_text(name, comment)})" for comment in box.comments)
+            if box.display_name and "=?" not in box.display_name else ""
+            for box in found.all_mailboxes]
+
+
+def _comment_text(name: str, text: str) -> str:
+    """A comment's text as it goes out: non-ASCII as encoded words (RFC 2047 5(2)), else its
+    parentheses and backslashes quoted (the parser unquoted them)."""
+    if not text.isascii():
+        return _encoded_words(name, text)
+    return re.sub(r"[()\\]", r"\\\g<0>", text)
+
+
 def _x_addresses(name: str, key: str, text: str) -> str | None:
     """An X- header that reads as addresses, with 8-bit text only in names (X-Original-From),
     as them: readable as such.  None for any other, which goes as text: an X- header is no
@@ -1578,7 +1621,7 @@ def _x_addresses(name: str, key: str, text: str) -> str | None:
     if not groups or any(not a.addr_spec.isascii() for g in groups for a in g.addresses):
         return None
     try:
-        return _group_list(name, key, groups)
+        return _group_list(name, key, groups, _comments(name, text))
     except ComposeError:
         return None
 
@@ -1594,18 +1637,21 @@ def _groups(text: str) -> tuple[Group, ...] | None:
     return None if parsed.defects else groups
 
 
-def _group_list(name: str, key: str, groups: Sequence[Group]) -> str:
-    return _folded_addresses(name, ", ".join(_address_group(name, key, g) for g in groups))
+def _group_list(name: str, key: str, groups: Sequence[Group], comments: Sequence[str]) -> str:
+    """The groups, their mailboxes followed by ``comments`` (_comments) in order."""
+    after = iter(comments)
+    return _folded_addresses(name, ", ".join(
+        _address_group(name, key, g, [next(after, "") for _ in g.addresses]) for g in groups))
 
 
-def _address_group(name: str, key: str, group: Group) -> str:
+def _address_group(name: str, key: str, group: Group, comments: Sequence[str]) -> str:
     # check_addresses refuses a local part only SMTPUTF8 carries, naming it.
     people = [Address(a.display_name, check_addresses([a.addr_spec], key)[0].address)
               for a in group.addresses]
     # A name that decoded to "=?" is left out, as a mailbox's is (_header_address).
     if not group.display_name or "=?" in group.display_name:
-        return _mailboxes(name, people)
-    return _group(name, group.display_name, people)
+        return _mailboxes(name, people, comments)
+    return _group(name, group.display_name, people, comments)
 
 
 def _ascii_phrase(name: str, phrase: str) -> str:
