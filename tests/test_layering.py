@@ -191,6 +191,42 @@ def test_an_index_run_loads_no_calendar_reader_ctypes_or_hook_templates(
     assert "fmail_nm.message.mime" in report["modules"]  # the check saw the real path
 
 
+RUN_INDEX_RECORDING_PATTERNS = """
+import json, re, sys
+compiled = []
+_compile = re.compile
+def recording(pattern, flags=0):
+    compiled.append(pattern if isinstance(pattern, str) else "")
+    return _compile(pattern, flags)
+re.compile = recording
+from fmail_nm.cli import main
+code = main(["index", "--quiet"])
+print(json.dumps({"code": code, "modules": sorted(sys.modules), "compiled": compiled}))
+"""
+
+
+def test_an_index_run_of_plain_mail_loads_no_html_hiding_or_ideograph_patterns(
+        indexed: MailEnv) -> None:
+    """Each delivery's index run pays for what it imports: what HTML hides (fifteen patterns)
+    is loaded by the first HTML-only message's preview, and the ideograph patterns (the regex
+    compiler walks their wide ranges character by character) by the first text that looks
+    like GBK in disguise -- not by plain mail."""
+    inbox_new = indexed.mail_root / "personal" / "INBOX" / "new"
+    (inbox_new / "1700000000.layering-plain.host").write_bytes(
+        b"From: Bob <bob@example.net>\nTo: alex@example.org\nSubject: the caf\xe9\n"
+        b"Message-ID: <layer-plain@example.test>\nDate: Mon, 30 Nov 2026 10:00:00 +0000\n"
+        b"Content-Type: text/plain; charset=iso-8859-1\n\nLunch at the caf\xe9?\n")
+    done = subprocess.run([sys.executable, "-c", RUN_INDEX_RECORDING_PATTERNS],
+                          env={**os.environ, **indexed.env}, capture_output=True, text=True,
+                          timeout=120, check=True)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["code"] == 0
+    assert sidecar.recipients_of(indexed.config().data_dir, ["layer-plain@example.test"])
+    assert "fmail_nm.message.mime" in report["modules"]  # the check saw the real path
+    assert "fmail_nm.message.hidden" not in report["modules"]
+    assert [p for p in report["compiled"] if "\u4e00" in p] == []
+
+
 def test_reading_headers_loads_no_body_renderer() -> None:
     """The delivery an index run writes before ``notmuch new`` reads headers alone: the body
     renderers (dozens of patterns compiled on import) are loaded on a thread while Xapian

@@ -7,6 +7,7 @@ or windows-1252, and records what it had to guess in the caller's ``defects`` li
 from __future__ import annotations
 
 import codecs
+import functools
 import re
 
 __all__ = ["decode_bytes", "guess_decode"]
@@ -218,8 +219,15 @@ _HANGUL_LEADS = bytes(range(0xB0, 0xC9))
 # in this range, so GBK read as Latin-1 has them among its letters; Latin-1 text hardly ever
 # has one next to an accented letter.
 _LATIN1_SYMBOL = re.compile(rb"[\xa1-\xbf]")
-_IDEOGRAPH = re.compile("[\u4e00-\u9fff]")
-_IDEOGRAPH_PAIR = re.compile("[\u4e00-\u9fff]{2}")
+
+
+@functools.cache
+def _ideographs() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """An ideograph, and two in a row.  Compiled on first use, not on import: the regex
+    compiler walks a range this wide character by character (over ten million instructions
+    a pattern), which every process that loads this module -- each index run -- would pay,
+    and only text that looks like GBK in disguise is searched with them."""
+    return re.compile("[\u4e00-\u9fff]"), re.compile("[\u4e00-\u9fff]{2}")
 
 
 def _gbk_in_disguise(data: bytes) -> str | None:
@@ -245,8 +253,9 @@ def _gbk_in_disguise(data: bytes) -> str | None:
     except UnicodeDecodeError:
         return None
     characters = len(pairs) // 2
-    ideographs = len(text) - len(_IDEOGRAPH.sub("", text))
-    if not _IDEOGRAPH_PAIR.search(text) or 2 * ideographs < characters:
+    ideograph, ideograph_pair = _ideographs()
+    ideographs = len(text) - len(ideograph.sub("", text))
+    if not ideograph_pair.search(text) or 2 * ideographs < characters:
         return None
     return text
 

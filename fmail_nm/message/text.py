@@ -15,7 +15,6 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .hidden import HiddenElements, Hiding, StyleSheet, hiding, style_sheet, text_chars
 from .hygiene import one_line, sanitize, tidy
 
 __all__ = [
@@ -173,7 +172,11 @@ def preview_html_text(html: str) -> HtmlText:
     signatures as it does for html2text's output. Links, images and emphasis become their text.
     Linear time whatever the markup: the indexer runs this on every new HTML-only message.
     """
-    html, hidden_chars = _without_hidden_elements(_drop_hidden(html), style_sheet(html))
+    # Loaded here, not on import: every index run loads this module for its previews, and
+    # only HTML-only mail needs what hides (fifteen patterns compiled on import).
+    from .hidden import style_sheet, without_hidden_elements
+
+    html, hidden_chars = without_hidden_elements(_drop_hidden(html), style_sheet(html))
     pieces: list[str] = []
     depth = pos = 0
     for match in _BLOCKQUOTE_TAG.finditer(html):
@@ -201,120 +204,6 @@ def _drop_hidden(html: str) -> str:
             pos = close.end()
     out.append(html[pos:])
     return "".join(out)
-
-
-# A tag, its attribute values quoted or not: "<p style='x:\">\"'>" is one tag. Possessive, and
-# a quoted value bounded, so that a quote left open costs no backtracking or quadratic time.
-_TAG_PARTS = re.compile(
-    r"""<(/?)([a-zA-Z][^\s/<>]*)((?:[^<>"']|"[^"]{0,2000}"|'[^']{0,2000}'|["'])*+)>""")
-# The attributes ``hidden.hiding`` reads, and the start tag of the element it hides by name
-# (found at its name).
-_HIDING_WORDS = (("style", 0), ("hidden", 0), ("<template", 1))
-_MAY_HIDE = re.compile(r"style|hidden|(?<=<)template", re.I)
-_MAY_HIDE_WORDS = 64
-_ATTRIBUTE = re.compile(r"""([^\s=/<>"']+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+)))?""")
-
-
-def _without_hidden_elements(html: str, sheet: StyleSheet) -> tuple[str, int]:
-    """``html`` (its style sheets ``sheet``, taken out of it) without the elements it hides
-    from its reader (see ``hidden``), and the characters of text they held -- as
-    ``html.html_to_text`` reads them, from tags found by a regular expression rather than a
-    parser."""
-    # Most styled mail hides nothing: finding that out costs no element tracking, which is
-    # what costs (the indexer reads every new HTML-only message this way).
-    if not _may_hide(html, sheet):
-        return html, 0
-    elements = HiddenElements()
-    kept: list[str] = []
-    hidden_chars = pos = 0
-    for tag in _TAG_PARTS.finditer(html):
-        text = html[pos : tag.start()]
-        if elements.hiding:
-            hidden_chars += text_chars(html_lib.unescape(text))
-        else:
-            kept.append(text)
-        closing, name, rest = tag.group(1), tag.group(2).lower(), tag.group(3)
-        if closing:
-            hidden = elements.end(name)
-        else:
-            hidden = elements.start(name, _tag_hiding(name, rest, sheet))
-            if rest.endswith("/") and not elements.hiding:  # as the converter reads "<x/>"
-                elements.end(name)
-        if not hidden:  # by its name alone: later expressions take "<p title='>'>" apart
-            kept.append(f"<{closing}{name}>")
-        pos = tag.end()
-    if elements.hiding:
-        hidden_chars += text_chars(html_lib.unescape(html[pos:]))
-    else:
-        kept.append(html[pos:])
-    return "".join(kept), hidden_chars
-
-
-_SHOWN = Hiding()
-
-
-def _may_hide_at(html: str) -> list[int]:
-    """Where "style", "hidden" or "<template" is in ``html``, in any case: searched in a
-    lower-cased copy (the case-blind expression costs five times as much), unless lowering
-    changed its length."""
-    lowered = html.lower()
-    if len(lowered) != len(html):
-        return [word.start() for word in _MAY_HIDE.finditer(html)]
-    # Each word by ``str.find``, three times as fast as one expression for all: as no end of
-    # one word begins another, the places found apart are those the expression finds.
-    return sorted(at + skip for word, skip in _HIDING_WORDS for at in _places(lowered, word))
-
-
-def _places(text: str, word: str) -> list[int]:
-    """Where ``word`` is in ``text``, each place looked for after the last one's end."""
-    found: list[int] = []
-    at = text.find(word)
-    while at >= 0:
-        found.append(at)
-        at = text.find(word, at + len(word))
-    return found
-
-
-def _may_hide(html: str, sheet: StyleSheet) -> bool:
-    """Whether a start tag of ``html`` may hide something: a rule of its style ``sheet`` that
-    hides may match it, a ``<template>`` opens, or one of the tags around the words "style"
-    and "hidden" hides -- and where a word's place is unclear (a quote, "<" or ">" between it
-    and the tag before it: a value holding "<" or ">"), it may.  So may mail with more of the
-    words than _MAY_HIDE_WORDS: each looks back for its tag."""
-    if sheet.may_hide(html):
-        return True
-    words = _may_hide_at(html)
-    if len(words) > _MAY_HIDE_WORDS:
-        return True
-    for word in words:
-        start = html.rfind("<", 0, word)
-        if start < 0:
-            continue  # text before the first tag
-        tag = _TAG_PARTS.match(html, start)
-        if tag is None:
-            return True
-        if tag.end() <= word:  # in the text after that tag, unless a quote says otherwise
-            if any(mark in html[tag.end():word] for mark in "\"'<>"):
-                return True
-            continue
-        hides = _tag_hiding(tag.group(2).lower(), tag.group(3))
-        if not tag.group(1) and (hides.removes or hides.conceals):
-            return True
-    return False
-
-
-def _tag_hiding(name: str, tag_rest: str, sheet: StyleSheet | None = None) -> Hiding:
-    """What a ``name`` tag hides by its attributes, the text after its name, in a document
-    styled by ``sheet``."""
-    lowered = tag_rest.lower()
-    if not ("style" in lowered or "hidden" in lowered or name == "template"
-            or (sheet and sheet.may_match(name, lowered))):
-        return _SHOWN
-    attrs: dict[str, str | None] = {}
-    for match in _ATTRIBUTE.finditer(tag_rest):
-        value = next((value for value in match.group(2, 3, 4) if value is not None), "")
-        attrs.setdefault(match.group(1).lower(), html_lib.unescape(value))  # the first counts
-    return hiding(attrs, name, sheet)
 
 
 def _inline_text(html: str) -> str:
