@@ -602,6 +602,25 @@ def test_reads_in_one_snapshot_see_one_index_or_start_again_on_the_newest(
             indexed.notmuch("tag", "-probe", "--", "*")
 
 
+def test_reads_in_one_snapshot_of_an_index_without_a_commit_marker_are_not_refused(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An index whose commits leave no marker the handle finds (Xapian's older chert
+    format has no "iamglass") is read on a new snapshot each time, as nothing tells when
+    it moved.  Its snapshot held for several reads while another program committed
+    several times, a read failed, and with no commit to be seen the model was told
+    notmuch could not parse its query."""
+    with Reader() as reader:
+        monkeypatch.setattr(reader, "_find_marker", lambda db: None)
+        total = reader.count("*", exclude_tags=())
+
+        def read() -> tuple[int, int]:
+            counted = reader.count("tag:probe", exclude_tags=())
+            for n in range(7):  # the last of them tags every message "probe"
+                indexed.notmuch("tag", "-+"[n % 2 == 0] + "probe", "--", "*")
+            return counted, len(reader.messages("tag:probe", exclude_tags=()))
+        assert reader.in_one_snapshot(read)[1] == total
+
+
 def test_a_count_beside_the_page_is_the_count_and_follows_commits(indexed: MailEnv) -> None:
     """count_soon counts on a thread and handle of its own: the same number as count, the
     latest commit seen, notmuch's refusal passed on, and the thread gone with the Reader."""

@@ -497,7 +497,10 @@ class Reader:
         see the index as it then stood, and mail indexed in between shifted one against
         the other.  A commit that breaks one of them runs ``read`` again whole, on a new
         snapshot (as ``_retrying`` runs a single read)."""
-        if self._pinned:
+        self.db  # the first open finds the marker
+        if self._pinned or self._xapian_marker is None:
+            # Without a marker (a chert index) no commit can be seen: a snapshot held would
+            # fail once overwritten as if the query were bad, so each read opens its own.
             return read()
 
         def pinned(db: notmuch2.Database) -> T:
