@@ -207,7 +207,7 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules), "compiled": comp
 
 def test_an_index_run_of_plain_mail_loads_no_html_hiding_or_ideograph_patterns(
         indexed: MailEnv) -> None:
-    """Each delivery's index run pays for what it imports: what HTML hides (fifteen patterns)
+    """Each delivery's index run pays for what it imports: what HTML hides (its patterns)
     is loaded by the first HTML-only message's preview, and the ideograph patterns (the regex
     compiler walks their wide ranges character by character) by the first text that looks
     like GBK in disguise -- not by plain mail."""

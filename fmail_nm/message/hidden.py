@@ -17,6 +17,8 @@ browser.  Where a browser would show text after all, so does this: an inherited 
 a fluid layout zeroes the font size between its columns and sizes each column's text -- and
 Outlook's ``mso-hide:all`` hides nothing, as every other client shows that element (often a
 button Outlook draws itself).
+``without_hidden_elements`` does the same for the indexer's previews, from the tags a regular
+expression finds rather than from a parser.
 """
 
 from __future__ import annotations

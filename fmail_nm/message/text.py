@@ -173,7 +173,7 @@ def preview_html_text(html: str) -> HtmlText:
     Linear time whatever the markup: the indexer runs this on every new HTML-only message.
     """
     # Loaded here, not on import: every index run loads this module for its previews, and
-    # only HTML-only mail needs what hides (fifteen patterns compiled on import).
+    # only HTML-only mail needs what hides (its patterns are compiled on import).
     from .hidden import style_sheet, without_hidden_elements
 
     html, hidden_chars = without_hidden_elements(_drop_hidden(html), style_sheet(html))
