@@ -57,8 +57,11 @@ def test_runs_stopped_together_are_all_signalled_before_any_is_killed(
     results: list[notmuch_cli.NewResult] = []
     threads = []
     for n in (1, 2):  # one after another: the two hooks are both holding their runs up
-        threads.append(threading.Thread(
-            target=lambda: results.append(notmuch_cli.run_notmuch_new(str(config)))))
+        # A timeout (never reached) runs each in a session of its own even when the tests
+        # are typed at a terminal: in ours, the stop would reach notmuch new alone, and its
+        # hook would hold the run's pipe open for good.
+        threads.append(threading.Thread(daemon=True, target=lambda: results.append(
+            notmuch_cli.run_notmuch_new(str(config), timeout=600))))
         threads[-1].start()
         while len(_started(log)) < n:
             assert threads[-1].is_alive(), results  # ended before its hook held it up

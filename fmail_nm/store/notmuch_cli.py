@@ -133,10 +133,10 @@ NEW_RUNS = RunRegistry(_signal_new, signal.SIGINT)
 
 
 def stop_new_runs(*, final: bool = False) -> int:
-    """Stop every ``notmuch new`` of this process still going (:func:`_stop_new`, all within
-    one NEW_STOP_GRACE) -- the service's shutdown, once its deadline has passed; how many were
-    stopped.  ``final``: the process is ending, and none starts from now on (it is as one
-    stopped at once)."""
+    """Stop every ``notmuch new`` of this process still going (as :func:`_stop_new` does, but
+    all within one NEW_STOP_GRACE) -- the service's shutdown, once its deadline has passed;
+    how many were stopped.  ``final``: the process is ending, and none starts from now on (it
+    is as one stopped at once)."""
     return NEW_RUNS.stop_all(NEW_STOP_GRACE, final=final)
 
 
