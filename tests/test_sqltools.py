@@ -804,6 +804,20 @@ def test_before_write_is_called_before_a_write_and_never_for_a_read(
     assert seen == ([before] if writes else [])
 
 
+def test_a_statement_as_long_as_allowed_is_told_a_write_too(db: Path) -> None:
+    """Telling a write from a read prepares ``EXPLAIN`` + the statement: a statement of
+    the longest length allowed failed "query string is too large" as the tool runs it,
+    while it ran without ``before_write``."""
+    head = "UPDATE contacts SET notes = 'long' WHERE email_address = 'bob@example.com' "
+    statement = head + "/*" + "x" * (sqltools.MAX_SQL_CHARS - len(head) - 4) + "*/"
+    assert len(statement) == sqltools.MAX_SQL_CHARS
+    seen: list[bool] = []
+    assert m(db, statement, before_write=lambda: seen.append(True)).changed == 1
+    assert seen == [True]
+    with pytest.raises(SqlError, match="longer than"):
+        m(db, statement + " ", before_write=lambda: None)
+
+
 def test_failing_statement_rolls_back_and_releases_the_lock(db: Path) -> None:
     before = dump(db)
     # alice is updated before the CHECK on bob's row fails: nothing may remain of either.

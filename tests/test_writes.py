@@ -1513,6 +1513,18 @@ def test_an_undo_under_way_counts_the_wait_from_when_the_caller_asked(h: Harness
 
 
 @pytest.mark.timeout(120)
+def test_an_undo_kept_waiting_counts_the_wait_from_when_the_caller_asked(h: Harness) -> None:
+    """An undo behind another undo said "waited 0.5s" after four seconds, as a write did
+    (above): only the rest of its bound it spent on the lock."""
+    writes.archive(h.ctx, [IN_INBOX])
+    asked = time.monotonic() - 3.0  # its first three seconds went on waiting in a queue
+    with undo_lock_held(h.ctx.sidecar_file), h.ctx.writer.deadline(asked + 3.5, asked=asked):
+        with pytest.raises(ChangeError, match=r"another undo is under way.*waited [3-9]\.\ds"):
+            writes.undo_last_write(h.ctx)
+    assert h.folders(IN_INBOX) == ["personal/Archive"]
+
+
+@pytest.mark.timeout(120)
 def test_a_write_inside_one_to_another_sidecar_still_waits_for_an_undo_there(
         h: Harness, tmp_path: Path) -> None:
     """A thread's hold covers its own lock file: a write it makes, inside a write recorded

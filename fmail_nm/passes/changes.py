@@ -565,10 +565,11 @@ def _undo_lock(ctx: WriteContext, *, shared: bool, wait: float | None = None
     wait = ctx.writer.lock_wait() if wait is None else wait
     with open(path, "a") as fh:
         if not flock_within(fh, wait, shared=shared):
-            if shared:  # as long as the caller was kept waiting, as "database busy" says
-                raise UndoUnderWay(ctx.writer.waited(wait))
+            waited = ctx.writer.waited(wait)  # since the caller asked, as "database busy" says
+            if shared:
+                raise UndoUnderWay(waited)
             raise ChangeError(f"another undo is under way, or a write not yet recorded "
-                              f"(waited {wait:.1f}s); nothing was undone -- retry shortly")
+                              f"(waited {waited:.1f}s); nothing was undone -- retry shortly")
         _holding.path = path
         try:
             yield

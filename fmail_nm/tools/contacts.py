@@ -166,7 +166,8 @@ def edit_contacts(ctx: WriteContext, action: str, params: dict[str, Any],
                   edit: Callable[[sqlite3.Connection], T]) -> tuple[T, MailEffect]:
     """Run an edit on the sidecar's contacts (the CLI's block, unblock, import), then its
     effect on mail, as :func:`manage_contacts` does.  Returns the edit's value and that
-    effect."""
+    effect.  ``edit`` may run twice (see _run_once: rehearsed while an undo is under way),
+    so it reads its input afresh each time (a file's text, not a stream read once)."""
     def run(rehearse: bool, before_write: Callable[[], None] | None
             ) -> tuple[T, list[dict[str, Any]]]:
         if before_write is not None:

@@ -548,13 +548,18 @@ def _writes_contacts(conn: sqlite3.Connection, statement: str, policy: _Policy) 
     if _leading_word(statement, _skip_blank(statement, 0)).upper() == "EXPLAIN":
         return False  # it shows a plan and runs nothing (EXPLAIN EXPLAIN is no SQL)
     probe = replace(policy)  # its own record of refusals and writes
+    prefix = "EXPLAIN "
+    # Room for the prefix: a statement SQLite would take must not be too long to probe.
+    limit = conn.getlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, limit + len(prefix))
     conn.set_authorizer(probe)
     try:
-        conn.execute("EXPLAIN " + statement).close()
+        conn.execute(prefix + statement).close()
     except (sqlite3.Error, sqlite3.Warning) as exc:
         raise _translate(exc, probe, None) from None
     finally:
         conn.set_authorizer(None)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, limit)
     return probe.wrote_contacts
 
 
