@@ -931,6 +931,119 @@ def test_a_page_of_long_seconds_reads_notmuch_once_while_mail_of_its_second_is_i
             f"{len(skipped)} skipped, {len(repeated)} of the page before")
 
 
+def test_a_resumed_page_counts_and_reads_notmuch_once_while_mail_above_it_is_indexed(
+        mailbox: reads.Mailbox, indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A next page whose last message moved (mail came above it) counts where that
+    message's second now starts and how many share it, reads that second to find it, then
+    the page after it.  Mail dated before that second indexed (by another program's notmuch
+    new) between the counts and those reads moved the second past the places counted: the
+    last message was not found, and the page went back to older mail and the second's
+    messages shown before.  Its reads see one snapshot: the walk lists every message once,
+    oldest first."""
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+
+    def deliver(name: str, date: str) -> None:
+        cur.joinpath(f"1800000970.{name}.host:2,S").write_bytes(
+            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: {name}\n"
+            f"Date: {date}\nMessage-ID: <{name}@example.com>\n\nx\n".encode())
+
+    second = "Fri, 01 Jan 2027 10:00:00 +0000"
+    for name, date in [*((f"d{n}", second) for n in range(4)),
+                       *((f"e{n}", "Fri, 01 Jan 2027 10:00:05 +0000") for n in range(3))]:
+        deliver(name, date)
+    indexed.fmail("index")
+    listed: list[tuple[str, int]] = []
+
+    def page(cursor: str | None) -> str | None:
+        result = reads.search_emails(mailbox, "from:tie@example.com", limit=3, cursor=cursor,
+                                     sort="oldest")
+        for row in result.results:
+            m = mailbox.find(row.id)
+            assert m is not None
+            listed.append((m.message_id, m.date))
+        return result.next_cursor
+
+    cursor = page(None)  # three of the four of the first second
+    everything = {m.message_id for m in mailbox.reader.messages("from:tie@example.com")}
+    deliver("older0", "Thu, 31 Dec 2026 10:00:00 +0000")  # above: the last one moves
+    indexed.notmuch("new", "--no-hooks")
+    counted = mailbox.reader.count
+    edge = reads.date_range_query(listed[-1][1], listed[-1][1] + 1)
+    indexing = [True]
+
+    def indexing_on_second_count(query: str, *args: Any, **kwargs: Any) -> int:
+        if indexing and edge in query:  # counted after those before the second
+            indexing.clear()
+            for n in (1, 2):
+                deliver(f"older{n}", "Thu, 31 Dec 2026 11:00:00 +0000")
+            indexed.notmuch("new", "--no-hooks")
+        return counted(query, *args, **kwargs)
+
+    monkeypatch.setattr(mailbox.reader, "count", indexing_on_second_count)
+    while cursor is not None:
+        cursor = page(cursor)
+    assert not indexing  # the mail came while the next page was read
+    ids = [mid for mid, _ in listed]
+    assert len(ids) == len(set(ids)), f"repeated: {ids}"
+    assert everything <= set(ids), f"skipped: {everything - set(ids)}"
+    assert [d for _, d in listed] == sorted(d for _, d in listed), f"out of order: {ids}"
+
+
+def test_a_resumed_thread_page_counts_and_reads_notmuch_once_while_threads_above_join(
+        mailbox: reads.Mailbox, indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A next page of threads whose last thread moved (a new thread came above it) counts
+    the threads ranked above that thread's date, then reads the page after it.  A message
+    joining two of the threads above, indexed (by another program's notmuch new) between
+    the count and the read, left one thread fewer above than counted: the page started one
+    thread too far, and that thread was never listed.  Its reads see one snapshot."""
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+
+    def deliver(name: str, second: str, references: str = "") -> None:
+        cur.joinpath(f"1800000980.{name}.host:2,S").write_bytes(
+            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: {name}\n"
+            f"Date: Fri, 01 Jan 2027 {second} +0000\nMessage-ID: <{name}@example.com>\n"
+            f"{references}\nx\n".encode())
+
+    for name, second in [("t1", "10:00:30"), ("t2", "10:00:20"), ("t3", "10:00:10"),
+                         ("t4", "10:00:05"), ("t5", "10:00:04"), ("t6", "10:00:03")]:
+        deliver(name, second)
+    indexed.fmail("index")
+    listed: list[str] = []
+
+    def page(cursor: str | None) -> str | None:
+        result = reads.list_threads(mailbox, "from:tie@example.com", limit=3, cursor=cursor)
+        listed.extend(t.thread for t in result.threads)
+        return result.next_cursor
+
+    cursor = page(None)  # t1, t2 and t3's threads
+    deliver("new", "10:01:00")  # above: the last thread moves
+    indexed.notmuch("new", "--no-hooks")
+    last = mailbox.find("t3@example.com")
+    assert last is not None and last.thread_id == listed[-1]
+    counted = mailbox.reader.count_threads
+    edge = reads.date_range_query(last.date, last.date + 1)
+    indexing = [True]
+
+    def indexing_on_second_count(query: str, *args: Any, **kwargs: Any) -> int:
+        if indexing and edge in query:  # counted after the threads above
+            indexing.clear()  # a reply to t1 and t2, older than both: one thread of them
+            deliver("join", "09:00:00", "In-Reply-To: <t1@example.com>\n"
+                    "References: <t2@example.com> <t1@example.com>\n")
+            indexed.notmuch("new", "--no-hooks")
+        return counted(query, *args, **kwargs)
+
+    monkeypatch.setattr(mailbox.reader, "count_threads", indexing_on_second_count)
+    while cursor is not None:
+        cursor = page(cursor)
+    assert not indexing  # the mail came while the next page was read
+    found = {name: mailbox.find(f"{name}@example.com") for name in ("t1", "t2", "t4", "t5", "t6")}
+    threads = {name: m.thread_id for name, m in found.items() if m is not None}
+    assert len(threads) == 5 and len(set(threads.values())) == 4  # t1 and t2 joined
+    assert len(listed) == len(set(listed)), f"repeated: {listed}"
+    skipped = [name for name, thread in threads.items() if thread not in listed]
+    assert not skipped, f"never listed: the threads of {skipped}"
+
+
 def test_mail_dated_past_year_9999_utc_is_indexed_and_listed(indexed: MailEnv) -> None:
     """notmuch keeps a Date on the last day of 9999 west of UTC as it is, in year 10000 UTC,
     which datetime cannot hold: one such message (spam) failed the whole index ("year 10000

@@ -458,7 +458,7 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
 
     start, last = read_cursor(cursor, fp, compiled.anchor), cursor_last(cursor, fp)
     offset, (ids, total, excluded) = _resumed_page(
-        fetch, start, limit, last, lambda found: sidecar.uid_for(found) == last,
+        mb.reader, fetch, start, limit, last, lambda found: sidecar.uid_for(found) == last,
         lambda: _resumed_offset(mb, nm_query, compiled.exclude_tags, sort, start, last))
     changed = mb.reader.changed_at()
     cursor_out = (next_cursor(offset, len(ids), total, fp, compiled.anchor,
@@ -508,20 +508,30 @@ def _search_page(mb: Mailbox, mirror: Answerable | None, kept: tuple[int, int] |
 Page = TypeVar("Page", bound=tuple[Any, ...])
 
 
-def _resumed_page(fetch: Callable[[int, int], Page], start: int, limit: int, last: str | None,
-                  is_last: Callable[[Any], bool],
+def _resumed_page(reader: Reader, fetch: Callable[[int, int], Page], start: int, limit: int,
+                  last: str | None, is_last: Callable[[Any], bool],
                   resumed: Callable[[], tuple[int, int]]) -> tuple[int, Page]:
     """The page a cursor asks for, and its offset.  A page whose cursor names its last item
     is read from one item earlier: that item still there, nothing before it left and the
     offset stands (the usual case, at the cost of one more row); else the offset is worked
     out again (``resumed``: a few counts, and the start of the last item's second with how
-    many items share it) -- triage between pages took items out, or new mail came above."""
+    many items share it) -- triage between pages took items out, or new mail came above.
+    Its counts and the pages read from them see one snapshot of notmuch (``reader``): mail
+    indexed in between moved the items against the places counted, and the page went back
+    to items shown before, or past some never shown."""
     if last is None or start == 0:
         return start, fetch(start, limit)
     page = fetch(start - 1, limit + 1)
     items = page[0]
     if items and is_last(items[0]):
         return start, cast(Page, (items[1:], *page[1:]))
+    return reader.in_one_snapshot(lambda: _relocated_page(fetch, start, limit, is_last, resumed))
+
+
+def _relocated_page(fetch: Callable[[int, int], Page], start: int, limit: int,
+                    is_last: Callable[[Any], bool],
+                    resumed: Callable[[], tuple[int, int]]) -> tuple[int, Page]:
+    """:func:`_resumed_page` where the last item did not stand where the cursor says."""
     offset, second = resumed()
     if second > 1:  # where the last item stands in its second, now
         begin, size = _second_scan(offset, second, start - 1)
@@ -919,7 +929,7 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
     start, last = read_cursor(cursor, fp, compiled.anchor), cursor_last(cursor, fp)
     last_thread, rank = thread_last(last)
     offset, (page, more) = _resumed_page(
-        fetch, start, limit, last, lambda found: found.thread_id == last_thread,
+        mb.reader, fetch, start, limit, last, lambda found: found.thread_id == last_thread,
         lambda: _resumed_thread_offset(mb, nm_query, compiled.exclude_tags, start,
                                        last_thread, rank))
     matched = total_of()
