@@ -1044,6 +1044,111 @@ def test_a_resumed_thread_page_counts_and_reads_notmuch_once_while_threads_above
     assert not skipped, f"never listed: the threads of {skipped}"
 
 
+def test_a_resumed_page_the_mirror_answers_skips_nothing_while_mail_above_it_is_indexed(
+        mailbox: reads.Mailbox, indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A next page the mirror answers (a date range) whose last message moved counts in
+    notmuch where it resumes, and reads the page from the mirror's state of the call.  Mail
+    above it indexed (by another program's notmuch new) after the call read that state
+    was counted by notmuch but not in the mirror's page: the page started past messages
+    never shown.  Its counts leave out what the mirror has not seen: at worst a repeat."""
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+
+    def deliver(name: str, date: str) -> None:
+        cur.joinpath(f"1800000990.{name}.host:2,S").write_bytes(
+            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: {name}\n"
+            f"Date: {date}\nMessage-ID: <{name}@example.com>\n\nx\n".encode())
+
+    for n in range(6):
+        deliver(f"d{n}", f"Fri, 01 Jan 2027 10:00:0{n} +0000")
+    indexed.fmail("index")
+    mirror.sync_sidecar(indexed.config(), mailbox.reader)
+    scope = {"since": "2026-12-30T00:00:00Z", "until": "2027-01-02T00:00:00Z"}
+    assert answered_by_mirror(mailbox, "", **scope)
+    listed: list[str] = []
+
+    def page(cursor: str | None) -> str | None:
+        result = reads.search_emails(mailbox, "", limit=3, cursor=cursor, sort="oldest",
+                                     **scope)
+        for row in result.results:
+            m = mailbox.find(row.id)
+            assert m is not None
+            listed.append(m.message_id)
+        return result.next_cursor
+
+    cursor = page(None)  # d0, d1, d2
+    deliver("older0", "Thu, 31 Dec 2026 10:00:00 +0000")  # above: the last one moves
+    indexed.notmuch("new", "--no-hooks")
+    mirror.sync_sidecar(indexed.config(), mailbox.reader)
+    shown_page = sidecar.shown_page
+    indexing = [True]
+
+    def indexing_on_first_page(*args: Any, **kwargs: Any) -> list[str]:
+        if indexing:  # the call's state of the mirror is read: notmuch moves past it
+            indexing.clear()
+            for n in (1, 2):
+                deliver(f"older{n}", f"Thu, 31 Dec 2026 1{n}:00:00 +0000")
+            indexed.notmuch("new", "--no-hooks")
+        return shown_page(*args, **kwargs)
+
+    monkeypatch.setattr(sidecar, "shown_page", indexing_on_first_page)
+    while cursor is not None:
+        cursor = page(cursor)
+    assert not indexing
+    assert len(listed) == len(set(listed)), f"repeated: {listed}"
+    skipped = [f"d{n}@example.com" for n in range(6) if f"d{n}@example.com" not in listed]
+    assert not skipped, f"skipped: {skipped} of {listed}"
+
+
+def test_a_resumed_thread_page_the_mirror_answers_skips_nothing_while_threads_come_above(
+        mailbox: reads.Mailbox, indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """:func:`test_a_resumed_page_the_mirror_answers_skips_nothing_while_mail_above_it_is_indexed`
+    for threads: threads come above the last thread shown after the call read the mirror's
+    state; counted by notmuch, the mirror's page started past threads never shown."""
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+
+    def deliver(name: str, second: str) -> None:
+        cur.joinpath(f"1800000995.{name}.host:2,S").write_bytes(
+            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: {name}\n"
+            f"Date: Fri, 01 Jan 2027 {second} +0000\nMessage-ID: <{name}@example.com>\n"
+            "\nx\n".encode())
+
+    for n in range(6):
+        deliver(f"t{n}", f"10:00:0{9 - n}")  # t0 newest
+    indexed.fmail("index")
+    mirror.sync_sidecar(indexed.config(), mailbox.reader)
+    scope = {"since": "2026-12-30T00:00:00Z", "until": "2027-01-02T00:00:00Z"}
+    listed: list[str] = []
+
+    def page(cursor: str | None) -> str | None:
+        result = reads.list_threads(mailbox, "*", limit=3, cursor=cursor, **scope)
+        listed.extend(t.thread for t in result.threads)
+        return result.next_cursor
+
+    cursor = page(None)  # t0, t1, t2
+    deliver("new0", "10:01:00")  # above: the last thread moves
+    indexed.notmuch("new", "--no-hooks")
+    mirror.sync_sidecar(indexed.config(), mailbox.reader)
+    newest_threads = sidecar.newest_threads
+    indexing = [True]
+
+    def indexing_on_first_page(*args: Any, **kwargs: Any) -> Any:
+        if indexing:  # the call's state of the mirror is read: notmuch moves past it
+            indexing.clear()
+            for n in (1, 2):
+                deliver(f"new{n}", f"10:01:0{n}")
+            indexed.notmuch("new", "--no-hooks")
+        return newest_threads(*args, **kwargs)
+
+    monkeypatch.setattr(sidecar, "newest_threads", indexing_on_first_page)
+    while cursor is not None:
+        cursor = page(cursor)
+    assert not indexing
+    threads = {n: mailbox.find(f"t{n}@example.com") for n in range(6)}
+    assert len(listed) == len(set(listed)), f"repeated: {listed}"
+    skipped = [n for n, m in threads.items() if m is None or m.thread_id not in listed]
+    assert not skipped, f"never listed: the threads of t{skipped}"
+
+
 def test_mail_dated_past_year_9999_utc_is_indexed_and_listed(indexed: MailEnv) -> None:
     """notmuch keeps a Date on the last day of 9999 west of UTC as it is, in year 10000 UTC,
     which datetime cannot hold: one such message (spam) failed the whole index ("year 10000

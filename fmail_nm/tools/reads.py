@@ -459,7 +459,8 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
     start, last = read_cursor(cursor, fp, compiled.anchor), cursor_last(cursor, fp)
     offset, (ids, total, excluded) = _resumed_page(
         mb.reader, fetch, start, limit, last, lambda found: sidecar.uid_for(found) == last,
-        lambda: _resumed_offset(mb, nm_query, compiled.exclude_tags, sort, start, last))
+        lambda: _resumed_offset(mb, _as_mirrored(mirror, nm_query), compiled.exclude_tags,
+                                sort, start, last))
     changed = mb.reader.changed_at()
     cursor_out = (next_cursor(offset, len(ids), total, fp, compiled.anchor,
                               sidecar.uid_for(ids[-1])) if ids else None)
@@ -539,6 +540,17 @@ def _relocated_page(fetch: Callable[[int, int], Page], start: int, limit: int,
         found = next((begin + at + 1 for at, item in enumerate(within) if is_last(item)), None)
         offset = offset if found is None else found
     return offset, fetch(offset, limit)
+
+
+def _as_mirrored(mirror: Answerable | None, nm_query: str) -> str:
+    """The query a resumed page counts its place with, where the mirror may answer its pages:
+    the messages as the mirror's state of this call holds them (unchanged since its last
+    sync).  notmuch's snapshot, opened later, may hold mail indexed since above the last
+    item, which the mirror's pages lack: counted, the page started past messages never
+    shown.  Left out, a message changed since only counts fewer: at worst a repeat."""
+    if mirror is None:
+        return nm_query
+    return all_of(nm_query, f"lastmod:0..{sidecar.mirror_state(mirror.conn).revision}")
 
 
 def _second_scan(begin: int, size: int, shown_at: int) -> tuple[int, int]:
@@ -930,8 +942,8 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
     last_thread, rank = thread_last(last)
     offset, (page, more) = _resumed_page(
         mb.reader, fetch, start, limit, last, lambda found: found.thread_id == last_thread,
-        lambda: _resumed_thread_offset(mb, nm_query, compiled.exclude_tags, start,
-                                       last_thread, rank))
+        lambda: _resumed_thread_offset(mb, _as_mirrored(mirror, nm_query),
+                                       compiled.exclude_tags, start, last_thread, rank))
     matched = total_of()
     total = (mb.reader.count_threads(nm_query, exclude_tags=compiled.exclude_tags)
              if matched <= THREAD_COUNT_MAX_MESSAGES else None)
