@@ -1609,6 +1609,26 @@ def test_a_draft_with_several_from_addresses_and_no_sender_is_refused_and_kept(
     assert path.read_bytes() == data
 
 
+def test_a_draft_whose_sender_is_none_of_the_users_addresses_is_refused_and_kept(
+        bed: Bed) -> None:
+    """A Sender naming someone else (a list's bounce address, kept in mail edited as new),
+    which reads do not show, became the envelope's sender: the bounces, which quote the mail,
+    went to it, and it was handed to the send command as the user's.  Sending and saving
+    again refuse it, naming it; the draft is kept as it was."""
+    data = (b"From: Alex Morgan <alex@example.org>\nSender: dev-bounces@lists.example.com\n"
+            b"To: client@example.com\nSubject: again\nMessage-ID: <list-sender@example.org>\n"
+            b"\nHello\n")
+    with bed.smtp.rc.open("a") as rc:  # msmtp sends from any address through its default
+        rc.write("account default : personal\n")
+    bed.put_draft("1800000875.joint.host:2,DS", data)
+    (path,) = bed.files_with(bed.drafts, "list-sender@example.org")
+    bed.refused_send("list-sender@example.org",
+                     "Sender dev-bounces@lists.example.com, none of the user's addresses")
+    with pytest.raises(ComposeError, match="none of the user's addresses"):
+        compose.save_draft(bed.ctx, body="edited", draft_id="list-sender@example.org")
+    assert path.read_bytes() == data
+
+
 def test_raw_8bit_resent_headers_in_a_draft_go_out_as_encoded_words(bed: Bed) -> None:
     """A draft with a Resent-From, -To or -Bcc naming someone with non-ASCII letters (mail
     resent, then edited as new) was refused as 8-bit text only SMTPUTF8 carries: they are
@@ -1651,6 +1671,26 @@ def test_a_comment_after_a_name_in_a_raw_8bit_address_header_goes_out(bed: Bed) 
         ("Jörg Müller", "j@example.org"), ("Ann", "ann@example.com"),
         ("山田 太郎", "yamada@example.jp")]
     assert set(got.rcpt_tos) >= {"j@example.org", "ann@example.com", "yamada@example.jp"}
+
+
+def test_a_nested_comment_in_a_raw_8bit_address_header_goes_out_as_written(bed: Bed) -> None:
+    """A comment holding comments, after a name in a header written again for its 8-bit
+    bytes: each nesting level cost the email package's writer two frames, so that 300 levels
+    (which its parser reads) broke sending and saving with a RecursionError; fewer went out
+    flattened, a quoted pair in an inner comment gaining a backslash, the line growing past
+    998 bytes at 250 levels.  The comment goes out as it was written."""
+    comment = "(a (b\\) c) " + "(" * 300 + "d" + ")" * 300 + ")"
+    bed.put_draft("1800000876.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"nested-comment@").replace(
+        b"Cc: ", f"Cc: J\u00f6rg <j@example.org> {comment}, ".encode()))
+    send.send_draft(bed.ctx, "nested-comment@example.org")
+    (got,) = bed.smtp.received
+    head = got.data.split(b"\r\n\r\n", 1)[0]
+    assert max(len(line) for line in head.split(b"\r\n")) <= 998
+    cc = re.search(rb"(?mi)^cc:([^\r\n]*(?:\r\n[ \t][^\r\n]*)*)", head)
+    assert cc is not None
+    assert f"<j@example.org> {comment}, " in re.sub(r"\r\n[ \t]", " ", cc.group(1).decode())
+    assert "j@example.org" in got.rcpt_tos
 
 
 def test_a_raw_8bit_subject_with_a_colon_and_a_semicolon_is_sent(bed: Bed) -> None:

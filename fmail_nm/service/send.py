@@ -2,10 +2,11 @@
 
 fmail-nm has no SMTP code and holds no credentials: the account's ``send.command`` (else
 ``[send] command``, default ``msmtp``) gets the message on stdin and its envelope as
-arguments -- ``-f <From address>`` (which makes msmtp pick the account with that ``from``,
-unless the command chooses the sender itself) and ``-- <recipients>``, Bcc included, while
-the bytes carry no Bcc header (nor Resent-Bcc).  A command that reads recipients from the
-message (``-t``) is refused: those would be the headers, without Bcc, or with it.
+arguments -- ``-f <From address>`` (its Sender's when it has one; msmtp then picks the
+account with that ``from``, unless the command chooses the sender itself) and
+``-- <recipients>``, Bcc included, while the bytes carry no Bcc header (nor Resent-Bcc).  A
+command that reads recipients from the message (``-t``) is refused: those would be the
+headers, without Bcc, or with it.
 
 A send happens only when ``[send] enabled`` (or ``serve --allow-send``), at most
 ``max_per_hour`` times an hour (counted in the audit log), and -- for a message that was never

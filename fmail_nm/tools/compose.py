@@ -36,7 +36,7 @@ import time
 from collections.abc import Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from email._header_value_parser import get_address_list
+from email._header_value_parser import TokenList, get_address_list
 from email.headerregistry import Address as HeaderAddress
 from email.headerregistry import BaseHeader, Group
 from email.message import EmailMessage, Message, MIMEPart
@@ -346,7 +346,8 @@ def _group(name: str, display_name: str, people: Sequence[Address],
 def _folded_addresses(name: str, value: str) -> str:
     # A name read from mail is untrusted: one that would break the line stops here.
     _check_source_header(name, value)
-    # An address is at most 320 characters and an encoded word 75: every word fits a line.
+    # An address is at most 320 characters, an encoded word 75, a comment's word no longer
+    # than in the draft's lines (_comment_source, _shorten_long_lines): every word fits a line.
     return _folded_source(name, value, _ADDRESS_WORD) or value
 
 
@@ -835,12 +836,6 @@ def _writer_of(config: Config, wanted: str) -> Account | None:
     return writers[0] if len(writers) == 1 else None
 
 
-def _account_of_address(config: Config, address: str,
-                        holder: Account | None = None) -> Account | None:
-    found = _configured_address(config, address, holder)
-    return found[0] if found else None
-
-
 # ---------------------------------------------------------------------------------------------
 # Saving a draft
 
@@ -1119,9 +1114,9 @@ def _draft_parts(ctx: WriteContext, draft_id: str, found: IndexedMessage,
 def _draft_sender(config: Config, msg: EmailMessage, found: IndexedMessage,
                   draft_id: str) -> tuple[Account, Address, list[Address]]:
     """The account a draft goes out through, its sender and its From: the sender is the one
-    its Sender names, else its From's one address (RFC 5322 3.6.2: From with several needs
-    a Sender saying who sent it); the account the one writing from it, else the one holding
-    the draft."""
+    its Sender names, one of the user's addresses, else its From's one address (RFC 5322
+    3.6.2: From with several needs a Sender saying who sent it); the account the one writing
+    from it, else the one holding the draft."""
     authors = _people(msg, "from", draft_id)
     named = _people(msg, "sender", draft_id)
     if len(named) > 1:
@@ -1135,8 +1130,15 @@ def _draft_sender(config: Config, msg: EmailMessage, found: IndexedMessage,
                            "one From address")
     senders = named or authors
     holder = maildir.primary_account(config, found)
-    account = (_account_of_address(config, senders[0].address, holder) if senders
-               else None) or holder
+    own = _configured_address(config, senders[0].address, holder) if senders else None
+    # Reads show no Sender: one naming another (a list's bounce address, kept from mail
+    # edited as new) would be the envelope's sender unseen, getting the bounces, which quote
+    # the mail.  (A From naming another is shown: that one goes out from it.)
+    if named and own is None:
+        raise ComposeError(f"draft {draft_id!r} has Sender {named[0].address}, none of the "
+                           "user's addresses, which the mail would go from: correct it in "
+                           "the mail client that saved the draft, or drop it")
+    account = (own[0] if own else None) or holder
     if account is None or not senders or not authors:
         raise ComposeError(f"draft {draft_id!r} has no From address of the user's accounts")
     return account, senders[0], authors
@@ -1599,17 +1601,45 @@ def _comments(name: str, text: str) -> list[str]:
     _header_address leaves out): after it, a comment reads as its name ("a@b.example (Ann)",
     _with_comment_names)."""
     found, _ = get_address_list(text)  # the parse the email package's groups are made from
-    return ["".join(f" ({_comment_text(name, comment)})" for comment in box.comments)
+    return ["".join(f" {_comment_source(name, comment)}" for comment in _comment_tokens(box))
             if box.display_name and "=?" not in box.display_name else ""
             for box in found.all_mailboxes]
 
 
-def _comment_text(name: str, text: str) -> str:
-    """A comment's text as it goes out: non-ASCII as encoded words (RFC 2047 5(2)), else its
-    parentheses and backslashes quoted (the parser unquoted them)."""
-    if not text.isascii():
-        return _encoded_words(name, text)
-    return re.sub(r"[()\\]", r"\\\g<0>", text)
+def _comment_tokens(tokens: TokenList) -> list[TokenList]:
+    """The comments in a parsed mailbox, not those inside them."""
+    found: list[TokenList] = []
+    for token in tokens:
+        if token.token_type == "comment":
+            found.append(cast(TokenList, token))
+        elif isinstance(token, TokenList):
+            found += _comment_tokens(token)
+    return found
+
+
+def _comment_source(name: str, comment: TokenList) -> str:
+    """A comment as it goes out: as written, its nesting kept, but for its parentheses and
+    backslashes quoted one way (RFC 5322 3.2.2); one with non-ASCII text as encoded words
+    (RFC 2047 5(2)), its inner comments' parentheses among their text.  Read level by level,
+    not by recursion: the email package's own writer spends two frames a level, and fails on
+    a few hundred levels its parser reads."""
+    source, text = ["("], []
+    levels = [iter(comment)]
+    while levels:
+        token = next(levels[-1], None)
+        if token is None:
+            levels.pop()
+            source.append(")")
+            text.append(")" if levels else "")
+        elif token.token_type == "comment":
+            levels.append(iter(cast(TokenList, token)))
+            source.append("(")
+            text.append("(")
+        else:  # ctext or whitespace, its quoted pairs read (the parser unquoted them)
+            source.append(re.sub(r"[()\\]", r"\\\g<0>", str(token)))
+            text.append(str(token))
+    written = "".join(source)
+    return written if written.isascii() else f"({_encoded_words(name, ''.join(text))})"
 
 
 def _x_addresses(name: str, key: str, text: str) -> str | None:
