@@ -480,6 +480,92 @@ def test_recursive_query_stops_at_the_time_limit(db: Path) -> None:
         q(db, sql, time_limit=0.5)
 
 
+def doubling(depth: int, step: str) -> str:
+    """CTEs t1..t<depth>, each naming the one before twice in ``step`` (written for t1 over
+    t0): SQLite copies a CTE's SQL wherever it is named, 2^depth times here, while it
+    prepares the statement."""
+    ctes = ["t0 AS (SELECT 1 AS x)"] + [
+        f"t{i} AS " + step.replace("t0", f"t{i - 1}") for i in range(1, depth + 1)]
+    return "WITH " + ", ".join(ctes) + " "
+
+
+def nested(depth: int) -> str:
+    """The same, one CTE named ``t`` inside the next: SQLite takes the nearest ``t``."""
+    sql = "SELECT 1 AS x"
+    for _ in range(depth):
+        sql = f"WITH t AS ({sql}) SELECT x FROM t UNION ALL SELECT x FROM t"
+    return f"WITH t16 AS ({sql}) "
+
+
+UNION_STEP = "(SELECT x FROM t0 UNION ALL SELECT x FROM t0)"
+# Each took 0.4-2 s to prepare before the copies were counted, and runs in milliseconds.
+COPIED_CTES = [
+    doubling(16, "NOT MATERIALIZED " + UNION_STEP),
+    doubling(16, UNION_STEP),
+    doubling(16, "MATERIALIZED (SELECT (SELECT x FROM t0) + (SELECT x FROM \"t0\") AS x)"),
+    doubling(12, "(SELECT a.x FROM t0 a, [t0] b)"),
+    # named before they are defined, and quoted every way SQLite reads as a name
+    "WITH " + ", ".join([f"t{i} AS (SELECT x FROM `t{i - 1}` UNION ALL SELECT x FROM 't{i - 1}')"
+                         for i in range(16, 0, -1)] + ["t0 AS (SELECT 1 AS x)"]) + " ",
+    nested(16),
+]
+
+
+@pytest.mark.parametrize("ctes", COPIED_CTES)
+def test_ctes_copied_past_a_cap_are_refused_before_sqlite_prepares_them(
+        db: Path, ctes: str) -> None:
+    """The time limit cannot reach SQLite while it prepares: such a statement would hold the
+    call for seconds, doubling with each CTE more."""
+    before = dump(db)
+    refused = "refused: SQLite copies a CTE wherever it is named.*time limit"
+    last = "t16" if "t16 " in ctes else "t12"
+    with pytest.raises(SqlError, match=refused):
+        q(db, f"{ctes} SELECT x FROM {last} LIMIT 1")
+    with pytest.raises(SqlError, match=refused):
+        m(db, f"{ctes} UPDATE contacts SET notes = (SELECT x FROM {last} LIMIT 1) "
+              "WHERE email_address = 'bob@example.com'", before_write=lambda: None)
+    assert dump(db) == before
+
+
+def test_ctes_named_several_times_still_run(db: Path) -> None:
+    assert q(db, doubling(10, UNION_STEP) + "SELECT count(*) FROM t10").rows == [[1024]]
+    assert q(db, doubling(8, "(SELECT a.x FROM t0 a, t0 b)")
+             + "SELECT count(*) FROM t8").rows == [[1]]
+    # a column named like its CTE; a recursive CTE named twice
+    assert q(db, "WITH s AS (SELECT sender_email AS s, count(*) AS n FROM emails GROUP BY 1) "
+                 "SELECT s FROM s WHERE s = 'alice@example.com'").rows == [["alice@example.com"]]
+    assert q(db, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 5) "
+                 "SELECT count(*) FROM c, c AS d").rows == [[25]]
+    m(db, "WITH n AS (SELECT 'x' AS v), w AS (SELECT v FROM n UNION ALL SELECT v FROM n) "
+          "UPDATE contacts SET notes = (SELECT group_concat(v, '') FROM w) "
+          "WHERE email_address = 'bob@example.com'")
+    assert contact(db, "bob@example.com")["notes"] == "xx"  # type: ignore[index]
+
+
+def test_readme_queries_run(db: Path) -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.split("```sql\n", 1)[1].split("```", 1)[0]
+    statements = [line for line in block.splitlines() if line.strip()]
+    assert len(statements) >= 3
+    for sql in statements:
+        assert q(db, sql).columns
+
+
+def test_the_time_limit_holds_while_sqlite_prepares(db: Path) -> None:
+    """The progress handler only runs once the statement runs; the authorizer stops it earlier
+    (a time limit already past stops even SELECT 1, which runs too few steps to be checked)."""
+    before = dump(db)
+    stopped = r"query stopped after 1e-09 s \(time limit\)"
+    with pytest.raises(SqlError, match=stopped):
+        q(db, "SELECT 1", time_limit=1e-9)
+    waited: list[bool] = []
+    for before_write in (None, lambda: waited.append(True)):  # the run; the probe before it
+        with pytest.raises(SqlError, match=stopped):
+            m(db, "UPDATE contacts SET notes = 'x' WHERE email_address = 'bob@example.com'",
+              time_limit=1e-9, before_write=before_write)
+    assert not waited and dump(db) == before
+
+
 def test_bounded_recursion_is_allowed(db: Path) -> None:
     sql = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 5) " \
           "SELECT sum(x) FROM c"

@@ -70,9 +70,18 @@ TEXT_BUILDERS = frozenset(
     "hex quote unistr".split())
 LONG_LITERAL_CHARS = 1000
 MAX_NATIVE_LIKES = 20
+# Any character past ASCII may be part of a name in SQLite.
 _SQL_TOKEN = re.compile(r"--[^\n]*|/\*.*?(?:\*/|\Z)|'(?:[^']|'')*'?|\"(?:[^\"]|\"\")*\"?"
-                        r"|`[^`]*`?|\[[^\]]*\]?|\|\||[A-Za-z_][A-Za-z0-9_$]*|.", re.S)
+                        r"|`(?:[^`]|``)*`?|\[[^\]]*\]?|\|\|"
+                        r"|[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_$\x80-\U0010ffff]*|.", re.S)
 MAX_SQL_CHARS = 100_000
+# SQLite copies a CTE's SQL into every place that names it while preparing the statement, and
+# SQLite 3.40 calls neither the progress handler nor sqlite3_interrupt meanwhile, nor always
+# the authorizer (which checks the time limit too, see _timed): CTEs that each name the one
+# before twice take 2^depth copies (1 KB of SQL, 18 deep: 2-5 s to prepare, more than twice
+# that a level deeper).  The copies are counted in the text instead (_copied_tokens); this
+# many take 0.01-0.1 s to prepare.
+MAX_COPIED_TOKENS = 20_000
 PROGRESS_STEPS = 1000          # VM instructions between time-limit checks
 
 READ_KEYWORDS = frozenset({"SELECT", "WITH", "VALUES", "EXPLAIN"})
@@ -493,7 +502,7 @@ def query_emails(sidecar_file: Path, sql_query: str, account_name: str | None = 
                   readonly=True) as conn:
         conn.execute("PRAGMA query_only = 1")
         policy = _policy(conn, READ_HINT)
-        fetched = _execute(conn, statement, policy, _clamp(limit), time_limit)
+        fetched = _execute(conn, statement, policy, _clamp(limit), _deadline(time_limit))
     return SqlResult(**fetched.fields())
 
 
@@ -515,15 +524,16 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
     taken before the sidecar's: see passes.changes.until_recorded); a read runs without it.
     """
     statement = _single_statement(sql_query, READ_KEYWORDS | WRITE_KEYWORDS, CONTACTS_HINT)
+    deadline = _deadline(time_limit)  # for the probe and the run, not the waits between
     try:
         with _session(sidecar_file, _Scope(account_name, known_accounts, folder_account),
                       readonly=False) as conn:
             policy = _policy(conn, CONTACTS_HINT, edits_contacts=True)
-            if before_write is not None and _writes_contacts(conn, statement, policy):
+            if before_write is not None and _writes_contacts(conn, statement, policy, deadline):
                 before_write()
             with _write_transaction(conn):
                 rows_before = contact_rows(conn)
-                fetched = _execute(conn, statement, policy, _clamp(limit), time_limit)
+                fetched = _execute(conn, statement, policy, _clamp(limit), deadline)
                 _refuse_returning(policy, fetched)
                 rows_after = _without_empty_rows(conn, rows_before, contact_rows(conn))
                 diff = contact_diff(rows_before, rows_after)
@@ -540,7 +550,8 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
     return result
 
 
-def _writes_contacts(conn: sqlite3.Connection, statement: str, policy: _Policy) -> bool:
+def _writes_contacts(conn: sqlite3.Connection, statement: str, policy: _Policy,
+                     deadline: _Deadline) -> bool:
     """Whether ``statement`` writes the contacts view, as SQLite compiles it: the authorizer
     sees each write when the statement is prepared (a WITH ... UPDATE too), and EXPLAIN
     prepares it without running any of it -- Python's sqlite3 has no sqlite3_stmt_readonly.
@@ -552,12 +563,14 @@ def _writes_contacts(conn: sqlite3.Connection, statement: str, policy: _Policy) 
     # Room for the prefix: a statement SQLite would take must not be too long to probe.
     limit = conn.getlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH)
     conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, limit + len(prefix))
-    conn.set_authorizer(probe)
+    conn.set_authorizer(_timed(probe, deadline))
+    deadline.start()
     try:
         conn.execute(prefix + statement).close()
     except (sqlite3.Error, sqlite3.Warning) as exc:
-        raise _translate(exc, probe, None) from None
+        raise _translate(exc, probe, deadline) from None
     finally:
+        deadline.stop()
         conn.set_authorizer(None)
         conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, limit)
     return probe.wrote_contacts
@@ -664,6 +677,11 @@ def _single_statement(sql: str, allowed: frozenset[str], hint: str) -> str:
     if _skip_blank(rest, 0) != len(rest):
         raise SqlError("refused: only one statement per call is allowed (found more SQL after "
                        "the first ';'); send each statement in its own call")
+    if _copied_tokens(first) > MAX_COPIED_TOKENS:
+        raise SqlError("refused: SQLite copies a CTE wherever it is named, and here the copies "
+                       f"pass {MAX_COPIED_TOKENS:,} tokens (CTEs naming the one before twice "
+                       "double at each step): too many to prepare within the time limit; name "
+                       "each CTE fewer times")
     return first
 
 
@@ -715,6 +733,102 @@ def _skip_comment(text: str, i: int) -> int:
     closer = "\n" if text.startswith("--", i) else "*/"
     end = text.find(closer, i + 2)
     return len(text) if end < 0 else end + len(closer)
+
+
+@dataclass(eq=False)
+class _Cte:
+    """A ``name AS (body)`` of a statement, as token indexes, and the CTEs its body names
+    (outside the bodies of CTEs in it), once per mention."""
+
+    at: int
+    start: int  # the body's "(" and ")"
+    end: int
+    names: list[_Cte] = field(default_factory=list)
+
+
+def _copied_tokens(statement: str) -> int:
+    """How many tokens SQLite copies when it puts each CTE's SQL wherever the CTE is named,
+    and so on in the copies, counted high: any word (a column alias too) naming a CTE counts
+    as naming every CTE of that name.  A CTE is not copied into itself (recursion; SQLite
+    takes no circular reference).  The count stops once past MAX_COPIED_TOKENS.
+    """
+    tokens = [t for t in _SQL_TOKEN.findall(statement)
+              if not (t.isascii() and t.isspace()) and not t.startswith(("--", "/*"))]
+    ctes = _ctes([t.upper() for t in tokens])
+    if not ctes:
+        return 0
+    names = [_token_name(t) for t in tokens]
+    whole = _Cte(at=-1, start=-1, end=len(tokens))
+    by_name: dict[str, list[_Cte]] = {}
+    for cte in ctes:
+        by_name.setdefault(names[cte.at], []).append(cte)
+    defined_at = {cte.at for cte in ctes}
+    inside, upcoming = [whole], iter(ctes)  # ctes come in order of their bodies
+    body = next(upcoming, None)
+    for i, name in enumerate(names):
+        while inside[-1].end < i:
+            inside.pop()
+        if body is not None and body.start == i:
+            inside.append(body)
+            body = next(upcoming, None)
+        if name in by_name and i not in defined_at:
+            inside[-1].names.extend(by_name[name])
+    total, copying = 0, {whole}
+    stack = [(whole, iter(whole.names))]
+    while stack and total <= MAX_COPIED_TOKENS:
+        cte, pending = stack[-1]
+        named = next(pending, None)
+        if named is None:
+            stack.pop()
+            copying.discard(cte)
+        elif named not in copying:
+            total += named.end - named.start + 1
+            copying.add(named)
+            stack.append((named, iter(named.names)))
+    return total
+
+
+def _ctes(words: Sequence[str]) -> list[_Cte]:
+    """Each ``name [(columns)] AS [NOT] [MATERIALIZED] (body)`` in ``words`` (upper-case
+    tokens): a CTE, or a WINDOW (counting high)."""
+    pairs = _paren_pairs(words)
+    found = []
+    for i in range(1, len(words)):
+        start = i + 1
+        start += words[start:start + 1] == ["NOT"]
+        start += words[start:start + 1] == ["MATERIALIZED"]
+        if words[i] != "AS" or words[start:start + 1] != ["("]:
+            continue
+        at = pairs.get(i - 1, i - 1) - 1 if words[i - 1] == ")" else i - 1
+        if at >= 0:
+            found.append(_Cte(at=at, start=start, end=pairs[start]))
+    return found
+
+
+def _paren_pairs(words: Sequence[str]) -> dict[int, int]:
+    """Index of each "(" -> its ")" and back; one left open closes at the end."""
+    pairs: dict[int, int] = {}
+    opened: list[int] = []
+    for i, word in enumerate(words):
+        if word == "(":
+            opened.append(i)
+        elif word == ")" and opened:
+            pairs[i] = opened.pop()
+            pairs[pairs[i]] = i
+    pairs.update((i, len(words)) for i in opened)
+    return pairs
+
+
+def _token_name(token: str) -> str:
+    """The name a token may be, as SQLite compares names: unquoted ('x' is a name too where
+    only a name fits; a doubled quote is one), ASCII case folded (lower() folds more: counting
+    high)."""
+    quote = token[0]
+    closer = {"'": "'", '"': '"', "`": "`", "[": "]"}.get(quote)
+    if closer is None:
+        return token.lower()
+    inner = token[1:-1] if len(token) > 1 and token.endswith(closer) else token[1:]
+    return (inner if quote == "[" else inner.replace(closer * 2, closer)).lower()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -988,14 +1102,20 @@ class _Policy:
 
 @dataclass
 class _Deadline:
-    """The progress handler: stops the statement once the time limit has passed."""
+    """The progress handler (and the authorizer's check, see _timed): stops the statement once
+    the time limit has passed, counting from start() and the time spent before the last
+    stop() (by the probe that prepared it already)."""
 
     seconds: float
     end: float = 0.0
     fired: bool = False
+    spent: float = 0.0
 
     def start(self) -> None:
-        self.end = time.monotonic() + self.seconds
+        self.end = time.monotonic() + self.seconds - self.spent
+
+    def stop(self) -> None:
+        self.spent = self.seconds - (self.end - time.monotonic())
 
     def __call__(self) -> int:
         if time.monotonic() >= self.end:
@@ -1016,15 +1136,28 @@ class _Fetched:
                 "truncated": self.truncated, "truncated_cells": self.truncated_cells}
 
 
-def _execute(conn: sqlite3.Connection, statement: str, policy: _Policy, limit: int,
-             time_limit: float) -> _Fetched:
-    """Run the caller's statement under the authorizer and the time limit; fetch capped rows."""
+def _deadline(time_limit: float) -> _Deadline:
     if not time_limit > 0:
         raise SqlError("time_limit must be a positive number of seconds")
-    deadline = _Deadline(float(time_limit))
+    return _Deadline(float(time_limit))
+
+
+def _timed(policy: _Policy, deadline: _Deadline) -> Callable[..., int]:
+    """``policy``, refusing everything once the time limit has passed: SQLite calls the
+    authorizer while it prepares a statement, where the progress handler never runs (a
+    statement SQLite expands a lot can take seconds to prepare: see MAX_COPIED_TOKENS)."""
+    def authorize(*args: Any) -> int:
+        return sqlite3.SQLITE_DENY if deadline() else policy(*args)
+    return authorize
+
+
+def _execute(conn: sqlite3.Connection, statement: str, policy: _Policy, limit: int,
+             deadline: _Deadline) -> _Fetched:
+    """Prepare and run the caller's statement under the authorizer and the time limit; fetch
+    capped rows."""
     guards = _Guards(policy, deadline)
     guards.install(conn, like=_needs_guarded_like(statement))
-    conn.set_authorizer(policy)
+    conn.set_authorizer(_timed(policy, deadline))
     conn.set_progress_handler(deadline, PROGRESS_STEPS)
     deadline.start()
     try:
