@@ -1300,6 +1300,27 @@ def test_later_and_earlier_changes_find_every_id_however_json_spells_it(
         assert after is not None and sidecar.earlier_changes(conn, after, AWKWARD_IDS) == []
 
 
+def test_a_transaction_on_a_connection_left_in_one_fails_outside_an_enclosing_one(
+        tmp_path: Path) -> None:
+    """Every transaction opened while one was open became a savepoint of it: on a long-lived
+    connection (the mirror's) one left open -- a COMMIT that failed -- made each later one a
+    savepoint that never committed, where it had failed.  It fails, as SQLite fails it; only
+    inside sidecar.enclosing, opened on purpose, does a transaction nest."""
+    path = tmp_path / "sidecar.sqlite"
+    with sidecar.opened(path) as conn:
+        conn.execute("BEGIN IMMEDIATE")  # left open
+        with pytest.raises(sqlite3.OperationalError, match="within a transaction"):
+            with sidecar.transaction(conn):
+                sidecar.set_state(conn, "lost", "1")
+        conn.execute("ROLLBACK")
+        with sidecar.enclosing(conn, keep=True), sidecar.transaction(conn):
+            sidecar.set_state(conn, "kept", "1")
+        assert not conn.in_transaction
+    with sidecar.opened(path, readonly=True) as conn:
+        assert conn.execute("SELECT key FROM sync_state WHERE key IN ('lost', 'kept')"
+                            ).fetchall() == [("kept",)]
+
+
 def test_pruning_the_audit_log_takes_short_transactions_and_a_bounded_number_a_call(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No write lock held long: each transaction deletes PRUNE_BATCH entries at most, and a

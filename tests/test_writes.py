@@ -1500,6 +1500,51 @@ def test_a_contacts_edit_that_changes_nothing_does_not_wait_for_an_undo_under_wa
 
 
 @pytest.mark.timeout(120)
+def test_a_contacts_edit_records_only_its_own_change_not_another_writers_meanwhile(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's edit read the contacts, then opened its transaction: a change another
+    writer (another process editing contacts) committed in between was recorded in this
+    edit's audit entry, and undoing the edit took it back too.  Here the other writer, on
+    its own connection, tries to commit just as the edit checks the addresses it blocks
+    (after it read the contacts): it finds the sidecar locked, and goes after the edit."""
+    from fmail_nm.tools import contacts
+
+    other = "fair@example.org"
+    own_among = contacts.sql.own_among
+    locked: list[str] = []
+
+    def meanwhile(conn: sqlite3.Connection, addresses: Any) -> list[str]:
+        try:
+            add_note(wait=False)
+        except sqlite3.OperationalError as exc:
+            locked.append(str(exc))
+        return own_among(conn, addresses)
+
+    def add_note(*, wait: bool) -> None:
+        with sidecar.opened(h.ctx.sidecar_file) as conn:
+            if not wait:
+                conn.execute("PRAGMA busy_timeout = 0")
+            with sidecar.transaction(conn):
+                conn.execute("INSERT INTO contact_info (email_address, notes, updated_at) "
+                             "VALUES (?, 'met at the fair', '2026-01-01')", (other,))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(contacts.sql, "own_among", meanwhile)
+        effect = contacts.edit_contacts(
+            h.ctx, "contacts block", {}, lambda conn: contacts.set_blocked(conn, [BANK], True))[1]
+    if locked:  # the other writer goes once the edit is done
+        assert "locked" in locked[0]
+        add_note(wait=True)
+    recorded = json.loads(h.audit()[0][3])
+    assert effect.audit_id == 1
+    assert [c["contact"] for c in recorded if "contact" in c] == [BANK]
+    writes.undo_last_write(h.ctx)
+    with sidecar.opened(h.ctx.sidecar_file) as conn:
+        assert conn.execute("SELECT notes FROM contact_info WHERE email_address = ?",
+                            (other,)).fetchall() == [("met at the fair",)]
+
+
+@pytest.mark.timeout(120)
 def test_an_undo_under_way_counts_the_wait_from_when_the_caller_asked(h: Harness) -> None:
     """A write that waited in a queue before the undo lock was told only the rest of its
     bound it spent on the lock ("gave up after 0.5s" after four seconds), unlike "database

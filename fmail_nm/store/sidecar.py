@@ -995,11 +995,19 @@ def _statements(script: str) -> Iterator[str]:
         raise SidecarError("incomplete statement in a schema script")
 
 
+# The connections inside enclosing(): on them alone a transaction nests, as a savepoint.
+# (A set, not a WeakSet: sqlite3.Connection takes no weak reference; enclosing() lets go.)
+_enclosed: set[sqlite3.Connection] = set()
+
+
 @contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error; inside a transaction
-    already open, a savepoint of it (rolled back on an error), committed or not with it."""
-    if conn.in_transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error.  Inside
+    :func:`enclosing`, a savepoint of its transaction (rolled back on an error), kept or not
+    with it.  Any other transaction already open makes it fail, as SQLite does: one a failed
+    COMMIT left open on a long-lived connection must not turn each later transaction into a
+    savepoint that never commits."""
+    if conn in _enclosed:
         conn.execute("SAVEPOINT nested")
         try:
             yield conn
@@ -1016,6 +1024,24 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+@contextmanager
+def enclosing(conn: sqlite3.Connection, *, keep: bool) -> Iterator[None]:
+    """One transaction (``BEGIN IMMEDIATE``) around what the block reads and the
+    transactions it opens (savepoints of this one, see :func:`transaction`): committed at
+    the end if ``keep``, else rolled back -- a rehearsal shows what it would change, and
+    changes nothing; rolled back on any error."""
+    conn.execute("BEGIN IMMEDIATE")
+    _enclosed.add(conn)
+    try:
+        yield
+        if keep:
+            conn.execute("COMMIT")
+    finally:
+        _enclosed.discard(conn)
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
 
 
 @contextmanager

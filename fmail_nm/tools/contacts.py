@@ -15,7 +15,7 @@ import io
 import sqlite3
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar
 
@@ -172,26 +172,16 @@ def edit_contacts(ctx: WriteContext, action: str, params: dict[str, Any],
             ) -> tuple[T, list[dict[str, Any]]]:
         if before_write is not None:
             before_write()
+        # The contacts read and changed in one transaction: a change another writer made
+        # meanwhile must not count as this edit's, nor its undo take that change back.
         with sidecar.opened(ctx.sidecar_file) as conn, \
-                _rolled_back(conn) if rehearse else nullcontext(), tracked(conn) as change:
+                sidecar.enclosing(conn, keep=not rehearse), tracked(conn) as change:
             value = edit(conn)
         return value, change.rows
 
     with ExitStack() as held:  # as manage_contacts holds the undo lock
         value, rows = _run_once(ctx, held, run, lambda done: bool(done[1]))
         return value, apply_contacts_change(ctx, action, params, rows)
-
-
-@contextmanager
-def _rolled_back(conn: sqlite3.Connection) -> Iterator[None]:
-    """A transaction taken back at the end: an edit inside (its own transaction a savepoint
-    of this one, see sidecar.transaction) shows what it would change, and changes nothing."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    finally:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
 
 
 # ---------------------------------------------------------------------------------------------
