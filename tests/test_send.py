@@ -1629,6 +1629,20 @@ def test_a_draft_whose_sender_is_none_of_the_users_addresses_is_refused_and_kept
     assert path.read_bytes() == data
 
 
+def test_a_draft_whose_sender_names_no_address_is_refused_and_kept(bed: Bed) -> None:
+    """An empty Sender (or one naming a group of nobody) went out as it was: a header RFC
+    5322 says holds one mailbox, which servers may reject after the message was handed on.
+    Sending and saving again refuse it; the draft is kept as it was."""
+    data = (b"From: Alex Morgan <alex@example.org>\nSender:\nTo: client@example.com\n"
+            b"Subject: again\nMessage-ID: <empty-sender@example.org>\n\nHello\n")
+    bed.put_draft("1800000876.joint.host:2,DS", data)
+    (path,) = bed.files_with(bed.drafts, "empty-sender@example.org")
+    bed.refused_send("empty-sender@example.org", "Sender header that names no address")
+    with pytest.raises(ComposeError, match="names no address"):
+        compose.save_draft(bed.ctx, body="edited", draft_id="empty-sender@example.org")
+    assert path.read_bytes() == data
+
+
 def test_raw_8bit_resent_headers_in_a_draft_go_out_as_encoded_words(bed: Bed) -> None:
     """A draft with a Resent-From, -To or -Bcc naming someone with non-ASCII letters (mail
     resent, then edited as new) was refused as 8-bit text only SMTPUTF8 carries: they are

@@ -1123,6 +1123,10 @@ def _draft_sender(config: Config, msg: EmailMessage, found: IndexedMessage,
         raise ComposeError(f"draft {draft_id!r} has {len(named)} Sender addresses; it names "
                            "the one who sends the mail: correct it in the mail client that "
                            "saved the draft")
+    if not named and msg.get_all("sender"):
+        raise ComposeError(f"draft {draft_id!r} has a Sender header that names no address (it "
+                           "holds the one mailbox that sends the mail): correct it in the mail "
+                           "client that saved the draft, or drop it")
     if len(authors) > 1 and not named:
         raise ComposeError(f"draft {draft_id!r} has {len(authors)} From addresses and no "
                            "Sender, which mail needs to say which of them sends it: add a "
