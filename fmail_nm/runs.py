@@ -5,20 +5,27 @@ Each runs in a session of its own, out of reach of a signal to our process group
 behind would outlive the process.  A registry starts and tracks a run at once, tells the run's
 caller whether a stop ended it, and stops them all -- every one signalled first, then all
 waited for against one deadline, so that N runs cost one grace, not N (the systemd unit's
-TimeoutStopSec bounds the whole shutdown).
+TimeoutStopSec bounds the whole shutdown).  A run SIGKILL does not end in :data:`KILL_WAIT`
+is given up on: one in uninterruptible sleep (a hung NFS Maildir) ends when the kernel lets it,
+which may be never, and outside systemd nothing else would bound the shutdown.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 Run = subprocess.Popen[Any]
+log = logging.getLogger(__name__)
+# Seconds a SIGKILLed run has to end (a few milliseconds unless the kernel holds it) before
+# it is left behind; counted in the unit's TimeoutStopSec like the graces.
+KILL_WAIT = 2.0
 
 
 class RunRegistry:
@@ -71,19 +78,20 @@ class RunRegistry:
     def stop(self, procs: list[Run], grace: float) -> None:
         """The polite signal to each run, then SIGKILL to those still there ``grace`` seconds
         after -- one deadline for them all.  An exception during the wait (a second Ctrl-C)
-        cuts it short: SIGKILL at once, and it propagates."""
+        cuts it short: SIGKILL at once, and it propagates.  Those still there KILL_WAIT
+        seconds after their SIGKILL are left behind, with a warning."""
         try:
             for proc in procs:
                 self._signal(proc, self._polite)
-            deadline = time.monotonic() + grace
-            for proc in procs:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(max(0.0, deadline - time.monotonic()))
+            _still_going(procs, grace)
         finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    self._signal(proc, signal.SIGKILL)
-                    proc.wait()
+            killed = [proc for proc in procs if proc.poll() is None]
+            for proc in killed:
+                self._signal(proc, signal.SIGKILL)
+            for proc in _still_going(killed, KILL_WAIT):
+                log.warning("%s (pid %d) still there %.0f s after SIGKILL, most likely stuck "
+                            "in the kernel (a hung network file system): left behind; once "
+                            "fmail-nm exits, init adopts it", _command(proc), proc.pid, KILL_WAIT)
 
     def start_again(self) -> None:
         """Take runs again after a final :meth:`stop_all` (tests run many shutdowns in one
@@ -94,3 +102,16 @@ class RunRegistry:
     def _signal(self, proc: Run, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):  # it has just ended
             self._send(proc, sig)
+
+
+def _command(proc: Run) -> str:
+    return cast(list[str], proc.args)[0]  # as :meth:`RunRegistry.start` was given it
+
+
+def _still_going(procs: list[Run], seconds: float) -> list[Run]:
+    """The runs of ``procs`` that have not ended ``seconds`` from now: one deadline for all."""
+    deadline = time.monotonic() + seconds
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(max(0.0, deadline - time.monotonic()))
+    return [proc for proc in procs if proc.poll() is None]

@@ -218,12 +218,14 @@ def test_the_systemd_unit_lets_the_service_stop_its_own_runs() -> None:
     """systemd's default KillMode sends SIGTERM to every process of the service: a notmuch
     new under way dies with everything it indexed.  The unit signals fmail-nm alone and
     waits long enough for its stop (the tool calls' wait, the background's deadline, then
-    notmuch new's and mbsync's grace)."""
+    notmuch new's and mbsync's grace, and the wait of each of the four stops for runs its
+    SIGKILL has not ended yet)."""
     import configparser
     import inspect
     from pathlib import Path
 
     from fmail_nm.mcp.server import CLOSE_TIMEOUT
+    from fmail_nm.runs import KILL_WAIT
     from fmail_nm.service.background import Background
     from fmail_nm.service.mbsync import STOP_GRACE
     from fmail_nm.store.notmuch_cli import NEW_STOP_GRACE
@@ -235,6 +237,7 @@ def test_the_systemd_unit_lets_the_service_stop_its_own_runs() -> None:
     assert service["KillMode"] == "mixed"
     assert service["KillSignal"] == "SIGTERM"
     stop = inspect.signature(Background.stop).parameters["timeout"].default
-    # the tool calls' threads first, then the background, then what is left ended
+    # the tool calls' threads first, then the background, then what is left ended: notmuch
+    # new's runs and mbsync's each stopped by the background and again by the server
     assert float(service["TimeoutStopSec"]) > (CLOSE_TIMEOUT + stop + 3 * NEW_STOP_GRACE
-                                               + STOP_GRACE)
+                                               + STOP_GRACE + 4 * KILL_WAIT)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import signal
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
+from fmail_nm.runs import Run, RunRegistry
 from fmail_nm.store import notmuch_cli
 
 from .conftest import isolated_env
@@ -80,3 +84,48 @@ def test_runs_stopped_together_are_all_signalled_before_any_is_killed(
     early, late = interrupted
     assert lines.index(f"INT {late}") < max(i for i, line in enumerate(lines)
                                             if line == f"alive {early}"), lines
+
+
+def test_a_run_sigkill_does_not_end_is_left_behind_with_its_pid(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A run in uninterruptible sleep (its Maildir on a hung NFS server) outlives SIGKILL
+    until the kernel lets it go -- maybe never: waited for without a bound, it held the
+    shutdown for good (outside systemd nothing else ends it).  No process can ignore SIGKILL,
+    so here the registry's own ``send`` leaves the run untouched, as the kernel leaves one in
+    D state; the run is a real process, and the stop must give up on it and say which."""
+    def untouched(proc: Run, sig: signal.Signals) -> None:
+        pass
+    registry = RunRegistry(untouched, signal.SIGTERM)
+    proc = registry.start([sys.executable, "-c", "import time; time.sleep(600)"])
+    assert proc is not None
+    stopper = threading.Thread(target=registry.stop_all, args=(0.1,), daemon=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger="fmail_nm.runs"):
+            stopper.start()
+            stopper.join(60)
+            assert not stopper.is_alive(), "the stop waits for a run SIGKILL did not end"
+        assert proc.poll() is None  # given up on, not ended
+    finally:
+        proc.kill()
+        proc.wait()
+        stopper.join(60)
+    assert f"(pid {proc.pid}) still there" in caplog.text, caplog.text
+    assert "init adopts it" in caplog.text
+    assert registry.finished(proc)  # its caller still learns the shutdown stopped it
+
+
+def test_a_run_whose_timer_cannot_start_is_stopped_and_untracked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the start of its notmuch new, a run can still fail before it reads a line: its
+    timeout's timer thread cannot start (threads exhausted; here a stack no address space
+    holds).  The run was left going -- held up by its hook, for good -- and tracked: the
+    shutdown then found it still there."""
+    monkeypatch.setattr(notmuch_cli, "NEW_STOP_GRACE", 1.0)
+    config, _ = _held_up_notmuch(tmp_path, monkeypatch)
+    threading.stack_size(sys.maxsize & ~0xFFFF)  # every thread started from here on fails
+    try:
+        with pytest.raises(RuntimeError, match="thread"):
+            notmuch_cli.run_notmuch_new(str(config), timeout=600)
+    finally:
+        threading.stack_size(0)
+    assert notmuch_cli.stop_new_runs() == 0  # nothing of it left for the shutdown to stop

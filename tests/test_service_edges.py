@@ -4,7 +4,9 @@ Real parts: the watcher, notmuch, msmtp, uvicorn and the SDK's client."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import shutil
 import signal
@@ -14,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import anyio
@@ -87,6 +89,48 @@ async def test_stopping_while_a_send_hangs_still_stops_the_background_service(
         silent.close()
     status = StatusStore(config.data_dir).load()
     assert status is not None and not status.service.running
+
+
+def test_closing_leaves_attachment_reads_past_its_deadline_to_finish(
+        shared_indexed: MailEnv, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Attachment reads run on threads of their own (a PDF's reader can take seconds).
+    Closing waited for them without a bound: past CLOSE_TIMEOUT, which the shutdown's bound
+    and systemd's stop timeout count on.  They only read, so those still running at the
+    deadline are left to finish and those not begun are dropped."""
+    monkeypatch.setattr(server_module, "CLOSE_TIMEOUT", 1)
+    _, service = server_module.build_server(shared_indexed.config())
+    release = threading.Event()
+    began: list[int] = []
+
+    def read(n: int) -> None:  # an attachment read that lasts until the test releases it
+        began.append(n)
+        release.wait(120)
+
+    def ask(n: int) -> threading.Thread:  # as a tool call does, from a loop of its own
+        def call() -> None:
+            with suppress(asyncio.CancelledError):
+                asyncio.run(service.beside(read, n))
+        thread = threading.Thread(target=call, daemon=True)
+        thread.start()
+        return thread
+    callers = [ask(1), ask(2)]
+    while len(began) < 2:  # both side threads busy
+        time.sleep(0.01)
+    callers.append(ask(3))  # queued behind them
+    closer = threading.Thread(target=service.close, daemon=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger="fmail_nm.mcp.server"):
+            closer.start()
+            closer.join(60)
+            assert not closer.is_alive(), "closing waits for the attachment reads"
+    finally:
+        release.set()
+        closer.join(60)
+    for caller in callers:
+        caller.join(60)
+    assert sorted(began) == [1, 2]  # the one not begun was dropped
+    assert "an attachment read was still running at shutdown" in caplog.text
 
 
 def _pipe(src: socket.socket, dst: socket.socket) -> None:

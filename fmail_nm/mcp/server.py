@@ -121,9 +121,12 @@ class MailService:
                                                                thread_name_prefix="notmuch-read")
         self._write_executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="notmuch-write")
-        # Work on bytes already read (attachments): two at a time, beside the reads.
+        # Work on bytes already read (attachments): two at a time, beside the reads.  Its
+        # jobs under way, which closing waits for against its deadline.
         self._side_executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=2, thread_name_prefix="fmail-side")
+        self._side_jobs: set[concurrent.futures.Future[Any]] = set()
+        self._side_lock = threading.Lock()
         self._local = threading.local()
         self._writer: Writer | None = None
         # Held by each read job and by the Writer while a batch of ours commits: a read never
@@ -251,8 +254,11 @@ class MailService:
         return await self._on(self._executor, read)
 
     async def _on(self, executor: concurrent.futures.Executor, job: Callable[[], T]) -> T:
+        return await self._answer(executor.submit(job))
+
+    async def _answer(self, future: concurrent.futures.Future[T]) -> T:
         try:
-            return await asyncio.wrap_future(executor.submit(job))
+            return await asyncio.wrap_future(future)
         except FmailError as exc:
             raise tool_error(exc) from None
         except sqlite3.Error as exc:  # the mirror damaged or replaced under a running server
@@ -278,7 +284,15 @@ class MailService:
 
     async def beside(self, fn: Callable[..., T], /, *args: Any) -> T:
         """A function that needs neither the index nor the writer, on a thread of its own."""
-        return await self._on(self._side_executor, lambda: fn(*args))
+        future = self._side_executor.submit(lambda: fn(*args))
+        with self._side_lock:
+            self._side_jobs.add(future)
+        future.add_done_callback(self._side_done)
+        return await self._answer(future)
+
+    def _side_done(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._side_lock:
+            self._side_jobs.discard(future)
 
     async def write(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """A write function, given the WriteContext of the calling session."""
@@ -327,7 +341,7 @@ class MailService:
 
     def close(self) -> None:
         """Close the handles once the calls in progress end -- waiting at most
-        ``CLOSE_TIMEOUT`` for both threads together (the shutdown's bound, which systemd's
+        ``CLOSE_TIMEOUT`` for all threads together (the shutdown's bound, which systemd's
         stop timeout must cover): a call bounded by its own, longer limit (a send, adding an
         account) is left to finish on its thread, and the shutdown goes on."""
         def shut() -> None:
@@ -345,7 +359,15 @@ class MailService:
                 executor.shutdown(wait=False, cancel_futures=True)
                 continue
             executor.shutdown(wait=True)
-        self._side_executor.shutdown(wait=True)
+        # Attachment reads, which only read (a PDF's reader has its own limit): one still
+        # running past the deadline is left to finish, its answer lost, and those not begun
+        # are dropped.
+        self._side_executor.shutdown(wait=False, cancel_futures=True)
+        with self._side_lock:
+            side = list(self._side_jobs)
+        if concurrent.futures.wait(side, max(0.0, deadline - time.monotonic())).not_done:
+            log.warning("an attachment read was still running at shutdown; it is left to "
+                        "finish")
         if self._writer is not None and not busy:  # a call still running may be using it
             self._writer.close()
 

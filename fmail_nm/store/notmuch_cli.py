@@ -207,6 +207,9 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
         argv.append("--full-scan")
     child_env = {**os.environ, **env} if env else None
     own_session = timeout is not None or not _at_a_terminal()
+    timed_out = threading.Event()
+    timer = None
+    lines: list[str] = []
     master, slave = pty.openpty() if as_tty else (-1, -1)
     proc = None
     try:  # on a pseudo-terminal, notmuch new and its hooks share it; else one pipe
@@ -221,20 +224,20 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
                 os.close(master)
     if proc is None:  # the shutdown has stopped the runs for good
         return NewResult(-signal.SIGINT, "", shut_down=True)
-    if as_tty:
-        chunks = _pty_chunks(master)
-    else:
-        stdout = cast(io.BufferedReader, proc.stdout)  # a pipe: stdout=PIPE above
-        chunks = iter(lambda: stdout.read1(4096), b"")
-    timed_out = threading.Event()
-    # A timer, not a check between lines: a notmuch new waiting for the lock prints nothing.
-    timer = None
-    if timeout is not None:
-        timer = threading.Timer(timeout, _time_out, args=(proc, timed_out))
-        timer.daemon = True
-        timer.start()
-    lines: list[str] = []
+    # Once started, the run is stopped and untracked whatever fails: its timer's thread
+    # cannot start, say, and it would go on (held up by a hook: for good), tracked.
     try:
+        if as_tty:
+            chunks = _pty_chunks(master)
+        else:
+            stdout = cast(io.BufferedReader, proc.stdout)  # a pipe: stdout=PIPE above
+            chunks = iter(lambda: stdout.read1(4096), b"")
+        # A timer, not a check between lines: a notmuch new waiting for the lock prints
+        # nothing.
+        if timeout is not None:
+            timer = threading.Timer(timeout, _time_out, args=(proc, timed_out))
+            timer.daemon = True
+            timer.start()
         for line in _split_progress(chunks):
             lines.append(line)
             if on_line is not None:
