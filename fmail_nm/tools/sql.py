@@ -737,13 +737,13 @@ def _skip_comment(text: str, i: int) -> int:
 
 @dataclass(eq=False)
 class _Cte:
-    """A ``name AS (body)`` of a statement, as token indexes, and the CTEs its body names
-    (outside the bodies of CTEs in it), once per mention."""
+    """A ``name AS (body)`` of a statement, as token indexes, and the names of CTEs its body
+    mentions (outside the bodies of CTEs in it), once per mention."""
 
     at: int
     start: int  # the body's "(" and ")"
     end: int
-    names: list[_Cte] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
 
 
 def _copied_tokens(statement: str) -> int:
@@ -772,20 +772,31 @@ def _copied_tokens(statement: str) -> int:
             inside.append(body)
             body = next(upcoming, None)
         if name in by_name and i not in defined_at:
-            inside[-1].names.extend(by_name[name])
+            inside[-1].names.append(name)
     total, copying = 0, {whole}
-    stack = [(whole, iter(whole.names))]
+    stack = [(whole, _named(whole, by_name))]
     while stack and total <= MAX_COPIED_TOKENS:
         cte, pending = stack[-1]
         named = next(pending, None)
         if named is None:
             stack.pop()
             copying.discard(cte)
-        elif named not in copying:
+        elif named in copying:
+            # The name stays as written: one token.  Counted, so that every step counts and
+            # thousands of CTEs of one name (no SQL, but checked before SQLite says so) stop
+            # the count as soon as real copies would.
+            total += 1
+        else:
             total += named.end - named.start + 1
             copying.add(named)
-            stack.append((named, iter(named.names)))
+            stack.append((named, _named(named, by_name)))
     return total
+
+
+def _named(cte: _Cte, by_name: Mapping[str, Sequence[_Cte]]) -> Iterator[_Cte]:
+    """Every CTE each mention in ``cte`` may name, lazily: mentions times CTEs of that name
+    can be 100 million in 100 KB of SQL."""
+    return (named for name in cte.names for named in by_name[name])
 
 
 def _ctes(words: Sequence[str]) -> list[_Cte]:
