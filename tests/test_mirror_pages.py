@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import notmuch2
@@ -69,6 +69,24 @@ def answered_by_mirror(mb: reads.Mailbox, text: str, **scope: str) -> bool:
     nm_query = reads.scoped_query(mb, compiled, **scope)
     mirror = reads.answerable(mb, nm_query, compiled.exclude_tags)
     return reads._page_from_mirror(mirror, "newest", 0, 5) is not None
+
+
+def indexing_once(monkeypatch: pytest.MonkeyPatch, owner: object, name: str,
+                  index: Callable[[], None],
+                  when: Callable[[str], bool] = lambda _: True) -> list[bool]:
+    """``owner.name`` wrapped: its first call whose query ``when`` accepts runs
+    ``index`` first (mail delivered and indexed by a real notmuch new in the middle of a
+    read); the list returned is emptied then, for the test to see it happened."""
+    wrapped, pending = getattr(owner, name), [True]
+
+    def indexing(*args: Any, **kwargs: Any) -> Any:
+        if pending and when(args[0] if args else kwargs.get("query", "")):
+            pending.clear()
+            index()
+        return wrapped(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, indexing)
+    return pending
 
 
 def test_all_mail_and_date_ranges_page_as_notmuch_does(mailbox: reads.Mailbox) -> None:
@@ -910,17 +928,12 @@ def test_a_page_of_long_seconds_reads_notmuch_once_while_mail_of_its_second_is_i
         at = next(n for n, mid in enumerate(before) if mid.startswith("tie-")) + 80
         assert before[at].startswith(f"tie-{first}-") and before[at + 49].startswith("tie-")
         assert not before[at + 49].startswith(f"tie-{first}-")
-        count, indexing = reader.count, [True]
+        def five_more() -> None:  # at the first count of an edge's second
+            for n in range(5):
+                deliver(first, new_id.format(n))
+            indexed.notmuch("new", "--no-hooks")
 
-        def indexing_first(*args: Any, **kwargs: Any) -> int:
-            if indexing:  # the first count of an edge's second
-                indexing.clear()
-                for n in range(5):
-                    deliver(first, new_id.format(n))
-                indexed.notmuch("new", "--no-hooks")
-            return count(*args, **kwargs)
-
-        monkeypatch.setattr(reader, "count", indexing_first)
+        indexing = indexing_once(monkeypatch, reader, "count", five_more)
         page = reads._page_in_mirror_order(mailbox, conn, nm_query, compiled.exclude_tags,
                                            sort, at, 50)
         assert not indexing  # the mail came while the page was read
@@ -967,19 +980,15 @@ def test_a_resumed_page_counts_and_reads_notmuch_once_while_mail_above_it_is_ind
     everything = {m.message_id for m in mailbox.reader.messages("from:tie@example.com")}
     deliver("older0", "Thu, 31 Dec 2026 10:00:00 +0000")  # above: the last one moves
     indexed.notmuch("new", "--no-hooks")
-    counted = mailbox.reader.count
     edge = reads.date_range_query(listed[-1][1], listed[-1][1] + 1)
-    indexing = [True]
 
-    def indexing_on_second_count(query: str, *args: Any, **kwargs: Any) -> int:
-        if indexing and edge in query:  # counted after those before the second
-            indexing.clear()
-            for n in (1, 2):
-                deliver(f"older{n}", "Thu, 31 Dec 2026 11:00:00 +0000")
-            indexed.notmuch("new", "--no-hooks")
-        return counted(query, *args, **kwargs)
+    def two_older() -> None:  # counted after those before the second
+        for n in (1, 2):
+            deliver(f"older{n}", "Thu, 31 Dec 2026 11:00:00 +0000")
+        indexed.notmuch("new", "--no-hooks")
 
-    monkeypatch.setattr(mailbox.reader, "count", indexing_on_second_count)
+    indexing = indexing_once(monkeypatch, mailbox.reader, "count", two_older,
+                             lambda query: edge in query)
     while cursor is not None:
         cursor = page(cursor)
     assert not indexing  # the mail came while the next page was read
@@ -1020,19 +1029,16 @@ def test_a_resumed_thread_page_counts_and_reads_notmuch_once_while_threads_above
     indexed.notmuch("new", "--no-hooks")
     last = mailbox.find("t3@example.com")
     assert last is not None and last.thread_id == listed[-1]
-    counted = mailbox.reader.count_threads
     edge = reads.date_range_query(last.date, last.date + 1)
-    indexing = [True]
 
-    def indexing_on_second_count(query: str, *args: Any, **kwargs: Any) -> int:
-        if indexing and edge in query:  # counted after the threads above
-            indexing.clear()  # a reply to t1 and t2, older than both: one thread of them
-            deliver("join", "09:00:00", "In-Reply-To: <t1@example.com>\n"
-                    "References: <t2@example.com> <t1@example.com>\n")
-            indexed.notmuch("new", "--no-hooks")
-        return counted(query, *args, **kwargs)
+    def joining() -> None:  # counted after the threads above
+        # a reply to t1 and t2, older than both: one thread of them
+        deliver("join", "09:00:00", "In-Reply-To: <t1@example.com>\n"
+                "References: <t2@example.com> <t1@example.com>\n")
+        indexed.notmuch("new", "--no-hooks")
 
-    monkeypatch.setattr(mailbox.reader, "count_threads", indexing_on_second_count)
+    indexing = indexing_once(monkeypatch, mailbox.reader, "count_threads", joining,
+                             lambda query: edge in query)
     while cursor is not None:
         cursor = page(cursor)
     assert not indexing  # the mail came while the next page was read
@@ -1079,18 +1085,13 @@ def test_a_resumed_page_the_mirror_answers_skips_nothing_while_mail_above_it_is_
     deliver("older0", "Thu, 31 Dec 2026 10:00:00 +0000")  # above: the last one moves
     indexed.notmuch("new", "--no-hooks")
     mirror.sync_sidecar(indexed.config(), mailbox.reader)
-    shown_page = sidecar.shown_page
-    indexing = [True]
 
-    def indexing_on_first_page(*args: Any, **kwargs: Any) -> list[str]:
-        if indexing:  # the call's state of the mirror is read: notmuch moves past it
-            indexing.clear()
-            for n in (1, 2):
-                deliver(f"older{n}", f"Thu, 31 Dec 2026 1{n}:00:00 +0000")
-            indexed.notmuch("new", "--no-hooks")
-        return shown_page(*args, **kwargs)
+    def two_older() -> None:  # the call's state of the mirror is read: notmuch moves past it
+        for n in (1, 2):
+            deliver(f"older{n}", f"Thu, 31 Dec 2026 1{n}:00:00 +0000")
+        indexed.notmuch("new", "--no-hooks")
 
-    monkeypatch.setattr(sidecar, "shown_page", indexing_on_first_page)
+    indexing = indexing_once(monkeypatch, sidecar, "shown_page", two_older)
     while cursor is not None:
         cursor = page(cursor)
     assert not indexing
@@ -1128,18 +1129,13 @@ def test_a_resumed_thread_page_the_mirror_answers_skips_nothing_while_threads_co
     deliver("new0", "10:01:00")  # above: the last thread moves
     indexed.notmuch("new", "--no-hooks")
     mirror.sync_sidecar(indexed.config(), mailbox.reader)
-    newest_threads = sidecar.newest_threads
-    indexing = [True]
 
-    def indexing_on_first_page(*args: Any, **kwargs: Any) -> Any:
-        if indexing:  # the call's state of the mirror is read: notmuch moves past it
-            indexing.clear()
-            for n in (1, 2):
-                deliver(f"new{n}", f"10:01:0{n}")
-            indexed.notmuch("new", "--no-hooks")
-        return newest_threads(*args, **kwargs)
+    def two_newer() -> None:  # the call's state of the mirror is read: notmuch moves past it
+        for n in (1, 2):
+            deliver(f"new{n}", f"10:01:0{n}")
+        indexed.notmuch("new", "--no-hooks")
 
-    monkeypatch.setattr(sidecar, "newest_threads", indexing_on_first_page)
+    indexing = indexing_once(monkeypatch, sidecar, "newest_threads", two_newer)
     while cursor is not None:
         cursor = page(cursor)
     assert not indexing

@@ -1594,6 +1594,18 @@ def test_a_draft_with_a_sender_saved_again_keeps_every_from_address_and_the_send
     assert got.mail_from == "alex@example.org"
 
 
+def refused_and_kept(bed: Bed, file_name: str, data: bytes, draft_id: str, send_says: str,
+                     save_says: str) -> None:
+    """The draft ``data`` (as ``file_name`` in Drafts) is refused by sending, saying
+    ``send_says``, and by saving it again, saying ``save_says``; its file is as it was."""
+    bed.put_draft(file_name, data)
+    (path,) = bed.files_with(bed.drafts, draft_id)
+    bed.refused_send(draft_id, send_says)
+    with pytest.raises(ComposeError, match=save_says):
+        compose.save_draft(bed.ctx, body="edited", draft_id=draft_id)
+    assert path.read_bytes() == data
+
+
 def test_a_draft_with_several_from_addresses_and_no_sender_is_refused_and_kept(
         bed: Bed) -> None:
     """Several From addresses and no Sender is a message RFC 5322 3.6.2 does not allow: it
@@ -1601,12 +1613,8 @@ def test_a_draft_with_several_from_addresses_and_no_sender_is_refused_and_kept(
     refuse it, saying what to add; the draft is kept as it was."""
     data = (TWO_AUTHORS % b"joint-3@acme.test").replace(
         b"Sender: Alex Morgan <amorgan@acme.test>\n", b"")
-    bed.put_draft("1800000872.joint.host:2,DS", data)
-    (path,) = bed.files_with(bed.drafts, "joint-3@acme.test")
-    bed.refused_send("joint-3@acme.test", "2 From addresses and no Sender")
-    with pytest.raises(ComposeError, match="add a Sender header"):
-        compose.save_draft(bed.ctx, body="edited", draft_id="joint-3@acme.test")
-    assert path.read_bytes() == data
+    refused_and_kept(bed, "1800000872.joint.host:2,DS", data, "joint-3@acme.test",
+                     "2 From addresses and no Sender", "add a Sender header")
 
 
 def test_a_draft_whose_sender_is_none_of_the_users_addresses_is_refused_and_kept(
@@ -1620,13 +1628,9 @@ def test_a_draft_whose_sender_is_none_of_the_users_addresses_is_refused_and_kept
             b"\nHello\n")
     with bed.smtp.rc.open("a") as rc:  # msmtp sends from any address through its default
         rc.write("account default : personal\n")
-    bed.put_draft("1800000875.joint.host:2,DS", data)
-    (path,) = bed.files_with(bed.drafts, "list-sender@example.org")
-    bed.refused_send("list-sender@example.org",
-                     "Sender dev-bounces@lists.example.com, none of the user's addresses")
-    with pytest.raises(ComposeError, match="none of the user's addresses"):
-        compose.save_draft(bed.ctx, body="edited", draft_id="list-sender@example.org")
-    assert path.read_bytes() == data
+    refused_and_kept(bed, "1800000875.joint.host:2,DS", data, "list-sender@example.org",
+                     "Sender dev-bounces@lists.example.com, none of the user's addresses",
+                     "none of the user's addresses")
 
 
 def test_a_draft_whose_sender_names_no_address_is_refused_and_kept(bed: Bed) -> None:
@@ -1635,12 +1639,8 @@ def test_a_draft_whose_sender_names_no_address_is_refused_and_kept(bed: Bed) -> 
     Sending and saving again refuse it; the draft is kept as it was."""
     data = (b"From: Alex Morgan <alex@example.org>\nSender:\nTo: client@example.com\n"
             b"Subject: again\nMessage-ID: <empty-sender@example.org>\n\nHello\n")
-    bed.put_draft("1800000876.joint.host:2,DS", data)
-    (path,) = bed.files_with(bed.drafts, "empty-sender@example.org")
-    bed.refused_send("empty-sender@example.org", "Sender header that names no address")
-    with pytest.raises(ComposeError, match="names no address"):
-        compose.save_draft(bed.ctx, body="edited", draft_id="empty-sender@example.org")
-    assert path.read_bytes() == data
+    refused_and_kept(bed, "1800000876.joint.host:2,DS", data, "empty-sender@example.org",
+                     "Sender header that names no address", "names no address")
 
 
 def test_raw_8bit_resent_headers_in_a_draft_go_out_as_encoded_words(bed: Bed) -> None:
