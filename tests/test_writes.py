@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import io
 import json
 import os
 import re
@@ -1500,6 +1501,46 @@ def test_a_contacts_edit_that_changes_nothing_does_not_wait_for_an_undo_under_wa
 
 
 @pytest.mark.timeout(120)
+def test_a_contacts_import_while_an_undo_is_under_way_is_rehearsed_and_changes_nothing(
+        h: Harness) -> None:
+    """The CLI's import while an undo holds the undo lock in another process is rehearsed:
+    its transaction (a savepoint of the rehearsal's, see sidecar.enclosing) is rolled back,
+    so past the bound no contact, tag or audit entry has changed; once the undo is over the
+    same import saves its rows and blocks the sender's mail, as one entry.  Imported again
+    under an undo, changing nothing, it answers from the rehearsal without waiting."""
+    from fmail_nm.tools.contacts import edit_contacts, import_csv
+
+    fair = "fair@example.org"
+    text = (f"email_address,name,notes,is_blocked\n{BANK},Northwind,statements,1\n"
+            f"{fair},Fair,met at the fair,\n")
+
+    def imported(conn: sqlite3.Connection) -> int:
+        return import_csv(conn, io.StringIO(text, newline=""))
+
+    def rows() -> list[tuple[Any, ...]]:
+        with sidecar.opened(h.ctx.sidecar_file) as conn:
+            return conn.execute("SELECT email_address, name, notes, is_blocked FROM "
+                                "contact_info ORDER BY email_address").fetchall()
+
+    before = rows()
+    assert h.count(f"from:{BANK}") == 23 and h.count("tag:blocked") == 0
+    with undo_lock_held(h.ctx.sidecar_file):
+        with h.ctx.writer.deadline(time.monotonic() + 1), pytest.raises(
+                DatabaseBusy, match="an undo is under way.*nothing was changed"):
+            edit_contacts(h.ctx, "contacts import", {}, imported)
+        assert rows() == before and not h.audit() and h.count("tag:blocked") == 0
+    n, effect = edit_contacts(h.ctx, "contacts import", {}, imported)
+    assert n == 2 and effect.audit_id == 1 and effect.tagged == 23
+    assert rows() == sorted([*(r for r in before if r[0] not in (BANK, fair)),
+                             (BANK, "Northwind", "statements", 1),
+                             (fair, "Fair", "met at the fair", 0)])
+    assert h.count(f"from:{BANK} AND tag:blocked") == 23
+    with undo_lock_held(h.ctx.sidecar_file), h.ctx.writer.deadline(time.monotonic() + 1):
+        assert edit_contacts(h.ctx, "contacts import", {}, imported) == (2, MailEffect(None))
+    assert len(h.audit()) == 1
+
+
+@pytest.mark.timeout(120)
 def test_a_contacts_edit_records_only_its_own_change_not_another_writers_meanwhile(
         h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI's edit read the contacts, then opened its transaction: a change another
@@ -1532,9 +1573,8 @@ def test_a_contacts_edit_records_only_its_own_change_not_another_writers_meanwhi
         patched.setattr(contacts.sql, "own_among", meanwhile)
         effect = contacts.edit_contacts(
             h.ctx, "contacts block", {}, lambda conn: contacts.set_blocked(conn, [BANK], True))[1]
-    if locked:  # the other writer goes once the edit is done
-        assert "locked" in locked[0]
-        add_note(wait=True)
+    assert len(locked) == 1 and "locked" in locked[0]
+    add_note(wait=True)  # the other writer goes once the edit is done
     recorded = json.loads(h.audit()[0][3])
     assert effect.audit_id == 1
     assert [c["contact"] for c in recorded if "contact" in c] == [BANK]
