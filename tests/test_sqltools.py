@@ -906,6 +906,19 @@ def test_before_write_is_called_before_a_write_and_never_for_a_read(
     assert seen == ([before] if writes else [])
 
 
+@pytest.mark.parametrize("sql", [
+    "EXPLAIN UPDATE contacts SET notes = 'x' WHERE email_address = 'bob@example.com'",
+    "EXPLAIN QUERY PLAN DELETE FROM contacts WHERE email_address = 'bob@example.com'",
+])
+def test_the_plan_of_a_contacts_write_is_shown_and_changes_nothing(db: Path, sql: str) -> None:
+    """EXPLAIN of a write to contacts shows its plan, as of a read: it was refused as if it
+    asked for RETURNING (its plan's rows taken for the changed contacts')."""
+    before = dump(db)
+    result = m(db, sql, before_write=lambda: None)
+    assert result.rows and not result.changed
+    assert dump(db) == before
+
+
 def test_a_statement_as_long_as_allowed_is_told_a_write_too(db: Path) -> None:
     """Telling a write from a read prepares ``EXPLAIN`` + the statement: a statement of
     the longest length allowed failed "query string is too large" as the tool runs it,

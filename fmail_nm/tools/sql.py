@@ -534,7 +534,8 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
             with _write_transaction(conn):
                 rows_before = contact_rows(conn)
                 fetched = _execute(conn, statement, policy, _clamp(limit), deadline)
-                _refuse_returning(policy, fetched)
+                if not _explains(statement):  # a plan's rows are no contacts returned
+                    _refuse_returning(policy, fetched)
                 rows_after = _without_empty_rows(conn, rows_before, contact_rows(conn))
                 diff = contact_diff(rows_before, rows_after)
                 _refuse_non_addresses(diff)
@@ -556,7 +557,7 @@ def _writes_contacts(conn: sqlite3.Connection, statement: str, policy: _Policy,
     sees each write when the statement is prepared (a WITH ... UPDATE too), and EXPLAIN
     prepares it without running any of it -- Python's sqlite3 has no sqlite3_stmt_readonly.
     A refusal found then is raised, as running it would."""
-    if _leading_word(statement, _skip_blank(statement, 0)).upper() == "EXPLAIN":
+    if _explains(statement):
         return False  # it shows a plan and runs nothing (EXPLAIN EXPLAIN is no SQL)
     probe = replace(policy)  # its own record of refusals and writes
     prefix = "EXPLAIN "
@@ -593,6 +594,12 @@ def _without_empty_rows(conn: sqlite3.Connection, before: dict[str, dict[str, An
     conn.executemany("DELETE FROM contact_info WHERE email_address = ?",
                      ((address,) for address in harvested))
     return {address: row for address, row in after.items() if address not in harvested}
+
+
+def _explains(statement: str) -> bool:
+    """Whether ``statement`` is an EXPLAIN (QUERY PLAN): SQLite prepares what it explains,
+    and its authorizer sees the writes in it, but runs none of them."""
+    return _leading_word(statement, _skip_blank(statement, 0)).upper() == "EXPLAIN"
 
 
 def _refuse_returning(policy: _Policy, fetched: _Fetched) -> None:
