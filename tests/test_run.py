@@ -218,7 +218,7 @@ def test_the_systemd_unit_lets_the_service_stop_its_own_runs() -> None:
     """systemd's default KillMode sends SIGTERM to every process of the service: a notmuch
     new under way dies with everything it indexed.  The unit signals fmail-nm alone and
     waits long enough for its stop (the tool calls' wait, the background's deadline, then
-    notmuch new's and mbsync's grace, and the wait of each of the four stops for runs its
+    notmuch new's and mbsync's graces, and the wait of each of the four stops for runs its
     SIGKILL has not ended yet)."""
     import configparser
     import inspect
@@ -237,7 +237,11 @@ def test_the_systemd_unit_lets_the_service_stop_its_own_runs() -> None:
     assert service["KillMode"] == "mixed"
     assert service["KillSignal"] == "SIGTERM"
     stop = inspect.signature(Background.stop).parameters["timeout"].default
-    # the tool calls' threads first, then the background, then what is left ended: notmuch
-    # new's runs and mbsync's each stopped by the background and again by the server
-    assert float(service["TimeoutStopSec"]) > (CLOSE_TIMEOUT + stop + 3 * NEW_STOP_GRACE
-                                               + STOP_GRACE + 4 * KILL_WAIT)
+    # Every wait of the shutdown, one after the other (see Background.stop and serving):
+    # each stop of a registry's runs is its grace and KILL_WAIT.
+    mbsync_stop, new_stop = STOP_GRACE + KILL_WAIT, NEW_STOP_GRACE + KILL_WAIT
+    background = (stop  # its deadline
+                  + mbsync_stop + STOP_GRACE  # the pulls still going, then all pullers
+                  + new_stop + 2 * NEW_STOP_GRACE)  # the index run, then its thread
+    server = new_stop + mbsync_stop  # what the waits above left running
+    assert float(service["TimeoutStopSec"]) > CLOSE_TIMEOUT + background + server

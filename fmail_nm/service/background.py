@@ -663,8 +663,11 @@ class Background:
         if stopped := stop_running():  # past the deadline: not left running after we exit
             log.warning("shutdown: stopped %d mbsync run(s) or account check(s) still going; "
                         "the next sync takes the runs up again", stopped)
-            for puller in pullers:  # each records its stopped run
-                puller.join(time.monotonic() + STOP_GRACE)
+            # Each records its stopped run -- within one grace for them all: one each made
+            # the shutdown's bound grow with the accounts, past the unit's TimeoutStopSec.
+            recorded = time.monotonic() + STOP_GRACE
+            for puller in pullers:
+                puller.join(recorded)
         self._indexer.stop(deadline)
         if self._status_written:
             self.store.update(mark_stopped)
