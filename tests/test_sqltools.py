@@ -558,6 +558,194 @@ def test_ctes_named_several_times_still_run(db: Path) -> None:
     assert contact(db, "bob@example.com")["notes"] == "xx"  # type: ignore[index]
 
 
+def flattened(depth: int, step: str, first: str = "SELECT 1 AS c FROM emails") -> str:
+    """``step`` (over a subquery written ``{}``) nested ``depth`` times: SQLite flattens
+    each subquery into the one reading it, copying its column into each reference to it."""
+    sql = first
+    for _ in range(depth):
+        sql = step.format(f"({sql})")
+    return sql
+
+
+def named_once(depth: int, step: str) -> str:
+    """The same with CTEs, each named once (so not copied as a CTE) but flattened alike."""
+    ctes = ["t0 AS (SELECT 1 AS c FROM emails)"] + [
+        f"t{i} AS ({step.format(f't{i - 1}')})" for i in range(1, depth + 1)]
+    return "WITH " + ", ".join(ctes) + f" SELECT c FROM t{depth}"
+
+
+# 3^depth copies of the innermost column: 0.3 s to prepare at 10 deep, 16 s at 15, where the
+# time limit cannot stop SQLite; these (runs in milliseconds) are refused by the same count.
+FLATTENED = [
+    flattened(8, "SELECT c+c+c AS c FROM {}"),
+    flattened(8, "SELECT t.c * t.c - t.c AS c FROM {} AS t"),
+    flattened(8, "SELECT a+b+c AS a, a+b+c AS b, a+b+c AS c FROM {}",
+              "SELECT 1 AS a, 1 AS b, 1 AS c FROM emails"),
+    named_once(8, "SELECT c+c+c AS c FROM {}"),
+    named_once(8, "SELECT * FROM (SELECT c+c+c AS c FROM {})"),
+    named_once(12, "SELECT c+c AS c FROM {}"),
+    named_once(2, "SELECT " + "+".join(["c"] * 100) + " AS c FROM {}"),
+    # an alias copied into each reference to it (2 s to prepare at 2000 WHENs, 200 x's)
+    "SELECT CASE " + " ".join(["WHEN uid THEN uid"] * 300) + " END AS x FROM emails "
+    "ORDER BY " + ", ".join(["x"] * 40),
+]
+
+
+@pytest.mark.parametrize("sql", FLATTENED)
+def test_subqueries_flattened_past_the_cap_are_refused_before_sqlite_prepares_them(
+        db: Path, sql: str) -> None:
+    before = dump(db)
+    refused = "refused: SQLite copies .* the copies pass 20,000 tokens.*time limit"
+    with pytest.raises(SqlError, match=refused):
+        q(db, sql)
+    with pytest.raises(SqlError, match=refused):
+        m(db, f"UPDATE contacts SET notes = ({sql} LIMIT 1) "
+              "WHERE email_address = 'bob@example.com'", before_write=lambda: None)
+    assert dump(db) == before
+
+
+def test_subqueries_flattened_a_few_levels_still_run(db: Path) -> None:
+    assert q(db, flattened(5, "SELECT c+c+c AS c FROM {}") + " ORDER BY c").rows[0] == [243]
+    assert q(db, named_once(8, "SELECT c+c AS c FROM {}") + " ORDER BY c").rows[0] == [256]
+    # a MATERIALIZED CTE is read as a table: its column is not copied
+    assert q(db, named_once(12, "SELECT c+c+c AS c FROM {}").replace(" AS (", " AS MATERIALIZED (")
+             + " ORDER BY c").rows[0] == [3 ** 12]
+    # a column named as its alias is referenced once per use, not once per alias
+    assert q(db, "SELECT " + "+".join(["c"] * 500) + " AS c FROM (SELECT 1 AS c)").rows == [
+        [500]]
+
+
+# Analytical queries as a model writes them: several levels of subqueries and CTEs, a dozen
+# columns carried through, aliases reused in WHERE, HAVING and ORDER BY.
+REALISTIC = [
+    # nested subqueries, a dozen columns carried through three levels
+    "SELECT sender_email, total, unread, flagged, replied, attachments, first_date, last_date, "
+    "folders, threads, share, rnk FROM (SELECT s.*, round(100.0 * total / sum(total) OVER (), 1) "
+    "AS share, rank() OVER (ORDER BY total DESC) AS rnk FROM (SELECT sender_email, count(*) AS "
+    "total, sum(is_read = 0) AS unread, sum(is_flagged) AS flagged, sum(is_replied) AS replied, "
+    "sum(has_attachment) AS attachments, min(date) AS first_date, max(date) AS last_date, "
+    "count(DISTINCT folder) AS folders, count(DISTINCT thread_id) AS threads FROM emails GROUP BY "
+    "sender_email) AS s) WHERE rnk <= 20 ORDER BY rnk",
+    "SELECT uid, subject, sender_email, sender_name, date, folder, account_name, thread_id, size, "
+    "is_read, is_flagged, has_attachment FROM (SELECT uid, subject, sender_email, sender_name, "
+    "date, folder, account_name, thread_id, size, is_read, is_flagged, has_attachment FROM "
+    "(SELECT uid, subject, sender_email, sender_name, date, folder, account_name, thread_id, size, "
+    "is_read, is_flagged, has_attachment FROM emails WHERE is_draft = 0) WHERE size > 0) "
+    "WHERE date >= '2020-01-01' ORDER BY date DESC LIMIT 50",
+    "SELECT day, n, unread, round(1.0 * unread / n, 2) AS ratio FROM (SELECT substr(date, 1, 10) "
+    "AS day, count(*) AS n, sum(CASE WHEN is_read = 0 THEN 1 ELSE 0 END) AS unread FROM emails "
+    "GROUP BY day) WHERE n > 0 ORDER BY day DESC LIMIT 30",
+    "SELECT domain, count(*) AS n, sum(unread) AS unread FROM (SELECT lower(substr(sender_email, "
+    "instr(sender_email, '@') + 1)) AS domain, is_read = 0 AS unread FROM emails) GROUP BY domain "
+    "HAVING n >= 1 ORDER BY n DESC, domain LIMIT 20",
+    "WITH m AS (SELECT strftime('%Y-%m', date) AS month, folder, count(*) AS n FROM emails GROUP BY "
+    "1, 2), t AS (SELECT month, sum(n) AS total FROM m GROUP BY month) SELECT m.month, m.folder, "
+    "m.n, t.total, round(100.0 * m.n / t.total, 1) AS pct FROM m JOIN t USING (month) ORDER BY "
+    "m.month DESC, m.n DESC",
+    "SELECT t.thread_id, t.subject, t.message_count, t.unread_count, t.last_date, "
+    "t.last_sender_email, t.participants FROM threads t WHERE t.thread_id IN (SELECT thread_id "
+    "FROM emails WHERE has_attachment) AND t.unread_count > 0 ORDER BY t.last_date DESC LIMIT 25",
+    "SELECT e.uid, e.subject, e.date, c.name, c.notes FROM emails e JOIN contacts c ON "
+    "c.email_address = e.sender_email WHERE c.is_blocked = 0 AND e.is_read = 0 ORDER BY e.date "
+    "DESC LIMIT 20",
+    "SELECT tag, message_count, unread_count, round(100.0 * unread_count / max(message_count, 1), "
+    "1) AS unread_pct FROM tags WHERE tag NOT IN ('attachment', 'signed') ORDER BY message_count "
+    "DESC",
+    "SELECT et.tag, count(*) AS n, count(DISTINCT e.sender_email) AS senders FROM email_tags et "
+    "JOIN emails e ON e.uid = et.uid GROUP BY et.tag ORDER BY n DESC",
+    "SELECT sender_email, subject, date FROM (SELECT sender_email, subject, date, row_number() "
+    "OVER (PARTITION BY sender_email ORDER BY date DESC) AS rn FROM emails) WHERE rn <= 3 ORDER BY "
+    "sender_email, date DESC",
+    "SELECT email_address, name, messages_from, messages_to, messages_from + messages_to AS total, "
+    "CASE WHEN messages_to = 0 THEN 'never replied' WHEN messages_from = 0 THEN 'only written to' "
+    "WHEN messages_to > messages_from THEN 'mostly me' ELSE 'mostly them' END AS balance FROM "
+    "contacts WHERE is_me = 0 ORDER BY total DESC LIMIT 30",
+    "SELECT folder, account_name, count(*) AS n, sum(size) AS bytes, avg(size) AS avg_size, "
+    "max(date) AS newest FROM emails GROUP BY folder, account_name ORDER BY bytes DESC",
+    "SELECT a.subject, a.date, b.subject AS reply, b.date AS replied_at FROM emails a JOIN emails "
+    "b ON a.thread_id = b.thread_id AND b.date > a.date WHERE a.sender_email <> b.sender_email "
+    "ORDER BY a.date DESC LIMIT 20",
+    "SELECT hour, count(*) AS n FROM (SELECT CAST(strftime('%H', date) AS INTEGER) AS hour FROM "
+    "emails) GROUP BY hour ORDER BY hour",
+    "SELECT weekday, n, round(100.0 * n / (SELECT count(*) FROM emails), 1) AS pct FROM (SELECT "
+    "strftime('%w', date) AS weekday, count(*) AS n FROM emails GROUP BY weekday) ORDER BY weekday",
+    "SELECT r.value ->> 'email' AS rcpt, count(*) AS n FROM emails e, json_each(e.recipients) r "
+    "WHERE e.is_sent GROUP BY rcpt ORDER BY n DESC LIMIT 10",
+    "SELECT list_id, count(*) AS n, sum(is_read = 0) AS unread, max(date) AS last FROM emails WHERE "
+    "list_id IS NOT NULL GROUP BY list_id HAVING unread > 0 OR n > 1 ORDER BY unread DESC, n DESC",
+    "SELECT sender_email, n, prev_n, n - prev_n AS change FROM (SELECT sender_email, n, "
+    "lag(n, 1, 0) OVER (PARTITION BY sender_email ORDER BY month) AS prev_n, month FROM (SELECT "
+    "sender_email, strftime('%Y-%m', date) AS month, count(*) AS n FROM emails GROUP BY 1, 2)) "
+    "ORDER BY change DESC LIMIT 10",
+    "WITH RECURSIVE months(m) AS (SELECT '2026-01' UNION ALL SELECT strftime('%Y-%m', m || "
+    "'-01', '+1 month') FROM months WHERE m < '2026-12') SELECT months.m, coalesce(x.n, 0) AS n "
+    "FROM months LEFT JOIN (SELECT strftime('%Y-%m', date) AS m, count(*) AS n FROM emails GROUP "
+    "BY 1) AS x ON x.m = months.m",
+    "SELECT subject, sender_email, date, size FROM emails WHERE size > (SELECT avg(size) * 2 FROM "
+    "emails) AND has_attachment ORDER BY size DESC LIMIT 10",
+    "SELECT thread_id, count(*) AS n, group_concat(DISTINCT sender_email) AS senders, min(date) AS "
+    "started, max(date) AS last FROM emails GROUP BY thread_id HAVING count(DISTINCT "
+    "sender_email) > 1 ORDER BY last DESC LIMIT 20",
+    "SELECT x.sender_email, x.n, y.n AS replied FROM (SELECT sender_email, count(*) AS n FROM "
+    "emails GROUP BY 1) AS x LEFT JOIN (SELECT sender_email, count(*) AS n FROM emails WHERE "
+    "is_replied GROUP BY 1) AS y ON x.sender_email = y.sender_email ORDER BY x.n DESC",
+    "SELECT * FROM (SELECT * FROM (SELECT * FROM emails WHERE folder LIKE '%INBOX%') WHERE "
+    "is_read = 0) WHERE is_flagged OR has_attachment ORDER BY date DESC LIMIT 10",
+    "SELECT folder, sum(CASE WHEN size < 10000 THEN 1 ELSE 0 END) AS small, sum(CASE WHEN size "
+    ">= 10000 AND size < 100000 THEN 1 ELSE 0 END) AS medium, sum(CASE WHEN size >= 100000 AND "
+    "size < 1000000 THEN 1 ELSE 0 END) AS large, sum(CASE WHEN size >= 1000000 THEN 1 ELSE 0 END) "
+    "AS huge FROM emails GROUP BY folder",
+    "SELECT c.email_address, c.name, c.last_seen, (SELECT count(*) FROM emails e WHERE "
+    "e.sender_email = c.email_address AND e.is_read = 0) AS unread, (SELECT max(date) FROM emails "
+    "e WHERE e.sender_email = c.email_address AND e.is_flagged) AS last_flagged FROM contacts c "
+    "WHERE c.messages_from > 0 ORDER BY unread DESC LIMIT 20",
+    "SELECT account_name, folder, n, unread, flagged, 100.0 * unread / n AS unread_pct, 100.0 * "
+    "flagged / n AS flagged_pct, newest, oldest, avg_size, biggest, senders FROM (SELECT "
+    "account_name, folder, count(*) AS n, sum(is_read = 0) AS unread, sum(is_flagged) AS flagged, "
+    "max(date) AS newest, min(date) AS oldest, avg(size) AS avg_size, max(size) AS biggest, "
+    "count(DISTINCT sender_email) AS senders FROM emails GROUP BY account_name, folder) ORDER BY "
+    "unread_pct DESC, n DESC",
+    "SELECT s.sender_email, s.n, s.unread, s.n - s.unread AS read_count, CASE WHEN s.unread * 2 > "
+    "s.n THEN 'mostly unread' ELSE 'mostly read' END AS verdict FROM (SELECT sender_email, "
+    "count(*) AS n, sum(is_read = 0) AS unread FROM emails GROUP BY sender_email) s WHERE s.n > 0 "
+    "ORDER BY s.unread DESC, s.n DESC",
+    "WITH base AS (SELECT uid, thread_id, sender_email, date, is_read, is_flagged, has_attachment, "
+    "size, folder, account_name, subject, list_id FROM emails), per_thread AS (SELECT thread_id, "
+    "count(*) AS n, sum(is_read = 0) AS unread, sum(is_flagged) AS flagged, sum(has_attachment) AS "
+    "attachments, sum(size) AS bytes, min(date) AS first, max(date) AS last, count(DISTINCT "
+    "sender_email) AS senders, max(list_id) AS list_id, max(subject) AS subject, "
+    "max(account_name) AS account FROM base GROUP BY thread_id), ranked AS (SELECT *, "
+    "rank() OVER (ORDER BY last DESC) AS recency, rank() OVER (ORDER BY n DESC) AS size_rank FROM "
+    "per_thread) SELECT thread_id, subject, account, n, unread, flagged, attachments, bytes, "
+    "first, last, senders, list_id, recency, size_rank FROM ranked WHERE recency <= 20 OR "
+    "size_rank <= 5 ORDER BY recency",
+    "SELECT e.subject, e.date, t.message_count, t.participants FROM emails e JOIN threads t ON "
+    "t.thread_id = e.thread_id WHERE e.uid IN (SELECT max(uid) FROM emails GROUP BY thread_id) "
+    "ORDER BY e.date DESC LIMIT 15",
+    "SELECT sender_email, count(*) FILTER (WHERE is_read = 0) AS unread, count(*) FILTER (WHERE "
+    "is_flagged) AS flagged, count(*) FILTER (WHERE has_attachment) AS attachments, count(*) AS "
+    "total FROM emails GROUP BY sender_email ORDER BY unread DESC, flagged DESC, total DESC",
+    "SELECT d, n, sum(n) OVER (ORDER BY d) AS running, avg(n) OVER (ORDER BY d ROWS BETWEEN 6 "
+    "PRECEDING AND CURRENT ROW) AS week_avg FROM (SELECT date(date) AS d, count(*) AS n FROM "
+    "emails GROUP BY d) ORDER BY d DESC LIMIT 14",
+    "SELECT uid, subject FROM emails WHERE uid IN (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, "
+    "15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30) AND subject LIKE '%a%' "
+    "ORDER BY uid",
+    "SELECT q, count(*) AS n, min(size) AS smallest, max(size) AS largest FROM (SELECT size, "
+    "ntile(4) OVER (ORDER BY size) AS q FROM emails) GROUP BY q ORDER BY q",
+    "SELECT sender_email, total, unread, total_rank FROM (SELECT sender_email, total, unread, "
+    "dense_rank() OVER (ORDER BY total DESC) AS total_rank FROM (SELECT sender_email, total, "
+    "unread FROM (SELECT sender_email, count(*) AS total, sum(is_read = 0) AS unread FROM emails "
+    "GROUP BY sender_email) WHERE total > 0)) WHERE total_rank <= 10 ORDER BY total_rank, "
+    "sender_email",
+]
+
+
+@pytest.mark.parametrize("sql", REALISTIC)
+def test_realistic_analytical_queries_run(db: Path, sql: str) -> None:
+    assert q(db, sql).columns
+
+
 def test_readme_queries_run(db: Path) -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
     block = readme.split("```sql\n", 1)[1].split("```", 1)[0]

@@ -76,11 +76,13 @@ _SQL_TOKEN = re.compile(r"--[^\n]*|/\*.*?(?:\*/|\Z)|'(?:[^']|'')*'?|\"(?:[^\"]|\
                         r"|[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_$\x80-\U0010ffff]*|.", re.S)
 MAX_SQL_CHARS = 100_000
 # SQLite copies a CTE's SQL into every place that names it while preparing the statement, and
-# SQLite 3.40 calls neither the progress handler nor sqlite3_interrupt meanwhile, nor always
-# the authorizer (which checks the time limit too, see _timed): CTEs that each name the one
-# before twice take 2^depth copies (1 KB of SQL, 18 deep: 2-5 s to prepare, more than twice
-# that a level deeper).  The copies are counted in the text instead (_copied_tokens); this
-# many take 0.01-0.1 s to prepare.
+# a flattened subquery's or CTE's column into every reference to it, and SQLite 3.40 calls
+# neither the progress handler nor sqlite3_interrupt meanwhile, nor always the authorizer
+# (which checks the time limit too, see _timed): CTEs that each name the one before twice
+# take 2^depth copies (1 KB of SQL, 18 deep: 2-5 s to prepare, more than twice that a level
+# deeper), 15 nested ``SELECT c+c+c AS c FROM (...)`` 3^15 (16 s).  No SQLite limit stops
+# either (the expression depth is not checked after flattening).  The copies are counted in
+# the text instead (_copied_tokens); this many take 0.01-0.1 s to prepare.
 MAX_COPIED_TOKENS = 20_000
 PROGRESS_STEPS = 1000          # VM instructions between time-limit checks
 
@@ -685,10 +687,12 @@ def _single_statement(sql: str, allowed: frozenset[str], hint: str) -> str:
         raise SqlError("refused: only one statement per call is allowed (found more SQL after "
                        "the first ';'); send each statement in its own call")
     if _copied_tokens(first) > MAX_COPIED_TOKENS:
-        raise SqlError("refused: SQLite copies a CTE wherever it is named, and here the copies "
-                       f"pass {MAX_COPIED_TOKENS:,} tokens (CTEs naming the one before twice "
-                       "double at each step): too many to prepare within the time limit; name "
-                       "each CTE fewer times")
+        raise SqlError("refused: SQLite copies a CTE wherever it is named, a subquery's or "
+                       "CTE's column into each reference to it and a result column into each "
+                       f"use of its alias, and here the copies pass {MAX_COPIED_TOKENS:,} "
+                       "tokens (each level naming the one below twice doubles them): too many "
+                       "to prepare within the time limit; name each CTE, column and alias "
+                       "fewer times or nest fewer levels")
     return first
 
 
@@ -742,85 +746,205 @@ def _skip_comment(text: str, i: int) -> int:
     return len(text) if end < 0 else end + len(closer)
 
 
-@dataclass(eq=False)
-class _Cte:
-    """A ``name AS (body)`` of a statement, as token indexes, and the names of CTEs its body
-    mentions (outside the bodies of CTEs in it), once per mention."""
+# Unquoted, these are never a column's name (SQLite refuses them as names).
+_NOT_COLUMNS = frozenset("""
+    ALL AND AS BETWEEN CASE COLLATE DISTINCT ELSE ESCAPE EXCEPT EXISTS FROM GROUP HAVING IN
+    INTERSECT IS JOIN LIMIT NOT NULL ON OR ORDER SELECT THEN UNION USING VALUES WHEN WHERE
+""".split())
+_COMPOUNDS = frozenset({"UNION", "INTERSECT", "EXCEPT"})
+_AFTER_COLUMNS = frozenset({"FROM", "WHERE", "GROUP", "HAVING", "ORDER"})
+_UNKEPT = _AFTER_COLUMNS | {"(", ")", ",", ".", "SELECT", "AS"}
+_SUBQUERY_STARTS = frozenset({"SELECT", "VALUES", "WITH"})
 
-    at: int
-    start: int  # the body's "(" and ")"
-    end: int
+
+@dataclass(eq=False)
+class _Part:
+    """One SELECT of a compound: its own tokens (not its subqueries'), how often each name
+    in them may refer to a column (``late``: after its result columns, where an alias may
+    be one), the aliases it gives, the subqueries it reads and the CTEs it names (once per
+    mention), and the tokens those bring in once copied."""
+
+    tokens: int = 0
+    refs: dict[str, int] = field(default_factory=dict)
+    late: dict[str, int] | None = None
+    aliases: set[str] = field(default_factory=set)
+    subqueries: list[_Body] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
+    read: int = 0
+    kept: int = 0  # of MATERIALIZED CTEs, read as tables: their columns are not copied
+
+    @functools.cached_property
+    def factors(self) -> tuple[int, int]:
+        """Copies of a result column (1 + references to its alias), of a column read."""
+        late = self.late or {}
+        return (1 + max((late.get(alias, 0) for alias in self.aliases), default=0),
+                max(self.refs.values(), default=1))
+
+    def copies(self) -> int:
+        """Tokens once prepared: SQLite puts a result column (all of the part at most) into
+        each reference to its alias, then a subquery's column (all it reads at most) into
+        each reference to it, in the copies too."""
+        aliased, named = self.factors
+        return aliased * (self.tokens + self.kept + named * self.read)
+
+    def add(self, source: _Body, cost: int) -> None:
+        if source.materialized:
+            self.kept += cost
+        else:
+            self.read += cost
+
+
+@dataclass(eq=False)
+class _Body:
+    """The statement, a subquery or a CTE (``name AS (body)``, or a WINDOW: counting
+    high), as token indexes of its "(" and ")"."""
+
+    at: int  # the CTE's name; -1 for the statement and subqueries
+    start: int
+    end: int
+    parts: list[_Part] = field(default_factory=lambda: [_Part()])
+    cost: int | None = None
+    materialized: bool = False
 
 
 def _copied_tokens(statement: str) -> int:
-    """How many tokens SQLite copies when it puts each CTE's SQL wherever the CTE is named,
-    and so on in the copies, counted high: any word (a column alias too) naming a CTE counts
-    as naming every CTE of that name.  A CTE is not copied into itself (recursion; SQLite
-    takes no circular reference).  The count stops once past MAX_COPIED_TOKENS.
+    """How many tokens SQLite copies while it prepares ``statement``, counted high: a CTE's
+    SQL wherever the CTE is named; a subquery's or CTE's column into each reference to it
+    when it flattens the one into the query reading it; a result column into each reference
+    to its alias; and so on in the copies, multiplying at each level.  Each part of a
+    compound counts its own tokens, plus all it reads times its most repeated name that may
+    be a column (or ``*``), times one more than its most referenced alias.  Any word naming
+    a CTE counts as naming every CTE of that name; a CTE is not copied into itself
+    (recursion; SQLite takes no circular reference).  The count stops once past
+    MAX_COPIED_TOKENS.
     """
     tokens = [t for t in _SQL_TOKEN.findall(statement)
               if not (t.isascii() and t.isspace()) and not t.startswith(("--", "/*"))]
-    ctes = _ctes([t.upper() for t in tokens])
-    if not ctes:
-        return 0
+    words = [t.upper() for t in tokens]
     names = [_token_name(t) for t in tokens]
-    whole = _Cte(at=-1, start=-1, end=len(tokens))
-    by_name: dict[str, list[_Cte]] = {}
-    for cte in ctes:
-        by_name.setdefault(names[cte.at], []).append(cte)
-    defined_at = {cte.at for cte in ctes}
-    inside, upcoming = [whole], iter(ctes)  # ctes come in order of their bodies
+    weights = [_weight(words, i) for i in range(len(words))]
+    whole = _Body(at=-1, start=-1, end=len(tokens))
+    bodies = _bodies(words)
+    by_name: dict[str, list[_Body]] = {}
+    for cte in bodies:
+        if cte.at >= 0:
+            by_name.setdefault(names[cte.at], []).append(cte)
+    defined_at = {cte.at for cte in bodies}
+    inside, upcoming = [whole], iter(bodies)  # in order of their "("
     body = next(upcoming, None)
     for i, name in enumerate(names):
         while inside[-1].end < i:
             inside.pop()
         if body is not None and body.start == i:
+            if body.at < 0:
+                inside[-1].parts[-1].subqueries.append(body)
             inside.append(body)
             body = next(upcoming, None)
+        elif words[i] in _COMPOUNDS:
+            inside[-1].parts.append(_Part())
+        part = inside[-1].parts[-1]
+        part.tokens += weights[i]
         if name in by_name and i not in defined_at:
-            inside[-1].names.append(name)
-    total, copying = 0, {whole}
-    stack = [(whole, _named(whole, by_name))]
-    while stack and total <= MAX_COPIED_TOKENS:
-        cte, pending = stack[-1]
-        named = next(pending, None)
-        if named is None:
+            part.names.append(name)
+        if i and words[i - 1] == "AS":
+            part.aliases.add(name)
+        if words[i] in _AFTER_COLUMNS and part.late is None:
+            part.late = {}
+        if _may_be_column(tokens, words, i):
+            key = "*" if tokens[i] == "*" else name
+            for refs in (part.refs, part.late):
+                if refs is not None:
+                    refs[key] = refs.get(key, 0) + 1
+    cap = MAX_COPIED_TOKENS + sum(weights)
+    return max(0, _cost(whole, by_name, cap) - sum(weights))
+
+
+def _weight(words: Sequence[str], i: int) -> int:
+    """What SQLite keeps of token ``i`` as nodes: a number is one (not one per digit); the
+    punctuation, clauses and alias around a result column nothing."""
+    word, before = words[i], words[i - 1] if i else ""
+    return int(not (word in _UNKEPT or word.isdigit() and before.isdigit()
+                    or before == "AS" and word != "("))
+
+
+def _may_be_column(tokens: Sequence[str], words: Sequence[str], i: int) -> bool:
+    """Whether token ``i`` may refer to a column: not a keyword, function, table, alias
+    being defined or qualifier (``t`` of ``t.x``); ``*`` outside ``count(*)`` may be all."""
+    before = words[i - 1] if i else ""
+    if tokens[i] == "*":
+        return before != "("
+    first = tokens[i][0]
+    if not (first in "\"`[_" or first.isalpha() or not first.isascii()):
+        return False  # punctuation, a number, a string ('x' is a name only where no column is)
+    after = words[i + 1] if i + 1 < len(words) else ""
+    return (words[i] not in _NOT_COLUMNS and after not in (".", "(")
+            and before not in ("AS", "FROM", "JOIN"))
+
+
+def _cost(whole: _Body, by_name: Mapping[str, Sequence[_Body]], cap: int) -> int:
+    """``whole``'s tokens once prepared (see _copied_tokens), or some count past ``cap``;
+    each body's worked out once, without recursion (subqueries may nest thousands deep in the
+    SQL SQLite takes)."""
+    copying, steps = {whole}, 0
+    stack: list[tuple[_Body, Iterator[tuple[_Part, _Body]], _Part | None]] = [
+        (whole, _read(whole, by_name), None)]
+    while stack and steps <= cap:
+        body, reads, into = stack[-1]
+        step = next(reads, None)
+        steps += 1  # each adds a token at least, once, to the count of the statement
+        if step is None:
             stack.pop()
-            copying.discard(cte)
-        elif named in copying:
-            # The name stays as written: one token.  Counted, so that every step counts and
-            # thousands of CTEs of one name (no SQL, but checked before SQLite says so) stop
-            # the count as soon as real copies would.
-            total += 1
+            copying.discard(body)
+            body.cost = sum(part.copies() for part in body.parts)
+            if into is not None:
+                into.add(body, body.cost)
+                if into.copies() > cap:
+                    return into.copies()
+            if body.cost > cap:
+                return body.cost
+            continue
+        part, source = step
+        if source.cost is not None or source in copying:
+            # A name copied into itself stays as written: one token.  Counted, so that every
+            # step counts and thousands of CTEs of one name stop the count soon.
+            part.add(source, source.cost or 1)
+            if part.copies() > cap:
+                return part.copies()
         else:
-            total += named.end - named.start + 1
-            copying.add(named)
-            stack.append((named, _named(named, by_name)))
-    return total
+            copying.add(source)
+            stack.append((source, _read(source, by_name), part))
+    return steps if whole.cost is None else whole.cost
 
 
-def _named(cte: _Cte, by_name: Mapping[str, Sequence[_Cte]]) -> Iterator[_Cte]:
-    """Every CTE each mention in ``cte`` may name, lazily: mentions times CTEs of that name
-    can be 100 million in 100 KB of SQL."""
-    return (named for name in cte.names for named in by_name[name])
+def _read(body: _Body, by_name: Mapping[str, Sequence[_Body]]) -> Iterator[tuple[_Part, _Body]]:
+    """Each subquery of each part of ``body``, and every CTE each mention may name, lazily:
+    mentions times CTEs of that name can be 100 million in 100 KB of SQL."""
+    for part in body.parts:
+        yield from ((part, sub) for sub in part.subqueries)
+        yield from ((part, named) for name in part.names for named in by_name[name])
 
 
-def _ctes(words: Sequence[str]) -> list[_Cte]:
+def _bodies(words: Sequence[str]) -> list[_Body]:
     """Each ``name [(columns)] AS [NOT] [MATERIALIZED] (body)`` in ``words`` (upper-case
-    tokens): a CTE, or a WINDOW (counting high)."""
+    tokens): a CTE, or a WINDOW (counting high); and each other ``(SELECT``, ``(VALUES``
+    or ``(WITH``: a subquery; in order of their "("."""
     pairs = _paren_pairs(words)
     found = []
     for i in range(1, len(words)):
         start = i + 1
         start += words[start:start + 1] == ["NOT"]
-        start += words[start:start + 1] == ["MATERIALIZED"]
+        materialized = words[start:start + 1] == ["MATERIALIZED"]
+        start += materialized
         if words[i] != "AS" or words[start:start + 1] != ["("]:
             continue
         at = pairs.get(i - 1, i - 1) - 1 if words[i - 1] == ")" else i - 1
         if at >= 0:
-            found.append(_Cte(at=at, start=start, end=pairs[start]))
-    return found
+            found.append(_Body(at=at, start=start, end=pairs[start],
+                               materialized=materialized and start == i + 2))
+    starts = {body.start for body in found}
+    found += [_Body(at=-1, start=i, end=pairs[i]) for i, word in enumerate(words[:-1])
+              if word == "(" and words[i + 1] in _SUBQUERY_STARTS and i not in starts]
+    return sorted(found, key=lambda body: body.start)
 
 
 def _paren_pairs(words: Sequence[str]) -> dict[int, int]:
