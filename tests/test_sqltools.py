@@ -738,6 +738,12 @@ REALISTIC = [
     "unread FROM (SELECT sender_email, count(*) AS total, sum(is_read = 0) AS unread FROM emails "
     "GROUP BY sender_email) WHERE total > 0)) WHERE total_rank <= 10 ORDER BY total_rank, "
     "sender_email",
+    # a result column named as the column it cleans up, then filtered on it many times: the
+    # alias copies only its own expression (2 ms to prepare; was counted 27,000)
+    "SELECT lower(sender_email) AS sender_email, count(*) AS n, max(date) AS last FROM emails "
+    "WHERE (" + " OR ".join(f"sender_email LIKE '%@d{i}.example'" for i in range(50)) + ") AND "
+    "uid NOT IN (SELECT uid FROM email_tags WHERE tag IN ('spam', 'trash')) GROUP BY "
+    "sender_email ORDER BY n DESC",
 ]
 
 

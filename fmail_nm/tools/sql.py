@@ -759,12 +759,14 @@ _SUBQUERY_STARTS = frozenset({"SELECT", "VALUES", "WITH"})
 
 @dataclass(eq=False)
 class _Part:
-    """One SELECT of a compound: its own tokens (not its subqueries'), how often each name
-    in them may refer to a column (``late``: after its result columns, where an alias may
-    be one), the aliases it gives, the subqueries it reads and the CTEs it names (once per
-    mention), and the tokens those bring in once copied."""
+    """One SELECT of a compound: its own tokens (not its subqueries'), those of its result
+    columns (``head``), how often each name in them may refer to a column (``late``: after
+    its result columns, where an alias may be one), the aliases it gives, the subqueries it
+    reads and the CTEs it names (once per mention), and the tokens those bring in once
+    copied."""
 
     tokens: int = 0
+    head: int = 0
     refs: dict[str, int] = field(default_factory=dict)
     late: dict[str, int] | None = None
     aliases: set[str] = field(default_factory=set)
@@ -774,18 +776,23 @@ class _Part:
     kept: int = 0  # of MATERIALIZED CTEs, read as tables: their columns are not copied
 
     @functools.cached_property
-    def factors(self) -> tuple[int, int]:
-        """Copies of a result column (1 + references to its alias), of a column read."""
+    def factors(self) -> tuple[int, int, int]:
+        """References to an alias, to a column read, to one in the result columns (one at
+        least, for a subquery there)."""
         late = self.late or {}
-        return (1 + max((late.get(alias, 0) for alias in self.aliases), default=0),
-                max(self.refs.values(), default=1))
+        return (max((late.get(alias, 0) for alias in self.aliases), default=0),
+                max(self.refs.values(), default=1),
+                max((n - late.get(name, 0) for name, n in self.refs.items()), default=1) or 1)
 
     def copies(self) -> int:
-        """Tokens once prepared: SQLite puts a result column (all of the part at most) into
-        each reference to its alias, then a subquery's column (all it reads at most) into
-        each reference to it, in the copies too."""
-        aliased, named = self.factors
-        return aliased * (self.tokens + self.kept + named * self.read)
+        """Tokens once prepared: SQLite puts a subquery's column (all it reads at most) into
+        each reference to it, and a result column (all the result columns at most, with
+        their copies) into each reference to its alias; the copy is of that column alone,
+        not of the clauses that name the alias (counting the whole part per reference took
+        2 KB filtering 50 times on an alias past the cap, squared)."""
+        aliased, named, in_head = self.factors
+        return (self.tokens + self.kept + named * self.read
+                + aliased * (self.head + self.kept + in_head * self.read))
 
     def add(self, source: _Body, cost: int) -> None:
         if source.materialized:
@@ -813,10 +820,10 @@ def _copied_tokens(statement: str) -> int:
     when it flattens the one into the query reading it; a result column into each reference
     to its alias; and so on in the copies, multiplying at each level.  Each part of a
     compound counts its own tokens, plus all it reads times its most repeated name that may
-    be a column (or ``*``), times one more than its most referenced alias.  Any word naming
-    a CTE counts as naming every CTE of that name; a CTE is not copied into itself
-    (recursion; SQLite takes no circular reference).  The count stops once past
-    MAX_COPIED_TOKENS.
+    be a column (or ``*``), plus its result columns (and what they read) times its most
+    referenced alias (see _Part.copies).  Any word naming a CTE counts as naming every CTE
+    of that name; a CTE is not copied into itself (recursion; SQLite takes no circular
+    reference).  The count stops once past MAX_COPIED_TOKENS.
     """
     tokens = [t for t in _SQL_TOKEN.findall(statement)
               if not (t.isascii() and t.isspace()) and not t.startswith(("--", "/*"))]
@@ -844,6 +851,7 @@ def _copied_tokens(statement: str) -> int:
             inside[-1].parts.append(_Part())
         part = inside[-1].parts[-1]
         part.tokens += weights[i]
+        part.head += weights[i] if part.late is None else 0
         if name in by_name and i not in defined_at:
             part.names.append(name)
         if i and words[i - 1] == "AS":
