@@ -169,7 +169,7 @@ def run_init(mail_env: MailEnv, *, check: bool = True) -> subprocess.CompletedPr
 @pytest.fixture(autouse=True)
 def runs_start_again() -> Iterator[None]:
     """A server's shutdown leaves this process refusing mbsync, msmtp check and notmuch new
-    runs for good (``final`` of mbsync.stop_running, notmuch_cli.stop_new_runs): the next
+    runs for good (``final`` of runs.stop_together, mbsync.stop_running): the next
     test, in the same process, starts afresh."""
     yield
     from fmail_nm.service import mbsync

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ import pytest
 
 from fmail_nm.config import DEFAULT_SAFETY_INDEX_MINUTES, Config, ConfigError, load_settings
 from fmail_nm.passes.changes import WriteContext
-from fmail_nm.service import watcher
+from fmail_nm.service import mbsync, watcher
 from fmail_nm.service.background import AlreadyRunning, Background, backoff_delay
 from fmail_nm.service.pushed import record_pushed
 from fmail_nm.service.status import (
@@ -48,10 +48,14 @@ from fmail_nm.store import notmuch_cli, sidecar
 from fmail_nm.store.notmuch import Reader, Writer
 from fmail_nm.tools import reads, writes
 
+from . import imapbed
 from .conftest import MailEnv, notmuch_lock_held
 from .imapbed import free_port
 from .syncbed import (  # noqa: F401  (pytest fixtures, used by name)
     ACCOUNT,
+    ADDRESS,
+    IMAP_USER,
+    LOCAL_FOLDERS,
     SEEN,
     SyncBed,
     runs_with,
@@ -1250,3 +1254,85 @@ def test_sigterm_while_the_service_starts_ends_its_first_pull(
             proc.kill()
             proc.wait()
         assert _mbsync_runs_with(bed.mbsync_config) == [], out
+
+
+# A password command that leaves a helper running in a session of its own (out of reach of
+# the stop of mbsync's session), holding mbsync's stderr -- the pipe its puller reads -- and
+# then never answers: the puller outlives its mbsync as long as the helper runs.
+LEAVES_A_HOLDER_AND_HANGS = """#!/bin/sh
+setsid sh -c 'echo $$ > "$0"; exec sleep 600' "$1" &
+exec sleep 600
+"""
+
+
+@pytest.mark.imap
+def test_the_account_pullers_share_one_grace_to_record_their_stopped_runs(
+        sync_bed: SyncBed, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """Once the shutdown has stopped the pulls still going, each puller is given time to
+    record its stopped run -- one grace for them all: one each made the shutdown's bound grow
+    with the accounts, past the unit's TimeoutStopSec.  Here every puller outlives its mbsync
+    (a password command's helper holds its pipe); as the first puller's wait runs out the
+    others are let go, and they are not waited for: their grace was the same, and is over."""
+    bed = sync_bed
+    bed.init()
+    accounts = [ACCOUNT, "acct2", "acct3"]
+    script = bed.base / "passcmd"
+    script.write_text(LEAVES_A_HOLDER_AND_HANGS)
+    script.chmod(0o755)
+    holders = {name: bed.base / f"{name}.holder" for name in accounts}
+    rc, toml = [], bed.mail_env.fmail_config.read_text()
+    block = toml[toml.index("[[accounts]]"):]
+    for name in accounts:
+        rc.append(imapbed.mbsync_section(bed.server, IMAP_USER, bed.mail_root, account=name)
+                  .replace('Pass "secret"', f'PassCmd "{script} {holders[name]}"'))
+        for folder in LOCAL_FOLDERS:
+            for sub in ("cur", "new", "tmp"):
+                (bed.mail_root / name / folder / sub).mkdir(parents=True, exist_ok=True)
+        if name != ACCOUNT:
+            toml += "\n" + block.replace(f'"{ACCOUNT}"', f'"{name}"').replace(
+                ADDRESS, f"{name}@example.org")
+    assert all('PassCmd "' in section for section in rc)
+    bed.mbsync_config.write_text("".join(rc))
+    # the first pull runs at start
+    bed.mail_env.fmail_config.write_text(re.sub(r'(mbsync_channel = "\w+"\n)',
+                                                r"\1pull_interval_minutes = 60\n", toml))
+    monkeypatch.setattr(mbsync, "KILLED_OUTPUT_WAIT", 600.0)  # held until the helper ends
+
+    def release(name: str) -> None:
+        with suppress(FileNotFoundError, ValueError, ProcessLookupError):
+            os.kill(int(holders[name].read_text()), signal.SIGKILL)
+
+    class LetGo(logging.Handler):
+        """At the first puller's wait running out, the other pullers' helpers end."""
+        def __init__(self) -> None:
+            super().__init__()
+            self.recording = False  # the pulls have been stopped: the pullers record them
+            self.left: list[str] = []  # the pullers the wait gave up on
+
+        def emit(self, record: logging.LogRecord) -> None:
+            text = record.getMessage()
+            if text.startswith("shutdown: stopped"):
+                self.recording = True
+            elif self.recording and (gone := re.match(
+                    r"pull for (\S+) still running at the shutdown deadline", text)):
+                if not self.left:
+                    for name in accounts:
+                        if name != gone[1]:
+                            release(name)
+                self.left.append(gone[1])
+
+    let_go = LetGo()
+    logger = logging.getLogger("fmail_nm.service.background")
+    bg = Background(bed.reload(), **{**FAST, "schedule": True})
+    bg.start()
+    try:
+        wait_for(lambda: all(p.is_file() and p.read_text().strip() for p in holders.values()),
+                 "every account's mbsync to wait for its password command")
+        logger.addHandler(let_go)
+        bg.stop(timeout=1.0)
+    finally:
+        logger.removeHandler(let_go)
+        for name in accounts:
+            release(name)
+    assert let_go.recording
+    assert sorted(let_go.left) == sorted(accounts), let_go.left

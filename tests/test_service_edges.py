@@ -513,3 +513,55 @@ def test_a_reindex_asked_for_after_the_servers_shutdown_does_not_start_notmuch_n
     with pytest.raises(IndexingStopped):
         reindex_for_write(config)
     assert not known("after-shutdown@example.net")
+
+
+# A run that waits out its polite signal (until SIGKILL): it writes down that signal and, from
+# then on, that it is still alive -- lines the SIGKILL to its session ends.
+WAITS_OUT_ITS_STOP = """trap 'echo "{sig} $$" >> "$0"; stopped=1' {sig}
+echo "start $$" >> "$0"
+while :; do
+    sleep 0.05
+    if [ -n "${{stopped:-}}" ]; then echo "alive $$" >> "$0"; fi
+done
+"""
+
+
+def test_the_servers_last_stops_signal_notmuch_new_and_mbsync_together(
+        indexed: MailEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shutdown's last stops end what the bounded waits left running: notmuch new, then
+    mbsync (and msmtp checks), each given its own grace one after the other -- two graces in
+    the shutdown's bound where one does.  Both kinds are signalled first, then waited for
+    against one deadline: the run signalled second is signalled while the first is still
+    there."""
+    from fmail_nm.service import mbsync
+    from fmail_nm.store import notmuch_cli
+
+    monkeypatch.setattr(notmuch_cli, "NEW_STOP_GRACE", 1.0)
+    log = tmp_path / "runs.log"
+    log.touch()
+    served = serving(indexed.config(), read_only=False, push=False)
+    served.__enter__()
+    runs: list[subprocess.Popen[bytes]] = []
+    try:
+        # Each stands in for a run of its kind (a notmuch new waiting for a lock, an mbsync
+        # hung on a silent server), started and tracked as that kind's runs are.
+        new = notmuch_cli.NEW_RUNS.start(["sh", "-c", WAITS_OUT_ITS_STOP.format(sig="INT"),
+                                          str(log)], start_new_session=True)
+        assert new is not None
+        runs.append(new)
+        runs.append(mbsync.start_tracked(["sh", "-c", WAITS_OUT_ITS_STOP.format(sig="TERM"),
+                                          str(log)], start_new_session=True))
+        wait_for(lambda: log.read_text().count("start ") == 2, "both runs to start")
+    finally:
+        served.__exit__(None, None, None)
+        for proc in runs:  # what a failed stop left
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    lines = log.read_text().splitlines()
+    stopped = [line for line in lines if line.split()[0] in ("INT", "TERM")]
+    assert sorted(line.split()[0] for line in stopped) == ["INT", "TERM"], lines
+    first = stopped[0].split()[1]
+    # the run signalled first was still there once the second was signalled: not killed yet
+    assert lines.index(stopped[1]) < max(i for i, line in enumerate(lines)
+                                         if line == f"alive {first}"), lines

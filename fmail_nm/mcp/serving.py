@@ -60,10 +60,8 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
     """
     from ..app import LiveConfig
     from ..service.background import AlreadyRunning, Background
-    from ..service.mbsync import stop_running
     from ..service.push import PushScheduler
     from ..service.status import ServerPushRecord
-    from ..store.notmuch_cli import stop_new_runs
 
     _migrate_sidecar(config)
     push = push and not read_only
@@ -107,21 +105,30 @@ def serving(config: Config, *, read_only: bool, push: bool, watch: bool = False,
                     background.stop()
                 if pusher is not None and record is not None:
                     _close_pusher(pusher, record)
-                # A re-index after a push (or a write's) that the waits above left running:
-                # notmuch new, in a session of its own, would index on after we are gone and
-                # run its post-new hook without us.  Stopped, it keeps what it indexed.  None
-                # starts after this: the re-index of a push ended below would outlive us.
-                if stopped_new := stop_new_runs(final=True):
-                    log.warning("shutdown: stopped %d notmuch new run(s) still going; the next "
-                                "index takes up what they left", stopped_new)
-                # What the bounded waits above left running (a push hung on a silent server,
-                # an account check of a tool call) is in a session of its own, which outlives
-                # this process.  Sends are not among them: ended midway, a send may or may not
-                # have gone.  None starts after this (a push's next account, a tool call left
-                # running going on to its pull): it would outlive us.
-                if stopped := stop_running(final=True):
-                    log.warning("shutdown: stopped %d mbsync or msmtp check run(s) still going "
-                                "(mbsync takes an interrupted run up again)", stopped)
+                _stop_what_is_left()
+
+
+def _stop_what_is_left() -> None:
+    """End what the bounded waits of the shutdown left running, in sessions of their own
+    that outlive this process: a re-index after a push (or a write's) -- notmuch new would
+    index on after we are gone and run its post-new hook without us; stopped, it keeps what
+    it indexed -- and a push hung on a silent server or an account check of a tool call.
+    Sends are not among them: ended midway, a send may or may not have gone.  Both kinds are
+    stopped together, for one grace in the shutdown's bound, not one each.  None starts after
+    this (a push's next account or its re-index, a tool call left running going on to its
+    pull): it would outlive us."""
+    from ..runs import stop_together
+    from ..service.mbsync import RUNS, STOP_GRACE
+    from ..store.notmuch_cli import NEW_RUNS, NEW_STOP_GRACE
+
+    stopped_new, stopped = stop_together([(NEW_RUNS, NEW_STOP_GRACE), (RUNS, STOP_GRACE)],
+                                         final=True)
+    if stopped_new:
+        log.warning("shutdown: stopped %d notmuch new run(s) still going; the next index "
+                    "takes up what they left", stopped_new)
+    if stopped:
+        log.warning("shutdown: stopped %d mbsync or msmtp check run(s) still going (mbsync "
+                    "takes an interrupted run up again)", stopped)
 
 
 @contextlib.contextmanager

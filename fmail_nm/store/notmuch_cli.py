@@ -132,12 +132,12 @@ def _signal_new(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 NEW_RUNS = RunRegistry(_signal_new, signal.SIGINT)
 
 
-def stop_new_runs(*, final: bool = False) -> int:
+def stop_new_runs() -> int:
     """Stop every ``notmuch new`` of this process still going (as :func:`_stop_new` does, but
     all within one NEW_STOP_GRACE) -- the service's shutdown, once its deadline has passed;
-    how many were stopped.  ``final``: the process is ending, and none starts from now on (it
-    is as one stopped at once)."""
-    return NEW_RUNS.stop_all(NEW_STOP_GRACE, final=final)
+    how many were stopped.  The server's last stop (``final``: none starts after it) ends
+    them together with mbsync's runs (:func:`fmail_nm.runs.stop_together`)."""
+    return NEW_RUNS.stop_all(NEW_STOP_GRACE)
 
 
 def _time_out(proc: subprocess.Popen[bytes], timed_out: threading.Event) -> None:
