@@ -123,8 +123,8 @@ def _stop(groups: Sequence[tuple[RunRegistry, list[Run], float]]) -> None:
         while waiting:
             registry, procs, grace = waiting[0]
             still = _still_going(procs, began + grace - time.monotonic())
-            waiting.pop(0)
             killed += _kill(registry, still)
+            waiting.pop(0)  # after the kill: one cut short between them is killed again
     finally:
         for registry, procs, _ in waiting:  # cut short
             killed += _kill(registry, [proc for proc in procs if proc.poll() is None])

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from fmail_nm.passes.mirror import Parsed, check, sync_sidecar
-from fmail_nm.passes.prefetch import STAMP_NAME, arrived_since
+from fmail_nm.passes.prefetch import STAMP_NAME, Prefetch, arrived_since
 from fmail_nm.service.index import run_index
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader
@@ -44,6 +44,19 @@ def test_files_added_or_renamed_since_a_time_are_found_new_first(mail_env: MailE
     found = list(arrived_since(mail_env.mail_root, since))
     assert found == [str(fresh), str(renamed)]
     assert list(arrived_since(mail_env.mail_root, time.time() + 60)) == []
+
+
+def test_a_stopped_prefetch_parses_none_of_the_deliveries_left(mail_env: MailEnv) -> None:
+    # A run that failed or was stopped at shutdown stops its prefetch: waiting for every
+    # delivery's parse (up to MAX_FILES) held the service's shutdown past its grace.
+    inbox = mail_env.mail_root / "personal" / "INBOX"
+    since = time.time()
+    time.sleep(0.05)
+    files = [str(delivered(inbox, n)) for n in range(5)]
+    prefetch = Prefetch(mail_env.mail_root, mail_env.base / "prefetch-data", fallback=since).start()
+    assert set(files) <= set(prefetch.deliveries() or [])
+    prefetch.stop()
+    assert prefetch.take() == {}
 
 
 def test_an_index_run_takes_the_parses_made_while_notmuch_new_ran(indexed: MailEnv) -> None:

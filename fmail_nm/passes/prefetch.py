@@ -94,6 +94,15 @@ class Prefetch:
             self._thread.join()
         return self._parsed
 
+    def stop(self) -> None:
+        """Stop the thread without waiting for the deliveries' parse: the run failed or was
+        stopped (a shutdown), and nothing will use what it parsed.  Waits for the file being
+        parsed at most."""
+        if self._thread is not None:
+            self._stop.set()
+            self._go.set()
+            self._thread.join()
+
     def deliveries(self) -> list[str] | None:
         """The files in ``new/`` that arrived since the last run, once the thread has listed
         them; None when not known: no earlier run, more than ``max_files``, or the listing

@@ -184,10 +184,10 @@ class _Indexer:
             # step.  Stopped, it keeps what it indexed; the next start indexes the rest.
             log.warning("index run still going at shutdown: notmuch new stopped; the next "
                         "start of the service indexes what it left")
-            # The stop has waited out the run (its grace, then SIGKILL's wait): what is left
-            # on the thread is its own work -- the run recorded as stopped, the work asked
-            # for since it began not indexed (the deadline is past) -- which one grace more
-            # covers many times over.
+            # The stop returns once the run has ended (within its grace and SIGKILL's wait);
+            # what is left on the thread is its own work -- the prefetch stopped without
+            # waiting for its parse, the run recorded as stopped, the work asked for since it
+            # began not indexed (the deadline is past) -- which one grace covers many times.
             self._thread.join(NEW_STOP_GRACE)
         if self._thread.is_alive():
             log.warning("index run still going at shutdown; left to finish on its own")

@@ -404,7 +404,9 @@ def run_index(config: Config, *, show_progress: bool | None = None,
         return summary
     finally:
         if prefetch is not None:
-            prefetch.take()  # stopped, whatever happened (a no-op once taken)
+            # a run that failed or was stopped (a shutdown) waits for no parse; a no-op once
+            # taken
+            prefetch.stop()
         display.finish()
 
 
