@@ -1321,6 +1321,105 @@ def test_a_transaction_on_a_connection_left_in_one_fails_outside_an_enclosing_on
                             ).fetchall() == [("kept",)]
 
 
+def test_a_commit_that_fails_rolls_the_transaction_back(tmp_path: Path) -> None:
+    """A COMMIT SQLite refuses (a deferred foreign key still violated) left the transaction
+    open, its half-done writes with it: the connection's next transaction failed ("within a
+    transaction"), and closing it lost them silently.  It is rolled back, the error raised."""
+    path = tmp_path / "sidecar.sqlite"
+    with sidecar.opened(path) as conn:
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+            with sidecar.transaction(conn):
+                conn.execute("PRAGMA defer_foreign_keys = ON")  # checked at COMMIT
+                sidecar.set_state(conn, "half", "1")
+                conn.execute("INSERT INTO message_tags (message_id, tag) VALUES ('gone', 'x')")
+        assert not conn.in_transaction
+        with sidecar.transaction(conn):
+            sidecar.set_state(conn, "next", "1")
+    with sidecar.opened(path, readonly=True) as conn:
+        assert conn.execute("SELECT key FROM sync_state WHERE key IN ('half', 'next')"
+                            ).fetchall() == [("next",)]
+
+
+# Another process reading: it holds a SHARED lock until told to go on.
+_READER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN")
+conn.execute("SELECT count(*) FROM sync_state").fetchone()
+print("reading", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_commit_another_process_holds_off_rolls_the_transaction_back(
+        tmp_path: Path) -> None:
+    """In rollback-journal mode, COMMIT needs every reader gone: with another process
+    reading, it fails busy and SQLite keeps the transaction open to try again.  It is
+    rolled back, and the connection takes the next transaction once the reader is gone."""
+    path = tmp_path / "sidecar.sqlite"
+    with sidecar.opened(path) as conn:
+        conn.execute("PRAGMA journal_mode = DELETE")
+        conn.execute("PRAGMA busy_timeout = 50")
+        with subprocess.Popen([sys.executable, "-c", _READER, str(path)], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE) as reader:
+            assert reader.stdout is not None and reader.stdin is not None
+            assert reader.stdout.readline() == "reading\n"
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                with sidecar.transaction(conn):
+                    sidecar.set_state(conn, "held_off", "1")
+            assert not conn.in_transaction
+            reader.stdin.write("\n")
+            reader.stdin.close()
+        with sidecar.transaction(conn):
+            sidecar.set_state(conn, "next", "1")
+    with sidecar.opened(path, readonly=True) as conn:
+        assert conn.execute("SELECT key FROM sync_state WHERE key IN ('held_off', 'next')"
+                            ).fetchall() == [("next",)]
+
+
+# A write SQLite answers by rolling back the whole transaction, as it does on SQLITE_FULL or
+# an I/O error: a trigger's RAISE(ROLLBACK) is SQLite's own way to do it at will.
+_ROLLS_BACK = ("CREATE TRIGGER rolls_back BEFORE INSERT ON sync_state WHEN NEW.key = 'boom' "
+               "BEGIN SELECT RAISE(ROLLBACK, 'rolled back whole'); END")
+
+
+def test_a_transaction_sqlite_rolled_back_raises_its_own_error(tmp_path: Path) -> None:
+    """Rolling back what SQLite rolled back already failed ("no transaction is active"),
+    hiding why it did."""
+    with sidecar.opened(tmp_path / "sidecar.sqlite") as conn:
+        conn.execute(_ROLLS_BACK)
+        with pytest.raises(sqlite3.IntegrityError, match="rolled back whole"):
+            with sidecar.transaction(conn):
+                sidecar.set_state(conn, "boom", "1")
+        with pytest.raises(sqlite3.IntegrityError, match="rolled back whole"):
+            with sidecar.enclosing(conn, keep=True), sidecar.transaction(conn):
+                sidecar.set_state(conn, "boom", "1")
+        assert not conn.in_transaction
+
+
+def test_a_transaction_after_sqlite_rolled_back_the_enclosing_one_fails(
+        tmp_path: Path) -> None:
+    """Inside sidecar.enclosing, once SQLite has rolled back the enclosing transaction (an
+    error the block went on after), a savepoint would begin a transaction of its own and
+    commit when released -- in a rehearsal too, which must change nothing.  It fails."""
+    path = tmp_path / "sidecar.sqlite"
+    with sidecar.opened(path) as conn:
+        conn.execute(_ROLLS_BACK)
+        with pytest.raises(sidecar.SidecarError, match="rolled back"):
+            with sidecar.enclosing(conn, keep=False):
+                with sidecar.transaction(conn):
+                    sidecar.set_state(conn, "before", "1")
+                with pytest.raises(sqlite3.IntegrityError, match="rolled back whole"):
+                    with sidecar.transaction(conn):
+                        sidecar.set_state(conn, "boom", "1")
+                with sidecar.transaction(conn):
+                    sidecar.set_state(conn, "after", "1")
+        assert not conn.in_transaction
+    with sidecar.opened(path, readonly=True) as conn:
+        assert conn.execute("SELECT key FROM sync_state WHERE key IN ('before', 'after')"
+                            ).fetchall() == []
+
+
 def test_pruning_the_audit_log_takes_short_transactions_and_a_bounded_number_a_call(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No write lock held long: each transaction deletes PRUNE_BATCH entries at most, and a

@@ -1170,6 +1170,19 @@ def test_a_write_made_while_an_undo_reindexes_stands_for_its_retry(h: Harness) -
     _their_undo_leaves(h, theirs, UNREAD_IN_CUR, before)
 
 
+def _before_the_undos_contacts(monkeypatch: pytest.MonkeyPatch, then: Callable[[], None]) -> None:
+    """``then`` runs once, when the next undo has reverted the mail and is about to put back
+    its contacts and record itself -- one sidecar transaction (see passes.changes.undo_last),
+    which another writer can only come before."""
+    enclosing, done = sidecar.enclosing, []
+
+    def first_then(conn: sqlite3.Connection, *, keep: bool) -> Any:
+        if not done:
+            done.append(then())
+        return enclosing(conn, keep=keep)
+    monkeypatch.setattr(sidecar, "enclosing", first_then)
+
+
 def test_a_write_made_between_an_undos_mail_revert_and_contacts_restore_counts_as_after(
         mail_env: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     """Our block moves the bank's mail to Junk; another program moves one message on to
@@ -1177,7 +1190,6 @@ def test_a_write_made_between_an_undos_mail_revert_and_contacts_restore_counts_a
     session moves it to the inbox after our undo reverted the mail, before it put the
     contact back: their undo must take it back to Trash, untagged inbox -- that move was
     made after our revert, whatever our contacts restore found recorded by then."""
-    from fmail_nm.tools import sql as sqltools
     from fmail_nm.tools.contacts import manage_contacts
 
     toml = mail_env.fmail_config.read_text()
@@ -1196,13 +1208,12 @@ def test_a_write_made_between_an_undos_mail_revert_and_contacts_restore_counts_a
         shutil.move(mail_env.mail_root / junked,
                     mail_env.mail_root / "personal/Trash/cur" / Path(junked).name)
         mail_env.notmuch("new", "--no-hooks")
-        restore, shapes = sqltools.restore_contacts, []
+        shapes = []
 
-        def their_move_then_restore(conn: Any, entry: Any) -> list[str]:
+        def their_move() -> None:
             shapes.append(h.shape(mid))
             writes.move_to_folder(theirs, [mid], "INBOX")
-            return restore(conn, entry)
-        monkeypatch.setattr(sqltools, "restore_contacts", their_move_then_restore)
+        _before_the_undos_contacts(monkeypatch, their_move)
         writes.undo_last_write(ours)
         [undone] = shapes
         assert "inbox" not in undone[0] and [f for f, _, _ in undone[1]] == ["personal/Trash"]
@@ -1216,22 +1227,40 @@ def test_a_contacts_write_between_an_undos_mail_revert_and_contacts_restore_coun
     it put the contact back, which then finds their unblock and leaves it.  Their undo must
     not block the bank again, as our undone block had: for the contact, their write came
     before our undo."""
-    from fmail_nm.tools import sql as sqltools
     from fmail_nm.tools.contacts import manage_contacts
 
     ours, theirs = _two_sessions(h)
     manage_contacts(ours, f"UPDATE contacts SET is_blocked = 1 WHERE email_address = '{BANK}'")
-    restore, unblocked = sqltools.restore_contacts, []
-
-    def their_unblock_then_restore(conn: Any, entry: Any) -> list[str]:
-        if entry.session == "ours":
-            unblocked.append(manage_contacts(
-                theirs, f"UPDATE contacts SET is_blocked = 0 WHERE email_address = '{BANK}'"))
-        return restore(conn, entry)
-    monkeypatch.setattr(sqltools, "restore_contacts", their_unblock_then_restore)
+    unblocked = []
+    _before_the_undos_contacts(monkeypatch, lambda: unblocked.append(manage_contacts(
+        theirs, f"UPDATE contacts SET is_blocked = 0 WHERE email_address = '{BANK}'")))
     writes.undo_last_write(ours)
     assert unblocked and BANK not in blocked_now(h.ctx.config)
     assert not writes.undo_last_write(theirs).errors
+    assert BANK not in blocked_now(h.ctx.config) and h.count("tag:blocked") == 0
+
+
+def test_an_undo_that_cannot_record_itself_leaves_the_contacts_as_they_were(h: Harness) -> None:
+    """The undo of a block put the contact back, committed, then failed to mark the entry
+    undone: the bank stood unblocked while the log said the block stands (and a second
+    undo would put it back again).  The contacts restore and the mark are one transaction:
+    a mark SQLite refuses (here a trigger) leaves the contact blocked, and once it can be
+    recorded, undoing again goes through."""
+    from fmail_nm.tools.contacts import manage_contacts
+
+    ours, _ = _two_sessions(h)
+    manage_contacts(ours, f"UPDATE contacts SET is_blocked = 1 WHERE email_address = '{BANK}'")
+    with sidecar.opened(h.ctx.sidecar_file) as conn:
+        conn.execute("CREATE TRIGGER no_mark BEFORE UPDATE OF undone_at ON audit_log "
+                     "BEGIN SELECT RAISE(ABORT, 'the mark is refused'); END")
+    with pytest.raises(changes.UnrecordedWrite, match="its contacts stand as it left them .* "
+                       "undo it again once the sidecar can be written .the mark is refused"):
+        writes.undo_last_write(ours)
+    assert BANK in blocked_now(h.ctx.config)
+    with sidecar.opened(h.ctx.sidecar_file) as conn:
+        conn.execute("DROP TRIGGER no_mark")
+        assert sidecar.last_write(conn, "ours") is not None
+    assert not writes.undo_last_write(ours).errors
     assert BANK not in blocked_now(h.ctx.config) and h.count("tag:blocked") == 0
 
 

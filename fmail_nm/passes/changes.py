@@ -1053,18 +1053,32 @@ def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None, audit_id: 
             sidecar.mark_undone(conn, entry.id, max(reverted.values(), default=None)
                                 or sidecar.newest_entry(conn), reverted)
             return []
-        kept = restore_rows(conn, entry)
-        # Its rows were put back as its own read of what stands, just now, said; a write
-        # recorded since its mail's revert read was made after that (see mark_undone).
-        sidecar.mark_undone(conn, entry.id, sidecar.newest_entry(conn), reverted)
+        # One transaction: rows put back but the entry not marked undone would be put back
+        # again by the next undo, and the log would say the write stands.
+        with sidecar.enclosing(conn, keep=True):
+            kept = restore_rows(conn, entry)
+            # Its rows were put back as its own read of what stands, just now, said; a write
+            # recorded since its mail's revert read was made after that (see mark_undone).
+            sidecar.mark_undone(conn, entry.id, sidecar.newest_entry(conn), reverted)
         return kept
     try:
-        kept = _recorded(ctx, f"the {entry.action} was undone, but the sidecar could not "
-                         "record that: do not undo it again", undone)
+        kept = _recorded(ctx, _unrecorded_undo(entry, restore_rows is not None), undone)
     finally:
         told.append((f"undo {entry.action}", report.changes))
     report.audit_id = entry.id
     return Undone(entry, report, kept)
+
+
+def _unrecorded_undo(entry: sidecar.AuditEntry, rows: bool) -> str:
+    """What an undo whose record failed says.  Contacts (``rows``: put back) are put back
+    in the record's own transaction, so they stand as the write left them, and only undoing
+    it again puts them back."""
+    if rows and entry.contact_rows:
+        return (f"the {entry.action} was not undone in the sidecar: its contacts stand as it "
+                "left them (any mail it changed was put back); undo it again once the "
+                "sidecar can be written")
+    return (f"the {entry.action} was undone, but the sidecar could not record that: do not "
+            "undo it again")
 
 
 def _none_of_this_session(conn: sqlite3.Connection, session: str | None) -> None:

@@ -1002,28 +1002,54 @@ _enclosed: set[sqlite3.Connection] = set()
 
 @contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error.  Inside
-    :func:`enclosing`, a savepoint of its transaction (rolled back on an error), kept or not
-    with it.  Any other transaction already open makes it fail, as SQLite does: one a failed
-    COMMIT left open on a long-lived connection must not turn each later transaction into a
-    savepoint that never commits."""
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error -- a failed COMMIT too,
+    so that nothing half-done stays open on the connection.  Inside :func:`enclosing`, a
+    savepoint of its transaction (rolled back on an error), kept or not with it.  Any other
+    transaction already open makes it fail, as SQLite does: one left open on a long-lived
+    connection must not turn each later transaction into a savepoint that never commits."""
     if conn in _enclosed:
-        conn.execute("SAVEPOINT nested")
-        try:
+        with _savepoint(conn):
             yield conn
-        except BaseException:
-            conn.execute("ROLLBACK TO nested")
-            conn.execute("RELEASE nested")
-            raise
-        conn.execute("RELEASE nested")
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
+        conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        _roll_back(conn)
         raise
-    conn.execute("COMMIT")
+
+
+@contextmanager
+def _savepoint(conn: sqlite3.Connection) -> Iterator[None]:
+    """A savepoint of the transaction :func:`enclosing` opened, which must still be open."""
+    _still_enclosed(conn)
+    conn.execute("SAVEPOINT nested")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:  # else SQLite rolled back the whole one: nothing to undo
+            conn.execute("ROLLBACK TO nested")
+            conn.execute("RELEASE nested")
+        raise
+    conn.execute("RELEASE nested")
+
+
+def _still_enclosed(conn: sqlite3.Connection) -> None:
+    """Fails once SQLite has rolled back the enclosing transaction itself (an error such as
+    SQLITE_FULL, or a trigger's RAISE(ROLLBACK), that the block went on after): a savepoint
+    would then begin a transaction of its own, committed when released -- in a rehearsal
+    too -- and the rest of the block would write apart from what was rolled back."""
+    if not conn.in_transaction:
+        raise SidecarError("the sidecar rolled back the transaction after an error; "
+                           "nothing more is written in it")
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    # SQLite may have rolled back already (SQLITE_FULL, an I/O error, RAISE(ROLLBACK)):
+    # a ROLLBACK then fails, and its error would hide the one that ended the transaction.
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
 
 
 @contextmanager
@@ -1040,8 +1066,7 @@ def enclosing(conn: sqlite3.Connection, *, keep: bool) -> Iterator[None]:
             conn.execute("COMMIT")
     finally:
         _enclosed.discard(conn)
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+        _roll_back(conn)
 
 
 @contextmanager
