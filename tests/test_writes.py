@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from fmail_nm import dsl, flock
+from fmail_nm.errors import FmailError
 from fmail_nm.clock import utc_now, utc_stamp
 from fmail_nm.passes import changes
 from fmail_nm.passes.changes import ChangeError, WriteContext, WriteOutcome
@@ -1244,24 +1245,63 @@ def test_an_undo_that_cannot_record_itself_leaves_the_contacts_as_they_were(h: H
     """The undo of a block put the contact back, committed, then failed to mark the entry
     undone: the bank stood unblocked while the log said the block stands (and a second
     undo would put it back again).  The contacts restore and the mark are one transaction:
-    a mark SQLite refuses (here a trigger) leaves the contact blocked, and once it can be
-    recorded, undoing again goes through."""
+    a mark SQLite refuses (here a trigger) leaves the contact blocked, and its mail blocked
+    with it; once it can be recorded, undoing again goes through."""
     from fmail_nm.tools.contacts import manage_contacts
 
     ours, _ = _two_sessions(h)
     manage_contacts(ours, f"UPDATE contacts SET is_blocked = 1 WHERE email_address = '{BANK}'")
-    with sidecar.opened(h.ctx.sidecar_file) as conn:
-        conn.execute("CREATE TRIGGER no_mark BEFORE UPDATE OF undone_at ON audit_log "
-                     "BEGIN SELECT RAISE(ABORT, 'the mark is refused'); END")
-    with pytest.raises(changes.UnrecordedWrite, match="its contacts stand as it left them .* "
-                       "undo it again once the sidecar can be written .the mark is refused"):
+    blocked = h.count("tag:blocked")
+    _refuse_undo_marks(h.ctx.sidecar_file)
+    with pytest.raises(changes.ChangeError, match="nothing was undone .the sidecar could not "
+                       "put its contacts back and record the undo .the mark is refused"):
         writes.undo_last_write(ours)
-    assert BANK in blocked_now(h.ctx.config)
+    assert BANK in blocked_now(h.ctx.config) and h.count("tag:blocked") == blocked > 0
     with sidecar.opened(h.ctx.sidecar_file) as conn:
         conn.execute("DROP TRIGGER no_mark")
         assert sidecar.last_write(conn, "ours") is not None
     assert not writes.undo_last_write(ours).errors
     assert BANK not in blocked_now(h.ctx.config) and h.count("tag:blocked") == 0
+
+
+def _refuse_undo_marks(sidecar_file: Path) -> None:
+    """Every mark of an entry undone fails, as a full disk would fail it."""
+    with sidecar.opened(sidecar_file) as conn:
+        conn.execute("CREATE TRIGGER no_mark BEFORE UPDATE OF undone_at ON audit_log "
+                     "BEGIN SELECT RAISE(ABORT, 'the mark is refused'); END")
+
+
+def test_an_undo_of_a_block_that_cannot_record_itself_leaves_its_mail_in_junk(
+        mail_env: MailEnv) -> None:
+    """Our block moves the bank's mail to Junk; our undo moves it back, then cannot put the
+    contact back and mark itself undone.  Its mail goes back to Junk with the contact still
+    blocked -- not left in the inbox from a sender still blocked, nor found gone from Junk
+    by the undo done again, which then puts back all of it, as once."""
+    from fmail_nm.tools.contacts import manage_contacts
+
+    toml = mail_env.fmail_config.read_text()
+    mail_env.fmail_config.write_text(
+        toml.replace('name = "personal"\n', 'name = "personal"\nblocked_to_junk = true\n', 1))
+    run_init(mail_env)
+    config = mail_env.config()
+    with Reader() as reader, Writer() as writer:
+        h = Harness(mail_env, WriteContext(config, reader, writer,
+                                           sidecar.sidecar_path(config.data_dir)))
+        ours, _ = _two_sessions(h)
+        mid = mail_env.notmuch("search", "--output=messages", "--exclude=false", "--limit=1",
+                               f"from:{BANK} AND tag:inbox").stdout.strip().removeprefix("id:")
+        before = h.shape(mid)
+        manage_contacts(ours, f"UPDATE contacts SET is_blocked = 1 WHERE email_address = '{BANK}'")
+        junked = h.shape(mid)
+        _refuse_undo_marks(h.ctx.sidecar_file)
+        with pytest.raises(FmailError, match="the mark is refused"):
+            writes.undo_last_write(ours)
+        assert h.shape(mid) == junked and BANK in blocked_now(config)
+        h.assert_in_step()
+        with sidecar.opened(h.ctx.sidecar_file) as conn:
+            conn.execute("DROP TRIGGER no_mark")
+        assert not writes.undo_last_write(ours).errors
+        assert h.shape(mid) == before and BANK not in blocked_now(config)
 
 
 def test_a_message_reverted_before_a_retry_counts_what_was_made_meanwhile_as_after(

@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from ..clock import utc_now
 from ..config import ROOT_FOLDER, Account, Config
@@ -1038,14 +1038,9 @@ def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None, audit_id: 
         return now
     report = run(ctx, list(changes), revert_step(changes, seen))
     if report.failed or report.stale:  # all or nothing: put the others back as they were
-        back = _roll_back(ctx, report)
-        told.append((f"undo {entry.action} (rolled back)", report.changes + back.changes))
-        why = "; ".join(f"{mid}: {text}" for mid, text in report.errors
-                        if mid in {*report.failed, *report.stale})
-        left = "" if not back.errors else (" -- and putting back " + "; ".join(
-            f"{mid}: {text}" for mid, text in back.errors) + " failed")
-        raise ChangeError(f"nothing was undone ({why}){left}; the write can be undone once "
-                          "that is fixed")
+        _nothing_undone(ctx, entry, report, "; ".join(
+            f"{mid}: {text}" for mid, text in report.errors
+            if mid in {*report.failed, *report.stale}), told)
     reverted = {mid: read_upto[mid] for mid in report.applied}
 
     def undone(conn: sqlite3.Connection) -> list[str]:
@@ -1061,24 +1056,33 @@ def _undo_latest(ctx: WriteContext, restore_rows: RestoreRows | None, audit_id: 
             # recorded since its mail's revert read was made after that (see mark_undone).
             sidecar.mark_undone(conn, entry.id, sidecar.newest_entry(conn), reverted)
         return kept
+    rows = bool(entry.contact_rows) and restore_rows is not None
     try:
-        kept = _recorded(ctx, _unrecorded_undo(entry, restore_rows is not None), undone)
+        kept = _recorded(ctx, "the sidecar could not put its contacts back and record the undo"
+                         if rows else f"the {entry.action} was undone, but the sidecar could "
+                         "not record that: do not undo it again", undone)
+    except UnrecordedWrite as exc:
+        if rows:  # its contacts stand as the write left them: so does its mail
+            _nothing_undone(ctx, entry, report, str(exc), told)
+        raise
     finally:
-        told.append((f"undo {entry.action}", report.changes))
+        if not told:  # else told of the roll-back (see _nothing_undone)
+            told.append((f"undo {entry.action}", report.changes))
     report.audit_id = entry.id
     return Undone(entry, report, kept)
 
 
-def _unrecorded_undo(entry: sidecar.AuditEntry, rows: bool) -> str:
-    """What an undo whose record failed says.  Contacts (``rows``: put back) are put back
-    in the record's own transaction, so they stand as the write left them, and only undoing
-    it again puts them back."""
-    if rows and entry.contact_rows:
-        return (f"the {entry.action} was not undone in the sidecar: its contacts stand as it "
-                "left them (any mail it changed was put back); undo it again once the "
-                "sidecar can be written")
-    return (f"the {entry.action} was undone, but the sidecar could not record that: do not "
-            "undo it again")
+def _nothing_undone(ctx: WriteContext, entry: sidecar.AuditEntry, undone: BatchReport,
+                    why: str, told: list[tuple[str, list[dict[str, Any]]]]) -> NoReturn:
+    """An undo is all or nothing: when part of it cannot be done, the messages it reverted
+    go back as the write left them, and a ChangeError says why.  Undoing the write again
+    then reverts it whole -- not files put back already, which it would find gone."""
+    back = _roll_back(ctx, undone)
+    told.append((f"undo {entry.action} (rolled back)", undone.changes + back.changes))
+    left = "" if not back.errors else (" -- and putting back " + "; ".join(
+        f"{mid}: {text}" for mid, text in back.errors) + " failed")
+    raise ChangeError(f"nothing was undone ({why}){left}; the write can be undone once "
+                      "that is fixed")
 
 
 def _none_of_this_session(conn: sqlite3.Connection, session: str | None) -> None:
