@@ -533,7 +533,7 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
             policy = _policy(conn, CONTACTS_HINT, edits_contacts=True)
             if before_write is not None and _writes_contacts(conn, statement, policy, deadline):
                 before_write()
-            with _write_transaction(conn):
+            with sidecar.transaction(conn):
                 rows_before = contact_rows(conn)
                 fetched = _execute(conn, statement, policy, _clamp(limit), deadline)
                 if not _explains(statement):  # a plan's rows are no contacts returned
@@ -1101,26 +1101,6 @@ def _view_reads(conn: sqlite3.Connection) -> frozenset[tuple[str, str, str]]:
     finally:
         conn.set_authorizer(None)
     return frozenset(seen)
-
-
-@contextmanager
-def _write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """BEGIN IMMEDIATE (waiting the sidecar's busy timeout for the lock) ... COMMIT.
-
-    Not :func:`sidecar.transaction`: after an interrupt (the time limit) SQLite has rolled
-    back already, and a second ROLLBACK would hide the real error.
-    """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        if conn.in_transaction:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass  # closing the connection discards the transaction all the same
-        raise
-    conn.execute("COMMIT")
 
 
 def _clamp(limit: int) -> int:
