@@ -30,6 +30,7 @@ import pytest
 from fmail_nm import dsl, flock
 from fmail_nm.errors import FmailError
 from fmail_nm.clock import utc_now, utc_stamp
+from fmail_nm.config import Config
 from fmail_nm.passes import changes
 from fmail_nm.passes.changes import ChangeError, WriteContext, WriteOutcome
 from fmail_nm.passes.mirror import sync_sidecar
@@ -1023,6 +1024,23 @@ def test_undo_leaves_a_message_where_another_sessions_later_write_put_it(h: Harn
     h.assert_in_step()
 
 
+def _blocking_to_junk(mail_env: MailEnv) -> Config:
+    """The personal account moves a blocked sender's mail to its Junk folder."""
+    toml = mail_env.fmail_config.read_text()
+    assert 'name = "personal"\n' in toml
+    mail_env.fmail_config.write_text(
+        toml.replace('name = "personal"\n', 'name = "personal"\nblocked_to_junk = true\n', 1))
+    run_init(mail_env)
+    config = mail_env.config()
+    assert config.account("personal").blocked_to_junk
+    return config
+
+
+def _a_bank_message_in_the_inbox(mail_env: MailEnv) -> str:
+    return mail_env.notmuch("search", "--output=messages", "--exclude=false", "--limit=1",
+                            f"from:{BANK} AND tag:inbox").stdout.strip().removeprefix("id:")
+
+
 def _two_sessions(h: Harness) -> tuple[WriteContext, WriteContext]:
     return (dataclasses.replace(h.ctx, session="ours"),
             dataclasses.replace(h.ctx, session="theirs"))
@@ -1193,17 +1211,12 @@ def test_a_write_made_between_an_undos_mail_revert_and_contacts_restore_counts_a
     made after our revert, whatever our contacts restore found recorded by then."""
     from fmail_nm.tools.contacts import manage_contacts
 
-    toml = mail_env.fmail_config.read_text()
-    mail_env.fmail_config.write_text(
-        toml.replace('name = "personal"\n', 'name = "personal"\nblocked_to_junk = true\n', 1))
-    run_init(mail_env)
-    config = mail_env.config()
+    config = _blocking_to_junk(mail_env)
     with Reader() as reader, Writer() as writer:
         h = Harness(mail_env, WriteContext(config, reader, writer,
                                            sidecar.sidecar_path(config.data_dir)))
         ours, theirs = _two_sessions(h)
-        mid = mail_env.notmuch("search", "--output=messages", "--exclude=false", "--limit=1",
-                               f"from:{BANK} AND tag:inbox").stdout.strip().removeprefix("id:")
+        mid = _a_bank_message_in_the_inbox(mail_env)
         manage_contacts(ours, f"UPDATE contacts SET is_blocked = 1 WHERE email_address = '{BANK}'")
         [junked] = h.files(mid)
         shutil.move(mail_env.mail_root / junked,
@@ -1279,17 +1292,12 @@ def test_an_undo_of_a_block_that_cannot_record_itself_leaves_its_mail_in_junk(
     by the undo done again, which then puts back all of it, as once."""
     from fmail_nm.tools.contacts import manage_contacts
 
-    toml = mail_env.fmail_config.read_text()
-    mail_env.fmail_config.write_text(
-        toml.replace('name = "personal"\n', 'name = "personal"\nblocked_to_junk = true\n', 1))
-    run_init(mail_env)
-    config = mail_env.config()
+    config = _blocking_to_junk(mail_env)
     with Reader() as reader, Writer() as writer:
         h = Harness(mail_env, WriteContext(config, reader, writer,
                                            sidecar.sidecar_path(config.data_dir)))
         ours, _ = _two_sessions(h)
-        mid = mail_env.notmuch("search", "--output=messages", "--exclude=false", "--limit=1",
-                               f"from:{BANK} AND tag:inbox").stdout.strip().removeprefix("id:")
+        mid = _a_bank_message_in_the_inbox(mail_env)
         before = h.shape(mid)
         manage_contacts(ours, f"UPDATE contacts SET is_blocked = 1 WHERE email_address = '{BANK}'")
         junked = h.shape(mid)
@@ -2324,13 +2332,7 @@ def test_blocking_with_blocked_to_junk_is_one_undoable_entry(mail_env: MailEnv) 
     the contact unblocked -- with notmuch and the Maildir in step."""
     from fmail_nm.tools.contacts import manage_contacts
 
-    toml = mail_env.fmail_config.read_text()
-    assert 'name = "personal"\n' in toml
-    mail_env.fmail_config.write_text(
-        toml.replace('name = "personal"\n', 'name = "personal"\nblocked_to_junk = true\n', 1))
-    run_init(mail_env)
-    config = mail_env.config()
-    assert config.account("personal").blocked_to_junk
+    config = _blocking_to_junk(mail_env)
 
     def dump() -> str:
         return mail_env.notmuch("dump", "--include=tags").stdout
@@ -2402,11 +2404,7 @@ def test_unblocking_with_blocked_to_junk_puts_every_message_back_as_it_was(
     tag was lost and archived mail came back to the inbox; a second unblock lost even more."""
     from fmail_nm.tools.contacts import manage_contacts
 
-    toml = mail_env.fmail_config.read_text()
-    mail_env.fmail_config.write_text(
-        toml.replace('name = "personal"\n', 'name = "personal"\nblocked_to_junk = true\n', 1))
-    run_init(mail_env)
-    config = mail_env.config()
+    config = _blocking_to_junk(mail_env)
     statement = "id:statement-2026-{:02}@northwind-bank.example.com"
     mail_env.notmuch("tag", "+spam", "--", statement.format(9))
     mail_env.notmuch("tag", "-inbox", "--", statement.format(8))
@@ -2507,11 +2505,7 @@ def test_undo_reverts_the_users_write_not_the_hooks_move_of_blocked_mail(
     """New mail from a blocked sender is moved to Junk by the post-new hook, after the user's
     last write: undo_last_write undoes the user's write, and the blocked mail stays in Junk
     (unblocking is how it comes back)."""
-    toml = mail_env.fmail_config.read_text()
-    mail_env.fmail_config.write_text(
-        toml.replace('name = "personal"\n', 'name = "personal"\nblocked_to_junk = true\n', 1))
-    run_init(mail_env)
-    config = mail_env.config()
+    config = _blocking_to_junk(mail_env)
     with Reader() as reader, Writer() as writer:
         ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
         harness = Harness(mail_env, ctx)
