@@ -1707,6 +1707,77 @@ def test_a_nested_comment_in_a_raw_8bit_address_header_goes_out_as_written(bed: 
     assert "j@example.org" in got.rcpt_tos
 
 
+# A comment inside an address (CFWS in an addr-spec, RFC 5322 3.4.1): in the domain, obsolete
+# syntax the email package reads with a defect, so the header is written again from
+# parse_addresses; in the local part only, read as groups.
+INNER_COMMENTS = {
+    "obsolete": ("J\u00f6rg <j(c1)@ex(c2).example>, k(c1)@ex(c2).example",
+                 [("J\u00f6rg", "j@ex.example"), ("", "k@ex.example")]),
+    "groups": ("m(c1)@example.com (Ann), J\u00f6rg <n(c1)@example.com>",
+               [("Ann", "m@example.com"), ("J\u00f6rg", "n@example.com")])}
+
+
+@pytest.mark.parametrize("case", list(INNER_COMMENTS))
+def test_a_comment_inside_an_address_in_a_raw_8bit_header_is_no_part_of_its_name(
+        bed: Bed, case: str) -> None:
+    """Written again for its 8-bit bytes, a header's comment inside an address became part
+    of the name the recipients see ("J\u00f6rg (c1 c2)", "c1 c1 c2", "c1 c1 Ann"): such a
+    comment is no name.  The address stays as it was, in the header and the envelope; a
+    comment after a nameless address is still its name."""
+    cc, shown = INNER_COMMENTS[case]
+    mid = f"inner-{case}@example.org"
+    bed.put_draft(f"1800000877.{case}.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", f"inner-{case}@".encode()).replace(b"Cc: ", f"Cc: {cc}, ".encode()))
+    send.send_draft(bed.ctx, mid)
+    (got,) = bed.smtp.received
+    assert got.data.split(b"\r\n\r\n", 1)[0].isascii()
+    assert [(a.display_name, a.addr_spec) for a in got.message()["cc"].addresses] == [
+        *shown, ("\u5c71\u7530 \u592a\u90ce", "yamada@example.jp")]
+    assert {address for _, address in shown} <= set(got.rcpt_tos)
+
+
+def test_a_comment_after_a_nameless_address_in_a_raw_8bit_x_header_goes_out(
+        bed: Bed) -> None:
+    """An X- header read as addresses (X-Original-To), written again for a name's 8-bit
+    bytes, lost the comment after an address written without a name: it goes out as it
+    was written."""
+    bed.put_draft("1800000878.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"x-comment@").replace(
+        b"Organization: ", "X-Original-To: Zo\u00eb <z@example.net>, k@example.com (Desk 2)\n"
+        "Organization: ".encode()))
+    send.send_draft(bed.ctx, "x-comment@example.org")
+    (got,) = bed.smtp.received
+    assert got.data.split(b"\r\n\r\n", 1)[0].isascii()
+    assert str(got.message()["x-original-to"]) == "Zo\u00eb <z@example.net>, k@example.com (Desk 2)"
+
+
+def test_a_draft_with_a_sender_shows_its_from_addresses(bed: Bed) -> None:
+    """Saved again or sent, a draft whose Sender names one of its From addresses was shown
+    as "from" the Sender alone: the answer says from whom the recipients see it."""
+    # Sent from the personal address, the second: personal's Drafts keeps it.
+    bed.put_draft("1800000879.joint.host:2,DS", (TWO_AUTHORS % b"joint-4@acme.test").replace(
+        b"alex@example.org", b"zoe@example.net").replace(b"amorgan@acme.test",
+                                                          b"alex@example.org"))
+    saved = compose.save_draft(bed.ctx, body="edited", draft_id="joint-4@acme.test")
+    done = send.send_draft(bed.ctx, "joint-4@acme.test")
+    assert saved.from_ == done.from_ == "zoe@example.net, alex@example.org"
+    assert bed.smtp.received[0].mail_from == "alex@example.org"
+
+
+def test_a_raw_8bit_header_with_a_word_longer_than_a_line_is_refused_and_kept(
+        bed: Bed) -> None:
+    """A header with raw 8-bit bytes and a word too long for a line of 998 bytes (a comment
+    of a thousand letters, or nested a thousand deep, after a name) broke sending with a
+    UnicodeEncodeError: the email package cannot write such bytes again.  Sending refuses
+    it, naming the header; the draft is kept as it was."""
+    bed.put_draft("1800000880.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"long-word@").replace(
+        b"Organization: ", "X-Original-To: Zo\u00eb <z@example.net> ({})\nOrganization: "
+        .format("(" * 600 + ")" * 600).encode()))
+    bed.refused_send("long-word@example.org", "its X-Original-To header has a word longer "
+                     "than a line")
+
+
 def test_a_raw_8bit_subject_with_a_colon_and_a_semicolon_is_sent(bed: Bed) -> None:
     """A Subject such as "Réunion: ordre du jour; suite" was parsed as an address list first,
     which the email package fails on (AttributeError): the send broke.  A text header is

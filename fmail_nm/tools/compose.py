@@ -52,7 +52,8 @@ from ..errors import BackendError
 from ..message import drafts
 from ..message.headers import (Address, addresses, ascii_address, canonical_address,
                                 decode_header_text, header, is_own_address, mailbox_address,
-                                parse_addresses, split_head, to_bytes, written_date)
+                                parse_addresses, split_head, to_bytes, without_comments,
+                                written_date)
 from ..message.formats import unflow
 from ..message.html import read_message
 from ..message.mime import MAX_DEPTH, nested_past_max_depth
@@ -632,6 +633,12 @@ def _fold_long_headers(part: Message, whose: _Source) -> None:
             # A word longer than a line: the email package writes the value again, as RFC 2047
             # words -- decoded first, so a line break it decodes to would start a header.
             header = _header(name, value, whose)
+            try:
+                header.fold(policy=POLICY)
+            except UnicodeError:  # 8-bit bytes, which it cannot write as words of text
+                raise ComposeError(f"{whose.name}: its {name} header has a word longer than a "
+                                   f"line ({MAX_LINE_BYTES} bytes) and 8-bit bytes, which "
+                                   f"fmail-nm cannot write; {whose.remedy}") from None
             part.set_raw(name, check_header(name, header))
 
 
@@ -674,11 +681,16 @@ def _keep_header(msg: EmailMessage, name: str, source: str) -> None:
     msg.set_raw(name, source)
 
 
+def _authors(c: Composition) -> list[Address]:
+    """Its From: who wrote it."""
+    return c.authors or [c.sender]
+
+
 def build(c: Composition, now: datetime) -> EmailMessage:
     """The message as it is saved (Bcc included: the Drafts and Sent copies show it; the
     sender strips it)."""
     msg = EmailMessage(policy=POLICY)
-    for name, people in (("From", c.authors or [c.sender]), ("To", c.to), ("Cc", c.cc),
+    for name, people in (("From", _authors(c)), ("To", c.to), ("Cc", c.cc),
                          ("Bcc", c.bcc)):
         if people:
             msg.set_raw(name, _address_list(name, people))
@@ -849,8 +861,9 @@ def _draft_folder(ctx: WriteContext, account: Account) -> Path:
 
 def _result(ctx: WriteContext, c: Composition, message_id: str,
             sent: bool = False) -> DraftResult:
+    # From as the recipients see it: a Sender (the envelope's) is shown by no read either.
     return DraftResult(id=_answer_id(ctx, message_id), message_id=message_id,
-                       from_=c.sender.address,
+                       from_=", ".join(p.address for p in _authors(c)),
                        to=[p.address for p in c.to], cc=[p.address for p in c.cc],
                        bcc=[p.address for p in c.bcc],
                        # (a reply keeps an original's subject of kilobytes: the draft has it)
@@ -1016,8 +1029,28 @@ def _people(msg: EmailMessage, name: str, draft_id: str) -> list[Address]:
     # From the source values: the email package's own parse puts a space between two
     # adjacent encoded-words of a long name, which saving the draft again would make real.
     charset = _draft_charset(msg)
-    return parse_addresses((_ascii_source(key, value, charset, draft_id)
-                            for key, value in msg.raw_items() if key.lower() == name), name, [])
+    return _named([_ascii_source(key, value, charset, draft_id)
+                   for key, value in msg.raw_items() if key.lower() == name], name)
+
+
+def _named(values: Sequence[str], key: str) -> list[Address]:
+    """The addresses in a header's values as parse_addresses reads them, each named by its
+    phrase, else by the comment after it ("a@b.example (Ann)", as older mail clients write
+    a name) -- not by a comment inside it or after a name, which that parse adds to the name
+    ("Jörg <j(c1)@ex(c2).example>" is "Jörg (c1 c2)" to it): a comment is no name
+    (RFC 5322 3.2.2).  Nameless where the values read without comments name other addresses
+    (a domain literal holding a parenthesis): never misnamed."""
+    text = ", ".join(values)
+    people = parse_addresses([text], key, [])
+    if "(" not in text:
+        return people
+    phrases = parse_addresses([without_comments(text)], key, [])
+    comments = parse_addresses([without_comments(text, keep_after=True)], key, [])
+    if not [p.address for p in people] == [p.address for p in phrases] == [
+            p.address for p in comments]:
+        return [Address("", p.address) for p in people]
+    return [Address(phrase.name or comment.name, p.address)
+            for p, phrase, comment in zip(people, phrases, comments)]
 
 
 def save_draft(ctx: WriteContext, to: Sequence[str] | None = None,
@@ -1574,12 +1607,12 @@ def _ascii_addresses(name: str, key: str, text: str) -> str | None:
     only where the email package reads the very addresses parse_addresses does -- the parse
     the envelope is made from (load_draft): the header never shows other addresses than the
     mail goes to (``"Zoë" <a> <b>`` is one address to the one, two to the other)."""
-    people = parse_addresses([text], key, [])
+    people = _named([text], key)
     groups = _groups(text)
     if groups is not None and [a.addr_spec for group in groups for a in group.addresses] == [
             p.address for p in people]:
         return _group_list(name, key, _with_comment_names(groups, people),
-                           _comments(name, text))
+                           _comments(name, text, after_nameless=False))
     if not people:
         return None
     # check_addresses refuses a local part only SMTPUTF8 carries, naming it.
@@ -1590,35 +1623,51 @@ def _ascii_addresses(name: str, key: str, text: str) -> str | None:
 def _with_comment_names(groups: Sequence[Group], people: Sequence[Address]
                         ) -> tuple[Group, ...]:
     """The groups, a mailbox without a name named as ``people`` (the same addresses, in
-    order) name it: from its comment ("a@b.example (Zoë)", as older mail clients write a
-    name), which the email package drops, as the header written without groups keeps it."""
+    order, _named) name it: from its comment ("a@b.example (Zoë)", as older mail clients
+    write a name), which the email package drops, as the header written without groups
+    keeps it."""
     names = iter(p.name for p in people)
     return tuple(Group(group.display_name, [
         HeaderAddress(a.display_name or person, a.username, a.domain)
         for a, person in zip(group.addresses, names)]) for group in groups)
 
 
-def _comments(name: str, text: str) -> list[str]:
+def _comments(name: str, text: str, *, after_nameless: bool) -> list[str]:
     """Each mailbox's comments in an address list _groups reads (in the order of its groups'
     mailboxes), as written after it: " (work)" for "Ann <a@b.example> (work)" -- text the user
-    wrote, which the groups drop.  None for a mailbox written without a name (none, or one
-    _header_address leaves out): after it, a comment reads as its name ("a@b.example (Ann)",
-    _with_comment_names)."""
+    wrote, which the groups drop.  For a mailbox written without a name (none, or one
+    _header_address leaves out), those after its address when ``after_nameless``, else none: a
+    comment after it reads as its name ("a@b.example (Ann)", _with_comment_names); one
+    inside its address (RFC 5322 3.4.1's CFWS, obsolete syntax in a domain, which RFC 5322
+    4 says not to write) would read as part of that name."""
     found, _ = get_address_list(text)  # the parse the email package's groups are made from
-    return ["".join(f" {_comment_source(name, comment)}" for comment in _comment_tokens(box))
-            if box.display_name and "=?" not in box.display_name else ""
-            for box in found.all_mailboxes]
+    written = []
+    for box in found.all_mailboxes:
+        named = bool(box.display_name) and "=?" not in box.display_name
+        written.append("".join(f" {_comment_source(name, comment)}"
+                               for comment, after in _comment_tokens(box)
+                               if named or (after_nameless and after)))
+    return written
 
 
-def _comment_tokens(tokens: TokenList) -> list[TokenList]:
-    """The comments in a parsed mailbox, not those inside them."""
-    found: list[TokenList] = []
-    for token in tokens:
-        if token.token_type == "comment":
-            found.append(cast(TokenList, token))
+def _comment_tokens(box: TokenList) -> list[tuple[TokenList, bool]]:
+    """The comments in a parsed mailbox (not those inside them), each with whether it is
+    after all of the mailbox's words."""
+    pieces: list[TokenList | None] = []  # None: a word
+    tokens = [iter(box)]
+    while tokens:
+        token = next(tokens[-1], None)
+        if token is None:
+            tokens.pop()
+        elif token.token_type == "comment":
+            pieces.append(cast(TokenList, token))
         elif isinstance(token, TokenList):
-            found += _comment_tokens(token)
-    return found
+            tokens.append(iter(token))
+        elif str(token).strip():
+            pieces.append(None)
+    words = [i for i, piece in enumerate(pieces) if piece is None]
+    last = words[-1] if words else -1
+    return [(piece, i > last) for i, piece in enumerate(pieces) if piece is not None]
 
 
 def _comment_source(name: str, comment: TokenList) -> str:
@@ -1655,7 +1704,7 @@ def _x_addresses(name: str, key: str, text: str) -> str | None:
     if not groups or any(not a.addr_spec.isascii() for g in groups for a in g.addresses):
         return None
     try:
-        return _group_list(name, key, groups, _comments(name, text))
+        return _group_list(name, key, groups, _comments(name, text, after_nameless=True))
     except ComposeError:
         return None
 
