@@ -1778,6 +1778,54 @@ def test_a_raw_8bit_header_with_a_word_longer_than_a_line_is_refused_and_kept(
                      "than a line")
 
 
+def test_a_draft_with_raw_iso_2022_jp_names_keeps_them_saved_again(bed: Bed) -> None:
+    """Older Japanese mailers write names in ISO-2022-JP unencoded: each name's escape back
+    to ASCII ("ESC ( B") read as a comment opening, so a draft saved again (or its
+    answer) lost every name of the header.  The names are read as the letters they are."""
+    jis = "iso-2022-jp"
+    bed.put_draft("1800000881.jis.host:2,DS", (
+        b"From: Alex Morgan <alex@example.org>\nTo: " + "山田".encode(jis)
+        + b" <yamada@example.jp>, " + "太郎".encode(jis) + b" <taro@example.jp>\n"
+        b"Subject: x\nMessage-ID: <jis-names@example.org>\nMIME-Version: 1.0\n"
+        b"Content-Type: text/plain; charset=iso-2022-jp\n\nhi\n"))
+    compose.save_draft(bed.ctx, body="edited", draft_id="jis-names@example.org")
+    (path,) = bed.files_with(bed.drafts, "jis-names@example.org")
+    assert [(a.display_name, a.addr_spec) for a in parse(path.read_bytes())["to"].addresses] == [
+        ("山田", "yamada@example.jp"), ("太郎", "taro@example.jp")]
+
+
+def test_a_reply_names_its_recipients_as_written_not_by_their_comments(bed: Bed) -> None:
+    """A reply took its recipients' names from the original as the stdlib's parser reads
+    them, a comment inside an address added to the name ("j(c1)@example.com" was "c1 c1",
+    "Ann <a(desk)@example.com>" "Ann (desk)"), which the reply's recipients saw.  It names
+    them as a draft's are: by the name written, else the comment after a bare address."""
+    bed.receive(b"From: j(c1)@example.com\r\nTo: alex@example.org, Ann <a(desk)@example.com>,"
+                b" b@example.com (Bob)\r\nSubject: names\r\n"
+                b"Date: Mon, 02 Mar 2026 10:00:00 +0000\r\n"
+                b"Message-ID: <named-1@example.com>\r\n\r\nHi\r\n")
+    draft = compose.reply_to_email(bed.ctx, "named-1@example.com", "ok", reply_all=True)
+    got = parse(bed.files_with(bed.drafts, draft.message_id)[0].read_bytes())
+    assert [(a.display_name, a.addr_spec) for a in got["to"].addresses] == [
+        ("", "j@example.com")]
+    assert [(a.display_name, a.addr_spec) for a in got["cc"].addresses] == [
+        ("Ann", "a@example.com"), ("Bob", "b@example.com")]
+    assert "j@example.com wrote:" in body_text(got)
+
+
+def test_a_raw_8bit_header_too_long_to_write_again_is_refused_and_kept(bed: Bed) -> None:
+    """An 8-bit Cc with a comment of many words (untrusted text a reply may carry) took the
+    email package's parser time growing with its square -- half a minute for 120 KB --
+    each time the draft was read to send or save.  Past 16 KB it is refused, naming the
+    header; the draft is kept as it was."""
+    words = "a " * 10_000
+    bed.put_draft("1800000882.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"long-8bit@").replace(b"Cc: ", f"Cc: k@example.com ({words}), ".encode()))
+    bed.refused_send("long-8bit@example.org", "its Cc header has non-ASCII text and "
+                     "[0-9,]+ characters, more than")
+    with pytest.raises(ComposeError, match="its Cc header has non-ASCII text"):
+        compose.save_draft(bed.ctx, body="edited", draft_id="long-8bit@example.org")
+
+
 def test_a_raw_8bit_subject_with_a_colon_and_a_semicolon_is_sent(bed: Bed) -> None:
     """A Subject such as "Réunion: ordre du jour; suite" was parsed as an address list first,
     which the email package fails on (AttributeError): the send broke.  A text header is

@@ -332,13 +332,14 @@ def _decode_word(encoding: str, payload: str, defects: list[str]) -> bytes | Non
 
 
 def addresses(headers: Message, name: str, defects: list[str],
-              unread: list[str] | None = None) -> list[Address]:
+              unread: list[str] | None = None, *, as_written: bool = False) -> list[Address]:
     """The addresses in the ``name`` headers; what of them could not be read is a defect
-    and, when ``unread`` is given, one more item of it (see :func:`parse_addresses`).  In
-    a header the header block was cut inside, the last address may be half of one: it is
-    left out."""
+    and, when ``unread`` is given, one more item of it (see :func:`parse_addresses`, and for
+    ``as_written``).  In a header the header block was cut inside, the last address may be
+    half of one: it is left out."""
     cut = _cut_last(headers, name)
-    found = parse_addresses(headers.get_all(name) or [], name, defects, unread, cut=cut)
+    found = parse_addresses(headers.get_all(name) or [], name, defects, unread, cut=cut,
+                            as_written=as_written)
     if cut:
         problem = (f"header {name}: the header block is longer than "
                    f"{_MAX_HEADER_BLOCK // 1024} KB and was cut inside this header; its "
@@ -350,10 +351,17 @@ def addresses(headers: Message, name: str, defects: list[str],
 
 
 def parse_addresses(raw_values: Iterable[object], name: str, defects: list[str],
-                    unread: list[str] | None = None, *, cut: bool = False) -> list[Address]:
+                    unread: list[str] | None = None, *, cut: bool = False,
+                    as_written: bool = False) -> list[Address]:
     """The addresses in a header's raw values (folded, encoded-words as sent); ``cut``: the
     last value does not end where the header did, so what follows its last comma is left
-    out.
+    out.  The stdlib's parser adds an address's comments to its name ("Jörg
+    <j(c1)@ex(c2).example>" is "Jörg (c1 c2)", "j(c1)@ex.example" is "c1 c1"); ``as_written``
+    names each as it is written, for mail that shows the name to others (a draft, a reply):
+    by its phrase, else by the comment after it ("a@b.example (Ann)", as older mail clients
+    write a name) -- a comment is no name (RFC 5322 3.2.2).  Nameless where the list read
+    without comments holds other addresses (a domain literal holding a parenthesis): never
+    misnamed.
 
     Never raises: a part that cannot be read is left out, saying so in ``defects`` and --
     for a caller that must not go on without it (a reply to everyone) -- in ``unread``."""
@@ -362,6 +370,24 @@ def parse_addresses(raw_values: Iterable[object], name: str, defects: list[str],
         return []
     if "\x1b" in joined:  # raw ISO-2022-JP: its letters' bytes read as quotes and commas
         joined = _undo_8bit(joined)
+    people, problems = _read_addresses(joined, name, defects, cut)
+    if unread is not None:
+        unread += problems
+    if not as_written or "(" not in joined:
+        return people
+    phrases, _ = _read_addresses(_without_comments(joined), name, [], cut)
+    comments, _ = _read_addresses(_without_comments(joined, keep_after=True), name, [], cut)
+    if not [p.address for p in people] == [p.address for p in phrases] == [
+            p.address for p in comments]:
+        return [Address("", p.address) for p in people]
+    return [Address(phrase.name or comment.name, p.address)
+            for p, phrase, comment in zip(people, phrases, comments)]
+
+
+def _read_addresses(joined: str, name: str, defects: list[str], cut: bool
+                    ) -> tuple[list[Address], list[str]]:
+    """parse_addresses of its values joined, and the parts of it that could not be read
+    (also in ``defects``)."""
     problems: list[str] = []
     too_long = len(joined) > _MAX_ADDRESS_HEADER
     pieces = _pieces(joined[:_MAX_ADDRESS_HEADER], _MAX_HEADER_VALUE, cut=cut or too_long)
@@ -383,14 +409,12 @@ def parse_addresses(raw_values: Iterable[object], name: str, defects: list[str],
             problems.append(f"header {name}: could not parse {len(piece):,} characters of "
                             "addresses")
     defects += problems
-    if unread is not None:
-        unread += problems
     result: list[Address] = []
     for display, addr in pairs:
         address = one_line(_undo_8bit(addr))
         if address:
             result.append(Address(one_line(decode_header_text(display, defects)), address))
-    return result
+    return result, problems
 
 
 # An address alone, of letters, digits and "._+-" (no name, comment, quote or route), between
@@ -457,7 +481,7 @@ def _pieces(value: str, most: int, *, cut: bool = False) -> list[str]:
     return pieces
 
 
-def without_comments(value: str, *, keep_after: bool = False) -> str:
+def _without_comments(value: str, *, keep_after: bool = False) -> str:
     """``value``, an address list, without the comments the stdlib's parser reads in it
     (as _pieces reads them): read, it gives the same addresses, and names without the
     comments that parser adds to them.  ``keep_after`` keeps each comment that only blanks

@@ -52,8 +52,7 @@ from ..errors import BackendError
 from ..message import drafts
 from ..message.headers import (Address, addresses, ascii_address, canonical_address,
                                 decode_header_text, header, is_own_address, mailbox_address,
-                                parse_addresses, split_head, to_bytes, without_comments,
-                                written_date)
+                                parse_addresses, split_head, to_bytes, written_date)
 from ..message.formats import unflow
 from ..message.html import read_message
 from ..message.mime import MAX_DEPTH, nested_past_max_depth
@@ -1029,28 +1028,9 @@ def _people(msg: EmailMessage, name: str, draft_id: str) -> list[Address]:
     # From the source values: the email package's own parse puts a space between two
     # adjacent encoded-words of a long name, which saving the draft again would make real.
     charset = _draft_charset(msg)
-    return _named([_ascii_source(key, value, charset, draft_id)
-                   for key, value in msg.raw_items() if key.lower() == name], name)
-
-
-def _named(values: Sequence[str], key: str) -> list[Address]:
-    """The addresses in a header's values as parse_addresses reads them, each named by its
-    phrase, else by the comment after it ("a@b.example (Ann)", as older mail clients write
-    a name) -- not by a comment inside it or after a name, which that parse adds to the name
-    ("Jörg <j(c1)@ex(c2).example>" is "Jörg (c1 c2)" to it): a comment is no name
-    (RFC 5322 3.2.2).  Nameless where the values read without comments name other addresses
-    (a domain literal holding a parenthesis): never misnamed."""
-    text = ", ".join(values)
-    people = parse_addresses([text], key, [])
-    if "(" not in text:
-        return people
-    phrases = parse_addresses([without_comments(text)], key, [])
-    comments = parse_addresses([without_comments(text, keep_after=True)], key, [])
-    if not [p.address for p in people] == [p.address for p in phrases] == [
-            p.address for p in comments]:
-        return [Address("", p.address) for p in people]
-    return [Address(phrase.name or comment.name, p.address)
-            for p, phrase, comment in zip(people, phrases, comments)]
+    return parse_addresses((_ascii_source(key, value, charset, draft_id)
+                            for key, value in msg.raw_items() if key.lower() == name), name, [],
+                           as_written=True)
 
 
 def save_draft(ctx: WriteContext, to: Sequence[str] | None = None,
@@ -1285,7 +1265,7 @@ def reply_recipients(config: Config, head: Message, reply_all: bool,
     advice = _ADD_THEM if reply_all else _WRITE_THEM
     _check_read_whole(head, ("from", "reply-to", *(("to", "cc", "mail-followup-to")
                                                    if reply_all else ())), advice)
-    followup = addresses(head, "mail-followup-to", defects)
+    followup = addresses(head, "mail-followup-to", defects, as_written=True)
     if reply_all and followup:
         return _unique(followup, mine, _ADD_THEM), []
     if own:
@@ -1331,8 +1311,11 @@ def reply_to_email(ctx: WriteContext, id: str, body: str, *, reply_all: bool = F
     message, raw = _original(mb, id)
     parsed = read_message(raw)
     head, _ = split_head(raw)
-    to, cc = reply_recipients(ctx.config, head, reply_all, parsed.from_, parsed.to, parsed.cc,
-                              parsed.reply_to)
+    # Named as written (a comment is no name): the reply shows the names to its recipients.
+    from_, original_to, original_cc, reply_to = (
+        addresses(head, name, [], as_written=True) for name in ("from", "to", "cc", "reply-to"))
+    to, cc = reply_recipients(ctx.config, head, reply_all, from_, original_to, original_cc,
+                              reply_to)
     if reply_all and len(to) + len(cc) > MAX_RECIPIENTS:
         raise ComposeError(f"a reply to everyone would go to {len(to) + len(cc):,} people, "
                            f"and a draft has at most {MAX_RECIPIENTS} recipients; {_ADD_THEM}")
@@ -1340,7 +1323,7 @@ def reply_to_email(ctx: WriteContext, id: str, body: str, *, reply_all: bool = F
         raise ComposeError("the reply has no recipient left (the original is from and to the "
                            "user only); use save_draft with to")
     account, address = _writer_of_reply(ctx.config, message, [
-        *parsed.to, *parsed.cc, *_delivered_to(head), *parsed.from_])
+        *original_to, *original_cc, *_delivered_to(head), *from_])
     text = body.rstrip("\n")
     if quote and parsed.text.strip():
         # A forward's forwarded message is what the reply is about: quoted with the note.
@@ -1351,7 +1334,7 @@ def reply_to_email(ctx: WriteContext, id: str, body: str, *, reply_all: bool = F
         if parsed.from_html:  # the quote goes to people: no Markdown escapes
             original = unescape_line_marks(original)
         written = written_date(header(head, "date"))  # parsed.date is in UTC
-        text += "\n\n" + _attribution(written, parsed.from_) + "\n" + quoted(original)
+        text += "\n\n" + _attribution(written, from_) + "\n" + quoted(original)
         if len(whole) > MAX_QUOTED_CHARS:
             text += (f"\n>\n> [… {len(whole) - MAX_QUOTED_CHARS:,} more characters of the "
                      "original not quoted]")
@@ -1558,8 +1541,19 @@ def _draft_header_text(name: str, source: str, charset: str | None, draft_id: st
                        "again in the mail client that saved the draft")
 
 
+# Of a header with raw 8-bit text, in characters, what is written again in ASCII: the email
+# package's parser, which reads it as addresses, takes time growing with the square of its
+# words (a comment of 120 KB took half a minute).  A hundred recipients with names fit.
+MAX_8BIT_HEADER_CHARS = 16 * 1024
+
+
 def _ascii_header(name: str, text: str, draft_id: str) -> str:
     """A header's decoded text as it goes out without SMTPUTF8 (see _encode_8bit_headers)."""
+    if len(text) > MAX_8BIT_HEADER_CHARS:
+        raise ComposeError(f"draft {draft_id!r}: its {name} header has non-ASCII text and "
+                           f"{len(text):,} characters, more than the {MAX_8BIT_HEADER_CHARS:,} "
+                           "fmail-nm writes again in ASCII; "
+                           f"{_draft_source(draft_id).remedy}")
     key = name.lower()
     if key in _ADDRESS_HEADERS and (value := _ascii_addresses(name, key, text)) is not None:
         return value
@@ -1607,7 +1601,7 @@ def _ascii_addresses(name: str, key: str, text: str) -> str | None:
     only where the email package reads the very addresses parse_addresses does -- the parse
     the envelope is made from (load_draft): the header never shows other addresses than the
     mail goes to (``"Zoë" <a> <b>`` is one address to the one, two to the other)."""
-    people = _named([text], key)
+    people = parse_addresses([text], key, [], as_written=True)
     groups = _groups(text)
     if groups is not None and [a.addr_spec for group in groups for a in group.addresses] == [
             p.address for p in people]:
@@ -1623,9 +1617,9 @@ def _ascii_addresses(name: str, key: str, text: str) -> str | None:
 def _with_comment_names(groups: Sequence[Group], people: Sequence[Address]
                         ) -> tuple[Group, ...]:
     """The groups, a mailbox without a name named as ``people`` (the same addresses, in
-    order, _named) name it: from its comment ("a@b.example (Zoë)", as older mail clients
-    write a name), which the email package drops, as the header written without groups
-    keeps it."""
+    order, read ``as_written``) name it: from its comment ("a@b.example (Zoë)", as older mail
+    clients write a name), which the email package drops, as the header written without
+    groups keeps it."""
     names = iter(p.name for p in people)
     return tuple(Group(group.display_name, [
         HeaderAddress(a.display_name or person, a.username, a.domain)
