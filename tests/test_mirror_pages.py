@@ -795,8 +795,8 @@ def test_pages_inside_a_second_of_thousands_read_a_bounded_part_of_it(
     """3,000 messages of one second (an import; undated mail, at 0, is one date too): every
     page of messages is in the mirror's order, yet reads fewer of that second's messages
     than it holds -- a margin grown until the second was whole read all of it for each page
-    (2.6 s a page at 20,000, 12 s a page of threads).  Thread pages keep notmuch's order
-    past the largest margin, read as far."""
+    (2.6 s a page at 20,000, 12 s a page of threads).  So are thread pages, whose edges'
+    threads are read from that second's messages alone (no thread of it built)."""
     ties, limit = 3000, 100
     cur = indexed.mail_root / "personal" / "INBOX" / "cur"
     for n in range(ties):  # indexed in an order unlike their Message-IDs'
@@ -834,9 +834,12 @@ def test_pages_inside_a_second_of_thousands_read_a_bounded_part_of_it(
             assert seen == truth, sort
             assert most < ties, sort
         indexed.notmuch("tag", "+lagging", "--", "id:tie-0001@example.com")
-        for offset in (0, ties // 2):  # the mirror lags: notmuch's threads, in its order
+        ranked = sorted(reader.threads(query, exclude_tags=EXCLUDED), key=reads._thread_rank,
+                        reverse=True)
+        for offset in (0, ties // 2):  # the mirror lags: notmuch's, in the mirror's order
             read.clear()
-            reads._thread_page(mailbox, query, EXCLUDED, None, offset, limit)
+            page, _ = reads._thread_page(mailbox, query, EXCLUDED, None, offset, limit)
+            assert page == ranked[offset:offset + limit], offset
             assert 0 < sum(read) < ties, offset
 
 
@@ -1159,3 +1162,146 @@ def test_mail_dated_past_year_9999_utc_is_indexed_and_listed(indexed: MailEnv) -
         assert lag is not None and lag[1] is None  # the mirror holds it
         first = reads.search_emails(mailbox, "", limit=1).results[0]
         assert (first.subject, first.date) == ("far", "9999-12-31T23:59:59Z")
+
+
+def test_thread_pages_through_a_second_of_more_threads_than_a_margin_neither_repeat_nor_skip(
+        indexed: MailEnv) -> None:
+    """800 threads of one second (an import), which notmuch ranks as it indexed them and the
+    mirror by Message-ID: a walk of its thread pages where the mirror starts to lag (a tag
+    change it has not seen), mail of that second and another thread of it come, and the
+    mirror catches up again.  notmuch's pages kept notmuch's order past a margin of 640
+    threads: hundreds of threads were listed twice and as many never."""
+    ties, tie_date = 800, "Fri, 01 Jan 2027 10:00:00 +0000"
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+
+    def deliver(name: str, mid: str, references: str = "") -> None:
+        cur.joinpath(f"{name}:2,").write_bytes(
+            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: tie {mid}\n"
+            f"Date: {tie_date}\nMessage-ID: <{mid}@example.com>\n{references}\nx\n".encode())
+
+    for n in range(ties):  # indexed in an order unlike their Message-IDs'
+        deliver(f"1800000900.t{n:04d}.host", f"tie-{n * 7919 % ties:04d}")
+    indexed.fmail("index")
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        query = reads.scoped_query(mailbox, mailbox.compile("tag:inbox"))
+        truth = set(reader.thread_ids(query, exclude_tags=EXCLUDED))
+        seen: list[str] = []
+        cursor = None
+        for page in range(100):
+            if page == 2:  # a sync in flight: the mirror lags notmuch
+                indexed.notmuch("tag", "+lagging", "--", "id:tie-0001@example.com")
+                assert mailbox.mirror_lag()[1] is not None  # type: ignore[index]
+            if page == 6:  # a reply inside the second, and a new thread of it
+                deliver("1800000901.reply.host", "tie-0500-re",
+                        "In-Reply-To: <tie-0500@example.com>\n")
+                deliver("1800000901.new.host", "tie-0400-new")
+                indexed.notmuch("new", "--no-hooks")
+            if page == 12:
+                mirror.sync_sidecar(indexed.config(), reader)
+            result = reads.list_threads(mailbox, "tag:inbox", limit=50, cursor=cursor)
+            seen += [t.thread for t in result.threads]
+            cursor = result.next_cursor
+            if cursor is None:
+                break
+        repeated = len(seen) - len(set(seen))
+        assert (repeated, len(truth - set(seen))) == (0, 0)
+
+
+def test_a_thread_page_of_long_seconds_reads_notmuch_once_while_threads_of_its_second_come(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page of threads across two seconds of more threads than the largest margin counts
+    the threads ranked above its first second, then reads which threads of that second
+    stand on it.  Threads of that second indexed between the two shifted the edge against
+    the page's places; its reads see one snapshot: the page is of the index before or
+    after."""
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+    written = 0
+
+    def deliver(second: int, mid: str) -> None:
+        nonlocal written
+        written += 1
+        cur.joinpath(f"1800000960.s{written:04d}.host:2,S").write_bytes(
+            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: s {mid}\n"
+            f"Date: Fri, 01 Jan 2027 10:00:0{second} +0000\nMessage-ID: <{mid}>\n\nx\n"
+            .encode())
+
+    for second in (0, 1):
+        for n in range(100):  # indexed in an order unlike their Message-IDs'
+            deliver(second, f"tie-{second}-{n * 37 % 100:03d}@example.com")
+    indexed.fmail("index")
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        compiled = mailbox.compile("")
+        nm_query = reads.scoped_query(mailbox, compiled)
+
+        def listing() -> list[str]:
+            threads = reader.threads(nm_query, exclude_tags=compiled.exclude_tags)
+            return [t.thread_id for t in sorted(threads, key=reads._thread_rank, reverse=True)]
+
+        before = listing()
+        newer_second = mailbox.find("tie-1-000@example.com")
+        assert newer_second is not None
+        # 80 threads into the newer second: 20 of it, 30 of the older
+        at = before.index(newer_second.thread_id) - 99 + 80
+
+        def five_more() -> None:  # at the count of the threads above the page's first second
+            for n in range(5):
+                deliver(1, f"zz-new-{n}@example.com")
+            indexed.notmuch("new", "--no-hooks")
+
+        indexing = indexing_once(monkeypatch, reader, "count_threads", five_more)
+        page, _ = reads._thread_page(mailbox, nm_query, compiled.exclude_tags, None, at, 50)
+        assert not indexing  # the threads came while the page was read
+        after = listing()
+        assert len(after) == len(before) + 5
+        ids = [t.thread_id for t in page]
+        assert ids in (before[at:at + 50], after[at:at + 50]), (
+            f"{len(set(before[at:at + 50]) - set(ids))} of the page before missing")
+
+
+def test_thread_pages_of_a_long_second_rank_threads_by_their_newest_matches(
+        indexed: MailEnv) -> None:
+    """Threads of one second of more threads than the largest margin, some with two
+    messages of that second (one with a greater Message-ID, one with a lesser), some with a
+    newer reply (they rank at the reply's second), a spam reply (it does not count): every
+    walk of notmuch's thread pages is the mirror's order, by newest match and its
+    Message-ID."""
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+    written = 0
+
+    def deliver(second: int, mid: str, parent: str | None = None) -> None:
+        nonlocal written
+        written += 1
+        reply = f"In-Reply-To: <{parent}>\n" if parent else ""
+        cur.joinpath(f"1800000970.r{written:04d}.host:2,S").write_bytes(
+            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: r {mid}\n"
+            f"Date: Fri, 01 Jan 2027 10:00:0{second} +0000\nMessage-ID: <{mid}>\n{reply}\nx\n"
+            .encode())
+
+    for n in range(120):  # indexed in an order unlike their Message-IDs'
+        deliver(1, f"t-{n * 37 % 120:03d}@example.com")
+    for n in range(0, 120, 9):
+        deliver(1, f"t-{n:03d}-a@example.com", f"t-{n:03d}@example.com")  # greater
+        deliver(1, f"s-{n:03d}@example.com", f"t-{(n + 4) % 120:03d}@example.com")  # lesser
+    for n in range(3, 120, 13):
+        deliver(2, f"n-{n:03d}@example.com", f"t-{n:03d}@example.com")  # newer
+    deliver(3, "spam-1@example.com", "t-005@example.com")
+    indexed.fmail("index")
+    indexed.notmuch("tag", "+spam", "--", "id:spam-1@example.com")
+    with Reader() as reader:
+        mirror.sync_sidecar(indexed.config(), reader)
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        compiled = mailbox.compile("")
+        nm_query = reads.scoped_query(mailbox, compiled)
+        truth = [t.thread_id for t in sorted(
+            reader.threads(nm_query, exclude_tags=compiled.exclude_tags),
+            key=reads._thread_rank, reverse=True)]
+        for limit in (7, 30, 100):
+            walked: list[str] = []
+            more = True
+            while more:
+                page, more = reads._thread_page(mailbox, nm_query, compiled.exclude_tags, None,
+                                                len(walked), limit)
+                walked += [t.thread_id for t in page]
+            assert walked == truth, limit

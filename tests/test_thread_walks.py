@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -107,3 +109,26 @@ def test_a_later_page_of_threads_is_the_same_part_of_the_whole_listing(
                                       (len(whole), 5)):
                     page = reader.threads(query, sort=sort, offset=offset, limit=limit)
                     assert page == whole[offset:offset + limit], (query, sort, offset, limit)
+
+
+def test_the_rest_of_a_thread_listing_builds_its_own_threads_alone(
+        shared_indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The threads from an offset to the end (no limit) are the end of the whole listing,
+    built from the query narrowed to them: libnotmuch built each skipped thread (reading
+    every message of it) as it handed it out, only for it to be dropped."""
+    built: list[str] = []
+    handed_out = Reader._threads
+
+    def counting(self: Reader, threads: Any) -> Iterator[Any]:
+        for thread in handed_out(self, threads):
+            built.append(str(thread.threadid))
+            yield thread
+
+    monkeypatch.setattr(Reader, "_threads", counting)
+    with Reader() as reader:
+        for sort in ("newest", "oldest"):
+            whole = reader.threads("*", exclude_tags=(), sort=sort)
+            assert len(whole) > 5
+            built.clear()
+            rest = reader.threads("*", exclude_tags=(), sort=sort, offset=len(whole) - 3)
+            assert rest == whole[-3:] and len(built) == 3, (sort, len(built))

@@ -705,22 +705,63 @@ class Reader:
     def threads(self, query: str, *, exclude_tags: Sequence[str] | None = None,
                 sort: str = "newest", offset: int = 0, limit: int | None = None) -> list[ThreadSummary]:
         """One page of the threads of the matching messages, as libnotmuch builds them.  A
-        page past the first is built from the query narrowed to its own threads (found in
-        the messages): libnotmuch would build, to skip them, every thread before it."""
+        page past the first (or the rest of the listing, without ``limit``) is built from the
+        query narrowed to its own threads (found in the messages): libnotmuch would build, to
+        skip them, every thread before it."""
         excl = self.exclude_tags() if exclude_tags is None else exclude_tags
 
         def page(db: notmuch2.Database) -> list[ThreadSummary]:
-            wanted, skip = query, offset
-            if offset and limit is not None:
-                ids = _message_threads(db, query, excl, sort, offset + limit)[offset:]
-                if not ids:
-                    return []
-                wanted, skip = all_of(query, " OR ".join(f"thread:{quote(t)}" for t in ids)), 0
-            it = self._threads(db.threads(_checked(wanted), exclude_tags=excl,
-                                          sort=_sort(sort)))
-            stop = None if limit is None else skip + limit
-            return [_summary(t) for t in itertools.islice(it, skip, stop)]
+            if not offset:
+                return self._summaries(db, query, excl, sort, limit)
+            ids = _message_threads(db, query, excl, sort,
+                                   None if limit is None else offset + limit)[offset:]
+            return self._summaries(db, _of_threads(query, ids), excl, sort) if ids else []
         return self._query(page)
+
+    def threads_of(self, query: str, thread_ids: Sequence[str], *,
+                   exclude_tags: Sequence[str]) -> list[ThreadSummary]:
+        """These threads of the matching messages, as libnotmuch builds them, in the order
+        given (those with no match left out)."""
+        def build(db: notmuch2.Database) -> list[ThreadSummary]:
+            built = {t.thread_id: t for t in self._summaries(
+                db, _of_threads(query, thread_ids), exclude_tags, "none")}
+            return [built[t] for t in thread_ids if t in built]
+        return self._query(build) if thread_ids else []
+
+    def _summaries(self, db: notmuch2.Database, query: str, exclude_tags: Sequence[str],
+                   sort: str, limit: int | None = None) -> list[ThreadSummary]:
+        it = self._threads(db.threads(_checked(query), exclude_tags=exclude_tags,
+                                      sort=_sort(sort)))
+        return [_summary(t) for t in itertools.islice(it, limit)]
+
+    def threads_ranked_at(self, that_date: str, newer: str, *, exclude_tags: Sequence[str],
+                          offset: int, limit: int) -> list[str]:
+        """The threads whose newest match is of one date -- they match ``that_date`` and not
+        ``newer`` (the same search, of that date and of the dates after it) -- in the order
+        the mirror ranks them, by the greatest Message-ID of their matches of that date,
+        greatest first: those from ``offset``, so many.  Read from that date's messages
+        alone (their ids and threads, no thread built), sorted by Message-ID (ascending
+        only), from the end: the threads whose greatest Message-ID stands among the last
+        ``tail`` messages rank first, whatever comes before them, so only as many are read
+        (grown until they hold the page).  Of those, the threads with a newer match are
+        looked up in chunks, as far as the page needs."""
+        wanted = offset + limit
+
+        def ranked(db: notmuch2.Database) -> list[str]:
+            total, tail = db.count_messages(_checked(that_date), exclude_tags=exclude_tags), wanted
+            while True:
+                it = db.messages(_checked(that_date), exclude_tags=exclude_tags,
+                                 sort=_sort("message_id"))
+                last: dict[str, None] = {}  # each thread where its greatest Message-ID stands
+                for msg in _skipped(it, max(total - tail, 0)):
+                    thread = str(msg.threadid)
+                    last.pop(thread, None)
+                    last[thread] = None
+                kept = _without_later(db, list(reversed(last)), newer, exclude_tags, wanted)
+                if len(kept) >= wanted or tail >= total:
+                    return kept[offset:wanted]
+                tail *= 4
+        return self._query(ranked)
 
     def thread_ids(self, query: str, *, exclude_tags: Sequence[str] | None = None) -> list[str]:
         """The threads of every matching message, in no particular order: read from the
@@ -812,6 +853,29 @@ def _summary(thread: notmuch2.Thread) -> ThreadSummary:
         tags=frozenset(str(x) for x in thread.tags),
         rank_id=rank_id((m.date, _message_id(m)) for m, matched in members if matched),
     )
+
+
+# How many threads one query names (``thread:`` terms joined by OR).
+THREADS_PER_QUERY = 500
+
+
+def _of_threads(query: str, thread_ids: Sequence[str]) -> str:
+    """``query`` narrowed to these threads."""
+    return all_of(query, " OR ".join(f"thread:{quote(t)}" for t in thread_ids))
+
+
+def _without_later(db: notmuch2.Database, threads: Sequence[str], newer: str,
+                   exclude_tags: Sequence[str], wanted: int) -> list[str]:
+    """The first ``wanted`` of these threads (or all) with no message matching ``newer``,
+    looked up in chunks of THREADS_PER_QUERY."""
+    kept: list[str] = []
+    for at in range(0, len(threads), THREADS_PER_QUERY):
+        chunk = threads[at:at + THREADS_PER_QUERY]
+        later = set(_message_threads(db, _of_threads(newer, chunk), exclude_tags, "none"))
+        kept += [t for t in chunk if t not in later]
+        if len(kept) >= wanted:
+            break
+    return kept
 
 
 def _message_threads(db: notmuch2.Database, query: str, exclude_tags: Sequence[str],

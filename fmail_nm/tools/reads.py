@@ -695,9 +695,11 @@ def _tagged_page_from_mirror(mirror: Answerable | None, sort: str, offset: int,
 # (the margin grows until they are, up to the largest: see _in_tie_order).  Grown until the
 # dates were whole, a second of thousands (an import; undated mail, at 0) was read whole
 # for each page of it: 0.2 s a page at 5,000, 2 s at 20,000, 12-18 s a page of threads.
-# A page of messages reads past the largest margin only the messages of its edges' dates
-# that stand on it (see _whole_edges); a page of threads is then notmuch's as it is.
-TIE_MARGIN, MAX_TIE_MARGIN, MAX_MESSAGE_TIE_MARGIN = 10, 640, 40
+# Past the largest margin a page reads only the messages (threads) of its edges' dates that
+# stand on it (see _whole_edges).  A page of threads that kept notmuch's order there instead
+# (past a margin of 640: 0.5 s a page at 2,000) repeated and skipped hundreds of threads in a
+# walk whose other pages the mirror read.
+TIE_MARGIN, MAX_TIE_MARGIN = 10, 40
 
 
 def _tie_order(mb: Mailbox, mirror: Answerable | None, nm_query: str,
@@ -755,15 +757,14 @@ def _page_in_mirror_order(mb: Mailbox, conn: sqlite3.Connection, nm_query: str,
 def _in_tie_order(read: Callable[[int, int], list[Item]],
                   ranks: Callable[[Sequence[Item]], Callable[[Item], tuple[int, str]]],
                   offset: int, limit: int, *, newest: bool,
-                  of_date: Callable[[int, int, int], list[Item]] | None = None) -> list[Item]:
+                  of_date: Callable[[int, int, int], list[Item]]) -> list[Item]:
     """notmuch's page (``read`` from an offset, so many) ordered by the (date, Message-ID)
     ``ranks`` gives its items, as the mirror orders its pages.  The page is read with a
     margin each side, ordered, and cut where the dates at its edges lie whole inside what
     was read.  The margin grows until they do, up to the largest; past it the items of the
-    dates at the page's edges are those ``of_date`` gives (see _whole_edges), or without it
-    the page is notmuch's as it is (threads)."""
+    dates at the page's edges are those ``of_date`` gives (see _whole_edges)."""
     margin = TIE_MARGIN
-    while margin <= (MAX_TIE_MARGIN if of_date is None else MAX_MESSAGE_TIE_MARGIN):
+    while True:
         start = max(0, offset - margin)
         wanted = offset - start + limit + margin
         items = read(start, wanted)
@@ -776,9 +777,10 @@ def _in_tie_order(read: Callable[[int, int], list[Item]],
         if whole_before and whole_after:
             return page
         margin *= 4
-    page = read(offset, limit)
-    return page if of_date is None or not page else _whole_edges(
-        page, ranks(page), offset, of_date, newest=newest)
+        if margin > MAX_TIE_MARGIN:
+            break
+    page = items[offset - start:offset - start + limit]  # notmuch's page, as read last
+    return _whole_edges(page, rank, offset, of_date, newest=newest)
 
 
 def _whole_edges(page: list[Item], rank: Callable[[Item], tuple[int, str]], offset: int,
@@ -1024,10 +1026,22 @@ def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
     def read(offset: int, limit: int) -> list[ThreadSummary]:
         return mb.reader.threads(nm_query, exclude_tags=exclude_tags, offset=offset, limit=limit)
 
+    def of_date(date: int, at: int, size: int) -> list[ThreadSummary]:
+        """The ``size`` threads ranked at one date from ``at`` of the whole listing, in the
+        mirror's order: counted past the threads ranked newer, then read from that date's
+        messages (see Reader.threads_ranked_at)."""
+        newer = all_of(nm_query, date_range_query(date + 1, 2**63))
+        at -= mb.reader.count_threads(newer, exclude_tags=exclude_tags)
+        ids = mb.reader.threads_ranked_at(
+            all_of(nm_query, date_range_query(date, date + 1)), newer,
+            exclude_tags=exclude_tags, offset=max(at, 0), limit=size + min(at, 0))
+        return mb.reader.threads_of(nm_query, ids, exclude_tags=exclude_tags)
+
     # The mirror reads a page of any search it answers (when its window holds one), so
     # notmuch's pages follow its order whenever it may read the others, or once it catches up.
     if mirror is not None or _tie_order(mb, None, nm_query, exclude_tags) is not None:
-        page = _in_tie_order(read, lambda _: _thread_rank, offset, limit + 1, newest=True)
+        page = mb.reader.in_one_snapshot(lambda: _in_tie_order(
+            read, lambda _: _thread_rank, offset, limit + 1, newest=True, of_date=of_date))
     else:
         page = read(offset, limit + 1)
     return page[:limit], len(page) > limit
