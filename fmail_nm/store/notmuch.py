@@ -855,7 +855,8 @@ def _summary(thread: notmuch2.Thread) -> ThreadSummary:
     )
 
 
-# How many threads one query names (``thread:`` terms joined by OR).
+# How many candidate threads _without_later asks about at once (``thread:`` terms joined
+# by OR): it stops once it has the page, so a chunk bounds what it reads past it.
 THREADS_PER_QUERY = 500
 
 
