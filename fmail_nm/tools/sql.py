@@ -23,14 +23,16 @@ still sees every account), not a security boundary.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import Field, PrivateAttr
@@ -81,8 +83,10 @@ MAX_SQL_CHARS = 100_000
 # (which checks the time limit too, see _timed): CTEs that each name the one before twice
 # take 2^depth copies (1 KB of SQL, 18 deep: 2-5 s to prepare, more than twice that a level
 # deeper), 15 nested ``SELECT c+c+c AS c FROM (...)`` 3^15 (16 s).  No SQLite limit stops
-# either (the expression depth is not checked after flattening).  The copies are counted in
-# the text instead (_copied_tokens); this many take 0.01-0.1 s to prepare.
+# either (the expression depth is not checked after flattening), nor the copies of a result
+# column into each use of its alias or number (``ORDER BY 1, 1, ...``: 200 over a 2,000-WHEN
+# CASE, 2-3 s).  The copies are counted in the text instead (_copied_tokens); this many take
+# 0.01-0.1 s to prepare.
 MAX_COPIED_TOKENS = 20_000
 PROGRESS_STEPS = 1000          # VM instructions between time-limit checks
 
@@ -531,12 +535,13 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
         with _session(sidecar_file, _Scope(account_name, known_accounts, folder_account),
                       readonly=False) as conn:
             policy = _policy(conn, CONTACTS_HINT, edits_contacts=True)
-            if before_write is not None and _writes_contacts(conn, statement, policy, deadline):
+            if (before_write is not None
+                    and _writes_contacts(conn, statement.text, policy, deadline)):
                 before_write()
             with sidecar.transaction(conn):
                 rows_before = contact_rows(conn)
                 fetched = _execute(conn, statement, policy, _clamp(limit), deadline)
-                if not _explains(statement):  # a plan's rows are no contacts returned
+                if not _explains(statement.text):  # a plan's rows are no contacts returned
                     _refuse_returning(policy, fetched)
                 rows_after = _without_empty_rows(conn, rows_before, contact_rows(conn))
                 diff = contact_diff(rows_before, rows_after)
@@ -672,7 +677,17 @@ def _unconfirmed(result: ContactsResult, diff: list[dict[str, Any]],
 # The statement check
 
 
-def _single_statement(sql: str, allowed: frozenset[str], hint: str) -> str:
+@dataclass(frozen=True)
+class _Statement:
+    """The caller's one statement, and whether LIKE must be guarded in it (see
+    _needs_guarded_like): both checks read the tokens it is split into once (0.4 s for
+    100 KB of SQL)."""
+
+    text: str
+    guards_like: bool
+
+
+def _single_statement(sql: str, allowed: frozenset[str], hint: str) -> _Statement:
     """The one statement in ``sql`` (comments and a trailing ``;`` are fine), else SqlError."""
     if len(sql) > MAX_SQL_CHARS:
         raise SqlError(f"refused: the SQL is longer than {MAX_SQL_CHARS:,} characters")
@@ -686,14 +701,15 @@ def _single_statement(sql: str, allowed: frozenset[str], hint: str) -> str:
     if _skip_blank(rest, 0) != len(rest):
         raise SqlError("refused: only one statement per call is allowed (found more SQL after "
                        "the first ';'); send each statement in its own call")
-    if _copied_tokens(first) > MAX_COPIED_TOKENS:
+    tokens = _statement_tokens(first)
+    if _copied_tokens(tokens) > MAX_COPIED_TOKENS:
         raise SqlError("refused: SQLite copies a CTE wherever it is named, a subquery's or "
                        "CTE's column into each reference to it and a result column into each "
-                       f"use of its alias, and here the copies pass {MAX_COPIED_TOKENS:,} "
-                       "tokens (each level naming the one below twice doubles them): too many "
-                       "to prepare within the time limit; name each CTE, column and alias "
-                       "fewer times or nest fewer levels")
-    return first
+                       "use of its alias or number, and here the copies pass "
+                       f"{MAX_COPIED_TOKENS:,} tokens (each level naming the one below twice "
+                       "doubles them): too many to prepare within the time limit; name each "
+                       "CTE, column, alias and number fewer times or nest fewer levels")
+    return _Statement(first, _needs_guarded_like(tokens))
 
 
 def _skip_blank(text: str, i: int) -> int:
@@ -752,119 +768,322 @@ _NOT_COLUMNS = frozenset("""
     INTERSECT IS JOIN LIMIT NOT NULL ON OR ORDER SELECT THEN UNION USING VALUES WHEN WHERE
 """.split())
 _COMPOUNDS = frozenset({"UNION", "INTERSECT", "EXCEPT"})
-_AFTER_COLUMNS = frozenset({"FROM", "WHERE", "GROUP", "HAVING", "ORDER"})
-_UNKEPT = _AFTER_COLUMNS | {"(", ")", ",", ".", "SELECT", "AS"}
+# The clauses after the result columns, where a name may be an alias or a number a column's.
+_CLAUSES = frozenset({"FROM", "WHERE", "GROUP", "HAVING", "ORDER", "LIMIT", "WINDOW"})
+_UNKEPT = frozenset({"FROM", "WHERE", "GROUP", "HAVING", "ORDER", "(", ")", ",", ".", "SELECT",
+                     "AS"})
 _SUBQUERY_STARTS = frozenset({"SELECT", "VALUES", "WITH"})
+_NO_COLUMNS: Mapping[str, int] = MappingProxyType({})
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
+class _Column:
+    """A result column from token ``first`` to ``last``: the name a reference may give it
+    (``sure`` where SQLite surely names it so, an alias or a column named bare; else SQLite
+    names it by its text, and the last word may still be an alias written without AS), its
+    own tokens, the names in it that may be columns read, and what the subqueries and CTEs
+    in it bring in."""
+
+    first: int
+    last: int = -1
+    name: str | None = None
+    sure: bool = False
+    weight: int = 0
+    refs: dict[str, int] = field(default_factory=dict)
+    read: int = 0
+
+
+@dataclass(eq=False, slots=True)
 class _Part:
-    """One SELECT of a compound: its own tokens (not its subqueries'), those of its result
-    columns (``head``), how often each name in them may refer to a column (``late``: after
-    its result columns, where an alias may be one), the aliases it gives, the subqueries it
-    reads and the CTEs it names (once per mention), and the tokens those bring in once
-    copied."""
+    """One SELECT of a compound: its own tokens (not its subqueries'), its result columns,
+    the clause being read, the names that may refer to a column read (a correlated
+    subquery's too: they may be this part's), those after its result columns (where an
+    alias may be one), the result-column numbers of its GROUP BY and ORDER BY, the
+    subqueries it reads and the CTEs it names (once per mention), the tokens those bring in
+    once copied and the most a copy of each of their columns brings in."""
 
     tokens: int = 0
-    head: int = 0
+    columns: list[_Column] = field(default_factory=list)
+    clause: str = ""  # SELECT while in the result columns, then FROM, WHERE, ...
     refs: dict[str, int] = field(default_factory=dict)
-    late: dict[str, int] | None = None
-    aliases: set[str] = field(default_factory=set)
+    late: dict[str, int] = field(default_factory=dict)
+    numbers: dict[int, int] = field(default_factory=dict)
     subqueries: list[_Body] = field(default_factory=list)
-    names: list[str] = field(default_factory=list)
+    names: list[tuple[str, _Column | None]] = field(default_factory=list)
     read: int = 0
     kept: int = 0  # of MATERIALIZED CTEs, read as tables: their columns are not copied
+    found: dict[str, int] = field(default_factory=dict)
+    unnamed: int = 0  # a column read whose name is not known (``*``, no alias)
 
-    @functools.cached_property
-    def factors(self) -> tuple[int, int, int]:
-        """References to an alias, to a column read, to one in the result columns (one at
-        least, for a subquery there)."""
-        late = self.late or {}
-        return (max((late.get(alias, 0) for alias in self.aliases), default=0),
-                max(self.refs.values(), default=1),
-                max((n - late.get(name, 0) for name, n in self.refs.items()), default=1) or 1)
+    def follow(self, word: str, i: int) -> None:
+        """Follow token ``i`` at the part's own depth: a result column starts after SELECT
+        (and DISTINCT or ALL) and after each ``,`` between them."""
+        if word == "SELECT" and not self.clause or word == "," and self.clause == "SELECT":
+            self.clause = "SELECT"
+            self.columns.append(_Column(first=i + 1))
+        elif word in ("DISTINCT", "ALL") and self.clause == "SELECT" and len(self.columns) == 1:
+            self.columns[0].first = max(self.columns[0].first, i + 1)
+        elif word in _CLAUSES:
+            self.clause = word
+
+    def column(self) -> _Column | None:
+        return self.columns[-1] if self.clause == "SELECT" else None
+
+    def floor(self) -> int:
+        """Its tokens once prepared, less the copies into its references: cheap to count."""
+        return self.tokens + self.kept + self.read
 
     def copies(self) -> int:
-        """Tokens once prepared: SQLite puts a subquery's column (all it reads at most) into
-        each reference to it, and a result column (all the result columns at most, with
-        their copies) into each reference to its alias; the copy is of that column alone,
-        not of the clauses that name the alias (counting the whole part per reference took
-        2 KB filtering 50 times on an alias past the cap, squared)."""
-        aliased, named, in_head = self.factors
-        return (self.tokens + self.kept + named * self.read
-                + aliased * (self.head + self.kept + in_head * self.read))
+        """Tokens once prepared: SQLite copies a column read into each reference to it (that
+        column alone where its name is known, else all the part reads at most) and a result
+        column into each use of its alias or number (that column alone, with its copies).
+        Counting all a part reads per reference refused a 4 KB report grouping on an 80-WHEN
+        CASE over a CTE (7 ms to prepare)."""
+        costs = [self.cost(column) for column in self.columns]
+        aliased: dict[str, int] = {}
+        for column, cost in zip(self.columns, costs):
+            if column.name is not None:
+                aliased[column.name] = max(aliased.get(column.name, 0), cost)
+        # A column read moves into its first reference: the copies are of the others.
+        return (self.floor() + sum((n - 1) * self.ref(name) for name, n in self.refs.items())
+                + sum(n * aliased.get(name, 0) for name, n in self.late.items())
+                + sum(n * costs[k - 1] for k, n in self.numbers.items() if 0 < k <= len(costs)))
 
-    def add(self, source: _Body, cost: int) -> None:
+    def cost(self, column: _Column) -> int:
+        """A copy of ``column``, with what it copies in."""
+        return (column.weight + column.read
+                + sum(n * self.ref(name) for name, n in column.refs.items()))
+
+    def ref(self, name: str) -> int:
+        """The most a reference to ``name`` copies in (``*``: all the part reads)."""
+        if name == "*":
+            return self.read
+        return min(self.read, max(self.found.get(name, 0), self.unnamed))
+
+    def add(self, source: _Body, cost: int, column: _Column | None) -> int:
+        """Count ``source`` read, its copy costing ``cost``, in ``column`` if it is in one;
+        returns the work done."""
+        if column is not None:
+            column.read += cost
         if source.materialized:
             self.kept += cost
-        else:
-            self.read += cost
+            return 1
+        self.read += cost
+        if source.cost is None:  # named in itself: not copied, its columns not known
+            self.unnamed = max(self.unnamed, cost)
+            return 1
+        self.unnamed = max(self.unnamed, source.unnamed)
+        for name, copy in source.found.items():
+            self.found[name] = max(self.found.get(name, 0), copy)
+        return 1 + len(source.found)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Body:
     """The statement, a subquery or a CTE (``name AS (body)``, or a WINDOW: counting
-    high), as token indexes of its "(" and ")"."""
+    high), as token indexes of its "(" and ")"; once counted, its cost and the most a copy
+    of each of its columns brings in.  A subquery outside FROM (``reader`` set) may name
+    the columns its reader reads, one in FROM (``within`` set) those of the queries around
+    the one reading it (``outward``): SQLite copies them into it too."""
 
     at: int  # the CTE's name; -1 for the statement and subqueries
     start: int
     end: int
+    listed: tuple[str, ...] = ()  # a CTE's column names, if it lists them
+    depth: int = 0  # parentheses around its own tokens
     parts: list[_Part] = field(default_factory=lambda: [_Part()])
     cost: int | None = None
+    found: Mapping[str, int] = field(default_factory=lambda: _NO_COLUMNS)  # none till counted
+    unnamed: int = 0
     materialized: bool = False
+    reader: _Part | None = None
+    within: _Body | None = None
+    outward: dict[str, int] | None = None  # made when needed: thousands of bodies
+    column: _Column | None = None  # of the part it sits in
+
+    def finish(self) -> int:
+        self.cost = sum(part.copies() for part in self.parts)
+        self.found, self.unnamed = _column_copies(self)
+        return self.cost
 
 
-def _copied_tokens(statement: str) -> int:
-    """How many tokens SQLite copies while it prepares ``statement``, counted high: a CTE's
-    SQL wherever the CTE is named; a subquery's or CTE's column into each reference to it
-    when it flattens the one into the query reading it; a result column into each reference
-    to its alias; and so on in the copies, multiplying at each level.  Each part of a
-    compound counts its own tokens, plus all it reads times its most repeated name that may
-    be a column (or ``*``), plus its result columns (and what they read) times its most
-    referenced alias (see _Part.copies).  Any word naming a CTE counts as naming every CTE
-    of that name; a CTE is not copied into itself (recursion; SQLite takes no circular
-    reference).  The count stops once past MAX_COPIED_TOKENS.
+def _statement_tokens(statement: str) -> list[str]:
+    """``statement``'s tokens, without blanks and comments: what every check reads."""
+    return [t for t in _SQL_TOKEN.findall(statement)
+            if not (t.isascii() and t.isspace()) and not t.startswith(("--", "/*"))]
+
+
+def _copied_tokens(tokens: Sequence[str]) -> int:
+    """How many tokens SQLite copies while it prepares the statement of ``tokens``, counted
+    high: a CTE's SQL wherever the CTE is named; a subquery's or CTE's column into each
+    reference to it when it flattens the one into the query reading it (correlated
+    references too); a result column into each reference to its alias or number; and so
+    on in the copies, adding up at each level.  Each part of a compound counts its own
+    tokens, all it reads once, and per reference the copy of the column it may name (see
+    _Part.copies).  Any word naming a CTE counts as naming every CTE of that name; a CTE is
+    not copied into itself (recursion; SQLite takes no circular reference).  The count
+    stops once past MAX_COPIED_TOKENS.
     """
-    tokens = [t for t in _SQL_TOKEN.findall(statement)
-              if not (t.isascii() and t.isspace()) and not t.startswith(("--", "/*"))]
     words = [t.upper() for t in tokens]
     names = [_token_name(t) for t in tokens]
     weights = [_weight(words, i) for i in range(len(words))]
     whole = _Body(at=-1, start=-1, end=len(tokens))
-    bodies = _bodies(words)
+    bodies = _bodies(words, names)
     by_name: dict[str, list[_Body]] = {}
     for cte in bodies:
         if cte.at >= 0:
             by_name.setdefault(names[cte.at], []).append(cte)
+    cap = MAX_COPIED_TOKENS + sum(weights)
+    spread = _scan(whole, bodies, _Words(tokens, words, names), by_name.keys(), weights, cap)
+    if spread > cap:
+        return spread
+    return max(0, _cost(whole, by_name, cap) - sum(weights))
+
+
+@dataclass(frozen=True)
+class _Words:
+    """A statement's tokens, upper-cased, and as the names they may be (see _token_name)."""
+
+    tokens: Sequence[str]
+    words: Sequence[str]
+    names: Sequence[str]
+
+
+def _scan(whole: _Body, bodies: Sequence[_Body], text: _Words, ctes: Set[str],
+          weights: Sequence[int], cap: int) -> int:
+    """Fill in the parts of ``whole`` and ``bodies`` from ``text``; returns the work of
+    carrying subqueries' names out, or some count past ``cap`` once it passes (names carried
+    out of thousands of nested subqueries: seconds of work)."""
+    tokens, words, names = text.tokens, text.words, text.names
     defined_at = {cte.at for cte in bodies}
     inside, upcoming = [whole], iter(bodies)  # in order of their "("
     body = next(upcoming, None)
+    depth = spread = 0
     for i, name in enumerate(names):
+        depth -= words[i] == ")"
         while inside[-1].end < i:
-            inside.pop()
+            spread += _carried(inside.pop())
+        if spread > cap:
+            return spread
         if body is not None and body.start == i:
-            if body.at < 0:
-                inside[-1].parts[-1].subqueries.append(body)
+            _enter(body, inside[-1], words, depth)
             inside.append(body)
             body = next(upcoming, None)
         elif words[i] in _COMPOUNDS:
             inside[-1].parts.append(_Part())
         part = inside[-1].parts[-1]
+        if depth == inside[-1].depth:
+            part.follow(words[i], i)
+        depth += words[i] == "("
         part.tokens += weights[i]
-        part.head += weights[i] if part.late is None else 0
-        if name in by_name and i not in defined_at:
-            part.names.append(name)
-        if i and words[i - 1] == "AS":
-            part.aliases.add(name)
-        if words[i] in _AFTER_COLUMNS and part.late is None:
-            part.late = {}
+        column = part.column()
+        if column is not None and i >= column.first:
+            column.weight += weights[i]
+            column.last = i
+        if name in ctes and i not in defined_at:
+            part.names.append((name, column))
         if _may_be_column(tokens, words, i):
             key = "*" if tokens[i] == "*" else name
-            for refs in (part.refs, part.late):
+            for refs in (part.refs, column.refs if column else None,
+                         part.late if part.clause not in ("", "SELECT") else None):
                 if refs is not None:
                     refs[key] = refs.get(key, 0) + 1
-    cap = MAX_COPIED_TOKENS + sum(weights)
-    return max(0, _cost(whole, by_name, cap) - sum(weights))
+        elif number := _column_number(part, words, i):
+            part.numbers[number] = part.numbers.get(number, 0) + 1
+    while len(inside) > 1 and spread <= cap:
+        spread += _carried(inside.pop())
+    for part in (part for each in (whole, *bodies) for part in each.parts):
+        for column in part.columns:
+            column.name, column.sure = _column_name(text, column)
+    return spread
+
+
+def _enter(body: _Body, within: _Body, words: Sequence[str], depth: int) -> None:
+    """Start ``body`` at its "(" (at ``depth``) in the last part of ``within``."""
+    body.depth = depth + 1
+    if body.at < 0:
+        part = within.parts[-1]
+        part.subqueries.append(body)
+        body.column = part.column()
+        before = words[body.start - 1] if body.start else ""
+        if before in ("FROM", "JOIN") or before == "," and part.clause == "FROM":
+            body.within = within
+        else:
+            body.reader = part
+
+
+def _carried(body: _Body) -> int:
+    """Carry the names in subquery ``body`` into the part reading it, or from FROM past it
+    (SQLite copies the columns a query reads into the references to them in its subqueries
+    too); returns the work."""
+    refs = dict(body.outward or {})
+    for part in body.parts:
+        _count(refs, part.refs)
+    if body.within is not None:
+        body.within.outward = _count(body.within.outward or {}, refs)
+    if body.reader is not None:
+        _count(body.reader.refs, refs)
+        if body.column is not None:
+            _count(body.column.refs, refs)
+        if body.reader.clause not in ("", "SELECT"):
+            _count(body.reader.late, refs)
+    return len(refs)
+
+
+def _count(counts: dict[str, int], more: Mapping[str, int]) -> dict[str, int]:
+    """``counts`` with ``more`` added (a dict: thousands of Counters take long to make)."""
+    for key, n in more.items():
+        counts[key] = counts.get(key, 0) + n
+    return counts
+
+
+def _column_number(part: _Part, words: Sequence[str], i: int) -> int:
+    """The result column that token ``i`` starts the number of in GROUP BY or ORDER BY
+    (SQLite copies that column into it as into a use of its alias), else 0.  Each ASCII
+    digit is a token."""
+    if part.clause not in ("GROUP", "ORDER") or words[i - 1] not in ("BY", ","):
+        return 0
+    digits = itertools.takewhile(lambda word: word.isascii() and word.isdigit(),
+                                 words[i:i + 10])
+    return int("".join(digits) or "0")
+
+
+def _column_name(text: _Words, column: _Column) -> tuple[str | None, bool]:
+    """The name ``column`` may be referred to by, and whether SQLite surely names it so (an
+    alias, a column named bare or qualified); else it names it by its text, and the last
+    word may be an alias without AS."""
+    tokens, words, names = text.tokens, text.words, text.names
+    first, last = column.first, column.last
+    if last < first or tokens[last] == "*":
+        return None, False
+    if last > first and words[last - 1] == "AS":
+        return names[last], True
+    if not _may_be_column(tokens, words, last):
+        return None, False
+    return names[last], last == first or words[last - 1] == "."
+
+
+def _column_copies(body: _Body) -> tuple[dict[str, int], int]:
+    """The most a copy of each of ``body``'s columns brings in, by name (each SELECT's of a
+    compound added: flattening one copies them all), and the most of a column whose name is
+    not known (all the body's cost for ``*``, VALUES or a WINDOW)."""
+    parts = body.parts
+    if any(not part.columns or any("*" in c.refs for c in part.columns) for part in parts):
+        return {}, body.cost or 0
+    costs = [0] * max(len(part.columns) for part in parts)
+    for part in parts:
+        for k, column in enumerate(part.columns):
+            costs[k] += part.cost(column)
+    found: dict[str, int] = {}
+    unnamed = max(costs[len(parts[0].columns):], default=0)
+    for k, column in enumerate(parts[0].columns):
+        name, sure = ((body.listed[k], True) if k < len(body.listed)
+                      else (column.name, column.sure))
+        if name is not None:
+            found[name] = max(found.get(name, 0), costs[k])
+        if not sure:
+            unnamed = max(unnamed, costs[k])
+    return found, unnamed
 
 
 def _weight(words: Sequence[str], i: int) -> int:
@@ -894,7 +1113,8 @@ def _cost(whole: _Body, by_name: Mapping[str, Sequence[_Body]], cap: int) -> int
     each body's worked out once, without recursion (subqueries may nest thousands deep in the
     SQL SQLite takes)."""
     copying, steps = {whole}, 0
-    stack: list[tuple[_Body, Iterator[tuple[_Part, _Body]], _Part | None]] = [
+    stack: list[tuple[_Body, Iterator[tuple[_Part, _Body, _Column | None]],
+                      tuple[_Part, _Column | None] | None]] = [
         (whole, _read(whole, by_name), None)]
     while stack and steps <= cap:
         body, reads, into = stack[-1]
@@ -903,39 +1123,42 @@ def _cost(whole: _Body, by_name: Mapping[str, Sequence[_Body]], cap: int) -> int
         if step is None:
             stack.pop()
             copying.discard(body)
-            body.cost = sum(part.copies() for part in body.parts)
+            cost = body.finish()
             if into is not None:
-                into.add(body, body.cost)
-                if into.copies() > cap:
-                    return into.copies()
-            if body.cost > cap:
-                return body.cost
+                steps += into[0].add(body, cost, into[1])
+                if into[0].floor() > cap:
+                    return into[0].floor()
+            if cost > cap:
+                return cost
             continue
-        part, source = step
+        part, source, column = step
         if source.cost is not None or source in copying:
             # A name copied into itself stays as written: one token.  Counted, so that every
             # step counts and thousands of CTEs of one name stop the count soon.
-            part.add(source, source.cost or 1)
-            if part.copies() > cap:
-                return part.copies()
+            steps += part.add(source, source.cost or 1, column)
+            if part.floor() > cap:
+                return part.floor()
         else:
             copying.add(source)
-            stack.append((source, _read(source, by_name), part))
+            stack.append((source, _read(source, by_name), (part, column)))
     return steps if whole.cost is None else whole.cost
 
 
-def _read(body: _Body, by_name: Mapping[str, Sequence[_Body]]) -> Iterator[tuple[_Part, _Body]]:
-    """Each subquery of each part of ``body``, and every CTE each mention may name, lazily:
-    mentions times CTEs of that name can be 100 million in 100 KB of SQL."""
+def _read(body: _Body, by_name: Mapping[str, Sequence[_Body]]
+          ) -> Iterator[tuple[_Part, _Body, _Column | None]]:
+    """Each subquery of each part of ``body``, and every CTE each mention may name, with the
+    result column it is in, lazily: mentions times CTEs of that name can be 100 million in
+    100 KB of SQL."""
     for part in body.parts:
-        yield from ((part, sub) for sub in part.subqueries)
-        yield from ((part, named) for name in part.names for named in by_name[name])
+        yield from ((part, sub, sub.column) for sub in part.subqueries)
+        yield from ((part, named, column) for name, column in part.names
+                    for named in by_name[name])
 
 
-def _bodies(words: Sequence[str]) -> list[_Body]:
+def _bodies(words: Sequence[str], names: Sequence[str]) -> list[_Body]:
     """Each ``name [(columns)] AS [NOT] [MATERIALIZED] (body)`` in ``words`` (upper-case
-    tokens): a CTE, or a WINDOW (counting high); and each other ``(SELECT``, ``(VALUES``
-    or ``(WITH``: a subquery; in order of their "("."""
+    tokens; ``names`` as names): a CTE, or a WINDOW (counting high); and each other
+    ``(SELECT``, ``(VALUES`` or ``(WITH``: a subquery; in order of their "("."""
     pairs = _paren_pairs(words)
     found = []
     for i in range(1, len(words)):
@@ -945,9 +1168,12 @@ def _bodies(words: Sequence[str]) -> list[_Body]:
         start += materialized
         if words[i] != "AS" or words[start:start + 1] != ["("]:
             continue
-        at = pairs.get(i - 1, i - 1) - 1 if words[i - 1] == ")" else i - 1
+        listed = pairs.get(i - 1, i - 1) if words[i - 1] == ")" else i
+        at = listed - 1
         if at >= 0:
             found.append(_Body(at=at, start=start, end=pairs[start],
+                               listed=tuple(names[k] for k in range(listed + 1, i - 1)
+                                            if words[k] != ","),
                                materialized=materialized and start == i + 2))
     starts = {body.start for body in found}
     found += [_Body(at=-1, start=i, end=pairs[i]) for i, word in enumerate(words[:-1])
@@ -1281,17 +1507,17 @@ def _timed(policy: _Policy, deadline: _Deadline) -> Callable[..., int]:
     return authorize
 
 
-def _execute(conn: sqlite3.Connection, statement: str, policy: _Policy, limit: int,
+def _execute(conn: sqlite3.Connection, statement: _Statement, policy: _Policy, limit: int,
              deadline: _Deadline) -> _Fetched:
     """Prepare and run the caller's statement under the authorizer and the time limit; fetch
     capped rows."""
     guards = _Guards(policy, deadline)
-    guards.install(conn, like=_needs_guarded_like(statement))
+    guards.install(conn, like=statement.guards_like)
     conn.set_authorizer(_timed(policy, deadline))
     conn.set_progress_handler(deadline, PROGRESS_STEPS)
     deadline.start()
     try:
-        cursor = conn.execute(statement)
+        cursor = conn.execute(statement.text)
         try:
             return _fetch(cursor, limit)
         finally:
@@ -1376,12 +1602,12 @@ class _Guards:
             self._builtin.close()
 
 
-def _needs_guarded_like(statement: str) -> bool:
-    """Whether LIKE must be shadowed in ``statement`` (see TEXT_BUILDERS): a word naming a
-    TEXT_BUILDERS function anywhere outside strings and comments (erring that way costs
-    speed only), ``||``, a long string or blob literal, or many LIKEs."""
+def _needs_guarded_like(tokens: Iterable[str]) -> bool:
+    """Whether LIKE must be shadowed in the statement of ``tokens`` (see TEXT_BUILDERS): a
+    word naming a TEXT_BUILDERS function anywhere outside strings and comments (erring that
+    way costs speed only), ``||``, a long string or blob literal, or many LIKEs."""
     likes = 0
-    for token in _SQL_TOKEN.findall(statement):
+    for token in tokens:
         word = token.lower()
         if token == "||" or word in TEXT_BUILDERS:
             return True
