@@ -884,7 +884,8 @@ class _Body:
     high), as token indexes of its "(" and ")"; once counted, its cost and the most a copy
     of each of its columns brings in.  A subquery outside FROM (``reader`` set) may name
     the columns its reader reads, one in FROM (``within`` set) those of the queries around
-    the one reading it (``outward``): SQLite copies them into it too."""
+    the one reading it (``outward``): SQLite copies them into it too.  So may a CTE defined
+    in a subquery (``nested`` there), once per copy of it."""
 
     at: int  # the CTE's name; -1 for the statement and subqueries
     start: int
@@ -899,6 +900,7 @@ class _Body:
     reader: _Part | None = None
     within: _Body | None = None
     outward: dict[str, int] | None = None  # made when needed: thousands of bodies
+    nested: list[tuple[_Body, dict[str, int]]] | None = None  # CTEs in it, with their names
     column: _Column | None = None  # of the part it sits in
 
     def finish(self) -> int:
@@ -957,17 +959,25 @@ def _scan(whole: _Body, bodies: Sequence[_Body], text: _Words, ctes: Set[str],
     tokens, words, names = text.tokens, text.words, text.names
     defined_at = {cte.at for cte in bodies}
     inside, upcoming = [whole], iter(bodies)  # in order of their "("
+    in_cte: list[_Body | None] = [None]  # the innermost CTE around each of ``inside``
+    in_subquery = [False]  # whether a subquery is around each: a CTE there may be correlated
+    uses: dict[str, list[tuple[int, _Body | None]]] = {}  # each mention and the CTE it is in
+    copies: dict[tuple[int, str], int] = {}
     body = next(upcoming, None)
     depth = spread = 0
     for i, name in enumerate(names):
         depth -= words[i] == ")"
         while inside[-1].end < i:
-            spread += _carried(inside.pop())
+            in_cte.pop()
+            in_subquery.pop()
+            spread += _carried(inside.pop(), inside[-1], _Uses(uses, names, copies, cap))
         if spread > cap:
             return spread
         if body is not None and body.start == i:
             _enter(body, inside[-1], words, depth)
             inside.append(body)
+            in_cte.append(body if body.at >= 0 else in_cte[-1])
+            in_subquery.append(in_subquery[-1] or body.at < 0)
             body = next(upcoming, None)
         elif words[i] in _COMPOUNDS:
             inside[-1].parts.append(_Part())
@@ -982,6 +992,8 @@ def _scan(whole: _Body, bodies: Sequence[_Body], text: _Words, ctes: Set[str],
             column.last = i
         if name in ctes and i not in defined_at:
             part.names.append((name, column))
+            if in_subquery[-1]:  # correlated: see _carried
+                uses.setdefault(name, []).append((i, in_cte[-1]))
         if _may_be_column(tokens, words, i):
             key = "*" if tokens[i] == "*" else name
             for refs in (part.refs, column.refs if column else None,
@@ -991,7 +1003,7 @@ def _scan(whole: _Body, bodies: Sequence[_Body], text: _Words, ctes: Set[str],
         elif number := _column_number(part, words, i):
             part.numbers[number] = part.numbers.get(number, 0) + 1
     while len(inside) > 1 and spread <= cap:
-        spread += _carried(inside.pop())
+        spread += _carried(inside.pop(), inside[-1], _Uses(uses, names, copies, cap))
     for part in (part for each in (whole, *bodies) for part in each.parts):
         for column in part.columns:
             column.name, column.sure = _column_name(text, column)
@@ -1012,13 +1024,30 @@ def _enter(body: _Body, within: _Body, words: Sequence[str], depth: int) -> None
             body.reader = part
 
 
-def _carried(body: _Body) -> int:
+@dataclass(frozen=True)
+class _Uses:
+    """Each mention of a CTE's name, with the CTE it is in (None: in none), and the copies
+    of each CTE worked out so far (see _named_copies)."""
+
+    mentions: Mapping[str, Sequence[tuple[int, _Body | None]]]
+    names: Sequence[str]
+    copies: dict[tuple[int, str], int]  # by the subquery's "(" and the CTE's name
+    cap: int
+
+
+def _carried(body: _Body, around: _Body, uses: _Uses) -> int:
     """Carry the names in subquery ``body`` into the part reading it, or from FROM past it
     (SQLite copies the columns a query reads into the references to them in its subqueries
-    too); returns the work."""
+    too); those of a CTE defined in ``around`` (a subquery: they may be its reader's)
+    once per copy of the CTE, counted once ``around`` is read through; returns the work."""
     refs = dict(body.outward or {})
     for part in body.parts:
         _count(refs, part.refs)
+    for cte, names in body.nested or ():
+        times = _named_copies(cte, body, uses)
+        _count(refs, {name: n * times for name, n in names.items()})
+    if body.at >= 0 and around.start >= 0:
+        around.nested = [*(around.nested or ()), (body, refs)]
     if body.within is not None:
         body.within.outward = _count(body.within.outward or {}, refs)
     if body.reader is not None:
@@ -1028,6 +1057,40 @@ def _carried(body: _Body) -> int:
         if body.reader.clause not in ("", "SELECT"):
             _count(body.reader.late, refs)
     return len(refs)
+
+
+def _named_copies(cte: _Body, scope: _Body, uses: _Uses) -> int:
+    """How many copies of ``cte`` (defined in subquery ``scope``) SQLite makes, at most
+    ``uses.cap``: one per mention of its name in ``scope`` outside the CTEs there, and per
+    copy of a CTE there a mention is in (of that name, or in a circle: once).  Worked out
+    per name, once, without recursion: CTEs may name each other thousands deep."""
+    copies, names = uses.copies, uses.names
+
+    def around(name: str) -> list[str | None]:
+        """The name of the CTE in ``scope`` each mention of ``name`` there is in, else None."""
+        return [names[u.at] if u is not None and u.start > scope.start else None
+                for i, u in uses.mentions.get(name, ()) if scope.start < i < scope.end]
+
+    first = names[cte.at]
+    if (scope.start, first) in copies:
+        return copies[scope.start, first]
+    each = around(first)
+    stack = [(first, each, iter(each))]
+    visiting = {first}
+    while stack:
+        name, each, pending = stack[-1]
+        outer = next((u for u in pending if u is not None and (scope.start, u) not in copies
+                      and u not in visiting), None)
+        if outer is not None:
+            visiting.add(outer)
+            each = around(outer)
+            stack.append((outer, each, iter(each)))
+            continue
+        stack.pop()
+        visiting.discard(name)
+        copies[scope.start, name] = min(uses.cap, sum(
+            1 if u is None else copies.get((scope.start, u), 1) for u in each))
+    return copies[scope.start, first]
 
 
 def _count(counts: dict[str, int], more: Mapping[str, int]) -> dict[str, int]:
