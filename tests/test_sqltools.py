@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -1268,6 +1270,55 @@ def test_second_writer_gives_a_busy_error(db: Path, monkeypatch: pytest.MonkeyPa
         finally:
             other.execute("ROLLBACK")
     assert contact(db, "bob@example.com")["notes"] == "old friend"  # type: ignore[index]
+
+
+SIDECAR_WRITER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.read()
+conn.execute("ROLLBACK")
+"""
+
+
+def test_a_contacts_read_does_not_wait_for_another_processes_write_lock(
+        db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process writing the sidecar (a mirror sync batch, the post-new hook): a read of
+    contacts, even one explaining a write, answers at once; a write still fails busy."""
+    monkeypatch.setattr(sidecar, "BUSY_TIMEOUT_MS", 200)
+    holder = subprocess.Popen([sys.executable, "-c", SIDECAR_WRITER, str(db)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        read = m(db, "SELECT email_address, notes FROM contacts WHERE notes IS NOT NULL",
+                 before_write=lambda: pytest.fail("a read takes no undo lock"))
+        assert read.rows == [["bob@example.com", "old friend"]]
+        assert (read.changed, read.blocked, read.unblocked) == (0, [], [])
+        assert m(db, "SELECT count(*) FROM contacts", rehearse=True).rows == [[7]]
+        plan = m(db, "EXPLAIN UPDATE contacts SET is_blocked = 1")
+        assert plan.rows and plan.changed == 0
+        with pytest.raises(SqlError, match="sidecar busy.*retry"):
+            m(db, "UPDATE contacts SET notes = 'x' WHERE email_address = 'bob@example.com'")
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert contact(db, "bob@example.com")["notes"] == "old friend"  # type: ignore[index]
+
+
+def test_a_write_the_probe_took_for_a_read_fails_and_changes_nothing(
+        db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read runs read-only (query_only): were the probe ever wrong, the write would fail
+    loudly, never slip through unrecorded."""
+    monkeypatch.setattr(sqltools, "_writes_contacts", lambda *args: False)
+    before = dump(db)
+    for sql in ["UPDATE contacts SET is_blocked = 1 WHERE email_address = 'bob@example.com'",
+                "INSERT INTO contacts (email_address, notes) VALUES ('new@example.com', 'x')",
+                "DELETE FROM contacts WHERE email_address = 'bob@example.com'"]:
+        with pytest.raises(SqlError, match="refused: writing is not allowed"):
+            m(db, sql)
+    assert dump(db) == before
 
 
 def test_no_traceback_leaks(db: Path) -> None:

@@ -7,7 +7,9 @@ statement runs behind several independent fences:
   those views, and only the columns the views themselves read), a short list of harmless
   functions, and -- for ``manage_contacts_sql`` only -- writes to the ``contacts`` view's
   editable columns and, inside its INSTEAD OF triggers, to ``contact_info``;
-* ``query_emails`` uses a read-only connection with ``PRAGMA query_only``;
+* ``query_emails`` uses a read-only connection with ``PRAGMA query_only``; a
+  ``manage_contacts_sql`` statement that writes nothing runs under ``PRAGMA query_only`` too,
+  outside any write transaction;
 * one statement per call, checked before SQLite sees it (SQLite would silently stop at the
   first one; Python's sqlite3 refuses the rest, a second fence);
 * SQLite limits on value and SQL length, a wall-clock time limit through the progress handler
@@ -519,7 +521,8 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
                         limit: int = 100, confirm_count: int | None = None,
                         own_addresses: Sequence[str] = (), rehearse: bool = False,
                         before_write: Callable[[], None] | None = None) -> ContactsResult:
-    """Run one SELECT, INSERT, UPDATE or DELETE on the ``contacts`` view in a transaction.
+    """Run one SELECT, INSERT, UPDATE or DELETE on the ``contacts`` view: a write in a
+    transaction, a read (as SQLite compiles it: see :func:`_writes_contacts`) read-only.
 
     Writes reach ``contact_info`` only through the view's INSTEAD OF triggers and only the
     columns in :data:`sidecar.EDITABLE_CONTACT_COLUMNS`.  The result says how many rows
@@ -536,8 +539,13 @@ def manage_contacts_sql(sidecar_file: Path, sql_query: str, account_name: str | 
         with _session(sidecar_file, _Scope(account_name, known_accounts, folder_account),
                       readonly=False) as conn:
             policy = _policy(conn, CONTACTS_HINT, edits_contacts=True)
-            if (before_write is not None
-                    and _writes_contacts(conn, statement.text, policy, deadline)):
+            if not _writes_contacts(conn, statement.text, policy, deadline):
+                # No write lock (the mirror sync and the post-new hook write on meanwhile) and
+                # no contacts read to diff; query_only fails a write the probe missed.
+                conn.execute("PRAGMA query_only = 1")
+                return _contacts_result(
+                    _execute(conn, statement, policy, _clamp(limit), deadline), [])
+            if before_write is not None:
                 before_write()
             with sidecar.transaction(conn):
                 rows_before = contact_rows(conn)
@@ -1838,7 +1846,7 @@ def _translate(exc: BaseException, policy: _Policy | None,
         return SqlError("sidecar busy: another fmail-nm process is writing it (e.g. a sync); "
                         "retry in a moment")
     if primary == sqlite3.SQLITE_READONLY:
-        return SqlError(f"refused: writing is not allowed; {READ_HINT}")
+        return SqlError(f"refused: writing is not allowed; {hint}")
     if primary == sqlite3.SQLITE_CONSTRAINT and "email_address like" in low:
         # The contacts table's CHECK, quoted as SQL over two lines: what it means instead.
         return SqlError("a contact is one e-mail address (name@example.com): a domain or a "
