@@ -1305,3 +1305,120 @@ def test_thread_pages_of_a_long_second_rank_threads_by_their_newest_matches(
                                                 len(walked), limit)
                 walked += [t.thread_id for t in page]
             assert walked == truth, limit
+
+
+def deliver_crowd(indexed: MailEnv, count: int) -> None:
+    """``count`` inbox messages of one second (an import), each a thread, indexed in an
+    order unlike their Message-IDs'."""
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+    for n in range(count):
+        mid = f"crowd-{n * 7919 % count:04d}@example.com"
+        cur.joinpath(f"1800000975.c{n:04d}.host:2,").write_bytes(
+            f"From: Crowd <crowd@example.com>\nTo: alex@example.org\nSubject: crowd {mid}\n"
+            f"Date: Fri, 01 Jan 2027 10:00:00 +0000\nMessage-ID: <{mid}>\n\nx\n".encode())
+    indexed.fmail("index")
+
+
+def crowd_reply(indexed: MailEnv, parent: str, synced: bool) -> None:
+    """A reply to ``parent``, newer than the crowd's second, indexed by the mirror too, or by
+    notmuch alone (the mirror lags it)."""
+    indexed.mail_root.joinpath("personal", "INBOX", "cur", "1800000976.re.host:2,").write_bytes(
+        f"From: Crowd <crowd@example.com>\nTo: alex@example.org\nSubject: re\n"
+        f"Date: Fri, 01 Jan 2027 10:05:00 +0000\nMessage-ID: <crowd-re@example.com>\n"
+        f"In-Reply-To: <{parent}>\n\nx\n".encode())
+    if synced:
+        indexed.fmail("index")
+    else:
+        indexed.notmuch("new", "--no-hooks")
+
+
+@pytest.mark.parametrize("synced", [True, False])
+def test_a_thread_walk_through_a_crowded_second_goes_on_after_the_last_thread_got_a_reply(
+        indexed: MailEnv, synced: bool) -> None:
+    """200 threads of one second, 13 a page: the last thread of the second page gets a newer
+    reply (it moves to the top, listed already) before the third is asked.  The next page
+    went back to that second's start, and listed its first 25 threads again (in a second of
+    thousands, thousands); it goes on where that thread stood, skipping none."""
+    deliver_crowd(indexed, 200)
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        seen: list[str] = []
+        cursor = None
+        for page in range(100):
+            result = reads.list_threads(mailbox, "in:inbox", limit=13, cursor=cursor)
+            shown = [t for t in result.threads if t.newest.startswith("2027-01-01T10:00:00")]
+            seen += [t.thread for t in shown]
+            if page == 1:  # it ends in the crowd's second
+                assert shown and shown[-1] == result.threads[-1]
+                last = reader.messages(f"thread:{shown[-1].thread}", exclude_tags=())[0]
+                crowd_reply(indexed, last.message_id, synced)
+            cursor = result.next_cursor
+            if cursor is None:
+                break
+        crowd = {m.thread_id for m in reader.messages("from:crowd@example.com",
+                                                      exclude_tags=())}
+        repeated = [t for t in set(seen) if seen.count(t) > 1]
+        assert (len(repeated), len(crowd - set(seen))) == (0, 0), (len(seen), len(crowd))
+
+
+@pytest.mark.parametrize("synced", [True, False])
+@pytest.mark.parametrize("sort", ["newest", "oldest"])
+def test_a_message_walk_through_a_crowded_second_goes_on_after_the_last_message_left(
+        indexed: MailEnv, synced: bool, sort: str) -> None:
+    """200 inbox messages of one second, 13 a page: the last message of the second page is
+    archived (it leaves ``in:inbox``) before the third is asked.  The next page went back
+    to that second's start and listed its first 25 messages again; it goes on where that
+    message stood, skipping none of the others.  (A search whose pages notmuch orders, such
+    as ``from:``, still lists that second again: its order within a second is not one a
+    cursor can name.)"""
+    deliver_crowd(indexed, 200)
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        seen: list[str] = []
+        cursor, crowded, archived = None, 0, ""
+        for page in range(100):
+            result = reads.search_emails(mailbox, "in:inbox", limit=13, cursor=cursor,
+                                         sort=sort)
+            seen += [mailbox.find(r.id).message_id  # type: ignore[union-attr]
+                     for r in result.results]
+            crowded += seen[-1].startswith("crowd-")
+            if crowded == 2 and not archived:  # the second page to end in the crowd
+                archived = seen[-1]
+                indexed.notmuch("tag", "-inbox", "--", f"id:{archived}")
+                if synced:
+                    mirror.sync_sidecar(indexed.config(), reader)
+            cursor = result.next_cursor
+            if cursor is None:
+                break
+        crowd = set(reader.message_ids("from:crowd@example.com", exclude_tags=()))
+        repeated = [m for m in set(seen) if seen.count(m) > 1]
+        assert archived and (len(repeated), len(crowd - set(seen))) == (0, 0), len(seen)
+
+
+def test_a_thread_cursor_of_old_naming_the_thread_still_resumes(indexed: MailEnv) -> None:
+    """A thread cursor names the message its last thread ranked by; one from before, naming
+    the thread's id, reads as it did: the same next pages, and after that thread moved, the
+    rest skipping none (its second listed again: a repeat, never a skip)."""
+    deliver_crowd(indexed, 40)
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        first = reads.list_threads(mailbox, "in:inbox", limit=13)
+        last = first.threads[-1]
+        assert first.next_cursor is not None
+        old = re.sub(r"[0-9a-f]{16}~", f"{last.thread}@", first.next_cursor)
+        assert old != first.next_cursor and len(old) == len(first.next_cursor)
+
+        def walk(cursor: str | None) -> list[str]:
+            seen: list[str] = []
+            while cursor is not None:
+                page = reads.list_threads(mailbox, "in:inbox", limit=13, cursor=cursor)
+                seen += [t.thread for t in page.threads]
+                cursor = page.next_cursor
+            return seen
+
+        assert walk(old) == walk(first.next_cursor)
+        last_message = reader.messages(f"thread:{last.thread}", exclude_tags=())[0]
+        crowd_reply(indexed, last_message.message_id, True)
+        rest = walk(old)
+        untouched = {t.thread for t in reads.list_threads(mailbox, "in:inbox", limit=100).threads}
+        assert untouched - {last.thread} <= set(rest) | {t.thread for t in first.threads}

@@ -348,20 +348,30 @@ def _fingerprint(*parts: object) -> str:
 def make_cursor(offset: int, fingerprint: str, anchor: int | None = None,
                 last: str | None = None) -> str:
     """``<offset>.<fingerprint of the search>``, the uid of the page's ``last`` message right
-    after the fingerprint when given (a thread's id, ``@`` and the date it ranked by), and
+    after the fingerprint when given (of a thread: see :func:`thread_tail`), and
     ``.<anchor>`` for a search with relative dates (see CompiledQuery.anchor): short, since
     the model reads and repeats it."""
     return f"{offset}.{fingerprint}{last or ''}" + ("" if anchor is None else f".{anchor}")
 
 
 def cursor_last(cursor: str | None, fingerprint: str) -> str | None:
-    """The uid of the last message the cursor's page showed (of a thread: its id and rank,
-    see :func:`thread_last`), if it names one (read_cursor has checked the rest)."""
+    """The uid of the last message the cursor's page showed (of a thread: where it ranked,
+    see :func:`thread_tail`), if it names one (read_cursor has checked the rest)."""
     tail = (cursor or "").partition(".")[2].split(".")[0].removeprefix(fingerprint)
-    uid, at, rank = tail.partition("@")
-    return tail if sidecar.looks_like_uid(uid) and (not at or _is_rank(rank)) else None
+    uid, ranked, rank = _split_last(tail)
+    return tail if sidecar.looks_like_uid(uid) and (not ranked or _is_rank(rank)) else None
 
 
+def _split_last(tail: str) -> tuple[str, str, str]:
+    """A cursor's last item as its uid, and of a thread the mark and the date after it (see
+    :func:`thread_tail`)."""
+    at = max(tail.rfind(THREAD_RANKED_BY), tail.rfind(OLD_THREAD_RANKED_BY))
+    return (tail, "", "") if at < 0 else (tail[:at], tail[at], tail[at + 1:])
+
+
+# What stands between a thread cursor's uid and the date the thread ranked by: the uid is of
+# the message it ranked by, or, in cursors from before that, the thread's id.
+THREAD_RANKED_BY, OLD_THREAD_RANKED_BY = "~", "@"
 # An anchor is epoch seconds: more digits than this are no cursor of ours.
 MAX_ANCHOR_DIGITS = 11
 # A thread's rank is the date of a message, which its sender wrote: notmuch's dates end with
@@ -460,7 +470,8 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
     offset, (ids, total, excluded) = _resumed_page(
         mb.reader, fetch, start, limit, last, lambda found: sidecar.uid_for(found) == last,
         lambda: _resumed_offset(mb, _as_mirrored(mirror, nm_query), compiled.exclude_tags,
-                                sort, start, last))
+                                sort, start, last,
+                                _in_mirror_order(mb, mirror, nm_query, compiled.exclude_tags)))
     changed = mb.reader.changed_at()
     cursor_out = (next_cursor(offset, len(ids), total, fp, compiled.anchor,
                               sidecar.uid_for(ids[-1])) if ids else None)
@@ -567,13 +578,14 @@ def _second_scan(begin: int, size: int, shown_at: int) -> tuple[int, int]:
 
 
 def _resumed_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sort: str,
-                    offset: int, last: str | None) -> tuple[int, int]:
+                    offset: int, last: str | None, ranked: bool) -> tuple[int, int]:
     """Where the page after the message ``last`` starts now.  Triage changes the search
     between pages (mail marked read or archived leaves ``is:unread`` or ``in:inbox``): the
-    cursor's bare offset would then skip as many messages as left.  So the page resumes at
-    the matches of ``last``'s second, after those dated before it (after, oldest first), and
-    how many share that second (see :func:`_resumed`); the bare offset when ``last`` or its
-    date is unknown."""
+    cursor's bare offset would then skip as many messages as left.  So the page resumes
+    after the matches dated before ``last``'s second (after, oldest first) and, for pages in
+    the mirror's order (``ranked``), those of its second up to its Message-ID, whether or
+    not ``last`` is still there; for others, at that second, with how many share it (see
+    :func:`_resumed`).  The bare offset when ``last`` or its date is unknown."""
     found = mb.find(last) if last else None
     if found is None or found.date <= 0:
         return offset, 0
@@ -581,9 +593,13 @@ def _resumed_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sor
     ahead = (date_range_query(day + 1, 2**63) if sort == "newest"
              else date_range_query(0, day))
     count = functools.partial(mb.reader.count, exclude_tags=exclude_tags)
+    that_second = all_of(nm_query, date_range_query(day, day + 1))
+    if ranked:
+        return count(all_of(nm_query, ahead)) + mb.reader.count_ranked_through(
+            that_second, found.message_id, exclude_tags=exclude_tags,
+            ascending=sort == "oldest"), 0
     return _resumed(count(all_of(nm_query, id_query([found.message_id]))) > 0,
-                    count(all_of(nm_query, ahead)),
-                    lambda: count(all_of(nm_query, date_range_query(day, day + 1))))
+                    count(all_of(nm_query, ahead)), lambda: count(that_second))
 
 
 # The most items of one second a resumed page reads to find the last item shown among them
@@ -700,6 +716,13 @@ def _tagged_page_from_mirror(mirror: Answerable | None, sort: str, offset: int,
 # (past a margin of 640: 0.5 s a page at 2,000) repeated and skipped hundreds of threads in a
 # walk whose other pages the mirror read.
 TIE_MARGIN, MAX_TIE_MARGIN = 10, 40
+
+
+def _in_mirror_order(mb: Mailbox, mirror: Answerable | None, nm_query: str,
+                     exclude_tags: Sequence[str]) -> bool:
+    """Whether a search's pages are in the mirror's order -- its own, or notmuch's put in
+    it (see _tie_order) -- by date and Message-ID."""
+    return mirror is not None or _tie_order(mb, None, nm_query, exclude_tags) is not None
 
 
 def _tie_order(mb: Mailbox, mirror: Answerable | None, nm_query: str,
@@ -941,11 +964,11 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
         return _thread_page(mb, nm_query, compiled.exclude_tags, mirror, offset, limit)
 
     start, last = read_cursor(cursor, fp, compiled.anchor), cursor_last(cursor, fp)
-    last_thread, rank = thread_last(last)
     offset, (page, more) = _resumed_page(
-        mb.reader, fetch, start, limit, last, lambda found: found.thread_id == last_thread,
-        lambda: _resumed_thread_offset(mb, _as_mirrored(mirror, nm_query),
-                                       compiled.exclude_tags, start, last_thread, rank))
+        mb.reader, fetch, start, limit, last, lambda found: is_thread_last(found, last),
+        lambda: _resumed_thread_offset(
+            mb, _as_mirrored(mirror, nm_query), compiled.exclude_tags, start, last,
+            _in_mirror_order(mb, mirror, nm_query, compiled.exclude_tags)))
     matched = total_of()
     total = (mb.reader.count_threads(nm_query, exclude_tags=compiled.exclude_tags)
              if matched <= THREAD_COUNT_MAX_MESSAGES else None)
@@ -970,37 +993,62 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
 
 
 def thread_tail(thread: ThreadSummary) -> str:
-    """The last item a thread cursor names: the thread and the date it ranks by, where a
-    cursor can carry that date (see :func:`thread_last`)."""
+    """The last item a thread cursor names: where the thread ranks, by the uid of the
+    message it ranks by (its rank_id) and that message's date, where a cursor can carry that
+    date (else the thread's id).  Cursors of old name the thread's id and that date (see
+    :func:`thread_last`)."""
     rank = str(thread.newest)
-    return f"{thread.thread_id}@{rank}" if _is_rank(rank) else thread.thread_id
+    if not _is_rank(rank):
+        return thread.thread_id
+    return f"{sidecar.uid_for(thread.rank_id)}{THREAD_RANKED_BY}{rank}"
 
 
-def thread_last(last: str | None) -> tuple[str | None, int | None]:
-    """The thread a cursor's page ended with, and the date it ranked by then (its newest
-    match), when the cursor names them."""
+def is_thread_last(thread: ThreadSummary, last: str | None) -> bool:
+    """Whether ``thread`` is the last item a cursor names: where it ranks (see
+    :func:`thread_tail`), or in cursors of old, its id."""
+    head, ranked, _ = _split_last(last or "")
+    return thread_tail(thread) == last if ranked == THREAD_RANKED_BY else thread.thread_id == head
+
+
+def thread_last(mb: Mailbox, last: str | None
+                ) -> tuple[str | None, IndexedMessage | None, int | None]:
+    """The thread a cursor's page ended with, the message it ranked by (if the index still
+    has it, and the cursor names it), and the date it ranked by then (its newest match),
+    as far as the cursor names them."""
     if last is None:
-        return None, None
-    thread, _, rank = last.partition("@")
-    return thread, int(rank) if rank else None
+        return None, None, None
+    head, ranked, rank = _split_last(last)
+    date = int(rank) if rank else None
+    if ranked != THREAD_RANKED_BY:
+        return head, None, date
+    found = mb.find(head)
+    return (None if found is None else found.thread_id), found, date
 
 
 def _resumed_thread_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
-                           offset: int, last: str | None,
-                           rank: int | None) -> tuple[int, int]:
+                           offset: int, last: str | None, ranked: bool) -> tuple[int, int]:
     """:func:`_resumed_offset` for threads, which rank by their newest match: the page
     resumes at the date the last thread shown ranked by then (``rank``), not by now.  A
     thread whose newest match left the search ranks lower now, below threads not shown yet:
-    its rank now would skip them.  Where that thread no longer ranks at that date (its newest
-    match left, or a new one came), the threads of that second are listed again."""
+    its rank now would skip them.  Pages in the mirror's order (``ranked``) resume after
+    the threads ranked before it or at it now: at that date, by a Message-ID up to that of
+    the message it ranked by, whether or not the thread still ranks there (a reply moved
+    it, or its newest match left).  Others, and cursors of old, resume at that thread where
+    it still ranks at that date; where it does not, that second's threads are listed
+    again."""
+    thread, ranked_by, rank = thread_last(mb, last)
     if last is None or rank is None or rank <= 0:
         return offset, 0
-    matched = mb.reader.messages(all_of(nm_query, f"thread:{quote(last)}"),
-                                 exclude_tags=exclude_tags, limit=1)
     count = functools.partial(mb.reader.count_threads, exclude_tags=exclude_tags)
-    return _resumed(bool(matched) and matched[0].date == rank,
-                    count(all_of(nm_query, date_range_query(rank + 1, 2**63))),
-                    lambda: count(all_of(nm_query, date_range_query(rank, rank + 1))))
+    newer = all_of(nm_query, date_range_query(rank + 1, 2**63))
+    that_second = all_of(nm_query, date_range_query(rank, rank + 1))
+    if ranked and ranked_by is not None:
+        return count(newer) + mb.reader.count_ranked_through(
+            that_second, ranked_by.message_id, exclude_tags=exclude_tags, newer=newer), 0
+    matched = (mb.reader.messages(all_of(nm_query, f"thread:{quote(thread)}"),
+                                  exclude_tags=exclude_tags, limit=1) if thread else [])
+    return _resumed(bool(matched) and matched[0].date == rank, count(newer),
+                    lambda: count(that_second))
 
 
 def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
@@ -1039,7 +1087,7 @@ def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
 
     # The mirror reads a page of any search it answers (when its window holds one), so
     # notmuch's pages follow its order whenever it may read the others, or once it catches up.
-    if mirror is not None or _tie_order(mb, None, nm_query, exclude_tags) is not None:
+    if _in_mirror_order(mb, mirror, nm_query, exclude_tags):
         page = mb.reader.in_one_snapshot(lambda: _in_tie_order(
             read, lambda _: _thread_rank, offset, limit + 1, newest=True, of_date=of_date))
     else:
