@@ -1422,3 +1422,66 @@ def test_a_thread_cursor_of_old_naming_the_thread_still_resumes(indexed: MailEnv
         rest = walk(old)
         untouched = {t.thread for t in reads.list_threads(mailbox, "in:inbox", limit=100).threads}
         assert untouched - {last.thread} <= set(rest) | {t.thread for t in first.threads}
+
+
+def deliver_undated(indexed: MailEnv, count: int) -> None:
+    """``count`` inbox messages with no Date (notmuch files them at 0), each a thread, indexed
+    in an order unlike their Message-IDs'."""
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+    for n in range(count):
+        mid = f"undated-{n * 7 % count:04d}@example.com"
+        cur.joinpath(f"1700000000.u{n:04d}.host:2,").write_bytes(
+            f"From: Crowd <crowd@example.com>\nTo: alex@example.org\nSubject: {mid}\n"
+            f"Message-ID: <{mid}>\n\nx\n".encode())
+    indexed.fmail("index")
+
+
+@pytest.mark.parametrize("sort", ["newest", "oldest"])
+def test_a_message_walk_through_undated_mail_goes_on_after_the_last_message_left(
+        indexed: MailEnv, sort: str) -> None:
+    """Undated mail is one second, at 0: a page ending in it whose last message is archived
+    before the next is asked resumed at the cursor's bare offset, and skipped the message
+    that moved up into it."""
+    deliver_undated(indexed, 60)
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        inbox = set(reader.message_ids("tag:inbox", exclude_tags=EXCLUDED))
+        seen: list[str] = []
+        cursor, archived = None, ""
+        while True:
+            result = reads.search_emails(mailbox, "in:inbox", limit=13, cursor=cursor,
+                                         sort=sort)
+            seen += [mailbox.find(r.id).message_id  # type: ignore[union-attr]
+                     for r in result.results]
+            if seen[-1].startswith("undated-") and not archived:
+                archived = seen[-1]
+                indexed.notmuch("tag", "-inbox", "--", f"id:{archived}")
+                mirror.sync_sidecar(indexed.config(), reader)
+            cursor = result.next_cursor
+            if cursor is None:
+                break
+        assert archived and inbox - set(seen) == set() and len(seen) == len(set(seen))
+
+
+def test_a_thread_walk_through_undated_mail_goes_on_after_the_last_thread_left(
+        indexed: MailEnv) -> None:
+    """:func:`test_a_message_walk_through_undated_mail_goes_on_after_the_last_message_left`
+    for threads: an undated thread ranks at 0, which its cursor names."""
+    deliver_undated(indexed, 60)
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        threads = {t.thread for t in reads.list_threads(mailbox, "in:inbox", limit=500).threads}
+        seen: list[str] = []
+        cursor, archived = None, ""
+        while True:
+            result = reads.list_threads(mailbox, "in:inbox", limit=13, cursor=cursor)
+            seen += [t.thread for t in result.threads]
+            if not result.threads[-1].newest and not archived:  # an undated thread
+                archived = seen[-1]
+                indexed.notmuch("tag", "-inbox", "--", f"thread:{archived}")
+                mirror.sync_sidecar(indexed.config(), reader)
+            cursor = result.next_cursor
+            if cursor is None:
+                break
+        assert archived and threads - {archived} - set(seen) == set()
+        assert len(seen) == len(set(seen))

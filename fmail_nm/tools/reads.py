@@ -585,9 +585,11 @@ def _resumed_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sor
     after the matches dated before ``last``'s second (after, oldest first) and, for pages in
     the mirror's order (``ranked``), those of its second up to its Message-ID, whether or
     not ``last`` is still there; for others, at that second, with how many share it (see
-    :func:`_resumed`).  The bare offset when ``last`` or its date is unknown."""
+    :func:`_resumed`).  The bare offset when ``last`` is unknown.  Undated mail is at 0,
+    as notmuch files it, a second like any other: at the bare offset, a page after one that
+    ended in it skipped as many as had left above."""
     found = mb.find(last) if last else None
-    if found is None or found.date <= 0:
+    if found is None:
         return offset, 0
     day = found.date
     ahead = (date_range_query(day + 1, 2**63) if sort == "newest"
@@ -1037,7 +1039,7 @@ def _resumed_thread_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[st
     it still ranks at that date; where it does not, that second's threads are listed
     again."""
     thread, ranked_by, rank = thread_last(mb, last)
-    if last is None or rank is None or rank <= 0:
+    if last is None or rank is None:
         return offset, 0
     count = functools.partial(mb.reader.count_threads, exclude_tags=exclude_tags)
     newer = all_of(nm_query, date_range_query(rank + 1, 2**63))
