@@ -146,6 +146,8 @@ async def test_a_mass_block_needs_confirmation_spares_the_user_and_undoes_exactl
         preview = await call(client, "manage_contacts_sql", {"sql_query": everyone})
         count = preview["changed"]
         assert preview["dry_run"] is True and count > 10 and len(preview["sample"]) == 5
+        # Nothing was blocked: the sample shows whom it would block, not every address.
+        assert not preview.get("blocked") and not preview.get("unblocked")
         assert tag_dump(indexed) == original
         assert "does not match" in await error_text(
             client, "manage_contacts_sql", {"sql_query": everyone, "confirm_count": count - 1})

@@ -679,6 +679,9 @@ def _unconfirmed(result: ContactsResult, diff: list[dict[str, Any]],
                        "statement changes now; nothing was changed")
     result.dry_run = True
     result.sample = [d["contact"] for d in diff[:5]]
+    # Nothing was blocked or unblocked: a bulk statement's every address (thousands) would
+    # cost the model its context for what the count and the sample say.
+    result.blocked, result.unblocked = [], []
     raise _RolledBack(result)
 
 
