@@ -358,12 +358,9 @@ def _served_config(args: argparse.Namespace) -> Config:
 def cmd_serve(args: argparse.Namespace) -> int:
     config = _served_config(args)
     if args.transport == "stdio":
-        import anyio
-
-        from .mcp.serving import serve_stdio
-        anyio.run(lambda: serve_stdio(config, read_only=args.read_only, push=not args.no_push,
-                                      watch=args.watch, tools=args.tools))
-        return 0
+        from .mcp.serving import serve_stdio_forever
+        return serve_stdio_forever(config, read_only=args.read_only, push=not args.no_push,
+                                   watch=args.watch, tools=args.tools)
     from .mcp.serving import serve_http_forever
     return serve_http_forever(config, host=args.host, port=args.port, allow_remote=args.allow_remote,
                               read_only=args.read_only, push=not args.no_push, watch=args.watch,

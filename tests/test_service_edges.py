@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -38,6 +39,7 @@ from .test_background import FAST, WAIT, deliver, known, service, wait_for  # no
 from .test_http import TOKEN, authed_client, make_server
 from .test_http import serving as serving_http
 from .test_send import PERSONAL, configure
+from .test_server import wait_for_port
 
 
 def test_mail_delivered_into_a_symlinked_folder_is_indexed(
@@ -89,6 +91,147 @@ async def test_stopping_while_a_send_hangs_still_stops_the_background_service(
         silent.close()
     status = StatusStore(config.data_dir).load()
     assert status is not None and not status.service.running
+
+
+# A server process with a short close deadline (40 s in use), for a shutdown that must
+# end the process once it is past that deadline.
+QUICK_CLOSE_SERVER = ("import sys; from fmail_nm.mcp import server; server.CLOSE_TIMEOUT = 2; "
+                      "from fmail_nm.cli import main; sys.exit(main(sys.argv[1:]))")
+SEND_HELLO = {"to": ["bob@example.com"], "subject": "stalled", "body": "hello"}
+
+
+@contextmanager
+def silent_smtp(env: MailEnv, tmp_path: Path) -> Iterator[socket.socket]:
+    """Sending (direct, a 15-minute limit) set up to an SMTP server that accepts and never
+    greets: the listening socket."""
+    smtp = SmtpBed(tmp_path / "smtp", PERSONAL).start()
+    smtp.stop()  # its msmtprc stays; a server that accepts and never greets takes the port
+    configure(env, smtp, direct=True, timeout_seconds=900)
+    with socket.create_server((HOST, smtp.port)) as silent:
+        silent.settimeout(WAIT)
+        yield silent
+
+
+def exit_status(proc: subprocess.Popen[str]) -> int:
+    """The exit status of a server process told to stop; fails if it lives on well past its
+    shutdown's bound (a few seconds here)."""
+    try:
+        return proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the server process still runs long after its shutdown's deadline")
+
+
+def quick_stdio_server(env: MailEnv, tool: str, arguments: dict[str, Any]) -> subprocess.Popen[str]:
+    """A stdio server process (QUICK_CLOSE_SERVER) asked to run ``tool``, over raw JSON-RPC:
+    the SDK's client kills its server 2 s after closing stdin, which would hide a hang."""
+    proc = subprocess.Popen([sys.executable, "-c", QUICK_CLOSE_SERVER, "serve", "--transport",
+                             "stdio", "--no-push"], env={**os.environ, **env.env},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdin is not None
+    for message in ({"id": 1, "method": "initialize", "params": {
+                        "protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "raw", "version": "0"}}},
+                    {"method": "notifications/initialized"},
+                    {"id": 2, "method": "tools/call", "params": {
+                        "name": tool, "arguments": arguments}}):
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+        proc.stdin.flush()
+    return proc
+
+
+def test_a_server_process_ends_after_its_shutdown_while_a_send_hangs(
+        indexed: MailEnv, tmp_path: Path) -> None:
+    """The client closes stdin while send_email waits on an SMTP server that never answers
+    (the send's own limit is minutes): the shutdown leaves the call running past its
+    deadline -- and the process must then end, not wait for that thread at the
+    interpreter's exit (a stdio client that only closes stdin saw the server never exit)."""
+    with silent_smtp(indexed, tmp_path) as silent:
+        proc = quick_stdio_server(indexed, "send_email", SEND_HELLO)
+        assert proc.stdin is not None and proc.stderr is not None
+        try:
+            conn, _ = silent.accept()  # msmtp is waiting now
+            with conn:  # closed: msmtp, in a session of its own, fails at once
+                proc.stdin.close()
+                assert exit_status(proc) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    said = proc.stderr.read()
+    assert "a tool call was still running at shutdown" in said
+    assert "Traceback" not in said
+
+
+def pipe_opened_by_reader(path: Path) -> int:
+    """Our writing end of the pipe at ``path``, once a reader has opened it."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        try:
+            return os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # ENXIO: no reader yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def test_a_server_process_ends_after_its_shutdown_while_a_read_never_returns(
+        indexed: MailEnv) -> None:
+    """A read with no bound at all: the message's file is a pipe no one writes (as a file
+    on a hung network file system), so get_email's read never returns -- and the process
+    still ends once its shutdown has run."""
+    found = indexed.notmuch("search", "--output=messages", "--limit=1", "*").stdout.strip()
+    path = Path(indexed.notmuch("search", "--output=files", found).stdout.splitlines()[0])
+    path.unlink()
+    os.mkfifo(path)
+    proc = quick_stdio_server(indexed, "get_email", {"id": found.removeprefix("id:")})
+    assert proc.stdin is not None and proc.stderr is not None
+    try:
+        writing = pipe_opened_by_reader(path)  # the read thread has it open: it waits now
+        try:
+            proc.stdin.close()
+            assert exit_status(proc) == 0
+        finally:
+            os.close(writing)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "a tool call was still running at shutdown" in proc.stderr.read()
+
+
+@pytest.mark.anyio
+async def test_the_service_ends_after_its_stop_while_a_send_hangs(
+        indexed: MailEnv, tmp_path: Path) -> None:
+    """`fmail-nm run` stopped (SIGTERM, systemd's stop) while send_email waits on an SMTP
+    server that never answers: the process ends once its bounded shutdown has run, as a
+    clean stop -- not at systemd's SIGKILL after the stop timeout."""
+    port = free_port()
+    log_file = tmp_path / "service.log"
+    with silent_smtp(indexed, tmp_path) as silent, log_file.open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-c", QUICK_CLOSE_SERVER, "run", "--port",
+                                 str(port), "--no-push"],
+                                env={**os.environ, **indexed.env, "FMAIL_TOKEN": TOKEN},
+                                stdout=log, stderr=log, text=True)
+        try:
+            await anyio.to_thread.run_sync(wait_for_port, proc, port)
+            async with authed_client() as http, Client(streamable_http_client(
+                    f"http://127.0.0.1:{port}/mcp", http_client=http)) as client, \
+                    anyio.create_task_group() as tg:
+                async def send() -> None:
+                    with suppress(Exception):  # no answer: the stop cuts the call
+                        await client.call_tool("send_email", SEND_HELLO)
+                tg.start_soon(send)
+                conn, _ = await anyio.to_thread.run_sync(silent.accept)  # msmtp waits now
+                with conn:
+                    proc.send_signal(signal.SIGTERM)
+                    status = await anyio.to_thread.run_sync(exit_status, proc)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert status == 0
+    assert "a tool call was still running at shutdown" in log_file.read_text()
 
 
 def test_closing_leaves_attachment_reads_past_its_deadline_to_finish(

@@ -343,7 +343,8 @@ class MailService:
         """Close the handles once the calls in progress end -- waiting at most
         ``CLOSE_TIMEOUT`` for all threads together (the shutdown's bound, which systemd's
         stop timeout must cover): a call bounded by its own, longer limit (a send, adding an
-        account) is left to finish on its thread, and the shutdown goes on."""
+        account), or by none (a read of a hung file system), is left running on its thread,
+        and the shutdown goes on (a server process then ends without it: serving.ended)."""
         def shut() -> None:
             mailbox = getattr(self._local, "mailbox", None)
             if mailbox is not None:
@@ -355,7 +356,7 @@ class MailService:
                 executor.submit(shut).result(timeout=max(0.0, deadline - time.monotonic()))
             except concurrent.futures.TimeoutError:
                 busy = True
-                log.warning("a tool call was still running at shutdown; it is left to finish")
+                log.warning("a tool call was still running at shutdown; it is left running")
                 executor.shutdown(wait=False, cancel_futures=True)
                 continue
             executor.shutdown(wait=True)

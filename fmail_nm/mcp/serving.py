@@ -7,7 +7,9 @@ import logging
 import os
 import signal
 import sqlite3
+import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -26,6 +28,10 @@ if TYPE_CHECKING:
     from ..service.status import ServerPushRecord
 
 log = logging.getLogger(__name__)
+
+# How long the end of a server process waits for threads that are ending anyway (idle
+# workers told to stop) before it ends without those still running.
+THREADS_END_WAIT = 1.0
 
 
 def _migrate_sidecar(config: Config) -> None:
@@ -185,6 +191,43 @@ def _reindex(config: Config, runs: list[MbsyncRun]) -> None:
         log.exception("re-indexing after mbsync push failed")
 
 
+def ended(status: int) -> int:
+    """``status``, for a server process whose shutdown has run: ended at once instead when
+    a thread still runs -- a tool call the shutdown left past its deadline (a send waiting
+    on a silent SMTP server, a read of a hung file system) -- which Python's exit would join
+    without a bound, past the shutdown's and systemd's stop timeout.  Ending it so leaves
+    nothing half-written: notmuch (Xapian) and the sidecar (SQLite) keep whole transactions
+    or none -- a Writer batch cut midway is not committed, and a file it moved is one rename
+    (store.mover) the next index takes in -- and a send's msmtp runs in a session of its own."""
+    deadline = time.monotonic() + THREADS_END_WAIT
+    for thread in _non_daemon_threads():
+        thread.join(max(0.0, deadline - time.monotonic()))
+    left = [thread.name for thread in _non_daemon_threads()]
+    if not left:
+        return status
+    log.warning("ending without waiting for %d thread(s) still running (%s): what they were "
+                "doing is dropped", len(left), ", ".join(left))
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a client gone, its pipe closed
+            stream.flush()
+    os._exit(status)
+
+
+def _non_daemon_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate()
+            if not thread.daemon and thread is not threading.current_thread()]
+
+
+def serve_stdio_forever(config: Config, *, read_only: bool = False, push: bool = True,
+                        watch: bool = False, tools: str = DEFAULT_TOOL_PROFILE) -> int:
+    import anyio
+
+    anyio.run(lambda: serve_stdio(config, read_only=read_only, push=push, watch=watch,
+                                  tools=tools))
+    return ended(0)
+
+
 async def serve_stdio(config: Config, *, read_only: bool = False, push: bool = True,
                       watch: bool = False, tools: str = DEFAULT_TOOL_PROFILE) -> None:
     """Serve over stdin/stdout until stdin closes or SIGTERM comes, which a client may send
@@ -266,7 +309,7 @@ def serve_http_forever(config: Config, *, host: str, port: int, allow_remote: bo
     with serving(config, read_only=read_only, push=push, watch=watch, tools=tools) as server:
         anyio.run(lambda: serve_http(server, host=host, port=port, token=token,
                                      allow_remote=allow_remote, ready=ready))
-    return 0
+    return ended(0)
 
 
 def serve_demo(port: int) -> int:
