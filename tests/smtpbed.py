@@ -10,12 +10,16 @@ next ones with an SMTP error, as a server refusing a recipient does.
 that OAuth2 access token (over plain TCP: loopback), and answers any other token as Gmail
 does: a 334 challenge holding a JSON error, then 535 once the client answered it.
 
+``release.clear()`` makes it a slow server: it holds its answer to each message's DATA
+until ``release`` is set again (``arrived`` is set once a message is in).
+
 ``tls=(certificate, key)`` makes it a server that takes mail only after STARTTLS, showing
 that certificate (PEM files, as ``tests.test_accounts.self_signed`` makes them).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import email
@@ -81,6 +85,9 @@ class _Handler:
                           message="535 5.7.8 Authentication unsuccessful")
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        self.bed.arrived.set()
+        while not self.bed.release.is_set():  # the server's loop answers the others meanwhile
+            await asyncio.sleep(0.05)
         with self.bed.lock:
             self.bed.received.append(Received(envelope.mail_from, tuple(envelope.rcpt_tos),
                                               bytes(envelope.original_content)))
@@ -101,6 +108,9 @@ class SmtpBed:
         self.received: list[Received] = []
         self.reject: str | None = None
         self.lock = threading.Lock()
+        self.release = threading.Event()
+        self.release.set()
+        self.arrived = threading.Event()
         self.tokens = dict(tokens or {})
         # AUTH is offered without TLS only when asked for (loopback, test tokens); that it is
         # required then is _Handler's to say (aiosmtpd warns about auth_required without TLS).

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import anyio
 import pytest
@@ -31,6 +31,8 @@ from fmail_nm.mcp.serving import serving
 from fmail_nm.service import watcher
 from fmail_nm.service.background import Background
 from fmail_nm.service.status import StatusStore
+from fmail_nm.store import sidecar
+from fmail_nm.store.query import clean_id
 
 from .conftest import MailEnv, notmuch_lock_held
 from .imapbed import HOST, free_port
@@ -100,18 +102,6 @@ QUICK_CLOSE_SERVER = ("import sys; from fmail_nm.mcp import server; server.CLOSE
 SEND_HELLO = {"to": ["bob@example.com"], "subject": "stalled", "body": "hello"}
 
 
-@contextmanager
-def silent_smtp(env: MailEnv, tmp_path: Path) -> Iterator[socket.socket]:
-    """Sending (direct, a 15-minute limit) set up to an SMTP server that accepts and never
-    greets: the listening socket."""
-    smtp = SmtpBed(tmp_path / "smtp", PERSONAL).start()
-    smtp.stop()  # its msmtprc stays; a server that accepts and never greets takes the port
-    configure(env, smtp, direct=True, timeout_seconds=900)
-    with socket.create_server((HOST, smtp.port)) as silent:
-        silent.settimeout(WAIT)
-        yield silent
-
-
 def exit_status(proc: subprocess.Popen[str]) -> int:
     """The exit status of a server process told to stop; fails if it lives on well past its
     shutdown's bound (a few seconds here)."""
@@ -140,25 +130,47 @@ def quick_stdio_server(env: MailEnv, tool: str, arguments: dict[str, Any]) -> su
     return proc
 
 
-def test_a_server_process_ends_after_its_shutdown_while_a_send_hangs(
+def lines_until(stream: IO[str], text: str) -> str:
+    """What ``stream`` says up to its first line holding ``text``, or to its end."""
+    said = ""
+    for line in stream:
+        said += line
+        if text in line:
+            break
+    return said
+
+
+def test_a_server_process_waits_for_a_send_under_way_and_files_it(
         indexed: MailEnv, tmp_path: Path) -> None:
-    """The client closes stdin while send_email waits on an SMTP server that never answers
-    (the send's own limit is minutes): the shutdown leaves the call running past its
-    deadline -- and the process must then end, not wait for that thread at the
-    interpreter's exit (a stdio client that only closes stdin saw the server never exit)."""
-    with silent_smtp(indexed, tmp_path) as silent:
-        proc = quick_stdio_server(indexed, "send_email", SEND_HELLO)
-        assert proc.stdin is not None and proc.stderr is not None
-        try:
-            conn, _ = silent.accept()  # msmtp is waiting now
-            with conn:  # closed: msmtp, in a session of its own, fails at once
-                proc.stdin.close()
-                assert exit_status(proc) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    said = proc.stderr.read()
+    """The client closes stdin while send_email waits for a slow SMTP server's answer to the
+    message -- past the shutdown's deadline for tool calls, within the send's own limit: the
+    process waits for the send and files it (its "sent already" record, the draft out of
+    Drafts) before it ends.  Ended without it, msmtp (in a session of its own) delivered the
+    message all the same and the draft stayed in Drafts, to be sent twice."""
+    smtp = SmtpBed(tmp_path / "smtp", PERSONAL).start()
+    configure(indexed, smtp, direct=True, timeout_seconds=900)
+    smtp.release.clear()
+    proc = quick_stdio_server(indexed, "send_email", SEND_HELLO)
+    assert proc.stdin is not None and proc.stderr is not None
+    try:
+        assert smtp.arrived.wait(WAIT)  # msmtp waits for the answer to the message now
+        proc.stdin.close()
+        said = lines_until(proc.stderr, "send(s) under way")  # the tool calls' deadline passed
+        smtp.release.set()
+        assert exit_status(proc) == 0
+        (received,) = wait_for(lambda: list(smtp.received), "the message to be taken")
+    finally:
+        smtp.release.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        smtp.stop()
+    said += proc.stderr.read()
+    mid = clean_id(str(received.message()["Message-ID"]))
+    with sidecar.opened(sidecar.sidecar_path(indexed.config().data_dir)) as conn:
+        assert sidecar.sent_at(conn, mid) is not None, said
+    files = indexed.notmuch("search", "--output=files", f"id:{mid}").stdout.split()
+    assert files and not any("Drafts" in name for name in files), files
     assert "a tool call was still running at shutdown" in said
     assert "Traceback" not in said
 
@@ -175,16 +187,22 @@ def pipe_opened_by_reader(path: Path) -> int:
             time.sleep(0.05)
 
 
-def test_a_server_process_ends_after_its_shutdown_while_a_read_never_returns(
-        indexed: MailEnv) -> None:
-    """A read with no bound at all: the message's file is a pipe no one writes (as a file
-    on a hung network file system), so get_email's read never returns -- and the process
-    still ends once its shutdown has run."""
-    found = indexed.notmuch("search", "--output=messages", "--limit=1", "*").stdout.strip()
-    path = Path(indexed.notmuch("search", "--output=files", found).stdout.splitlines()[0])
+def hung_file(env: MailEnv) -> tuple[str, Path]:
+    """A message (its id) whose file is a pipe no one writes, as a file on a hung network
+    file system: a read of it never returns."""
+    found = env.notmuch("search", "--output=messages", "--limit=1", "*").stdout.strip()
+    path = Path(env.notmuch("search", "--output=files", found).stdout.splitlines()[0])
     path.unlink()
     os.mkfifo(path)
-    proc = quick_stdio_server(indexed, "get_email", {"id": found.removeprefix("id:")})
+    return found.removeprefix("id:"), path
+
+
+def test_a_server_process_ends_after_its_shutdown_while_a_read_never_returns(
+        indexed: MailEnv) -> None:
+    """A read with no bound at all: get_email's read of a hung file never returns -- and
+    the process still ends once its shutdown has run."""
+    found, path = hung_file(indexed)
+    proc = quick_stdio_server(indexed, "get_email", {"id": found})
     assert proc.stdin is not None and proc.stderr is not None
     try:
         writing = pipe_opened_by_reader(path)  # the read thread has it open: it waits now
@@ -201,16 +219,18 @@ def test_a_server_process_ends_after_its_shutdown_while_a_read_never_returns(
 
 
 @pytest.mark.anyio
-async def test_the_service_ends_after_its_stop_while_a_send_hangs(
+async def test_the_service_ends_after_its_stop_while_a_read_never_returns(
         indexed: MailEnv, tmp_path: Path) -> None:
-    """`fmail-nm run` stopped (SIGTERM, systemd's stop) while send_email waits on an SMTP
-    server that never answers: the process ends once its bounded shutdown has run, as a
+    """An HTTP server process stopped (SIGTERM, as systemd stops `fmail-nm run`; served
+    without watching, whose first index would drop the hung file) while get_email's read of
+    a hung file never returns: the process ends once its bounded shutdown has run, as a
     clean stop -- not at systemd's SIGKILL after the stop timeout."""
     port = free_port()
     log_file = tmp_path / "service.log"
-    with silent_smtp(indexed, tmp_path) as silent, log_file.open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-c", QUICK_CLOSE_SERVER, "run", "--port",
-                                 str(port), "--no-push"],
+    found, path = hung_file(indexed)
+    with log_file.open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-c", QUICK_CLOSE_SERVER, "serve",
+                                 "--transport", "http", "--port", str(port), "--no-push"],
                                 env={**os.environ, **indexed.env, "FMAIL_TOKEN": TOKEN},
                                 stdout=log, stderr=log, text=True)
         try:
@@ -218,14 +238,16 @@ async def test_the_service_ends_after_its_stop_while_a_send_hangs(
             async with authed_client() as http, Client(streamable_http_client(
                     f"http://127.0.0.1:{port}/mcp", http_client=http)) as client, \
                     anyio.create_task_group() as tg:
-                async def send() -> None:
+                async def read() -> None:
                     with suppress(Exception):  # no answer: the stop cuts the call
-                        await client.call_tool("send_email", SEND_HELLO)
-                tg.start_soon(send)
-                conn, _ = await anyio.to_thread.run_sync(silent.accept)  # msmtp waits now
-                with conn:
+                        await client.call_tool("get_email", {"id": found})
+                tg.start_soon(read)
+                writing = await anyio.to_thread.run_sync(pipe_opened_by_reader, path)
+                try:  # the read thread has the file open: it waits now
                     proc.send_signal(signal.SIGTERM)
                     status = await anyio.to_thread.run_sync(exit_status, proc)
+                finally:
+                    os.close(writing)
         finally:
             if proc.poll() is None:
                 proc.kill()

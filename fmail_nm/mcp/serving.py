@@ -192,13 +192,18 @@ def _reindex(config: Config, runs: list[MbsyncRun]) -> None:
 
 
 def ended(status: int) -> int:
-    """``status``, for a server process whose shutdown has run: ended at once instead when
-    a thread still runs -- a tool call the shutdown left past its deadline (a send waiting
-    on a silent SMTP server, a read of a hung file system) -- which Python's exit would join
-    without a bound, past the shutdown's and systemd's stop timeout.  Ending it so leaves
-    nothing half-written: notmuch (Xapian) and the sidecar (SQLite) keep whole transactions
-    or none -- a Writer batch cut midway is not committed, and a file it moved is one rename
-    (store.mover) the next index takes in -- and a send's msmtp runs in a session of its own."""
+    """``status``, for a server process whose shutdown has run, once the sends under way
+    have ended and been filed (each is bounded: its command's timeout, then its filing's
+    wait; cut off, a send that went out would stay in Drafts to be sent twice).  Ended at
+    once instead when another thread still runs -- a tool call the shutdown left past its
+    deadline (a read of a hung file system) -- which Python's exit would join without a
+    bound, past the shutdown's and systemd's stop timeout.  Ending it so leaves nothing
+    half-written: notmuch (Xapian) and the sidecar (SQLite) keep whole transactions or none
+    -- a Writer batch cut midway is not committed, and a file it moved is one rename
+    (store.mover) the next index takes in."""
+    from ..service.send import SENDS
+
+    SENDS.wait()
     deadline = time.monotonic() + THREADS_END_WAIT
     for thread in _non_daemon_threads():
         thread.join(max(0.0, deadline - time.monotonic()))

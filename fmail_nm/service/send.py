@@ -16,10 +16,14 @@ status and stderr are reported as they are; nothing is filed and the draft stays
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
 import subprocess
 import tempfile
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -39,6 +43,10 @@ _CHOOSES_SENDER = ("-f", "--from", "--read-envelope-from")
 _GLUED_SENDER = re.compile(r"-f[^-]")  # -fADDR, one argument
 _READS_RECIPIENTS = ("-t", "--read-recipients")
 MAX_STDERR_CHARS = 2000
+# What a send does past its command's timeout and its filing's wait for the notmuch lock: its
+# other steps of filing (a Sent copy written, the sidecar synced), which take a moment.
+FILING_MARGIN_S = 10.0
+log = logging.getLogger(__name__)
 
 
 class SendRefused(CallerError):
@@ -145,6 +153,49 @@ def run_to_end(argv: list[str], data: bytes | None, timeout: float, *,
         return proc.returncode, said.read().decode("utf-8", "replace").strip()
 
 
+class SendsUnderWay:
+    """The sends under way in this process, each with the time by which it has ended.  A
+    server process that ends waits for them (:meth:`wait`): a send cut off after its command
+    took the message leaves its draft in Drafts, unfiled, to be sent twice."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._until: dict[object, float] = {}
+
+    @contextlib.contextmanager
+    def tracked(self, bound: float) -> Iterator[None]:
+        """A send under way, which ends within ``bound`` seconds from now."""
+        key = object()
+        with self._changed:
+            self._until[key] = time.monotonic() + bound
+        try:
+            yield
+        finally:
+            with self._changed:
+                del self._until[key]
+                self._changed.notify_all()
+
+    def wait(self) -> None:
+        """Until no send is under way -- each is bounded, by its command's timeout and its
+        filing's wait -- or the last of them is past its bound (a hung file system)."""
+        with self._changed:
+            if not self._until:
+                return
+            log.warning("waiting for %d send(s) under way to end and be filed (at most %.0f "
+                        "s)", len(self._until), max(self._until.values()) - time.monotonic())
+            while self._until:
+                left = max(self._until.values()) - time.monotonic()
+                if left <= 0:
+                    log.warning("ending with %d send(s) still under way: they may or may not "
+                                "have gone out, and their drafts are not filed",
+                                len(self._until))
+                    return
+                self._changed.wait(left)
+
+
+SENDS = SendsUnderWay()
+
+
 def check_not_sent(ctx: WriteContext, draft_id: str) -> None:
     """A draft sent already is refused, saying so: a call whose caller gave up waiting (a
     timeout, a cancel) may have sent and filed it, and its "no draft" would read as "never
@@ -164,8 +215,10 @@ def send_draft(ctx: WriteContext, draft_id: str) -> DraftResult:
     check_not_sent(ctx, draft_id)
     out = compose.load_draft(ctx, draft_id)
     argv = argv_for(command_for(ctx.config, out.composition.account), out)
-    run_command(argv, out.wire, ctx.config.send.timeout_seconds)
-    return compose.file_sent(ctx, out)
+    timeout = ctx.config.send.timeout_seconds
+    with SENDS.tracked(timeout + compose.FILING_WAIT_S + FILING_MARGIN_S):
+        run_command(argv, out.wire, timeout)
+        return compose.file_sent(ctx, out)
 
 
 def save_and_send(ctx: WriteContext, save: Callable[[WriteContext], DraftResult]) -> DraftResult:
