@@ -292,6 +292,46 @@ THREAD_MAIL = [
 ]
 
 
+class TieMail:
+    """Writes test mail from one sender into the personal inbox, a file per message in the
+    order asked: notmuch indexes them in that order, unlike their Message-IDs'.  ``kind``
+    keeps each test's file names (and subjects) apart; ``seen`` marks them read."""
+
+    def __init__(self, env: MailEnv, kind: str, *, seen: bool = True) -> None:
+        self.cur = env.mail_root / "personal" / "INBOX" / "cur"
+        self.kind, self.flags, self.written = kind, "S" if seen else "", 0
+
+    def __call__(self, mid: str, date: str, parent: str | None = None) -> None:
+        """One message; no Date header when ``date`` is empty (undated)."""
+        self.written += 1
+        head = f"Date: {date}\n" if date else ""
+        reply = f"In-Reply-To: <{parent}>\n" if parent else ""
+        self.cur.joinpath(f"1800000960.{self.kind}{self.written:04d}.host:2,{self.flags}"
+                          ).write_bytes(
+            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: {self.kind} {mid}\n"
+            f"{head}Message-ID: <{mid}>\n{reply}\nx\n".encode())
+
+
+def at_second(second: int) -> str:
+    """A Date header's value: that second of one minute in 2027."""
+    return f"Fri, 01 Jan 2027 10:00:{second:02d} +0000"
+
+
+def two_crowded_seconds(indexed: MailEnv) -> Callable[[int, str], None]:
+    """100 messages in each of two seconds (0 and 1), indexed in an order unlike their
+    Message-IDs'; what delivers more of them."""
+    tie = TieMail(indexed, "s")
+
+    def deliver(second: int, mid: str) -> None:
+        tie(mid, at_second(second))
+
+    for second in (0, 1):
+        for n in range(100):
+            deliver(second, f"tie-{second}-{n * 37 % 100:03d}@example.com")
+    indexed.fmail("index")
+    return deliver
+
+
 def deliver_thread(env: MailEnv) -> None:
     for n, (mid, sender, subject, date_, parent) in enumerate(THREAD_MAIL):
         reply = f"In-Reply-To: <{parent}@example.com>\n" if parent else ""
@@ -852,16 +892,10 @@ def test_pages_of_long_seconds_walk_in_the_mirrors_order_whatever_else_they_hold
     it: every walk of every page size is the mirror's (date, Message-ID) order.  The date
     ranges that counted where an edge's date starts ended before that message: it was
     counted in no date, the page dropped it and shifted the rest of its date by one."""
-    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
-    written = 0
+    tie = TieMail(indexed, "w", seen=False)
 
     def deliver(date: str, mid: str) -> None:
-        nonlocal written
-        written += 1
-        head = f"Date: {date}\n" if date else ""
-        cur.joinpath(f"1800000950.w{written:04d}.host:2,").write_bytes(
-            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: w {mid}\n{head}"
-            f"Message-ID: <{mid}>\n\nx\n".encode())
+        tie(mid, date)
 
     seconds = ("Fri, 01 Jan 2027 10:00:00 +0000", "Fri, 01 Jan 2027 10:00:01 +0000",
                "Fri, 01 Jan 2027 10:00:02 +0000", "")
@@ -897,21 +931,7 @@ def test_a_page_of_long_seconds_reads_notmuch_once_while_mail_of_its_second_is_i
     edges against the page's places: the page was of the index as it stood neither before
     nor after -- five short, ten of its messages missing, five of the page before it
     there again.  Its reads see one snapshot: it is one of the two."""
-    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
-    written = 0
-
-    def deliver(second: int, mid: str) -> None:
-        nonlocal written
-        written += 1
-        cur.joinpath(f"1800000960.s{written:04d}.host:2,S").write_bytes(
-            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: s {mid}\n"
-            f"Date: Fri, 01 Jan 2027 10:00:0{second} +0000\nMessage-ID: <{mid}>\n\nx\n"
-            .encode())
-
-    for second in (0, 1):
-        for n in range(100):  # indexed in an order unlike their Message-IDs'
-            deliver(second, f"tie-{second}-{n * 37 % 100:03d}@example.com")
-    indexed.fmail("index")
+    deliver = two_crowded_seconds(indexed)
     # The new mail comes first in the page's first second (1 newest first, 0 oldest first).
     first, new_id = (1, "zz-new-{}@example.com") if sort == "newest" else (0, "aa-new-{}@e")
     with Reader() as reader:
@@ -1215,21 +1235,7 @@ def test_a_thread_page_of_long_seconds_reads_notmuch_once_while_threads_of_its_s
     stand on it.  Threads of that second indexed between the two shifted the edge against
     the page's places; its reads see one snapshot: the page is of the index before or
     after."""
-    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
-    written = 0
-
-    def deliver(second: int, mid: str) -> None:
-        nonlocal written
-        written += 1
-        cur.joinpath(f"1800000960.s{written:04d}.host:2,S").write_bytes(
-            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: s {mid}\n"
-            f"Date: Fri, 01 Jan 2027 10:00:0{second} +0000\nMessage-ID: <{mid}>\n\nx\n"
-            .encode())
-
-    for second in (0, 1):
-        for n in range(100):  # indexed in an order unlike their Message-IDs'
-            deliver(second, f"tie-{second}-{n * 37 % 100:03d}@example.com")
-    indexed.fmail("index")
+    deliver = two_crowded_seconds(indexed)
     with Reader() as reader:
         mailbox = reads.Mailbox(indexed.config(), reader)
         compiled = mailbox.compile("")
@@ -1267,17 +1273,10 @@ def test_thread_pages_of_a_long_second_rank_threads_by_their_newest_matches(
     newer reply (they rank at the reply's second), a spam reply (it does not count): every
     walk of notmuch's thread pages is the mirror's order, by newest match and its
     Message-ID."""
-    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
-    written = 0
+    tie = TieMail(indexed, "r")
 
     def deliver(second: int, mid: str, parent: str | None = None) -> None:
-        nonlocal written
-        written += 1
-        reply = f"In-Reply-To: <{parent}>\n" if parent else ""
-        cur.joinpath(f"1800000970.r{written:04d}.host:2,S").write_bytes(
-            f"From: Tie <tie@example.com>\nTo: alex@example.org\nSubject: r {mid}\n"
-            f"Date: Fri, 01 Jan 2027 10:00:0{second} +0000\nMessage-ID: <{mid}>\n{reply}\nx\n"
-            .encode())
+        tie(mid, at_second(second), parent)
 
     for n in range(120):  # indexed in an order unlike their Message-IDs'
         deliver(1, f"t-{n * 37 % 120:03d}@example.com")
