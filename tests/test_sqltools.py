@@ -888,6 +888,30 @@ def test_the_time_limit_holds_while_sqlite_prepares(db: Path) -> None:
     assert not waited and dump(db) == before
 
 
+ENDLESS = "(WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c)"
+
+
+def test_a_contacts_write_stopped_by_the_time_limit_says_so_and_changes_nothing(
+        db: Path) -> None:
+    """The time limit interrupts a write of many contacts half-way through its triggers'
+    writes: SQLite rolls the whole transaction back itself, and a second ROLLBACK must not
+    replace the time-limit error with "cannot rollback"."""
+    with sidecar.opened(db) as conn, sidecar.transaction(conn):
+        conn.executemany("INSERT INTO contact_info (email_address, is_blocked, notes, "
+                         "updated_at) VALUES (?, 0, 'kept', '2026-01-01T00:00:00Z')",
+                         ((f"u{n}@example.com",) for n in range(2000)))
+    before = dump(db)
+    stopped = r"query stopped after 0\.3 s \(time limit\)"
+    for sql in [  # one address (not the first) never gets its value; the rest are written
+            f"UPDATE contacts SET is_blocked = 1, notes = CASE email_address "
+            f"WHEN 'u1999@example.com' THEN {ENDLESS} ELSE 'x' END",
+            f"INSERT INTO contacts (email_address) WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL "
+            f"SELECT x + 1 FROM c) SELECT 'new' || x || '@example.com' FROM c"]:
+        with pytest.raises(SqlError, match=stopped):
+            m(db, sql, time_limit=0.3, confirm_count=2000)
+    assert dump(db) == before
+
+
 def test_bounded_recursion_is_allowed(db: Path) -> None:
     sql = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 5) " \
           "SELECT sum(x) FROM c"
