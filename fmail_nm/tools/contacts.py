@@ -58,11 +58,12 @@ class ContactsChange:
 
 @contextmanager
 def tracked(conn: sqlite3.Connection) -> Iterator[ContactsChange]:
-    """Record what the edits made inside the block change in the contacts."""
+    """Record what the edits made inside the block change in the contacts (as they make
+    them: see tools.sql.track_contacts, no read of every contact)."""
     change = ContactsChange()
-    before = sql.contact_rows(conn)
+    sql.track_contacts(conn)
     yield change
-    change.rows = sql.contact_diff(before, sql.contact_rows(conn))
+    change.rows = sql.contact_diff(*sql.tracked_contacts(conn))
 
 
 @dataclass(frozen=True)
