@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from pathlib import Path
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -1362,22 +1363,23 @@ def test_a_thread_walk_through_a_crowded_second_goes_on_after_the_last_thread_go
 
 @pytest.mark.parametrize("synced", [True, False])
 @pytest.mark.parametrize("sort", ["newest", "oldest"])
+@pytest.mark.parametrize("text", ["in:inbox", "from:crowd@example.com in:inbox",
+                                  "crowd in:inbox"])
 def test_a_message_walk_through_a_crowded_second_goes_on_after_the_last_message_left(
-        indexed: MailEnv, synced: bool, sort: str) -> None:
+        indexed: MailEnv, synced: bool, sort: str, text: str) -> None:
     """200 inbox messages of one second, 13 a page: the last message of the second page is
     archived (it leaves ``in:inbox``) before the third is asked.  The next page went back
     to that second's start and listed its first 25 messages again; it goes on where that
-    message stood, skipping none of the others.  (A search whose pages notmuch orders, such
-    as ``from:``, still lists that second again: its order within a second is not one a
-    cursor can name.)"""
+    message stood, skipping none of the others -- also where notmuch orders the second's
+    messages (by when it indexed them: a sender or a word searched for), which listed the
+    second again."""
     deliver_crowd(indexed, 200)
     with Reader() as reader:
         mailbox = reads.Mailbox(indexed.config(), reader)
         seen: list[str] = []
         cursor, crowded, archived = None, 0, ""
         for page in range(100):
-            result = reads.search_emails(mailbox, "in:inbox", limit=13, cursor=cursor,
-                                         sort=sort)
+            result = reads.search_emails(mailbox, text, limit=13, cursor=cursor, sort=sort)
             seen += [mailbox.find(r.id).message_id  # type: ignore[union-attr]
                      for r in result.results]
             crowded += seen[-1].startswith("crowd-")
@@ -1484,3 +1486,172 @@ def test_a_thread_walk_through_undated_mail_goes_on_after_the_last_thread_left(
                 break
         assert archived and threads - {archived} - set(seen) == set()
         assert len(seen) == len(set(seen))
+
+
+@pytest.mark.parametrize("text", ["in:inbox", "from:tie@example.com"])
+def test_a_message_walk_oldest_first_goes_on_after_the_last_message_was_dated_anew(
+        indexed: MailEnv, text: str) -> None:
+    """A message a second apart each, oldest first, 5 a page: the last of the first page is
+    dated later (a draft saved again: its file read again) before the next is asked.  The
+    page resumed after the messages dated before its new date, and skipped those between;
+    it goes on after the date it was listed by, skipping none."""
+    tie = TieMail(indexed, "redated")
+    for n in range(20):
+        tie(f"redated-{n:02d}@example.com", at_second(n))
+    indexed.fmail("index")
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        seen: list[str] = []
+        cursor, moved = None, ""
+        while True:
+            result = reads.search_emails(mailbox, text, limit=5, cursor=cursor, sort="oldest",
+                                         since="2027-01-01")
+            seen += [mailbox.find(r.id).message_id  # type: ignore[union-attr]
+                     for r in result.results]
+            if not moved:
+                moved = seen[-1]
+                name, = reader.find(moved).filenames  # type: ignore[union-attr]
+                path = Path(name)
+                path.write_text(path.read_text().replace(at_second(4), at_second(15)))
+                indexed.notmuch("reindex", f"id:{moved}")
+                mirror.sync_sidecar(indexed.config(), reader)
+                assert reader.find(moved).date > reader.find(seen[0]).date + 10  # type: ignore[union-attr]
+            cursor = result.next_cursor
+            if cursor is None:
+                break
+        every = {f"redated-{n:02d}@example.com" for n in range(20)}
+        assert every - set(seen) == set()
+        assert [m for m in set(seen) if seen.count(m) > 1] in ([], [moved])
+
+
+@pytest.mark.parametrize("kind", ["threads", "messages"])
+def test_a_walk_goes_on_after_a_last_item_the_lagging_mirror_lacks_when_mail_came_above(
+        indexed: MailEnv, kind: str) -> None:
+    """A crowded second, half of it indexed while the mirror lags (a sync in flight): a page
+    ends in a message the mirror lacks, and new mail comes above before the next is asked.
+    The cursor's uid resolved to nothing: threads listed that second again, messages
+    resumed at the bare offset; both go on where that message stood, skipping none."""
+    deliver_crowd(indexed, 100)
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+    for n in range(100):
+        cur.joinpath(f"1800000975.lag{n:04d}.host:2,").write_bytes(
+            f"From: Crowd <crowd@example.com>\nTo: alex@example.org\nSubject: lag {n}\n"
+            f"Date: Fri, 01 Jan 2027 10:00:00 +0000\nMessage-ID: <lag-{n * 37 % 100:03d}@x>\n"
+            "\nx\n".encode())
+    indexed.notmuch("new", "--no-hooks")
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        assert mailbox.mirror_lag()[1] is not None  # type: ignore[index]
+        everything = {m.message_id for m in reader.messages("from:crowd@example.com",
+                                                             exclude_tags=())}
+        seen: list[str] = []
+        cursor, came = None, False
+        while True:
+            if kind == "threads":
+                threads = reads.list_threads(mailbox, "in:inbox", limit=13, cursor=cursor)
+                shown = [m.message_id for t in threads.threads for m in
+                         reader.messages(f"thread:{t.thread}", exclude_tags=())]
+                cursor = threads.next_cursor
+            else:
+                found = reads.search_emails(mailbox, "in:inbox", limit=13, cursor=cursor)
+                shown = [reader.find(r.id).message_id if "@" in r.id  # type: ignore[union-attr]
+                         else mailbox.find(r.id).message_id  # type: ignore[union-attr]
+                         for r in found.results]
+                cursor = found.next_cursor
+            seen += shown
+            if not came and shown and shown[-1].startswith("lag-"):
+                came = True
+                crowd_reply(indexed, "no-such-parent@example.com", False)
+            if cursor is None:
+                break
+        repeated = [m for m in set(seen) if seen.count(m) > 1]
+        assert came and (len(repeated), len(everything - set(seen))) == (0, 0), len(seen)
+
+
+def test_a_message_cursor_of_old_naming_the_uid_alone_still_resumes(indexed: MailEnv) -> None:
+    """A message cursor names its last message's uid and the date it was listed by; one from
+    before, naming the uid alone, is still taken and reads the same next pages."""
+    deliver_crowd(indexed, 40)
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        for text in ("in:inbox", "from:crowd@example.com"):
+            first = reads.search_emails(mailbox, text, limit=13)
+            assert first.next_cursor is not None
+            old = re.sub(r"~[0-9]+$", "", first.next_cursor)
+            assert old != first.next_cursor and old.endswith(first.results[-1].id)
+
+            def walk(cursor: str | None) -> list[str]:
+                seen: list[str] = []
+                while cursor is not None:
+                    page = reads.search_emails(mailbox, text, limit=13, cursor=cursor)
+                    seen += [r.id for r in page.results]
+                    cursor = page.next_cursor
+                return seen
+
+            assert walk(old) == walk(first.next_cursor)
+            assert len(walk(old)) == len(set(walk(old)))
+
+
+@pytest.mark.parametrize("synced", [True, False])
+def test_a_message_page_names_its_last_date_without_looking_the_message_up_again(
+        indexed: MailEnv, synced: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The date a message cursor names is the one the page's rows were read with (the
+    mirror's, or notmuch's for mail it lacks): a page looked its last message up in notmuch
+    once more for it, on every search.  The cursor still names that date."""
+    deliver_crowd(indexed, 30)
+    if not synced:  # the last item of the page is one the mirror lacks
+        crowd_reply(indexed, "no-such-parent@example.com", False)
+    looked_up: list[str] = []
+    real_find = Reader.find
+
+    def finding(reader: Reader, message_id: str) -> Any:
+        looked_up.append(message_id)
+        return real_find(reader, message_id)
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        monkeypatch.setattr(Reader, "find", finding)
+        page = reads.search_emails(mailbox, "in:inbox", limit=1)
+        monkeypatch.undo()
+        last = page.results[-1].id
+        found = mailbox.find(last) if "@" not in last else reader.find(last)
+        assert found is not None and page.next_cursor is not None
+        assert page.next_cursor.endswith(f"~{found.date}")
+    assert looked_up == []
+
+
+@pytest.mark.parametrize("rank", ["x1", "-5", "\u0661\u0662", "", "9" * 40, "1~2", "1@2",
+                                  "1.5", " 1", "\u00b2"])
+def test_a_message_cursor_with_a_garbled_date_is_a_bad_cursor(indexed: MailEnv,
+                                                              rank: str) -> None:
+    """A message cursor's date (after ``~``) that is no date of ours is refused as a bad
+    cursor, never an internal error; the cursor as given still pages."""
+    deliver_crowd(indexed, 10)
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        cursor = reads.search_emails(mailbox, "in:inbox", limit=3).next_cursor
+        assert cursor is not None and re.search(r"~[0-9]+$", cursor)
+        assert reads.search_emails(mailbox, "in:inbox", limit=3, cursor=cursor).results
+        forged = re.sub(r"~[0-9]+$", f"~{rank}", cursor)
+        with pytest.raises(reads.ToolError, match="bad cursor"):
+            reads.search_emails(mailbox, "in:inbox", limit=3, cursor=forged)
+
+
+@pytest.mark.parametrize("rank", ["0", "999999999999", "000000000001"])
+def test_a_message_cursor_with_a_forged_date_of_our_form_pages_on(indexed: MailEnv,
+                                                                 rank: str) -> None:
+    """A date of the cursor's form that its last message was not listed by (forged, or of
+    undated mail) is taken as the place to go on from (it may be past the end), no internal
+    error."""
+    deliver_crowd(indexed, 10)
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        cursor = reads.search_emails(mailbox, "in:inbox", limit=3).next_cursor
+        assert cursor is not None
+        # the last message leaves, so the page is resumed by the date named
+        first = reads.search_emails(mailbox, "in:inbox", limit=3)
+        last = mailbox.find(first.results[-1].id)
+        assert last is not None
+        indexed.notmuch("tag", "-inbox", "--", f"id:{last.message_id}")
+        forged = re.sub(r"~[0-9]+$", f"~{rank}", cursor)
+        after = reads.search_emails(mailbox, "in:inbox", limit=3, cursor=forged)
+        assert after.total == first.total - 1

@@ -1169,8 +1169,9 @@ def chunks(items: Sequence[str], size: int = 500) -> Iterator[list[str]]:
 
 
 # What a listing shows of a message, in this order (see tools.reads).
+# the last, the date a page ranked the message by (undated mail at 0, as notmuch files it)
 LISTING_COLUMNS = ("message_id", "uid", "thread_id", "date", "sender_name", "sender_email",
-                   "subject", "tags", "recipients", "has_attachment")
+                   "subject", "tags", "recipients", "has_attachment", "coalesce(date_epoch, 0)")
 
 
 @dataclass(frozen=True)

@@ -239,26 +239,32 @@ def _others(people: Iterable[tuple[str, str]], me: Collection[str]) -> list[str]
 def listing(mb: Mailbox, message_ids: Sequence[str]) -> list[dto.EmailRef]:
     """These messages as listing rows, in the given order: from the mirror where it is
     current, from notmuch for the rest (see Mailbox.current_rows)."""
+    return [ref for ref, _ in dated_listing(mb, message_ids)]
+
+
+def dated_listing(mb: Mailbox, message_ids: Sequence[str]) -> list[tuple[dto.EmailRef, int]]:
+    """:func:`listing`, each row with the date (epoch seconds) it is listed by: what a
+    message cursor names (see :func:`message_tail`), read with the row, not looked up again."""
     rows, stale = mb.mirror_rows(message_ids)
     me = my_addresses(mb.config)
-    refs: dict[str, dto.EmailRef] = {}
+    refs: dict[str, tuple[dto.EmailRef, int]] = {}
     for (mid, uid, thread, date_, name, address, subject, tags_json, recipients,
-         attached) in rows.values():
+         attached, epoch) in rows.values():
         if mid not in stale:
             tags = json.loads(tags_json)
-            refs[mid] = dto.EmailRef(id=uid, thread=thread, date=date_, from_=who(name, address),
-                                     subject=dto.cut(subject, dto.MAX_LISTED_SUBJECT),
-                                     tags=dto.shown_tags(tags),
-                                     to=_listed_to(recipients, tags, me),
-                                     attachment=bool(attached))
+            refs[mid] = (dto.EmailRef(id=uid, thread=thread, date=date_, from_=who(name, address),
+                                      subject=dto.cut(subject, dto.MAX_LISTED_SUBJECT),
+                                      tags=dto.shown_tags(tags),
+                                      to=_listed_to(recipients, tags, me),
+                                      attachment=bool(attached)), epoch)
     missing = [mid for mid in message_ids if mid not in refs]
     for mid, m in zip(missing, mb.reader.find_many(missing) if missing else ()):
         if m is not None:  # None: removed since the ids were read
             row = rows.get(mid)
             # A draft saved again is parsed again by the next sync: its file says whom to.
-            refs[mid] = email_ref(m, known=row is not None, me=me,
-                                  recipients=row[8] if row and DRAFT not in m.tags else None,
-                                  attachment=bool(row[9]) if row else None)
+            refs[mid] = (email_ref(m, known=row is not None, me=me,
+                                   recipients=row[8] if row and DRAFT not in m.tags else None,
+                                   attachment=bool(row[9]) if row else None), m.date)
     return [refs[mid] for mid in message_ids if mid in refs]
 
 
@@ -467,15 +473,17 @@ def search_emails(mb: Mailbox, query: str = "", limit: int = DEFAULT_LIMIT,
                             offset, limit)
 
     start, last = read_cursor(cursor, fp, compiled.anchor), cursor_last(cursor, fp)
+    last_uid = _split_last(last or "")[0]
     offset, (ids, total, excluded) = _resumed_page(
-        mb.reader, fetch, start, limit, last, lambda found: sidecar.uid_for(found) == last,
+        mb.reader, fetch, start, limit, last, lambda found: sidecar.uid_for(found) == last_uid,
         lambda: _resumed_offset(mb, _as_mirrored(mirror, nm_query), compiled.exclude_tags,
                                 sort, start, last,
                                 _in_mirror_order(mb, mirror, nm_query, compiled.exclude_tags)))
     changed = mb.reader.changed_at()
+    dated = dated_listing(mb, ids)
     cursor_out = (next_cursor(offset, len(ids), total, fp, compiled.anchor,
-                              sidecar.uid_for(ids[-1])) if ids else None)
-    results = listing(mb, ids)
+                              message_tail(ids[-1], dated)) if ids else None)
+    results = [ref for ref, _ in dated]
     return dto.SearchResult(results=results, total=total,
                             next_cursor=cursor_out, query=echoed_query(nm_query),
                             hidden=_hidden(compiled, cursor_out, excluded),
@@ -515,6 +523,19 @@ def _search_page(mb: Mailbox, mirror: Answerable | None, kept: tuple[int, int] |
         ids = _page_ids(mb, nm_query, exclude_tags, sort, offset, limit)
     total = total_of()
     return ids, total, _excluded_of(mb, nm_query, kept, total)
+
+
+def message_tail(message_id: str, dated: Sequence[tuple[dto.EmailRef, int]]) -> str:
+    """The last item a message cursor names: the uid of ``message_id``, the page's last, and
+    the date it ranked by on the page (as :func:`thread_tail`), which ``dated`` (the page's
+    rows, see :func:`dated_listing`) ends with unless it was removed since.  Its date now
+    may differ -- a draft saved again is dated anew -- and a page resumed at that date
+    skipped (or repeated) what lay between the two."""
+    uid = sidecar.uid_for(message_id)
+    date = dated[-1][1] if dated and dated[-1][0].id in (uid, message_id) else None
+    if date is None or not _is_rank(str(date)):
+        return uid
+    return f"{uid}{THREAD_RANKED_BY}{date}"
 
 
 Page = TypeVar("Page", bound=tuple[Any, ...])
@@ -585,13 +606,16 @@ def _resumed_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sor
     after the matches dated before ``last``'s second (after, oldest first) and, for pages in
     the mirror's order (``ranked``), those of its second up to its Message-ID, whether or
     not ``last`` is still there; for others, at that second, with how many share it (see
-    :func:`_resumed`).  The bare offset when ``last`` is unknown.  Undated mail is at 0,
-    as notmuch files it, a second like any other: at the bare offset, a page after one that
+    :func:`_resumed`), or, where it left that second, after those notmuch lists before it
+    (see :func:`_place_in_second`).  Its second is the one the cursor names (cursors of old:
+    its date now).  The bare offset when ``last`` is unknown.  Undated mail is at 0, as
+    notmuch files it, a second like any other: at the bare offset, a page after one that
     ended in it skipped as many as had left above."""
-    found = mb.find(last) if last else None
+    uid, _, rank = _split_last(last or "")
+    found = _found_last(mb, uid, int(rank) if rank else None) if last else None
     if found is None:
         return offset, 0
-    day = found.date
+    day = int(rank) if rank else found.date
     ahead = (date_range_query(day + 1, 2**63) if sort == "newest"
              else date_range_query(0, day))
     count = functools.partial(mb.reader.count, exclude_tags=exclude_tags)
@@ -600,8 +624,45 @@ def _resumed_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str], sor
         return count(all_of(nm_query, ahead)) + mb.reader.count_ranked_through(
             that_second, found.message_id, exclude_tags=exclude_tags,
             ascending=sort == "oldest"), 0
-    return _resumed(count(all_of(nm_query, id_query([found.message_id]))) > 0,
-                    count(all_of(nm_query, ahead)), lambda: count(that_second))
+    before = count(all_of(nm_query, ahead))
+    if count(all_of(that_second, id_query([found.message_id]))) > 0:
+        return _resumed(True, before, lambda: count(that_second))
+    return _place_in_second(mb, that_second, found.message_id, exclude_tags, before,
+                            offset - 1), 0
+
+
+def _place_in_second(mb: Mailbox, that_second: str, message_id: str,
+                     exclude_tags: Sequence[str], before: int, shown_at: int) -> int:
+    """Where the page after a last item that left its second (``that_second``'s matches)
+    starts: after the matches notmuch lists before where it stood.  notmuch orders one
+    second's messages as it indexed them (by document id, newest or oldest first alike),
+    an order no query names but the unsorted one, in which the item keeps its place among
+    them when it leaves (a tag, a folder or its date changed): read in that order with it, a
+    bounded part of the second around where it stood (see _second_scan) says how many come
+    before it.  Not found there, the second is listed again: a repeat, never a skip."""
+    with_it = f"({that_second}) OR {id_query([message_id])}"
+    begin, size = _second_scan(before, mb.reader.count(with_it, exclude_tags=exclude_tags),
+                               shown_at)
+    ids = mb.reader.page_ids(with_it, exclude_tags=exclude_tags, sort="none",
+                             offset=begin - before, limit=size)
+    return begin + ids.index(message_id) if message_id in ids else before
+
+
+def _found_last(mb: Mailbox, uid: str, date: int | None) -> IndexedMessage | None:
+    """The message a cursor's uid names: as the mirror resolves it, or, where the mirror
+    lags and lacks it, among the messages of the second the cursor names (``date``) that
+    notmuch changed since the mirror's last sync -- listed from notmuch, it was shown by
+    uid all the same.  None where neither has it."""
+    found = mb.find(uid)
+    if found is not None or date is None:
+        return found
+    lag = mb.mirror_lag()
+    if lag is not None and lag[1] is None:  # the mirror holds every message: it is gone
+        return None
+    changed = "" if lag is None else f"lastmod:{lag[1]}.."
+    ids = mb.reader.page_ids(all_of(date_range_query(date, date + 1), changed),
+                             exclude_tags=(), sort="none", limit=MAX_SECOND_SCAN)
+    return next((mb.reader.find(m) for m in ids if sidecar.uid_for(m) == uid), None)
 
 
 # The most items of one second a resumed page reads to find the last item shown among them
@@ -1023,7 +1084,7 @@ def thread_last(mb: Mailbox, last: str | None
     date = int(rank) if rank else None
     if ranked != THREAD_RANKED_BY:
         return head, None, date
-    found = mb.find(head)
+    found = _found_last(mb, head, date)
     return (None if found is None else found.thread_id), found, date
 
 
