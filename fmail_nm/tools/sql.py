@@ -32,7 +32,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -887,6 +887,8 @@ class _Part:
     kept: int = 0  # of MATERIALIZED CTEs, read as tables: their columns are not copied
     found: dict[str, int] = field(default_factory=dict)
     unnamed: int = 0  # a column read whose name is not known (``*``, no alias)
+    arms: int = 1  # copies of the part: per SELECT of each UNION ALL it reads in FROM
+    spread: int = 0  # what a single such UNION ALL brings in: its SELECTs are not copied again
 
     def follow(self, word: str, i: int) -> None:
         """Follow token ``i`` at the part's own depth: a result column starts after SELECT
@@ -918,7 +920,10 @@ class _Part:
             if column.name is not None:
                 aliased[column.name] = max(aliased.get(column.name, 0), cost)
         # A column read moves into its first reference: the copies are of the others.
-        return (self.floor() + sum((n - 1) * self.ref(name) for name, n in self.refs.items())
+        # Flattening a UNION ALL copies the part into each of its SELECTs: a 2000-WHEN CASE
+        # naming its column once, over 300 SELECTs of emails, took 14 s to prepare.
+        return (self.floor() + (self.arms - 1) * (self.floor() - self.spread)
+                + sum((n - 1) * self.ref(name) for name, n in self.refs.items())
                 + sum(n * aliased.get(name, 0) for name, n in self.late.items())
                 + sum(n * costs[k - 1] for k, n in self.numbers.items() if 0 < k <= len(costs)))
 
@@ -951,6 +956,12 @@ class _Part:
             # reference of a CTE chain, each step filtering on ``(SELECT avg(n) FROM ...)``
             # of the one before, at all the step read (37,539 for 2.6 ms to prepare).
             return 1
+        if source.arms > 1:
+            # SQLite flattens each into the part, one into each copy made for those before
+            # (a join of three 10-SELECT UNION ALLs: 1000 copies).  Only a single one's
+            # SELECTs are sure to be split among the copies, not copied into each.
+            self.spread = cost if self.arms == 1 else 0
+            self.arms *= source.arms
         if source.cost is None:  # named in itself: not copied, its columns not known
             self.unnamed = max(self.unnamed, cost)
             return 1
@@ -978,7 +989,9 @@ class _Body:
     cost: int | None = None
     found: Mapping[str, int] = field(default_factory=lambda: _NO_COLUMNS)  # none till counted
     unnamed: int = 0
+    arms: int = 1  # its SELECTs once the UNION ALLs read in their FROMs are flattened
     materialized: bool = False
+    inlined: bool = False  # NOT MATERIALIZED
     reader: _Part | None = None
     within: _Body | None = None
     outward: dict[str, int] | None = None  # made when needed: thousands of bodies
@@ -987,6 +1000,7 @@ class _Body:
 
     def finish(self) -> int:
         self.cost = sum(part.copies() for part in self.parts)
+        self.arms = sum(part.arms for part in self.parts)
         self.found, self.unnamed = _column_copies(self)
         return self.cost
 
@@ -1001,7 +1015,8 @@ def _copied_tokens(tokens: Sequence[str]) -> int:
     """How many tokens SQLite copies while it prepares the statement of ``tokens``, counted
     high: a CTE's SQL wherever the CTE is named; a subquery's or CTE's column into each
     reference to it when it flattens the one into the query reading it (correlated
-    references too); a result column into each reference to its alias or number; and so
+    references too), and that query into each SELECT of a UNION ALL it flattens; a result
+    column into each reference to its alias or number; and so
     on in the copies, adding up at each level.  Each part of a compound counts its own
     tokens, all it reads once, and per reference the copy of the column it may name (see
     _Part.copies).  Any word naming a CTE counts as naming every CTE of that name; a CTE is
@@ -1018,10 +1033,71 @@ def _copied_tokens(tokens: Sequence[str]) -> int:
         if cte.at >= 0:
             by_name.setdefault(names[cte.at], []).append(cte)
     cap = MAX_COPIED_TOKENS + sum(weights)
-    spread = _scan(whole, bodies, _Words(tokens, words, names), by_name.keys(), weights, cap)
+    text = _Words(tokens, words, names)
+    spread = _scan(whole, bodies, text, by_name.keys(), weights, cap)
     if spread > cap:
         return spread
+    _fence_shared(bodies, text, by_name)
     return max(0, _cost(whole, by_name, cap) - sum(weights))
+
+
+@functools.cache
+def _fences_shared_ctes() -> bool:
+    """Whether the SQLite linked in materializes a CTE read twice or more (unless NOT
+    MATERIALIZED) rather than flatten it into the queries reading it: 3.40 does; asked,
+    as the rule may change."""
+    probe = ("EXPLAIN QUERY PLAN WITH u AS (SELECT 1 AS c UNION ALL SELECT 2) "
+             "SELECT c FROM u UNION ALL SELECT c FROM u")
+    with closing(sqlite3.connect(":memory:")) as conn:
+        return any("MATERIALIZE" in str(row[-1]) for row in conn.execute(probe))
+
+
+def _fence_shared(bodies: Sequence[_Body], text: _Words,
+                 by_name: Mapping[str, Sequence[_Body]]) -> None:
+    """Where SQLite fences a CTE read twice or more (see _fences_shared_ctes), count each CTE
+    of the statement's own WITH that it surely reads twice as MATERIALIZED: its columns are
+    not copied into the references to it, nor the queries reading it into its SELECTs (its
+    SQL still is, into each).  Counting its copies as flattened counted a chain of ten
+    CTEs, each joining the one before to itself, at 2.9 million tokens (8 ms to prepare).
+    Surely read: named by a name only one CTE has, after FROM or JOIN, outside the CTE
+    itself and outside any expression's subquery (the parser drops ``0 AND EXISTS (SELECT
+    ... FROM t)``), in the statement or in a CTE surely read (SQLite reads no CTE that
+    nothing names), and that name and the CTE's ASCII (SQLite folds no other case: the
+    Kelvin sign names no CTE ``k``); reads SQLite makes that this misses only count high."""
+    tokens, words, names = text.tokens, text.words, text.names
+    reads: dict[_Body | None, list[int]] = {}  # by the CTE each read is in (None: in none)
+    around: list[tuple[_Body, _Body | None, bool]] = []  # each body open, its CTE, dropped
+    outer: set[_Body] = set()
+    upcoming = iter(bodies)
+    body = next(upcoming, None)
+    for i in range(len(words)):
+        while around and around[-1][0].end < i:
+            around.pop()
+        cte, dropped = around[-1][1:] if around else (None, False)
+        if body is not None and body.start == i:
+            nested = body.at < 0
+            around.append((body, cte if nested else body,
+                           nested and (dropped or body.reader is not None)))
+            body = next(upcoming, None)
+        named = by_name.get(names[i], ())
+        if not around and len(named) == 1 and named[0].at == i:
+            outer.add(named[0])
+        if (len(named) == 1 and not dropped and i >= 2 and words[i - 1] in ("FROM", "JOIN")
+                and tokens[i].isascii() and tokens[named[0].at].isascii()
+                and words[i - 2] != "DISTINCT" and words[i + 1:i + 2] not in (["."], ["("])):
+            reads.setdefault(cte, []).append(i)
+    times: dict[_Body, int] = {}
+    pending: list[_Body | None] = [None]
+    while pending:
+        for i in reads.get(pending.pop(), ()):
+            read = by_name[names[i]][0]
+            if read in outer and not read.start <= i <= read.end:
+                times[read] = times.get(read, 0) + 1
+                if times[read] == 1:
+                    pending.append(read)
+    fenced = _fences_shared_ctes()
+    for cte, n in times.items():
+        cte.materialized = cte.materialized or fenced and n >= 2 and not cte.inlined
 
 
 @dataclass(frozen=True)
@@ -1340,7 +1416,8 @@ def _bodies(words: Sequence[str], names: Sequence[str]) -> list[_Body]:
             found.append(_Body(at=at, start=start, end=pairs[start],
                                listed=tuple(names[k] for k in range(listed + 1, i - 1)
                                             if words[k] != ","),
-                               materialized=materialized and start == i + 2))
+                               materialized=materialized and start == i + 2,
+                               inlined=words[i + 1] == "NOT"))
     starts = {body.start for body in found}
     found += [_Body(at=-1, start=i, end=pairs[i]) for i, word in enumerate(words[:-1])
               if word == "(" and words[i + 1] in _SUBQUERY_STARTS and i not in starts]
