@@ -5,8 +5,11 @@ would give them."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from fmail_nm.passes.mirror import Parsed, check, sync_sidecar
 from fmail_nm.passes.prefetch import STAMP_NAME, Prefetch, arrived_since
@@ -14,8 +17,8 @@ from fmail_nm.service.index import run_index
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader
 
-from .conftest import MailEnv
-from .test_background import _gone
+from .conftest import MailEnv, notmuch_lock_held
+from .test_background import WAIT, _gone
 
 
 def delivered(folder: Path, n: int, *, list_id: str | None = None) -> Path:
@@ -57,6 +60,54 @@ def test_a_stopped_prefetch_parses_none_of_the_deliveries_left(mail_env: MailEnv
     assert set(files) <= set(prefetch.deliveries() or [])
     prefetch.stop()
     assert prefetch.take() == {}
+
+
+def test_an_index_run_stopped_at_shutdown_waits_for_no_delivery_parse(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose notmuch new the shutdown stopped stops its prefetch: waiting for every
+    delivery's parse (up to MAX_FILES) held the service's shutdown past its grace.  The first
+    parse here lasts until the prefetch is told to stop, as a slow one would."""
+    from fmail_nm.passes import mirror
+    from fmail_nm.service import index
+    from fmail_nm.store.notmuch_cli import NEW_RUNS
+
+    made: list[Prefetch] = []
+
+    class Seen(Prefetch):
+        def start(self) -> Prefetch:
+            made.append(self)
+            return super().start()
+
+    parse, parsing, cut_short = mirror.parse_file, threading.Event(), []
+
+    def slow_parse(names: list[str]) -> Parsed:
+        if not cut_short:
+            parsing.set()
+            cut_short.append(made[0]._stop.wait(WAIT))
+        return parse(names)
+
+    monkeypatch.setattr(index, "Prefetch", Seen)
+    monkeypatch.setattr(mirror, "parse_file", slow_parse)
+    inbox = indexed.mail_root / "work" / "INBOX"
+    for n in range(3):  # fewer than DELIVERY_MIN_FILES: notmuch new's to index
+        delivered(inbox, n)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_index(indexed.config(), show_progress=False)
+        except BaseException as exc:
+            raised.append(exc)
+
+    with notmuch_lock_held(indexed.env):  # notmuch new waits for it, as the parse goes on
+        runner = threading.Thread(target=run)
+        runner.start()
+        assert parsing.wait(WAIT)
+        NEW_RUNS.stop_all(1.0, final=True)  # the shutdown
+        runner.join()
+    assert [type(exc) for exc in raised] == [index.IndexingStopped]
+    assert cut_short == [True]  # the parse under way was told to stop, not waited out
+    assert len(made[0].take()) == 1  # no parse after it
 
 
 def test_an_index_run_takes_the_parses_made_while_notmuch_new_ran(indexed: MailEnv) -> None:

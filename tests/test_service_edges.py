@@ -27,6 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
 
 from fmail_nm.mcp import server as server_module
+from fmail_nm.mcp.http import serve_http
 from fmail_nm.mcp.serving import serving
 from fmail_nm.service import watcher
 from fmail_nm.service.background import Background
@@ -730,3 +731,70 @@ def test_the_servers_last_stops_signal_notmuch_new_and_mbsync_together(
     # the run signalled first was still there once the second was signalled: not killed yet
     assert lines.index(stopped[1]) < max(i for i, line in enumerate(lines)
                                          if line == f"alive {first}"), lines
+
+
+@pytest.mark.anyio
+async def test_an_http_call_cut_by_the_stops_grace_is_said_in_one_line_not_a_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A tool call still running when uvicorn's graceful shutdown is over is cancelled: the
+    log says so in one line -- uvicorn logged the cancel's traceback, as if the server had
+    failed."""
+    held, entered = threading.Event(), threading.Event()
+    server = make_server()
+
+    @server.tool()
+    async def held_call() -> str:
+        """Wait until the test lets go."""
+        entered.set()
+        await anyio.to_thread.run_sync(held.wait)
+        return "done"
+
+    # uvicorn's log has handlers of its own, set as it starts, and does not propagate
+    uvicorn_log = logging.getLogger("uvicorn")
+    port = free_port()
+    ready, stopped, stop = anyio.Event(), anyio.Event(), anyio.CancelScope()
+    opened = left = -1
+
+    async def serve() -> None:
+        with stop:
+            await serve_http(server, host=HOST, port=port, token=TOKEN, ready=ready.set)
+        stopped.set()
+        held.set()  # the server has stopped: the call's thread may end, and with it the call
+
+    def requests_open() -> list[asyncio.Task[Any]]:  # uvicorn's task for each request
+        return [t for t in asyncio.all_tasks() if "run_asgi" in t.get_coro().__qualname__]
+
+    try:
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(serve)
+            with anyio.fail_after(WAIT):
+                await ready.wait()
+            uvicorn_log.addHandler(caplog.handler)
+            with suppress(Exception):  # the client's own end, the server gone: not ours
+                async with authed_client() as http, Client(streamable_http_client(
+                        f"http://{HOST}:{port}/mcp", http_client=http)) as client, \
+                        anyio.create_task_group() as tg:
+                    async def call() -> None:
+                        with suppress(Exception):  # no answer: the stop cuts the call
+                            await client.call_tool("held_call", {})
+                    tg.start_soon(call)
+                    await anyio.to_thread.run_sync(entered.wait, WAIT)
+                    opened = len(requests_open())
+                    stop.cancel()
+                    with anyio.move_on_after(WAIT):
+                        await stopped.wait()
+                    tg.cancel_scope.cancel()
+            with anyio.move_on_after(WAIT):  # the call cancelled has ended, its log written
+                while requests_open():
+                    await anyio.sleep(0.05)
+            left = len(requests_open())
+    finally:
+        held.set()
+        uvicorn_log.removeHandler(caplog.handler)
+    said = [r for r in caplog.records if r.name.startswith("uvicorn")
+            and r.levelno >= logging.WARNING]
+    assert (opened, left) == (1, 0)
+    assert [r.getMessage() for r in said if r.exc_info] == []  # no traceback
+    assert [r.getMessage() for r in said] == [
+        "stopping: cancelled 1 request(s) still open after the 3 s grace (a tool call still "
+        "running, or a client's open stream); their clients get no answer"]

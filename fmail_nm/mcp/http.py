@@ -15,6 +15,7 @@ Layers, outermost first:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import ipaddress
@@ -38,6 +39,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_PATH = "/mcp"
 GRACEFUL_SHUTDOWN_SECONDS = 3  # uvicorn takes whole seconds
 """How long uvicorn waits for open responses (a client's SSE stream) before cancelling them."""
+
+# uvicorn's words for the cancel of what its graceful shutdown did not see end, in its log
+# line and in the cancel's message (see _GraceCancelsSaid).
+_GRACE_CANCEL = "timeout graceful shutdown exceeded"
 
 _WILDCARD_HOSTS = {"", "0.0.0.0", "::"}
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -215,6 +220,32 @@ def build_http_app(server: MCPServer, *, token: Token, host: str, port: int,
     return BearerAuthMiddleware(inner, token)
 
 
+class _GraceCancelsSaid(logging.Filter):
+    """On uvicorn's log: the requests still open when its graceful shutdown is over -- a
+    tool call still running, a client's stream -- said in one line, not a traceback each.
+    uvicorn cancels them, then logs each task's CancelledError as an "Exception in ASGI
+    application"; only that cancel, its message uvicorn's own, is dropped: any other
+    exception still comes with its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, asyncio.CancelledError) and _GRACE_CANCEL in str(exc):
+            return False
+        if record.exc_info is None and _GRACE_CANCEL in record.getMessage():
+            count = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            record.msg = ("stopping: cancelled %s request(s) still open after the %d s grace "
+                          "(a tool call still running, or a client's open stream); their "
+                          "clients get no answer")
+            record.args = (count, GRACEFUL_SHUTDOWN_SECONDS)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def _say_grace_cancels(log: logging.Logger) -> None:
+    if not any(isinstance(f, _GraceCancelsSaid) for f in log.filters):
+        log.addFilter(_GraceCancelsSaid())
+
+
 def _bind_socket(host: str, port: int) -> socket.socket:
     """A bound (not yet listening) TCP socket; a busy port is an OSError that names it."""
     bind_host = bare_host(host)
@@ -311,6 +342,9 @@ async def serve_http(server: MCPServer, *, host: str, port: int, token: Token,
     config = uvicorn.Config(app, host=host, port=actual_port, log_level="warning", lifespan="on",
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
     userver = _Server(config)
+    # For good, not for this run only: uvicorn logs a cancelled task's traceback once that
+    # task has ended, which may be after serve() returned.
+    _say_grace_cancels(logging.getLogger("uvicorn.error"))  # where uvicorn logs both
     finished = anyio.Event()
     failure: list[BaseException] = []
 
