@@ -1687,6 +1687,22 @@ def test_a_comment_after_a_name_in_a_raw_8bit_address_header_goes_out(bed: Bed) 
     assert set(got.rcpt_tos) >= {"j@example.org", "ann@example.com", "yamada@example.jp"}
 
 
+def test_a_comment_after_a_name_goes_out_where_the_header_has_an_obsolete_route(
+        bed: Bed) -> None:
+    """Where the email package reads a raw 8-bit address header with defects (an obsolete
+    route, "<@relay.example:b@example.com>"), the header was written again from the
+    addresses alone, and the comment after a name ("Jörg <j@example.org> (Büro)") dropped.
+    It goes out, as where the header has no defect."""
+    bed.put_draft("1800000886.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"comment-route@").replace(
+        b"Cc: ", "Cc: Jörg <j@example.org> (Büro), <@relay.example:b@example.com>, ".encode()))
+    send.send_draft(bed.ctx, "comment-route@example.org")
+    (got,) = bed.smtp.received
+    head = got.data.split(b"\r\n\r\n", 1)[0].decode("ascii").replace("\r\n ", " ")
+    assert "<j@example.org> (=?utf-8?q?B=C3=BCro?=), b@example.com," in head
+    assert set(got.rcpt_tos) >= {"j@example.org", "b@example.com", "yamada@example.jp"}
+
+
 def test_a_nested_comment_in_a_raw_8bit_address_header_goes_out_as_written(bed: Bed) -> None:
     """A comment holding comments, after a name in a header written again for its 8-bit
     bytes: each nesting level cost the email package's writer two frames, so that 300 levels
@@ -1824,6 +1840,132 @@ def test_a_raw_8bit_header_too_long_to_write_again_is_refused_and_kept(bed: Bed)
                      "[0-9,]+ characters, more than")
     with pytest.raises(ComposeError, match="its Cc header has non-ASCII text"):
         compose.save_draft(bed.ctx, body="edited", draft_id="long-8bit@example.org")
+
+
+# A header value of many words and one longer than a line (998 bytes): the email package's
+# parser, which writes it again as RFC 2047 words, takes time growing with its square.
+LONG_WORDED = "a." * 10_000 + "y" * 1200
+
+
+def test_an_ascii_header_with_a_word_longer_than_a_line_too_long_to_write_again_is_refused(
+        bed: Bed) -> None:
+    """A plain ASCII header with a word longer than a line went to the email package's
+    parser to be written again, with no bound: 240 KB took it 24 seconds, a megabyte
+    minutes, each time the draft was sent.  Past 16 KB it is refused, as an 8-bit one is,
+    naming the header; the draft is kept as it was."""
+    bed.put_draft("1800000883.mutt.host:2,DS", (
+        "From: Alex Morgan <alex@example.org>\nTo: zoe@example.net\n"
+        f"Subject: {LONG_WORDED}\nMessage-ID: <long-ascii@example.org>\n\nhi\n").encode())
+    bed.refused_send("long-ascii@example.org", "its Subject header has a word longer than a "
+                     "line .* and [0-9,]+ characters, more than the 16,384")
+
+
+def test_a_forward_of_mail_with_a_long_worded_header_too_long_to_write_again_is_its_bytes(
+        bed: Bed) -> None:
+    """Forwarding received mail whose To has a word longer than a line gave that header to
+    the email package's parser to write again, with no bound (minutes for a megabyte of
+    To).  Past 16 KB the mail is attached as its bytes, as other mail that package cannot
+    write again is."""
+    data = (f"From: mallory@example.net\r\nTo: {LONG_WORDED}@example.com\r\n"
+            "Subject: long\r\nMessage-ID: <long-to@example.net>\r\n\r\nHi\r\n").encode()
+    bed.receive(data)
+    forward = compose.forward_email(bed.ctx, "long-to@example.net", ["abuse@example.com"])
+    (part,) = list(parse(bed.files_with(bed.drafts, forward.message_id)[0].read_bytes())
+                   .iter_attachments())
+    assert (part.get_content_type(), part.get_content()) == ("application/octet-stream", data)
+
+
+def test_a_raw_8bit_comment_nested_too_deep_to_read_is_refused_as_malformed(bed: Bed) -> None:
+    """A Cc with 8-bit text in a comment nested 3000 deep, which the address parser cannot
+    read, was refused as needing SMTPUTF8 -- no remedy for it.  It is refused as a header
+    fmail-nm cannot read; the draft is kept as it was."""
+    bed.put_draft("1800000884.mutt.host:2,DS", RAW_UTF8_DRAFT.replace(
+        b"raw-8bit@", b"deep-8bit@").replace(
+        b"Cc: ", "Cc: k@example.com {}Zoë{}, ".format("(" * 3000, ")" * 3000).encode()))
+    bed.refused_send("deep-8bit@example.org", "its Cc header is malformed .*which fmail-nm "
+                     "cannot read")
+
+
+def test_a_comment_before_a_bare_address_names_it_in_a_reply(bed: Bed) -> None:
+    """``(Ann) a@example.com`` is the RFC 822 way to name an address by a comment, as
+    ``a@example.com (Ann)`` is; mutt shows either as the name.  A reply named the second
+    but no longer the first, which it named before it read names as written."""
+    bed.receive(b"From: (Bob Jones) bob@example.com\r\nTo: alex@example.org,"
+                b" (Ann) a@example.com, c@example.com (Cy)\r\nSubject: names\r\n"
+                b"Message-ID: <named-2@example.com>\r\n\r\nHi\r\n")
+    draft = compose.reply_to_email(bed.ctx, "named-2@example.com", "ok", reply_all=True)
+    got = parse(bed.files_with(bed.drafts, draft.message_id)[0].read_bytes())
+    assert [(a.display_name, a.addr_spec) for a in got["to"].addresses] == [
+        ("Bob Jones", "bob@example.com")]
+    assert [(a.display_name, a.addr_spec) for a in got["cc"].addresses] == [
+        ("Ann", "a@example.com"), ("Cy", "c@example.com")]
+
+
+def test_a_comment_inside_a_name_reads_as_a_space_in_a_reply(bed: Bed) -> None:
+    """A comment between a name's words is white space (RFC 5322 3.2.2 CFWS): "Jörg(c)Smith"
+    is "Jörg Smith".  Read as written, a reply named him "JörgSmith"."""
+    bed.receive("From: Jörg(c)Smith <js@example.com>\r\nTo: alex@example.org\r\n"
+                "Subject: cfws\r\nMessage-ID: <cfws-1@example.com>\r\n\r\nHi\r\n".encode())
+    draft = compose.reply_to_email(bed.ctx, "cfws-1@example.com", "ok")
+    got = parse(bed.files_with(bed.drafts, draft.message_id)[0].read_bytes())
+    assert [(a.display_name, a.addr_spec) for a in got["to"].addresses] == [
+        ("Jörg Smith", "js@example.com")]
+
+
+def test_a_comment_inside_an_address_keeps_the_names_in_a_reply(bed: Bed) -> None:
+    """A comment inside an address ("b(c)c@example.com", obsolete syntax) read as a space
+    made that address read as another without comments, and every name in the header was
+    dropped for it.  There it reads as nothing: the names stay."""
+    bed.receive(b"From: Ann <ann@example.com>\r\nTo: alex@example.org, Zoe <b(c)c@example.com>"
+                b"\r\nSubject: names\r\nMessage-ID: <named-3@example.com>\r\n\r\nHi\r\n")
+    draft = compose.reply_to_email(bed.ctx, "named-3@example.com", "ok", reply_all=True)
+    got = parse(bed.files_with(bed.drafts, draft.message_id)[0].read_bytes())
+    assert [(a.display_name, a.addr_spec) for a in got["to"].addresses] == [
+        ("Ann", "ann@example.com")]
+    assert [(a.display_name, a.addr_spec) for a in got["cc"].addresses] == [
+        ("Zoe", "bc@example.com")]
+
+
+def test_a_comment_before_an_angle_address_is_no_name_in_parentheses(bed: Bed) -> None:
+    """"(Ann) <a@example.com>": the stdlib's parser names it "(Ann)", parentheses and all,
+    which a reply took as the name.  Only before a bare address is a comment its name."""
+    bed.receive(b"From: (Bob) <bob@example.com>\r\nTo: alex@example.org\r\n"
+                b"Subject: names\r\nMessage-ID: <named-4@example.com>\r\n\r\nHi\r\n")
+    draft = compose.reply_to_email(bed.ctx, "named-4@example.com", "ok")
+    got = parse(bed.files_with(bed.drafts, draft.message_id)[0].read_bytes())
+    assert [(a.display_name, a.addr_spec) for a in got["to"].addresses] == [
+        ("", "bob@example.com")]
+
+
+# A MIME header value the email package's parser reads in time growing with its square.
+LONG_PARAMETERS = "; ".join(f"p{i}=v" for i in range(3000))
+
+
+def test_a_forward_of_mail_with_a_mime_header_too_long_to_parse_is_its_bytes(
+        bed: Bed) -> None:
+    """A forwarded message's Content-Type went to the email package's parser with no bound
+    (100 KB took it 5 seconds, a megabyte minutes).  Past 16 KB the mail is attached as its
+    bytes, as other mail that package cannot read is."""
+    data = ("From: mallory@example.net\r\nTo: alex@example.org\r\nSubject: long\r\n"
+            "Message-ID: <long-ct@example.net>\r\nMIME-Version: 1.0\r\n"
+            f"Content-Type: text/plain; {LONG_PARAMETERS}\r\n\r\nHi\r\n").encode()
+    bed.receive(data)
+    forward = compose.forward_email(bed.ctx, "long-ct@example.net", ["abuse@example.com"])
+    (part,) = list(parse(bed.files_with(bed.drafts, forward.message_id)[0].read_bytes())
+                   .iter_attachments())
+    assert (part.get_content_type(), part.get_content()) == ("application/octet-stream", data)
+
+
+def test_a_draft_with_a_content_disposition_too_long_to_parse_is_refused(bed: Bed) -> None:
+    """A draft's Content-Disposition went to the email package's parser with no bound (60 KB
+    took it 6 seconds).  Past 16 KB it is refused, naming the header; the draft is kept."""
+    bed.put_draft("1800000887.mutt.host:2,DS", (
+        "From: Alex Morgan <alex@example.org>\nTo: zoe@example.net\nSubject: hi\n"
+        "Message-ID: <long-cd@example.org>\nMIME-Version: 1.0\n"
+        f"Content-Type: text/plain\nContent-Disposition: inline; {LONG_PARAMETERS}\n\n"
+        "hi\n").encode())
+    bed.refused_send("long-cd@example.org", "its Content-Disposition header has [0-9,]+ "
+                     "characters, more than the 16,384")
 
 
 def test_a_raw_8bit_subject_with_a_colon_and_a_semicolon_is_sent(bed: Bed) -> None:

@@ -375,13 +375,18 @@ def parse_addresses(raw_values: Iterable[object], name: str, defects: list[str],
         unread += problems
     if not as_written or "(" not in joined:
         return people
-    phrases, _ = _read_addresses(_without_comments(joined), name, [], cut)
-    comments, _ = _read_addresses(_without_comments(joined, keep_after=True), name, [], cut)
-    if not [p.address for p in people] == [p.address for p in phrases] == [
-            p.address for p in comments]:
-        return [Address("", p.address) for p in people]
-    return [Address(phrase.name or comment.name, p.address)
-            for p, phrase, comment in zip(people, phrases, comments)]
+    # A comment between a name's words reads as a space; one inside an address
+    # ("Zoë <b(c)c@y.example>", RFC 5322 4's obsolete syntax) as nothing, or that address
+    # would read as another: the space is tried first, then nothing.
+    for gap in (" ", ""):
+        phrases, _ = _read_addresses(_without_comments(joined, gap), name, [], cut)
+        comments, _ = _read_addresses(_without_comments(joined, gap, keep_names=True), name,
+                                      [], cut)
+        if [p.address for p in people] == [p.address for p in phrases] == [
+                p.address for p in comments]:
+            return [Address(phrase.name or comment.name, p.address)
+                    for p, phrase, comment in zip(people, phrases, comments)]
+    return [Address("", p.address) for p in people]
 
 
 def _read_addresses(joined: str, name: str, defects: list[str], cut: bool
@@ -481,12 +486,14 @@ def _pieces(value: str, most: int, *, cut: bool = False) -> list[str]:
     return pieces
 
 
-def _without_comments(value: str, *, keep_after: bool = False) -> str:
+def _without_comments(value: str, gap: str, *, keep_names: bool = False) -> str:
     """``value``, an address list, without the comments the stdlib's parser reads in it
     (as _pieces reads them): read, it gives the same addresses, and names without the
-    comments that parser adds to them.  ``keep_after`` keeps each comment that only blanks
-    and comments follow to the end of its mailbox (a comma, a semicolon, the end): one after
-    a nameless address is its name ("a@b.example (Ann)").  Linear, as _pieces."""
+    comments that parser adds to them.  A comment taken out leaves ``gap``: a space, as CFWS
+    between words reads ("Jörg(c)Smith" is "Jörg Smith").  ``keep_names`` keeps each comment
+    that only blanks and comments separate from the start or the end of its mailbox (a comma,
+    a semicolon, either end of the list): one before or after a bare address is its name, the
+    RFC 822 way ("(Ann) a@b.example", "a@b.example (Ann)").  Linear, as _pieces."""
     spans: list[tuple[int, int]] = []
     pos = depth = start = 0
     quoted = False
@@ -506,15 +513,36 @@ def _without_comments(value: str, *, keep_after: bool = False) -> str:
                 spans.append((start, pos))
     if depth:  # a comment not closed runs to the end, as the parser reads it
         spans.append((start, len(value)))
-    kept: list[str] = []
-    end, after = len(value), True
-    for first, last in reversed(spans):  # from the end: what follows each comment is known
-        between = value[last:end]
-        if between.strip():
-            after = between.lstrip()[0] in ",;"
-        kept += [between, value[first:last] if keep_after and after else ""]
-        end = first
-    return value[:end] + "".join(reversed(kept))
+    kept = _at_mailbox_edges(value, spans) if keep_names else [False] * len(spans)
+    out: list[str] = []
+    end = 0
+    for (first, last), keep in zip(spans, kept):
+        out += [value[end:first], value[first:last] if keep else gap]
+        end = last
+    return "".join(out) + value[end:]
+
+
+def _at_mailbox_edges(value: str, spans: Sequence[tuple[int, int]]) -> list[bool]:
+    """For each comment (its span in ``value``), whether only blanks and comments lie
+    between it and the start or the end of its mailbox (a comma, a semicolon, an end) -- at
+    its start, before a bare address: the stdlib's parser names "(Ann) <a@b.example>"
+    "(Ann)", its parentheses kept."""
+    before, edge, last = [], True, 0
+    for first, end in spans:
+        between = value[last:first].rstrip()
+        if between:
+            edge = between[-1] in ",;"
+        before.append(edge)
+        last = end
+    after: list[tuple[bool, bool]] = []
+    edge, angle, last = True, False, len(value)
+    for first, end in reversed(spans):
+        between = value[end:last].lstrip()
+        if between:
+            edge, angle = between[0] in ",;", between[0] == "<"
+        after.append((edge, angle))
+        last = first
+    return [b and not angle or a for b, (a, angle) in zip(before, reversed(after))]
 
 
 def _cut_last(headers: Message, name: str) -> bool:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from email._header_value_parser import TokenList, get_address_list
 from email.headerregistry import Address as HeaderAddress
-from email.headerregistry import BaseHeader, Group
+from email.headerregistry import BaseHeader, Group, HeaderRegistry
 from email.message import EmailMessage, Message, MIMEPart
 from email.parser import BytesParser
 from pathlib import Path
@@ -490,6 +490,26 @@ _WRITTEN_HEADERS = frozenset({"content-type", "content-transfer-encoding"})
 _READ_HEADERS = _WRITTEN_HEADERS | {"content-disposition", "message-id"}
 
 
+class _TooLongHeader(email.errors.HeaderParseError):
+    """A header _BoundedHeaders would not parse: its name and its length."""
+
+
+class _BoundedHeaders(HeaderRegistry):
+    """The email package's headers, but for those it reads of a message from a file
+    (_READ_HEADERS; forwarded mail is untrusted) longer than MAX_PARSED_HEADER_CHARS, which
+    its parser takes time growing with the square of to read (a Content-Type of 100 KB took
+    5 seconds, in parsing the message) and no real one comes near."""
+
+    def __call__(self, name: str, value: str) -> BaseHeader:
+        if len(value) > MAX_PARSED_HEADER_CHARS and name.lower() in _READ_HEADERS:
+            raise _TooLongHeader(name, len(value))
+        return super().__call__(name, value)
+
+
+# The policy messages from files are parsed with (_parsed, _header).
+_READ_POLICY = POLICY.clone(header_factory=_BoundedHeaders())
+
+
 @dataclass(frozen=True)
 class _Source:
     """A message read from a file, as a refusal of it names it and says what to do."""
@@ -517,10 +537,16 @@ def _header(name: str, source: str, whose: _Source) -> BaseHeader:
     when the package fails on it."""
     value = _unfold(source)
     try:
-        return cast(BaseHeader, POLICY.header_factory(name, value))
+        return cast(BaseHeader, _READ_POLICY.header_factory(name, value))
+    except _TooLongHeader:
+        raise _too_long(name, len(value), whose) from None
     except _UNPARSABLE:
-        raise ComposeError(f"{whose.name}: its {name} header is malformed ({value[:80]!r}), "
-                           f"which fmail-nm cannot read; {whose.remedy}") from None
+        raise _malformed(name, value, whose) from None
+
+
+def _malformed(name: str, value: str, whose: _Source) -> ComposeError:
+    return ComposeError(f"{whose.name}: its {name} header is malformed ({value[:80]!r}), which "
+                        f"fmail-nm cannot read; {whose.remedy}")
 
 
 def _parsed(data: bytes, whose: _Source, read: Set[str] = _WRITTEN_HEADERS) -> EmailMessage:
@@ -529,7 +555,10 @@ def _parsed(data: bytes, whose: _Source, read: Set[str] = _WRITTEN_HEADERS) -> E
     here: a ComposeError (see _header) instead of a crash wherever the package first looks at
     one."""
     try:
-        msg = BytesParser(policy=POLICY).parsebytes(data)
+        msg = BytesParser(policy=_READ_POLICY).parsebytes(data)
+    except _TooLongHeader as error:  # a Content-Type, which the parser reads of each part
+        name, length = error.args
+        raise _too_long(name, length, whose) from None
     except _UNPARSABLE:  # the parser reads each part's Content-Type, a multipart's encoding
         raise ComposeError(f"{whose.name}: a Content-Type or Content-Transfer-Encoding header "
                            f"in it is malformed, which fmail-nm cannot read; {whose.remedy}"
@@ -615,6 +644,27 @@ def _encode_long_lines(part: Message) -> None:
         part["Content-Transfer-Encoding"] = cte
 
 
+# Of a header the email package parses (a MIME header or Message-ID of a message from a file,
+# _BoundedHeaders; one it writes again: 8-bit text in ASCII, a word longer than a line as
+# RFC 2047 words), in characters: its parser takes time growing with the square of the
+# value's words (a comment of 120 KB took half a minute, a megabyte minutes).  A hundred
+# recipients with names fit.
+MAX_PARSED_HEADER_CHARS = 16 * 1024
+
+
+def _too_long(name: str, length: int, whose: _Source, what: str = "") -> ComposeError:
+    return ComposeError(f"{whose.name}: its {name} header has {what}{length:,} characters, "
+                        f"more than the {MAX_PARSED_HEADER_CHARS:,} fmail-nm parses; "
+                        f"{whose.remedy}")
+
+
+def _check_rewritable(name: str, text: str, whose: _Source, what: str) -> None:
+    """Refuse a header with ``what`` that the email package would have to write again when
+    it is longer than MAX_PARSED_HEADER_CHARS."""
+    if len(text) > MAX_PARSED_HEADER_CHARS:
+        raise _too_long(name, len(text), whose, f"{what} and ")
+
+
 def _fold_long_headers(part: Message, whose: _Source) -> None:
     """Headers with a line over 998 bytes folded at their spaces (the others as they are,
     in their order)."""
@@ -631,6 +681,8 @@ def _fold_long_headers(part: Message, whose: _Source) -> None:
         else:
             # A word longer than a line: the email package writes the value again, as RFC 2047
             # words -- decoded first, so a line break it decodes to would start a header.
+            _check_rewritable(name, _unfold(value), whose,
+                              f"a word longer than a line ({MAX_LINE_BYTES} bytes)")
             header = _header(name, value, whose)
             try:
                 header.fold(policy=POLICY)
@@ -1541,21 +1593,12 @@ def _draft_header_text(name: str, source: str, charset: str | None, draft_id: st
                        "again in the mail client that saved the draft")
 
 
-# Of a header with raw 8-bit text, in characters, what is written again in ASCII: the email
-# package's parser, which reads it as addresses, takes time growing with the square of its
-# words (a comment of 120 KB took half a minute).  A hundred recipients with names fit.
-MAX_8BIT_HEADER_CHARS = 16 * 1024
-
-
 def _ascii_header(name: str, text: str, draft_id: str) -> str:
     """A header's decoded text as it goes out without SMTPUTF8 (see _encode_8bit_headers)."""
-    if len(text) > MAX_8BIT_HEADER_CHARS:
-        raise ComposeError(f"draft {draft_id!r}: its {name} header has non-ASCII text and "
-                           f"{len(text):,} characters, more than the {MAX_8BIT_HEADER_CHARS:,} "
-                           "fmail-nm writes again in ASCII; "
-                           f"{_draft_source(draft_id).remedy}")
+    _check_rewritable(name, text, _draft_source(draft_id), "non-ASCII text")
     key = name.lower()
-    if key in _ADDRESS_HEADERS and (value := _ascii_addresses(name, key, text)) is not None:
+    if key in _ADDRESS_HEADERS and (value := _ascii_addresses(name, key, text,
+                                                              draft_id)) is not None:
         return value
     if key.startswith("x-") and (value := _x_addresses(name, key, text)) is not None:
         return value
@@ -1596,12 +1639,17 @@ def _check_parameters(name: str, header: BaseHeader, written: str, draft_id: str
                                f"value; {_draft_source(draft_id).remedy}")
 
 
-def _ascii_addresses(name: str, key: str, text: str) -> str | None:
+def _ascii_addresses(name: str, key: str, text: str, draft_id: str) -> str | None:
     """An address header as it goes out, None when it names no address.  Its groups are kept
     only where the email package reads the very addresses parse_addresses does -- the parse
     the envelope is made from (load_draft): the header never shows other addresses than the
-    mail goes to (``"Zoë" <a> <b>`` is one address to the one, two to the other)."""
-    people = parse_addresses([text], key, [], as_written=True)
+    mail goes to (``"Zoë" <a> <b>`` is one address to the one, two to the other).  Refused
+    when parse_addresses cannot read all of it (comments nested thousands deep): the
+    envelope would leave out whom it names."""
+    unread: list[str] = []
+    people = parse_addresses([text], key, [], unread, as_written=True)
+    if unread:
+        raise _malformed(name, text, _draft_source(draft_id))
     groups = _groups(text)
     if groups is not None and [a.addr_spec for group in groups for a in group.addresses] == [
             p.address for p in people]:
@@ -1610,8 +1658,9 @@ def _ascii_addresses(name: str, key: str, text: str) -> str | None:
     if not people:
         return None
     # check_addresses refuses a local part only SMTPUTF8 carries, naming it.
-    return _address_list(name, [
-        Address(p.name, check_addresses([p.address], key)[0].address) for p in people])
+    return _folded_addresses(name, _mailboxes(name, [
+        Address(p.name, check_addresses([p.address], key)[0].address) for p in people],
+        _comments(name, text, after_nameless=False, of=[p.address for p in people])))
 
 
 def _with_comment_names(groups: Sequence[Group], people: Sequence[Address]
@@ -1626,17 +1675,25 @@ def _with_comment_names(groups: Sequence[Group], people: Sequence[Address]
         for a, person in zip(group.addresses, names)]) for group in groups)
 
 
-def _comments(name: str, text: str, *, after_nameless: bool) -> list[str]:
+def _comments(name: str, text: str, *, after_nameless: bool,
+              of: Sequence[str] | None = None) -> list[str]:
     """Each mailbox's comments in an address list _groups reads (in the order of its groups'
     mailboxes), as written after it: " (work)" for "Ann <a@b.example> (work)" -- text the user
     wrote, which the groups drop.  For a mailbox written without a name (none, or one
     _header_address leaves out), those after its address when ``after_nameless``, else none: a
     comment after it reads as its name ("a@b.example (Ann)", _with_comment_names); one
     inside its address (RFC 5322 3.4.1's CFWS, obsolete syntax in a domain, which RFC 5322
-    4 says not to write) would read as part of that name."""
-    found, _ = get_address_list(text)  # the parse the email package's groups are made from
+    4 says not to write) would read as part of that name.  None at all when given the
+    addresses ``of`` the mailboxes and it reads others: no comment goes after another's
+    address."""
+    try:  # the parse the email package's groups are made from
+        boxes = get_address_list(text)[0].all_mailboxes
+        if of is not None and [box.addr_spec for box in boxes] != list(of):
+            return []
+    except Exception:  # noqa: BLE001 - untrusted header _groups could not read either
+        return []
     written = []
-    for box in found.all_mailboxes:
+    for box in boxes:
         named = bool(box.display_name) and "=?" not in box.display_name
         written.append("".join(f" {_comment_source(name, comment)}"
                                for comment, after in _comment_tokens(box)
