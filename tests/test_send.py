@@ -734,6 +734,104 @@ def test_a_failing_sender_is_reported_verbatim_and_the_draft_stays(bed: Bed) -> 
     assert bed.files_with(bed.sent, draft.message_id) == []
     assert bed.tags(draft.message_id) == {"draft"}
 
+    bed.smtp.reject = None  # nothing went out: trying again is not refused as "may have gone"
+    assert send.send_draft(bed.ctx, draft.message_id).sent is True
+    assert len(bed.smtp.received) == 1
+
+
+def test_a_send_that_timed_out_is_refused_until_the_caller_says_to_send_anyway(
+        bed: Bed) -> None:
+    """The command timed out while the server held its answer to the message: it may have
+    gone out, so the draft is not sent again on a plain retry -- only with resend_unfinished
+    (the user checked); once sent and filed, it is refused as sent whatever is asked."""
+    configure(bed.env, bed.smtp, timeout_seconds=1)
+    ctx = replace(bed.ctx, config=bed.env.config())
+    draft = compose.reply_to_email(ctx, ORIGINAL, "Numbers below.")
+    bed.smtp.release.clear()
+    try:
+        with pytest.raises(send.SendFailed, match="may or may not have sent"):
+            send.send_draft(ctx, draft.message_id)
+    finally:
+        bed.smtp.release.set()
+    with pytest.raises(send.SendRefused, match="never finished") as refused:
+        send.send_draft(ctx, draft.message_id)
+    assert "may have gone out" in str(refused.value)
+    assert "resend_unfinished=true" in str(refused.value)
+    assert len(bed.files_with(bed.drafts, draft.message_id)) == 1
+
+    configure(bed.env, bed.smtp)
+    ctx = replace(ctx, config=bed.env.config())
+    done = send.send_draft(ctx, draft.message_id, resend_unfinished=True)
+    assert done.sent is True and bed.files_with(bed.drafts, draft.message_id) == []
+    assert bed.smtp.received[-1].message()["Message-ID"] == f"<{draft.message_id}>"
+    with pytest.raises(send.SendRefused, match="was sent already"):
+        send.send_draft(ctx, draft.message_id, resend_unfinished=True)
+
+
+def test_a_send_another_process_began_meanwhile_is_not_sent_twice(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two server processes sharing the sidecar both send a draft: each checks it unsent,
+    then records its start.  The second start, made after the first one's check, finds a
+    record its own check did not see and sends nothing; without that, both sent it."""
+    draft = compose.reply_to_email(bed.ctx, ORIGINAL, "Numbers below.")
+    load_draft = compose.load_draft
+
+    def other_process_starts(ctx: WriteContext, draft_id: str) -> compose.Outgoing:
+        # Between this send's check and its record: the other process's record lands.
+        with sidecar.opened(sidecar.sidecar_path(ctx.config.data_dir)) as conn:
+            assert sidecar.send_started(conn, draft.message_id, "2026-01-01T00:00:00Z",
+                                        seen=None)
+        return load_draft(ctx, draft_id)
+
+    monkeypatch.setattr(compose, "load_draft", other_process_starts)
+    with pytest.raises(send.SendRefused, match="another send of .* began or ended"):
+        send.send_draft(bed.ctx, draft.message_id)
+    assert bed.smtp.received == []
+    assert len(bed.files_with(bed.drafts, draft.message_id)) == 1
+    monkeypatch.setattr(compose, "load_draft", load_draft)
+    with pytest.raises(send.SendRefused, match="never finished"):
+        send.send_draft(bed.ctx, draft.message_id)
+
+
+def test_a_send_whose_connection_ended_after_the_message_went_in_is_not_taken_as_unsent(
+        bed: Bed) -> None:
+    """msmtp's own network timeout passes while the server holds its answer to the message
+    (as a connection lost there does): msmtp exits non-zero -- 74, an I/O error -- with the
+    whole message in, which a server may keep and deliver.  That exit is no "nothing was
+    sent": a plain retry is refused as maybe sent, not sent a second time."""
+    bed.smtp.rc.write_text(bed.smtp.rc.read_text().replace("defaults\n",
+                                                           "defaults\ntimeout 1\n", 1))
+    draft = compose.reply_to_email(bed.ctx, ORIGINAL, "Numbers below.")
+    bed.smtp.release.clear()
+    try:
+        with pytest.raises(send.SendFailed, match="exit status 74") as failed:
+            send.send_draft(bed.ctx, draft.message_id)
+    finally:
+        bed.smtp.release.set()
+    assert bed.smtp.arrived.is_set()  # the whole message was in: a real server may keep it
+
+    with pytest.raises(send.SendRefused, match="never finished"):
+        send.send_draft(bed.ctx, draft.message_id)
+    assert bed.smtp.received == []
+    assert "may or may not have sent" in str(failed.value)
+    assert "resend_unfinished=true" in str(failed.value)
+
+
+def test_a_send_command_ended_by_a_signal_is_not_taken_as_unsent(bed: Bed) -> None:
+    """The send command is killed (the OOM killer, a user's kill) after it read the message:
+    it may have been past the server's answer, so a plain retry is refused."""
+    text = bed.env.fmail_config.read_text()
+    bed.env.fmail_config.write_text(re.sub(
+        r'(?m)^command = .*$', 'command = ["sh", "-c", "cat >/dev/null; kill -KILL $$"]', text))
+    ctx = replace(bed.ctx, config=bed.env.config())
+    draft = compose.reply_to_email(ctx, ORIGINAL, "Numbers below.")
+    with pytest.raises(send.SendFailed, match="exit status -9") as failed:
+        send.send_draft(ctx, draft.message_id)
+    with pytest.raises(send.SendRefused, match="never finished"):
+        send.send_draft(bed.ctx, draft.message_id)
+    assert bed.smtp.received == []
+    assert "may or may not have sent" in str(failed.value)
+
 
 def test_a_message_sent_while_another_program_holds_the_lock_is_filed_once_it_is_free(
         bed: Bed) -> None:

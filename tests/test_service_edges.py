@@ -29,10 +29,13 @@ from mcp.types import TextContent
 from fmail_nm.mcp import server as server_module
 from fmail_nm.mcp.http import serve_http
 from fmail_nm.mcp.serving import serving
+from fmail_nm.passes.changes import WriteContext
+from fmail_nm.service import send
 from fmail_nm.service import watcher
 from fmail_nm.service.background import Background
 from fmail_nm.service.status import StatusStore
 from fmail_nm.store import sidecar
+from fmail_nm.store.notmuch import Reader, Writer
 from fmail_nm.store.query import clean_id
 
 from .conftest import MailEnv, notmuch_lock_held
@@ -141,13 +144,14 @@ def lines_until(stream: IO[str], text: str) -> str:
     return said
 
 
+@pytest.mark.parametrize("stop", ["end of stdin", "SIGTERM"])
 def test_a_server_process_waits_for_a_send_under_way_and_files_it(
-        indexed: MailEnv, tmp_path: Path) -> None:
-    """The client closes stdin while send_email waits for a slow SMTP server's answer to the
-    message -- past the shutdown's deadline for tool calls, within the send's own limit: the
-    process waits for the send and files it (its "sent already" record, the draft out of
-    Drafts) before it ends.  Ended without it, msmtp (in a session of its own) delivered the
-    message all the same and the draft stayed in Drafts, to be sent twice."""
+        indexed: MailEnv, tmp_path: Path, stop: str) -> None:
+    """The client closes stdin (or sends SIGTERM) while send_email waits for a slow SMTP
+    server's answer to the message -- past the shutdown's deadline for tool calls, within the
+    send's own limit: the process waits for the send and files it (its "sent already"
+    record, the draft out of Drafts) before it ends.  Ended without it, msmtp (in a session
+    of its own) delivered the message all the same and the draft stayed in Drafts."""
     smtp = SmtpBed(tmp_path / "smtp", PERSONAL).start()
     configure(indexed, smtp, direct=True, timeout_seconds=900)
     smtp.release.clear()
@@ -155,10 +159,13 @@ def test_a_server_process_waits_for_a_send_under_way_and_files_it(
     assert proc.stdin is not None and proc.stderr is not None
     try:
         assert smtp.arrived.wait(WAIT)  # msmtp waits for the answer to the message now
-        proc.stdin.close()
+        if stop == "SIGTERM":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            proc.stdin.close()
         said = lines_until(proc.stderr, "send(s) under way")  # the tool calls' deadline passed
         smtp.release.set()
-        assert exit_status(proc) == 0
+        assert exit_status(proc) == (128 + signal.SIGTERM if stop == "SIGTERM" else 0)
         (received,) = wait_for(lambda: list(smtp.received), "the message to be taken")
     finally:
         smtp.release.set()
@@ -174,6 +181,42 @@ def test_a_server_process_waits_for_a_send_under_way_and_files_it(
     assert files and not any("Drafts" in name for name in files), files
     assert "a tool call was still running at shutdown" in said
     assert "Traceback" not in said
+
+
+def test_a_send_whose_server_process_was_killed_is_not_sent_again_unless_asked(
+        indexed: MailEnv, tmp_path: Path) -> None:
+    """The server process is killed (SIGKILL: systemd's stop timeout) while msmtp waits for
+    the SMTP server's answer to the message: msmtp, in a session of its own, delivers it, and
+    the draft stays in Drafts, unfiled.  send_email of that draft is refused, saying it may
+    have gone out; with resend_unfinished (the user checked) it goes."""
+    smtp = SmtpBed(tmp_path / "smtp", PERSONAL).start()
+    configure(indexed, smtp, direct=True, timeout_seconds=900)
+    smtp.release.clear()
+    proc = quick_stdio_server(indexed, "send_email", SEND_HELLO)
+    try:
+        assert smtp.arrived.wait(WAIT)  # msmtp waits for the answer to the message now
+        proc.kill()
+        proc.wait()
+        smtp.release.set()
+        (received,) = wait_for(lambda: list(smtp.received), "the message to be taken")
+        mid = clean_id(str(received.message()["Message-ID"]))
+        config = indexed.config()
+        with Reader(config.settings.notmuch_config) as reader, \
+                Writer(config.settings.notmuch_config) as writer:
+            ctx = WriteContext(config, reader, writer, sidecar.sidecar_path(config.data_dir))
+            with pytest.raises(send.SendRefused, match="may have gone out") as refused:
+                send.send_draft(ctx, mid)
+            assert "Sent folder" in str(refused.value)
+            assert "resend_unfinished" in str(refused.value) and len(smtp.received) == 1
+            done = send.send_draft(ctx, mid, resend_unfinished=True)
+        assert done.sent is True and len(smtp.received) == 2
+        assert clean_id(str(smtp.received[1].message()["Message-ID"])) == mid
+    finally:
+        smtp.release.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        smtp.stop()
 
 
 def pipe_opened_by_reader(path: Path) -> int:

@@ -620,6 +620,9 @@ Body = Annotated[str, Field(max_length=compose.MAX_BODY_CHARS)]
 Files = Annotated[Sequence[Annotated[str, Field(max_length=1000)]],
                   Field(max_length=compose.MAX_ATTACHMENTS, description="in attachments_dir")]
 SendNow = Annotated[bool, Field(description="send now (direct sending only)")]
+ResendUnfinished = Annotated[bool, Field(description=(
+    "draft whose earlier send never finished: send anyway, only once the user checked it "
+    "did not arrive"))]
 
 
 def _draft_tools(server: ToolList, service: MailService) -> None:
@@ -673,12 +676,14 @@ def _send_tools(server: ToolList, service: MailService) -> None:
         "sending only). Cannot be recalled."))
     async def send_email(draft_id: Ref = "", to: To = (), cc: Addresses = (),
                          bcc: Addresses = (), subject: Subject = "", body: Body = "",
-                         account: Name = None, attachments: Files = ()) -> compose.DraftResult:
+                         account: Name = None, attachments: Files = (),
+                         resend_unfinished: ResendUnfinished = False) -> compose.DraftResult:
         if draft_id:
             if to or cc or bcc or subject or body or attachments:
                 raise tool_error(send.SendRefused(
                     "pass draft_id alone (to change the draft, save_draft first)"))
-            return await service.write(send.send_draft, draft_id)
+            return await service.write(send.send_draft, draft_id,
+                                       resend_unfinished=resend_unfinished)
         return await service.write(send.send_new, to, subject, body, cc=cc, bcc=bcc,
                                    account=account, attachments=attachments)
 

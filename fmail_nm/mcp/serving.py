@@ -255,11 +255,16 @@ async def serve_stdio(config: Config, *, read_only: bool = False, push: bool = T
 
 
 async def _close_on_signal(signals: AsyncIterator[int], stack: contextlib.ExitStack) -> None:
-    """Close what runs beside the server, then end the process: stdin is read on a thread no
-    cancellation reaches, which would keep it waiting for a client that may never close it."""
+    """Close what runs beside the server, wait for the sends under way as the end of stdin
+    does (:func:`ended`), then end the process: stdin is read on a thread no cancellation
+    reaches, which would keep it waiting for a client that may never close it.  A repeated
+    SIGTERM meanwhile waits in ``signals``, unread."""
+    from ..service.send import SENDS
+
     async for signum in signals:
         log.info("signal %d: stopping", signum)
         stack.close()
+        SENDS.wait()
         os._exit(128 + signum)
 
 

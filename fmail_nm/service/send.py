@@ -12,13 +12,21 @@ A send happens only when ``[send] enabled`` (or ``serve --allow-send``), at most
 ``max_per_hour`` times an hour (counted in the audit log), and -- for a message that was never
 saved as a draft -- only with ``[send] direct = true``.  When the command fails its exit
 status and stderr are reported as they are; nothing is filed and the draft stays.
+
+A send is recorded in the sidecar as started before its command runs, and that record goes
+only when the send ends with nothing sent (the command failed or is missing) or filed.  A
+draft whose send never ended -- the process killed meanwhile, the command timed out, the
+filing failed -- may have gone out: it is refused until the caller, once the user checked,
+asks for it again with ``resend_unfinished``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
+import sqlite3
 import subprocess
 import tempfile
 import threading
@@ -55,6 +63,12 @@ class SendRefused(CallerError):
 
 class SendFailed(BackendError):
     """The send command failed; nothing was filed and the draft is kept."""
+
+
+class NothingSent(SendFailed):
+    """The send command failed before anything went out: it exited non-zero (msmtp does once
+    the server refused the message) but not in a way that may have sent
+    (:data:`MAY_HAVE_SENT_EXITS`), or is not installed -- not a timeout, which may have sent."""
 
 
 def command_for(config: Config, account: Account) -> tuple[str, ...]:
@@ -104,22 +118,34 @@ def check_direct(config: Config) -> None:
                           "allows it")
 
 
+# msmtp's exits that can come after the server took the message: the connection lost or its
+# own ``timeout`` passed while it waited for the answer to the message's end (an I/O or a
+# protocol error: "the server sent an empty reply"), or an error of its own.  A command ended
+# by a signal (a negative status) may have been anywhere too.  Any other exit is msmtp's
+# before the message went in, or the server's refusal of it: nothing went out.
+MAY_HAVE_SENT_EXITS = frozenset({os.EX_SOFTWARE, os.EX_OSERR, os.EX_IOERR, os.EX_PROTOCOL})
+MAYBE_SENT = ("it may or may not have sent the message (check the recipient's copy or the "
+              "server's log before sending again, with resend_unfinished=true); nothing was "
+              "filed, the draft is kept")
+
+
 def run_command(argv: list[str], data: bytes, timeout: float) -> None:
     """Hand the message to the command; a SendFailed with its own words when it fails."""
     try:
         code, said = run_to_end(argv, data, timeout)
     except FileNotFoundError:
-        raise SendFailed(f"the send command {argv[0]!r} is not installed; nothing was sent, "
-                         "the draft is kept") from None
+        raise NothingSent(f"the send command {argv[0]!r} is not installed; nothing was "
+                          "sent, the draft is kept") from None
     except subprocess.TimeoutExpired:
-        raise SendFailed(f"{argv[0]} did not finish within {timeout:g} s; it may or may not "
-                         "have sent the message (check the recipient's copy or the server's "
-                         "log before sending again); nothing was filed, the draft is kept"
+        raise SendFailed(f"{argv[0]} did not finish within {timeout:g} s; {MAYBE_SENT}"
                          ) from None
-    if code != 0:
-        raise SendFailed(f"{argv[0]} failed with exit status {code}: "
-                         f"{said[:MAX_STDERR_CHARS] or '(no message)'}; nothing was sent or "
-                         "filed, the draft is kept")
+    if code == 0:
+        return
+    failed = (f"{argv[0]} failed with exit status {code}: "
+              f"{said[:MAX_STDERR_CHARS] or '(no message)'}")
+    if code < 0 or code in MAY_HAVE_SENT_EXITS:
+        raise SendFailed(f"{failed}; {MAYBE_SENT}")
+    raise NothingSent(f"{failed}; nothing was sent or filed, the draft is kept")
 
 
 def run_to_end(argv: list[str], data: bytes | None, timeout: float, *,
@@ -196,29 +222,76 @@ class SendsUnderWay:
 SENDS = SendsUnderWay()
 
 
-def check_not_sent(ctx: WriteContext, draft_id: str) -> None:
-    """A draft sent already is refused, saying so: a call whose caller gave up waiting (a
-    timeout, a cancel) may have sent and filed it, and its "no draft" would read as "never
-    sent" -- or, when its filing failed, the draft is still there to be sent twice."""
+def check_not_sent(ctx: WriteContext, draft_id: str, *,
+                   resend_unfinished: bool = False) -> tuple[str, str | None]:
+    """The draft's Message-ID, once it is known not to have been sent, and when a send of it
+    that never ended started (None: none), for :func:`_record_start` to find unchanged.  A
+    draft sent already is refused, saying so: a call whose caller gave up waiting (a timeout,
+    a cancel) may have sent and filed it, and its "no draft" would read as "never sent".  So
+    is one whose send started and never ended (see the module's doc), unless
+    ``resend_unfinished``."""
     found = Mailbox(ctx.config, ctx.reader, ctx.clock).find(draft_id)
     ref = found.message_id if found is not None else clean_id(draft_id)
     with sidecar.opened(sidecar.sidecar_path(ctx.config.data_dir)) as conn:
         at = sidecar.sent_at(conn, ref)
+        started = sidecar.started_at(conn, ref)
     if at is not None:
         raise SendRefused(f"{ref} was sent already, at {at} (in:sent); it was not "
                           "sent again")
+    if started is not None and not resend_unfinished:
+        raise SendRefused(f"a send of {ref} started at {started} and never finished (fmail-nm "
+                          "was stopped, the send command timed out or the filing failed): it "
+                          "may have gone out. Nothing was sent now. Check the Sent folder or "
+                          "with the recipients; if it did not arrive and the user agrees, "
+                          "send_email with resend_unfinished=true sends it anyway")
+    return ref, started
 
 
-def send_draft(ctx: WriteContext, draft_id: str) -> DraftResult:
+def send_draft(ctx: WriteContext, draft_id: str, *,
+               resend_unfinished: bool = False) -> DraftResult:
     """Send a saved draft, then file it (Sent copy, draft gone, original replied)."""
     check_allowed(ctx.config)
-    check_not_sent(ctx, draft_id)
+    ref, seen = check_not_sent(ctx, draft_id, resend_unfinished=resend_unfinished)
     out = compose.load_draft(ctx, draft_id)
     argv = argv_for(command_for(ctx.config, out.composition.account), out)
     timeout = ctx.config.send.timeout_seconds
-    with SENDS.tracked(timeout + compose.FILING_WAIT_S + FILING_MARGIN_S):
-        run_command(argv, out.wire, timeout)
-        return compose.file_sent(ctx, out)
+    with SENDS.tracked(timeout + compose.FILING_WAIT_S + FILING_MARGIN_S), \
+            sidecar.opened(sidecar.sidecar_path(ctx.config.data_dir)) as conn:
+        _record_start(conn, ref, seen)
+        try:
+            run_command(argv, out.wire, timeout)
+        except NothingSent:
+            _forget_started(conn, ref)
+            raise
+        done = compose.file_sent(ctx, out)
+        # Killed before this, the send's own entry (sent_at) refuses sending it again.
+        _forget_started(conn, ref)
+        return done
+
+
+def _record_start(conn: sqlite3.Connection, ref: str, seen: str | None) -> None:
+    """The record that the send began, committed before its command runs: a process killed
+    while it runs leaves it.  Taken only if nothing changed since :func:`check_not_sent`
+    looked, under the write lock: another server process sending the same draft meanwhile
+    would otherwise send it too."""
+    try:
+        recorded = sidecar.send_started(conn, ref, utc_stamp(utc_now()), seen=seen)
+    except sqlite3.Error as exc:
+        raise NothingSent(f"could not record that the send of {ref} begins ({exc}); nothing "
+                         "was sent, the draft is kept") from None
+    if not recorded:
+        raise SendRefused(f"another send of {ref} began or ended while this one got ready "
+                          "(another fmail-nm process sending it?); nothing was sent now. "
+                          "Check the Sent folder before sending it again")
+
+
+def _forget_started(conn: sqlite3.Connection, ref: str) -> None:
+    """The started record gone, or logged: its failure must not read as the send's (a sent
+    message reported failed would be sent again); left, it refuses the draft, saying why."""
+    try:
+        sidecar.send_ended(conn, ref)
+    except sqlite3.Error as exc:
+        log.warning("the record that the send of %s started was left: %s", ref, exc)
 
 
 def save_and_send(ctx: WriteContext, save: Callable[[WriteContext], DraftResult]) -> DraftResult:

@@ -809,6 +809,16 @@ ALTER TABLE audit_log_new RENAME TO audit_log;
 CREATE INDEX audit_log_undone ON audit_log(undone_upto) WHERE undone_upto IS NOT NULL;
 """
 
+# Version 31: a send started and not yet ended, by its draft's Message-ID (send_started): a
+# process killed while its command ran may have sent the draft without filing it, and only
+# this row then tells the next send_email so.  Kept runnable over a schema set back.
+_V31 = """
+CREATE TABLE IF NOT EXISTS sends_started (
+    message_id TEXT PRIMARY KEY,
+    at         TEXT NOT NULL
+);
+"""
+
 
 @dataclass(frozen=True)
 class Reparse:
@@ -828,7 +838,7 @@ REPARSES = (Reparse(REPARSE_KEY, REPARSED_ROWS), Reparse(BCC_REPARSE_KEY, BCC_RE
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
                                _V13, _V14, _V15, _V16, _V17, _V18, _V19, _V20, _V21,
                                _V22, _V23, _V24, _V25, _V26, _V27, _V28,
-                               _V29, _V30)
+                               _V29, _V30, _V31)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -1970,6 +1980,34 @@ def sent_at(conn: sqlite3.Connection, ref: str) -> str | None:
         if ref in (message_id, uid_for(message_id)):
             return str(at)
     return None
+
+
+def send_started(conn: sqlite3.Connection, message_id: str, at: str, *,
+                 seen: str | None) -> bool:
+    """Record, committed before its command runs, that the draft's send began at ``at`` --
+    if, under the write lock, it is still unsent and its started record is still ``seen``
+    (None: none).  False, recording nothing, when another send of it began or ended since
+    the caller looked: two server processes sharing this sidecar would both send it."""
+    with transaction(conn):
+        if sent_at(conn, message_id) is not None or started_at(conn, message_id) != seen:
+            return False
+        conn.execute("INSERT INTO sends_started (message_id, at) VALUES (?, ?) ON CONFLICT "
+                     "(message_id) DO UPDATE SET at = excluded.at", (message_id, at))
+    return True
+
+
+def send_ended(conn: sqlite3.Connection, message_id: str) -> None:
+    """Forget the draft's started send: it failed with nothing sent, or it was filed."""
+    with transaction(conn):
+        conn.execute("DELETE FROM sends_started WHERE message_id = ?", (message_id,))
+
+
+def started_at(conn: sqlite3.Connection, message_id: str) -> str | None:
+    """When a send of the draft began that never ended (the process killed, the command
+    timed out, the filing failed): it may or may not have gone out.  None if none."""
+    row = conn.execute("SELECT at FROM sends_started WHERE message_id = ?",
+                       (message_id,)).fetchone()
+    return None if row is None else str(row[0])
 
 
 # How long the audit log keeps a write: undo_last_write reaches back this far (a held copy is
