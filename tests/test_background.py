@@ -28,7 +28,7 @@ import pytest
 
 from fmail_nm.config import DEFAULT_SAFETY_INDEX_MINUTES, Config, ConfigError, load_settings
 from fmail_nm.passes.changes import WriteContext
-from fmail_nm.service import mbsync, watcher
+from fmail_nm.service import background, mbsync, watcher
 from fmail_nm.service.background import AlreadyRunning, Background, backoff_delay
 from fmail_nm.service.pushed import record_pushed
 from fmail_nm.service.status import (
@@ -692,6 +692,79 @@ def test_stop_during_a_burst_loses_nothing(
     check = indexed.fmail("sidecar", "check", check=False)
     assert check.returncode == 0 and "sidecar matches notmuch" in check.stdout, check.stdout
     assert indexed.notmuch("new", "--no-hooks").stdout.strip() == "No new mail."
+
+
+@pytest.mark.parametrize("writer", ["heartbeat", "index run"])
+def test_an_index_thread_outliving_stop_leaves_the_status_stopped_with_nothing_queued(
+        indexed: MailEnv, service: Callable[..., Background],
+        monkeypatch: pytest.MonkeyPatch, writer: str) -> None:
+    """The index thread read the queue (a delivery waiting for the debounce), then the stop
+    marked the status stopped before the thread wrote what it read: a stopped status is
+    final, not one of a stopped service with work queued."""
+    if writer == "index run":  # no heartbeat reads the queue first
+        monkeypatch.setattr(background, "HEARTBEAT", 3600.0)
+    bg = service(watch_quiet=600.0, watch_max_delay=600.0)  # the delivery stays queued
+    deliver(indexed.mail_root / "personal" / "INBOX", "queued-at-stop@example.net")
+    wait_for(lambda: bg.queue_length() > 0, "the delivery to wait for the debounce")
+    read, release = threading.Event(), threading.Event()
+    seen: list[int] = []
+    holder: list[threading.Thread] = []
+    queue_length = bg.queue_length
+
+    def held_after_reading() -> int:  # the index thread's read, held before it writes
+        length = queue_length()
+        if threading.current_thread().name == "fmail-index" and not read.is_set():
+            seen.append(length)
+            holder.append(threading.current_thread())
+            read.set()
+            release.wait(WAIT)
+        return length
+    monkeypatch.setattr(bg, "queue_length", held_after_reading)
+    if writer == "index run":
+        bg.request_index("test")
+    try:
+        assert read.wait(WAIT), f"the {writer} did not read the queue"
+        bg.stop(timeout=1.0)  # the held thread outlives its join
+    finally:
+        release.set()
+    holder[0].join(WAIT)
+
+    assert not holder[0].is_alive() and seen[0] > 0
+    on_disk = StatusStore(indexed.config().data_dir).load()
+    assert on_disk is not None and on_disk.service.running is False
+    assert on_disk.queue_length == 0, on_disk
+    assert bg.status().queue_length == 0
+
+
+def test_a_batch_stuck_in_its_handover_at_stop_is_not_queued_work_of_a_stopped_service(
+        indexed: MailEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watcher's thread hangs handing a batch to the index thread (a stat on a hung file
+    system) past the stop: the batch still counts as the watcher's, but the service that
+    stopped has nothing queued -- in its live status as in its file."""
+    handing, release = threading.Event(), threading.Event()
+    deliver_batch = watcher.MailWatcher._deliver
+
+    def hung(self: watcher.MailWatcher, batch: list[str]) -> None:
+        handing.set()
+        release.wait(WAIT)
+        deliver_batch(self, batch)
+    monkeypatch.setattr(watcher.MailWatcher, "_deliver", hung)
+    bg = Background(indexed.config(), **FAST)
+    bg.start()
+    try:
+        deliver(indexed.mail_root / "personal" / "INBOX", "stuck-at-stop@example.net")
+        assert handing.wait(WAIT), "the watcher handed no batch over"
+        assert bg.queue_length() > 0
+        bg.stop(timeout=1.0)  # the watcher's thread outlives its join
+
+        assert bg.queue_length() > 0  # still in the watcher's hands
+        assert bg.status().service.running is False
+        assert bg.status().queue_length == 0
+        on_disk = StatusStore(indexed.config().data_dir).load()
+        assert on_disk is not None and on_disk.queue_length == 0, on_disk
+    finally:
+        release.set()
+        bg.stop()
 
 
 def test_one_service_per_data_dir(indexed: MailEnv, service: Callable[..., Background]) -> None:

@@ -266,7 +266,7 @@ class _Indexer:
             s.queue_length = queue
             if revision is not None:
                 s.notmuch_revision = revision
-        self.bg.store.update(refresh)
+        self.bg.store.update_running(refresh)
 
     def _unreflected(self, reader: Reader, paths: list[str]) -> list[str]:
         """The paths whose state on disk the index does not show yet: a file that exists but
@@ -289,7 +289,7 @@ class _Indexer:
 
                 def skipped(s: ServiceStatus) -> None:
                     s.index.batches_skipped += 1
-                self.bg.store.update(skipped)
+                self.bg.store.update_running(skipped)
                 return
             log.debug("not yet indexed: %s", ", ".join(changed[:10]))
         self._wait_for_mbsync()
@@ -384,7 +384,7 @@ class _Indexer:
             if revision is not None:
                 s.notmuch_revision = revision
             s.queue_length = queue
-        self.bg.store.update(record)
+        self.bg.store.update_running(record)
         return error is None
 
 
@@ -492,7 +492,7 @@ class _Puller:
                 return
             acct.consecutive_failures = failures
             acct.next_pull_at = next_at
-        self.bg.store.update(record)
+        self.bg.store.update_running(record)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -769,10 +769,12 @@ class Background:
         return self._watcher.writing() if self._watcher is not None else []
 
     def status(self) -> ServiceStatus:
-        """The current status, queue length as of now."""
+        """The current status, queue length as of now while running (a stopped service has
+        nothing queued, whatever a watcher's thread that outlived the stop still holds)."""
         current = self.store.current() if self._started else None
         status = current or self._initial_status(running=False)
-        status.queue_length = self.queue_length()
+        if status.service.running:
+            status.queue_length = self.queue_length()
         return status
 
     def wait_idle(self, timeout: float) -> bool:

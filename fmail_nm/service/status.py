@@ -259,6 +259,17 @@ class StatusStore:
                 self._save(self._current)
             return self._current.model_copy(deep=True)
 
+    def update_running(self, mutator: Callable[[ServiceStatus], None]) -> ServiceStatus:
+        """:meth:`update` while the status says running; once it says stopped, nothing: a
+        thread of the service that outlived its join at shutdown must not write what it saw
+        running (work queued, the next pull) into its last word.  The check and the write are
+        under the lock :func:`mark_stopped`'s update holds as it saves, so the stop's replace
+        of the file is the last."""
+        def if_running(status: ServiceStatus) -> None:
+            if status.service.running:
+                mutator(status)
+        return self.update(if_running)
+
     def remove(self) -> None:
         """Delete the file (a process that leaves nothing to tell)."""
         with self._lock:
