@@ -666,6 +666,62 @@ def test_with_every_address_on_both_accounts_a_draft_from_work_is_sent_by_work(
     assert bed.files_with(bed.sent, "cross-2@acme.test") == []
 
 
+def from_work(data: bytes) -> bytes:
+    """mutt's edit of a draft's From to the work address (its `edit-from`)."""
+    return re.sub(rb"(?m)^From: [^\r\n]*", b"From: Alex Morgan <amorgan@acme.test>", data,
+                  count=1)
+
+
+def test_a_draft_whose_from_went_to_an_account_without_drafts_is_saved_where_it_lies(
+        bed: Bed) -> None:
+    """A draft in personal's Drafts whose From the user changed (in mutt) to the work address,
+    work having no Drafts folder: saving it again was refused ("account 'work' has no drafts
+    folder") and the model's edit lost.  It is saved once, in the Drafts folder it lies in,
+    its old file gone, and still goes out through work."""
+    assert "drafts" not in bed.ctx.config.account("work").folders
+    first = compose.save_draft(bed.ctx, ["bob@example.com"], subject="plan", body="v1")
+    saved_elsewhere(bed, first.message_id, "1900000000.mutt.host:2,DS", from_work)
+    (old,) = bed.files_with(bed.drafts, first.message_id)
+    reads.get_email(bed.mailbox(), first.message_id)  # the model sees the user's change
+
+    saved = compose.save_draft(bed.ctx, body="v2", draft_id=first.message_id)
+
+    assert saved.from_ == "amorgan@acme.test"
+    (new,) = bed.files_with(bed.drafts, first.message_id)
+    assert new != old and not old.exists() and new.name.endswith(":2,DS")
+    msg = parse(new.read_bytes())
+    assert msg["from"] == "Alex Morgan <amorgan@acme.test>" and body_text(msg) == "v2\n"
+    found = bed.ctx.reader.find(first.message_id)
+    assert found is not None and found.filenames == (str(new),) and "draft" in found.tags
+    assert not (bed.env.mail_root / "work" / "Drafts").exists()
+    send.send_draft(bed.ctx, first.message_id)
+    (got,) = bed.smtp.received
+    assert got.mail_from == "amorgan@acme.test" and b"\r\n\r\nv2\r\n" in got.data
+    assert bed.files_with(bed.drafts, first.message_id) == []
+
+
+def test_a_draft_whose_from_went_to_an_account_with_drafts_moves_there_once(bed: Bed) -> None:
+    """The same change of From to an account that has a Drafts folder (not made on disk yet):
+    saved again, the draft is one file in that account's Drafts, none left in the other."""
+    config = bed.ctx.config
+    work = replace(config.account("work"),
+                   folders={**config.account("work").folders, "drafts": "work/Drafts"})
+    bed.ctx = replace(bed.ctx, config=replace(config, accounts=(
+        config.account("personal"), work)))
+    first = compose.save_draft(bed.ctx, ["bob@example.com"], subject="plan", body="v1")
+    saved_elsewhere(bed, first.message_id, "1900000000.mutt.host:2,DS", from_work)
+    reads.get_email(bed.mailbox(), first.message_id)
+    assert not (bed.env.mail_root / "work" / "Drafts").exists()
+
+    compose.save_draft(bed.ctx, body="v2", draft_id=first.message_id)
+
+    assert bed.files_with(bed.drafts, first.message_id) == []
+    (new,) = bed.files_with(bed.env.mail_root / "work" / "Drafts" / "cur", first.message_id)
+    assert new.name.endswith(":2,DS") and body_text(parse(new.read_bytes())) == "v2\n"
+    found = bed.ctx.reader.find(first.message_id)
+    assert found is not None and found.filenames == (str(new),) and "draft" in found.tags
+
+
 def test_a_reply_to_mail_for_an_alias_only_notmuch_names_writes_from_it(bed: Bed) -> None:
     """An address in notmuch's user.other_email that no account lists: the reply is from it
     (in the account holding the mail), and a reply-all leaves it and the work address out."""

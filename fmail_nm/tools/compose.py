@@ -903,11 +903,26 @@ def _writer_of(config: Config, wanted: str) -> Account | None:
 # Saving a draft
 
 
-def _draft_folder(ctx: WriteContext, account: Account) -> Path:
+def _draft_folder(ctx: WriteContext, account: Account, replaced: str | None) -> Path:
+    """The account's Drafts folder; a draft saved again whose From the user changed (in mutt)
+    to an account that has none stays in the Drafts folder it lies in -- refusing it would
+    lose the model's edit, and sending it goes through the From's account all the same
+    (_draft_sender)."""
+    folder = account.folders.get("drafts")
+    if folder is None and replaced is not None:
+        folder = _drafts_folder_of(ctx, replaced)
     try:
-        return maildir.ensure_maildir(ctx.config, account.folder("drafts"))
+        return maildir.ensure_maildir(ctx.config, folder or account.folder("drafts"))
     except ConfigError as exc:
         raise ComposeError(str(exc)) from None
+
+
+def _drafts_folder_of(ctx: WriteContext, message_id: str) -> str | None:
+    """The Drafts folder (of any account) a saved draft's file lies in, if any."""
+    found = ctx.reader.find(message_id)
+    names = [] if found is None else [
+        name for name in found.filenames if maildir.in_role(ctx.config, [name], "drafts")]
+    return next(iter(maildir.folders_of(ctx.config.mail_root, names)), None)
 
 
 def _result(ctx: WriteContext, c: Composition, message_id: str,
@@ -961,7 +976,7 @@ def store_draft(ctx: WriteContext, c: Composition) -> DraftResult:
     msg = build(c, ctx.clock())
     data = serialize(ctx.config, msg)
     mid = str(msg["Message-ID"]).strip().strip("<>")
-    folder = _draft_folder(ctx, c.account)
+    folder = _draft_folder(ctx, c.account, replaced)
 
     written: list[Path] = []  # what the session did on disk, for a commit that fails
     removed: list[Path] = []
