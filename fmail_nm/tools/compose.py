@@ -33,7 +33,7 @@ import logging
 import mimetypes
 import re
 import time
-from collections.abc import Sequence, Set
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from email._header_value_parser import TokenList, get_address_list
@@ -920,9 +920,13 @@ def _draft_folder(ctx: WriteContext, account: Account, replaced: str | None) -> 
 def _drafts_folder_of(ctx: WriteContext, message_id: str) -> str | None:
     """The Drafts folder (of any account) a saved draft's file lies in, if any."""
     found = ctx.reader.find(message_id)
-    names = [] if found is None else [
-        name for name in found.filenames if maildir.in_role(ctx.config, [name], "drafts")]
+    names = [] if found is None else _in_drafts(ctx.config, found.filenames)
     return next(iter(maildir.folders_of(ctx.config.mail_root, names)), None)
+
+
+def _in_drafts(config: Config, filenames: Iterable[str]) -> list[str]:
+    """The files of these that lie in a Drafts folder, of any account."""
+    return [name for name in filenames if maildir.in_role(config, [name], "drafts")]
 
 
 def _result(ctx: WriteContext, c: Composition, message_id: str,
@@ -951,8 +955,7 @@ def _drafts_of(txn: WriteTxn, config: Config, message_id: str,
     message = txn.get(message_id)
     if message is None:
         return []
-    return [Path(name) for name in message.filenames
-            if Path(name) != keep and maildir.in_role(config, [name], "drafts")]
+    return [Path(name) for name in _in_drafts(config, message.filenames) if Path(name) != keep]
 
 
 def _already_tagged(ctx: WriteContext, message_id: str) -> None:
@@ -1064,7 +1067,7 @@ def _files_in_drafts(config: Config, found: IndexedMessage, draft_id: str) -> li
     """The draft's files in a Drafts folder; refused when another mail client moved, deleted
     or sent it -- its copy in Sent while the draft's deletion has not arrived yet: sending it
     here would send it twice."""
-    names = [name for name in found.filenames if maildir.in_role(config, [name], "drafts")]
+    names = _in_drafts(config, found.filenames)
     if not names:
         raise ComposeError(f"draft {draft_id!r} is no longer in a Drafts folder but in "
                            f"{', '.join(maildir.folders_of(config.mail_root, found.filenames))}"
