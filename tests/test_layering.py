@@ -162,6 +162,24 @@ def test_the_post_new_path_loads_no_tools_server_pydantic_or_html2text(
     assert "fmail_nm.passes.mirror" in report["modules"]  # the check saw the real path
 
 
+# What the hook of a `notmuch new` that found nothing has no use for: the message parser and
+# the body renderers (dozens of patterns compiled on import) are loaded by the first file the
+# mirror parses, hashlib (it loads OpenSSL) by the first message it adds, pty by a notmuch new.
+FORBIDDEN_WITH_NOTHING_NEW = ("fmail_nm.message.mime", "fmail_nm.message.text",
+                              "fmail_nm.message.formats", "hashlib", "pty")
+
+
+def test_a_post_new_run_with_nothing_new_loads_no_message_parser(indexed: MailEnv) -> None:
+    """A ``notmuch new`` that found nothing (a timer's, a sync's with no new mail) still runs
+    the hook, and pays for what it imports."""
+    done = subprocess.run([sys.executable, "-c", RUN_HOOK], env={**os.environ, **indexed.env},
+                          capture_output=True, text=True, timeout=120, check=True)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["code"] == 0
+    assert "fmail_nm.passes.mirror" in report["modules"]  # the check saw the real path
+    assert [m for m in FORBIDDEN_WITH_NOTHING_NEW if m in report["modules"]] == []
+
+
 RUN_INDEX = """
 import json, sys
 from fmail_nm.cli import main

@@ -46,8 +46,6 @@ from ..flock import flock_within
 from ..message.headers import (Address, HeaderInfo, canonical_address, ends_head,
                                is_own_address, list_rewrote, parse_headers,
                                read_head, search_forms, via_name)
-from ..message.mime import parse_summary
-from ..message.text import preview, preview_html_text
 from ..private import private_dir
 from ..progress import SIDECAR, ProgressCallback
 from ..store import maildir, sidecar
@@ -164,6 +162,11 @@ class Layout:
 def parse_file(filenames: Sequence[str]) -> Parsed:
     """Recipients, List-Id, preview, size, whether it has attachments and a list author,
     from the first readable file."""
+    # Imported here: the hook of a `notmuch new` that found nothing parses no file, and would
+    # load the parser and the body renderers (dozens of patterns compiled on import) for nothing.
+    from ..message.mime import parse_summary
+    from ..message.text import preview, preview_html_text
+
     for name in filenames:
         if (read := _read_head(name)) is None:
             continue

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import os
-import pty
 import signal
 import subprocess
 import threading
@@ -200,6 +199,8 @@ def run_notmuch_new(config_path: str | None = None, *, hooks: bool = True,
     scan then records a second in which more mail can still land unseen (notmuch's guard
     against that compares the two).  It costs ~0.2 s at 100,000 messages.
     """
+    import pty  # here: the post-new hook, run after every notmuch new, starts none
+
     argv = ["notmuch", *config_arg(config_path), "new"]
     if not hooks:
         argv.append("--no-hooks")

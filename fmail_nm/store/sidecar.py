@@ -28,7 +28,6 @@ and nothing else.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -929,6 +928,10 @@ def uid_for(message_id: str) -> str:
     """The ``uid`` of a message: a short, stable key derived from its Message-ID, so it stays
     the same across sidecar rebuilds and machines (64 bits: collisions are not a concern
     below billions of messages)."""
+    # Imported here: loading it loads OpenSSL, and the hook of a notmuch new that found nothing
+    # mirrors no new message.
+    import hashlib
+
     return hashlib.sha256(message_id.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
