@@ -15,10 +15,12 @@ import notmuch2
 import pytest
 
 from fmail_nm.clock import iso_from_epoch
+from fmail_nm.dsl import date_range_query
 from fmail_nm.passes import mirror
 from fmail_nm.store import sidecar
 from fmail_nm.store.notmuch import Reader
-from fmail_nm.store.query import Conjunction, conjunction, quote, sender_conjunction
+from fmail_nm.store.query import (Conjunction, all_of, conjunction, quote,
+                                    sender_conjunction)
 from fmail_nm.tools import reads
 
 from .conftest import BACK_TO_SCHEMA_4, MailEnv
@@ -1061,7 +1063,7 @@ def test_a_resumed_thread_page_counts_and_reads_notmuch_once_while_threads_above
                 "References: <t2@example.com> <t1@example.com>\n")
         indexed.notmuch("new", "--no-hooks")
 
-    indexing = indexing_once(monkeypatch, mailbox.reader, "count_threads", joining,
+    indexing = indexing_once(monkeypatch, mailbox.reader, "threads_listed_before", joining,
                              lambda query: edge in query)
     while cursor is not None:
         cursor = page(cursor)
@@ -1655,3 +1657,152 @@ def test_a_message_cursor_with_a_forged_date_of_our_form_pages_on(indexed: MailE
         forged = re.sub(r"~[0-9]+$", f"~{rank}", cursor)
         after = reads.search_emails(mailbox, "in:inbox", limit=3, cursor=forged)
         assert after.total == first.total - 1
+
+
+def deliver_crowd_threads(indexed: MailEnv, count: int, synced: bool) -> None:
+    """``count`` inbox threads of one second (an import), indexed in an order unlike their
+    Message-IDs'; every third one with a reply of that second too, indexed later (so that a
+    thread's messages are apart in notmuch's order).  Indexed by the mirror too, or by
+    notmuch alone (the mirror lags them)."""
+    cur = indexed.mail_root / "personal" / "INBOX" / "cur"
+    for n in range(count):
+        mid = f"crowd-{n * 7919 % count:04d}@example.com"
+        cur.joinpath(f"1800000975.c{n:04d}.host:2,").write_bytes(
+            f"From: Crowd <crowd@example.com>\nTo: alex@example.org\nSubject: crowd {mid}\n"
+            f"Date: Fri, 01 Jan 2027 10:00:00 +0000\nMessage-ID: <{mid}>\n\nx\n".encode())
+    for n in range(0, count, 3):
+        parent = f"crowd-{n * 7919 % count:04d}@example.com"
+        cur.joinpath(f"1800000975.r{n:04d}.host:2,").write_bytes(
+            f"From: Crowd <crowd@example.com>\nTo: alex@example.org\nSubject: re crowd\n"
+            f"Date: Fri, 01 Jan 2027 10:00:00 +0000\nMessage-ID: <crowd-re-{n:04d}@x>\n"
+            f"In-Reply-To: <{parent}>\n\nx\n".encode())
+    if synced:
+        indexed.fmail("index")
+    else:
+        indexed.notmuch("new", "--no-hooks")
+
+
+@pytest.mark.parametrize("synced", [True, False])
+@pytest.mark.parametrize("move", ["archived", "replied", "archived, unsynced"])
+@pytest.mark.parametrize("text", ["from:crowd@example.com in:inbox", "crowd in:inbox"])
+def test_a_thread_walk_notmuch_orders_goes_on_after_the_last_thread_left_its_second(
+        indexed: MailEnv, synced: bool, move: str, text: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads of one second whose order there is notmuch's (a sender or a word searched
+    for), 13 a page: the last thread of the second page in that second is archived (it
+    leaves the search) or gets a newer reply (it moves to the top) before the next is
+    asked.  The next page went back to that second's start and listed its threads again;
+    it goes on where that thread stood, skipping none of the others -- with the mirror
+    current, or lagging the crowd (its uids found among the mail notmuch changed since).
+    Only that page looks for where the thread stood."""
+    deliver_crowd_threads(indexed, 120, synced)
+    placed: list[str] = []
+    real_place = Reader.threads_listed_before
+
+    def placing(reader: Reader, that_date: str, thread_id: str, *args: Any, **kwargs: Any
+                ) -> tuple[int, str] | None:
+        placed.append(thread_id)
+        return real_place(reader, that_date, thread_id, *args, **kwargs)
+    monkeypatch.setattr(Reader, "threads_listed_before", placing)
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        crowd = set(reader.thread_ids("from:crowd@example.com", exclude_tags=()))
+        seen: list[str] = []
+        cursor, crowded, moved = None, 0, ""
+        for page in range(100):
+            result = reads.list_threads(mailbox, text, limit=13, cursor=cursor)
+            shown = [t for t in result.threads if t.newest.startswith("2027-01-01T10:00:00")]
+            seen += [t.thread for t in shown]
+            crowded += bool(shown) and shown[-1] == result.threads[-1]
+            if crowded == 2 and not moved:  # the second page to end in the crowd
+                moved = seen[-1]
+                if move == "replied":
+                    last = reader.messages(f"thread:{moved}", exclude_tags=())[0]
+                    crowd_reply(indexed, last.message_id, synced)
+                else:
+                    indexed.notmuch("tag", "-inbox", "--", f"thread:{moved}")
+                    if synced and move == "archived":
+                        mirror.sync_sidecar(indexed.config(), reader)
+            cursor = result.next_cursor
+            if cursor is None:
+                break
+        repeated = [t for t in set(seen) if seen.count(t) > 1]
+        if move == "replied":  # listed again at the top: the walk had passed it
+            repeated = [t for t in repeated if t != moved]
+        assert moved and (len(repeated), len(crowd - set(seen))) == (0, 0), (
+            len(seen), len(repeated))
+        assert placed == [moved]
+
+
+def test_threads_listed_before_one_is_libnotmuchs_order_read_from_a_bounded_part(
+        indexed: MailEnv) -> None:
+    """Where a thread stands among those ranked at one second, as libnotmuch lists them
+    (by their first message in index order, a thread with a newer match left out), whether
+    it still ranks there or not; read from at most so many of the second's messages: a
+    thread past them is not found (None)."""
+    deliver_crowd_threads(indexed, 40, True)
+    crowd_reply(indexed, "crowd-0005@example.com", True)  # that thread ranks newer now
+    text, second = "from:crowd@example.com", 1798797600  # 2027-01-01 10:00:00 UTC
+    that_date = all_of(text, date_range_query(second, second + 1))
+    newer = all_of(text, date_range_query(second + 1, 2**63))
+    with Reader() as reader:
+        def place(thread: str, most: int = 1000) -> int | None:
+            placed = reader.threads_listed_before(that_date, thread, newer,
+                                                  exclude_tags=EXCLUDED, most=most)
+            if placed is not None:  # where it stood: its first message of that second
+                assert placed[1] == next(m for m in messages if m.thread_id == thread).message_id
+            return None if placed is None else placed[0]
+        listed = [t.thread_id for t in reader.threads(text, exclude_tags=EXCLUDED)]
+        moved = reader.find("crowd-0005@example.com").thread_id  # type: ignore[union-attr]
+        assert listed[0] == moved and len(listed) == 40
+        messages = [m for m in reader.find_many(reader.page_ids(
+            that_date, exclude_tags=EXCLUDED, sort="none", limit=1000)) if m is not None]
+        assert [place(t) for t in listed[1:]] == list(range(39))
+        # the thread that moved up, placed where it stood: after the threads whose first
+        # message of that second came before its own
+        threads = [m.thread_id for m in messages]
+        first = threads.index(moved)
+        assert place(moved) == len(set(threads[:first])) > 0
+        assert place(moved, most=first) is None
+        assert place(moved, most=first + 1) == len(set(threads[:first]))
+
+
+@pytest.mark.parametrize("synced", [True, False])
+@pytest.mark.parametrize("change", ["-inbox", "+deleted", "above"])
+def test_a_thread_walk_notmuch_orders_skips_none_after_the_last_thread_moved_within_its_second(
+        indexed: MailEnv, synced: bool, change: str) -> None:
+    """notmuch lists a second's threads where their first match comes (by document id): the
+    last thread of a page, with a reply of that second indexed after the whole crowd, has
+    its first message archived (or deleted: a tag searches leave out) before the next page
+    is asked.  It still ranks at that
+    second, by its reply, now after every crowd thread: the page went on after it there and
+    skipped the threads between where it stood and where it stands now.  Listed again
+    there, it alone repeats.  Where it did not move (a new thread came above), nothing
+    repeats: the page started at it again."""
+    deliver_crowd_threads(indexed, 60, synced)
+    with Reader() as reader:
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        crowd = set(reader.thread_ids("from:crowd@example.com", exclude_tags=()))
+        seen: list[str] = []
+        cursor, moved = None, ""
+        for _ in range(100):
+            result = reads.list_threads(mailbox, "from:crowd@example.com in:inbox", limit=7,
+                                        cursor=cursor)
+            seen += [t.thread for t in result.threads]
+            last = result.threads[-1] if result.threads else None
+            if not moved and seen[7:] and last is not None and last.messages == 2:
+                moved = last.thread
+                if change == "above":
+                    crowd_reply(indexed, "crowd-above@example.com", synced)  # a new thread
+                else:
+                    first = reader.messages(f"thread:{moved}", exclude_tags=(), sort="oldest")
+                    parent = next(m for m in first if m.message_id.startswith("crowd-0"))
+                    indexed.notmuch("tag", change, "--", f"id:{parent.message_id}")
+                    if synced:
+                        mirror.sync_sidecar(indexed.config(), reader)
+            cursor = result.next_cursor
+            if cursor is None:
+                break
+        assert moved and crowd - set(seen) == set(), len(crowd - set(seen))
+        repeated = {t for t in seen if seen.count(t) > 1}
+        assert repeated == (set() if change == "above" else {moved}), repeated

@@ -785,6 +785,36 @@ class Reader:
             return len(_without_later(db, threads, newer, exclude_tags, len(threads)))
         return self._query(counted)
 
+    def threads_listed_before(self, that_date: str, thread_id: str, newer: str, *,
+                              exclude_tags: Sequence[str], most: int) -> tuple[int, str] | None:
+        """How many threads libnotmuch lists before the thread ``thread_id`` among those
+        ranked at one date (see :meth:`threads_ranked_at`; ``that_date`` holds the thread's
+        messages of that date, whether they match or not), whether it still ranks there or
+        not: libnotmuch lists one date's threads where their first match comes in the
+        messages' order, which within one date is the order it indexed them (by document
+        id, the unsorted one).  Read from at most ``most`` of that date's messages (their
+        threads, no thread built), with the Message-ID of the thread's first message there
+        (where it stood); None where the thread is not among them."""
+        excluded = set(exclude_tags)
+
+        def place(db: notmuch2.Database) -> tuple[int, str] | None:
+            seen: dict[str, None] = {}
+            # read whatever their tags: the thread's own messages a search leaves out now
+            # (deleted since) still say where it stood.  Others are left out as the search
+            # leaves them out (also where it names such a tag, which notmuch then keeps:
+            # fewer threads before it, a repeat)
+            it = db.messages(_checked(that_date), exclude_tags=(), sort=_sort("none"))
+            for msg in itertools.islice(it, most):
+                thread = str(msg.threadid)
+                if thread == thread_id:
+                    before = list(seen)
+                    return (len(_without_later(db, before, newer, exclude_tags, len(before))),
+                            str(msg.messageid))
+                if excluded.isdisjoint(msg.tags):
+                    seen[thread] = None
+            return None
+        return self._query(place)
+
     def thread_ids(self, query: str, *, exclude_tags: Sequence[str] | None = None) -> list[str]:
         """The threads of every matching message, in no particular order: read from the
         messages (2-6x quicker than building every thread, and no thread is built)."""

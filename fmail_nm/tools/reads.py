@@ -1096,9 +1096,12 @@ def _resumed_thread_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[st
     its rank now would skip them.  Pages in the mirror's order (``ranked``) resume after
     the threads ranked before it or at it now: at that date, by a Message-ID up to that of
     the message it ranked by, whether or not the thread still ranks there (a reply moved
-    it, or its newest match left).  Others, and cursors of old, resume at that thread where
-    it still ranks at that date; where it does not, that second's threads are listed
-    again."""
+    it, or its newest match left).  Pages in notmuch's order resume after the threads it
+    lists before where the thread stood (see :func:`_place_thread_in_second`), whether it
+    still ranks there or not: one of its matches of that second leaving moves it within the
+    second, past threads not shown yet.  Others (cursors of old in the mirror's order, or a
+    thread not found so) resume at that thread where it still ranks at that date; where it
+    does not, at that second's first thread again."""
     thread, ranked_by, rank = thread_last(mb, last)
     if last is None or rank is None:
         return offset, 0
@@ -1108,10 +1111,45 @@ def _resumed_thread_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[st
     if ranked and ranked_by is not None:
         return count(newer) + mb.reader.count_ranked_through(
             that_second, ranked_by.message_id, exclude_tags=exclude_tags, newer=newer), 0
+    before = count(newer)
+    # in the mirror's order, only the message it ranked by names where it stood (a cursor of
+    # old names none)
+    at = (None if thread is None or ranked else
+          _place_thread_in_second(mb, that_second, newer, thread, rank, exclude_tags))
+    if at is not None:
+        return before + at, 0
+    # gone, that second is listed again; still there (past the messages placed from), it
+    # is looked for around where it stood
     matched = (mb.reader.messages(all_of(nm_query, f"thread:{quote(thread)}"),
                                   exclude_tags=exclude_tags, limit=1) if thread else [])
-    return _resumed(bool(matched) and matched[0].date == rank, count(newer),
+    return _resumed(bool(matched) and matched[0].date == rank, before,
                     lambda: count(that_second))
+
+
+def _place_thread_in_second(mb: Mailbox, that_second: str, newer: str, thread: str, rank: int,
+                            exclude_tags: Sequence[str]) -> int | None:
+    """:func:`_place_in_second` for a thread in notmuch's order that ranked at one second
+    (``rank``; ``that_second``'s matches, ``newer`` those after it): how many threads of
+    that second the page resumes after -- those notmuch lists before where it stood, found
+    among the second's messages with the thread's own of that second (those that matched
+    then are among them: placed by one that did not, it stands earlier, a repeat, never a
+    skip), at most MAX_SECOND_SCAN from the second's start (its messages are no count of
+    its threads: no part around where it stood can be counted to), and the thread itself
+    where it is still listed there.  None where it is not among them."""
+    with_it = (f"({that_second}) OR "
+               f"({all_of(f'thread:{quote(thread)}', date_range_query(rank, rank + 1))})")
+    placed = mb.reader.threads_listed_before(with_it, thread, newer, exclude_tags=exclude_tags,
+                                             most=MAX_SECOND_SCAN)
+    if placed is None:
+        return None
+    at, first = placed
+    # still listed where it stood: its first message there still matches and it has no newer
+    # match (that would sort first, newest first).  Else it moved down within the second (a
+    # repeat of it at worst) or left it (listed above, or gone)
+    still = mb.reader.messages(f"({all_of(that_second, id_query([first]))}) OR "
+                               f"({all_of(newer, f'thread:{quote(thread)}')})",
+                               exclude_tags=exclude_tags, limit=1)
+    return at + (bool(still) and still[0].message_id == first)
 
 
 def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
