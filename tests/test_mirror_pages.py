@@ -1806,3 +1806,44 @@ def test_a_thread_walk_notmuch_orders_skips_none_after_the_last_thread_moved_wit
         assert moved and crowd - set(seen) == set(), len(crowd - set(seen))
         repeated = {t for t in seen if seen.count(t) > 1}
         assert repeated == (set() if change == "above" else {moved}), repeated
+
+
+@pytest.mark.parametrize("change", ["above", "moved up"])
+def test_a_thread_walk_notmuch_orders_repeats_none_where_the_last_threads_first_never_matched(
+        indexed: MailEnv, change: str) -> None:
+    """The threads of one second with a reply there have their first message archived before
+    the walk: notmuch lists each by its reply, after every other thread of that second.  A
+    page ends on one of them, and a new thread comes above (it did not move) or its first
+    message is put back in the inbox (it moves up) before the next page: no thread of the
+    second is skipped, and where it did not move none repeats."""
+    deliver_crowd_threads(indexed, 60, False)
+    with Reader() as reader:
+        pairs = [t for t in reader.threads("from:crowd@example.com", exclude_tags=())
+                 if t.message_count == 2]
+        parents = {t.thread_id: next(m.message_id for m in reader.messages(
+            f"thread:{t.thread_id}", exclude_tags=()) if not m.message_id.startswith("crowd-re"))
+            for t in pairs}
+        for parent in parents.values():
+            indexed.notmuch("tag", "-inbox", "--", f"id:{parent}")
+        mailbox = reads.Mailbox(indexed.config(), reader)
+        crowd = set(reader.thread_ids("from:crowd@example.com", exclude_tags=()))
+        seen: list[str] = []
+        cursor, moved = None, ""
+        for _ in range(100):
+            result = reads.list_threads(mailbox, "from:crowd@example.com in:inbox", limit=7,
+                                        cursor=cursor)
+            seen += [t.thread for t in result.threads]
+            last = result.threads[-1] if result.threads else None
+            if not moved and last is not None and last.messages == 2 and result.next_cursor:
+                moved = last.thread
+                if change == "above":
+                    crowd_reply(indexed, "crowd-above@example.com", False)  # a new thread
+                else:
+                    indexed.notmuch("tag", "+inbox", "--", f"id:{parents[moved]}")
+            cursor = result.next_cursor
+            if cursor is None:
+                break
+        assert moved and crowd - set(seen) == set(), len(crowd - set(seen))
+        if change == "above":
+            repeated = {t for t in seen if seen.count(t) > 1}
+            assert repeated == set(), len(repeated)

@@ -35,7 +35,7 @@ from ..errors import BackendError, CallerError
 from ..tags import DEFAULT_EXCLUDED, FLAG_TAGS
 from .notmuch_config import config_bool, config_list, file_stamp, find_notmuch_config
 from .query import all_of, id_query, quote
-from .threads import ThreadSummary, author_of, rank_id, thread_authors
+from .threads import ThreadSummary, author_of, listed_by, rank_id, thread_authors
 
 T = TypeVar("T")
 
@@ -786,7 +786,8 @@ class Reader:
         return self._query(counted)
 
     def threads_listed_before(self, that_date: str, thread_id: str, newer: str, *,
-                              exclude_tags: Sequence[str], most: int) -> tuple[int, str] | None:
+                              exclude_tags: Sequence[str], most: int,
+                              listed_by: str | None = None) -> tuple[int, str] | None:
         """How many threads libnotmuch lists before the thread ``thread_id`` among those
         ranked at one date (see :meth:`threads_ranked_at`; ``that_date`` holds the thread's
         messages of that date, whether they match or not), whether it still ranks there or
@@ -794,24 +795,28 @@ class Reader:
         messages' order, which within one date is the order it indexed them (by document
         id, the unsorted one).  Read from at most ``most`` of that date's messages (their
         threads, no thread built), with the Message-ID of the thread's first message there
-        (where it stood); None where the thread is not among them."""
+        (where it stood); None where the thread is not among them.  Given ``listed_by``
+        (the message libnotmuch listed the thread by), the threads before that message,
+        the thread too where a match of it comes earlier (its Message-ID given then)."""
         excluded = set(exclude_tags)
 
         def place(db: notmuch2.Database) -> tuple[int, str] | None:
             seen: dict[str, None] = {}
+            first: str | None = None  # the thread's match before ``listed_by``
             # read whatever their tags: the thread's own messages a search leaves out now
             # (deleted since) still say where it stood.  Others are left out as the search
             # leaves them out (also where it names such a tag, which notmuch then keeps:
             # fewer threads before it, a repeat)
             it = db.messages(_checked(that_date), exclude_tags=(), sort=_sort("none"))
             for msg in itertools.islice(it, most):
-                thread = str(msg.threadid)
-                if thread == thread_id:
+                thread, mid = str(msg.threadid), str(msg.messageid)
+                if thread == thread_id and listed_by in (None, mid):
                     before = list(seen)
                     return (len(_without_later(db, before, newer, exclude_tags, len(before))),
-                            str(msg.messageid))
+                            first or mid)
                 if excluded.isdisjoint(msg.tags):
                     seen[thread] = None
+                    first = first or (mid if thread == thread_id else None)
             return None
         return self._query(place)
 
@@ -904,6 +909,8 @@ def _summary(thread: notmuch2.Thread) -> ThreadSummary:
         matched_count=thread.matched,
         tags=frozenset(str(x) for x in thread.tags),
         rank_id=rank_id((m.date, _message_id(m)) for m, matched in members if matched),
+        # (a thread's messages come oldest first, ties in index order)
+        listed_by=listed_by((m.date, _message_id(m)) for m, matched in members if matched),
     )
 
 

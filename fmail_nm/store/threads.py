@@ -37,6 +37,9 @@ class ThreadSummary:
     # The Message-ID that ranks the thread among those of its newest second: its newest
     # match's (the greatest on a tie), as the mirror reads matches by date and Message-ID.
     rank_id: str
+    # The Message-ID notmuch lists it by among the threads of its newest second, in its own
+    # order (by document id within a second): its first match of that second in index order.
+    listed_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,16 @@ def rank_id(matches: Iterable[tuple[int, str]]) -> str:
     return max(matches, default=(0, ""))[1]
 
 
+def listed_by(matches: Iterable[tuple[int, str]]) -> str:
+    """A thread's listed_by, from the (date, Message-ID) of each of its matches, oldest
+    first with ties in index order: the first of the newest date."""
+    newest: tuple[int, str] = (0, "")
+    for date, message_id in matches:
+        if date > newest[0] or not newest[1]:
+            newest = (date, message_id)
+    return newest[1]
+
+
 def summarize(thread_id: str, members: Iterable[ThreadMember]) -> ThreadSummary:
     """The summary of a thread from all its messages, oldest first (ties in index order)."""
     listed = list(members)
@@ -144,4 +157,5 @@ def summarize(thread_id: str, members: Iterable[ThreadMember]) -> ThreadSummary:
         authors=thread_authors((m.author, m.matched) for m in listed),
         oldest=oldest, newest=newest, message_count=len(listed), matched_count=matched,
         tags=frozenset(tag for m in listed for tag in m.tags),
-        rank_id=rank_id((m.date, m.message_id) for m in listed if m.matched))
+        rank_id=rank_id((m.date, m.message_id) for m in listed if m.matched),
+        listed_by=listed_by((m.date, m.message_id) for m in listed if m.matched))

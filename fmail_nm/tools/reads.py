@@ -371,13 +371,15 @@ def cursor_last(cursor: str | None, fingerprint: str) -> str | None:
 def _split_last(tail: str) -> tuple[str, str, str]:
     """A cursor's last item as its uid, and of a thread the mark and the date after it (see
     :func:`thread_tail`)."""
-    at = max(tail.rfind(THREAD_RANKED_BY), tail.rfind(OLD_THREAD_RANKED_BY))
+    at = max(tail.rfind(mark) for mark in (THREAD_RANKED_BY, THREAD_LISTED_BY,
+                                           OLD_THREAD_RANKED_BY))
     return (tail, "", "") if at < 0 else (tail[:at], tail[at], tail[at + 1:])
 
 
 # What stands between a thread cursor's uid and the date the thread ranked by: the uid is of
-# the message it ranked by, or, in cursors from before that, the thread's id.
-THREAD_RANKED_BY, OLD_THREAD_RANKED_BY = "~", "@"
+# the message it ranked by, of the message notmuch listed it by (pages in notmuch's order),
+# or, in cursors from before that, the thread's id.
+THREAD_RANKED_BY, THREAD_LISTED_BY, OLD_THREAD_RANKED_BY = "~", "_", "@"
 # An anchor is epoch seconds: more digits than this are no cursor of ours.
 MAX_ANCHOR_DIGITS = 11
 # A thread's rank is the date of a message, which its sender wrote: notmuch's dates end with
@@ -1022,16 +1024,21 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
     mirror = answerable(mb, nm_query, compiled.exclude_tags)
     kept = _kept_counts(mirror)
     total_of = _total_of(mb, nm_query, compiled.exclude_tags, kept)
+    # asked once for the up to three page reads and the cursor, which names the last
+    # thread as the page's order places it
+    in_mirror_order = functools.cache(
+        lambda: _in_mirror_order(mb, mirror, nm_query, compiled.exclude_tags))
 
     def fetch(offset: int, limit: int) -> tuple[list[ThreadSummary], bool]:
-        return _thread_page(mb, nm_query, compiled.exclude_tags, mirror, offset, limit)
+        return _thread_page(mb, nm_query, compiled.exclude_tags, mirror, offset, limit,
+                            in_mirror_order)
 
     start, last = read_cursor(cursor, fp, compiled.anchor), cursor_last(cursor, fp)
     offset, (page, more) = _resumed_page(
         mb.reader, fetch, start, limit, last, lambda found: is_thread_last(found, last),
         lambda: _resumed_thread_offset(
             mb, _as_mirrored(mirror, nm_query), compiled.exclude_tags, start, last,
-            _in_mirror_order(mb, mirror, nm_query, compiled.exclude_tags)))
+            in_mirror_order()))
     matched = total_of()
     total = (mb.reader.count_threads(nm_query, exclude_tags=compiled.exclude_tags)
              if matched <= THREAD_COUNT_MAX_MESSAGES else None)
@@ -1046,7 +1053,8 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
             messages=t.message_count, matched=t.matched_count, unread=unread.get(t.thread_id, 0),
             tags=dto.shown_tags(t.tags),
             attachment=t.thread_id in attached or ATTACHMENT in t.tags))
-    cursor_out = (make_cursor(offset + len(page), fp, compiled.anchor, thread_tail(page[-1]))
+    cursor_out = (make_cursor(offset + len(page), fp, compiled.anchor,
+                              thread_tail(page[-1], not in_mirror_order()))
                   if more and page else None)
     return dto.ThreadList(threads=refs, total=total, matched_messages=matched,
                           next_cursor=cursor_out,
@@ -1055,14 +1063,17 @@ def list_threads(mb: Mailbox, query: str = "in:inbox", since: str | None = None,
                                          _excluded_of(mb, nm_query, kept, matched)))
 
 
-def thread_tail(thread: ThreadSummary) -> str:
+def thread_tail(thread: ThreadSummary, listed: bool = False) -> str:
     """The last item a thread cursor names: where the thread ranks, by the uid of the
-    message it ranks by (its rank_id) and that message's date, where a cursor can carry that
-    date (else the thread's id).  Cursors of old name the thread's id and that date (see
-    :func:`thread_last`)."""
+    message it ranks by (its rank_id; of a page in notmuch's order, ``listed``, the message
+    notmuch lists it by, its listed_by) and that message's date, where a cursor can carry
+    that date (else the thread's id).  Cursors of old name the thread's id and that date
+    (see :func:`thread_last`), or in notmuch's order the message it ranked by."""
     rank = str(thread.newest)
     if not _is_rank(rank):
         return thread.thread_id
+    if listed and thread.listed_by:
+        return f"{sidecar.uid_for(thread.listed_by)}{THREAD_LISTED_BY}{rank}"
     return f"{sidecar.uid_for(thread.rank_id)}{THREAD_RANKED_BY}{rank}"
 
 
@@ -1070,19 +1081,21 @@ def is_thread_last(thread: ThreadSummary, last: str | None) -> bool:
     """Whether ``thread`` is the last item a cursor names: where it ranks (see
     :func:`thread_tail`), or in cursors of old, its id."""
     head, ranked, _ = _split_last(last or "")
-    return thread_tail(thread) == last if ranked == THREAD_RANKED_BY else thread.thread_id == head
+    if ranked == OLD_THREAD_RANKED_BY or not ranked:
+        return thread.thread_id == head
+    return thread_tail(thread, ranked == THREAD_LISTED_BY) == last
 
 
 def thread_last(mb: Mailbox, last: str | None
                 ) -> tuple[str | None, IndexedMessage | None, int | None]:
-    """The thread a cursor's page ended with, the message it ranked by (if the index still
-    has it, and the cursor names it), and the date it ranked by then (its newest match),
-    as far as the cursor names them."""
+    """The thread a cursor's page ended with, the message it ranked by or notmuch listed it
+    by (if the index still has it, and the cursor names it), and the date it ranked by then
+    (its newest match), as far as the cursor names them."""
     if last is None:
         return None, None, None
     head, ranked, rank = _split_last(last)
     date = int(rank) if rank else None
-    if ranked != THREAD_RANKED_BY:
+    if ranked not in (THREAD_RANKED_BY, THREAD_LISTED_BY):
         return head, None, date
     found = _found_last(mb, head, date)
     return (None if found is None else found.thread_id), found, date
@@ -1108,14 +1121,21 @@ def _resumed_thread_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[st
     count = functools.partial(mb.reader.count_threads, exclude_tags=exclude_tags)
     newer = all_of(nm_query, date_range_query(rank + 1, 2**63))
     that_second = all_of(nm_query, date_range_query(rank, rank + 1))
-    if ranked and ranked_by is not None:
+    listed = _split_last(last)[1] == THREAD_LISTED_BY
+    # (a cursor naming the message notmuch listed it by, from a page in notmuch's order,
+    # counted through in the mirror's would skip the threads ranked between it and the
+    # thread's rank_id: the thread is looked for instead, a repeat at worst)
+    if ranked and ranked_by is not None and not listed:
         return count(newer) + mb.reader.count_ranked_through(
             that_second, ranked_by.message_id, exclude_tags=exclude_tags, newer=newer), 0
     before = count(newer)
     # in the mirror's order, only the message it ranked by names where it stood (a cursor of
-    # old names none)
+    # old names none); in notmuch's order, the message it listed it by, where the cursor
+    # names it (one of old names the message it ranked by: placed by its own messages)
+    listed_by = ranked_by.message_id if ranked_by is not None and listed else None
     at = (None if thread is None or ranked else
-          _place_thread_in_second(mb, that_second, newer, thread, rank, exclude_tags))
+          _place_thread_in_second(mb, that_second, newer, thread, rank, exclude_tags,
+                                  listed_by))
     if at is not None:
         return before + at, 0
     # gone, that second is listed again; still there (past the messages placed from), it
@@ -1127,7 +1147,7 @@ def _resumed_thread_offset(mb: Mailbox, nm_query: str, exclude_tags: Sequence[st
 
 
 def _place_thread_in_second(mb: Mailbox, that_second: str, newer: str, thread: str, rank: int,
-                            exclude_tags: Sequence[str]) -> int | None:
+                            exclude_tags: Sequence[str], listed_by: str | None) -> int | None:
     """:func:`_place_in_second` for a thread in notmuch's order that ranked at one second
     (``rank``; ``that_second``'s matches, ``newer`` those after it): how many threads of
     that second the page resumes after -- those notmuch lists before where it stood, found
@@ -1135,14 +1155,21 @@ def _place_thread_in_second(mb: Mailbox, that_second: str, newer: str, thread: s
     then are among them: placed by one that did not, it stands earlier, a repeat, never a
     skip), at most MAX_SECOND_SCAN from the second's start (its messages are no count of
     its threads: no part around where it stood can be counted to), and the thread itself
-    where it is still listed there.  None where it is not among them."""
+    where it is still listed there.  None where it is not among them.  A cursor naming the
+    message notmuch listed it by (``listed_by``) places it at that message, counting the
+    thread itself where a match of it comes before now: its first message of the second had
+    left the search before the page that showed it, which listed it by a later one, past
+    the threads between them."""
     with_it = (f"({that_second}) OR "
-               f"({all_of(f'thread:{quote(thread)}', date_range_query(rank, rank + 1))})")
+               f"({all_of(f'thread:{quote(thread)}', date_range_query(rank, rank + 1))})"
+               if listed_by is None else f"({that_second}) OR {id_query([listed_by])}")
     placed = mb.reader.threads_listed_before(with_it, thread, newer, exclude_tags=exclude_tags,
-                                             most=MAX_SECOND_SCAN)
+                                             most=MAX_SECOND_SCAN, listed_by=listed_by)
     if placed is None:
         return None
     at, first = placed
+    if listed_by not in (None, first):  # a match of it before that message: counted
+        return at
     # still listed where it stood: its first message there still matches and it has no newer
     # match (that would sort first, newest first).  Else it moved down within the second (a
     # repeat of it at worst) or left it (listed above, or gone)
@@ -1153,8 +1180,9 @@ def _place_thread_in_second(mb: Mailbox, that_second: str, newer: str, thread: s
 
 
 def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
-                 mirror: Answerable | None, offset: int,
-                 limit: int) -> tuple[list[ThreadSummary], bool]:
+                 mirror: Answerable | None, offset: int, limit: int,
+                 in_mirror_order: Callable[[], bool] | None = None
+                 ) -> tuple[list[ThreadSummary], bool]:
     """A page of threads, newest first, and whether more follow (one thread past the page
     says so).  notmuch collects and sorts every matching message before its first thread,
     then reads every message of each thread it returns, so for tags and dates alone the
@@ -1188,7 +1216,8 @@ def _thread_page(mb: Mailbox, nm_query: str, exclude_tags: Sequence[str],
 
     # The mirror reads a page of any search it answers (when its window holds one), so
     # notmuch's pages follow its order whenever it may read the others, or once it catches up.
-    if _in_mirror_order(mb, mirror, nm_query, exclude_tags):
+    if (in_mirror_order or functools.partial(
+            _in_mirror_order, mb, mirror, nm_query, exclude_tags))():
         page = mb.reader.in_one_snapshot(lambda: _in_tie_order(
             read, lambda _: _thread_rank, offset, limit + 1, newest=True, of_date=of_date))
     else:
