@@ -236,15 +236,11 @@ def _others(people: Iterable[tuple[str, str]], me: Collection[str]) -> list[str]
     return [who(name, address) for name, address in others[:LISTED_RECIPIENTS]]
 
 
-def listing(mb: Mailbox, message_ids: Sequence[str]) -> list[dto.EmailRef]:
-    """These messages as listing rows, in the given order: from the mirror where it is
-    current, from notmuch for the rest (see Mailbox.current_rows)."""
-    return [ref for ref, _ in dated_listing(mb, message_ids)]
-
-
 def dated_listing(mb: Mailbox, message_ids: Sequence[str]) -> list[tuple[dto.EmailRef, int]]:
-    """:func:`listing`, each row with the date (epoch seconds) it is listed by: what a
-    message cursor names (see :func:`message_tail`), read with the row, not looked up again."""
+    """These messages as listing rows, in the given order: from the mirror where it is
+    current, from notmuch for the rest (see Mailbox.current_rows); each with the date (epoch
+    seconds) it is listed by, what a message cursor names (see :func:`message_tail`), read
+    with the row, not looked up again."""
     rows, stale = mb.mirror_rows(message_ids)
     me = my_addresses(mb.config)
     refs: dict[str, tuple[dto.EmailRef, int]] = {}
@@ -376,9 +372,9 @@ def _split_last(tail: str) -> tuple[str, str, str]:
     return (tail, "", "") if at < 0 else (tail[:at], tail[at], tail[at + 1:])
 
 
-# What stands between a thread cursor's uid and the date the thread ranked by: the uid is of
-# the message it ranked by, of the message notmuch listed it by (pages in notmuch's order),
-# or, in cursors from before that, the thread's id.
+# What stands between a cursor's uid and the date its item was listed by: the uid is a
+# message's; of a thread, of the message it ranked by, of the message notmuch listed it by
+# (pages in notmuch's order), or, in cursors from before that, the thread's id.
 THREAD_RANKED_BY, THREAD_LISTED_BY, OLD_THREAD_RANKED_BY = "~", "_", "@"
 # An anchor is epoch seconds: more digits than this are no cursor of ours.
 MAX_ANCHOR_DIGITS = 11
